@@ -1,0 +1,91 @@
+#include "kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+
+#include "util.h"
+
+float shoal_dot_f32(const float *a, const float *b, int64_t n)
+{
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            s[j] += a[i + j] * b[i + j];
+    for (int j = 0; i + j < n; j++)
+        s[j] += a[i + j] * b[i + j];
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+void shoal_linear(float *y, const float *x, int64_t n_tok,
+                  const struct shoal_weight *w, const struct shoal_weight *bias)
+{
+    const int64_t rows = w->rows, cols = w->cols;
+    float *bias_f32 = NULL;
+    if (bias && bias->data) {
+        bias_f32 = shoal_xmalloc((size_t)rows * sizeof(float));
+        shoal_to_f32(bias_f32, bias->data, bias->dtype, (size_t)rows);
+    }
+#pragma omp parallel
+    {
+        const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        /* even split of output rows: remainder to the first threads */
+        const int64_t per = rows / nth, rem = rows % nth;
+        const int64_t r0 = ith * per + (ith < rem ? ith : rem);
+        const int64_t r1 = r0 + per + (ith < rem ? 1 : 0);
+        float *row = NULL;
+        if (w->dtype != SHOAL_DTYPE_F32)
+            row = shoal_xmalloc((size_t)cols * sizeof(float));
+        for (int64_t r = r0; r < r1; r++) {
+            const float *wr;
+            if (row) {
+                shoal_to_f32(row, shoal_weight_row(w, r), w->dtype, (size_t)cols);
+                wr = row;
+            } else {
+                wr = shoal_weight_row(w, r);
+            }
+            const float b = bias_f32 ? bias_f32[r] : 0.0f;
+            for (int64_t t = 0; t < n_tok; t++) {
+                float v = shoal_dot_f32(x + t * cols, wr, cols);
+                y[t * rows + r] = bias_f32 ? v + b : v;
+            }
+        }
+        free(row);
+    }
+    free(bias_f32);
+}
+
+void shoal_rmsnorm(float *y, const float *x, int64_t n_rows, int64_t n,
+                   const struct shoal_weight *weight, float eps)
+{
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        float ss = shoal_dot_f32(xr, xr, n);
+        float scale = 1.0f / sqrtf(ss / (float)n + eps);
+        for (int64_t i = 0; i < n; i++) {
+            float wi;
+            shoal_to_f32(&wi, (const char *)weight->data + i * shoal_dtype_size(weight->dtype),
+                         weight->dtype, 1);
+            /* HF: weight * (x * rsqrt(var + eps)) */
+            yr[i] = wi * (xr[i] * scale);
+        }
+    }
+}
+
+void shoal_softmax(float *x, int64_t n)
+{
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= inv;
+}

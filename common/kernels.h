@@ -1,0 +1,52 @@
+/* kernels: the compute primitives every executor shares (DESIGN contract 1).
+ *
+ * Determinism: each output element is produced by exactly one thread, and
+ * every dot product reduces in one fixed order (8 interleaved partial sums,
+ * combined as ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7))), so results do not
+ * depend on the thread count, and SIMD versions can reproduce the scalar
+ * bits. The build disables FMA contraction (-ffp-contract=off).
+ *
+ * Parallel kernels open their own OpenMP region and split output rows
+ * evenly. Thread: call from the main/compute-owning thread (not from inside
+ * another parallel region).
+ */
+#ifndef SHOAL_KERNELS_H
+#define SHOAL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor.h"
+
+/* Canonical-order dot product of two f32 vectors of n elements. */
+float shoal_dot_f32(const float *a, const float *b, int64_t n);
+
+/* y = x · W^T (+ bias): a linear layer over a batch.
+ *   y     [n_tok][w->rows] f32, written
+ *   x     [n_tok][w->cols] f32, borrowed
+ *   w     [rows][cols] any supported dtype, borrowed
+ *   bias  [rows] (data NULL for none)
+ * Rows of W are converted to f32 once per row and reused across the batch.
+ * Parallel over W's rows. Thread: main. */
+void shoal_linear(float *y, const float *x, int64_t n_tok,
+                  const struct shoal_weight *w, const struct shoal_weight *bias);
+
+/* RMSNorm over each row of n elements (transformers' *RMSNorm: f32 variance,
+ * x * rsqrt(mean(x^2) + eps) * weight).
+ *   y, x  [n_rows][n] f32 (may alias); weight [n] any dtype. Thread: any. */
+void shoal_rmsnorm(float *y, const float *x, int64_t n_rows, int64_t n,
+                   const struct shoal_weight *weight, float eps);
+
+/* In-place softmax over n elements (max-subtracted, f32). Thread: any. */
+void shoal_softmax(float *x, int64_t n);
+
+/* SiLU(x) = x * sigmoid(x), the activation of SwiGLU FFNs. */
+static inline float shoal_silu(float x);
+
+#include <math.h>
+static inline float shoal_silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+#endif

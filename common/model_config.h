@@ -1,0 +1,133 @@
+/* model_config: the architecture of a checkpoint, read from Hugging Face
+ * config.json, and the per-family descriptors that keep family differences
+ * in data rather than in branches spread through the forward pass.
+ *
+ * Supported model_type values: mixtral, qwen2_moe, qwen3_moe, olmoe.
+ * Semantics follow transformers' modeling_<family>.py and
+ * modeling_rope_utils.py.
+ *
+ * Thread: any (configs and descriptors are plain data).
+ */
+#ifndef SHOAL_MODEL_CONFIG_H
+#define SHOAL_MODEL_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define SHOAL_MAX_LAYERS 512
+
+enum shoal_qk_norm {
+    SHOAL_QK_NORM_NONE = 0,
+    SHOAL_QK_NORM_HEAD,   /* RMSNorm over each head's head_dim (qwen3_moe) */
+    SHOAL_QK_NORM_FULL,   /* RMSNorm over the whole q / k projection (olmoe) */
+};
+
+enum shoal_rope_type {
+    SHOAL_ROPE_DEFAULT = 0,
+    SHOAL_ROPE_LINEAR,
+    SHOAL_ROPE_DYNAMIC,
+    SHOAL_ROPE_YARN,
+    SHOAL_ROPE_LLAMA3,
+};
+
+enum shoal_sliding {
+    SHOAL_SLIDING_NEVER = 0,    /* family ignores sliding_window */
+    SHOAL_SLIDING_IF_SET,       /* mixtral: window when sliding_window != null */
+    SHOAL_SLIDING_QWEN,         /* use_sliding_window && layer >= max_window_layers */
+};
+
+/* What differs between families; one static descriptor per model_type. */
+struct shoal_family {
+    const char *model_type;
+    enum shoal_qk_norm qk_norm;
+    int qkv_bias_forced;          /* q/k/v projections always have a bias */
+    int norm_topk_forced;         /* renormalise top-k weights regardless of config */
+    int norm_topk_default;        /* default of config norm_topk_prob */
+    const char *key_n_expert;     /* config key of the routed expert count */
+    const char *key_n_ff_exp;     /* config key of the expert FFN width */
+    const char *moe_prefix;       /* "block_sparse_moe" or "mlp" */
+    const char *expert_gate;      /* per-expert tensor names: gate, up, down */
+    const char *expert_up;
+    const char *expert_down;
+    int has_shared_expert;        /* qwen2_moe shared expert + sigmoid gate */
+    int has_sparse_step;          /* decoder_sparse_step / mlp_only_layers */
+    int has_clip_qkv;             /* olmoe clip_qkv */
+    double rms_norm_eps_default;
+    double rope_theta_default;
+    enum shoal_sliding sliding;
+};
+
+struct shoal_rope_scaling {
+    enum shoal_rope_type type;
+    double factor;
+    double original_max_pos;      /* original_max_position_embeddings */
+    double attention_factor;      /* yarn; <0 = derive from factor */
+    double beta_fast, beta_slow;  /* yarn */
+    double mscale, mscale_all_dim;/* yarn (DeepSeek-style); 0 = unset */
+    int truncate;                 /* yarn correction range rounding */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+};
+
+struct shoal_model_config {
+    const struct shoal_family *family;
+    int64_t n_vocab;
+    int64_t n_embd;           /* hidden_size */
+    int64_t n_layer;
+    int64_t n_head;
+    int64_t n_head_kv;
+    int64_t head_dim;
+    int64_t n_ff;             /* dense MLP width (non-MoE layers) */
+    int64_t n_ff_exp;         /* routed expert FFN width */
+    int64_t n_ff_shexp;       /* shared expert width, 0 = none */
+    int64_t n_expert;
+    int64_t n_expert_used;    /* top-k */
+    int norm_topk_prob;
+    double rms_norm_eps;
+    double rope_freq_base;    /* rope_theta */
+    double partial_rotary_factor;
+    int64_t rope_dim;         /* rotated dims per head (= head_dim * partial) */
+    struct shoal_rope_scaling rope_scaling;
+    int64_t max_pos;          /* max_position_embeddings */
+    int tie_embeddings;
+    int qkv_bias;
+    double clip_qkv;          /* 0 = none */
+    int64_t sliding_window;   /* 0 = full attention */
+    int64_t max_window_layers;
+    int use_sliding_window;
+    uint8_t layer_is_moe[SHOAL_MAX_LAYERS];
+    int64_t bos_id, eos_id;   /* -1 when absent; eos may be the first of a list */
+    int64_t eos_ids[8];
+    int n_eos;
+};
+
+/* Parse a config.json file (path borrowed) into *cfg.
+ * Returns 0, or a negative status with err naming the file and field and
+ * what was expected vs found (an unknown model_type names itself and lists
+ * the supported ones). Thread: any. */
+int shoal_model_config_load(const char *path, struct shoal_model_config *cfg,
+                            struct shoal_err *err);
+
+/* Same, from a JSON text of len bytes; `what` names the source in errors. */
+int shoal_model_config_parse(const char *json, size_t len, const char *what,
+                             struct shoal_model_config *cfg,
+                             struct shoal_err *err);
+
+/* The descriptor for a model_type, or NULL. */
+const struct shoal_family *shoal_family_find(const char *model_type);
+
+/* Comma-separated list of supported model_type values (static string). */
+const char *shoal_family_list(void);
+
+/* 1 if layer il uses a (sparse) MoE block, 0 if a dense MLP. */
+static inline int shoal_layer_is_moe(const struct shoal_model_config *cfg,
+                                     int64_t il)
+{
+    return cfg->layer_is_moe[il];
+}
+
+/* 1 if layer il attends through a sliding window of cfg->sliding_window. */
+int shoal_layer_uses_window(const struct shoal_model_config *cfg, int64_t il);
+
+#endif

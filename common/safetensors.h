@@ -1,0 +1,65 @@
+/* safetensors: read-only, memory-mapped access to Hugging Face
+ * *.safetensors files, single or sharded (model.safetensors.index.json).
+ *
+ * Layout of one file: u64 little-endian header length N, N bytes of JSON
+ * {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__"?},
+ * then the data section; offsets are relative to the data section.
+ * Every length, offset and shape is validated against the file before use.
+ * Tensors of dtypes shoal cannot compute with are listed (so a missing or
+ * unexpected tensor can be named) but refused when a caller asks for them.
+ *
+ * Thread: open/close on one thread; lookups are read-only and may run on any.
+ */
+#ifndef SHOAL_SAFETENSORS_H
+#define SHOAL_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "tensor.h"
+
+#define SHOAL_MAX_DIMS 4
+
+struct shoal_st_tensor {
+    char *name;                    /* owned by the set */
+    char dtype_name[16];           /* as written in the file ("BF16", "I64", ...) */
+    int dtype_ok;                  /* 1 if dtype is F32/F16/BF16 */
+    enum shoal_dtype dtype;        /* valid when dtype_ok */
+    int n_dims;
+    int64_t shape[SHOAL_MAX_DIMS]; /* outermost first */
+    const void *data;              /* borrowed from the mapping (aligned) */
+    size_t nbytes;
+    const char *file;              /* path of the file holding it */
+    int used;                      /* set by the model loader */
+};
+
+struct shoal_safetensors;
+
+/* Open the checkpoint weights in dir: model.safetensors.index.json if
+ * present (every shard it names must exist and every mapped tensor must be
+ * in its shard), else every *.safetensors file in dir.
+ * Returns a set owned by the caller (shoal_safetensors_close), or NULL with
+ * err naming the file and what is wrong. Thread: any. */
+struct shoal_safetensors *shoal_safetensors_open_dir(const char *dir,
+                                                     struct shoal_err *err);
+
+/* Open one .safetensors file (path borrowed). Same contract. */
+struct shoal_safetensors *shoal_safetensors_open_file(const char *path,
+                                                      struct shoal_err *err);
+
+/* Close the set and unmap everything; NULL is a no-op. Views obtained from
+ * it become invalid. */
+void shoal_safetensors_close(struct shoal_safetensors *st);
+
+/* Find a tensor by exact name; NULL if absent. The pointer is borrowed from
+ * the set. Thread: any. */
+struct shoal_st_tensor *shoal_safetensors_find(struct shoal_safetensors *st,
+                                               const char *name);
+
+/* Number of tensors and the i-th one (in file order). */
+size_t shoal_safetensors_count(const struct shoal_safetensors *st);
+struct shoal_st_tensor *shoal_safetensors_at(struct shoal_safetensors *st,
+                                             size_t i);
+
+#endif

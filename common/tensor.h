@@ -1,0 +1,73 @@
+/* tensor: element types and borrowed weight views.
+ *
+ * A weight view points into memory owned by someone else (an mmap'd
+ * safetensors file, later the container or the expert store) and lives as
+ * long as that owner. Views are never freed individually.
+ * Thread: any (views are read-only).
+ */
+#ifndef SHOAL_TENSOR_H
+#define SHOAL_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+enum shoal_dtype {
+    SHOAL_DTYPE_F32 = 0,
+    SHOAL_DTYPE_F16 = 1,
+    SHOAL_DTYPE_BF16 = 2,
+    SHOAL_DTYPE_COUNT
+};
+
+/* Bytes per element of a dtype. */
+static inline size_t shoal_dtype_size(enum shoal_dtype t)
+{
+    return t == SHOAL_DTYPE_F32 ? 4 : 2;
+}
+
+/* Name as safetensors spells it ("F32", "F16", "BF16"). Static string. */
+const char *shoal_dtype_name(enum shoal_dtype t);
+
+/* A 1-D or 2-D weight: rows x cols elements of dtype, row-major,
+ * rows contiguous. For 1-D weights rows == 1. */
+struct shoal_weight {
+    enum shoal_dtype dtype;
+    const void *data;   /* borrowed, rows*cols elements */
+    int64_t rows;       /* outer dimension (output features) */
+    int64_t cols;       /* inner dimension (input features) */
+};
+
+static inline float shoal_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Round-to-nearest-even f32 -> bf16 (NaN stays NaN), as torch does. */
+static inline uint16_t shoal_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* IEEE half -> f32 (exact; handles subnormals, inf, NaN). */
+float shoal_f16_to_f32(uint16_t h);
+
+/* Convert n elements of src (dtype t) to f32 in dst. Thread: any. */
+void shoal_to_f32(float *dst, const void *src, enum shoal_dtype t, size_t n);
+
+/* Row r of a weight as a pointer to its first element. */
+static inline const void *shoal_weight_row(const struct shoal_weight *w,
+                                           int64_t r)
+{
+    return (const char *)w->data +
+           (size_t)r * (size_t)w->cols * shoal_dtype_size(w->dtype);
+}
+
+#endif

@@ -1,0 +1,48 @@
+/* util: small helpers every module uses: checked bookkeeping allocation,
+ * whole-file reads, overflow-safe size arithmetic, monotonic time.
+ * Thread: any.
+ */
+#ifndef SHOAL_UTIL_H
+#define SHOAL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+/* Bookkeeping allocations: on failure log the byte count and abort
+ * (small sizes only; budgeted buffers use fallible malloc). Thread: any. */
+void *shoal_xmalloc(size_t n);
+void *shoal_xcalloc(size_t count, size_t size);
+void *shoal_xrealloc(void *p, size_t n);
+char *shoal_xstrdup(const char *s);
+
+/* Read a whole file into a NUL-terminated buffer.
+ *   path  borrowed; *out owned by the caller (free()), *out_len bytes
+ *         without the terminator. Refuses files over max_bytes.
+ * Returns 0, -errno (open/read) or -SHOAL_ERANGE, with err set. */
+int shoal_read_file(const char *path, size_t max_bytes, char **out,
+                    size_t *out_len, struct shoal_err *err);
+
+/* 1 if a*b overflows size_t, else 0 and *out = a*b. */
+static inline int shoal_mul_overflow(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a)
+        return 1;
+    *out = a * b;
+    return 0;
+}
+
+/* Monotonic clock in seconds. Thread: any. */
+double shoal_time_s(void);
+
+/* Join dir and name into a newly allocated path (owned by the caller). */
+char *shoal_path_join(const char *dir, const char *name);
+
+/* 1 if path is an existing directory, 0 otherwise. */
+int shoal_is_dir(const char *path);
+
+/* 1 if path exists (any type), 0 otherwise. */
+int shoal_exists(const char *path);
+
+#endif

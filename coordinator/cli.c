@@ -1,0 +1,55 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "config.h"
+
+void shoal_cli_error(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "shoal: %s\n", buf);
+}
+
+int shoal_cli_parse_i64(const char *flag, const char *s, long long lo,
+                        long long hi, long long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || *s == '\0' || *end != '\0' || errno != 0 || v < lo || v > hi) {
+        shoal_cli_error("%s expects an integer in [%lld, %lld], got '%s'", flag,
+                        lo, hi, s ? s : "(nothing)");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int shoal_cli_parse_f64(const char *flag, const char *s, double lo, double hi,
+                        double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || *s == '\0' || *end != '\0' || errno != 0 || isnan(v) || v < lo ||
+        v > hi) {
+        shoal_cli_error("%s expects a number in [%g, %g], got '%s'", flag, lo,
+                        hi, s ? s : "(nothing)");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+const char *shoal_cli_default_model(void)
+{
+    return SHOAL_SOURCE_ROOT "/models/shakespeare-moe";
+}

@@ -1,0 +1,27 @@
+/* cli: the `shoal` command's subcommands and their shared flag helpers.
+ * Each subcommand takes argv after the subcommand name (argv[0] is the
+ * subcommand) and returns the process exit status (0 ok, 1 runtime error,
+ * 2 usage error). User-facing output lives here, never in common/.
+ * Thread: main.
+ */
+#ifndef SHOAL_CLI_H
+#define SHOAL_CLI_H
+
+int shoal_cmd_run(int argc, char **argv);
+int shoal_cmd_tokenize(int argc, char **argv);
+int shoal_cmd_detokenize(int argc, char **argv);
+
+/* Print "shoal: <msg>" on stderr as one line. */
+void shoal_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parse a decimal integer flag value; returns 0 or prints an error naming
+ * the flag and returns -1. */
+int shoal_cli_parse_i64(const char *flag, const char *s, long long lo,
+                        long long hi, long long *out);
+int shoal_cli_parse_f64(const char *flag, const char *s, double lo, double hi,
+                        double *out);
+
+/* Default model directory (the bundled model) used when --model is absent. */
+const char *shoal_cli_default_model(void);
+
+#endif

@@ -1,0 +1,364 @@
+#include "forward.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "expert_ffn.h"
+#include "kernels.h"
+#include "moe.h"
+#include "rope.h"
+#include "util.h"
+
+struct shoal_ctx {
+    const struct shoal_model *model;   /* borrowed */
+    int64_t n_ctx, n_batch, n_past;
+    float *k_cache;   /* [n_layer][n_ctx][n_head_kv*head_dim] */
+    float *v_cache;   /* [n_layer][n_ctx][n_head_kv*head_dim] */
+    struct shoal_rope rope;
+    /* scratch, sized for n_batch tokens */
+    float *x;         /* [B][n_embd] residual stream */
+    float *h;         /* [B][n_embd] normed input */
+    float *q;         /* [B][n_head*head_dim] */
+    float *k;         /* [B][n_head_kv*head_dim] */
+    float *v;         /* [B][n_head_kv*head_dim] */
+    float *att;       /* [B][n_head*head_dim] */
+    float *o;         /* [B][n_embd] */
+    float *scores;    /* [nthreads][n_ctx] */
+    float *router;    /* [B][n_expert] */
+    float *probs;     /* [n_expert] */
+    int32_t *ids;     /* [B][k] */
+    float *weights;   /* [B][k] */
+    float *xg;        /* [B*k][n_embd] gathered expert inputs */
+    float *yg;        /* [B*k][n_embd] expert outputs, by slot */
+    float *ffn;       /* [2][B*k][n_ff_max] */
+    float *shg;       /* [B] shared expert gate logits */
+    struct shoal_batch_union bu;
+    struct shoal_ctx_timings t;
+    int nthreads_max;
+};
+
+static float *alloc_f(int64_t n)
+{
+    return shoal_xcalloc((size_t)(n > 0 ? n : 1), sizeof(float));
+}
+
+struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
+                                   struct shoal_ctx_params p,
+                                   struct shoal_err *err)
+{
+    const struct shoal_model_config *c = &model->cfg;
+    struct shoal_ctx *ctx = shoal_xcalloc(1, sizeof *ctx);
+    ctx->model = model;
+    ctx->n_ctx = p.n_ctx > 0 ? p.n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
+    ctx->n_batch = p.n_batch > 0 ? p.n_batch : 64;
+    const int64_t B = ctx->n_batch, E = c->n_embd, hd = c->head_dim;
+    const int64_t nq = c->n_head * hd, nkv = c->n_head_kv * hd, K = c->n_expert_used;
+    size_t kv_elems = 0, kv_bytes = 0;
+    if (shoal_mul_overflow((size_t)c->n_layer * (size_t)ctx->n_ctx, (size_t)nkv,
+                           &kv_elems) ||
+        shoal_mul_overflow(kv_elems, sizeof(float), &kv_bytes)) {
+        shoal_err_set(err, SHOAL_ENOMEM, "KV cache size overflows for n_ctx=%lld",
+                      (long long)ctx->n_ctx);
+        free(ctx);
+        return NULL;
+    }
+    ctx->k_cache = calloc(kv_elems, sizeof(float));
+    ctx->v_cache = calloc(kv_elems, sizeof(float));
+    if (!ctx->k_cache || !ctx->v_cache) {
+        shoal_err_set(err, SHOAL_ENOMEM,
+                      "cannot allocate the KV cache: 2 x %zu bytes for n_ctx=%lld "
+                      "(use --ctx to lower it)", kv_bytes, (long long)ctx->n_ctx);
+        free(ctx->k_cache);
+        free(ctx->v_cache);
+        free(ctx);
+        return NULL;
+    }
+    shoal_rope_init(&ctx->rope, c);
+    int64_t ff_max = c->n_ff_exp;
+    if (c->n_ff > ff_max)
+        ff_max = c->n_ff;
+    if (c->n_ff_shexp > ff_max)
+        ff_max = c->n_ff_shexp;
+    int64_t rows_max = B * K > B ? B * K : B;
+    ctx->nthreads_max = omp_get_max_threads();
+    ctx->x = alloc_f(B * E);
+    ctx->h = alloc_f(B * E);
+    ctx->q = alloc_f(B * nq);
+    ctx->k = alloc_f(B * nkv);
+    ctx->v = alloc_f(B * nkv);
+    ctx->att = alloc_f(B * nq);
+    ctx->o = alloc_f(B * E);
+    ctx->scores = alloc_f((int64_t)ctx->nthreads_max * ctx->n_ctx);
+    ctx->router = alloc_f(B * c->n_expert);
+    ctx->probs = alloc_f(c->n_expert);
+    ctx->ids = shoal_xcalloc((size_t)(B * K), sizeof(int32_t));
+    ctx->weights = alloc_f(B * K);
+    ctx->xg = alloc_f(rows_max * E);
+    ctx->yg = alloc_f(rows_max * E);
+    ctx->ffn = alloc_f(2 * rows_max * ff_max);
+    ctx->shg = alloc_f(B);
+    shoal_batch_union_init(&ctx->bu, c->n_expert, B * K);
+    return ctx;
+}
+
+void shoal_ctx_free(struct shoal_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    free(ctx->k_cache);
+    free(ctx->v_cache);
+    shoal_rope_free(&ctx->rope);
+    free(ctx->x);
+    free(ctx->h);
+    free(ctx->q);
+    free(ctx->k);
+    free(ctx->v);
+    free(ctx->att);
+    free(ctx->o);
+    free(ctx->scores);
+    free(ctx->router);
+    free(ctx->probs);
+    free(ctx->ids);
+    free(ctx->weights);
+    free(ctx->xg);
+    free(ctx->yg);
+    free(ctx->ffn);
+    free(ctx->shg);
+    shoal_batch_union_free(&ctx->bu);
+    free(ctx);
+}
+
+int64_t shoal_ctx_n_past(const struct shoal_ctx *ctx) { return ctx->n_past; }
+int64_t shoal_ctx_n_ctx(const struct shoal_ctx *ctx) { return ctx->n_ctx; }
+
+void shoal_ctx_truncate(struct shoal_ctx *ctx, int64_t n)
+{
+    if (n >= 0 && n < ctx->n_past)
+        ctx->n_past = n;
+}
+
+const struct shoal_ctx_timings *shoal_ctx_timings(const struct shoal_ctx *ctx)
+{
+    return &ctx->t;
+}
+
+/* Self-attention of n tokens at positions n_past.. over the cache of layer il.
+ * Writes ctx->att [n][n_head*head_dim]. */
+static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n)
+{
+    const struct shoal_model_config *c = &ctx->model->cfg;
+    const int64_t hd = c->head_dim, nh = c->n_head, nkv_h = c->n_head_kv;
+    const int64_t nkv = nkv_h * hd, nq = nh * hd, n_rep = nh / nkv_h;
+    const float *kc = ctx->k_cache + il * ctx->n_ctx * nkv;
+    const float *vc = ctx->v_cache + il * ctx->n_ctx * nkv;
+    const int64_t window = shoal_layer_uses_window(c, il) ? c->sliding_window : 0;
+    const float sq = sqrtf((float)hd);
+    const int64_t n_items = n * nh;
+#pragma omp parallel
+    {
+        const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        float *sc = ctx->scores + (int64_t)ith * ctx->n_ctx;
+        const int64_t per = n_items / nth, rem = n_items % nth;
+        const int64_t i0 = ith * per + (ith < rem ? ith : rem);
+        const int64_t i1 = i0 + per + (ith < rem ? 1 : 0);
+        for (int64_t it = i0; it < i1; it++) {
+            const int64_t t = it / nh, h = it % nh;
+            const int64_t pos = ctx->n_past + t;
+            const int64_t j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+            const float *q = ctx->q + t * nq + h * hd;
+            const int64_t g = h / n_rep;
+            float mx = -INFINITY;
+            for (int64_t j = j0; j <= pos; j++) {
+                float s = shoal_dot_f32(q, kc + j * nkv + g * hd, hd) / sq;
+                sc[j] = s;
+                if (s > mx)
+                    mx = s;
+            }
+            float sum = 0.0f;
+            for (int64_t j = j0; j <= pos; j++) {
+                sc[j] = expf(sc[j] - mx);
+                sum += sc[j];
+            }
+            float *out = ctx->att + t * nq + h * hd;
+            for (int64_t d = 0; d < hd; d++)
+                out[d] = 0.0f;
+            for (int64_t j = j0; j <= pos; j++) {
+                const float p = sc[j] / sum;
+                const float *vr = vc + j * nkv + g * hd;
+                for (int64_t d = 0; d < hd; d++)
+                    out[d] += p * vr[d];
+            }
+        }
+    }
+}
+
+static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
+{
+    const struct shoal_model *m = ctx->model;
+    const struct shoal_model_config *c = &m->cfg;
+    const struct shoal_layer_weights *L = &m->layers[il];
+    const int64_t E = c->n_embd, hd = c->head_dim;
+    const int64_t nq = c->n_head * hd, nkv = c->n_head_kv * hd;
+    const float eps = (float)c->rms_norm_eps;
+
+    shoal_rmsnorm(ctx->h, ctx->x, n, E, &L->attn_norm, eps);        /* [n][E] */
+    shoal_linear(ctx->q, ctx->h, n, &L->wq, L->bq.data ? &L->bq : NULL); /* [n][nq] */
+    shoal_linear(ctx->k, ctx->h, n, &L->wk, L->bk.data ? &L->bk : NULL); /* [n][nkv] */
+    shoal_linear(ctx->v, ctx->h, n, &L->wv, L->bv.data ? &L->bv : NULL); /* [n][nkv] */
+    switch (c->family->qk_norm) {
+    case SHOAL_QK_NORM_FULL: /* olmoe: over the whole projection, before clip */
+        shoal_rmsnorm(ctx->q, ctx->q, n, nq, &L->q_norm, eps);
+        shoal_rmsnorm(ctx->k, ctx->k, n, nkv, &L->k_norm, eps);
+        break;
+    case SHOAL_QK_NORM_HEAD: /* qwen3_moe: per head, before RoPE */
+        shoal_rmsnorm(ctx->q, ctx->q, n * c->n_head, hd, &L->q_norm, eps);
+        shoal_rmsnorm(ctx->k, ctx->k, n * c->n_head_kv, hd, &L->k_norm, eps);
+        break;
+    default:
+        break;
+    }
+    if (c->clip_qkv > 0) {
+        const float lim = (float)c->clip_qkv;
+        float *bufs[3] = {ctx->q, ctx->k, ctx->v};
+        int64_t lens[3] = {n * nq, n * nkv, n * nkv};
+        for (int b = 0; b < 3; b++)
+            for (int64_t i = 0; i < lens[b]; i++)
+                bufs[b][i] = bufs[b][i] < -lim ? -lim : (bufs[b][i] > lim ? lim : bufs[b][i]);
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t pos = ctx->n_past + t;
+        shoal_rope_apply(&ctx->rope, ctx->q + t * nq, c->n_head, hd, pos);
+        shoal_rope_apply(&ctx->rope, ctx->k + t * nkv, c->n_head_kv, hd, pos);
+        float *kc = ctx->k_cache + (il * ctx->n_ctx + pos) * nkv;
+        float *vc = ctx->v_cache + (il * ctx->n_ctx + pos) * nkv;
+        memcpy(kc, ctx->k + t * nkv, (size_t)nkv * sizeof(float));
+        memcpy(vc, ctx->v + t * nkv, (size_t)nkv * sizeof(float));
+    }
+    attention(ctx, il, n);                                           /* [n][nq] */
+    shoal_linear(ctx->o, ctx->att, n, &L->wo, NULL);                 /* [n][E] */
+    for (int64_t i = 0; i < n * E; i++)
+        ctx->x[i] += ctx->o[i];
+}
+
+/* Sparse MoE block on ctx->h [n][E]; result (routed + shared) in ctx->o. */
+static void moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
+{
+    const struct shoal_model *m = ctx->model;
+    const struct shoal_model_config *c = &m->cfg;
+    const struct shoal_layer_weights *L = &m->layers[il];
+    const int64_t E = c->n_embd, K = c->n_expert_used, NE = c->n_expert;
+    double t0 = shoal_time_s();
+
+    shoal_linear(ctx->router, ctx->h, n, &L->w_router, NULL);        /* [n][NE] */
+    shoal_router_select(ctx->router, n, NE, K, c->norm_topk_prob, ctx->probs,
+                        ctx->ids, ctx->weights);                     /* [n][K] */
+    shoal_batch_union_build(&ctx->bu, ctx->ids, n, K, NE);
+    double t1 = shoal_time_s();
+
+    /* each distinct expert once, over all rows routed to it */
+    for (int64_t i = 0; i < ctx->bu.n_used; i++) {
+        const int32_t ie = ctx->bu.expert[i];
+        const int64_t b = ctx->bu.slot_begin[i], cnt = ctx->bu.slot_begin[i + 1] - b;
+        for (int64_t j = 0; j < cnt; j++) {
+            const int64_t tok = ctx->bu.slots[b + j] / K;
+            memcpy(ctx->xg + j * E, ctx->h + tok * E, (size_t)E * sizeof(float));
+        }
+        shoal_expert_ffn(ctx->o, ctx->xg, cnt, &L->experts[ie], ctx->ffn);
+        for (int64_t j = 0; j < cnt; j++)
+            memcpy(ctx->yg + ctx->bu.slots[b + j] * E, ctx->o + j * E,
+                   (size_t)E * sizeof(float));
+    }
+    double t2 = shoal_time_s();
+    shoal_moe_combine(ctx->o, ctx->yg, ctx->weights, n, K, E);       /* [n][E] */
+    double t3 = shoal_time_s();
+    if (c->n_ff_shexp > 0) {
+        /* qwen2_moe: sigmoid(shared_expert_gate(x)) * shared_expert(x) */
+        shoal_expert_ffn(ctx->xg, ctx->h, n, &L->shexp, ctx->ffn);   /* [n][E] */
+        shoal_linear(ctx->shg, ctx->h, n, &L->w_shexp_gate, NULL);   /* [n][1] */
+        for (int64_t t = 0; t < n; t++) {
+            const float g = 1.0f / (1.0f + expf(-ctx->shg[t]));
+            for (int64_t i = 0; i < E; i++)
+                ctx->o[t * E + i] += g * ctx->xg[t * E + i];
+        }
+    }
+    double t4 = shoal_time_s();
+    ctx->t.routing += t1 - t0;
+    ctx->t.experts += (t2 - t1) + (t4 - t3);
+    ctx->t.combine += t3 - t2;
+}
+
+static void eval_batch(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
+                       float *logits, int all_logits)
+{
+    const struct shoal_model *m = ctx->model;
+    const struct shoal_model_config *c = &m->cfg;
+    const int64_t E = c->n_embd;
+    const float eps = (float)c->rms_norm_eps;
+
+    shoal_rope_update(&ctx->rope, ctx->n_past + n);
+    for (int64_t t = 0; t < n; t++)
+        shoal_to_f32(ctx->x + t * E, shoal_weight_row(&m->tok_embd, tokens[t]),
+                     m->tok_embd.dtype, (size_t)E);                 /* [n][E] */
+    for (int64_t il = 0; il < c->n_layer; il++) {
+        double t0 = shoal_time_s();
+        attention_block(ctx, il, n);
+        double t1 = shoal_time_s();
+        ctx->t.attention += t1 - t0;
+        shoal_rmsnorm(ctx->h, ctx->x, n, E, &m->layers[il].ffn_norm, eps);
+        if (shoal_layer_is_moe(c, il)) {
+            moe_block(ctx, il, n);
+        } else {
+            shoal_expert_ffn(ctx->o, ctx->h, n, &m->layers[il].mlp, ctx->ffn);
+            ctx->t.experts += shoal_time_s() - t1;
+        }
+        for (int64_t i = 0; i < n * E; i++)
+            ctx->x[i] += ctx->o[i];
+    }
+    ctx->n_past += n;
+    if (!logits)
+        return;
+    double t0 = shoal_time_s();
+    if (all_logits) {
+        shoal_rmsnorm(ctx->h, ctx->x, n, E, &m->out_norm, eps);
+        shoal_linear(logits, ctx->h, n, &m->lm_head, NULL);         /* [n][V] */
+    } else {
+        shoal_rmsnorm(ctx->h, ctx->x + (n - 1) * E, 1, E, &m->out_norm, eps);
+        shoal_linear(logits, ctx->h, 1, &m->lm_head, NULL);         /* [V] */
+    }
+    ctx->t.head += shoal_time_s() - t0;
+}
+
+int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
+                   float *logits, int all_logits, struct shoal_err *err)
+{
+    const struct shoal_model_config *c = &ctx->model->cfg;
+    if (n <= 0)
+        return shoal_err_set(err, SHOAL_EINVAL, "no tokens to evaluate");
+    if (n > ctx->n_ctx - ctx->n_past)
+        return shoal_err_set(err, SHOAL_ERANGE,
+                             "sequence of %lld tokens (%lld cached + %lld new) exceeds "
+                             "the context of %lld tokens (raise --ctx, at most "
+                             "max_position_embeddings=%lld)",
+                             (long long)(ctx->n_past + n), (long long)ctx->n_past,
+                             (long long)n, (long long)ctx->n_ctx,
+                             (long long)c->max_pos);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->n_vocab)
+            return shoal_err_set(err, SHOAL_ERANGE,
+                                 "token id %d at position %lld is outside the "
+                                 "vocabulary [0, %lld)", tokens[i], (long long)i,
+                                 (long long)c->n_vocab);
+    for (int64_t done = 0; done < n; done += ctx->n_batch) {
+        int64_t nb = n - done < ctx->n_batch ? n - done : ctx->n_batch;
+        int last = done + nb == n;
+        float *lg = NULL;
+        if (logits && all_logits)
+            lg = logits + done * c->n_vocab;
+        else if (logits && last)
+            lg = logits;
+        eval_batch(ctx, tokens + done, nb, lg, all_logits);
+    }
+    return 0;
+}

@@ -1,0 +1,74 @@
+/* forward: the decoder forward pass of the supported MoE families over a
+ * KV cache: embeddings, RMSNorm, attention (GQA, RoPE, QK-norm, qkv bias,
+ * optional sliding window), the sparse MoE block (router, batch-union,
+ * experts, canonical combine, shared expert) or a dense MLP, and lm_head.
+ *
+ * Follows transformers' modeling_mixtral.py, modeling_qwen2_moe.py,
+ * modeling_qwen3_moe.py and modeling_olmoe.py; the family differences come
+ * from struct shoal_family (model_config.h).
+ *
+ * A prompt is evaluated as a matrix (prefill, in chunks of n_batch tokens);
+ * decode feeds one token at a time. Logits bytes do not depend on the
+ * thread count nor on how a sequence is chunked into batches... except that
+ * prefill and decode may differ in the last bits, so tests compare like
+ * with like.
+ *
+ * Thread: a context belongs to one thread (it opens OpenMP regions).
+ */
+#ifndef SHOAL_FORWARD_H
+#define SHOAL_FORWARD_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+
+struct shoal_ctx_params {
+    int64_t n_ctx;     /* KV cache length in tokens; 0 = min(max_pos, 4096) */
+    int64_t n_batch;   /* prefill chunk size in tokens; 0 = 64 */
+};
+
+static inline struct shoal_ctx_params shoal_ctx_params_default(void)
+{
+    return (struct shoal_ctx_params){.n_ctx = 0, .n_batch = 0};
+}
+
+/* Time spent per stage, seconds, accumulated over evals. */
+struct shoal_ctx_timings {
+    double attention;   /* norms, projections, RoPE, attention */
+    double routing;     /* router logits, top-k, batch-union */
+    double experts;     /* routed + shared expert FFNs, dense MLPs */
+    double combine;     /* weighted sum in route-rank order */
+    double head;        /* final norm + lm_head */
+};
+
+struct shoal_ctx;
+
+/* Create a context (KV cache + scratch) for model (borrowed; must outlive
+ * the context). Returns NULL with err set if the KV cache cannot be
+ * allocated (the message gives the byte count). Thread: any. */
+struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
+                                   struct shoal_ctx_params params,
+                                   struct shoal_err *err);
+void shoal_ctx_free(struct shoal_ctx *ctx);
+
+/* Append n tokens to the sequence and run them.
+ *   tokens  [n] i32 ids, borrowed; each must be in [0, n_vocab)
+ *   logits  [n][n_vocab] f32 if all_logits, else [n_vocab] for the last
+ *           token; written. May be NULL to skip the head.
+ * Returns 0; -SHOAL_ERANGE with err set if a token id is out of range or
+ * the sequence would exceed n_ctx (nothing is appended then).
+ * Thread: the context's thread. */
+int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
+                   float *logits, int all_logits, struct shoal_err *err);
+
+/* Tokens currently in the KV cache. */
+int64_t shoal_ctx_n_past(const struct shoal_ctx *ctx);
+int64_t shoal_ctx_n_ctx(const struct shoal_ctx *ctx);
+
+/* Forget everything after the first n tokens (n <= n_past). */
+void shoal_ctx_truncate(struct shoal_ctx *ctx, int64_t n);
+
+const struct shoal_ctx_timings *shoal_ctx_timings(const struct shoal_ctx *ctx);
+
+#endif

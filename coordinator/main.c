@@ -1,0 +1,49 @@
+/* shoal: the coordinator command line. Dispatches to subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "config.h"
+
+struct subcommand {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct subcommand subcommands[] = {
+    {"run", shoal_cmd_run, "generate text from a prompt"},
+    {"tokenize", shoal_cmd_tokenize, "print the token ids of a text"},
+    {"detokenize", shoal_cmd_detokenize, "print the text of token ids"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: shoal <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        fprintf(f, "  %-12s %s\n", subcommands[i].name, subcommands[i].help);
+    fprintf(f, "\n'shoal <command> --help' shows a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("shoal %s\n", SHOAL_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        if (!strcmp(argv[1], subcommands[i].name))
+            return subcommands[i].fn(argc - 1, argv + 1);
+    shoal_cli_error("unknown command '%s'; expected one of: run, tokenize, "
+                    "detokenize", argv[1]);
+    return 2;
+}

@@ -1,0 +1,138 @@
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "util.h"
+
+struct cand {
+    float logit;
+    int32_t id;
+};
+
+struct shoal_sampler {
+    struct shoal_sampler_params p;
+    int64_t n_vocab;
+    uint64_t rng;
+    struct cand *c;      /* [n_vocab] */
+    float *prob;         /* [n_vocab] */
+    uint8_t *seen;       /* [n_vocab] */
+};
+
+struct shoal_sampler *shoal_sampler_create(struct shoal_sampler_params p,
+                                           int64_t n_vocab)
+{
+    struct shoal_sampler *s = shoal_xcalloc(1, sizeof *s);
+    s->p = p;
+    s->n_vocab = n_vocab;
+    s->rng = p.seed;
+    s->c = shoal_xcalloc((size_t)n_vocab, sizeof *s->c);
+    s->prob = shoal_xcalloc((size_t)n_vocab, sizeof *s->prob);
+    s->seen = shoal_xcalloc((size_t)n_vocab, 1);
+    return s;
+}
+
+void shoal_sampler_free(struct shoal_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->c);
+    free(s->prob);
+    free(s->seen);
+    free(s);
+}
+
+/* splitmix64: small, well-distributed, identical everywhere */
+static uint64_t next_u64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const struct cand *x = a, *y = b;
+    if (x->logit > y->logit)
+        return -1;
+    if (x->logit < y->logit)
+        return 1;
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+int32_t shoal_sampler_sample(struct shoal_sampler *s, float *logits,
+                             const int32_t *history, int64_t n_history)
+{
+    const int64_t V = s->n_vocab;
+    const struct shoal_sampler_params *p = &s->p;
+    if (p->repeat_penalty != 1.0f && n_history > 0) {
+        int64_t from = p->repeat_last_n < 0 || p->repeat_last_n > n_history
+                           ? 0 : n_history - p->repeat_last_n;
+        for (int64_t i = from; i < n_history; i++) {
+            int32_t id = history[i];
+            if (id < 0 || id >= V || s->seen[id])
+                continue;
+            s->seen[id] = 1;
+            logits[id] = logits[id] > 0 ? logits[id] / p->repeat_penalty
+                                        : logits[id] * p->repeat_penalty;
+        }
+        for (int64_t i = from; i < n_history; i++)
+            if (history[i] >= 0 && history[i] < V)
+                s->seen[history[i]] = 0;
+    }
+    if (p->greedy || p->temperature <= 0.0f) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < V; i++)
+            if (logits[i] > logits[best])
+                best = i;
+        return (int32_t)best;
+    }
+    for (int64_t i = 0; i < V; i++) {
+        s->c[i].logit = logits[i] / p->temperature;
+        s->c[i].id = (int32_t)i;
+    }
+    int64_t n = V;
+    if (p->top_k > 0 && p->top_k < n)
+        n = p->top_k;
+    /* sort the whole vocabulary once; ties by id keep it deterministic */
+    qsort(s->c, (size_t)V, sizeof *s->c, cmp_cand);
+    double sum = 0.0;
+    const float mx = s->c[0].logit;
+    for (int64_t i = 0; i < n; i++) {
+        s->prob[i] = expf(s->c[i].logit - mx);
+        sum += s->prob[i];
+    }
+    for (int64_t i = 0; i < n; i++)
+        s->prob[i] = (float)(s->prob[i] / sum);
+    if (p->top_p < 1.0f) {
+        double cum = 0.0;
+        int64_t keep = n;
+        for (int64_t i = 0; i < n; i++) {
+            cum += s->prob[i];
+            if (cum >= p->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    if (p->min_p > 0.0f) {
+        const float thr = p->min_p * s->prob[0];
+        int64_t keep = 1;
+        while (keep < n && s->prob[keep] >= thr)
+            keep++;
+        n = keep;
+    }
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        total += s->prob[i];
+    double u = (double)(next_u64(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * total;
+    double cum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        cum += s->prob[i];
+        if (u < cum)
+            return s->c[i].id;
+    }
+    return s->c[n - 1].id;
+}

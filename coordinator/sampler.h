@@ -1,0 +1,45 @@
+/* sampler: picks the next token from logits: repetition penalty, then
+ * greedy (argmax, lowest id on ties) or temperature -> top-k -> top-p ->
+ * min-p -> a draw from a seeded generator. The same seed, logits and
+ * history give the same token on every machine.
+ * Thread: a sampler belongs to one thread.
+ */
+#ifndef SHOAL_SAMPLER_H
+#define SHOAL_SAMPLER_H
+
+#include <stdint.h>
+
+struct shoal_sampler_params {
+    int greedy;              /* 1: argmax (other knobs but the penalty ignored) */
+    float temperature;       /* <= 0 behaves as greedy */
+    int64_t top_k;           /* 0 = off */
+    float top_p;             /* 1 = off */
+    float min_p;             /* 0 = off */
+    float repeat_penalty;    /* 1 = off; HF semantics: logit>0 ? /p : *p */
+    int64_t repeat_last_n;   /* how many recent tokens the penalty sees; -1 all */
+    uint64_t seed;
+};
+
+static inline struct shoal_sampler_params shoal_sampler_params_default(void)
+{
+    return (struct shoal_sampler_params){
+        .greedy = 0, .temperature = 0.8f, .top_k = 40, .top_p = 0.95f,
+        .min_p = 0.05f, .repeat_penalty = 1.0f, .repeat_last_n = 64,
+        .seed = 0x5eed};
+}
+
+struct shoal_sampler;
+
+/* Create a sampler for n_vocab logits. Owned by the caller. */
+struct shoal_sampler *shoal_sampler_create(struct shoal_sampler_params p,
+                                           int64_t n_vocab);
+void shoal_sampler_free(struct shoal_sampler *s);
+
+/* Pick a token.
+ *   logits   [n_vocab] f32, modified in place (penalties applied)
+ *   history  [n_history] i32 previous tokens (prompt + generated), borrowed
+ * Returns the token id. Thread: the sampler's. */
+int32_t shoal_sampler_sample(struct shoal_sampler *s, float *logits,
+                             const int32_t *history, int64_t n_history);
+
+#endif

@@ -1,0 +1,473 @@
+#include "session.h"
+
+#include <ctype.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "npy.h"
+#include "util.h"
+
+struct shoal_session_opts shoal_session_opts_default(void)
+{
+    return (struct shoal_session_opts){0};
+}
+
+struct shoal_gen_opts shoal_gen_opts_default(void)
+{
+    struct shoal_gen_opts o;
+    memset(&o, 0, sizeof o);
+    o.sampling = shoal_sampler_params_default();
+    o.sampling.seed = 24301;
+    o.max_tokens = 256;
+    o.print_timings = 1;
+    return o;
+}
+
+static int need_value(int argc, char **argv, int i)
+{
+    if (i + 1 >= argc) {
+        shoal_cli_error("%s needs a value", argv[i]);
+        return -1;
+    }
+    return 0;
+}
+
+int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
+                             char **argv, int *i)
+{
+    const char *a = argv[*i];
+    long long v;
+    if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+        o->verbose = 1;
+        return 1;
+    }
+    if (strcmp(a, "--model") && strcmp(a, "--ctx") && strcmp(a, "--threads"))
+        return 0;
+    if (need_value(argc, argv, *i))
+        return -1;
+    const char *val = argv[++*i];
+    if (!strcmp(a, "--model")) {
+        o->model_dir = val;
+    } else if (!strcmp(a, "--ctx")) {
+        if (shoal_cli_parse_i64(a, val, 1, (long long)1 << 31, &v))
+            return -1;
+        o->n_ctx = v;
+    } else {
+        if (shoal_cli_parse_i64(a, val, 1, 1024, &v))
+            return -1;
+        o->threads = v;
+    }
+    return 1;
+}
+
+int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
+                         int *i)
+{
+    const char *a = argv[*i];
+    long long v;
+    double d;
+    struct shoal_sampler_params *sp = &o->sampling;
+    if (!strcmp(a, "--greedy")) {
+        sp->greedy = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--ignore-eos")) {
+        o->ignore_eos = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--no-bos")) {
+        o->no_bos = 1;
+        return 1;
+    }
+    static const char *valued[] = {"--max-tokens", "--temp", "--top-k", "--top-p",
+                                   "--min-p", "--repeat-penalty", "--repeat-last-n",
+                                   "--seed", "--stop", "--logits-out", "--ids-out"};
+    int known = 0;
+    for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+        if (!strcmp(a, valued[k]))
+            known = 1;
+    if (!known)
+        return 0;
+    if (need_value(argc, argv, *i))
+        return -1;
+    const char *val = argv[++*i];
+    if (!strcmp(a, "--max-tokens")) {
+        if (shoal_cli_parse_i64(a, val, 0, (long long)1 << 31, &v))
+            return -1;
+        o->max_tokens = v;
+    } else if (!strcmp(a, "--temp")) {
+        if (shoal_cli_parse_f64(a, val, 0, 100, &d))
+            return -1;
+        sp->temperature = (float)d;
+    } else if (!strcmp(a, "--top-k")) {
+        if (shoal_cli_parse_i64(a, val, 0, (long long)1 << 31, &v))
+            return -1;
+        sp->top_k = v;
+    } else if (!strcmp(a, "--top-p")) {
+        if (shoal_cli_parse_f64(a, val, 0, 1, &d))
+            return -1;
+        sp->top_p = (float)d;
+    } else if (!strcmp(a, "--min-p")) {
+        if (shoal_cli_parse_f64(a, val, 0, 1, &d))
+            return -1;
+        sp->min_p = (float)d;
+    } else if (!strcmp(a, "--repeat-penalty")) {
+        if (shoal_cli_parse_f64(a, val, 0.01, 100, &d))
+            return -1;
+        sp->repeat_penalty = (float)d;
+    } else if (!strcmp(a, "--repeat-last-n")) {
+        if (shoal_cli_parse_i64(a, val, -1, (long long)1 << 31, &v))
+            return -1;
+        sp->repeat_last_n = v;
+    } else if (!strcmp(a, "--seed")) {
+        if (shoal_cli_parse_i64(a, val, 0, INT64_MAX, &v))
+            return -1;
+        sp->seed = (uint64_t)v;
+    } else if (!strcmp(a, "--stop")) {
+        if (o->n_stop >= SHOAL_MAX_STOP) {
+            shoal_cli_error("at most %d --stop strings", SHOAL_MAX_STOP);
+            return -1;
+        }
+        if (!*val) {
+            shoal_cli_error("--stop needs a non-empty string");
+            return -1;
+        }
+        o->stop[o->n_stop++] = val;
+    } else if (!strcmp(a, "--logits-out")) {
+        o->logits_out = val;
+    } else {
+        o->ids_out = val;
+    }
+    return 1;
+}
+
+int shoal_parse_id_list(const char *s, int32_t **ids, size_t *n)
+{
+    size_t cap = 16, cnt = 0;
+    int32_t *out = shoal_xmalloc(cap * sizeof *out);
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n')
+            p++;
+        if (!*p)
+            break;
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX ||
+            (*end && *end != ',' && !isspace((unsigned char)*end))) {
+            shoal_cli_error("token list: item %zu ('%.20s') is not a token id "
+                            "(a non-negative integer)", cnt + 1, p);
+            free(out);
+            return -1;
+        }
+        if (cnt == cap) {
+            cap *= 2;
+            out = shoal_xrealloc(out, cap * sizeof *out);
+        }
+        out[cnt++] = (int32_t)v;
+        p = end;
+    }
+    if (cnt == 0) {
+        shoal_cli_error("token list is empty");
+        free(out);
+        return -1;
+    }
+    *ids = out;
+    *n = cnt;
+    return 0;
+}
+
+struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
+{
+    struct shoal_err err = {0};
+    if (o->threads > 0)
+        omp_set_num_threads((int)o->threads);
+    const char *dir = o->model_dir ? o->model_dir : shoal_cli_default_model();
+    if (!shoal_is_dir(dir)) {
+        shoal_cli_error("model directory '%s' does not exist or is not a directory%s",
+                        dir, o->model_dir ? "" : " (the bundled model; pass --model DIR)");
+        return NULL;
+    }
+    struct shoal_session *s = shoal_xcalloc(1, sizeof *s);
+    double t0 = shoal_time_s();
+    s->model = shoal_model_load(dir, &err);
+    if (!s->model) {
+        shoal_cli_error("%s", err.msg);
+        free(s);
+        return NULL;
+    }
+    char *tj = shoal_path_join(dir, "tokenizer.json");
+    if (shoal_exists(tj)) {
+        s->tok = shoal_tokenizer_load(dir, &err);
+        if (!s->tok) {
+            shoal_cli_error("%s", err.msg);
+            free(tj);
+            shoal_session_close(s);
+            return NULL;
+        }
+    }
+    free(tj);
+    struct shoal_ctx_params cp = shoal_ctx_params_default();
+    cp.n_ctx = o->n_ctx;
+    if (cp.n_ctx > s->model->cfg.max_pos) {
+        shoal_cli_error("--ctx %lld exceeds the model's max_position_embeddings %lld",
+                        (long long)cp.n_ctx, (long long)s->model->cfg.max_pos);
+        shoal_session_close(s);
+        return NULL;
+    }
+    s->ctx = shoal_ctx_create(s->model, cp, &err);
+    if (!s->ctx) {
+        shoal_cli_error("%s", err.msg);
+        shoal_session_close(s);
+        return NULL;
+    }
+    s->logits = shoal_xcalloc((size_t)s->model->cfg.n_vocab, sizeof(float));
+    if (o->verbose)
+        fprintf(stderr, "shoal: loaded %s (%s, %lld layers, %lld experts, top-%lld) "
+                "in %.2f s, %d threads, ctx %lld\n", dir,
+                s->model->cfg.family->model_type, (long long)s->model->cfg.n_layer,
+                (long long)s->model->cfg.n_expert,
+                (long long)s->model->cfg.n_expert_used, shoal_time_s() - t0,
+                omp_get_max_threads(), (long long)shoal_ctx_n_ctx(s->ctx));
+    return s;
+}
+
+void shoal_session_close(struct shoal_session *s)
+{
+    if (!s)
+        return;
+    shoal_ctx_free(s->ctx);
+    shoal_tokenizer_destroy(s->tok);
+    shoal_model_free(s->model);
+    free(s->history);
+    free(s->logits);
+    free(s);
+}
+
+void shoal_session_reset(struct shoal_session *s)
+{
+    shoal_ctx_truncate(s->ctx, 0);
+    s->n_history = 0;
+}
+
+int shoal_session_tokenize(struct shoal_session *s, const char *text,
+                           int add_bos, int32_t **ids, size_t *n_ids)
+{
+    struct shoal_err err = {0};
+    if (!s->tok) {
+        shoal_cli_error("model '%s' has no tokenizer.json; pass --tokens instead",
+                        s->model->dir);
+        return -1;
+    }
+    struct shoal_tokenize_params tp = {.add_special = add_bos, .parse_special = 1};
+    if (shoal_tokenizer_encode(s->tok, text, strlen(text), tp, ids, n_ids, &err)) {
+        shoal_cli_error("%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void history_push(struct shoal_session *s, const int32_t *ids, size_t n)
+{
+    if (s->n_history + (int64_t)n > s->cap_history) {
+        s->cap_history = (s->n_history + (int64_t)n) * 2 + 64;
+        s->history = shoal_xrealloc(s->history, (size_t)s->cap_history * sizeof(int32_t));
+    }
+    memcpy(s->history + s->n_history, ids, n * sizeof(int32_t));
+    s->n_history += (int64_t)n;
+}
+
+static int is_eos(const struct shoal_session *s, int32_t id)
+{
+    const struct shoal_model_config *c = &s->model->cfg;
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == id)
+            return 1;
+    return s->tok && shoal_tokenizer_eos(s->tok) == id;
+}
+
+/* Text generated so far and how much of it was printed: a suffix that could
+ * still become a stop string is held back. */
+struct stream_state {
+    char *text;
+    size_t len, cap, printed;
+};
+
+static void stream_append(struct stream_state *st, const char *p, size_t n)
+{
+    if (st->len + n + 1 > st->cap) {
+        st->cap = (st->len + n + 1) * 2;
+        st->text = shoal_xrealloc(st->text, st->cap);
+    }
+    memcpy(st->text + st->len, p, n);
+    st->len += n;
+    st->text[st->len] = '\0';
+}
+
+/* Returns 1 if a stop string occurred (text is cut before it). Prints what
+ * is safe to print. */
+static int stream_emit(struct stream_state *st, const struct shoal_gen_opts *o,
+                       FILE *out, int final)
+{
+    size_t safe = st->len;
+    int stopped = 0;
+    for (int k = 0; k < o->n_stop; k++) {
+        const char *hit = strstr(st->text + (st->printed > 64 ? 0 : 0), o->stop[k]);
+        if (hit && (size_t)(hit - st->text) < safe) {
+            safe = (size_t)(hit - st->text);
+            stopped = 1;
+        }
+    }
+    if (!stopped && !final) {
+        /* hold back the longest suffix that is a proper prefix of a stop string */
+        for (int k = 0; k < o->n_stop; k++) {
+            size_t sl = strlen(o->stop[k]);
+            for (size_t l = sl - 1; l > 0; l--) {
+                if (l <= st->len && !memcmp(st->text + st->len - l, o->stop[k], l)) {
+                    if (st->len - l < safe)
+                        safe = st->len - l;
+                    break;
+                }
+            }
+        }
+    }
+    if (safe > st->printed) {
+        fwrite(st->text + st->printed, 1, safe - st->printed, out);
+        fflush(out);
+        st->printed = safe;
+    }
+    return stopped;
+}
+
+int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
+                           size_t n_prompt, const struct shoal_gen_opts *o,
+                           FILE *out)
+{
+    struct shoal_err err = {0};
+    const int64_t V = s->model->cfg.n_vocab;
+    const int64_t n_ctx = shoal_ctx_n_ctx(s->ctx);
+    const int64_t n_past = shoal_ctx_n_past(s->ctx);
+    if (n_prompt == 0) {
+        shoal_cli_error("the prompt is empty (no tokens)");
+        return -1;
+    }
+    if ((int64_t)n_prompt > n_ctx - n_past) {
+        shoal_cli_error("prompt of %zu tokens is longer than the context allows: "
+                        "%lld tokens (--ctx) with %lld already used",
+                        n_prompt, (long long)n_ctx, (long long)n_past);
+        return -1;
+    }
+    struct shoal_npy_writer npy = {0};
+    FILE *ids_f = NULL;
+    if (o->logits_out && shoal_npy_open(&npy, o->logits_out, V, &err)) {
+        shoal_cli_error("%s", err.msg);
+        return -1;
+    }
+    if (o->ids_out && !(ids_f = fopen(o->ids_out, "w"))) {
+        shoal_cli_error("cannot create '%s'", o->ids_out);
+        shoal_npy_close(&npy, NULL);
+        return -1;
+    }
+    struct shoal_sampler *smp = shoal_sampler_create(o->sampling, V);
+    struct shoal_detok *dt = s->tok ? shoal_detok_create(s->tok, 1) : NULL;
+    struct stream_state st = {0};
+    int rc = 0;
+    double t0 = shoal_time_s();
+    if (shoal_ctx_eval(s->ctx, prompt, (int64_t)n_prompt, s->logits, 0, &err)) {
+        shoal_cli_error("%s", err.msg);
+        rc = -1;
+        goto done;
+    }
+    history_push(s, prompt, n_prompt);
+    double t_prefill = shoal_time_s() - t0, t_first = 0;
+    int64_t n_gen = 0;
+    double t_dec0 = shoal_time_s();
+    const char *why = "max tokens";
+    char piece[1024];
+    for (int64_t step = 0; step < o->max_tokens; step++) {
+        if (s->interrupt && *s->interrupt) {
+            why = "interrupted";
+            break;
+        }
+        if (o->logits_out && shoal_npy_append(&npy, s->logits, &err)) {
+            shoal_cli_error("%s", err.msg);
+            rc = -1;
+            break;
+        }
+        int32_t id = shoal_sampler_sample(smp, s->logits, s->history, s->n_history);
+        if (step == 0)
+            t_first = shoal_time_s() - t0;
+        n_gen++;
+        if (ids_f)
+            fprintf(ids_f, "%s%d", step ? " " : "", id);
+        if (is_eos(s, id) && !o->ignore_eos) {
+            why = "end of sequence";
+            /* the EOS token is part of the turn: keep it in the cache */
+            if (shoal_ctx_n_past(s->ctx) < n_ctx &&
+                shoal_ctx_eval(s->ctx, &id, 1, NULL, 0, &err) == 0)
+                history_push(s, &id, 1);
+            break;
+        }
+        if (dt) {
+            int n = shoal_detok_feed(dt, id, piece, sizeof piece, &err);
+            if (n < 0) {
+                shoal_cli_error("%s", err.msg);
+                rc = -1;
+                break;
+            }
+            stream_append(&st, piece, (size_t)n);
+        } else {
+            int n = snprintf(piece, sizeof piece, "[%d]", id);
+            stream_append(&st, piece, (size_t)n);
+        }
+        if (stream_emit(&st, o, out, 0)) {
+            why = "stop string";
+            break;
+        }
+        if (step + 1 == o->max_tokens)
+            break;
+        if (shoal_ctx_n_past(s->ctx) >= n_ctx) {
+            why = "context full";
+            break;
+        }
+        if (shoal_ctx_eval(s->ctx, &id, 1, s->logits, 0, &err)) {
+            shoal_cli_error("%s", err.msg);
+            rc = -1;
+            break;
+        }
+        history_push(s, &id, 1);
+    }
+    if (dt) {
+        int n = shoal_detok_flush(dt, piece, sizeof piece);
+        if (n > 0)
+            stream_append(&st, piece, (size_t)n);
+    }
+    if (st.len)
+        stream_emit(&st, o, out, 1);
+    double t_dec = shoal_time_s() - t_dec0;
+    if (o->print_timings && rc == 0) {
+        fprintf(out, "\n");
+        fflush(out);
+        fprintf(stderr,
+                "shoal: prompt %zu tokens, prefill %.1f tok/s, TTFT %.1f ms | "
+                "decode %lld tokens, %.2f tok/s | stop: %s\n",
+                n_prompt, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0,
+                t_first * 1e3, (long long)n_gen,
+                n_gen > 1 && t_dec > 0 ? (double)(n_gen - 1) / t_dec : 0.0, why);
+    }
+done:
+    if (ids_f) {
+        fputc('\n', ids_f);
+        fclose(ids_f);
+    }
+    if (o->logits_out && shoal_npy_close(&npy, &err) && rc == 0) {
+        shoal_cli_error("%s", err.msg);
+        rc = -1;
+    }
+    free(st.text);
+    shoal_detok_destroy(dt);
+    shoal_sampler_free(smp);
+    return rc;
+}

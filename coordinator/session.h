@@ -1,0 +1,86 @@
+/* session: what every generating subcommand (run, chat, perplexity) shares:
+ * the common flags, opening a model + tokenizer + context, and the
+ * generation loop (prefill, sample, stream, stop) with its timings line.
+ * Thread: main.
+ */
+#ifndef SHOAL_SESSION_H
+#define SHOAL_SESSION_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "forward.h"
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+#define SHOAL_MAX_STOP 16
+
+struct shoal_session_opts {
+    const char *model_dir;   /* NULL: the bundled model */
+    int64_t n_ctx;           /* 0: default */
+    int64_t threads;         /* 0: OpenMP default */
+    int verbose;
+};
+
+struct shoal_gen_opts {
+    struct shoal_sampler_params sampling;
+    int64_t max_tokens;
+    const char *stop[SHOAL_MAX_STOP];
+    int n_stop;
+    int ignore_eos;
+    int no_bos;
+    int print_timings;       /* timings line on stderr (default 1) */
+    const char *logits_out;  /* .npy path or NULL */
+    const char *ids_out;     /* path or NULL */
+};
+
+struct shoal_session_opts shoal_session_opts_default(void);
+struct shoal_gen_opts shoal_gen_opts_default(void);
+
+/* Try to consume argv[*i] (and its value) as a session flag (--model, --ctx,
+ * --threads, --verbose). Returns 1 if consumed (advancing *i past a value),
+ * 0 if not a session flag, -1 after printing a usage error. */
+int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
+                             char **argv, int *i);
+
+/* Same for generation flags (sampling, --max-tokens, --stop, ...). */
+int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
+                         int *i);
+
+/* Parse "1,2,3" or "1 2 3" into a newly allocated array (caller frees).
+ * Returns 0 or -1 after printing an error naming the bad item. */
+int shoal_parse_id_list(const char *s, int32_t **ids, size_t *n);
+
+struct shoal_session {
+    struct shoal_model *model;          /* owned */
+    struct shoal_tokenizer *tok;        /* owned; NULL if the model has none */
+    struct shoal_ctx *ctx;              /* owned */
+    int32_t *history;                   /* [n_history] tokens in the KV cache */
+    int64_t n_history, cap_history;
+    float *logits;                      /* [n_vocab] scratch */
+    volatile int *interrupt;            /* optional: set to stop a generation */
+};
+
+/* Open the model, tokenizer and context. Prints a one-line error and
+ * returns NULL on failure. */
+struct shoal_session *shoal_session_open(const struct shoal_session_opts *o);
+void shoal_session_close(struct shoal_session *s);
+
+/* Tokenize text (add_bos: add the tokenizer's BOS when it has one).
+ * *ids owned by the caller. Returns 0 or -1 after printing an error. */
+int shoal_session_tokenize(struct shoal_session *s, const char *text,
+                           int add_bos, int32_t **ids, size_t *n_ids);
+
+/* Append prompt tokens to the session's context and generate, streaming
+ * text to out. Tokens already in the cache are kept (chat turns).
+ * Returns 0 (including a stop by EOS, stop string, max tokens, a full
+ * context or an interrupt) or -1 after printing an error. */
+int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
+                           size_t n_prompt, const struct shoal_gen_opts *o,
+                           FILE *out);
+
+/* Drop the KV cache and history. */
+void shoal_session_reset(struct shoal_session *s);
+
+#endif

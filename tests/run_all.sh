@@ -1,0 +1,62 @@
+#!/bin/bash
+# The whole test suite: what README's second command and CI run.
+#   1. gcc release build with -Werror: unit tests + reference model tests
+#   2. gcc ASan+UBSan debug build: unit tests + reference model tests
+#   3. clang build, liburing disabled (closest to macOS), -Werror: unit tests
+# Prints one closing line "tests: N passed, M failed" and exits non-zero on
+# any failure.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+JOBS=${SHOAL_JOBS:-2}
+passed=0
+failed=0
+failures=()
+
+step() { # name, command...
+    local name=$1; shift
+    echo "=== $name"
+    if "$@"; then
+        passed=$((passed + 1)); echo "--- ok: $name"
+    else
+        failed=$((failed + 1)); failures+=("$name"); echo "--- FAILED: $name"
+    fi
+}
+
+setup() { # dir, meson args...
+    local dir=$1; shift
+    if [ -d "$dir" ]; then
+        meson setup --reconfigure "$dir" "$@" >/dev/null
+    else
+        meson setup "$dir" "$@" >/dev/null
+    fi && ninja -C "$dir" -j"$JOBS"
+}
+
+unit() { meson test -C "$1" --suite unit --print-errorlogs -j1; }
+
+reference() { # build dir
+    "$PY" tests/reference/test_reference.py --shoal "$1/coordinator/shoal" &&
+    "$PY" tests/reference/test_bad_input.py --shoal "$1/coordinator/shoal"
+}
+
+step "build gcc -Werror"          setup build-test --werror -Dbuildtype=release
+step "unit tests (gcc)"           unit build-test
+step "reference tests (gcc)"      reference build-test
+[ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+step "build gcc ASan+UBSan"       setup build-asan -Dbuildtype=debug -Db_sanitize=address,undefined
+step "unit tests (ASan+UBSan)"    unit build-asan
+step "reference tests (ASan+UBSan)" reference build-asan
+unset ASAN_OPTIONS UBSAN_OPTIONS
+
+CC=clang step "build clang, no liburing, -Werror" setup build-clang --werror -Dliburing=disabled
+step "unit tests (clang)"         unit build-clang
+
+echo
+for f in "${failures[@]}"; do echo "FAILED: $f"; done
+echo "tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

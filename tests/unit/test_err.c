@@ -1,0 +1,27 @@
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <string.h>
+
+#include "err.h"
+
+Test(err, first_error_wins_and_message_is_one_line)
+{
+    struct shoal_err e = {0};
+    int rc = shoal_err_set(&e, SHOAL_EFORMAT, "bad %s\nline", "header");
+    cr_assert(eq(int, rc, SHOAL_EFORMAT));
+    shoal_err_set(&e, SHOAL_EIO, "second");
+    cr_assert(eq(int, e.code, SHOAL_EFORMAT));
+    cr_assert(eq(str, e.msg, "bad header line"));
+}
+
+Test(err, names_and_descriptions_cover_codes)
+{
+    cr_assert(eq(str, (char *)shoal_err_name(SHOAL_ESHAPE), "ESHAPE"));
+    cr_assert(eq(str, (char *)shoal_strerror(SHOAL_ENOMEM), "out of memory"));
+    cr_assert(eq(str, (char *)shoal_strerror(-2), strerror(2)));
+}
+
+Test(err, null_err_is_accepted)
+{
+    cr_assert(eq(int, shoal_err_set(NULL, SHOAL_EINVAL, "x"), SHOAL_EINVAL));
+}
