@@ -1,0 +1,144 @@
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "tensor.h"
+
+/* xorshift32 in [-1, 1): fixed seed, checked to be non-degenerate */
+static float frand(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return (float)((double)*s / 4294967296.0 * 2.0 - 1.0);
+}
+
+static void fill(float *x, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand(&seed);
+    /* the generator must not produce constant data */
+    cr_assert(n < 2 || x[0] != x[1]);
+}
+
+Test(kernels, dot_matches_double_reference_for_odd_sizes)
+{
+    const int64_t sizes[] = {1, 7, 8, 9, 63, 1000, 1031};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int64_t n = sizes[k];
+        float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+        fill(a, (size_t)n, 11u + (uint32_t)n);
+        fill(b, (size_t)n, 97u + (uint32_t)n);
+        double ref = 0;
+        for (int64_t i = 0; i < n; i++)
+            ref += (double)a[i] * b[i];
+        float got = shoal_dot_f32(a, b, n);
+        cr_assert(fabs(got - ref) <= 1e-5 * (1 + fabs(ref)) * sqrt((double)n),
+                  "n=%lld got %.9g want %.9g", (long long)n, got, ref);
+        free(a);
+        free(b);
+    }
+}
+
+Test(kernels, dot_uses_the_documented_lane_order)
+{
+    /* values chosen so that summation order changes the float result */
+    float a[9] = {1e8f, 1, -1e8f, 1, 3, 1, 5, 1, 0.5f};
+    float b[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    float s[8];
+    for (int j = 0; j < 8; j++)
+        s[j] = a[j] * b[j];
+    s[0] += a[8] * b[8];
+    float want = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+    float got = shoal_dot_f32(a, b, 9);
+    cr_assert(eq(int, memcmp(&got, &want, sizeof got), 0), "got %.9g want %.9g", got, want);
+}
+
+Test(kernels, linear_bits_do_not_depend_on_thread_count)
+{
+    const int64_t rows = 37, cols = 45, n = 5;
+    float *w = malloc(rows * cols * 4), *x = malloc(n * cols * 4), *bias = malloc(rows * 4);
+    fill(w, rows * cols, 3);
+    fill(x, n * cols, 5);
+    fill(bias, rows, 7);
+    struct shoal_weight W = {SHOAL_DTYPE_F32, w, rows, cols};
+    struct shoal_weight B = {SHOAL_DTYPE_F32, bias, 1, rows};
+    float *y1 = malloc(n * rows * 4), *y3 = malloc(n * rows * 4);
+    omp_set_num_threads(1);
+    shoal_linear(y1, x, n, &W, &B);
+    omp_set_num_threads(3);
+    shoal_linear(y3, x, n, &W, &B);
+    cr_assert(eq(int, memcmp(y1, y3, n * rows * 4), 0));
+    /* and the values are the dot products */
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double ref = bias[r];
+            for (int64_t c = 0; c < cols; c++)
+                ref += (double)x[t * cols + c] * w[r * cols + c];
+            cr_assert(fabs(y1[t * rows + r] - ref) < 1e-4);
+        }
+    free(w); free(x); free(bias); free(y1); free(y3);
+}
+
+Test(kernels, bf16_weights_equal_their_f32_expansion_bit_for_bit)
+{
+    const int64_t rows = 9, cols = 33;
+    float *w = malloc(rows * cols * 4), *x = malloc(cols * 4);
+    uint16_t *wb = malloc(rows * cols * 2);
+    fill(w, rows * cols, 17);
+    fill(x, cols, 19);
+    for (int64_t i = 0; i < rows * cols; i++) {
+        wb[i] = shoal_f32_to_bf16(w[i]);
+        w[i] = shoal_bf16_to_f32(wb[i]);
+    }
+    struct shoal_weight Wf = {SHOAL_DTYPE_F32, w, rows, cols};
+    struct shoal_weight Wb = {SHOAL_DTYPE_BF16, wb, rows, cols};
+    float yf[9], yb[9];
+    shoal_linear(yf, x, 1, &Wf, NULL);
+    shoal_linear(yb, x, 1, &Wb, NULL);
+    cr_assert(eq(int, memcmp(yf, yb, sizeof yf), 0));
+    free(w); free(x); free(wb);
+}
+
+Test(kernels, f16_and_bf16_conversions_are_exact)
+{
+    cr_assert(eq(flt, shoal_f16_to_f32(0x3c00), 1.0f));
+    cr_assert(eq(flt, shoal_f16_to_f32(0xc000), -2.0f));
+    cr_assert(eq(flt, shoal_f16_to_f32(0x7bff), 65504.0f));
+    cr_assert(eq(flt, shoal_f16_to_f32(0x0001), ldexpf(1.0f, -24)));
+    cr_assert(isinf(shoal_f16_to_f32(0x7c00)));
+    cr_assert(isnan(shoal_f16_to_f32(0x7e00)));
+    cr_assert(eq(u16, shoal_f32_to_bf16(1.0f), 0x3f80));
+    /* round to nearest even: 1 + 2^-8 is a tie between 0x3f80 and 0x3f81 */
+    cr_assert(eq(u16, shoal_f32_to_bf16(1.0f + ldexpf(1.0f, -8)), 0x3f80));
+    cr_assert(eq(u16, shoal_f32_to_bf16(1.0f + 3 * ldexpf(1.0f, -8)), 0x3f82));
+}
+
+Test(kernels, rmsnorm_matches_definition)
+{
+    float x[6] = {1, -2, 3, 0.5f, -0.25f, 4}, w[6] = {1, 2, 0.5f, 1, 1, -1}, y[6];
+    struct shoal_weight W = {SHOAL_DTYPE_F32, w, 1, 6};
+    shoal_rmsnorm(y, x, 1, 6, &W, 1e-6f);
+    double ss = 0;
+    for (int i = 0; i < 6; i++)
+        ss += x[i] * x[i];
+    double inv = 1.0 / sqrt(ss / 6 + 1e-6);
+    for (int i = 0; i < 6; i++)
+        cr_assert(fabs(y[i] - w[i] * x[i] * inv) < 1e-6, "i=%d", i);
+}
+
+Test(kernels, softmax_sums_to_one_and_is_shift_invariant)
+{
+    float a[4] = {1, 2, 3, 4}, b[4] = {1001, 1002, 1003, 1004};
+    shoal_softmax(a, 4);
+    shoal_softmax(b, 4);
+    float s = a[0] + a[1] + a[2] + a[3];
+    cr_assert(fabs(s - 1.0f) < 1e-6);
+    for (int i = 0; i < 4; i++)
+        cr_assert(fabs(a[i] - b[i]) < 1e-6);
+    cr_assert(a[3] > a[2] && a[2] > a[1]);
+}
