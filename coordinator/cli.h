@@ -8,8 +8,10 @@
 #define SHOAL_CLI_H
 
 int shoal_cmd_run(int argc, char **argv);
+int shoal_cmd_chat(int argc, char **argv);
 int shoal_cmd_tokenize(int argc, char **argv);
 int shoal_cmd_detokenize(int argc, char **argv);
+int shoal_cmd_perplexity(int argc, char **argv);
 
 /* Print "shoal: <msg>" on stderr as one line. */
 void shoal_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

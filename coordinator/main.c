@@ -13,6 +13,8 @@ struct subcommand {
 
 static const struct subcommand subcommands[] = {
     {"run", shoal_cmd_run, "generate text from a prompt"},
+    {"chat", shoal_cmd_chat, "talk with a model (multi-turn, chat template)"},
+    {"perplexity", shoal_cmd_perplexity, "score a text file (perplexity)"},
     {"tokenize", shoal_cmd_tokenize, "print the token ids of a text"},
     {"detokenize", shoal_cmd_detokenize, "print the text of token ids"},
 };
@@ -43,7 +45,12 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         if (!strcmp(argv[1], subcommands[i].name))
             return subcommands[i].fn(argc - 1, argv + 1);
-    shoal_cli_error("unknown command '%s'; expected one of: run, tokenize, "
-                    "detokenize", argv[1]);
+    char names[256] = "";
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
+        if (i)
+            strncat(names, ", ", sizeof names - strlen(names) - 1);
+        strncat(names, subcommands[i].name, sizeof names - strlen(names) - 1);
+    }
+    shoal_cli_error("unknown command '%s'; expected one of: %s", argv[1], names);
     return 2;
 }

@@ -279,9 +279,13 @@ static void history_push(struct shoal_session *s, const int32_t *ids, size_t n)
     s->n_history += (int64_t)n;
 }
 
-static int is_eos(const struct shoal_session *s, int32_t id)
+static int is_eos(const struct shoal_session *s, const struct shoal_gen_opts *o,
+                  int32_t id)
 {
     const struct shoal_model_config *c = &s->model->cfg;
+    for (int i = 0; i < o->n_stop_ids; i++)
+        if (o->stop_ids[i] == id)
+            return 1;
     for (int i = 0; i < c->n_eos; i++)
         if (c->eos_ids[i] == id)
             return 1;
@@ -402,7 +406,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         n_gen++;
         if (ids_f)
             fprintf(ids_f, "%s%d", step ? " " : "", id);
-        if (is_eos(s, id) && !o->ignore_eos) {
+        if (is_eos(s, o, id) && !o->ignore_eos) {
             why = "end of sequence";
             /* the EOS token is part of the turn: keep it in the cache */
             if (shoal_ctx_n_past(s->ctx) < n_ctx &&
@@ -466,7 +470,15 @@ done:
         shoal_cli_error("%s", err.msg);
         rc = -1;
     }
-    free(st.text);
+    if (o->capture) {
+        /* what the user saw: up to a stop string, if one was hit */
+        if (!st.text)
+            st.text = shoal_xcalloc(1, 1);
+        st.text[st.printed] = '\0';
+        *o->capture = st.text;
+    } else {
+        free(st.text);
+    }
     shoal_detok_destroy(dt);
     shoal_sampler_free(smp);
     return rc;

@@ -33,6 +33,9 @@ struct shoal_gen_opts {
     int print_timings;       /* timings line on stderr (default 1) */
     const char *logits_out;  /* .npy path or NULL */
     const char *ids_out;     /* path or NULL */
+    int32_t stop_ids[8];     /* extra end-of-turn token ids (e.g. <|im_end|>) */
+    int n_stop_ids;
+    char **capture;          /* if set: *capture = the generated text (malloc) */
 };
 
 struct shoal_session_opts shoal_session_opts_default(void);

@@ -1,0 +1,156 @@
+/* shoal perplexity: mean negative log-likelihood of a text under the model.
+ *
+ * Protocol (the one models/train_shakespeare_moe.py reports): tokenize the
+ * whole file without BOS, cut the ids into consecutive non-overlapping
+ * windows of exactly --ctx tokens (the final partial window is dropped),
+ * evaluate each window from an empty cache, and score tokens 1..n-1 of each
+ * window from their prefix. loss = mean NLL in nats; perplexity = exp(loss).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "session.h"
+#include "util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: shoal perplexity [--model DIR] --file TEXT [--ctx N] [--max-windows N] [--threads N]\n"
+        "\n"
+        "  --file TEXT        UTF-8 text to score\n"
+        "  --ctx N            window length in tokens (default: max_position_embeddings,\n"
+        "                     at most 4096)\n"
+        "  --max-windows N    score only the first N windows (default: all)\n"
+        "  --json             print the result as one JSON object\n");
+}
+
+int shoal_cmd_perplexity(int argc, char **argv)
+{
+    struct shoal_session_opts so = shoal_session_opts_default();
+    const char *file = NULL;
+    long long max_windows = -1;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = shoal_session_parse_flag(&so, argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if ((!strcmp(a, "--file") || !strcmp(a, "--max-windows")) && i + 1 >= argc) {
+            shoal_cli_error("%s needs a value", a);
+            return 2;
+        }
+        if (!strcmp(a, "--file")) {
+            file = argv[++i];
+            continue;
+        }
+        if (!strcmp(a, "--max-windows")) {
+            if (shoal_cli_parse_i64(a, argv[++i], 1, (long long)1 << 40, &max_windows))
+                return 2;
+            continue;
+        }
+        shoal_cli_error("perplexity: unknown option '%s' (see 'shoal perplexity --help')", a);
+        return 2;
+    }
+    if (!file) {
+        shoal_cli_error("perplexity: --file TEXT is required");
+        return 2;
+    }
+    struct shoal_err err = {0};
+    char *text = NULL;
+    size_t len = 0;
+    if (shoal_read_file(file, (size_t)1 << 31, &text, &len, &err)) {
+        shoal_cli_error("%s", err.msg);
+        return 1;
+    }
+    struct shoal_session *s = shoal_session_open(&so);
+    if (!s) {
+        free(text);
+        return 1;
+    }
+    int rc = 1;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    float *logits = NULL;
+    if (shoal_session_tokenize(s, text, 0, &ids, &n_ids))
+        goto done;
+    const int64_t W = shoal_ctx_n_ctx(s->ctx);
+    const int64_t V = s->model->cfg.n_vocab;
+    int64_t n_windows = (int64_t)n_ids / W;
+    if (max_windows > 0 && n_windows > max_windows)
+        n_windows = max_windows;
+    if (n_windows == 0) {
+        shoal_cli_error("perplexity: '%s' has %zu tokens, fewer than one window of "
+                        "%lld (lower --ctx)", file, n_ids, (long long)W);
+        goto done;
+    }
+    const int64_t B = 64;
+    logits = malloc((size_t)B * (size_t)V * sizeof(float));
+    if (!logits) {
+        shoal_cli_error("cannot allocate %lld bytes of logits", (long long)(B * V * 4));
+        goto done;
+    }
+    double nll = 0.0, t0 = shoal_time_s();
+    int64_t n_pred = 0;
+    for (int64_t w = 0; w < n_windows; w++) {
+        const int32_t *win = ids + w * W;
+        shoal_session_reset(s);
+        for (int64_t off = 0; off < W; off += B) {
+            int64_t nb = W - off < B ? W - off : B;
+            if (shoal_ctx_eval(s->ctx, win + off, nb, logits, 1, &err)) {
+                shoal_cli_error("%s", err.msg);
+                goto done;
+            }
+            for (int64_t t = 0; t < nb; t++) {
+                int64_t pos = off + t;
+                if (pos + 1 >= W)
+                    break;
+                const float *l = logits + t * V;
+                double mx = l[0];
+                for (int64_t v = 1; v < V; v++)
+                    if (l[v] > mx)
+                        mx = l[v];
+                double z = 0.0;
+                for (int64_t v = 0; v < V; v++)
+                    z += exp((double)l[v] - mx);
+                nll += -(((double)l[win[pos + 1]] - mx) - log(z));
+                n_pred++;
+            }
+        }
+        if (!json)
+            fprintf(stderr, "\rshoal: window %lld/%lld, running perplexity %.4f",
+                    (long long)(w + 1), (long long)n_windows, exp(nll / (double)n_pred));
+    }
+    if (!json)
+        fprintf(stderr, "\n");
+    double loss = nll / (double)n_pred;
+    double secs = shoal_time_s() - t0;
+    if (json)
+        printf("{\"file\": \"%s\", \"loss\": %.6f, \"perplexity\": %.6f, \"window\": %lld, "
+               "\"n_windows\": %lld, \"n_predictions\": %lld, \"tokens_per_second\": %.1f}\n",
+               file, loss, exp(loss), (long long)W, (long long)n_windows, (long long)n_pred,
+               (double)(n_windows * W) / secs);
+    else
+        printf("perplexity %.4f (loss %.4f nats/token) over %lld predictions in %lld "
+               "windows of %lld tokens; %.1f tok/s\n", exp(loss), loss, (long long)n_pred,
+               (long long)n_windows, (long long)W, (double)(n_windows * W) / secs);
+    rc = 0;
+done:
+    free(logits);
+    free(ids);
+    free(text);
+    shoal_session_close(s);
+    return rc;
+}

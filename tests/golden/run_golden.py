@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Golden tests of the bundled model (models/shakespeare-moe).
+
+1. For each golden prompt written by models/train_shakespeare_moe.py, run
+   `shoal run --greedy` and require the exact generated token ids and logits
+   within 1e-3 x max|logit| at every step (bf16 weights, f32 compute).
+2. `shoal perplexity` on the held-out split agrees with the training
+   script's held-out loss within 1% (needs ../shared/data/corpus; skipped
+   with a message when absent).
+3. `shoal chat` driven through a pipe: two turns, /reset, /quit.
+
+Usage: /usr/bin/python3 tests/golden/run_golden.py --shoal build/coordinator/shoal
+Prints "N passed, M failed" last; exits non-zero on any failure.
+"""
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
+SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+
+passed = failed = skipped = 0
+
+
+def result(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print("ok   %s %s" % (name, detail))
+    else:
+        failed += 1
+        print("FAIL %s %s" % (name, detail))
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+
+
+def test_golden(shoal, tmp):
+    with open(os.path.join(MODEL, "golden", "golden.json"), encoding="utf-8") as f:
+        golden = json.load(f)
+    n = golden["n_generated"]
+    for p in golden["prompts"]:
+        name = "golden/" + p["name"]
+        # the tokenizer agrees with the training script's
+        r = run([shoal, "tokenize", "--model", MODEL, "--no-bos", "--text", p["prompt"]])
+        got_ids = [int(x) for x in r.stdout.split()] if r.returncode == 0 else None
+        result(name + " tokenize", got_ids == p["prompt_ids"],
+               "" if got_ids == p["prompt_ids"] else "got %s want %s %s" % (got_ids, p["prompt_ids"], r.stderr.strip()))
+        lo = os.path.join(tmp, p["name"] + ".npy")
+        io = os.path.join(tmp, p["name"] + ".ids")
+        r = run([shoal, "run", "--model", MODEL, "--tokens", ",".join(map(str, p["prompt_ids"])),
+                 "--greedy", "--ignore-eos", "--max-tokens", str(n), "--logits-out", lo, "--ids-out", io])
+        if r.returncode != 0:
+            result(name + " run", False, r.stderr.strip())
+            continue
+        ids = [int(x) for x in open(io).read().split()]
+        result(name + " tokens", ids == p["generated_ids"],
+               "" if ids == p["generated_ids"] else "got %s want %s" % (ids, p["generated_ids"]))
+        want = np.load(os.path.join(MODEL, "golden", p["logits_file"]))
+        got = np.load(lo)
+        if got.shape != want.shape:
+            result(name + " logits", False, "shape %s want %s" % (got.shape, want.shape))
+            continue
+        worst = max(float(np.abs(got[i] - want[i]).max() / np.abs(want[i]).max()) for i in range(n))
+        result(name + " logits", worst <= 1e-3, "max |dlogit|/max|logit| = %.2e" % worst)
+
+
+def test_perplexity(shoal, tmp):
+    global skipped
+    corpus = os.path.join(SHARED, "data", "corpus", "tinyshakespeare.txt")
+    if not os.path.exists(corpus):
+        skipped += 1
+        print("SKIP perplexity: %s not found (needs the shared data directory)" % corpus)
+        return
+    with open(os.path.join(MODEL, "heldout.json"), encoding="utf-8") as f:
+        h = json.load(f)
+    data = open(corpus, "rb").read()
+    held = data[h["start"]:h["start"] + h["length"]]
+    if hashlib.sha256(held).hexdigest() != h["sha256"]:
+        result("perplexity held-out split", False, "sha256 of the held-out bytes differs")
+        return
+    path = os.path.join(tmp, "heldout.txt")
+    open(path, "wb").write(held)
+    r = run([shoal, "perplexity", "--model", MODEL, "--file", path, "--ctx", str(h["window"]), "--json"])
+    if r.returncode != 0:
+        result("perplexity", False, r.stderr.strip())
+        return
+    got = json.loads(r.stdout)
+    rel = abs(got["loss"] - h["loss"]) / h["loss"]
+    result("perplexity held-out loss", rel <= 0.01 and got["n_predictions"] == h["n_predictions"],
+           "shoal %.5f vs training script %.5f (%.3f%%), %d vs %d predictions, ppl %.3f"
+           % (got["loss"], h["loss"], 100 * rel, got["n_predictions"], h["n_predictions"], got["perplexity"]))
+
+
+def test_chat(shoal):
+    script = "Good morrow, sir.\nWhat news?\n/reset\nSpeak again.\n/quit\n"
+    r = run([shoal, "chat", "--model", MODEL, "--greedy", "--max-tokens", "12"], input=script)
+    ok = r.returncode == 0 and "(conversation reset)" in r.stdout and len(r.stdout.strip()) > 30
+    result("chat piped session", ok, "" if ok else "rc=%d out=%r err=%r" % (r.returncode, r.stdout[-300:], r.stderr[-300:]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shoal", required=True)
+    a = ap.parse_args()
+    shoal = os.path.abspath(a.shoal)
+    with tempfile.TemporaryDirectory() as tmp:
+        test_golden(shoal, tmp)
+        test_perplexity(shoal, tmp)
+        test_chat(shoal)
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
