@@ -41,6 +41,7 @@ reference() { # build dir
     "$PY" tests/reference/test_bad_input.py --shoal "$1/coordinator/shoal"
 }
 
+step "numpy reference self-test"  "$PY" tests/reference/selftest_ref.py
 step "build gcc -Werror"          setup build-test --werror -Dbuildtype=release
 step "unit tests (gcc)"           unit build-test
 step "reference tests (gcc)"      reference build-test

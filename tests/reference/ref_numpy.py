@@ -1,0 +1,557 @@
+#!/usr/bin/python3
+"""Independent numpy reference for the MoE families shoal supports.
+
+Follows the Hugging Face transformers modeling files (mixtral, qwen2_moe,
+qwen3_moe, olmoe) and modeling_rope_utils.py. Written from the semantics, not
+copied.
+
+Compute precision: **float64** throughout (weights are upcast on load). The HF
+models compute in the checkpoint dtype (f32 here) with an f32 softmax; an f32
+engine should therefore agree to ~1e-6 relative, far inside the test tolerance.
+
+Public API:
+    load_model(model_dir) -> Model
+    greedy(model_dir_or_Model, prompt_ids, n_steps) -> (ids, logits[n_steps][vocab])
+    forward_logits(model, ids) -> logits [len(ids)][vocab]
+    rope_params(cfg) -> (inv_freq, attention_scaling)
+
+Errors about the checkpoint are raised as CheckpointError with a one-line
+message naming the file / tensor / field.
+"""
+
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+
+SUPPORTED = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+
+
+class CheckpointError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------
+# safetensors reading (strict)
+# --------------------------------------------------------------------------
+
+_DT = {"F32": ("<f4", 4), "F16": ("<f2", 2), "F64": ("<f8", 8), "BF16": (None, 2)}
+
+
+def read_safetensors(path):
+    """Return {name: float64 ndarray}. Strict validation, one-line errors."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read: {e.strerror}")
+    if len(raw) < 8:
+        raise CheckpointError(f"{path}: file too short for a safetensors header ({len(raw)} bytes)")
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    if hlen > len(raw) - 8:
+        raise CheckpointError(
+            f"{path}: safetensors header length {hlen} exceeds file size {len(raw)}")
+    try:
+        header = json.loads(raw[8:8 + hlen].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: malformed safetensors JSON header: {e}")
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: safetensors header is not a JSON object")
+    data = memoryview(raw)[8 + hlen:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dt = info.get("dtype")
+        shape = info.get("shape")
+        offs = info.get("data_offsets")
+        if dt not in _DT:
+            raise CheckpointError(f"{path}: tensor {name}: unsupported dtype {dt}")
+        if (not isinstance(shape, list) or not isinstance(offs, list) or len(offs) != 2):
+            raise CheckpointError(f"{path}: tensor {name}: bad shape/data_offsets")
+        npdt, size = _DT[dt]
+        n = int(np.prod(shape)) if shape else 1
+        b, e = offs
+        if not (0 <= b <= e) or e > len(data):
+            raise CheckpointError(
+                f"{path}: tensor {name}: data_offsets [{b},{e}] beyond data section "
+                f"({len(data)} bytes; file truncated?)")
+        if e - b != n * size:
+            raise CheckpointError(
+                f"{path}: tensor {name}: {e - b} bytes for shape {shape} dtype {dt}")
+        buf = data[b:e]
+        if dt == "BF16":
+            u = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
+            arr = u.view(np.float32)
+        else:
+            arr = np.frombuffer(buf, dtype=npdt)
+        out[name] = arr.astype(np.float64).reshape(shape)
+    return out
+
+
+def load_tensors(model_dir):
+    idx = os.path.join(model_dir, "model.safetensors.index.json")
+    single = os.path.join(model_dir, "model.safetensors")
+    tensors = {}
+    if os.path.exists(idx):
+        try:
+            with open(idx) as f:
+                index = json.load(f)
+            wm = index["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{idx}: malformed index: {e}")
+        files = sorted(set(wm.values()))
+        for fn in files:
+            p = os.path.join(model_dir, fn)
+            if not os.path.exists(p):
+                raise CheckpointError(f"{p}: shard listed in model.safetensors.index.json is missing")
+            part = read_safetensors(p)
+            for k, v in part.items():
+                if wm.get(k) != fn:
+                    raise CheckpointError(f"{p}: tensor {k} not mapped to this file in index")
+                tensors[k] = v
+        for k, fn in wm.items():
+            if k not in tensors:
+                raise CheckpointError(f"{os.path.join(model_dir, fn)}: tensor {k} listed in index but absent")
+    elif os.path.exists(single):
+        tensors = read_safetensors(single)
+    else:
+        raise CheckpointError(f"{model_dir}: no model.safetensors or model.safetensors.index.json")
+    return tensors
+
+
+# --------------------------------------------------------------------------
+# config
+# --------------------------------------------------------------------------
+
+def load_config(model_dir):
+    p = os.path.join(model_dir, "config.json")
+    try:
+        with open(p) as f:
+            cfg = json.load(f)
+    except OSError as e:
+        raise CheckpointError(f"{p}: cannot read: {e.strerror}")
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{p}: malformed JSON: {e}")
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{p}: not a JSON object")
+    mt = cfg.get("model_type")
+    if mt not in SUPPORTED:
+        raise CheckpointError(
+            f"{p}: unsupported model_type {mt!r} (supported: {', '.join(SUPPORTED)})")
+    return normalize_config(cfg, p)
+
+
+# HF config-class defaults for keys that may be absent (only those we use).
+_DEFAULTS = {
+    "mixtral": dict(rms_norm_eps=1e-5, rope_theta=1e6, num_local_experts=8,
+                    num_experts_per_tok=2, tie_word_embeddings=False, head_dim=None,
+                    sliding_window=None),
+    "qwen2_moe": dict(rms_norm_eps=1e-6, rope_theta=10000.0, norm_topk_prob=False,
+                      decoder_sparse_step=1, mlp_only_layers=[], qkv_bias=True,
+                      tie_word_embeddings=False, num_experts=60, num_experts_per_tok=4,
+                      use_sliding_window=False),
+    "qwen3_moe": dict(rms_norm_eps=1e-6, rope_theta=10000.0, norm_topk_prob=False,
+                      decoder_sparse_step=1, mlp_only_layers=[], attention_bias=False,
+                      tie_word_embeddings=False, num_experts=128, num_experts_per_tok=8,
+                      use_sliding_window=False, head_dim=None),
+    "olmoe": dict(rms_norm_eps=1e-5, rope_theta=10000.0, norm_topk_prob=False,
+                  attention_bias=False, clip_qkv=None, tie_word_embeddings=False,
+                  num_experts=64, num_experts_per_tok=8),
+}
+
+_REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
+             "intermediate_size")
+_INT_FIELDS = _REQUIRED + ("num_key_value_heads", "head_dim", "num_experts", "num_local_experts",
+                           "num_experts_per_tok", "moe_intermediate_size",
+                           "shared_expert_intermediate_size", "decoder_sparse_step",
+                           "max_position_embeddings")
+
+
+def normalize_config(cfg, path="config.json"):
+    mt = cfg["model_type"]
+    c = dict(_DEFAULTS[mt])
+    c.update({k: v for k, v in cfg.items() if v is not None or k in ("clip_qkv", "rope_scaling", "head_dim")})
+    for k in _REQUIRED:
+        if k not in cfg:
+            raise CheckpointError(f"{path}: missing required field {k}")
+    for k in _INT_FIELDS:
+        v = c.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise CheckpointError(f"{path}: field {k} must be a non-negative integer, got {v!r}")
+    for k in ("rms_norm_eps", "rope_theta"):
+        v = c.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise CheckpointError(f"{path}: field {k} must be a positive number, got {v!r}")
+    if c.get("decoder_sparse_step", 1) < 1:
+        raise CheckpointError(f"{path}: field decoder_sparse_step must be >= 1")
+    if mt in ("qwen2_moe", "qwen3_moe") and "moe_intermediate_size" not in cfg:
+        raise CheckpointError(f"{path}: missing required field moe_intermediate_size")
+    if mt == "qwen2_moe" and "shared_expert_intermediate_size" not in cfg:
+        raise CheckpointError(f"{path}: missing required field shared_expert_intermediate_size")
+    if c.get("num_key_value_heads") is None:
+        c["num_key_value_heads"] = c["num_attention_heads"]
+    if mt == "mixtral":
+        c["n_experts"] = c["num_local_experts"]
+        c["expert_ffn"] = c["intermediate_size"]
+    elif mt == "olmoe":
+        c["n_experts"] = c["num_experts"]
+        c["expert_ffn"] = c["intermediate_size"]
+    else:
+        c["n_experts"] = c["num_experts"]
+        c["expert_ffn"] = c["moe_intermediate_size"]
+    c["top_k"] = c["num_experts_per_tok"]
+    if c["top_k"] > c["n_experts"]:
+        raise CheckpointError(f"{path}: num_experts_per_tok {c['top_k']} > number of experts {c['n_experts']}")
+    # head_dim: olmoe always hidden/heads; mixtral/qwen3 honour explicit head_dim;
+    # qwen2_moe uses hidden/heads (its attention asserts head_dim*heads == hidden).
+    if mt in ("mixtral", "qwen3_moe") and c.get("head_dim"):
+        c["head_dim"] = int(c["head_dim"])
+    else:
+        c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
+    if c["num_attention_heads"] % c["num_key_value_heads"]:
+        raise CheckpointError(f"{path}: num_attention_heads not a multiple of num_key_value_heads")
+    return c
+
+
+def is_moe_layer(c, i):
+    mt = c["model_type"]
+    if mt in ("mixtral", "olmoe"):
+        return True
+    return (i not in (c.get("mlp_only_layers") or [])) and c["n_experts"] > 0 and \
+        (i + 1) % c["decoder_sparse_step"] == 0
+
+
+def expected_tensors(c):
+    """{hf_name: shape} that a checkpoint of this config must contain (exactly)."""
+    mt = c["model_type"]
+    H, V = c["hidden_size"], c["vocab_size"]
+    nh, nkv, D = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    E, F = c["n_experts"], c["expert_ffn"]
+    t = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H]}
+    if not c["tie_word_embeddings"]:
+        t["lm_head.weight"] = [V, H]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = [H]
+        t[p + "post_attention_layernorm.weight"] = [H]
+        a = p + "self_attn."
+        t[a + "q_proj.weight"] = [nh * D, H]
+        t[a + "k_proj.weight"] = [nkv * D, H]
+        t[a + "v_proj.weight"] = [nkv * D, H]
+        t[a + "o_proj.weight"] = [H, nh * D]
+        if mt == "qwen2_moe" and c["qkv_bias"]:
+            for x, n in (("q", nh), ("k", nkv), ("v", nkv)):
+                t[a + f"{x}_proj.bias"] = [n * D]
+        if mt in ("qwen3_moe", "olmoe") and c["attention_bias"]:
+            for x, n in (("q", nh), ("k", nkv), ("v", nkv)):
+                t[a + f"{x}_proj.bias"] = [n * D]
+            t[a + "o_proj.bias"] = [H]
+        if mt == "qwen3_moe":
+            t[a + "q_norm.weight"] = [D]
+            t[a + "k_norm.weight"] = [D]
+        if mt == "olmoe":
+            t[a + "q_norm.weight"] = [nh * D]
+            t[a + "k_norm.weight"] = [nkv * D]
+        if mt == "mixtral":
+            m = p + "block_sparse_moe."
+            t[m + "gate.weight"] = [E, H]
+            for e in range(E):
+                t[m + f"experts.{e}.w1.weight"] = [F, H]
+                t[m + f"experts.{e}.w2.weight"] = [H, F]
+                t[m + f"experts.{e}.w3.weight"] = [F, H]
+        elif is_moe_layer(c, i):
+            m = p + "mlp."
+            t[m + "gate.weight"] = [E, H]
+            for e in range(E):
+                t[m + f"experts.{e}.gate_proj.weight"] = [F, H]
+                t[m + f"experts.{e}.up_proj.weight"] = [F, H]
+                t[m + f"experts.{e}.down_proj.weight"] = [H, F]
+            if mt == "qwen2_moe":
+                S = c["shared_expert_intermediate_size"]
+                t[m + "shared_expert.gate_proj.weight"] = [S, H]
+                t[m + "shared_expert.up_proj.weight"] = [S, H]
+                t[m + "shared_expert.down_proj.weight"] = [H, S]
+                t[m + "shared_expert_gate.weight"] = [1, H]
+        else:
+            m = p + "mlp."
+            I = c["intermediate_size"]
+            t[m + "gate_proj.weight"] = [I, H]
+            t[m + "up_proj.weight"] = [I, H]
+            t[m + "down_proj.weight"] = [H, I]
+    return t
+
+
+# --------------------------------------------------------------------------
+# RoPE (modeling_rope_utils semantics)
+# --------------------------------------------------------------------------
+
+def _rope_scaling(c):
+    rs = c.get("rope_scaling") or c.get("rope_parameters")
+    if not rs:
+        return "default", {}
+    rt = rs.get("rope_type", rs.get("type", "default"))
+    return rt, rs
+
+
+def rope_params(c, seq_len=None):
+    """Return (inv_freq [dim/2] float64, attention_scaling)."""
+    base = float(c["rope_theta"])
+    dim = int(c["head_dim"] * c.get("partial_rotary_factor", 1.0))
+    rt, rs = _rope_scaling(c)
+    exps = np.arange(0, dim, 2, dtype=np.float64) / dim
+    inv = 1.0 / base ** exps
+    if rt == "default":
+        return inv, 1.0
+    if rt == "linear":
+        return inv / float(rs["factor"]), 1.0
+    if rt == "dynamic":
+        # dynamic NTK: equals default until the sequence exceeds max_position_embeddings
+        mpe = c["max_position_embeddings"]
+        factor = float(rs["factor"])
+        sl = mpe if seq_len is None else max(seq_len, mpe)
+        b2 = base * ((factor * sl / mpe) - (factor - 1)) ** (dim / (dim - 2))
+        return 1.0 / b2 ** exps, 1.0
+    if rt == "yarn":
+        factor = rs.get("factor")
+        omp = rs.get("original_max_position_embeddings") or c["max_position_embeddings"]
+        if factor is None:
+            factor = c["max_position_embeddings"] / omp
+        factor = float(factor)
+
+        def get_mscale(scale, m=1.0):
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        af = rs.get("attention_factor")
+        if af is None:
+            ms, msa = rs.get("mscale"), rs.get("mscale_all_dim")
+            af = get_mscale(factor, ms) / get_mscale(factor, msa) if (ms and msa) else get_mscale(factor)
+        beta_fast = rs.get("beta_fast") or 32
+        beta_slow = rs.get("beta_slow") or 1
+        truncate = rs.get("truncate", True)
+
+        def corr_dim(nrot):
+            return (dim * math.log(omp / (nrot * 2 * math.pi))) / (2 * math.log(base))
+
+        low, high = corr_dim(beta_fast), corr_dim(beta_slow)
+        if truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+        extrap_f = 1.0 - ramp
+        pos_freqs = base ** exps
+        inv_ex = 1.0 / pos_freqs
+        inv_in = 1.0 / (factor * pos_freqs)
+        return inv_in * (1 - extrap_f) + inv_ex * extrap_f, float(af)
+    if rt == "llama3":
+        factor = float(rs["factor"])
+        lf, hf = float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
+        old = float(rs["original_max_position_embeddings"])
+        low_wl, high_wl = old / lf, old / hf
+        wl = 2 * math.pi / inv
+        out = np.where(wl > low_wl, inv / factor, inv)
+        smooth = (old / wl - lf) / (hf - lf)
+        smoothed = (1 - smooth) * out / factor + smooth * out
+        medium = ~(wl < high_wl) & ~(wl > low_wl)
+        return np.where(medium, smoothed, out), 1.0
+    raise CheckpointError(f"config.json: unsupported rope_scaling type {rt!r}")
+
+
+def rope_cos_sin(c, T):
+    inv, att = rope_params(c, seq_len=T)
+    pos = np.arange(T, dtype=np.float64)
+    fr = np.outer(pos, inv)
+    emb = np.concatenate([fr, fr], axis=-1)
+    return np.cos(emb) * att, np.sin(emb) * att
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+
+# --------------------------------------------------------------------------
+# model
+# --------------------------------------------------------------------------
+
+def rms(x, w, eps):
+    var = np.mean(x * x, axis=-1, keepdims=True)
+    return w * (x / np.sqrt(var + eps))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def softmax(x, axis=-1):
+    m = np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x - m)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+class Model:
+    def __init__(self, cfg, W, model_dir=None):
+        self.c = cfg
+        self.W = W
+        self.dir = model_dir
+
+
+def load_model(model_dir, strict=True):
+    cfg = load_config(model_dir)
+    W = load_tensors(model_dir)
+    exp = expected_tensors(cfg)
+    for name, shape in exp.items():
+        if name not in W:
+            raise CheckpointError(f"{model_dir}: missing tensor {name} (expected shape {shape})")
+        if list(W[name].shape) != list(shape):
+            raise CheckpointError(
+                f"{model_dir}: tensor {name} has shape {list(W[name].shape)}, expected {shape}")
+    extra = sorted(set(W) - set(exp))
+    if cfg["tie_word_embeddings"] and "lm_head.weight" in extra:
+        extra.remove("lm_head.weight")  # HF ignores it when tied (ties to embeddings)
+    if strict and extra:
+        raise CheckpointError(f"{model_dir}: unexpected tensor {extra[0]}"
+                              + (f" (+{len(extra) - 1} more)" if len(extra) > 1 else ""))
+    return Model(cfg, W, model_dir)
+
+
+def attention(m, i, h, cos, sin):
+    c, W = m.c, m.W
+    mt = c["model_type"]
+    T = h.shape[0]
+    nh, nkv, D = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    a = f"model.layers.{i}.self_attn."
+
+    def lin(x, n):
+        y = x @ W[a + n + ".weight"].T
+        b = W.get(a + n + ".bias")
+        return y + b if b is not None else y
+
+    q, k, v = lin(h, "q_proj"), lin(h, "k_proj"), lin(h, "v_proj")
+    eps = c["rms_norm_eps"]
+    if mt == "olmoe":
+        # q_norm/k_norm over the full projection width, before the head split
+        q = rms(q, W[a + "q_norm.weight"], eps)
+        k = rms(k, W[a + "k_norm.weight"], eps)
+        cl = c.get("clip_qkv")
+        if cl is not None:
+            q, k, v = (np.clip(t, -cl, cl) for t in (q, k, v))
+    q = q.reshape(T, nh, D).transpose(1, 0, 2)
+    k = k.reshape(T, nkv, D).transpose(1, 0, 2)
+    v = v.reshape(T, nkv, D).transpose(1, 0, 2)
+    if mt == "qwen3_moe":
+        # per-head RMSNorm over head_dim, before RoPE
+        q = rms(q, W[a + "q_norm.weight"], eps)
+        k = rms(k, W[a + "k_norm.weight"], eps)
+    q = q * cos[None] + rotate_half(q) * sin[None]
+    k = k * cos[None] + rotate_half(k) * sin[None]
+    rep = nh // nkv
+    k = np.repeat(k, rep, axis=0)  # head j uses kv head j // rep
+    v = np.repeat(v, rep, axis=0)
+    s = (q @ k.transpose(0, 2, 1)) / math.sqrt(D)
+    mask = np.triu(np.ones((T, T), dtype=bool), 1)
+    s = np.where(mask[None], -np.inf, s)
+    p = softmax(s, -1)
+    o = (p @ v).transpose(1, 0, 2).reshape(T, nh * D)
+    y = o @ W[a + "o_proj.weight"].T
+    b = W.get(a + "o_proj.bias")
+    return y + b if b is not None else y
+
+
+def swiglu(x, wg, wu, wd):
+    return (silu(x @ wg.T) * (x @ wu.T)) @ wd.T
+
+
+def moe(m, i, h, trace=None):
+    c, W = m.c, m.W
+    mt = c["model_type"]
+    if mt == "mixtral":
+        p = f"model.layers.{i}.block_sparse_moe."
+        names = ("w1", "w3", "w2")  # gate, up, down
+    else:
+        p = f"model.layers.{i}.mlp."
+        names = ("gate_proj", "up_proj", "down_proj")
+    if not is_moe_layer(c, i):
+        return swiglu(h, *(W[p + n + ".weight"] for n in names))
+    k = c["top_k"]
+    logits = h @ W[p + "gate.weight"].T
+    probs = softmax(logits, -1)  # HF: softmax in float32 over all experts, then top-k
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        order = np.argsort(-probs[t], kind="stable")  # ties -> lower expert id first
+        sel = order[:k]
+        w = probs[t, sel]
+        if mt == "mixtral" or c["norm_topk_prob"]:
+            w = w / w.sum()
+        if trace is not None:
+            sp = probs[t, order]
+            gap = sp[k - 1] - sp[k] if k < len(sp) else 1.0
+            trace.append((i, t, tuple(int(e) for e in sel), float(gap)))
+        for e, we in zip(sel, w):
+            ex = p + f"experts.{e}."
+            out[t] += we * swiglu(h[t:t + 1], *(W[ex + n + ".weight"] for n in names))[0]
+    if mt == "qwen2_moe":
+        se = p + "shared_expert."
+        sh = swiglu(h, *(W[se + n + ".weight"] for n in names))
+        g = 1.0 / (1.0 + np.exp(-(h @ W[p + "shared_expert_gate.weight"].T)))  # [T,1]
+        out = out + g * sh
+    return out
+
+
+def forward_logits(m, ids, trace=None):
+    c, W = m.c, m.W
+    ids = list(ids)
+    V = c["vocab_size"]
+    for t in ids:
+        if not (0 <= t < V):
+            raise CheckpointError(f"token id {t} out of range (vocab_size {V})")
+    x = W["model.embed_tokens.weight"][ids]
+    cos, sin = rope_cos_sin(c, len(ids))
+    eps = c["rms_norm_eps"]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        x = x + attention(m, i, rms(x, W[p + "input_layernorm.weight"], eps), cos, sin)
+        x = x + moe(m, i, rms(x, W[p + "post_attention_layernorm.weight"], eps), trace)
+    x = rms(x, W["model.norm.weight"], eps)
+    head = W["model.embed_tokens.weight"] if c["tie_word_embeddings"] else W["lm_head.weight"]
+    return x @ head.T
+
+
+def greedy(model, prompt_ids, n_steps, trace=None):
+    """Greedy decode by full recompute. Returns (generated ids, logits [n_steps][vocab]).
+    Row 0 = logits after the prompt; row i = logits after feeding generated token i-1.
+    Argmax ties resolve to the lowest id (np.argmax)."""
+    m = model if isinstance(model, Model) else load_model(model)
+    seq = list(prompt_ids)
+    gen, rows = [], []
+    for s in range(n_steps):
+        tr = [] if trace is not None else None
+        lg = forward_logits(m, seq, tr)[-1]
+        if trace is not None:
+            trace.append(tr)
+        rows.append(lg)
+        nxt = int(np.argmax(lg))
+        gen.append(nxt)
+        seq.append(nxt)
+    return gen, np.array(rows)
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="numpy reference greedy decode")
+    ap.add_argument("model_dir")
+    ap.add_argument("--tokens", required=True, help="comma-separated prompt ids")
+    ap.add_argument("--max-tokens", type=int, default=16)
+    a = ap.parse_args()
+    try:
+        ids, lg = greedy(a.model_dir, [int(x) for x in a.tokens.split(",")], a.max_tokens)
+    except CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(" ".join(map(str, ids)))
+    print("max|logit| per step:", " ".join(f"{v:.3f}" for v in np.abs(lg).max(1)))
