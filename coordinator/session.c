@@ -414,7 +414,10 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
                 history_push(s, &id, 1);
             break;
         }
-        if (dt) {
+        if (dt && id >= shoal_tokenizer_n_vocab(s->tok)) {
+            /* the model's vocabulary may be padded past the tokenizer's
+             * (OLMoE: 50304 vs 50280); such ids have no text */
+        } else if (dt) {
             int n = shoal_detok_feed(dt, id, piece, sizeof piece, &err);
             if (n < 0) {
                 shoal_cli_error("%s", err.msg);

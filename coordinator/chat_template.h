@@ -1,0 +1,138 @@
+/* chat_template: render a Hugging Face `chat_template` (the Jinja2 subset
+ * that real chat templates use) for a list of chat messages.
+ *
+ * The module owns a small Jinja2 implementation: a lexer that applies the
+ * whitespace rules transformers compiles chat templates with
+ * (trim_blocks=True, lstrip_blocks=True, `{%-`/`-%}` stripping, one trailing
+ * newline dropped), a parser into an AST, and an evaluator over a small
+ * value type (undefined/none/bool/int/float/string/list/dict/namespace).
+ *
+ * Supported: `{{ }}`, `{% if/elif/else %}`, `{% for %}` (with `else`, a loop
+ * filter `if`, `loop.*`, `break`/`continue`, tuple targets), `{% set %}`
+ * (names, `ns.attr`, `{% set x %}...{% endset %}`), `{% macro %}`,
+ * `{% raw %}`, `{% generation %}`, comments; Python-like operators, literals,
+ * attribute/subscript/slice access, inline `a if c else b`; the usual tests
+ * (`defined`, `none`, `string`, `mapping`, ...), filters (`trim`, `length`,
+ * `tojson`, `join`, `selectattr`, `map`, ...), string/dict methods, and the
+ * globals `namespace`, `range`, `raise_exception` and `strftime_now`.
+ * An unknown filter, test, method or function fails only when evaluated, so a
+ * template renders the paths it can.
+ *
+ * Differences from jinja2 a user may notice: attribute or subscript access on
+ * an undefined value (e.g. messages[0].role with no messages) yields undefined
+ * instead of raising, and tojson writes undefined as null; tuples behave as
+ * lists (and print as `[...]`); `%` string formatting, tuple subscripts,
+ * recursive loops and the call/filter/include/extends/import tags are not
+ * supported; case mapping is per code point (only 'ß' gets Python's special
+ * casing).
+ *
+ * Runaway templates are bounded: evaluation steps, output bytes, working
+ * memory and nesting (expressions, blocks, macro recursion) all have limits
+ * that end rendering with SHOAL_ERANGE instead of hanging or exhausting
+ * memory.
+ *
+ * The implementation is split by concern: chat_template.c (parser, config
+ * loading), chat_template_lex.c, chat_template_value.c, chat_template_eval.c
+ * and chat_template_builtins.c, sharing chat_template_impl.h.
+ *
+ * Thread: any. A parsed template is read-only after shoal_chat_template_parse
+ * and may be rendered from several threads at once; each render uses its own
+ * working memory. At the nesting limits a render needs under 512 KiB of C
+ * stack (measured at -O0 and -O2).
+ */
+#ifndef SHOAL_CHAT_TEMPLATE_H
+#define SHOAL_CHAT_TEMPLATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+/* Render limits. STEPS and OUTPUT are defaults that the vars can override;
+ * MEMORY and DEPTH are fixed. Rendering 4,000 messages through the Qwen3
+ * template takes about 3% of the steps and 4% of the memory. */
+#define SHOAL_CHAT_TEMPLATE_MAX_STEPS   10000000ULL /* expressions + statements + iterations */
+#define SHOAL_CHAT_TEMPLATE_MAX_OUTPUT  (16u << 20) /* bytes per rendered string */
+#define SHOAL_CHAT_TEMPLATE_MAX_MEMORY  (64u << 20) /* bytes of values per render */
+#define SHOAL_CHAT_TEMPLATE_MAX_DEPTH   1000        /* nested evaluation frames */
+
+/* One chat message. Both strings are borrowed UTF-8; content may be NULL,
+ * which the template sees as `none` (e.g. an assistant turn that only made
+ * tool calls). */
+struct shoal_chat_message {
+    const char *role;     /* "system", "user", "assistant", "tool", ... */
+    const char *content;
+};
+
+/* A parsed template: opaque, immutable, reusable for any number of renders. */
+struct shoal_chat_template;
+
+/* Parse a template.
+ *   source  borrowed NUL-terminated UTF-8 template text (copied as needed).
+ * Returns a template owned by the caller (free with
+ * shoal_chat_template_free), or NULL with err set: SHOAL_EFORMAT and
+ * "chat template line L column C: ..." on a syntax error, SHOAL_EINVAL if
+ * source is NULL. Thread: any. */
+struct shoal_chat_template *shoal_chat_template_parse(const char *source,
+                                                      struct shoal_err *err);
+
+/* Free a parsed template; NULL is a no-op. Thread: any (not concurrently
+ * with a render of the same template). */
+void shoal_chat_template_free(struct shoal_chat_template *t);
+
+/* Variables besides `messages`. Zero-initialize and set what you need. */
+struct shoal_chat_template_vars {
+    const char *bos_token;      /* borrowed; NULL leaves `bos_token` undefined */
+    const char *eos_token;      /* borrowed; NULL leaves `eos_token` undefined */
+    int add_generation_prompt;  /* nonzero: end with the assistant header */
+    /* Optional, borrowed: a JSON object whose members become template
+     * variables, e.g. {"enable_thinking": false} or {"tools": [...]}.
+     * Members override the variables above. NULL for none. */
+    const char *extra_json;
+    uint64_t max_steps;         /* 0: SHOAL_CHAT_TEMPLATE_MAX_STEPS */
+    size_t max_output_bytes;    /* 0: SHOAL_CHAT_TEMPLATE_MAX_OUTPUT */
+};
+
+/* Render messages through the template, as transformers'
+ * apply_chat_template(..., tokenize=False) would. The template also sees
+ * `tools` and `documents` as none unless extra_json sets them.
+ *   t       borrowed parsed template.
+ *   msgs    [n_msgs] borrowed messages (msgs may be NULL when n_msgs == 0).
+ *   vars    borrowed; NULL means all defaults.
+ *   *out    on success, a malloc'd NUL-terminated UTF-8 string owned by the
+ *           caller (release with free()); untouched on failure.
+ * Returns 0, or a negative status with err set:
+ *   SHOAL_EINVAL  the template called raise_exception(msg) (err->msg holds
+ *                  "chat template raised: msg"), a type error (e.g. adding a
+ *                  string to an int), an unknown filter/test/method/function
+ *                  (named in the message), or bad arguments;
+ *   SHOAL_ERANGE  a limit was hit (steps, output bytes, memory, depth);
+ *   SHOAL_EFORMAT extra_json is not a JSON object.
+ * Runtime messages carry the template line. Thread: any. */
+int shoal_chat_template_render(const struct shoal_chat_template *t,
+                               const struct shoal_chat_message *msgs,
+                               size_t n_msgs,
+                               const struct shoal_chat_template_vars *vars,
+                               char **out, struct shoal_err *err);
+
+/* Load the chat template and special-token strings from a
+ * tokenizer_config.json.
+ *   tokenizer_config_path  borrowed path.
+ *   *template_source  malloc'd template text, owned by the caller (free()).
+ *                     When the config's chat_template is a list of named
+ *                     templates, the one named "default" (else the first) is
+ *                     used. When the config has none, a chat_template.jinja
+ *                     next to it is read instead (the newer HF layout).
+ *   *bos_token, *eos_token  malloc'd strings owned by the caller (free()), or
+ *                     NULL when the config has no such token. Each may be a
+ *                     plain string or an AddedToken object {"content": ...}.
+ *                     Either pointer argument may be NULL if not wanted.
+ * Out-parameters are written only on success.
+ * Returns 0; -errno if the file cannot be read; SHOAL_EFORMAT if it is not
+ * JSON or a field has the wrong type; SHOAL_ENOTFOUND if there is no chat
+ * template (base models such as Mixtral-8x7B-v0.1 ship none). Thread: any. */
+int shoal_chat_template_load_config(const char *tokenizer_config_path,
+                                    char **template_source, char **bos_token,
+                                    char **eos_token, struct shoal_err *err);
+
+#endif

@@ -1,0 +1,300 @@
+/* shoal chat: a multi-turn REPL. Renders the model's chat template
+ * (tokenizer_config.json) over the whole conversation each turn, reuses the
+ * KV cache for the longest common token prefix (so a turn prefills only its
+ * new tokens), streams the reply, and keeps line editing + history.
+ * Commands: /reset, /quit (or Ctrl-D). Ctrl-C stops a generation.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chat_template.h"
+#include "cli.h"
+#include "config.h"
+#include "session.h"
+#include "util.h"
+
+#if HAVE_LIBEDIT
+#include <editline/readline.h>
+#endif
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: shoal chat [--model DIR] [--system TEXT] [sampling options]\n"
+        "\n"
+        "  --model DIR        checkpoint directory (default: the bundled model)\n"
+        "  --system TEXT      a system message to start the conversation\n"
+        "  --max-tokens N     reply length limit (default 256)\n"
+        "  --ctx N, --threads N, --temp, --top-k, --top-p, --min-p, --seed,\n"
+        "  --repeat-penalty, --greedy, --stop STR   as for 'shoal run'\n"
+        "\n"
+        "In the session: /reset forgets the conversation, /quit or Ctrl-D leaves,\n"
+        "Ctrl-C stops a reply that is being generated.\n");
+}
+
+struct conv {
+    struct shoal_chat_message *msgs;
+    size_t n, cap;
+};
+
+static void conv_push(struct conv *c, const char *role, const char *content)
+{
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 8;
+        c->msgs = shoal_xrealloc(c->msgs, c->cap * sizeof *c->msgs);
+    }
+    c->msgs[c->n].role = shoal_xstrdup(role);
+    c->msgs[c->n].content = shoal_xstrdup(content);
+    c->n++;
+}
+
+static void conv_clear(struct conv *c, size_t keep)
+{
+    while (c->n > keep) {
+        c->n--;
+        free((char *)c->msgs[c->n].role);
+        free((char *)c->msgs[c->n].content);
+    }
+}
+
+/* Read one line; returns a malloc'd string without the newline, or NULL at
+ * end of input. *was_interrupted set when Ctrl-C cancelled the line. */
+static char *read_line(int tty, int *was_interrupted)
+{
+    *was_interrupted = 0;
+    interrupted = 0;
+#if HAVE_LIBEDIT
+    if (tty) {
+        char *l = readline("> ");
+        if (!l && interrupted) {
+            *was_interrupted = 1;
+            return NULL;
+        }
+        if (l && *l)
+            add_history(l);
+        return l;
+    }
+#else
+    if (tty) {
+        fputs("> ", stdout);
+        fflush(stdout);
+    }
+#endif
+    size_t cap = 256, len = 0;
+    char *buf = shoal_xmalloc(cap);
+    int c;
+    while ((c = fgetc(stdin)) != EOF && c != '\n') {
+        if (len + 2 > cap) {
+            cap *= 2;
+            buf = shoal_xrealloc(buf, cap);
+        }
+        buf[len++] = (char)c;
+    }
+    if (c == EOF && len == 0) {
+        free(buf);
+        if (interrupted && errno == EINTR) {
+            clearerr(stdin);
+            *was_interrupted = 1;
+        }
+        return NULL;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+int shoal_cmd_chat(int argc, char **argv)
+{
+    struct shoal_session_opts so = shoal_session_opts_default();
+    struct shoal_gen_opts go = shoal_gen_opts_default();
+    const char *system_msg = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = shoal_session_parse_flag(&so, argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        r = shoal_gen_parse_flag(&go, argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--system")) {
+            if (i + 1 >= argc) {
+                shoal_cli_error("--system needs a value");
+                return 2;
+            }
+            system_msg = argv[++i];
+            continue;
+        }
+        shoal_cli_error("chat: unknown option '%s' (see 'shoal chat --help')", a);
+        return 2;
+    }
+    struct shoal_session *s = shoal_session_open(&so);
+    if (!s)
+        return 1;
+    if (!s->tok) {
+        shoal_cli_error("chat: model '%s' has no tokenizer.json", s->model->dir);
+        shoal_session_close(s);
+        return 1;
+    }
+    struct shoal_err err = {0};
+    char *cfg_path = shoal_path_join(s->model->dir, "tokenizer_config.json");
+    char *src = NULL, *bos = NULL, *eos = NULL;
+    if (shoal_chat_template_load_config(cfg_path, &src, &bos, &eos, &err) || !src) {
+        shoal_cli_error("chat: %s", err.code ? err.msg : "tokenizer_config.json has no chat_template");
+        free(cfg_path);
+        free(bos);
+        free(eos);
+        shoal_session_close(s);
+        return 1;
+    }
+    free(cfg_path);
+    struct shoal_chat_template *tmpl = shoal_chat_template_parse(src, &err);
+    if (!tmpl) {
+        shoal_cli_error("chat: chat_template of '%s': %s", s->model->dir, err.msg);
+        free(src);
+        free(bos);
+        free(eos);
+        shoal_session_close(s);
+        return 1;
+    }
+    /* Stop at the end-of-turn marker the template writes after a reply. */
+    static const char *const end_of_turn[] = {"<|im_end|>", "<|eot_id|>", "<|end|>",
+                                              "<end_of_turn>", "<|endoftext|>"};
+    for (size_t k = 0; k < sizeof end_of_turn / sizeof end_of_turn[0] && go.n_stop_ids < 8; k++) {
+        int32_t id = shoal_tokenizer_token_id(s->tok, end_of_turn[k]);
+        if (id >= 0)
+            go.stop_ids[go.n_stop_ids++] = id;
+    }
+    go.print_timings = 0;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    s->interrupt = (volatile int *)&interrupted;
+
+    int tty = isatty(0) && isatty(1);
+    if (tty)
+        fprintf(stderr, "shoal chat: %s (%s). /reset, /quit; Ctrl-C stops a reply.\n",
+                s->model->dir, s->model->cfg.family->model_type);
+    struct conv conv = {0};
+    if (system_msg)
+        conv_push(&conv, "system", system_msg);
+    const size_t base_msgs = conv.n;
+    int rc = 0;
+    for (;;) {
+        int was_int = 0;
+        char *line = read_line(tty, &was_int);
+        if (!line) {
+            if (was_int) {
+                fputs("^C\n", stdout);
+                continue;
+            }
+            break;
+        }
+        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) {
+            free(line);
+            break;
+        }
+        if (!strcmp(line, "/reset")) {
+            conv_clear(&conv, base_msgs);
+            shoal_session_reset(s);
+            fputs("(conversation reset)\n", stdout);
+            fflush(stdout);
+            free(line);
+            continue;
+        }
+        if (!*line) {
+            free(line);
+            continue;
+        }
+        conv_push(&conv, "user", line);
+        free(line);
+        struct shoal_chat_template_vars vars = {.bos_token = bos ? bos : "",
+                                                .eos_token = eos ? eos : "",
+                                                .add_generation_prompt = 1};
+        char *prompt = NULL;
+        if (shoal_chat_template_render(tmpl, conv.msgs, conv.n, &vars, &prompt, &err)) {
+            shoal_cli_error("chat: template: %s", err.msg);
+            shoal_err_clear(&err);
+            conv_clear(&conv, conv.n - 1);
+            continue;
+        }
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        struct shoal_tokenize_params tp = {.add_special = 0, .parse_special = 1};
+        int ok = shoal_tokenizer_encode(s->tok, prompt, strlen(prompt), tp, &ids, &n_ids, &err) == 0;
+        free(prompt);
+        if (!ok) {
+            shoal_cli_error("chat: %s", err.msg);
+            shoal_err_clear(&err);
+            conv_clear(&conv, conv.n - 1);
+            continue;
+        }
+        /* KV reuse: keep the longest common prefix of what is cached */
+        int64_t keep = 0;
+        while (keep < s->n_history && keep < (int64_t)n_ids && s->history[keep] == ids[keep])
+            keep++;
+        if (keep == (int64_t)n_ids)
+            keep--; /* at least one token must be evaluated for fresh logits */
+        shoal_ctx_truncate(s->ctx, keep);
+        s->n_history = keep;
+        if ((int64_t)n_ids - keep > shoal_ctx_n_ctx(s->ctx) - keep) {
+            shoal_cli_error("chat: the conversation (%zu tokens) no longer fits the "
+                            "context of %lld tokens; /reset to start over", n_ids,
+                            (long long)shoal_ctx_n_ctx(s->ctx));
+            free(ids);
+            conv_clear(&conv, conv.n - 1);
+            continue;
+        }
+        char *reply = NULL;
+        go.capture = &reply;
+        interrupted = 0;
+        double t0 = shoal_time_s();
+        int64_t past0 = keep;
+        if (shoal_session_generate(s, ids + keep, n_ids - (size_t)keep, &go, stdout) != 0) {
+            free(ids);
+            free(reply);
+            conv_clear(&conv, conv.n - 1);
+            continue;
+        }
+        if (interrupted)
+            fputs(" [stopped]", stdout);
+        fputs("\n", stdout);
+        fflush(stdout);
+        if (so.verbose)
+            fprintf(stderr, "shoal: turn prefilled %lld new tokens (%lld reused), %.2f s\n",
+                    (long long)((int64_t)n_ids - past0), (long long)past0,
+                    shoal_time_s() - t0);
+        conv_push(&conv, "assistant", reply ? reply : "");
+        free(reply);
+        free(ids);
+    }
+    conv_clear(&conv, 0);
+    free(conv.msgs);
+    shoal_chat_template_free(tmpl);
+    free(src);
+    free(bos);
+    free(eos);
+    shoal_session_close(s);
+    return rc;
+}

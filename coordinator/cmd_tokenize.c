@@ -1,0 +1,288 @@
+/* shoal tokenize / shoal detokenize: text <-> token ids from the command
+ * line. Exit status: 0 ok, 1 bad file or data, 2 bad usage. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tokenizer.h"
+#include "util.h"
+
+#define MAX_INPUT_BYTES ((size_t)1 << 30)
+
+static void tokenize_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: shoal tokenize [--model PATH] (--text T | --file F) "
+            "[--no-bos] [--parse-special]\n"
+            "\n"
+            "Print the token ids of a text on one line, space-separated.\n"
+            "  --model PATH     checkpoint directory, tokenizer.json or "
+            ".gguf file\n"
+            "                   (default: %s)\n"
+            "  --text T         the text to encode\n"
+            "  --file F         encode the bytes of file F ('-' = stdin)\n"
+            "  --no-bos         do not add BOS (or other template tokens)\n"
+            "  --parse-special  turn special-token text such as \"<s>\" "
+            "into its id\n",
+            shoal_cli_default_model());
+}
+
+static void detokenize_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: shoal detokenize [--model PATH] (--ids IDS | --file F) "
+            "[--special] [-n]\n"
+            "\n"
+            "Print the text of token ids (followed by a newline unless -n).\n"
+            "  --model PATH  checkpoint directory, tokenizer.json or .gguf "
+            "file\n"
+            "                (default: %s)\n"
+            "  --ids IDS     ids separated by spaces or commas: \"1 2 3\", "
+            "1,2,3\n"
+            "  --file F      read the ids from file F ('-' = stdin)\n"
+            "  --special     render special tokens (BOS, EOS, ...) too\n"
+            "  -n            no trailing newline\n",
+            shoal_cli_default_model());
+}
+
+/* Fetch the value of flag argv[*i]; prints the usage error itself. */
+static const char *flag_value(int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        shoal_cli_error("%s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static int read_input(const char *path, char **out, size_t *len)
+{
+    struct shoal_err err = {0};
+    if (strcmp(path, "-") == 0) {
+        size_t cap = 1 << 16, n = 0;
+        char *buf = shoal_xmalloc(cap);
+        size_t got;
+        while ((got = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
+            n += got;
+            if (n > MAX_INPUT_BYTES) {
+                free(buf);
+                shoal_cli_error("stdin is larger than the %zu-byte limit",
+                                MAX_INPUT_BYTES);
+                return -1;
+            }
+            if (cap - n - 1 == 0) {
+                cap *= 2;
+                buf = shoal_xrealloc(buf, cap);
+            }
+        }
+        if (ferror(stdin)) {
+            free(buf);
+            shoal_cli_error("cannot read stdin: %s", strerror(errno));
+            return -1;
+        }
+        buf[n] = '\0';
+        *out = buf;
+        *len = n;
+        return 0;
+    }
+    if (shoal_read_file(path, MAX_INPUT_BYTES, out, len, &err)) {
+        shoal_cli_error("%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static struct shoal_tokenizer *load(const char *model)
+{
+    struct shoal_err err = {0};
+    struct shoal_tokenizer *tok = shoal_tokenizer_load(model, &err);
+    if (!tok)
+        shoal_cli_error("%s", err.msg);
+    return tok;
+}
+
+int shoal_cmd_tokenize(int argc, char **argv)
+{
+    const char *model = NULL, *text = NULL, *file = NULL;
+    struct shoal_tokenize_params p = shoal_tokenize_params_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            tokenize_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--model")) {
+            if (!(model = flag_value(argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--text")) {
+            if (!(text = flag_value(argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--file")) {
+            if (!(file = flag_value(argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--no-bos")) {
+            p.add_special = 0;
+        } else if (!strcmp(a, "--parse-special")) {
+            p.parse_special = 1;
+        } else {
+            shoal_cli_error("tokenize: unknown option '%s'; see 'shoal "
+                            "tokenize --help'",
+                            a);
+            return 2;
+        }
+    }
+    if (!!text == !!file) {
+        shoal_cli_error("tokenize: give exactly one of --text or --file");
+        return 2;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    if (file && read_input(file, &buf, &len))
+        return 1;
+    if (text)
+        len = strlen(text);
+    struct shoal_tokenizer *tok = load(model ? model : shoal_cli_default_model());
+    if (!tok) {
+        free(buf);
+        return 1;
+    }
+    struct shoal_err err = {0};
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int rc = 0;
+    if (shoal_tokenizer_encode(tok, text ? text : buf, len, p, &ids, &n_ids,
+                               &err)) {
+        shoal_cli_error("%s", err.msg);
+        rc = 1;
+    } else {
+        for (size_t i = 0; i < n_ids; i++)
+            printf("%s%d", i ? " " : "", (int)ids[i]);
+        printf("\n");
+        if (fflush(stdout) != 0) {
+            shoal_cli_error("cannot write the ids: %s", strerror(errno));
+            rc = 1;
+        }
+    }
+    free(ids);
+    free(buf);
+    shoal_tokenizer_destroy(tok);
+    return rc;
+}
+
+/* Parse ids separated by spaces, tabs, newlines or commas ('[' and ']'
+ * are ignored so a JSON list works too). Returns 0 or -1 (error shown). */
+static int parse_ids(const char *s, int32_t **out, size_t *n_out)
+{
+    size_t n = 0, cap = 64;
+    int32_t *v = shoal_xmalloc(cap * sizeof *v);
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' ||
+               *p == ',' || *p == '[' || *p == ']')
+            p++;
+        if (*p == '\0')
+            break;
+        char *end = NULL;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || errno != 0 || x < 0 || x > INT32_MAX ||
+            !(*end == '\0' || *end == ' ' || *end == '\t' || *end == '\n' ||
+              *end == '\r' || *end == ',' || *end == ']')) {
+            int w = 0;
+            while (p[w] && p[w] != ' ' && p[w] != ',' && w < 32)
+                w++;
+            shoal_cli_error("detokenize: '%.*s' is not a token id; expected "
+                            "a non-negative integer",
+                            w, p);
+            free(v);
+            return -1;
+        }
+        if (n == cap) {
+            cap *= 2;
+            v = shoal_xrealloc(v, cap * sizeof *v);
+        }
+        v[n++] = (int32_t)x;
+        p = end;
+    }
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
+int shoal_cmd_detokenize(int argc, char **argv)
+{
+    const char *model = NULL, *ids_arg = NULL, *file = NULL;
+    int special = 0, newline = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            detokenize_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--model")) {
+            if (!(model = flag_value(argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--ids")) {
+            if (!(ids_arg = flag_value(argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--file")) {
+            if (!(file = flag_value(argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--special")) {
+            special = 1;
+        } else if (!strcmp(a, "-n")) {
+            newline = 0;
+        } else {
+            shoal_cli_error("detokenize: unknown option '%s'; see 'shoal "
+                            "detokenize --help'",
+                            a);
+            return 2;
+        }
+    }
+    if (!!ids_arg == !!file) {
+        shoal_cli_error("detokenize: give exactly one of --ids or --file");
+        return 2;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    if (file && read_input(file, &buf, &len))
+        return 1;
+    if (file && memchr(buf, '\0', len)) {
+        shoal_cli_error("detokenize: '%s' holds a NUL byte; expected ids "
+                        "as text",
+                        file);
+        free(buf);
+        return 1;
+    }
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (parse_ids(ids_arg ? ids_arg : buf, &ids, &n_ids)) {
+        free(buf);
+        return ids_arg ? 2 : 1;
+    }
+    free(buf);
+    struct shoal_tokenizer *tok = load(model ? model : shoal_cli_default_model());
+    if (!tok) {
+        free(ids);
+        return 1;
+    }
+    struct shoal_err err = {0};
+    int rc = 0;
+    char *text = shoal_tokenizer_decode(tok, ids, n_ids, !special, &err);
+    if (!text) {
+        shoal_cli_error("%s", err.msg);
+        rc = 1;
+    } else {
+        fwrite(text, 1, strlen(text), stdout);
+        if (newline)
+            fputc('\n', stdout);
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            shoal_cli_error("cannot write the text: %s", strerror(errno));
+            rc = 1;
+        }
+    }
+    free(text);
+    free(ids);
+    shoal_tokenizer_destroy(tok);
+    return rc;
+}
