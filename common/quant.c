@@ -1,0 +1,407 @@
+/* quant: layout arithmetic, quantization, the scalar reference kernels and
+ * the choice of the active kernel table. The layout and the canonical
+ * reduction order are specified in quant.h; the ISA files copy the order. */
+#include "quant.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "log.h"
+
+#define QUANT_GROUP_MAX 128
+
+const char *shoal_quant_type_name(enum shoal_quant_type type)
+{
+    switch (type) {
+    case SHOAL_QUANT_INT8: return "int8";
+    case SHOAL_QUANT_INT4: return "int4";
+    default: return "?";
+    }
+}
+
+int shoal_quant_group_ok(int group)
+{
+    return group == 32 || group == 64 || group == 128;
+}
+
+static int type_ok(enum shoal_quant_type type)
+{
+    return type == SHOAL_QUANT_INT8 || type == SHOAL_QUANT_INT4;
+}
+
+size_t shoal_quant_row_bytes(enum shoal_quant_type type, int64_t n, int group)
+{
+    /* n <= SIZE_MAX / 8 keeps every term below far from overflowing */
+    if (!type_ok(type) || !shoal_quant_group_ok(group) || n < 1 ||
+        (uint64_t)n > SIZE_MAX / 8)
+        return 0;
+    size_t n_group = ((size_t)n + (size_t)group - 1) / (size_t)group;
+    size_t qbytes = type == SHOAL_QUANT_INT8 ? (size_t)n : ((size_t)n + 1) / 2;
+    size_t bytes = 4 * n_group + qbytes;
+    return (bytes + 3) & ~(size_t)3;
+}
+
+size_t shoal_quant_matrix_bytes(enum shoal_quant_type type, int64_t rows,
+                                int64_t cols, int group)
+{
+    size_t row = shoal_quant_row_bytes(type, cols, group);
+    if (row == 0 || rows < 1 || (uint64_t)rows > (uint64_t)(SIZE_MAX / row))
+        return 0;
+    return (size_t)rows * row;
+}
+
+int shoal_quant_weight_check(const struct shoal_quant_weight *w,
+                             size_t data_bytes, struct shoal_err *err)
+{
+    if (!type_ok(w->type))
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "quantized weight has unknown type %d; expected "
+                             "int8 (%d) or int4 (%d)", (int)w->type,
+                             SHOAL_QUANT_INT8, SHOAL_QUANT_INT4);
+    if (!shoal_quant_group_ok(w->group))
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "quantized %s weight has group size %d; expected "
+                             "32, 64 or 128", shoal_quant_type_name(w->type),
+                             w->group);
+    size_t need = shoal_quant_matrix_bytes(w->type, w->rows, w->cols, w->group);
+    if (need == 0)
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "quantized %s weight has shape [%lld][%lld]; "
+                             "expected both dimensions >= 1 and a size that "
+                             "fits in memory", shoal_quant_type_name(w->type),
+                             (long long)w->rows, (long long)w->cols);
+    if (w->data == NULL || data_bytes < need)
+        return shoal_err_set(err, SHOAL_ESHAPE,
+                             "quantized %s weight [%lld][%lld] G=%d needs %zu "
+                             "bytes, got %zu", shoal_quant_type_name(w->type),
+                             (long long)w->rows, (long long)w->cols, w->group,
+                             need, w->data ? data_bytes : (size_t)0);
+    return 0;
+}
+
+/* ---- quantization -------------------------------------------------------- */
+
+/* Quantize len <= QUANT_GROUP_MAX finite-or-not f32 values into *d and q[].
+ * Returns the index of the first non-finite value, or -1. */
+static int64_t quantize_group(enum shoal_quant_type type, const float *x,
+                              int64_t len, float *d, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int64_t k = 0; k < len; k++) {
+        if (!isfinite(x[k]))
+            return k;
+        float a = fabsf(x[k]);
+        if (a > amax)
+            amax = a;
+    }
+    const float qmax = type == SHOAL_QUANT_INT8 ? 127.0f : 7.0f;
+    *d = amax / qmax;
+    for (int64_t k = 0; k < len; k++) {
+        float v = *d == 0.0f ? 0.0f : rintf(x[k] / *d);  /* ties to even */
+        if (v > qmax)
+            v = qmax;
+        if (v < -qmax)
+            v = -qmax;
+        q[k] = (int8_t)v;
+    }
+    return -1;
+}
+
+/* Quantize one row into dst. Returns the first non-finite element or -1. */
+static int64_t quantize_row(enum shoal_quant_type type, int group, void *dst,
+                            const void *src, enum shoal_dtype src_dtype,
+                            int64_t n)
+{
+    uint8_t *out = dst;
+    uint8_t *qs = out + 4 * (size_t)((n + group - 1) / group);
+    const size_t esize = shoal_dtype_size(src_dtype);
+    float xf[QUANT_GROUP_MAX];
+    int8_t q[QUANT_GROUP_MAX];
+    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
+        const int64_t len = n - i0 < group ? n - i0 : group;
+        shoal_to_f32(xf, (const uint8_t *)src + (size_t)i0 * esize, src_dtype,
+                     (size_t)len);
+        float d = 0.0f;
+        int64_t bad = quantize_group(type, xf, len, &d, q);
+        if (bad >= 0)
+            return i0 + bad;
+        memcpy(out + 4 * (size_t)g, &d, sizeof d);
+        if (type == SHOAL_QUANT_INT8) {
+            memcpy(qs + i0, q, (size_t)len);
+        } else {
+            /* i0 is even (G is), so a group starts on a byte boundary */
+            for (int64_t k = 0; k < len; k += 2) {
+                unsigned lo = (unsigned)(q[k] + 8);
+                unsigned hi = k + 1 < len ? (unsigned)(q[k + 1] + 8) : 0u;
+                qs[(i0 + k) / 2] = (uint8_t)(lo | hi << 4);
+            }
+        }
+    }
+    const size_t used = (size_t)(qs - out) +
+                        (type == SHOAL_QUANT_INT8 ? (size_t)n
+                                                  : ((size_t)n + 1) / 2);
+    memset(out + used, 0, shoal_quant_row_bytes(type, n, group) - used);
+    return -1;
+}
+
+static int check_args(enum shoal_quant_type type, int group,
+                      enum shoal_dtype src_dtype, int64_t rows, int64_t cols,
+                      struct shoal_err *err)
+{
+    if (!type_ok(type) || !shoal_quant_group_ok(group))
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "quantize: type %d / group %d unsupported; "
+                             "expected int8 or int4 with G in {32, 64, 128}",
+                             (int)type, group);
+    if (src_dtype != SHOAL_DTYPE_F32 && src_dtype != SHOAL_DTYPE_F16 &&
+        src_dtype != SHOAL_DTYPE_BF16)
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "quantize: source dtype %d unsupported; expected "
+                             "F32, F16 or BF16", (int)src_dtype);
+    if (shoal_quant_matrix_bytes(type, rows, cols, group) == 0)
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "quantize: shape [%lld][%lld] invalid; expected "
+                             "both dimensions >= 1", (long long)rows,
+                             (long long)cols);
+    return 0;
+}
+
+int shoal_quant_quantize_row(enum shoal_quant_type type, int group, void *dst,
+                             const void *src, enum shoal_dtype src_dtype,
+                             int64_t n, struct shoal_err *err)
+{
+    int rc = check_args(type, group, src_dtype, 1, n, err);
+    if (rc < 0)
+        return rc;
+    int64_t bad = quantize_row(type, group, dst, src, src_dtype, n);
+    if (bad >= 0)
+        return shoal_err_set(err, SHOAL_ERANGE,
+                             "quantize %s: element %lld of %lld is not finite "
+                             "(NaN or infinity); quantized weights need finite "
+                             "values", shoal_quant_type_name(type),
+                             (long long)bad, (long long)n);
+    return 0;
+}
+
+int shoal_quant_quantize_matrix(enum shoal_quant_type type, int group,
+                                void *dst, size_t dst_bytes, const void *src,
+                                enum shoal_dtype src_dtype, int64_t rows,
+                                int64_t cols, struct shoal_err *err)
+{
+    int rc = check_args(type, group, src_dtype, rows, cols, err);
+    if (rc < 0)
+        return rc;
+    const size_t need = shoal_quant_matrix_bytes(type, rows, cols, group);
+    if (dst_bytes < need)
+        return shoal_err_set(err, SHOAL_ESHAPE,
+                             "quantize %s [%lld][%lld] G=%d: destination has "
+                             "%zu bytes, expected %zu",
+                             shoal_quant_type_name(type), (long long)rows,
+                             (long long)cols, group, dst_bytes, need);
+    const size_t row_bytes = need / (size_t)rows;
+    const size_t src_row = (size_t)cols * shoal_dtype_size(src_dtype);
+    int64_t bad_row = rows, bad_col = 0;   /* first bad element, row-major */
+#pragma omp parallel
+    {
+        const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        const int64_t per = rows / nth, rem = rows % nth;
+        const int64_t r0 = ith * per + (ith < rem ? ith : rem);
+        const int64_t r1 = r0 + per + (ith < rem ? 1 : 0);
+        for (int64_t r = r0; r < r1; r++) {
+            int64_t c = quantize_row(type, group, (uint8_t *)dst + (size_t)r * row_bytes,
+                                     (const uint8_t *)src + (size_t)r * src_row,
+                                     src_dtype, cols);
+            if (c >= 0) {
+#pragma omp critical(shoal_quant_bad)
+                if (r < bad_row) {
+                    bad_row = r;
+                    bad_col = c;
+                }
+                break;
+            }
+        }
+    }
+    if (bad_row < rows)
+        return shoal_err_set(err, SHOAL_ERANGE,
+                             "quantize %s [%lld][%lld]: element (row %lld, col "
+                             "%lld) is not finite (NaN or infinity); quantized "
+                             "weights need finite values",
+                             shoal_quant_type_name(type), (long long)rows,
+                             (long long)cols, (long long)bad_row,
+                             (long long)bad_col);
+    return 0;
+}
+
+static inline float row_scale(const void *row, int64_t g)
+{
+    float d;
+    memcpy(&d, (const uint8_t *)row + 4 * (size_t)g, sizeof d);
+    return d;
+}
+
+void shoal_quant_dequantize_row(enum shoal_quant_type type, int group,
+                                float *dst, const void *row, int64_t n)
+{
+    const uint8_t *qs = shoal_quant_row_qs(row, n, group);
+    for (int64_t i = 0; i < n; i++) {
+        const float d = row_scale(row, i / group);
+        int q;
+        if (type == SHOAL_QUANT_INT8)
+            q = (int8_t)qs[i];
+        else
+            q = (int)((qs[i / 2] >> (4 * (i & 1))) & 0x0f) - 8;
+        dst[i] = d * (float)q;
+    }
+}
+
+/* ---- scalar reference kernels -------------------------------------------- */
+
+static inline float tree8(const float s[8])
+{
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+static float dot_scalar(enum shoal_quant_type type, int group, const float *x,
+                        const void *row, int64_t n)
+{
+    const uint8_t *qs = shoal_quant_row_qs(row, n, group);
+    float acc = 0.0f;
+    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
+        const int64_t len = n - i0 < group ? n - i0 : group;
+        float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (type == SHOAL_QUANT_INT8) {
+            const int8_t *q = (const int8_t *)qs + i0;
+            for (int64_t k = 0; k < len; k++)
+                s[k & 7] += x[i0 + k] * (float)q[k];
+        } else {
+            const uint8_t *p = qs + i0 / 2;
+            for (int64_t k = 0; k < len; k++) {
+                const int q = (int)((p[k / 2] >> (4 * (k & 1))) & 0x0f) - 8;
+                s[k & 7] += x[i0 + k] * (float)q;
+            }
+        }
+        acc += row_scale(row, g) * tree8(s);
+    }
+    return acc;
+}
+
+static void linear_rows_scalar(float *y, const float *x, int64_t n_tok,
+                               const struct shoal_quant_weight *w, int64_t r0,
+                               int64_t r1)
+{
+    const size_t row_bytes = shoal_quant_row_bytes(w->type, w->cols, w->group);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        for (int64_t t = 0; t < n_tok; t++)
+            y[t * w->rows + r] = dot_scalar(w->type, w->group, x + t * w->cols,
+                                            row, w->cols);
+    }
+}
+
+const struct shoal_quant_ops shoal_quant_ops_scalar = {
+    .name = "scalar",
+    .dot = dot_scalar,
+    .linear_rows = linear_rows_scalar,
+};
+
+/* ---- selection --------------------------------------------------------- */
+
+/* Written only by shoal_quant_init (main thread, before parallel regions). */
+static const struct shoal_quant_ops *active_ops = &shoal_quant_ops_scalar;
+
+static const struct shoal_quant_ops *ops_avx2(void)
+{
+#if defined(SHOAL_QUANT_HAVE_AVX2)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2"))
+        return &shoal_quant_ops_avx2;
+#endif
+    return NULL;
+}
+
+static const struct shoal_quant_ops *ops_neon(void)
+{
+#if defined(SHOAL_QUANT_HAVE_NEON)
+    return &shoal_quant_ops_neon;   /* NEON is part of the aarch64 baseline */
+#else
+    return NULL;
+#endif
+}
+
+static const char *isa_name(enum shoal_quant_isa isa)
+{
+    switch (isa) {
+    case SHOAL_QUANT_ISA_AUTO: return "auto";
+    case SHOAL_QUANT_ISA_SCALAR: return "scalar";
+    case SHOAL_QUANT_ISA_AVX2: return "avx2";
+    case SHOAL_QUANT_ISA_NEON: return "neon";
+    default: return "?";
+    }
+}
+
+int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
+{
+    const struct shoal_quant_ops *ops = NULL;
+    switch (isa) {
+    case SHOAL_QUANT_ISA_AUTO:
+        ops = ops_avx2();
+        if (!ops)
+            ops = ops_neon();
+        if (!ops)
+            ops = &shoal_quant_ops_scalar;
+        break;
+    case SHOAL_QUANT_ISA_SCALAR: ops = &shoal_quant_ops_scalar; break;
+    case SHOAL_QUANT_ISA_AVX2: ops = ops_avx2(); break;
+    case SHOAL_QUANT_ISA_NEON: ops = ops_neon(); break;
+    default: break;
+    }
+    if (!ops)
+        return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                             "quant kernels '%s' requested but not available "
+                             "in this build or on this CPU; active kernels "
+                             "stay '%s'", isa_name(isa), active_ops->name);
+    active_ops = ops;
+    shoal_log(SHOAL_LOG_INFO, "quant", "kernels=%s requested=%s", ops->name,
+              isa_name(isa));
+    return 0;
+}
+
+const char *shoal_quant_ops_name(void)
+{
+    return active_ops->name;
+}
+
+/* ---- public kernels -------------------------------------------------------- */
+
+float shoal_quant_dot(enum shoal_quant_type type, int group, const float *x,
+                      const void *row, int64_t n)
+{
+    return active_ops->dot(type, group, x, row, n);
+}
+
+void shoal_quant_linear_part(float *y, const float *x, int64_t n_tok,
+                             const struct shoal_quant_weight *w, int ith,
+                             int nth)
+{
+    /* even split of output rows, remainder to the first threads */
+    const int64_t per = w->rows / nth, rem = w->rows % nth;
+    const int64_t r0 = ith * per + (ith < rem ? ith : rem);
+    const int64_t r1 = r0 + per + (ith < rem ? 1 : 0);
+    if (r0 < r1)
+        active_ops->linear_rows(y, x, n_tok, w, r0, r1);
+}
+
+int shoal_quant_linear(float *y, const float *x, int64_t n_tok,
+                       const struct shoal_quant_weight *w)
+{
+    if (!type_ok(w->type) || !shoal_quant_group_ok(w->group) || w->rows < 1 ||
+        w->cols < 1 || n_tok < 0 || w->data == NULL)
+        return SHOAL_EINVAL;
+    if (n_tok == 0)
+        return 0;
+#pragma omp parallel
+    shoal_quant_linear_part(y, x, n_tok, w, omp_get_thread_num(),
+                            omp_get_num_threads());
+    return 0;
+}

@@ -1,0 +1,222 @@
+/* quant: grouped int8 / int4 weight quantization and the kernels that use it.
+ *
+ * Owns the byte layout of quantized rows and matrices (the container stores
+ * them as they are), quantization from f32/bf16/f16, dequantization, and the
+ * dot product and linear layer over quantized weights, with one scalar
+ * reference and one file per ISA (quant_avx2.c, quant_neon.c) behind
+ * struct shoal_quant_ops. All of them give the same bits (DESIGN contract 1).
+ *
+ * ## Byte layout (little-endian; version 1 of these formats)
+ *
+ * A row of n elements (n >= 1) is cut into n_group = ceil(n / G) groups of G
+ * consecutive elements, G in {32, 64, 128}; the last group holds
+ * n - (n_group - 1) * G elements (it is partial when n % G != 0). A row is
+ * self-contained:
+ *
+ *     offset 0                f32  d[n_group]      IEEE binary32 scale per group
+ *     offset 4 * n_group      quants:
+ *        SHOAL_QUANT_INT8     int8  q[n]           one byte per element
+ *        SHOAL_QUANT_INT4     uint8 p[(n + 1) / 2] two elements per byte: element
+ *                                                  2k in the low nibble of p[k],
+ *                                                  element 2k+1 in the high nibble;
+ *                                                  nibble u encodes q = u - 8
+ *     then zero bytes up to   shoal_quant_row_bytes(type, n, G), a multiple of 4
+ *
+ * so every row starts 4-byte aligned when the matrix does (scales are still
+ * read with memcpy; data loads are unaligned). Groups never share a byte
+ * because G is even. When n is odd the high nibble of the last int4 byte is
+ * padding (zero). A matrix [rows][cols] is its rows back to back:
+ * shoal_quant_matrix_bytes() = rows * shoal_quant_row_bytes(type, cols, G).
+ *
+ * Scales are f32, not f16: precision is a property of the file (contract 2),
+ * the scale array costs 4/G bytes per element (3 % of int8 G=128, 12.5 % of
+ * int4 G=32 over the quants), and an f16 scale would add a second rounding
+ * that the round-trip bound below would have to absorb.
+ *
+ * Element value: x' = d[g] * q. Quantization (scalar only, deterministic):
+ *   int8  d = max|x| / 127, q = rne(x / d) clamped to [-127, 127]
+ *   int4  d = max|x| / 7,   q = rne(x / d) clamped to [-7, 7]  (symmetric;
+ *         nibble 0, q = -8, is never written but reads as -8)
+ * with rne = round to nearest, ties to even (rintf in the default rounding
+ * mode), max|x| over the group, and d = 0, q = 0 for an all-zero group (or
+ * one whose max|x| / 127 underflows to 0). Non-finite inputs are an error.
+ * Readers accept every byte value (int8 -128 reads as -128).
+ * Round trip: |x - d * q| <= d / 2 (up to one f32 rounding of x / d).
+ *
+ * ## Canonical computation (every ops table reproduces it bit for bit)
+ *
+ *   acc = 0.0f
+ *   for each group g in order 0 .. n_group-1, with elements i0 .. i0+len-1:
+ *       s[0..7] = +0.0f
+ *       for k = 0 .. len-1:  s[k % 8] = s[k % 8] + x[i0+k] * (float)q[i0+k]
+ *       gsum = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
+ *       acc  = acc + d[g] * gsum
+ *   return acc
+ *
+ * Every + and * is one f32 operation rounded to nearest (no FMA: the build
+ * uses -ffp-contract=off and the SIMD files use separate mul and add).
+ * The lane pattern restarts at every group; G is a multiple of 8, so only
+ * the last (partial) group can end with fewer than 8 elements, and its tail
+ * fills lanes 0 .. len%8-1. This is shoal_dot_f32's order applied per group.
+ *
+ * Thread: every function may be called from any thread, except
+ * shoal_quant_init (main thread, at start-up, before any parallel region)
+ * and shoal_quant_linear (opens its own OpenMP region; call it from outside
+ * one, or use shoal_quant_linear_part inside one).
+ */
+#ifndef SHOAL_QUANT_H
+#define SHOAL_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "tensor.h"
+
+/* Quantized element types. The values are stable (files may store them). */
+enum shoal_quant_type {
+    SHOAL_QUANT_INT8 = 1,
+    SHOAL_QUANT_INT4 = 2,
+};
+
+/* A borrowed view of a quantized matrix [rows][cols] laid out as above. */
+struct shoal_quant_weight {
+    enum shoal_quant_type type;
+    int group;                /* G: 32, 64 or 128 elements */
+    int64_t rows;             /* output features */
+    int64_t cols;             /* input features (elements per row) */
+    const void *data;         /* borrowed, shoal_quant_matrix_bytes() bytes */
+};
+
+/* ---- sizes and names -------------------------------------------------- */
+
+/* "int8" / "int4" / "?". Static string. Thread: any. */
+const char *shoal_quant_type_name(enum shoal_quant_type type);
+
+/* 1 if G is a supported group size (32, 64, 128), else 0. Thread: any. */
+int shoal_quant_group_ok(int group);
+
+/* Bytes of one quantized row of n elements, padding included.
+ * Returns 0 for an unknown type, an unsupported G, n < 1 or overflow.
+ * Thread: any. */
+size_t shoal_quant_row_bytes(enum shoal_quant_type type, int64_t n, int group);
+
+/* Bytes of a [rows][cols] matrix: rows * shoal_quant_row_bytes(type, cols, G).
+ * Returns 0 for invalid arguments (rows < 1 included) or overflow. */
+size_t shoal_quant_matrix_bytes(enum shoal_quant_type type, int64_t rows,
+                                int64_t cols, int group);
+
+/* Check a view against the bytes available behind it.
+ *   w      borrowed; data_bytes: how many bytes w->data may be read
+ * Returns 0, or SHOAL_EINVAL (type/group/shape) or SHOAL_ESHAPE (too few
+ * bytes) with err naming what was expected and what was found. Thread: any. */
+int shoal_quant_weight_check(const struct shoal_quant_weight *w,
+                             size_t data_bytes, struct shoal_err *err);
+
+/* ---- quantize / dequantize (scalar, deterministic) --------------------- */
+
+/* Quantize one row of n elements.
+ *   dst    [shoal_quant_row_bytes(type, n, G)] bytes, written (padding zeroed)
+ *   src    [n] elements of src_dtype (f32, bf16 or f16), borrowed
+ * Returns 0, SHOAL_EINVAL (bad type/G/n/dtype) or SHOAL_ERANGE (a NaN or
+ * infinity, naming the element); on error dst is unspecified.
+ * Allocates nothing. Thread: any. */
+int shoal_quant_quantize_row(enum shoal_quant_type type, int group, void *dst,
+                             const void *src, enum shoal_dtype src_dtype,
+                             int64_t n, struct shoal_err *err);
+
+/* Quantize a matrix [rows][cols] row by row (OpenMP over rows; the bytes do
+ * not depend on the thread count).
+ *   dst        [dst_bytes] bytes, written; needs shoal_quant_matrix_bytes()
+ *   src        [rows][cols] of src_dtype, borrowed
+ * Returns 0, SHOAL_EINVAL, SHOAL_ESHAPE (dst_bytes too small) or
+ * SHOAL_ERANGE naming the first bad (row, col). Thread: main (opens a
+ * parallel region). */
+int shoal_quant_quantize_matrix(enum shoal_quant_type type, int group,
+                                void *dst, size_t dst_bytes, const void *src,
+                                enum shoal_dtype src_dtype, int64_t rows,
+                                int64_t cols, struct shoal_err *err);
+
+/* Dequantize one row: dst[i] = d[g] * (float)q[i].
+ *   dst [n] f32, written; row: one quantized row of n elements, borrowed.
+ * Arguments are programmer invariants (not checked). Thread: any. */
+void shoal_quant_dequantize_row(enum shoal_quant_type type, int group,
+                                float *dst, const void *row, int64_t n);
+
+/* ---- kernels (active ops table) ---------------------------------------- */
+
+/* Canonical dot product of x with one quantized row (order above).
+ *   x [n] f32, borrowed; row: one quantized row of n elements, borrowed.
+ * Arguments are programmer invariants (type known, G valid, n >= 1).
+ * Allocates nothing. Thread: any. */
+float shoal_quant_dot(enum shoal_quant_type type, int group, const float *x,
+                      const void *row, int64_t n);
+
+/* y = x · W^T over a batch of tokens, parallel over W's rows: each y element
+ * is the canonical dot product, computed by exactly one thread, so the bits
+ * do not depend on the thread count, the batch size or the ISA. n_tok = 1
+ * is a matvec (decode); larger batches reuse each unpacked group across
+ * tokens (prefill) and give the same bits per element.
+ *   y  [n_tok][w->rows] f32, written
+ *   x  [n_tok][w->cols] f32, borrowed
+ *   w  quantized [rows][cols], borrowed (check it once with
+ *      shoal_quant_weight_check when it is loaded)
+ * Returns 0, or SHOAL_EINVAL for a bad type/group/shape or n_tok < 0.
+ * Allocates nothing. Thread: main (opens its own OpenMP region). */
+int shoal_quant_linear(float *y, const float *x, int64_t n_tok,
+                       const struct shoal_quant_weight *w);
+
+/* The share of shoal_quant_linear that thread ith of nth computes (an even
+ * split of the output rows, remainder to the first threads), for callers
+ * that already run inside one OpenMP region per layer step. Same bits.
+ * Arguments are programmer invariants. Allocates nothing. Thread: compute. */
+void shoal_quant_linear_part(float *y, const float *x, int64_t n_tok,
+                             const struct shoal_quant_weight *w, int ith,
+                             int nth);
+
+/* ---- kernel selection ---------------------------------------------------- */
+
+enum shoal_quant_isa {
+    SHOAL_QUANT_ISA_AUTO = 0,   /* best the CPU supports: AVX2, NEON, scalar */
+    SHOAL_QUANT_ISA_SCALAR,     /* the reference (tests, debugging) */
+    SHOAL_QUANT_ISA_AVX2,       /* x86-64 with AVX2 (built with -mavx2, no FMA) */
+    SHOAL_QUANT_ISA_NEON,       /* aarch64 */
+};
+
+/* Choose the kernels once at start-up and log the choice (info, "quant").
+ * Before the first call the scalar kernels are active; every table gives
+ * the same bits, so this only changes speed.
+ * Returns 0, or SHOAL_EUNSUPPORTED when the requested ISA is not built in
+ * or the CPU lacks it (the active table is then unchanged). Thread: main, not
+ * while kernels run. */
+int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err);
+
+/* Name of the active kernels: "scalar", "avx2" or "neon". Thread: any. */
+const char *shoal_quant_ops_name(void);
+
+/* ---- backend table (for quant*.c and tests) -------------------------------
+ * One per ISA file; all members are required. The ISA files may assume that
+ * their arguments are valid (checked in quant.c). */
+struct shoal_quant_ops {
+    const char *name;
+    /* canonical dot product, as shoal_quant_dot */
+    float (*dot)(enum shoal_quant_type type, int group, const float *x,
+                 const void *row, int64_t n);
+    /* y[t][r] for every token t < n_tok and rows r0 <= r < r1 */
+    void (*linear_rows)(float *y, const float *x, int64_t n_tok,
+                        const struct shoal_quant_weight *w, int64_t r0,
+                        int64_t r1);
+};
+
+extern const struct shoal_quant_ops shoal_quant_ops_scalar;
+extern const struct shoal_quant_ops shoal_quant_ops_avx2;  /* x86-64 builds */
+extern const struct shoal_quant_ops shoal_quant_ops_neon;  /* aarch64 builds */
+
+/* Where a row's scales and quants start (layout above). */
+static inline const uint8_t *shoal_quant_row_qs(const void *row, int64_t n,
+                                                int group)
+{
+    return (const uint8_t *)row + 4 * (size_t)((n + group - 1) / group);
+}
+
+#endif

@@ -1,0 +1,377 @@
+/* quant_avx2: the quant kernels with AVX2 (x86-64), built with -mavx2 only.
+ *
+ * Same bits as the scalar reference in quant.c: one __m256 holds the eight
+ * lane sums s[0..7] of quant.h's canonical order, products and sums use
+ * separate _mm256_mul_ps / _mm256_add_ps (never FMA; this file is not built
+ * with -mfma and the project uses -ffp-contract=off), quants become f32
+ * exactly through _mm256_cvtepi32_ps of sign-extended integers, and the
+ * horizontal sum reproduces ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)) with the
+ * same operand order. A group's tail (< 8 elements, only in the last group)
+ * is finished in scalar on the stored lanes.
+ *
+ * Speed comes from independent add chains, never from reordering one: the
+ * matvec runs four rows at a time and the batched path four tokens at a
+ * time against a group unpacked once to f32. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "quant.h"
+
+#define QUANT_GROUP_MAX 128
+#define ROW_TILE 16     /* rows whose groups are reused across token blocks */
+
+/* 8 int8 quants -> 8 f32 (exact) */
+static inline __m256 q8x8(const int8_t *p)
+{
+    const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
+
+/* 16 packed bytes -> 32 signed int4 values as int8, element order */
+static inline void q4_unpack16(__m128i b, __m128i *e0_15, __m128i *e16_31)
+{
+    const __m128i m = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    const __m128i lo = _mm_and_si128(b, m);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    *e0_15 = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight);
+    *e16_31 = _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), eight);
+}
+
+static inline __m256 i8x8_to_f32(__m128i v)   /* low 8 bytes of v */
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
+
+/* 32 int4 quants (16 bytes) -> 4 x 8 f32 */
+static inline void q4x32(const uint8_t *p, __m256 v[4])
+{
+    __m128i a, b;
+    q4_unpack16(_mm_loadu_si128((const __m128i *)(const void *)p), &a, &b);
+    v[0] = i8x8_to_f32(a);
+    v[1] = i8x8_to_f32(_mm_srli_si128(a, 8));
+    v[2] = i8x8_to_f32(b);
+    v[3] = i8x8_to_f32(_mm_srli_si128(b, 8));
+}
+
+/* 8 int4 quants (4 bytes) -> 8 f32 */
+static inline __m256 q4x8(const uint8_t *p)
+{
+    int32_t u;
+    memcpy(&u, p, sizeof u);
+    __m128i a, b;
+    q4_unpack16(_mm_cvtsi32_si128(u), &a, &b);
+    (void)b;
+    return i8x8_to_f32(a);
+}
+
+static inline int q4_at(const uint8_t *p, int64_t k)
+{
+    return (int)((p[k / 2] >> (4 * (k & 1))) & 0x0f) - 8;
+}
+
+/* ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)), operands in the scalar order */
+static inline float hsum8(__m256 s)
+{
+    const __m128 v = _mm_add_ps(_mm256_castps256_ps128(s),
+                                _mm256_extractf128_ps(s, 1));  /* s0+s4 .. s3+s7 */
+    const __m128 w = _mm_add_ps(v, _mm_movehl_ps(v, v));       /* v0+v2, v1+v3 */
+    return _mm_cvtss_f32(_mm_add_ss(w, _mm_movehdup_ps(w)));   /* w0+w1 */
+}
+
+/* hsum8 of four chains at once, chain r in lane r (same operations) */
+static inline __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+    __m128 va = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 vb = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+    __m128 vc = _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+    __m128 vd = _mm_add_ps(_mm256_castps256_ps128(d), _mm256_extractf128_ps(d, 1));
+    _MM_TRANSPOSE4_PS(va, vb, vc, vd);   /* va = every chain's v0, ..., vd = v3 */
+    return _mm_add_ps(_mm_add_ps(va, vc), _mm_add_ps(vb, vd));
+}
+
+static inline float tree8(const float s[8])
+{
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+static inline __m256 madd(__m256 s, __m256 x, __m256 q)
+{
+    return _mm256_add_ps(s, _mm256_mul_ps(x, q));
+}
+
+static inline float scale_at(const void *row, int64_t g)
+{
+    float d;
+    memcpy(&d, (const uint8_t *)row + 4 * (size_t)g, sizeof d);
+    return d;
+}
+
+/* ---- one row, one token ---------------------------------------------------- */
+
+static float group_q8(const float *x, const int8_t *q, int64_t len)
+{
+    __m256 s = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= len; k += 8)
+        s = madd(s, _mm256_loadu_ps(x + k), q8x8(q + k));
+    if (k == len)
+        return hsum8(s);
+    float l[8];
+    _mm256_storeu_ps(l, s);
+    for (int j = 0; k + j < len; j++)
+        l[j] += x[k + j] * (float)q[k + j];
+    return tree8(l);
+}
+
+static float group_q4(const float *x, const uint8_t *p, int64_t len)
+{
+    __m256 s = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= len; k += 32) {
+        __m256 v[4];
+        q4x32(p + k / 2, v);
+        s = madd(s, _mm256_loadu_ps(x + k), v[0]);
+        s = madd(s, _mm256_loadu_ps(x + k + 8), v[1]);
+        s = madd(s, _mm256_loadu_ps(x + k + 16), v[2]);
+        s = madd(s, _mm256_loadu_ps(x + k + 24), v[3]);
+    }
+    for (; k + 8 <= len; k += 8)
+        s = madd(s, _mm256_loadu_ps(x + k), q4x8(p + k / 2));
+    if (k == len)
+        return hsum8(s);
+    float l[8];
+    _mm256_storeu_ps(l, s);
+    for (int j = 0; k + j < len; j++)
+        l[j] += x[k + j] * (float)q4_at(p, k + j);
+    return tree8(l);
+}
+
+static float dot_avx2(enum shoal_quant_type type, int group, const float *x,
+                      const void *row, int64_t n)
+{
+    const uint8_t *qs = shoal_quant_row_qs(row, n, group);
+    float acc = 0.0f;
+    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
+        const int64_t len = n - i0 < group ? n - i0 : group;
+        const float gs = type == SHOAL_QUANT_INT8
+                             ? group_q8(x + i0, (const int8_t *)qs + i0, len)
+                             : group_q4(x + i0, qs + i0 / 2, len);
+        acc += scale_at(row, g) * gs;
+    }
+    return acc;
+}
+
+/* ---- four rows, one token (matvec) ---------------------------------------- */
+
+/* Full groups only (len == G, a multiple of 32): four independent chains,
+ * row r's group sum in lane r. */
+static __m128 group4_q8(const float *x, const int8_t *const q[4], int64_t len)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t k = 0; k < len; k += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + k);
+        s0 = madd(s0, xv, q8x8(q[0] + k));
+        s1 = madd(s1, xv, q8x8(q[1] + k));
+        s2 = madd(s2, xv, q8x8(q[2] + k));
+        s3 = madd(s3, xv, q8x8(q[3] + k));
+    }
+    return hsum8x4(s0, s1, s2, s3);
+}
+
+static __m128 group4_q4(const float *x, const uint8_t *const p[4], int64_t len)
+{
+    __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t k = 0; k < len; k += 32) {
+        const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+        const __m256 x2 = _mm256_loadu_ps(x + k + 16), x3 = _mm256_loadu_ps(x + k + 24);
+        for (int r = 0; r < 4; r++) {
+            __m256 v[4];
+            q4x32(p[r] + k / 2, v);
+            s[r] = madd(s[r], x0, v[0]);
+            s[r] = madd(s[r], x1, v[1]);
+            s[r] = madd(s[r], x2, v[2]);
+            s[r] = madd(s[r], x3, v[3]);
+        }
+    }
+    return hsum8x4(s[0], s[1], s[2], s[3]);
+}
+
+static void dot4_rows(enum shoal_quant_type type, int group, const float *x,
+                      const uint8_t *const row[4], int64_t n, float out[4])
+{
+    const uint8_t *qs[4];
+    for (int r = 0; r < 4; r++)
+        qs[r] = shoal_quant_row_qs(row[r], n, group);
+    /* full groups: acc[r] = acc[r] + d[r] * gsum[r], one lane per row */
+    __m128 acc = _mm_setzero_ps();
+    int64_t i0 = 0, g = 0;
+    for (; i0 + group <= n; i0 += group, g++) {
+        __m128 gs;
+        if (type == SHOAL_QUANT_INT8) {
+            const int8_t *q[4] = {(const int8_t *)qs[0] + i0, (const int8_t *)qs[1] + i0,
+                                  (const int8_t *)qs[2] + i0, (const int8_t *)qs[3] + i0};
+            gs = group4_q8(x + i0, q, group);
+        } else {
+            const uint8_t *p[4] = {qs[0] + i0 / 2, qs[1] + i0 / 2, qs[2] + i0 / 2,
+                                   qs[3] + i0 / 2};
+            gs = group4_q4(x + i0, p, group);
+        }
+        const __m128 d = _mm_setr_ps(scale_at(row[0], g), scale_at(row[1], g),
+                                     scale_at(row[2], g), scale_at(row[3], g));
+        acc = _mm_add_ps(acc, _mm_mul_ps(d, gs));
+    }
+    _mm_storeu_ps(out, acc);
+    if (i0 == n)
+        return;
+    /* the partial last group, row by row */
+    for (int r = 0; r < 4; r++) {
+        const float gs = type == SHOAL_QUANT_INT8
+                             ? group_q8(x + i0, (const int8_t *)qs[r] + i0, n - i0)
+                             : group_q4(x + i0, qs[r] + i0 / 2, n - i0);
+        out[r] += scale_at(row[r], g) * gs;
+    }
+}
+
+/* ---- one row, four tokens (batched): groups unpacked once to f32 ---------- */
+
+/* q[0..len) as exact f32 values */
+static void unpack_group(enum shoal_quant_type type, const uint8_t *qs,
+                         int64_t i0, int64_t len, float *qf)
+{
+    int64_t k = 0;
+    if (type == SHOAL_QUANT_INT8) {
+        const int8_t *q = (const int8_t *)qs + i0;
+        for (; k + 8 <= len; k += 8)
+            _mm256_storeu_ps(qf + k, q8x8(q + k));
+        for (; k < len; k++)
+            qf[k] = (float)q[k];
+    } else {
+        const uint8_t *p = qs + i0 / 2;
+        for (; k + 8 <= len; k += 8)
+            _mm256_storeu_ps(qf + k, q4x8(p + k / 2));
+        for (; k < len; k++)
+            qf[k] = (float)q4_at(p, k);
+    }
+}
+
+static float group_f(const float *x, const float *qf, int64_t len)
+{
+    __m256 s = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= len; k += 8)
+        s = madd(s, _mm256_loadu_ps(x + k), _mm256_loadu_ps(qf + k));
+    if (k == len)
+        return hsum8(s);
+    float l[8];
+    _mm256_storeu_ps(l, s);
+    for (int j = 0; k + j < len; j++)
+        l[j] += x[k + j] * qf[k + j];
+    return tree8(l);
+}
+
+/* four tokens x[t] (each at its group offset) against one unpacked group,
+ * token t's group sum in lane t */
+static __m128 group4_f(const float *const x[4], const float *qf, int64_t len)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t k = 0;
+    for (; k + 8 <= len; k += 8) {
+        const __m256 q = _mm256_loadu_ps(qf + k);
+        s0 = madd(s0, _mm256_loadu_ps(x[0] + k), q);
+        s1 = madd(s1, _mm256_loadu_ps(x[1] + k), q);
+        s2 = madd(s2, _mm256_loadu_ps(x[2] + k), q);
+        s3 = madd(s3, _mm256_loadu_ps(x[3] + k), q);
+    }
+    if (k == len)
+        return hsum8x4(s0, s1, s2, s3);
+    const __m256 sv[4] = {s0, s1, s2, s3};
+    float gs[4];
+    for (int t = 0; t < 4; t++) {
+        float l[8];
+        _mm256_storeu_ps(l, sv[t]);
+        for (int j = 0; k + j < len; j++)
+            l[j] += x[t][k + j] * qf[k + j];
+        gs[t] = tree8(l);
+    }
+    return _mm_loadu_ps(gs);
+}
+
+/* y[t][r] for tokens t0 .. t0+nt-1 of one row, nt == 4 or 1 */
+static void row_tokens(float *y, const float *x, int64_t t0, int64_t nt,
+                       const struct shoal_quant_weight *w, int64_t r,
+                       const uint8_t *row)
+{
+    const int64_t n = w->cols;
+    const int group = w->group;
+    const uint8_t *qs = shoal_quant_row_qs(row, n, group);
+    float qf[QUANT_GROUP_MAX];
+    __m128 acc4 = _mm_setzero_ps();   /* nt == 4: token t in lane t */
+    float acc = 0.0f;                 /* nt == 1 */
+    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
+        const int64_t len = n - i0 < group ? n - i0 : group;
+        const float d = scale_at(row, g);
+        unpack_group(w->type, qs, i0, len, qf);
+        if (nt == 4) {
+            const float *xt[4] = {x + t0 * n + i0, x + (t0 + 1) * n + i0,
+                                  x + (t0 + 2) * n + i0, x + (t0 + 3) * n + i0};
+            acc4 = _mm_add_ps(acc4, _mm_mul_ps(_mm_set1_ps(d), group4_f(xt, qf, len)));
+        } else {
+            acc += d * group_f(x + t0 * n + i0, qf, len);
+        }
+    }
+    if (nt == 4) {
+        float out[4];
+        _mm_storeu_ps(out, acc4);
+        for (int64_t t = 0; t < 4; t++)
+            y[(t0 + t) * w->rows + r] = out[t];
+    } else {
+        y[t0 * w->rows + r] = acc;
+    }
+}
+
+static void linear_rows_avx2(float *y, const float *x, int64_t n_tok,
+                             const struct shoal_quant_weight *w, int64_t r0,
+                             int64_t r1)
+{
+    const size_t row_bytes = shoal_quant_row_bytes(w->type, w->cols, w->group);
+    const uint8_t *base = w->data;
+    if (n_tok < 4) {
+        /* decode: stream the weights once per token, four rows at a time */
+        for (int64_t t = 0; t < n_tok; t++) {
+            const float *xt = x + t * w->cols;
+            int64_t r = r0;
+            for (; r + 4 <= r1; r += 4) {
+                const uint8_t *rows[4] = {base + (size_t)r * row_bytes,
+                                          base + (size_t)(r + 1) * row_bytes,
+                                          base + (size_t)(r + 2) * row_bytes,
+                                          base + (size_t)(r + 3) * row_bytes};
+                float out[4];
+                dot4_rows(w->type, w->group, xt, rows, w->cols, out);
+                for (int j = 0; j < 4; j++)
+                    y[t * w->rows + r + j] = out[j];
+            }
+            for (; r < r1; r++)
+                y[t * w->rows + r] = dot_avx2(w->type, w->group, xt,
+                                              base + (size_t)r * row_bytes, w->cols);
+        }
+        return;
+    }
+    /* batch: tiles of ROW_TILE rows x all tokens, four tokens at a time */
+    for (int64_t rt = r0; rt < r1; rt += ROW_TILE) {
+        const int64_t rt1 = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
+        int64_t t = 0;
+        for (; t + 4 <= n_tok; t += 4)
+            for (int64_t r = rt; r < rt1; r++)
+                row_tokens(y, x, t, 4, w, r, base + (size_t)r * row_bytes);
+        for (; t < n_tok; t++)
+            for (int64_t r = rt; r < rt1; r++)
+                row_tokens(y, x, t, 1, w, r, base + (size_t)r * row_bytes);
+    }
+}
+
+const struct shoal_quant_ops shoal_quant_ops_avx2 = {
+    .name = "avx2",
+    .dot = dot_avx2,
+    .linear_rows = linear_rows_avx2,
+};

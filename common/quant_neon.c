@@ -1,0 +1,391 @@
+/* quant_neon: the quant kernels with NEON (aarch64).
+ *
+ * Same bits as the scalar reference in quant.c: two float32x4 hold the eight
+ * lane sums (lo = s[0..3], hi = s[4..7]) of quant.h's canonical order,
+ * products and sums use separate vmulq_f32 / vaddq_f32 (never vfmaq/vmlaq;
+ * GCC lowers these intrinsics to plain vector * and +, so the project's
+ * -ffp-contract=off is what keeps them from being fused), quants become f32
+ * exactly through vcvtq_f32_s32 of sign-extended integers, and the
+ * horizontal sum reproduces ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)) with the
+ * same operand order (vaddvq_f32 sums pairwise in another order, so it is
+ * not used). A group's tail (< 8 elements) is finished in scalar.
+ *
+ * The matvec runs four rows at a time and the batched path four tokens at a
+ * time against a group unpacked once to f32: independent add chains, the
+ * order of each chain unchanged. */
+#include <arm_neon.h>
+#include <string.h>
+
+#include "quant.h"
+
+#define QUANT_GROUP_MAX 128
+#define ROW_TILE 16
+
+/* eight lane sums */
+struct acc8 {
+    float32x4_t lo;   /* s[0..3] */
+    float32x4_t hi;   /* s[4..7] */
+};
+
+/* eight quants as f32 */
+struct q8f {
+    float32x4_t lo;
+    float32x4_t hi;
+};
+
+static inline struct acc8 acc8_zero(void)
+{
+    struct acc8 a = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+    return a;
+}
+
+static inline struct q8f i8x8_to_f32(int8x8_t v)
+{
+    const int16x8_t h = vmovl_s8(v);
+    struct q8f q = {vcvtq_f32_s32(vmovl_s16(vget_low_s16(h))),
+                    vcvtq_f32_s32(vmovl_s16(vget_high_s16(h)))};
+    return q;
+}
+
+static inline struct q8f q8x8(const int8_t *p)
+{
+    return i8x8_to_f32(vld1_s8(p));
+}
+
+/* 16 packed bytes -> 32 signed int4 values as int8, element order */
+static inline void q4_unpack16(uint8x16_t b, int8x16_t *e0_15, int8x16_t *e16_31)
+{
+    const uint8x16_t lo = vandq_u8(b, vdupq_n_u8(0x0f));
+    const uint8x16_t hi = vshrq_n_u8(b, 4);
+    const int8x16_t eight = vdupq_n_s8(8);
+    *e0_15 = vsubq_s8(vreinterpretq_s8_u8(vzip1q_u8(lo, hi)), eight);
+    *e16_31 = vsubq_s8(vreinterpretq_s8_u8(vzip2q_u8(lo, hi)), eight);
+}
+
+static inline void q4x32(const uint8_t *p, struct q8f v[4])
+{
+    int8x16_t a, b;
+    q4_unpack16(vld1q_u8(p), &a, &b);
+    v[0] = i8x8_to_f32(vget_low_s8(a));
+    v[1] = i8x8_to_f32(vget_high_s8(a));
+    v[2] = i8x8_to_f32(vget_low_s8(b));
+    v[3] = i8x8_to_f32(vget_high_s8(b));
+}
+
+/* 8 int4 quants (4 bytes) -> 8 f32 */
+static inline struct q8f q4x8(const uint8_t *p)
+{
+    uint32_t u;
+    memcpy(&u, p, sizeof u);
+    const uint8x8_t b = vreinterpret_u8_u32(vdup_n_u32(u));
+    const uint8x8_t lo = vand_u8(b, vdup_n_u8(0x0f));
+    const uint8x8_t hi = vshr_n_u8(b, 4);
+    const int8x8_t e = vsub_s8(vreinterpret_s8_u8(vzip1_u8(lo, hi)), vdup_n_s8(8));
+    return i8x8_to_f32(e);
+}
+
+static inline int q4_at(const uint8_t *p, int64_t k)
+{
+    return (int)((p[k / 2] >> (4 * (k & 1))) & 0x0f) - 8;
+}
+
+static inline struct q8f load8(const float *p)
+{
+    struct q8f v = {vld1q_f32(p), vld1q_f32(p + 4)};
+    return v;
+}
+
+static inline struct acc8 madd(struct acc8 s, struct q8f x, struct q8f q)
+{
+    s.lo = vaddq_f32(s.lo, vmulq_f32(x.lo, q.lo));
+    s.hi = vaddq_f32(s.hi, vmulq_f32(x.hi, q.hi));
+    return s;
+}
+
+/* ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)), operands in the scalar order */
+static inline float hsum8(struct acc8 s)
+{
+    const float32x4_t v = vaddq_f32(s.lo, s.hi);                        /* s0+s4 .. s3+s7 */
+    const float32x2_t w = vadd_f32(vget_low_f32(v), vget_high_f32(v));  /* v0+v2, v1+v3 */
+    return vget_lane_f32(w, 0) + vget_lane_f32(w, 1);
+}
+
+static inline float tree8(const float s[8])
+{
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+static inline void store8(float l[8], struct acc8 s)
+{
+    vst1q_f32(l, s.lo);
+    vst1q_f32(l + 4, s.hi);
+}
+
+static inline float scale_at(const void *row, int64_t g)
+{
+    float d;
+    memcpy(&d, (const uint8_t *)row + 4 * (size_t)g, sizeof d);
+    return d;
+}
+
+/* ---- one row, one token ---------------------------------------------------- */
+
+static float group_q8(const float *x, const int8_t *q, int64_t len)
+{
+    struct acc8 s = acc8_zero();
+    int64_t k = 0;
+    for (; k + 8 <= len; k += 8)
+        s = madd(s, load8(x + k), q8x8(q + k));
+    if (k == len)
+        return hsum8(s);
+    float l[8];
+    store8(l, s);
+    for (int j = 0; k + j < len; j++)
+        l[j] += x[k + j] * (float)q[k + j];
+    return tree8(l);
+}
+
+static float group_q4(const float *x, const uint8_t *p, int64_t len)
+{
+    struct acc8 s = acc8_zero();
+    int64_t k = 0;
+    for (; k + 32 <= len; k += 32) {
+        struct q8f v[4];
+        q4x32(p + k / 2, v);
+        s = madd(s, load8(x + k), v[0]);
+        s = madd(s, load8(x + k + 8), v[1]);
+        s = madd(s, load8(x + k + 16), v[2]);
+        s = madd(s, load8(x + k + 24), v[3]);
+    }
+    for (; k + 8 <= len; k += 8)
+        s = madd(s, load8(x + k), q4x8(p + k / 2));
+    if (k == len)
+        return hsum8(s);
+    float l[8];
+    store8(l, s);
+    for (int j = 0; k + j < len; j++)
+        l[j] += x[k + j] * (float)q4_at(p, k + j);
+    return tree8(l);
+}
+
+static float dot_neon(enum shoal_quant_type type, int group, const float *x,
+                      const void *row, int64_t n)
+{
+    const uint8_t *qs = shoal_quant_row_qs(row, n, group);
+    float acc = 0.0f;
+    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
+        const int64_t len = n - i0 < group ? n - i0 : group;
+        const float gs = type == SHOAL_QUANT_INT8
+                             ? group_q8(x + i0, (const int8_t *)qs + i0, len)
+                             : group_q4(x + i0, qs + i0 / 2, len);
+        acc += scale_at(row, g) * gs;
+    }
+    return acc;
+}
+
+/* ---- four rows, one token (matvec) ---------------------------------------- */
+
+/* Full groups only (len == G, a multiple of 32): four independent chains. */
+static void group4_q8(const float *x, const int8_t *const q[4], int64_t len,
+                      float gs[4])
+{
+    struct acc8 s[4] = {acc8_zero(), acc8_zero(), acc8_zero(), acc8_zero()};
+    for (int64_t k = 0; k < len; k += 8) {
+        const struct q8f xv = load8(x + k);
+        for (int r = 0; r < 4; r++)
+            s[r] = madd(s[r], xv, q8x8(q[r] + k));
+    }
+    for (int r = 0; r < 4; r++)
+        gs[r] = hsum8(s[r]);
+}
+
+static void group4_q4(const float *x, const uint8_t *const p[4], int64_t len,
+                      float gs[4])
+{
+    struct acc8 s[4] = {acc8_zero(), acc8_zero(), acc8_zero(), acc8_zero()};
+    for (int64_t k = 0; k < len; k += 32) {
+        const struct q8f x0 = load8(x + k), x1 = load8(x + k + 8);
+        const struct q8f x2 = load8(x + k + 16), x3 = load8(x + k + 24);
+        for (int r = 0; r < 4; r++) {
+            struct q8f v[4];
+            q4x32(p[r] + k / 2, v);
+            s[r] = madd(s[r], x0, v[0]);
+            s[r] = madd(s[r], x1, v[1]);
+            s[r] = madd(s[r], x2, v[2]);
+            s[r] = madd(s[r], x3, v[3]);
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        gs[r] = hsum8(s[r]);
+}
+
+static void dot4_rows(enum shoal_quant_type type, int group, const float *x,
+                      const uint8_t *const row[4], int64_t n, float out[4])
+{
+    const uint8_t *qs[4];
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int r = 0; r < 4; r++)
+        qs[r] = shoal_quant_row_qs(row[r], n, group);
+    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
+        const int64_t len = n - i0 < group ? n - i0 : group;
+        float gs[4];
+        if (len == group && type == SHOAL_QUANT_INT8) {
+            const int8_t *q[4] = {(const int8_t *)qs[0] + i0, (const int8_t *)qs[1] + i0,
+                                  (const int8_t *)qs[2] + i0, (const int8_t *)qs[3] + i0};
+            group4_q8(x + i0, q, len, gs);
+        } else if (len == group) {
+            const uint8_t *p[4] = {qs[0] + i0 / 2, qs[1] + i0 / 2, qs[2] + i0 / 2,
+                                   qs[3] + i0 / 2};
+            group4_q4(x + i0, p, len, gs);
+        } else {
+            for (int r = 0; r < 4; r++)
+                gs[r] = type == SHOAL_QUANT_INT8
+                            ? group_q8(x + i0, (const int8_t *)qs[r] + i0, len)
+                            : group_q4(x + i0, qs[r] + i0 / 2, len);
+        }
+        for (int r = 0; r < 4; r++)
+            acc[r] += scale_at(row[r], g) * gs[r];
+    }
+    for (int r = 0; r < 4; r++)
+        out[r] = acc[r];
+}
+
+/* ---- one row, four tokens (batched): groups unpacked once to f32 ---------- */
+
+static void unpack_group(enum shoal_quant_type type, const uint8_t *qs,
+                         int64_t i0, int64_t len, float *qf)
+{
+    int64_t k = 0;
+    if (type == SHOAL_QUANT_INT8) {
+        const int8_t *q = (const int8_t *)qs + i0;
+        for (; k + 8 <= len; k += 8) {
+            const struct q8f v = q8x8(q + k);
+            vst1q_f32(qf + k, v.lo);
+            vst1q_f32(qf + k + 4, v.hi);
+        }
+        for (; k < len; k++)
+            qf[k] = (float)q[k];
+    } else {
+        const uint8_t *p = qs + i0 / 2;
+        for (; k + 8 <= len; k += 8) {
+            const struct q8f v = q4x8(p + k / 2);
+            vst1q_f32(qf + k, v.lo);
+            vst1q_f32(qf + k + 4, v.hi);
+        }
+        for (; k < len; k++)
+            qf[k] = (float)q4_at(p, k);
+    }
+}
+
+static float group_f(const float *x, const float *qf, int64_t len)
+{
+    struct acc8 s = acc8_zero();
+    int64_t k = 0;
+    for (; k + 8 <= len; k += 8)
+        s = madd(s, load8(x + k), load8(qf + k));
+    if (k == len)
+        return hsum8(s);
+    float l[8];
+    store8(l, s);
+    for (int j = 0; k + j < len; j++)
+        l[j] += x[k + j] * qf[k + j];
+    return tree8(l);
+}
+
+static void group4_f(const float *const x[4], const float *qf, int64_t len,
+                     float gs[4])
+{
+    struct acc8 s[4] = {acc8_zero(), acc8_zero(), acc8_zero(), acc8_zero()};
+    int64_t k = 0;
+    for (; k + 8 <= len; k += 8) {
+        const struct q8f q = load8(qf + k);
+        for (int t = 0; t < 4; t++)
+            s[t] = madd(s[t], load8(x[t] + k), q);
+    }
+    for (int t = 0; t < 4; t++) {
+        if (k == len) {
+            gs[t] = hsum8(s[t]);
+            continue;
+        }
+        float l[8];
+        store8(l, s[t]);
+        for (int j = 0; k + j < len; j++)
+            l[j] += x[t][k + j] * qf[k + j];
+        gs[t] = tree8(l);
+    }
+}
+
+/* y[t][r] for tokens t0 .. t0+nt-1 of one row, nt == 4 or 1 */
+static void row_tokens(float *y, const float *x, int64_t t0, int64_t nt,
+                       const struct shoal_quant_weight *w, int64_t r,
+                       const uint8_t *row)
+{
+    const int64_t n = w->cols;
+    const int group = w->group;
+    const uint8_t *qs = shoal_quant_row_qs(row, n, group);
+    float qf[QUANT_GROUP_MAX];
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
+        const int64_t len = n - i0 < group ? n - i0 : group;
+        const float d = scale_at(row, g);
+        unpack_group(w->type, qs, i0, len, qf);
+        if (nt == 4) {
+            const float *xt[4] = {x + t0 * n + i0, x + (t0 + 1) * n + i0,
+                                  x + (t0 + 2) * n + i0, x + (t0 + 3) * n + i0};
+            float gs[4];
+            group4_f(xt, qf, len, gs);
+            for (int t = 0; t < 4; t++)
+                acc[t] += d * gs[t];
+        } else {
+            acc[0] += d * group_f(x + t0 * n + i0, qf, len);
+        }
+    }
+    for (int64_t t = 0; t < nt; t++)
+        y[(t0 + t) * w->rows + r] = acc[t];
+}
+
+static void linear_rows_neon(float *y, const float *x, int64_t n_tok,
+                             const struct shoal_quant_weight *w, int64_t r0,
+                             int64_t r1)
+{
+    const size_t row_bytes = shoal_quant_row_bytes(w->type, w->cols, w->group);
+    const uint8_t *base = w->data;
+    if (n_tok < 4) {
+        /* decode: stream the weights once per token, four rows at a time */
+        for (int64_t t = 0; t < n_tok; t++) {
+            const float *xt = x + t * w->cols;
+            int64_t r = r0;
+            for (; r + 4 <= r1; r += 4) {
+                const uint8_t *rows[4] = {base + (size_t)r * row_bytes,
+                                          base + (size_t)(r + 1) * row_bytes,
+                                          base + (size_t)(r + 2) * row_bytes,
+                                          base + (size_t)(r + 3) * row_bytes};
+                float out[4];
+                dot4_rows(w->type, w->group, xt, rows, w->cols, out);
+                for (int j = 0; j < 4; j++)
+                    y[t * w->rows + r + j] = out[j];
+            }
+            for (; r < r1; r++)
+                y[t * w->rows + r] = dot_neon(w->type, w->group, xt,
+                                              base + (size_t)r * row_bytes, w->cols);
+        }
+        return;
+    }
+    /* batch: tiles of ROW_TILE rows x all tokens, four tokens at a time */
+    for (int64_t rt = r0; rt < r1; rt += ROW_TILE) {
+        const int64_t rt1 = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
+        int64_t t = 0;
+        for (; t + 4 <= n_tok; t += 4)
+            for (int64_t r = rt; r < rt1; r++)
+                row_tokens(y, x, t, 4, w, r, base + (size_t)r * row_bytes);
+        for (; t < n_tok; t++)
+            for (int64_t r = rt; r < rt1; r++)
+                row_tokens(y, x, t, 1, w, r, base + (size_t)r * row_bytes);
+    }
+}
+
+const struct shoal_quant_ops shoal_quant_ops_neon = {
+    .name = "neon",
+    .dot = dot_neon,
+    .linear_rows = linear_rows_neon,
+};

@@ -1,0 +1,631 @@
+/* Tests for common/quant.h: layout, quantization, the canonical dot order,
+ * and bit-exactness of the active SIMD kernels against the scalar ones.
+ *
+ * Assert kinds (STYLE 35): "bit-exact" tests compare bytes with memcmp /
+ * eq(u32, bits); "tolerance" tests name their bound. Seeds are fixed. */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+#include "tensor.h"
+
+static const enum shoal_quant_type types[] = {SHOAL_QUANT_INT8, SHOAL_QUANT_INT4};
+static const int groups[] = {32, 64, 128};
+
+/* round trip: |x - d*q| <= d/2, plus one f32 rounding of x/d */
+#define QUANT_RT_SLACK (1.0f + 4.0f * FLT_EPSILON)
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* xorshift32 in [-1, 1) */
+static float frand(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return (float)((double)*s / 4294967296.0 * 2.0 - 1.0);
+}
+
+/* Random data whose magnitude changes from one block of 16 to the next
+ * (so groups get very different scales), with some exact zeros. The
+ * generator is checked: not constant, both signs present. */
+static void fill(float *x, int64_t n, uint32_t seed)
+{
+    uint32_t s = seed * 2654435761u + 1u;
+    float mag = 1.0f;
+    int pos = 0, neg = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i % 16 == 0)
+            mag = ldexpf(1.0f, (int)(frand(&s) * 12.0f));
+        float v = frand(&s);
+        x[i] = (i % 11 == 5) ? 0.0f : v * mag;
+        pos += x[i] > 0;
+        neg += x[i] < 0;
+    }
+    if (n >= 8) {
+        cr_assert(x[0] != x[1] || x[1] != x[2], "generator is constant");
+        cr_assert(pos > 0 && neg > 0, "generator lacks a sign: pos=%d neg=%d", pos, neg);
+    }
+}
+
+static void *quantize(enum shoal_quant_type type, int group, const float *x,
+                      int64_t n)
+{
+    size_t bytes = shoal_quant_row_bytes(type, n, group);
+    cr_assert(bytes > 0);
+    void *row = malloc(bytes);
+    memset(row, 0xAB, bytes);   /* the quantizer must write every byte */
+    struct shoal_err err = {0};
+    int rc = shoal_quant_quantize_row(type, group, row, x, SHOAL_DTYPE_F32, n, &err);
+    cr_assert(eq(int, rc, 0), "quantize: %s", err.msg);
+    return row;
+}
+
+static float scale_of(const void *row, int64_t g)
+{
+    float d;
+    memcpy(&d, (const uint8_t *)row + 4 * g, 4);
+    return d;
+}
+
+static int q_at(enum shoal_quant_type type, const void *row, int64_t n,
+                int group, int64_t i)
+{
+    const uint8_t *qs = shoal_quant_row_qs(row, n, group);
+    if (type == SHOAL_QUANT_INT8)
+        return (int8_t)qs[i];
+    return (int)((qs[i / 2] >> (4 * (i & 1))) & 0x0f) - 8;
+}
+
+static uint32_t bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static void use_isa(enum shoal_quant_isa isa)
+{
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_quant_init(isa, &err), 0), "%s", err.msg);
+}
+
+/* ---- layout --------------------------------------------------------------- */
+
+Test(quant, row_bytes_follow_the_documented_layout)
+{
+    /* 4 bytes per group scale + quants, padded to a multiple of 4 */
+    cr_assert(eq(sz, shoal_quant_row_bytes(SHOAL_QUANT_INT8, 32, 32), (size_t)36));
+    cr_assert(eq(sz, shoal_quant_row_bytes(SHOAL_QUANT_INT8, 33, 32), (size_t)44));   /* 8+33 -> 44 */
+    cr_assert(eq(sz, shoal_quant_row_bytes(SHOAL_QUANT_INT8, 768, 128), (size_t)(24 + 768)));
+    cr_assert(eq(sz, shoal_quant_row_bytes(SHOAL_QUANT_INT4, 3, 32), (size_t)8));     /* 4+2 -> 8 */
+    cr_assert(eq(sz, shoal_quant_row_bytes(SHOAL_QUANT_INT4, 64, 32), (size_t)40));   /* 8+32 */
+    cr_assert(eq(sz, shoal_quant_row_bytes(SHOAL_QUANT_INT4, 65, 64), (size_t)44));   /* 8+33 -> 44 */
+    cr_assert(eq(sz, shoal_quant_row_bytes(SHOAL_QUANT_INT4, 2048, 32), (size_t)(256 + 1024)));
+    cr_assert(eq(sz, shoal_quant_matrix_bytes(SHOAL_QUANT_INT4, 7, 65, 64), (size_t)(7 * 44)));
+}
+
+Test(quant, sizes_reject_invalid_arguments)
+{
+    cr_assert(eq(sz, shoal_quant_row_bytes(SHOAL_QUANT_INT8, 0, 32), (size_t)0));
+    cr_assert(eq(sz, shoal_quant_row_bytes(SHOAL_QUANT_INT8, 64, 16), (size_t)0));
+    cr_assert(eq(sz, shoal_quant_row_bytes((enum shoal_quant_type)9, 64, 32), (size_t)0));
+    cr_assert(eq(sz, shoal_quant_matrix_bytes(SHOAL_QUANT_INT4, 0, 64, 32), (size_t)0));
+    cr_assert(eq(sz, shoal_quant_matrix_bytes(SHOAL_QUANT_INT4, INT64_MAX, 64, 32), (size_t)0));
+}
+
+Test(quant, int4_bytes_are_scale_then_low_nibble_first)
+{
+    const float x[3] = {7.0f, -7.0f, 1.0f};   /* d = 1: q = 7, -7, 1 */
+    uint8_t *row = quantize(SHOAL_QUANT_INT4, 32, x, 3);
+    const uint8_t want[8] = {0x00, 0x00, 0x80, 0x3f,   /* f32 1.0, little-endian */
+                             0x1f,                     /* q0 = 7 -> 15, q1 = -7 -> 1 */
+                             0x09,                     /* q2 = 1 -> 9, padding nibble 0 */
+                             0x00, 0x00};              /* row padding */
+    /* (Criterion's eq(u8[8], ...) trips UBSan and LSan, so compare by hand) */
+    for (int i = 0; i < 8; i++)
+        cr_assert(eq(u8, row[i], want[i]), "byte %d", i);
+    free(row);
+}
+
+Test(quant, weight_check_names_what_is_wrong)
+{
+    uint8_t buf[64] = {0};
+    struct shoal_quant_weight w = {SHOAL_QUANT_INT8, 32, 1, 32, buf};
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_quant_weight_check(&w, 36, &err), 0));
+    cr_assert(eq(int, shoal_quant_weight_check(&w, 35, &err), SHOAL_ESHAPE));
+    cr_assert(strstr(err.msg, "needs 36 bytes, got 35") != NULL, "msg: %s", err.msg);
+    shoal_err_clear(&err);
+    w.group = 48;
+    cr_assert(eq(int, shoal_quant_weight_check(&w, 64, &err), SHOAL_EINVAL));
+    cr_assert(strstr(err.msg, "group size 48") != NULL, "msg: %s", err.msg);
+    w.group = 32;
+    float y = 0, xv[32] = {0};
+    w.rows = 0;
+    cr_assert(eq(int, shoal_quant_linear(&y, xv, 1, &w), SHOAL_EINVAL));
+}
+
+/* ---- quantization: exact small cases ------------------------------------ */
+
+Test(quant, all_zero_group_has_zero_scale_and_quants)
+{
+    for (size_t it = 0; it < 2; it++) {
+        float x[40] = {0};
+        for (int i = 32; i < 40; i++)
+            x[i] = (float)(i - 35);           /* second (partial) group non-zero */
+        uint8_t *row = quantize(types[it], 32, x, 40);
+        cr_assert(eq(u32, bits(scale_of(row, 0)), 0u));
+        for (int i = 0; i < 32; i++)
+            cr_assert(eq(int, q_at(types[it], row, 40, 32, i), 0), "i=%d", i);
+        float y[40];
+        shoal_quant_dequantize_row(types[it], 32, y, row, 40);
+        for (int i = 0; i < 32; i++)
+            cr_assert(eq(u32, bits(y[i]), 0u), "i=%d", i);
+        float ones[40];
+        for (int i = 0; i < 40; i++)
+            ones[i] = 1.0f;
+        int qsum = 0;
+        for (int i = 32; i < 40; i++)
+            qsum += q_at(types[it], row, 40, 32, i);
+        const float want = scale_of(row, 1) * (float)qsum;   /* group 0 adds 0 */
+        cr_assert(eq(u32, bits(shoal_quant_dot(types[it], 32, ones, row, 40)), bits(want)));
+        free(row);
+    }
+}
+
+Test(quant, one_big_value_sets_the_scale)
+{
+    float x[64] = {0};
+    x[5] = 127.0f;
+    x[6] = 0.4f;
+    x[7] = 0.6f;
+    uint8_t *row = quantize(SHOAL_QUANT_INT8, 64, x, 64);
+    cr_assert(eq(flt, scale_of(row, 0), 1.0f));
+    cr_assert(eq(int, q_at(SHOAL_QUANT_INT8, row, 64, 64, 5), 127));
+    cr_assert(eq(int, q_at(SHOAL_QUANT_INT8, row, 64, 64, 6), 0));
+    cr_assert(eq(int, q_at(SHOAL_QUANT_INT8, row, 64, 64, 7), 1));
+    free(row);
+
+    x[5] = -7.0f;
+    row = quantize(SHOAL_QUANT_INT4, 64, x, 64);
+    cr_assert(eq(flt, scale_of(row, 0), 1.0f));
+    cr_assert(eq(int, q_at(SHOAL_QUANT_INT4, row, 64, 64, 5), -7));
+    cr_assert(eq(int, q_at(SHOAL_QUANT_INT4, row, 64, 64, 7), 1));
+    free(row);
+}
+
+Test(quant, negative_extremes_map_to_minus_qmax)
+{
+    float x[32];
+    for (int i = 0; i < 32; i++)
+        x[i] = i % 2 ? -3.0f : 1.5f;
+    uint8_t *r8 = quantize(SHOAL_QUANT_INT8, 32, x, 32);
+    uint8_t *r4 = quantize(SHOAL_QUANT_INT4, 32, x, 32);
+    cr_assert(eq(flt, scale_of(r8, 0), 3.0f / 127.0f));
+    cr_assert(eq(flt, scale_of(r4, 0), 3.0f / 7.0f));
+    for (int i = 0; i < 32; i++) {
+        cr_assert(eq(int, q_at(SHOAL_QUANT_INT8, r8, 32, 32, i), i % 2 ? -127 : 64), "i=%d", i);
+        cr_assert(eq(int, q_at(SHOAL_QUANT_INT4, r4, 32, 32, i), i % 2 ? -7 : 4), "i=%d", i);
+    }
+    free(r8);
+    free(r4);
+}
+
+Test(quant, readers_accept_minus_128_and_nibble_zero)
+{
+    /* not produced by the quantizer, but valid bytes of the format */
+    uint8_t r8[36] = {0}, r4[20] = {0};
+    const float one = 1.0f;
+    memcpy(r8, &one, 4);
+    memcpy(r4, &one, 4);
+    r8[4] = 0x80;          /* int8 -128 */
+    r4[4] = 0x80;          /* elements 0 (nibble 0 -> -8) and 1 (8 -> 0) */
+    float y8[32], y4[32];
+    shoal_quant_dequantize_row(SHOAL_QUANT_INT8, 32, y8, r8, 32);
+    shoal_quant_dequantize_row(SHOAL_QUANT_INT4, 32, y4, r4, 32);
+    cr_assert(eq(flt, y8[0], -128.0f));
+    cr_assert(eq(flt, y4[0], -8.0f));
+    cr_assert(eq(flt, y4[1], 0.0f));
+}
+
+Test(quant, partial_last_group_has_its_own_scale)
+{
+    /* n = 40, G = 32: groups of 32 and 8 */
+    float x[40];
+    for (int i = 0; i < 40; i++)
+        x[i] = i < 32 ? 127.0f * (float)(i % 3) : 0.25f * (float)(i - 31);
+    for (size_t it = 0; it < 2; it++) {
+        uint8_t *row = quantize(types[it], 32, x, 40);
+        const float qmax = types[it] == SHOAL_QUANT_INT8 ? 127.0f : 7.0f;
+        cr_assert(eq(flt, scale_of(row, 0), 254.0f / qmax));
+        cr_assert(eq(flt, scale_of(row, 1), 2.0f / qmax));
+        cr_assert(eq(int, q_at(types[it], row, 40, 32, 39), (int)qmax));
+        free(row);
+    }
+}
+
+Test(quant, short_row_below_eight_elements)
+{
+    const float x[5] = {0.5f, -1.0f, 0.25f, 0.0f, 1.0f};   /* n = 5 < 8 */
+    for (size_t it = 0; it < 2; it++) {
+        uint8_t *row = quantize(types[it], 128, x, 5);
+        const float qmax = types[it] == SHOAL_QUANT_INT8 ? 127.0f : 7.0f;
+        cr_assert(eq(flt, scale_of(row, 0), 1.0f / qmax));
+        cr_assert(eq(int, q_at(types[it], row, 5, 128, 1), -(int)qmax));
+        cr_assert(eq(int, q_at(types[it], row, 5, 128, 4), (int)qmax));
+        float y[5];
+        shoal_quant_dequantize_row(types[it], 128, y, row, 5);
+        float w[5] = {1, 2, 3, 4, 5};
+        double ref = 0;
+        for (int i = 0; i < 5; i++)
+            ref += (double)w[i] * y[i];
+        float got = shoal_quant_dot(types[it], 128, w, row, 5);
+        cr_assert(fabs(got - ref) <= 1e-5 * fabs(ref), "got %.9g want %.9g", got, ref);
+        free(row);
+    }
+}
+
+Test(quant, ties_round_to_even)
+{
+    /* amax = 127 (int8) / 7 (int4) gives d = 1, so x/d are exact halves */
+    float x8[8] = {127.0f, 0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f, -3.5f};
+    int want8[8] = {127, 0, 2, 2, -2, 0, 126, -4};
+    float x4[8] = {7.0f, 0.5f, 1.5f, 2.5f, 3.5f, -3.5f, 6.5f, -4.5f};
+    int want4[8] = {7, 0, 2, 2, 4, -4, 6, -4};
+    uint8_t *r8 = quantize(SHOAL_QUANT_INT8, 32, x8, 8);
+    uint8_t *r4 = quantize(SHOAL_QUANT_INT4, 32, x4, 8);
+    cr_assert(eq(flt, scale_of(r8, 0), 1.0f));
+    cr_assert(eq(flt, scale_of(r4, 0), 1.0f));
+    for (int i = 0; i < 8; i++) {
+        cr_assert(eq(int, q_at(SHOAL_QUANT_INT8, r8, 8, 32, i), want8[i]), "int8 x=%g", x8[i]);
+        cr_assert(eq(int, q_at(SHOAL_QUANT_INT4, r4, 8, 32, i), want4[i]), "int4 x=%g", x4[i]);
+    }
+    free(r8);
+    free(r4);
+}
+
+/* tolerance: d/2 per element (QUANT_RT_SLACK) */
+Test(quant, round_trip_error_is_at_most_half_a_step)
+{
+    const int64_t sizes[] = {1, 7, 31, 32, 33, 100, 129, 1031};
+    for (size_t it = 0; it < 2; it++)
+        for (size_t ig = 0; ig < 3; ig++)
+            for (size_t is = 0; is < sizeof sizes / sizeof sizes[0]; is++) {
+                const int64_t n = sizes[is];
+                const int G = groups[ig];
+                float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+                fill(x, n, (uint32_t)(n * 7 + G + it));
+                uint8_t *row = quantize(types[it], G, x, n);
+                shoal_quant_dequantize_row(types[it], G, y, row, n);
+                for (int64_t i = 0; i < n; i++) {
+                    const float d = scale_of(row, i / G);
+                    cr_assert(fabsf(x[i] - y[i]) <= 0.5f * d * QUANT_RT_SLACK,
+                              "%s G=%d n=%lld i=%lld x=%.9g deq=%.9g d=%.9g",
+                              shoal_quant_type_name(types[it]), G, (long long)n,
+                              (long long)i, x[i], y[i], d);
+                }
+                free(row);
+                free(x);
+                free(y);
+            }
+}
+
+Test(quant, bf16_and_f16_sources_match_their_f32_values)
+{
+    const int64_t n = 77;
+    uint16_t hb[77], hh[77];
+    float xb[77], xh[77];
+    uint32_t s = 12345;
+    for (int64_t i = 0; i < n; i++) {
+        float v = frand(&s) * 3.0f;
+        hb[i] = shoal_f32_to_bf16(v);
+        hh[i] = (uint16_t)(0x3c00u + (uint16_t)(s % 1024u)) ^ (uint16_t)(i % 2 ? 0x8000u : 0u);
+    }
+    shoal_to_f32(xb, hb, SHOAL_DTYPE_BF16, (size_t)n);
+    shoal_to_f32(xh, hh, SHOAL_DTYPE_F16, (size_t)n);
+    cr_assert(xh[0] != xh[2] && xb[0] != xb[1], "generator is constant");
+    for (size_t it = 0; it < 2; it++) {
+        const size_t bytes = shoal_quant_row_bytes(types[it], n, 32);
+        uint8_t *a = malloc(bytes), *b = malloc(bytes);
+        struct shoal_err err = {0};
+        cr_assert(eq(int, shoal_quant_quantize_row(types[it], 32, a, hb, SHOAL_DTYPE_BF16, n, &err), 0));
+        cr_assert(eq(int, shoal_quant_quantize_row(types[it], 32, b, xb, SHOAL_DTYPE_F32, n, &err), 0));
+        cr_assert(eq(int, memcmp(a, b, bytes), 0), "bf16");
+        cr_assert(eq(int, shoal_quant_quantize_row(types[it], 32, a, hh, SHOAL_DTYPE_F16, n, &err), 0));
+        cr_assert(eq(int, shoal_quant_quantize_row(types[it], 32, b, xh, SHOAL_DTYPE_F32, n, &err), 0));
+        cr_assert(eq(int, memcmp(a, b, bytes), 0), "f16");
+        free(a);
+        free(b);
+    }
+}
+
+Test(quant, non_finite_input_is_an_error_with_its_position)
+{
+    float x[70] = {0};
+    x[3] = 1.0f;
+    x[65] = NAN;
+    uint8_t row[128];
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_quant_quantize_row(SHOAL_QUANT_INT8, 32, row, x, SHOAL_DTYPE_F32, 70, &err),
+                 SHOAL_ERANGE));
+    cr_assert(strstr(err.msg, "element 65 of 70") != NULL, "msg: %s", err.msg);
+
+    float m[3][70] = {{0}};
+    m[2][9] = -INFINITY;
+    m[1][40] = INFINITY;
+    uint8_t out[3 * 128];
+    shoal_err_clear(&err);
+    omp_set_num_threads(3);
+    cr_assert(eq(int, shoal_quant_quantize_matrix(SHOAL_QUANT_INT4, 64, out, sizeof out, m,
+                                                  SHOAL_DTYPE_F32, 3, 70, &err), SHOAL_ERANGE));
+    cr_assert(strstr(err.msg, "(row 1, col 40)") != NULL, "msg: %s", err.msg);
+    shoal_err_clear(&err);
+    cr_assert(eq(int, shoal_quant_quantize_matrix(SHOAL_QUANT_INT4, 64, out, 10, m,
+                                                  SHOAL_DTYPE_F32, 3, 70, &err), SHOAL_ESHAPE));
+    cr_assert(eq(int, shoal_quant_quantize_row(SHOAL_QUANT_INT4, 16, out, m, SHOAL_DTYPE_F32, 70, NULL),
+                 SHOAL_EINVAL));
+}
+
+/* bit-exact: the matrix bytes equal the row bytes for any thread count */
+Test(quant, matrix_is_its_rows_for_any_thread_count)
+{
+    const int64_t rows = 13, cols = 201;
+    float *x = malloc((size_t)(rows * cols) * 4);
+    fill(x, rows * cols, 99);
+    for (size_t it = 0; it < 2; it++) {
+        const size_t rb = shoal_quant_row_bytes(types[it], cols, 64);
+        const size_t mb = shoal_quant_matrix_bytes(types[it], rows, cols, 64);
+        uint8_t *m1 = malloc(mb), *m3 = malloc(mb);
+        omp_set_num_threads(1);
+        cr_assert(eq(int, shoal_quant_quantize_matrix(types[it], 64, m1, mb, x, SHOAL_DTYPE_F32,
+                                                      rows, cols, NULL), 0));
+        omp_set_num_threads(3);
+        cr_assert(eq(int, shoal_quant_quantize_matrix(types[it], 64, m3, mb, x, SHOAL_DTYPE_F32,
+                                                      rows, cols, NULL), 0));
+        cr_assert(eq(int, memcmp(m1, m3, mb), 0));
+        for (int64_t r = 0; r < rows; r++) {
+            uint8_t *row = quantize(types[it], 64, x + r * cols, cols);
+            cr_assert(eq(int, memcmp(row, m1 + (size_t)r * rb, rb), 0), "row %lld", (long long)r);
+            free(row);
+        }
+        free(m1);
+        free(m3);
+    }
+    free(x);
+}
+
+/* ---- the dot product -------------------------------------------------------- */
+
+/* tolerance: worst-case f32 accumulation bound (n + 8) eps sum|terms| */
+Test(quant, dot_matches_double_reference)
+{
+    use_isa(SHOAL_QUANT_ISA_AUTO);
+    const int64_t sizes[] = {1, 5, 8, 9, 63, 64, 65, 768, 1031, 2048};
+    for (size_t it = 0; it < 2; it++)
+        for (size_t ig = 0; ig < 3; ig++)
+            for (size_t is = 0; is < sizeof sizes / sizeof sizes[0]; is++) {
+                const int64_t n = sizes[is];
+                const int G = groups[ig];
+                float *w = malloc((size_t)n * 4), *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
+                fill(w, n, (uint32_t)(3 * n + G));
+                fill(x, n, (uint32_t)(5 * n + G + 1));
+                uint8_t *row = quantize(types[it], G, w, n);
+                shoal_quant_dequantize_row(types[it], G, y, row, n);
+                double ref = 0, mag = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    ref += (double)x[i] * (double)y[i];
+                    mag += fabs((double)x[i] * (double)y[i]);
+                }
+                const float got = shoal_quant_dot(types[it], G, x, row, n);
+                cr_assert(fabs(got - ref) <= (double)(n + 8) * FLT_EPSILON * mag,
+                          "%s G=%d n=%lld got %.9g want %.9g", shoal_quant_type_name(types[it]),
+                          G, (long long)n, got, ref);
+                free(row);
+                free(w);
+                free(x);
+                free(y);
+            }
+}
+
+/* The documented order written out with plain f32 operations; tree selects
+ * the lane combination: 0 canonical, 1 ((s0+s4)+(s1+s5))+((s2+s6)+(s3+s7)),
+ * 2 a plain left-to-right sum of the elements. */
+static float dot_written_out(enum shoal_quant_type type, const float *x,
+                             const void *row, int64_t n, int group, int tree)
+{
+    float acc = 0.0f;
+    for (int64_t i0 = 0; i0 < n; i0 += group) {
+        const int64_t len = n - i0 < group ? n - i0 : group;
+        float s[8] = {0, 0, 0, 0, 0, 0, 0, 0}, seq = 0.0f;
+        for (int64_t k = 0; k < len; k++) {
+            const float p = x[i0 + k] * (float)q_at(type, row, n, group, i0 + k);
+            s[k % 8] = s[k % 8] + p;
+            seq = seq + p;
+        }
+        float gsum;
+        if (tree == 0)
+            gsum = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+        else if (tree == 1)
+            gsum = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+        else
+            gsum = seq;
+        acc = acc + scale_of(row, i0 / group) * gsum;
+    }
+    return acc;
+}
+
+/* bit-exact: scalar and active kernels follow the documented order, on data
+ * where the other orders give other bits (checked) */
+Test(quant, dot_follows_the_canonical_order)
+{
+    const int64_t n = 75;   /* G = 32: groups of 32, 32, 11 (tail of 3) */
+    float w[75], x[75];
+    uint32_t seed = 7;
+    for (int64_t i = 0; i < n; i++)
+        w[i] = frand(&seed);   /* one magnitude: quants spread over the range */
+    fill(x, n, 8);
+    w[0] = w[2] = w[8] = w[10] = 1.0f;   /* q = qmax in lanes 0 and 2 */
+    x[0] = x[8] = 1e8f;     /* lanes 0 and 2 cancel before meeting the others */
+    x[2] = x[10] = -1e8f;   /* only in the canonical tree */
+    x[33] = 3e7f;
+    x[72] = -2e7f;          /* in the tail of the partial group */
+    for (size_t it = 0; it < 2; it++) {
+        uint8_t *row = quantize(types[it], 32, w, n);
+        const float want = dot_written_out(types[it], x, row, n, 32, 0);
+        for (int tree = 1; tree <= 2; tree++)
+            cr_assert(bits(dot_written_out(types[it], x, row, n, 32, tree)) != bits(want),
+                      "test data cannot tell order %d from the canonical one", tree);
+        use_isa(SHOAL_QUANT_ISA_SCALAR);
+        const float scalar = shoal_quant_dot(types[it], 32, x, row, n);
+        use_isa(SHOAL_QUANT_ISA_AUTO);
+        const float simd = shoal_quant_dot(types[it], 32, x, row, n);
+        cr_assert(eq(u32, bits(scalar), bits(want)), "scalar %.9g want %.9g", scalar, want);
+        cr_assert(eq(u32, bits(simd), bits(want)), "%s %.9g want %.9g", shoal_quant_ops_name(), simd, want);
+        free(row);
+    }
+}
+
+/* ---- kernel selection and bit-exactness across ISAs ----------------------- */
+
+Test(quant, auto_selects_the_simd_kernels_of_this_cpu)
+{
+    cr_assert(eq(str, (char *)shoal_quant_ops_name(), "scalar"), "default before init");
+    use_isa(SHOAL_QUANT_ISA_AUTO);
+    const char *name = shoal_quant_ops_name();
+#if defined(__aarch64__)
+    cr_assert(eq(str, (char *)name, "neon"));
+    cr_assert(eq(int, shoal_quant_init(SHOAL_QUANT_ISA_AVX2, NULL), SHOAL_EUNSUPPORTED));
+#elif defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2"))
+        cr_assert(eq(str, (char *)name, "avx2"));
+    else
+        cr_assert(eq(str, (char *)name, "scalar"));
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_quant_init(SHOAL_QUANT_ISA_NEON, &err), SHOAL_EUNSUPPORTED));
+    cr_assert(strstr(err.msg, "'neon'") != NULL, "msg: %s", err.msg);
+#endif
+    cr_assert(eq(str, (char *)shoal_quant_ops_name(), (char *)name), "a refused init changes nothing");
+    use_isa(SHOAL_QUANT_ISA_SCALAR);
+    cr_assert(eq(str, (char *)shoal_quant_ops_name(), "scalar"));
+    cr_log_info("active quant kernels: %s", name);
+}
+
+/* bit-exact: active SIMD dot == scalar dot over a shape grid */
+Test(quant, simd_dot_bits_equal_scalar)
+{
+    const int64_t sizes[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 63, 64, 65,
+                             100, 127, 128, 129, 200, 255, 256, 257, 383, 513, 1000, 1031};
+    int checked = 0;
+    for (size_t it = 0; it < 2; it++)
+        for (size_t ig = 0; ig < 3; ig++)
+            for (size_t is = 0; is < sizeof sizes / sizeof sizes[0]; is++)
+                for (uint32_t seed = 1; seed <= 3; seed++) {
+                    const int64_t n = sizes[is];
+                    const int G = groups[ig];
+                    float *w = malloc((size_t)n * 4), *x = malloc((size_t)n * 4);
+                    fill(w, n, seed * 1000u + (uint32_t)n);
+                    fill(x, n, seed * 2000u + (uint32_t)n + (uint32_t)G);
+                    uint8_t *row = quantize(types[it], G, w, n);
+                    use_isa(SHOAL_QUANT_ISA_SCALAR);
+                    const float want = shoal_quant_dot(types[it], G, x, row, n);
+                    use_isa(SHOAL_QUANT_ISA_AUTO);
+                    const float got = shoal_quant_dot(types[it], G, x, row, n);
+                    cr_assert(eq(u32, bits(got), bits(want)),
+                              "%s %s G=%d n=%lld seed=%u: %.9g vs scalar %.9g", shoal_quant_ops_name(),
+                              shoal_quant_type_name(types[it]), G, (long long)n, seed, got, want);
+                    checked++;
+                    free(row);
+                    free(w);
+                    free(x);
+                }
+    cr_assert(eq(int, checked, 2 * 3 * 27 * 3));
+}
+
+/* bit-exact: linear (n_tok 1 and 5, 1 and 3 threads, active and scalar ops)
+ * equals the scalar single-threaded dot of every (token, row). */
+Test(quant, simd_linear_bits_equal_scalar_for_any_batch_and_thread_count)
+{
+    const int64_t shapes[][2] = {{1, 1}, {3, 7}, {4, 32}, {5, 33}, {9, 64}, {17, 100},
+                                 {13, 129}, {37, 257}, {8, 768}, {6, 1031}};
+    const int64_t toks[] = {1, 5};
+    const int threads[] = {1, 3};
+    const enum shoal_quant_isa isas[] = {SHOAL_QUANT_ISA_SCALAR, SHOAL_QUANT_ISA_AUTO};
+    for (size_t it = 0; it < 2; it++)
+        for (size_t ig = 0; ig < 3; ig++)
+            for (size_t ish = 0; ish < sizeof shapes / sizeof shapes[0]; ish++) {
+                const int64_t rows = shapes[ish][0], cols = shapes[ish][1];
+                const int G = groups[ig];
+                const int64_t n_tok_max = 5;
+                float *wf = malloc((size_t)(rows * cols) * 4);
+                float *x = malloc((size_t)(n_tok_max * cols) * 4);
+                fill(wf, rows * cols, (uint32_t)(rows * 31 + cols + G));
+                fill(x, n_tok_max * cols, (uint32_t)(cols * 17 + G + it));
+                const size_t mb = shoal_quant_matrix_bytes(types[it], rows, cols, G);
+                const size_t rb = mb / (size_t)rows;
+                uint8_t *wq = malloc(mb);
+                cr_assert(eq(int, shoal_quant_quantize_matrix(types[it], G, wq, mb, wf,
+                                                              SHOAL_DTYPE_F32, rows, cols, NULL), 0));
+                struct shoal_quant_weight w = {types[it], G, rows, cols, wq};
+                float *want = malloc((size_t)(n_tok_max * rows) * 4);
+                float *got = malloc((size_t)(n_tok_max * rows) * 4);
+                use_isa(SHOAL_QUANT_ISA_SCALAR);
+                for (int64_t t = 0; t < n_tok_max; t++)
+                    for (int64_t r = 0; r < rows; r++)
+                        want[t * rows + r] = shoal_quant_dot(types[it], G, x + t * cols,
+                                                             wq + (size_t)r * rb, cols);
+                for (size_t ii = 0; ii < 2; ii++)
+                    for (size_t in = 0; in < 2; in++)
+                        for (size_t ith = 0; ith < 2; ith++) {
+                            const int64_t n_tok = toks[in];
+                            use_isa(isas[ii]);
+                            omp_set_num_threads(threads[ith]);
+                            memset(got, 0xff, (size_t)(n_tok * rows) * 4);
+                            cr_assert(eq(int, shoal_quant_linear(got, x, n_tok, &w), 0));
+                            for (int64_t e = 0; e < n_tok * rows; e++)
+                                cr_assert(eq(u32, bits(got[e]), bits(want[e])),
+                                          "%s %s G=%d [%lld][%lld] n_tok=%lld threads=%d "
+                                          "t=%lld r=%lld: %.9g vs scalar dot %.9g",
+                                          shoal_quant_ops_name(), shoal_quant_type_name(types[it]),
+                                          G, (long long)rows, (long long)cols, (long long)n_tok,
+                                          threads[ith], (long long)(e / rows), (long long)(e % rows),
+                                          got[e], want[e]);
+                        }
+                free(wf);
+                free(x);
+                free(wq);
+                free(want);
+                free(got);
+            }
+}
+
+/* bit-exact: a caller-owned parallel region splitting with linear_part */
+Test(quant, linear_part_inside_a_caller_region_gives_the_same_bits)
+{
+    use_isa(SHOAL_QUANT_ISA_AUTO);
+    const int64_t rows = 23, cols = 96, n_tok = 6;
+    float *wf = malloc((size_t)(rows * cols) * 4), *x = malloc((size_t)(n_tok * cols) * 4);
+    fill(wf, rows * cols, 5);
+    fill(x, n_tok * cols, 6);
+    const size_t mb = shoal_quant_matrix_bytes(SHOAL_QUANT_INT4, rows, cols, 32);
+    uint8_t *wq = malloc(mb);
+    cr_assert(eq(int, shoal_quant_quantize_matrix(SHOAL_QUANT_INT4, 32, wq, mb, wf, SHOAL_DTYPE_F32,
+                                                  rows, cols, NULL), 0));
+    struct shoal_quant_weight w = {SHOAL_QUANT_INT4, 32, rows, cols, wq};
+    float y1[6 * 23], y2[6 * 23];
+    omp_set_num_threads(1);
+    cr_assert(eq(int, shoal_quant_linear(y1, x, n_tok, &w), 0));
+    omp_set_num_threads(4);
+#pragma omp parallel
+    shoal_quant_linear_part(y2, x, n_tok, &w, omp_get_thread_num(), omp_get_num_threads());
+    cr_assert(eq(int, memcmp(y1, y2, sizeof y1), 0));
+    free(wf);
+    free(x);
+    free(wq);
+}
