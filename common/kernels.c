@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <stdlib.h>
 
+#include "quant.h"
 #include "util.h"
 
 float shoal_dot_f32(const float *a, const float *b, int64_t n)
@@ -26,6 +27,18 @@ void shoal_linear(float *y, const float *x, int64_t n_tok,
     if (bias && bias->data) {
         bias_f32 = shoal_xmalloc((size_t)rows * sizeof(float));
         shoal_to_f32(bias_f32, bias->data, bias->dtype, (size_t)rows);
+    }
+    if (shoal_dtype_is_quant(w->dtype)) {
+        struct shoal_quant_weight qw = {
+            .type = w->dtype == SHOAL_DTYPE_INT8 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4,
+            .group = w->group, .rows = rows, .cols = cols, .data = w->data};
+        shoal_quant_linear(y, x, n_tok, &qw);
+        if (bias_f32)
+            for (int64_t t = 0; t < n_tok; t++)
+                for (int64_t r = 0; r < rows; r++)
+                    y[t * rows + r] += bias_f32[r];
+        free(bias_f32);
+        return;
     }
 #pragma omp parallel
     {

@@ -7,11 +7,139 @@
 
 #include "util.h"
 
-struct loader {
-    struct shoal_safetensors *st;
-    struct shoal_err *err;
+/* ---- the walker: one description of every weight ---------------------- */
+
+struct walk {
+    struct shoal_model *m;
+    int (*fn)(const struct shoal_weight_slot *slot, void *user);
+    void *user;
     int rc;
 };
+
+static void visit(struct walk *wk, struct shoal_weight *w, int64_t rows,
+                  int64_t cols, int required, enum shoal_slot_kind kind,
+                  int64_t il, int64_t ie, int comp, const char *name,
+                  const char *hf_name)
+{
+    if (wk->rc)
+        return;
+    struct shoal_weight_slot s = {
+        .name = name, .hf_name = hf_name, .w = w, .rows = rows, .cols = cols,
+        .required = required, .kind = kind, .il = il, .ie = ie, .comp = comp};
+    wk->rc = wk->fn(&s, wk->user);
+}
+
+static void visit_ffn(struct walk *wk, struct shoal_expert_weights *e,
+                      int64_t E, int64_t F, enum shoal_slot_kind kind,
+                      int64_t il, int64_t ie, const char *name_prefix,
+                      const char *hf_prefix, const char *g, const char *u,
+                      const char *d)
+{
+    char n[3][128], h[3][256];
+    const char *hf[3] = {g, u, d};
+    static const char *comp[3] = {"w_gate", "w_up", "w_down"};
+    for (int c = 0; c < 3; c++) {
+        snprintf(n[c], sizeof n[c], "%s.%s", name_prefix, comp[c]);
+        snprintf(h[c], sizeof h[c], "%s.%s.weight", hf_prefix, hf[c]);
+    }
+    visit(wk, &e->w_gate, F, E, 1, kind, il, ie, 0, n[0], h[0]);
+    visit(wk, &e->w_up, F, E, 1, kind, il, ie, 1, n[1], h[1]);
+    visit(wk, &e->w_down, E, F, 1, kind, il, ie, 2, n[2], h[2]);
+}
+
+void shoal_model_alloc_layers(struct shoal_model *m)
+{
+    const struct shoal_model_config *c = &m->cfg;
+    m->layers = shoal_xcalloc((size_t)c->n_layer, sizeof *m->layers);
+    for (int64_t il = 0; il < c->n_layer; il++)
+        if (shoal_layer_is_moe(c, il))
+            m->layers[il].experts =
+                shoal_xcalloc((size_t)c->n_expert, sizeof *m->layers[il].experts);
+}
+
+int shoal_model_walk(struct shoal_model *m,
+                     int (*fn)(const struct shoal_weight_slot *slot, void *user),
+                     void *user)
+{
+    const struct shoal_model_config *c = &m->cfg;
+    const struct shoal_family *f = c->family;
+    struct walk wk = {.m = m, .fn = fn, .user = user};
+    const int64_t E = c->n_embd, hd = c->head_dim;
+    const int64_t nq = c->n_head * hd, nkv = c->n_head_kv * hd;
+    const enum shoal_slot_kind D = SHOAL_SLOT_DENSE;
+
+    visit(&wk, &m->tok_embd, c->n_vocab, E, 1, D, -1, -1, 0, "tok_embd",
+          "model.embed_tokens.weight");
+    visit(&wk, &m->out_norm, E, 0, 1, D, -1, -1, 0, "out_norm", "model.norm.weight");
+    if (!c->tie_embeddings)
+        visit(&wk, &m->lm_head, c->n_vocab, E, 1, D, -1, -1, 0, "lm_head",
+              "lm_head.weight");
+    for (int64_t il = 0; il < c->n_layer && !wk.rc; il++) {
+        struct shoal_layer_weights *L = &m->layers[il];
+        char p[64], hp[96], n[128], h[256];
+        snprintf(p, sizeof p, "blk.%lld", (long long)il);
+        snprintf(hp, sizeof hp, "model.layers.%lld", (long long)il);
+#define V(field, rows, cols, short, hf)                                     \
+    do {                                                                    \
+        snprintf(n, sizeof n, "%s.%s", p, short);                           \
+        snprintf(h, sizeof h, "%s.%s", hp, hf);                             \
+        visit(&wk, &L->field, rows, cols, 1, D, il, -1, 0, n, h);           \
+    } while (0)
+        V(attn_norm, E, 0, "attn_norm", "input_layernorm.weight");
+        V(wq, nq, E, "attn_q", "self_attn.q_proj.weight");
+        V(wk, nkv, E, "attn_k", "self_attn.k_proj.weight");
+        V(wv, nkv, E, "attn_v", "self_attn.v_proj.weight");
+        V(wo, E, nq, "attn_output", "self_attn.o_proj.weight");
+        if (c->qkv_bias) {
+            V(bq, nq, 0, "attn_q.bias", "self_attn.q_proj.bias");
+            V(bk, nkv, 0, "attn_k.bias", "self_attn.k_proj.bias");
+            V(bv, nkv, 0, "attn_v.bias", "self_attn.v_proj.bias");
+        }
+        if (f->qk_norm == SHOAL_QK_NORM_HEAD) {
+            V(q_norm, hd, 0, "attn_q_norm", "self_attn.q_norm.weight");
+            V(k_norm, hd, 0, "attn_k_norm", "self_attn.k_norm.weight");
+        } else if (f->qk_norm == SHOAL_QK_NORM_FULL) {
+            V(q_norm, nq, 0, "attn_q_norm", "self_attn.q_norm.weight");
+            V(k_norm, nkv, 0, "attn_k_norm", "self_attn.k_norm.weight");
+        }
+        V(ffn_norm, E, 0, "ffn_norm", "post_attention_layernorm.weight");
+        if (shoal_layer_is_moe(c, il)) {
+            char mp[160];
+            snprintf(mp, sizeof mp, "%s.%s", hp, f->moe_prefix);
+            snprintf(n, sizeof n, "%s.router", p);
+            snprintf(h, sizeof h, "%s.gate.weight", mp);
+            visit(&wk, &L->w_router, c->n_expert, E, 1, D, il, -1, 0, n, h);
+            if (c->n_ff_shexp > 0) {
+                char np[96], sp[200];
+                snprintf(np, sizeof np, "%s.shexp", p);
+                snprintf(sp, sizeof sp, "%s.shared_expert", mp);
+                visit_ffn(&wk, &L->shexp, E, c->n_ff_shexp, D, il, -1, np, sp,
+                          "gate_proj", "up_proj", "down_proj");
+                snprintf(n, sizeof n, "%s.shexp_gate", p);
+                snprintf(h, sizeof h, "%s.shared_expert_gate.weight", mp);
+                visit(&wk, &L->w_shexp_gate, 1, E, 1, D, il, -1, 0, n, h);
+            }
+            for (int64_t ie = 0; ie < c->n_expert && !wk.rc; ie++) {
+                char np[96], ep[200];
+                snprintf(np, sizeof np, "%s.exp.%lld", p, (long long)ie);
+                snprintf(ep, sizeof ep, "%s.experts.%lld", mp, (long long)ie);
+                visit_ffn(&wk, &L->experts[ie], E, c->n_ff_exp, SHOAL_SLOT_EXPERT,
+                          il, ie, np, ep, f->expert_gate, f->expert_up,
+                          f->expert_down);
+            }
+        } else {
+            char np[96], mp[160];
+            snprintf(np, sizeof np, "%s.ffn", p);
+            snprintf(mp, sizeof mp, "%s.mlp", hp);
+            visit_ffn(&wk, &L->mlp, E, c->n_ff, D, il, -1, np, mp, "gate_proj",
+                      "up_proj", "down_proj");
+        }
+#undef V
+    }
+    return wk.rc;
+}
+
+/* ---- loading from a Hugging Face directory ------------------------------- */
 
 static void fmt_shape(char *buf, size_t cap, const int64_t *shape, int n)
 {
@@ -24,67 +152,45 @@ static void fmt_shape(char *buf, size_t cap, const int64_t *shape, int n)
         snprintf(buf + o, cap - o, "]");
 }
 
-/* Fetch tensor `name` with shape [rows][cols] (cols == 0: 1-D [rows]).
- * required == 0: a missing tensor leaves w zeroed. */
-static void get(struct loader *ld, struct shoal_weight *w, int required,
-                int64_t rows, int64_t cols, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
+struct bind_st {
+    struct shoal_safetensors *st;
+    struct shoal_err *err;
+};
 
-static void get(struct loader *ld, struct shoal_weight *w, int required,
-                int64_t rows, int64_t cols, const char *fmt, ...)
+/* Bind one slot to its safetensors tensor, checking shape and dtype. */
+static int bind_from_st(const struct shoal_weight_slot *s, void *user)
 {
+    struct bind_st *b = user;
+    struct shoal_weight *w = s->w;
     memset(w, 0, sizeof *w);
-    if (ld->rc)
-        return;
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    struct shoal_st_tensor *t = shoal_safetensors_find(ld->st, name);
+    struct shoal_st_tensor *t = shoal_safetensors_find(b->st, s->hf_name);
     if (!t) {
-        if (required)
-            ld->rc = shoal_err_set(ld->err, SHOAL_ENOTFOUND,
-                                   "missing tensor '%s' in the checkpoint", name);
-        return;
+        if (!s->required)
+            return 0;
+        return shoal_err_set(b->err, SHOAL_ENOTFOUND,
+                             "missing tensor '%s' in the checkpoint", s->hf_name);
     }
     t->used = 1;
-    int64_t want[2] = {rows, cols};
-    int want_n = cols ? 2 : 1;
-    int ok = t->n_dims == want_n && t->shape[0] == rows &&
-             (want_n == 1 || t->shape[1] == cols);
-    if (!ok) {
-        char a[96], b[96];
+    int64_t want[2] = {s->rows, s->cols};
+    int want_n = s->cols ? 2 : 1;
+    if (!(t->n_dims == want_n && t->shape[0] == s->rows &&
+          (want_n == 1 || t->shape[1] == s->cols))) {
+        char a[96], g[96];
         fmt_shape(a, sizeof a, want, want_n);
-        fmt_shape(b, sizeof b, t->shape, t->n_dims);
-        ld->rc = shoal_err_set(ld->err, SHOAL_ESHAPE,
-                               "tensor '%s' in '%s' has wrong shape; expected %s, got %s",
-                               name, t->file, a, b);
-        return;
+        fmt_shape(g, sizeof g, t->shape, t->n_dims);
+        return shoal_err_set(b->err, SHOAL_ESHAPE,
+                             "tensor '%s' in '%s' has wrong shape; expected %s, got %s",
+                             s->hf_name, t->file, a, g);
     }
-    if (!t->dtype_ok) {
-        ld->rc = shoal_err_set(ld->err, SHOAL_EUNSUPPORTED,
-                               "tensor '%s' in '%s' has dtype %s; supported: F32, F16, BF16",
-                               name, t->file, t->dtype_name);
-        return;
-    }
+    if (!t->dtype_ok)
+        return shoal_err_set(b->err, SHOAL_EUNSUPPORTED,
+                             "tensor '%s' in '%s' has dtype %s; supported: F32, F16, BF16",
+                             s->hf_name, t->file, t->dtype_name);
     w->dtype = t->dtype;
     w->data = t->data;
-    w->rows = rows;
-    w->cols = cols ? cols : rows;
-    if (!cols) {
-        w->rows = 1;
-        w->cols = rows;
-    }
-}
-
-static void get_ffn(struct loader *ld, struct shoal_expert_weights *e,
-                    int64_t n_embd, int64_t n_ff, const char *prefix,
-                    const char *g, const char *u, const char *d)
-{
-    get(ld, &e->w_gate, 1, n_ff, n_embd, "%s.%s.weight", prefix, g);
-    get(ld, &e->w_up, 1, n_ff, n_embd, "%s.%s.weight", prefix, u);
-    get(ld, &e->w_down, 1, n_embd, n_ff, "%s.%s.weight", prefix, d);
+    w->rows = s->cols ? s->rows : 1;
+    w->cols = s->cols ? s->cols : s->rows;
+    return 0;
 }
 
 /* Tensors some exporters keep that carry no weights of ours. */
@@ -108,75 +214,19 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
     m->st = shoal_safetensors_open_dir(dir, err);
     if (!m->st)
         goto fail;
-
-    const struct shoal_model_config *c = &m->cfg;
-    const struct shoal_family *f = c->family;
-    struct loader ld = {.st = m->st, .err = err};
-    int64_t E = c->n_embd, hd = c->head_dim;
-    int64_t nq = c->n_head * hd, nkv = c->n_head_kv * hd;
-
-    get(&ld, &m->tok_embd, 1, c->n_vocab, E, "model.embed_tokens.weight");
-    get(&ld, &m->out_norm, 1, E, 0, "model.norm.weight");
-    if (c->tie_embeddings)
-        m->lm_head = m->tok_embd;
-    else
-        get(&ld, &m->lm_head, 1, c->n_vocab, E, "lm_head.weight");
-
-    m->layers = shoal_xcalloc((size_t)c->n_layer, sizeof *m->layers);
-    for (int64_t il = 0; il < c->n_layer && !ld.rc; il++) {
-        struct shoal_layer_weights *L = &m->layers[il];
-        char p[128];
-        snprintf(p, sizeof p, "model.layers.%lld", (long long)il);
-        get(&ld, &L->attn_norm, 1, E, 0, "%s.input_layernorm.weight", p);
-        get(&ld, &L->ffn_norm, 1, E, 0, "%s.post_attention_layernorm.weight", p);
-        get(&ld, &L->wq, 1, nq, E, "%s.self_attn.q_proj.weight", p);
-        get(&ld, &L->wk, 1, nkv, E, "%s.self_attn.k_proj.weight", p);
-        get(&ld, &L->wv, 1, nkv, E, "%s.self_attn.v_proj.weight", p);
-        get(&ld, &L->wo, 1, E, nq, "%s.self_attn.o_proj.weight", p);
-        if (c->qkv_bias) {
-            get(&ld, &L->bq, 1, nq, 0, "%s.self_attn.q_proj.bias", p);
-            get(&ld, &L->bk, 1, nkv, 0, "%s.self_attn.k_proj.bias", p);
-            get(&ld, &L->bv, 1, nkv, 0, "%s.self_attn.v_proj.bias", p);
-        }
-        if (f->qk_norm == SHOAL_QK_NORM_HEAD) {
-            get(&ld, &L->q_norm, 1, hd, 0, "%s.self_attn.q_norm.weight", p);
-            get(&ld, &L->k_norm, 1, hd, 0, "%s.self_attn.k_norm.weight", p);
-        } else if (f->qk_norm == SHOAL_QK_NORM_FULL) {
-            get(&ld, &L->q_norm, 1, nq, 0, "%s.self_attn.q_norm.weight", p);
-            get(&ld, &L->k_norm, 1, nkv, 0, "%s.self_attn.k_norm.weight", p);
-        }
-        if (shoal_layer_is_moe(c, il)) {
-            char mp[160];
-            snprintf(mp, sizeof mp, "%s.%s", p, f->moe_prefix);
-            get(&ld, &L->w_router, 1, c->n_expert, E, "%s.gate.weight", mp);
-            L->experts = shoal_xcalloc((size_t)c->n_expert, sizeof *L->experts);
-            for (int64_t ie = 0; ie < c->n_expert && !ld.rc; ie++) {
-                char ep[200];
-                snprintf(ep, sizeof ep, "%s.experts.%lld", mp, (long long)ie);
-                get_ffn(&ld, &L->experts[ie], E, c->n_ff_exp, ep, f->expert_gate,
-                        f->expert_up, f->expert_down);
-            }
-            if (c->n_ff_shexp > 0) {
-                char sp[200];
-                snprintf(sp, sizeof sp, "%s.shared_expert", mp);
-                get_ffn(&ld, &L->shexp, E, c->n_ff_shexp, sp, "gate_proj",
-                        "up_proj", "down_proj");
-                get(&ld, &L->w_shexp_gate, 1, 1, E, "%s.shared_expert_gate.weight", mp);
-            }
-        } else {
-            char mp[160];
-            snprintf(mp, sizeof mp, "%s.mlp", p);
-            get_ffn(&ld, &L->mlp, E, c->n_ff, mp, "gate_proj", "up_proj", "down_proj");
-        }
-    }
-    if (ld.rc)
+    shoal_model_alloc_layers(m);
+    struct bind_st b = {.st = m->st, .err = err};
+    if (shoal_model_walk(m, bind_from_st, &b))
         goto fail;
+    if (m->cfg.tie_embeddings)
+        m->lm_head = m->tok_embd;
     for (size_t i = 0; i < shoal_safetensors_count(m->st); i++) {
         struct shoal_st_tensor *t = shoal_safetensors_at(m->st, i);
         if (!t->used && !ignorable(t->name)) {
             shoal_err_set(err, SHOAL_EFORMAT,
                           "unexpected tensor '%s' in '%s': not part of a %s model "
-                          "with this config", t->name, t->file, f->model_type);
+                          "with this config", t->name, t->file,
+                          m->cfg.family->model_type);
             goto fail;
         }
     }

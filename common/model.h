@@ -41,15 +41,48 @@ struct shoal_layer_weights {
     struct shoal_expert_weights mlp;      /* [n_ff] */
 };
 
+struct shoal_container;
+struct shoal_expert_store;
+
 struct shoal_model {
     struct shoal_model_config cfg;
-    struct shoal_safetensors *st;    /* owned: the mapping the views borrow */
+    struct shoal_safetensors *st;    /* owned: the mapping the views borrow (HF dir) */
+    struct shoal_container *ct;      /* owned: the container the views borrow */
     struct shoal_weight tok_embd;    /* [n_vocab][n_embd] */
     struct shoal_weight out_norm;    /* [n_embd] */
     struct shoal_weight lm_head;     /* [n_vocab][n_embd] (tok_embd when tied) */
     struct shoal_layer_weights *layers; /* [n_layer] */
     char *dir;                       /* checkpoint directory */
 };
+
+/* Every weight of the architecture, as the walker hands it out. */
+enum shoal_slot_kind {
+    SHOAL_SLOT_DENSE = 0,   /* stays resident (trunk, norms, router, shared expert) */
+    SHOAL_SLOT_EXPERT = 1,  /* a routed expert's w_gate / w_up / w_down */
+};
+
+struct shoal_weight_slot {
+    const char *name;        /* shoal's canonical name ("blk.3.attn_q", "blk.3.exp.17.w_gate") */
+    const char *hf_name;     /* the Hugging Face tensor name */
+    struct shoal_weight *w;  /* the model field the view is bound to */
+    int64_t rows, cols;      /* expected shape; cols == 0 means 1-D [rows] */
+    int required;            /* 0 only for optional tensors */
+    enum shoal_slot_kind kind;
+    int64_t il, ie;          /* layer; expert (-1 unless kind == EXPERT) */
+    int comp;                /* expert component: 0 w_gate, 1 w_up, 2 w_down */
+};
+
+/* Visit every weight slot of m's architecture in a fixed order (dense
+ * tensors of the model, then each layer's dense tensors, then its routed
+ * experts in id order, gate/up/down). m->cfg must be set and m->layers
+ * allocated (shoal_model_alloc_layers). The slot is valid during the call.
+ * Stops at and returns the first non-zero return of fn. Thread: any. */
+int shoal_model_walk(struct shoal_model *m,
+                     int (*fn)(const struct shoal_weight_slot *slot, void *user),
+                     void *user);
+
+/* Allocate m->layers (and expert tables) for m->cfg. */
+void shoal_model_alloc_layers(struct shoal_model *m);
 
 /* Load the checkpoint in dir (borrowed path): config.json + *.safetensors.
  * Returns a model owned by the caller (shoal_model_free) or NULL with err

@@ -1,6 +1,9 @@
 #include "tensor.h"
 
 #include <math.h>
+#include <strings.h>
+
+#include "quant.h"
 
 const char *shoal_dtype_name(enum shoal_dtype t)
 {
@@ -8,8 +11,42 @@ const char *shoal_dtype_name(enum shoal_dtype t)
     case SHOAL_DTYPE_F32: return "F32";
     case SHOAL_DTYPE_F16: return "F16";
     case SHOAL_DTYPE_BF16: return "BF16";
+    case SHOAL_DTYPE_INT8: return "INT8";
+    case SHOAL_DTYPE_INT4: return "INT4";
     default: return "?";
     }
+}
+
+int shoal_dtype_parse(const char *name, enum shoal_dtype *t)
+{
+    for (int i = 0; i < SHOAL_DTYPE_COUNT; i++) {
+        if (!strcasecmp(name, shoal_dtype_name((enum shoal_dtype)i))) {
+            *t = (enum shoal_dtype)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static enum shoal_quant_type qtype(enum shoal_dtype t)
+{
+    return t == SHOAL_DTYPE_INT8 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4;
+}
+
+size_t shoal_weight_row_bytes(const struct shoal_weight *w)
+{
+    if (shoal_dtype_is_quant(w->dtype))
+        return shoal_quant_row_bytes(qtype(w->dtype), w->cols, w->group);
+    return (size_t)w->cols * shoal_dtype_size(w->dtype);
+}
+
+void shoal_weight_row_to_f32(float *dst, const struct shoal_weight *w, int64_t r)
+{
+    const void *row = shoal_weight_row(w, r);
+    if (shoal_dtype_is_quant(w->dtype))
+        shoal_quant_dequantize_row(qtype(w->dtype), w->group, dst, row, w->cols);
+    else
+        shoal_to_f32(dst, row, w->dtype, (size_t)w->cols);
 }
 
 float shoal_f16_to_f32(uint16_t h)

@@ -16,17 +16,29 @@ enum shoal_dtype {
     SHOAL_DTYPE_F32 = 0,
     SHOAL_DTYPE_F16 = 1,
     SHOAL_DTYPE_BF16 = 2,
+    SHOAL_DTYPE_INT8 = 3,   /* grouped int8, layout in quant.h (2-D only) */
+    SHOAL_DTYPE_INT4 = 4,   /* grouped int4, layout in quant.h (2-D only) */
     SHOAL_DTYPE_COUNT
 };
 
-/* Bytes per element of a dtype. */
+static inline int shoal_dtype_is_quant(enum shoal_dtype t)
+{
+    return t == SHOAL_DTYPE_INT8 || t == SHOAL_DTYPE_INT4;
+}
+
+/* Bytes per element of a float dtype (quantized types: see quant.h). */
 static inline size_t shoal_dtype_size(enum shoal_dtype t)
 {
     return t == SHOAL_DTYPE_F32 ? 4 : 2;
 }
 
-/* Name as safetensors spells it ("F32", "F16", "BF16"). Static string. */
+/* Name: "F32", "F16", "BF16" (as safetensors spells them), "INT8", "INT4".
+ * Static string. */
 const char *shoal_dtype_name(enum shoal_dtype t);
+
+/* Parse a name as written by shoal_dtype_name (case-insensitive).
+ * Returns 0 and sets *t, or -1. */
+int shoal_dtype_parse(const char *name, enum shoal_dtype *t);
 
 /* A 1-D or 2-D weight: rows x cols elements of dtype, row-major,
  * rows contiguous. For 1-D weights rows == 1. */
@@ -35,6 +47,7 @@ struct shoal_weight {
     const void *data;   /* borrowed, rows*cols elements */
     int64_t rows;       /* outer dimension (output features) */
     int64_t cols;       /* inner dimension (input features) */
+    int group;          /* quantized dtypes: elements per scale group */
 };
 
 static inline float shoal_bf16_to_f32(uint16_t h)
@@ -62,12 +75,24 @@ float shoal_f16_to_f32(uint16_t h);
 /* Convert n elements of src (dtype t) to f32 in dst. Thread: any. */
 void shoal_to_f32(float *dst, const void *src, enum shoal_dtype t, size_t n);
 
-/* Row r of a weight as a pointer to its first element. */
+/* Bytes of one row of w (quantized rows include their scales). */
+size_t shoal_weight_row_bytes(const struct shoal_weight *w);
+
+/* Bytes of the whole weight. */
+static inline size_t shoal_weight_bytes(const struct shoal_weight *w)
+{
+    return (size_t)w->rows * shoal_weight_row_bytes(w);
+}
+
+/* Row r of a weight as a pointer to its first byte. */
 static inline const void *shoal_weight_row(const struct shoal_weight *w,
                                            int64_t r)
 {
-    return (const char *)w->data +
-           (size_t)r * (size_t)w->cols * shoal_dtype_size(w->dtype);
+    return (const char *)w->data + (size_t)r * shoal_weight_row_bytes(w);
 }
+
+/* Row r of w converted to f32 (dequantized for quantized dtypes).
+ *   dst [w->cols] f32, written. Thread: any. */
+void shoal_weight_row_to_f32(float *dst, const struct shoal_weight *w, int64_t r);
 
 #endif

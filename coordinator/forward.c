@@ -299,8 +299,7 @@ static void eval_batch(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
 
     shoal_rope_update(&ctx->rope, ctx->n_past + n);
     for (int64_t t = 0; t < n; t++)
-        shoal_to_f32(ctx->x + t * E, shoal_weight_row(&m->tok_embd, tokens[t]),
-                     m->tok_embd.dtype, (size_t)E);                 /* [n][E] */
+        shoal_weight_row_to_f32(ctx->x + t * E, &m->tok_embd, tokens[t]); /* [n][E] */
     for (int64_t il = 0; il < c->n_layer; il++) {
         double t0 = shoal_time_s();
         attention_block(ctx, il, n);

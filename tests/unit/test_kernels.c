@@ -65,8 +65,8 @@ Test(kernels, linear_bits_do_not_depend_on_thread_count)
     fill(w, rows * cols, 3);
     fill(x, n * cols, 5);
     fill(bias, rows, 7);
-    struct shoal_weight W = {SHOAL_DTYPE_F32, w, rows, cols};
-    struct shoal_weight B = {SHOAL_DTYPE_F32, bias, 1, rows};
+    struct shoal_weight W = {.dtype = SHOAL_DTYPE_F32, .data = w, .rows = rows, .cols = cols};
+    struct shoal_weight B = {.dtype = SHOAL_DTYPE_F32, .data = bias, .rows = 1, .cols = rows};
     float *y1 = malloc(n * rows * 4), *y3 = malloc(n * rows * 4);
     omp_set_num_threads(1);
     shoal_linear(y1, x, n, &W, &B);
@@ -95,8 +95,8 @@ Test(kernels, bf16_weights_equal_their_f32_expansion_bit_for_bit)
         wb[i] = shoal_f32_to_bf16(w[i]);
         w[i] = shoal_bf16_to_f32(wb[i]);
     }
-    struct shoal_weight Wf = {SHOAL_DTYPE_F32, w, rows, cols};
-    struct shoal_weight Wb = {SHOAL_DTYPE_BF16, wb, rows, cols};
+    struct shoal_weight Wf = {.dtype = SHOAL_DTYPE_F32, .data = w, .rows = rows, .cols = cols};
+    struct shoal_weight Wb = {.dtype = SHOAL_DTYPE_BF16, .data = wb, .rows = rows, .cols = cols};
     float yf[9], yb[9];
     shoal_linear(yf, x, 1, &Wf, NULL);
     shoal_linear(yb, x, 1, &Wb, NULL);
@@ -121,7 +121,7 @@ Test(kernels, f16_and_bf16_conversions_are_exact)
 Test(kernels, rmsnorm_matches_definition)
 {
     float x[6] = {1, -2, 3, 0.5f, -0.25f, 4}, w[6] = {1, 2, 0.5f, 1, 1, -1}, y[6];
-    struct shoal_weight W = {SHOAL_DTYPE_F32, w, 1, 6};
+    struct shoal_weight W = {.dtype = SHOAL_DTYPE_F32, .data = w, .rows = 1, .cols = 6};
     shoal_rmsnorm(y, x, 1, 6, &W, 1e-6f);
     double ss = 0;
     for (int i = 0; i < 6; i++)
