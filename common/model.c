@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "container.h"
+#include "expert_store.h"
 #include "util.h"
 
 /* ---- the walker: one description of every weight ---------------------- */
@@ -206,6 +208,18 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
 {
     struct shoal_model *m = shoal_xcalloc(1, sizeof *m);
     m->dir = shoal_xstrdup(dir);
+    if (shoal_container_is(dir)) {
+        m->ct = shoal_container_open(dir, &m->cfg, err);
+        if (!m->ct)
+            goto fail;
+        shoal_model_alloc_layers(m);
+        if (shoal_container_bind(m->ct, m, err))
+            goto fail;
+        struct shoal_expert_store_params sp = shoal_expert_store_params_default();
+        if (shoal_model_set_store(m, &sp, err))
+            goto fail;
+        return m;
+    }
     char *cfg_path = shoal_path_join(dir, "config.json");
     int rc = shoal_model_config_load(cfg_path, &m->cfg, err);
     free(cfg_path);
@@ -236,10 +250,26 @@ fail:
     return NULL;
 }
 
+int shoal_model_set_store(struct shoal_model *m,
+                          const struct shoal_expert_store_params *params,
+                          struct shoal_err *err)
+{
+    if (!m->ct)
+        return 0;
+    struct shoal_expert_store *s = shoal_expert_store_create(m->ct, *params, err);
+    if (!s)
+        return err ? err->code : SHOAL_EIO;
+    shoal_expert_store_destroy(m->store);
+    m->store = s;
+    return 0;
+}
+
 void shoal_model_free(struct shoal_model *m)
 {
     if (!m)
         return;
+    shoal_expert_store_destroy(m->store);
+    shoal_container_close(m->ct);
     if (m->layers) {
         for (int64_t il = 0; il < m->cfg.n_layer; il++)
             free(m->layers[il].experts);

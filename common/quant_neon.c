@@ -110,6 +110,24 @@ static inline float hsum8(struct acc8 s)
     return vget_lane_f32(w, 0) + vget_lane_f32(w, 1);
 }
 
+/* hsum8 of four chains at once, chain r in lane r (same operations) */
+static inline float32x4_t hsum8x4(struct acc8 a, struct acc8 b, struct acc8 c,
+                                  struct acc8 d)
+{
+    const float32x4_t va = vaddq_f32(a.lo, a.hi), vb = vaddq_f32(b.lo, b.hi);
+    const float32x4_t vc = vaddq_f32(c.lo, c.hi), vd = vaddq_f32(d.lo, d.hi);
+    /* 4x4 transpose: cj = (va[j], vb[j], vc[j], vd[j]) */
+    const float64x2_t t0 = vreinterpretq_f64_f32(vtrn1q_f32(va, vb));
+    const float64x2_t t1 = vreinterpretq_f64_f32(vtrn2q_f32(va, vb));
+    const float64x2_t t2 = vreinterpretq_f64_f32(vtrn1q_f32(vc, vd));
+    const float64x2_t t3 = vreinterpretq_f64_f32(vtrn2q_f32(vc, vd));
+    const float32x4_t c0 = vreinterpretq_f32_f64(vtrn1q_f64(t0, t2));
+    const float32x4_t c1 = vreinterpretq_f32_f64(vtrn1q_f64(t1, t3));
+    const float32x4_t c2 = vreinterpretq_f32_f64(vtrn2q_f64(t0, t2));
+    const float32x4_t c3 = vreinterpretq_f32_f64(vtrn2q_f64(t1, t3));
+    return vaddq_f32(vaddq_f32(c0, c2), vaddq_f32(c1, c3));
+}
+
 static inline float tree8(const float s[8])
 {
     return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
@@ -185,9 +203,9 @@ static float dot_neon(enum shoal_quant_type type, int group, const float *x,
 
 /* ---- four rows, one token (matvec) ---------------------------------------- */
 
-/* Full groups only (len == G, a multiple of 32): four independent chains. */
-static void group4_q8(const float *x, const int8_t *const q[4], int64_t len,
-                      float gs[4])
+/* Full groups only (len == G, a multiple of 32): four independent chains,
+ * row r's group sum in lane r. */
+static float32x4_t group4_q8(const float *x, const int8_t *const q[4], int64_t len)
 {
     struct acc8 s[4] = {acc8_zero(), acc8_zero(), acc8_zero(), acc8_zero()};
     for (int64_t k = 0; k < len; k += 8) {
@@ -195,12 +213,10 @@ static void group4_q8(const float *x, const int8_t *const q[4], int64_t len,
         for (int r = 0; r < 4; r++)
             s[r] = madd(s[r], xv, q8x8(q[r] + k));
     }
-    for (int r = 0; r < 4; r++)
-        gs[r] = hsum8(s[r]);
+    return hsum8x4(s[0], s[1], s[2], s[3]);
 }
 
-static void group4_q4(const float *x, const uint8_t *const p[4], int64_t len,
-                      float gs[4])
+static float32x4_t group4_q4(const float *x, const uint8_t *const p[4], int64_t len)
 {
     struct acc8 s[4] = {acc8_zero(), acc8_zero(), acc8_zero(), acc8_zero()};
     for (int64_t k = 0; k < len; k += 32) {
@@ -215,39 +231,43 @@ static void group4_q4(const float *x, const uint8_t *const p[4], int64_t len,
             s[r] = madd(s[r], x3, v[3]);
         }
     }
-    for (int r = 0; r < 4; r++)
-        gs[r] = hsum8(s[r]);
+    return hsum8x4(s[0], s[1], s[2], s[3]);
 }
 
 static void dot4_rows(enum shoal_quant_type type, int group, const float *x,
                       const uint8_t *const row[4], int64_t n, float out[4])
 {
     const uint8_t *qs[4];
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int r = 0; r < 4; r++)
         qs[r] = shoal_quant_row_qs(row[r], n, group);
-    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
-        const int64_t len = n - i0 < group ? n - i0 : group;
-        float gs[4];
-        if (len == group && type == SHOAL_QUANT_INT8) {
+    /* full groups: acc[r] = acc[r] + d[r] * gsum[r], one lane per row */
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    int64_t i0 = 0, g = 0;
+    for (; i0 + group <= n; i0 += group, g++) {
+        float32x4_t gs;
+        if (type == SHOAL_QUANT_INT8) {
             const int8_t *q[4] = {(const int8_t *)qs[0] + i0, (const int8_t *)qs[1] + i0,
                                   (const int8_t *)qs[2] + i0, (const int8_t *)qs[3] + i0};
-            group4_q8(x + i0, q, len, gs);
-        } else if (len == group) {
+            gs = group4_q8(x + i0, q, group);
+        } else {
             const uint8_t *p[4] = {qs[0] + i0 / 2, qs[1] + i0 / 2, qs[2] + i0 / 2,
                                    qs[3] + i0 / 2};
-            group4_q4(x + i0, p, len, gs);
-        } else {
-            for (int r = 0; r < 4; r++)
-                gs[r] = type == SHOAL_QUANT_INT8
-                            ? group_q8(x + i0, (const int8_t *)qs[r] + i0, len)
-                            : group_q4(x + i0, qs[r] + i0 / 2, len);
+            gs = group4_q4(x + i0, p, group);
         }
-        for (int r = 0; r < 4; r++)
-            acc[r] += scale_at(row[r], g) * gs[r];
+        const float dv[4] = {scale_at(row[0], g), scale_at(row[1], g),
+                             scale_at(row[2], g), scale_at(row[3], g)};
+        acc = vaddq_f32(acc, vmulq_f32(vld1q_f32(dv), gs));
     }
-    for (int r = 0; r < 4; r++)
-        out[r] = acc[r];
+    vst1q_f32(out, acc);
+    if (i0 == n)
+        return;
+    /* the partial last group, row by row */
+    for (int r = 0; r < 4; r++) {
+        const float gs = type == SHOAL_QUANT_INT8
+                             ? group_q8(x + i0, (const int8_t *)qs[r] + i0, n - i0)
+                             : group_q4(x + i0, qs[r] + i0 / 2, n - i0);
+        out[r] += scale_at(row[r], g) * gs;
+    }
 }
 
 /* ---- one row, four tokens (batched): groups unpacked once to f32 ---------- */
@@ -292,8 +312,9 @@ static float group_f(const float *x, const float *qf, int64_t len)
     return tree8(l);
 }
 
-static void group4_f(const float *const x[4], const float *qf, int64_t len,
-                     float gs[4])
+/* four tokens x[t] (each at its group offset) against one unpacked group,
+ * token t's group sum in lane t */
+static float32x4_t group4_f(const float *const x[4], const float *qf, int64_t len)
 {
     struct acc8 s[4] = {acc8_zero(), acc8_zero(), acc8_zero(), acc8_zero()};
     int64_t k = 0;
@@ -302,17 +323,17 @@ static void group4_f(const float *const x[4], const float *qf, int64_t len,
         for (int t = 0; t < 4; t++)
             s[t] = madd(s[t], load8(x[t] + k), q);
     }
+    if (k == len)
+        return hsum8x4(s[0], s[1], s[2], s[3]);
+    float gs[4];
     for (int t = 0; t < 4; t++) {
-        if (k == len) {
-            gs[t] = hsum8(s[t]);
-            continue;
-        }
         float l[8];
         store8(l, s[t]);
         for (int j = 0; k + j < len; j++)
             l[j] += x[t][k + j] * qf[k + j];
         gs[t] = tree8(l);
     }
+    return vld1q_f32(gs);
 }
 
 /* y[t][r] for tokens t0 .. t0+nt-1 of one row, nt == 4 or 1 */
@@ -324,7 +345,8 @@ static void row_tokens(float *y, const float *x, int64_t t0, int64_t nt,
     const int group = w->group;
     const uint8_t *qs = shoal_quant_row_qs(row, n, group);
     float qf[QUANT_GROUP_MAX];
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float32x4_t acc4 = vdupq_n_f32(0.0f);   /* nt == 4: token t in lane t */
+    float acc = 0.0f;                       /* nt == 1 */
     for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
         const int64_t len = n - i0 < group ? n - i0 : group;
         const float d = scale_at(row, g);
@@ -332,16 +354,19 @@ static void row_tokens(float *y, const float *x, int64_t t0, int64_t nt,
         if (nt == 4) {
             const float *xt[4] = {x + t0 * n + i0, x + (t0 + 1) * n + i0,
                                   x + (t0 + 2) * n + i0, x + (t0 + 3) * n + i0};
-            float gs[4];
-            group4_f(xt, qf, len, gs);
-            for (int t = 0; t < 4; t++)
-                acc[t] += d * gs[t];
+            acc4 = vaddq_f32(acc4, vmulq_f32(vdupq_n_f32(d), group4_f(xt, qf, len)));
         } else {
-            acc[0] += d * group_f(x + t0 * n + i0, qf, len);
+            acc += d * group_f(x + t0 * n + i0, qf, len);
         }
     }
-    for (int64_t t = 0; t < nt; t++)
-        y[(t0 + t) * w->rows + r] = acc[t];
+    if (nt == 4) {
+        float out[4];
+        vst1q_f32(out, acc4);
+        for (int64_t t = 0; t < 4; t++)
+            y[(t0 + t) * w->rows + r] = out[t];
+    } else {
+        y[t0 * w->rows + r] = acc;
+    }
 }
 
 static void linear_rows_neon(float *y, const float *x, int64_t n_tok,

@@ -12,6 +12,12 @@ int shoal_cmd_chat(int argc, char **argv);
 int shoal_cmd_tokenize(int argc, char **argv);
 int shoal_cmd_detokenize(int argc, char **argv);
 int shoal_cmd_perplexity(int argc, char **argv);
+int shoal_cmd_convert(int argc, char **argv);
+int shoal_cmd_inspect(int argc, char **argv);
+
+/* Parse a byte size: "0", "512K", "256M", "4G", "unlimited". Returns 0
+ * or -1 after printing an error naming the flag. */
+int shoal_cli_parse_size(const char *flag, const char *s, unsigned long long *out);
 
 /* Print "shoal: <msg>" on stderr as one line. */
 void shoal_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

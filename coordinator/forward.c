@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "expert_ffn.h"
+#include "expert_store.h"
 #include "kernels.h"
 #include "moe.h"
 #include "rope.h"
@@ -242,8 +243,9 @@ static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
         ctx->x[i] += ctx->o[i];
 }
 
-/* Sparse MoE block on ctx->h [n][E]; result (routed + shared) in ctx->o. */
-static void moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
+/* Sparse MoE block on ctx->h [n][E]; result (routed + shared) in ctx->o.
+ * Returns 0 or an expert store error (err set). */
+static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_err *err)
 {
     const struct shoal_model *m = ctx->model;
     const struct shoal_model_config *c = &m->cfg;
@@ -265,7 +267,17 @@ static void moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
             const int64_t tok = ctx->bu.slots[b + j] / K;
             memcpy(ctx->xg + j * E, ctx->h + tok * E, (size_t)E * sizeof(float));
         }
-        shoal_expert_ffn(ctx->o, ctx->xg, cnt, &L->experts[ie], ctx->ffn);
+        const struct shoal_expert_weights *ew = &L->experts[ie];
+        struct shoal_expert_weights fetched;
+        if (m->store) {
+            int rc = shoal_expert_store_acquire(m->store, il, ie, &fetched, err);
+            if (rc)
+                return rc;
+            ew = &fetched;
+        }
+        shoal_expert_ffn(ctx->o, ctx->xg, cnt, ew, ctx->ffn);
+        if (m->store)
+            shoal_expert_store_release(m->store, il, ie);
         for (int64_t j = 0; j < cnt; j++)
             memcpy(ctx->yg + ctx->bu.slots[b + j] * E, ctx->o + j * E,
                    (size_t)E * sizeof(float));
@@ -287,10 +299,11 @@ static void moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
     ctx->t.routing += t1 - t0;
     ctx->t.experts += (t2 - t1) + (t4 - t3);
     ctx->t.combine += t3 - t2;
+    return 0;
 }
 
-static void eval_batch(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
-                       float *logits, int all_logits)
+static int eval_batch(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
+                      float *logits, int all_logits, struct shoal_err *err)
 {
     const struct shoal_model *m = ctx->model;
     const struct shoal_model_config *c = &m->cfg;
@@ -307,7 +320,9 @@ static void eval_batch(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
         ctx->t.attention += t1 - t0;
         shoal_rmsnorm(ctx->h, ctx->x, n, E, &m->layers[il].ffn_norm, eps);
         if (shoal_layer_is_moe(c, il)) {
-            moe_block(ctx, il, n);
+            int rc = moe_block(ctx, il, n, err);
+            if (rc)
+                return rc;
         } else {
             shoal_expert_ffn(ctx->o, ctx->h, n, &m->layers[il].mlp, ctx->ffn);
             ctx->t.experts += shoal_time_s() - t1;
@@ -317,7 +332,7 @@ static void eval_batch(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
     }
     ctx->n_past += n;
     if (!logits)
-        return;
+        return 0;
     double t0 = shoal_time_s();
     if (all_logits) {
         shoal_rmsnorm(ctx->h, ctx->x, n, E, &m->out_norm, eps);
@@ -327,6 +342,7 @@ static void eval_batch(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
         shoal_linear(logits, ctx->h, 1, &m->lm_head, NULL);         /* [V] */
     }
     ctx->t.head += shoal_time_s() - t0;
+    return 0;
 }
 
 int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
@@ -357,7 +373,9 @@ int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
             lg = logits + done * c->n_vocab;
         else if (logits && last)
             lg = logits;
-        eval_batch(ctx, tokens + done, nb, lg, all_logits);
+        int rc = eval_batch(ctx, tokens + done, nb, lg, all_logits, err);
+        if (rc)
+            return rc;
     }
     return 0;
 }

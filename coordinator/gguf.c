@@ -220,9 +220,11 @@ static int rd_string_array(struct src *s, struct gguf_kv *kv)
         if ((rc = rd_u64(s, &sl, "array string length")) ||
             (rc = need(s, sl, "array string")))
             break;
-        while (cap - len < sl + 1)
-            cap *= 2;
-        blob = shoal_xrealloc(blob, cap);
+        if (cap - len < sl + 1) {
+            while (cap - len < sl + 1)
+                cap *= 2;
+            blob = shoal_xrealloc(blob, cap);
+        }
         if ((rc = rd(s, blob + len, sl, "array string")))
             break;
         offs[i] = len;

@@ -15,6 +15,8 @@ static const struct subcommand subcommands[] = {
     {"run", shoal_cmd_run, "generate text from a prompt"},
     {"chat", shoal_cmd_chat, "talk with a model (multi-turn, chat template)"},
     {"perplexity", shoal_cmd_perplexity, "score a text file (perplexity)"},
+    {"convert", shoal_cmd_convert, "make a shoal container from a Hugging Face checkpoint"},
+    {"inspect", shoal_cmd_inspect, "describe (and --verify) a shoal container"},
     {"tokenize", shoal_cmd_tokenize, "print the token ids of a text"},
     {"detokenize", shoal_cmd_detokenize, "print the text of token ids"},
 };

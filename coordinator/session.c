@@ -7,11 +7,12 @@
 
 #include "cli.h"
 #include "npy.h"
+#include "expert_store.h"
 #include "util.h"
 
 struct shoal_session_opts shoal_session_opts_default(void)
 {
-    return (struct shoal_session_opts){0};
+    return (struct shoal_session_opts){.expert_cache = ~0ull};
 }
 
 struct shoal_gen_opts shoal_gen_opts_default(void)
@@ -42,6 +43,24 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
     if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
         o->verbose = 1;
         return 1;
+    }
+    if (!strcmp(a, "--stats")) {
+        o->stats = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--expert-cache") || !strcmp(a, "--direct")) {
+        if (need_value(argc, argv, *i))
+            return -1;
+        const char *val = argv[++*i];
+        if (!strcmp(a, "--direct")) {
+            if (strcmp(val, "on") && strcmp(val, "off")) {
+                shoal_cli_error("--direct expects on or off, got '%s'", val);
+                return -1;
+            }
+            o->direct = !strcmp(val, "on");
+            return 1;
+        }
+        return shoal_cli_parse_size(a, val, &o->expert_cache) ? -1 : 1;
     }
     if (strcmp(a, "--model") && strcmp(a, "--ctx") && strcmp(a, "--threads"))
         return 0;
@@ -198,6 +217,17 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
         free(s);
         return NULL;
     }
+    if (s->model->ct) {
+        struct shoal_expert_store_params sp = shoal_expert_store_params_default();
+        sp.cache_bytes = o->expert_cache;
+        sp.direct = o->direct;
+        if (shoal_model_set_store(s->model, &sp, &err)) {
+            shoal_cli_error("%s", err.msg);
+            shoal_session_close(s);
+            return NULL;
+        }
+    }
+    s->stats = o->stats;
     char *tj = shoal_path_join(dir, "tokenizer.json");
     if (shoal_exists(tj)) {
         s->tok = shoal_tokenizer_load(dir, &err);
@@ -238,6 +268,16 @@ void shoal_session_close(struct shoal_session *s)
 {
     if (!s)
         return;
+    if (s->stats && s->model && s->model->store) {
+        const struct shoal_expert_store_stats *st = shoal_expert_store_stats(s->model->store);
+        fprintf(stderr, "shoal: experts: %llu hits, %llu misses (hit rate %.1f%%), %.1f MB read "
+                "at %.1f MB/s, %llu evictions, %.1f MB cached in %llu experts\n",
+                (unsigned long long)st->hits, (unsigned long long)st->misses,
+                st->hits + st->misses ? 100.0 * st->hits / (st->hits + st->misses) : 0.0,
+                st->bytes_read / 1e6, st->read_seconds > 0 ? st->bytes_read / 1e6 / st->read_seconds : 0.0,
+                (unsigned long long)st->evictions, st->cached_bytes / 1e6,
+                (unsigned long long)st->cached_experts);
+    }
     shoal_ctx_free(s->ctx);
     shoal_tokenizer_destroy(s->tok);
     shoal_model_free(s->model);

@@ -21,6 +21,9 @@ struct shoal_session_opts {
     int64_t n_ctx;           /* 0: default */
     int64_t threads;         /* 0: OpenMP default */
     int verbose;
+    unsigned long long expert_cache;  /* bytes; ~0 = unlimited (containers) */
+    int direct;                       /* O_DIRECT expert reads (containers) */
+    int stats;                        /* print expert store stats at close */
 };
 
 struct shoal_gen_opts {
@@ -63,6 +66,7 @@ struct shoal_session {
     int64_t n_history, cap_history;
     float *logits;                      /* [n_vocab] scratch */
     volatile int *interrupt;            /* optional: set to stop a generation */
+    int stats;                          /* print expert store stats at close */
 };
 
 /* Open the model, tokenizer and context. Prints a one-line error and

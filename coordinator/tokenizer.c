@@ -250,7 +250,8 @@ int shoal_tok_build_index(struct shoal_tokenizer *t, struct shoal_err *err)
                              sizeof *t->added);
     t->n_added = 0;
     t->has_normalized_added = 0;
-    struct added_key *keys = NULL;
+    struct added_key *keys =
+        shoal_xmalloc((t->n_vocab ? t->n_vocab : 1) * sizeof *keys);
     size_t n_keys = 0;
     for (size_t id = 0; id < t->n_vocab; id++) {
         const struct shoal_tok_entry *e = &t->vocab[id];
@@ -258,7 +259,6 @@ int shoal_tok_build_index(struct shoal_tokenizer *t, struct shoal_err *err)
             !(e->attr & (SHOAL_TOK_CONTROL | SHOAL_TOK_USER_DEFINED |
                          SHOAL_TOK_UNKNOWN)))
             continue;
-        keys = shoal_xrealloc(keys, (n_keys + 1) * sizeof *keys);
         keys[n_keys++] = (struct added_key){
             (uint8_t)t->blob[e->piece_off], e->piece_len, (uint32_t)id};
         if (e->attr & SHOAL_TOK_NORMALIZED)

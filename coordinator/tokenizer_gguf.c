@@ -508,19 +508,16 @@ struct shoal_tokenizer *shoal_tokenizer_load_gguf(const struct shoal_gguf *g,
                 shoal_tok_set(t, (uint32_t)i, s, sl, s, sl, score, attr);
         } else if ((attr & SHOAL_TOK_NORMAL) && spm) {
             /* rendered with "▁" as a space */
-            struct {
-                char *p;
-                size_t n;
-            } r = {tmp, 0};
+            size_t pn = 0;
             for (size_t k = 0; k < sl;) {
                 if (k + 3 <= sl && memcmp(s + k, "\xe2\x96\x81", 3) == 0) {
-                    r.p[r.n++] = ' ';
+                    tmp[pn++] = ' ';
                     k += 3;
                 } else {
-                    r.p[r.n++] = s[k++];
+                    tmp[pn++] = s[k++];
                 }
             }
-            shoal_tok_set(t, (uint32_t)i, s, sl, r.p, r.n, score, attr);
+            shoal_tok_set(t, (uint32_t)i, s, sl, tmp, pn, score, attr);
         } else {
             shoal_tok_set(t, (uint32_t)i, s, sl, s, sl, score, attr);
         }

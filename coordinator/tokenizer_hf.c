@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "log.h"
 #include "tokenizer_impl.h"
 #include "unicode.h"
 #include "util.h"
@@ -603,8 +604,10 @@ static int parse_post(struct hf *h, json_t *o)
                                 "tokenizer.json '%s': TemplateProcessing "
                                 "special token '%s' is unknown",
                                 h->name, sid);
-                after ? shoal_tok_add_suffix(t, id)
-                      : shoal_tok_add_prefix(t, id);
+                if (after)
+                    shoal_tok_add_suffix(t, id);
+                else
+                    shoal_tok_add_prefix(t, id);
                 continue;
             }
             json_array_foreach(ids, k, idv)
@@ -617,8 +620,10 @@ static int parse_post(struct hf *h, json_t *o)
                                 "special token '%s' has id %" JSON_INTEGER_FORMAT
                                 " outside the vocabulary (0..%zu)",
                                 h->name, sid, (json_int_t)v, t->n_vocab - 1);
-                after ? shoal_tok_add_suffix(t, (int32_t)v)
-                      : shoal_tok_add_prefix(t, (int32_t)v);
+                if (after)
+                    shoal_tok_add_suffix(t, (int32_t)v);
+                else
+                    shoal_tok_add_prefix(t, (int32_t)v);
             }
         }
         return 0;
@@ -746,11 +751,13 @@ static int load_vocab(struct hf *h, json_t *model, json_t *added)
     {
         size_t kl = strlen(key);
         int_of(v, &id);
-        if (t->vocab[id].attr != SHOAL_TOK_UNUSED)
+        if (t->vocab[id].attr != SHOAL_TOK_UNUSED) {
+            free(tmp);
             return FAIL(h, SHOAL_EFORMAT,
                         "tokenizer.json '%s': id %" JSON_INTEGER_FORMAT
                         " is given to two vocab tokens",
                         h->name, id);
+        }
         uint32_t attr = SHOAL_TOK_NORMAL | SHOAL_TOK_IN_MODEL;
         uint8_t byte;
         if (h->byte_level) {
@@ -802,13 +809,8 @@ static int load_vocab(struct hf *h, json_t *model, json_t *added)
             if (e->attr & SHOAL_TOK_IN_MODEL) {
                 /* also a model token: keep its model text, render and
                  * match it by the added content */
-                uint32_t text_off = e->text_off, text_len = e->text_len;
-                float score = e->score;
                 e->piece_off = shoal_tok_blob_add(t, c, cl);
                 e->piece_len = (uint32_t)cl;
-                e->text_off = text_off;
-                e->text_len = text_len;
-                e->score = score;
                 e->attr = attr | SHOAL_TOK_IN_MODEL;
             } else {
                 shoal_tok_set(t, (uint32_t)id, c, cl, c, cl, 0.0f, attr);
@@ -875,7 +877,12 @@ static int load_merges(struct hf *h, json_t *model)
         skipped += (size_t)shoal_tok_add_merge(t, l, ln, r, rn);
     }
     free(buf);
-    (void)skipped; /* merges of unknown tokens can never apply */
+    /* a merge of tokens missing from the vocabulary can never apply; HF
+     * refuses such files, llama.cpp ignores them: ignore, but say so */
+    if (skipped)
+        shoal_log(SHOAL_LOG_DEBUG, "tokenizer",
+                  "file=%s skipped_merges=%zu (unknown tokens)", h->name,
+                  skipped);
     return 0;
 }
 

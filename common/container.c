@@ -1,0 +1,955 @@
+#include "container.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "quant.h"
+#include "util.h"
+
+#define DENSE_ALIGN 64
+static const char MAGIC_DENSE[8] = {'S', 'H', 'O', 'A', 'L', 'D', 'N', 'S'};
+static const char MAGIC_EXPERTS[8] = {'S', 'H', 'O', 'A', 'L', 'E', 'X', 'P'};
+
+/* Files copied verbatim from the source checkpoint when present. */
+static const char *const side_files[] = {
+    "config.json", "tokenizer.json", "tokenizer_config.json",
+    "generation_config.json", "chat_template.jinja", "special_tokens_map.json",
+};
+
+static uint64_t align_up(uint64_t x, uint64_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Target dtype of a slot for the chosen conversion. 1-D tensors are never
+ * quantized (they stay f32 for quantized targets). */
+static enum shoal_dtype target_dtype(const struct shoal_weight_slot *s,
+                                     const struct shoal_convert_params *p)
+{
+    enum shoal_dtype t = s->kind == SHOAL_SLOT_EXPERT ? p->experts_dtype : p->dense_dtype;
+    if (s->cols == 0 && shoal_dtype_is_quant(t))
+        return SHOAL_DTYPE_F32;
+    return t;
+}
+
+static uint64_t target_bytes(const struct shoal_weight_slot *s, enum shoal_dtype t,
+                             int group)
+{
+    struct shoal_weight w = {.dtype = t, .rows = s->cols ? s->rows : 1,
+                             .cols = s->cols ? s->cols : s->rows, .group = group};
+    return (uint64_t)shoal_weight_bytes(&w);
+}
+
+/* ---- writer --------------------------------------------------------------- */
+
+struct writer {
+    const struct shoal_convert_params *p;
+    struct shoal_err *err;
+    int fd_dense, fd_exp;
+    char *dense_path, *exp_path;
+    uint64_t dense_off;            /* next write offset in dense.bin */
+    uint64_t exp_off;              /* next blob offset in experts.bin */
+    uint64_t blob_bytes;
+    uint64_t comp_off[3], comp_bytes[3];
+    json_t *tensors;               /* manifest dense tensor list */
+    json_t *layers;                /* manifest expert layers */
+    json_t *cur_layer_sums;        /* xxh64 list of the current layer */
+    int64_t cur_layer;
+    unsigned char *blob;           /* one expert blob being assembled */
+    unsigned char *chunk;          /* conversion buffer */
+    size_t chunk_cap;
+    XXH64_state_t *fp;             /* running fingerprint */
+    uint64_t done, total;
+    int pass;                      /* 0: measure, 1: write */
+};
+
+static int write_all(int fd, const void *buf, size_t n, uint64_t off,
+                     const char *path, struct shoal_err *err)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            return shoal_err_set(err, -e, "cannot write '%s' at offset %" PRIu64 ": %s",
+                                 path, off, strerror(e));
+        }
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* Convert rows [r0, r1) of a source weight into dst (target dtype). */
+static int convert_rows(const struct shoal_weight *src, enum shoal_dtype t, int group,
+                        int64_t r0, int64_t r1, unsigned char *dst,
+                        const char *name, struct shoal_err *err)
+{
+    const int64_t cols = src->cols;
+    if (shoal_dtype_is_quant(t)) {
+        enum shoal_quant_type qt = t == SHOAL_DTYPE_INT8 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4;
+        size_t bytes = shoal_quant_matrix_bytes(qt, r1 - r0, cols, group);
+        struct shoal_err qerr = {0};
+        int rc = shoal_quant_quantize_matrix(qt, group, dst, bytes,
+                                             shoal_weight_row(src, r0), src->dtype,
+                                             r1 - r0, cols, &qerr);
+        if (rc)
+            return shoal_err_set(err, rc, "tensor '%s' rows %lld..%lld: %s", name,
+                                 (long long)r0, (long long)r1, qerr.msg);
+        return 0;
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        const void *row = shoal_weight_row(src, r);
+        unsigned char *out = dst + (size_t)(r - r0) * (size_t)cols * shoal_dtype_size(t);
+        if (t == src->dtype) {
+            memcpy(out, row, (size_t)cols * shoal_dtype_size(t));
+        } else if (t == SHOAL_DTYPE_F32) {
+            shoal_to_f32((float *)out, row, src->dtype, (size_t)cols);
+        } else if (t == SHOAL_DTYPE_BF16) {
+            for (int64_t c = 0; c < cols; c++) {
+                float f;
+                shoal_to_f32(&f, (const char *)row + c * shoal_dtype_size(src->dtype),
+                             src->dtype, 1);
+                uint16_t h = shoal_f32_to_bf16(f);
+                memcpy(out + 2 * c, &h, 2);
+            }
+        } else {
+            return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                                 "tensor '%s': cannot convert %s to %s", name,
+                                 shoal_dtype_name(src->dtype), shoal_dtype_name(t));
+        }
+    }
+    return 0;
+}
+
+/* Write a whole converted tensor at file offset off (in row chunks of at
+ * most ~8 MiB), hashing the bytes. */
+static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
+                        enum shoal_dtype t, int fd, const char *path, uint64_t off,
+                        uint64_t *xxh)
+{
+    const struct shoal_weight *src = s->w;
+    struct shoal_weight tw = {.dtype = t, .rows = src->rows, .cols = src->cols,
+                              .group = wr->p->group};
+    size_t row_bytes = shoal_weight_row_bytes(&tw);
+    int64_t rows_per = (int64_t)((8u << 20) / (row_bytes ? row_bytes : 1));
+    if (rows_per < 1)
+        rows_per = 1;
+    size_t need = (size_t)rows_per * row_bytes;
+    if (need > wr->chunk_cap) {
+        free(wr->chunk);
+        wr->chunk = shoal_xmalloc(need);
+        wr->chunk_cap = need;
+    }
+    XXH64_state_t *h = XXH64_createState();
+    XXH64_reset(h, 0);
+    int rc = 0;
+    for (int64_t r0 = 0; r0 < src->rows && !rc; r0 += rows_per) {
+        int64_t r1 = r0 + rows_per < src->rows ? r0 + rows_per : src->rows;
+        size_t n = (size_t)(r1 - r0) * row_bytes;
+        rc = convert_rows(src, t, wr->p->group, r0, r1, wr->chunk, s->name, wr->err);
+        if (!rc) {
+            XXH64_update(h, wr->chunk, n);
+            if (fd >= 0)
+                rc = write_all(fd, wr->chunk, n, off + (uint64_t)r0 * row_bytes, path, wr->err);
+            else
+                memcpy(wr->blob + off + (uint64_t)r0 * row_bytes, wr->chunk, n);
+        }
+    }
+    *xxh = XXH64_digest(h);
+    XXH64_freeState(h);
+    return rc;
+}
+
+static void fp_add(struct writer *wr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fp_add(struct writer *wr, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    XXH64_update(wr->fp, buf, (size_t)n);
+}
+
+static json_t *shape_json(const struct shoal_weight_slot *s)
+{
+    return s->cols ? json_pack("[II]", (json_int_t)s->rows, (json_int_t)s->cols)
+                   : json_pack("[I]", (json_int_t)s->rows);
+}
+
+static int flush_layer(struct writer *wr)
+{
+    if (wr->cur_layer >= 0 && wr->cur_layer_sums) {
+        json_t *l = json_pack("{s:I, s:I, s:o}", "layer", (json_int_t)wr->cur_layer,
+                              "offset", (json_int_t)(wr->exp_off -
+                                  json_array_size(wr->cur_layer_sums) * wr->blob_bytes),
+                              "xxh64", wr->cur_layer_sums);
+        json_array_append_new(wr->layers, l);
+        wr->cur_layer_sums = NULL;
+    }
+    return 0;
+}
+
+static int write_slot(const struct shoal_weight_slot *s, void *user)
+{
+    struct writer *wr = user;
+    if (!s->w->data)
+        return 0; /* optional and absent */
+    enum shoal_dtype t = target_dtype(s, wr->p);
+    uint64_t bytes = target_bytes(s, t, wr->p->group);
+    if (wr->pass == 0) {
+        wr->total += bytes;
+        if (s->kind == SHOAL_SLOT_EXPERT && s->il == 0 && s->ie == 0) {
+            /* lay out one blob from the first expert's shapes */
+        }
+        if (s->kind == SHOAL_SLOT_EXPERT && wr->blob_bytes == 0) {
+            wr->comp_off[s->comp] = s->comp ? align_up(wr->comp_off[s->comp - 1] +
+                                                       wr->comp_bytes[s->comp - 1],
+                                                       DENSE_ALIGN) : 0;
+            wr->comp_bytes[s->comp] = bytes;
+            if (s->comp == 2)
+                wr->blob_bytes = align_up(wr->comp_off[2] + bytes, SHOAL_CONTAINER_ALIGN);
+        }
+        return 0;
+    }
+    int rc;
+    uint64_t xxh = 0;
+    if (s->kind == SHOAL_SLOT_DENSE) {
+        uint64_t off = align_up(wr->dense_off, DENSE_ALIGN);
+        rc = write_tensor(wr, s, t, wr->fd_dense, wr->dense_path, off, &xxh);
+        if (rc)
+            return rc;
+        json_t *o = json_pack("{s:s, s:s, s:o, s:I, s:I, s:s}", "name", s->name,
+                              "dtype", shoal_dtype_name(t), "shape", shape_json(s),
+                              "offset", (json_int_t)off, "bytes", (json_int_t)bytes,
+                              "xxh64", "");
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, xxh);
+        json_object_set_new(o, "xxh64", json_string(hex));
+        if (shoal_dtype_is_quant(t))
+            json_object_set_new(o, "group", json_integer(wr->p->group));
+        json_array_append_new(wr->tensors, o);
+        fp_add(wr, "dense %s %s %lld %lld %d %s\n", s->name, shoal_dtype_name(t),
+               (long long)s->rows, (long long)s->cols,
+               shoal_dtype_is_quant(t) ? wr->p->group : 0, hex);
+        wr->dense_off = off + bytes;
+    } else {
+        if (s->il != wr->cur_layer) {
+            flush_layer(wr);
+            wr->cur_layer = s->il;
+            wr->cur_layer_sums = json_array();
+        }
+        if (s->comp == 0)
+            memset(wr->blob, 0, wr->blob_bytes);
+        rc = write_tensor(wr, s, t, -1, NULL, wr->comp_off[s->comp], &xxh);
+        if (rc)
+            return rc;
+        if (s->comp == 2) {
+            uint64_t sum = XXH64(wr->blob, wr->blob_bytes, 0);
+            rc = write_all(wr->fd_exp, wr->blob, wr->blob_bytes, wr->exp_off,
+                           wr->exp_path, wr->err);
+            if (rc)
+                return rc;
+            char hex[17];
+            snprintf(hex, sizeof hex, "%016" PRIx64, sum);
+            json_array_append_new(wr->cur_layer_sums, json_string(hex));
+            fp_add(wr, "expert %lld %lld %s\n", (long long)s->il, (long long)s->ie, hex);
+            wr->exp_off += wr->blob_bytes;
+        }
+    }
+    wr->done += bytes;
+    if (wr->p->progress)
+        wr->p->progress(wr->done, wr->total, wr->p->progress_user);
+    return 0;
+}
+
+static int write_header(int fd, const char magic[8], uint64_t file_bytes,
+                        uint64_t fingerprint, const char *path, struct shoal_err *err)
+{
+    unsigned char h[SHOAL_CONTAINER_HEADER_BYTES];
+    memset(h, 0, sizeof h);
+    memcpy(h, magic, 8);
+    put_u32(h + 8, SHOAL_CONTAINER_VERSION);
+    put_u32(h + 12, SHOAL_CONTAINER_HEADER_BYTES);
+    put_u64(h + 16, file_bytes);
+    put_u64(h + 24, fingerprint);
+    return write_all(fd, h, sizeof h, 0, path, err);
+}
+
+static int copy_file(const char *from, const char *to, struct shoal_err *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = shoal_read_file(from, (size_t)1 << 30, &buf, &len, err);
+    if (rc)
+        return rc;
+    int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        free(buf);
+        return shoal_err_set(err, -e, "cannot create '%s': %s", to, strerror(e));
+    }
+    rc = write_all(fd, buf, len, 0, to, err);
+    if (!rc && fsync(fd) != 0) {
+        int e = errno;
+        rc = shoal_err_set(err, -e, "cannot sync '%s': %s", to, strerror(e));
+    }
+    close(fd);
+    free(buf);
+    return rc;
+}
+
+static void rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char *p = shoal_path_join(dir, de->d_name);
+        unlink(p);
+        free(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int sync_close(int fd, const char *path, struct shoal_err *err)
+{
+    int rc = 0;
+    if (fsync(fd) != 0) {
+        int e = errno;
+        rc = shoal_err_set(err, -e, "cannot sync '%s': %s", path, strerror(e));
+    }
+    if (close(fd) != 0 && !rc) {
+        int e = errno;
+        rc = shoal_err_set(err, -e, "cannot close '%s': %s", path, strerror(e));
+    }
+    return rc;
+}
+
+int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
+                            const char *dst, const struct shoal_convert_params *p,
+                            struct shoal_err *err)
+{
+    if (!shoal_quant_group_ok(p->group))
+        return shoal_err_set(err, SHOAL_EINVAL, "--group %d: expected 32, 64 or 128", p->group);
+    if (p->dense_dtype == SHOAL_DTYPE_INT4 || p->dense_dtype == SHOAL_DTYPE_F16 ||
+        p->experts_dtype == SHOAL_DTYPE_F16)
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "unsupported conversion: experts %s, dense %s (experts: "
+                             "int4|int8|bf16|f32, dense: int8|bf16|f32)",
+                             shoal_dtype_name(p->experts_dtype), shoal_dtype_name(p->dense_dtype));
+    if (shoal_exists(dst) && !p->force)
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "'%s' already exists; pass --force to replace it", dst);
+    size_t dl = strlen(dst);
+    char *tmp = shoal_xmalloc(dl + 32);
+    snprintf(tmp, dl + 32, "%s.tmp-%ld", dst, (long)getpid());
+    rm_tree(tmp);
+    if (mkdir(tmp, 0755) != 0) {
+        int e = errno;
+        int rc = shoal_err_set(err, -e, "cannot create '%s': %s", tmp, strerror(e));
+        free(tmp);
+        return rc;
+    }
+    struct writer wr = {.p = p, .err = err, .fd_dense = -1, .fd_exp = -1,
+                        .cur_layer = -1};
+    wr.dense_path = shoal_path_join(tmp, "dense.bin");
+    wr.exp_path = shoal_path_join(tmp, "experts.bin");
+    wr.tensors = json_array();
+    wr.layers = json_array();
+    wr.fp = XXH64_createState();
+    XXH64_reset(wr.fp, 0);
+    char *manifest_tmp = shoal_path_join(tmp, "shoal.json");
+    json_t *manifest = NULL;
+    int rc = 0;
+    /* the walker needs a mutable model; it only reads the views */
+    struct shoal_model *m = (struct shoal_model *)src;
+
+    wr.pass = 0;
+    shoal_model_walk(m, write_slot, &wr);
+    wr.blob = shoal_xcalloc(1, wr.blob_bytes ? wr.blob_bytes : 1);
+    wr.fd_dense = open(wr.dense_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    wr.fd_exp = open(wr.exp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (wr.fd_dense < 0 || wr.fd_exp < 0) {
+        int e = errno;
+        rc = shoal_err_set(err, -e, "cannot create files in '%s': %s", tmp, strerror(e));
+        goto fail;
+    }
+    wr.dense_off = SHOAL_CONTAINER_HEADER_BYTES;
+    wr.exp_off = SHOAL_CONTAINER_HEADER_BYTES;
+    fp_add(&wr, "shoal-container %d %s experts %s %d %" PRIu64 "\n",
+           SHOAL_CONTAINER_VERSION, src->cfg.family->model_type,
+           shoal_dtype_name(p->experts_dtype), p->group, wr.blob_bytes);
+    wr.pass = 1;
+    if ((rc = shoal_model_walk(m, write_slot, &wr)))
+        goto fail;
+    flush_layer(&wr);
+    uint64_t fingerprint = XXH64_digest(wr.fp);
+    uint64_t dense_bytes = align_up(wr.dense_off, SHOAL_CONTAINER_ALIGN);
+    if (ftruncate(wr.fd_dense, (off_t)dense_bytes) != 0) {
+        int e = errno;
+        rc = shoal_err_set(err, -e, "cannot size '%s': %s", wr.dense_path, strerror(e));
+        goto fail;
+    }
+    if ((rc = write_header(wr.fd_dense, MAGIC_DENSE, dense_bytes, fingerprint,
+                           wr.dense_path, err)) ||
+        (rc = write_header(wr.fd_exp, MAGIC_EXPERTS, wr.exp_off, fingerprint,
+                           wr.exp_path, err)))
+        goto fail;
+    rc = sync_close(wr.fd_dense, wr.dense_path, err);
+    wr.fd_dense = -1;
+    if (!rc)
+        rc = sync_close(wr.fd_exp, wr.exp_path, err);
+    wr.fd_exp = -1;
+    if (rc)
+        goto fail;
+
+    /* side files, then the manifest last: a container without a complete
+     * manifest is never valid */
+    char *cfg_src = shoal_path_join(src_dir, "config.json");
+    json_error_t jerr;
+    json_t *config = json_load_file(cfg_src, 0, &jerr);
+    free(cfg_src);
+    if (!config) {
+        rc = shoal_err_set(err, SHOAL_EFORMAT, "cannot re-read config.json: %s", jerr.text);
+        goto fail;
+    }
+    json_t *files = json_object();
+    for (size_t i = 0; i < sizeof side_files / sizeof side_files[0]; i++) {
+        char *from = shoal_path_join(src_dir, side_files[i]);
+        if (shoal_exists(from)) {
+            char *to = shoal_path_join(tmp, side_files[i]);
+            rc = copy_file(from, to, err);
+            free(to);
+            if (!rc)
+                json_array_append_new(files, json_string(side_files[i]));
+        }
+        free(from);
+        if (rc) {
+            json_decref(files);
+            json_decref(config);
+            goto fail;
+        }
+    }
+    char fph[17];
+    snprintf(fph, sizeof fph, "%016" PRIx64, fingerprint);
+    json_t *comps = json_array();
+    static const char *cn[3] = {"w_gate", "w_up", "w_down"};
+    for (int c = 0; c < 3 && wr.blob_bytes; c++)
+        json_array_append_new(comps, json_pack("{s:s, s:I, s:I}", "name", cn[c],
+                                               "offset", (json_int_t)wr.comp_off[c],
+                                               "bytes", (json_int_t)wr.comp_bytes[c]));
+    manifest = json_pack(
+        "{s:s, s:i, s:s, s:s, s:o, s:o, s:{s:s, s:I, s:o}, s:{s:s, s:I, s:s, s:i, s:I, s:I, s:I, s:o, s:o}}",
+        "format", "shoal-container", "version", SHOAL_CONTAINER_VERSION,
+        "model_type", src->cfg.family->model_type, "fingerprint", fph,
+        "config", config, "files", files,
+        "dense", "file", "dense.bin", "bytes", (json_int_t)dense_bytes, "tensors", wr.tensors,
+        "experts", "file", "experts.bin", "bytes", (json_int_t)wr.exp_off,
+        "dtype", shoal_dtype_name(p->experts_dtype), "group", p->group,
+        "blob_bytes", (json_int_t)wr.blob_bytes,
+        "n_layer", (json_int_t)src->cfg.n_layer, "n_expert", (json_int_t)src->cfg.n_expert,
+        "components", comps, "layers", wr.layers);
+    wr.tensors = wr.layers = NULL; /* owned by manifest now */
+    if (!manifest || json_dump_file(manifest, manifest_tmp, JSON_INDENT(1)) != 0) {
+        rc = shoal_err_set(err, SHOAL_EIO, "cannot write '%s'", manifest_tmp);
+        goto fail;
+    }
+    int mfd = open(manifest_tmp, O_RDONLY);
+    if (mfd >= 0) {
+        fsync(mfd);
+        close(mfd);
+    }
+    if (shoal_exists(dst)) {
+        char *old = shoal_xmalloc(dl + 32);
+        snprintf(old, dl + 32, "%s.old-%ld", dst, (long)getpid());
+        if (rename(dst, old) != 0) {
+            int e = errno;
+            rc = shoal_err_set(err, -e, "cannot move the old '%s' aside: %s", dst, strerror(e));
+            free(old);
+            goto fail;
+        }
+        if (rename(tmp, dst) != 0) {
+            int e = errno;
+            rename(old, dst);
+            rc = shoal_err_set(err, -e, "cannot publish '%s': %s", dst, strerror(e));
+            free(old);
+            goto fail;
+        }
+        rm_tree(old);
+        free(old);
+    } else if (rename(tmp, dst) != 0) {
+        int e = errno;
+        rc = shoal_err_set(err, -e, "cannot publish '%s': %s", dst, strerror(e));
+        goto fail;
+    }
+    goto done;
+fail:
+    if (wr.fd_dense >= 0)
+        close(wr.fd_dense);
+    if (wr.fd_exp >= 0)
+        close(wr.fd_exp);
+    rm_tree(tmp);
+done:
+    json_decref(manifest);
+    json_decref(wr.tensors);
+    json_decref(wr.layers);
+    json_decref(wr.cur_layer_sums);
+    XXH64_freeState(wr.fp);
+    free(wr.blob);
+    free(wr.chunk);
+    free(wr.dense_path);
+    free(wr.exp_path);
+    free(manifest_tmp);
+    free(tmp);
+    return rc;
+}
+
+/* ---- reader --------------------------------------------------------------- */
+
+int shoal_container_is(const char *dir)
+{
+    char *p = shoal_path_join(dir, "shoal.json");
+    int r = shoal_exists(p);
+    free(p);
+    return r;
+}
+
+static int parse_hex64(const char *s, uint64_t *out)
+{
+    if (!s || strlen(s) != 16)
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 16);
+    if (*end || errno)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int check_header(const char *path, const unsigned char *h, size_t file_size,
+                        const char magic[8], uint64_t fingerprint, struct shoal_err *err)
+{
+    if (file_size < SHOAL_CONTAINER_HEADER_BYTES)
+        return shoal_err_set(err, SHOAL_EFORMAT, "'%s' is %zu bytes, shorter than its "
+                             "%d-byte header (truncated)", path, file_size,
+                             SHOAL_CONTAINER_HEADER_BYTES);
+    if (memcmp(h, magic, 8))
+        return shoal_err_set(err, SHOAL_EFORMAT, "'%s': bad magic; expected '%.8s'",
+                             path, magic);
+    uint32_t v = get_u32(h + 8);
+    if (v != SHOAL_CONTAINER_VERSION)
+        return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                             "'%s': format version %u; this shoal reads version %d",
+                             path, v, SHOAL_CONTAINER_VERSION);
+    uint64_t want = get_u64(h + 16);
+    if (want != file_size)
+        return shoal_err_set(err, SHOAL_EFORMAT,
+                             "'%s' is %zu bytes; its header says %" PRIu64 " (truncated "
+                             "or damaged)", path, file_size, want);
+    if (get_u64(h + 24) != fingerprint)
+        return shoal_err_set(err, SHOAL_EFORMAT,
+                             "'%s': fingerprint %016" PRIx64 " does not match the manifest's "
+                             "%016" PRIx64 " (files from different conversions?)",
+                             path, get_u64(h + 24), fingerprint);
+    return 0;
+}
+
+void shoal_container_close(struct shoal_container *ct)
+{
+    if (!ct)
+        return;
+    if (ct->dense_map)
+        munmap(ct->dense_map, ct->dense_size);
+    for (size_t i = 0; i < ct->n_dense; i++)
+        free(ct->dense[i].name);
+    free(ct->dense);
+    free(ct->layer_offset);
+    free(ct->expert_xxh64);
+    free(ct->dir);
+    free(ct->manifest_path);
+    free(ct->dense_path);
+    free(ct->experts_path);
+    free(ct);
+}
+
+#define FAIL(...) do { shoal_err_set(err, SHOAL_EFORMAT, __VA_ARGS__); goto fail; } while (0)
+
+struct shoal_container *shoal_container_open(const char *dir,
+                                             struct shoal_model_config *cfg,
+                                             struct shoal_err *err)
+{
+    struct shoal_container *ct = shoal_xcalloc(1, sizeof *ct);
+    ct->dir = shoal_xstrdup(dir);
+    ct->manifest_path = shoal_path_join(dir, "shoal.json");
+    const char *mp = ct->manifest_path;
+    json_error_t jerr;
+    json_t *root = json_load_file(mp, 0, &jerr);
+    int fd = -1;
+    if (!root) {
+        shoal_err_set(err, SHOAL_EFORMAT, "'%s': malformed JSON at line %d: %s", mp,
+                      jerr.line, jerr.text);
+        goto fail;
+    }
+    json_t *jv = json_object_get(root, "version");
+    if (!json_is_integer(json_object_get(root, "version")) ||
+        strcmp(json_string_value(json_object_get(root, "format")) ?
+               json_string_value(json_object_get(root, "format")) : "", "shoal-container"))
+        FAIL("'%s': not a shoal container manifest (format/version missing)", mp);
+    ct->version = (int)json_integer_value(jv);
+    if (ct->version != SHOAL_CONTAINER_VERSION) {
+        shoal_err_set(err, SHOAL_EUNSUPPORTED, "'%s': container version %d; this shoal "
+                      "reads version %d", mp, ct->version, SHOAL_CONTAINER_VERSION);
+        goto fail;
+    }
+    if (parse_hex64(json_string_value(json_object_get(root, "fingerprint")), &ct->fingerprint))
+        FAIL("'%s': field 'fingerprint' must be 16 hex digits", mp);
+    json_t *config = json_object_get(root, "config");
+    if (!json_is_object(config))
+        FAIL("'%s': field 'config' missing or not an object", mp);
+    char *cfg_text = json_dumps(config, JSON_COMPACT);
+    int crc = shoal_model_config_parse(cfg_text, strlen(cfg_text), mp, cfg, err);
+    free(cfg_text);
+    if (crc)
+        goto fail;
+
+    /* dense section */
+    json_t *dense = json_object_get(root, "dense");
+    json_t *tensors = json_object_get(dense, "tensors");
+    const char *dfile = json_string_value(json_object_get(dense, "file"));
+    if (!json_is_array(tensors) || !dfile || strchr(dfile, '/'))
+        FAIL("'%s': field 'dense' needs 'file' and 'tensors'", mp);
+    ct->dense_path = shoal_path_join(dir, dfile);
+    fd = open(ct->dense_path, O_RDONLY);
+    if (fd < 0) {
+        int e = errno;
+        shoal_err_set(err, -e, "cannot open '%s': %s", ct->dense_path, strerror(e));
+        goto fail;
+    }
+    struct stat sb;
+    fstat(fd, &sb);
+    ct->dense_size = (size_t)sb.st_size;
+    if (ct->dense_size < SHOAL_CONTAINER_HEADER_BYTES)
+        FAIL("'%s' is %zu bytes, shorter than its %d-byte header (truncated)",
+             ct->dense_path, ct->dense_size, SHOAL_CONTAINER_HEADER_BYTES);
+    ct->dense_map = mmap(NULL, ct->dense_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    fd = -1;
+    if (ct->dense_map == MAP_FAILED) {
+        ct->dense_map = NULL;
+        int e = errno;
+        shoal_err_set(err, -e, "cannot mmap '%s': %s", ct->dense_path, strerror(e));
+        goto fail;
+    }
+    if (check_header(ct->dense_path, ct->dense_map, ct->dense_size, MAGIC_DENSE,
+                     ct->fingerprint, err))
+        goto fail;
+    ct->n_dense = json_array_size(tensors);
+    ct->dense = shoal_xcalloc(ct->n_dense ? ct->n_dense : 1, sizeof *ct->dense);
+    for (size_t i = 0; i < ct->n_dense; i++) {
+        json_t *t = json_array_get(tensors, i);
+        const char *name = json_string_value(json_object_get(t, "name"));
+        const char *dt = json_string_value(json_object_get(t, "dtype"));
+        json_t *shape = json_object_get(t, "shape");
+        json_t *off = json_object_get(t, "offset"), *bytes = json_object_get(t, "bytes");
+        struct shoal_container_tensor *ctt = &ct->dense[i];
+        if (!name || !dt || !json_is_array(shape) || json_array_size(shape) < 1 ||
+            json_array_size(shape) > 2 || !json_is_integer(off) || !json_is_integer(bytes))
+            FAIL("'%s': dense tensor #%zu needs name, dtype, shape, offset, bytes", mp, i);
+        ctt->name = shoal_xstrdup(name);
+        if (shoal_dtype_parse(dt, &ctt->w.dtype))
+            FAIL("'%s': tensor '%s' has unknown dtype '%s'", mp, name, dt);
+        ctt->n_dims = (int)json_array_size(shape);
+        json_int_t d0 = json_integer_value(json_array_get(shape, 0));
+        json_int_t d1 = ctt->n_dims == 2 ? json_integer_value(json_array_get(shape, 1)) : 0;
+        if (d0 < 1 || (ctt->n_dims == 2 && d1 < 1) || d0 > ((json_int_t)1 << 40) ||
+            d1 > ((json_int_t)1 << 40))
+            FAIL("'%s': tensor '%s' has an invalid shape", mp, name);
+        ctt->w.rows = ctt->n_dims == 2 ? d0 : 1;
+        ctt->w.cols = ctt->n_dims == 2 ? d1 : d0;
+        ctt->w.group = (int)json_integer_value(json_object_get(t, "group"));
+        if (shoal_dtype_is_quant(ctt->w.dtype) && (!shoal_quant_group_ok(ctt->w.group) ||
+                                                   ctt->n_dims != 2))
+            FAIL("'%s': quantized tensor '%s' needs a 2-D shape and group 32/64/128", mp, name);
+        ctt->offset = (uint64_t)json_integer_value(off);
+        ctt->bytes = (uint64_t)json_integer_value(bytes);
+        if (ctt->bytes != shoal_weight_bytes(&ctt->w))
+            FAIL("'%s': tensor '%s' (%s) has %" PRIu64 " bytes; its shape needs %zu", mp,
+                 name, dt, ctt->bytes, shoal_weight_bytes(&ctt->w));
+        if (ctt->offset < SHOAL_CONTAINER_HEADER_BYTES || ctt->offset > ct->dense_size ||
+            ctt->bytes > ct->dense_size - ctt->offset || ctt->offset % 4)
+            FAIL("'%s': tensor '%s' lies outside '%s' (%zu bytes): offset %" PRIu64
+                 ", %" PRIu64 " bytes (truncated?)", mp, name, ct->dense_path,
+                 ct->dense_size, ctt->offset, ctt->bytes);
+        if (parse_hex64(json_string_value(json_object_get(t, "xxh64")), &ctt->xxh64))
+            FAIL("'%s': tensor '%s' needs a 16-hex-digit xxh64", mp, name);
+        ctt->w.data = (const char *)ct->dense_map + ctt->offset;
+    }
+
+    /* expert section */
+    json_t *ex = json_object_get(root, "experts");
+    const char *efile = json_string_value(json_object_get(ex, "file"));
+    const char *edt = json_string_value(json_object_get(ex, "dtype"));
+    json_t *layers = json_object_get(ex, "layers"), *comps = json_object_get(ex, "components");
+    if (!efile || strchr(efile, '/') || !edt || !json_is_array(layers) || !json_is_array(comps))
+        FAIL("'%s': field 'experts' needs file, dtype, components, layers", mp);
+    if (shoal_dtype_parse(edt, &ct->experts_dtype))
+        FAIL("'%s': experts dtype '%s' is unknown", mp, edt);
+    ct->experts_group = (int)json_integer_value(json_object_get(ex, "group"));
+    ct->blob_bytes = (uint64_t)json_integer_value(json_object_get(ex, "blob_bytes"));
+    ct->n_layer = cfg->n_layer;
+    ct->n_expert = cfg->n_expert;
+    ct->experts_path = shoal_path_join(dir, efile);
+    fd = open(ct->experts_path, O_RDONLY);
+    if (fd < 0) {
+        int e = errno;
+        shoal_err_set(err, -e, "cannot open '%s': %s", ct->experts_path, strerror(e));
+        goto fail;
+    }
+    fstat(fd, &sb);
+    ct->experts_size = (uint64_t)sb.st_size;
+    unsigned char hdr[SHOAL_CONTAINER_HEADER_BYTES];
+    ssize_t got = pread(fd, hdr, sizeof hdr, 0);
+    close(fd);
+    fd = -1;
+    if (got != (ssize_t)sizeof hdr)
+        FAIL("'%s' is %" PRIu64 " bytes, shorter than its %d-byte header (truncated)",
+             ct->experts_path, ct->experts_size, SHOAL_CONTAINER_HEADER_BYTES);
+    if (check_header(ct->experts_path, hdr, (size_t)ct->experts_size, MAGIC_EXPERTS,
+                     ct->fingerprint, err))
+        goto fail;
+    int n_moe = 0;
+    for (int64_t il = 0; il < cfg->n_layer; il++)
+        n_moe += shoal_layer_is_moe(cfg, il);
+    if ((int)json_array_size(layers) != n_moe)
+        FAIL("'%s': experts.layers lists %zu layers; the config has %d MoE layers", mp,
+             json_array_size(layers), n_moe);
+    if (n_moe > 0) {
+        if (ct->blob_bytes == 0 || ct->blob_bytes % SHOAL_CONTAINER_ALIGN ||
+            json_array_size(comps) != 3)
+            FAIL("'%s': experts.blob_bytes must be a positive multiple of %d with 3 "
+                 "components", mp, SHOAL_CONTAINER_ALIGN);
+        static const int64_t one = 1;
+        int64_t E = cfg->n_embd, F = cfg->n_ff_exp;
+        int64_t shapes[3][2] = {{F, E}, {F, E}, {E, F}};
+        (void)one;
+        for (int c = 0; c < 3; c++) {
+            json_t *jc = json_array_get(comps, (size_t)c);
+            struct shoal_expert_component *k = &ct->comp[c];
+            k->dtype = ct->experts_dtype;
+            k->group = ct->experts_group;
+            k->rows = shapes[c][0];
+            k->cols = shapes[c][1];
+            k->offset = (uint64_t)json_integer_value(json_object_get(jc, "offset"));
+            k->bytes = (uint64_t)json_integer_value(json_object_get(jc, "bytes"));
+            struct shoal_weight w = {.dtype = k->dtype, .rows = k->rows, .cols = k->cols,
+                                     .group = k->group};
+            if ((shoal_dtype_is_quant(k->dtype) && !shoal_quant_group_ok(k->group)) ||
+                k->bytes != shoal_weight_bytes(&w) || k->offset > ct->blob_bytes ||
+                k->bytes > ct->blob_bytes - k->offset || k->offset % 4)
+                FAIL("'%s': expert component %d does not fit the %" PRIu64 "-byte blob "
+                     "with shape [%lld, %lld] %s", mp, c, ct->blob_bytes,
+                     (long long)k->rows, (long long)k->cols, edt);
+        }
+    }
+    ct->layer_offset = shoal_xcalloc((size_t)cfg->n_layer, sizeof *ct->layer_offset);
+    ct->expert_xxh64 = shoal_xcalloc((size_t)(cfg->n_layer * cfg->n_expert) + 1,
+                                     sizeof *ct->expert_xxh64);
+    for (int64_t il = 0; il < cfg->n_layer; il++)
+        ct->layer_offset[il] = UINT64_MAX;
+    for (size_t i = 0; i < json_array_size(layers); i++) {
+        json_t *l = json_array_get(layers, i);
+        json_int_t il = json_integer_value(json_object_get(l, "layer"));
+        json_int_t off = json_integer_value(json_object_get(l, "offset"));
+        json_t *sums = json_object_get(l, "xxh64");
+        if (il < 0 || il >= cfg->n_layer || !shoal_layer_is_moe(cfg, il) ||
+            !json_is_array(sums) || (int64_t)json_array_size(sums) != cfg->n_expert)
+            FAIL("'%s': experts.layers[%zu] must name a MoE layer with %lld checksums",
+                 mp, i, (long long)cfg->n_expert);
+        uint64_t end = (uint64_t)off + ct->blob_bytes * (uint64_t)cfg->n_expert;
+        if (off < SHOAL_CONTAINER_HEADER_BYTES || off % SHOAL_CONTAINER_ALIGN ||
+            end > ct->experts_size || end < (uint64_t)off)
+            FAIL("'%s': layer %lld's experts lie outside '%s' (%" PRIu64 " bytes, need "
+                 "%" PRIu64 "; truncated?)", mp, (long long)il, ct->experts_path,
+                 ct->experts_size, end);
+        ct->layer_offset[il] = (uint64_t)off;
+        for (int64_t ie = 0; ie < cfg->n_expert; ie++)
+            if (parse_hex64(json_string_value(json_array_get(sums, (size_t)ie)),
+                            &ct->expert_xxh64[il * cfg->n_expert + ie]))
+                FAIL("'%s': layer %lld expert %lld needs a 16-hex-digit xxh64", mp,
+                     (long long)il, (long long)ie);
+    }
+    json_decref(root);
+    return ct;
+fail:
+    if (fd >= 0)
+        close(fd);
+    json_decref(root);
+    shoal_container_close(ct);
+    return NULL;
+}
+
+struct bind_ct {
+    struct shoal_container *ct;
+    size_t cursor;
+    struct shoal_err *err;
+};
+
+static int bind_slot(const struct shoal_weight_slot *s, void *user)
+{
+    struct bind_ct *b = user;
+    if (s->kind == SHOAL_SLOT_EXPERT) {
+        memset(s->w, 0, sizeof *s->w);
+        return 0;
+    }
+    struct shoal_container *ct = b->ct;
+    struct shoal_container_tensor *t = NULL;
+    /* tensors are written in walk order: try the cursor first */
+    if (b->cursor < ct->n_dense && !strcmp(ct->dense[b->cursor].name, s->name))
+        t = &ct->dense[b->cursor++];
+    for (size_t i = 0; !t && i < ct->n_dense; i++)
+        if (!strcmp(ct->dense[i].name, s->name))
+            t = &ct->dense[i];
+    if (!t) {
+        if (!s->required)
+            return 0;
+        return shoal_err_set(b->err, SHOAL_ENOTFOUND, "'%s': missing tensor '%s'",
+                             ct->manifest_path, s->name);
+    }
+    int want_dims = s->cols ? 2 : 1;
+    int64_t rows = s->cols ? s->rows : 1, cols = s->cols ? s->cols : s->rows;
+    if (t->n_dims != want_dims || t->w.rows != rows || t->w.cols != cols)
+        return shoal_err_set(b->err, SHOAL_ESHAPE,
+                             "'%s': tensor '%s' has shape [%lld, %lld]; the config needs "
+                             "[%lld, %lld]", ct->manifest_path, s->name,
+                             (long long)t->w.rows, (long long)t->w.cols, (long long)rows,
+                             (long long)cols);
+    if (want_dims == 1 && shoal_dtype_is_quant(t->w.dtype))
+        return shoal_err_set(b->err, SHOAL_EFORMAT, "'%s': 1-D tensor '%s' cannot be %s",
+                             ct->manifest_path, s->name, shoal_dtype_name(t->w.dtype));
+    *s->w = t->w;
+    return 0;
+}
+
+int shoal_container_bind(struct shoal_container *ct, struct shoal_model *m,
+                         struct shoal_err *err)
+{
+    struct bind_ct b = {.ct = ct, .err = err};
+    int rc = shoal_model_walk(m, bind_slot, &b);
+    if (!rc && m->cfg.tie_embeddings)
+        m->lm_head = m->tok_embd;
+    return rc;
+}
+
+void shoal_container_expert_views(const struct shoal_container *ct,
+                                  const void *blob, struct shoal_expert_weights *e)
+{
+    struct shoal_weight *w[3] = {&e->w_gate, &e->w_up, &e->w_down};
+    for (int c = 0; c < 3; c++) {
+        const struct shoal_expert_component *k = &ct->comp[c];
+        *w[c] = (struct shoal_weight){.dtype = k->dtype, .rows = k->rows, .cols = k->cols,
+                                      .group = k->group,
+                                      .data = (const char *)blob + k->offset};
+    }
+}
+
+int shoal_container_verify(const struct shoal_container *ct,
+                           void (*progress)(uint64_t, uint64_t, void *), void *user,
+                           struct shoal_err *err)
+{
+    for (size_t i = 0; i < ct->n_dense; i++) {
+        const struct shoal_container_tensor *t = &ct->dense[i];
+        uint64_t h = XXH64(t->w.data, t->bytes, 0);
+        if (h != t->xxh64)
+            return shoal_err_set(err, SHOAL_EFORMAT,
+                                 "checksum mismatch: '%s' tensor '%s' at offset %" PRIu64
+                                 ": xxh64 %016" PRIx64 ", manifest %016" PRIx64,
+                                 ct->dense_path, t->name, t->offset, h, t->xxh64);
+    }
+    int fd = open(ct->experts_path, O_RDONLY);
+    if (fd < 0) {
+        int e = errno;
+        return shoal_err_set(err, -e, "cannot open '%s': %s", ct->experts_path, strerror(e));
+    }
+    unsigned char *buf = shoal_xmalloc(ct->blob_bytes ? ct->blob_bytes : 1);
+    uint64_t total = 0, done = 0;
+    for (int64_t il = 0; il < ct->n_layer; il++)
+        if (ct->layer_offset[il] != UINT64_MAX)
+            total += ct->blob_bytes * (uint64_t)ct->n_expert;
+    int rc = 0;
+    for (int64_t il = 0; il < ct->n_layer && !rc; il++) {
+        if (ct->layer_offset[il] == UINT64_MAX)
+            continue;
+        for (int64_t ie = 0; ie < ct->n_expert && !rc; ie++) {
+            uint64_t off = shoal_container_expert_offset(ct, il, ie);
+            ssize_t got = pread(fd, buf, ct->blob_bytes, (off_t)off);
+            if (got != (ssize_t)ct->blob_bytes) {
+                rc = shoal_err_set(err, SHOAL_EIO, "short read of '%s' layer %lld expert "
+                                   "%lld at offset %" PRIu64, ct->experts_path,
+                                   (long long)il, (long long)ie, off);
+                break;
+            }
+            uint64_t h = XXH64(buf, ct->blob_bytes, 0);
+            uint64_t want = ct->expert_xxh64[il * ct->n_expert + ie];
+            if (h != want)
+                rc = shoal_err_set(err, SHOAL_EFORMAT,
+                                   "checksum mismatch: '%s' layer %lld expert %lld at offset "
+                                   "%" PRIu64 ": xxh64 %016" PRIx64 ", manifest %016" PRIx64,
+                                   ct->experts_path, (long long)il, (long long)ie, off, h,
+                                   want);
+            done += ct->blob_bytes;
+            if (progress)
+                progress(done, total, user);
+        }
+    }
+    free(buf);
+    close(fd);
+    return rc;
+}

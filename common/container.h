@@ -1,0 +1,135 @@
+/* container: shoal's on-disk model format (docs/FORMAT.md), its streaming
+ * writer (`shoal convert`) and its reader.
+ *
+ * A container is a directory:
+ *   shoal.json     manifest: format version, model_type, the verbatim
+ *                  config.json object, every dense tensor (name, dtype,
+ *                  shape, group, offset, bytes, xxh64), the expert section
+ *                  layout and one xxh64 per expert, and the model fingerprint
+ *   dense.bin      4 KiB header + the resident tensors (64-byte aligned)
+ *   experts.bin    4 KiB header + one blob per routed expert: w_gate, w_up,
+ *                  w_down adjacent, the blob 4 KiB aligned and padded to a
+ *                  multiple of 4 KiB, so one aligned read fetches one expert
+ *   config.json, tokenizer.json, ...   copied from the source checkpoint
+ *
+ * Thread: the writer runs on the main thread (it opens OpenMP regions to
+ * quantize); an opened container is read-only and may be shared.
+ */
+#ifndef SHOAL_CONTAINER_H
+#define SHOAL_CONTAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+#include "tensor.h"
+
+#define SHOAL_CONTAINER_VERSION 1
+#define SHOAL_CONTAINER_HEADER_BYTES 4096
+#define SHOAL_CONTAINER_ALIGN 4096
+
+struct shoal_convert_params {
+    enum shoal_dtype experts_dtype;  /* F32, BF16, INT8, INT4 */
+    enum shoal_dtype dense_dtype;    /* F32, BF16, INT8 (1-D tensors stay F32) */
+    int group;                       /* quant group size: 32, 64, 128 */
+    int force;                       /* replace an existing destination */
+    /* progress: called after each tensor with bytes written and total */
+    void (*progress)(uint64_t done, uint64_t total, void *user);
+    void *progress_user;
+};
+
+static inline struct shoal_convert_params shoal_convert_params_default(void)
+{
+    return (struct shoal_convert_params){.experts_dtype = SHOAL_DTYPE_BF16,
+                                         .dense_dtype = SHOAL_DTYPE_BF16,
+                                         .group = 64};
+}
+
+/* Convert a loaded model (typically a Hugging Face checkpoint, borrowed)
+ * into a container at dst. Streams tensor by tensor in bounded memory,
+ * writes into a temporary directory beside dst and renames it into place
+ * only when everything is written and synced; on any error the temporary
+ * directory is removed and dst is untouched. Refuses an existing dst unless
+ * params.force. src_dir: where to copy config/tokenizer files from.
+ * Returns 0 or a negative status with err set. Thread: main. */
+int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
+                            const char *dst, const struct shoal_convert_params *params,
+                            struct shoal_err *err);
+
+/* Layout of one expert blob component. */
+struct shoal_expert_component {
+    enum shoal_dtype dtype;
+    int group;
+    int64_t rows, cols;
+    uint64_t offset;   /* within the blob */
+    uint64_t bytes;
+};
+
+/* An opened container (read side). Plain data, owned by the opener. */
+struct shoal_container {
+    char *dir;
+    char *manifest_path;
+    uint64_t fingerprint;
+    int version;
+    /* dense section */
+    char *dense_path;
+    void *dense_map;            /* mmap of dense.bin */
+    size_t dense_size;
+    size_t n_dense;
+    struct shoal_container_tensor {
+        char *name;
+        struct shoal_weight w;  /* view into dense_map */
+        int n_dims;
+        uint64_t offset, bytes, xxh64;
+    } *dense;                   /* [n_dense] */
+    /* expert section */
+    char *experts_path;
+    uint64_t experts_size;
+    enum shoal_dtype experts_dtype;
+    int experts_group;
+    uint64_t blob_bytes;        /* per expert, multiple of 4 KiB */
+    struct shoal_expert_component comp[3]; /* w_gate, w_up, w_down */
+    int64_t n_layer, n_expert;
+    uint64_t *layer_offset;     /* [n_layer] first blob; UINT64_MAX for dense layers */
+    uint64_t *expert_xxh64;     /* [n_layer][n_expert] */
+};
+
+/* Open and validate a container directory (path borrowed): manifest
+ * version, file sizes, headers, fingerprints, every offset within its file.
+ * On success fills cfg from the manifest's config. Returns NULL with err
+ * saying what is wrong (truncated, corrupt, wrong version). Thread: any. */
+struct shoal_container *shoal_container_open(const char *dir,
+                                             struct shoal_model_config *cfg,
+                                             struct shoal_err *err);
+void shoal_container_close(struct shoal_container *ct);
+
+/* 1 if dir holds a container manifest (shoal.json). */
+int shoal_container_is(const char *dir);
+
+/* Bind the model's dense slots to the container's views and check every
+ * name, dtype and shape against the architecture. Expert slots stay
+ * unbound (the expert store serves them). Thread: any. */
+int shoal_container_bind(struct shoal_container *ct, struct shoal_model *m,
+                         struct shoal_err *err);
+
+/* File offset of expert (il, ie)'s blob. */
+static inline uint64_t shoal_container_expert_offset(const struct shoal_container *ct,
+                                                     int64_t il, int64_t ie)
+{
+    return ct->layer_offset[il] + (uint64_t)ie * ct->blob_bytes;
+}
+
+/* Point e's three weights into a blob buffer holding expert bytes. */
+void shoal_container_expert_views(const struct shoal_container *ct,
+                                  const void *blob,
+                                  struct shoal_expert_weights *e);
+
+/* Check every expert's checksum (reads experts.bin sequentially).
+ * progress(done_bytes, total_bytes, user) after each expert when not NULL.
+ * Returns 0 or SHOAL_EFORMAT naming the file, layer, expert and offset. */
+int shoal_container_verify(const struct shoal_container *ct,
+                           void (*progress)(uint64_t, uint64_t, void *),
+                           void *user, struct shoal_err *err);
+
+#endif

@@ -1,0 +1,221 @@
+/* shoal convert / shoal inspect: make and examine containers. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "container.h"
+#include "model.h"
+#include "util.h"
+
+struct progress {
+    double t0;
+    int tty;
+    const char *what;
+};
+
+static void show_progress(uint64_t done, uint64_t total, void *user)
+{
+    struct progress *p = user;
+    if (!p->tty)
+        return;
+    double el = shoal_time_s() - p->t0;
+    double rate = el > 0 ? (double)done / el : 0;
+    double eta = rate > 0 ? (double)(total - done) / rate : 0;
+    int width = 30, fill = total ? (int)((double)done / (double)total * width) : width;
+    char bar[64];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = '\0';
+    fprintf(stderr, "\r%s [%s] %5.1f%%  %.1f/%.1f MB  %.1f MB/s  ETA %.0fs   ", p->what, bar,
+            total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e6,
+            (double)total / 1e6, rate / 1e6, eta);
+    if (done >= total)
+        fprintf(stderr, "\n");
+}
+
+static int parse_dtype_flag(const char *flag, const char *v, int allow_int4,
+                            enum shoal_dtype *out)
+{
+    if (!strcmp(v, "f32"))
+        *out = SHOAL_DTYPE_F32;
+    else if (!strcmp(v, "bf16"))
+        *out = SHOAL_DTYPE_BF16;
+    else if (!strcmp(v, "int8"))
+        *out = SHOAL_DTYPE_INT8;
+    else if (!strcmp(v, "int4") && allow_int4)
+        *out = SHOAL_DTYPE_INT4;
+    else {
+        shoal_cli_error("%s expects %s, got '%s'", flag,
+                        allow_int4 ? "int4|int8|bf16|f32" : "int8|bf16|f32", v);
+        return -1;
+    }
+    return 0;
+}
+
+int shoal_cmd_convert(int argc, char **argv)
+{
+    struct shoal_convert_params p = shoal_convert_params_default();
+    const char *src = NULL, *dst = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: shoal convert SRC DST [--experts int4|int8|bf16|f32] "
+                   "[--dense int8|bf16|f32] [--group 32|64|128] [--force]\n\n"
+                   "Converts a Hugging Face checkpoint directory into a shoal container\n"
+                   "(docs/FORMAT.md). Defaults: --experts bf16 --dense bf16 --group 64.\n");
+            return 0;
+        }
+        if (!strcmp(a, "--force")) {
+            p.force = 1;
+            continue;
+        }
+        if (!strcmp(a, "--experts") || !strcmp(a, "--dense") || !strcmp(a, "--group")) {
+            if (i + 1 >= argc) {
+                shoal_cli_error("%s needs a value", a);
+                return 2;
+            }
+            const char *v = argv[++i];
+            long long g;
+            if (!strcmp(a, "--experts") && parse_dtype_flag(a, v, 1, &p.experts_dtype))
+                return 2;
+            if (!strcmp(a, "--dense") && parse_dtype_flag(a, v, 0, &p.dense_dtype))
+                return 2;
+            if (!strcmp(a, "--group")) {
+                if (shoal_cli_parse_i64(a, v, 32, 128, &g))
+                    return 2;
+                if (g != 32 && g != 64 && g != 128) {
+                    shoal_cli_error("--group expects 32, 64 or 128, got %lld", g);
+                    return 2;
+                }
+                p.group = (int)g;
+            }
+            continue;
+        }
+        if (a[0] == '-') {
+            shoal_cli_error("convert: unknown option '%s'", a);
+            return 2;
+        }
+        if (!src)
+            src = a;
+        else if (!dst)
+            dst = a;
+        else {
+            shoal_cli_error("convert: unexpected argument '%s' (usage: shoal convert SRC DST)", a);
+            return 2;
+        }
+    }
+    if (!src || !dst) {
+        shoal_cli_error("convert: usage: shoal convert SRC DST [options]");
+        return 2;
+    }
+    struct shoal_err err = {0};
+    struct shoal_model *m = shoal_model_load(src, &err);
+    if (!m) {
+        shoal_cli_error("%s", err.msg);
+        return 1;
+    }
+    if (m->ct) {
+        shoal_cli_error("convert: '%s' is already a shoal container; convert from the "
+                        "Hugging Face checkpoint", src);
+        shoal_model_free(m);
+        return 1;
+    }
+    struct progress pr = {.t0 = shoal_time_s(), .tty = isatty(2), .what = "convert"};
+    p.progress = show_progress;
+    p.progress_user = &pr;
+    int rc = shoal_container_convert(m, src, dst, &p, &err);
+    shoal_model_free(m);
+    if (rc) {
+        shoal_cli_error("%s", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "shoal: wrote %s in %.1f s\n", dst, shoal_time_s() - pr.t0);
+    return 0;
+}
+
+int shoal_cmd_inspect(int argc, char **argv)
+{
+    const char *dir = NULL;
+    int verify = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: shoal inspect DIR [--verify]\n\nDescribes a shoal container; "
+                   "--verify checks every checksum.\n");
+            return 0;
+        }
+        if (!strcmp(argv[i], "--verify"))
+            verify = 1;
+        else if (argv[i][0] == '-') {
+            shoal_cli_error("inspect: unknown option '%s'", argv[i]);
+            return 2;
+        } else if (!dir)
+            dir = argv[i];
+        else {
+            shoal_cli_error("inspect: unexpected argument '%s'", argv[i]);
+            return 2;
+        }
+    }
+    if (!dir) {
+        shoal_cli_error("inspect: usage: shoal inspect DIR [--verify]");
+        return 2;
+    }
+    if (!shoal_container_is(dir)) {
+        shoal_cli_error("inspect: '%s' has no shoal.json; not a shoal container (make one "
+                        "with 'shoal convert')", dir);
+        return 1;
+    }
+    struct shoal_err err = {0};
+    struct shoal_model_config cfg;
+    struct shoal_container *ct = shoal_container_open(dir, &cfg, &err);
+    if (!ct) {
+        shoal_cli_error("%s", err.msg);
+        return 1;
+    }
+    uint64_t dense_bytes = 0;
+    int n_moe = 0;
+    for (size_t i = 0; i < ct->n_dense; i++)
+        dense_bytes += ct->dense[i].bytes;
+    for (int64_t il = 0; il < cfg.n_layer; il++)
+        n_moe += ct->layer_offset[il] != UINT64_MAX;
+    uint64_t expert_bytes = ct->blob_bytes * (uint64_t)n_moe * (uint64_t)cfg.n_expert;
+    printf("container    %s (format version %d)\n", dir, ct->version);
+    printf("fingerprint  %016" PRIx64 "\n", ct->fingerprint);
+    printf("family       %s: %lld layers (%d MoE), n_embd %lld, heads %lld/%lld x %lld, vocab %lld\n",
+           cfg.family->model_type, (long long)cfg.n_layer, n_moe, (long long)cfg.n_embd,
+           (long long)cfg.n_head, (long long)cfg.n_head_kv, (long long)cfg.head_dim,
+           (long long)cfg.n_vocab);
+    printf("experts      %lld per layer, top-%lld, n_ff_exp %lld, %s",
+           (long long)cfg.n_expert, (long long)cfg.n_expert_used, (long long)cfg.n_ff_exp,
+           shoal_dtype_name(ct->experts_dtype));
+    if (shoal_dtype_is_quant(ct->experts_dtype))
+        printf(" group %d", ct->experts_group);
+    printf("\nper expert   %" PRIu64 " bytes (gate %" PRIu64 ", up %" PRIu64 ", down %" PRIu64
+           ", 4 KiB aligned)\n", ct->blob_bytes, ct->comp[0].bytes, ct->comp[1].bytes,
+           ct->comp[2].bytes);
+    printf("dense bytes  %" PRIu64 " (%.1f MB, %zu tensors)\n", dense_bytes, dense_bytes / 1e6,
+           ct->n_dense);
+    printf("expert bytes %" PRIu64 " (%.1f MB)\n", expert_bytes, expert_bytes / 1e6);
+    size_t shown = 0;
+    for (size_t i = 0; i < ct->n_dense && shown < 6; i++, shown++) {
+        const struct shoal_container_tensor *t = &ct->dense[i];
+        printf("  %-28s %-5s [%lld, %lld]\n", t->name, shoal_dtype_name(t->w.dtype),
+               (long long)t->w.rows, (long long)t->w.cols);
+    }
+    if (ct->n_dense > shown)
+        printf("  ... %zu more dense tensors\n", ct->n_dense - shown);
+    int rc = 0;
+    if (verify) {
+        struct progress pr = {.t0 = shoal_time_s(), .tty = isatty(2), .what = "verify"};
+        if (shoal_container_verify(ct, show_progress, &pr, &err)) {
+            shoal_cli_error("%s", err.msg);
+            rc = 1;
+        } else {
+            printf("verify       ok: every dense tensor and expert matches its xxh64\n");
+        }
+    }
+    shoal_container_close(ct);
+    return rc;
+}
