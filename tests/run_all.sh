@@ -45,6 +45,7 @@ step "numpy reference self-test"  "$PY" tests/reference/selftest_ref.py
 step "build gcc -Werror"          setup build-test --werror -Dbuildtype=release
 step "unit tests (gcc)"           unit build-test
 step "reference tests (gcc)"      reference build-test
+step "container + expert store contract (gcc)" "$PY" tests/reference/test_store_contract.py --shoal build-test/coordinator/shoal
 [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
