@@ -66,7 +66,11 @@ struct shoal_gguf_tensor {
     uint64_t ne[SHOAL_GGUF_MAX_DIMS]; /* elements per dim, innermost first;
                                          unused dims are 1 */
     uint32_t type;                    /* ggml type id, unchecked */
-    uint64_t offset;                  /* absolute file offset, bytes */
+    uint64_t offset;                  /* absolute file offset, bytes;
+                                         checked to be aligned and inside
+                                         the file, but the tensor's byte
+                                         size is not (this reader has no
+                                         ggml type table) */
 };
 
 /* Open and parse path. Returns a handle owned by the caller (free with
@@ -77,23 +81,26 @@ struct shoal_gguf_tensor {
 struct shoal_gguf *shoal_gguf_open(const char *path, struct shoal_err *err);
 
 /* Parse a GGUF image held in memory (the same checks; data is copied as
- * needed and may be freed afterwards). name is used in messages only. */
+ * needed and may be freed afterwards). name is used in messages only.
+ * Thread: any. */
 struct shoal_gguf *shoal_gguf_open_mem(const void *data, size_t size,
                                        const char *name,
                                        struct shoal_err *err);
 
-/* Free; NULL is a no-op. */
+/* Free; NULL is a no-op. Thread: any. */
 void shoal_gguf_close(struct shoal_gguf *g);
 
+/* Header facts. Thread: any. */
 uint32_t shoal_gguf_version(const struct shoal_gguf *g);
 uint64_t shoal_gguf_n_kv(const struct shoal_gguf *g);
 uint64_t shoal_gguf_n_tensors(const struct shoal_gguf *g);
-/* Absolute file offset of the (aligned) data section. */
+/* Absolute file offset of the (aligned) data section. Thread: any. */
 uint64_t shoal_gguf_data_offset(const struct shoal_gguf *g);
 
-/* Index of key, or -1 if absent. */
+/* Index of key, or -1 if absent (linear search). Thread: any. */
 int64_t shoal_gguf_find(const struct shoal_gguf *g, const char *key);
-/* Key name and value type of entry i (0 <= i < n_kv); borrowed. */
+/* Key name (borrowed) and value type of entry i (0 <= i < n_kv); NULL /
+ * SHOAL_GGUF_TYPE_COUNT when i is out of range. Thread: any. */
 const char *shoal_gguf_key(const struct shoal_gguf *g, uint64_t i);
 enum shoal_gguf_type shoal_gguf_kv_type(const struct shoal_gguf *g,
                                         uint64_t i);
@@ -105,7 +112,8 @@ enum shoal_gguf_type shoal_gguf_kv_type(const struct shoal_gguf *g,
  *   get_bool  bool (or an integer: nonzero is true)
  *   get_f64   float32 or float64
  *   get_str   string; *out borrowed, NUL-terminated, *len bytes
- *   get_array array; *out is a borrowed view */
+ *   get_array array; *out is a borrowed view
+ * Thread: any. */
 int shoal_gguf_get_int(const struct shoal_gguf *g, const char *key,
                        int64_t *out, struct shoal_err *err);
 int shoal_gguf_get_bool(const struct shoal_gguf *g, const char *key, int *out,
@@ -117,11 +125,13 @@ int shoal_gguf_get_str(const struct shoal_gguf *g, const char *key,
 int shoal_gguf_get_array(const struct shoal_gguf *g, const char *key,
                          struct shoal_gguf_array *out, struct shoal_err *err);
 
-/* Tensor descriptor i (0 <= i < n_tensors); returns 0, or -SHOAL_ERANGE. */
+/* Tensor descriptor i (0 <= i < n_tensors); returns 0, or -SHOAL_ERANGE.
+ * out->name is borrowed. Thread: any. */
 int shoal_gguf_tensor(const struct shoal_gguf *g, uint64_t i,
                       struct shoal_gguf_tensor *out);
 
-/* Name of a value type ("uint32", "string", ...); static string. */
+/* Name of a value type ("uint32", "string", ...); static string.
+ * Thread: any. */
 const char *shoal_gguf_type_name(enum shoal_gguf_type t);
 
 #endif

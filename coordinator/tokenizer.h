@@ -66,7 +66,8 @@ struct shoal_tokenizer *shoal_tokenizer_load_hf_mem(const char *json,
                                                     const char *name,
                                                     struct shoal_err *err);
 
-/* Free a tokenizer; NULL is a no-op. */
+/* Free a tokenizer; NULL is a no-op. No stream may still use it.
+ * Thread: any. */
 void shoal_tokenizer_destroy(struct shoal_tokenizer *tok);
 
 struct shoal_tokenize_params {
@@ -75,7 +76,7 @@ struct shoal_tokenize_params {
                           added non-special tokens are always matched */
 };
 
-/* add_special = 1, parse_special = 0. */
+/* add_special = 1, parse_special = 0. Thread: any. */
 struct shoal_tokenize_params shoal_tokenize_params_default(void);
 
 /* Encode UTF-8 text.
@@ -90,17 +91,17 @@ int shoal_tokenizer_encode(const struct shoal_tokenizer *tok, const char *text,
                            int32_t **ids, size_t *n_ids,
                            struct shoal_err *err);
 
-/* Number of token ids (the largest id + 1). */
+/* Number of token ids (the largest id + 1). Thread: any. */
 int32_t shoal_tokenizer_n_vocab(const struct shoal_tokenizer *tok);
 
-/* Special ids, or -1 when the tokenizer has none. */
+/* Special ids, or -1 when the tokenizer has none. Thread: any. */
 int32_t shoal_tokenizer_bos(const struct shoal_tokenizer *tok);
 int32_t shoal_tokenizer_eos(const struct shoal_tokenizer *tok);
 
 /* Look up the id of a token's exact text (e.g. "<|im_end|>"); -1 if absent.
  * Added tokens are matched by their content, vocabulary tokens by their
  * text as the model sees it (byte-level tokens as raw bytes: " the", not
- * "Ġthe"). */
+ * "Ġthe"). Thread: any. */
 int32_t shoal_tokenizer_token_id(const struct shoal_tokenizer *tok,
                                  const char *text);
 
@@ -110,7 +111,8 @@ int32_t shoal_tokenizer_token_id(const struct shoal_tokenizer *tok,
 int shoal_tokenizer_token_text(const struct shoal_tokenizer *tok, int32_t id,
                                const char **text, size_t *len);
 
-/* 1 if id is a special/control token (not rendered by default), else 0. */
+/* 1 if id is a special/control token (not rendered by default), else 0.
+ * Thread: any. */
 int shoal_tokenizer_is_special(const struct shoal_tokenizer *tok, int32_t id);
 
 /* Streaming detokenizer: feed ids one by one, get back only complete UTF-8.
@@ -121,14 +123,15 @@ struct shoal_detok;
 
 /* Create a stream over tok (borrowed; must outlive the stream).
  *   skip_special  do not render special tokens (e.g. BOS/EOS).
- * Returns a stream owned by the caller (shoal_detok_destroy). */
+ * Returns a stream owned by the caller (shoal_detok_destroy).
+ * Thread: any; the stream then belongs to the calling thread. */
 struct shoal_detok *shoal_detok_create(const struct shoal_tokenizer *tok,
                                        int skip_special);
-/* Free a stream; NULL is a no-op. */
+/* Free a stream; NULL is a no-op. Thread: the stream's. */
 void shoal_detok_destroy(struct shoal_detok *d);
 
 /* A buffer size (bytes, terminator included) that always suffices for one
- * shoal_detok_feed or shoal_detok_flush on tok. */
+ * shoal_detok_feed or shoal_detok_flush on tok. Thread: any. */
 size_t shoal_detok_out_max(const struct shoal_tokenizer *tok);
 
 /* Feed one id. Writes the newly complete text to out[0..] (at most
@@ -137,17 +140,18 @@ size_t shoal_detok_out_max(const struct shoal_tokenizer *tok);
  * -SHOAL_ERANGE for an id outside the vocabulary, or for an out too small
  * (the id is then not consumed: retry with a buffer of
  * shoal_detok_out_max bytes). Bytes of an unfinished UTF-8 sequence are
- * held back until it completes. */
+ * held back until it completes. Thread: the stream's. */
 int shoal_detok_feed(struct shoal_detok *d, int32_t id, char *out,
                      size_t out_cap, struct shoal_err *err);
 
 /* Flush whatever is held back (an incomplete sequence becomes U+FFFD).
- * Same return convention as shoal_detok_feed. */
+ * Same return convention as shoal_detok_feed; the stream can go on
+ * afterwards. Thread: the stream's. */
 int shoal_detok_flush(struct shoal_detok *d, char *out, size_t out_cap);
 
 /* Decode a whole sequence into a newly allocated NUL-terminated string
  * (owned by the caller, free()); the same text the stream would produce.
- * Returns NULL with err set on a bad id. */
+ * Returns NULL with err set on a bad id. Thread: any. */
 char *shoal_tokenizer_decode(const struct shoal_tokenizer *tok,
                              const int32_t *ids, size_t n_ids,
                              int skip_special, struct shoal_err *err);
