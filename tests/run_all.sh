@@ -34,7 +34,7 @@ setup() { # dir, meson args...
     fi && ninja -C "$dir" -j"$JOBS"
 }
 
-unit() { meson test -C "$1" --suite unit --print-errorlogs -j1; }
+unit() { meson test -C "$1" --suite unit --print-errorlogs --num-processes 1; }
 
 reference() { # build dir
     "$PY" tests/reference/test_reference.py --shoal "$1/coordinator/shoal" &&

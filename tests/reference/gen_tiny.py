@@ -32,7 +32,10 @@ sys.path.insert(0, HERE)
 import ref_numpy as R  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))           # directory containing tests/
-DEFAULT_CONFIGS = os.path.join(REPO, "..", "shared", "data", "configs")
+SHARED_CONFIGS = os.path.join(REPO, "..", "shared", "data", "configs")
+# copies of the same four files, for a clone without ../shared
+VENDORED_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+DEFAULT_CONFIGS = SHARED_CONFIGS if os.path.isdir(SHARED_CONFIGS) else VENDORED_CONFIGS
 
 PROMPT = [17, 300, 3, 101, 257, 42, 7]   # 7 ids; 257/300 are merged BPE tokens
 N_STEPS = 16
