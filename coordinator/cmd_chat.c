@@ -36,7 +36,7 @@ static void usage(FILE *f)
         "\n"
         "  --model DIR        checkpoint directory (default: the bundled model)\n"
         "  --system TEXT      a system message to start the conversation\n"
-        "  --max-tokens N     reply length limit (default 256)\n"
+        "  --max-tokens N     reply length limit (default 128)\n"
         "  --ctx N, --threads N, --temp, --top-k, --top-p, --min-p, --seed,\n"
         "  --repeat-penalty, --greedy, --stop STR   as for 'shoal run'\n"
         "\n"
@@ -114,10 +114,104 @@ static char *read_line(int tty, int *was_interrupted)
     return buf;
 }
 
+struct turn {
+    char *prompt;      /* the rendered conversation, generation prompt included */
+    int32_t *ids;      /* [n_ids] the tokens the cache must hold before generating */
+    size_t n_ids;
+    int64_t keep;      /* how many of them are already in the KV cache */
+};
+
+static int tokenize_text(struct shoal_session *s, const char *text, int32_t **ids,
+                         size_t *n)
+{
+    struct shoal_err err = {0};
+    struct shoal_tokenize_params tp = {.add_special = 0, .parse_special = 1};
+    if (shoal_tokenizer_encode(s->tok, text, strlen(text), tp, ids, n, &err)) {
+        shoal_cli_error("chat: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Render the conversation and work out the tokens of this turn.
+ * When the cache's text is a prefix of the new rendering, only the new text
+ * is tokenized and appended, so the tokens the model generated stay in the
+ * cache exactly as they are (the next turn prefills only the new tokens).
+ * Otherwise the whole rendering is tokenized and the longest common token
+ * prefix is kept. When the conversation no longer fits the context, the
+ * oldest exchanges (after any system message) are dropped, with a note. */
+static int build_turn(struct shoal_session *s, const struct shoal_chat_template *tmpl,
+                      const struct shoal_chat_template_vars *vars, struct conv *conv,
+                      size_t base_msgs, char **cache_text, struct turn *t)
+{
+    struct shoal_err err = {0};
+    const int64_t n_ctx = shoal_ctx_n_ctx(s->ctx);
+    memset(t, 0, sizeof *t);
+    for (;;) {
+        if (shoal_chat_template_render(tmpl, conv->msgs, conv->n, vars, &t->prompt, &err)) {
+            shoal_cli_error("chat: template: %s", err.msg);
+            return -1;
+        }
+        size_t cl = *cache_text ? strlen(*cache_text) : 0;
+        if (*cache_text && s->n_history > 0 && !strncmp(t->prompt, *cache_text, cl)) {
+            int32_t *delta = NULL;
+            size_t nd = 0;
+            if (tokenize_text(s, t->prompt + cl, &delta, &nd)) {
+                free(t->prompt);
+                return -1;
+            }
+            t->n_ids = (size_t)s->n_history + nd;
+            t->ids = shoal_xmalloc((t->n_ids ? t->n_ids : 1) * sizeof(int32_t));
+            memcpy(t->ids, s->history, (size_t)s->n_history * sizeof(int32_t));
+            memcpy(t->ids + s->n_history, delta, nd * sizeof(int32_t));
+            free(delta);
+            t->keep = s->n_history;
+        } else {
+            if (tokenize_text(s, t->prompt, &t->ids, &t->n_ids)) {
+                free(t->prompt);
+                return -1;
+            }
+            t->keep = 0;
+            while (t->keep < s->n_history && t->keep < (int64_t)t->n_ids &&
+                   s->history[t->keep] == t->ids[t->keep])
+                t->keep++;
+        }
+        if (t->keep == (int64_t)t->n_ids)
+            t->keep--; /* one token must be evaluated for fresh logits */
+        if ((int64_t)t->n_ids < n_ctx)
+            break;
+        /* too long: drop the oldest exchange and start the cache over */
+        free(t->prompt);
+        free(t->ids);
+        memset(t, 0, sizeof *t);
+        free(*cache_text);
+        *cache_text = NULL;
+        if (conv->n - base_msgs <= 1) {
+            shoal_cli_error("chat: this message alone does not fit the context of %lld "
+                            "tokens", (long long)n_ctx);
+            return -1;
+        }
+        size_t drop = conv->n - base_msgs >= 3 ? 2 : 1;
+        for (size_t k = 0; k < drop; k++) {
+            free((char *)conv->msgs[base_msgs + k].role);
+            free((char *)conv->msgs[base_msgs + k].content);
+        }
+        memmove(conv->msgs + base_msgs, conv->msgs + base_msgs + drop,
+                (conv->n - base_msgs - drop) * sizeof *conv->msgs);
+        conv->n -= drop;
+        fprintf(stderr, "shoal: (the conversation outgrew the %lld-token context; "
+                "dropped the oldest exchange)\n", (long long)n_ctx);
+    }
+    shoal_ctx_truncate(s->ctx, t->keep);
+    s->n_history = t->keep;
+    return 0;
+}
+
 int shoal_cmd_chat(int argc, char **argv)
 {
     struct shoal_session_opts so = shoal_session_opts_default();
     struct shoal_gen_opts go = shoal_gen_opts_default();
+    go.max_tokens = 128;
     const char *system_msg = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -200,6 +294,10 @@ int shoal_cmd_chat(int argc, char **argv)
     if (system_msg)
         conv_push(&conv, "system", system_msg);
     const size_t base_msgs = conv.n;
+    struct shoal_chat_template_vars vars = {.bos_token = bos ? bos : "",
+                                            .eos_token = eos ? eos : "",
+                                            .add_generation_prompt = 1};
+    char *cache_text = NULL; /* the text the KV cache holds, when known */
     int rc = 0;
     for (;;) {
         int was_int = 0;
@@ -218,6 +316,8 @@ int shoal_cmd_chat(int argc, char **argv)
         if (!strcmp(line, "/reset")) {
             conv_clear(&conv, base_msgs);
             shoal_session_reset(s);
+            free(cache_text);
+            cache_text = NULL;
             fputs("(conversation reset)\n", stdout);
             fflush(stdout);
             free(line);
@@ -229,52 +329,25 @@ int shoal_cmd_chat(int argc, char **argv)
         }
         conv_push(&conv, "user", line);
         free(line);
-        struct shoal_chat_template_vars vars = {.bos_token = bos ? bos : "",
-                                                .eos_token = eos ? eos : "",
-                                                .add_generation_prompt = 1};
-        char *prompt = NULL;
-        if (shoal_chat_template_render(tmpl, conv.msgs, conv.n, &vars, &prompt, &err)) {
-            shoal_cli_error("chat: template: %s", err.msg);
-            shoal_err_clear(&err);
-            conv_clear(&conv, conv.n - 1);
-            continue;
-        }
-        int32_t *ids = NULL;
-        size_t n_ids = 0;
-        struct shoal_tokenize_params tp = {.add_special = 0, .parse_special = 1};
-        int ok = shoal_tokenizer_encode(s->tok, prompt, strlen(prompt), tp, &ids, &n_ids, &err) == 0;
-        free(prompt);
-        if (!ok) {
-            shoal_cli_error("chat: %s", err.msg);
-            shoal_err_clear(&err);
-            conv_clear(&conv, conv.n - 1);
-            continue;
-        }
-        /* KV reuse: keep the longest common prefix of what is cached */
-        int64_t keep = 0;
-        while (keep < s->n_history && keep < (int64_t)n_ids && s->history[keep] == ids[keep])
-            keep++;
-        if (keep == (int64_t)n_ids)
-            keep--; /* at least one token must be evaluated for fresh logits */
-        shoal_ctx_truncate(s->ctx, keep);
-        s->n_history = keep;
-        if ((int64_t)n_ids - keep > shoal_ctx_n_ctx(s->ctx) - keep) {
-            shoal_cli_error("chat: the conversation (%zu tokens) no longer fits the "
-                            "context of %lld tokens; /reset to start over", n_ids,
-                            (long long)shoal_ctx_n_ctx(s->ctx));
-            free(ids);
+        struct turn t;
+        if (build_turn(s, tmpl, &vars, &conv, base_msgs, &cache_text, &t) != 0) {
             conv_clear(&conv, conv.n - 1);
             continue;
         }
         char *reply = NULL;
+        struct shoal_gen_result res;
         go.capture = &reply;
+        go.result = &res;
         interrupted = 0;
         double t0 = shoal_time_s();
-        int64_t past0 = keep;
-        if (shoal_session_generate(s, ids + keep, n_ids - (size_t)keep, &go, stdout) != 0) {
-            free(ids);
+        int grc = shoal_session_generate(s, t.ids + t.keep, t.n_ids - (size_t)t.keep, &go, stdout);
+        if (grc != 0) {
+            free(t.ids);
+            free(t.prompt);
             free(reply);
             conv_clear(&conv, conv.n - 1);
+            free(cache_text);
+            cache_text = NULL;
             continue;
         }
         if (interrupted)
@@ -282,13 +355,31 @@ int shoal_cmd_chat(int argc, char **argv)
         fputs("\n", stdout);
         fflush(stdout);
         if (so.verbose)
-            fprintf(stderr, "shoal: turn prefilled %lld new tokens (%lld reused), %.2f s\n",
-                    (long long)((int64_t)n_ids - past0), (long long)past0,
-                    shoal_time_s() - t0);
+            fprintf(stderr, "shoal: turn prefilled %lld new tokens (%lld reused from the "
+                    "KV cache), %.2f s\n", (long long)((int64_t)t.n_ids - t.keep),
+                    (long long)t.keep, shoal_time_s() - t0);
+        /* What the cache now holds, as text: the prompt, the reply as
+         * printed, and the end token when one was evaluated. Unknown after
+         * a stop string (tokens past it are cached but not shown). */
+        free(cache_text);
+        cache_text = NULL;
+        if (res.reason != SHOAL_STOP_STRING && reply) {
+            const char *et = "";
+            size_t el = 0;
+            if (res.reason == SHOAL_STOP_EOS)
+                shoal_tokenizer_token_text(s->tok, res.last_id, &et, &el);
+            size_t pl = strlen(t.prompt), rl = strlen(reply);
+            cache_text = shoal_xmalloc(pl + rl + el + 1);
+            memcpy(cache_text, t.prompt, pl);
+            memcpy(cache_text + pl, reply, rl);
+            memcpy(cache_text + pl + rl, et, el);
+            cache_text[pl + rl + el] = '\0';
+        }
         conv_push(&conv, "assistant", reply ? reply : "");
         free(reply);
-        free(ids);
+        free(t.ids);
     }
+    free(cache_text);
     conv_clear(&conv, 0);
     free(conv.msgs);
     shoal_chat_template_free(tmpl);

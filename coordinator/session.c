@@ -1,6 +1,7 @@
 #include "session.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,8 @@
 
 struct shoal_session_opts shoal_session_opts_default(void)
 {
-    return (struct shoal_session_opts){.expert_cache = ~0ull};
+    return (struct shoal_session_opts){.expert_cache = ~0ull, .io = SHOAL_IO_AUTO,
+                                       .queue_depth = 8, .prefetch = 1};
 }
 
 struct shoal_gen_opts shoal_gen_opts_default(void)
@@ -35,6 +37,82 @@ static int need_value(int argc, char **argv, int i)
     return 0;
 }
 
+/* The expert store's v2 flags (expert_store.h). Returns 1 or -1. */
+static int parse_store_flag(struct shoal_session_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    long long v;
+    if (need_value(argc, argv, *i))
+        return -1;
+    const char *val = argv[++*i];
+    if (!strcmp(a, "--io")) {
+        enum shoal_io_kind k;
+        if (shoal_io_kind_parse(val, &k)) {
+            shoal_cli_error("--io expects pread, uring or auto, got '%s'", val);
+            return -1;
+        }
+        o->io = (int)k;
+    } else if (!strcmp(a, "--queue-depth")) {
+        if (shoal_cli_parse_i64(a, val, 1, SHOAL_IO_QUEUE_DEPTH_MAX, &v))
+            return -1;
+        o->queue_depth = (int)v;
+    } else if (!strcmp(a, "--prefetch")) {
+        if (strcmp(val, "on") && strcmp(val, "off")) {
+            shoal_cli_error("--prefetch expects on or off, got '%s'", val);
+            return -1;
+        }
+        o->prefetch = !strcmp(val, "on");
+    } else if (!strcmp(a, "--pin")) {
+        if (shoal_cli_parse_size(a, val, &o->pin))
+            return -1;
+    } else if (!strcmp(a, "--mirror")) {
+        if (o->n_mirror >= SHOAL_MAX_MIRRORS) {
+            shoal_cli_error("at most %d --mirror directories", SHOAL_MAX_MIRRORS);
+            return -1;
+        }
+        o->mirrors[o->n_mirror++] = val;
+    } else {   /* --mirror-weights w0,w1,... */
+        int n = 0;
+        const char *p = val;
+        while (*p) {
+            char *end;
+            errno = 0;
+            double w = strtod(p, &end);
+            if (end == p || errno || !(w > 0) || w > 1e12 || (*end && *end != ',') ||
+                n >= SHOAL_MAX_MIRRORS + 1) {
+                shoal_cli_error("--mirror-weights expects up to %d positive numbers "
+                                "separated by commas (the container first, then each "
+                                "--mirror), got '%s'", SHOAL_MAX_MIRRORS + 1, val);
+                return -1;
+            }
+            o->mirror_weights[n++] = w;
+            p = *end ? end + 1 : end;
+        }
+        if (n == 0) {
+            shoal_cli_error("--mirror-weights needs at least one weight");
+            return -1;
+        }
+        o->n_mirror_weights = n;
+    }
+    return 1;
+}
+
+void shoal_session_usage_store(FILE *f)
+{
+    fprintf(f,
+        "  --expert-cache SIZE  LRU budget for routed experts (default unlimited)\n"
+        "  --pin SIZE           experts pinned in RAM, hottest first by routing counts\n"
+        "                       kept in DIR/routing_counts.json (default 0)\n"
+        "  --direct on|off      O_DIRECT / F_NOCACHE expert reads (default off)\n"
+        "  --io auto|pread|uring  I/O engine (default auto: uring when available)\n"
+        "  --queue-depth N      expert reads in flight (default 8)\n"
+        "  --prefetch on|off    start the next layer's reads early (default on)\n"
+        "  --mirror DIR         another copy of the container (repeatable)\n"
+        "  --mirror-weights W0,W1,...  read shares: the container, then each mirror\n"
+        "                       (default: measured at start)\n"
+        "  --stats              print expert store statistics at exit\n");
+}
+
 int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
                              char **argv, int *i)
 {
@@ -48,6 +126,9 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
         o->stats = 1;
         return 1;
     }
+    if (!strcmp(a, "--io") || !strcmp(a, "--queue-depth") || !strcmp(a, "--prefetch") ||
+        !strcmp(a, "--pin") || !strcmp(a, "--mirror") || !strcmp(a, "--mirror-weights"))
+        return parse_store_flag(o, argc, argv, i);
     if (!strcmp(a, "--expert-cache") || !strcmp(a, "--direct")) {
         if (need_value(argc, argv, *i))
             return -1;
@@ -218,9 +299,33 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
         return NULL;
     }
     if (s->model->ct) {
+        if (o->n_mirror_weights && o->n_mirror_weights != 1 + o->n_mirror) {
+            shoal_cli_error("--mirror-weights gives %d weights for %d sources (the "
+                            "container first, then each --mirror)", o->n_mirror_weights,
+                            1 + o->n_mirror);
+            shoal_session_close(s);
+            return NULL;
+        }
+        /* routing counts go next to the container, or here when it is
+         * read-only: $XDG_CACHE_HOME/shoal, else ~/.cache/shoal */
+        char cache_dir[4096] = "";
+        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        if (xdg && xdg[0] == '/')
+            snprintf(cache_dir, sizeof cache_dir, "%s/shoal", xdg);
+        else if (home && home[0] == '/')
+            snprintf(cache_dir, sizeof cache_dir, "%s/.cache/shoal", home);
         struct shoal_expert_store_params sp = shoal_expert_store_params_default();
         sp.cache_bytes = o->expert_cache;
         sp.direct = o->direct;
+        sp.io.kind = (enum shoal_io_kind)o->io;
+        sp.io.queue_depth = o->queue_depth;
+        sp.prefetch = o->prefetch;
+        sp.pin_bytes = o->pin;
+        sp.mirrors = o->mirrors;
+        sp.n_mirror = o->n_mirror;
+        sp.source_weights = o->n_mirror_weights ? o->mirror_weights : NULL;
+        sp.n_source_weights = o->n_mirror_weights;
+        sp.counts_fallback_dir = cache_dir[0] ? cache_dir : NULL;
         if (shoal_model_set_store(s->model, &sp, &err)) {
             shoal_cli_error("%s", err.msg);
             shoal_session_close(s);
@@ -264,20 +369,58 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
     return s;
 }
 
+static double pct(uint64_t a, uint64_t b)
+{
+    return b ? 100.0 * (double)a / (double)b : 0.0;
+}
+
+static void print_store_stats(const struct shoal_expert_store *store)
+{
+    struct shoal_expert_store_stats st;
+    shoal_expert_store_stats_get(store, &st);
+    const uint64_t used = st.pinned_hits + st.cache_hits + st.inflight_hits + st.disk_reads;
+    fprintf(stderr, "shoal: experts: %llu acquired: pinned %llu (%.1f%%), cache %llu "
+            "(%.1f%%), in-flight prefetch %llu (%.1f%%), disk %llu (%.1f%%, %llu staged)\n",
+            (unsigned long long)used, (unsigned long long)st.pinned_hits,
+            pct(st.pinned_hits, used), (unsigned long long)st.cache_hits,
+            pct(st.cache_hits, used), (unsigned long long)st.inflight_hits,
+            pct(st.inflight_hits, used), (unsigned long long)st.disk_reads,
+            pct(st.disk_reads, used), (unsigned long long)st.staged_reads);
+    fprintf(stderr, "shoal: experts: io %s, queue depth %d: %.1f MB read at %.1f MB/s; "
+            "stalled %.2f ms/token over %llu tokens\n", st.io_engine, st.queue_depth,
+            (double)st.bytes_read / 1e6, st.read_busy_seconds > 0 ?
+            (double)st.bytes_read / 1e6 / st.read_busy_seconds : 0.0,
+            st.tokens ? 1e3 * st.stall_seconds / (double)st.tokens : 0.0,
+            (unsigned long long)st.tokens);
+    for (int i = 0; i < st.n_source; i++)
+        fprintf(stderr, "shoal: experts: source %d %s: weight %.1f, %llu reads, %.1f MB at "
+                "%.1f MB/s, %llu errors%s\n", i, st.source[i].path, st.source[i].weight,
+                (unsigned long long)st.source[i].reads,
+                (double)st.source[i].bytes_read / 1e6, st.source[i].busy_seconds > 0 ?
+                (double)st.source[i].bytes_read / 1e6 / st.source[i].busy_seconds : 0.0,
+                (unsigned long long)st.source[i].errors,
+                st.source[i].direct ? ", direct" : "");
+    fprintf(stderr, "shoal: experts: prefetch: %llu reads, precision %.1f%% (%llu used), "
+            "recall %.1f%% (%llu of %llu used experts hinted), %llu dropped, %llu evicted "
+            "unused\n", (unsigned long long)st.prefetch_reads,
+            pct(st.prefetch_used, st.prefetch_reads), (unsigned long long)st.prefetch_used,
+            pct(st.used_hinted, st.used_after_hint), (unsigned long long)st.used_hinted,
+            (unsigned long long)st.used_after_hint, (unsigned long long)st.prefetch_dropped,
+            (unsigned long long)st.prefetch_evicted);
+    fprintf(stderr, "shoal: experts: memory: pinned %.1f MB (%llu experts), cache %.1f MB "
+            "(%llu experts, %llu evictions), staging %.1f MB, peak %.1f MB; counts %s\n",
+            (double)st.pinned_bytes / 1e6, (unsigned long long)st.pinned_experts,
+            (double)st.cached_bytes / 1e6, (unsigned long long)st.cached_experts,
+            (unsigned long long)st.evictions, (double)st.staging_bytes / 1e6,
+            (double)st.peak_expert_bytes / 1e6, st.counts_path ? st.counts_path : "not kept");
+}
+
 void shoal_session_close(struct shoal_session *s)
 {
     if (!s)
         return;
-    if (s->stats && s->model && s->model->store) {
-        const struct shoal_expert_store_stats *st = shoal_expert_store_stats(s->model->store);
-        fprintf(stderr, "shoal: experts: %llu hits, %llu misses (hit rate %.1f%%), %.1f MB read "
-                "at %.1f MB/s, %llu evictions, %.1f MB cached in %llu experts\n",
-                (unsigned long long)st->hits, (unsigned long long)st->misses,
-                st->hits + st->misses ? 100.0 * st->hits / (st->hits + st->misses) : 0.0,
-                st->bytes_read / 1e6, st->read_seconds > 0 ? st->bytes_read / 1e6 / st->read_seconds : 0.0,
-                (unsigned long long)st->evictions, st->cached_bytes / 1e6,
-                (unsigned long long)st->cached_experts);
-    }
+    if (s->stats && s->model && s->model->store)
+        print_store_stats(s->model->store);
     shoal_ctx_free(s->ctx);
     shoal_tokenizer_destroy(s->tok);
     shoal_model_free(s->model);
@@ -418,6 +561,13 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
     struct shoal_detok *dt = s->tok ? shoal_detok_create(s->tok, 1) : NULL;
     struct stream_state st = {0};
     int rc = 0;
+    int64_t n_gen = 0;
+    enum shoal_stop_reason reason = SHOAL_STOP_MAX_TOKENS;
+    int32_t last_id = -1;
+    size_t piece_cap = 1024;
+    if (s->tok && shoal_detok_out_max(s->tok) > piece_cap)
+        piece_cap = shoal_detok_out_max(s->tok);
+    char *piece = shoal_xmalloc(piece_cap);
     double t0 = shoal_time_s();
     if (shoal_ctx_eval(s->ctx, prompt, (int64_t)n_prompt, s->logits, 0, &err)) {
         shoal_cli_error("%s", err.msg);
@@ -426,13 +576,12 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
     }
     history_push(s, prompt, n_prompt);
     double t_prefill = shoal_time_s() - t0, t_first = 0;
-    int64_t n_gen = 0;
     double t_dec0 = shoal_time_s();
     const char *why = "max tokens";
-    char piece[1024];
     for (int64_t step = 0; step < o->max_tokens; step++) {
         if (s->interrupt && *s->interrupt) {
             why = "interrupted";
+            reason = SHOAL_STOP_INTERRUPTED;
             break;
         }
         if (o->logits_out && shoal_npy_append(&npy, s->logits, &err)) {
@@ -441,6 +590,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
             break;
         }
         int32_t id = shoal_sampler_sample(smp, s->logits, s->history, s->n_history);
+        last_id = id;
         if (step == 0)
             t_first = shoal_time_s() - t0;
         n_gen++;
@@ -448,6 +598,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
             fprintf(ids_f, "%s%d", step ? " " : "", id);
         if (is_eos(s, o, id) && !o->ignore_eos) {
             why = "end of sequence";
+            reason = SHOAL_STOP_EOS;
             /* the EOS token is part of the turn: keep it in the cache */
             if (shoal_ctx_n_past(s->ctx) < n_ctx &&
                 shoal_ctx_eval(s->ctx, &id, 1, NULL, 0, &err) == 0)
@@ -458,7 +609,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
             /* the model's vocabulary may be padded past the tokenizer's
              * (OLMoE: 50304 vs 50280); such ids have no text */
         } else if (dt) {
-            int n = shoal_detok_feed(dt, id, piece, sizeof piece, &err);
+            int n = shoal_detok_feed(dt, id, piece, piece_cap, &err);
             if (n < 0) {
                 shoal_cli_error("%s", err.msg);
                 rc = -1;
@@ -466,17 +617,19 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
             }
             stream_append(&st, piece, (size_t)n);
         } else {
-            int n = snprintf(piece, sizeof piece, "[%d]", id);
+            int n = snprintf(piece, piece_cap, "[%d]", id);
             stream_append(&st, piece, (size_t)n);
         }
         if (stream_emit(&st, o, out, 0)) {
             why = "stop string";
+            reason = SHOAL_STOP_STRING;
             break;
         }
         if (step + 1 == o->max_tokens)
             break;
         if (shoal_ctx_n_past(s->ctx) >= n_ctx) {
             why = "context full";
+            reason = SHOAL_STOP_CONTEXT_FULL;
             break;
         }
         if (shoal_ctx_eval(s->ctx, &id, 1, s->logits, 0, &err)) {
@@ -487,7 +640,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         history_push(s, &id, 1);
     }
     if (dt) {
-        int n = shoal_detok_flush(dt, piece, sizeof piece);
+        int n = shoal_detok_flush(dt, piece, piece_cap);
         if (n > 0)
             stream_append(&st, piece, (size_t)n);
     }
@@ -521,6 +674,12 @@ done:
         *o->capture = st.text;
     } else {
         free(st.text);
+    }
+    free(piece);
+    if (o->result) {
+        o->result->n_generated = n_gen;
+        o->result->last_id = last_id;
+        o->result->reason = rc ? SHOAL_STOP_ERROR : reason;
     }
     shoal_detok_destroy(dt);
     shoal_sampler_free(smp);

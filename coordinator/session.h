@@ -15,6 +15,7 @@
 #include "tokenizer.h"
 
 #define SHOAL_MAX_STOP 16
+#define SHOAL_MAX_MIRRORS 7   /* SHOAL_EXPERT_STORE_MAX_SOURCES - 1 */
 
 struct shoal_session_opts {
     const char *model_dir;   /* NULL: the bundled model */
@@ -24,6 +25,16 @@ struct shoal_session_opts {
     unsigned long long expert_cache;  /* bytes; ~0 = unlimited (containers) */
     int direct;                       /* O_DIRECT expert reads (containers) */
     int stats;                        /* print expert store stats at close */
+    /* expert store v2 (containers; see common/expert_store.h) */
+    int io;                           /* enum shoal_io_kind: --io auto|pread|uring */
+    int queue_depth;                  /* --queue-depth N, reads in flight (default 8) */
+    int prefetch;                     /* --prefetch on|off (default on) */
+    unsigned long long pin;           /* --pin SIZE, pinned hot-set bytes (default 0) */
+    const char *mirrors[SHOAL_MAX_MIRRORS]; /* --mirror DIR, repeatable; borrowed argv */
+    int n_mirror;
+    double mirror_weights[SHOAL_MAX_MIRRORS + 1]; /* --mirror-weights w0,w1,...: the
+                                       * container first, then each --mirror */
+    int n_mirror_weights;             /* 0: measured with a read probe */
 };
 
 struct shoal_gen_opts {
@@ -39,16 +50,37 @@ struct shoal_gen_opts {
     int32_t stop_ids[8];     /* extra end-of-turn token ids (e.g. <|im_end|>) */
     int n_stop_ids;
     char **capture;          /* if set: *capture = the generated text (malloc) */
+    struct shoal_gen_result *result; /* if set: how the generation ended */
+};
+
+enum shoal_stop_reason {
+    SHOAL_STOP_MAX_TOKENS = 0,
+    SHOAL_STOP_EOS,          /* an end token; it was evaluated into the cache */
+    SHOAL_STOP_STRING,       /* a --stop string; tokens past it are in the cache */
+    SHOAL_STOP_CONTEXT_FULL,
+    SHOAL_STOP_INTERRUPTED,
+    SHOAL_STOP_ERROR,
+};
+
+struct shoal_gen_result {
+    int64_t n_generated;
+    int32_t last_id;         /* the last sampled token (-1 if none) */
+    enum shoal_stop_reason reason;
 };
 
 struct shoal_session_opts shoal_session_opts_default(void);
 struct shoal_gen_opts shoal_gen_opts_default(void);
 
 /* Try to consume argv[*i] (and its value) as a session flag (--model, --ctx,
- * --threads, --verbose). Returns 1 if consumed (advancing *i past a value),
+ * --threads, --verbose, and the expert store's --expert-cache, --direct,
+ * --stats, --io, --queue-depth, --prefetch, --pin, --mirror,
+ * --mirror-weights). Returns 1 if consumed (advancing *i past a value),
  * 0 if not a session flag, -1 after printing a usage error. */
 int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
                              char **argv, int *i);
+
+/* Print the expert store flags' help lines (for a subcommand's usage). */
+void shoal_session_usage_store(FILE *f);
 
 /* Same for generation flags (sampling, --max-tokens, --stop, ...). */
 int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
