@@ -3,32 +3,143 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "hot_set.h"
 #include "log.h"
 #include "util.h"
 
+/* Locking: s->mu guards entries' state, the LRU, the slot table, staging,
+ * the counters and the sources' in-flight accounting. The main thread holds
+ * it while it looks things up, allocates and submits; io threads take it in
+ * on_read() after verifying the bytes. Lock order: s->mu, then the engine's
+ * queue lock (submit); the engine never calls back with its lock held.
+ * An entry that is LOADING belongs to the io side: nobody frees or moves
+ * its blob until on_read() has set READY or FAILED. */
+
+enum entry_state { ENTRY_LOADING, ENTRY_READY, ENTRY_FAILED };
+enum entry_tier { TIER_PINNED, TIER_CACHE, TIER_STAGING };
+
 struct entry {
-    void *blob;               /* aligned, blob_bytes */
+    struct shoal_io_req req;        /* the read in flight (user_data = this entry) */
+    struct shoal_expert_store *s;
+    void *blob;                     /* [blob_bytes], 4 KiB aligned; staging: the pool's */
     int64_t il, ie;
-    int in_use;
-    struct entry *prev, *next; /* LRU list, most recent at head */
+    enum entry_state state;
+    enum entry_tier tier;
+    int refs;                       /* > 0 while in the caller's batch */
+    int staging_ix;                 /* TIER_STAGING: index in the pool */
+    int src;                        /* source of the current read */
+    unsigned tried;                 /* bitmask of sources tried */
+    int prefetched;                 /* read started by a hint, not used yet */
+    int failed_code;                /* first failure, when FAILED */
+    char *failed_msg;               /* its message (owned) or NULL */
+    struct entry *prev, *next;      /* LRU (TIER_CACHE), most recent at head */
 };
 
-struct shoal_expert_store {
-    const struct shoal_container *ct;
-    struct shoal_expert_store_params p;
+struct source {
+    char *dir;              /* container directory (owned) */
+    char *path;             /* its experts.bin (owned) */
     int fd;
-    int direct;
-    struct entry **slot;       /* [n_layer * n_expert] */
-    struct entry *head, *tail;
-    void *scratch;             /* zero-budget reads */
-    int scratch_in_use;
+    int direct;             /* O_DIRECT / F_NOCACHE in effect */
+    int inflight;           /* reads submitted and not completed */
+    double busy_since;      /* when inflight went 0 -> 1, seconds */
+    int warned;             /* read-error warnings logged */
+    struct shoal_expert_store_source_stats st;
+};
+
+#define WARN_MAX_PER_SOURCE 3
+
+struct shoal_expert_store {
+    const struct shoal_container *ct;        /* borrowed */
+    struct shoal_expert_store_params p;      /* pointers in it not kept */
+    struct shoal_io_engine *io;              /* owned */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;                       /* some entry left LOADING */
+    int n_source;
+    struct source src[SHOAL_EXPERT_STORE_MAX_SOURCES];
+    uint64_t seed[SHOAL_EXPERT_STORE_MAX_SOURCES];    /* rendezvous seeds */
+    double weight[SHOAL_EXPERT_STORE_MAX_SOURCES];    /* rendezvous weights */
+    struct entry **slot;                     /* [n_layer * n_expert] pinned/cache entry or NULL */
+    struct entry *head, *tail;               /* LRU of TIER_CACHE entries */
+    struct entry **pinned;                   /* [n_pinned] */
+    int64_t n_pinned;
+    int n_staging;                           /* staging blobs (= queue depth) */
+    void **staging_blob;                     /* [n_staging], allocated on first use */
+    int *staging_busy;                       /* [n_staging] */
+    struct entry **held;                     /* [n_expert] the caller's batch */
+    uint8_t *held_kind;                      /* [n_expert] enum held_kind, for counters */
+    int64_t held_n, held_il;
+    int held_started;                        /* acquire_start done, wait not yet */
+    uint32_t *hint_mark;                     /* [n_layer * n_expert] generation that hinted it */
+    uint32_t *hint_gen;                      /* [n_layer] generation of the layer's last hint */
+    uint8_t *hint_valid;                     /* [n_layer] the last hint is for the coming step */
+    int64_t last_il;                         /* layer of the last acquire, -1 */
+    int64_t first_moe;                       /* first MoE layer (counts tokens), -1 */
+    int inflight;                            /* reads in flight, all sources */
+    double busy_since;                       /* when inflight went 0 -> 1 */
+    struct shoal_hot_set *hot;               /* routing counts, owned, or NULL */
     struct shoal_expert_store_stats st;
 };
+
+/* ------------------------------------------------------------ hashing */
+
+static uint64_t mix64(uint64_t x)   /* splitmix64's finaliser */
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+static int best_source(uint64_t key, const uint64_t *seeds, const double *weights, int n,
+                       unsigned exclude)
+{
+    int any_pos = 0;
+    for (int i = 0; i < n; i++)
+        if (!(exclude >> i & 1u) && weights[i] > 0)
+            any_pos = 1;
+    int best = -1;
+    double best_score = 0;
+    for (int i = 0; i < n; i++) {
+        if (exclude >> i & 1u)
+            continue;
+        double w = any_pos ? weights[i] : 1.0, score = -1.0;
+        if (w > 0) {
+            uint64_t h = mix64(key * 0x9e3779b97f4a7c15ull ^ mix64(seeds[i]));
+            double u = ((double)(h >> 11) + 0.5) * 0x1p-53;   /* (0, 1) */
+            score = -w / log(u);                               /* > 0 */
+        }
+        if (best < 0 || score > best_score) {
+            best = i;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+int shoal_expert_store_rendezvous(uint64_t key, const uint64_t *seeds,
+                                  const double *weights, int n)
+{
+    return best_source(key, seeds, weights, n, 0);
+}
+
+static uint64_t expert_key(int64_t il, int64_t ie)
+{
+    return (uint64_t)il << 32 | (uint64_t)(uint32_t)ie;
+}
+
+/* ------------------------------------------------------------ entries */
 
 static void *alloc_blob(size_t n)
 {
@@ -38,39 +149,11 @@ static void *alloc_blob(size_t n)
     return p;
 }
 
-struct shoal_expert_store *shoal_expert_store_create(const struct shoal_container *ct,
-                                                     struct shoal_expert_store_params p,
-                                                     struct shoal_err *err)
+static void note_peak(struct shoal_expert_store *s)
 {
-    struct shoal_expert_store *s = shoal_xcalloc(1, sizeof *s);
-    s->ct = ct;
-    s->p = p;
-    s->fd = -1;
-#ifdef O_DIRECT
-    if (p.direct) {
-        s->fd = open(ct->experts_path, O_RDONLY | O_DIRECT);
-        if (s->fd < 0)
-            shoal_log(SHOAL_LOG_WARN, "expert_store",
-                      "O_DIRECT not available for '%s' (%s); using buffered reads",
-                      ct->experts_path, strerror(errno));
-        else
-            s->direct = 1;
-    }
-#endif
-    if (s->fd < 0)
-        s->fd = open(ct->experts_path, O_RDONLY);
-    if (s->fd < 0) {
-        int e = errno;
-        shoal_err_set(err, -e, "cannot open '%s': %s", ct->experts_path, strerror(e));
-        free(s);
-        return NULL;
-    }
-#if defined(F_NOCACHE)
-    if (p.direct && fcntl(s->fd, F_NOCACHE, 1) == 0)
-        s->direct = 1;
-#endif
-    s->slot = shoal_xcalloc((size_t)(ct->n_layer * ct->n_expert) + 1, sizeof *s->slot);
-    return s;
+    uint64_t b = s->st.pinned_bytes + s->st.cached_bytes + s->st.staging_bytes;
+    if (b > s->st.peak_expert_bytes)
+        s->st.peak_expert_bytes = b;
 }
 
 static void lru_unlink(struct shoal_expert_store *s, struct entry *e)
@@ -97,141 +180,964 @@ static void lru_push_front(struct shoal_expert_store *s, struct entry *e)
         s->tail = e;
 }
 
-static void drop(struct shoal_expert_store *s, struct entry *e)
+static void entry_free(struct entry *e)
+{
+    if (e->tier != TIER_STAGING)
+        free(e->blob);
+    free(e->failed_msg);
+    free(e);
+}
+
+/* Remove an idle cache entry (not LOADING, no refs). Caller holds mu. */
+static void cache_drop(struct shoal_expert_store *s, struct entry *e, int eviction)
 {
     lru_unlink(s, e);
     s->slot[e->il * s->ct->n_expert + e->ie] = NULL;
-    free(e->blob);
-    free(e);
     s->st.cached_bytes -= s->ct->blob_bytes;
     s->st.cached_experts--;
-    s->st.evictions++;
+    if (eviction) {
+        s->st.evictions++;
+        s->st.prefetch_evicted += e->prefetched != 0;
+    }
+    entry_free(e);
 }
 
-/* Evict least-recently-used idle entries until `need` more bytes fit. */
-static int make_room(struct shoal_expert_store *s, uint64_t need)
+/* 1 if e belongs to layer il's current hint (a prefetch must not evict
+ * what the same hint just brought in). */
+static int in_current_hint(const struct shoal_expert_store *s, const struct entry *e,
+                           int64_t hint_il)
 {
-    if (s->p.cache_bytes == UINT64_MAX)
+    return hint_il >= 0 && e->il == hint_il && s->hint_gen[hint_il] != 0 &&
+           s->hint_mark[e->il * s->ct->n_expert + e->ie] == s->hint_gen[hint_il];
+}
+
+/* Evict least-recently-used idle entries until `need` more bytes fit the
+ * cache budget. Returns 1 if they fit. Caller holds mu. */
+static int make_room(struct shoal_expert_store *s, uint64_t need, int64_t hint_il)
+{
+    const uint64_t budget = s->p.cache_bytes;
+    if (budget == UINT64_MAX)
         return 1;
-    if (need > s->p.cache_bytes)
+    if (need > budget)
         return 0;
     struct entry *e = s->tail;
-    while (e && s->st.cached_bytes + need > s->p.cache_bytes) {
+    while (e && s->st.cached_bytes + need > budget) {
         struct entry *prev = e->prev;
-        if (!e->in_use)
-            drop(s, e);
+        if (e->refs == 0 && e->state != ENTRY_LOADING && !in_current_hint(s, e, hint_il))
+            cache_drop(s, e, 1);
         e = prev;
     }
-    return s->st.cached_bytes + need <= s->p.cache_bytes;
+    return s->st.cached_bytes + need <= budget;
 }
 
-static int read_blob(struct shoal_expert_store *s, int64_t il, int64_t ie, void *buf,
-                     struct shoal_err *err)
+/* ------------------------------------------------------------ reads */
+
+static void source_start(struct shoal_expert_store *s, int si, double now)
+{
+    if (s->src[si].inflight++ == 0)
+        s->src[si].busy_since = now;
+    if (s->inflight++ == 0)
+        s->busy_since = now;
+}
+
+static void source_done(struct shoal_expert_store *s, int si, double now)
+{
+    if (--s->src[si].inflight == 0)
+        s->src[si].st.busy_seconds += now - s->src[si].busy_since;
+    if (--s->inflight == 0)
+        s->st.read_busy_seconds += now - s->busy_since;
+}
+
+static void entry_fail(struct entry *e, int code, const char *msg)
+{
+    e->state = ENTRY_FAILED;
+    if (!e->failed_msg) {
+        e->failed_code = code;
+        e->failed_msg = shoal_xstrdup(msg);
+    }
+}
+
+static void on_read(struct shoal_io_req *req);
+
+/* Submit e's read from source si. Caller holds mu. On a refused submit the
+ * entry is FAILED (the engine is shutting down). */
+static void submit_read(struct shoal_expert_store *s, struct entry *e, int si)
 {
     const struct shoal_container *ct = s->ct;
-    uint64_t off = shoal_container_expert_offset(ct, il, ie);
-    size_t n = ct->blob_bytes, done = 0;
-    double t0 = shoal_time_s();
-    while (done < n) {
-        ssize_t r = pread(s->fd, (char *)buf + done, n - done, (off_t)(off + done));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            int e = r < 0 ? errno : EIO;
-            return shoal_err_set(err, r < 0 ? -e : SHOAL_EIO,
-                                 "cannot read '%s' layer %lld expert %lld at offset %" PRIu64
-                                 ": %s", ct->experts_path, (long long)il, (long long)ie,
-                                 off + done, r < 0 ? strerror(e) : "unexpected end of file");
-        }
-        done += (size_t)r;
+    e->src = si;
+    e->tried |= 1u << si;
+    e->state = ENTRY_LOADING;
+    e->req = (struct shoal_io_req){.fd = s->src[si].fd, .buf = e->blob,
+                                   .len = (size_t)ct->blob_bytes,
+                                   .off = shoal_container_expert_offset(ct, e->il, e->ie),
+                                   .cb = on_read, .user_data = e};
+    double now = shoal_time_s();
+    source_start(s, si, now);
+    struct shoal_err err = {0};
+    if (shoal_io_engine_submit(s->io, &e->req, &err)) {
+        source_done(s, si, now);
+        char msg[2 * SHOAL_ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "cannot read '%s' layer %lld expert %lld: %s",
+                 s->src[si].path, (long long)e->il, (long long)e->ie, err.msg);
+        entry_fail(e, err.code, msg);
     }
-    s->st.read_seconds += shoal_time_s() - t0;
-    s->st.bytes_read += n;
-    uint64_t h = XXH64(buf, n, 0), want = ct->expert_xxh64[il * ct->n_expert + ie];
-    if (h != want)
-        return shoal_err_set(err, SHOAL_EFORMAT,
-                             "checksum mismatch: '%s' layer %lld expert %lld at offset %" PRIu64
-                             ": xxh64 %016" PRIx64 ", manifest %016" PRIx64,
-                             ct->experts_path, (long long)il, (long long)ie, off, h, want);
+}
+
+static void start_read(struct shoal_expert_store *s, struct entry *e)
+{
+    e->tried = 0;
+    int si = best_source(expert_key(e->il, e->ie), s->seed, s->weight, s->n_source, 0);
+    submit_read(s, e, si);
+}
+
+/* Completion, on an io thread: verify, then publish or retry elsewhere. */
+static void on_read(struct shoal_io_req *req)
+{
+    struct entry *e = req->user_data;
+    struct shoal_expert_store *s = e->s;
+    const struct shoal_container *ct = s->ct;
+    const int si = e->src;
+    const uint64_t off = req->off;
+    char msg[SHOAL_ERR_MSG_MAX] = "";
+    int code = 0;
+    if (req->result == (int64_t)ct->blob_bytes) {
+        uint64_t h = XXH64(e->blob, (size_t)ct->blob_bytes, 0);
+        uint64_t want = ct->expert_xxh64[e->il * ct->n_expert + e->ie];
+        if (h != want) {
+            code = SHOAL_EFORMAT;
+            snprintf(msg, sizeof msg, "checksum mismatch: '%s' layer %lld expert %lld at "
+                     "offset %" PRIu64 ": xxh64 %016" PRIx64 ", manifest %016" PRIx64,
+                     s->src[si].path, (long long)e->il, (long long)e->ie, off, h, want);
+        }
+    } else {
+        code = req->result < 0 ? (int)req->result : SHOAL_EIO;
+        snprintf(msg, sizeof msg, "cannot read '%s' layer %lld expert %lld at offset %"
+                 PRIu64 ": %s", s->src[si].path, (long long)e->il, (long long)e->ie, off,
+                 code == SHOAL_EIO ? "unexpected end of file" : shoal_strerror(code));
+    }
+    const double now = shoal_time_s();
+    int warn = 0, next = -1;
+    pthread_mutex_lock(&s->mu);
+    source_done(s, si, now);
+    struct source *src = &s->src[si];
+    if (!code) {
+        src->st.reads++;
+        src->st.bytes_read += ct->blob_bytes;
+        s->st.bytes_read += ct->blob_bytes;
+        e->state = ENTRY_READY;
+    } else {
+        src->st.errors++;
+        entry_fail(e, code, msg);
+        if (code != SHOAL_ECANCELED)
+            next = best_source(expert_key(e->il, e->ie), s->seed, s->weight, s->n_source,
+                               e->tried);
+        if (next >= 0) {
+            if (src->warned < WARN_MAX_PER_SOURCE)
+                warn = ++src->warned;
+            s->st.source_fallbacks++;
+            submit_read(s, e, next);   /* LOADING again, or FAILED if refused */
+        }
+    }
+    if (e->state != ENTRY_LOADING)
+        pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    /* e may be gone now; msg and the paths are not */
+    if (warn)
+        shoal_log(SHOAL_LOG_WARN, "expert_store", "%s; reading it from '%s' instead%s", msg,
+                  s->src[next].path, warn == WARN_MAX_PER_SOURCE ?
+                  " (further errors on this source are counted, not logged)" : "");
+}
+
+/* ------------------------------------------------------------ sources */
+
+/* Open path for reading, O_DIRECT/F_NOCACHE when asked and the file system
+ * allows an aligned read through it; else buffered, with one warning. */
+static int open_source(struct source *src, int direct, struct shoal_err *err)
+{
+    src->fd = -1;
+#ifdef O_DIRECT
+    if (direct) {
+        int fd = open(src->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+        void *probe = fd >= 0 ? alloc_blob(SHOAL_CONTAINER_ALIGN) : NULL;
+        ssize_t got = probe ? pread(fd, probe, SHOAL_CONTAINER_ALIGN, 0) : -1;
+        const int e = probe ? errno : fd < 0 ? errno : ENOMEM;
+        free(probe);
+        if (got == SHOAL_CONTAINER_ALIGN) {
+            src->fd = fd;
+            src->direct = 1;
+        } else {
+            if (fd >= 0)
+                close(fd);
+            shoal_log(SHOAL_LOG_WARN, "expert_store",
+                      "O_DIRECT not available for '%s' (%s); using buffered reads",
+                      src->path, got < 0 ? strerror(e) : "short read");
+        }
+    }
+#endif
+    if (src->fd < 0)
+        src->fd = open(src->path, O_RDONLY | O_CLOEXEC);
+    if (src->fd < 0) {
+        int e = errno;
+        return shoal_err_set(err, -e, "cannot open '%s': %s", src->path, strerror(e));
+    }
+#if defined(F_NOCACHE)
+    if (direct && !src->direct && fcntl(src->fd, F_NOCACHE, 1) == 0)
+        src->direct = 1;
+#endif
     return 0;
 }
 
-int shoal_expert_store_acquire(struct shoal_expert_store *s, int64_t il, int64_t ie,
-                               struct shoal_expert_weights *out, struct shoal_err *err)
+static uint64_t get_le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* A mirror's experts.bin must be the primary's bytes: same header, size
+ * and fingerprint (docs/FORMAT.md). */
+static int check_mirror(const struct shoal_expert_store *s, const struct source *m,
+                        struct shoal_err *err)
 {
     const struct shoal_container *ct = s->ct;
-    struct entry *e = s->slot[il * ct->n_expert + ie];
-    if (e) {
-        s->st.hits++;
-        e->in_use++;
-        lru_unlink(s, e);
-        lru_push_front(s, e);
-        shoal_container_expert_views(ct, e->blob, out);
-        return 0;
+    unsigned char h[64];
+    struct stat sb;
+    if (fstat(m->fd, &sb) != 0)
+        return shoal_err_set(err, -errno, "mirror '%s': fstat: %s", m->path, strerror(errno));
+    ssize_t got = pread(m->fd, h, sizeof h, 0);
+    if (got < 0 && m->direct) {
+        /* O_DIRECT wants an aligned buffer and length */
+        void *b = alloc_blob(SHOAL_CONTAINER_ALIGN);
+        got = b ? pread(m->fd, b, SHOAL_CONTAINER_ALIGN, 0) : -1;
+        if (got >= (ssize_t)sizeof h)
+            memcpy(h, b, sizeof h);
+        free(b);
     }
-    s->st.misses++;
-    if (make_room(s, ct->blob_bytes)) {
-        void *blob = alloc_blob(ct->blob_bytes);
-        if (!blob)
-            return shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64
-                                 " bytes for an expert", ct->blob_bytes);
-        int rc = read_blob(s, il, ie, blob, err);
-        if (rc) {
-            free(blob);
-            return rc;
+    if (got < (ssize_t)sizeof h || memcmp(h, "SHOALEXP", 8) != 0)
+        return shoal_err_set(err, SHOAL_EFORMAT, "mirror '%s' is not a shoal experts file "
+                             "(bad or missing header)", m->path);
+    uint64_t fp = get_le(h + 24, 8), bytes = get_le(h + 16, 8);
+    if (fp != ct->fingerprint)
+        return shoal_err_set(err, SHOAL_EFORMAT, "mirror '%s' holds another model: fingerprint "
+                             "%016" PRIx64 ", expected %016" PRIx64 " (the fingerprint of '%s')",
+                             m->dir, fp, ct->fingerprint, ct->dir);
+    if (get_le(h + 8, 4) != SHOAL_CONTAINER_VERSION || bytes != ct->experts_size ||
+        (uint64_t)sb.st_size != ct->experts_size)
+        return shoal_err_set(err, SHOAL_EFORMAT, "mirror '%s' is %" PRIu64 " bytes (header "
+                             "says %" PRIu64 "); expected %" PRIu64 " like '%s' (truncated "
+                             "or damaged copy?)", m->path, (uint64_t)sb.st_size, bytes,
+                             ct->experts_size, ct->experts_path);
+    return 0;
+}
+
+static uint64_t path_seed(const char *dir)
+{
+    char buf[PATH_MAX];
+    const char *p = realpath(dir, buf) ? buf : dir;
+    return XXH64(p, strlen(p), 0x5eed);
+}
+
+static int add_source(struct shoal_expert_store *s, const char *dir, const char *path,
+                      struct shoal_err *err)
+{
+    struct source *src = &s->src[s->n_source];
+    memset(src, 0, sizeof *src);
+    src->dir = shoal_xstrdup(dir);
+    src->path = shoal_xstrdup(path);
+    int rc = open_source(src, s->p.direct, err);
+    if (rc) {
+        free(src->dir);
+        free(src->path);
+        return rc;
+    }
+    src->st.path = src->path;
+    src->st.direct = src->direct;
+    s->seed[s->n_source] = path_seed(dir);
+    s->n_source++;
+    return 0;
+}
+
+static void close_source(struct source *src)
+{
+    if (src->fd >= 0)
+        close(src->fd);
+    free(src->dir);
+    free(src->path);
+}
+
+static int same_file(int a, int b)
+{
+    struct stat x, y;
+    return fstat(a, &x) == 0 && fstat(b, &y) == 0 && x.st_dev == y.st_dev &&
+           x.st_ino == y.st_ino;
+}
+
+static int open_mirrors(struct shoal_expert_store *s, struct shoal_err *err)
+{
+    for (int i = 0; i < s->p.n_mirror; i++) {
+        const char *dir = s->p.mirrors[i];
+        char *path = shoal_path_join(dir, "experts.bin");
+        if (!shoal_exists(path)) {   /* e.g. a drive that is not mounted */
+            shoal_log(SHOAL_LOG_WARN, "expert_store", "mirror '%s' is missing (no %s); "
+                      "ignoring it", dir, path);
+            free(path);
+            continue;
         }
-        e = shoal_xcalloc(1, sizeof *e);
+        int rc = add_source(s, dir, path, err);
+        free(path);
+        if (rc)
+            return rc;
+        struct source *m = &s->src[s->n_source - 1];
+        if ((rc = check_mirror(s, m, err)))
+            return rc;
+        int dup = -1;
+        for (int j = 0; j < s->n_source - 1 && dup < 0; j++)
+            if (same_file(m->fd, s->src[j].fd))
+                dup = j;
+        if (dup >= 0) {
+            shoal_log(SHOAL_LOG_WARN, "expert_store", "mirror '%s' is the same file as "
+                      "'%s'; ignoring it", m->path, s->src[dup].path);
+            close_source(m);
+            s->n_source--;
+            continue;
+        }
+        /* the weight given for this mirror, in --mirror order */
+        if (s->p.source_weights)
+            s->weight[s->n_source - 1] = s->p.source_weights[1 + i];
+    }
+    return 0;
+}
+
+/* Read a few blobs spread over the file, O_DIRECT when the file system
+ * allows it (the page cache would measure RAM), and return MB/s, or a
+ * negative status. */
+static double probe_source(const struct shoal_expert_store *s, const struct source *src)
+{
+    const struct shoal_container *ct = s->ct;
+    int64_t n_moe = 0;
+    for (int64_t il = 0; il < ct->n_layer; il++)
+        n_moe += ct->layer_offset[il] != UINT64_MAX;
+    const int64_t total = n_moe * ct->n_expert;
+    if (total == 0)
+        return 1.0;
+    int64_t n = (int64_t)((16u << 20) / ct->blob_bytes);
+    n = n < 1 ? 1 : n > 8 ? 8 : n;
+    n = n > total ? total : n;
+    int fd = -1;
+#ifdef O_DIRECT
+    fd = open(src->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+#endif
+    int own = fd >= 0;
+    if (!own)
+        fd = src->fd;
+    void *buf = alloc_blob((size_t)ct->blob_bytes);
+    double rate = buf ? 0 : SHOAL_ENOMEM;
+    double t0 = shoal_time_s();
+    for (int64_t k = 0; buf && k < n; k++) {
+        int64_t x = k * total / n, il = -1, seen = 0;
+        for (il = 0; il < ct->n_layer; il++) {
+            if (ct->layer_offset[il] == UINT64_MAX)
+                continue;
+            if (x < seen + ct->n_expert)
+                break;
+            seen += ct->n_expert;
+        }
+        uint64_t off = shoal_container_expert_offset(ct, il, x - seen);
+        size_t done = 0;
+        while (done < ct->blob_bytes) {
+            ssize_t r = pread(fd, (char *)buf + done, (size_t)ct->blob_bytes - done,
+                              (off_t)(off + done));
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                if (own) {   /* O_DIRECT refused mid-way: measure buffered */
+                    close(fd);
+                    fd = src->fd;
+                    own = 0;
+                    continue;
+                }
+                rate = r < 0 ? -errno : SHOAL_EIO;
+                break;
+            }
+            done += (size_t)r;
+        }
+        if (rate < 0)
+            break;
+    }
+    double dt = shoal_time_s() - t0;
+    if (rate == 0)
+        rate = (double)n * (double)ct->blob_bytes / 1e6 / (dt > 1e-6 ? dt : 1e-6);
+    free(buf);
+    if (own)
+        close(fd);
+    return rate;
+}
+
+static void measure_weights(struct shoal_expert_store *s)
+{
+    for (int i = 0; i < s->n_source; i++) {
+        double r = probe_source(s, &s->src[i]);
+        if (r <= 0) {
+            shoal_log(SHOAL_LOG_WARN, "expert_store", "read probe of '%s' failed (%s); giving "
+                      "it the smallest weight", s->src[i].path, shoal_strerror((int)r));
+            r = 0;
+        }
+        s->weight[i] = r;
+    }
+    double lo = 0;
+    for (int i = 0; i < s->n_source; i++)
+        if (s->weight[i] > 0 && (lo == 0 || s->weight[i] < lo))
+            lo = s->weight[i];
+    for (int i = 0; i < s->n_source; i++) {
+        if (s->weight[i] <= 0)
+            s->weight[i] = lo > 0 ? lo / 100 : 1;
+        shoal_log(SHOAL_LOG_INFO, "expert_store", "source '%s' weight=%.1f (probe MB/s)",
+                  s->src[i].path, s->weight[i]);
+    }
+}
+
+/* ------------------------------------------------------------ create */
+
+/* Wait until every entry of es[0..n) has left LOADING. Caller holds mu. */
+static void wait_loaded(struct shoal_expert_store *s, struct entry **es, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        while (es[i]->state == ENTRY_LOADING)
+            pthread_cond_wait(&s->cv, &s->mu);
+}
+
+static int load_pinned(struct shoal_expert_store *s, struct shoal_err *err)
+{
+    const struct shoal_container *ct = s->ct;
+    const int64_t total = ct->n_layer * ct->n_expert;
+    int64_t n_moe = 0;
+    for (int64_t il = 0; il < ct->n_layer; il++)
+        n_moe += ct->layer_offset[il] != UINT64_MAX;
+    int64_t want = (int64_t)(s->p.pin_bytes / ct->blob_bytes);
+    if (want > n_moe * ct->n_expert)
+        want = n_moe * ct->n_expert;
+    if (want <= 0)
+        return 0;
+    int64_t *order = shoal_xmalloc((size_t)total * sizeof *order);
+    shoal_hot_set_rank(s->hot, order);
+    s->pinned = shoal_xcalloc((size_t)want, sizeof *s->pinned);
+    double t0 = shoal_time_s();
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int64_t i = 0; i < total && s->n_pinned < want; i++) {
+        const int64_t il = order[i] / ct->n_expert, ie = order[i] % ct->n_expert;
+        if (ct->layer_offset[il] == UINT64_MAX)
+            continue;
+        void *blob = alloc_blob((size_t)ct->blob_bytes);
+        if (!blob) {
+            rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64 " bytes for "
+                               "pinned expert %lld of %lld (--pin)", ct->blob_bytes,
+                               (long long)s->n_pinned + 1, (long long)want);
+            break;
+        }
+        struct entry *e = shoal_xcalloc(1, sizeof *e);
+        e->s = s;
         e->blob = blob;
         e->il = il;
         e->ie = ie;
-        e->in_use = 1;
-        lru_push_front(s, e);
-        s->slot[il * ct->n_expert + ie] = e;
-        s->st.cached_bytes += ct->blob_bytes;
-        s->st.cached_experts++;
-        shoal_container_expert_views(ct, blob, out);
-        return 0;
+        e->tier = TIER_PINNED;
+        s->pinned[s->n_pinned++] = e;
+        s->slot[order[i]] = e;
+        s->st.pinned_bytes += ct->blob_bytes;
+        s->st.pinned_experts++;
+        start_read(s, e);
     }
-    /* over budget: read into the scratch blob, cache nothing */
-    if (!s->scratch && !(s->scratch = alloc_blob(ct->blob_bytes)))
-        return shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64
-                             " bytes for an expert", ct->blob_bytes);
-    int rc = read_blob(s, il, ie, s->scratch, err);
-    if (rc)
-        return rc;
-    s->scratch_in_use = 1;
-    shoal_container_expert_views(ct, s->scratch, out);
-    return 0;
+    note_peak(s);
+    wait_loaded(s, s->pinned, s->n_pinned);
+    for (int64_t i = 0; i < s->n_pinned && !rc; i++)
+        if (s->pinned[i]->state == ENTRY_FAILED)
+            rc = shoal_err_set(err, s->pinned[i]->failed_code, "%s (reading the pinned "
+                               "hot-set)", s->pinned[i]->failed_msg);
+    pthread_mutex_unlock(&s->mu);
+    free(order);
+    if (!rc)
+        shoal_log(SHOAL_LOG_INFO, "expert_store", "pinned %lld experts (%.1f MB) in %.2f s",
+                  (long long)s->n_pinned, (double)s->st.pinned_bytes / 1e6,
+                  shoal_time_s() - t0);
+    return rc;
 }
 
-void shoal_expert_store_release(struct shoal_expert_store *s, int64_t il, int64_t ie)
+struct shoal_expert_store *shoal_expert_store_create(const struct shoal_container *ct,
+                                                     struct shoal_expert_store_params p,
+                                                     struct shoal_err *err)
 {
-    struct entry *e = s->slot[il * s->ct->n_expert + ie];
-    if (e && e->in_use > 0) {
-        e->in_use--;
-        return;
+    if (p.n_mirror < 0 || p.n_mirror >= SHOAL_EXPERT_STORE_MAX_SOURCES ||
+        (p.n_mirror > 0 && !p.mirrors)) {
+        shoal_err_set(err, SHOAL_EINVAL, "%d mirrors given; at most %d", p.n_mirror,
+                      SHOAL_EXPERT_STORE_MAX_SOURCES - 1);
+        return NULL;
     }
-    s->scratch_in_use = 0;
-}
+    if (p.source_weights && p.n_source_weights != 1 + p.n_mirror) {
+        shoal_err_set(err, SHOAL_EINVAL, "%d source weights given for %d sources (the "
+                      "container first, then each mirror)", p.n_source_weights,
+                      1 + p.n_mirror);
+        return NULL;
+    }
+    for (int i = 0; p.source_weights && i < p.n_source_weights; i++) {
+        if (!(p.source_weights[i] > 0) || !isfinite(p.source_weights[i])) {
+            shoal_err_set(err, SHOAL_EINVAL, "source weight %d is %g; weights must be "
+                          "positive", i + 1, p.source_weights[i]);
+            return NULL;
+        }
+    }
+    struct shoal_expert_store *s = shoal_xcalloc(1, sizeof *s);
+    s->ct = ct;
+    s->p = p;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->last_il = s->first_moe = -1;
+    const int64_t total = ct->n_layer * ct->n_expert;
+    s->slot = shoal_xcalloc((size_t)total + 1, sizeof *s->slot);
+    s->held = shoal_xcalloc((size_t)ct->n_expert + 1, sizeof *s->held);
+    s->held_kind = shoal_xcalloc((size_t)ct->n_expert + 1, sizeof *s->held_kind);
+    s->hint_mark = shoal_xcalloc((size_t)total + 1, sizeof *s->hint_mark);
+    s->hint_gen = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->hint_gen);
+    s->hint_valid = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->hint_valid);
+    for (int64_t il = 0; il < ct->n_layer && s->first_moe < 0; il++)
+        if (ct->layer_offset[il] != UINT64_MAX)
+            s->first_moe = il;
 
-const struct shoal_expert_store_stats *shoal_expert_store_stats(const struct shoal_expert_store *s)
-{
-    return &s->st;
+    if (add_source(s, ct->dir, ct->experts_path, err))
+        goto fail;
+    if (p.source_weights)
+        s->weight[0] = p.source_weights[0];
+    if (open_mirrors(s, err))
+        goto fail;
+    if (s->n_source > 1 && !p.source_weights)
+        measure_weights(s);
+    else if (!p.source_weights)
+        s->weight[0] = 1.0;
+    for (int i = 0; i < s->n_source; i++)
+        s->src[i].st.weight = s->weight[i];
+
+    s->io = shoal_io_engine_create(p.io, err);
+    if (!s->io)
+        goto fail;
+    s->n_staging = shoal_io_engine_queue_depth(s->io);
+    s->staging_blob = shoal_xcalloc((size_t)s->n_staging, sizeof *s->staging_blob);
+    s->staging_busy = shoal_xcalloc((size_t)s->n_staging, sizeof *s->staging_busy);
+
+    if (p.learn || p.pin_bytes >= ct->blob_bytes) {
+        int in_ct = 0;
+        char *path = shoal_hot_set_path(ct->dir, p.counts_fallback_dir, ct->fingerprint,
+                                        &in_ct);
+        s->hot = shoal_hot_set_open(path, ct->fingerprint, ct->n_layer, ct->n_expert,
+                                    SHOAL_HOT_SET_DECAY);
+        if (!path)
+            shoal_log(SHOAL_LOG_INFO, "expert_store", "'%s' is not writable and there is no "
+                      "cache directory: routing counts are not kept", ct->dir);
+        free(path);
+    }
+    if (p.pin_bytes >= ct->blob_bytes && load_pinned(s, err))
+        goto fail;
+    s->p.mirrors = NULL;   /* borrowed for create only */
+    s->p.source_weights = NULL;
+    s->p.counts_fallback_dir = NULL;
+    shoal_log(SHOAL_LOG_INFO, "expert_store", "io=%s queue_depth=%d sources=%d direct=%s "
+              "prefetch=%s counts=%s", shoal_io_engine_name(s->io), s->n_staging,
+              s->n_source, s->src[0].direct ? "on" : "off", p.prefetch ? "on" : "off",
+              s->hot && shoal_hot_set_file(s->hot) ? shoal_hot_set_file(s->hot) : "none");
+    return s;
+fail:
+    if (s->hot) {   /* nothing was learnt: do not rewrite the file */
+        shoal_hot_set_destroy(s->hot);
+        s->hot = NULL;
+    }
+    shoal_expert_store_destroy(s);
+    return NULL;
 }
 
 void shoal_expert_store_destroy(struct shoal_expert_store *s)
 {
     if (!s)
         return;
+    /* callbacks of reads still queued run now (cancelled) and touch entries */
+    shoal_io_engine_destroy(s->io);
+    if (s->hot && s->p.learn && shoal_hot_set_run_total(s->hot) > 0) {
+        struct shoal_err err = {0};
+        if (shoal_hot_set_save(s->hot, &err))
+            shoal_log(SHOAL_LOG_WARN, "expert_store", "routing counts not saved: %s", err.msg);
+    }
+    shoal_hot_set_destroy(s->hot);
     while (s->head) {
         struct entry *e = s->head;
         s->head = e->next;
-        free(e->blob);
-        free(e);
+        entry_free(e);
     }
+    for (int64_t i = 0; i < s->n_pinned; i++)
+        entry_free(s->pinned[i]);
+    for (int64_t i = 0; i < s->held_n; i++)
+        if (s->held[i] && s->held[i]->tier == TIER_STAGING)
+            entry_free(s->held[i]);
+    free(s->pinned);
+    for (int i = 0; i < s->n_staging; i++)
+        free(s->staging_blob[i]);
+    free(s->staging_blob);
+    free(s->staging_busy);
+    for (int i = 0; i < s->n_source; i++)
+        close_source(&s->src[i]);
     free(s->slot);
-    free(s->scratch);
-    if (s->fd >= 0)
-        close(s->fd);
+    free(s->held);
+    free(s->held_kind);
+    free(s->hint_mark);
+    free(s->hint_gen);
+    free(s->hint_valid);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+/* ------------------------------------------------------------ acquire */
+
+/* A new entry for (il, ie) with a buffer: in the cache when the budget
+ * allows, else a free staging blob, else NULL (*rc = 0), or NULL with *rc
+ * set when memory runs out. Caller holds mu. */
+static struct entry *new_entry(struct shoal_expert_store *s, int64_t il, int64_t ie,
+                               int *rc, struct shoal_err *err)
+{
+    const struct shoal_container *ct = s->ct;
+    *rc = 0;
+    if (make_room(s, ct->blob_bytes, -1)) {
+        void *blob = alloc_blob((size_t)ct->blob_bytes);
+        if (!blob) {
+            *rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64 " bytes for "
+                                "expert %lld of layer %lld", ct->blob_bytes, (long long)ie,
+                                (long long)il);
+            return NULL;
+        }
+        struct entry *e = shoal_xcalloc(1, sizeof *e);
+        *e = (struct entry){.s = s, .blob = blob, .il = il, .ie = ie, .tier = TIER_CACHE};
+        lru_push_front(s, e);
+        s->slot[il * ct->n_expert + ie] = e;
+        s->st.cached_bytes += ct->blob_bytes;
+        s->st.cached_experts++;
+        note_peak(s);
+        return e;
+    }
+    for (int k = 0; k < s->n_staging; k++) {
+        if (s->staging_busy[k])
+            continue;
+        if (!s->staging_blob[k]) {
+            if (!(s->staging_blob[k] = alloc_blob((size_t)ct->blob_bytes))) {
+                *rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64 " bytes "
+                                    "for a staging blob", ct->blob_bytes);
+                return NULL;
+            }
+            s->st.staging_bytes += ct->blob_bytes;
+            note_peak(s);
+        }
+        s->staging_busy[k] = 1;
+        struct entry *e = shoal_xcalloc(1, sizeof *e);
+        *e = (struct entry){.s = s, .blob = s->staging_blob[k], .il = il, .ie = ie,
+                            .tier = TIER_STAGING, .staging_ix = k};
+        s->st.staged_reads++;
+        return e;
+    }
+    return NULL;
+}
+
+/* Drop the caller's hold on e (mu held). Staging entries go back to the
+ * pool; failed cache entries leave the cache. */
+static void unhold(struct shoal_expert_store *s, struct entry *e)
+{
+    if (e->tier == TIER_PINNED)
+        return;
+    e->refs--;
+    if (e->tier == TIER_STAGING) {
+        s->staging_busy[e->staging_ix] = 0;
+        entry_free(e);
+    } else if (e->refs == 0 && e->state == ENTRY_FAILED) {
+        cache_drop(s, e, 0);
+    }
+}
+
+enum held_kind { HELD_PINNED, HELD_CACHED, HELD_INFLIGHT, HELD_DISK };
+
+int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
+                                     const int32_t *ids, int64_t n, struct shoal_err *err)
+{
+    const struct shoal_container *ct = s->ct;
+    const int64_t NE = ct->n_expert;
+    if (il < 0 || il >= ct->n_layer || ct->layer_offset[il] == UINT64_MAX)
+        return shoal_err_set(err, SHOAL_EINVAL, "layer %lld has no routed experts in '%s'",
+                             (long long)il, ct->dir);
+    if (n < 1 || n > NE || s->held_n)
+        return shoal_err_set(err, SHOAL_EINVAL, "acquire of %lld experts of layer %lld "
+                             "(at most %lld, and not while a batch of %lld is held)",
+                             (long long)n, (long long)il, (long long)NE,
+                             (long long)s->held_n);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= NE)
+            return shoal_err_set(err, SHOAL_EINVAL, "expert id %d out of range [0, %lld) "
+                                 "at layer %lld", ids[i], (long long)NE, (long long)il);
+    struct entry **held = s->held;
+    uint8_t *kind = s->held_kind;
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->last_il >= 0 && s->last_il != il)
+        s->hint_valid[s->last_il] = 0;   /* that layer's step is over */
+    s->last_il = il;
+    /* 1: hold what is resident or on its way, so that making room below
+     *    cannot evict it; a prefetch that failed is read again */
+    for (int64_t i = 0; i < n; i++) {
+        struct entry *e = s->slot[il * NE + ids[i]];
+        if (e && e->state == ENTRY_FAILED && e->refs == 0 && e->tier == TIER_CACHE) {
+            cache_drop(s, e, 0);
+            e = NULL;
+        }
+        held[i] = e;
+        if (!e)
+            continue;
+        kind[i] = e->tier == TIER_PINNED ? HELD_PINNED
+                : e->state == ENTRY_LOADING ? HELD_INFLIGHT : HELD_CACHED;
+        if (e->tier != TIER_PINNED)
+            e->refs++;
+    }
+    /* 2: buffers for the missing ones, in order, while there is room; the
+     *    staging area is free between batches, so at least one fits */
+    int64_t m = n;
+    for (int64_t i = 0; i < n; i++) {
+        if (held[i])
+            continue;
+        struct entry *e = s->slot[il * NE + ids[i]];   /* a duplicate id */
+        int fresh = 0;
+        if (!e) {
+            if (!(e = new_entry(s, il, ids[i], &rc, err))) {
+                if (!rc && i == 0)
+                    rc = shoal_err_set(err, SHOAL_ENOMEM, "no staging blob free for "
+                                       "layer %lld", (long long)il);
+                m = i;
+                break;
+            }
+            fresh = 1;
+        }
+        if (e->tier != TIER_PINNED)
+            e->refs++;
+        held[i] = e;
+        kind[i] = fresh ? HELD_DISK : HELD_INFLIGHT;
+        if (fresh) {
+            s->st.disk_reads++;
+            start_read(s, e);
+        }
+    }
+    /* 3: let go of what lies beyond the part acquired now */
+    for (int64_t i = m; i < n; i++) {
+        if (held[i])
+            unhold(s, held[i]);
+        held[i] = NULL;
+    }
+    if (rc) {
+        /* reads already started must land before their buffers go */
+        wait_loaded(s, held, m);
+        for (int64_t i = 0; i < m; i++)
+            unhold(s, held[i]);
+        pthread_mutex_unlock(&s->mu);
+        return rc;
+    }
+    /* counters: tiers, prefetch use, hint recall; LRU order */
+    const int hinted = s->hint_valid[il];
+    for (int64_t i = 0; i < m; i++) {
+        struct entry *e = held[i];
+        switch ((enum held_kind)kind[i]) {
+        case HELD_PINNED: s->st.pinned_hits++; break;
+        case HELD_CACHED: s->st.cache_hits++; break;
+        case HELD_INFLIGHT: s->st.inflight_hits++; break;
+        case HELD_DISK: break;
+        }
+        if (e->prefetched) {
+            s->st.prefetch_used++;
+            e->prefetched = 0;
+        }
+        if (e->tier == TIER_CACHE) {
+            lru_unlink(s, e);
+            lru_push_front(s, e);
+        }
+        if (hinted) {
+            s->st.used_after_hint++;
+            s->st.used_hinted += s->hint_mark[il * NE + ids[i]] == s->hint_gen[il];
+        }
+    }
+    s->held_n = m;
+    s->held_il = il;
+    s->held_started = 1;
+    pthread_mutex_unlock(&s->mu);
+    return (int)m;
+}
+
+int shoal_expert_store_acquire_wait(struct shoal_expert_store *s,
+                                    struct shoal_expert_weights *out, struct shoal_err *err)
+{
+    const struct shoal_container *ct = s->ct;
+    struct entry **held = s->held;
+    const int64_t m = s->held_n;
+    int rc = 0;
+    if (!s->held_started)
+        return shoal_err_set(err, SHOAL_EINVAL, "acquire_wait without acquire_start");
+    pthread_mutex_lock(&s->mu);
+    s->held_started = 0;
+    double t0 = shoal_time_s();
+    int waited = 0;
+    for (int64_t i = 0; i < m; i++) {
+        while (held[i]->state == ENTRY_LOADING) {
+            waited = 1;
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+    }
+    if (waited)
+        s->st.stall_seconds += shoal_time_s() - t0;
+    for (int64_t i = 0; i < m && !rc; i++)
+        if (held[i]->state == ENTRY_FAILED)
+            rc = shoal_err_set(err, held[i]->failed_code, "%s%s", held[i]->failed_msg,
+                               held[i]->tried & (held[i]->tried - 1) ?
+                               " (every source failed)" : "");
+    if (rc) {
+        for (int64_t i = 0; i < m; i++) {
+            unhold(s, held[i]);
+            held[i] = NULL;
+        }
+        s->held_n = 0;
+        pthread_mutex_unlock(&s->mu);
+        return rc;
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int64_t i = 0; i < m; i++)
+        shoal_container_expert_views(ct, held[i]->blob, &out[i]);
+    return 0;
+}
+
+int shoal_expert_store_acquire_batch(struct shoal_expert_store *s, int64_t il,
+                                     const int32_t *ids, int64_t n,
+                                     struct shoal_expert_weights *out,
+                                     struct shoal_err *err)
+{
+    int m = shoal_expert_store_acquire_start(s, il, ids, n, err);
+    if (m < 0)
+        return m;
+    int rc = shoal_expert_store_acquire_wait(s, out, err);
+    return rc < 0 ? rc : m;
+}
+
+void shoal_expert_store_release_batch(struct shoal_expert_store *s, int64_t il,
+                                      const int32_t *ids, int64_t m)
+{
+    (void)ids;
+    if (il != s->held_il || m != s->held_n)
+        shoal_log(SHOAL_LOG_WARN, "expert_store", "release of %lld experts of layer %lld "
+                  "does not match the batch held (%lld of layer %lld); releasing that",
+                  (long long)m, (long long)il, (long long)s->held_n, (long long)s->held_il);
+    pthread_mutex_lock(&s->mu);
+    s->held_started = 0;
+    wait_loaded(s, s->held, s->held_n);   /* released without a wait: reads must land */
+    for (int64_t i = 0; i < s->held_n; i++) {
+        unhold(s, s->held[i]);
+        s->held[i] = NULL;
+    }
+    s->held_n = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int shoal_expert_store_acquire(struct shoal_expert_store *s, int64_t il, int64_t ie,
+                               struct shoal_expert_weights *out, struct shoal_err *err)
+{
+    if (ie < 0 || ie >= s->ct->n_expert)
+        return shoal_err_set(err, SHOAL_EINVAL, "expert id %lld out of range [0, %lld)",
+                             (long long)ie, (long long)s->ct->n_expert);
+    int32_t id = (int32_t)ie;
+    int rc = shoal_expert_store_acquire_batch(s, il, &id, 1, out, err);
+    return rc < 0 ? rc : 0;
+}
+
+void shoal_expert_store_release(struct shoal_expert_store *s, int64_t il, int64_t ie)
+{
+    int32_t id = (int32_t)ie;
+    shoal_expert_store_release_batch(s, il, &id, 1);
+}
+
+/* ------------------------------------------------------------ hints */
+
+int shoal_expert_store_wants_hints(const struct shoal_expert_store *s)
+{
+    return s->p.prefetch != 0;
+}
+
+void shoal_expert_store_hint(struct shoal_expert_store *s, int64_t il, const int32_t *ids,
+                             int64_t n_ids)
+{
+    const struct shoal_container *ct = s->ct;
+    const int64_t NE = ct->n_expert;
+    if (!s->p.prefetch || il < 0 || il >= ct->n_layer || ct->layer_offset[il] == UINT64_MAX)
+        return;
+    pthread_mutex_lock(&s->mu);
+    const uint32_t gen = ++s->hint_gen[il];
+    s->hint_valid[il] = 1;
+    s->st.hints++;
+    for (int64_t i = 0; i < n_ids; i++) {
+        const int32_t ie = ids[i];
+        if (ie < 0 || ie >= NE || s->hint_mark[il * NE + ie] == gen)
+            continue;
+        s->hint_mark[il * NE + ie] = gen;
+        s->st.hinted++;
+        struct entry *e = s->slot[il * NE + ie];
+        if (e && !(e->state == ENTRY_FAILED && e->refs == 0 && e->tier == TIER_CACHE))
+            continue;   /* resident or on its way */
+        if (e)
+            cache_drop(s, e, 0);
+        void *blob = NULL;
+        if (!make_room(s, ct->blob_bytes, il) ||
+            !(blob = alloc_blob((size_t)ct->blob_bytes))) {
+            s->st.prefetch_dropped++;
+            continue;
+        }
+        e = shoal_xcalloc(1, sizeof *e);
+        *e = (struct entry){.s = s, .blob = blob, .il = il, .ie = ie, .tier = TIER_CACHE,
+                            .prefetched = 1};
+        lru_push_front(s, e);
+        s->slot[il * NE + ie] = e;
+        s->st.cached_bytes += ct->blob_bytes;
+        s->st.cached_experts++;
+        note_peak(s);
+        s->st.prefetch_reads++;
+        start_read(s, e);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void shoal_expert_store_learn(struct shoal_expert_store *s, int64_t il, const int32_t *ids,
+                              int64_t n_tok, int64_t k)
+{
+    if (il == s->first_moe)
+        s->st.tokens += (uint64_t)(n_tok > 0 ? n_tok : 0);
+    if (!s->hot || !s->p.learn)
+        return;
+    for (int64_t i = 0; i < n_tok * k; i++)
+        shoal_hot_set_add(s->hot, il, ids[i], 1.0);
+}
+
+/* ------------------------------------------------------------ stats */
+
+void shoal_expert_store_stats_get(const struct shoal_expert_store *s,
+                                  struct shoal_expert_store_stats *out)
+{
+    struct shoal_expert_store *w = (struct shoal_expert_store *)s;   /* the lock only */
+    pthread_mutex_lock(&w->mu);
+    *out = s->st;
+    const double now = shoal_time_s();
+    if (s->inflight > 0)
+        out->read_busy_seconds += now - s->busy_since;
+    out->io_engine = s->io ? shoal_io_engine_name(s->io) : "none";
+    out->queue_depth = s->n_staging;
+    out->counts_path = s->hot ? shoal_hot_set_file(s->hot) : NULL;
+    out->n_source = s->n_source;
+    for (int i = 0; i < s->n_source; i++) {
+        out->source[i] = s->src[i].st;
+        if (s->src[i].inflight > 0)
+            out->source[i].busy_seconds += now - s->src[i].busy_since;
+    }
+    pthread_mutex_unlock(&w->mu);
 }

@@ -1,14 +1,34 @@
-/* expert_store: routed experts of a container, read from disk on demand
- * into a byte-budgeted LRU cache (DESIGN §4).
+/* expert_store: the routed experts of a container, served from RAM tiers
+ * and read from disk on demand (DESIGN §4).
  *
- * acquire() returns views of one expert's w_gate/w_up/w_down; the bytes are
- * read with one aligned pread of the expert's blob (O_DIRECT when asked),
- * checked against the manifest's xxh64, and cached while the budget allows.
- * An acquired expert is never evicted until released. With a zero budget
- * each acquire reads into a scratch blob (nothing is cached), so results are
- * the same bytes whatever the budget: the cache changes speed, never values.
+ * Tiers, in the order an acquire looks:
+ *   pinned   a hot-set read at create under its own byte budget (pin_bytes),
+ *            ranked by routing counts persisted across runs (hot_set.h);
+ *            never evicted
+ *   cache    an LRU under a byte budget (cache_bytes); prefetched experts
+ *            land here too
+ *   disk     one aligned read of the expert's blob (O_DIRECT/F_NOCACHE when
+ *            asked) through an I/O engine (io_engine.h: io_uring or a pread
+ *            pool, queue_depth reads in flight), checked against the
+ *            manifest's xxh64 on an io thread before anyone sees it.
+ * Experts that fit neither budget are read into a fixed staging area of
+ * queue_depth blobs, so expert RAM never exceeds
+ *   pin_bytes + cache_bytes + queue_depth * blob_bytes.
  *
- * Thread: one thread (the coordinator's main thread) calls the store.
+ * A layer's batch-union is acquired at once: every missing expert is read
+ * in parallel, then the caller computes and releases the batch. A hint
+ * (router lookahead for the next layer) starts reads early; they land in
+ * the cache. Sources: the container's experts.bin plus mirrors (copies with
+ * the same fingerprint); each expert is read from one source chosen by
+ * weighted rendezvous hashing, so nothing is cached twice, and a read
+ * error or checksum mismatch on one source falls back to the next.
+ *
+ * None of this changes a byte the caller sees (DESIGN contract 1): every
+ * view points at the verified bytes of the container's blob, whatever the
+ * tier, engine, source or timing.
+ *
+ * Thread: one thread (the coordinator's main thread) calls the store; its
+ * reads complete on io threads, which take the store's lock briefly.
  */
 #ifndef SHOAL_EXPERT_STORE_H
 #define SHOAL_EXPERT_STORE_H
@@ -18,47 +38,184 @@
 
 #include "container.h"
 #include "err.h"
+#include "io_engine.h"
 #include "model.h"
 
+#define SHOAL_EXPERT_STORE_MAX_SOURCES 8   /* the container + 7 mirrors */
+
 struct shoal_expert_store_params {
-    uint64_t cache_bytes;   /* budget for cached blobs; UINT64_MAX = unlimited */
-    int direct;             /* 1: O_DIRECT (F_NOCACHE on macOS) reads */
+    uint64_t cache_bytes;        /* LRU budget, bytes; UINT64_MAX = unlimited */
+    uint64_t pin_bytes;          /* pinned hot-set budget, bytes; 0 = none */
+    int direct;                  /* 1: O_DIRECT (Linux) / F_NOCACHE (macOS) reads */
+    struct shoal_io_engine_params io;  /* engine kind and queue depth */
+    int prefetch;                /* 1: act on hints (router lookahead) */
+    int learn;                   /* 1: count routings and save them at destroy */
+    const char *const *mirrors;  /* [n_mirror] container directories, borrowed */
+    int n_mirror;                /* 0..SHOAL_EXPERT_STORE_MAX_SOURCES-1 */
+    const double *source_weights;/* [n_source_weights] read weights, the container
+                                  * first, then each mirror; borrowed; NULL: measure
+                                  * with a short read probe at create */
+    int n_source_weights;        /* 0 or 1 + n_mirror */
+    const char *counts_fallback_dir; /* routing counts go here when the container
+                                  * directory is not writable; borrowed; NULL: none */
 };
 
 static inline struct shoal_expert_store_params shoal_expert_store_params_default(void)
 {
-    return (struct shoal_expert_store_params){.cache_bytes = UINT64_MAX, .direct = 0};
+    return (struct shoal_expert_store_params){.cache_bytes = UINT64_MAX,
+                                              .io = shoal_io_engine_params_default(),
+                                              .prefetch = 1,
+                                              .learn = 1};
 }
 
+struct shoal_expert_store_source_stats {
+    const char *path;         /* experts.bin of the source; borrowed from the store */
+    double weight;            /* rendezvous weight (probe MB/s or given) */
+    int direct;               /* 1 when O_DIRECT/F_NOCACHE is in effect */
+    uint64_t reads;           /* blobs read and verified */
+    uint64_t bytes_read;      /* bytes of those blobs */
+    uint64_t errors;          /* failed reads and checksum mismatches */
+    double busy_seconds;      /* wall time with at least one read in flight here */
+};
+
+/* A snapshot of the store's counters (plain data; see
+ * shoal_expert_store_stats_get). Acquires count each expert of a batch
+ * once; "used" means acquired by the forward pass. */
 struct shoal_expert_store_stats {
-    uint64_t hits, misses;       /* acquires served from cache / from disk */
-    uint64_t bytes_read;         /* from experts.bin */
-    double read_seconds;         /* wall time inside reads */
-    uint64_t evictions;
-    uint64_t cached_bytes, cached_experts;
+    /* demand acquires by tier */
+    uint64_t pinned_hits;        /* served by the pinned hot-set */
+    uint64_t cache_hits;         /* LRU, bytes already there */
+    uint64_t inflight_hits;      /* LRU, joined a prefetch read still in flight */
+    uint64_t disk_reads;         /* read on demand (misses) */
+    uint64_t staged_reads;       /* of disk_reads: read into staging (over budget) */
+    /* I/O, every source and purpose (demand, prefetch, pin) */
+    uint64_t bytes_read;         /* verified blob bytes */
+    double read_busy_seconds;    /* wall time with at least one read in flight */
+    double stall_seconds;        /* the caller waiting for reads in acquire_batch */
+    uint64_t tokens;             /* tokens routed (counted at the first MoE layer) */
+    uint64_t source_fallbacks;   /* reads retried on another source after an error */
+    /* prefetch (router lookahead) */
+    uint64_t hints;              /* hint calls that were acted on */
+    uint64_t hinted;             /* distinct experts named by those hints */
+    uint64_t prefetch_reads;     /* reads started by hints */
+    uint64_t prefetch_used;      /* of those, acquired by the forward pass */
+    uint64_t prefetch_dropped;   /* hinted experts not read: no room in the cache */
+    uint64_t used_after_hint;    /* experts acquired in layer steps that had a hint */
+    uint64_t used_hinted;        /* of those, named by the hint (recall numerator) */
+    /* memory */
+    uint64_t evictions;          /* LRU entries dropped for room */
+    uint64_t prefetch_evicted;   /* of those, prefetched and never used */
+    uint64_t cached_bytes, cached_experts;   /* LRU tier now (reads in flight included) */
+    uint64_t pinned_bytes, pinned_experts;   /* pinned tier */
+    uint64_t staging_bytes;      /* staging blobs allocated (fixed overhead) */
+    uint64_t peak_expert_bytes;  /* max of pinned + cached + staging bytes */
+    /* configuration */
+    const char *io_engine;       /* "uring" or "pread"; static */
+    int queue_depth;
+    const char *counts_path;     /* routing counts sidecar or NULL; borrowed from the store */
+    int n_source;
+    struct shoal_expert_store_source_stats source[SHOAL_EXPERT_STORE_MAX_SOURCES];
 };
 
 struct shoal_expert_store;
 
 /* Create a store over ct (borrowed; must outlive the store).
- * Returns NULL with err set (cannot open experts.bin). If O_DIRECT cannot be
- * used on this file system the store falls back to buffered reads and logs
- * it once. Thread: main. */
+ * Opens each source (a mirror that does not exist is reported once and
+ * ignored; one with another fingerprint or size is refused), starts the I/O
+ * engine, measures source weights when there are mirrors and no weights,
+ * loads the routing counts and reads the pinned hot-set.
+ * If O_DIRECT cannot be used on a file system the source falls back to
+ * buffered reads and logs it once.
+ * Returns the store (owned by the caller) or NULL with err set: a source
+ * cannot be opened, a mirror does not match, weights are malformed, a
+ * pinned expert cannot be read or verified, or -SHOAL_ENOMEM with the byte
+ * count. Thread: main. */
 struct shoal_expert_store *shoal_expert_store_create(const struct shoal_container *ct,
                                                      struct shoal_expert_store_params p,
                                                      struct shoal_err *err);
+
+/* Wait for reads in flight, save the routing counts (when learn and any
+ * routing was recorded; a failure is logged), free everything. NULL is a
+ * no-op. Thread: main. */
 void shoal_expert_store_destroy(struct shoal_expert_store *s);
 
-/* Make expert (il, ie) resident and point *out at it.
- * Returns 0; -errno/SHOAL_EIO on a read error, SHOAL_EFORMAT on a checksum
- * mismatch (err names the file, layer, expert and offset). Thread: main. */
+/* Make experts (il, ids[i]) resident, reading the missing ones in parallel,
+ * and point out[i] at their weights.
+ *   il    a MoE layer of the container
+ *   ids   [n] i32 distinct expert ids (a batch-union), borrowed
+ *   out   [n] views, written for i < the returned count; valid until
+ *         shoal_expert_store_release_batch
+ * Returns m in [1, n]: ids[0..m) are acquired. m < n only when the cache
+ * budget and the staging area cannot hold the whole union at once: compute
+ * and release the first m, then acquire the rest. Errors (nothing is held
+ * then): -SHOAL_EINVAL (bad il or id, n < 1, a batch already held), -errno
+ * or -SHOAL_EIO when every source failed to read an expert, -SHOAL_EFORMAT
+ * on a checksum mismatch on every source (err names the file, layer, expert
+ * and offset), -SHOAL_ENOMEM. Blocks until the reads are done.
+ * Thread: main. */
+int shoal_expert_store_acquire_batch(struct shoal_expert_store *s, int64_t il,
+                                     const int32_t *ids, int64_t n,
+                                     struct shoal_expert_weights *out,
+                                     struct shoal_err *err);
+
+/* acquire_batch in two steps, so that a caller can do something (hint the
+ * next layer) while the reads run: start holds ids[0..m) and submits the
+ * missing reads without waiting, returning m as acquire_batch does (or a
+ * negative status, nothing held); wait blocks until they are verified and
+ * writes out[0..m), or returns the first read error (nothing held then).
+ * Between them only hint, learn and stats may be called.
+ *   out  [m] views, written on success
+ * Thread: main. */
+int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
+                                     const int32_t *ids, int64_t n, struct shoal_err *err);
+int shoal_expert_store_acquire_wait(struct shoal_expert_store *s,
+                                    struct shoal_expert_weights *out, struct shoal_err *err);
+
+/* Release the batch returned by the last acquire_batch or acquire_start
+ * (the same il, ids and count m): its experts become evictable, staging
+ * blobs free. Waits for reads still in flight. Thread: main. */
+void shoal_expert_store_release_batch(struct shoal_expert_store *s, int64_t il,
+                                      const int32_t *ids, int64_t m);
+
+/* One expert: acquire_batch/release_batch with n = 1. Thread: main. */
 int shoal_expert_store_acquire(struct shoal_expert_store *s, int64_t il, int64_t ie,
                                struct shoal_expert_weights *out, struct shoal_err *err);
-
-/* Done with (il, ie) for now: it becomes evictable (or is dropped at once
- * when the budget is exceeded). */
 void shoal_expert_store_release(struct shoal_expert_store *s, int64_t il, int64_t ie);
 
-const struct shoal_expert_store_stats *shoal_expert_store_stats(const struct shoal_expert_store *s);
+/* 1 when the store acts on hints (params.prefetch), so a caller can skip
+ * computing them. Thread: any. */
+int shoal_expert_store_wants_hints(const struct shoal_expert_store *s);
+
+/* Hint that layer il will soon use experts ids (router lookahead): start
+ * reads of those not resident, into the cache tier, as far as its budget
+ * allows without evicting anything in use. Never blocks on I/O, never
+ * fails (a failed prefetch is re-read on demand), never changes what an
+ * acquire returns.
+ *   ids  [n_ids] i32 expert ids, duplicates allowed (e.g. [n_tok][k] top-k),
+ *        borrowed; ids outside [0, n_expert) are ignored
+ * Thread: main. */
+void shoal_expert_store_hint(struct shoal_expert_store *s, int64_t il,
+                             const int32_t *ids, int64_t n_ids);
+
+/* Record layer il's routing (DESIGN §3 step 7): each id counts once toward
+ * the persisted hot-set ranking.
+ *   ids  [n_tok][k] i32 top-k expert ids, borrowed
+ * Thread: main. */
+void shoal_expert_store_learn(struct shoal_expert_store *s, int64_t il,
+                              const int32_t *ids, int64_t n_tok, int64_t k);
+
+/* Copy the counters into *out. Thread: any. */
+void shoal_expert_store_stats_get(const struct shoal_expert_store *s,
+                                  struct shoal_expert_store_stats *out);
+
+/* Weighted rendezvous hashing: the source in [0, n) that owns key, the one
+ * maximising -weights[i] / ln(u(key, seeds[i])) with u uniform in (0, 1)
+ * from a 64-bit hash. A source's share of keys is proportional to its
+ * weight; removing a source moves only the keys it owned. Weights <= 0
+ * never win unless all are. Ties go to the lower index.
+ *   seeds, weights  [n], borrowed; n >= 1
+ * Thread: any. */
+int shoal_expert_store_rendezvous(uint64_t key, const uint64_t *seeds,
+                                  const double *weights, int n);
 
 #endif

@@ -14,6 +14,7 @@ int shoal_cmd_detokenize(int argc, char **argv);
 int shoal_cmd_perplexity(int argc, char **argv);
 int shoal_cmd_convert(int argc, char **argv);
 int shoal_cmd_inspect(int argc, char **argv);
+int shoal_cmd_synth(int argc, char **argv);
 
 /* Parse a byte size: "0", "512K", "256M", "4G", "unlimited". Returns 0
  * or -1 after printing an error naming the flag. */

@@ -41,7 +41,9 @@ static void usage(FILE *f)
         "  --repeat-penalty, --greedy, --stop STR   as for 'shoal run'\n"
         "\n"
         "In the session: /reset forgets the conversation, /quit or Ctrl-D leaves,\n"
-        "Ctrl-C stops a reply that is being generated.\n");
+        "Ctrl-C stops a reply that is being generated.\n"
+        "\nExpert store (shoal containers only):\n");
+    shoal_session_usage_store(f);
 }
 
 struct conv {

@@ -24,7 +24,9 @@ static void usage(FILE *f)
         "  --ctx N            window length in tokens (default: max_position_embeddings,\n"
         "                     at most 4096)\n"
         "  --max-windows N    score only the first N windows (default: all)\n"
-        "  --json             print the result as one JSON object\n");
+        "  --json             print the result as one JSON object\n"
+        "\nExpert store (shoal containers only):\n");
+    shoal_session_usage_store(f);
 }
 
 int shoal_cmd_perplexity(int argc, char **argv)

@@ -37,8 +37,10 @@ static void usage(FILE *f)
         "  --ctx N              context length in tokens (default min(max_position_embeddings, 4096))\n"
         "  --threads N          compute threads (default: all cores)\n"
         "  --logits-out F.npy   write the f32 logits of every step, [steps][vocab]\n"
-        "  --ids-out FILE       write the generated token ids, space-separated\n",
+        "  --ids-out FILE       write the generated token ids, space-separated\n"
+        "\nExpert store (shoal containers only):\n",
         shoal_cli_default_model());
+    shoal_session_usage_store(f);
 }
 
 int shoal_cmd_run(int argc, char **argv)

@@ -35,6 +35,9 @@ struct shoal_ctx {
     float *yg;        /* [B*k][n_embd] expert outputs, by slot */
     float *ffn;       /* [2][B*k][n_ff_max] */
     float *shg;       /* [B] shared expert gate logits */
+    struct shoal_expert_weights *ew;  /* [n_expert] views of the acquired batch */
+    int32_t *pf_ids;  /* [B][k] router lookahead: the next layer's top-k */
+    float *pf_weights;/* [B][k] (unused beyond the select) */
     struct shoal_batch_union bu;
     struct shoal_ctx_timings t;
     int nthreads_max;
@@ -100,6 +103,9 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     ctx->yg = alloc_f(rows_max * E);
     ctx->ffn = alloc_f(2 * rows_max * ff_max);
     ctx->shg = alloc_f(B);
+    ctx->ew = shoal_xcalloc((size_t)(c->n_expert > 0 ? c->n_expert : 1), sizeof *ctx->ew);
+    ctx->pf_ids = shoal_xcalloc((size_t)(B * K), sizeof(int32_t));
+    ctx->pf_weights = alloc_f(B * K);
     shoal_batch_union_init(&ctx->bu, c->n_expert, B * K);
     return ctx;
 }
@@ -127,6 +133,9 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
     free(ctx->yg);
     free(ctx->ffn);
     free(ctx->shg);
+    free(ctx->ew);
+    free(ctx->pf_ids);
+    free(ctx->pf_weights);
     shoal_batch_union_free(&ctx->bu);
     free(ctx);
 }
@@ -243,8 +252,32 @@ static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
         ctx->x[i] += ctx->o[i];
 }
 
+/* Router lookahead (DESIGN §3 step 5): apply layer il+1's router to the
+ * rows that layer il routes (ctx->h [n][E]) and hint the store, so reads of
+ * the experts il+1 is likely to use start while il computes. Only scratch
+ * is written (ctx->router, ctx->probs, ctx->pf_*): the forward pass and its
+ * logits are the same with or without it. */
+static void prefetch_next(struct shoal_ctx *ctx, int64_t il, int64_t n)
+{
+    const struct shoal_model *m = ctx->model;
+    const struct shoal_model_config *c = &m->cfg;
+    if (!m->store || il + 1 >= c->n_layer || !shoal_layer_is_moe(c, il + 1) ||
+        !shoal_expert_store_wants_hints(m->store))
+        return;
+    const int64_t NE = c->n_expert, K = c->n_expert_used;
+    shoal_linear(ctx->router, ctx->h, n, &m->layers[il + 1].w_router, NULL); /* [n][NE] */
+    shoal_router_select(ctx->router, n, NE, K, c->norm_topk_prob, ctx->probs,
+                        ctx->pf_ids, ctx->pf_weights);               /* [n][K] */
+    shoal_expert_store_hint(m->store, il + 1, ctx->pf_ids, n * K);
+}
+
 /* Sparse MoE block on ctx->h [n][E]; result (routed + shared) in ctx->o.
- * Returns 0 or an expert store error (err set). */
+ * With an expert store, the batch-union is acquired at once (the store
+ * reads the missing experts in parallel; when its budget cannot hold the
+ * whole union it hands back a prefix, computed and released before the
+ * rest). Each expert's output goes to its own slots of ctx->yg, so the
+ * acquire order cannot change the combine. Returns 0 or an expert store
+ * error (err set). */
 static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_err *err)
 {
     const struct shoal_model *m = ctx->model;
@@ -257,30 +290,43 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
     shoal_router_select(ctx->router, n, NE, K, c->norm_topk_prob, ctx->probs,
                         ctx->ids, ctx->weights);                     /* [n][K] */
     shoal_batch_union_build(&ctx->bu, ctx->ids, n, K, NE);
+    if (m->store)
+        shoal_expert_store_learn(m->store, il, ctx->ids, n, K);
     double t1 = shoal_time_s();
 
     /* each distinct expert once, over all rows routed to it */
-    for (int64_t i = 0; i < ctx->bu.n_used; i++) {
-        const int32_t ie = ctx->bu.expert[i];
-        const int64_t b = ctx->bu.slot_begin[i], cnt = ctx->bu.slot_begin[i + 1] - b;
-        for (int64_t j = 0; j < cnt; j++) {
-            const int64_t tok = ctx->bu.slots[b + j] / K;
-            memcpy(ctx->xg + j * E, ctx->h + tok * E, (size_t)E * sizeof(float));
-        }
-        const struct shoal_expert_weights *ew = &L->experts[ie];
-        struct shoal_expert_weights fetched;
+    for (int64_t i0 = 0; i0 < ctx->bu.n_used;) {
+        int64_t nb = ctx->bu.n_used - i0;
         if (m->store) {
-            int rc = shoal_expert_store_acquire(m->store, il, ie, &fetched, err);
-            if (rc)
+            /* submit this layer's reads, queue the next layer's behind them,
+             * then wait for this layer's */
+            int rc = shoal_expert_store_acquire_start(m->store, il, ctx->bu.expert + i0, nb,
+                                                      err);
+            if (rc < 0)
                 return rc;
-            ew = &fetched;
+            nb = rc;
+            if (i0 == 0)
+                prefetch_next(ctx, il, n);
+            if ((rc = shoal_expert_store_acquire_wait(m->store, ctx->ew, err)) < 0)
+                return rc;
         }
-        shoal_expert_ffn(ctx->o, ctx->xg, cnt, ew, ctx->ffn);
+        for (int64_t i = i0; i < i0 + nb; i++) {
+            const int32_t ie = ctx->bu.expert[i];
+            const int64_t b = ctx->bu.slot_begin[i], cnt = ctx->bu.slot_begin[i + 1] - b;
+            for (int64_t j = 0; j < cnt; j++) {
+                const int64_t tok = ctx->bu.slots[b + j] / K;
+                memcpy(ctx->xg + j * E, ctx->h + tok * E, (size_t)E * sizeof(float));
+            }
+            const struct shoal_expert_weights *ew = m->store ? &ctx->ew[i - i0]
+                                                             : &L->experts[ie];
+            shoal_expert_ffn(ctx->o, ctx->xg, cnt, ew, ctx->ffn);
+            for (int64_t j = 0; j < cnt; j++)
+                memcpy(ctx->yg + ctx->bu.slots[b + j] * E, ctx->o + j * E,
+                       (size_t)E * sizeof(float));
+        }
         if (m->store)
-            shoal_expert_store_release(m->store, il, ie);
-        for (int64_t j = 0; j < cnt; j++)
-            memcpy(ctx->yg + ctx->bu.slots[b + j] * E, ctx->o + j * E,
-                   (size_t)E * sizeof(float));
+            shoal_expert_store_release_batch(m->store, il, ctx->bu.expert + i0, nb);
+        i0 += nb;
     }
     double t2 = shoal_time_s();
     shoal_moe_combine(ctx->o, ctx->yg, ctx->weights, n, K, E);       /* [n][E] */

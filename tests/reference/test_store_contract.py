@@ -3,16 +3,27 @@
 
 For every family's tiny checkpoint: convert to containers (f32 and bf16
 experts; int8 and int4 experts with int8 dense), then require that the
-logits bytes of a 12-step greedy run are identical across expert cache
-0 / small / unlimited, O_DIRECT on/off and OMP_NUM_THREADS 1/2, and that
-the f32 container matches the Hugging Face directory byte for byte.
+logits bytes of a 12-step greedy run are identical to a baseline (unlimited
+cache, one thread) when one store knob at a time changes -- expert cache
+0 / small, pinned hot-set on, I/O engine uring / pread, O_DIRECT on,
+prefetch off, a mirror on, two threads -- and for a few combinations of
+them; and that the f32 container matches the Hugging Face directory byte
+for byte.
 Also: a flipped byte in experts.bin is reported with file, layer, expert
-and offset; a truncated experts.bin is refused at open; convert refuses to
-overwrite without --force and leaves no half-written output on failure.
+and offset; a damaged mirror copy falls back to the container with a
+warning and the same logits; a mirror of another model is refused; a
+missing mirror is reported once and ignored; --stats reports every tier,
+source and prefetch precision/recall; a truncated experts.bin is refused
+at open; convert refuses to overwrite without --force and leaves no
+half-written output on failure.
+
+Runs use OMP_WAIT_POLICY=passive: on a loaded machine GOMP's spinning
+makes tiny runs take seconds; it never changes a result.
 
 Usage: /usr/bin/python3 tests/reference/test_store_contract.py --shoal BIN
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -35,6 +46,7 @@ def result(name, ok, detail=""):
 
 def run(cmd, env=None):
     e = dict(os.environ)
+    e.setdefault("OMP_WAIT_POLICY", "passive")
     if env:
         e.update(env)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=e)
@@ -45,7 +57,88 @@ def logits(shoal, model, out, *extra, env=None):
              "--greedy", "--ignore-eos", "--logits-out", out] + list(extra), env=env)
     if r.returncode != 0:
         return None, r.stderr.strip()
-    return open(out, "rb").read(), ""
+    return open(out, "rb").read(), r.stderr
+
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
+def knob_variants(mirror):
+    """(name, extra flags, env): one knob at a time, then combinations."""
+    return [
+        ("cache=0", ["--expert-cache", "0"], ONE_THREAD),
+        ("cache=64K", ["--expert-cache", "64K"], ONE_THREAD),
+        ("pin=48K cache=0", ["--pin", "48K", "--expert-cache", "0"], ONE_THREAD),
+        ("pin=unlimited", ["--pin", "unlimited"], ONE_THREAD),
+        ("io=pread", ["--io", "pread"], ONE_THREAD),
+        ("io=uring", ["--io", "uring"], ONE_THREAD),
+        ("direct=on", ["--direct", "on"], ONE_THREAD),
+        ("prefetch=off", ["--prefetch", "off"], ONE_THREAD),
+        ("mirror", ["--mirror", mirror, "--mirror-weights", "1,1"], ONE_THREAD),
+        ("threads=2", [], {"OMP_NUM_THREADS": "2"}),
+        ("cache=0 pin=32K pread direct mirror qd=2 threads=2",
+         ["--expert-cache", "0", "--pin", "32K", "--io", "pread", "--direct", "on",
+          "--mirror", mirror, "--queue-depth", "2"], {"OMP_NUM_THREADS": "2"}),
+        ("cache=64K uring direct prefetch=off mirror(probe) qd=1",
+         ["--expert-cache", "64K", "--io", "uring", "--direct", "on", "--prefetch", "off",
+          "--mirror", mirror, "--queue-depth", "1"], ONE_THREAD),
+        ("cache=16K pin=16K uring prefetch threads=2",
+         ["--expert-cache", "16K", "--pin", "16K", "--io", "uring", "--mirror-weights", "1"],
+         {"OMP_NUM_THREADS": "2"}),
+    ]
+
+
+def flip(path, off):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def mirror_checks(shoal, tmp, ct):
+    """Mirror behaviour on one container (ct has no damage)."""
+    ref, err = logits(shoal, ct, os.path.join(tmp, "mref.npy"), env=ONE_THREAD)
+    if ref is None:
+        result("mirror checks: baseline run", False, err)
+        return
+    # a damaged copy: every expert of layer 0 flipped on the mirror
+    bad = os.path.join(tmp, "mirror-damaged")
+    shutil.copytree(ct, bad)
+    with open(os.path.join(ct, "shoal.json")) as f:
+        man = json.load(f)
+    ex = man["experts"]
+    off0 = ex["layers"][0]["offset"]
+    for ie in range(ex["n_expert"]):
+        flip(os.path.join(bad, "experts.bin"), off0 + ie * ex["blob_bytes"] + 5)
+    got, err = logits(shoal, ct, os.path.join(tmp, "m.npy"), "--mirror", bad,
+                      "--mirror-weights", "1,1000", "--expert-cache", "0", env=ONE_THREAD)
+    warns = [ln for ln in err.splitlines() if "reading it from" in ln] if got is not None else []
+    result("damaged mirror copy: same logits, fallback warned (at most 3 lines)",
+           got == ref and 1 <= len(warns) <= 3 and "checksum mismatch" in warns[0]
+           if warns else False, err.strip()[-400:])
+    # another model as a mirror is refused
+    other = os.path.join(tmp, "mixtral-int4")
+    r = run([shoal, "run", "--model", ct, "--tokens", PROMPT, "--max-tokens", "2",
+             "--mirror", other])
+    result("mirror of another model is refused", r.returncode == 1 and "another model" in r.stderr
+           and other in r.stderr, r.stderr.strip())
+    # a missing mirror: one warning, same logits
+    gone = os.path.join(tmp, "no-such-mirror")
+    got, err = logits(shoal, ct, os.path.join(tmp, "m.npy"), "--mirror", gone, env=ONE_THREAD)
+    lines = [ln for ln in (err or "").splitlines() if gone in ln]
+    result("missing mirror reported once and ignored", got == ref and len(lines) == 1,
+           (err or "").strip()[-400:])
+    # --stats: tiers, sources, prefetch precision and recall
+    good = os.path.join(tmp, "mirror-good")
+    shutil.copytree(ct, good)
+    got, err = logits(shoal, ct, os.path.join(tmp, "m.npy"), "--stats", "--mirror", good,
+                      "--pin", "16K", "--expert-cache", "32K", env=ONE_THREAD)
+    want = ["pinned", "cache", "disk", "MB/s", "ms/token", "source 0", "source 1",
+            "precision", "recall"]
+    missing = [w for w in want if err is None or w not in err]
+    result("--stats reports tiers, sources, bandwidth, stall, precision and recall",
+           got == ref and not missing, "missing %s" % missing if missing else "")
 
 
 def main():
@@ -63,7 +156,7 @@ def main():
             return 1
         for fam in FAMILIES:
             hf = os.path.join(tmp, "hf", fam)
-            base, err = logits(shoal, hf, os.path.join(tmp, "base.npy"))
+            base, err = logits(shoal, hf, os.path.join(tmp, "base.npy"), env=ONE_THREAD)
             if base is None:
                 result(fam + " hf run", False, err)
                 continue
@@ -73,22 +166,26 @@ def main():
                 if r.returncode != 0:
                     result("%s convert %s" % (fam, experts), False, r.stderr.strip())
                     continue
-                ref, err = logits(shoal, ct, os.path.join(tmp, "ref.npy"), "--expert-cache", "unlimited")
+                ref, err = logits(shoal, ct, os.path.join(tmp, "ref.npy"), "--expert-cache",
+                                  "unlimited", env=ONE_THREAD)
                 if ref is None:
                     result("%s %s run" % (fam, experts), False, err)
                     continue
                 if experts == "f32":
                     result("%s f32 container == hf dir" % fam, ref == base)
+                mirror = ct + "-mirror"
+                shutil.copytree(ct, mirror)
                 same, bad = True, []
-                for cache in ["0", "64K", "unlimited"]:
-                    for direct in ["on", "off"]:
-                        for th in ["1", "2"]:
-                            got, err = logits(shoal, ct, os.path.join(tmp, "x.npy"), "--expert-cache", cache,
-                                              "--direct", direct, env={"OMP_NUM_THREADS": th})
-                            if got != ref:
-                                same = False
-                                bad.append("cache=%s direct=%s threads=%s %s" % (cache, direct, th, err))
-                result("%s %s: identical logits over cache/direct/threads" % (fam, experts), same, "; ".join(bad[:3]))
+                for name, extra, env in knob_variants(mirror):
+                    got, err = logits(shoal, ct, os.path.join(tmp, "x.npy"), *extra, env=env)
+                    if got != ref:
+                        same = False
+                        bad.append("%s: %s" % (name, err.strip()[-300:] if got is None
+                                               else "logits differ"))
+                result("%s %s: identical logits over cache/pin/io/direct/prefetch/mirror/threads"
+                       % (fam, experts), same, "; ".join(bad[:3]))
+                shutil.rmtree(mirror)
+        mirror_checks(shoal, tmp, os.path.join(tmp, "qwen3_moe-int4"))
         # bad input on one container
         ct = os.path.join(tmp, "qwen3_moe-int4")
         broken = os.path.join(tmp, "broken")

@@ -1,0 +1,160 @@
+#include "io_engine.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "io_engine_impl.h"
+#include "log.h"
+#include "util.h"
+
+int shoal_io_kind_parse(const char *s, enum shoal_io_kind *out)
+{
+    if (!strcmp(s, "auto"))
+        *out = SHOAL_IO_AUTO;
+    else if (!strcmp(s, "pread"))
+        *out = SHOAL_IO_PREAD;
+    else if (!strcmp(s, "uring"))
+        *out = SHOAL_IO_URING;
+    else
+        return SHOAL_EINVAL;
+    return 0;
+}
+
+struct shoal_io_req *shoal_io_engine_pop_(struct shoal_io_engine *e)
+{
+    struct shoal_io_req *r = e->head;
+    if (r) {
+        e->head = r->next_;
+        if (!e->head)
+            e->tail = NULL;
+        r->next_ = NULL;
+    }
+    return r;
+}
+
+void shoal_io_engine_complete_(struct shoal_io_req *req, int64_t result)
+{
+    req->result = result;
+    req->cb(req);   /* req may be reused or freed by the callback: last touch */
+}
+
+void shoal_io_engine_block_signals_(void)
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+}
+
+static int start_backend(struct shoal_io_engine *e, const struct shoal_io_engine_ops *ops,
+                         char *why, size_t why_len)
+{
+    e->ops = ops;
+    return ops->start(e, why, why_len);
+}
+
+struct shoal_io_engine *shoal_io_engine_create(struct shoal_io_engine_params p,
+                                               struct shoal_err *err)
+{
+    struct shoal_io_engine *e = shoal_xcalloc(1, sizeof *e);
+    e->queue_depth = p.queue_depth < 1 ? 1
+                   : p.queue_depth > SHOAL_IO_QUEUE_DEPTH_MAX ? SHOAL_IO_QUEUE_DEPTH_MAX
+                   : p.queue_depth;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    char why[256] = "";
+    int want_uring = p.kind == SHOAL_IO_URING || p.kind == SHOAL_IO_AUTO;
+#if HAVE_LIBURING
+    if (want_uring && start_backend(e, &shoal_io_engine_uring_ops, why, sizeof why) == 0)
+        goto started;
+#else
+    /* --io auto on a build without liburing is simply the pread pool */
+    if (p.kind == SHOAL_IO_URING)
+        snprintf(why, sizeof why, "liburing is not built in");
+    want_uring = p.kind == SHOAL_IO_URING;
+#endif
+    if (want_uring) {
+        /* once per process: a model load and a session may each make an engine */
+        static atomic_int logged;
+        e->fallback = shoal_xstrdup(why);
+        if (atomic_exchange(&logged, 1) == 0)
+            shoal_log(SHOAL_LOG_WARN, "io_engine", "io_uring unavailable (%s); using the "
+                      "pread thread pool", why);
+    }
+    char why2[256] = "";
+    int rc = start_backend(e, &shoal_io_engine_pread_ops, why2, sizeof why2);
+    if (rc) {
+        shoal_err_set(err, rc, "cannot start the pread I/O threads: %s", why2);
+        pthread_cond_destroy(&e->cv);
+        pthread_mutex_destroy(&e->mu);
+        free(e->fallback);
+        free(e);
+        return NULL;
+    }
+#if HAVE_LIBURING
+started:
+#endif
+    shoal_log(SHOAL_LOG_INFO, "io_engine", "io engine %s queue_depth=%d", e->ops->name,
+              e->queue_depth);
+    return e;
+}
+
+void shoal_io_engine_destroy(struct shoal_io_engine *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stopping = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    e->ops->stop(e);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e->fallback);
+    free(e);
+}
+
+int shoal_io_engine_submit(struct shoal_io_engine *e, struct shoal_io_req *req,
+                           struct shoal_err *err)
+{
+    if (!req || !req->cb || !req->buf || req->len == 0)
+        return shoal_err_set(err, SHOAL_EINVAL, "io request needs a callback, a buffer "
+                             "and a length (got cb=%s buf=%s len=%zu)",
+                             req && req->cb ? "set" : "NULL", req && req->buf ? "set" : "NULL",
+                             req ? req->len : (size_t)0);
+    req->next_ = NULL;
+    req->done_ = 0;
+    req->result = 0;
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping) {
+        pthread_mutex_unlock(&e->mu);
+        return shoal_err_set(err, SHOAL_ECANCELED, "io engine is shutting down");
+    }
+    if (e->tail)
+        e->tail->next_ = req;
+    else
+        e->head = req;
+    e->tail = req;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    e->ops->kick(e);
+    return 0;
+}
+
+const char *shoal_io_engine_name(const struct shoal_io_engine *e)
+{
+    return e->ops->name;
+}
+
+const char *shoal_io_engine_fallback_reason(const struct shoal_io_engine *e)
+{
+    return e->fallback;
+}
+
+int shoal_io_engine_queue_depth(const struct shoal_io_engine *e)
+{
+    return e->queue_depth;
+}

@@ -1,0 +1,693 @@
+/* expert_store: tiers and their accounting (LRU budget, pinned hot-set,
+ * staging), batch acquires, prefetch hints, mirrors (fallback, refusal),
+ * checksum errors, and weighted rendezvous hashing.
+ *
+ * The container is synthetic but real on disk: an experts.bin with the
+ * format's header and blobs of seeded pseudo-random bytes, described by a
+ * struct shoal_container filled by hand (the store reads nothing else). */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "expert_store.h"
+#include "hot_set.h"
+#include "log.h"
+#include "util.h"
+
+#define N_LAYER 3
+#define N_EXPERT 8
+#define BLOB 8192
+
+struct fixture {
+    char dir[64];
+    char path[128];
+    struct shoal_container ct;
+    uint64_t layer_offset[N_LAYER];
+    uint64_t xxh[N_LAYER * N_EXPERT];
+};
+
+static void fill_blob(unsigned char *b, int64_t il, int64_t ie)
+{
+    uint64_t x = 0x243f6a8885a308d3ull ^ (uint64_t)(il * N_EXPERT + ie + 1) * 0x9e37ull;
+    for (int i = 0; i < BLOB; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        b[i] = (unsigned char)(x >> 24);
+    }
+}
+
+static void put_le(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Write dir/experts.bin; layer 1 is a dense layer when dense_mid. */
+static void write_container(struct fixture *f, const char *dir, uint64_t fingerprint,
+                            int dense_mid)
+{
+    snprintf(f->dir, sizeof f->dir, "%s", dir);
+    snprintf(f->path, sizeof f->path, "%s/experts.bin", dir);
+    FILE *fp = fopen(f->path, "wb");
+    cr_assert(fp != NULL);
+    int n_moe = 0;
+    for (int il = 0; il < N_LAYER; il++)
+        f->layer_offset[il] = dense_mid && il == 1 ? UINT64_MAX
+                            : 4096 + (uint64_t)(n_moe++) * N_EXPERT * BLOB;
+    uint64_t total = 4096 + (uint64_t)n_moe * N_EXPERT * BLOB;
+    unsigned char h[4096] = {0};
+    memcpy(h, "SHOALEXP", 8);
+    put_le(h + 8, 1, 4);
+    put_le(h + 12, 4096, 4);
+    put_le(h + 16, total, 8);
+    put_le(h + 24, fingerprint, 8);
+    fwrite(h, 1, sizeof h, fp);
+    static unsigned char b[BLOB];
+    for (int il = 0; il < N_LAYER; il++) {
+        if (f->layer_offset[il] == UINT64_MAX)
+            continue;
+        for (int ie = 0; ie < N_EXPERT; ie++) {
+            fill_blob(b, il, ie);
+            f->xxh[il * N_EXPERT + ie] = XXH64(b, BLOB, 0);
+            fwrite(b, 1, BLOB, fp);
+        }
+    }
+    fclose(fp);
+    struct shoal_container *ct = &f->ct;
+    memset(ct, 0, sizeof *ct);
+    ct->dir = f->dir;
+    ct->experts_path = f->path;
+    ct->fingerprint = fingerprint;
+    ct->experts_size = total;
+    ct->experts_dtype = SHOAL_DTYPE_F32;
+    ct->blob_bytes = BLOB;
+    ct->n_layer = N_LAYER;
+    ct->n_expert = N_EXPERT;
+    ct->layer_offset = f->layer_offset;
+    ct->expert_xxh64 = f->xxh;
+    /* three f32 [16][32] components: views are pointers into the blob */
+    for (int c = 0; c < 3; c++)
+        ct->comp[c] = (struct shoal_expert_component){.dtype = SHOAL_DTYPE_F32, .rows = 16,
+                                                       .cols = 32, .offset = (uint64_t)c * 2048,
+                                                       .bytes = 2048};
+}
+
+static struct fixture F;
+
+static void make(int dense_mid)
+{
+    char d[64];
+    snprintf(d, sizeof d, "/tmp/shoal-store-XXXXXX");
+    cr_assert(mkdtemp(d) != NULL);
+    write_container(&F, d, 0xfeedf00dull, dense_mid);
+}
+
+static void rm_rf(const char *d)
+{
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    cr_assert(eq(int, system(cmd), 0));
+}
+
+static void check_bytes(const struct shoal_expert_weights *w, int64_t il, int64_t ie)
+{
+    static unsigned char want[BLOB];
+    fill_blob(want, il, ie);
+    cr_assert(eq(int, memcmp(w->w_gate.data, want, BLOB), 0), "layer %lld expert %lld bytes",
+              (long long)il, (long long)ie);
+    cr_assert(eq(ptr, (void *)((const char *)w->w_gate.data + 2048), (void *)w->w_up.data));
+}
+
+static struct shoal_expert_store *open_store(struct shoal_expert_store_params p)
+{
+    struct shoal_err err = {0};
+    struct shoal_expert_store *s = shoal_expert_store_create(&F.ct, p, &err);
+    cr_assert(s != NULL, "%s", err.msg);
+    return s;
+}
+
+static struct shoal_expert_store_params params(uint64_t cache, enum shoal_io_kind io, int qd)
+{
+    struct shoal_expert_store_params p = shoal_expert_store_params_default();
+    p.cache_bytes = cache;
+    p.io.kind = io;
+    p.io.queue_depth = qd;
+    p.learn = 0;
+    return p;
+}
+
+static void stats(struct shoal_expert_store *s, struct shoal_expert_store_stats *st)
+{
+    shoal_expert_store_stats_get(s, st);
+}
+
+/* ------------------------------------------------------------ batches */
+
+static void whole_layer_batch(enum shoal_io_kind io, int direct)
+{
+    make(0);
+    struct shoal_expert_store_params p = params(UINT64_MAX, io, 4);
+    p.direct = direct;
+    struct shoal_expert_store *s = open_store(p);
+    int32_t ids[N_EXPERT] = {7, 0, 3, 5, 1, 2, 6, 4};
+    struct shoal_expert_weights w[N_EXPERT];
+    struct shoal_err err = {0};
+    for (int il = 0; il < N_LAYER; il++) {
+        int m = shoal_expert_store_acquire_batch(s, il, ids, N_EXPERT, w, &err);
+        cr_assert(eq(int, m, N_EXPERT), "%s", err.msg);
+        for (int i = 0; i < m; i++)
+            check_bytes(&w[i], il, ids[i]);
+        shoal_expert_store_release_batch(s, il, ids, m);
+    }
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(eq(u64, st.disk_reads, N_LAYER * N_EXPERT));
+    cr_assert(eq(u64, st.bytes_read, (uint64_t)N_LAYER * N_EXPERT * BLOB));
+    cr_assert(eq(u64, st.cached_experts, N_LAYER * N_EXPERT));
+    /* again: all from the cache, nothing read */
+    int m = shoal_expert_store_acquire_batch(s, 2, ids, 3, w, &err);
+    cr_assert(eq(int, m, 3));
+    check_bytes(&w[2], 2, ids[2]);
+    shoal_expert_store_release_batch(s, 2, ids, m);
+    stats(s, &st);
+    cr_assert(eq(u64, st.cache_hits, 3));
+    cr_assert(eq(u64, st.disk_reads, N_LAYER * N_EXPERT));
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+Test(expert_store, batch_reads_land_and_verify_pread, .timeout = 60)
+{
+    whole_layer_batch(SHOAL_IO_PREAD, 0);
+}
+
+Test(expert_store, batch_reads_land_and_verify_uring_direct, .timeout = 60)
+{
+    whole_layer_batch(SHOAL_IO_URING, 1);
+}
+
+Test(expert_store, lru_keeps_the_budget_and_evicts_least_recent, .timeout = 60)
+{
+    make(0);
+    struct shoal_expert_store *s = open_store(params(3 * BLOB, SHOAL_IO_PREAD, 2));
+    struct shoal_expert_weights w;
+    struct shoal_err err = {0};
+    struct shoal_expert_store_stats st;
+    /* 0 1 2 fill the cache; touching 0 makes 1 the least recent; 3 evicts 1 */
+    int seq[] = {0, 1, 2, 0, 3, 1};
+    for (size_t k = 0; k < sizeof seq / sizeof seq[0]; k++) {
+        cr_assert(eq(int, shoal_expert_store_acquire(s, 0, seq[k], &w, &err), 0), "%s",
+                  err.msg);
+        check_bytes(&w, 0, seq[k]);
+        shoal_expert_store_release(s, 0, seq[k]);
+        stats(s, &st);
+        cr_assert(st.cached_bytes <= 3 * BLOB, "budget kept: %llu bytes after step %zu",
+                  (unsigned long long)st.cached_bytes, k);
+    }
+    stats(s, &st);
+    cr_assert(eq(u64, st.cache_hits, 1), "only the second 0 hits");
+    cr_assert(eq(u64, st.disk_reads, 5));
+    cr_assert(eq(u64, st.evictions, 2), "3 evicts 1, then 1 evicts 2");
+    cr_assert(eq(u64, st.cached_experts, 3));
+    cr_assert(eq(u64, st.peak_expert_bytes, 3 * BLOB), "no staging was needed");
+    /* 0 3 1 are cached now: all hit */
+    int32_t ids[3] = {0, 3, 1};
+    struct shoal_expert_weights ws[3];
+    cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 0, ids, 3, ws, &err), 3));
+    shoal_expert_store_release_batch(s, 0, ids, 3);
+    stats(s, &st);
+    cr_assert(eq(u64, st.cache_hits, 4));
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+Test(expert_store, union_over_budget_is_served_in_parts_from_staging, .timeout = 60)
+{
+    make(0);
+    /* cache 2 blobs + staging of queue depth 2: a union of 8 comes in 4s */
+    struct shoal_expert_store *s = open_store(params(2 * BLOB, SHOAL_IO_URING, 2));
+    int32_t ids[N_EXPERT] = {0, 1, 2, 3, 4, 5, 6, 7};
+    struct shoal_expert_weights w[N_EXPERT];
+    struct shoal_err err = {0};
+    int64_t done = 0, parts = 0;
+    while (done < N_EXPERT) {
+        int m = shoal_expert_store_acquire_batch(s, 1, ids + done, N_EXPERT - done, w, &err);
+        cr_assert(m >= 1, "%s", err.msg);
+        for (int i = 0; i < m; i++)
+            check_bytes(&w[i], 1, ids[done + i]);
+        shoal_expert_store_release_batch(s, 1, ids + done, m);
+        done += m;
+        parts++;
+    }
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(eq(i64, parts, 2));
+    cr_assert(eq(u64, st.staged_reads, 4));
+    cr_assert(eq(u64, st.staging_bytes, 2 * BLOB));
+    cr_assert(st.peak_expert_bytes <= 4 * BLOB, "cache + staging bound, got %llu",
+              (unsigned long long)st.peak_expert_bytes);
+    cr_assert(st.cached_bytes <= 2 * BLOB);
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+Test(expert_store, zero_budget_caches_nothing, .timeout = 60)
+{
+    make(0);
+    struct shoal_expert_store *s = open_store(params(0, SHOAL_IO_PREAD, 8));
+    int32_t ids[3] = {2, 4, 6};
+    struct shoal_expert_weights w[3];
+    struct shoal_err err = {0};
+    for (int rep = 0; rep < 2; rep++) {
+        cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 2, ids, 3, w, &err), 3));
+        for (int i = 0; i < 3; i++)
+            check_bytes(&w[i], 2, ids[i]);
+        shoal_expert_store_release_batch(s, 2, ids, 3);
+    }
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(eq(u64, st.disk_reads, 6));
+    cr_assert(eq(u64, st.cached_experts, 0));
+    cr_assert(eq(u64, st.cache_hits, 0));
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+Test(expert_store, bad_layer_or_id_is_an_error, .timeout = 30)
+{
+    make(1);   /* layer 1 is dense */
+    struct shoal_expert_store *s = open_store(params(UINT64_MAX, SHOAL_IO_PREAD, 2));
+    struct shoal_expert_weights w;
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_expert_store_acquire(s, 1, 0, &w, &err), SHOAL_EINVAL));
+    cr_assert(strstr(err.msg, "layer 1") != NULL, "%s", err.msg);
+    shoal_err_clear(&err);
+    cr_assert(eq(int, shoal_expert_store_acquire(s, 0, N_EXPERT, &w, &err), SHOAL_EINVAL));
+    cr_assert(eq(int, shoal_expert_store_acquire(s, 2, 3, &w, &err), 0));
+    check_bytes(&w, 2, 3);
+    shoal_expert_store_release(s, 2, 3);
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+/* ------------------------------------------------------------ pinned */
+
+Test(expert_store, pinned_hot_set_follows_counts_and_is_never_evicted, .timeout = 60)
+{
+    make(0);
+    /* history: (2,5) hottest, then (0,3), then (1,1) */
+    char *path = shoal_path_join(F.dir, "routing_counts.json");
+    struct shoal_hot_set *h = shoal_hot_set_open(path, F.ct.fingerprint, N_LAYER, N_EXPERT,
+                                                 SHOAL_HOT_SET_DECAY);
+    shoal_hot_set_add(h, 2, 5, 30);
+    shoal_hot_set_add(h, 0, 3, 20);
+    shoal_hot_set_add(h, 1, 1, 10);
+    cr_assert(eq(int, shoal_hot_set_save(h, NULL), 0));
+    shoal_hot_set_destroy(h);
+    struct shoal_expert_store_params p = params(BLOB, SHOAL_IO_PREAD, 2);
+    p.pin_bytes = 2 * BLOB + BLOB / 2;   /* room for 2 */
+    p.learn = 1;
+    struct shoal_expert_store *s = open_store(p);
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(eq(u64, st.pinned_experts, 2));
+    cr_assert(eq(u64, st.pinned_bytes, 2 * BLOB));
+    cr_assert(eq(u64, st.bytes_read, 2 * BLOB), "the pins are read at create");
+    /* churn the 1-blob LRU through every expert of every layer, twice */
+    struct shoal_expert_weights w;
+    struct shoal_err err = {0};
+    for (int rep = 0; rep < 2; rep++)
+        for (int il = 0; il < N_LAYER; il++)
+            for (int ie = 0; ie < N_EXPERT; ie++) {
+                cr_assert(eq(int, shoal_expert_store_acquire(s, il, ie, &w, &err), 0));
+                check_bytes(&w, il, ie);
+                shoal_expert_store_release(s, il, ie);
+                int32_t id = ie;
+                shoal_expert_store_learn(s, il, &id, 1, 1);
+            }
+    stats(s, &st);
+    cr_assert(eq(u64, st.pinned_hits, 4), "(2,5) and (0,3), twice each");
+    cr_assert(eq(u64, st.disk_reads, 2 * (N_LAYER * N_EXPERT - 2)));
+    cr_assert(eq(u64, st.pinned_experts, 2));
+    cr_assert(st.cached_bytes <= BLOB);
+    cr_assert(st.peak_expert_bytes <= 2 * BLOB + BLOB + 2 * BLOB,
+              "pin + cache + staging, got %llu", (unsigned long long)st.peak_expert_bytes);
+    shoal_expert_store_destroy(s);   /* saves: 30 * 0.9 + 2 */
+    h = shoal_hot_set_open(path, F.ct.fingerprint, N_LAYER, N_EXPERT, SHOAL_HOT_SET_DECAY);
+    cr_assert(epsilon_eq(dbl, shoal_hot_set_count(h, 2, 5), 30 * SHOAL_HOT_SET_DECAY + 2, 1e-6));
+    cr_assert(epsilon_eq(dbl, shoal_hot_set_count(h, 0, 0), 2, 1e-6));
+    shoal_hot_set_destroy(h);
+    free(path);
+    rm_rf(F.dir);
+}
+
+Test(expert_store, nothing_routed_leaves_the_counts_file_alone, .timeout = 30)
+{
+    make(0);
+    struct shoal_expert_store_params p = params(UINT64_MAX, SHOAL_IO_PREAD, 2);
+    p.learn = 1;
+    shoal_expert_store_destroy(open_store(p));
+    char *path = shoal_path_join(F.dir, "routing_counts.json");
+    cr_assert(eq(int, shoal_exists(path), 0), "a store that routed nothing must not decay the counts");
+    free(path);
+    rm_rf(F.dir);
+}
+
+/* ------------------------------------------------------------ prefetch */
+
+Test(expert_store, hints_prefetch_into_the_cache_and_count_precision_recall, .timeout = 60)
+{
+    make(0);
+    struct shoal_expert_store *s = open_store(params(UINT64_MAX, SHOAL_IO_URING, 4));
+    cr_assert(eq(int, shoal_expert_store_wants_hints(s), 1));
+    int32_t hint[6] = {1, 2, 3, 2, 1, 99};   /* duplicates and an out-of-range id */
+    shoal_expert_store_hint(s, 1, hint, 6);
+    int32_t ids[3] = {1, 2, 4};
+    struct shoal_expert_weights w[3];
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 1, ids, 3, w, &err), 3));
+    for (int i = 0; i < 3; i++)
+        check_bytes(&w[i], 1, ids[i]);
+    shoal_expert_store_release_batch(s, 1, ids, 3);
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(eq(u64, st.hints, 1));
+    cr_assert(eq(u64, st.hinted, 3));
+    cr_assert(eq(u64, st.prefetch_reads, 3));
+    cr_assert(eq(u64, st.prefetch_used, 2), "precision 2/3");
+    cr_assert(eq(u64, st.used_after_hint, 3));
+    cr_assert(eq(u64, st.used_hinted, 2), "recall 2/3");
+    cr_assert(eq(u64, st.disk_reads, 1));
+    cr_assert(eq(u64, st.cache_hits + st.inflight_hits, 2));
+    /* the next layer's acquire closes layer 1's step: no more recall counting */
+    cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 2, ids, 1, w, &err), 1));
+    shoal_expert_store_release_batch(s, 2, ids, 1);
+    stats(s, &st);
+    cr_assert(eq(u64, st.used_after_hint, 3));
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+Test(expert_store, start_hint_wait_then_release_without_wait_is_safe, .timeout = 60)
+{
+    make(0);
+    struct shoal_expert_store *s = open_store(params(2 * BLOB, SHOAL_IO_URING, 2));
+    int32_t ids[N_EXPERT] = {0, 1, 2, 3, 4, 5, 6, 7};
+    struct shoal_expert_weights w[N_EXPERT];
+    struct shoal_err err = {0};
+    /* start, hint the next layer while the reads run, wait */
+    int m = shoal_expert_store_acquire_start(s, 0, ids, N_EXPERT, &err);
+    cr_assert(eq(int, m, 4), "2 in the cache + 2 staging: %s", err.msg);
+    shoal_expert_store_hint(s, 1, ids, 3);
+    cr_assert(eq(int, shoal_expert_store_acquire_wait(s, w, &err), 0), "%s", err.msg);
+    for (int i = 0; i < m; i++)
+        check_bytes(&w[i], 0, ids[i]);
+    shoal_expert_store_release_batch(s, 0, ids, m);
+    /* start then release at once: release waits for the staging reads */
+    m = shoal_expert_store_acquire_start(s, 2, ids + 4, 4, &err);
+    cr_assert(m >= 1, "%s", err.msg);
+    shoal_expert_store_release_batch(s, 2, ids + 4, m);
+    cr_assert(eq(int, shoal_expert_store_acquire_wait(s, w, &err), SHOAL_EINVAL),
+              "wait without start is refused");
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(st.cached_bytes <= 2 * BLOB);
+    cr_assert(st.peak_expert_bytes <= 4 * BLOB, "cache + staging, got %llu",
+              (unsigned long long)st.peak_expert_bytes);
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+Test(expert_store, hints_never_exceed_the_cache_budget, .timeout = 60)
+{
+    make(0);
+    struct shoal_expert_store *s = open_store(params(2 * BLOB, SHOAL_IO_PREAD, 4));
+    int32_t hint[5] = {0, 1, 2, 3, 4};
+    shoal_expert_store_hint(s, 0, hint, 5);
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(eq(u64, st.prefetch_reads, 2), "two fit; a hint never evicts its own");
+    cr_assert(eq(u64, st.prefetch_dropped, 3));
+    cr_assert(st.cached_bytes <= 2 * BLOB);
+    /* prefetch off: hints are ignored */
+    shoal_expert_store_destroy(s);
+    struct shoal_expert_store_params p = params(UINT64_MAX, SHOAL_IO_PREAD, 4);
+    p.prefetch = 0;
+    s = open_store(p);
+    cr_assert(eq(int, shoal_expert_store_wants_hints(s), 0));
+    shoal_expert_store_hint(s, 0, hint, 5);
+    stats(s, &st);
+    cr_assert(eq(u64, st.prefetch_reads, 0));
+    cr_assert(eq(u64, st.hints, 0));
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+/* ------------------------------------------------------------ errors, mirrors */
+
+static void flip_byte(const char *path, uint64_t off)
+{
+    FILE *f = fopen(path, "r+b");
+    cr_assert(f != NULL);
+    fseek(f, (long)off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, (long)off, SEEK_SET);
+    fputc(c ^ 0xff, f);
+    fclose(f);
+}
+
+Test(expert_store, checksum_mismatch_names_file_layer_expert_offset, .timeout = 30)
+{
+    make(0);
+    uint64_t off = shoal_container_expert_offset(&F.ct, 2, 6);
+    flip_byte(F.path, off + 100);
+    struct shoal_expert_store *s = open_store(params(UINT64_MAX, SHOAL_IO_URING, 2));
+    int32_t ids[2] = {5, 6};
+    struct shoal_expert_weights w[2];
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 2, ids, 2, w, &err), SHOAL_EFORMAT));
+    char want[256];
+    snprintf(want, sizeof want, "checksum mismatch: '%s' layer 2 expert 6 at offset %llu",
+             F.path, (unsigned long long)off);
+    cr_assert(strstr(err.msg, want) != NULL, "%s", err.msg);
+    /* nothing is held after an error, and the good expert still works */
+    cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 2, ids, 1, w, &err), 1));
+    check_bytes(&w[0], 2, 5);
+    shoal_expert_store_release_batch(s, 2, ids, 1);
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static int n_warn;
+static char last_warn[1024];
+
+static void sink(enum shoal_log_level level, const char *component, const char *line,
+                 void *user)
+{
+    (void)user;
+    (void)component;
+    if (level != SHOAL_LOG_WARN)
+        return;
+    pthread_mutex_lock(&log_mu);
+    n_warn++;
+    snprintf(last_warn, sizeof last_warn, "%s", line);
+    pthread_mutex_unlock(&log_mu);
+}
+
+static char mirror_dir[64];
+
+static void make_mirror(uint64_t fingerprint)
+{
+    snprintf(mirror_dir, sizeof mirror_dir, "/tmp/shoal-mirror-XXXXXX");
+    cr_assert(mkdtemp(mirror_dir) != NULL);
+    struct fixture *m = malloc(sizeof *m);
+    write_container(m, mirror_dir, fingerprint, 0);
+    free(m);
+}
+
+Test(expert_store, bad_copy_on_a_mirror_falls_back_with_one_warning, .timeout = 60)
+{
+    make(0);
+    make_mirror(F.ct.fingerprint);
+    /* every expert of layer 0 damaged on the mirror */
+    char mpath[128];
+    snprintf(mpath, sizeof mpath, "%s/experts.bin", mirror_dir);
+    for (int ie = 0; ie < N_EXPERT; ie++)
+        flip_byte(mpath, shoal_container_expert_offset(&F.ct, 0, ie) + 7);
+    shoal_log_set_sink(sink, NULL);
+    struct shoal_expert_store_params p = params(UINT64_MAX, SHOAL_IO_PREAD, 4);
+    const char *mirrors[1] = {mirror_dir};
+    double weights[2] = {1, 1};
+    p.mirrors = mirrors;
+    p.n_mirror = 1;
+    p.source_weights = weights;
+    p.n_source_weights = 2;
+    struct shoal_expert_store *s = open_store(p);
+    int32_t ids[N_EXPERT] = {0, 1, 2, 3, 4, 5, 6, 7};
+    struct shoal_expert_weights w[N_EXPERT];
+    struct shoal_err err = {0};
+    for (int il = 0; il < N_LAYER; il++) {
+        cr_assert(eq(int, shoal_expert_store_acquire_batch(s, il, ids, N_EXPERT, w, &err),
+                     N_EXPERT), "%s", err.msg);
+        for (int i = 0; i < N_EXPERT; i++)
+            check_bytes(&w[i], il, i);
+        shoal_expert_store_release_batch(s, il, ids, N_EXPERT);
+    }
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(eq(int, st.n_source, 2));
+    cr_assert(st.source[1].errors >= 1, "some layer-0 expert hashes to the mirror");
+    cr_assert(eq(u64, st.source_fallbacks, st.source[1].errors));
+    cr_assert(eq(u64, st.source[0].reads + st.source[1].reads, N_LAYER * N_EXPERT),
+              "each expert read once: nothing is cached twice");
+    cr_assert(st.source[1].reads > 0 && st.source[0].reads > 0, "both sources serve");
+    pthread_mutex_lock(&log_mu);
+    int warned = n_warn;
+    pthread_mutex_unlock(&log_mu);
+    cr_assert(warned >= 1 && warned <= 3, "rate-limited warnings, got %d", warned);
+    cr_assert(strstr(last_warn, "checksum mismatch") != NULL, "%s", last_warn);
+    cr_assert(strstr(last_warn, "reading it from") != NULL, "%s", last_warn);
+    shoal_expert_store_destroy(s);
+    shoal_log_set_sink(NULL, NULL);
+    rm_rf(mirror_dir);
+    rm_rf(F.dir);
+}
+
+Test(expert_store, damaged_everywhere_is_an_error_naming_the_expert, .timeout = 60)
+{
+    make(0);
+    make_mirror(F.ct.fingerprint);
+    char mpath[128];
+    snprintf(mpath, sizeof mpath, "%s/experts.bin", mirror_dir);
+    uint64_t off = shoal_container_expert_offset(&F.ct, 1, 4);
+    flip_byte(mpath, off + 1);
+    flip_byte(F.path, off + 1);
+    shoal_log_set_sink(sink, NULL);
+    struct shoal_expert_store_params p = params(UINT64_MAX, SHOAL_IO_URING, 4);
+    const char *mirrors[1] = {mirror_dir};
+    p.mirrors = mirrors;
+    p.n_mirror = 1;
+    struct shoal_expert_store *s = open_store(p);   /* weights from the probe */
+    struct shoal_expert_weights w;
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_expert_store_acquire(s, 1, 4, &w, &err), SHOAL_EFORMAT));
+    cr_assert(strstr(err.msg, "layer 1 expert 4") != NULL, "%s", err.msg);
+    cr_assert(strstr(err.msg, "every source failed") != NULL, "%s", err.msg);
+    shoal_expert_store_destroy(s);
+    shoal_log_set_sink(NULL, NULL);
+    rm_rf(mirror_dir);
+    rm_rf(F.dir);
+}
+
+Test(expert_store, mirror_of_another_model_is_refused, .timeout = 30)
+{
+    make(0);
+    make_mirror(0x1234);
+    struct shoal_expert_store_params p = params(UINT64_MAX, SHOAL_IO_PREAD, 2);
+    const char *mirrors[1] = {mirror_dir};
+    p.mirrors = mirrors;
+    p.n_mirror = 1;
+    struct shoal_err err = {0};
+    cr_assert(shoal_expert_store_create(&F.ct, p, &err) == NULL);
+    cr_assert(strstr(err.msg, "another model") != NULL, "%s", err.msg);
+    cr_assert(strstr(err.msg, mirror_dir) != NULL, "%s", err.msg);
+    cr_assert(strstr(err.msg, "0000000000001234") != NULL, "%s", err.msg);
+    rm_rf(mirror_dir);
+    rm_rf(F.dir);
+}
+
+Test(expert_store, missing_mirror_is_reported_once_and_ignored, .timeout = 30)
+{
+    make(0);
+    shoal_log_set_sink(sink, NULL);
+    struct shoal_expert_store_params p = params(UINT64_MAX, SHOAL_IO_PREAD, 2);
+    const char *mirrors[1] = {"/nonexistent/shoal-mirror"};
+    p.mirrors = mirrors;
+    p.n_mirror = 1;
+    struct shoal_expert_store *s = open_store(p);
+    cr_assert(eq(int, n_warn, 1));
+    cr_assert(strstr(last_warn, "/nonexistent/shoal-mirror") != NULL, "%s", last_warn);
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(eq(int, st.n_source, 1));
+    struct shoal_expert_weights w;
+    cr_assert(eq(int, shoal_expert_store_acquire(s, 0, 0, &w, NULL), 0));
+    check_bytes(&w, 0, 0);
+    shoal_expert_store_release(s, 0, 0);
+    shoal_expert_store_destroy(s);
+    shoal_log_set_sink(NULL, NULL);
+    rm_rf(F.dir);
+}
+
+Test(expert_store, weights_count_must_match_sources, .timeout = 30)
+{
+    make(0);
+    struct shoal_expert_store_params p = params(UINT64_MAX, SHOAL_IO_PREAD, 2);
+    double weights[2] = {1, 2};
+    p.source_weights = weights;
+    p.n_source_weights = 2;   /* but no mirror */
+    struct shoal_err err = {0};
+    cr_assert(shoal_expert_store_create(&F.ct, p, &err) == NULL);
+    cr_assert(eq(int, err.code, SHOAL_EINVAL));
+    cr_assert(strstr(err.msg, "2 source weights") != NULL, "%s", err.msg);
+    rm_rf(F.dir);
+}
+
+/* ------------------------------------------------------------ rendezvous */
+
+#define N_KEYS 200000
+
+Test(rendezvous, shares_follow_the_weights)
+{
+    const uint64_t seeds[4] = {11, 22, 33, 44};
+    const double weights[4] = {1, 2, 3, 4};
+    int64_t n[4] = {0};
+    for (uint64_t k = 0; k < N_KEYS; k++)
+        n[shoal_expert_store_rendezvous(k, seeds, weights, 4)]++;
+    for (int i = 0; i < 4; i++) {
+        double share = (double)n[i] / N_KEYS, want = weights[i] / 10.0;
+        cr_assert(epsilon_eq(dbl, share, want, 0.01), "source %d: share %.4f, weight share %.2f",
+                  i, share, want);
+    }
+}
+
+Test(rendezvous, removing_a_source_moves_only_its_keys)
+{
+    const uint64_t seeds[4] = {101, 202, 303, 404};
+    const double weights[4] = {3, 1, 2, 5};
+    const uint64_t seeds3[3] = {101, 303, 404};   /* source 1 removed */
+    const double weights3[3] = {3, 2, 5};
+    const int map3[3] = {0, 2, 3};
+    int64_t moved = 0, owned_by_1 = 0;
+    for (uint64_t k = 0; k < N_KEYS; k++) {
+        int a = shoal_expert_store_rendezvous(k << 32 | (k % 97), seeds, weights, 4);
+        int b = map3[shoal_expert_store_rendezvous(k << 32 | (k % 97), seeds3, weights3, 3)];
+        owned_by_1 += a == 1;
+        if (a != 1)
+            cr_assert(eq(int, b, a), "key %llu moved from %d to %d", (unsigned long long)k, a, b);
+        moved += a != b;
+    }
+    cr_assert(eq(i64, moved, owned_by_1));
+    cr_assert(owned_by_1 > N_KEYS / 20, "the removed source owned its share (%lld)",
+              (long long)owned_by_1);
+}
+
+Test(rendezvous, is_deterministic_and_ignores_non_positive_weights)
+{
+    const uint64_t seeds[3] = {1, 2, 3};
+    const double weights[3] = {0, 1, -1};
+    for (uint64_t k = 0; k < 1000; k++)
+        cr_assert(eq(int, shoal_expert_store_rendezvous(k, seeds, weights, 3), 1));
+    const double zero[3] = {0, 0, 0};
+    int first = shoal_expert_store_rendezvous(77, seeds, zero, 3);
+    cr_assert(first >= 0 && first < 3, "all zero: treated as equal");
+    cr_assert(eq(int, shoal_expert_store_rendezvous(77, seeds, zero, 3), first));
+}

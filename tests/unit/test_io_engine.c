@@ -1,0 +1,306 @@
+/* io_engine: both backends read the right bytes in parallel, report errors
+ * through the callback exactly once, refuse bad submissions without calling
+ * back, cancel on destroy, and io_uring falls back to pread (logged) when
+ * the ring cannot be set up. */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "io_engine.h"
+#include "log.h"
+
+#ifdef __linux__
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#endif
+
+#define FILE_BYTES (1 << 20)
+#define N_REQ 200
+
+static char path[64];
+static unsigned char *pattern;   /* [FILE_BYTES] the file's bytes */
+
+static void make_file(void)
+{
+    snprintf(path, sizeof path, "/tmp/shoal-io-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    pattern = malloc(FILE_BYTES);
+    uint64_t x = 0x9e3779b97f4a7c15ull;   /* fixed seed, xorshift64 */
+    for (size_t i = 0; i < FILE_BYTES; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        pattern[i] = (unsigned char)x;
+    }
+    cr_assert(pattern[0] != pattern[1] || pattern[1] != pattern[2], "generator is not constant");
+    cr_assert(eq(i64, (int64_t)write(fd, pattern, FILE_BYTES), FILE_BYTES));
+    close(fd);
+}
+
+static void drop_file(void)
+{
+    unlink(path);
+    free(pattern);
+}
+
+/* completion bookkeeping shared by the callbacks */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int n_done;
+static int calls[N_REQ];
+
+static void on_done(struct shoal_io_req *req)
+{
+    pthread_mutex_lock(&mu);
+    calls[(intptr_t)req->user_data]++;
+    n_done++;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static void wait_done(int n)
+{
+    pthread_mutex_lock(&mu);
+    while (n_done < n)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+}
+
+static void parallel_reads(enum shoal_io_kind kind, const char *want_name)
+{
+    make_file();
+    struct shoal_io_engine_params p = {.kind = kind, .queue_depth = 4};
+    struct shoal_err err = {0};
+    struct shoal_io_engine *e = shoal_io_engine_create(p, &err);
+    cr_assert(e != NULL, "%s", err.msg);
+    if (want_name)
+        cr_assert(eq(str, (char *)shoal_io_engine_name(e), (char *)want_name));
+    cr_assert(eq(int, shoal_io_engine_queue_depth(e), 4));
+    int fd = open(path, O_RDONLY);
+    static struct shoal_io_req req[N_REQ];
+    static unsigned char *buf[N_REQ];
+    uint64_t x = 12345;
+    for (int i = 0; i < N_REQ; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        size_t len = 1 + (size_t)(x >> 33) % 65536;           /* 1 B .. 64 KiB, odd sizes */
+        uint64_t off = (x >> 13) % (FILE_BYTES - len + 1);
+        buf[i] = malloc(len);
+        req[i] = (struct shoal_io_req){.fd = fd, .buf = buf[i], .len = len, .off = off,
+                                       .cb = on_done, .user_data = (void *)(intptr_t)i};
+        cr_assert(eq(int, shoal_io_engine_submit(e, &req[i], &err), 0), "%s", err.msg);
+    }
+    wait_done(N_REQ);
+    for (int i = 0; i < N_REQ; i++) {
+        cr_assert(eq(int, calls[i], 1), "request %d completed %d times", i, calls[i]);
+        cr_assert(eq(i64, req[i].result, (int64_t)req[i].len), "request %d", i);
+        cr_assert(eq(int, memcmp(buf[i], pattern + req[i].off, req[i].len), 0),
+                  "request %d: bytes at offset %llu differ", i,
+                  (unsigned long long)req[i].off);
+        free(buf[i]);
+    }
+    shoal_io_engine_destroy(e);
+    close(fd);
+    drop_file();
+}
+
+Test(io_engine, pread_pool_parallel_reads_land_correctly, .timeout = 60)
+{
+    parallel_reads(SHOAL_IO_PREAD, "pread");
+}
+
+Test(io_engine, uring_parallel_reads_land_correctly, .timeout = 60)
+{
+    /* without liburing (or without a usable ring) this is the pread pool */
+    parallel_reads(SHOAL_IO_URING, NULL);
+}
+
+static void errors_reach_callback(enum shoal_io_kind kind)
+{
+    make_file();
+    struct shoal_err err = {0};
+    struct shoal_io_engine *e = shoal_io_engine_create(
+        (struct shoal_io_engine_params){.kind = kind, .queue_depth = 2}, &err);
+    cr_assert(e != NULL);
+    int fd = open(path, O_RDONLY);
+    static unsigned char b0[16], b1[4096];
+    struct shoal_io_req bad_fd = {.fd = 1 << 20, .buf = b0, .len = sizeof b0, .off = 0,
+                                  .cb = on_done, .user_data = (void *)0};
+    struct shoal_io_req past_eof = {.fd = fd, .buf = b1, .len = sizeof b1,
+                                    .off = FILE_BYTES - 100, .cb = on_done,
+                                    .user_data = (void *)1};
+    cr_assert(eq(int, shoal_io_engine_submit(e, &bad_fd, &err), 0));
+    cr_assert(eq(int, shoal_io_engine_submit(e, &past_eof, &err), 0));
+    wait_done(2);
+    cr_assert(eq(i64, bad_fd.result, -EBADF));
+    cr_assert(eq(i64, past_eof.result, SHOAL_EIO), "a read past the end is an error, not short");
+    cr_assert(eq(int, calls[0], 1));
+    cr_assert(eq(int, calls[1], 1));
+    shoal_io_engine_destroy(e);
+    close(fd);
+    drop_file();
+}
+
+Test(io_engine, pread_errors_reach_the_callback_once, .timeout = 30)
+{
+    errors_reach_callback(SHOAL_IO_PREAD);
+}
+
+Test(io_engine, uring_errors_reach_the_callback_once, .timeout = 30)
+{
+    errors_reach_callback(SHOAL_IO_URING);
+}
+
+Test(io_engine, bad_submit_fails_and_never_calls_back, .timeout = 30)
+{
+    struct shoal_err err = {0};
+    struct shoal_io_engine *e = shoal_io_engine_create(shoal_io_engine_params_default(), &err);
+    cr_assert(e != NULL);
+    static unsigned char b[8];
+    struct shoal_io_req no_cb = {.fd = 0, .buf = b, .len = sizeof b};
+    struct shoal_io_req no_len = {.fd = 0, .buf = b, .len = 0, .cb = on_done};
+    cr_assert(eq(int, shoal_io_engine_submit(e, &no_cb, &err), SHOAL_EINVAL));
+    cr_assert(strstr(err.msg, "callback") != NULL, "%s", err.msg);
+    cr_assert(eq(int, shoal_io_engine_submit(e, &no_len, NULL), SHOAL_EINVAL));
+    shoal_io_engine_destroy(e);
+    cr_assert(eq(int, n_done, 0), "no callback may run for a refused submit");
+}
+
+static void destroy_cancels(enum shoal_io_kind kind)
+{
+    make_file();
+    struct shoal_err err = {0};
+    struct shoal_io_engine *e = shoal_io_engine_create(
+        (struct shoal_io_engine_params){.kind = kind, .queue_depth = 1}, &err);
+    cr_assert(e != NULL);
+    int fd = open(path, O_RDONLY);
+    static struct shoal_io_req req[N_REQ];
+    static unsigned char buf[N_REQ][4096];
+    for (int i = 0; i < N_REQ; i++) {
+        req[i] = (struct shoal_io_req){.fd = fd, .buf = buf[i], .len = 4096,
+                                       .off = (uint64_t)i * 4096, .cb = on_done,
+                                       .user_data = (void *)(intptr_t)i};
+        cr_assert(eq(int, shoal_io_engine_submit(e, &req[i], &err), 0));
+    }
+    shoal_io_engine_destroy(e);   /* returns after every callback ran */
+    cr_assert(eq(int, n_done, N_REQ));
+    int cancelled = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        cr_assert(eq(int, calls[i], 1), "request %d completed %d times", i, calls[i]);
+        cr_assert(req[i].result == 4096 || req[i].result == SHOAL_ECANCELED,
+                  "request %d result %lld", i, (long long)req[i].result);
+        if (req[i].result == 4096)
+            cr_assert(eq(int, memcmp(buf[i], pattern + i * 4096, 4096), 0));
+        cancelled += req[i].result == SHOAL_ECANCELED;
+    }
+    cr_log_info("%d of %d queued reads were cancelled", cancelled, N_REQ);
+    close(fd);
+    drop_file();
+}
+
+Test(io_engine, pread_destroy_completes_or_cancels_every_read, .timeout = 30)
+{
+    destroy_cancels(SHOAL_IO_PREAD);
+}
+
+Test(io_engine, uring_destroy_completes_or_cancels_every_read, .timeout = 30)
+{
+    destroy_cancels(SHOAL_IO_URING);
+}
+
+/* log capture: count warning lines from the io engine */
+static int n_warn;
+static char last_warn[1024];
+
+static void sink(enum shoal_log_level level, const char *component, const char *line,
+                 void *user)
+{
+    (void)user;
+    if (level == SHOAL_LOG_WARN && !strcmp(component, "io_engine")) {
+        n_warn++;
+        snprintf(last_warn, sizeof last_warn, "%s", line);
+    }
+}
+
+Test(io_engine, uring_falls_back_to_pread_with_one_logged_line, .timeout = 30)
+{
+#if HAVE_LIBURING && defined(__linux__)
+    /* block io_uring_setup the way container runtimes' seccomp profiles do */
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+        cr_skip_test("cannot install a seccomp filter here (%s)", strerror(errno));
+    const char *want = "io_uring_queue_init";
+#else
+    const char *want = "liburing is not built in";
+#endif
+    shoal_log_set_sink(sink, NULL);
+    struct shoal_err err = {0};
+    struct shoal_io_engine *e = shoal_io_engine_create(
+        (struct shoal_io_engine_params){.kind = SHOAL_IO_URING, .queue_depth = 3}, &err);
+    cr_assert(e != NULL, "%s", err.msg);
+    cr_assert(eq(str, (char *)shoal_io_engine_name(e), "pread"));
+    cr_assert(shoal_io_engine_fallback_reason(e) != NULL);
+    cr_assert(strstr(shoal_io_engine_fallback_reason(e), want) != NULL, "reason: %s",
+              shoal_io_engine_fallback_reason(e));
+    cr_assert(eq(int, n_warn, 1), "one warning line, got %d", n_warn);
+    cr_assert(strstr(last_warn, "pread") != NULL, "%s", last_warn);
+    /* and the fallback engine works */
+    make_file();
+    int fd = open(path, O_RDONLY);
+    static unsigned char b[1000];
+    struct shoal_io_req r = {.fd = fd, .buf = b, .len = sizeof b, .off = 777, .cb = on_done};
+    cr_assert(eq(int, shoal_io_engine_submit(e, &r, &err), 0));
+    wait_done(1);
+    cr_assert(eq(i64, r.result, (int64_t)sizeof b));
+    cr_assert(eq(int, memcmp(b, pattern + 777, sizeof b), 0));
+    shoal_io_engine_destroy(e);
+    close(fd);
+    drop_file();
+    shoal_log_set_sink(NULL, NULL);
+}
+
+Test(io_engine, auto_is_uring_when_built_in_and_silent_otherwise, .timeout = 30)
+{
+    shoal_log_set_sink(sink, NULL);
+    struct shoal_err err = {0};
+    struct shoal_io_engine *e = shoal_io_engine_create(shoal_io_engine_params_default(), &err);
+    cr_assert(e != NULL);
+#if !HAVE_LIBURING
+    cr_assert(eq(str, (char *)shoal_io_engine_name(e), "pread"));
+    cr_assert(eq(int, n_warn, 0), "auto without liburing is not a fallback");
+    cr_assert(shoal_io_engine_fallback_reason(e) == NULL);
+#else
+    /* uring, or pread with exactly one warning when the ring is refused */
+    cr_assert(strcmp(shoal_io_engine_name(e), "uring") == 0 || n_warn == 1);
+#endif
+    shoal_io_engine_destroy(e);
+    shoal_log_set_sink(NULL, NULL);
+}
+
+Test(io_engine, kind_parse_accepts_the_three_names)
+{
+    enum shoal_io_kind k;
+    cr_assert(eq(int, shoal_io_kind_parse("pread", &k), 0));
+    cr_assert(eq(int, (int)k, SHOAL_IO_PREAD));
+    cr_assert(eq(int, shoal_io_kind_parse("uring", &k), 0));
+    cr_assert(eq(int, (int)k, SHOAL_IO_URING));
+    cr_assert(eq(int, shoal_io_kind_parse("auto", &k), 0));
+    cr_assert(eq(int, (int)k, SHOAL_IO_AUTO));
+    cr_assert(eq(int, shoal_io_kind_parse("aio", &k), SHOAL_EINVAL));
+}
