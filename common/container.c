@@ -81,6 +81,7 @@ static uint64_t target_bytes(const struct shoal_weight_slot *s, enum shoal_dtype
 /* ---- writer --------------------------------------------------------------- */
 
 struct writer {
+    const struct shoal_model *src;
     const struct shoal_convert_params *p;
     struct shoal_err *err;
     int fd_dense, fd_exp;
@@ -299,6 +300,9 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
             wr->exp_off += wr->blob_bytes;
         }
     }
+    /* the source pages are done with: keep RSS bounded on big checkpoints */
+    if (wr->src->st)
+        shoal_safetensors_drop_pages(shoal_safetensors_find(wr->src->st, s->hf_name));
     wr->done += bytes;
     if (wr->p->progress)
         wr->p->progress(wr->done, wr->total, wr->p->progress_user);
@@ -397,7 +401,7 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
         free(tmp);
         return rc;
     }
-    struct writer wr = {.p = p, .err = err, .fd_dense = -1, .fd_exp = -1,
+    struct writer wr = {.src = src, .p = p, .err = err, .fd_dense = -1, .fd_exp = -1,
                         .cur_layer = -1};
     wr.dense_path = shoal_path_join(tmp, "dense.bin");
     wr.exp_path = shoal_path_join(tmp, "experts.bin");

@@ -72,6 +72,17 @@ struct shoal_st_tensor *shoal_safetensors_find(struct shoal_safetensors *st,
     return NULL;
 }
 
+void shoal_safetensors_drop_pages(const struct shoal_st_tensor *t)
+{
+    if (!t || !t->mapped || t->nbytes == 0)
+        return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)t->data + page - 1) / page * page;
+    uintptr_t b = ((uintptr_t)t->data + t->nbytes) / page * page;
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 size_t shoal_safetensors_count(const struct shoal_safetensors *st)
 {
     return st ? st->n_tensors : 0;
@@ -254,6 +265,7 @@ static int parse_file(struct shoal_safetensors *st, struct st_map *m,
         }
         t.nbytes = nbytes;
         t.data = data + beg;
+        t.mapped = 1;
         if (elsize > 1 && ((uintptr_t)t.data % elsize) != 0 && nbytes > 0) {
             /* Misaligned element data: keep an aligned private copy so
              * kernels may load elements directly. */
@@ -268,6 +280,7 @@ static int parse_file(struct shoal_safetensors *st, struct st_map *m,
             m->copies = shoal_xrealloc(m->copies, (m->n_copies + 1) * sizeof(void *));
             m->copies[m->n_copies++] = copy;
             t.data = copy;
+            t.mapped = 0;
         }
         t.name = shoal_xstrdup(key);
         t.file = m->path;

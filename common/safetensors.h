@@ -32,6 +32,7 @@ struct shoal_st_tensor {
     size_t nbytes;
     const char *file;              /* path of the file holding it */
     int used;                      /* set by the model loader */
+    int mapped;                    /* data points into the file mapping (not a copy) */
 };
 
 struct shoal_safetensors;
@@ -56,6 +57,12 @@ void shoal_safetensors_close(struct shoal_safetensors *st);
  * the set. Thread: any. */
 struct shoal_st_tensor *shoal_safetensors_find(struct shoal_safetensors *st,
                                                const char *name);
+
+/* Tell the kernel the pages of t's data are not needed for now (a file
+ * mapping: they are dropped from this process's RSS and re-read from the
+ * page cache or disk if touched again). Lets a converter stream a checkpoint
+ * larger than RAM with bounded RSS. No-op for copied tensors. Thread: any. */
+void shoal_safetensors_drop_pages(const struct shoal_st_tensor *t);
 
 /* Number of tensors and the i-th one (in file order). */
 size_t shoal_safetensors_count(const struct shoal_safetensors *st);
