@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -102,9 +103,15 @@ def test_perplexity(shoal, tmp):
 
 def test_chat(shoal):
     script = "Good morrow, sir.\nWhat news?\n/reset\nSpeak again.\n/quit\n"
-    r = run([shoal, "chat", "--model", MODEL, "--greedy", "--max-tokens", "12"], input=script)
+    r = run([shoal, "chat", "--model", MODEL, "--greedy", "--max-tokens", "12", "-v"], input=script)
     ok = r.returncode == 0 and "(conversation reset)" in r.stdout and len(r.stdout.strip()) > 30
     result("chat piped session", ok, "" if ok else "rc=%d out=%r err=%r" % (r.returncode, r.stdout[-300:], r.stderr[-300:]))
+    # KV cache reuse: the second turn prefills only its new tokens; after
+    # /reset nothing is reused
+    turns = re.findall(r"turn prefilled (\d+) new tokens \((\d+) reused", r.stderr)
+    turns = [(int(a), int(b)) for a, b in turns]
+    ok = len(turns) == 3 and turns[0][1] == 0 and turns[1][1] > turns[1][0] and turns[2][1] == 0
+    result("chat reuses the KV cache across turns", ok, "turns (new, reused): %s" % turns)
 
 
 def main():
