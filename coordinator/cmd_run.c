@@ -22,6 +22,7 @@ static void usage(FILE *f)
         "                       bundled model, %s)\n"
         "  --prompt TEXT        prompt text (tokenized with the model's tokenizer)\n"
         "  --tokens IDS         prompt as comma-separated token ids\n"
+        "  --no-echo            do not print the prompt text before the continuation\n"
         "  --max-tokens N       tokens to generate (default 256)\n"
         "  --greedy             argmax decoding\n"
         "  --temp T             temperature (default 0.8; 0 = greedy)\n"
@@ -48,6 +49,7 @@ int shoal_cmd_run(int argc, char **argv)
     struct shoal_session_opts so = shoal_session_opts_default();
     struct shoal_gen_opts go = shoal_gen_opts_default();
     const char *prompt = NULL, *tokens_arg = NULL;
+    int no_echo = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = shoal_session_parse_flag(&so, argc, argv, &i);
@@ -63,6 +65,10 @@ int shoal_cmd_run(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--no-echo")) {
+            no_echo = 1;
+            continue;
         }
         if (!strcmp(a, "--prompt") || !strcmp(a, "--tokens")) {
             if (i + 1 >= argc) {
@@ -94,6 +100,11 @@ int shoal_cmd_run(int argc, char **argv)
     } else if (shoal_parse_id_list(tokens_arg, &ids, &n_ids) != 0) {
         rc = 2;
         goto done;
+    }
+    if (prompt && !no_echo) {
+        /* the continuation reads on from the prompt, as in a terminal */
+        fputs(prompt, stdout);
+        fflush(stdout);
     }
     rc = shoal_session_generate(s, ids, n_ids, &go, stdout) == 0 ? 0 : 1;
 done:
