@@ -3,6 +3,7 @@
 #   1. gcc release build with -Werror: unit tests + reference model tests
 #   2. gcc ASan+UBSan debug build: unit tests + reference model tests
 #   3. clang build, liburing disabled (closest to macOS), -Werror: unit tests
+#   4. aarch64 cross build of the unit tests, run under qemu-user (NEON)
 # Prints one closing line "tests: N passed, M failed" and exits non-zero on
 # any failure.
 set -u
@@ -62,6 +63,10 @@ unset ASAN_OPTIONS UBSAN_OPTIONS
 
 CC=clang step "build clang, no liburing, -Werror" setup build-clang --werror -Dliburing=disabled
 step "unit tests (clang)"         unit build-clang
+
+# aarch64 (Apple Silicon's ISA): cross-compiled unit tests under qemu-user,
+# so the NEON kernels are checked bit for bit against the scalar ones.
+step "unit tests (aarch64 under qemu, NEON)" tests/run_aarch64.sh
 
 echo
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
