@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "config.h"
+#include "quant.h"
 
 struct subcommand {
     const char *name;
@@ -45,6 +46,8 @@ int main(int argc, char **argv)
         printf("shoal %s\n", SHOAL_VERSION);
         return 0;
     }
+    /* pick the quantized kernels once (AVX2, NEON or scalar; same bits) */
+    shoal_quant_init(SHOAL_QUANT_ISA_AUTO, NULL);
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         if (!strcmp(argv[1], subcommands[i].name))
             return subcommands[i].fn(argc - 1, argv + 1);

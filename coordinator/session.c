@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "npy.h"
 #include "expert_store.h"
+#include "quant.h"
 #include "util.h"
 
 struct shoal_session_opts shoal_session_opts_default(void)
@@ -361,11 +362,12 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
     s->logits = shoal_xcalloc((size_t)s->model->cfg.n_vocab, sizeof(float));
     if (o->verbose)
         fprintf(stderr, "shoal: loaded %s (%s, %lld layers, %lld experts, top-%lld) "
-                "in %.2f s, %d threads, ctx %lld\n", dir,
+                "in %.2f s, %d threads, ctx %lld, %s kernels\n", dir,
                 s->model->cfg.family->model_type, (long long)s->model->cfg.n_layer,
                 (long long)s->model->cfg.n_expert,
                 (long long)s->model->cfg.n_expert_used, shoal_time_s() - t0,
-                omp_get_max_threads(), (long long)shoal_ctx_n_ctx(s->ctx));
+                omp_get_max_threads(), (long long)shoal_ctx_n_ctx(s->ctx),
+                shoal_quant_ops_name());
     return s;
 }
 
