@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -376,10 +378,45 @@ static int sync_close(int fd, const char *path, struct shoal_err *err)
     return rc;
 }
 
+/* Never let a conversion destroy its source or an unrelated directory:
+ * the destination may not be the source or contain it, and --force only
+ * replaces an existing shoal container. */
+static int check_destination(const char *src_dir, const char *dst, int force,
+                             struct shoal_err *err)
+{
+    char src_real[PATH_MAX], dst_real[PATH_MAX];
+    if (!realpath(src_dir, src_real)) {
+        int e = errno;
+        return shoal_err_set(err, -e, "cannot resolve '%s': %s", src_dir, strerror(e));
+    }
+    if (realpath(dst, dst_real)) {
+        size_t dl = strlen(dst_real);
+        if (!strcmp(dst_real, src_real) ||
+            (!strncmp(src_real, dst_real, dl) && (src_real[dl] == '/' || dl == 1)))
+            return shoal_err_set(err, SHOAL_EINVAL,
+                                 "destination '%s' is the source or contains it; choose "
+                                 "another path", dst);
+        if (!force)
+            return shoal_err_set(err, SHOAL_EINVAL,
+                                 "'%s' already exists; pass --force to replace it", dst);
+        if (!shoal_container_is(dst))
+            return shoal_err_set(err, SHOAL_EINVAL,
+                                 "'%s' exists and is not a shoal container (no shoal.json); "
+                                 "refusing to replace it, even with --force", dst);
+    }
+    return 0;
+}
+
 int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
-                            const char *dst, const struct shoal_convert_params *p,
+                            const char *dst_arg, const struct shoal_convert_params *p,
                             struct shoal_err *err)
 {
+    /* "out/" and "out" name the same directory; rename() wants the latter */
+    char dst_buf[PATH_MAX];
+    snprintf(dst_buf, sizeof dst_buf, "%s", dst_arg);
+    for (size_t n = strlen(dst_buf); n > 1 && dst_buf[n - 1] == '/'; n--)
+        dst_buf[n - 1] = '\0';
+    const char *dst = dst_buf;
     if (!shoal_quant_group_ok(p->group))
         return shoal_err_set(err, SHOAL_EINVAL, "--group %d: expected 32, 64 or 128", p->group);
     if (p->dense_dtype == SHOAL_DTYPE_INT4 || p->dense_dtype == SHOAL_DTYPE_F16 ||
@@ -388,9 +425,9 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
                              "unsupported conversion: experts %s, dense %s (experts: "
                              "int4|int8|bf16|f32, dense: int8|bf16|f32)",
                              shoal_dtype_name(p->experts_dtype), shoal_dtype_name(p->dense_dtype));
-    if (shoal_exists(dst) && !p->force)
-        return shoal_err_set(err, SHOAL_EINVAL,
-                             "'%s' already exists; pass --force to replace it", dst);
+    int rc0 = check_destination(src_dir, dst, p->force, err);
+    if (rc0)
+        return rc0;
     size_t dl = strlen(dst);
     char *tmp = shoal_xmalloc(dl + 32);
     snprintf(tmp, dl + 32, "%s.tmp-%ld", dst, (long)getpid());
@@ -624,6 +661,66 @@ void shoal_container_close(struct shoal_container *ct)
     free(ct);
 }
 
+struct fp_walk {
+    XXH64_state_t *st;
+    const struct shoal_container *ct;
+    size_t cursor;
+};
+
+static void fp_line(XXH64_state_t *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fp_line(XXH64_state_t *st, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    XXH64_update(st, buf, (size_t)n);
+}
+
+/* The writer's canonical text (write_slot / fp_add), rebuilt from the
+ * manifest in walk order. */
+static int fp_slot(const struct shoal_weight_slot *s, void *user)
+{
+    struct fp_walk *f = user;
+    const struct shoal_container *ct = f->ct;
+    if (s->kind == SHOAL_SLOT_EXPERT) {
+        if (s->comp == 2 && ct->layer_offset[s->il] != UINT64_MAX)
+            fp_line(f->st, "expert %lld %lld %016" PRIx64 "\n", (long long)s->il,
+                    (long long)s->ie, ct->expert_xxh64[s->il * ct->n_expert + s->ie]);
+        return 0;
+    }
+    const struct shoal_container_tensor *t = NULL;
+    if (f->cursor < ct->n_dense && !strcmp(ct->dense[f->cursor].name, s->name))
+        t = &ct->dense[f->cursor++];
+    for (size_t i = 0; !t && i < ct->n_dense; i++)
+        if (!strcmp(ct->dense[i].name, s->name))
+            t = &ct->dense[i];
+    if (t)
+        fp_line(f->st, "dense %s %s %lld %lld %d %016" PRIx64 "\n", s->name,
+                shoal_dtype_name(t->w.dtype), (long long)s->rows, (long long)s->cols,
+                shoal_dtype_is_quant(t->w.dtype) ? t->w.group : 0, t->xxh64);
+    return 0;
+}
+
+static uint64_t recompute_fingerprint(const struct shoal_container *ct,
+                                      const struct shoal_model_config *cfg)
+{
+    struct fp_walk f = {.st = XXH64_createState(), .ct = ct};
+    XXH64_reset(f.st, 0);
+    fp_line(f.st, "shoal-container %d %s experts %s %d %" PRIu64 "\n",
+            SHOAL_CONTAINER_VERSION, cfg->family->model_type,
+            shoal_dtype_name(ct->experts_dtype), ct->experts_group, ct->blob_bytes);
+    struct shoal_model *m = shoal_xcalloc(1, sizeof *m);
+    m->cfg = *cfg;
+    shoal_model_alloc_layers(m);
+    shoal_model_walk(m, fp_slot, &f);
+    shoal_model_free(m);
+    uint64_t h = XXH64_digest(f.st);
+    XXH64_freeState(f.st);
+    return h;
+}
+
 #define FAIL(...) do { shoal_err_set(err, SHOAL_EFORMAT, __VA_ARGS__); goto fail; } while (0)
 
 struct shoal_container *shoal_container_open(const char *dir,
@@ -830,6 +927,18 @@ struct shoal_container *shoal_container_open(const char *dir,
                 FAIL("'%s': layer %lld expert %lld needs a 16-hex-digit xxh64", mp,
                      (long long)il, (long long)ie);
     }
+    const char *mt = json_string_value(json_object_get(root, "model_type"));
+    if (!mt || strcmp(mt, cfg->family->model_type))
+        FAIL("'%s': model_type '%s' does not match the config's '%s'", mp, mt ? mt : "?",
+             cfg->family->model_type);
+    for (size_t i = 0; i < ct->n_dense; i++)
+        for (size_t j = i + 1; j < ct->n_dense; j++)
+            if (!strcmp(ct->dense[i].name, ct->dense[j].name))
+                FAIL("'%s': tensor '%s' is listed twice", mp, ct->dense[i].name);
+    uint64_t fp = recompute_fingerprint(ct, cfg);
+    if (fp != ct->fingerprint)
+        FAIL("'%s': the manifest's contents hash to fingerprint %016" PRIx64 ", but it "
+             "records %016" PRIx64 " (edited or damaged manifest)", mp, fp, ct->fingerprint);
     json_decref(root);
     return ct;
 fail:

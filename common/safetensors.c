@@ -129,6 +129,10 @@ static int map_file(struct shoal_safetensors *st, const char *path,
         return shoal_err_set(err, -e, "cannot stat '%s': %s", path, strerror(e));
     }
     size_t size = (size_t)sb.st_size;
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return shoal_err_set(err, SHOAL_EFORMAT, "'%s' is not a regular file", path);
+    }
     if (size < 8) {
         close(fd);
         return shoal_err_set(err, SHOAL_EFORMAT,
@@ -451,7 +455,8 @@ struct shoal_safetensors *shoal_safetensors_open_dir(const char *dir,
                 }
             }
             closedir(d);
-            qsort(names, n, sizeof *names, cmp_str);
+            if (n > 1)
+                qsort(names, n, sizeof *names, cmp_str);
             if (n == 0)
                 rc = shoal_err_set(err, SHOAL_ENOTFOUND,
                                    "no *.safetensors file in '%s'", dir);

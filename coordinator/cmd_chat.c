@@ -334,6 +334,7 @@ int shoal_cmd_chat(int argc, char **argv)
         struct turn t;
         if (build_turn(s, tmpl, &vars, &conv, base_msgs, &cache_text, &t) != 0) {
             conv_clear(&conv, conv.n - 1);
+            rc = 1; /* the session goes on; the exit status remembers */
             continue;
         }
         char *reply = NULL;
@@ -344,6 +345,7 @@ int shoal_cmd_chat(int argc, char **argv)
         double t0 = shoal_time_s();
         int grc = shoal_session_generate(s, t.ids + t.keep, t.n_ids - (size_t)t.keep, &go, stdout);
         if (grc != 0) {
+            rc = 1;
             free(t.ids);
             free(t.prompt);
             free(reply);
@@ -379,6 +381,7 @@ int shoal_cmd_chat(int argc, char **argv)
         }
         conv_push(&conv, "assistant", reply ? reply : "");
         free(reply);
+        free(t.prompt);
         free(t.ids);
     }
     free(cache_text);

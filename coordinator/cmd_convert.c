@@ -201,8 +201,12 @@ int shoal_cmd_inspect(int argc, char **argv)
     size_t shown = 0;
     for (size_t i = 0; i < ct->n_dense && shown < 6; i++, shown++) {
         const struct shoal_container_tensor *t = &ct->dense[i];
-        printf("  %-28s %-5s [%lld, %lld]\n", t->name, shoal_dtype_name(t->w.dtype),
-               (long long)t->w.rows, (long long)t->w.cols);
+        if (t->n_dims == 1)
+            printf("  %-28s %-5s [%lld]\n", t->name, shoal_dtype_name(t->w.dtype),
+                   (long long)t->w.cols);
+        else
+            printf("  %-28s %-5s [%lld, %lld]\n", t->name, shoal_dtype_name(t->w.dtype),
+                   (long long)t->w.rows, (long long)t->w.cols);
     }
     if (ct->n_dense > shown)
         printf("  ... %zu more dense tensors\n", ct->n_dense - shown);

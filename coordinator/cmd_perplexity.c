@@ -70,6 +70,11 @@ int shoal_cmd_perplexity(int argc, char **argv)
         shoal_cli_error("perplexity: --file TEXT is required");
         return 2;
     }
+    if (so.n_ctx == 1) {
+        shoal_cli_error("perplexity: --ctx must be at least 2 (a window predicts its "
+                        "tokens 1..n-1 from their prefix)");
+        return 2;
+    }
     struct shoal_err err = {0};
     char *text = NULL;
     size_t len = 0;

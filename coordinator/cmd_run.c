@@ -101,7 +101,7 @@ int shoal_cmd_run(int argc, char **argv)
         rc = 2;
         goto done;
     }
-    if (prompt && !no_echo) {
+    if (prompt && !no_echo && (int64_t)n_ids <= shoal_ctx_n_ctx(s->ctx)) {
         /* the continuation reads on from the prompt, as in a terminal */
         fputs(prompt, stdout);
         fflush(stdout);

@@ -584,14 +584,17 @@ struct synth {
     struct shoal_model_config cfg;
     int64_t c0;
     double C;                    /* value of the constant channel */
-    double var_qkv, var_attn_out, var_ffn_in, var_ffn_out, var_head, var_exp_in, var_exp_out;
+    double var_attn_out, var_ffn_out, var_head, var_exp_out;
+    double *var_att_in;          /* [n_layer] q/k/v weight variance: unit-variance outputs */
     /* routing */
     struct trace trace;
     int *layer_src;              /* [n_layer] trace layer used */
     double *layer_target;        /* [n_layer][n_expert] target shares (permuted) */
     double *layer_bias;          /* [n_layer][n_expert] calibrated logit biases */
     double *u0;                  /* [n_layer] expected value of channel c0 after ffn_norm */
-    double *sigma;               /* [n_layer] router weight scale off c0 */
+    double *sigma;               /* [n_layer] router weight scale off c0; sigma^2 is also the
+                                  * gate/up weight variance that gives unit-variance
+                                  * pre-activations whatever share c0 has at that depth */
     double mean_w2[3], calib_err[3];
     /* writer */
     struct shoal_err *err;
@@ -696,7 +699,7 @@ static enum init_kind classify(const struct synth *sy, const struct shoal_weight
         return INIT_ROUTER;
     if (ends_with(s->name, ".attn_q") || ends_with(s->name, ".attn_k") ||
         ends_with(s->name, ".attn_v")) {
-        *var = sy->var_qkv;
+        *var = sy->var_att_in[s->il];
         return INIT_IN;
     }
     if (ends_with(s->name, ".attn_output")) {
@@ -704,7 +707,7 @@ static enum init_kind classify(const struct synth *sy, const struct shoal_weight
         return INIT_OUT;
     }
     if (ends_with(s->name, ".w_gate") || ends_with(s->name, ".w_up")) {
-        *var = sy->var_ffn_in;
+        *var = sy->sigma[s->il] * sy->sigma[s->il];
         return INIT_IN;
     }
     if (ends_with(s->name, ".w_down")) {
@@ -852,7 +855,7 @@ static void expert_row(const struct synth *sy, int64_t il, int64_t ie, int comp,
     const int64_t cols = shp[comp].cols, c0 = sy->c0;
     const int zero_row = comp == 2 && r == c0;       /* nothing writes channel c0 */
     const int64_t zero_col = comp < 2 ? c0 : -1;      /* experts ignore channel c0 */
-    const double var = comp < 2 ? sy->var_exp_in : sy->var_exp_out;
+    const double var = comp < 2 ? sy->sigma[il] * sy->sigma[il] : sy->var_exp_out;
     struct rng g = rng_for(sy->seed, ((uint64_t)il << 32) | (uint64_t)ie, (uint64_t)comp,
                            (uint64_t)r);
     const enum shoal_dtype t = sy->experts_dtype;
@@ -875,9 +878,9 @@ static void expert_row(const struct synth *sy, int64_t il, int64_t ie, int comp,
     const size_t rb = shoal_quant_row_bytes(qt, cols, G);
     /* E[q^2]: int4 q in -7..7 with 0 twice as likely = 17.5; int8 q in
      * -127..127 with 0 twice as likely = 5397.5; scale factor spread
-     * E[(0.75 + 0.5u)^2] = 0.8333 */
+     * E[(0.75 + 0.5u)^2] = 0.5625 + 0.375 + 0.25/3 = 1.0208 */
     const double eq2 = qt == SHOAL_QUANT_INT4 ? 17.5 : 5397.5;
-    const float d = (float)sqrt(var / (eq2 * 0.83333));
+    const float d = (float)sqrt(var / (eq2 * 1.0208333));
     for (int64_t k = 0; k < ng; k++) {
         float s = zero_row ? 0.0f : d * (0.75f + 0.5f * rng_unit(&g));
         memcpy(dst + 4 * k, &s, 4);
@@ -1179,13 +1182,26 @@ static int plan_routing(struct synth *sy, const char *trace_name, const char *tr
     const double rho2 = sy->drift * sy->drift / (mw2 > 0 ? mw2 : 1.0);
     const double p_moe = sy->drift * sy->drift + (c->n_ff_shexp > 0 ? 0.25 * rho2 : 0.0);
     const double p_att = 0.02 * 0.02;
-    sy->var_exp_in = 2.0 / E;
     sy->var_exp_out = rho2 / ((double)c->n_ff_exp * SILU2);
-    sy->var_ffn_in = 2.0 / E;
-    sy->var_ffn_out = c->n_ff_shexp > 0 ? rho2 / ((double)c->n_ff_shexp * SILU2) : 0.0;
-    sy->var_qkv = 2.0 / E;
+    sy->var_ffn_out = c->n_ff_shexp > 0 ? rho2 / ((double)c->n_ff_shexp * SILU2) :
+                      rho2 / ((double)(c->n_ff > 0 ? c->n_ff : 1) * SILU2);
     sy->var_attn_out = p_att / (double)(c->n_head * c->head_dim);
+    sy->var_att_in = shoal_xcalloc((size_t)L, sizeof(double));
     for (int64_t il = 0; il < L; il++) {
+        /* Expected per-channel variance (off c0) of the residual before this
+         * layer's attention and before its ffn_norm. The norms divide by the
+         * rms of all channels, c0 included, so the share c0 keeps after the
+         * norm (u0^2 of n_embd) shrinks with depth; every weight that reads a
+         * normed input is scaled by 1 / (n_embd - u0^2) so its outputs keep
+         * unit variance (else deeper experts would add ever more to the
+         * residual and flatten the routing). */
+        double ev_att = 1.0 + (double)il * (p_att + p_moe);
+        double u0_att = sy->C / sqrt((sy->C * sy->C + (E - 1) * ev_att) / E);
+        sy->var_att_in[il] = 1.0 / (E - u0_att * u0_att);
+        double ev = 1.0 + (double)(il + 1) * p_att + (double)il * p_moe;
+        double rms2 = (sy->C * sy->C + (E - 1) * ev) / E;
+        sy->u0[il] = sy->C / sqrt(rms2);
+        sy->sigma[il] = 1.0 / sqrt(E - sy->u0[il] * sy->u0[il]);
         if (!shoal_layer_is_moe(c, il))
             continue;
         double depth = L > 1 ? (double)il / (double)(L - 1) : 0.0;
@@ -1208,11 +1224,6 @@ static int plan_routing(struct synth *sy, const char *trace_name, const char *tr
             sy->layer_target[il * NE + perm[j]] = t->shares[best][j];
             sy->layer_bias[il * NE + perm[j]] = bias_src[best][j];
         }
-        /* expected per-channel variance (off c0) before this layer's ffn_norm */
-        double ev = 1.0 + (double)(il + 1) * p_att + (double)il * p_moe;
-        double rms2 = (sy->C * sy->C + (E - 1) * ev) / E;
-        sy->u0[il] = sy->C / sqrt(rms2);
-        sy->sigma[il] = 1.0 / sqrt(E - sy->u0[il] * sy->u0[il]);
     }
     double ev_out = 1.0 + (double)L * (p_att + p_moe);
     /* logits std about 2: out_norm zeroes c0, the rest carries E*ev/(1+ev) */
@@ -1756,6 +1767,7 @@ done:
     free(sy.layer_bias);
     free(sy.u0);
     free(sy.sigma);
+    free(sy.var_att_in);
     free(sy.rowbuf);
     free(sy.chunk);
     free(sy.bufs[0]);

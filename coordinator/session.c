@@ -555,7 +555,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         return -1;
     }
     if (o->ids_out && !(ids_f = fopen(o->ids_out, "w"))) {
-        shoal_cli_error("cannot create '%s'", o->ids_out);
+        shoal_cli_error("cannot create '%s': %s", o->ids_out, strerror(errno));
         shoal_npy_close(&npy, NULL);
         return -1;
     }
@@ -662,7 +662,11 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
 done:
     if (ids_f) {
         fputc('\n', ids_f);
-        fclose(ids_f);
+        int bad = ferror(ids_f);
+        if ((fclose(ids_f) != 0 || bad) && rc == 0) {
+            shoal_cli_error("cannot write '%s': %s", o->ids_out, strerror(errno ? errno : EIO));
+            rc = -1;
+        }
     }
     if (o->logits_out && shoal_npy_close(&npy, &err) && rc == 0) {
         shoal_cli_error("%s", err.msg);
