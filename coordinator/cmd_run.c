@@ -37,6 +37,7 @@ static void usage(FILE *f)
         "  --no-bos             do not add the tokenizer's BOS token\n"
         "  --ctx N              context length in tokens (default min(max_position_embeddings, 4096))\n"
         "  --threads N          compute threads (default: all cores)\n"
+        "  -v, --verbose        print what was loaded (family, threads, context, kernels)\n"
         "  --logits-out F.npy   write the f32 logits of every step, [steps][vocab]\n"
         "  --ids-out FILE       write the generated token ids, space-separated\n"
         "\nExpert store (shoal containers only):\n",
