@@ -19,8 +19,10 @@
 #include "util.h"
 
 #define DENSE_ALIGN 64
-static const char MAGIC_DENSE[8] = {'S', 'H', 'O', 'A', 'L', 'D', 'N', 'S'};
-static const char MAGIC_EXPERTS[8] = {'S', 'H', 'O', 'A', 'L', 'E', 'X', 'P'};
+const char shoal_container_magic_dense[8] = {'S', 'H', 'O', 'A', 'L', 'D', 'N', 'S'};
+const char shoal_container_magic_experts[8] = {'S', 'H', 'O', 'A', 'L', 'E', 'X', 'P'};
+#define MAGIC_DENSE shoal_container_magic_dense
+#define MAGIC_EXPERTS shoal_container_magic_experts
 
 /* Files copied verbatim from the source checkpoint when present. */
 static const char *const side_files[] = {
@@ -80,6 +82,19 @@ static uint64_t target_bytes(const struct shoal_weight_slot *s, enum shoal_dtype
     return (uint64_t)shoal_weight_bytes(&w);
 }
 
+/* One line of the canonical text the fingerprint hashes (writer and
+ * reader build the same lines). */
+static void fp_line(XXH64_state_t *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fp_line(XXH64_state_t *st, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    XXH64_update(st, buf, (size_t)n);
+}
+
 /* ---- writer --------------------------------------------------------------- */
 
 struct writer {
@@ -104,25 +119,6 @@ struct writer {
     int pass;                      /* 0: measure, 1: write */
 };
 
-static int write_all(int fd, const void *buf, size_t n, uint64_t off,
-                     const char *path, struct shoal_err *err)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            return shoal_err_set(err, -e, "cannot write '%s' at offset %" PRIu64 ": %s",
-                                 path, off, strerror(e));
-        }
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
 
 /* Convert rows [r0, r1) of a source weight into dst (target dtype). */
 static int convert_rows(const struct shoal_weight *src, enum shoal_dtype t, int group,
@@ -195,7 +191,7 @@ static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
         if (!rc) {
             XXH64_update(h, wr->chunk, n);
             if (fd >= 0)
-                rc = write_all(fd, wr->chunk, n, off + (uint64_t)r0 * row_bytes, path, wr->err);
+                rc = shoal_pwrite_all(fd, wr->chunk, n, off + (uint64_t)r0 * row_bytes, path, wr->err);
             else
                 memcpy(wr->blob + off + (uint64_t)r0 * row_bytes, wr->chunk, n);
         }
@@ -205,16 +201,6 @@ static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
     return rc;
 }
 
-static void fp_add(struct writer *wr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fp_add(struct writer *wr, const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    XXH64_update(wr->fp, buf, (size_t)n);
-}
 
 static json_t *shape_json(const struct shoal_weight_slot *s)
 {
@@ -274,7 +260,7 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
         if (shoal_dtype_is_quant(t))
             json_object_set_new(o, "group", json_integer(wr->p->group));
         json_array_append_new(wr->tensors, o);
-        fp_add(wr, "dense %s %s %lld %lld %d %s\n", s->name, shoal_dtype_name(t),
+        fp_line(wr->fp, "dense %s %s %lld %lld %d %s\n", s->name, shoal_dtype_name(t),
                (long long)s->rows, (long long)s->cols,
                shoal_dtype_is_quant(t) ? wr->p->group : 0, hex);
         wr->dense_off = off + bytes;
@@ -291,14 +277,14 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
             return rc;
         if (s->comp == 2) {
             uint64_t sum = XXH64(wr->blob, wr->blob_bytes, 0);
-            rc = write_all(wr->fd_exp, wr->blob, wr->blob_bytes, wr->exp_off,
+            rc = shoal_pwrite_all(wr->fd_exp, wr->blob, wr->blob_bytes, wr->exp_off,
                            wr->exp_path, wr->err);
             if (rc)
                 return rc;
             char hex[17];
             snprintf(hex, sizeof hex, "%016" PRIx64, sum);
             json_array_append_new(wr->cur_layer_sums, json_string(hex));
-            fp_add(wr, "expert %lld %lld %s\n", (long long)s->il, (long long)s->ie, hex);
+            fp_line(wr->fp, "expert %lld %lld %s\n", (long long)s->il, (long long)s->ie, hex);
             wr->exp_off += wr->blob_bytes;
         }
     }
@@ -311,8 +297,9 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
     return 0;
 }
 
-static int write_header(int fd, const char magic[8], uint64_t file_bytes,
-                        uint64_t fingerprint, const char *path, struct shoal_err *err)
+int shoal_container_write_header(int fd, const char magic[8], uint64_t file_bytes,
+                                 uint64_t fingerprint, const char *path,
+                                 struct shoal_err *err)
 {
     unsigned char h[SHOAL_CONTAINER_HEADER_BYTES];
     memset(h, 0, sizeof h);
@@ -321,7 +308,7 @@ static int write_header(int fd, const char magic[8], uint64_t file_bytes,
     put_u32(h + 12, SHOAL_CONTAINER_HEADER_BYTES);
     put_u64(h + 16, file_bytes);
     put_u64(h + 24, fingerprint);
-    return write_all(fd, h, sizeof h, 0, path, err);
+    return shoal_pwrite_all(fd, h, sizeof h, 0, path, err);
 }
 
 static int copy_file(const char *from, const char *to, struct shoal_err *err)
@@ -337,7 +324,7 @@ static int copy_file(const char *from, const char *to, struct shoal_err *err)
         free(buf);
         return shoal_err_set(err, -e, "cannot create '%s': %s", to, strerror(e));
     }
-    rc = write_all(fd, buf, len, 0, to, err);
+    rc = shoal_pwrite_all(fd, buf, len, 0, to, err);
     if (!rc && fsync(fd) != 0) {
         int e = errno;
         rc = shoal_err_set(err, -e, "cannot sync '%s': %s", to, strerror(e));
@@ -464,7 +451,7 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     }
     wr.dense_off = SHOAL_CONTAINER_HEADER_BYTES;
     wr.exp_off = SHOAL_CONTAINER_HEADER_BYTES;
-    fp_add(&wr, "shoal-container %d %s experts %s %d %" PRIu64 "\n",
+    fp_line(wr.fp, "shoal-container %d %s experts %s %d %" PRIu64 "\n",
            SHOAL_CONTAINER_VERSION, src->cfg.family->model_type,
            shoal_dtype_name(p->experts_dtype), p->group, wr.blob_bytes);
     wr.pass = 1;
@@ -478,9 +465,9 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
         rc = shoal_err_set(err, -e, "cannot size '%s': %s", wr.dense_path, strerror(e));
         goto fail;
     }
-    if ((rc = write_header(wr.fd_dense, MAGIC_DENSE, dense_bytes, fingerprint,
+    if ((rc = shoal_container_write_header(wr.fd_dense, MAGIC_DENSE, dense_bytes, fingerprint,
                            wr.dense_path, err)) ||
-        (rc = write_header(wr.fd_exp, MAGIC_EXPERTS, wr.exp_off, fingerprint,
+        (rc = shoal_container_write_header(wr.fd_exp, MAGIC_EXPERTS, wr.exp_off, fingerprint,
                            wr.exp_path, err)))
         goto fail;
     rc = sync_close(wr.fd_dense, wr.dense_path, err);
@@ -667,18 +654,8 @@ struct fp_walk {
     size_t cursor;
 };
 
-static void fp_line(XXH64_state_t *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fp_line(XXH64_state_t *st, const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    XXH64_update(st, buf, (size_t)n);
-}
 
-/* The writer's canonical text (write_slot / fp_add), rebuilt from the
+/* The writer's canonical text (write_slot / fp_line), rebuilt from the
  * manifest in walk order. */
 static int fp_slot(const struct shoal_weight_slot *s, void *user)
 {

@@ -29,6 +29,17 @@
 #define SHOAL_CONTAINER_HEADER_BYTES 4096
 #define SHOAL_CONTAINER_ALIGN 4096
 
+/* Magic of the two binary files' headers (docs/FORMAT.md). */
+extern const char shoal_container_magic_dense[8];    /* "SHOALDNS" */
+extern const char shoal_container_magic_experts[8];  /* "SHOALEXP" */
+
+/* Write the 4 KiB header of dense.bin or experts.bin at offset 0: magic,
+ * format version, header size, total file bytes, fingerprint (all
+ * little-endian). Returns 0 or -errno with err naming path. Thread: any. */
+int shoal_container_write_header(int fd, const char magic[8], uint64_t file_bytes,
+                                 uint64_t fingerprint, const char *path,
+                                 struct shoal_err *err);
+
 struct shoal_convert_params {
     enum shoal_dtype experts_dtype;  /* F32, BF16, INT8, INT4 */
     enum shoal_dtype dense_dtype;    /* F32, BF16, INT8 (1-D tensors stay F32) */

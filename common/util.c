@@ -1,6 +1,8 @@
 #include "util.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,4 +119,24 @@ int shoal_exists(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0;
+}
+
+int shoal_pwrite_all(int fd, const void *buf, size_t n, uint64_t off,
+                     const char *path, struct shoal_err *err)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            return shoal_err_set(err, -e, "cannot write '%s' at offset %" PRIu64 ": %s",
+                                 path, off, strerror(e));
+        }
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
 }

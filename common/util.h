@@ -33,6 +33,12 @@ static inline int shoal_mul_overflow(size_t a, size_t b, size_t *out)
     return 0;
 }
 
+/* Write all n bytes of buf at file offset off, retrying short writes and
+ * EINTR. path names the file in errors. Returns 0 or -errno with err set
+ * ("cannot write '<path>' at offset <off>: <strerror>"). Thread: any. */
+int shoal_pwrite_all(int fd, const void *buf, size_t n, uint64_t off,
+                     const char *path, struct shoal_err *err);
+
 /* Monotonic clock in seconds. Thread: any. */
 double shoal_time_s(void);
 

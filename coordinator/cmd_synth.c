@@ -58,8 +58,8 @@
 #define DEFAULT_TRACE_FILE SHOAL_SOURCE_ROOT \
     "/../shared/data/traces/allenai-OLMoE-routing/expert_counts.json"
 
-static const char MAGIC_DENSE[8] = {'S', 'H', 'O', 'A', 'L', 'D', 'N', 'S'};
-static const char MAGIC_EXPERTS[8] = {'S', 'H', 'O', 'A', 'L', 'E', 'X', 'P'};
+#define MAGIC_DENSE shoal_container_magic_dense
+#define MAGIC_EXPERTS shoal_container_magic_experts
 
 /* E[silu(g)^2] for g ~ N(0, 1) (numerical integral, 0.3551). */
 #define SILU2 0.3551
@@ -628,25 +628,6 @@ struct synth {
     double wbusy;
 };
 
-static int write_all(int fd, const void *buf, size_t n, uint64_t off, const char *path,
-                     struct shoal_err *err)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            return shoal_err_set(err, -e, "cannot write '%s' at offset %" PRIu64 ": %s",
-                                 path, off, strerror(e));
-        }
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
 
 static void fp_add(struct synth *sy, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fp_add(struct synth *sy, const char *fmt, ...)
@@ -817,7 +798,7 @@ static int write_dense(struct synth *sy, const struct shoal_weight_slot *s)
         }
         const size_t n = (size_t)(r1 - r0) * row_bytes;
         XXH64_update(h, sy->chunk, n);
-        rc = write_all(sy->fd_dense, sy->chunk, n, off + (uint64_t)r0 * row_bytes,
+        rc = shoal_pwrite_all(sy->fd_dense, sy->chunk, n, off + (uint64_t)r0 * row_bytes,
                        sy->dense_path, sy->err);
     }
     sy->t_gen += shoal_time_s() - tg;
@@ -950,7 +931,7 @@ static void *writer_main(void *arg)
         uint64_t off = sy->woff;
         pthread_mutex_unlock(&sy->wmu);
         double t = shoal_time_s();
-        int rc = write_all(sy->fd_exp, buf, len, off, sy->exp_path, &sy->werr);
+        int rc = shoal_pwrite_all(sy->fd_exp, buf, len, off, sy->exp_path, &sy->werr);
         t = shoal_time_s() - t;
         pthread_mutex_lock(&sy->wmu);
         sy->wbusy += t;
@@ -1087,23 +1068,6 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
     return 0;
 }
 
-static int write_header(int fd, const char magic[8], uint64_t file_bytes, uint64_t fingerprint,
-                        const char *path, struct shoal_err *err)
-{
-    unsigned char h[SHOAL_CONTAINER_HEADER_BYTES];
-    memset(h, 0, sizeof h);
-    memcpy(h, magic, 8);
-    const uint32_t ver = SHOAL_CONTAINER_VERSION, hb = SHOAL_CONTAINER_HEADER_BYTES;
-    for (int i = 0; i < 4; i++) {
-        h[8 + i] = (unsigned char)(ver >> (8 * i));
-        h[12 + i] = (unsigned char)(hb >> (8 * i));
-    }
-    for (int i = 0; i < 8; i++) {
-        h[16 + i] = (unsigned char)(file_bytes >> (8 * i));
-        h[24 + i] = (unsigned char)(fingerprint >> (8 * i));
-    }
-    return write_all(fd, h, sizeof h, 0, path, err);
-}
 
 static int sync_close(int fd, const char *path, struct shoal_err *err)
 {
@@ -1629,9 +1593,9 @@ int shoal_cmd_synth(int argc, char **argv)
         if (rc)
             goto fail;
     }
-    if ((rc = write_header(sy.fd_dense, MAGIC_DENSE, dense_bytes, fingerprint, sy.dense_path,
+    if ((rc = shoal_container_write_header(sy.fd_dense, MAGIC_DENSE, dense_bytes, fingerprint, sy.dense_path,
                            &err)) ||
-        (rc = write_header(sy.fd_exp, MAGIC_EXPERTS, sy.exp_off, fingerprint, sy.exp_path,
+        (rc = shoal_container_write_header(sy.fd_exp, MAGIC_EXPERTS, sy.exp_off, fingerprint, sy.exp_path,
                            &err)))
         goto fail;
     rc = sync_close(sy.fd_dense, sy.dense_path, &err);
