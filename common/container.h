@@ -12,6 +12,13 @@
  *                  multiple of 4 KiB, so one aligned read fetches one expert
  *   config.json, tokenizer.json, ...   copied from the source checkpoint
  *
+ * A shard (`shoal shard`, docs/FORMAT.md "Shards") is a container whose
+ * experts.bin holds only some experts and which may lack dense.bin; its
+ * manifest is the full model's plus a "shard" object, so its fingerprint
+ * is the full model's. Workers open shards; the coordinator needs the
+ * dense tensors, so it runs on a full container (or a shard made with
+ * --with-dense).
+ *
  * Thread: the writer runs on the main thread (it opens OpenMP regions to
  * quantize); an opened container is read-only and may be shared.
  */
@@ -102,12 +109,27 @@ struct shoal_container {
     uint64_t blob_bytes;        /* per expert, multiple of 4 KiB */
     struct shoal_expert_component comp[3]; /* w_gate, w_up, w_down */
     int64_t n_layer, n_expert;
-    uint64_t *layer_offset;     /* [n_layer] first blob; UINT64_MAX for dense layers */
-    uint64_t *expert_xxh64;     /* [n_layer][n_expert] */
+    uint64_t *layer_offset;     /* [n_layer] first (held) blob; UINT64_MAX for dense layers */
+    uint64_t *expert_xxh64;     /* [n_layer][n_expert], every expert, held or not */
+    /* shard (docs/FORMAT.md "Shards"): NULL when every expert is held */
+    uint8_t *held;              /* [n_layer][n_expert] 1 if experts.bin holds it */
+    int32_t *held_rank;         /* [n_layer][n_expert] blob index of the expert within
+                                 * its layer's held blobs, -1 if not held; NULL with held */
+    int64_t n_held;             /* experts experts.bin holds (all MoE experts when full) */
+    int64_t n_moe_expert;       /* MoE layers x n_expert of the model */
+    struct shoal_container_shard {
+        int count;              /* workers the model was sharded for; 0: not a shard */
+        int index;              /* this shard's worker index in [0, count) */
+        int replicas;           /* holders per expert in [1, count] */
+        double *weights;        /* [count] placement weights (owned) */
+        int has_dense;          /* 1 when dense.bin is present (--with-dense) */
+    } shard;
 };
 
 /* Open and validate a container directory (path borrowed): manifest
  * version, file sizes, headers, fingerprints, every offset within its file.
+ * A shard is accepted with or without dense.bin (shard.has_dense says
+ * which; without it the dense tensors' views are NULL and bind fails).
  * On success fills cfg from the manifest's config. Returns NULL with err
  * saying what is wrong (truncated, corrupt, wrong version). Thread: any. */
 struct shoal_container *shoal_container_open(const char *dir,
@@ -120,15 +142,33 @@ int shoal_container_is(const char *dir);
 
 /* Bind the model's dense slots to the container's views and check every
  * name, dtype and shape against the architecture. Expert slots stay
- * unbound (the expert store serves them). Thread: any. */
+ * unbound (the expert store serves them). A shard without dense.bin fails
+ * with SHOAL_EUNSUPPORTED saying to run the coordinator on the full
+ * container. Thread: any. */
 int shoal_container_bind(struct shoal_container *ct, struct shoal_model *m,
                          struct shoal_err *err);
 
-/* File offset of expert (il, ie)'s blob. */
+/* 1 if the container holds expert (il, ie) of a MoE layer: always for a
+ * full container, the shard's experts for a shard. Thread: any. */
+static inline int shoal_container_holds(const struct shoal_container *ct, int64_t il,
+                                        int64_t ie)
+{
+    if (il < 0 || il >= ct->n_layer || ie < 0 || ie >= ct->n_expert ||
+        ct->layer_offset[il] == UINT64_MAX)
+        return 0;
+    return !ct->held || ct->held[il * ct->n_expert + ie];
+}
+
+/* File offset in experts.bin of expert (il, ie)'s blob, bytes: O(1), for
+ * a held expert of a MoE layer (shoal_container_holds); UINT64_MAX for an
+ * expert a shard does not hold. Thread: any. */
 static inline uint64_t shoal_container_expert_offset(const struct shoal_container *ct,
                                                      int64_t il, int64_t ie)
 {
-    return ct->layer_offset[il] + (uint64_t)ie * ct->blob_bytes;
+    if (!ct->held_rank)
+        return ct->layer_offset[il] + (uint64_t)ie * ct->blob_bytes;
+    int32_t rank = ct->held_rank[il * ct->n_expert + ie];
+    return rank < 0 ? UINT64_MAX : ct->layer_offset[il] + (uint64_t)rank * ct->blob_bytes;
 }
 
 /* Point e's three weights into a blob buffer holding expert bytes. */
@@ -136,7 +176,36 @@ void shoal_container_expert_views(const struct shoal_container *ct,
                                   const void *blob,
                                   struct shoal_expert_weights *e);
 
-/* Check every expert's checksum (reads experts.bin sequentially).
+/* Parameters of one shard written by shoal_container_write_shard. */
+struct shoal_shard_params {
+    int index, count, replicas;   /* recorded in the manifest: worker index in
+                                   * [0, count), workers, holders per expert */
+    const double *weights;        /* [count] placement weights, borrowed; NULL = equal */
+    const uint8_t *held;          /* [n_layer][n_expert] 1: copy the expert, borrowed */
+    int with_dense;               /* 1: copy dense.bin too */
+    int force;                    /* replace an existing shoal container at dst */
+    /* progress: called after each blob with bytes copied and total */
+    void (*progress)(uint64_t done, uint64_t total, void *user);
+    void *progress_user;
+};
+
+/* Write a shard of ct (a full container, borrowed) at dst: the manifest
+ * with its "shard" object, experts.bin with the held experts' blobs (each
+ * read, checked against its xxh64 and written; one blob in memory at a
+ * time), dense.bin when with_dense, and the side files. Like convert it
+ * writes into a temporary directory beside dst and renames it into place
+ * when everything is synced; on error nothing is left. Refuses an existing
+ * dst unless params.force (and then only a shoal container).
+ *   bytes_out  total bytes of the files written, or NULL
+ * Returns 0, SHOAL_EINVAL (bad params, ct is itself a shard, dst exists),
+ * SHOAL_EFORMAT (a source blob fails its checksum: file, layer, expert,
+ * offset) or -errno, with err set. Thread: main. */
+int shoal_container_write_shard(const struct shoal_container *ct, const char *dst,
+                                const struct shoal_shard_params *p, uint64_t *bytes_out,
+                                struct shoal_err *err);
+
+/* Check every checksum: dense tensors (when dense.bin is present) and
+ * every expert experts.bin holds (read sequentially).
  * progress(done_bytes, total_bytes, user) after each expert when not NULL.
  * Returns 0 or SHOAL_EFORMAT naming the file, layer, expert and offset. */
 int shoal_container_verify(const struct shoal_container *ct,

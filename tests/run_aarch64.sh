@@ -36,7 +36,8 @@ JOBS=${JOBS:-1}
 # arm64 -dev packages for the dependency() calls of the meson files (keep in
 # step; optional ones like liburing are left out: qemu-user has no io_uring)
 ARM64_DEV="libjansson-dev:arm64 libxxhash-dev:arm64 libpcre2-dev:arm64
-           libutf8proc-dev:arm64 pkgconf:arm64"
+           libutf8proc-dev:arm64 libuv1-dev:arm64 libprotobuf-c-dev:arm64
+           libsodium-dev:arm64 pkgconf:arm64"
 SYSROOT=/usr/aarch64-linux-gnu
 START=$(date +%s)
 

@@ -1,0 +1,367 @@
+/* wire: framing, handshake, key and request validation (common/wire.h). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "wire.h"
+
+/* ---- framing ---- */
+
+struct got {
+    int n;
+    uint64_t ids[16];
+    int bad;
+};
+
+static int on_frame(void *user, const uint8_t *body, size_t len)
+{
+    struct got *g = user;
+    Shoal__Frame *f = shoal_wire_unpack(body, len, NULL);
+    if (!f) {
+        g->bad++;
+        return 0;
+    }
+    cr_assert_eq(f->msg_case, SHOAL__FRAME__MSG_HEARTBEAT);
+    g->ids[g->n++] = f->heartbeat->id;
+    shoal_wire_frame_free(f);
+    return 0;
+}
+
+static void heartbeat(Shoal__Frame *f, Shoal__Heartbeat *h, uint64_t id)
+{
+    shoal__frame__init(f);
+    shoal__heartbeat__init(h);
+    h->id = id;
+    h->sent_ns = id * 1000;
+    f->msg_case = SHOAL__FRAME__MSG_HEARTBEAT;
+    f->heartbeat = h;
+}
+
+Test(wire, frames_survive_any_split)
+{
+    struct shoal_wire_buf b = {0};
+    for (uint64_t id = 1; id <= 5; id++) {
+        Shoal__Frame f;
+        Shoal__Heartbeat h;
+        heartbeat(&f, &h, id * 77);
+        cr_assert_eq(shoal_wire_buf_append(&b, &f, 1 << 20, NULL), 0);
+    }
+    /* feed in chunks of every size from 1 to the whole stream */
+    for (size_t chunk = 1; chunk <= b.len; chunk++) {
+        struct shoal_frame_reader r;
+        shoal_frame_reader_init(&r, 1 << 20);
+        struct got g = {0};
+        for (size_t off = 0; off < b.len; off += chunk) {
+            size_t n = b.len - off < chunk ? b.len - off : chunk;
+            cr_assert_eq(shoal_frame_reader_feed(&r, b.data + off, n, on_frame, &g, NULL), 0);
+        }
+        cr_assert_eq(g.n, 5, "chunk %zu: %d frames", chunk, g.n);
+        for (int i = 0; i < 5; i++)
+            cr_assert_eq(g.ids[i], (uint64_t)(i + 1) * 77);
+        cr_assert_eq(r.len, 0);
+        shoal_frame_reader_free(&r);
+    }
+    shoal_wire_buf_free(&b);
+}
+
+Test(wire, oversized_and_zero_lengths_are_refused)
+{
+    struct shoal_frame_reader r;
+    shoal_frame_reader_init(&r, 1000);
+    struct got g = {0};
+    struct shoal_err err = {0};
+    const uint8_t big[4] = {0xe9, 0x03, 0, 0}; /* 1001 */
+    cr_assert_eq(shoal_frame_reader_feed(&r, big, 4, on_frame, &g, &err), SHOAL_ERANGE);
+    cr_assert(strstr(err.msg, "1001") && strstr(err.msg, "1000"), "%s", err.msg);
+    shoal_frame_reader_free(&r);
+
+    shoal_frame_reader_init(&r, 1000);
+    const uint8_t zero[4] = {0, 0, 0, 0};
+    cr_assert_eq(shoal_frame_reader_feed(&r, zero, 4, on_frame, &g, NULL), SHOAL_ERANGE);
+    shoal_frame_reader_free(&r);
+
+    /* a sender refuses to pack what the peer would refuse */
+    Shoal__Frame f;
+    Shoal__Heartbeat h;
+    heartbeat(&f, &h, 1);
+    struct shoal_wire_buf b = {0};
+    cr_assert_eq(shoal_wire_buf_append(&b, &f, 2, NULL), SHOAL_ERANGE);
+    shoal_wire_buf_free(&b);
+}
+
+Test(wire, garbage_body_is_malformed_but_stream_stays_in_sync)
+{
+    uint8_t stream[64];
+    size_t n = 0;
+    const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff};
+    stream[n++] = sizeof junk;
+    stream[n++] = 0;
+    stream[n++] = 0;
+    stream[n++] = 0;
+    memcpy(stream + n, junk, sizeof junk);
+    n += sizeof junk;
+    Shoal__Frame f;
+    Shoal__Heartbeat h;
+    heartbeat(&f, &h, 9);
+    size_t len;
+    uint8_t *p = shoal_wire_pack(&f, 1 << 20, &len, NULL);
+    cr_assert_not_null(p);
+    memcpy(stream + n, p, len);
+    n += len;
+    free(p);
+    struct shoal_frame_reader r;
+    shoal_frame_reader_init(&r, 1 << 20);
+    struct got g = {0};
+    cr_assert_eq(shoal_frame_reader_feed(&r, stream, n, on_frame, &g, NULL), 0);
+    cr_assert_eq(g.bad, 1);
+    cr_assert_eq(g.n, 1);
+    cr_assert_eq(g.ids[0], 9);
+    shoal_frame_reader_free(&r);
+}
+
+/* ---- handshake ---- */
+
+/* Run a handshake between a connector and an acceptor in memory.
+ * Returns 1 when both finished, else the failing side's status. */
+static int run_handshake(struct shoal_handshake *c, struct shoal_handshake *a,
+                         struct shoal_err *ec, struct shoal_err *ea)
+{
+    struct shoal_wire_buf to_a = {0}, to_c = {0};
+    int rc = shoal_handshake_start(c, &to_a, ec);
+    cr_assert_eq(rc, 0);
+    int done_c = 0, done_a = 0, result = 0;
+    for (int step = 0; step < 8 && !(done_c && done_a) && result == 0; step++) {
+        struct shoal_wire_buf *bufs[2] = {&to_a, &to_c};
+        struct shoal_handshake *dst[2] = {a, c};
+        struct shoal_wire_buf *back[2] = {&to_c, &to_a};
+        struct shoal_err *errs[2] = {ea, ec};
+        int *done[2] = {&done_a, &done_c};
+        for (int side = 0; side < 2 && result == 0; side++) {
+            struct shoal_wire_buf *in = bufs[side];
+            size_t off = 0;
+            struct shoal_wire_buf pending = *in;
+            memset(in, 0, sizeof *in);
+            while (off < pending.len) {
+                uint32_t body = (uint32_t)pending.data[off] | pending.data[off + 1] << 8 |
+                                pending.data[off + 2] << 16 | (uint32_t)pending.data[off + 3] << 24;
+                Shoal__Frame *f = shoal_wire_unpack(pending.data + off + 4, body, NULL);
+                cr_assert_not_null(f);
+                off += 4 + body;
+                int r = shoal_handshake_on_frame(dst[side], f, back[side], errs[side]);
+                if (r == 1) {
+                    shoal_handshake_adopt(dst[side], f);
+                    *done[side] = 1;
+                } else {
+                    shoal_wire_frame_free(f);
+                }
+                if (r < 0) {
+                    result = r;
+                    /* deliver the error reply so the other side learns why */
+                    break;
+                }
+            }
+            shoal_wire_buf_free(&pending);
+        }
+    }
+    shoal_wire_buf_free(&to_a);
+    shoal_wire_buf_free(&to_c);
+    return result ? result : (done_c && done_a);
+}
+
+static struct shoal_wire_key key_of(const char *secret)
+{
+    char path[] = "/tmp/shoal-test-key-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, secret, strlen(secret)), (ssize_t)strlen(secret));
+    close(fd);
+    struct shoal_wire_key k;
+    struct shoal_err err = {0};
+    int rc = shoal_wire_key_load(path, &k, &err);
+    unlink(path);
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    return k;
+}
+
+Test(wire, handshake_with_the_same_key_exchanges_info)
+{
+    struct shoal_wire_key k = key_of("correct horse battery staple\n");
+    struct shoal_wire_key k2 = key_of("  correct horse battery staple  ");
+    cr_assert_eq(memcmp(k.bytes, k2.bytes, sizeof k.bytes), 0, "whitespace is not the key");
+    Shoal__PeerInfo ci = SHOAL__PEER_INFO__INIT, wi = SHOAL__PEER_INFO__INIT;
+    ci.fingerprint = "0123456789abcdef";
+    ci.name = "coord";
+    wi.fingerprint = "0123456789abcdef";
+    wi.name = "worker-1";
+    wi.n_expert = 8;
+    struct shoal_handshake c, a;
+    shoal_handshake_init(&c, 1, SHOAL__ROLE__ROLE_COORDINATOR, &k, &ci, "0123456789abcdef", "w");
+    shoal_handshake_init(&a, 0, SHOAL__ROLE__ROLE_WORKER, &k2, &wi, "0123456789abcdef", "c");
+    struct shoal_err ec = {0}, ea = {0};
+    cr_assert_eq(run_handshake(&c, &a, &ec, &ea), 1, "%s | %s", ec.msg, ea.msg);
+    cr_assert_str_eq(c.peer_info->name, "worker-1");
+    cr_assert_eq(c.peer_info->n_expert, 8);
+    cr_assert_str_eq(a.peer_info->name, "coord");
+    cr_assert_eq(c.peer_role, SHOAL__ROLE__ROLE_WORKER);
+    shoal_handshake_free(&c);
+    shoal_handshake_free(&a);
+}
+
+Test(wire, handshake_refuses_a_wrong_key_before_any_info)
+{
+    struct shoal_wire_key k1 = key_of("the first secret key 1234"), k2 = key_of("another secret key 5678");
+    Shoal__PeerInfo ci = SHOAL__PEER_INFO__INIT, wi = SHOAL__PEER_INFO__INIT;
+    ci.fingerprint = wi.fingerprint = "0123456789abcdef";
+    struct shoal_handshake c, a;
+    shoal_handshake_init(&c, 1, SHOAL__ROLE__ROLE_COORDINATOR, &k1, &ci, NULL, "w");
+    shoal_handshake_init(&a, 0, SHOAL__ROLE__ROLE_WORKER, &k2, &wi, NULL, "c");
+    struct shoal_err ec = {0}, ea = {0};
+    int rc = run_handshake(&c, &a, &ec, &ea);
+    cr_assert_lt(rc, 0);
+    /* the connector checks the acceptor's proof first and never sends its info */
+    cr_assert(strstr(ec.msg, "authentication failed"), "%s", ec.msg);
+    cr_assert_null(a.peer_info);
+    cr_assert_null(c.peer_info);
+    shoal_handshake_free(&c);
+    shoal_handshake_free(&a);
+}
+
+Test(wire, handshake_refuses_a_key_on_one_side_only)
+{
+    struct shoal_wire_key k = key_of("only the worker has this key");
+    Shoal__PeerInfo ci = SHOAL__PEER_INFO__INIT, wi = SHOAL__PEER_INFO__INIT;
+    struct shoal_handshake c, a;
+    shoal_handshake_init(&c, 1, SHOAL__ROLE__ROLE_COORDINATOR, NULL, &ci, NULL, "w");
+    shoal_handshake_init(&a, 0, SHOAL__ROLE__ROLE_WORKER, &k, &wi, NULL, "c");
+    struct shoal_err ec = {0}, ea = {0};
+    cr_assert_lt(run_handshake(&c, &a, &ec, &ea), 0);
+    cr_assert(strstr(ea.msg, "has none"), "%s", ea.msg);
+    shoal_handshake_free(&c);
+    shoal_handshake_free(&a);
+}
+
+Test(wire, handshake_refuses_a_wrong_fingerprint_and_two_coordinators)
+{
+    Shoal__PeerInfo ci = SHOAL__PEER_INFO__INIT, wi = SHOAL__PEER_INFO__INIT;
+    ci.fingerprint = "aaaaaaaaaaaaaaaa";
+    wi.fingerprint = "bbbbbbbbbbbbbbbb";
+    struct shoal_handshake c, a;
+    shoal_handshake_init(&c, 1, SHOAL__ROLE__ROLE_COORDINATOR, NULL, &ci, "aaaaaaaaaaaaaaaa",
+                         "10.0.0.2:7070");
+    shoal_handshake_init(&a, 0, SHOAL__ROLE__ROLE_WORKER, NULL, &wi, NULL, "c");
+    struct shoal_err ec = {0}, ea = {0};
+    cr_assert_lt(run_handshake(&c, &a, &ec, &ea), 0);
+    cr_assert(strstr(ec.msg, "10.0.0.2:7070") && strstr(ec.msg, "bbbbbbbbbbbbbbbb") &&
+              strstr(ec.msg, "aaaaaaaaaaaaaaaa"), "%s", ec.msg);
+    shoal_handshake_free(&c);
+    shoal_handshake_free(&a);
+
+    shoal_handshake_init(&c, 1, SHOAL__ROLE__ROLE_COORDINATOR, NULL, &ci, NULL, "x");
+    shoal_handshake_init(&a, 0, SHOAL__ROLE__ROLE_COORDINATOR, NULL, &ci, NULL, "y");
+    memset(&ec, 0, sizeof ec);
+    memset(&ea, 0, sizeof ea);
+    cr_assert_lt(run_handshake(&c, &a, &ec, &ea), 0);
+    cr_assert(strstr(ea.msg, "coordinator"), "%s", ea.msg);
+    shoal_handshake_free(&c);
+    shoal_handshake_free(&a);
+}
+
+Test(wire, short_key_file_is_refused)
+{
+    char path[] = "/tmp/shoal-test-key-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_eq(write(fd, "short\n", 6), 6);
+    close(fd);
+    struct shoal_wire_key k;
+    struct shoal_err err = {0};
+    cr_assert_lt(shoal_wire_key_load(path, &k, &err), 0);
+    cr_assert(strstr(err.msg, path) && strstr(err.msg, "at least 16"), "%s", err.msg);
+    unlink(path);
+}
+
+/* ---- request validation ---- */
+
+Test(wire, request_validation_names_what_is_wrong)
+{
+    uint32_t rows0[] = {0, 1}, rows1[] = {1};
+    Shoal__ExpertRows e0 = SHOAL__EXPERT_ROWS__INIT, e1 = SHOAL__EXPERT_ROWS__INIT;
+    e0.expert = 3;
+    e0.rows = rows0;
+    e0.n_rows = 2;
+    e1.expert = 5;
+    e1.rows = rows1;
+    e1.n_rows = 1;
+    Shoal__ExpertRows *ex[] = {&e0, &e1};
+    float hidden[2 * 4] = {0};
+    Shoal__ExpertRequest rq = SHOAL__EXPERT_REQUEST__INIT;
+    rq.id = 7;
+    rq.layer = 1;
+    rq.n_rows = 2;
+    rq.n_embd = 4;
+    rq.hidden.data = (uint8_t *)hidden;
+    rq.hidden.len = sizeof hidden;
+    rq.experts = ex;
+    rq.n_experts = 2;
+    uint8_t is_moe[3] = {0, 1, 1};
+    uint8_t cov[3] = {0};      /* 3 layers x 8 experts = 24 bits */
+    cov[(1 * 8 + 3) / 8] |= 1u << ((1 * 8 + 3) % 8);
+    cov[(1 * 8 + 5) / 8] |= 1u << ((1 * 8 + 5) % 8);
+    struct shoal_err err = {0};
+    cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, cov, 3, 64, &err), 0, "%s",
+                 err.msg);
+
+    rq.hidden.len -= 4;
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, cov, 3, 64, &err), SHOAL_EFORMAT);
+    cr_assert(strstr(err.msg, "28 bytes") && strstr(err.msg, "32"), "%s", err.msg);
+    rq.hidden.len += 4;
+
+    e1.expert = 4; /* not held */
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, cov, 3, 64, &err),
+                 SHOAL_ENOTFOUND);
+    cr_assert(strstr(err.msg, "expert 4"), "%s", err.msg);
+    e1.expert = 3; /* duplicate */
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, NULL, 0, 64, &err), SHOAL_EFORMAT);
+    e1.expert = 9; /* out of range */
+    cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, NULL, 0, 64, NULL), SHOAL_ERANGE);
+    e1.expert = 5;
+    rows1[0] = 2; /* row out of range */
+    cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, NULL, 0, 64, NULL), SHOAL_ERANGE);
+    rows1[0] = 1;
+    rq.layer = 0; /* dense layer */
+    cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, NULL, 0, 64, NULL), SHOAL_ERANGE);
+    rq.layer = 3;
+    cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, NULL, 0, 64, NULL), SHOAL_ERANGE);
+    rq.layer = 1;
+    rq.n_embd = 5;
+    cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, NULL, 0, 64, NULL), SHOAL_ESHAPE);
+    rq.n_embd = 4;
+    rq.n_rows = 0xffffffffu; /* huge: rows x n_embd x 4 must not overflow into a match */
+    cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, NULL, 0, 64, NULL), SHOAL_ERANGE);
+    rq.n_rows = 2;
+    rq.id = 0;
+    cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, NULL, 0, 64, NULL), SHOAL_EFORMAT);
+}
+
+Test(wire, addresses)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    cr_assert_eq(shoal_wire_parse_addr("127.0.0.1:7070", &ss, &len, NULL), 0);
+    cr_assert(shoal_wire_addr_is_loopback(&ss));
+    cr_assert_eq(shoal_wire_parse_addr("[::1]:80", &ss, &len, NULL), 0);
+    cr_assert(shoal_wire_addr_is_loopback(&ss));
+    cr_assert_eq(shoal_wire_parse_addr("10.1.2.3:80", &ss, &len, NULL), 0);
+    cr_assert_not(shoal_wire_addr_is_loopback(&ss));
+    char buf[64];
+    cr_assert_str_eq(shoal_wire_addr_str((struct sockaddr *)&ss, buf, sizeof buf), "10.1.2.3:80");
+    struct shoal_err err = {0};
+    cr_assert_lt(shoal_wire_parse_addr("nohostport", &ss, &len, &err), 0);
+    cr_assert(strstr(err.msg, "HOST:PORT"), "%s", err.msg);
+    cr_assert_lt(shoal_wire_parse_addr("1.2.3.4:99999", &ss, &len, NULL), 0);
+    cr_assert_lt(shoal_wire_parse_addr("1.2.3.4:", &ss, &len, NULL), 0);
+}
