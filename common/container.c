@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,6 +366,34 @@ static int sync_close(int fd, const char *path, struct shoal_err *err)
     return rc;
 }
 
+/* Rename the finished directory tmp to dst. An existing dst (already
+ * checked to be a container that may be replaced) is moved aside first and
+ * put back if the rename fails, then removed. */
+static int publish_dir(const char *tmp, const char *dst, struct shoal_err *err)
+{
+    int rc = 0;
+    if (shoal_exists(dst)) {
+        size_t dl = strlen(dst);
+        char *old = shoal_xmalloc(dl + 32);
+        snprintf(old, dl + 32, "%s.old-%ld", dst, (long)getpid());
+        if (rename(dst, old) != 0) {
+            int e = errno;
+            rc = shoal_err_set(err, -e, "cannot move the old '%s' aside: %s", dst, strerror(e));
+        } else if (rename(tmp, dst) != 0) {
+            int e = errno;
+            rename(old, dst);
+            rc = shoal_err_set(err, -e, "cannot publish '%s': %s", dst, strerror(e));
+        } else {
+            rm_tree(old);
+        }
+        free(old);
+    } else if (rename(tmp, dst) != 0) {
+        int e = errno;
+        rc = shoal_err_set(err, -e, "cannot publish '%s': %s", dst, strerror(e));
+    }
+    return rc;
+}
+
 /* Never let a conversion destroy its source or an unrelated directory:
  * the destination may not be the source or contain it, and --force only
  * replaces an existing shoal container. */
@@ -534,29 +563,8 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
         fsync(mfd);
         close(mfd);
     }
-    if (shoal_exists(dst)) {
-        char *old = shoal_xmalloc(dl + 32);
-        snprintf(old, dl + 32, "%s.old-%ld", dst, (long)getpid());
-        if (rename(dst, old) != 0) {
-            int e = errno;
-            rc = shoal_err_set(err, -e, "cannot move the old '%s' aside: %s", dst, strerror(e));
-            free(old);
-            goto fail;
-        }
-        if (rename(tmp, dst) != 0) {
-            int e = errno;
-            rename(old, dst);
-            rc = shoal_err_set(err, -e, "cannot publish '%s': %s", dst, strerror(e));
-            free(old);
-            goto fail;
-        }
-        rm_tree(old);
-        free(old);
-    } else if (rename(tmp, dst) != 0) {
-        int e = errno;
-        rc = shoal_err_set(err, -e, "cannot publish '%s': %s", dst, strerror(e));
+    if ((rc = publish_dir(tmp, dst, err)))
         goto fail;
-    }
     goto done;
 fail:
     if (wr.fd_dense >= 0)
@@ -641,6 +649,9 @@ void shoal_container_close(struct shoal_container *ct)
     free(ct->dense);
     free(ct->layer_offset);
     free(ct->expert_xxh64);
+    free(ct->held);
+    free(ct->held_rank);
+    free(ct->shard.weights);
     free(ct->dir);
     free(ct->manifest_path);
     free(ct->dense_path);
@@ -700,6 +711,105 @@ static uint64_t recompute_fingerprint(const struct shoal_container *ct,
 
 #define FAIL(...) do { shoal_err_set(err, SHOAL_EFORMAT, __VA_ARGS__); goto fail; } while (0)
 
+/* The manifest's "shard" object (docs/FORMAT.md "Shards"): fills
+ * ct->shard, ct->held and ct->held_rank (left NULL when the shard holds
+ * every expert, whose layout is then the full container's). */
+static int parse_shard(struct shoal_container *ct, json_t *sh,
+                       const struct shoal_model_config *cfg, struct shoal_err *err)
+{
+    const char *mp = ct->manifest_path;
+    const int64_t NE = cfg->n_expert;
+    json_t *jc = json_object_get(sh, "count"), *ji = json_object_get(sh, "index");
+    json_t *jr = json_object_get(sh, "replicas"), *jw = json_object_get(sh, "weights");
+    json_t *jd = json_object_get(sh, "dense"), *jh = json_object_get(sh, "held");
+    if (!json_is_object(sh) || !json_is_integer(jc) || !json_is_integer(ji) ||
+        !json_is_integer(jr) || !json_is_array(jw) || !json_is_boolean(jd) ||
+        !json_is_array(jh))
+        return shoal_err_set(err, SHOAL_EFORMAT, "'%s': field 'shard' needs index, count, "
+                             "replicas, weights, dense and held", mp);
+    json_int_t count = json_integer_value(jc), index = json_integer_value(ji);
+    json_int_t replicas = json_integer_value(jr);
+    if (count < 1 || count > 65536 || index < 0 || index >= count || replicas < 1 ||
+        replicas > count || (json_int_t)json_array_size(jw) != count)
+        return shoal_err_set(err, SHOAL_EFORMAT, "'%s': shard index %lld, count %lld, "
+                             "replicas %lld, %zu weights: expected 0 <= index < count, "
+                             "1 <= replicas <= count and count weights", mp,
+                             (long long)index, (long long)count, (long long)replicas,
+                             json_array_size(jw));
+    ct->shard.count = (int)count;
+    ct->shard.index = (int)index;
+    ct->shard.replicas = (int)replicas;
+    ct->shard.has_dense = json_is_true(jd);
+    ct->shard.weights = shoal_xcalloc((size_t)count, sizeof *ct->shard.weights);
+    for (json_int_t i = 0; i < count; i++) {
+        json_t *w = json_array_get(jw, (size_t)i);
+        double v = json_number_value(w);
+        if (!json_is_number(w) || !(v > 0) || !isfinite(v))
+            return shoal_err_set(err, SHOAL_EFORMAT, "'%s': shard weight %lld must be a "
+                                 "positive number", mp, (long long)i);
+        ct->shard.weights[i] = v;
+    }
+    const int64_t total = cfg->n_layer * NE;
+    ct->held = shoal_xcalloc((size_t)total + 1, 1);
+    ct->held_rank = shoal_xmalloc(((size_t)total + 1) * sizeof *ct->held_rank);
+    for (int64_t i = 0; i < total; i++)
+        ct->held_rank[i] = -1;
+    uint8_t *seen_layer = shoal_xcalloc((size_t)cfg->n_layer + 1, 1);
+    int rc = 0;
+    for (size_t i = 0; i < json_array_size(jh) && !rc; i++) {
+        json_t *l = json_array_get(jh, i);
+        json_t *jl = json_object_get(l, "layer"), *ids = json_object_get(l, "experts");
+        json_int_t il = json_integer_value(jl);
+        if (!json_is_integer(jl) || il < 0 || il >= cfg->n_layer ||
+            !shoal_layer_is_moe(cfg, il) || seen_layer[il] || !json_is_array(ids) ||
+            (int64_t)json_array_size(ids) > NE) {
+            rc = shoal_err_set(err, SHOAL_EFORMAT, "'%s': shard.held[%zu] must name a MoE "
+                               "layer once, with at most %lld expert ids", mp, i,
+                               (long long)NE);
+            break;
+        }
+        seen_layer[il] = 1;
+        json_int_t prev = -1;
+        for (size_t k = 0; k < json_array_size(ids); k++) {
+            json_t *jx = json_array_get(ids, k);
+            json_int_t ie = json_integer_value(jx);
+            if (!json_is_integer(jx) || ie <= prev || ie >= NE) {
+                rc = shoal_err_set(err, SHOAL_EFORMAT, "'%s': shard.held layer %lld: expert "
+                                   "ids must ascend strictly within [0, %lld); #%zu is %s",
+                                   mp, (long long)il, (long long)NE, k,
+                                   json_is_integer(jx) ? "out of order or range"
+                                                       : "not an integer");
+                break;
+            }
+            prev = ie;
+            ct->held[il * NE + ie] = 1;
+            ct->held_rank[il * NE + ie] = (int32_t)k;
+            ct->n_held++;
+        }
+    }
+    free(seen_layer);
+    if (rc)
+        return rc;
+    if (ct->n_held == ct->n_moe_expert) {   /* holds everything: the full layout */
+        free(ct->held);
+        free(ct->held_rank);
+        ct->held = NULL;
+        ct->held_rank = NULL;
+    }
+    return 0;
+}
+
+/* Blobs experts.bin holds for MoE layer il. */
+static int64_t layer_held(const struct shoal_container *ct, int64_t il)
+{
+    if (!ct->held)
+        return ct->n_expert;
+    int64_t n = 0;
+    for (int64_t ie = 0; ie < ct->n_expert; ie++)
+        n += ct->held[il * ct->n_expert + ie];
+    return n;
+}
+
 struct shoal_container *shoal_container_open(const char *dir,
                                              struct shoal_model_config *cfg,
                                              struct shoal_err *err)
@@ -737,38 +847,61 @@ struct shoal_container *shoal_container_open(const char *dir,
     free(cfg_text);
     if (crc)
         goto fail;
+    ct->n_layer = cfg->n_layer;
+    ct->n_expert = cfg->n_expert;
+    for (int64_t il = 0; il < cfg->n_layer; il++)
+        ct->n_moe_expert += shoal_layer_is_moe(cfg, il) ? cfg->n_expert : 0;
+    ct->n_held = ct->n_moe_expert;
+    json_t *shard = json_object_get(root, "shard");
+    if (shard) {
+        ct->n_held = 0;
+        if (parse_shard(ct, shard, cfg, err))
+            goto fail;
+    }
+    const int dense_file = !ct->shard.count || ct->shard.has_dense;
 
-    /* dense section */
+    /* dense section (a shard may lack dense.bin: its tensors are listed,
+     * for the fingerprint, but not mapped) */
     json_t *dense = json_object_get(root, "dense");
     json_t *tensors = json_object_get(dense, "tensors");
     const char *dfile = json_string_value(json_object_get(dense, "file"));
     if (!json_is_array(tensors) || !dfile || strchr(dfile, '/'))
         FAIL("'%s': field 'dense' needs 'file' and 'tensors'", mp);
     ct->dense_path = shoal_path_join(dir, dfile);
-    fd = open(ct->dense_path, O_RDONLY);
-    if (fd < 0) {
-        int e = errno;
-        shoal_err_set(err, -e, "cannot open '%s': %s", ct->dense_path, strerror(e));
-        goto fail;
-    }
     struct stat sb;
-    fstat(fd, &sb);
-    ct->dense_size = (size_t)sb.st_size;
-    if (ct->dense_size < SHOAL_CONTAINER_HEADER_BYTES)
-        FAIL("'%s' is %zu bytes, shorter than its %d-byte header (truncated)",
-             ct->dense_path, ct->dense_size, SHOAL_CONTAINER_HEADER_BYTES);
-    ct->dense_map = mmap(NULL, ct->dense_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    fd = -1;
-    if (ct->dense_map == MAP_FAILED) {
-        ct->dense_map = NULL;
-        int e = errno;
-        shoal_err_set(err, -e, "cannot mmap '%s': %s", ct->dense_path, strerror(e));
-        goto fail;
+    if (!dense_file) {
+        /* offsets are still checked, against the size the full model's
+         * dense.bin has */
+        json_t *db = json_object_get(dense, "bytes");
+        if (!json_is_integer(db) || json_integer_value(db) < SHOAL_CONTAINER_HEADER_BYTES)
+            FAIL("'%s': field 'dense.bytes' must be an integer of at least %d", mp,
+                 SHOAL_CONTAINER_HEADER_BYTES);
+        ct->dense_size = (size_t)json_integer_value(db);
+    } else {
+        fd = open(ct->dense_path, O_RDONLY);
+        if (fd < 0) {
+            int e = errno;
+            shoal_err_set(err, -e, "cannot open '%s': %s", ct->dense_path, strerror(e));
+            goto fail;
+        }
+        fstat(fd, &sb);
+        ct->dense_size = (size_t)sb.st_size;
+        if (ct->dense_size < SHOAL_CONTAINER_HEADER_BYTES)
+            FAIL("'%s' is %zu bytes, shorter than its %d-byte header (truncated)",
+                 ct->dense_path, ct->dense_size, SHOAL_CONTAINER_HEADER_BYTES);
+        ct->dense_map = mmap(NULL, ct->dense_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        close(fd);
+        fd = -1;
+        if (ct->dense_map == MAP_FAILED) {
+            ct->dense_map = NULL;
+            int e = errno;
+            shoal_err_set(err, -e, "cannot mmap '%s': %s", ct->dense_path, strerror(e));
+            goto fail;
+        }
+        if (check_header(ct->dense_path, ct->dense_map, ct->dense_size, MAGIC_DENSE,
+                         ct->fingerprint, err))
+            goto fail;
     }
-    if (check_header(ct->dense_path, ct->dense_map, ct->dense_size, MAGIC_DENSE,
-                     ct->fingerprint, err))
-        goto fail;
     ct->n_dense = json_array_size(tensors);
     ct->dense = shoal_xcalloc(ct->n_dense ? ct->n_dense : 1, sizeof *ct->dense);
     for (size_t i = 0; i < ct->n_dense; i++) {
@@ -808,7 +941,7 @@ struct shoal_container *shoal_container_open(const char *dir,
                  ct->dense_size, ctt->offset, ctt->bytes);
         if (parse_hex64(json_string_value(json_object_get(t, "xxh64")), &ctt->xxh64))
             FAIL("'%s': tensor '%s' needs a 16-hex-digit xxh64", mp, name);
-        ctt->w.data = (const char *)ct->dense_map + ctt->offset;
+        ctt->w.data = ct->dense_map ? (const char *)ct->dense_map + ctt->offset : NULL;
     }
 
     /* expert section */
@@ -822,8 +955,6 @@ struct shoal_container *shoal_container_open(const char *dir,
         FAIL("'%s': experts dtype '%s' is unknown", mp, edt);
     ct->experts_group = (int)json_integer_value(json_object_get(ex, "group"));
     ct->blob_bytes = (uint64_t)json_integer_value(json_object_get(ex, "blob_bytes"));
-    ct->n_layer = cfg->n_layer;
-    ct->n_expert = cfg->n_expert;
     ct->experts_path = shoal_path_join(dir, efile);
     fd = open(ct->experts_path, O_RDONLY);
     if (fd < 0) {
@@ -891,7 +1022,10 @@ struct shoal_container *shoal_container_open(const char *dir,
             !json_is_array(sums) || (int64_t)json_array_size(sums) != cfg->n_expert)
             FAIL("'%s': experts.layers[%zu] must name a MoE layer with %lld checksums",
                  mp, i, (long long)cfg->n_expert);
-        uint64_t end = (uint64_t)off + ct->blob_bytes * (uint64_t)cfg->n_expert;
+        if (ct->layer_offset[il] != UINT64_MAX)
+            FAIL("'%s': experts.layers lists layer %lld twice", mp, (long long)il);
+        /* a shard's layer holds only its held blobs, in ascending expert order */
+        uint64_t end = (uint64_t)off + ct->blob_bytes * (uint64_t)layer_held(ct, il);
         if (off < SHOAL_CONTAINER_HEADER_BYTES || off % SHOAL_CONTAINER_ALIGN ||
             end > ct->experts_size || end < (uint64_t)off)
             FAIL("'%s': layer %lld's experts lie outside '%s' (%" PRIu64 " bytes, need "
@@ -971,6 +1105,11 @@ static int bind_slot(const struct shoal_weight_slot *s, void *user)
 int shoal_container_bind(struct shoal_container *ct, struct shoal_model *m,
                          struct shoal_err *err)
 {
+    if (!ct->dense_map)
+        return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                             "'%s' is a shard without dense tensors (made by shoal shard "
+                             "without --with-dense); run the coordinator on the full "
+                             "container", ct->dir);
     struct bind_ct b = {.ct = ct, .err = err};
     int rc = shoal_model_walk(m, bind_slot, &b);
     if (!rc && m->cfg.tie_embeddings)
@@ -994,7 +1133,7 @@ int shoal_container_verify(const struct shoal_container *ct,
                            void (*progress)(uint64_t, uint64_t, void *), void *user,
                            struct shoal_err *err)
 {
-    for (size_t i = 0; i < ct->n_dense; i++) {
+    for (size_t i = 0; i < ct->n_dense && ct->dense_map; i++) {
         const struct shoal_container_tensor *t = &ct->dense[i];
         uint64_t h = XXH64(t->w.data, t->bytes, 0);
         if (h != t->xxh64)
@@ -1009,15 +1148,14 @@ int shoal_container_verify(const struct shoal_container *ct,
         return shoal_err_set(err, -e, "cannot open '%s': %s", ct->experts_path, strerror(e));
     }
     unsigned char *buf = shoal_xmalloc(ct->blob_bytes ? ct->blob_bytes : 1);
-    uint64_t total = 0, done = 0;
-    for (int64_t il = 0; il < ct->n_layer; il++)
-        if (ct->layer_offset[il] != UINT64_MAX)
-            total += ct->blob_bytes * (uint64_t)ct->n_expert;
+    uint64_t total = ct->blob_bytes * (uint64_t)ct->n_held, done = 0;
     int rc = 0;
     for (int64_t il = 0; il < ct->n_layer && !rc; il++) {
         if (ct->layer_offset[il] == UINT64_MAX)
             continue;
         for (int64_t ie = 0; ie < ct->n_expert && !rc; ie++) {
+            if (!shoal_container_holds(ct, il, ie))
+                continue;
             uint64_t off = shoal_container_expert_offset(ct, il, ie);
             ssize_t got = pread(fd, buf, ct->blob_bytes, (off_t)off);
             if (got != (ssize_t)ct->blob_bytes) {
@@ -1041,5 +1179,294 @@ int shoal_container_verify(const struct shoal_container *ct,
     }
     free(buf);
     close(fd);
+    return rc;
+}
+
+/* ---- shard writer (docs/FORMAT.md "Shards") ------------------------------ */
+
+static int pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path,
+                      struct shoal_err *err)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            return shoal_err_set(err, -e, "cannot read '%s' at offset %" PRIu64 ": %s", path,
+                                 off + done, strerror(e));
+        }
+        if (r == 0)
+            return shoal_err_set(err, SHOAL_EIO, "'%s' ends at offset %" PRIu64 "; expected "
+                                 "%zu more bytes (truncated?)", path, off + done, n - done);
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+/* Copy ct's dense.bin to path byte for byte, in 8 MiB chunks from the
+ * mapping, after checking every tensor against its xxh64; each chunk's
+ * source pages are dropped once written (bounded RSS). */
+static int copy_dense(const struct shoal_container *ct, const char *path,
+                      struct shoal_err *err)
+{
+    for (size_t i = 0; i < ct->n_dense; i++) {
+        const struct shoal_container_tensor *t = &ct->dense[i];
+        uint64_t h = XXH64(t->w.data, t->bytes, 0);
+        if (h != t->xxh64)
+            return shoal_err_set(err, SHOAL_EFORMAT,
+                                 "checksum mismatch: '%s' tensor '%s' at offset %" PRIu64
+                                 ": xxh64 %016" PRIx64 ", manifest %016" PRIx64,
+                                 ct->dense_path, t->name, t->offset, h, t->xxh64);
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        return shoal_err_set(err, -e, "cannot create '%s': %s", path, strerror(e));
+    }
+    const size_t chunk = (size_t)8 << 20;
+    int rc = 0;
+    for (size_t off = 0; off < ct->dense_size && !rc; off += chunk) {
+        size_t n = ct->dense_size - off < chunk ? ct->dense_size - off : chunk;
+        rc = shoal_pwrite_all(fd, (const char *)ct->dense_map + off, n, off, path, err);
+        madvise((char *)ct->dense_map + off, n, MADV_DONTNEED);   /* a hint; may fail */
+    }
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    return sync_close(fd, path, err);
+}
+
+/* Bytes of the regular files directly in dir. */
+static uint64_t dir_bytes(const char *dir)
+{
+    uint64_t n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *p = shoal_path_join(dir, de->d_name);
+        struct stat sb;
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+            n += (uint64_t)sb.st_size;
+        free(p);
+    }
+    closedir(d);
+    return n;
+}
+
+static int check_shard_params(const struct shoal_container *ct,
+                              const struct shoal_shard_params *p, struct shoal_err *err)
+{
+    if (ct->shard.count)
+        return shoal_err_set(err, SHOAL_EINVAL, "'%s' is shard %d of %d; shard the full "
+                             "container", ct->dir, ct->shard.index, ct->shard.count);
+    if (p->count < 1 || p->index < 0 || p->index >= p->count || p->replicas < 1 ||
+        p->replicas > p->count || !p->held)
+        return shoal_err_set(err, SHOAL_EINVAL, "shard %d of %d with %d replicas: expected "
+                             "0 <= index < count, 1 <= replicas <= count and a held set",
+                             p->index, p->count, p->replicas);
+    for (int i = 0; p->weights && i < p->count; i++)
+        if (!(p->weights[i] > 0) || !isfinite(p->weights[i]))
+            return shoal_err_set(err, SHOAL_EINVAL, "shard weight %d is %g; weights must be "
+                                 "positive", i, p->weights[i]);
+    for (int64_t il = 0; il < ct->n_layer; il++)
+        for (int64_t ie = 0; ie < ct->n_expert; ie++)
+            if (p->held[il * ct->n_expert + ie] && !shoal_container_holds(ct, il, ie))
+                return shoal_err_set(err, SHOAL_EINVAL, "layer %lld expert %lld is not a "
+                                     "routed expert of '%s'", (long long)il, (long long)ie,
+                                     ct->dir);
+    return 0;
+}
+
+/* Copy the held blobs into fd (experts.bin of the shard), layer by layer,
+ * experts ascending, each checked against its xxh64; rewrite the manifest
+ * layers' offsets and fill held_json. Returns 0 with *end = file bytes. */
+static int copy_experts(const struct shoal_container *ct, const struct shoal_shard_params *p,
+                        int fd, const char *path, json_t *layers, json_t *held_json,
+                        uint64_t *end, struct shoal_err *err)
+{
+    const int64_t NE = ct->n_expert;
+    int src = open(ct->experts_path, O_RDONLY | O_CLOEXEC);
+    if (src < 0) {
+        int e = errno;
+        return shoal_err_set(err, -e, "cannot open '%s': %s", ct->experts_path, strerror(e));
+    }
+    uint64_t total = 0, done = 0;
+    for (int64_t i = 0; i < ct->n_layer * NE; i++)
+        total += p->held[i] ? ct->blob_bytes : 0;
+    void *blob = NULL;
+    if (posix_memalign(&blob, SHOAL_CONTAINER_ALIGN, (size_t)ct->blob_bytes) != 0) {
+        close(src);
+        return shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate a %" PRIu64 "-byte blob",
+                             ct->blob_bytes);
+    }
+    uint64_t off = SHOAL_CONTAINER_HEADER_BYTES;
+    int rc = 0;
+    for (int64_t il = 0; il < ct->n_layer && !rc; il++) {
+        if (ct->layer_offset[il] == UINT64_MAX)
+            continue;
+        json_t *l = NULL;
+        for (size_t i = 0; i < json_array_size(layers) && !l; i++)
+            if (json_integer_value(json_object_get(json_array_get(layers, i), "layer")) == il)
+                l = json_array_get(layers, i);
+        if (!l) {
+            rc = shoal_err_set(err, SHOAL_EFORMAT, "'%s': layer %lld is missing from "
+                               "experts.layers", ct->manifest_path, (long long)il);
+            break;
+        }
+        json_object_set_new(l, "offset", json_integer((json_int_t)off));
+        json_t *ids = json_array();
+        json_array_append_new(held_json, json_pack("{s:I, s:o}", "layer", (json_int_t)il,
+                                                   "experts", ids));
+        for (int64_t ie = 0; ie < NE && !rc; ie++) {
+            if (!p->held[il * NE + ie])
+                continue;
+            uint64_t from = shoal_container_expert_offset(ct, il, ie);
+            if ((rc = pread_full(src, blob, (size_t)ct->blob_bytes, from, ct->experts_path,
+                                 err)))
+                break;
+            uint64_t h = XXH64(blob, (size_t)ct->blob_bytes, 0);
+            uint64_t want = ct->expert_xxh64[il * NE + ie];
+            if (h != want) {
+                rc = shoal_err_set(err, SHOAL_EFORMAT, "checksum mismatch: '%s' layer %lld "
+                                   "expert %lld at offset %" PRIu64 ": xxh64 %016" PRIx64
+                                   ", manifest %016" PRIx64, ct->experts_path, (long long)il,
+                                   (long long)ie, from, h, want);
+                break;
+            }
+            if ((rc = shoal_pwrite_all(fd, blob, (size_t)ct->blob_bytes, off, path, err)))
+                break;
+            json_array_append_new(ids, json_integer((json_int_t)ie));
+            off += ct->blob_bytes;
+            done += ct->blob_bytes;
+            if (p->progress)
+                p->progress(done, total, p->progress_user);
+        }
+    }
+    free(blob);
+    close(src);
+    *end = off;
+    return rc;
+}
+
+int shoal_container_write_shard(const struct shoal_container *ct, const char *dst_arg,
+                                const struct shoal_shard_params *p, uint64_t *bytes_out,
+                                struct shoal_err *err)
+{
+    char dst_buf[PATH_MAX];
+    snprintf(dst_buf, sizeof dst_buf, "%s", dst_arg);
+    for (size_t n = strlen(dst_buf); n > 1 && dst_buf[n - 1] == '/'; n--)
+        dst_buf[n - 1] = '\0';
+    const char *dst = dst_buf;
+    int rc = check_shard_params(ct, p, err);
+    if (!rc && p->with_dense && !ct->dense_map)
+        rc = shoal_err_set(err, SHOAL_EINVAL, "'%s' has no dense.bin to copy", ct->dir);
+    if (!rc)
+        rc = check_destination(ct->dir, dst, p->force, err);
+    if (rc)
+        return rc;
+    json_error_t jerr;
+    json_t *manifest = json_load_file(ct->manifest_path, 0, &jerr);
+    if (!manifest)
+        return shoal_err_set(err, SHOAL_EFORMAT, "'%s': malformed JSON at line %d: %s",
+                             ct->manifest_path, jerr.line, jerr.text);
+    size_t dl = strlen(dst);
+    char *tmp = shoal_xmalloc(dl + 32);
+    snprintf(tmp, dl + 32, "%s.tmp-%ld", dst, (long)getpid());
+    rm_tree(tmp);
+    char *exp_path = shoal_path_join(tmp, "experts.bin");
+    char *manifest_path = shoal_path_join(tmp, "shoal.json");
+    int fd = -1;
+    if (mkdir(tmp, 0755) != 0) {
+        int e = errno;
+        rc = shoal_err_set(err, -e, "cannot create '%s': %s", tmp, strerror(e));
+        free(tmp);
+        tmp = NULL;   /* not ours to remove */
+        goto fail;
+    }
+    json_t *ex = json_object_get(manifest, "experts");
+    json_t *layers = json_object_get(ex, "layers");
+    if (!json_is_array(layers)) {
+        rc = shoal_err_set(err, SHOAL_EFORMAT, "'%s': experts.layers missing",
+                           ct->manifest_path);
+        goto fail;
+    }
+    fd = open(exp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        rc = shoal_err_set(err, -e, "cannot create '%s': %s", exp_path, strerror(e));
+        goto fail;
+    }
+    json_t *held_json = json_array();
+    uint64_t end = 0;
+    rc = copy_experts(ct, p, fd, exp_path, layers, held_json, &end, err);
+    if (!rc)
+        rc = shoal_container_write_header(fd, MAGIC_EXPERTS, end, ct->fingerprint, exp_path,
+                                          err);
+    if (rc) {
+        json_decref(held_json);
+        goto fail;
+    }
+    rc = sync_close(fd, exp_path, err);
+    fd = -1;
+    json_object_set_new(ex, "bytes", json_integer((json_int_t)end));
+    json_t *weights = json_array();
+    for (int i = 0; i < p->count; i++)
+        json_array_append_new(weights, json_real(p->weights ? p->weights[i] : 1.0));
+    json_object_set_new(manifest, "shard",
+                        json_pack("{s:i, s:i, s:i, s:o, s:b, s:o}", "index", p->index,
+                                  "count", p->count, "replicas", p->replicas,
+                                  "weights", weights, "dense", p->with_dense != 0,
+                                  "held", held_json));
+    if (rc)
+        goto fail;
+    if (p->with_dense) {
+        char *dense_path = shoal_path_join(tmp, "dense.bin");
+        rc = copy_dense(ct, dense_path, err);
+        free(dense_path);
+        if (rc)
+            goto fail;
+    }
+    for (size_t i = 0; i < sizeof side_files / sizeof side_files[0] && !rc; i++) {
+        char *from = shoal_path_join(ct->dir, side_files[i]);
+        if (shoal_exists(from)) {
+            char *to = shoal_path_join(tmp, side_files[i]);
+            rc = copy_file(from, to, err);
+            free(to);
+        }
+        free(from);
+    }
+    if (rc)
+        goto fail;
+    /* the manifest last: a directory without it is never a container */
+    if (json_dump_file(manifest, manifest_path, JSON_INDENT(1)) != 0) {
+        rc = shoal_err_set(err, SHOAL_EIO, "cannot write '%s'", manifest_path);
+        goto fail;
+    }
+    int mfd = open(manifest_path, O_RDONLY);
+    if (mfd >= 0) {
+        fsync(mfd);
+        close(mfd);
+    }
+    uint64_t bytes = dir_bytes(tmp);
+    if ((rc = publish_dir(tmp, dst, err)))
+        goto fail;
+    if (bytes_out)
+        *bytes_out = bytes;
+    goto done;
+fail:
+    if (fd >= 0)
+        close(fd);
+    if (tmp)
+        rm_tree(tmp);
+done:
+    json_decref(manifest);
+    free(exp_path);
+    free(manifest_path);
+    free(tmp);
     return rc;
 }

@@ -15,6 +15,7 @@
 
 #include "hot_set.h"
 #include "log.h"
+#include "placement.h"
 #include "util.h"
 
 /* Locking: s->mu guards entries' state, the LRU, the slot table, staging,
@@ -94,51 +95,34 @@ struct shoal_expert_store {
 
 /* ------------------------------------------------------------ hashing */
 
-static uint64_t mix64(uint64_t x)   /* splitmix64's finaliser */
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
+/* Sources are ranked by the same weighted rendezvous score as workers
+ * (placement.h), seeded by each source's path. */
 static int best_source(uint64_t key, const uint64_t *seeds, const double *weights, int n,
                        unsigned exclude)
 {
-    int any_pos = 0;
-    for (int i = 0; i < n; i++)
-        if (!(exclude >> i & 1u) && weights[i] > 0)
-            any_pos = 1;
-    int best = -1;
-    double best_score = 0;
-    for (int i = 0; i < n; i++) {
-        if (exclude >> i & 1u)
-            continue;
-        double w = any_pos ? weights[i] : 1.0, score = -1.0;
-        if (w > 0) {
-            uint64_t h = mix64(key * 0x9e3779b97f4a7c15ull ^ mix64(seeds[i]));
-            double u = ((double)(h >> 11) + 0.5) * 0x1p-53;   /* (0, 1) */
-            score = -w / log(u);                               /* > 0 */
-        }
-        if (best < 0 || score > best_score) {
-            best = i;
-            best_score = score;
-        }
-    }
-    return best;
+    return shoal_placement_best(key, seeds, weights, n, exclude);
 }
 
 int shoal_expert_store_rendezvous(uint64_t key, const uint64_t *seeds,
                                   const double *weights, int n)
 {
-    return best_source(key, seeds, weights, n, 0);
+    return shoal_placement_best(key, seeds, weights, n, 0);
 }
 
 static uint64_t expert_key(int64_t il, int64_t ie)
 {
-    return (uint64_t)il << 32 | (uint64_t)(uint32_t)ie;
+    return shoal_placement_key(il, ie);
+}
+
+/* Experts ct's experts.bin holds (ct may be filled by hand: counted, not
+ * read from ct->n_held). */
+static int64_t count_held(const struct shoal_container *ct)
+{
+    int64_t n = 0;
+    for (int64_t il = 0; il < ct->n_layer; il++)
+        for (int64_t ie = 0; ie < ct->n_expert; ie++)
+            n += shoal_container_holds(ct, il, ie);
+    return n;
 }
 
 /* ------------------------------------------------------------ entries */
@@ -420,8 +404,54 @@ static uint64_t get_le(const unsigned char *p, int n)
     return v;
 }
 
+/* A mirror must hold exactly the experts ct holds: a mirror of a shard is
+ * a copy of the same shard. A mirror with a manifest is opened (and so
+ * validated) and its held set compared; one without (a bare experts.bin
+ * copy) can only mirror a full container, whose size check_mirror
+ * compares (only a full set of blobs has that size). */
+static int check_mirror_held(const struct shoal_expert_store *s, const struct source *m,
+                             struct shoal_err *err)
+{
+    const struct shoal_container *ct = s->ct;
+    if (!shoal_container_is(m->dir)) {
+        if (!ct->held)
+            return 0;
+        return shoal_err_set(err, SHOAL_EFORMAT, "mirror '%s' has no shoal.json, but '%s' "
+                             "is a shard: a shard's mirror must be a copy of the same shard",
+                             m->dir, ct->dir);
+    }
+    struct shoal_model_config cfg;
+    struct shoal_err oerr = {0};
+    struct shoal_container *mc = shoal_container_open(m->dir, &cfg, &oerr);
+    if (!mc)
+        return shoal_err_set(err, oerr.code, "mirror '%s': %s", m->dir, oerr.msg);
+    int rc = 0;
+    if (mc->fingerprint != ct->fingerprint || mc->n_layer != ct->n_layer ||
+        mc->n_expert != ct->n_expert) {
+        rc = shoal_err_set(err, SHOAL_EFORMAT, "mirror '%s' holds another model: fingerprint "
+                           "%016" PRIx64 ", expected %016" PRIx64 " (the fingerprint of '%s')",
+                           m->dir, mc->fingerprint, ct->fingerprint, ct->dir);
+    }
+    for (int64_t il = 0; il < ct->n_layer && !rc; il++) {
+        for (int64_t ie = 0; ie < ct->n_expert && !rc; ie++) {
+            int a = shoal_container_holds(ct, il, ie), b = shoal_container_holds(mc, il, ie);
+            if (a != b)
+                rc = shoal_err_set(err, SHOAL_EFORMAT, "mirror '%s' holds another set of "
+                                   "experts than '%s': layer %lld expert %lld is held by "
+                                   "'%s' only (the mirror holds %lld of %lld, '%s' %lld); a "
+                                   "mirror must be a copy of the same container or shard",
+                                   m->dir, ct->dir, (long long)il, (long long)ie,
+                                   a ? ct->dir : m->dir, (long long)mc->n_held,
+                                   (long long)mc->n_moe_expert, ct->dir,
+                                   (long long)count_held(ct));
+        }
+    }
+    shoal_container_close(mc);
+    return rc;
+}
+
 /* A mirror's experts.bin must be the primary's bytes: same header, size
- * and fingerprint (docs/FORMAT.md). */
+ * and fingerprint (docs/FORMAT.md), and for a shard the same held set. */
 static int check_mirror(const struct shoal_expert_store *s, const struct source *m,
                         struct shoal_err *err)
 {
@@ -447,6 +477,9 @@ static int check_mirror(const struct shoal_expert_store *s, const struct source 
         return shoal_err_set(err, SHOAL_EFORMAT, "mirror '%s' holds another model: fingerprint "
                              "%016" PRIx64 ", expected %016" PRIx64 " (the fingerprint of '%s')",
                              m->dir, fp, ct->fingerprint, ct->dir);
+    int rc = check_mirror_held(s, m, err);
+    if (rc)
+        return rc;
     if (get_le(h + 8, 4) != SHOAL_CONTAINER_VERSION || bytes != ct->experts_size ||
         (uint64_t)sb.st_size != ct->experts_size)
         return shoal_err_set(err, SHOAL_EFORMAT, "mirror '%s' is %" PRIu64 " bytes (header "
@@ -540,10 +573,7 @@ static int open_mirrors(struct shoal_expert_store *s, struct shoal_err *err)
 static double probe_source(const struct shoal_expert_store *s, const struct source *src)
 {
     const struct shoal_container *ct = s->ct;
-    int64_t n_moe = 0;
-    for (int64_t il = 0; il < ct->n_layer; il++)
-        n_moe += ct->layer_offset[il] != UINT64_MAX;
-    const int64_t total = n_moe * ct->n_expert;
+    const int64_t total = count_held(ct);
     if (total == 0)
         return 1.0;
     int64_t n = (int64_t)((16u << 20) / ct->blob_bytes);
@@ -560,15 +590,17 @@ static double probe_source(const struct shoal_expert_store *s, const struct sour
     double rate = buf ? 0 : SHOAL_ENOMEM;
     double t0 = shoal_time_s();
     for (int64_t k = 0; buf && k < n; k++) {
-        int64_t x = k * total / n, il = -1, seen = 0;
-        for (il = 0; il < ct->n_layer; il++) {
-            if (ct->layer_offset[il] == UINT64_MAX)
+        /* the x-th held expert, in file order */
+        int64_t x = k * total / n, seen = 0;
+        uint64_t off = 0;
+        for (int64_t i = 0; i < ct->n_layer * ct->n_expert; i++) {
+            if (!shoal_container_holds(ct, i / ct->n_expert, i % ct->n_expert))
                 continue;
-            if (x < seen + ct->n_expert)
+            if (seen++ == x) {
+                off = shoal_container_expert_offset(ct, i / ct->n_expert, i % ct->n_expert);
                 break;
-            seen += ct->n_expert;
+            }
         }
-        uint64_t off = shoal_container_expert_offset(ct, il, x - seen);
         size_t done = 0;
         while (done < ct->blob_bytes) {
             ssize_t r = pread(fd, (char *)buf + done, (size_t)ct->blob_bytes - done,
@@ -636,12 +668,10 @@ static int load_pinned(struct shoal_expert_store *s, struct shoal_err *err)
 {
     const struct shoal_container *ct = s->ct;
     const int64_t total = ct->n_layer * ct->n_expert;
-    int64_t n_moe = 0;
-    for (int64_t il = 0; il < ct->n_layer; il++)
-        n_moe += ct->layer_offset[il] != UINT64_MAX;
+    const int64_t n_held = count_held(ct);
     int64_t want = (int64_t)(s->p.pin_bytes / ct->blob_bytes);
-    if (want > n_moe * ct->n_expert)
-        want = n_moe * ct->n_expert;
+    if (want > n_held)
+        want = n_held;
     if (want <= 0)
         return 0;
     int64_t *order = shoal_xmalloc((size_t)total * sizeof *order);
@@ -652,8 +682,8 @@ static int load_pinned(struct shoal_expert_store *s, struct shoal_err *err)
     pthread_mutex_lock(&s->mu);
     for (int64_t i = 0; i < total && s->n_pinned < want; i++) {
         const int64_t il = order[i] / ct->n_expert, ie = order[i] % ct->n_expert;
-        if (ct->layer_offset[il] == UINT64_MAX)
-            continue;
+        if (!shoal_container_holds(ct, il, ie))
+            continue;   /* a dense layer, or not in this shard */
         void *blob = alloc_blob((size_t)ct->blob_bytes);
         if (!blob) {
             rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64 " bytes for "
@@ -903,6 +933,12 @@ int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
         if (ids[i] < 0 || ids[i] >= NE)
             return shoal_err_set(err, SHOAL_EINVAL, "expert id %d out of range [0, %lld) "
                                  "at layer %lld", ids[i], (long long)NE, (long long)il);
+    for (int64_t i = 0; i < n; i++)
+        if (!shoal_container_holds(ct, il, ids[i]))
+            return shoal_err_set(err, SHOAL_ENOTFOUND, "layer %lld expert %d is not in this "
+                                 "shard (%s holds %lld of %lld experts)", (long long)il,
+                                 ids[i], ct->dir, (long long)ct->n_held,
+                                 (long long)ct->n_moe_expert);
     struct entry **held = s->held;
     uint8_t *kind = s->held_kind;
     int rc = 0;
@@ -1106,8 +1142,9 @@ void shoal_expert_store_hint(struct shoal_expert_store *s, int64_t il, const int
     s->st.hints++;
     for (int64_t i = 0; i < n_ids; i++) {
         const int32_t ie = ids[i];
-        if (ie < 0 || ie >= NE || s->hint_mark[il * NE + ie] == gen)
-            continue;
+        if (ie < 0 || ie >= NE || s->hint_mark[il * NE + ie] == gen ||
+            !shoal_container_holds(ct, il, ie))
+            continue;   /* another worker's expert when ct is a shard */
         s->hint_mark[il * NE + ie] = gen;
         s->st.hinted++;
         struct entry *e = s->slot[il * NE + ie];

@@ -23,6 +23,11 @@
  * weighted rendezvous hashing, so nothing is cached twice, and a read
  * error or checksum mismatch on one source falls back to the next.
  *
+ * On a shard (container.h) the store serves only the experts the shard
+ * holds: acquiring another is -SHOAL_ENOTFOUND, hints skip them, the
+ * pinned hot-set is chosen among held experts, and a mirror must be a copy
+ * of the same shard (same fingerprint and held set).
+ *
  * None of this changes a byte the caller sees (DESIGN contract 1): every
  * view points at the verified bytes of the container's blob, whatever the
  * tier, engine, source or timing.
@@ -148,7 +153,9 @@ void shoal_expert_store_destroy(struct shoal_expert_store *s);
  * Returns m in [1, n]: ids[0..m) are acquired. m < n only when the cache
  * budget and the staging area cannot hold the whole union at once: compute
  * and release the first m, then acquire the rest. Errors (nothing is held
- * then): -SHOAL_EINVAL (bad il or id, n < 1, a batch already held), -errno
+ * then): -SHOAL_EINVAL (bad il or id, n < 1, a batch already held),
+ * -SHOAL_ENOTFOUND (an expert a shard does not hold: "layer L expert E is
+ * not in this shard (DIR holds X of Y experts)"), -errno
  * or -SHOAL_EIO when every source failed to read an expert, -SHOAL_EFORMAT
  * on a checksum mismatch on every source (err names the file, layer, expert
  * and offset), -SHOAL_ENOMEM. Blocks until the reads are done.

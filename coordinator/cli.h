@@ -15,6 +15,13 @@ int shoal_cmd_perplexity(int argc, char **argv);
 int shoal_cmd_convert(int argc, char **argv);
 int shoal_cmd_inspect(int argc, char **argv);
 int shoal_cmd_synth(int argc, char **argv);
+int shoal_cmd_shard(int argc, char **argv);
+
+struct shoal_container;
+/* Print what a shard holds (index, replicas, weights, held experts per
+ * layer as id ranges, dense or not) for `shoal inspect`; prints nothing
+ * for a full container. ct borrowed. */
+void shoal_cli_print_shard(const struct shoal_container *ct);
 
 /* Parse a byte size: "0", "512K", "256M", "4G", "unlimited". Returns 0
  * or -1 after printing an error naming the flag. */

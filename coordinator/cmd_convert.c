@@ -180,8 +180,9 @@ int shoal_cmd_inspect(int argc, char **argv)
         dense_bytes += ct->dense[i].bytes;
     for (int64_t il = 0; il < cfg.n_layer; il++)
         n_moe += ct->layer_offset[il] != UINT64_MAX;
-    uint64_t expert_bytes = ct->blob_bytes * (uint64_t)n_moe * (uint64_t)cfg.n_expert;
-    printf("container    %s (format version %d)\n", dir, ct->version);
+    uint64_t expert_bytes = ct->blob_bytes * (uint64_t)ct->n_held;   /* a shard: held only */
+    printf("%s    %s (format version %d)\n", ct->shard.count ? "shard    " : "container", dir,
+           ct->version);
     printf("fingerprint  %016" PRIx64 "\n", ct->fingerprint);
     printf("family       %s: %lld layers (%d MoE), n_embd %lld, heads %lld/%lld x %lld, vocab %lld\n",
            cfg.family->model_type, (long long)cfg.n_layer, n_moe, (long long)cfg.n_embd,
@@ -195,9 +196,10 @@ int shoal_cmd_inspect(int argc, char **argv)
     printf("\nper expert   %" PRIu64 " bytes (gate %" PRIu64 ", up %" PRIu64 ", down %" PRIu64
            ", 4 KiB aligned)\n", ct->blob_bytes, ct->comp[0].bytes, ct->comp[1].bytes,
            ct->comp[2].bytes);
-    printf("dense bytes  %" PRIu64 " (%.1f MB, %zu tensors)\n", dense_bytes, dense_bytes / 1e6,
-           ct->n_dense);
+    printf("dense bytes  %" PRIu64 " (%.1f MB, %zu tensors)%s\n", dense_bytes, dense_bytes / 1e6,
+           ct->n_dense, ct->dense_map ? "" : " (not in this shard)");
     printf("expert bytes %" PRIu64 " (%.1f MB)\n", expert_bytes, expert_bytes / 1e6);
+    shoal_cli_print_shard(ct);
     size_t shown = 0;
     for (size_t i = 0; i < ct->n_dense && shown < 6; i++, shown++) {
         const struct shoal_container_tensor *t = &ct->dense[i];
@@ -217,7 +219,10 @@ int shoal_cmd_inspect(int argc, char **argv)
             shoal_cli_error("%s", err.msg);
             rc = 1;
         } else {
-            printf("verify       ok: every dense tensor and expert matches its xxh64\n");
+            printf("verify       ok: every %s matches its xxh64\n",
+                   ct->shard.count ? (ct->dense_map ? "dense tensor and held expert"
+                                                    : "held expert")
+                                   : "dense tensor and expert");
         }
     }
     shoal_container_close(ct);

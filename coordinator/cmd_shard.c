@@ -1,0 +1,425 @@
+/* shoal shard: split a container into one partial container (shard) per
+ * worker, so that each machine stores only its share of the experts
+ * (docs/FORMAT.md "Shards").
+ *
+ *   shoal shard --model DIR --workers N [--replicas R] [--weights w1,...]
+ *               [--with-dense] [--force] --out OUT
+ *
+ * Expert (il, ie) goes to its R holders by weighted rendezvous hashing
+ * (placement.h); OUT/worker-i is shard i and OUT/placement.json lists what
+ * each shard holds and each expert's holders. Placement never changes a
+ * result (DESIGN contract 1): it only decides where bytes live.
+ * Thread: main.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "container.h"
+#include "placement.h"
+#include "util.h"
+
+#define SHARD_MAX_WORKERS 4096
+
+struct shard_args {
+    const char *model, *out;
+    int workers, replicas;
+    double *weights;      /* [workers] or NULL (equal) */
+    int n_weights;
+    int with_dense, force;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: shoal shard --model DIR --workers N [--replicas R] "
+               "[--weights w1,w2,...] [--with-dense] [--force] --out DIR\n\n"
+               "Writes OUT/worker-0 .. OUT/worker-(N-1), one partial container per worker\n"
+               "holding its share of the experts (R holders per expert, shares in proportion\n"
+               "to the weights, by weighted rendezvous hashing), and OUT/placement.json.\n"
+               "DIR must be a shoal container (make one with 'shoal convert').\n"
+               "  --replicas R    holders per expert, 1..N (default 1)\n"
+               "  --weights LIST  N positive numbers, e.g. disk or RAM sizes (default equal)\n"
+               "  --with-dense    copy dense.bin too (a shard without it serves experts only)\n"
+               "  --force         replace existing shards and placement.json\n");
+}
+
+/* "3,1,1" -> [3, 1, 1]; every item a positive finite number. */
+static int parse_weights(const char *s, struct shard_args *a)
+{
+    size_t cap = 1;
+    for (const char *p = s; *p; p++)
+        cap += *p == ',';
+    a->weights = shoal_xcalloc(cap, sizeof *a->weights);
+    a->n_weights = 0;
+    const char *p = s;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[64];
+        if (len == 0 || len >= sizeof item) {
+            shoal_cli_error("shard: --weights item %d is %s; expected a positive number",
+                            a->n_weights + 1, len ? "too long" : "empty");
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        char *end = NULL;
+        errno = 0;
+        double v = strtod(item, &end);
+        if (*end || errno || !isfinite(v) || !(v > 0)) {
+            shoal_cli_error("shard: --weights item %d is '%s'; expected a positive number",
+                            a->n_weights + 1, item);
+            return -1;
+        }
+        a->weights[a->n_weights++] = v;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
+/* Returns 0, 1 after --help (exit 0), or -1 after a one-line error (exit 2). */
+static int parse_args(int argc, char **argv, struct shard_args *a)
+{
+    long long workers = 0, replicas = 1;
+    int have_workers = 0;
+    const char *weights = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            return 1;
+        }
+        if (!strcmp(f, "--with-dense")) {
+            a->with_dense = 1;
+            continue;
+        }
+        if (!strcmp(f, "--force")) {
+            a->force = 1;
+            continue;
+        }
+        if (strcmp(f, "--model") && strcmp(f, "--out") && strcmp(f, "--workers") &&
+            strcmp(f, "--replicas") && strcmp(f, "--weights")) {
+            shoal_cli_error("shard: unknown %s '%s' (see 'shoal shard --help')",
+                            f[0] == '-' ? "option" : "argument", f);
+            return -1;
+        }
+        if (i + 1 >= argc) {
+            shoal_cli_error("shard: %s needs a value", f);
+            return -1;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(f, "--model")) {
+            a->model = v;
+        } else if (!strcmp(f, "--out")) {
+            a->out = v;
+        } else if (!strcmp(f, "--weights")) {
+            weights = v;
+        } else if (!strcmp(f, "--workers")) {
+            if (shoal_cli_parse_i64("--workers", v, 1, SHARD_MAX_WORKERS, &workers))
+                return -1;
+            have_workers = 1;
+        } else if (shoal_cli_parse_i64("--replicas", v, 1, SHARD_MAX_WORKERS, &replicas)) {
+            return -1;
+        }
+    }
+    if (!a->model) {
+        shoal_cli_error("shard: --model DIR is required (the container to shard)");
+        return -1;
+    }
+    if (!have_workers) {
+        shoal_cli_error("shard: --workers N is required");
+        return -1;
+    }
+    if (!a->out) {
+        shoal_cli_error("shard: --out DIR is required (where worker-0 .. worker-%lld go)",
+                        workers - 1);
+        return -1;
+    }
+    if (replicas > workers) {
+        shoal_cli_error("shard: --replicas %lld exceeds --workers %lld; expected 1..%lld",
+                        replicas, workers, workers);
+        return -1;
+    }
+    a->workers = (int)workers;
+    a->replicas = (int)replicas;
+    if (weights) {
+        if (parse_weights(weights, a))
+            return -1;
+        if (a->n_weights != a->workers) {
+            shoal_cli_error("shard: --weights has %d values for %d workers; expected one per "
+                            "worker", a->n_weights, a->workers);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static char *shard_dir(const char *out, int i)
+{
+    char name[32];
+    snprintf(name, sizeof name, "worker-%d", i);
+    return shoal_path_join(out, name);
+}
+
+/* Nothing is written unless every output may be: existing shards and
+ * placement.json need --force. */
+static int check_outputs(const struct shard_args *a)
+{
+    if (shoal_exists(a->out) && !shoal_is_dir(a->out)) {
+        shoal_cli_error("shard: --out '%s' exists and is not a directory", a->out);
+        return -1;
+    }
+    for (int i = 0; i <= a->workers; i++) {
+        char *p = i < a->workers ? shard_dir(a->out, i)
+                                 : shoal_path_join(a->out, "placement.json");
+        int exists = shoal_exists(p);
+        if (exists && !a->force)
+            shoal_cli_error("shard: '%s' already exists; pass --force to replace it", p);
+        free(p);
+        if (exists && !a->force)
+            return -1;
+    }
+    if (!shoal_exists(a->out) && mkdir(a->out, 0755) != 0) {
+        shoal_cli_error("shard: cannot create '%s': %s", a->out, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* placement.json: what each shard holds and each expert's holders (first
+ * = highest score). Written beside the shards, atomically. */
+static int write_placement(const struct shard_args *a, const struct shoal_container *ct,
+                           const int *holders, const int *n_holders, const int64_t *n_exp,
+                           const uint64_t *bytes, struct shoal_err *err)
+{
+    const int64_t NE = ct->n_expert, R = a->replicas;
+    char fp[17];
+    snprintf(fp, sizeof fp, "%016" PRIx64, ct->fingerprint);
+    json_t *weights = json_array(), *shards = json_array(), *layers = json_array();
+    for (int i = 0; i < a->workers; i++) {
+        json_array_append_new(weights, json_real(a->weights ? a->weights[i] : 1.0));
+        char name[32];
+        snprintf(name, sizeof name, "worker-%d", i);
+        json_array_append_new(shards, json_pack("{s:i, s:s, s:I, s:I}", "index", i,
+                                                "dir", name, "experts", (json_int_t)n_exp[i],
+                                                "bytes", (json_int_t)bytes[i]));
+    }
+    for (int64_t il = 0; il < ct->n_layer; il++) {
+        if (ct->layer_offset[il] == UINT64_MAX)
+            continue;
+        json_t *per = json_array();
+        for (int64_t ie = 0; ie < NE; ie++) {
+            json_t *h = json_array();
+            for (int r = 0; r < n_holders[il * NE + ie]; r++)
+                json_array_append_new(h, json_integer(holders[(il * NE + ie) * R + r]));
+            json_array_append_new(per, h);
+        }
+        json_array_append_new(layers, json_pack("{s:I, s:o}", "layer", (json_int_t)il,
+                                                "holders", per));
+    }
+    json_t *root = json_pack("{s:s, s:i, s:s, s:s, s:i, s:i, s:o, s:b, s:o, s:o}",
+                             "format", "shoal-placement", "version", 1, "fingerprint", fp,
+                             "model", ct->dir, "workers", a->workers, "replicas", a->replicas,
+                             "weights", weights, "dense", a->with_dense != 0,
+                             "shards", shards, "experts", layers);
+    char *path = shoal_path_join(a->out, "placement.json");
+    size_t n = strlen(path) + 32;
+    char *tmp = shoal_xmalloc(n);
+    snprintf(tmp, n, "%s.tmp-%ld", path, (long)getpid());
+    int rc = 0;
+    if (!root || json_dump_file(root, tmp, JSON_INDENT(1)) != 0)
+        rc = shoal_err_set(err, SHOAL_EIO, "cannot write '%s'", tmp);
+    else if (rename(tmp, path) != 0)
+        rc = shoal_err_set(err, -errno, "cannot publish '%s': %s", path, strerror(errno));
+    if (rc)
+        unlink(tmp);
+    json_decref(root);
+    free(tmp);
+    free(path);
+    return rc;
+}
+
+struct progress {
+    int tty, index, count;
+};
+
+static void show_progress(uint64_t done, uint64_t total, void *user)
+{
+    const struct progress *p = user;
+    if (p->tty)
+        fprintf(stderr, "\rshard %d/%d: %5.1f%%  %.1f/%.1f MB   ", p->index + 1, p->count,
+                total ? 100.0 * (double)done / (double)total : 100.0, (double)done / 1e6,
+                (double)total / 1e6);
+}
+
+int shoal_cmd_shard(int argc, char **argv)
+{
+    struct shard_args a = {0};
+    int prc = parse_args(argc, argv, &a);
+    if (prc) {
+        free(a.weights);
+        return prc > 0 ? 0 : 2;
+    }
+    if (!shoal_container_is(a.model)) {
+        char *cfg = shoal_path_join(a.model, "config.json");
+        if (shoal_exists(cfg))
+            shoal_cli_error("shard: '%s' is a Hugging Face checkpoint, not a shoal container; "
+                            "run 'shoal convert %s DIR' first and shard DIR", a.model, a.model);
+        else
+            shoal_cli_error("shard: '%s' is not a shoal container (no shoal.json); make one "
+                            "with 'shoal convert'", a.model);
+        free(cfg);
+        free(a.weights);
+        return 2;
+    }
+    struct shoal_err err = {0};
+    struct shoal_model_config cfg;
+    struct shoal_container *ct = shoal_container_open(a.model, &cfg, &err);
+    if (!ct) {
+        shoal_cli_error("shard: %s", err.msg);
+        free(a.weights);
+        return 1;
+    }
+    int rc = 0;
+    if (ct->shard.count) {
+        shoal_cli_error("shard: '%s' is already shard %d of %d; shard the full container",
+                        a.model, ct->shard.index, ct->shard.count);
+        rc = 2;
+    } else if (a.with_dense && !ct->dense_map) {
+        shoal_cli_error("shard: '%s' has no dense.bin for --with-dense", a.model);
+        rc = 2;
+    } else if (check_outputs(&a)) {
+        rc = 2;
+    }
+    if (rc) {
+        shoal_container_close(ct);
+        free(a.weights);
+        return rc;
+    }
+
+    /* placement: every expert's holders, then each worker's held set */
+    const int64_t NE = ct->n_expert, total = ct->n_layer * NE;
+    const int W = a.workers, R = a.replicas;
+    int *holders = shoal_xcalloc((size_t)total * (size_t)R + 1, sizeof *holders);
+    int *n_holders = shoal_xcalloc((size_t)total + 1, sizeof *n_holders);
+    uint8_t *held = shoal_xcalloc((size_t)total * (size_t)W + 1, 1);
+    int64_t *n_exp = shoal_xcalloc((size_t)W, sizeof *n_exp);
+    uint64_t *bytes = shoal_xcalloc((size_t)W, sizeof *bytes);
+    for (int64_t il = 0; il < ct->n_layer; il++) {
+        for (int64_t ie = 0; ie < NE; ie++) {
+            if (!shoal_container_holds(ct, il, ie))
+                continue;
+            int *h = &holders[(il * NE + ie) * R];
+            int n = shoal_placement_holders(il, ie, W, a.weights, R, h);
+            n_holders[il * NE + ie] = n;
+            for (int r = 0; r < n; r++) {
+                held[(size_t)h[r] * (size_t)total + (size_t)(il * NE + ie)] = 1;
+                n_exp[h[r]]++;
+            }
+        }
+    }
+
+    const double t0 = shoal_time_s();
+    const int tty = isatty(2);
+    for (int i = 0; i < W && !rc; i++) {
+        char *dir = shard_dir(a.out, i);
+        struct progress pr = {.tty = tty, .index = i, .count = W};
+        struct shoal_shard_params sp = {.index = i, .count = W, .replicas = R,
+                                        .weights = a.weights,
+                                        .held = &held[(size_t)i * (size_t)total],
+                                        .with_dense = a.with_dense, .force = a.force,
+                                        .progress = show_progress, .progress_user = &pr};
+        if (shoal_container_write_shard(ct, dir, &sp, &bytes[i], &err)) {
+            if (tty)
+                fprintf(stderr, "\n");
+            shoal_cli_error("shard: %s: %s", dir, err.msg);
+            rc = 1;
+        }
+        free(dir);
+    }
+    if (tty && !rc)
+        fprintf(stderr, "\n");
+    if (!rc && write_placement(&a, ct, holders, n_holders, n_exp, bytes, &err)) {
+        shoal_cli_error("shard: %s", err.msg);
+        rc = 1;
+    }
+    if (!rc) {
+        printf("sharded %s (fingerprint %016" PRIx64 ") for %d workers, %d replica%s, in "
+               "%.1f s\n", a.model, ct->fingerprint, W, R, R == 1 ? "" : "s",
+               shoal_time_s() - t0);
+        printf("%-6s %-10s %8s %7s %10s\n", "worker", "weight", "experts", "share", "GB");
+        for (int i = 0; i < W; i++)
+            printf("%-6d %-10g %8lld %6.1f%% %10.3f  %s/worker-%d\n", i,
+                   a.weights ? a.weights[i] : 1.0, (long long)n_exp[i],
+                   ct->n_moe_expert ? 100.0 * (double)n_exp[i] / (double)ct->n_moe_expert : 0,
+                   (double)bytes[i] / 1e9, a.out, i);
+        printf("placement: %s/placement.json (%lld experts, each on %d shard%s%s)\n", a.out,
+               (long long)ct->n_moe_expert, R, R == 1 ? "" : "s",
+               a.with_dense ? "; dense tensors in every shard" : "");
+    }
+    free(holders);
+    free(n_holders);
+    free(held);
+    free(n_exp);
+    free(bytes);
+    shoal_container_close(ct);
+    free(a.weights);
+    return rc;
+}
+
+/* "0-3 5 7-9": the ids of layer il the shard holds, as ranges. */
+static void print_ranges(const struct shoal_container *ct, int64_t il)
+{
+    const int64_t NE = ct->n_expert;
+    for (int64_t ie = 0; ie < NE; ie++) {
+        if (!shoal_container_holds(ct, il, ie))
+            continue;
+        int64_t end = ie;
+        while (end + 1 < NE && shoal_container_holds(ct, il, end + 1))
+            end++;
+        if (end == ie)
+            printf(" %lld", (long long)ie);
+        else
+            printf(" %lld-%lld", (long long)ie, (long long)end);
+        ie = end;
+    }
+}
+
+void shoal_cli_print_shard(const struct shoal_container *ct)
+{
+    if (!ct->shard.count)
+        return;
+    printf("shard        index %d of %d workers, %d replica%s per expert, weights",
+           ct->shard.index, ct->shard.count, ct->shard.replicas,
+           ct->shard.replicas == 1 ? "" : "s");
+    for (int i = 0; i < ct->shard.count; i++)
+        printf("%s%g", i ? "," : " ", ct->shard.weights[i]);
+    printf("\nholds        %lld of %lld experts (%.1f%%), %.1f MB; dense tensors: %s\n",
+           (long long)ct->n_held, (long long)ct->n_moe_expert,
+           ct->n_moe_expert ? 100.0 * (double)ct->n_held / (double)ct->n_moe_expert : 0.0,
+           (double)ct->n_held * (double)ct->blob_bytes / 1e6,
+           ct->shard.has_dense ? "yes (dense.bin)" : "no (serves experts only)");
+    for (int64_t il = 0; il < ct->n_layer; il++) {
+        if (ct->layer_offset[il] == UINT64_MAX)
+            continue;
+        int64_t n = 0;
+        for (int64_t ie = 0; ie < ct->n_expert; ie++)
+            n += shoal_container_holds(ct, il, ie);
+        printf("  layer %-4lld %lld/%lld:", (long long)il, (long long)n,
+               (long long)ct->n_expert);
+        if (n)
+            print_ranges(ct, il);
+        else
+            printf(" (none)");
+        printf("\n");
+    }
+}
