@@ -52,6 +52,7 @@ step "unit tests (gcc)"           unit build-test
 step "reference tests (gcc)"      reference build-test
 step "container + expert store contract (gcc)" "$PY" tests/reference/test_store_contract.py --shoal build-test/coordinator/shoal
 step "shoal synth smoke (gcc)" "$PY" tests/reference/test_synth.py --shoal build-test/coordinator/shoal
+step "shoal shard (gcc)" "$PY" tests/reference/test_shard.py --shoal build-test/coordinator/shoal
 step "expert store memory bound (gcc; needs root)" "$PY" tests/reference/test_memory_bound.py --shoal build-test/coordinator/shoal
 [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
 
