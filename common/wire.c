@@ -385,8 +385,11 @@ void shoal_handshake_init(struct shoal_handshake *hs, int connector, Shoal__Role
     hs->fingerprint = fingerprint;
     hs->peer_name = peer_name ? peer_name : "peer";
     hs->state = SHOAL_HS_START;
-    if (sodium_init() < 0)
-        abort(); /* cannot happen after the first successful init; no RNG otherwise */
+    if (sodium_init() < 0) {
+        /* no random source: every step of this handshake fails */
+        hs->state = SHOAL_HS_FAILED;
+        return;
+    }
     randombytes_buf(hs->nonce_self, sizeof hs->nonce_self);
 }
 
@@ -441,6 +444,9 @@ static int hs_send_hello(struct shoal_handshake *hs, const uint8_t *mac,
 int shoal_handshake_start(struct shoal_handshake *hs, struct shoal_wire_buf *out,
                           struct shoal_err *err)
 {
+    if (hs->state == SHOAL_HS_FAILED)
+        return shoal_err_set(err, SHOAL_EIO, "%s: libsodium could not be initialised",
+                             hs->peer_name);
     if (!hs->connector || hs->state != SHOAL_HS_START)
         return shoal_err_set(err, SHOAL_EINVAL, "handshake start: not a fresh connector");
     int rc = hs_send_hello(hs, NULL, out, err);
@@ -460,13 +466,14 @@ static int hs_check_hello(struct shoal_handshake *hs, const Shoal__Hello *h,
     if (h->nonce.len != SHOAL_WIRE_NONCE_BYTES)
         return hs_fail(hs, out, SHOAL_EFORMAT, err, "hello nonce of %zu bytes, expected %d",
                        h->nonce.len, SHOAL_WIRE_NONCE_BYTES);
-    int coords = (hs->role == SHOAL__ROLE__ROLE_COORDINATOR) +
-                 (h->role == SHOAL__ROLE__ROLE_COORDINATOR);
-    if (coords != 1 || h->role == SHOAL__ROLE__ROLE_UNKNOWN ||
-        (h->role != SHOAL__ROLE__ROLE_COORDINATOR && h->role != SHOAL__ROLE__ROLE_WORKER &&
-         h->role != SHOAL__ROLE__ROLE_OBSERVER))
+    /* allowed pairs: coordinator-worker, coordinator-observer and
+     * worker-observer (status of one worker); never two of a kind */
+    int valid = h->role == SHOAL__ROLE__ROLE_COORDINATOR || h->role == SHOAL__ROLE__ROLE_WORKER ||
+                h->role == SHOAL__ROLE__ROLE_OBSERVER;
+    if (!valid || h->role == hs->role)
         return hs_fail(hs, out, SHOAL_EINVAL, err,
-                       "a %s cannot talk to a %s (one side must be the coordinator)",
+                       "a %s cannot talk to a %s (expected a coordinator with a worker or "
+                       "an observer, or an observer with a worker)",
                        role_name(hs->role), role_name(h->role));
     if (hs->key && !h->keyed)
         return hs_fail(hs, out, SHOAL_EINVAL, err,
@@ -533,6 +540,9 @@ int shoal_handshake_on_frame(struct shoal_handshake *hs, const Shoal__Frame *f,
                              "%s refused the handshake: %s", hs->peer_name,
                              f->error->message ? f->error->message : "");
     }
+    if (hs->state == SHOAL_HS_FAILED)
+        return shoal_err_set(err, SHOAL_EIO, "%s: handshake already failed (libsodium could "
+                             "not be initialised, or an earlier step)", hs->peer_name);
     switch (hs->state) {
     case SHOAL_HS_START: /* acceptor: the connector's hello */
         if (hs->connector || f->msg_case != SHOAL__FRAME__MSG_HELLO)

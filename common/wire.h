@@ -6,7 +6,8 @@
  *
  * The event-loop code (worker/, coordinator/cluster.c) feeds received bytes
  * to a shoal_frame_reader, runs the handshake as a state machine over the
- * frames it yields, and writes the bytes this module packs. Nothing here
+ * frames it yields, and writes the bytes this module packs. Allowed pairs:
+ * coordinator-worker, coordinator-observer, worker-observer. Nothing here
  * touches a socket except shoal_wire_client_*.
  *
  * Thread: any; each object belongs to one thread at a time.

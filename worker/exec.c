@@ -1,0 +1,525 @@
+#include "exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "expert_ffn.h"
+#include "util.h"
+#include "wire.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the wire carries f32 little-endian rows; a big-endian host needs byte swaps here"
+#endif
+
+struct shoal_worker_exec {
+    struct shoal_worker_exec_params p;
+    struct shoal_worker_exec_info info;
+    pthread_t thread;
+    int started, stopped;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct shoal_worker_job *q_head, *q_tail;       /* requests, FIFO */
+    struct shoal_worker_job *h_head, *h_tail;       /* hints, FIFO */
+    struct shoal_worker_job *d_head, *d_tail;       /* finished requests */
+    uint32_t depth;                                 /* requests queued or running */
+    int stop;                                       /* set by stop */
+    int ready;                                      /* 1 running, -1 failed at start */
+    struct shoal_err start_err;
+    struct shoal_expert_store *store;               /* compute thread; NULL once destroyed */
+    struct shoal_expert_store_stats final;          /* counters when the store went away */
+
+    /* compute-thread scratch, grown as requests need */
+    int32_t *ids;                                   /* [n_expert] */
+    struct shoal_expert_weights *ew;                /* [n_expert] */
+    float *xg, *o, *ffn;                            /* [rows][n_embd] x2, [2][rows][n_ff_exp] */
+    int64_t scratch_rows;
+    int64_t n_embd, n_ff;
+};
+
+void shoal_worker_job_free(struct shoal_worker_job *job)
+{
+    if (!job)
+        return;
+    shoal_wire_frame_free(job->frame);
+    free(job->ids);
+    free(job->reply);
+    free(job);
+}
+
+static void list_push(struct shoal_worker_job **head, struct shoal_worker_job **tail,
+                      struct shoal_worker_job *j)
+{
+    j->next = NULL;
+    if (*tail)
+        (*tail)->next = j;
+    else
+        *head = j;
+    *tail = j;
+}
+
+static struct shoal_worker_job *list_pop(struct shoal_worker_job **head,
+                                         struct shoal_worker_job **tail)
+{
+    struct shoal_worker_job *j = *head;
+    if (j) {
+        *head = j->next;
+        if (!*head)
+            *tail = NULL;
+        j->next = NULL;
+    }
+    return j;
+}
+
+/* ------------------------------------------------------------ probes */
+
+/* Read up to 8 held blobs (at most 16 MiB) spread over the shard, O_DIRECT
+ * where the file system allows it (the page cache would measure RAM).
+ * Returns MB/s (0 when nothing could be measured) and leaves the last blob
+ * read in *blob_out (owned by the caller) for the compute probe. */
+static double probe_disk(const struct shoal_container *ct, void **blob_out)
+{
+    *blob_out = NULL;
+    int64_t total = 0;
+    for (int64_t il = 0; il < ct->n_layer; il++)
+        for (int64_t ie = 0; ie < ct->n_expert; ie++)
+            total += shoal_container_holds(ct, il, ie);
+    if (total == 0 || ct->blob_bytes == 0)
+        return 0;
+    int64_t n = (int64_t)((16u << 20) / ct->blob_bytes);
+    n = n < 1 ? 1 : n > 8 ? 8 : n;
+    n = n > total ? total : n;
+    int fd = -1, direct = 0;
+#ifdef O_DIRECT
+    fd = open(ct->experts_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    direct = fd >= 0;
+#endif
+    if (fd < 0)
+        fd = open(ct->experts_path, O_RDONLY | O_CLOEXEC);
+    void *buf = NULL;
+    if (fd < 0 || posix_memalign(&buf, SHOAL_CONTAINER_ALIGN, (size_t)ct->blob_bytes)) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    uint64_t bytes = 0;
+    double t0 = shoal_time_s();
+    for (int64_t k = 0; k < n; k++) {
+        int64_t want = k * total / n, seen = 0, il = 0, ie = 0;
+        for (il = 0; il < ct->n_layer; il++) {
+            for (ie = 0; ie < ct->n_expert; ie++)
+                if (shoal_container_holds(ct, il, ie) && seen++ == want)
+                    goto found;
+        }
+        break;
+    found:;
+        uint64_t off = shoal_container_expert_offset(ct, il, ie);
+        size_t done = 0;
+        while (done < ct->blob_bytes) {
+            ssize_t r = pread(fd, (char *)buf + done, (size_t)ct->blob_bytes - done,
+                              (off_t)(off + done));
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0 && direct) {   /* O_DIRECT refused mid-way: measure buffered */
+                close(fd);
+                fd = open(ct->experts_path, O_RDONLY | O_CLOEXEC);
+                direct = 0;
+                if (fd < 0)
+                    break;
+                continue;
+            }
+            if (r <= 0)
+                break;
+            done += (size_t)r;
+        }
+        if (done < ct->blob_bytes)
+            break;
+        bytes += done;
+    }
+    double dt = shoal_time_s() - t0;
+    if (fd >= 0)
+        close(fd);
+    if (bytes == 0) {
+        free(buf);
+        return 0;
+    }
+    *blob_out = buf;
+    return (double)bytes / 1e6 / (dt > 1e-6 ? dt : 1e-6);
+}
+
+/* Time shoal_expert_ffn over 8 rows on one blob's weights for about 20 ms:
+ * expert bytes computed per second, GB/s. */
+static double probe_compute(const struct shoal_container *ct, const void *blob,
+                            int64_t n_embd, int64_t n_ff)
+{
+    if (!blob)
+        return 0;
+    const int64_t n = 8;
+    struct shoal_expert_weights ew;
+    shoal_container_expert_views(ct, blob, &ew);
+    float *x = malloc((size_t)(n * n_embd) * sizeof(float));
+    float *o = malloc((size_t)(n * n_embd) * sizeof(float));
+    float *s = malloc((size_t)(2 * n * n_ff) * sizeof(float));
+    double gbps = 0;
+    if (x && o && s) {
+        for (int64_t i = 0; i < n * n_embd; i++)
+            x[i] = (float)((i * 7919) % 2003) / 2003.0f - 0.5f;
+        int iters = 0;
+        double t0 = shoal_time_s(), dt = 0;
+        do {
+            shoal_expert_ffn(o, x, n, &ew, s);
+            iters++;
+            dt = shoal_time_s() - t0;
+        } while (dt < 0.02 && iters < 1000);
+        gbps = (double)iters * (double)ct->blob_bytes / 1e9 / (dt > 1e-9 ? dt : 1e-9);
+    }
+    free(x);
+    free(o);
+    free(s);
+    return gbps;
+}
+
+/* ------------------------------------------------------------ requests */
+
+/* Grow the scratch to rows rows. Returns 0 or -SHOAL_ENOMEM. */
+static int scratch_reserve(struct shoal_worker_exec *x, int64_t rows)
+{
+    if (rows <= x->scratch_rows)
+        return 0;
+    free(x->xg);
+    free(x->o);
+    free(x->ffn);
+    x->xg = malloc((size_t)(rows * x->n_embd) * sizeof(float));
+    x->o = malloc((size_t)(rows * x->n_embd) * sizeof(float));
+    x->ffn = malloc((size_t)(2 * rows * x->n_ff) * sizeof(float));
+    if (!x->xg || !x->o || !x->ffn) {
+        free(x->xg);
+        free(x->o);
+        free(x->ffn);
+        x->xg = x->o = x->ffn = NULL;
+        x->scratch_rows = 0;
+        return -SHOAL_ENOMEM;
+    }
+    x->scratch_rows = rows;
+    return 0;
+}
+
+/* Act on every queued hint. Caller does not hold mu. */
+static void run_hints(struct shoal_worker_exec *x)
+{
+    for (;;) {
+        pthread_mutex_lock(&x->mu);
+        struct shoal_worker_job *h = list_pop(&x->h_head, &x->h_tail);
+        pthread_mutex_unlock(&x->mu);
+        if (!h)
+            return;
+        shoal_expert_store_hint(x->store, h->layer, h->ids, h->n_ids);
+        shoal_worker_job_free(h);
+    }
+}
+
+static void reply_error(struct shoal_worker_job *job, int code, const char *msg)
+{
+    struct shoal_wire_error e;
+    struct shoal_err err = {0};
+    shoal_wire_error_init(&e, job->id, code, msg);
+    free(job->reply);
+    job->status = code;
+    job->reply = shoal_wire_pack(&e.frame, job->max_frame, &job->reply_len, &err);
+    /* an ErrorReply is a few hundred bytes; pack fails only without memory,
+     * and then the loop answers with its own short error */
+}
+
+/* Run one validated ExpertRequest (shoal_wire_check_request passed on the
+ * loop thread) and leave its reply in job. */
+static void run_request(struct shoal_worker_exec *x, struct shoal_worker_job *job)
+{
+    const Shoal__ExpertRequest *rq = job->frame->request;
+    const int64_t E = x->n_embd, n = (int64_t)rq->n_experts, il = rq->layer;
+    const size_t row_bytes = (size_t)E * sizeof(float);
+    struct shoal_err err = {0};
+    job->id = rq->id;
+    double t_start = shoal_time_s(), t_read = 0, t_compute = 0;
+
+    size_t out_bytes;
+    if (shoal_mul_overflow((size_t)job->total_rows, row_bytes, &out_bytes)) {
+        reply_error(job, SHOAL_ERANGE, "response size overflows");
+        return;
+    }
+    uint8_t *out = malloc(out_bytes ? out_bytes : 1);
+    if (!out) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "worker out of memory for a %zu-byte response (request %llu)",
+                 out_bytes, (unsigned long long)job->id);
+        reply_error(job, SHOAL_ENOMEM, msg);
+        return;
+    }
+    int64_t max_rows = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x->ids[i] = (int32_t)rq->experts[i]->expert;
+        if ((int64_t)rq->experts[i]->n_rows > max_rows)
+            max_rows = (int64_t)rq->experts[i]->n_rows;
+    }
+    if (scratch_reserve(x, max_rows) < 0) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "worker out of memory for %lld rows of scratch (request %llu)",
+                 (long long)max_rows, (unsigned long long)job->id);
+        free(out);
+        reply_error(job, SHOAL_ENOMEM, msg);
+        return;
+    }
+
+    struct shoal_expert_store_stats s0, s1;
+    shoal_expert_store_stats_get(x->store, &s0);
+    const uint8_t *hidden = rq->hidden.data;
+    size_t pos = 0;
+    for (int64_t i0 = 0; i0 < n;) {
+        run_hints(x);
+        double t0 = shoal_time_s();
+        int m = shoal_expert_store_acquire_start(x->store, il, x->ids + i0, n - i0, &err);
+        if (m < 0) {
+            free(out);
+            reply_error(job, m, err.msg);
+            return;
+        }
+        run_hints(x);   /* the next layer's reads queue behind this layer's */
+        int rc = shoal_expert_store_acquire_wait(x->store, x->ew, &err);
+        if (rc < 0) {
+            free(out);
+            reply_error(job, rc, err.msg);
+            return;
+        }
+        double t1 = shoal_time_s();
+        t_read += t1 - t0;
+        for (int64_t i = i0; i < i0 + m; i++) {
+            const Shoal__ExpertRows *er = rq->experts[i];
+            const int64_t cnt = (int64_t)er->n_rows;
+            for (int64_t j = 0; j < cnt; j++)   /* the wire bytes need not be aligned */
+                memcpy(x->xg + j * E, hidden + (size_t)er->rows[j] * row_bytes, row_bytes);
+            shoal_expert_ffn(x->o, x->xg, cnt, &x->ew[i - i0], x->ffn);   /* [cnt][E] */
+            memcpy(out + pos, x->o, (size_t)cnt * row_bytes);
+            pos += (size_t)cnt * row_bytes;
+        }
+        shoal_expert_store_release_batch(x->store, il, x->ids + i0, m);
+        t_compute += shoal_time_s() - t1;
+        i0 += m;
+    }
+    shoal_expert_store_stats_get(x->store, &s1);
+
+    Shoal__ExpertResponse rs = SHOAL__EXPERT_RESPONSE__INIT;
+    rs.id = job->id;
+    rs.out.data = out;
+    rs.out.len = pos;
+    rs.queue_seconds = t_start - job->t_submit;
+    rs.read_seconds = t_read;
+    rs.compute_seconds = t_compute;
+    rs.cache_hits = (uint32_t)((s1.pinned_hits + s1.cache_hits + s1.inflight_hits) -
+                               (s0.pinned_hits + s0.cache_hits + s0.inflight_hits));
+    rs.disk_reads = (uint32_t)(s1.disk_reads - s0.disk_reads);
+    rs.bytes_read = s1.bytes_read - s0.bytes_read;
+    Shoal__Frame f = SHOAL__FRAME__INIT;
+    f.msg_case = SHOAL__FRAME__MSG_RESPONSE;
+    f.response = &rs;
+    job->reply = shoal_wire_pack(&f, job->max_frame, &job->reply_len, &err);
+    free(out);
+    if (!job->reply)
+        reply_error(job, err.code ? err.code : SHOAL_ENOMEM, err.msg);
+}
+
+/* ------------------------------------------------------------ thread */
+
+static void *thread_main(void *arg)
+{
+    struct shoal_worker_exec *x = arg;
+    const struct shoal_container *ct = x->p.ct;
+    if (x->p.threads > 0)
+        omp_set_num_threads(x->p.threads);   /* an ICV of this thread */
+    struct shoal_err err = {0};
+    struct shoal_expert_store *store = shoal_expert_store_create(ct, x->p.store, &err);
+    void *blob = NULL;
+    if (store) {
+        x->info.disk_mbps = probe_disk(ct, &blob);
+        x->info.compute_gbps = probe_compute(ct, blob, x->n_embd, x->n_ff);
+        free(blob);
+        struct shoal_expert_store_stats st;
+        shoal_expert_store_stats_get(store, &st);
+        x->info.io_engine = st.io_engine;
+        x->info.direct = st.n_source > 0 && st.source[0].direct;
+    }
+    pthread_mutex_lock(&x->mu);
+    x->store = store;
+    x->ready = store ? 1 : -1;
+    if (!store)
+        x->start_err = err;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    if (!store)
+        return NULL;
+
+    for (;;) {
+        pthread_mutex_lock(&x->mu);
+        while (!x->stop && !x->q_head && !x->h_head)
+            pthread_cond_wait(&x->cv, &x->mu);
+        if (x->stop) {
+            pthread_mutex_unlock(&x->mu);
+            break;
+        }
+        int have_hint = x->h_head != NULL;
+        struct shoal_worker_job *job = have_hint ? NULL : list_pop(&x->q_head, &x->q_tail);
+        pthread_mutex_unlock(&x->mu);
+        if (have_hint) {
+            run_hints(x);
+            continue;
+        }
+        run_request(x, job);
+        pthread_mutex_lock(&x->mu);
+        x->depth--;
+        list_push(&x->d_head, &x->d_tail, job);
+        pthread_mutex_unlock(&x->mu);
+        if (x->p.notify)
+            x->p.notify(x->p.notify_user);
+    }
+
+    pthread_mutex_lock(&x->mu);
+    shoal_expert_store_stats_get(store, &x->final);
+    x->final.counts_path = NULL;   /* borrowed from the store */
+    for (int i = 0; i < x->final.n_source; i++)
+        x->final.source[i].path = NULL;
+    x->store = NULL;   /* stats callers see NULL before the store goes away */
+    pthread_mutex_unlock(&x->mu);
+    shoal_expert_store_destroy(store);
+    return NULL;
+}
+
+struct shoal_worker_exec *shoal_worker_exec_create(const struct shoal_worker_exec_params *p,
+                                                   struct shoal_err *err)
+{
+    struct shoal_worker_exec *x = shoal_xcalloc(1, sizeof *x);
+    x->p = *p;
+    x->n_embd = p->n_embd;
+    x->n_ff = p->n_ff_exp;
+    x->ids = shoal_xcalloc((size_t)(p->ct->n_expert > 0 ? p->ct->n_expert : 1), sizeof *x->ids);
+    x->ew = shoal_xcalloc((size_t)(p->ct->n_expert > 0 ? p->ct->n_expert : 1), sizeof *x->ew);
+    x->info.io_engine = "none";
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv, NULL);
+    int rc = pthread_create(&x->thread, NULL, thread_main, x);
+    if (rc) {
+        shoal_err_set(err, -rc, "cannot start the compute thread: %s", strerror(rc));
+        shoal_worker_exec_destroy(x);
+        return NULL;
+    }
+    x->started = 1;
+    pthread_mutex_lock(&x->mu);
+    while (!x->ready)
+        pthread_cond_wait(&x->cv, &x->mu);
+    pthread_mutex_unlock(&x->mu);
+    if (x->ready < 0) {
+        shoal_err_set(err, x->start_err.code ? x->start_err.code : SHOAL_EIO, "%s",
+                      x->start_err.msg);
+        shoal_worker_exec_destroy(x);
+        return NULL;
+    }
+    return x;
+}
+
+const struct shoal_worker_exec_info *shoal_worker_exec_info(const struct shoal_worker_exec *x)
+{
+    return &x->info;
+}
+
+void shoal_worker_exec_submit(struct shoal_worker_exec *x, struct shoal_worker_job *job)
+{
+    job->t_submit = shoal_time_s();
+    pthread_mutex_lock(&x->mu);
+    if (job->kind == SHOAL_WORKER_JOB_HINT) {
+        if (x->stop)
+            shoal_worker_job_free(job);
+        else
+            list_push(&x->h_head, &x->h_tail, job);
+    } else if (x->stop) {
+        job->status = SHOAL_ECANCELED;
+        list_push(&x->d_head, &x->d_tail, job);
+    } else {
+        x->depth++;
+        list_push(&x->q_head, &x->q_tail, job);
+    }
+    pthread_cond_signal(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+}
+
+struct shoal_worker_job *shoal_worker_exec_take_done(struct shoal_worker_exec *x)
+{
+    pthread_mutex_lock(&x->mu);
+    struct shoal_worker_job *j = x->d_head;
+    x->d_head = x->d_tail = NULL;
+    pthread_mutex_unlock(&x->mu);
+    return j;
+}
+
+uint32_t shoal_worker_exec_queue_depth(struct shoal_worker_exec *x)
+{
+    pthread_mutex_lock(&x->mu);
+    uint32_t d = x->depth;
+    pthread_mutex_unlock(&x->mu);
+    return d;
+}
+
+void shoal_worker_exec_store_stats(struct shoal_worker_exec *x,
+                                   struct shoal_expert_store_stats *out)
+{
+    pthread_mutex_lock(&x->mu);
+    if (x->store)
+        shoal_expert_store_stats_get(x->store, out);
+    else
+        *out = x->final;   /* zero before start; the last counters after stop */
+    pthread_mutex_unlock(&x->mu);
+}
+
+void shoal_worker_exec_stop(struct shoal_worker_exec *x)
+{
+    if (!x || x->stopped)
+        return;
+    pthread_mutex_lock(&x->mu);
+    x->stop = 1;
+    struct shoal_worker_job *j;
+    while ((j = list_pop(&x->q_head, &x->q_tail))) {
+        j->status = SHOAL_ECANCELED;
+        x->depth--;
+        list_push(&x->d_head, &x->d_tail, j);
+    }
+    while ((j = list_pop(&x->h_head, &x->h_tail)))
+        shoal_worker_job_free(j);
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    if (x->started)
+        pthread_join(x->thread, NULL);
+    x->stopped = 1;
+}
+
+void shoal_worker_exec_destroy(struct shoal_worker_exec *x)
+{
+    if (!x)
+        return;
+    shoal_worker_exec_stop(x);
+    struct shoal_worker_job *j = x->d_head;
+    while (j) {
+        struct shoal_worker_job *nx = j->next;
+        shoal_worker_job_free(j);
+        j = nx;
+    }
+    pthread_mutex_destroy(&x->mu);
+    pthread_cond_destroy(&x->cv);
+    free(x->ids);
+    free(x->ew);
+    free(x->xg);
+    free(x->o);
+    free(x->ffn);
+    free(x);
+}

@@ -1,0 +1,444 @@
+/* shoal-worker: an expert worker (DESIGN §5). Opens a container (or a
+ * shard of one), builds an expert store over it on a compute thread, and
+ * serves batch-unions of expert FFNs to a coordinator over the wire
+ * protocol (docs/PROTOCOL.md): on its --listen address, and by dialling
+ * --join. Exit status: 0 after SIGINT/SIGTERM, 1 on a runtime error at
+ * start, 2 on a usage error. */
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "container.h"
+#include "exec.h"
+#include "log.h"
+#include "parse.h"
+#include "placement.h"
+#include "quant.h"
+#include "server.h"
+#include "util.h"
+#include "wire.h"
+
+#define MAX_SHARD_WORKERS 4096
+
+struct opts {
+    const char *model;
+    const char *listen;
+    const char *join;
+    const char *key_file;
+    const char *name;
+    int shard_index, shard_count, shard_replicas;   /* count 0: no --shard */
+    struct shoal_expert_store_params store;
+    int threads;
+    int stats;                       /* log the store's counters at exit */
+    enum shoal_log_level log_level;
+};
+
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void error_line(const char *fmt, va_list ap)
+{
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    fprintf(stderr, "shoal-worker: %s\n", buf);
+}
+
+static void fail_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail_line(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_line(fmt, ap);
+    va_end(ap);
+}
+
+/* A usage error: one line on stderr, exit 2. */
+static void die_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_line(fmt, ap);
+    va_end(ap);
+    exit(2);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: shoal-worker --model DIR [options]\n\n"
+        "Serves the routed experts of a shoal container (or a shard made by 'shoal shard')\n"
+        "to a coordinator: each MoE layer's batch-union runs here with the same kernels.\n\n"
+        "  --model DIR          the container or shard (make one with 'shoal convert')\n"
+        "  --shard I/N[:R]      serve only worker I's share (0-based) of N workers,\n"
+        "                       R holders per expert (default 1), by weighted rendezvous\n"
+        "  --listen ADDR:PORT   where to accept the coordinator (default 127.0.0.1:7070;\n"
+        "                       port 0 picks a free one). Without --cluster-key only a\n"
+        "                       loopback address is allowed\n"
+        "  --join HOST:PORT     also dial this coordinator (--accept-workers there) and\n"
+        "                       re-dial with backoff whenever the connection drops\n"
+        "  --cluster-key FILE   shared secret; every peer must prove it holds it\n"
+        "  --name NAME          how this worker names itself to peers (default host:port)\n"
+        "  --expert-cache SIZE  LRU budget for experts (default unlimited)\n"
+        "  --pin SIZE           experts pinned in RAM, hottest first (default 0)\n"
+        "  --direct on|off      O_DIRECT / F_NOCACHE expert reads (default off)\n"
+        "  --io auto|pread|uring  I/O engine (default auto)\n"
+        "  --queue-depth N      expert reads in flight (default 8)\n"
+        "  --prefetch on|off    act on the coordinator's prefetch hints (default on)\n"
+        "  --threads N          compute threads (default: OpenMP's)\n"
+        "  --stats              log the expert store's counters at exit\n"
+        "  -q, --quiet          log warnings and errors only\n"
+        "  -v, --verbose        log debug lines too\n"
+        "  --version, --help\n");
+}
+
+static const char *need_value(int argc, char **argv, int i)
+{
+    if (i + 1 >= argc)
+        die_usage("%s needs a value", argv[i]);
+    return argv[i + 1];
+}
+
+static int parse_on_off(const char *flag, const char *v)
+{
+    if (strcmp(v, "on") && strcmp(v, "off"))
+        die_usage("%s expects on or off, got '%s'", flag, v);
+    return !strcmp(v, "on");
+}
+
+static unsigned long long parse_size_flag(const char *flag, const char *v)
+{
+    unsigned long long x;
+    if (shoal_parse_size(v, &x) < 0)
+        die_usage("%s expects a size such as 0, 512M, 4G or unlimited, got '%s'", flag, v);
+    return x;
+}
+
+static long long parse_int_flag(const char *flag, const char *v, long long lo, long long hi)
+{
+    long long x;
+    if (shoal_parse_i64(v, lo, hi, &x) < 0)
+        die_usage("%s expects an integer in [%lld, %lld], got '%s'", flag, lo, hi, v);
+    return x;
+}
+
+/* "I/N" or "I/N:R", I in [0, N), R in [1, N]. */
+static void parse_shard(const char *v, struct opts *o)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", v);
+    char *slash = strchr(buf, '/');
+    char *colon = slash ? strchr(slash + 1, ':') : NULL;
+    long long i = -1, n = 0, r = 1;
+    if (slash)
+        *slash = 0;
+    if (colon)
+        *colon = 0;
+    if (!slash || strlen(v) >= sizeof buf ||
+        shoal_parse_i64(slash + 1, 1, MAX_SHARD_WORKERS, &n) < 0 ||
+        shoal_parse_i64(buf, 0, n - 1, &i) < 0 ||
+        (colon && shoal_parse_i64(colon + 1, 1, n, &r) < 0))
+        die_usage("--shard expects I/N or I/N:R with 0 <= I < N <= %d and 1 <= R <= N "
+                  "(worker I of N, R holders per expert), got '%s'", MAX_SHARD_WORKERS, v);
+    o->shard_index = (int)i;
+    o->shard_count = (int)n;
+    o->shard_replicas = (int)r;
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--version")) {
+            printf("shoal-worker %s\n", SHOAL_VERSION);
+            exit(0);
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            o->log_level = SHOAL_LOG_WARN;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            o->log_level = SHOAL_LOG_DEBUG;
+        } else if (!strcmp(a, "--stats")) {
+            o->stats = 1;
+        } else {
+            const char *v = need_value(argc, argv, i++);
+            if (!strcmp(a, "--model"))
+                o->model = v;
+            else if (!strcmp(a, "--shard"))
+                parse_shard(v, o);
+            else if (!strcmp(a, "--listen"))
+                o->listen = v;
+            else if (!strcmp(a, "--join"))
+                o->join = v;
+            else if (!strcmp(a, "--cluster-key"))
+                o->key_file = v;
+            else if (!strcmp(a, "--name"))
+                o->name = v;
+            else if (!strcmp(a, "--expert-cache"))
+                o->store.cache_bytes = parse_size_flag(a, v);
+            else if (!strcmp(a, "--pin"))
+                o->store.pin_bytes = parse_size_flag(a, v);
+            else if (!strcmp(a, "--direct"))
+                o->store.direct = parse_on_off(a, v);
+            else if (!strcmp(a, "--prefetch"))
+                o->store.prefetch = parse_on_off(a, v);
+            else if (!strcmp(a, "--queue-depth"))
+                o->store.io.queue_depth = (int)parse_int_flag(a, v, 1, SHOAL_IO_QUEUE_DEPTH_MAX);
+            else if (!strcmp(a, "--threads"))
+                o->threads = (int)parse_int_flag(a, v, 1, 1024);
+            else if (!strcmp(a, "--io")) {
+                if (shoal_io_kind_parse(v, &o->store.io.kind) < 0)
+                    die_usage("--io expects pread, uring or auto, got '%s'", v);
+            } else {
+                die_usage("unknown option '%s' (see --help)", a);
+            }
+        }
+    }
+    if (!o->model)
+        die_usage("--model DIR is required (see --help)");
+}
+
+/* Refuse a non-loopback address without a cluster key (exit 2). */
+static void check_loopback(const char *flag, const char *addr, const struct shoal_wire_key *key)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    struct shoal_err err = {0};
+    if (shoal_wire_parse_addr(addr, &ss, &sl, &err) < 0)
+        die_usage("%s: %s", flag, err.msg);
+    if (!key->set && !shoal_wire_addr_is_loopback(&ss))
+        die_usage("%s %s is not a loopback address: without --cluster-key a worker only "
+                  "talks over loopback (give every machine the same --cluster-key FILE)",
+                  flag, addr);
+}
+
+/* Coverage bitmap: bit il*n_expert+ie set when the container holds expert
+ * (il, ie) of a MoE layer and --shard (if any) gives it to this worker.
+ * Returns the number of experts covered. */
+static int64_t build_coverage(const struct shoal_container *ct, const struct opts *o,
+                              uint8_t *cov)
+{
+    int64_t held = 0;
+    int *holders = shoal_xcalloc((size_t)(o->shard_count > 0 ? o->shard_count : 1),
+                                 sizeof *holders);
+    for (int64_t il = 0; il < ct->n_layer; il++) {
+        for (int64_t ie = 0; ie < ct->n_expert; ie++) {
+            if (!shoal_container_holds(ct, il, ie))
+                continue;
+            if (o->shard_count > 0) {
+                int n = shoal_placement_holders(il, ie, o->shard_count, NULL,
+                                                o->shard_replicas, holders);
+                int mine = 0;
+                for (int k = 0; k < n; k++)
+                    mine |= holders[k] == o->shard_index;
+                if (!mine)
+                    continue;
+            }
+            uint64_t bit = (uint64_t)il * (uint64_t)ct->n_expert + (uint64_t)ie;
+            cov[bit / 8] |= (uint8_t)(1u << (bit % 8));
+            held++;
+        }
+    }
+    free(holders);
+    return held;
+}
+
+/* The store's counters at exit (--stats): two lines on stderr, whatever
+ * the log level. */
+static void log_stats(struct shoal_worker_exec *exec)
+{
+    struct shoal_expert_store_stats st;
+    shoal_worker_exec_store_stats(exec, &st);
+    const uint64_t demand = st.pinned_hits + st.cache_hits + st.inflight_hits + st.disk_reads;
+    fprintf(stderr,
+              "shoal-worker: stats: acquires=%llu pinned_hits=%llu cache_hits=%llu inflight_hits=%llu "
+              "disk_reads=%llu (%.1f%% hits) staged=%llu bytes_read=%.1f MB "
+              "read_busy=%.2f s stall=%.2f s evictions=%llu peak_expert_bytes=%.1f MB\n",
+              (unsigned long long)demand, (unsigned long long)st.pinned_hits,
+              (unsigned long long)st.cache_hits, (unsigned long long)st.inflight_hits,
+              (unsigned long long)st.disk_reads,
+              demand ? 100.0 * (double)(demand - st.disk_reads) / (double)demand : 0.0,
+              (unsigned long long)st.staged_reads, st.bytes_read / 1e6, st.read_busy_seconds,
+              st.stall_seconds, (unsigned long long)st.evictions, st.peak_expert_bytes / 1e6);
+    fprintf(stderr,
+              "shoal-worker: stats: prefetch hints=%llu hinted=%llu reads=%llu used=%llu dropped=%llu "
+              "evicted_unused=%llu\n",
+              (unsigned long long)st.hints, (unsigned long long)st.hinted,
+              (unsigned long long)st.prefetch_reads, (unsigned long long)st.prefetch_used,
+              (unsigned long long)st.prefetch_dropped, (unsigned long long)st.prefetch_evicted);
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.listen = "127.0.0.1:7070",
+                     .store = shoal_expert_store_params_default(),
+                     .log_level = SHOAL_LOG_INFO};
+    o.store.learn = 0;   /* routing is the coordinator's; a worker only serves */
+    parse_args(argc, argv, &o);
+
+    struct shoal_err err = {0};
+    struct shoal_wire_key key = {0};
+    if (o.key_file && shoal_wire_key_load(o.key_file, &key, &err) < 0) {
+        fail_line("%s", err.msg);
+        return 2;
+    }
+    check_loopback("--listen", o.listen, &key);
+    if (o.join)
+        check_loopback("--join", o.join, &key);
+
+    if (!shoal_is_dir(o.model)) {
+        fail_line("--model '%s' does not exist or is not a directory", o.model);
+        return 2;
+    }
+    if (!shoal_container_is(o.model)) {
+        fail_line("'%s' is not a shoal container (no shoal.json); make one with "
+                  "'shoal convert %s DIR' and pass --model DIR", o.model, o.model);
+        return 2;
+    }
+    struct shoal_model_config cfg;
+    struct shoal_container *ct = shoal_container_open(o.model, &cfg, &err);
+    if (!ct) {
+        fail_line("%s", err.msg);
+        return 1;
+    }
+    /* usage is checked: from here on the worker logs its events */
+    shoal_log_set_level(o.log_level);
+    /* pick the quantized kernels once (AVX2, NEON or scalar; same bits) */
+    shoal_quant_init(SHOAL_QUANT_ISA_AUTO, NULL);
+    /* a peer that vanishes mid-write must not kill the process */
+    signal(SIGPIPE, SIG_IGN);
+    int rc = 1;
+    struct shoal_worker_server *srv = NULL;
+    struct shoal_worker_exec *exec = NULL;
+    uint8_t *is_moe = shoal_xcalloc((size_t)ct->n_layer, 1);
+    const size_t cov_len = (size_t)((ct->n_layer * ct->n_expert + 7) / 8);
+    uint8_t *cov = shoal_xcalloc(cov_len ? cov_len : 1, 1);
+    int64_t n_moe = 0;
+    for (int64_t il = 0; il < ct->n_layer; il++)
+        n_moe += is_moe[il] = ct->layer_offset[il] != UINT64_MAX;
+    const int64_t held = build_coverage(ct, &o, cov);
+    if (held == 0) {
+        fail_line("'%s'%s holds no routed experts for this worker; nothing to serve",
+                  o.model, o.shard_count ? " with --shard" : "");
+        goto out;
+    }
+
+    char fingerprint[17];
+    snprintf(fingerprint, sizeof fingerprint, "%016" PRIx64, ct->fingerprint);
+    char software[32], dtype[16];
+    snprintf(software, sizeof software, "shoal %s", SHOAL_VERSION);
+    snprintf(dtype, sizeof dtype, "%s", shoal_dtype_name(ct->experts_dtype));
+    Shoal__PeerInfo info = SHOAL__PEER_INFO__INIT;
+    info.software = software;
+    info.fingerprint = fingerprint;
+    info.model_type = (char *)cfg.family->model_type;
+    info.n_layer = (uint32_t)ct->n_layer;
+    info.n_expert = (uint32_t)ct->n_expert;
+    info.n_embd = (uint32_t)cfg.n_embd;
+    info.coverage.data = cov;
+    info.coverage.len = cov_len;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    info.cores = (uint32_t)(o.threads > 0 ? o.threads : ncpu > 0 ? ncpu : 1);
+    info.cache_bytes = o.store.cache_bytes;
+    if (o.store.cache_bytes != UINT64_MAX)
+        info.cache_bytes = o.store.pin_bytes > UINT64_MAX - o.store.cache_bytes
+                               ? UINT64_MAX : o.store.cache_bytes + o.store.pin_bytes;
+    info.max_frame = SHOAL_WIRE_MAX_FRAME_DEFAULT;
+    info.expert_dtype = dtype;
+
+    struct shoal_worker_server_params sp = shoal_worker_server_params_default();
+    sp.listen = o.listen;
+    sp.join = o.join;
+    sp.key = &key;
+    sp.info = &info;
+    sp.fingerprint = fingerprint;
+    sp.n_layer = ct->n_layer;
+    sp.n_expert = ct->n_expert;
+    sp.n_embd = cfg.n_embd;
+    sp.is_moe = is_moe;
+    sp.coverage = cov;
+    sp.coverage_len = cov_len;
+    srv = shoal_worker_server_create(&sp, &err);
+    if (!srv) {
+        fail_line("%s", err.msg);
+        goto out;
+    }
+    char name[300];
+    if (o.name) {
+        snprintf(name, sizeof name, "%s", o.name);
+    } else {
+        const char *addr = shoal_worker_server_address(srv);
+        const char *port = strrchr(addr, ':');
+        char host[256] = "";
+        if ((!strncmp(addr, "0.0.0.0:", 8) || !strncmp(addr, "[::]:", 5)) &&
+            gethostname(host, sizeof host - 1) == 0 && host[0])
+            snprintf(name, sizeof name, "%s%s", host, port ? port : "");
+        else
+            snprintf(name, sizeof name, "%s", addr);
+    }
+    info.name = name;
+
+    /* routing counts (pinned hot-set ranking) next to the container, or in
+     * the user's cache directory when it is read-only */
+    char cache_dir[4096] = "";
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0] == '/')
+        snprintf(cache_dir, sizeof cache_dir, "%s/shoal", xdg);
+    else if (home && home[0] == '/')
+        snprintf(cache_dir, sizeof cache_dir, "%s/.cache/shoal", home);
+    o.store.counts_fallback_dir = cache_dir[0] ? cache_dir : NULL;
+    struct shoal_worker_exec_params xp = {.ct = ct,
+                                          .n_embd = cfg.n_embd,
+                                          .n_ff_exp = cfg.n_ff_exp,
+                                          .store = o.store,
+                                          .threads = o.threads,
+                                          .notify = shoal_worker_server_notify,
+                                          .notify_user = srv};
+    exec = shoal_worker_exec_create(&xp, &err);
+    if (!exec) {
+        fail_line("%s", err.msg);
+        goto out;
+    }
+    const struct shoal_worker_exec_info *xi = shoal_worker_exec_info(exec);
+    info.disk_mbps = xi->disk_mbps;
+    info.compute_gbps = xi->compute_gbps;
+    info.caps = (o.store.prefetch ? SHOAL_CAP_PREFETCH : 0) |
+                (!strcmp(xi->io_engine, "uring") ? SHOAL_CAP_URING : 0) |
+                (xi->direct ? SHOAL_CAP_DIRECT : 0);
+    char cache[32];
+    if (o.store.cache_bytes == UINT64_MAX)
+        snprintf(cache, sizeof cache, "unlimited");
+    else
+        snprintf(cache, sizeof cache, "%.1f MB", o.store.cache_bytes / 1e6);
+    char shard[64] = "";
+    if (o.shard_count)
+        snprintf(shard, sizeof shard, " (--shard %d/%d:%d)", o.shard_index, o.shard_count,
+                 o.shard_replicas);
+    shoal_log(SHOAL_LOG_INFO, "worker",
+              "serving %s (%s, fingerprint %s, %s experts): %lld of %lld experts%s, "
+              "cache %s, io %s%s, disk %.0f MB/s, compute %.2f GB/s, %s kernels",
+              o.model, cfg.family->model_type, fingerprint, dtype, (long long)held,
+              (long long)(n_moe * ct->n_expert), shard, cache, xi->io_engine,
+              xi->direct ? " direct" : "", xi->disk_mbps, xi->compute_gbps,
+              shoal_quant_ops_name());
+
+    if (shoal_worker_server_run(srv, exec, &err) < 0) {
+        fail_line("%s", err.msg);
+        goto out;
+    }
+    if (o.stats)
+        log_stats(exec);
+    rc = 0;
+out:
+    shoal_worker_exec_destroy(exec);
+    shoal_worker_server_destroy(srv);
+    shoal_container_close(ct);
+    free(is_moe);
+    free(cov);
+    return rc;
+}

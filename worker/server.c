@@ -1,0 +1,874 @@
+#include "server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "log.h"
+#include "util.h"
+
+#define LOG_C "worker"
+/* frames before authentication are hello/auth with a PeerInfo (its coverage
+ * bitmap is n_layer * n_expert bits): a small cap keeps an unauthenticated
+ * peer from making us hold a large frame */
+#define PREAUTH_MAX_FRAME (4u << 20)
+#define READ_CHUNK (64u << 10)
+#define FLUSH_TIMEOUT_MS 2000
+#define DIAL_BACKOFF_MIN_MS 500
+#define DIAL_BACKOFF_MAX_MS 10000
+/* protobuf overhead of an ExpertResponse around its out bytes, bounded */
+#define RESPONSE_OVERHEAD 256
+
+struct conn {
+    uv_tcp_t tcp;                  /* data = conn */
+    uv_timer_t timer;              /* handshake deadline, then flush deadline */
+    uv_connect_t connect;          /* --join dial */
+    uv_shutdown_t shut;
+    struct shoal_worker_server *srv;
+    struct conn *prev, *next;      /* srv->conns while open */
+    int refs;                      /* handles + writes + jobs + connect/shutdown reqs */
+    int closing;                   /* no more dispatch; replies are discarded */
+    int handles_closed;            /* uv_close called on tcp and timer */
+    int dialled;                   /* our --join connection */
+    int hs_done;
+    int reading, paused;
+    uint64_t pauses;               /* times reading stopped for backpressure */
+    char peer[96];                 /* "host:port" */
+    char peer_name[192];           /* the peer's PeerInfo name (sanitised) once authenticated */
+    Shoal__Role peer_role;
+    uint32_t peer_max_frame;       /* bytes; our max until the peer says */
+    struct shoal_frame_reader reader;
+    struct shoal_handshake hs;
+    uint64_t write_bytes;          /* handed to uv_write, not yet written */
+    uint64_t job_bytes;            /* request bytes queued at the compute thread */
+    uint64_t requests, errors;
+    char rbuf[READ_CHUNK];
+};
+
+struct wreq {
+    uv_write_t req;
+    struct conn *c;
+    uint8_t *data;                 /* owned; freed in the write callback */
+    size_t len;
+};
+
+struct shoal_worker_server {
+    struct shoal_worker_server_params p;
+    uv_loop_t loop;
+    int loop_init;
+    uv_tcp_t listener;
+    uv_async_t async;
+    uv_signal_t sigint, sigterm;
+    uv_timer_t dial_timer;
+    int handles_init;
+    char listen_addr[96];
+    struct sockaddr_storage join_addr;
+    struct shoal_worker_exec *exec;
+    struct conn *conns;            /* open connections */
+    struct conn *join_conn;        /* the --join connection while open */
+    int n_conns;
+    uint64_t dial_backoff_ms;
+    int stopping;
+    double t_start;
+    uint64_t requests, errors;     /* totals over every connection */
+};
+
+/* ------------------------------------------------------------ helpers */
+
+/* Copy a peer-supplied string for logs: printable ASCII, at most n-1 bytes. */
+static void sanitize(char *dst, size_t n, const char *src)
+{
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < n; i++)
+        dst[i] = (src[i] >= 0x20 && src[i] < 0x7f) ? src[i] : '?';
+    dst[i] = '\0';
+}
+
+static const char *role_name(Shoal__Role r)
+{
+    switch (r) {
+    case SHOAL__ROLE__ROLE_COORDINATOR: return "coordinator";
+    case SHOAL__ROLE__ROLE_WORKER: return "worker";
+    case SHOAL__ROLE__ROLE_OBSERVER: return "observer";
+    default: return "unknown";
+    }
+}
+
+static const char *conn_label(const struct conn *c)
+{
+    return c->peer_name[0] ? c->peer_name : c->peer;
+}
+
+static void conn_ref(struct conn *c)
+{
+    c->refs++;
+}
+
+static void conn_unref(struct conn *c)
+{
+    if (--c->refs > 0)
+        return;
+    shoal_frame_reader_free(&c->reader);
+    shoal_handshake_free(&c->hs);
+    free(c);
+}
+
+static void conn_unlink(struct conn *c)
+{
+    struct shoal_worker_server *srv = c->srv;
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (srv->conns == c)
+        srv->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    srv->n_conns--;
+}
+
+static void schedule_dial(struct shoal_worker_server *srv);
+
+static void on_handle_close(uv_handle_t *h)
+{
+    conn_unref(h->data);
+}
+
+/* Close now: pending writes are cancelled, replies still at the compute
+ * thread are discarded when they come back. why: for the log line. */
+static void conn_close(struct conn *c, const char *why)
+{
+    if (c->handles_closed)
+        return;
+    if (why)
+        shoal_log(SHOAL_LOG_INFO, LOG_C, "closed %s peer=%s: %s",
+                  c->hs_done ? role_name(c->peer_role) : "connection", conn_label(c), why);
+    c->closing = 1;
+    c->handles_closed = 1;
+    struct shoal_worker_server *srv = c->srv;
+    conn_unlink(c);
+    uv_close((uv_handle_t *)&c->tcp, on_handle_close);
+    uv_close((uv_handle_t *)&c->timer, on_handle_close);
+    if (c->dialled && srv->join_conn == c) {
+        srv->join_conn = NULL;
+        schedule_dial(srv);
+    }
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct conn *c = req->data;
+    (void)status;
+    conn_close(c, NULL);
+    conn_unref(c);
+}
+
+static void on_flush_timeout(uv_timer_t *t)
+{
+    struct conn *c = t->data;
+    conn_close(c, "peer did not read the error reply in time");
+}
+
+/* Close after the queued writes (an error reply) are sent, within
+ * FLUSH_TIMEOUT_MS. why: logged now. */
+static void conn_close_flush(struct conn *c, const char *why)
+{
+    if (c->closing)
+        return;
+    shoal_log(SHOAL_LOG_INFO, LOG_C, "closing %s peer=%s: %s",
+              c->hs_done ? role_name(c->peer_role) : "connection", conn_label(c), why);
+    c->closing = 1;
+    if (c->reading)
+        uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+    uv_timer_stop(&c->timer);
+    uv_timer_start(&c->timer, on_flush_timeout, FLUSH_TIMEOUT_MS, 0);
+    c->shut.data = c;
+    conn_ref(c);
+    if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
+        conn_unref(c);
+        conn_close(c, NULL);
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct conn *c = h->data;
+    (void)suggested;
+    *buf = uv_buf_init(c->rbuf, sizeof c->rbuf);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* Read unless the connection is over its backpressure limit. */
+static void conn_update_reading(struct conn *c)
+{
+    if (c->closing)
+        return;
+    const uint64_t limit = c->srv->p.backpressure_bytes;
+    const uint64_t queued = c->write_bytes + c->job_bytes;
+    if (c->reading && queued > limit) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = 0;
+        /* an event worth a line the first time; debug after that */
+        shoal_log(c->pauses ? SHOAL_LOG_DEBUG : SHOAL_LOG_INFO, LOG_C,
+                  "backpressure peer=%s: %llu bytes queued (limit %llu), reading paused",
+                  conn_label(c), (unsigned long long)queued, (unsigned long long)limit);
+        c->pauses++;
+        c->paused = 1;
+    } else if (!c->reading && queued <= limit / 2) {
+        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) {
+            c->reading = 1;
+            c->paused = 0;
+        }
+    }
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct wreq *w = (struct wreq *)req;
+    struct conn *c = w->c;
+    c->write_bytes -= w->len;
+    free(w->data);
+    free(w);
+    if (status < 0 && !c->closing) {
+        char why[128];
+        snprintf(why, sizeof why, "write failed: %s", uv_strerror(status));
+        conn_close(c, why);
+    } else {
+        conn_update_reading(c);
+    }
+    conn_unref(c);
+}
+
+/* Queue data (len bytes, a packed frame; takes ownership) for writing. */
+static void conn_send(struct conn *c, uint8_t *data, size_t len)
+{
+    if (c->closing) {   /* after uv_shutdown a write would fail with EPIPE */
+        free(data);
+        return;
+    }
+    struct wreq *w = shoal_xmalloc(sizeof *w);
+    w->c = c;
+    w->data = data;
+    w->len = len;
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned int)len);
+    c->write_bytes += len;
+    conn_ref(c);
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    if (rc < 0) {
+        c->write_bytes -= len;
+        free(data);
+        free(w);
+        conn_unref(c);
+        char why[128];
+        snprintf(why, sizeof why, "write failed: %s", uv_strerror(rc));
+        conn_close(c, why);
+        return;
+    }
+    conn_update_reading(c);
+}
+
+/* Send the frames of a wire buffer (its bytes change owner). */
+static void conn_send_buf(struct conn *c, struct shoal_wire_buf *b)
+{
+    if (b->len == 0) {
+        shoal_wire_buf_free(b);
+        return;
+    }
+    uint8_t *data = b->data;
+    size_t len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    conn_send(c, data, len);
+}
+
+static void conn_send_frame(struct conn *c, const Shoal__Frame *f)
+{
+    struct shoal_err err = {0};
+    size_t len = 0;
+    uint8_t *data = shoal_wire_pack(f, c->peer_max_frame, &len, &err);
+    if (!data) {
+        shoal_log(SHOAL_LOG_WARN, LOG_C, "cannot send %s to peer=%s: %s",
+                  shoal_wire_frame_name(f), conn_label(c), err.msg);
+        return;
+    }
+    conn_send(c, data, len);
+}
+
+/* ErrorReply with the id it answers (0: none) and a one-line message. */
+static void conn_send_error(struct conn *c, uint64_t id, int code, const char *msg)
+{
+    struct shoal_wire_error e;
+    shoal_wire_error_init(&e, id, code, msg);
+    c->errors++;
+    c->srv->errors++;
+    shoal_log(SHOAL_LOG_INFO, LOG_C, "error reply peer=%s req=%llu: %s", conn_label(c),
+              (unsigned long long)id, msg);
+    conn_send_frame(c, &e.frame);
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+static void handle_request(struct conn *c, Shoal__Frame *f, size_t wire_len)
+{
+    struct shoal_worker_server *srv = c->srv;
+    const struct shoal_worker_server_params *p = &srv->p;
+    const Shoal__ExpertRequest *rq = f->request;
+    struct shoal_err err = {0};
+    const uint64_t row_bytes = (uint64_t)p->n_embd * sizeof(float);
+    const int64_t max_rows = (int64_t)(p->max_frame / (row_bytes ? row_bytes : 1));
+    int rc = shoal_wire_check_request(rq, p->n_layer, p->n_expert, p->n_embd, p->is_moe,
+                                      p->coverage, p->coverage_len, max_rows, &err);
+    if (rc < 0) {
+        conn_send_error(c, rq->id, rc, err.msg);
+        shoal_wire_frame_free(f);
+        return;
+    }
+    /* the response must fit one frame the peer accepts: each row of each
+     * expert comes back as n_embd f32 (checked here, before any memory) */
+    uint64_t total_rows = 0;
+    for (size_t i = 0; i < rq->n_experts; i++)
+        total_rows += rq->experts[i]->n_rows;   /* <= n_expert * n_rows: no overflow */
+    const uint64_t limit = c->peer_max_frame < p->max_frame ? c->peer_max_frame : p->max_frame;
+    if (total_rows > (limit - RESPONSE_OVERHEAD) / row_bytes) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "request %llu: response of %llu rows x %lld f32 would exceed "
+                 "the %llu-byte frame limit; split the batch", (unsigned long long)rq->id,
+                 (unsigned long long)total_rows, (long long)p->n_embd, (unsigned long long)limit);
+        conn_send_error(c, rq->id, SHOAL_ERANGE, msg);
+        shoal_wire_frame_free(f);
+        return;
+    }
+    struct shoal_worker_job *job = shoal_xcalloc(1, sizeof *job);
+    job->kind = SHOAL_WORKER_JOB_REQUEST;
+    job->frame = f;
+    job->total_rows = total_rows;
+    job->max_frame = (uint32_t)limit;
+    job->owner = c;
+    job->id = rq->id;
+    job->frame_bytes = wire_len;
+    c->job_bytes += wire_len;
+    c->requests++;
+    srv->requests++;
+    conn_ref(c);
+    shoal_worker_exec_submit(srv->exec, job);
+    conn_update_reading(c);
+}
+
+static void handle_hint(struct conn *c, Shoal__Frame *f)
+{
+    const struct shoal_worker_server_params *p = &c->srv->p;
+    const Shoal__PrefetchHint *h = f->hint;
+    if (h->layer >= (uint64_t)p->n_layer || !p->is_moe[h->layer]) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "prefetch hint for layer %u: expected a MoE layer < %lld",
+                 h->layer, (long long)p->n_layer);
+        conn_send_error(c, 0, SHOAL_ERANGE, msg);
+        shoal_wire_frame_free(f);
+        return;
+    }
+    /* keep the experts this worker serves; duplicates are fine (the store
+     * dedups), anything else is ignored as the store would */
+    int32_t *ids = malloc((h->n_experts ? h->n_experts : 1) * sizeof *ids);
+    int64_t n = 0;
+    for (size_t i = 0; ids && i < h->n_experts; i++)
+        if (h->experts[i] < (uint64_t)p->n_expert &&
+            shoal_wire_covers(p->coverage, p->coverage_len, p->n_expert, h->layer,
+                              h->experts[i]))
+            ids[n++] = (int32_t)h->experts[i];
+    if (n == 0) {
+        free(ids);
+        shoal_wire_frame_free(f);
+        return;
+    }
+    struct shoal_worker_job *job = shoal_xcalloc(1, sizeof *job);
+    job->kind = SHOAL_WORKER_JOB_HINT;
+    job->layer = h->layer;
+    job->ids = ids;
+    job->n_ids = n;
+    shoal_wire_frame_free(f);
+    shoal_worker_exec_submit(c->srv->exec, job);
+}
+
+static void handle_status(struct conn *c, const Shoal__StatusRequest *sr)
+{
+    struct shoal_worker_server *srv = c->srv;
+    struct shoal_expert_store_stats st;
+    shoal_worker_exec_store_stats(srv->exec, &st);
+    Shoal__StatusReply r = SHOAL__STATUS_REPLY__INIT;
+    r.id = sr->id;
+    r.info = (Shoal__PeerInfo *)srv->p.info;   /* packed, never modified */
+    r.cache_used = st.pinned_bytes + st.cached_bytes;
+    r.cache_limit = srv->p.info->cache_bytes;
+    r.hits = st.pinned_hits + st.cache_hits + st.inflight_hits;
+    r.misses = st.disk_reads;
+    r.bytes_read = st.bytes_read;
+    r.read_busy_seconds = st.read_busy_seconds;
+    r.queue_depth = shoal_worker_exec_queue_depth(srv->exec);
+    r.requests = srv->requests;
+    r.errors = srv->errors;
+    r.uptime_seconds = shoal_time_s() - srv->t_start;
+    r.connections = (uint32_t)srv->n_conns;
+    Shoal__Frame f = SHOAL__FRAME__INIT;
+    f.msg_case = SHOAL__FRAME__MSG_STATUS;
+    f.status = &r;
+    conn_send_frame(c, &f);
+}
+
+/* An authenticated peer's frame (takes ownership of f). */
+static void dispatch(struct conn *c, Shoal__Frame *f, size_t wire_len)
+{
+    const int coord = c->peer_role == SHOAL__ROLE__ROLE_COORDINATOR;
+    char msg[400];
+    switch (f->msg_case) {
+    case SHOAL__FRAME__MSG_REQUEST:
+        if (!coord)
+            break;
+        handle_request(c, f, wire_len);
+        return;
+    case SHOAL__FRAME__MSG_HINT:
+        if (!coord)
+            break;
+        handle_hint(c, f);
+        return;
+    case SHOAL__FRAME__MSG_HEARTBEAT:
+        if (!f->heartbeat->reply) {
+            f->heartbeat->reply = 1;
+            conn_send_frame(c, f);
+        }
+        shoal_wire_frame_free(f);
+        return;
+    case SHOAL__FRAME__MSG_STATUS_REQUEST:
+        handle_status(c, f->status_request);
+        shoal_wire_frame_free(f);
+        return;
+    default:
+        break;
+    }
+    uint64_t id = f->msg_case == SHOAL__FRAME__MSG_REQUEST ? f->request->id : 0;
+    snprintf(msg, sizeof msg, "unexpected frame '%s' from %s %s: a worker answers %s",
+             shoal_wire_frame_name(f), role_name(c->peer_role), conn_label(c),
+             coord ? "request, hint, heartbeat and status_request"
+                   : "heartbeat and status_request from an observer");
+    conn_send_error(c, id, SHOAL_EUNSUPPORTED, msg);
+    shoal_wire_frame_free(f);
+}
+
+/* The handshake finished: check who the peer is. Returns 0 or -1 (closed). */
+static int on_authenticated(struct conn *c)
+{
+    const Shoal__PeerInfo *pi = c->hs.peer_info;
+    c->peer_role = c->hs.peer_role;
+    if (c->peer_role != SHOAL__ROLE__ROLE_COORDINATOR &&
+        c->peer_role != SHOAL__ROLE__ROLE_OBSERVER) {
+        char why[160];
+        snprintf(why, sizeof why, "refused: peer is a %s; a worker serves a coordinator "
+                 "or an observer", role_name(c->peer_role));
+        struct shoal_wire_error e;
+        shoal_wire_error_init(&e, 0, SHOAL_EUNSUPPORTED, why);
+        conn_send_frame(c, &e.frame);
+        conn_close_flush(c, why);
+        return -1;
+    }
+    c->hs_done = 1;
+    if (pi && pi->name && pi->name[0]) {
+        char name[64];
+        sanitize(name, sizeof name, pi->name);
+        snprintf(c->peer_name, sizeof c->peer_name, "%s(%s)", name, c->peer);
+    }
+    if (pi && pi->max_frame >= 4096)
+        c->peer_max_frame = pi->max_frame < c->srv->p.max_frame ? (uint32_t)pi->max_frame
+                                                                  : c->srv->p.max_frame;
+    c->reader.max_frame = c->srv->p.max_frame;
+    uv_timer_stop(&c->timer);
+    if (c->dialled)
+        c->srv->dial_backoff_ms = DIAL_BACKOFF_MIN_MS;
+    shoal_log(SHOAL_LOG_INFO, LOG_C, "authenticated %s peer=%s%s", role_name(c->peer_role),
+              conn_label(c), c->srv->p.key->set ? " (cluster key)" : " (no key, loopback)");
+    return 0;
+}
+
+static int on_frame(void *user, const uint8_t *body, size_t len)
+{
+    struct conn *c = user;
+    if (c->closing)
+        return 1;
+    struct shoal_err err = {0};
+    Shoal__Frame *f = shoal_wire_unpack(body, len, &err);
+    if (!c->hs_done) {
+        struct shoal_wire_buf out = {0};
+        int rc;
+        if (f) {
+            rc = shoal_handshake_on_frame(&c->hs, f, &out, &err);
+        } else {
+            struct shoal_wire_error e;
+            shoal_wire_error_init(&e, 0, SHOAL_EFORMAT, err.msg);
+            shoal_wire_buf_append(&out, &e.frame, c->peer_max_frame, NULL);
+            rc = err.code ? err.code : SHOAL_EFORMAT;
+        }
+        if (rc == 1)
+            shoal_handshake_adopt(&c->hs, f);   /* peer_info points into it */
+        else
+            shoal_wire_frame_free(f);
+        conn_send_buf(c, &out);
+        if (rc < 0) {
+            char why[SHOAL_ERR_MSG_MAX + 16];
+            snprintf(why, sizeof why, "refused: %s", err.msg);
+            conn_close_flush(c, why);
+            return 1;
+        }
+        if (rc == 1 && on_authenticated(c) < 0)
+            return 1;
+        return 0;
+    }
+    if (!f) {
+        char msg[SHOAL_ERR_MSG_MAX + 64];
+        snprintf(msg, sizeof msg, "malformed frame of %zu bytes: %s", len, err.msg);
+        conn_send_error(c, 0, err.code ? err.code : SHOAL_EFORMAT, msg);
+        return 0;
+    }
+    dispatch(c, f, len + 4);
+    return c->closing;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = s->data;
+    if (nread == 0 || c->closing)
+        return;
+    if (nread < 0) {
+        char why[128];
+        snprintf(why, sizeof why, "%s", nread == UV_EOF ? "peer closed the connection"
+                                                        : uv_strerror((int)nread));
+        conn_close(c, why);
+        return;
+    }
+    struct shoal_err err = {0};
+    conn_ref(c);
+    int rc = shoal_frame_reader_feed(&c->reader, (const uint8_t *)buf->base, (size_t)nread,
+                                     on_frame, c, &err);
+    if (rc < 0 && !c->closing) {
+        /* a bad length prefix: the stream is out of sync */
+        struct shoal_wire_error e;
+        shoal_wire_error_init(&e, 0, rc, err.msg);
+        c->errors++;
+        c->srv->errors++;
+        conn_send_frame(c, &e.frame);
+        conn_close_flush(c, err.msg);
+    }
+    conn_unref(c);
+}
+
+/* ------------------------------------------------------------ connections */
+
+static void on_hs_timeout(uv_timer_t *t)
+{
+    struct conn *c = t->data;
+    if (c->hs_done || c->closing)
+        return;
+    char why[96];
+    snprintf(why, sizeof why, "no handshake within %.1f s", c->srv->p.handshake_timeout_s);
+    conn_close(c, why);
+}
+
+/* A new connection with its handles initialised (tcp by the caller). */
+static struct conn *conn_new(struct shoal_worker_server *srv, int dialled)
+{
+    struct conn *c = shoal_xcalloc(1, sizeof *c);
+    c->srv = srv;
+    c->dialled = dialled;
+    c->refs = 2;   /* the tcp and timer handles, released in their close callbacks */
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->peer_max_frame = srv->p.max_frame;
+    shoal_frame_reader_init(&c->reader, PREAUTH_MAX_FRAME < srv->p.max_frame
+                                            ? PREAUTH_MAX_FRAME : srv->p.max_frame);
+    uv_timer_init(&srv->loop, &c->timer);
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    srv->n_conns++;
+    return c;
+}
+
+static void conn_start(struct conn *c)
+{
+    struct shoal_worker_server *srv = c->srv;
+    uv_tcp_nodelay(&c->tcp, 1);
+    uv_tcp_keepalive(&c->tcp, 1, 30);
+    shoal_handshake_init(&c->hs, c->dialled, SHOAL__ROLE__ROLE_WORKER, srv->p.key,
+                         srv->p.info, srv->p.fingerprint, c->peer);
+    uint64_t ms = (uint64_t)(srv->p.handshake_timeout_s * 1000.0);
+    uv_timer_start(&c->timer, on_hs_timeout, ms ? ms : 1, 0);
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
+        conn_close(c, "cannot read");
+        return;
+    }
+    c->reading = 1;
+    if (c->dialled) {
+        struct shoal_wire_buf out = {0};
+        struct shoal_err err = {0};
+        if (shoal_handshake_start(&c->hs, &out, &err) < 0) {
+            shoal_wire_buf_free(&out);
+            conn_close(c, err.msg);
+            return;
+        }
+        conn_send_buf(c, &out);
+    }
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct shoal_worker_server *srv = server->data;
+    if (status < 0) {
+        shoal_log(SHOAL_LOG_WARN, LOG_C, "accept on %s failed: %s", srv->listen_addr,
+                  uv_strerror(status));
+        return;
+    }
+    struct conn *c = conn_new(srv, 0);
+    uv_tcp_init(&srv->loop, &c->tcp);
+    int rc = uv_accept(server, (uv_stream_t *)&c->tcp);
+    if (rc < 0) {
+        snprintf(c->peer, sizeof c->peer, "?");
+        char why[96];
+        snprintf(why, sizeof why, "accept failed: %s", uv_strerror(rc));
+        conn_close(c, why);
+        return;
+    }
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
+        shoal_wire_addr_str((struct sockaddr *)&ss, c->peer, sizeof c->peer);
+    else
+        snprintf(c->peer, sizeof c->peer, "?");
+    if (srv->stopping) {
+        conn_close(c, "shutting down");
+        return;
+    }
+    if (srv->n_conns > srv->p.max_connections) {
+        char why[96];
+        snprintf(why, sizeof why, "refused: %d connections already open", srv->n_conns - 1);
+        conn_close(c, why);
+        return;
+    }
+    shoal_log(SHOAL_LOG_INFO, LOG_C, "accepted connection peer=%s", c->peer);
+    conn_start(c);
+}
+
+/* ------------------------------------------------------------ --join */
+
+static void on_connect(uv_connect_t *req, int status)
+{
+    struct conn *c = req->data;
+    if (status < 0) {
+        if (!c->handles_closed) {
+            char why[160];
+            snprintf(why, sizeof why, "cannot reach coordinator: %s; retrying in %.1f s",
+                     uv_strerror(status), c->srv->dial_backoff_ms / 1000.0);
+            conn_close(c, why);
+        }
+    } else if (!c->closing) {
+        shoal_log(SHOAL_LOG_INFO, LOG_C, "connected to coordinator peer=%s", c->peer);
+        conn_start(c);
+    }
+    conn_unref(c);
+}
+
+static void dial(uv_timer_t *t)
+{
+    struct shoal_worker_server *srv = t->data;
+    if (srv->stopping || srv->join_conn)
+        return;
+    struct conn *c = conn_new(srv, 1);
+    uv_tcp_init(&srv->loop, &c->tcp);
+    snprintf(c->peer, sizeof c->peer, "%s", srv->p.join);
+    srv->join_conn = c;
+    /* the handshake deadline covers the connect too (an unroutable address
+     * would otherwise wait for the kernel's connect timeout) */
+    uv_timer_start(&c->timer, on_hs_timeout,
+                   (uint64_t)(srv->p.handshake_timeout_s * 1000.0) + 1, 0);
+    c->connect.data = c;
+    conn_ref(c);
+    int rc = uv_tcp_connect(&c->connect, &c->tcp, (const struct sockaddr *)&srv->join_addr,
+                            on_connect);
+    if (rc < 0) {
+        conn_unref(c);
+        char why[160];
+        snprintf(why, sizeof why, "cannot dial coordinator: %s", uv_strerror(rc));
+        conn_close(c, why);
+    }
+}
+
+static void schedule_dial(struct shoal_worker_server *srv)
+{
+    if (srv->stopping || !srv->p.join)
+        return;
+    uint64_t ms = srv->dial_backoff_ms;
+    srv->dial_backoff_ms = ms * 2 > DIAL_BACKOFF_MAX_MS ? DIAL_BACKOFF_MAX_MS : ms * 2;
+    uv_timer_start(&srv->dial_timer, dial, ms, 0);
+}
+
+/* ------------------------------------------------------------ loop */
+
+static void on_async(uv_async_t *a)
+{
+    struct shoal_worker_server *srv = a->data;
+    struct shoal_worker_job *j = shoal_worker_exec_take_done(srv->exec);
+    while (j) {
+        struct shoal_worker_job *next = j->next;
+        struct conn *c = j->owner;
+        c->job_bytes -= j->frame_bytes;
+        if (j->status < 0 && j->status != SHOAL_ECANCELED) {
+            srv->errors++;
+            c->errors++;
+            shoal_log(SHOAL_LOG_WARN, LOG_C, "request %llu from peer=%s failed: %s",
+                      (unsigned long long)j->id, conn_label(c), shoal_strerror(j->status));
+        }
+        if (!c->closing && j->reply) {
+            conn_send(c, j->reply, j->reply_len);
+            j->reply = NULL;
+        } else if (!c->closing && j->status != SHOAL_ECANCELED) {
+            /* no reply could be packed (out of memory): say so briefly */
+            char msg[96];
+            snprintf(msg, sizeof msg, "request %llu failed: %s", (unsigned long long)j->id,
+                     shoal_strerror(j->status < 0 ? j->status : SHOAL_ENOMEM));
+            conn_send_error(c, j->id, j->status < 0 ? j->status : SHOAL_ENOMEM, msg);
+        }
+        conn_update_reading(c);
+        conn_unref(c);
+        shoal_worker_job_free(j);
+        j = next;
+    }
+}
+
+static void close_if_open(uv_handle_t *h)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+static void shutdown_server(struct shoal_worker_server *srv, const char *why)
+{
+    if (srv->stopping)
+        return;
+    srv->stopping = 1;
+    shoal_log(SHOAL_LOG_INFO, LOG_C, "%s: shutting down", why);
+    close_if_open((uv_handle_t *)&srv->listener);
+    close_if_open((uv_handle_t *)&srv->dial_timer);
+    close_if_open((uv_handle_t *)&srv->sigint);
+    close_if_open((uv_handle_t *)&srv->sigterm);
+    while (srv->conns)
+        conn_close(srv->conns, "worker shutting down");
+    /* queued requests come back cancelled; the running one finishes */
+    shoal_worker_exec_stop(srv->exec);
+    on_async(&srv->async);
+    close_if_open((uv_handle_t *)&srv->async);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    shutdown_server(s->data, signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+struct shoal_worker_server *shoal_worker_server_create(const struct shoal_worker_server_params *p,
+                                                       struct shoal_err *err)
+{
+    struct shoal_worker_server *srv = shoal_xcalloc(1, sizeof *srv);
+    srv->p = *p;
+    srv->dial_backoff_ms = DIAL_BACKOFF_MIN_MS;
+    srv->t_start = shoal_time_s();
+    int rc = uv_loop_init(&srv->loop);
+    if (rc < 0) {
+        shoal_err_set(err, SHOAL_EIO, "cannot start the event loop: %s", uv_strerror(rc));
+        free(srv);
+        return NULL;
+    }
+    srv->loop_init = 1;
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (shoal_wire_parse_addr(p->listen, &ss, &sl, err) < 0)
+        goto fail;
+    if (p->join) {
+        if (shoal_wire_parse_addr(p->join, &srv->join_addr, &sl, err) < 0)
+            goto fail;
+    }
+    uv_tcp_init(&srv->loop, &srv->listener);
+    uv_async_init(&srv->loop, &srv->async, on_async);
+    uv_signal_init(&srv->loop, &srv->sigint);
+    uv_signal_init(&srv->loop, &srv->sigterm);
+    uv_timer_init(&srv->loop, &srv->dial_timer);
+    srv->handles_init = 1;
+    srv->listener.data = srv->async.data = srv->sigint.data = srv->sigterm.data = srv;
+    srv->dial_timer.data = srv;
+    if ((rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0)) < 0 ||
+        (rc = uv_listen((uv_stream_t *)&srv->listener, 128, on_connection)) < 0) {
+        shoal_err_set(err, SHOAL_EIO, "cannot listen on %s: %s", p->listen, uv_strerror(rc));
+        goto fail;
+    }
+    int len = sizeof ss;
+    if (uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &len) == 0)
+        shoal_wire_addr_str((struct sockaddr *)&ss, srv->listen_addr, sizeof srv->listen_addr);
+    else
+        snprintf(srv->listen_addr, sizeof srv->listen_addr, "%s", p->listen);
+    shoal_log(SHOAL_LOG_INFO, LOG_C, "listening on %s%s", srv->listen_addr,
+              p->key->set ? " (cluster key: every peer must authenticate)"
+                          : " (loopback only: no --cluster-key)");
+    return srv;
+fail:
+    shoal_worker_server_destroy(srv);
+    return NULL;
+}
+
+const char *shoal_worker_server_address(const struct shoal_worker_server *srv)
+{
+    return srv->listen_addr;
+}
+
+void shoal_worker_server_notify(void *server)
+{
+    struct shoal_worker_server *srv = server;
+    uv_async_send(&srv->async);
+}
+
+int shoal_worker_server_run(struct shoal_worker_server *srv, struct shoal_worker_exec *exec,
+                            struct shoal_err *err)
+{
+    srv->exec = exec;
+    int rc;
+    if ((rc = uv_signal_start(&srv->sigint, on_signal, SIGINT)) < 0 ||
+        (rc = uv_signal_start(&srv->sigterm, on_signal, SIGTERM)) < 0)
+        return shoal_err_set(err, SHOAL_EIO, "cannot handle signals: %s", uv_strerror(rc));
+    if (srv->p.join) {
+        shoal_log(SHOAL_LOG_INFO, LOG_C, "joining coordinator %s", srv->p.join);
+        uv_timer_start(&srv->dial_timer, dial, 0, 0);
+    }
+    uv_run(&srv->loop, UV_RUN_DEFAULT);
+    return 0;
+}
+
+static void walk_close(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+void shoal_worker_server_destroy(struct shoal_worker_server *srv)
+{
+    if (!srv)
+        return;
+    if (srv->loop_init) {
+        if (!srv->stopping && srv->handles_init) {
+            srv->stopping = 1;
+            while (srv->conns)
+                conn_close(srv->conns, "worker shutting down");
+        }
+        uv_walk(&srv->loop, walk_close, NULL);
+        uv_run(&srv->loop, UV_RUN_DEFAULT);
+        if (uv_loop_close(&srv->loop) != 0)
+            shoal_log(SHOAL_LOG_WARN, LOG_C, "event loop closed with handles still open");
+    }
+    free(srv);
+}
