@@ -54,6 +54,7 @@ step "container + expert store contract (gcc)" "$PY" tests/reference/test_store_
 step "shoal synth smoke (gcc)" "$PY" tests/reference/test_synth.py --shoal build-test/coordinator/shoal
 step "shoal shard (gcc)" "$PY" tests/reference/test_shard.py --shoal build-test/coordinator/shoal
 step "expert store memory bound (gcc; needs root)" "$PY" tests/reference/test_memory_bound.py --shoal build-test/coordinator/shoal
+step "shoal-worker protocol, bad frames, keys, churn (gcc)" "$PY" tests/cluster/test_worker.py --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe --shoal build-test/coordinator/shoal
 [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
@@ -62,6 +63,7 @@ step "build gcc ASan+UBSan"       setup build-asan -Dbuildtype=debug -Db_sanitiz
 step "unit tests (ASan+UBSan)"    unit build-asan
 step "reference tests (ASan+UBSan)" reference build-asan
 [ -f tests/golden/run_golden.py ] && step "bundled model golden + chat (ASan+UBSan)" "$PY" tests/golden/run_golden.py --shoal build-asan/coordinator/shoal --skip-perplexity
+step "shoal-worker protocol (ASan+UBSan)" "$PY" tests/cluster/test_worker.py --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe --shoal build-asan/coordinator/shoal
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 CC=clang step "build clang, no liburing, -Werror" setup build-clang --werror -Dliburing=disabled
