@@ -242,6 +242,8 @@ int shoal_cmd_chat(int argc, char **argv)
         shoal_cli_error("chat: unknown option '%s' (see 'shoal chat --help')", a);
         return 2;
     }
+    if (shoal_session_check_opts(&so))
+        return 2;
     struct shoal_session *s = shoal_session_open(&so);
     if (!s)
         return 1;

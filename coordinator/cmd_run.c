@@ -89,6 +89,8 @@ int shoal_cmd_run(int argc, char **argv)
         shoal_cli_error("run: give exactly one of --prompt TEXT or --tokens IDS");
         return 2;
     }
+    if (shoal_session_check_opts(&so))
+        return 2;
     struct shoal_session *s = shoal_session_open(&so);
     if (!s)
         return 1;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "expert_ffn.h"
 #include "expert_store.h"
 #include "kernels.h"
@@ -41,6 +42,15 @@ struct shoal_ctx {
     struct shoal_batch_union bu;
     struct shoal_ctx_timings t;
     int nthreads_max;
+    /* cluster mode (DESIGN §5) */
+    struct shoal_cluster *cluster;    /* borrowed; NULL: in-process */
+    int32_t *sel_ids; /* [n_expert] expert ids of the local share of a union */
+    int32_t *pf_local;/* [B][k] the lookahead's experts placed on the local store */
+    int64_t n_pf_local;
+    int pf_pending;   /* 1: hint pf_local to the store at the next acquire */
+    int64_t cur_n;    /* rows of the layer step in progress */
+    int64_t cur_il;   /* its layer */
+    int cur_prefetch; /* 1: compute the router lookahead for the cluster */
 };
 
 static float *alloc_f(int64_t n)
@@ -107,6 +117,9 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     ctx->pf_ids = shoal_xcalloc((size_t)(B * K), sizeof(int32_t));
     ctx->pf_weights = alloc_f(B * K);
     shoal_batch_union_init(&ctx->bu, c->n_expert, B * K);
+    ctx->cluster = p.cluster;
+    ctx->sel_ids = shoal_xcalloc((size_t)(c->n_expert > 0 ? c->n_expert : 1), sizeof(int32_t));
+    ctx->pf_local = shoal_xcalloc((size_t)(B * K), sizeof(int32_t));
     return ctx;
 }
 
@@ -136,6 +149,8 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
     free(ctx->ew);
     free(ctx->pf_ids);
     free(ctx->pf_weights);
+    free(ctx->sel_ids);
+    free(ctx->pf_local);
     shoal_batch_union_free(&ctx->bu);
     free(ctx);
 }
@@ -271,13 +286,116 @@ static void prefetch_next(struct shoal_ctx *ctx, int64_t il, int64_t n)
     shoal_expert_store_hint(m->store, il + 1, ctx->pf_ids, n * K);
 }
 
+/* Run union entry u of layer il (its rows of ctx->h through expert
+ * weights ew) into its slots of ctx->yg. */
+static void run_expert(struct shoal_ctx *ctx, int64_t u, const struct shoal_expert_weights *ew)
+{
+    const int64_t E = ctx->model->cfg.n_embd, K = ctx->model->cfg.n_expert_used;
+    const int64_t b = ctx->bu.slot_begin[u], cnt = ctx->bu.slot_begin[u + 1] - b;
+    for (int64_t j = 0; j < cnt; j++) {
+        const int64_t tok = ctx->bu.slots[b + j] / K;
+        memcpy(ctx->xg + j * E, ctx->h + tok * E, (size_t)E * sizeof(float));
+    }
+    shoal_expert_ffn(ctx->o, ctx->xg, cnt, ew, ctx->ffn);
+    for (int64_t j = 0; j < cnt; j++)
+        memcpy(ctx->yg + ctx->bu.slots[b + j] * E, ctx->o + j * E, (size_t)E * sizeof(float));
+}
+
+/* Hint the store while the first acquire of layer il reads: in-process the
+ * router lookahead itself; in a cluster the local share of it, computed
+ * when the remote requests went out. */
+static void hint_local(struct shoal_ctx *ctx, int64_t il, int64_t n)
+{
+    if (!ctx->cluster) {
+        prefetch_next(ctx, il, n);
+    } else if (ctx->pf_pending) {
+        shoal_expert_store_hint(ctx->model->store, il + 1, ctx->pf_local, ctx->n_pf_local);
+        ctx->pf_pending = 0;
+    }
+}
+
+/* Compute union entries sel[0..n_sel) of layer il in-process (sel NULL:
+ * all of them, n_sel = n_used). With an expert store the entries are
+ * acquired at once (the store reads the missing experts in parallel; when
+ * its budget cannot hold them all it hands back a prefix, computed and
+ * released before the rest). Each expert's output goes to its own slots of
+ * ctx->yg, so the acquire order cannot change the combine. Returns 0 or an
+ * expert store error (err set). */
+static int run_experts(struct shoal_ctx *ctx, int64_t il, int64_t n, const int64_t *sel,
+                       int64_t n_sel, struct shoal_err *err)
+{
+    const struct shoal_model *m = ctx->model;
+    const struct shoal_layer_weights *L = &m->layers[il];
+    const int32_t *ids = ctx->bu.expert;
+    if (sel) {
+        for (int64_t i = 0; i < n_sel; i++)
+            ctx->sel_ids[i] = ctx->bu.expert[sel[i]];
+        ids = ctx->sel_ids;
+    }
+    for (int64_t i0 = 0; i0 < n_sel;) {
+        int64_t nb = n_sel - i0;
+        if (m->store) {
+            /* submit this layer's reads, queue the next layer's behind them,
+             * then wait for this layer's */
+            int rc = shoal_expert_store_acquire_start(m->store, il, ids + i0, nb, err);
+            if (rc < 0)
+                return rc;
+            nb = rc;
+            if (i0 == 0)
+                hint_local(ctx, il, n);
+            if ((rc = shoal_expert_store_acquire_wait(m->store, ctx->ew, err)) < 0)
+                return rc;
+        }
+        for (int64_t i = i0; i < i0 + nb; i++) {
+            const int64_t u = sel ? sel[i] : i;
+            run_expert(ctx, u, m->store ? &ctx->ew[i - i0] : &L->experts[ids[i]]);
+        }
+        if (m->store)
+            shoal_expert_store_release_batch(m->store, il, ids + i0, nb);
+        i0 += nb;
+    }
+    return 0;
+}
+
+/* cluster callbacks (cluster.h): the local executor's share, and the
+ * router lookahead once the layer's requests are out */
+static int cluster_local(void *user, int64_t il, const int64_t *sel, int64_t n_sel,
+                         struct shoal_err *err)
+{
+    struct shoal_ctx *ctx = user;
+    return run_experts(ctx, il, ctx->cur_n, sel, n_sel, err);
+}
+
+static void cluster_after_send(void *user, int64_t n_local)
+{
+    struct shoal_ctx *ctx = user;
+    const struct shoal_model *m = ctx->model;
+    const struct shoal_model_config *c = &m->cfg;
+    const int64_t il = ctx->cur_il, n = ctx->cur_n;
+    ctx->pf_pending = 0;
+    if (!ctx->cur_prefetch || il + 1 >= c->n_layer || !shoal_layer_is_moe(c, il + 1))
+        return;
+    const int64_t NE = c->n_expert, K = c->n_expert_used;
+    shoal_linear(ctx->router, ctx->h, n, &m->layers[il + 1].w_router, NULL); /* [n][NE] */
+    shoal_router_select(ctx->router, n, NE, K, c->norm_topk_prob, ctx->probs,
+                        ctx->pf_ids, ctx->pf_weights);               /* [n][K] */
+    ctx->n_pf_local = shoal_cluster_hint(ctx->cluster, il + 1, ctx->pf_ids, n * K,
+                                         ctx->pf_local);
+    if (ctx->n_pf_local == 0 || !shoal_cluster_local_experts(ctx->cluster) ||
+        !shoal_expert_store_wants_hints(m->store))
+        return;
+    if (n_local > 0)
+        ctx->pf_pending = 1;   /* between the local acquire's start and wait */
+    else
+        shoal_expert_store_hint(m->store, il + 1, ctx->pf_local, ctx->n_pf_local);
+}
+
 /* Sparse MoE block on ctx->h [n][E]; result (routed + shared) in ctx->o.
- * With an expert store, the batch-union is acquired at once (the store
- * reads the missing experts in parallel; when its budget cannot hold the
- * whole union it hands back a prefix, computed and released before the
- * rest). Each expert's output goes to its own slots of ctx->yg, so the
- * acquire order cannot change the combine. Returns 0 or an expert store
- * error (err set). */
+ * The batch-union runs in-process (run_experts) or on the cluster
+ * (shoal_cluster_run_layer); either way each expert's unweighted output
+ * lands in its own slots of ctx->yg and the combine is in route-rank
+ * order, so the logits do not depend on where an expert ran. Returns 0 or
+ * an expert store / cluster error (err set). */
 static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_err *err)
 {
     const struct shoal_model *m = ctx->model;
@@ -295,39 +413,23 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
     double t1 = shoal_time_s();
 
     /* each distinct expert once, over all rows routed to it */
-    for (int64_t i0 = 0; i0 < ctx->bu.n_used;) {
-        int64_t nb = ctx->bu.n_used - i0;
-        if (m->store) {
-            /* submit this layer's reads, queue the next layer's behind them,
-             * then wait for this layer's */
-            int rc = shoal_expert_store_acquire_start(m->store, il, ctx->bu.expert + i0, nb,
-                                                      err);
-            if (rc < 0)
-                return rc;
-            nb = rc;
-            if (i0 == 0)
-                prefetch_next(ctx, il, n);
-            if ((rc = shoal_expert_store_acquire_wait(m->store, ctx->ew, err)) < 0)
-                return rc;
-        }
-        for (int64_t i = i0; i < i0 + nb; i++) {
-            const int32_t ie = ctx->bu.expert[i];
-            const int64_t b = ctx->bu.slot_begin[i], cnt = ctx->bu.slot_begin[i + 1] - b;
-            for (int64_t j = 0; j < cnt; j++) {
-                const int64_t tok = ctx->bu.slots[b + j] / K;
-                memcpy(ctx->xg + j * E, ctx->h + tok * E, (size_t)E * sizeof(float));
-            }
-            const struct shoal_expert_weights *ew = m->store ? &ctx->ew[i - i0]
-                                                             : &L->experts[ie];
-            shoal_expert_ffn(ctx->o, ctx->xg, cnt, ew, ctx->ffn);
-            for (int64_t j = 0; j < cnt; j++)
-                memcpy(ctx->yg + ctx->bu.slots[b + j] * E, ctx->o + j * E,
-                       (size_t)E * sizeof(float));
-        }
-        if (m->store)
-            shoal_expert_store_release_batch(m->store, il, ctx->bu.expert + i0, nb);
-        i0 += nb;
+    int rc;
+    if (ctx->cluster) {
+        ctx->cur_il = il;
+        ctx->cur_n = n;
+        ctx->cur_prefetch = m->store && shoal_expert_store_wants_hints(m->store);
+        struct shoal_cluster_layer cl = {.il = il, .n_tok = n, .k = K, .h = ctx->h,
+                                         .bu = &ctx->bu, .yg = ctx->yg,
+                                         .local = cluster_local,
+                                         .after_send = cluster_after_send, .user = ctx};
+        rc = shoal_cluster_run_layer(ctx->cluster, &cl, err);
+        ctx->pf_pending = 0;
+        ctx->t.network += shoal_cluster_take_network_s(ctx->cluster);
+    } else {
+        rc = run_experts(ctx, il, n, NULL, ctx->bu.n_used, err);
     }
+    if (rc < 0)
+        return rc;
     double t2 = shoal_time_s();
     shoal_moe_combine(ctx->o, ctx->yg, ctx->weights, n, K, E);       /* [n][E] */
     double t3 = shoal_time_s();
@@ -344,6 +446,7 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
     double t4 = shoal_time_s();
     ctx->t.routing += t1 - t0;
     ctx->t.experts += (t2 - t1) + (t4 - t3);
+    ctx->t.expert_wait += t2 - t1;
     ctx->t.combine += t3 - t2;
     return 0;
 }
@@ -411,6 +514,7 @@ int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
                                  "token id %d at position %lld is outside the "
                                  "vocabulary [0, %lld)", tokens[i], (long long)i,
                                  (long long)c->n_vocab);
+    const double t_eval = shoal_time_s();
     for (int64_t done = 0; done < n; done += ctx->n_batch) {
         int64_t nb = n - done < ctx->n_batch ? n - done : ctx->n_batch;
         int last = done + nb == n;
@@ -423,5 +527,7 @@ int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
         if (rc)
             return rc;
     }
+    if (ctx->cluster)
+        shoal_cluster_note_eval(ctx->cluster, &ctx->t, n, shoal_time_s() - t_eval);
     return 0;
 }

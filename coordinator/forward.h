@@ -23,14 +23,18 @@
 #include "err.h"
 #include "model.h"
 
+struct shoal_cluster;
+
 struct shoal_ctx_params {
     int64_t n_ctx;     /* KV cache length in tokens; 0 = min(max_pos, 4096) */
     int64_t n_batch;   /* prefill chunk size in tokens; 0 = 64 */
+    struct shoal_cluster *cluster; /* routed experts run on it (cluster.h); borrowed,
+                                    * outlives the context; NULL: in-process */
 };
 
 static inline struct shoal_ctx_params shoal_ctx_params_default(void)
 {
-    return (struct shoal_ctx_params){.n_ctx = 0, .n_batch = 0};
+    return (struct shoal_ctx_params){.n_ctx = 0, .n_batch = 0, .cluster = NULL};
 }
 
 /* Time spent per stage, seconds, accumulated over evals. */
@@ -40,6 +44,10 @@ struct shoal_ctx_timings {
     double experts;     /* routed + shared expert FFNs, dense MLPs */
     double combine;     /* weighted sum in route-rank order */
     double head;        /* final norm + lm_head */
+    double expert_wait; /* of experts: the routed batch-unions, from placement to the
+                         * last output (local compute, remote replies, re-runs) */
+    double network;     /* of expert_wait: estimated time on the wire (reply time
+                         * minus the worker's own time, slowest executor per layer) */
 };
 
 struct shoal_ctx;

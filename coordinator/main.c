@@ -18,6 +18,7 @@ static const struct subcommand subcommands[] = {
     {"perplexity", shoal_cmd_perplexity, "score a text file (perplexity)"},
     {"convert", shoal_cmd_convert, "make a shoal container from a Hugging Face checkpoint"},
     {"inspect", shoal_cmd_inspect, "describe (and --verify) a shoal container"},
+    {"status", shoal_cmd_status, "show a running cluster: executors, caches, time per token"},
     {"shard", shoal_cmd_shard, "split a container into one partial container per worker"},
     {"synth", shoal_cmd_synth, "write a synthetic container for benchmarks (--check: measure one)"},
     {"tokenize", shoal_cmd_tokenize, "print the token ids of a text"},

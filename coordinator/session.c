@@ -7,15 +7,19 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cluster.h"
 #include "npy.h"
 #include "expert_store.h"
 #include "quant.h"
 #include "util.h"
+#include "wire.h"
 
 struct shoal_session_opts shoal_session_opts_default(void)
 {
     return (struct shoal_session_opts){.expert_cache = ~0ull, .io = SHOAL_IO_AUTO,
-                                       .queue_depth = 8, .prefetch = 1};
+                                       .queue_depth = 8, .prefetch = 1,
+                                       .local_experts = 1, .connect_timeout = 5.0,
+                                       .request_timeout = 30.0};
 }
 
 struct shoal_gen_opts shoal_gen_opts_default(void)
@@ -111,7 +115,132 @@ void shoal_session_usage_store(FILE *f)
         "  --mirror DIR         another copy of the container (repeatable)\n"
         "  --mirror-weights W0,W1,...  read shares: the container, then each mirror\n"
         "                       (default: measured at start)\n"
-        "  --stats              print expert store statistics at exit\n");
+        "  --stats              print expert store statistics at exit\n"
+        "\nCluster (shoal containers only):\n"
+        "  --workers HOST:PORT,...  static shoal-worker processes (repeatable)\n"
+        "  --accept-workers ADDR:PORT  let workers join (shoal-worker --join)\n"
+        "  --local-experts on|off  the coordinator's own store executes experts too\n"
+        "                       (default on)\n"
+        "  --cluster-key FILE   shared secret; without one every listener is loopback\n"
+        "  --control ADDR:PORT|off  where `shoal status` connects (default %s)\n"
+        "  --connect-timeout S  wait for static workers at start (default 5)\n"
+        "  --request-timeout S  deadline of one expert request (default 30)\n",
+        SHOAL_CLUSTER_CONTROL_DEFAULT);
+}
+
+/* The cluster flags. Returns 1 or -1. */
+static int parse_cluster_flag(struct shoal_session_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    double d;
+    if (need_value(argc, argv, *i))
+        return -1;
+    const char *val = argv[++*i];
+    if (!strcmp(a, "--workers")) {
+        if (o->n_workers_args >= SHOAL_MAX_WORKER_ARGS) {
+            shoal_cli_error("at most %d --workers flags", SHOAL_MAX_WORKER_ARGS);
+            return -1;
+        }
+        o->workers[o->n_workers_args++] = val;
+    } else if (!strcmp(a, "--accept-workers")) {
+        o->accept_workers = val;
+    } else if (!strcmp(a, "--local-experts")) {
+        if (strcmp(val, "on") && strcmp(val, "off")) {
+            shoal_cli_error("--local-experts expects on or off, got '%s'", val);
+            return -1;
+        }
+        o->local_experts = !strcmp(val, "on");
+    } else if (!strcmp(a, "--cluster-key")) {
+        o->cluster_key = val;
+    } else if (!strcmp(a, "--control")) {
+        o->control = val;
+    } else {
+        if (shoal_cli_parse_f64(a, val, 0.05, 3600, &d))
+            return -1;
+        if (!strcmp(a, "--connect-timeout"))
+            o->connect_timeout = d;
+        else
+            o->request_timeout = d;
+    }
+    return 1;
+}
+
+int shoal_session_is_cluster(const struct shoal_session_opts *o)
+{
+    return o->n_workers_args > 0 || o->accept_workers;
+}
+
+/* Split the --workers lists into addrs (pointers into buf). Returns the
+ * count, or -1 after printing an error. */
+static int split_workers(const struct shoal_session_opts *o, char *buf, size_t cap,
+                         const char **addrs, int max)
+{
+    size_t used = 0;
+    int n = 0;
+    for (int k = 0; k < o->n_workers_args; k++) {
+        size_t len = strlen(o->workers[k]);
+        if (used + len + 1 > cap) {
+            shoal_cli_error("--workers lists are too long");
+            return -1;
+        }
+        char *p = buf + used;
+        memcpy(p, o->workers[k], len + 1);
+        used += len + 1;
+        for (char *tok = strtok(p, ", "); tok; tok = strtok(NULL, ", ")) {
+            if (n >= max) {
+                shoal_cli_error("at most %d workers", max);
+                return -1;
+            }
+            addrs[n++] = tok;
+        }
+    }
+    if (o->n_workers_args > 0 && n == 0) {
+        shoal_cli_error("--workers needs at least one HOST:PORT");
+        return -1;
+    }
+    return n;
+}
+
+int shoal_session_check_opts(const struct shoal_session_opts *o)
+{
+    if (!shoal_session_is_cluster(o)) {
+        if (!o->local_experts || o->cluster_key || o->control) {
+            shoal_cli_error("--local-experts, --cluster-key and --control need --workers "
+                            "or --accept-workers");
+            return -1;
+        }
+        return 0;
+    }
+    char buf[4096];
+    const char *addrs[SHOAL_CLUSTER_MAX_EXECUTORS];
+    int n = split_workers(o, buf, sizeof buf, addrs, SHOAL_CLUSTER_MAX_EXECUTORS - 1);
+    if (n < 0)
+        return -1;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    struct shoal_err err = {0};
+    for (int i = 0; i < n; i++)
+        if (shoal_wire_parse_addr(addrs[i], &ss, &len, &err)) {
+            shoal_cli_error("--workers: %s", err.msg);
+            return -1;
+        }
+    const char *listen[2] = {o->accept_workers, o->control && strcmp(o->control, "off")
+                                                    ? o->control : NULL};
+    const char *flag[2] = {"--accept-workers", "--control"};
+    for (int i = 0; i < 2; i++) {
+        if (!listen[i])
+            continue;
+        if (shoal_wire_parse_addr(listen[i], &ss, &len, &err)) {
+            shoal_cli_error("%s: %s", flag[i], err.msg);
+            return -1;
+        }
+        if (!o->cluster_key && !shoal_wire_addr_is_loopback(&ss)) {
+            shoal_cli_error("%s %s is not a loopback address: without --cluster-key "
+                            "listeners bind to loopback only", flag[i], listen[i]);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
@@ -127,6 +256,11 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
         o->stats = 1;
         return 1;
     }
+    if (!strcmp(a, "--workers") || !strcmp(a, "--accept-workers") ||
+        !strcmp(a, "--local-experts") || !strcmp(a, "--cluster-key") ||
+        !strcmp(a, "--control") || !strcmp(a, "--connect-timeout") ||
+        !strcmp(a, "--request-timeout"))
+        return parse_cluster_flag(o, argc, argv, i);
     if (!strcmp(a, "--io") || !strcmp(a, "--queue-depth") || !strcmp(a, "--prefetch") ||
         !strcmp(a, "--pin") || !strcmp(a, "--mirror") || !strcmp(a, "--mirror-weights"))
         return parse_store_flag(o, argc, argv, i);
@@ -283,6 +417,8 @@ int shoal_parse_id_list(const char *s, int32_t **ids, size_t *n)
 struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
 {
     struct shoal_err err = {0};
+    if (shoal_session_check_opts(o))
+        return NULL;
     if (o->threads > 0)
         omp_set_num_threads((int)o->threads);
     const char *dir = o->model_dir ? o->model_dir : shoal_cli_default_model();
@@ -334,6 +470,39 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
         }
     }
     s->stats = o->stats;
+    if (shoal_session_is_cluster(o)) {
+        if (!s->model->ct) {
+            shoal_cli_error("--workers/--accept-workers need a shoal container; '%s' is a "
+                            "Hugging Face directory (make one with: shoal convert)", dir);
+            shoal_session_close(s);
+            return NULL;
+        }
+        char buf[4096];
+        const char *addrs[SHOAL_CLUSTER_MAX_EXECUTORS];
+        int n = split_workers(o, buf, sizeof buf, addrs, SHOAL_CLUSTER_MAX_EXECUTORS - 1);
+        if (n < 0) {
+            shoal_session_close(s);
+            return NULL;
+        }
+        struct shoal_cluster_params cp = shoal_cluster_params_default();
+        cp.workers = addrs;
+        cp.n_workers = n;
+        cp.accept_addr = o->accept_workers;
+        cp.control_addr = !o->control ? SHOAL_CLUSTER_CONTROL_DEFAULT
+                          : strcmp(o->control, "off") ? o->control : NULL;
+        cp.control_explicit = o->control != NULL;
+        cp.local_experts = o->local_experts;
+        cp.key_path = o->cluster_key;
+        cp.connect_timeout_s = o->connect_timeout;
+        cp.request_timeout_s = o->request_timeout;
+        cp.local_cache_bytes = o->expert_cache;
+        s->cluster = shoal_cluster_create(s->model, &cp, &err);
+        if (!s->cluster) {
+            shoal_cli_error("%s", err.msg);
+            shoal_session_close(s);
+            return NULL;
+        }
+    }
     char *tj = shoal_path_join(dir, "tokenizer.json");
     if (shoal_exists(tj)) {
         s->tok = shoal_tokenizer_load(dir, &err);
@@ -347,6 +516,7 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
     free(tj);
     struct shoal_ctx_params cp = shoal_ctx_params_default();
     cp.n_ctx = o->n_ctx;
+    cp.cluster = s->cluster;
     if (cp.n_ctx > s->model->cfg.max_pos) {
         shoal_cli_error("--ctx %lld exceeds the model's max_position_embeddings %lld",
                         (long long)cp.n_ctx, (long long)s->model->cfg.max_pos);
@@ -423,7 +593,19 @@ void shoal_session_close(struct shoal_session *s)
         return;
     if (s->stats && s->model && s->model->store)
         print_store_stats(s->model->store);
+    if (s->stats && s->ctx && s->n_history > 0) {
+        const struct shoal_ctx_timings *t = shoal_ctx_timings(s->ctx);
+        const double per = 1e3 / (double)s->n_history;
+        fprintf(stderr, "shoal: time per token over %lld tokens: attention %.3f ms, routing "
+                "%.3f ms, experts %.3f ms (routed %.3f ms, of it network %.3f ms), combine "
+                "%.3f ms, head %.3f ms\n", (long long)s->n_history, t->attention * per,
+                t->routing * per, t->experts * per, t->expert_wait * per, t->network * per,
+                t->combine * per, t->head * per);
+    }
+    if (s->stats && s->cluster)
+        shoal_cluster_print_stats(s->cluster);
     shoal_ctx_free(s->ctx);
+    shoal_cluster_destroy(s->cluster);
     shoal_tokenizer_destroy(s->tok);
     shoal_model_free(s->model);
     free(s->history);

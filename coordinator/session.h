@@ -16,6 +16,7 @@
 
 #define SHOAL_MAX_STOP 16
 #define SHOAL_MAX_MIRRORS 7   /* SHOAL_EXPERT_STORE_MAX_SOURCES - 1 */
+#define SHOAL_MAX_WORKER_ARGS 16
 
 struct shoal_session_opts {
     const char *model_dir;   /* NULL: the bundled model */
@@ -35,6 +36,17 @@ struct shoal_session_opts {
     double mirror_weights[SHOAL_MAX_MIRRORS + 1]; /* --mirror-weights w0,w1,...: the
                                        * container first, then each --mirror */
     int n_mirror_weights;             /* 0: measured with a read probe */
+    /* cluster (containers; see coordinator/cluster.h) */
+    const char *workers[SHOAL_MAX_WORKER_ARGS]; /* --workers HOST:PORT,...; each a
+                                       * comma-separated list; borrowed argv */
+    int n_workers_args;
+    const char *accept_workers;       /* --accept-workers ADDR:PORT */
+    int local_experts;                /* --local-experts on|off (default on) */
+    const char *cluster_key;          /* --cluster-key FILE */
+    const char *control;              /* --control ADDR:PORT|off; NULL: the default
+                                       * (127.0.0.1:7077) in cluster mode */
+    double connect_timeout;           /* --connect-timeout S (default 5) */
+    double request_timeout;           /* --request-timeout S (default 30) */
 };
 
 struct shoal_gen_opts {
@@ -79,8 +91,17 @@ struct shoal_gen_opts shoal_gen_opts_default(void);
 int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
                              char **argv, int *i);
 
-/* Print the expert store flags' help lines (for a subcommand's usage). */
+/* Print the expert store flags' help lines (for a subcommand's usage),
+ * followed by the cluster flags'. */
 void shoal_session_usage_store(FILE *f);
+
+/* 1 when the options ask for a cluster (--workers or --accept-workers). */
+int shoal_session_is_cluster(const struct shoal_session_opts *o);
+
+/* Check the cluster flags once all are parsed: addresses parse, and
+ * without --cluster-key every listener is a loopback address. Returns 0
+ * or -1 after printing a one-line usage error (exit status 2). */
+int shoal_session_check_opts(const struct shoal_session_opts *o);
 
 /* Same for generation flags (sampling, --max-tokens, --stop, ...). */
 int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
@@ -99,6 +120,7 @@ struct shoal_session {
     float *logits;                      /* [n_vocab] scratch */
     volatile int *interrupt;            /* optional: set to stop a generation */
     int stats;                          /* print expert store stats at close */
+    struct shoal_cluster *cluster;      /* owned; NULL unless --workers/--accept-workers */
 };
 
 /* Open the model, tokenizer and context. Prints a one-line error and

@@ -1,0 +1,428 @@
+/* cluster: create and destroy (see cluster.h): executors, the key, the
+ * listeners, the loop thread, the start-up wait for static workers and the
+ * coverage check; plus the counters' accessors. The loop's code is in
+ * cluster_net.c, placement and the layer step in cluster_sched.c. */
+#include "cluster.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster_impl.h"
+#include "container.h"
+#include "log.h"
+#include "util.h"
+
+/* ------------------------------------------------------------ create / destroy */
+
+static int bind_listener(struct shoal_cluster *cl, uv_tcp_t *srv, const char *addr,
+                         const char *flag, char *bound, size_t bound_n,
+                         struct shoal_err *err)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int rc = shoal_wire_parse_addr(addr, &ss, &len, err);
+    if (rc)
+        return rc;
+    if (!cl->key.set && !shoal_wire_addr_is_loopback(&ss))
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "%s %s is not a loopback address: without --cluster-key "
+                             "listeners bind to loopback only", flag, addr);
+    uv_tcp_init(&cl->loop, srv);
+    srv->data = cl;
+    rc = uv_tcp_bind(srv, (const struct sockaddr *)&ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)srv, 128, shoal_cluster_net_on_incoming);
+    if (rc < 0) {
+        uv_close((uv_handle_t *)srv, NULL);
+        return shoal_err_set(err, rc, "%s %s: cannot listen: %s", flag, addr,
+                             uv_strerror(rc));
+    }
+    struct sockaddr_storage got;
+    int glen = sizeof got;
+    if (uv_tcp_getsockname(srv, (struct sockaddr *)&got, &glen) == 0)
+        shoal_wire_addr_str((struct sockaddr *)&got, bound, bound_n);
+    else
+        snprintf(bound, bound_n, "%s", addr);
+    return 0;
+}
+
+/* Check every MoE expert has a holder among executors that are up;
+ * otherwise name the first that has none and the peers that are down.
+ * Caller holds mu; err may be NULL. */
+static int check_coverage(struct shoal_cluster *cl, struct shoal_err *err)
+{
+    for (int64_t il = 0; il < cl->n_layer; il++) {
+        if (!cl->is_moe[il])
+            continue;
+        for (int64_t ie = 0; ie < cl->n_expert; ie++) {
+            int ok = 0;
+            for (int i = 0; i < cl->n_exec && !ok; i++) {
+                struct exec *x = &cl->exec[i];
+                if (x->kind == EXEC_LOCAL)
+                    ok = shoal_container_holds(cl->model->ct, il, ie);
+                else
+                    ok = x->state == EXEC_UP && x->holds &&
+                         x->holds[il * cl->n_expert + ie];
+            }
+            if (ok)
+                continue;
+            char down[400] = "";
+            size_t o = 0;
+            for (int i = 0; i < cl->n_exec && o < sizeof down - 1; i++) {
+                struct exec *x = &cl->exec[i];
+                if (x->kind == EXEC_LOCAL || x->state != EXEC_DOWN)
+                    continue;
+                int w = snprintf(down + o, sizeof down - o, "%s%s (%s)", o ? ", " : "",
+                                 x->addr, x->last_error[0] ? x->last_error : "not connected");
+                o = w > 0 && (size_t)w < sizeof down - o ? o + (size_t)w : sizeof down - 1;
+            }
+            return shoal_err_set(err, SHOAL_ENOTFOUND,
+                                 "layer %lld expert %lld has no holder: %s%s%s",
+                                 (long long)il, (long long)ie,
+                                 cl->local < 0 ? "--local-experts is off and " : "",
+                                 down[0] ? "down: " : "no worker's shard holds it",
+                                 down);
+        }
+    }
+    return 0;
+}
+
+static void free_snaps(struct shoal_cluster *cl)
+{
+    if (cl->step)
+        free(cl->step->holds);
+    if (cl->hint)
+        free(cl->hint->holds);
+    free(cl->step);
+    free(cl->hint);
+}
+
+struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
+                                           const struct shoal_cluster_params *p,
+                                           struct shoal_err *err)
+{
+    if (!m->ct || !m->store) {
+        shoal_err_set(err, SHOAL_EINVAL, "a cluster needs a shoal container; '%s' is a Hugging "
+                      "Face directory (make one with: shoal convert)", m->dir);
+        return NULL;
+    }
+    if (p->n_workers + 1 > SHOAL_CLUSTER_MAX_EXECUTORS) {
+        shoal_err_set(err, SHOAL_EINVAL, "%d workers given, at most %d", p->n_workers,
+                      SHOAL_CLUSTER_MAX_EXECUTORS - 1);
+        return NULL;
+    }
+    /* a peer that goes away must not kill the coordinator with SIGPIPE */
+    signal(SIGPIPE, SIG_IGN);
+    struct shoal_cluster *cl = shoal_xcalloc(1, sizeof *cl);
+    const struct shoal_model_config *c = &m->cfg;
+    cl->model = m;
+    cl->p = *p;
+    cl->local = -1;
+    cl->t_start = shoal_cluster_now();
+    cl->next_id = 1;
+    cl->n_layer = c->n_layer;
+    cl->n_expert = c->n_expert;
+    cl->n_embd = c->n_embd;
+    cl->blob_bytes = m->ct->blob_bytes;
+    cl->is_moe = shoal_xcalloc((size_t)c->n_layer, 1);
+    for (int64_t il = 0; il < c->n_layer; il++) {
+        cl->is_moe[il] = (uint8_t)shoal_layer_is_moe(c, il);
+        cl->n_layer_moe += cl->is_moe[il];
+    }
+    snprintf(cl->fingerprint, sizeof cl->fingerprint, "%016" PRIx64, m->ct->fingerprint);
+    pthread_mutex_init(&cl->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cl->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    int loop_ok = 0;
+    if (p->key_path && shoal_wire_key_load(p->key_path, &cl->key, err) < 0)
+        goto fail;
+    /* our PeerInfo */
+    shoal__peer_info__init(&cl->info);
+    if (gethostname(cl->info_name, sizeof cl->info_name - 1) != 0)
+        snprintf(cl->info_name, sizeof cl->info_name, "coordinator");
+    snprintf(cl->software, sizeof cl->software, "shoal %s", "0.1.0");
+    cl->info.name = cl->info_name;
+    cl->info.software = cl->software;
+    cl->info.fingerprint = cl->fingerprint;
+    cl->info.model_type = (char *)c->family->model_type;
+    cl->info.n_layer = (uint32_t)c->n_layer;
+    cl->info.n_expert = (uint32_t)c->n_expert;
+    cl->info.n_embd = (uint32_t)c->n_embd;
+    cl->info.cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    cl->info.max_frame = SHOAL_WIRE_MAX_FRAME_DEFAULT;
+    cl->info.expert_dtype = (char *)shoal_dtype_name(m->ct->experts_dtype);
+    /* executors: local, then the static workers */
+    if (p->local_experts) {
+        struct exec *x = &cl->exec[cl->n_exec];
+        cl->local = cl->n_exec++;
+        snprintf(x->addr, sizeof x->addr, "local");
+        x->kind = EXEC_LOCAL;
+        x->state = EXEC_UP;
+        x->seed = shoal_cluster_addr_seed(x->addr);
+        x->resolved = 1;
+        x->cache_bytes = p->local_cache_bytes;
+        x->max_frame = SHOAL_WIRE_MAX_FRAME_DEFAULT;
+        x->holds = shoal_xcalloc((size_t)(c->n_layer * c->n_expert), 1);
+        for (int64_t il = 0; il < c->n_layer; il++)
+            for (int64_t ie = 0; ie < c->n_expert; ie++)
+                if (cl->is_moe[il] && shoal_container_holds(m->ct, il, ie)) {
+                    x->holds[il * c->n_expert + ie] = 1;
+                    x->experts_held++;
+                }
+        x->assigned = shoal_xcalloc((size_t)(c->n_layer * c->n_expert), 1);
+    }
+    for (int i = 0; i < p->n_workers; i++) {
+        struct exec *x = &cl->exec[cl->n_exec];
+        if (shoal_wire_parse_addr(p->workers[i], &x->ss, &x->ss_len, err) < 0)
+            goto fail;
+        for (int j = 0; j < cl->n_exec; j++)
+            if (!strcmp(cl->exec[j].addr, p->workers[i])) {
+                shoal_err_set(err, SHOAL_EINVAL, "worker %s is listed twice", p->workers[i]);
+                goto fail;
+            }
+        snprintf(x->addr, sizeof x->addr, "%s", p->workers[i]);
+        x->kind = EXEC_STATIC;
+        x->seed = shoal_cluster_addr_seed(x->addr);
+        x->assigned = shoal_xcalloc((size_t)(c->n_layer * c->n_expert), 1);
+        cl->n_exec++;
+    }
+    if (cl->n_exec == 0 && !p->accept_addr) {
+        shoal_err_set(err, SHOAL_EINVAL, "--local-experts off needs --workers or "
+                      "--accept-workers");
+        goto fail;
+    }
+    /* scratch of a layer step */
+    cl->assign = shoal_xcalloc((size_t)c->n_expert, sizeof *cl->assign);
+    cl->step = shoal_xcalloc(1, sizeof *cl->step);
+    cl->hint = shoal_xcalloc(1, sizeof *cl->hint);
+    cl->step->holds = shoal_xcalloc((size_t)SHOAL_CLUSTER_MAX_EXECUTORS * (size_t)c->n_expert, 1);
+    cl->hint->holds = shoal_xcalloc((size_t)SHOAL_CLUSTER_MAX_EXECUTORS * (size_t)c->n_expert, 1);
+    /* the loop */
+    if (uv_loop_init(&cl->loop) < 0) {
+        shoal_err_set(err, SHOAL_EIO, "cannot start the cluster's event loop");
+        goto fail;
+    }
+    loop_ok = 1;
+    cl->loop.data = cl;
+    uv_async_init(&cl->loop, &cl->async, shoal_cluster_net_async);
+    cl->async.data = cl;
+    uv_timer_init(&cl->loop, &cl->tick);
+    cl->tick.data = cl;
+    for (int i = 0; i < cl->n_exec; i++)
+        if (cl->exec[i].kind == EXEC_STATIC) {
+            uv_timer_init(&cl->loop, &cl->exec[i].reconnect);
+            cl->exec[i].reconnect.data = &cl->exec[i];
+            cl->exec[i].reconnect_init = 1;
+        }
+    if (p->accept_addr) {
+        if (bind_listener(cl, &cl->accept_srv, p->accept_addr, "--accept-workers",
+                          cl->accept_bound, sizeof cl->accept_bound, err) < 0)
+            goto fail;
+        cl->have_accept = 1;
+    }
+    if (p->control_addr) {
+        struct shoal_err e2 = {0};
+        if (bind_listener(cl, &cl->control_srv, p->control_addr, "--control",
+                          cl->control_bound, sizeof cl->control_bound, &e2) < 0) {
+            if (p->control_explicit || e2.code == SHOAL_EINVAL) {
+                shoal_err_set(err, e2.code, "%s", e2.msg);
+                goto fail;
+            }
+            fprintf(stderr, "shoal: warning: %s; `shoal status` is not served "
+                    "(--control ADDR:PORT picks another)\n", e2.msg);
+        } else {
+            cl->have_control = 1;
+        }
+    }
+    uv_timer_start(&cl->tick, shoal_cluster_net_tick, CLUSTER_HEARTBEAT_MS,
+                   CLUSTER_HEARTBEAT_MS);
+    for (int i = 0; i < cl->n_exec; i++)
+        if (cl->exec[i].kind == EXEC_STATIC)
+            shoal_cluster_net_dial(cl, i);
+    if (uv_thread_create(&cl->thread, shoal_cluster_net_thread, cl) != 0) {
+        shoal_err_set(err, SHOAL_EIO, "cannot start the cluster's loop thread");
+        goto fail;
+    }
+    cl->thread_started = 1;
+    /* wait for the static workers: each up, failed for good, or the deadline */
+    double deadline = shoal_cluster_now() + p->connect_timeout_s;
+    pthread_mutex_lock(&cl->mu);
+    for (;;) {
+        int pending = 0;
+        for (int i = 0; i < cl->n_exec; i++)
+            if (cl->exec[i].kind == EXEC_STATIC && !cl->exec[i].resolved)
+                pending++;
+        double now = shoal_cluster_now();
+        /* with --accept-workers, also wait for joiners to cover every expert */
+        if ((!pending && (!cl->have_accept || check_coverage(cl, NULL) == 0)) ||
+            now >= deadline)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double wait = deadline - now;
+        if (wait > 0.1)
+            wait = 0.1;
+        ts.tv_sec += (time_t)wait;
+        ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&cl->cond, &cl->mu, &ts);
+    }
+    int n_up = 0, n_static = 0;
+    for (int i = 0; i < cl->n_exec; i++) {
+        struct exec *x = &cl->exec[i];
+        if (x->kind != EXEC_STATIC)
+            continue;
+        n_static++;
+        if (x->state != EXEC_DOWN) {
+            n_up++;
+            continue;
+        }
+        if (!x->resolved)
+            fprintf(stderr, "shoal: worker %s: not up after %.1f s: %s\n", x->addr,
+                    p->connect_timeout_s, x->last_error[0] ? x->last_error : "not connected");
+        else
+            fprintf(stderr, "shoal: worker %s: %s\n", x->addr, x->last_error);
+    }
+    int rc = check_coverage(cl, err);
+    pthread_mutex_unlock(&cl->mu);
+    if (rc < 0)
+        goto fail;
+    char lines[512];
+    int o = snprintf(lines, sizeof lines, "shoal: cluster %s: %d of %d workers up%s",
+                     cl->fingerprint, n_up, n_static,
+                     cl->local >= 0 ? " + local experts" : "");
+    if (cl->have_accept && o > 0 && (size_t)o < sizeof lines)
+        o += snprintf(lines + o, sizeof lines - (size_t)o, ", workers join on %s",
+                      cl->accept_bound);
+    if (cl->have_control && o > 0 && (size_t)o < sizeof lines)
+        o += snprintf(lines + o, sizeof lines - (size_t)o, ", control %s", cl->control_bound);
+    if (!cl->key.set && (cl->have_control || cl->have_accept) && o > 0 &&
+        (size_t)o < sizeof lines)
+        snprintf(lines + o, sizeof lines - (size_t)o,
+                 " (no --cluster-key: listening on loopback only)");
+    fprintf(stderr, "%s\n", lines);
+    return cl;
+fail:
+    if (!loop_ok) {
+        for (int i = 0; i < cl->n_exec; i++) {
+            free(cl->exec[i].holds);
+            free(cl->exec[i].assigned);
+        }
+        free(cl->is_moe);
+        free(cl->assign);
+        free_snaps(cl);
+        pthread_mutex_destroy(&cl->mu);
+        pthread_cond_destroy(&cl->cond);
+        free(cl);
+        return NULL;
+    }
+    shoal_cluster_destroy(cl);
+    return NULL;
+}
+
+void shoal_cluster_destroy(struct shoal_cluster *cl)
+{
+    if (!cl)
+        return;
+    pthread_mutex_lock(&cl->mu);
+    cl->stopping = 1;
+    pthread_mutex_unlock(&cl->mu);
+    if (cl->thread_started) {
+        uv_async_send(&cl->async);
+        uv_thread_join(&cl->thread);
+    } else {
+        /* the loop never ran: close what create opened */
+        shoal_cluster_net_stop_all(cl);
+        uv_run(&cl->loop, UV_RUN_DEFAULT);
+    }
+    /* run remaining close callbacks */
+    uv_run(&cl->loop, UV_RUN_NOWAIT);
+    if (uv_loop_close(&cl->loop) != 0)
+        shoal_log(SHOAL_LOG_DEBUG, "cluster", "event loop closed with handles open");
+    struct out_msg *m = cl->out_head;
+    while (m) {
+        struct out_msg *n = m->next;
+        free(m->data);
+        free(m);
+        m = n;
+    }
+    for (int i = 0; i < cl->n_pend; i++)
+        shoal_wire_frame_free(cl->pend[i].frame);
+    free(cl->pend);
+    for (int i = 0; i < cl->n_exec; i++) {
+        free(cl->exec[i].holds);
+        free(cl->exec[i].assigned);
+    }
+    free(cl->is_moe);
+    free(cl->assign);
+    free_snaps(cl);
+    free(cl->tokmap);
+    free(cl->hidden);
+    free(cl->rows);
+    pthread_mutex_destroy(&cl->mu);
+    pthread_cond_destroy(&cl->cond);
+    free(cl);
+}
+
+int shoal_cluster_local_experts(const struct shoal_cluster *cl)
+{
+    return cl->local >= 0;
+}
+
+const char *shoal_cluster_control_addr(const struct shoal_cluster *cl)
+{
+    return cl->have_control ? cl->control_bound : NULL;
+}
+
+int shoal_cluster_n_executors(struct shoal_cluster *cl)
+{
+    pthread_mutex_lock(&cl->mu);
+    int n = cl->n_exec;
+    pthread_mutex_unlock(&cl->mu);
+    return n;
+}
+
+void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
+                                  struct shoal_cluster_exec_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&cl->mu);
+    if (i >= 0 && i < cl->n_exec) {
+        struct exec *x = &cl->exec[i];
+        snprintf(out->address, sizeof out->address, "%s", x->addr);
+        out->state = shoal_cluster_state_name(x->state);
+        out->requests = x->requests;
+        out->errors = x->errors;
+        out->reconnects = x->reconnects;
+        out->bytes_sent = x->bytes_sent;
+        out->bytes_received = x->bytes_received;
+        out->rtt_ms = x->rtt_ms;
+        out->experts_held = x->experts_held;
+    }
+    pthread_mutex_unlock(&cl->mu);
+}
+
+void shoal_cluster_print_stats(struct shoal_cluster *cl)
+{
+    int n = shoal_cluster_n_executors(cl);
+    for (int i = 0; i < n; i++) {
+        struct shoal_cluster_exec_stats s;
+        shoal_cluster_exec_stats_get(cl, i, &s);
+        fprintf(stderr, "shoal: executor %d %s: %s, %u experts, %llu requests, %llu errors, "
+                "%llu reconnects, %.2f MB sent, %.2f MB received, rtt %.2f ms\n", i,
+                s.address, s.state, s.experts_held, (unsigned long long)s.requests,
+                (unsigned long long)s.errors, (unsigned long long)s.reconnects,
+                (double)s.bytes_sent / 1e6, (double)s.bytes_received / 1e6, s.rtt_ms);
+    }
+}

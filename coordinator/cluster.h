@@ -1,0 +1,172 @@
+/* cluster: the coordinator's side of a shoal cluster (DESIGN §5): the
+ * executors that run routed experts (the coordinator's own expert store
+ * and shoal-worker processes), their connections, placement of each MoE
+ * layer's batch-union on them, failure handling, and the status served to
+ * `shoal status` on the control port.
+ *
+ * Executors: index 0 is the local store (unless local_experts is off),
+ * then the static workers in the order given, then workers that joined,
+ * each keeping its index for as long as the cluster lives (a worker that
+ * reconnects gets its old index back, by address).
+ *
+ * Threads: a libuv loop on its own thread owns every socket: it dials the
+ * static workers (handshake connector, role COORDINATOR), accepts joining
+ * workers and observers, sends heartbeats (every second; RTT) and status
+ * requests (every 2 s), and reconnects dropped static workers with backoff
+ * (0.25 s doubling to 5 s). The forward thread (the caller of everything
+ * below) hands it packed frames through a mutex-protected outbox and
+ * uv_async_send, and waits for replies on a condition variable, always
+ * with a deadline.
+ *
+ * Results never depend on placement (DESIGN contract 1): an executor
+ * returns each expert's unweighted output rows, which land in their own
+ * slots of the caller's buffer; the combine stays with the caller, in
+ * route-rank order.
+ */
+#ifndef SHOAL_CLUSTER_H
+#define SHOAL_CLUSTER_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "forward.h"
+#include "model.h"
+#include "moe.h"
+
+#define SHOAL_CLUSTER_MAX_EXECUTORS 64
+#define SHOAL_CLUSTER_CONTROL_DEFAULT "127.0.0.1:7077"
+
+struct shoal_cluster_params {
+    const char *const *workers;   /* [n_workers] static workers "HOST:PORT", borrowed */
+    int n_workers;
+    const char *accept_addr;      /* --accept-workers ADDR:PORT, or NULL */
+    const char *control_addr;     /* control port for `shoal status`; NULL: off */
+    int control_explicit;         /* 1: given by the user, a bind failure is fatal;
+                                   * 0: the default, a bind failure is a warning */
+    int local_experts;            /* 1: the coordinator's store is an executor */
+    const char *key_path;         /* --cluster-key FILE, or NULL (loopback only) */
+    double connect_timeout_s;     /* wait for static workers at start (default 5) */
+    double request_timeout_s;     /* deadline of one expert request (default 30) */
+    uint64_t local_cache_bytes;   /* the local store's cache budget (status only) */
+};
+
+static inline struct shoal_cluster_params shoal_cluster_params_default(void)
+{
+    return (struct shoal_cluster_params){.local_experts = 1,
+                                         .connect_timeout_s = 5.0,
+                                         .request_timeout_s = 30.0,
+                                         .local_cache_bytes = UINT64_MAX};
+}
+
+struct shoal_cluster;
+
+/* Start the cluster of a container model (m borrowed; m->ct and m->store
+ * must be set and outlive the cluster). Loads the key, binds the listeners
+ * (without a key each must be a loopback address), starts the loop thread,
+ * then waits up to connect_timeout_s for the static workers' handshakes.
+ * Each worker that failed (refused, wrong fingerprint or key, silent) is
+ * reported on stderr with its address and why, in one line. Fails when an
+ * expert of a MoE layer then has no holder, naming the layer, the expert
+ * and the peers that are down.
+ * Returns the cluster (owned by the caller) or NULL with err set:
+ * -SHOAL_EINVAL (bad address, a non-loopback listener without a key,
+ * not a container), -SHOAL_ENOTFOUND (an expert without a holder), -errno
+ * (bind/listen). Thread: main. */
+struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
+                                           const struct shoal_cluster_params *p,
+                                           struct shoal_err *err);
+
+/* Stop the loop thread, close every connection, free everything. NULL is a
+ * no-op. Workers are left running. Thread: main. */
+void shoal_cluster_destroy(struct shoal_cluster *cl);
+
+/* Compute the given batch-union entries with the local expert store into
+ * their slots of yg (the caller's code, run on the calling thread).
+ *   sel  [n_sel] indices into bu->expert, ascending, borrowed
+ * Returns 0 or a negative status with err set. */
+typedef int (*shoal_cluster_local_fn)(void *user, int64_t il, const int64_t *sel,
+                                      int64_t n_sel, struct shoal_err *err);
+
+/* One MoE layer step of the forward pass. */
+struct shoal_cluster_layer {
+    int64_t il;                         /* a MoE layer */
+    int64_t n_tok;                      /* rows of h */
+    int64_t k;                          /* n_expert_used */
+    const float *h;                     /* [n_tok][n_embd] f32 normed input, borrowed */
+    const struct shoal_batch_union *bu; /* the layer's batch-union, borrowed */
+    float *yg;                          /* [n_tok*k][n_embd] f32 expert outputs by slot,
+                                         * written for every slot of bu */
+    shoal_cluster_local_fn local;       /* computes local entries */
+    /* called once, after every remote request of the first round is out and
+     * before the local executor starts (router lookahead goes here);
+     * n_local: entries the local executor got this round. May be NULL. */
+    void (*after_send)(void *user, int64_t n_local);
+    void *user;
+};
+
+/* Run one layer's batch-union on the cluster: place each expert on one
+ * holder that is up (weighted rendezvous, then spill-over to balance the
+ * estimated finish times), send one ExpertRequest per remote executor (all
+ * before any wait), compute the local share with L->local, then wait for
+ * the replies (deadline request_timeout_s), validate them and copy each
+ * expert's rows into its slots of L->yg. A request that times out or whose
+ * connection drops marks its executor down; one answered by an ErrorReply
+ * is logged; either way its experts are re-run on other holders within the
+ * step, until done or no holder is left.
+ * Returns 0, or with err set: -SHOAL_ENOTFOUND "layer L expert E: no
+ * holder left (down: ADDR (why), ...)", or the local store's error when no
+ * other holder could take over. Never blocks past the deadlines.
+ * Thread: main. */
+int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster_layer *L,
+                            struct shoal_err *err);
+
+/* The estimated wire time of the layer steps since the last call,
+ * seconds (see shoal_ctx_timings.network); resets it. Thread: main. */
+double shoal_cluster_take_network_s(struct shoal_cluster *cl);
+
+/* Router lookahead: send each remote executor a PrefetchHint for the
+ * experts of layer il that placement would give it, and write the local
+ * executor's share to local_ids.
+ *   ids        [n_ids] i32 expert ids (e.g. [n_tok][k] top-k), duplicates
+ *              allowed, borrowed; ids outside [0, n_expert) are ignored
+ *   local_ids  [n_ids] i32, written: the ids placed on the local executor
+ * Returns the count written to local_ids. Never blocks on the network; a
+ * hint to a peer with a long write queue is skipped (backpressure).
+ * Thread: main. */
+int64_t shoal_cluster_hint(struct shoal_cluster *cl, int64_t il, const int32_t *ids,
+                           int64_t n_ids, int32_t *local_ids);
+
+/* Record an evaluation for status: the context's accumulated timings
+ * (borrowed, copied), the tokens it evaluated and its wall time in
+ * seconds. Thread: main. */
+void shoal_cluster_note_eval(struct shoal_cluster *cl, const struct shoal_ctx_timings *t,
+                             int64_t n_tokens, double seconds);
+
+/* 1 when the local store is one of the executors. Thread: any. */
+int shoal_cluster_local_experts(const struct shoal_cluster *cl);
+
+/* The control port's bound address ("127.0.0.1:7077"), or NULL when there
+ * is none; static storage of the cluster. Thread: any. */
+const char *shoal_cluster_control_addr(const struct shoal_cluster *cl);
+
+/* Per-executor wire and request counters (plain data). */
+struct shoal_cluster_exec_stats {
+    char address[128];
+    const char *state;          /* "up", "down", "joining"; static */
+    uint64_t requests, errors, reconnects;
+    uint64_t bytes_sent, bytes_received;
+    double rtt_ms;
+    uint32_t experts_held;
+};
+
+/* Copy executor i's counters (0 <= i < returned count of
+ * shoal_cluster_n_executors). Thread: any. */
+int shoal_cluster_n_executors(struct shoal_cluster *cl);
+void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
+                                  struct shoal_cluster_exec_stats *out);
+
+/* Print one line per executor (requests, errors, reconnects, wire bytes,
+ * RTT) on stderr: `shoal run --stats`. Thread: main. */
+void shoal_cluster_print_stats(struct shoal_cluster *cl);
+
+#endif

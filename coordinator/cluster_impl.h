@@ -1,0 +1,225 @@
+/* cluster internals shared by cluster.c (create/destroy), cluster_net.c
+ * (loop thread: connections, handshakes, heartbeats, reconnects, control
+ * port) and cluster_sched.c (forward thread: placement, requests, failure
+ * handling).
+ *
+ * Locking: cl->mu guards every field marked [mu] (executor state, peer
+ * info, counters, the pending table, the outbox). Fields marked [loop] are
+ * touched only by the loop thread, [main] only by the forward thread.
+ */
+#ifndef SHOAL_CLUSTER_IMPL_H
+#define SHOAL_CLUSTER_IMPL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "cluster.h"
+#include "wire.h"
+
+enum exec_kind {
+    EXEC_LOCAL = 0,
+    EXEC_STATIC,     /* dialled by us, reconnected with backoff */
+    EXEC_JOINED,     /* dialled us (--accept-workers) */
+};
+
+enum exec_state {
+    EXEC_DOWN = 0,
+    EXEC_JOINING,    /* handshake done, waiting for the first heartbeat echo */
+    EXEC_UP,
+};
+
+struct conn;
+
+/* What the forward thread copies from the executors for one layer
+ * (placement reads only this, without the lock). */
+struct cluster_snap {
+    int n;                                         /* executors */
+    int64_t il;
+    int up[SHOAL_CLUSTER_MAX_EXECUTORS];
+    uint64_t gen[SHOAL_CLUSTER_MAX_EXECUTORS];
+    uint32_t max_frame[SHOAL_CLUSTER_MAX_EXECUTORS];
+    double rtt_s[SHOAL_CLUSTER_MAX_EXECUTORS];     /* 0 for the local store */
+    double disk[SHOAL_CLUSTER_MAX_EXECUTORS];      /* bytes/s */
+    double compute[SHOAL_CLUSTER_MAX_EXECUTORS];   /* expert bytes/s */
+    double weight[SHOAL_CLUSTER_MAX_EXECUTORS];    /* rendezvous weight: experts/s */
+    uint64_t write_queue[SHOAL_CLUSTER_MAX_EXECUTORS];
+    uint8_t *holds;                                /* [MAX_EXECUTORS][n_expert] layer il */
+};
+
+struct exec {
+    /* fixed at creation */
+    char addr[128];              /* "local", the static address, or the joiner's name */
+    enum exec_kind kind;
+    uint64_t seed;               /* rendezvous seed: hash of addr */
+    struct sockaddr_storage ss;  /* STATIC: where to dial */
+    socklen_t ss_len;
+    /* [mu] */
+    enum exec_state state;
+    uint64_t gen;                /* connection generation (bumped per handshake) */
+    uint8_t *holds;              /* [n_layer][n_expert] 1 if held; NULL: nothing yet */
+    uint32_t experts_held;       /* MoE experts of the shard */
+    double disk_mbps;            /* handshake (0: unknown -> default) */
+    double compute_gbps;
+    uint64_t cache_bytes;        /* its expert cache budget (UINT64_MAX unlimited) */
+    uint32_t max_frame;          /* largest frame it accepts */
+    int resolved;                /* start-up: up, or failed for good, or timed out */
+    char last_error[256];
+    uint64_t requests, errors, reconnects;
+    uint64_t bytes_sent, bytes_received;
+    double rtt_ms;               /* last heartbeat round trip */
+    uint64_t last_seen_ns;       /* monotonic time of the last frame from it */
+    uint32_t in_flight;          /* expert requests outstanding */
+    uint64_t write_queue;        /* bytes queued in libuv towards it */
+    /* its StatusReply (workers) */
+    uint64_t cache_used, cache_limit, hits, misses, bytes_read;
+    double read_busy_seconds;
+    uint32_t queue_depth;
+    /* [loop] */
+    struct conn *conn;           /* live connection or NULL */
+    uv_timer_t reconnect;        /* STATIC */
+    int reconnect_init;
+    double backoff_s;
+    uint64_t hb_sent_ns;         /* outstanding heartbeat (0: none) */
+    uint64_t hb_id;
+    int reset_assigned;          /* [mu] set at a new connection: its cache is empty */
+    /* [main] what placement believes is in its RAM (cache model for spill-over) */
+    uint8_t *assigned;           /* [n_layer][n_expert] */
+    uint64_t assigned_bytes;
+};
+
+enum pending_state {
+    PEND_SENT = 0,
+    PEND_DONE,                   /* frame holds the reply */
+    PEND_FAILED,                 /* why says what happened */
+};
+
+struct pending {
+    uint64_t id;                 /* 0: free */
+    int exec;
+    uint64_t gen;
+    enum pending_state state;
+    Shoal__Frame *frame;         /* response or error reply, owned */
+    uint64_t recv_ns;
+    char why[256];
+};
+
+enum out_kind {
+    OUT_SEND = 0,                /* write data to exec's connection of generation gen */
+    OUT_CLOSE,                   /* close exec's connection of generation gen (why) */
+};
+
+struct out_msg {
+    enum out_kind kind;
+    int exec;
+    uint64_t gen;
+    uint64_t req_id;             /* SEND of a request: fail this pending if unsent */
+    uint8_t *data;               /* owned */
+    size_t len;
+    char why[200];
+    struct out_msg *next;
+};
+
+struct shoal_cluster {
+    const struct shoal_model *model;    /* borrowed */
+    struct shoal_cluster_params p;      /* copy; strings borrowed */
+    struct shoal_wire_key key;
+    char fingerprint[17];
+    Shoal__PeerInfo info;               /* ours */
+    char info_name[128];
+    char software[32];
+    int64_t n_layer, n_expert, n_embd, n_layer_moe;
+    uint64_t blob_bytes;
+    uint8_t *is_moe;                    /* [n_layer] */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cond;                /* CLOCK_MONOTONIC: replies, start-up */
+
+    /* executors [mu] (the array is fixed; entries appended under mu) */
+    struct exec exec[SHOAL_CLUSTER_MAX_EXECUTORS];
+    int n_exec;
+    int local;                          /* index of the local executor, or -1 */
+
+    /* pending requests [mu] */
+    struct pending *pend;
+    int n_pend, cap_pend;
+    uint64_t next_id;                   /* [mu] */
+
+    /* outbox [mu] */
+    struct out_msg *out_head, *out_tail;
+    int stopping;
+
+    /* loop [loop] */
+    uv_loop_t loop;
+    uv_async_t async;
+    uv_timer_t tick;
+    uv_tcp_t accept_srv, control_srv;
+    int have_accept, have_control;
+    char control_bound[128];
+    char accept_bound[128];
+    uv_thread_t thread;
+    int thread_started;
+    unsigned tick_count;
+    uint64_t status_seq;
+    struct conn *conns;                 /* every open connection (list) */
+
+    /* status [mu] */
+    struct shoal_ctx_timings t;         /* last snapshot from the forward pass */
+    uint64_t tokens;
+    double tok_per_s;
+    double decode_s[32];                /* recent single-token eval times */
+    int n_decode, i_decode;
+    double t_start;
+    double net_s;                       /* estimated wire time, seconds */
+
+    /* [main] scratch of a layer step (step) and of a hint (hint) */
+    struct cluster_snap *step, *hint;
+    int *assign;                        /* [n_expert] executor per union entry */
+    int32_t *tokmap;                    /* [n_tok_max] */
+    float *hidden;                      /* [n_tok_max][n_embd] */
+    uint32_t *rows;                     /* [n_slots_max] */
+    int64_t n_tok_cap, n_slot_cap;
+};
+
+#define CLUSTER_HEARTBEAT_MS 1000   /* heartbeat period; status requests every 2nd */
+
+/* Defaults for an executor that reports no rate. */
+#define CLUSTER_DEFAULT_DISK_MBPS 1000.0
+#define CLUSTER_DEFAULT_COMPUTE_GBPS 10.0
+
+/* cluster_net.c (the loop thread's callbacks; create/destroy wire them) */
+void shoal_cluster_net_on_incoming(uv_stream_t *srv, int status);
+void shoal_cluster_net_async(uv_async_t *a);     /* drains the outbox; stops */
+void shoal_cluster_net_tick(uv_timer_t *t);      /* heartbeats, status, timeouts */
+void shoal_cluster_net_reconnect(uv_timer_t *t); /* exec->reconnect's callback */
+void shoal_cluster_net_dial(struct shoal_cluster *cl, int xi);
+void shoal_cluster_net_stop_all(struct shoal_cluster *cl);  /* closes every handle */
+void shoal_cluster_net_thread(void *arg);        /* runs the loop */
+
+/* Rendezvous seed of an executor: a hash of its address. */
+uint64_t shoal_cluster_addr_seed(const char *addr);
+
+const char *shoal_cluster_state_name(enum exec_state s);
+
+/* Queue a message for the loop (takes ownership of m) and wake it.
+ * Thread: main. */
+void shoal_cluster_post(struct shoal_cluster *cl, struct out_msg *m);
+
+/* Mark executor x (connection generation gen) down with why and ask the
+ * loop to close that connection. Caller holds no lock. Thread: main. */
+void shoal_cluster_mark_down(struct shoal_cluster *cl, int x, uint64_t gen, const char *why);
+
+/* Fill pend entries of exec x / gen as failed (why); caller holds mu. */
+void shoal_cluster_fail_pending_locked(struct shoal_cluster *cl, int x, uint64_t gen,
+                                       const char *why);
+
+/* Monotonic seconds. */
+double shoal_cluster_now(void);
+
+/* Copy a peer-supplied string into out (n bytes) for a log line or a
+ * message: control characters and non-ASCII bytes become '?', NULL becomes
+ * "". Returns out. Thread: any. */
+char *shoal_cluster_clean(char *out, size_t n, const char *peer_text);
+
+#endif

@@ -1,0 +1,673 @@
+/* cluster_sched: placement of a MoE layer's batch-union on the executors,
+ * the requests, and failure handling within the layer step (see cluster.h).
+ * Runs on the forward thread; talks to the loop through cluster.c's
+ * outbox and the pending table. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cluster.h"
+#include "cluster_impl.h"
+#include "log.h"
+#include "placement.h"
+#include "util.h"
+
+#define NET_BYTES_PER_S 1e9          /* transfer estimate of hidden/out rows */
+#define HINT_QUEUE_MAX (8u << 20)    /* skip hints to a peer with this much queued */
+
+/* ------------------------------------------------------------ snapshot */
+
+/* Copy what placement needs about every executor for layer il. */
+static void snapshot(struct shoal_cluster *cl, struct cluster_snap *s, int64_t il)
+{
+    const int64_t NE = cl->n_expert;
+    pthread_mutex_lock(&cl->mu);
+    s->n = cl->n_exec;
+    s->il = il;
+    for (int i = 0; i < s->n; i++) {
+        struct exec *x = &cl->exec[i];
+        s->up[i] = x->kind == EXEC_LOCAL || x->state == EXEC_UP;
+        s->gen[i] = x->gen;
+        s->max_frame[i] = x->max_frame ? x->max_frame : SHOAL_WIRE_MAX_FRAME_DEFAULT;
+        s->rtt_s[i] = x->kind == EXEC_LOCAL ? 0.0 : x->rtt_ms / 1e3;
+        s->disk[i] = (x->disk_mbps > 0 ? x->disk_mbps : CLUSTER_DEFAULT_DISK_MBPS) * 1e6;
+        s->compute[i] =
+            (x->compute_gbps > 0 ? x->compute_gbps : CLUSTER_DEFAULT_COMPUTE_GBPS) * 1e9;
+        double blob = (double)(cl->blob_bytes ? cl->blob_bytes : 1);
+        s->weight[i] = 1.0 / (blob / s->disk[i] + blob / s->compute[i]);
+        s->write_queue[i] = x->write_queue;
+        if (x->reset_assigned && x->assigned) {
+            memset(x->assigned, 0, (size_t)(cl->n_layer * NE));
+            x->assigned_bytes = 0;
+            x->reset_assigned = 0;
+        }
+        uint8_t *row = s->holds + (size_t)i * (size_t)NE;
+        if (x->holds)
+            memcpy(row, x->holds + il * NE, (size_t)NE);
+        else
+            memset(row, 0, (size_t)NE);
+    }
+    pthread_mutex_unlock(&cl->mu);
+}
+
+static int holds(const struct shoal_cluster *cl, const struct cluster_snap *s, int x,
+                 int64_t ie)
+{
+    return s->holds[(size_t)x * (size_t)cl->n_expert + (size_t)ie];
+}
+
+/* ------------------------------------------------------------ placement */
+
+/* 1 when placement believes expert (il, ie) is in x's RAM. */
+static int cached(const struct shoal_cluster *cl, int x, int64_t il, int64_t ie)
+{
+    const struct exec *e = &cl->exec[x];
+    if (!e->assigned[il * cl->n_expert + ie])
+        return 0;
+    return e->cache_bytes == UINT64_MAX || e->assigned_bytes <= e->cache_bytes;
+}
+
+/* Estimated seconds for executor x to run union entry u (rows routed). */
+static double cost(const struct shoal_cluster *cl, const struct cluster_snap *s, int x,
+                   int64_t il, int64_t ie, int64_t rows)
+{
+    const double blob = (double)cl->blob_bytes;
+    double t = blob / s->compute[x] * (1.0 + (double)(rows - 1) / 8.0);
+    if (!cached(cl, x, il, ie))
+        t += blob / s->disk[x];
+    if (x != cl->local)
+        t += (double)rows * (double)cl->n_embd * 8.0 / NET_BYTES_PER_S;
+    return t;
+}
+
+/* Why executor x is out of this step (for the no-holder message). */
+struct step_state {
+    uint64_t bad;                               /* bit x: excluded in this step */
+    char why[SHOAL_CLUSTER_MAX_EXECUTORS][200];
+};
+
+static int no_holder(struct shoal_cluster *cl, const struct step_state *ss, int64_t il,
+                     int64_t ie, struct shoal_err *err)
+{
+    char list[600] = "";
+    size_t o = 0;
+    pthread_mutex_lock(&cl->mu);
+    for (int i = 0; i < cl->n_exec && o < sizeof list - 1; i++) {
+        const struct exec *x = &cl->exec[i];
+        const char *why = NULL;
+        if (ss->bad >> i & 1)
+            why = ss->why[i];
+        else if (x->kind != EXEC_LOCAL && x->state != EXEC_UP)
+            why = x->last_error[0] ? x->last_error : shoal_cluster_state_name(x->state);
+        else
+            continue;
+        int known = x->kind == EXEC_LOCAL ? 1 : x->holds != NULL;
+        if (known && !x->holds[il * cl->n_expert + ie])
+            continue;   /* never held it */
+        int w = snprintf(list + o, sizeof list - o, "%s%s (%s)", o ? ", " : "", x->addr, why);
+        o = w > 0 && (size_t)w < sizeof list - o ? o + (size_t)w : sizeof list - 1;
+    }
+    pthread_mutex_unlock(&cl->mu);
+    return shoal_err_set(err, SHOAL_ENOTFOUND, "layer %lld expert %lld: no holder left (%s%s)",
+                         (long long)il, (long long)ie, list[0] ? "down: " : "",
+                         list[0] ? list : "no executor that is up holds it");
+}
+
+/* Place union entries todo[0..n) of layer il: weighted rendezvous over the
+ * holders that are up and not excluded, then spill-over. Writes
+ * cl->assign[u]. Returns 0 or -SHOAL_ENOTFOUND (no holder, err set). */
+static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
+                 const struct step_state *ss, int64_t il, const struct shoal_batch_union *bu,
+                 const int64_t *todo, int64_t n, struct shoal_err *err)
+{
+    const int N = s->n;
+    uint64_t seeds[SHOAL_CLUSTER_MAX_EXECUTORS];
+    double weights[SHOAL_CLUSTER_MAX_EXECUTORS];
+    int cand[SHOAL_CLUSTER_MAX_EXECUTORS];
+    double t[SHOAL_CLUSTER_MAX_EXECUTORS] = {0};
+    int cnt[SHOAL_CLUSTER_MAX_EXECUTORS] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t u = todo[i], ie = bu->expert[u];
+        int nc = 0;
+        for (int x = 0; x < N; x++)
+            if (s->up[x] && !(ss->bad >> x & 1) && holds(cl, s, x, ie)) {
+                cand[nc] = x;
+                seeds[nc] = cl->exec[x].seed;
+                weights[nc] = s->weight[x];
+                nc++;
+            }
+        if (nc == 0)
+            return no_holder(cl, ss, il, ie, err);
+        int b = shoal_placement_best(shoal_placement_key(il, ie), seeds, weights, nc, 0);
+        cl->assign[u] = cand[b < 0 ? 0 : b];
+    }
+    if (N < 2)
+        return 0;
+    /* spill-over: estimated finish time per executor; move an expert off the
+     * latest one while that shortens the layer by more than moving it costs
+     * (its read from disk where it is not cached yet) */
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t u = todo[i];
+        const int x = cl->assign[u];
+        const int64_t rows = bu->slot_begin[u + 1] - bu->slot_begin[u];
+        t[x] += cost(cl, s, x, il, bu->expert[u], rows);
+        cnt[x]++;
+    }
+    for (int x = 0; x < N; x++)
+        if (cnt[x])
+            t[x] += s->rtt_s[x];
+    for (int64_t iter = 0; iter < n; iter++) {
+        int m = 0;
+        for (int x = 1; x < N; x++)
+            if (t[x] > t[m])
+                m = x;
+        const double makespan = t[m];
+        double best_gain = 0;
+        int64_t best_u = -1;
+        int best_x = -1;
+        double best_tm = 0, best_tx = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t u = todo[i], ie = bu->expert[u];
+            if (cl->assign[u] != m)
+                continue;
+            const int64_t rows = bu->slot_begin[u + 1] - bu->slot_begin[u];
+            const double tm = t[m] - cost(cl, s, m, il, ie, rows) -
+                              (cnt[m] == 1 ? s->rtt_s[m] : 0.0);
+            for (int x = 0; x < N; x++) {
+                if (x == m || !s->up[x] || (ss->bad >> x & 1) || !holds(cl, s, x, ie))
+                    continue;
+                const double tx = t[x] + cost(cl, s, x, il, ie, rows) +
+                                  (cnt[x] == 0 ? s->rtt_s[x] : 0.0);
+                double ms = tm > tx ? tm : tx;
+                for (int y = 0; y < N; y++)
+                    if (y != m && y != x && t[y] > ms)
+                        ms = t[y];
+                const double move = cached(cl, x, il, ie)
+                                        ? 0.0 : (double)cl->blob_bytes / s->disk[x];
+                const double gain = makespan - ms - move;
+                if (gain > best_gain) {
+                    best_gain = gain;
+                    best_u = u;
+                    best_x = x;
+                    best_tm = tm;
+                    best_tx = tx;
+                }
+            }
+        }
+        if (best_u < 0)
+            break;
+        cl->assign[best_u] = best_x;
+        t[m] = best_tm;
+        t[best_x] = best_tx;
+        cnt[m]--;
+        cnt[best_x]++;
+    }
+    return 0;
+}
+
+/* Remember that union entry u now lives on x (cache model). */
+static void note_assigned(struct shoal_cluster *cl, int x, int64_t il, int64_t ie)
+{
+    struct exec *e = &cl->exec[x];
+    uint8_t *a = &e->assigned[il * cl->n_expert + ie];
+    if (!*a) {
+        *a = 1;
+        e->assigned_bytes += cl->blob_bytes;
+    }
+}
+
+/* ------------------------------------------------------------ requests */
+
+struct req {
+    int x;
+    uint64_t id;
+    uint64_t gen;
+    int64_t first, n;        /* its union entries: ord[first .. first+n) */
+    uint64_t total_rows;
+    uint64_t sent_ns;
+};
+
+static void grow_scratch(struct shoal_cluster *cl, int64_t n_tok, int64_t n_slots)
+{
+    if (n_tok > cl->n_tok_cap) {
+        free(cl->tokmap);
+        free(cl->hidden);
+        cl->tokmap = shoal_xmalloc((size_t)n_tok * sizeof *cl->tokmap);
+        cl->hidden = shoal_xmalloc((size_t)n_tok * (size_t)cl->n_embd * sizeof(float));
+        cl->n_tok_cap = n_tok;
+    }
+    if (n_slots > cl->n_slot_cap) {
+        free(cl->rows);
+        cl->rows = shoal_xmalloc((size_t)n_slots * sizeof *cl->rows);
+        cl->n_slot_cap = n_slots;
+    }
+}
+
+static struct pending *pending_add(struct shoal_cluster *cl)
+{
+    for (int i = 0; i < cl->n_pend; i++)
+        if (!cl->pend[i].id)
+            return &cl->pend[i];
+    if (cl->n_pend == cl->cap_pend) {
+        cl->cap_pend = cl->cap_pend ? cl->cap_pend * 2 : 16;
+        cl->pend = shoal_xrealloc(cl->pend, (size_t)cl->cap_pend * sizeof *cl->pend);
+    }
+    struct pending *p = &cl->pend[cl->n_pend++];
+    memset(p, 0, sizeof *p);
+    return p;
+}
+
+/* Build, pack and post the request of executor r->x for union entries
+ * ord[r->first ..]: only the rows those experts need, re-indexed in token
+ * order; per expert its rows in route order. Returns 0 or a negative
+ * status (frame too large) with err set; nothing is posted then. */
+static int send_request(struct shoal_cluster *cl, const struct shoal_cluster_layer *L,
+                        const struct cluster_snap *s, const int64_t *ord, struct req *r,
+                        struct shoal_err *err)
+{
+    const struct shoal_batch_union *bu = L->bu;
+    const int64_t E = cl->n_embd, K = L->k;
+    for (int64_t t = 0; t < L->n_tok; t++)
+        cl->tokmap[t] = -1;
+    for (int64_t i = r->first; i < r->first + r->n; i++) {
+        const int64_t u = ord[i];
+        for (int64_t j = bu->slot_begin[u]; j < bu->slot_begin[u + 1]; j++)
+            cl->tokmap[bu->slots[j] / K] = 0;
+    }
+    uint32_t n_rows = 0;
+    for (int64_t t = 0; t < L->n_tok; t++)
+        if (cl->tokmap[t] == 0) {
+            memcpy(cl->hidden + (int64_t)n_rows * E, L->h + t * E, (size_t)E * sizeof(float));
+            cl->tokmap[t] = (int32_t)n_rows++;
+        }
+    Shoal__ExpertRows *er = shoal_xcalloc((size_t)r->n, sizeof *er);
+    Shoal__ExpertRows **erp = shoal_xcalloc((size_t)r->n, sizeof *erp);
+    uint64_t total = 0;
+    for (int64_t i = 0; i < r->n; i++) {
+        const int64_t u = ord[r->first + i];
+        const int64_t b = bu->slot_begin[u], cnt = bu->slot_begin[u + 1] - b;
+        shoal__expert_rows__init(&er[i]);
+        er[i].expert = (uint32_t)bu->expert[u];
+        er[i].n_rows = (size_t)cnt;
+        er[i].rows = cl->rows + total;
+        for (int64_t j = 0; j < cnt; j++)
+            er[i].rows[j] = (uint32_t)cl->tokmap[bu->slots[b + j] / K];
+        erp[i] = &er[i];
+        total += (uint64_t)cnt;
+    }
+    Shoal__ExpertRequest rq = SHOAL__EXPERT_REQUEST__INIT;
+    pthread_mutex_lock(&cl->mu);
+    r->id = cl->next_id++;
+    pthread_mutex_unlock(&cl->mu);
+    rq.id = r->id;
+    rq.layer = (uint32_t)L->il;
+    rq.n_rows = n_rows;
+    rq.n_embd = (uint32_t)E;
+    rq.hidden.data = (uint8_t *)cl->hidden;   /* f32 little-endian: the hosts we build for */
+    rq.hidden.len = (size_t)n_rows * (size_t)E * sizeof(float);
+    rq.n_experts = (size_t)r->n;
+    rq.experts = erp;
+    Shoal__Frame f = SHOAL__FRAME__INIT;
+    f.msg_case = SHOAL__FRAME__MSG_REQUEST;
+    f.request = &rq;
+    size_t len = 0;
+    uint8_t *data = shoal_wire_pack(&f, s->max_frame[r->x], &len, err);
+    free(er);
+    free(erp);
+    if (!data)
+        return err->code ? err->code : SHOAL_ERANGE;
+    r->total_rows = total;
+    r->gen = s->gen[r->x];
+    r->sent_ns = shoal_wire_now_ns();
+    pthread_mutex_lock(&cl->mu);
+    struct pending *p = pending_add(cl);
+    p->id = r->id;
+    p->exec = r->x;
+    p->gen = r->gen;
+    p->state = PEND_SENT;
+    cl->exec[r->x].in_flight++;
+    cl->exec[r->x].requests++;
+    pthread_mutex_unlock(&cl->mu);
+    struct out_msg *m = shoal_xcalloc(1, sizeof *m);
+    m->kind = OUT_SEND;
+    m->exec = r->x;
+    m->gen = r->gen;
+    m->req_id = r->id;
+    m->data = data;
+    m->len = len;
+    shoal_cluster_post(cl, m);
+    return 0;
+}
+
+static struct timespec abs_deadline(double seconds_from_now)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double whole = floor(seconds_from_now);
+    ts.tv_sec += (time_t)whole;
+    ts.tv_nsec += (long)((seconds_from_now - whole) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* Wait until every request of the round has an answer or failed, or the
+ * deadline passes. */
+static void wait_round(struct shoal_cluster *cl, const struct req *rq, int n_rq, double until)
+{
+    pthread_mutex_lock(&cl->mu);
+    for (;;) {
+        int open = 0;
+        for (int i = 0; i < n_rq && !open; i++)
+            for (int j = 0; j < cl->n_pend; j++)
+                if (cl->pend[j].id == rq[i].id && cl->pend[j].state == PEND_SENT)
+                    open = 1;
+        double left = until - shoal_cluster_now();
+        if (!open || left <= 0)
+            break;
+        struct timespec ts = abs_deadline(left);
+        pthread_cond_timedwait(&cl->cond, &cl->mu, &ts);
+    }
+    pthread_mutex_unlock(&cl->mu);
+}
+
+/* Take the pending entry of request id out of the table. */
+static struct pending pending_take(struct shoal_cluster *cl, uint64_t id)
+{
+    struct pending out;
+    memset(&out, 0, sizeof out);
+    pthread_mutex_lock(&cl->mu);
+    for (int i = 0; i < cl->n_pend; i++)
+        if (cl->pend[i].id == id) {
+            out = cl->pend[i];
+            struct exec *x = &cl->exec[out.exec];
+            if (x->in_flight)
+                x->in_flight--;
+            memset(&cl->pend[i], 0, sizeof cl->pend[i]);
+            break;
+        }
+    pthread_mutex_unlock(&cl->mu);
+    return out;
+}
+
+/* Copy a validated response's rows into their slots of yg. */
+static void scatter(struct shoal_cluster *cl, const struct shoal_cluster_layer *L,
+                    const int64_t *ord, const struct req *r, const uint8_t *out)
+{
+    const struct shoal_batch_union *bu = L->bu;
+    const size_t row_bytes = (size_t)cl->n_embd * sizeof(float);
+    size_t off = 0;
+    for (int64_t i = r->first; i < r->first + r->n; i++) {
+        const int64_t u = ord[i];
+        for (int64_t j = bu->slot_begin[u]; j < bu->slot_begin[u + 1]; j++) {
+            memcpy(L->yg + bu->slots[j] * cl->n_embd, out + off, row_bytes);
+            off += row_bytes;
+        }
+    }
+}
+
+static void exclude(struct step_state *ss, int x, const char *why)
+{
+    ss->bad |= 1ull << x;
+    snprintf(ss->why[x], sizeof ss->why[x], "%.190s", why);
+}
+
+int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster_layer *L,
+                            struct shoal_err *err)
+{
+    const struct shoal_batch_union *bu = L->bu;
+    const int64_t nu = bu->n_used, il = L->il;
+    struct cluster_snap *s = cl->step;
+    struct step_state *ss = shoal_xcalloc(1, sizeof *ss);
+    int64_t *todo = shoal_xmalloc((size_t)(nu > 0 ? nu : 1) * sizeof *todo);
+    int64_t *ord = shoal_xmalloc((size_t)(nu > 0 ? nu : 1) * sizeof *ord);
+    int64_t *sel = shoal_xmalloc((size_t)(nu > 0 ? nu : 1) * sizeof *sel);
+    struct req rq[SHOAL_CLUSTER_MAX_EXECUTORS];
+    struct shoal_err local_err = {0};
+    int64_t n_todo = nu;
+    int rc = 0, round = 0;
+    double net_max = 0;
+    grow_scratch(cl, L->n_tok, bu->slot_begin[nu]);
+    for (int64_t u = 0; u < nu; u++)
+        todo[u] = u;
+    while (n_todo > 0) {
+        snapshot(cl, s, il);
+        if ((rc = place(cl, s, ss, il, bu, todo, n_todo, err)) < 0)
+            break;
+        /* group the entries by executor: ord holds them executor by
+         * executor, each group in ascending union order */
+        int n_rq = 0, n_sel = 0;
+        int64_t o = 0;
+        for (int x = 0; x < s->n; x++) {
+            int64_t first = o;
+            for (int64_t i = 0; i < n_todo; i++)
+                if (cl->assign[todo[i]] == x) {
+                    ord[o++] = todo[i];
+                    note_assigned(cl, x, il, bu->expert[todo[i]]);
+                }
+            if (o == first)
+                continue;
+            if (x == cl->local) {
+                for (int64_t i = first; i < o; i++)
+                    sel[n_sel++] = ord[i];
+                continue;
+            }
+            rq[n_rq] = (struct req){.x = x, .first = first, .n = o - first};
+            n_rq++;
+        }
+        n_todo = 0;
+        /* every remote request goes out before anything waits */
+        for (int i = 0; i < n_rq; i++) {
+            struct shoal_err e2 = {0};
+            if (send_request(cl, L, s, ord, &rq[i], &e2) < 0) {
+                exclude(ss, rq[i].x, e2.msg);
+                for (int64_t j = rq[i].first; j < rq[i].first + rq[i].n; j++)
+                    todo[n_todo++] = ord[j];
+                rq[i].id = 0;
+            }
+        }
+        if (round == 0 && L->after_send)
+            L->after_send(L->user, n_sel);
+        if (n_sel > 0) {
+            pthread_mutex_lock(&cl->mu);
+            cl->exec[cl->local].requests++;
+            pthread_mutex_unlock(&cl->mu);
+            struct shoal_err e2 = {0};
+            int lrc = L->local(L->user, il, sel, n_sel, &e2);
+            if (lrc < 0) {
+                /* another holder may take over; keep the store's message */
+                if (!local_err.code)
+                    local_err = e2;
+                pthread_mutex_lock(&cl->mu);
+                cl->exec[cl->local].errors++;
+                pthread_mutex_unlock(&cl->mu);
+                shoal_log(SHOAL_LOG_WARN, "cluster", "local experts: layer %lld: %s",
+                          (long long)il, e2.msg);
+                exclude(ss, cl->local, e2.msg);
+                for (int64_t j = 0; j < n_sel; j++)
+                    todo[n_todo++] = sel[j];
+            }
+        }
+        double until = shoal_cluster_now() + cl->p.request_timeout_s;
+        wait_round(cl, rq, n_rq, until);
+        for (int i = 0; i < n_rq; i++) {
+            if (!rq[i].id)
+                continue;
+            const int x = rq[i].x;
+            struct pending p = pending_take(cl, rq[i].id);
+            char why[300];
+            why[0] = 0;
+            if (p.state == PEND_DONE && p.frame->msg_case == SHOAL__FRAME__MSG_RESPONSE) {
+                const Shoal__ExpertResponse *rs = p.frame->response;
+                struct shoal_err e2 = {0};
+                if (shoal_wire_check_response(rs, rq[i].total_rows, cl->n_embd, &e2) == 0) {
+                    scatter(cl, L, ord, &rq[i], rs->out.data);
+                    pthread_mutex_lock(&cl->mu);
+                    cl->exec[x].hits += rs->cache_hits;      /* until its next StatusReply */
+                    cl->exec[x].misses += rs->disk_reads;
+                    pthread_mutex_unlock(&cl->mu);
+                    /* the worker's own time; garbage counts as none */
+                    double server = rs->queue_seconds + rs->read_seconds + rs->compute_seconds;
+                    if (!isfinite(server) || server < 0 || rs->queue_seconds < 0 ||
+                        rs->read_seconds < 0 || rs->compute_seconds < 0)
+                        server = 0;
+                    double net = (double)(p.recv_ns - rq[i].sent_ns) / 1e9 - server;
+                    if (net > net_max)
+                        net_max = net;
+                } else {
+                    snprintf(why, sizeof why, "protocol error: %.260s", e2.msg);
+                    shoal_cluster_mark_down(cl, x, rq[i].gen, why);
+                }
+            } else if (p.state == PEND_DONE) {   /* an ErrorReply */
+                char msg[240];
+                snprintf(why, sizeof why, "error reply: %s",
+                         shoal_cluster_clean(msg, sizeof msg, p.frame->error->message));
+                shoal_log(SHOAL_LOG_WARN, "cluster", "worker %s: layer %lld: %s",
+                          cl->exec[x].addr, (long long)il, why);
+            } else if (p.state == PEND_FAILED) {
+                snprintf(why, sizeof why, "%s", p.why);
+            } else {
+                snprintf(why, sizeof why, "request %" PRIu64 " timed out after %.1f s",
+                         rq[i].id, cl->p.request_timeout_s);
+                shoal_cluster_mark_down(cl, x, rq[i].gen, why);
+            }
+            shoal_wire_frame_free(p.frame);
+            if (why[0]) {
+                pthread_mutex_lock(&cl->mu);
+                cl->exec[x].errors++;
+                pthread_mutex_unlock(&cl->mu);
+                exclude(ss, x, why);
+                for (int64_t j = rq[i].first; j < rq[i].first + rq[i].n; j++)
+                    todo[n_todo++] = ord[j];
+            }
+        }
+        if (n_todo > 0) {
+            /* re-run in ascending union order */
+            for (int64_t i = 1; i < n_todo; i++)
+                for (int64_t j = i; j > 0 && todo[j - 1] > todo[j]; j--) {
+                    int64_t t = todo[j];
+                    todo[j] = todo[j - 1];
+                    todo[j - 1] = t;
+                }
+            shoal_log(SHOAL_LOG_INFO, "cluster", "layer %lld: re-running %lld experts on "
+                      "other holders", (long long)il, (long long)n_todo);
+        }
+        round++;
+    }
+    if (rc < 0 && local_err.code) {
+        /* the local store failed and nobody else holds the expert: its
+         * message says more than "no holder" */
+        struct shoal_err e3 = {0};
+        shoal_err_set(&e3, local_err.code, "%s; %s", local_err.msg, err->msg);
+        *err = e3;
+        rc = local_err.code;
+    }
+    pthread_mutex_lock(&cl->mu);
+    cl->net_s += net_max > 0 ? net_max : 0;
+    pthread_mutex_unlock(&cl->mu);
+    free(ss);
+    free(todo);
+    free(ord);
+    free(sel);
+    return rc;
+}
+
+double shoal_cluster_take_network_s(struct shoal_cluster *cl)
+{
+    pthread_mutex_lock(&cl->mu);
+    double v = cl->net_s;
+    cl->net_s = 0;
+    pthread_mutex_unlock(&cl->mu);
+    return v;
+}
+
+/* ------------------------------------------------------------ hints */
+
+int64_t shoal_cluster_hint(struct shoal_cluster *cl, int64_t il, const int32_t *ids,
+                           int64_t n_ids, int32_t *local_ids)
+{
+    if (il < 0 || il >= cl->n_layer || !cl->is_moe[il])
+        return 0;
+    const int64_t NE = cl->n_expert;
+    struct cluster_snap *s = cl->hint;
+    snapshot(cl, s, il);
+    uint8_t seen[1024];
+    uint8_t *mark = NE <= (int64_t)sizeof seen ? seen : shoal_xcalloc((size_t)NE, 1);
+    memset(mark, 0, (size_t)(NE <= (int64_t)sizeof seen ? NE : 0));
+    uint32_t *per = shoal_xmalloc((size_t)(s->n > 0 ? s->n : 1) * (size_t)NE * sizeof *per);
+    int64_t cnt[SHOAL_CLUSTER_MAX_EXECUTORS] = {0};
+    uint64_t seeds[SHOAL_CLUSTER_MAX_EXECUTORS];
+    double weights[SHOAL_CLUSTER_MAX_EXECUTORS];
+    int cand[SHOAL_CLUSTER_MAX_EXECUTORS];
+    int64_t n_local = 0;
+    for (int64_t i = 0; i < n_ids; i++) {
+        const int32_t ie = ids[i];
+        if (ie < 0 || ie >= NE || mark[ie])
+            continue;
+        mark[ie] = 1;
+        int nc = 0;
+        for (int x = 0; x < s->n; x++)
+            if (s->up[x] && holds(cl, s, x, ie)) {
+                cand[nc] = x;
+                seeds[nc] = cl->exec[x].seed;
+                weights[nc] = s->weight[x];
+                nc++;
+            }
+        if (nc == 0)
+            continue;
+        int b = shoal_placement_best(shoal_placement_key(il, ie), seeds, weights, nc, 0);
+        int x = cand[b < 0 ? 0 : b];
+        if (x == cl->local)
+            local_ids[n_local++] = ie;
+        else
+            per[(size_t)x * (size_t)NE + (size_t)cnt[x]++] = (uint32_t)ie;
+    }
+    for (int x = 0; x < s->n; x++) {
+        if (!cnt[x] || x == cl->local || s->write_queue[x] > HINT_QUEUE_MAX)
+            continue;
+        Shoal__PrefetchHint h = SHOAL__PREFETCH_HINT__INIT;
+        h.layer = (uint32_t)il;
+        h.n_experts = (size_t)cnt[x];
+        h.experts = per + (size_t)x * (size_t)NE;
+        Shoal__Frame f = SHOAL__FRAME__INIT;
+        f.msg_case = SHOAL__FRAME__MSG_HINT;
+        f.hint = &h;
+        size_t len;
+        uint8_t *data = shoal_wire_pack(&f, s->max_frame[x], &len, NULL);
+        if (!data)
+            continue;
+        struct out_msg *m = shoal_xcalloc(1, sizeof *m);
+        m->kind = OUT_SEND;
+        m->exec = x;
+        m->gen = s->gen[x];
+        m->data = data;
+        m->len = len;
+        shoal_cluster_post(cl, m);
+    }
+    if (mark != seen)
+        free(mark);
+    free(per);
+    return n_local;
+}
+
+/* ------------------------------------------------------------ accounting */
+
+void shoal_cluster_note_eval(struct shoal_cluster *cl, const struct shoal_ctx_timings *t,
+                             int64_t n_tokens, double seconds)
+{
+    pthread_mutex_lock(&cl->mu);
+    cl->t = *t;
+    cl->tokens += (uint64_t)(n_tokens > 0 ? n_tokens : 0);
+    if (n_tokens == 1) {
+        cl->decode_s[cl->i_decode] = seconds;
+        cl->i_decode = (cl->i_decode + 1) % (int)(sizeof cl->decode_s / sizeof cl->decode_s[0]);
+        if (cl->n_decode < (int)(sizeof cl->decode_s / sizeof cl->decode_s[0]))
+            cl->n_decode++;
+    }
+    pthread_mutex_unlock(&cl->mu);
+}

@@ -1,0 +1,630 @@
+#!/usr/bin/env python3
+"""The coordinator's side of a cluster (issue 5; DESIGN contracts 1 and 3),
+with real processes on loopback.
+
+Converts the bundled model into a container, shards it with `shoal shard`
+(3 workers, disjoint; 3 workers, 2 replicas) and checks:
+- placement never changes results: the logits bytes (--logits-out), the
+  token ids and the text are identical in-process, with 1 worker
+  (--local-experts off), 3 disjoint shards, 3 shards with 2 replicas, and
+  replicas plus the local store;
+- kill -9 of a worker during decode (the coordinator is paused with SIGSTOP
+  around the kill so the kill lands mid-decode): output identical to the
+  undisturbed run, the worker is reported down;
+- a worker that stops answering (SIGSTOP) mid-decode: its request times out
+  after --request-timeout and is re-run elsewhere, output identical;
+- clear one-line errors naming the peer, within the deadline (measured): a
+  worker that never completes the handshake (a socket that accepts and stays
+  silent), a worker on another container (fingerprint), a wrong or missing
+  cluster key, shards that leave an expert without a holder;
+- a non-loopback listener without a key: exit 2, one line;
+- a coordinator restart: the workers stay up and serve the next run;
+- workers that join (--accept-workers / shoal-worker --join);
+- `shoal status` (table and --json) against a `shoal chat` whose stdin the
+  test keeps open: one row per executor with its state and counters.
+
+Usage: /usr/bin/python3 tests/cluster/test_cluster.py --shoal BIN --worker BIN
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
+PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?\nJULIET:\n"
+GEN = ["--max-tokens", "40", "--seed", "7", "--temp", "0.8", "--ignore-eos"]
+passed = failed = 0
+procs = []
+sanitizer_reports = []   # coordinator runs whose stderr holds an ASan/UBSan report
+
+
+def result(name, ok, detail=""):
+    global passed, failed
+    passed += bool(ok)
+    failed += not ok
+    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
+
+
+def env():
+    e = dict(os.environ)
+    e.setdefault("OMP_WAIT_POLICY", "passive")
+    return e
+
+
+def kill_all():
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.kill(p.pid, signal.SIGCONT)
+            except OSError:
+                pass
+            p.kill()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+class Worker:
+    """A shoal-worker process with its log in a file."""
+
+    def __init__(self, args, tmp, name, model, *flags):
+        self.log_path = os.path.join(tmp, name + ".log")
+        self.log = open(self.log_path, "w")
+        cmd = [args.worker, "--model", model, "--listen", "127.0.0.1:0"] + list(flags)
+        self.p = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env())
+        procs.append(self.p)
+        self.addr = None
+
+    def wait_ready(self, timeout=60):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            text = self.text()
+            m = re.search(r"listening on (\S+)", text)
+            if m and "serving " in text:
+                self.addr = m.group(1)
+                return self.addr
+            if self.p.poll() is not None:
+                return None
+            time.sleep(0.05)
+        return None
+
+    def text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def stop(self):
+        if self.p.poll() is None:
+            try:
+                os.kill(self.p.pid, signal.SIGCONT)
+            except OSError:
+                pass
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.log.close()
+
+
+def start_workers(args, tmp, name, models, *flags):
+    ws = [Worker(args, tmp, "%s-%d" % (name, i), m, *flags) for i, m in enumerate(models)]
+    for w in ws:
+        if not w.wait_ready():
+            raise RuntimeError("worker did not start: " + w.text())
+    return ws
+
+
+def stop_workers(ws):
+    for w in ws:
+        w.stop()
+
+
+class Gen:
+    """One `shoal run`: exit status, text, stderr, logits bytes, ids, seconds."""
+
+    def __init__(self, args, tmp, name, model, flags, gen=GEN, timeout=180):
+        self.logits_path = os.path.join(tmp, name + ".npy")
+        self.ids_path = os.path.join(tmp, name + ".ids")
+        for p in (self.logits_path, self.ids_path):
+            if os.path.exists(p):
+                os.unlink(p)
+        cmd = [args.shoal, "run", "--model", model, "--prompt", PROMPT, "--logits-out",
+               self.logits_path, "--ids-out", self.ids_path] + list(gen) + list(flags)
+        t0 = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env())
+        self.seconds = time.time() - t0
+        self.rc, self.out, self.err = r.returncode, r.stdout, r.stderr
+        if "Sanitizer" in r.stderr or "runtime error:" in r.stderr:
+            sanitizer_reports.append(name)
+        self.logits = self.ids = None
+        if os.path.exists(self.logits_path):
+            with open(self.logits_path, "rb") as f:
+                self.logits = f.read()
+        if os.path.exists(self.ids_path):
+            with open(self.ids_path) as f:
+                self.ids = f.read()
+
+
+def same(a, b):
+    return (a.rc == 0 and b.rc == 0 and a.logits is not None and a.logits == b.logits and
+            a.ids == b.ids and a.out == b.out)
+
+
+def detail(g):
+    return "rc=%d %.1fs stderr: %s" % (g.rc, g.seconds, g.err.strip()[-800:])
+
+
+def workers_flag(ws):
+    return ["--workers", ",".join(w.addr for w in ws)]
+
+
+# ------------------------------------------------------------ contract 1
+
+def identical_everywhere(args, tmp, base):
+    ct, sh1, sh2 = args.ct, args.sh1, args.sh2
+    ws = start_workers(args, tmp, "full", [ct])
+    try:
+        g = Gen(args, tmp, "one", ct, workers_flag(ws) + ["--local-experts", "off",
+                                                          "--control", "off"])
+        result("1 worker (--local-experts off): logits, ids and text identical",
+               same(g, base), detail(g))
+    finally:
+        stop_workers(ws)
+    ws = start_workers(args, tmp, "disjoint", [os.path.join(sh1, "worker-%d" % i)
+                                               for i in range(3)])
+    try:
+        g = Gen(args, tmp, "disjoint", ct, workers_flag(ws) + ["--local-experts", "off",
+                                                               "--control", "off", "--stats"])
+        result("3 workers, disjoint shards: identical", same(g, base), detail(g))
+        used = re.findall(r"executor \d+ (\S+): up, \d+ experts, (\d+) requests", g.err)
+        result("3 workers, disjoint shards: every worker served requests",
+               len(used) == 3 and all(int(n) > 0 for _, n in used), str(used))
+    finally:
+        stop_workers(ws)
+    ws = start_workers(args, tmp, "replicas", [os.path.join(sh2, "worker-%d" % i)
+                                               for i in range(3)])
+    try:
+        g = Gen(args, tmp, "replicas", ct, workers_flag(ws) + ["--local-experts", "off",
+                                                               "--control", "off"])
+        result("3 workers, 2 replicas each: identical", same(g, base), detail(g))
+        g = Gen(args, tmp, "replicas_local", ct, workers_flag(ws) + ["--control", "off",
+                                                                     "--stats"])
+        result("3 workers, 2 replicas, plus the local store: identical", same(g, base),
+               detail(g))
+        local = re.search(r"executor 0 local: up, \d+ experts, (\d+) requests", g.err)
+        result("local store is one more executor and got work",
+               local is not None and int(local.group(1)) > 0, local.group(0) if local else g.err)
+        # a coordinator restart: the same workers serve the next run
+        g2 = Gen(args, tmp, "restart", ct, workers_flag(ws) + ["--local-experts", "off",
+                                                               "--control", "off"])
+        result("coordinator restart: workers stayed up and serve the next run",
+               same(g2, base) and all(w.alive() for w in ws), detail(g2))
+    finally:
+        stop_workers(ws)
+
+
+def read_until(p, pattern, timeout):
+    """Read p.stdout (binary) until pattern (bytes regex) matches; returns the bytes."""
+    buf = b""
+    t0 = time.time()
+    fd = p.stdout.fileno()
+    os.set_blocking(fd, False)
+    while time.time() - t0 < timeout:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            chunk = None
+        if chunk:
+            buf += chunk
+            if re.search(pattern, buf):
+                return buf
+        elif chunk == b"":
+            return buf
+        else:
+            time.sleep(0.002)
+    return buf
+
+
+def failover(args, tmp, name, how, extra=()):
+    """Run with 3 replicas-2 workers; once decode has started, pause the
+    coordinator, kill -9 (how='kill') or SIGSTOP (how='stop') worker 1, resume
+    it. Compare with the undisturbed run (in-process)."""
+    gen = ["--max-tokens", "200", "--seed", "11", "--temp", "0.9", "--ignore-eos"]
+    base = Gen(args, tmp, name + "_base", args.ct, [], gen=gen)
+    ws = start_workers(args, tmp, name, [os.path.join(args.sh2, "worker-%d" % i)
+                                         for i in range(3)])
+    logits = os.path.join(tmp, name + ".npy")
+    ids = os.path.join(tmp, name + ".ids")
+    try:
+        cmd = [args.shoal, "run", "--model", args.ct, "--prompt", PROMPT, "--logits-out",
+               logits, "--ids-out", ids, "--local-experts", "off", "--control", "off",
+               "--threads", "1"] + gen + workers_flag(ws) + list(extra)
+        errf = open(os.path.join(tmp, name + ".err"), "w+")
+        t0 = time.time()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=env())
+        procs.append(p)
+        # the prompt is echoed first; wait for some generated text after it
+        head = read_until(p, re.escape(PROMPT.encode()) + rb"[\s\S]{12}", 120)
+        os.kill(p.pid, signal.SIGSTOP)
+        victim = ws[1]
+        if how == "kill":
+            victim.p.kill()
+            victim.p.wait()
+        else:
+            os.kill(victim.p.pid, signal.SIGSTOP)
+        os.kill(p.pid, signal.SIGCONT)
+        fd = p.stdout.fileno()
+        os.set_blocking(fd, True)
+        rest = b""
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            rest += chunk
+        rc = p.wait(timeout=180)
+        seconds = time.time() - t0
+        errf.seek(0)
+        err = errf.read()
+        errf.close()
+        out = (head + rest).decode("utf-8", "replace")
+        with open(logits, "rb") as f:
+            lg = f.read()
+        with open(ids) as f:
+            idt = f.read()
+        ok = rc == 0 and lg == base.logits and idt == base.ids and out == base.out
+        result("%s mid-decode: output identical to the undisturbed run" % how, ok,
+               "rc=%d %.1fs, %d bytes printed before the %s; stderr: %s" %
+               (rc, seconds, len(head), how, err.strip()[-600:]))
+        result("%s mid-decode: the worker is reported down" % how,
+               victim.addr in err and "down" in err, err.strip()[-400:])
+        return err, seconds
+    finally:
+        stop_workers(ws)
+
+
+def holder_lost(args, tmp):
+    """Disjoint shards, local store off: kill -9 a worker mid-decode. Its
+    experts have no other holder, so generation fails with an error naming
+    the layer, the expert and the dead peer -- never a hang, never a wrong
+    answer."""
+    gen = ["--max-tokens", "200", "--seed", "11", "--temp", "0.9", "--ignore-eos"]
+    ws = start_workers(args, tmp, "lost", [os.path.join(args.sh1, "worker-%d" % i)
+                                           for i in range(3)])
+    try:
+        cmd = [args.shoal, "run", "--model", args.ct, "--prompt", PROMPT, "--local-experts",
+               "off", "--control", "off", "--threads", "1"] + gen + workers_flag(ws)
+        errf = open(os.path.join(tmp, "lost.err"), "w+")
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=env())
+        procs.append(p)
+        read_until(p, re.escape(PROMPT.encode()) + rb"[\s\S]{12}", 120)
+        os.kill(p.pid, signal.SIGSTOP)
+        ws[1].p.kill()
+        ws[1].p.wait()
+        t0 = time.time()
+        os.kill(p.pid, signal.SIGCONT)
+        p.stdout.read()
+        rc = p.wait(timeout=120)
+        seconds = time.time() - t0
+        errf.seek(0)
+        err = errf.read()
+        errf.close()
+        m = re.search(r"layer \d+ expert \d+: no holder left \(down: ([^ ]+) ", err)
+        result("holder lost mid-decode: error names layer, expert and the dead peer, exit 1",
+               rc == 1 and m is not None and m.group(1) == ws[1].addr, "rc=%d: %s" %
+               (rc, err.strip()[-500:]))
+        result("holder lost mid-decode: fails at once (< 3 s)", seconds < 3.0,
+               "%.2f s" % seconds)
+    finally:
+        stop_workers(ws)
+
+
+# ------------------------------------------------------------ errors
+
+def one_error_line(err):
+    lines = [l for l in err.strip().splitlines() if l.startswith("shoal: ") and
+             ("error" in l or "no holder" in l or "refused" in l or "failed" in l)]
+    return lines
+
+
+def silent_worker(args, tmp):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    addr = "127.0.0.1:%d" % srv.getsockname()[1]
+    held = []
+    try:
+        import threading
+
+        def accept():
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    return
+                held.append(c)   # accept and stay silent
+        threading.Thread(target=accept, daemon=True).start()
+        g = Gen(args, tmp, "silent", args.ct, ["--workers", addr, "--local-experts", "off",
+                                               "--control", "off", "--connect-timeout", "2"])
+        ok = (g.rc == 1 and addr in g.err and "handshake did not complete" in g.err and
+              "no holder" in g.err)
+        result("silent worker: error names it and the handshake, exit 1", ok, detail(g))
+        result("silent worker: reported within the deadline (2 s + 3 s slack)",
+               g.seconds < 5.0, "%.2f s" % g.seconds)
+    finally:
+        srv.close()
+        for c in held:
+            c.close()
+
+
+def wrong_fingerprint(args, tmp):
+    ws = start_workers(args, tmp, "otherct", [args.other])
+    try:
+        g = Gen(args, tmp, "fingerprint", args.ct, workers_flag(ws) + [
+            "--local-experts", "off", "--control", "off", "--connect-timeout", "3"])
+        ok = g.rc == 1 and ws[0].addr in g.err and "fingerprint" in g.err
+        result("worker on another container: error names it and the fingerprint", ok,
+               detail(g))
+        result("fingerprint mismatch reported within the deadline", g.seconds < 6.0,
+               "%.2f s" % g.seconds)
+        # with the local store on, the run goes on without it and says why
+        g = Gen(args, tmp, "fingerprint_local", args.ct, workers_flag(ws) + [
+            "--control", "off", "--connect-timeout", "3"])
+        result("worker on another container, local store on: reported, run completes",
+               g.rc == 0 and ws[0].addr in g.err and "fingerprint" in g.err, detail(g))
+    finally:
+        stop_workers(ws)
+
+
+def wrong_key(args, tmp):
+    key = os.path.join(tmp, "cluster.key")
+    other = os.path.join(tmp, "other.key")
+    with open(key, "w") as f:
+        f.write("c2hvYWwtdGVzdC1jbHVzdGVyLWtleS0wMTIzNDU2Nzg5\n")
+    with open(other, "w") as f:
+        f.write("YW5vdGhlci1rZXktbm90LXRoZS1jbHVzdGVyLW9uZQ==\n")
+    os.chmod(key, 0o600)
+    os.chmod(other, 0o600)
+    ws = start_workers(args, tmp, "keyed", [args.ct], "--cluster-key", key)
+    try:
+        base_flags = workers_flag(ws) + ["--local-experts", "off", "--control", "off",
+                                         "--connect-timeout", "3"]
+        g = Gen(args, tmp, "wrongkey", args.ct, base_flags + ["--cluster-key", other])
+        result("wrong cluster key: error names the worker and authentication",
+               g.rc == 1 and ws[0].addr in g.err and "authentication" in g.err, detail(g))
+        result("wrong key reported within the deadline", g.seconds < 6.0, "%.2f s" % g.seconds)
+        g = Gen(args, tmp, "nokey", args.ct, base_flags)
+        result("no cluster key against a keyed worker: refused, names the worker",
+               g.rc == 1 and ws[0].addr in g.err and "key" in g.err, detail(g))
+        g = Gen(args, tmp, "rightkey", args.ct, base_flags + ["--cluster-key", key])
+        result("right cluster key: identical output", same(g, args.base), detail(g))
+    finally:
+        stop_workers(ws)
+
+
+def missing_holder(args, tmp):
+    # worker-2 of the disjoint shards is not running: its port refuses
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    dead = "127.0.0.1:%d" % free.getsockname()[1]
+    free.close()
+    ws = start_workers(args, tmp, "partial", [os.path.join(args.sh1, "worker-%d" % i)
+                                              for i in range(2)])
+    try:
+        g = Gen(args, tmp, "missing", args.ct, ["--workers", ",".join(
+            [ws[0].addr, ws[1].addr, dead]), "--local-experts", "off", "--control", "off",
+            "--connect-timeout", "2"])
+        m = re.search(r"layer (\d+) expert (\d+) has no holder", g.err)
+        ok = g.rc == 1 and m is not None and dead in g.err and "refused" in g.err
+        result("expert without a holder: error names layer, expert and the down peer", ok,
+               detail(g))
+        result("expert without a holder: reported within the deadline (2 s + 3 s)",
+               g.seconds < 5.0, "%.2f s" % g.seconds)
+    finally:
+        stop_workers(ws)
+
+
+def loopback_only(args, tmp):
+    r = subprocess.run([args.shoal, "run", "--model", args.ct, "--prompt", "x",
+                        "--accept-workers", "0.0.0.0:0"], capture_output=True, text=True,
+                       timeout=60, env=env())
+    lines = r.stderr.strip().splitlines()
+    result("non-loopback --accept-workers without a key: exit 2, one line",
+           r.returncode == 2 and len(lines) == 1 and "loopback" in lines[0], r.stderr.strip())
+    r = subprocess.run([args.shoal, "run", "--model", MODEL, "--prompt", "x", "--workers",
+                        "127.0.0.1:1", "--control", "off"], capture_output=True, text=True,
+                       timeout=60, env=env())
+    result("--workers with a Hugging Face directory: refused, names shoal convert",
+           r.returncode == 1 and "shoal convert" in r.stderr, r.stderr.strip())
+
+
+# ------------------------------------------------------------ joining, status
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def joining(args, tmp):
+    addr = "127.0.0.1:%d" % free_port()
+    # the worker starts first and keeps dialling until the coordinator is up
+    ws = start_workers(args, tmp, "joiner", [args.ct], "--join", addr, "--name", "joiner-0")
+    try:
+        g = Gen(args, tmp, "joined", args.ct, ["--accept-workers", addr, "--local-experts",
+                                               "off", "--control", "off",
+                                               "--connect-timeout", "20", "--stats"])
+        result("a worker that joins serves the run: identical",
+               same(g, args.base) and re.search(r"joiner-0: up, 32 experts, [1-9]", g.err)
+               is not None, detail(g))
+        g = Gen(args, tmp, "joined2", args.ct, ["--accept-workers", addr, "--local-experts",
+                                                "off", "--control", "off",
+                                                "--connect-timeout", "20"])
+        result("the joiner re-dials the next coordinator: identical", same(g, args.base),
+               detail(g))
+    finally:
+        stop_workers(ws)
+
+
+def query_status(args, addr, *flags):
+    r = subprocess.run([args.shoal, "status", "--coordinator", addr] + list(flags),
+                       capture_output=True, text=True, timeout=60, env=env())
+    return r.returncode, r.stdout, r.stderr
+
+
+def status(args, tmp):
+    ws = start_workers(args, tmp, "status", [os.path.join(args.sh2, "worker-%d" % i)
+                                             for i in range(3)])
+    errp = os.path.join(tmp, "chat.err")
+    errf = open(errp, "w")
+    chat = None
+    try:
+        chat = subprocess.Popen([args.shoal, "chat", "--model", args.ct, "--control",
+                                 "127.0.0.1:0", "--max-tokens", "16", "--seed", "3"] +
+                                workers_flag(ws), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=errf, env=env())
+        procs.append(chat)
+        addr = None
+        t0 = time.time()
+        while time.time() - t0 < 60 and not addr:
+            with open(errp) as f:
+                m = re.search(r"control (127\.0\.0\.1:\d+)", f.read())
+            addr = m.group(1) if m else None
+            time.sleep(0.05)
+        result("chat prints its control address", addr is not None)
+        if not addr:
+            return
+        chat.stdin.write(b"Good morrow, cousin.\n")
+        chat.stdin.flush()
+        rows = None
+        t0 = time.time()
+        while time.time() - t0 < 60:
+            rc, out, err = query_status(args, addr, "--json")
+            if rc == 0:
+                st = json.loads(out)
+                rows = st["executors"]
+                if sum(e["requests"] for e in rows) > 0 and st["tokens"] > 0:
+                    break
+            time.sleep(0.3)
+        ok = rows is not None and len(rows) == 4 and rows[0]["address"] == "local" and \
+            [e["address"] for e in rows[1:]] == [w.addr for w in ws] and \
+            all(e["state"] == "up" for e in rows) and \
+            all(0 < e["experts_held"] < e["experts_total"] for e in rows[1:]) and \
+            sum(e["requests"] for e in rows) > 0
+        result("status --json: one row per executor, all up, shard coverage, requests",
+               ok, json.dumps(rows)[:900] if rows else "no reply")
+        if rows:
+            result("status --json: per-token split and RTT present",
+                   st["seconds_per_token"]["attention"] > 0 and
+                   st["seconds_per_token"]["expert_wait"] > 0 and
+                   all(e["rtt_ms"] > 0 for e in rows[1:]),
+                   json.dumps(st["seconds_per_token"]))
+        rc, out, err = query_status(args, addr)
+        ok = rc == 0 and all(w.addr in out for w in ws) and "local" in out and \
+            "per token:" in out and out.count(" up ") >= 4
+        result("status table: rows and totals", ok, out + err)
+        # a worker goes away: its row says down, with why
+        ws[2].p.kill()
+        ws[2].p.wait()
+        t0 = time.time()
+        down = False
+        while time.time() - t0 < 20 and not down:
+            rc, out, err = query_status(args, addr, "--json")
+            if rc == 0:
+                r = [e for e in json.loads(out)["executors"] if e["address"] == ws[2].addr]
+                down = bool(r) and r[0]["state"] == "down" and r[0]["last_error"] != ""
+            time.sleep(0.3)
+        result("status: a killed worker shows down with its last error", down, out[:600])
+        # the watch mode refreshes until interrupted
+        wp = subprocess.Popen([args.shoal, "status", "--coordinator", addr, "--watch", "0.2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
+        procs.append(wp)
+        time.sleep(1.5)
+        wp.send_signal(signal.SIGINT)
+        wout, _ = wp.communicate(timeout=10)
+        result("status --watch refreshes until Ctrl-C",
+               wp.returncode == 0 and wout.decode().count("per token:") >= 3,
+               "rc=%s, %d refreshes" % (wp.returncode, wout.decode().count("per token:")))
+        chat.stdin.close()
+        crc = chat.wait(timeout=60)
+        result("chat exits 0 at end of input", crc == 0, "rc=%s" % crc)
+    finally:
+        if chat and chat.poll() is None:
+            chat.kill()
+        errf.close()
+        stop_workers(ws)
+    rc, out, err = query_status(args, addr or "127.0.0.1:1")
+    result("status without a coordinator: one-line error, exit 1",
+           rc == 1 and len(err.strip().splitlines()) == 1 and "cannot reach" in err,
+           err.strip())
+
+
+# ------------------------------------------------------------ main
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shoal", required=True)
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="shoal-cluster-")
+    try:
+        args.ct = os.path.join(tmp, "ct")
+        args.other = os.path.join(tmp, "ct-int8")
+        args.sh1 = os.path.join(tmp, "sh1")
+        args.sh2 = os.path.join(tmp, "sh2")
+        for cmd in ([args.shoal, "convert", MODEL, args.ct],
+                    [args.shoal, "convert", MODEL, args.other, "--experts", "int8"],
+                    [args.shoal, "shard", "--model", args.ct, "--workers", "3", "--out",
+                     args.sh1],
+                    [args.shoal, "shard", "--model", args.ct, "--workers", "3", "--replicas",
+                     "2", "--out", args.sh2]):
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env())
+            if r.returncode != 0:
+                print("FAIL setup: %s\n%s" % (" ".join(cmd), r.stderr))
+                return 1
+        args.base = Gen(args, tmp, "base", args.ct, [])
+        result("in-process baseline runs", args.base.rc == 0 and args.base.logits,
+               detail(args.base))
+        for fn in (identical_everywhere,):
+            fn(args, tmp, args.base)
+        failover(args, tmp, "kill", "kill")
+        err, secs = failover(args, tmp, "stop", "stop", ["--request-timeout", "2"])
+        result("stopped worker: its request timed out and moved",
+               "timed out" in err or "no heartbeat" in err, err.strip()[-300:])
+        for fn in (holder_lost, silent_worker, wrong_fingerprint, wrong_key, missing_holder, loopback_only,
+                   joining, status):
+            try:
+                fn(args, tmp)
+            except Exception as e:   # a broken scenario must not hide the others
+                result(fn.__name__, False, "exception: %r" % e)
+                kill_all()
+        result("no sanitizer report from any coordinator run", not sanitizer_reports,
+               ", ".join(sanitizer_reports))
+    finally:
+        kill_all()
+        if args.keep:
+            print("kept", tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
