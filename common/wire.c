@@ -361,6 +361,17 @@ int shoal_wire_check_response(const Shoal__ExpertResponse *rs, uint64_t total_ro
     return 0;
 }
 
+void shoal_wire_printable(char *dst, size_t n, const char *src)
+{
+    size_t j = 0;
+    for (size_t i = 0; src && src[i] && j + 1 < n; i++) {
+        unsigned char c = (unsigned char)src[i];
+        dst[j++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    }
+    if (n)
+        dst[j] = 0;
+}
+
 /* ---- handshake ---- */
 
 static const char *role_name(Shoal__Role r)
@@ -499,9 +510,10 @@ static int hs_check_info(struct shoal_handshake *hs, const Shoal__PeerInfo *pi,
     if (!observer && hs->fingerprint &&
         (!pi->fingerprint || strcmp(pi->fingerprint, hs->fingerprint) != 0))
         return hs_fail(hs, out, SHOAL_EINVAL, err,
-                       "model fingerprint mismatch: the peer serves %s, expected %s",
+                       "model fingerprint mismatch: the %s has model %s, this %s has %s",
+                       role_name(hs->peer_role),
                        pi->fingerprint && pi->fingerprint[0] ? pi->fingerprint : "(none)",
-                       hs->fingerprint);
+                       role_name(hs->role), hs->fingerprint);
     return 0;
 }
 
@@ -536,9 +548,10 @@ int shoal_handshake_on_frame(struct shoal_handshake *hs, const Shoal__Frame *f,
 {
     if (f->msg_case == SHOAL__FRAME__MSG_ERROR) {
         hs->state = SHOAL_HS_FAILED;
+        char msg[300];
+        shoal_wire_printable(msg, sizeof msg, f->error->message);
         return shoal_err_set(err, f->error->code < 0 ? f->error->code : SHOAL_EINVAL,
-                             "%s refused the handshake: %s", hs->peer_name,
-                             f->error->message ? f->error->message : "");
+                             "%s refused the handshake: %s", hs->peer_name, msg);
     }
     if (hs->state == SHOAL_HS_FAILED)
         return shoal_err_set(err, SHOAL_EIO, "%s: handshake already failed (libsodium could "

@@ -109,6 +109,10 @@ struct shoal_wire_error {
 void shoal_wire_error_init(struct shoal_wire_error *e, uint64_t id, int code,
                            const char *message);
 
+/* Copy peer text src (may be NULL) into dst[n] with control characters
+ * replaced by '?', truncated, NUL-terminated: safe for one log line. */
+void shoal_wire_printable(char *dst, size_t n, const char *src);
+
 /* ---- validation of what arrives (DESIGN contract 3) ---- */
 
 /* Coverage bitmap: bit (il * n_expert + ie), LSB first. */

@@ -253,7 +253,7 @@ Test(wire, handshake_refuses_a_wrong_fingerprint_and_two_coordinators)
     shoal_handshake_init(&a, 0, SHOAL__ROLE__ROLE_WORKER, NULL, &wi, NULL, "c");
     struct shoal_err ec = {0}, ea = {0};
     cr_assert_lt(run_handshake(&c, &a, &ec, &ea), 0);
-    cr_assert(strstr(ec.msg, "10.0.0.2:7070") && strstr(ec.msg, "bbbbbbbbbbbbbbbb") &&
+    cr_assert(strstr(ec.msg, "10.0.0.2:7070") && strstr(ec.msg, "the worker has model bbbbbbbbbbbbbbbb") &&
               strstr(ec.msg, "aaaaaaaaaaaaaaaa"), "%s", ec.msg);
     shoal_handshake_free(&c);
     shoal_handshake_free(&a);
