@@ -61,6 +61,9 @@ struct exec {
     uint8_t *holds;              /* [n_layer][n_expert] 1 if held; NULL: nothing yet */
     uint32_t experts_held;       /* MoE experts of the shard */
     double disk_mbps;            /* handshake (0: unknown -> default) */
+    double disk_mbps_seen;       /* observed from StatusReply deltas (0: none yet); a
+                                  * short start-up probe misjudges throttled or bursty
+                                  * disks, so placement prefers this once known */
     double compute_gbps;
     uint64_t cache_bytes;        /* its expert cache budget (UINT64_MAX unlimited) */
     uint32_t max_frame;          /* largest frame it accepts */

@@ -22,7 +22,7 @@
 #include "log.h"
 #include "util.h"
 
-#define STATUS_EVERY_TICKS 2
+#define STATUS_EVERY_TICKS 1
 #define BACKOFF_MIN_S 0.25
 #define BACKOFF_MAX_S 5.0
 #define READ_BUF_BYTES (256u << 10)
@@ -430,6 +430,8 @@ static void handshake_done(struct conn *c)
     x->holds = holds;
     x->experts_held = held;
     x->disk_mbps = pi->disk_mbps;
+    x->bytes_read = 0;             /* a new process: its counters start again */
+    x->read_busy_seconds = 0;
     x->compute_gbps = pi->compute_gbps;
     x->cache_bytes = pi->cache_bytes ? pi->cache_bytes : UINT64_MAX;
     x->max_frame = pi->max_frame == 0 || pi->max_frame > SHOAL_WIRE_MAX_FRAME_DEFAULT
@@ -529,8 +531,20 @@ static void on_worker_frame(struct conn *c, Shoal__Frame *f)
         x->cache_limit = s->cache_limit;
         x->hits = s->hits;
         x->misses = s->misses;
+        const double busy = finite_nonneg(s->read_busy_seconds) ? s->read_busy_seconds : 0;
+        /* disk bandwidth as the worker's reads achieved it since the last
+         * reply (bytes per second with reads in flight), once enough was read */
+        if (s->bytes_read >= x->bytes_read && busy > x->read_busy_seconds) {
+            const double db = (double)(s->bytes_read - x->bytes_read);
+            const double dt = busy - x->read_busy_seconds;
+            if (db >= 8.0 * 1024 * 1024 && dt > 0.005) {
+                const double obs = db / 1e6 / dt;
+                x->disk_mbps_seen = x->disk_mbps_seen > 0 ? 0.5 * x->disk_mbps_seen + 0.5 * obs
+                                                          : obs;
+            }
+        }
         x->bytes_read = s->bytes_read;
-        x->read_busy_seconds = finite_nonneg(s->read_busy_seconds) ? s->read_busy_seconds : 0;
+        x->read_busy_seconds = busy;
         x->queue_depth = s->queue_depth;
         pthread_mutex_unlock(&cl->mu);
         break;

@@ -33,7 +33,8 @@ static void snapshot(struct shoal_cluster *cl, struct cluster_snap *s, int64_t i
         s->gen[i] = x->gen;
         s->max_frame[i] = x->max_frame ? x->max_frame : SHOAL_WIRE_MAX_FRAME_DEFAULT;
         s->rtt_s[i] = x->kind == EXEC_LOCAL ? 0.0 : x->rtt_ms / 1e3;
-        s->disk[i] = (x->disk_mbps > 0 ? x->disk_mbps : CLUSTER_DEFAULT_DISK_MBPS) * 1e6;
+        const double mbps = x->disk_mbps_seen > 0 ? x->disk_mbps_seen : x->disk_mbps;
+        s->disk[i] = (mbps > 0 ? mbps : CLUSTER_DEFAULT_DISK_MBPS) * 1e6;
         s->compute[i] =
             (x->compute_gbps > 0 ? x->compute_gbps : CLUSTER_DEFAULT_COMPUTE_GBPS) * 1e9;
         double blob = (double)(cl->blob_bytes ? cl->blob_bytes : 1);
@@ -185,8 +186,11 @@ static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
                 for (int y = 0; y < N; y++)
                     if (y != m && y != x && t[y] > ms)
                         ms = t[y];
-                const double move = cached(cl, x, il, ie)
-                                        ? 0.0 : (double)cl->blob_bytes / s->disk[x];
+                /* tx already counts x's read of the expert; moving costs
+                 * more only when it leaves the copy m has cached (the next
+                 * use may find it at neither) */
+                const double move = cached(cl, m, il, ie) && !cached(cl, x, il, ie)
+                                        ? (double)cl->blob_bytes / s->disk[x] : 0.0;
                 const double gain = makespan - ms - move;
                 if (gain > best_gain) {
                     best_gain = gain;
