@@ -28,6 +28,7 @@ enum exec_state {
     EXEC_DOWN = 0,
     EXEC_JOINING,    /* handshake done, waiting for the first heartbeat echo */
     EXEC_UP,
+    EXEC_DRAINING,   /* the worker is shutting down: placement skips it */
 };
 
 struct conn;

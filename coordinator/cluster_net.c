@@ -82,6 +82,7 @@ const char *shoal_cluster_state_name(enum exec_state s)
     switch (s) {
     case EXEC_UP: return "up";
     case EXEC_JOINING: return "joining";
+    case EXEC_DRAINING: return "draining";
     default: return "down";
     }
 }
@@ -545,6 +546,11 @@ static void on_worker_frame(struct conn *c, Shoal__Frame *f)
         }
         x->bytes_read = s->bytes_read;
         x->read_busy_seconds = busy;
+        if (s->draining && x->state != EXEC_DRAINING && x->state != EXEC_DOWN) {
+            x->state = EXEC_DRAINING;
+            shoal_log(SHOAL_LOG_WARN, "cluster", "worker %s is draining (shutting down): "
+                      "no new experts go there", x->addr);
+        }
         x->queue_depth = s->queue_depth;
         pthread_mutex_unlock(&cl->mu);
         break;

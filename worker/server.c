@@ -61,6 +61,9 @@ struct shoal_worker_server {
     uv_async_t async;
     uv_signal_t sigint, sigterm;
     uv_timer_t dial_timer;
+    uv_timer_t drain_timer;        /* while draining: waits for the compute queue */
+    double drain_start;
+    int draining;                  /* SIGTERM/SIGINT seen: finish, refuse new requests */
     int handles_init;
     char listen_addr[96];
     struct sockaddr_storage join_addr;
@@ -410,6 +413,7 @@ static void handle_status(struct conn *c, const Shoal__StatusRequest *sr)
     r.errors = srv->errors;
     r.uptime_seconds = shoal_time_s() - srv->t_start;
     r.connections = (uint32_t)srv->n_conns;
+    r.draining = srv->draining;
     Shoal__Frame f = SHOAL__FRAME__INIT;
     f.msg_case = SHOAL__FRAME__MSG_STATUS;
     f.status = &r;
@@ -425,6 +429,13 @@ static void dispatch(struct conn *c, Shoal__Frame *f, size_t wire_len)
     case SHOAL__FRAME__MSG_REQUEST:
         if (!coord)
             break;
+        if (c->srv->draining) {
+            /* the coordinator re-runs it on another holder */
+            conn_send_error(c, f->request->id, SHOAL_ECANCELED,
+                            "worker is draining (shutting down): run it on another holder");
+            shoal_wire_frame_free(f);
+            return;
+        }
         handle_request(c, f, wire_len);
         return;
     case SHOAL__FRAME__MSG_HINT:
@@ -703,7 +714,7 @@ static void dial(uv_timer_t *t)
 
 static void schedule_dial(struct shoal_worker_server *srv)
 {
-    if (srv->stopping || !srv->p.join)
+    if (srv->stopping || srv->draining || !srv->p.join)
         return;
     uint64_t ms = srv->dial_backoff_ms;
     srv->dial_backoff_ms = ms * 2 > DIAL_BACKOFF_MAX_MS ? DIAL_BACKOFF_MAX_MS : ms * 2;
@@ -757,6 +768,7 @@ static void shutdown_server(struct shoal_worker_server *srv, const char *why)
     shoal_log(SHOAL_LOG_INFO, LOG_C, "%s: shutting down", why);
     close_if_open((uv_handle_t *)&srv->listener);
     close_if_open((uv_handle_t *)&srv->dial_timer);
+    close_if_open((uv_handle_t *)&srv->drain_timer);
     close_if_open((uv_handle_t *)&srv->sigint);
     close_if_open((uv_handle_t *)&srv->sigterm);
     while (srv->conns)
@@ -767,9 +779,49 @@ static void shutdown_server(struct shoal_worker_server *srv, const char *why)
     close_if_open((uv_handle_t *)&srv->async);
 }
 
+#define DRAIN_MAX_S 10.0
+
+/* Draining: every queued request has run and its reply is written, or
+ * DRAIN_MAX_S passed. */
+static void drain_check(uv_timer_t *t)
+{
+    struct shoal_worker_server *srv = t->data;
+    int busy = shoal_worker_exec_queue_depth(srv->exec) > 0;
+    for (struct conn *c = srv->conns; c && !busy; c = c->next)
+        busy = c->write_bytes > 0 || c->job_bytes > 0;
+    if (!busy)
+        shutdown_server(srv, "drained");
+    else if (shoal_time_s() - srv->drain_start > DRAIN_MAX_S)
+        shutdown_server(srv, "drain timed out");
+}
+
+/* First SIGINT/SIGTERM: stop listening and dialling, tell each coordinator
+ * (an unsolicited StatusReply with draining set, so it stops placing
+ * experts here), answer new requests with an error so they move, and exit
+ * once the queued ones are answered. A second signal exits at once. */
+static void start_drain(struct shoal_worker_server *srv, const char *why)
+{
+    srv->draining = 1;
+    srv->drain_start = shoal_time_s();
+    shoal_log(SHOAL_LOG_INFO, LOG_C, "%s: draining (a second signal exits at once)", why);
+    close_if_open((uv_handle_t *)&srv->listener);
+    uv_timer_stop(&srv->dial_timer);
+    for (struct conn *c = srv->conns; c; c = c->next)
+        if (c->hs_done && c->peer_role == SHOAL__ROLE__ROLE_COORDINATOR) {
+            Shoal__StatusRequest sr = SHOAL__STATUS_REQUEST__INIT;
+            handle_status(c, &sr);
+        }
+    uv_timer_start(&srv->drain_timer, drain_check, 0, 50);
+}
+
 static void on_signal(uv_signal_t *s, int signum)
 {
-    shutdown_server(s->data, signum == SIGINT ? "SIGINT" : "SIGTERM");
+    struct shoal_worker_server *srv = s->data;
+    const char *why = signum == SIGINT ? "SIGINT" : "SIGTERM";
+    if (srv->draining || srv->stopping)
+        shutdown_server(srv, why);
+    else
+        start_drain(srv, why);
 }
 
 struct shoal_worker_server *shoal_worker_server_create(const struct shoal_worker_server_params *p,
@@ -799,7 +851,9 @@ struct shoal_worker_server *shoal_worker_server_create(const struct shoal_worker
     uv_signal_init(&srv->loop, &srv->sigint);
     uv_signal_init(&srv->loop, &srv->sigterm);
     uv_timer_init(&srv->loop, &srv->dial_timer);
+    uv_timer_init(&srv->loop, &srv->drain_timer);
     srv->handles_init = 1;
+    srv->drain_timer.data = srv;
     srv->listener.data = srv->async.data = srv->sigint.data = srv->sigterm.data = srv;
     srv->dial_timer.data = srv;
     if ((rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0)) < 0 ||
