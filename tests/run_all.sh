@@ -56,6 +56,7 @@ step "shoal shard (gcc)" "$PY" tests/reference/test_shard.py --shoal build-test/
 step "expert store memory bound (gcc; needs root)" "$PY" tests/reference/test_memory_bound.py --shoal build-test/coordinator/shoal
 step "shoal-worker protocol, bad frames, keys, churn (gcc)" "$PY" tests/cluster/test_worker.py --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe --shoal build-test/coordinator/shoal
 step "cluster: placements, failover, handshake errors, status (gcc)" "$PY" tests/cluster/test_cluster.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+step "cluster: every family, netlab, restarts, 1000-step soak (gcc)" "$PY" tests/cluster/test_cluster_more.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "worker draining on SIGTERM (gcc)" "$PY" tests/cluster/test_drain.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
 
@@ -67,6 +68,7 @@ step "reference tests (ASan+UBSan)" reference build-asan
 [ -f tests/golden/run_golden.py ] && step "bundled model golden + chat (ASan+UBSan)" "$PY" tests/golden/run_golden.py --shoal build-asan/coordinator/shoal --skip-perplexity
 step "shoal-worker protocol (ASan+UBSan)" "$PY" tests/cluster/test_worker.py --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe --shoal build-asan/coordinator/shoal
 step "cluster (ASan+UBSan)" "$PY" tests/cluster/test_cluster.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
+step "cluster more (ASan+UBSan)" "$PY" tests/cluster/test_cluster_more.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 CC=clang step "build clang, no liburing, -Werror" setup build-clang --werror -Dliburing=disabled

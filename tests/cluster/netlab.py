@@ -2,7 +2,9 @@
 benchmarks (../shared/TESTING.md).
 
 Each host is a network namespace joined to the root namespace by a veth
-pair on its own /24 (root side 10.77.N.1, host side 10.77.N.2), optionally
+pair on its own /24 (root side 10.B.N.1, host side 10.B.N.2, where B is a
+second octet no other address on this machine uses, so two labs can run at
+once; read host.addr / host.gateway), optionally
 with a tbf rate limit on both ends of the link. Processes started on a host
 can be put in a cgroup v1 blkio group (read bandwidth limit on the root
 disk) and a memory group. Everything is removed on close(), also when the
@@ -45,8 +47,8 @@ class Host:
         self.ns = "%s-%s" % (lab.prefix, name)
         self.veth_root = "%sr%d" % (lab.short, index)
         self.veth_host = "%sh%d" % (lab.short, index)
-        self.addr = "10.77.%d.2" % index      # the host's address
-        self.gateway = "10.77.%d.1" % index   # the root namespace's address on this link
+        self.addr = "10.%d.%d.2" % (lab.octet, index)      # the host's address
+        self.gateway = "10.%d.%d.1" % (lab.octet, index)   # the root side of this link
 
     def argv(self, argv):
         return ["ip", "netns", "exec", self.ns] + list(argv)
@@ -88,6 +90,18 @@ class Lab:
         self.short = "s%x" % (os.getpid() % 0xfffff)
         self.hosts, self.procs, self.cgroups = [], [], []
         self._old_term = None
+        self.octet = self._free_octet()
+
+    @staticmethod
+    def _free_octet():
+        """A second octet B with no 10.B.x.x address on this machine."""
+        r = _run("ip", "-4", "-o", "addr", check=False)
+        used = r.stdout
+        for k in range(128):
+            b = 64 + (os.getpid() + k) % 128
+            if " 10.%d." % b not in used:
+                return b
+        raise RuntimeError("no free 10.B.0.0/16 range for a lab")
 
     def __enter__(self):
         def on_term(signum, frame):

@@ -38,13 +38,16 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
+sys.path.insert(0, HERE)
+import clusterlib as L  # noqa: E402
+from clusterlib import (MODEL, env, kill_all, read_until, free_port, same,  # noqa: E402,F401
+                        detail, workers_flag, stop_workers)
+
 PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?\nJULIET:\n"
 GEN = ["--max-tokens", "40", "--seed", "7", "--temp", "0.8", "--ignore-eos"]
 passed = failed = 0
-procs = []
-sanitizer_reports = []   # coordinator runs whose stderr holds an ASan/UBSan report
+procs = L.procs                          # every process started, for kill_all()
+sanitizer_reports = L.sanitizer_reports  # coordinator runs with an ASan/UBSan report
 
 
 def result(name, ok, detail=""):
@@ -54,122 +57,13 @@ def result(name, ok, detail=""):
     print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
 
 
-def env():
-    e = dict(os.environ)
-    e.setdefault("OMP_WAIT_POLICY", "passive")
-    return e
-
-
-def kill_all():
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.kill(p.pid, signal.SIGCONT)
-            except OSError:
-                pass
-            p.kill()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-
-
-class Worker:
-    """A shoal-worker process with its log in a file."""
-
-    def __init__(self, args, tmp, name, model, *flags):
-        self.log_path = os.path.join(tmp, name + ".log")
-        self.log = open(self.log_path, "w")
-        cmd = [args.worker, "--model", model, "--listen", "127.0.0.1:0"] + list(flags)
-        self.p = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env())
-        procs.append(self.p)
-        self.addr = None
-
-    def wait_ready(self, timeout=60):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            text = self.text()
-            m = re.search(r"listening on (\S+)", text)
-            if m and "serving " in text:
-                self.addr = m.group(1)
-                return self.addr
-            if self.p.poll() is not None:
-                return None
-            time.sleep(0.05)
-        return None
-
-    def text(self):
-        with open(self.log_path) as f:
-            return f.read()
-
-    def alive(self):
-        return self.p.poll() is None
-
-    def stop(self):
-        if self.p.poll() is None:
-            try:
-                os.kill(self.p.pid, signal.SIGCONT)
-            except OSError:
-                pass
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        self.log.close()
-
-
 def start_workers(args, tmp, name, models, *flags):
-    ws = [Worker(args, tmp, "%s-%d" % (name, i), m, *flags) for i, m in enumerate(models)]
-    for w in ws:
-        if not w.wait_ready():
-            raise RuntimeError("worker did not start: " + w.text())
-    return ws
+    return L.start_workers(args.worker, tmp, name, models, *flags)
 
 
-def stop_workers(ws):
-    for w in ws:
-        w.stop()
-
-
-class Gen:
-    """One `shoal run`: exit status, text, stderr, logits bytes, ids, seconds."""
-
-    def __init__(self, args, tmp, name, model, flags, gen=GEN, timeout=180):
-        self.logits_path = os.path.join(tmp, name + ".npy")
-        self.ids_path = os.path.join(tmp, name + ".ids")
-        for p in (self.logits_path, self.ids_path):
-            if os.path.exists(p):
-                os.unlink(p)
-        cmd = [args.shoal, "run", "--model", model, "--prompt", PROMPT, "--logits-out",
-               self.logits_path, "--ids-out", self.ids_path] + list(gen) + list(flags)
-        t0 = time.time()
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env())
-        self.seconds = time.time() - t0
-        self.rc, self.out, self.err = r.returncode, r.stdout, r.stderr
-        if "Sanitizer" in r.stderr or "runtime error:" in r.stderr:
-            sanitizer_reports.append(name)
-        self.logits = self.ids = None
-        if os.path.exists(self.logits_path):
-            with open(self.logits_path, "rb") as f:
-                self.logits = f.read()
-        if os.path.exists(self.ids_path):
-            with open(self.ids_path) as f:
-                self.ids = f.read()
-
-
-def same(a, b):
-    return (a.rc == 0 and b.rc == 0 and a.logits is not None and a.logits == b.logits and
-            a.ids == b.ids and a.out == b.out)
-
-
-def detail(g):
-    return "rc=%d %.1fs stderr: %s" % (g.rc, g.seconds, g.err.strip()[-800:])
-
-
-def workers_flag(ws):
-    return ["--workers", ",".join(w.addr for w in ws)]
+def Gen(args, tmp, name, model, flags, gen=GEN, timeout=180):
+    """One `shoal run` of PROMPT (clusterlib.Gen)."""
+    return L.Gen(args.shoal, tmp, name, model, ["--prompt", PROMPT], gen, flags, timeout)
 
 
 # ------------------------------------------------------------ contract 1
@@ -215,28 +109,6 @@ def identical_everywhere(args, tmp, base):
                same(g2, base) and all(w.alive() for w in ws), detail(g2))
     finally:
         stop_workers(ws)
-
-
-def read_until(p, pattern, timeout):
-    """Read p.stdout (binary) until pattern (bytes regex) matches; returns the bytes."""
-    buf = b""
-    t0 = time.time()
-    fd = p.stdout.fileno()
-    os.set_blocking(fd, False)
-    while time.time() - t0 < timeout:
-        try:
-            chunk = os.read(fd, 4096)
-        except BlockingIOError:
-            chunk = None
-        if chunk:
-            buf += chunk
-            if re.search(pattern, buf):
-                return buf
-        elif chunk == b"":
-            return buf
-        else:
-            time.sleep(0.002)
-    return buf
 
 
 def failover(args, tmp, name, how, extra=()):
@@ -453,14 +325,6 @@ def loopback_only(args, tmp):
 
 # ------------------------------------------------------------ joining, status
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def joining(args, tmp):
     addr = "127.0.0.1:%d" % free_port()
     # the worker starts first and keeps dialling until the coordinator is up
@@ -482,9 +346,7 @@ def joining(args, tmp):
 
 
 def query_status(args, addr, *flags):
-    r = subprocess.run([args.shoal, "status", "--coordinator", addr] + list(flags),
-                       capture_output=True, text=True, timeout=60, env=env())
-    return r.returncode, r.stdout, r.stderr
+    return L.query_status(args.shoal, addr, *flags)
 
 
 def status(args, tmp):
