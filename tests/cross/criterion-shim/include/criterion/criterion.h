@@ -92,6 +92,8 @@ void crs_log(const char *level, const char *fmt, ...)
 
 #define cr_assert(...) CRS_CHECK_(1, #__VA_ARGS__, __VA_ARGS__)
 #define cr_expect(...) CRS_CHECK_(0, #__VA_ARGS__, __VA_ARGS__)
+#define cr_assert_not(Cond, ...) CRS_CHECK(1, !(Cond), __VA_ARGS__)
+#define cr_expect_not(Cond, ...) CRS_CHECK(0, !(Cond), __VA_ARGS__)
 #define cr_assert_fail(...) crs_fail(1, __FILE__, __LINE__, "fail", "" __VA_ARGS__)
 #define cr_expect_fail(...) crs_fail(0, __FILE__, __LINE__, "fail", "" __VA_ARGS__)
 #define cr_assert_null(Ptr, ...) CRS_CHECK(1, (Ptr) == NULL, __VA_ARGS__)
