@@ -77,6 +77,13 @@ step "unit tests (clang)"         unit build-clang
 # aarch64 (Apple Silicon's ISA): cross-compiled unit tests under qemu-user,
 # so the NEON kernels are checked bit for bit against the scalar ones.
 step "unit tests (aarch64 under qemu, NEON)" tests/run_aarch64.sh
+# the headline mix: an aarch64 (NEON) worker serving an x86 coordinator
+cross_isa() {
+    ninja -C build-aarch64 -j"$JOBS" worker/shoal-worker >/dev/null &&
+    "$PY" tests/cluster/test_cross_isa.py --shoal build-test/coordinator/shoal \
+        --arm-worker build-aarch64/worker/shoal-worker
+}
+step "cluster across ISAs: aarch64 worker under qemu, x86 coordinator" cross_isa
 
 echo
 for f in "${failures[@]}"; do echo "FAILED: $f"; done

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Placement never changes results, across instruction sets (DESIGN
+contracts 1 and 7): an aarch64 shoal-worker (NEON kernels, run under
+qemu-user) serving an x86-64 coordinator (AVX2 or scalar kernels) gives
+logits bytes and text identical to the coordinator alone. This is the
+headline deployment's mix: Apple Silicon workers, any coordinator.
+
+For the bundled model as int4, int8 and bf16 containers, with the worker
+holding everything (--local-experts off) and as one of two executors.
+
+Usage: /usr/bin/python3 tests/cluster/test_cross_isa.py --shoal BIN \\
+           --arm-worker build-aarch64/worker/shoal-worker [--qemu qemu-aarch64-static]
+Skips (exit 0, with the reason) when the aarch64 worker or qemu is missing.
+"""
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
+passed = failed = 0
+
+
+def result(name, ok, detail=""):
+    global passed, failed
+    passed += bool(ok)
+    failed += not ok
+    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shoal", required=True)
+    ap.add_argument("--arm-worker", required=True)
+    ap.add_argument("--qemu", default=shutil.which("qemu-aarch64-static") or "")
+    a = ap.parse_args()
+    if not os.access(a.arm_worker, os.X_OK) or not a.qemu:
+        print("SKIP cross-ISA cluster: needs %s and qemu-aarch64-static" % a.arm_worker)
+        return 0
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    tmp = tempfile.mkdtemp(prefix="shoal-xisa-")
+    procs = []
+    try:
+        for dtype in ("int4", "int8", "bf16"):
+            ct = os.path.join(tmp, dtype)
+            subprocess.run([a.shoal, "convert", MODEL, ct, "--experts", dtype], check=True,
+                           capture_output=True)
+            port = free_port()
+            log = os.path.join(tmp, "w-%s.log" % dtype)
+            w = subprocess.Popen([a.qemu, "-L", "/usr/aarch64-linux-gnu", a.arm_worker,
+                                  "--model", ct, "--listen", "127.0.0.1:%d" % port],
+                                 stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+            procs.append(w)
+            t0 = time.time()
+            while time.time() - t0 < 60 and "serving" not in open(log).read():
+                if w.poll() is not None:
+                    break
+                time.sleep(0.1)
+            text = open(log).read()
+            result("%s: aarch64 worker serves with NEON kernels" % dtype,
+                   "serving" in text and "neon kernels" in text,
+                   [l for l in text.splitlines() if "serving" in l][:1])
+            gen = ["--model", ct, "--prompt", "JULIET:\nO Romeo", "--max-tokens", "24",
+                   "--seed", "11"]
+
+            def run(name, extra):
+                npy = os.path.join(tmp, "%s-%s.npy" % (dtype, name))
+                r = subprocess.run([a.shoal, "run"] + gen + extra + ["--logits-out", npy],
+                                   capture_output=True, env=env, timeout=300)
+                return r, (open(npy, "rb").read() if os.path.exists(npy) else b"")
+
+            ref, ref_npy = run("ref", [])
+            for name, extra in (("worker only", ["--local-experts", "off"]),
+                                ("worker + local", [])):
+                r, npy = run(name.replace(" ", ""), ["--workers", "127.0.0.1:%d" % port,
+                                                     "--control", "off"] + extra)
+                ok = r.returncode == 0 and npy == ref_npy and len(npy) > 1000 and \
+                    r.stdout == ref.stdout
+                result("%s, %s: logits bytes and text identical to x86 in-process" %
+                       (dtype, name), ok, r.stderr.decode(errors="replace")[-300:] if not ok
+                       else "")
+            w.terminate()
+            w.wait(timeout=30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
