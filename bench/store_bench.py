@@ -28,181 +28,24 @@ Needs fio (apt-get install fio) and a C compiler with OpenMP.
 import argparse
 import json
 import os
-import platform
 import random
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
 
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def sh(cmd, timeout=3600, env=None, check=False):
-    e = dict(os.environ)
-    if env:
-        e.update(env)
-    t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
-    r.wall = time.time() - t0
-    if check and r.returncode != 0:
-        raise RuntimeError("%s failed (%d): %s" % (" ".join(cmd), r.returncode,
-                                                   (r.stderr or r.stdout)[-2000:]))
-    return r
-
-
-def loadavg():
-    try:
-        return [float(x) for x in open("/proc/loadavg").read().split()[:3]]
-    except OSError:
-        return None
-
-
-def drop_caches():
-    """sync; echo 3 > /proc/sys/vm/drop_caches (root). Returns True if done."""
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError as e:
-        log("warning: cannot drop the page cache (%s); cold runs rely on O_DIRECT only" % e)
-        return False
-
-
-# ---- machine -------------------------------------------------------------------
-
-
-def machine_info(path):
-    info = {"python": sys.version.split()[0], "kernel": platform.release()}
-    cpu = None
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info["cpu"] = cpu or platform.processor()
-    info["cores"] = os.cpu_count()
-    try:
-        flags = open("/proc/cpuinfo").read()
-        info["avx2"] = " avx2" in flags
-        info["avx512f"] = " avx512f" in flags
-    except OSError:
-        pass
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal"):
-                info["ram_gib"] = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    r = sh(["findmnt", "-n", "-o", "SOURCE,FSTYPE", "--target", path])
-    if r.returncode == 0 and r.stdout.split():
-        src, fstype = r.stdout.split()[:2]
-        info["fs"] = fstype
-        info["device"] = src
-        dev = os.path.basename(src)
-        r2 = sh(["lsblk", "-ndo", "SIZE,ROTA,MODEL", "/dev/" + dev])
-        f = r2.stdout.split() if r2.returncode == 0 else []
-        drv = os.path.basename(os.path.realpath("/sys/block/%s/device/driver" % dev)) \
-            if os.path.exists("/sys/block/%s/device/driver" % dev) else "?"
-        info["disk"] = "%s %s, rotational=%s, driver %s" % (
-            dev, f[0] if f else "?", f[1] if len(f) > 1 else "?", drv) + \
-            (" (%s)" % " ".join(f[2:]) if len(f) > 2 else "")
-        try:
-            info["scheduler"] = open("/sys/block/%s/queue/scheduler" % dev).read().strip()
-        except OSError:
-            pass
-    r = sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
-    info["commit"] = r.stdout.strip() if r.returncode == 0 else "?"
-    r = sh(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no", "--",
-            "common", "coordinator", "meson.build"])
-    info["dirty"] = bool(r.stdout.strip()) if r.returncode == 0 else None
-    return info
-
-
-# ---- the container ----------------------------------------------------------------
-
-
-def container_info(model):
-    man = json.load(open(os.path.join(model, "shoal.json")))
-    cfg = man["config"]
-    ex = man["experts"]
-    n_moe = len(ex["layers"])
-    info = {
-        "dir": model,
-        "model_type": man["model_type"],
-        "fingerprint": man["fingerprint"],
-        "experts_file": os.path.join(model, ex["file"]),
-        "experts_file_bytes": ex["bytes"],
-        "blob_bytes": ex["blob_bytes"],
-        "experts_dtype": ex["dtype"],
-        "n_moe_layers": n_moe,
-        "n_expert": ex["n_expert"],
-        "top_k": cfg["num_experts_per_tok"],
-        "hidden": cfg["hidden_size"],
-        "vocab": cfg["vocab_size"],
-        "dense_bytes": man["dense"]["bytes"],
-    }
-    info["expert_bytes"] = n_moe * info["n_expert"] * info["blob_bytes"]
-    sp = os.path.join(model, "synth.json")
-    if os.path.exists(sp):
-        s = json.load(open(sp))
-        info["synth"] = {k: s.get(k) for k in ("command", "trace", "domain", "seed", "drift",
-                                               "generate_seconds", "write_seconds",
-                                               "total_seconds", "bytes")}
-        if s.get("total_seconds"):
-            info["synth"]["mb_per_s"] = s["bytes"] / 1e6 / s["total_seconds"]
-            info["synth"]["generate_mb_per_s"] = s["bytes"] / 1e6 / max(s["generate_seconds"], 1e-9)
-    return info
-
-
-# ---- (a) fio ---------------------------------------------------------------------
-
-
-def fio_randread(path, bs, file_bytes, qd, runtime, engine):
-    size = (file_bytes - 4096) // bs * bs
-    cmd = ["fio", "--name=blobs", "--filename=" + path, "--readonly", "--rw=randread",
-           "--direct=1", "--ioengine=" + engine, "--bs=%d" % bs, "--iodepth=%d" % qd,
-           "--offset=4096", "--size=%d" % size, "--time_based", "--runtime=%d" % runtime,
-           "--ramp_time=1", "--randrepeat=0", "--norandommap", "--output-format=json"]
-    r = sh(cmd, timeout=runtime + 120)
-    if r.returncode != 0:
-        return {"error": (r.stderr or r.stdout).strip()[-500:], "cmd": " ".join(cmd)}
-    j = json.loads(r.stdout[r.stdout.index("{"):])
-    rd = j["jobs"][0]["read"]
-    lat = rd.get("clat_ns") or rd.get("lat_ns") or {}
-    return {"qd": qd, "engine": engine, "bs": bs, "mb_per_s": rd["bw_bytes"] / 1e6,
-            "iops": rd["iops"], "clat_ms_mean": lat.get("mean", 0) / 1e6,
-            "cmd": " ".join(cmd)}
+# shared with bench/sweep and bench/compare
+from benchlib import (build_ram_probe, container_info, drop_caches, fio_at,  # noqa: E402
+                      fio_randread, fmt, loadavg, log, machine_info, med, ram_probe, ratio, sh)
 
 
 # ---- (b) RAM probe ------------------------------------------------------------------
-
-
-def build_ram_probe(workdir):
-    out = os.path.join(workdir, "ram_probe")
-    src = os.path.join(HERE, "ram_probe.c")
-    cc = os.environ.get("CC", "cc")
-    r = sh([cc, "-O3", "-march=native", "-fopenmp", src, "-o", out])
-    if r.returncode != 0:
-        r = sh([cc, "-O3", "-fopenmp", src, "-o", out], check=True)
-    return out
-
-
-def ram_probe(exe, threads, mb=512, reps=10):
-    r = sh([exe, "--mb", str(mb), "--reps", str(reps), "--threads", str(threads)],
-           env={"OMP_WAIT_POLICY": "passive"}, check=True)
-    return json.loads(r.stdout)
 
 
 # ---- what one read costs besides the device (bench/read_probe.c) ------------------
@@ -376,38 +219,6 @@ def warm_run(shoal, ci, tokens, warmup, threads, isa, seed, routing_out=None, po
 
 
 # ---- report ---------------------------------------------------------------------------
-
-
-def fmt(x, unit="", nd=0):
-    if x is None:
-        return "n/a"
-    return ("%." + str(nd) + "f%s") % (x, unit)
-
-
-def ratio(a, b):
-    return a / b if a is not None and b else None
-
-
-def fio_at(fio, qd):
-    """fio MB/s at queue depth qd, interpolated (linearly in log2 QD) between the
-    depths measured; None when nothing was measured."""
-    pts = sorted((k, v["mb_per_s"]) for k, v in fio.items()
-                 if isinstance(k, int) and "mb_per_s" in v)
-    if not pts or qd is None:
-        return None
-    if qd <= pts[0][0]:
-        return pts[0][1]
-    for (q0, b0), (q1, b1) in zip(pts, pts[1:]):
-        if q0 <= qd <= q1:
-            import math
-            f = (math.log2(qd) - math.log2(q0)) / (math.log2(q1) - math.log2(q0))
-            return b0 + f * (b1 - b0)
-    return pts[-1][1]
-
-
-def med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def main():

@@ -1,0 +1,275 @@
+#!/usr/bin/python3
+"""Smoke test of bench/sweep and `shoal bench` (so the scripts do not rot).
+
+On a tiny synthetic container (`shoal synth`, built-in zipf routing, no
+../shared needed), in seconds:
+  1. a sweep over cache = 2 sizes x prefetch on/off, --repeat 1 --gen 4;
+  2. with shoal-worker built, a sweep over workers = 0, 1 x local experts
+     off, on on loopback (workers=0 local=off is skipped: no executor);
+  3. `shoal bench` refusing bad input with a one-line error.
+Checks that runs.jsonl, runs.csv, the plots and summary.md exist and hold
+sane values: every run succeeded, tok/s > 0, hit rates in [0, 1], the
+per-token stages add up to the total, the CSV's ratios equal figure / limit
+for the limits recorded in the same sweep, the limits are either measured
+(> 0) or say why not (fio absent, ...), the generated tokens are identical
+across configurations (DESIGN contract 1), and the PNGs are PNGs. Asserts
+behaviour, never speed. Needs no root (the cold state then uses
+posix_fadvise; the JSON says so).
+
+usage: test_sweep_smoke.py --shoal BUILD/coordinator/shoal [--worker BUILD/worker/shoal-worker]
+"""
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SWEEP = os.path.join(ROOT, "bench", "sweep")
+FAILS = []
+
+
+def check(cond, msg):
+    if not cond:
+        FAILS.append(msg)
+        print("FAIL: " + msg, file=sys.stderr)
+
+
+def close(a, b, rel=1e-6):
+    return a is not None and b is not None and abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
+
+
+def num(s):
+    return float(s) if s not in ("", None) else None
+
+
+def run(cmd, **kw):
+    env = dict(os.environ, OMP_WAIT_POLICY="passive", OMP_NUM_THREADS="2")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, **kw)
+    return r
+
+
+def check_sweep(out, n_runs, grid_keys):
+    # runs.jsonl: one full `shoal bench` JSON per run
+    lines = open(os.path.join(out, "runs.jsonl")).read().splitlines()
+    check(len(lines) == n_runs, "%s: %d runs in runs.jsonl, expected %d" % (out, len(lines), n_runs))
+    ids = set()
+    for ln in lines:
+        j = json.loads(ln)
+        name = j.get("sweep", {}).get("name")
+        check(j.get("sweep", {}).get("rc") == 0, "%s: run %s failed: %s" % (
+            out, name, j.get("error") or j.get("sweep", {}).get("log")))
+        for k in ("commit", "command", "machine", "model", "config", "state", "prompts",
+                  "runs", "summary", "limits", "ratios"):
+            check(k in j, "%s: run %s lacks '%s'" % (out, name, k))
+        m = j.get("machine", {})
+        check(m.get("cores", 0) >= 1 and m.get("ram_bytes", 0) > 0,
+              "machine: cores %s, ram %s" % (m.get("cores"), m.get("ram_bytes")))
+        check(len(j.get("model", {}).get("fingerprint") or "") == 16, "model fingerprint missing")
+        st = j.get("state", {})
+        check(st.get("name") == "cold", "state %s, expected cold" % st.get("name"))
+        for ev in st.get("evictions", []):
+            check(ev.get("method") in ("drop_caches", "fadvise"),
+                  "eviction method %s" % ev.get("method"))
+            if ev.get("method") == "fadvise":
+                check(bool(ev.get("why")), "fadvise eviction without saying why")
+        lim = j.get("limits", {})
+        ssd, ram = lim.get("ssd", {}), lim.get("ram", {})
+        check((ssd.get("mb_per_s") or 0) > 0 or ssd.get("skipped") or ssd.get("error"),
+              "ssd limit neither measured nor explained: %s" % ssd)
+        check((ram.get("read_gbs") or 0) > 0, "RAM probe: %s" % ram)
+        s = j.get("summary", {})
+        for k in ("ttft_ms", "prefill_tok_s", "decode_tok_s", "ms_per_token"):
+            v = (s.get(k) or {}).get("median")
+            check(v is not None and v > 0, "%s: %s = %s, expected > 0" % (name, k, v))
+        local = j.get("config", {}).get("local_experts", True)
+        for k in ("hit_rate", "hit_pinned", "hit_cache", "hit_inflight", "miss_disk"):
+            v = (s.get(k) or {}).get("median")
+            check((v is None and not local) or (v is not None and 0 <= v <= 1),
+                  "%s: %s = %s, expected in [0, 1]" % (name, k, v))
+        if j.get("config", {}).get("workers"):
+            for k in ("worker_hit_rate", "hit_rate_all"):
+                v = (s.get(k) or {}).get("median")
+                # with local experts on, placement may give a worker nothing
+                # on a model this small (the local store is the faster
+                # holder): its hit rate is then undefined (null)
+                idle_ok = k == "worker_hit_rate" and local and v is None
+                check(idle_ok or (v is not None and 0 <= v <= 1),
+                      "%s: %s = %s, expected in [0, 1]" % (name, k, v))
+        for k in ("prefetch_precision", "prefetch_recall"):
+            v = (s.get(k) or {}).get("median")
+            check(v is None or 0 <= v <= 1, "%s: %s = %s" % (name, k, v))
+        hr = sum((s.get(k) or {}).get("median", 0) for k in
+                 ("hit_pinned", "hit_cache", "hit_inflight", "miss_disk"))
+        check(close(hr, 1.0, 1e-9) or not local, "%s: tiers sum to %s, expected 1" % (name, hr))
+        for r in j.get("runs", []):
+            f = r.get("figures", {})
+            stages = sum(f.get(k) or 0 for k in ("ms_attention", "ms_routing", "ms_expert_wait",
+                                                 "ms_expert_compute", "ms_network", "ms_combine",
+                                                 "ms_head", "ms_other"))
+            check(close(stages, f.get("ms_per_token"), 1e-6),
+                  "%s: stages %.6f ms != total %s ms" % (name, stages, f.get("ms_per_token")))
+            check((f.get("peak_rss_mb") or 0) > 0, "%s: peak RSS %s" % (name, f.get("peak_rss_mb")))
+            check(r.get("generated_tokens", 0) > 0, "%s: no generated tokens" % name)
+        rat = j.get("ratios", {}).get("expert_read_vs_ssd", {})
+        if rat.get("ratio") is not None:
+            check(close(rat["ratio"], rat["figure"] / rat["limit"]), "run ratio != figure / limit")
+        ids.add(j.get("generated_ids_xxh64"))
+    check(len(ids) == 1, "%s: generated tokens differ across configurations: %s" % (out, ids))
+
+    # runs.csv: one row per run; ratios from the sweep's limits
+    rows = list(csv.DictReader(open(os.path.join(out, "runs.csv"))))
+    check(len(rows) == n_runs, "%d CSV rows, expected %d" % (len(rows), n_runs))
+    for r in rows:
+        for k in grid_keys + ["config", "decode_tok_s", "hit_rate", "ratio_read_vs_ssd",
+                              "ratio_compute_vs_ram", "sweep_limit_ssd_mb_s"]:
+            check(k in r, "CSV lacks column %s" % k)
+        check((num(r.get("decode_tok_s")) or 0) > 0, "CSV decode_tok_s %s" % r.get("decode_tok_s"))
+        lim, fig, rt = (num(r.get("sweep_limit_ssd_mb_s")), num(r.get("expert_read_mb_s")),
+                        num(r.get("ratio_read_vs_ssd")))
+        if lim and fig is not None:
+            check(close(rt, fig / lim), "CSV ratio_read_vs_ssd %s != %s / %s" % (rt, fig, lim))
+        else:
+            check(rt is None, "a ratio without a limit or a figure: %s" % rt)
+        lim, fig, rt = (num(r.get("sweep_limit_ram_read_mb_s")), num(r.get("expert_compute_mb_s")),
+                        num(r.get("ratio_compute_vs_ram")))
+        check(lim and close(rt, fig / lim) if fig is not None else rt is None,
+              "CSV ratio_compute_vs_ram %s != %s / %s" % (rt, fig, lim))
+
+    # limits of both passes and the summary that reports their median
+    lims = json.load(open(os.path.join(out, "limits.json")))
+    check(len(lims) >= 1, "limits.json is empty")
+    summary = open(os.path.join(out, "summary.md")).read()
+    for want in ("# Sweep summary", "## Limits", "## Best configuration", "read / fio",
+                 "compute / RAM read", "generated tokens identical in every run: yes"):
+        check(want in summary, "summary.md lacks '%s'" % want)
+    v = next(iter(lims.values()))
+    if v.get("ram_read_mb_s"):
+        check("%.0f" % v["ram_read_mb_s"] in summary, "summary.md does not report the RAM limit")
+
+    # plots
+    pdir = os.path.join(out, "plots")
+    if os.path.exists(os.path.join(out, "plots-skipped.txt")):
+        print("plots skipped: %s" % open(os.path.join(out, "plots-skipped.txt")).read().strip())
+    else:
+        pngs = sorted(p for p in os.listdir(pdir) if p.endswith(".png"))
+        check(len(pngs) >= 3, "%d plots in %s, expected >= 3" % (len(pngs), pdir))
+        for p in pngs:
+            b = open(os.path.join(pdir, p), "rb").read()
+            check(b[:8] == b"\x89PNG\r\n\x1a\n" and len(b) > 5000, "%s is not a sane PNG" % p)
+            check(p in summary, "summary.md does not show %s" % p)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shoal", required=True)
+    ap.add_argument("--worker", default=None)
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    shoal = os.path.abspath(a.shoal)
+    tmp = tempfile.mkdtemp(prefix="shoal-sweep-smoke-")
+    try:
+        model = os.path.join(tmp, "tiny")
+        r = run([shoal, "synth", model, "--gb", "0.01", "--trace", "zipf", "--seed", "3"])
+        if r.returncode != 0:
+            print("FAIL: shoal synth: %s" % r.stderr, file=sys.stderr)
+            return 1
+        common = ["--model", model, "--shoal", shoal, "--repeat", "1", "--gen", "4",
+                  "--prompt-len", "8", "--fio-runtime", "1", "--ram-mb", "16"]
+        out = os.path.join(tmp, "sweep")
+        r = run([sys.executable, SWEEP] + common + ["--out", out, "cache=1M,4M", "prefetch=on,off"])
+        check(r.returncode == 0, "sweep exited %d: %s" % (r.returncode, r.stderr[-2000:]))
+        if r.returncode == 0:
+            check_sweep(out, 4, ["cache", "prefetch"])
+            check("Best configuration" in r.stdout, "the sweep did not print its summary")
+
+        worker = a.worker or os.path.join(os.path.dirname(os.path.dirname(shoal)), "worker",
+                                          "shoal-worker")
+        if os.access(worker, os.X_OK):
+            out = os.path.join(tmp, "sweep-workers")
+            r = run([sys.executable, SWEEP] + common + ["--out", out, "--worker", worker,
+                                                        "workers=0,1", "local=off,on"])
+            check(r.returncode == 0, "cluster sweep exited %d: %s" % (r.returncode,
+                                                                      r.stderr[-2000:]))
+            if r.returncode == 0:
+                rows = check_sweep(out, 3, ["workers", "local"])
+                for row in rows:
+                    if row["workers"] == "1":
+                        check((num(row.get("limit_link_mb_s")) or 0) > 0,
+                              "workers=1: no link limit measured")
+                    if row["workers"] == "1" and row["local"] == "off":
+                        check((num(row.get("wire_mb_s")) or 0) > 0,
+                              "workers=1 local=off: no bytes on the wire")
+            left = run(["pgrep", "-f", "shoal-worker --model " + model])
+            check(left.stdout.strip() == "", "workers left running: %s" % left.stdout)
+        else:
+            print("cluster sweep skipped: %s not built" % worker)
+
+        # no fio on PATH: the SSD limit says why, the rest is measured
+        jp = os.path.join(tmp, "nofio.json")
+        env_path = os.path.join(tmp, "emptybin")
+        os.makedirs(env_path, exist_ok=True)
+        r = subprocess.run([shoal, "bench", "--model", model, "--reps", "1", "--gen", "2",
+                            "--prompt-len", "4", "--fio-runtime", "1", "--ram-mb", "16",
+                            "--json", jp], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, PATH=env_path, OMP_WAIT_POLICY="passive"))
+        check(r.returncode == 0, "bench without fio: exit %d: %s" % (r.returncode, r.stderr))
+        if r.returncode == 0:
+            j = json.load(open(jp))
+            check("fio" in (j["limits"]["ssd"].get("skipped") or ""),
+                  "without fio: ssd limit %s" % j["limits"]["ssd"])
+            check(j["ratios"]["expert_read_vs_ssd"]["ratio"] is None, "a ratio without fio")
+
+        # not root: the cold state is made with posix_fadvise and says so
+        if os.geteuid() == 0 and shutil.which("setpriv"):
+            os.chmod(tmp, 0o755)
+            nob = os.path.join(tmp, "nobody")
+            os.makedirs(nob, exist_ok=True)
+            os.chmod(nob, 0o777)
+            jp = os.path.join(nob, "nobody.json")
+            r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                shoal, "bench", "--model", model, "--reps", "1", "--gen", "2",
+                                "--prompt-len", "4", "--limits", "off", "--json", jp],
+                               capture_output=True, text=True, timeout=300, cwd=nob,
+                               env=dict(os.environ, HOME=nob, XDG_CACHE_HOME=nob,
+                                        OMP_WAIT_POLICY="passive"))
+            check(r.returncode == 0, "bench as nobody: exit %d: %s" % (r.returncode, r.stderr))
+            if r.returncode == 0:
+                ev = json.load(open(jp))["state"]["evictions"][0]
+                check(ev["method"] == "fadvise" and "not root" in ev.get("why", "") and
+                      ev.get("resident_after") is None and ev.get("resident_unknown"),
+                      "as nobody: eviction %s" % ev)
+        else:
+            # not root already: the sweep above took the fadvise path
+            print("not-root check skipped: %s" % ("not root already" if os.geteuid() else
+                                                  "no setpriv"))
+
+        # bad input: one line, exit 2 (usage) or 1, nothing written
+        for args, code in ((["--state", "hot"], 2), (["--gen", "0"], 2),
+                           (["--limits", os.path.join(tmp, "nope.json")], 1),
+                           (["--prompts", os.path.join(tmp, "nope.txt")], 1)):
+            jp = os.path.join(tmp, "bad.json")
+            r = run([shoal, "bench", "--model", model, "--json", jp] + args)
+            errs = [ln for ln in r.stderr.splitlines() if ln.startswith("shoal: ") and
+                    "no --json" not in ln]
+            check(r.returncode == code, "bench %s: exit %d, expected %d" % (args, r.returncode, code))
+            check(len(errs) == 1 and not os.path.exists(jp),
+                  "bench %s: expected one error line and no JSON, got %s" % (args, r.stderr))
+    finally:
+        if a.keep:
+            print("kept %s" % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if FAILS:
+        print("%d checks failed" % len(FAILS), file=sys.stderr)
+        return 1
+    print("sweep smoke: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
