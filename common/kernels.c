@@ -69,6 +69,37 @@ void shoal_linear(float *y, const float *x, int64_t n_tok,
     free(bias_f32);
 }
 
+void shoal_linear_part(float *y, const float *x, int64_t n_tok,
+                       const struct shoal_weight *w, int ith, int nth, float *row_buf)
+{
+    const int64_t rows = w->rows, cols = w->cols;
+    if (shoal_dtype_is_quant(w->dtype)) {
+        struct shoal_quant_weight qw = {
+            .type = w->dtype == SHOAL_DTYPE_INT8 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4,
+            .group = w->group, .rows = rows, .cols = cols, .data = w->data};
+        shoal_quant_linear_part(y, x, n_tok, &qw, ith, nth);
+        return;
+    }
+    int64_t r0, r1;
+    shoal_split_rows(rows, ith, nth, &r0, &r1);
+    float *row = NULL;
+    if (w->dtype != SHOAL_DTYPE_F32)
+        row = row_buf ? row_buf : shoal_xmalloc((size_t)cols * sizeof(float));
+    for (int64_t r = r0; r < r1; r++) {
+        const float *wr;
+        if (row) {
+            shoal_to_f32(row, shoal_weight_row(w, r), w->dtype, (size_t)cols);
+            wr = row;
+        } else {
+            wr = shoal_weight_row(w, r);
+        }
+        for (int64_t t = 0; t < n_tok; t++)
+            y[t * rows + r] = shoal_dot_f32(x + t * cols, wr, cols);
+    }
+    if (row && !row_buf)
+        free(row);
+}
+
 void shoal_rmsnorm(float *y, const float *x, int64_t n_rows, int64_t n,
                    const struct shoal_weight *weight, float eps)
 {

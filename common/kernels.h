@@ -31,6 +31,25 @@ float shoal_dot_f32(const float *a, const float *b, int64_t n);
 void shoal_linear(float *y, const float *x, int64_t n_tok,
                   const struct shoal_weight *w, const struct shoal_weight *bias);
 
+/* shoal_linear's share of thread ith of nth, without bias, for a caller
+ * that is already inside an OpenMP parallel region (one region for several
+ * linears, STYLE: fewer fork/joins). Thread ith writes the output rows
+ * [r0, r1) of the same even split shoal_linear uses; every element is
+ * computed by the same code as shoal_linear, so the bits do not depend on
+ * nth. A non-f32, non-quant W uses a row buffer of cols floats from
+ * row_buf (caller-owned, one per thread) when not NULL, else allocates.
+ * Thread: one OpenMP thread of the caller's region. */
+void shoal_linear_part(float *y, const float *x, int64_t n_tok,
+                       const struct shoal_weight *w, int ith, int nth, float *row_buf);
+
+/* The even split of rows among nth threads: thread ith gets [*r0, *r1). */
+static inline void shoal_split_rows(int64_t rows, int ith, int nth, int64_t *r0, int64_t *r1)
+{
+    const int64_t per = rows / nth, rem = rows % nth;
+    *r0 = ith * per + (ith < rem ? ith : rem);
+    *r1 = *r0 + per + (ith < rem ? 1 : 0);
+}
+
 /* RMSNorm over each row of n elements (transformers' *RMSNorm: f32 variance,
  * x * rsqrt(mean(x^2) + eps) * weight).
  *   y, x  [n_rows][n] f32 (may alias); weight [n] any dtype. Thread: any. */
