@@ -22,49 +22,23 @@ float shoal_dot_f32(const float *a, const float *b, int64_t n)
 void shoal_linear(float *y, const float *x, int64_t n_tok,
                   const struct shoal_weight *w, const struct shoal_weight *bias)
 {
-    const int64_t rows = w->rows, cols = w->cols;
+    const int64_t rows = w->rows;
     float *bias_f32 = NULL;
     if (bias && bias->data) {
         bias_f32 = shoal_xmalloc((size_t)rows * sizeof(float));
         shoal_to_f32(bias_f32, bias->data, bias->dtype, (size_t)rows);
     }
-    if (shoal_dtype_is_quant(w->dtype)) {
-        struct shoal_quant_weight qw = {
-            .type = w->dtype == SHOAL_DTYPE_INT8 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4,
-            .group = w->group, .rows = rows, .cols = cols, .data = w->data};
-        shoal_quant_linear(y, x, n_tok, &qw);
-        if (bias_f32)
-            for (int64_t t = 0; t < n_tok; t++)
-                for (int64_t r = 0; r < rows; r++)
-                    y[t * rows + r] += bias_f32[r];
-        free(bias_f32);
-        return;
-    }
 #pragma omp parallel
     {
         const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-        /* even split of output rows: remainder to the first threads */
-        const int64_t per = rows / nth, rem = rows % nth;
-        const int64_t r0 = ith * per + (ith < rem ? ith : rem);
-        const int64_t r1 = r0 + per + (ith < rem ? 1 : 0);
-        float *row = NULL;
-        if (w->dtype != SHOAL_DTYPE_F32)
-            row = shoal_xmalloc((size_t)cols * sizeof(float));
-        for (int64_t r = r0; r < r1; r++) {
-            const float *wr;
-            if (row) {
-                shoal_to_f32(row, shoal_weight_row(w, r), w->dtype, (size_t)cols);
-                wr = row;
-            } else {
-                wr = shoal_weight_row(w, r);
-            }
-            const float b = bias_f32 ? bias_f32[r] : 0.0f;
-            for (int64_t t = 0; t < n_tok; t++) {
-                float v = shoal_dot_f32(x + t * cols, wr, cols);
-                y[t * rows + r] = bias_f32 ? v + b : v;
-            }
+        shoal_linear_part(y, x, n_tok, w, ith, nth, NULL);
+        if (bias_f32) {
+            int64_t r0, r1;
+            shoal_split_rows(rows, ith, nth, &r0, &r1);
+            for (int64_t t = 0; t < n_tok; t++)
+                for (int64_t r = r0; r < r1; r++)
+                    y[t * rows + r] += bias_f32[r];
         }
-        free(row);
     }
     free(bias_f32);
 }

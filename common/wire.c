@@ -361,20 +361,21 @@ int shoal_wire_check_response(const Shoal__ExpertResponse *rs, uint64_t total_ro
     return 0;
 }
 
-void shoal_wire_printable(char *dst, size_t n, const char *src)
+char *shoal_wire_printable(char *dst, size_t n, const char *src)
 {
     size_t j = 0;
     for (size_t i = 0; src && src[i] && j + 1 < n; i++) {
         unsigned char c = (unsigned char)src[i];
-        dst[j++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+        dst[j++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
     }
     if (n)
         dst[j] = 0;
+    return dst;
 }
 
 /* ---- handshake ---- */
 
-static const char *role_name(Shoal__Role r)
+const char *shoal_wire_role_name(Shoal__Role r)
 {
     switch (r) {
     case SHOAL__ROLE__ROLE_COORDINATOR: return "coordinator";
@@ -485,7 +486,7 @@ static int hs_check_hello(struct shoal_handshake *hs, const Shoal__Hello *h,
         return hs_fail(hs, out, SHOAL_EINVAL, err,
                        "a %s cannot talk to a %s (expected a coordinator with a worker or "
                        "an observer, or an observer with a worker)",
-                       role_name(hs->role), role_name(h->role));
+                       shoal_wire_role_name(hs->role), shoal_wire_role_name(h->role));
     if (hs->key && !h->keyed)
         return hs_fail(hs, out, SHOAL_EINVAL, err,
                        "authentication failed: this side has a cluster key and the peer "
@@ -511,9 +512,9 @@ static int hs_check_info(struct shoal_handshake *hs, const Shoal__PeerInfo *pi,
         (!pi->fingerprint || strcmp(pi->fingerprint, hs->fingerprint) != 0))
         return hs_fail(hs, out, SHOAL_EINVAL, err,
                        "model fingerprint mismatch: the %s has model %s, this %s has %s",
-                       role_name(hs->peer_role),
+                       shoal_wire_role_name(hs->peer_role),
                        pi->fingerprint && pi->fingerprint[0] ? pi->fingerprint : "(none)",
-                       role_name(hs->role), hs->fingerprint);
+                       shoal_wire_role_name(hs->role), hs->fingerprint);
     return 0;
 }
 

@@ -109,9 +109,13 @@ struct shoal_wire_error {
 void shoal_wire_error_init(struct shoal_wire_error *e, uint64_t id, int code,
                            const char *message);
 
-/* Copy peer text src (may be NULL) into dst[n] with control characters
- * replaced by '?', truncated, NUL-terminated: safe for one log line. */
-void shoal_wire_printable(char *dst, size_t n, const char *src);
+/* Copy peer text src (may be NULL) into dst[n], every byte outside
+ * printable ASCII replaced by '?', truncated, NUL-terminated: safe for one
+ * log line. Returns dst. */
+char *shoal_wire_printable(char *dst, size_t n, const char *src);
+
+/* "coordinator", "worker", "observer" or "unknown"; static. */
+const char *shoal_wire_role_name(Shoal__Role r);
 
 /* ---- validation of what arrives (DESIGN contract 3) ---- */
 

@@ -221,9 +221,6 @@ void shoal_cluster_fail_pending_locked(struct shoal_cluster *cl, int x, uint64_t
 /* Monotonic seconds. */
 double shoal_cluster_now(void);
 
-/* Copy a peer-supplied string into out (n bytes) for a log line or a
- * message: control characters and non-ASCII bytes become '?', NULL becomes
- * "". Returns out. Thread: any. */
-char *shoal_cluster_clean(char *out, size_t n, const char *peer_text);
+/* Peer-supplied strings go into logs through shoal_wire_printable. */
 
 #endif

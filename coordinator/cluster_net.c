@@ -65,18 +65,6 @@ double shoal_cluster_now(void)
     return shoal_time_s();
 }
 
-char *shoal_cluster_clean(char *out, size_t n, const char *peer_text)
-{
-    size_t i = 0;
-    for (; peer_text && peer_text[i] && i + 1 < n; i++) {
-        const unsigned char ch = (unsigned char)peer_text[i];
-        out[i] = ch >= ' ' && ch < 0x7f ? (char)ch : '?';
-    }
-    if (n)
-        out[i] = 0;
-    return out;
-}
-
 const char *shoal_cluster_state_name(enum exec_state s)
 {
     switch (s) {
@@ -479,7 +467,7 @@ static void on_worker_frame(struct conn *c, Shoal__Frame *f)
         if (f->msg_case == SHOAL__FRAME__MSG_ERROR && id == 0) {
             char msg[300];
             shoal_log(SHOAL_LOG_WARN, "cluster", "worker %s: error: %s", x->addr,
-                      shoal_cluster_clean(msg, sizeof msg, f->error->message));
+                      shoal_wire_printable(msg, sizeof msg, f->error->message));
             break;
         }
         int taken = 0;

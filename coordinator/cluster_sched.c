@@ -530,7 +530,7 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
             } else if (p.state == PEND_DONE) {   /* an ErrorReply */
                 char msg[240];
                 snprintf(why, sizeof why, "error reply: %s",
-                         shoal_cluster_clean(msg, sizeof msg, p.frame->error->message));
+                         shoal_wire_printable(msg, sizeof msg, p.frame->error->message));
                 shoal_log(SHOAL_LOG_WARN, "cluster", "worker %s: layer %lld: %s",
                           cl->exec[x].addr, (long long)il, why);
             } else if (p.state == PEND_FAILED) {

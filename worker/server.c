@@ -79,25 +79,6 @@ struct shoal_worker_server {
 
 /* ------------------------------------------------------------ helpers */
 
-/* Copy a peer-supplied string for logs: printable ASCII, at most n-1 bytes. */
-static void sanitize(char *dst, size_t n, const char *src)
-{
-    size_t i = 0;
-    for (; src && src[i] && i + 1 < n; i++)
-        dst[i] = (src[i] >= 0x20 && src[i] < 0x7f) ? src[i] : '?';
-    dst[i] = '\0';
-}
-
-static const char *role_name(Shoal__Role r)
-{
-    switch (r) {
-    case SHOAL__ROLE__ROLE_COORDINATOR: return "coordinator";
-    case SHOAL__ROLE__ROLE_WORKER: return "worker";
-    case SHOAL__ROLE__ROLE_OBSERVER: return "observer";
-    default: return "unknown";
-    }
-}
-
 static const char *conn_label(const struct conn *c)
 {
     return c->peer_name[0] ? c->peer_name : c->peer;
@@ -145,7 +126,7 @@ static void conn_close(struct conn *c, const char *why)
         return;
     if (why)
         shoal_log(SHOAL_LOG_INFO, LOG_C, "closed %s peer=%s: %s",
-                  c->hs_done ? role_name(c->peer_role) : "connection", conn_label(c), why);
+                  c->hs_done ? shoal_wire_role_name(c->peer_role) : "connection", conn_label(c), why);
     c->closing = 1;
     c->handles_closed = 1;
     struct shoal_worker_server *srv = c->srv;
@@ -179,7 +160,7 @@ static void conn_close_flush(struct conn *c, const char *why)
     if (c->closing)
         return;
     shoal_log(SHOAL_LOG_INFO, LOG_C, "closing %s peer=%s: %s",
-              c->hs_done ? role_name(c->peer_role) : "connection", conn_label(c), why);
+              c->hs_done ? shoal_wire_role_name(c->peer_role) : "connection", conn_label(c), why);
     c->closing = 1;
     if (c->reading)
         uv_read_stop((uv_stream_t *)&c->tcp);
@@ -459,7 +440,7 @@ static void dispatch(struct conn *c, Shoal__Frame *f, size_t wire_len)
     }
     uint64_t id = f->msg_case == SHOAL__FRAME__MSG_REQUEST ? f->request->id : 0;
     snprintf(msg, sizeof msg, "unexpected frame '%s' from %s %s: a worker answers %s",
-             shoal_wire_frame_name(f), role_name(c->peer_role), conn_label(c),
+             shoal_wire_frame_name(f), shoal_wire_role_name(c->peer_role), conn_label(c),
              coord ? "request, hint, heartbeat and status_request"
                    : "heartbeat and status_request from an observer");
     conn_send_error(c, id, SHOAL_EUNSUPPORTED, msg);
@@ -475,7 +456,7 @@ static int on_authenticated(struct conn *c)
         c->peer_role != SHOAL__ROLE__ROLE_OBSERVER) {
         char why[160];
         snprintf(why, sizeof why, "refused: peer is a %s; a worker serves a coordinator "
-                 "or an observer", role_name(c->peer_role));
+                 "or an observer", shoal_wire_role_name(c->peer_role));
         struct shoal_wire_error e;
         shoal_wire_error_init(&e, 0, SHOAL_EUNSUPPORTED, why);
         conn_send_frame(c, &e.frame);
@@ -485,7 +466,7 @@ static int on_authenticated(struct conn *c)
     c->hs_done = 1;
     if (pi && pi->name && pi->name[0]) {
         char name[64];
-        sanitize(name, sizeof name, pi->name);
+        shoal_wire_printable(name, sizeof name, pi->name);
         snprintf(c->peer_name, sizeof c->peer_name, "%s(%s)", name, c->peer);
     }
     if (pi && pi->max_frame >= 4096)
@@ -495,7 +476,7 @@ static int on_authenticated(struct conn *c)
     uv_timer_stop(&c->timer);
     if (c->dialled)
         c->srv->dial_backoff_ms = DIAL_BACKOFF_MIN_MS;
-    shoal_log(SHOAL_LOG_INFO, LOG_C, "authenticated %s peer=%s%s", role_name(c->peer_role),
+    shoal_log(SHOAL_LOG_INFO, LOG_C, "authenticated %s peer=%s%s", shoal_wire_role_name(c->peer_role),
               conn_label(c), c->srv->p.key->set ? " (cluster key)" : " (no key, loopback)");
     return 0;
 }
