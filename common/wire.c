@@ -489,12 +489,14 @@ static int hs_check_hello(struct shoal_handshake *hs, const Shoal__Hello *h,
                        shoal_wire_role_name(hs->role), shoal_wire_role_name(h->role));
     if (hs->key && !h->keyed)
         return hs_fail(hs, out, SHOAL_EINVAL, err,
-                       "authentication failed: this side has a cluster key and the peer "
-                       "has none (--cluster-key)");
+                       "authentication failed: the %s has a cluster key and the %s has "
+                       "none (give both the same --cluster-key)",
+                       shoal_wire_role_name(hs->role), shoal_wire_role_name(h->role));
     if (!hs->key && h->keyed)
         return hs_fail(hs, out, SHOAL_EINVAL, err,
-                       "authentication failed: the peer has a cluster key and this side "
-                       "has none (--cluster-key)");
+                       "authentication failed: the %s has a cluster key and the %s has "
+                       "none (give both the same --cluster-key)",
+                       shoal_wire_role_name(h->role), shoal_wire_role_name(hs->role));
     memcpy(hs->nonce_peer, h->nonce.data, SHOAL_WIRE_NONCE_BYTES);
     hs->peer_role = h->role;
     return 0;
@@ -586,8 +588,10 @@ int shoal_handshake_on_frame(struct shoal_handshake *hs, const Shoal__Frame *f,
                 if (f->hello->mac.len != SHOAL_WIRE_MAC_BYTES ||
                     crypto_verify_32(mac, f->hello->mac.data) != 0)
                     return hs_fail(hs, out, SHOAL_EINVAL, err,
-                                   "authentication failed: the peer does not hold this "
-                                   "cluster key");
+                                   "authentication failed: the %s and the %s hold "
+                                   "different cluster keys",
+                                   shoal_wire_role_name(hs->role),
+                                   shoal_wire_role_name(hs->peer_role));
             }
             if ((rc = hs_send_info(hs, 1, out, err)))
                 return rc;
@@ -604,8 +608,10 @@ int shoal_handshake_on_frame(struct shoal_handshake *hs, const Shoal__Frame *f,
                 if (f->auth->mac.len != SHOAL_WIRE_MAC_BYTES ||
                     crypto_verify_32(mac, f->auth->mac.data) != 0)
                     return hs_fail(hs, out, SHOAL_EINVAL, err,
-                                   "authentication failed: the peer does not hold this "
-                                   "cluster key");
+                                   "authentication failed: the %s and the %s hold "
+                                   "different cluster keys",
+                                   shoal_wire_role_name(hs->role),
+                                   shoal_wire_role_name(hs->peer_role));
             }
             int rc = hs_check_info(hs, f->auth->info, out, err);
             if (rc)

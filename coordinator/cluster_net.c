@@ -429,6 +429,7 @@ static void handshake_done(struct conn *c)
     c->gen = x->gen;
     x->state = x->kind == EXEC_JOINED ? EXEC_JOINING : EXEC_UP;
     x->resolved = 1;
+    x->last_error[0] = 0;    /* up: no error stands (the log keeps the history) */
     x->last_seen_ns = shoal_wire_now_ns();
     x->backoff_s = 0;
     x->hb_sent_ns = 0;

@@ -1,5 +1,7 @@
 #include "session.h"
 
+#include <netinet/in.h>
+
 #include <ctype.h>
 #include <errno.h>
 #include <omp.h>
@@ -186,7 +188,18 @@ static int split_workers(const struct shoal_session_opts *o, char *buf, size_t c
         char *p = buf + used;
         memcpy(p, o->workers[k], len + 1);
         used += len + 1;
-        for (char *tok = strtok(p, ", "); tok; tok = strtok(NULL, ", ")) {
+        /* items separated by one comma; an empty item is a typo, not nothing */
+        for (char *tok = p, *next; tok; tok = next) {
+            next = strchr(tok, ',');
+            if (next)
+                *next++ = 0;
+            while (*tok == ' ')
+                tok++;
+            if (!*tok) {
+                shoal_cli_error("--workers '%s' has an empty item, expected "
+                                "HOST:PORT[,HOST:PORT...]", o->workers[k]);
+                return -1;
+            }
             if (n >= max) {
                 shoal_cli_error("at most %d workers", max);
                 return -1;
@@ -219,11 +232,29 @@ int shoal_session_check_opts(const struct shoal_session_opts *o)
     struct sockaddr_storage ss;
     socklen_t len;
     struct shoal_err err = {0};
-    for (int i = 0; i < n; i++)
-        if (shoal_wire_parse_addr(addrs[i], &ss, &len, &err)) {
+    struct sockaddr_storage seen[SHOAL_CLUSTER_MAX_EXECUTORS];
+    socklen_t seen_len[SHOAL_CLUSTER_MAX_EXECUTORS];
+    for (int i = 0; i < n; i++) {
+        if (shoal_wire_parse_addr(addrs[i], &seen[i], &seen_len[i], &err)) {
             shoal_cli_error("--workers: %s", err.msg);
             return -1;
         }
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)&seen[i];
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&seen[i];
+        if ((seen[i].ss_family == AF_INET && v4->sin_port == 0) ||
+            (seen[i].ss_family == AF_INET6 && v6->sin6_port == 0)) {
+            shoal_cli_error("--workers: '%s' has port 0, expected the port its shoal-worker "
+                            "listens on", addrs[i]);
+            return -1;
+        }
+        /* the same worker under two names would count twice */
+        for (int j = 0; j < i; j++)
+            if (seen_len[j] == seen_len[i] && !memcmp(&seen[j], &seen[i], seen_len[i])) {
+                shoal_cli_error("--workers: '%s' and '%s' are the same worker", addrs[j],
+                                addrs[i]);
+                return -1;
+            }
+    }
     const char *listen[2] = {o->accept_workers, o->control && strcmp(o->control, "off")
                                                     ? o->control : NULL};
     const char *flag[2] = {"--accept-workers", "--control"};

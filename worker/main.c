@@ -166,6 +166,16 @@ static void parse_args(int argc, char **argv, struct opts *o)
         } else if (!strcmp(a, "--stats")) {
             o->stats = 1;
         } else {
+            static const char *const valued[] = {
+                "--model", "--shard", "--listen", "--join", "--cluster-key", "--name",
+                "--expert-cache", "--pin", "--direct", "--prefetch", "--queue-depth",
+                "--threads", "--io"};
+            int known = 0;
+            for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+                known |= !strcmp(a, valued[k]);
+            if (!known)
+                die_usage("%s '%s' (see --help)",
+                          a[0] == '-' ? "unknown option" : "unexpected argument", a);
             const char *v = need_value(argc, argv, i++);
             if (!strcmp(a, "--model"))
                 o->model = v;
@@ -177,8 +187,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 o->join = v;
             else if (!strcmp(a, "--cluster-key"))
                 o->key_file = v;
-            else if (!strcmp(a, "--name"))
+            else if (!strcmp(a, "--name")) {
+                if (!*v)
+                    die_usage("--name expects a non-empty name");
                 o->name = v;
+            }
             else if (!strcmp(a, "--expert-cache"))
                 o->store.cache_bytes = parse_size_flag(a, v);
             else if (!strcmp(a, "--pin"))

@@ -33,7 +33,7 @@ echo "== starting shoal-worker on 127.0.0.1:$PORT"
 "$WORKER" --model "$MODEL" --listen "127.0.0.1:$PORT" >"$WORK/worker.log" 2>&1 &
 WPID=$!
 i=0
-until grep -q "serving" "$WORK/worker.log"; do
+until grep -q "serving" "$WORK/worker.log" 2>/dev/null; do
     i=$((i + 1))
     if [ $i -gt 100 ] || ! kill -0 "$WPID" 2>/dev/null; then
         cat "$WORK/worker.log"; exit 1
