@@ -1213,6 +1213,26 @@ int shoal_cmd_bench(int argc, char **argv)
         return rc == 1 ? 0 : 2;
     if (!o.json_out)
         fprintf(stderr, "shoal: bench: no --json OUT; the result is only printed\n");
+    /* fail before measuring anything, not after minutes of runs */
+    if (o.so.model_dir && !shoal_is_dir(o.so.model_dir)) {
+        shoal_cli_error("bench: --model '%s' is not a directory", o.so.model_dir);
+        return 1;
+    }
+    if (o.json_out) {
+        /* writable where it is, or creatable in its directory; nothing is
+         * created yet, so a failed bench leaves no empty file behind */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", o.json_out);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *(slash == dir ? slash + 1 : slash) = 0;
+        int ok = shoal_exists(o.json_out) ? access(o.json_out, W_OK) == 0
+                                          : access(slash ? dir : ".", W_OK) == 0;
+        if (!ok) {
+            shoal_cli_error("bench: cannot write '%s': %s", o.json_out, strerror(errno));
+            return 1;
+        }
+    }
     struct prompt_set ps = {0};
     if (o.prompts_file && !o.limits_only && read_prompts(o.prompts_file, &ps))
         return 1;
