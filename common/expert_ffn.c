@@ -6,6 +6,51 @@
 #include "kernels.h"
 #include "util.h"
 
+static int needs_row_buf(const struct shoal_expert_weights *w)
+{
+    return w->w_gate.dtype == SHOAL_DTYPE_BF16 || w->w_gate.dtype == SHOAL_DTYPE_F16 ||
+           w->w_down.dtype == SHOAL_DTYPE_BF16 || w->w_down.dtype == SHOAL_DTYPE_F16;
+}
+
+void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_jobs)
+{
+    int64_t cols_max = 0;
+    int row_buf = 0;
+    for (int64_t k = 0; k < n_jobs; k++) {
+        const struct shoal_expert_weights *w = jobs[k].w;
+        if (w->w_gate.rows > cols_max)
+            cols_max = w->w_gate.rows;
+        if (w->w_down.rows > cols_max)
+            cols_max = w->w_down.rows;
+        row_buf |= needs_row_buf(w);
+    }
+    if (n_jobs <= 0)
+        return;
+#pragma omp parallel
+    {
+        const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
+        float *row = row_buf ? shoal_xmalloc((size_t)cols_max * sizeof(float)) : NULL;
+        for (int64_t k = 0; k < n_jobs; k++) {
+            const struct shoal_expert_ffn_job *j = &jobs[k];
+            const int64_t n = j->n, n_ff = j->w->w_gate.rows;
+            float *g = j->scratch, *u = j->scratch + n * n_ff;
+            shoal_linear_part(g, j->x, n, &j->w->w_gate, ith, nth, row);
+            shoal_linear_part(u, j->x, n, &j->w->w_up, ith, nth, row);
+            int64_t r0, r1;
+            shoal_split_rows(n_ff, ith, nth, &r0, &r1);
+            for (int64_t t = 0; t < n; t++)
+                for (int64_t r = r0; r < r1; r++)
+                    g[t * n_ff + r] = shoal_silu(g[t * n_ff + r]) * u[t * n_ff + r];
+        }
+#pragma omp barrier
+        for (int64_t k = 0; k < n_jobs; k++) {
+            const struct shoal_expert_ffn_job *j = &jobs[k];
+            shoal_linear_part(j->out, j->scratch, j->n, &j->w->w_down, ith, nth, row);
+        }
+        free(row);
+    }
+}
+
 void shoal_expert_ffn(float *out, const float *x, int64_t n,
                       const struct shoal_expert_weights *w, float *scratch)
 {

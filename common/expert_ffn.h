@@ -20,4 +20,23 @@
 void shoal_expert_ffn(float *out, const float *x, int64_t n,
                       const struct shoal_expert_weights *w, float *scratch);
 
+/* One expert's share of a batch: out = FFN_w(x) over n rows. */
+struct shoal_expert_ffn_job {
+    float *out;                             /* [n][n_embd] f32, written */
+    const float *x;                         /* [n][n_embd] f32, borrowed */
+    int64_t n;                              /* rows, >= 1 */
+    const struct shoal_expert_weights *w;   /* borrowed */
+    float *scratch;                         /* [2][n][n_ff] f32, this job's own */
+};
+
+/* Run several experts' FFNs (a layer's batch-union) in one OpenMP region:
+ * every thread computes its rows of each job's gate and up and applies
+ * SiLU to them, then after one barrier its rows of each job's down. Each
+ * output element is computed exactly as shoal_expert_ffn computes it, so
+ * the bits equal n_jobs separate calls at any thread count; only the
+ * fork/joins and barriers are fewer (decode matmuls are small).
+ *   jobs  [n_jobs], borrowed; the outputs and scratches must not overlap
+ * Thread: main (opens the region). */
+void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_jobs);
+
 #endif

@@ -35,6 +35,9 @@ struct shoal_ctx {
     float *xg;        /* [B*k][n_embd] gathered expert inputs */
     float *yg;        /* [B*k][n_embd] expert outputs, by slot */
     float *ffn;       /* [2][B*k][n_ff_max] */
+    float *ob;        /* [B*k][E] expert outputs, by union slot (the batch FFN's) */
+    struct shoal_expert_ffn_job *jobs; /* [n_expert] one batch of the union */
+    int64_t ff_max;
     float *shg;       /* [B] shared expert gate logits */
     struct shoal_expert_weights *ew;  /* [n_expert] views of the acquired batch */
     int32_t *pf_ids;  /* [B][k] router lookahead: the next layer's top-k */
@@ -112,6 +115,9 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     ctx->xg = alloc_f(rows_max * E);
     ctx->yg = alloc_f(rows_max * E);
     ctx->ffn = alloc_f(2 * rows_max * ff_max);
+    ctx->ob = alloc_f(rows_max * E);
+    ctx->jobs = shoal_xcalloc((size_t)(c->n_expert > 0 ? c->n_expert : 1), sizeof *ctx->jobs);
+    ctx->ff_max = ff_max;
     ctx->shg = alloc_f(B);
     ctx->ew = shoal_xcalloc((size_t)(c->n_expert > 0 ? c->n_expert : 1), sizeof *ctx->ew);
     ctx->pf_ids = shoal_xcalloc((size_t)(B * K), sizeof(int32_t));
@@ -145,6 +151,8 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
     free(ctx->xg);
     free(ctx->yg);
     free(ctx->ffn);
+    free(ctx->ob);
+    free(ctx->jobs);
     free(ctx->shg);
     free(ctx->ew);
     free(ctx->pf_ids);
@@ -286,19 +294,36 @@ static void prefetch_next(struct shoal_ctx *ctx, int64_t il, int64_t n)
     shoal_expert_store_hint(m->store, il + 1, ctx->pf_ids, n * K);
 }
 
-/* Run union entry u of layer il (its rows of ctx->h through expert
- * weights ew) into its slots of ctx->yg. */
-static void run_expert(struct shoal_ctx *ctx, int64_t u, const struct shoal_expert_weights *ew)
+/* Run union entries i0 .. i0+nb-1 (sel[i] when sel, else i) as one batch:
+ * gather each expert's rows of ctx->h into ctx->xg at its own slot range,
+ * run the FFNs in one OpenMP region (shoal_expert_ffn_batch), and copy each
+ * output row into its slot of ctx->yg. ew: the acquired views [nb] (store),
+ * or NULL for resident experts L->experts[ids[i]]. */
+static void run_batch(struct shoal_ctx *ctx, const int64_t *sel, int64_t i0, int64_t nb,
+                      const struct shoal_expert_weights *ew,
+                      const struct shoal_layer_weights *L, const int32_t *ids)
 {
     const int64_t E = ctx->model->cfg.n_embd, K = ctx->model->cfg.n_expert_used;
-    const int64_t b = ctx->bu.slot_begin[u], cnt = ctx->bu.slot_begin[u + 1] - b;
-    for (int64_t j = 0; j < cnt; j++) {
-        const int64_t tok = ctx->bu.slots[b + j] / K;
-        memcpy(ctx->xg + j * E, ctx->h + tok * E, (size_t)E * sizeof(float));
+    const struct shoal_batch_union *bu = &ctx->bu;
+    for (int64_t i = i0; i < i0 + nb; i++) {
+        const int64_t u = sel ? sel[i] : i;
+        const int64_t b = bu->slot_begin[u], cnt = bu->slot_begin[u + 1] - b;
+        for (int64_t j = 0; j < cnt; j++)
+            memcpy(ctx->xg + (b + j) * E, ctx->h + (bu->slots[b + j] / K) * E,
+                   (size_t)E * sizeof(float));
+        ctx->jobs[i - i0] = (struct shoal_expert_ffn_job){
+            .out = ctx->ob + b * E, .x = ctx->xg + b * E, .n = cnt,
+            .w = ew ? &ew[i - i0] : &L->experts[ids[i]],
+            .scratch = ctx->ffn + 2 * b * ctx->ff_max};
     }
-    shoal_expert_ffn(ctx->o, ctx->xg, cnt, ew, ctx->ffn);
-    for (int64_t j = 0; j < cnt; j++)
-        memcpy(ctx->yg + ctx->bu.slots[b + j] * E, ctx->o + j * E, (size_t)E * sizeof(float));
+    shoal_expert_ffn_batch(ctx->jobs, nb);
+    for (int64_t i = i0; i < i0 + nb; i++) {
+        const int64_t u = sel ? sel[i] : i;
+        const int64_t b = bu->slot_begin[u], cnt = bu->slot_begin[u + 1] - b;
+        for (int64_t j = 0; j < cnt; j++)
+            memcpy(ctx->yg + bu->slots[b + j] * E, ctx->ob + (b + j) * E,
+                   (size_t)E * sizeof(float));
+    }
 }
 
 /* Hint the store while the first acquire of layer il reads: in-process the
@@ -346,10 +371,7 @@ static int run_experts(struct shoal_ctx *ctx, int64_t il, int64_t n, const int64
             if ((rc = shoal_expert_store_acquire_wait(m->store, ctx->ew, err)) < 0)
                 return rc;
         }
-        for (int64_t i = i0; i < i0 + nb; i++) {
-            const int64_t u = sel ? sel[i] : i;
-            run_expert(ctx, u, m->store ? &ctx->ew[i - i0] : &L->experts[ids[i]]);
-        }
+        run_batch(ctx, sel, i0, nb, m->store ? ctx->ew : NULL, L, ids);
         if (m->store)
             shoal_expert_store_release_batch(m->store, il, ids + i0, nb);
         i0 += nb;

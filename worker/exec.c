@@ -38,7 +38,8 @@ struct shoal_worker_exec {
     /* compute-thread scratch, grown as requests need */
     int32_t *ids;                                   /* [n_expert] */
     struct shoal_expert_weights *ew;                /* [n_expert] */
-    float *xg, *o, *ffn;                            /* [rows][n_embd] x2, [2][rows][n_ff_exp] */
+    float *xg, *ffn;                                /* [rows][n_embd], [2][rows][n_ff_exp] */
+    struct shoal_expert_ffn_job *jobs;              /* [n_expert] one acquired batch */
     int64_t scratch_rows;
     int64_t n_embd, n_ff;
 };
@@ -193,16 +194,13 @@ static int scratch_reserve(struct shoal_worker_exec *x, int64_t rows)
     if (rows <= x->scratch_rows)
         return 0;
     free(x->xg);
-    free(x->o);
     free(x->ffn);
     x->xg = malloc((size_t)(rows * x->n_embd) * sizeof(float));
-    x->o = malloc((size_t)(rows * x->n_embd) * sizeof(float));
     x->ffn = malloc((size_t)(2 * rows * x->n_ff) * sizeof(float));
-    if (!x->xg || !x->o || !x->ffn) {
+    if (!x->xg || !x->ffn) {
         free(x->xg);
-        free(x->o);
         free(x->ffn);
-        x->xg = x->o = x->ffn = NULL;
+        x->xg = x->ffn = NULL;
         x->scratch_rows = 0;
         return -SHOAL_ENOMEM;
     }
@@ -260,16 +258,16 @@ static void run_request(struct shoal_worker_exec *x, struct shoal_worker_job *jo
         reply_error(job, SHOAL_ENOMEM, msg);
         return;
     }
-    int64_t max_rows = 0;
+    /* every expert's rows get their own scratch: the batch runs at once */
+    int64_t total_rows = 0;
     for (int64_t i = 0; i < n; i++) {
         x->ids[i] = (int32_t)rq->experts[i]->expert;
-        if ((int64_t)rq->experts[i]->n_rows > max_rows)
-            max_rows = (int64_t)rq->experts[i]->n_rows;
+        total_rows += (int64_t)rq->experts[i]->n_rows;
     }
-    if (scratch_reserve(x, max_rows) < 0) {
+    if (scratch_reserve(x, total_rows) < 0) {
         char msg[160];
         snprintf(msg, sizeof msg, "worker out of memory for %lld rows of scratch (request %llu)",
-                 (long long)max_rows, (unsigned long long)job->id);
+                 (long long)total_rows, (unsigned long long)job->id);
         free(out);
         reply_error(job, SHOAL_ENOMEM, msg);
         return;
@@ -297,15 +295,23 @@ static void run_request(struct shoal_worker_exec *x, struct shoal_worker_job *jo
         }
         double t1 = shoal_time_s();
         t_read += t1 - t0;
+        /* gather each expert's rows at its own offset, run the acquired
+         * experts as one batch (one OpenMP region), outputs straight into
+         * the response in request order */
+        int64_t row = 0;
         for (int64_t i = i0; i < i0 + m; i++) {
             const Shoal__ExpertRows *er = rq->experts[i];
             const int64_t cnt = (int64_t)er->n_rows;
+            float *xi = x->xg + row * E;
             for (int64_t j = 0; j < cnt; j++)   /* the wire bytes need not be aligned */
-                memcpy(x->xg + j * E, hidden + (size_t)er->rows[j] * row_bytes, row_bytes);
-            shoal_expert_ffn(x->o, x->xg, cnt, &x->ew[i - i0], x->ffn);   /* [cnt][E] */
-            memcpy(out + pos, x->o, (size_t)cnt * row_bytes);
+                memcpy(xi + j * E, hidden + (size_t)er->rows[j] * row_bytes, row_bytes);
+            x->jobs[i - i0] = (struct shoal_expert_ffn_job){
+                .out = (float *)(void *)(out + pos), .x = xi, .n = cnt, .w = &x->ew[i - i0],
+                .scratch = x->ffn + 2 * row * x->n_ff};
+            row += cnt;
             pos += (size_t)cnt * row_bytes;
         }
+        shoal_expert_ffn_batch(x->jobs, m);
         shoal_expert_store_release_batch(x->store, il, x->ids + i0, m);
         t_compute += shoal_time_s() - t1;
         i0 += m;
@@ -406,6 +412,8 @@ struct shoal_worker_exec *shoal_worker_exec_create(const struct shoal_worker_exe
     x->n_ff = p->n_ff_exp;
     x->ids = shoal_xcalloc((size_t)(p->ct->n_expert > 0 ? p->ct->n_expert : 1), sizeof *x->ids);
     x->ew = shoal_xcalloc((size_t)(p->ct->n_expert > 0 ? p->ct->n_expert : 1), sizeof *x->ew);
+    x->jobs = shoal_xcalloc((size_t)(p->ct->n_expert > 0 ? p->ct->n_expert : 1),
+                            sizeof *x->jobs);
     x->info.io_engine = "none";
     pthread_mutex_init(&x->mu, NULL);
     pthread_cond_init(&x->cv, NULL);
@@ -518,8 +526,8 @@ void shoal_worker_exec_destroy(struct shoal_worker_exec *x)
     pthread_cond_destroy(&x->cv);
     free(x->ids);
     free(x->ew);
+    free(x->jobs);
     free(x->xg);
-    free(x->o);
     free(x->ffn);
     free(x);
 }
