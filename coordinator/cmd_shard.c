@@ -365,6 +365,20 @@ int shoal_cmd_shard(int argc, char **argv)
         printf("placement: %s/placement.json (%lld experts, each on %d shard%s%s)\n", a.out,
                (long long)ct->n_moe_expert, R, R == 1 ? "" : "s",
                a.with_dense ? "; dense tensors in every shard" : "");
+        /* shards of an earlier, wider sharding are not this placement's:
+         * say so rather than delete what may be in use */
+        for (int i = W; i < SHARD_MAX_WORKERS; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "worker-%d", i);
+            char *old_dir = shoal_path_join(a.out, name);
+            int there = shoal_is_dir(old_dir);
+            if (there)
+                fprintf(stderr, "shoal: shard: warning: %s is left from an earlier sharding "
+                        "and is not part of this placement; remove it\n", old_dir);
+            free(old_dir);
+            if (!there)
+                break;
+        }
     }
     free(holders);
     free(n_holders);

@@ -252,6 +252,13 @@ int shoal_cmd_status(int argc, char **argv)
         shoal_cli_error("cannot reach the coordinator at %s: %s", addr, err.msg);
         return 1;
     }
+    if (c.hs.peer_role != SHOAL__ROLE__ROLE_COORDINATOR) {
+        shoal_cli_error("%s is a shoal %s, not a coordinator: give --coordinator the "
+                        "address of its --control port (default 127.0.0.1:7077)", addr,
+                        shoal_wire_role_name(c.hs.peer_role));
+        shoal_wire_client_close(&c);
+        return 1;
+    }
     if (watch) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
