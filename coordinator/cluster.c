@@ -291,6 +291,8 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
         if (!x->resolved)
             fprintf(stderr, "shoal: worker %s: not up after %.1f s: %s\n", x->addr,
                     p->connect_timeout_s, x->last_error[0] ? x->last_error : "not connected");
+        else if (!strncmp(x->last_error, x->addr, strlen(x->addr)))
+            fprintf(stderr, "shoal: worker %s\n", x->last_error);   /* it names the address */
         else
             fprintf(stderr, "shoal: worker %s: %s\n", x->addr, x->last_error);
     }

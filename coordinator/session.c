@@ -415,8 +415,17 @@ int shoal_parse_id_list(const char *s, int32_t **ids, size_t *n)
     int32_t *out = shoal_xmalloc(cap * sizeof *out);
     const char *p = s;
     for (;;) {
+        /* ids are separated by one comma and/or whitespace: "1,2", "1 2",
+         * "1, 2"; an empty item ("1,,2", ",1", "1,") is a typo, not nothing */
+        int commas = 0;
         while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n')
-            p++;
+            commas += *p++ == ',';
+        if (commas > 1 || (commas == 1 && (cnt == 0 || !*p))) {
+            shoal_cli_error("token list: an empty item near id %zu (two commas in a row, "
+                            "or a comma at an end)", cnt + 1);
+            free(out);
+            return -1;
+        }
         if (!*p)
             break;
         char *end;
