@@ -104,11 +104,8 @@ int shoal_cmd_run(int argc, char **argv)
         rc = 2;
         goto done;
     }
-    if (prompt && !no_echo && (int64_t)n_ids <= shoal_ctx_n_ctx(s->ctx)) {
-        /* the continuation reads on from the prompt, as in a terminal */
-        fputs(prompt, stdout);
-        fflush(stdout);
-    }
+    if (prompt && !no_echo)
+        go.echo = prompt;   /* printed once the output files are open */
     rc = shoal_session_generate(s, ids, n_ids, &go, stdout) == 0 ? 0 : 1;
 done:
     free(ids);

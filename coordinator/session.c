@@ -781,6 +781,11 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         shoal_npy_close(&npy, NULL);
         return -1;
     }
+    if (o->echo) {
+        /* the continuation reads on from the prompt, as in a terminal */
+        fputs(o->echo, out);
+        fflush(out);
+    }
     struct shoal_sampler *smp = shoal_sampler_create(o->sampling, V);
     struct shoal_detok *dt = s->tok ? shoal_detok_create(s->tok, 1) : NULL;
     struct stream_state st = {0};
@@ -874,12 +879,15 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
     if (o->print_timings && rc == 0) {
         fprintf(out, "\n");
         fflush(out);
+        /* the first token comes from the prefill: a rate needs two */
+        char rate[32] = "n/a";
+        if (n_gen > 1 && t_dec > 0)
+            snprintf(rate, sizeof rate, "%.2f", (double)(n_gen - 1) / t_dec);
         fprintf(stderr,
                 "shoal: prompt %zu tokens, prefill %.1f tok/s, TTFT %.1f ms | "
-                "decode %lld tokens, %.2f tok/s | stop: %s\n",
+                "decode %lld tokens, %s tok/s | stop: %s\n",
                 n_prompt, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0,
-                t_first * 1e3, (long long)n_gen,
-                n_gen > 1 && t_dec > 0 ? (double)(n_gen - 1) / t_dec : 0.0, why);
+                t_first * 1e3, (long long)n_gen, rate, why);
     }
 done:
     if (ids_f) {

@@ -59,6 +59,8 @@ struct shoal_gen_opts {
     int print_timings;       /* timings line on stderr (default 1) */
     const char *logits_out;  /* .npy path or NULL */
     const char *ids_out;     /* path or NULL */
+    const char *echo;        /* printed to out once the output files are open and the
+                              * prompt fits, before generating (shoal run); NULL: none */
     int32_t stop_ids[8];     /* extra end-of-turn token ids (e.g. <|im_end|>) */
     int n_stop_ids;
     char **capture;          /* if set: *capture = the generated text (malloc) */
