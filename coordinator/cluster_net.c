@@ -590,6 +590,14 @@ static int on_frame(void *user, const uint8_t *body, size_t len)
     struct conn *c = user;
     struct shoal_err err = {0};
     Shoal__Frame *f = shoal_wire_unpack(body, len, &err);
+    if (!f && c->hs_done && c->observer) {
+        /* the length prefix kept the stream in sync: say why and go on
+         * (docs/PROTOCOL.md); a worker that sends garbage is closed below */
+        struct shoal_wire_error e;
+        shoal_wire_error_init(&e, 0, SHOAL_EFORMAT, err.msg);
+        conn_write_frame(c, &e.frame, SHOAL_WIRE_MAX_FRAME_DEFAULT);
+        return 0;
+    }
     if (!f) {
         char why[SHOAL_ERR_MSG_MAX + 32];
         snprintf(why, sizeof why, "protocol error: %s", err.msg);
@@ -658,6 +666,16 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     struct shoal_err err = {0};
     int rc = shoal_frame_reader_feed(&c->rd, c->rbuf, (size_t)nread, on_frame, c, &err);
     if (rc < 0 && !c->closing) {
+        /* a broken length prefix: tell the peer why before closing */
+        struct shoal_wire_error e;
+        shoal_wire_error_init(&e, 0, rc, err.msg);
+        size_t len;
+        uint8_t *b = shoal_wire_pack(&e.frame, SHOAL_WIRE_MAX_FRAME_DEFAULT, &len, NULL);
+        if (b) {
+            uv_buf_t ub = uv_buf_init((char *)b, (unsigned)len);
+            (void)uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
+            free(b);
+        }
         char why[SHOAL_ERR_MSG_MAX + 32];
         snprintf(why, sizeof why, "protocol error: %s", err.msg);
         conn_close(c, why, !c->hs_done);
