@@ -122,8 +122,9 @@ def failover(args, tmp, name, how, extra=()):
     logits = os.path.join(tmp, name + ".npy")
     ids = os.path.join(tmp, name + ".ids")
     try:
+        control = "127.0.0.1:%d" % free_port()
         cmd = [args.shoal, "run", "--model", args.ct, "--prompt", PROMPT, "--logits-out",
-               logits, "--ids-out", ids, "--local-experts", "off", "--control", "off",
+               logits, "--ids-out", ids, "--local-experts", "off", "--control", control,
                "--threads", "1"] + gen + workers_flag(ws) + list(extra)
         errf = open(os.path.join(tmp, name + ".err"), "w+")
         t0 = time.time()
@@ -131,8 +132,14 @@ def failover(args, tmp, name, how, extra=()):
         procs.append(p)
         # the prompt is echoed first; wait for some generated text after it
         head = read_until(p, re.escape(PROMPT.encode()) + rb"[\s\S]{12}", 120)
+        # the victim is the worker placement has used most so far: with
+        # replicas, every expert has another holder, and placement may well
+        # never send a lightly used worker anything again (its stable homes
+        # are few), so stopping that one would test nothing
+        st = L.status_json(args.shoal, control)
+        used = {e["address"]: e["requests"] for e in (st or {}).get("executors", [])}
+        victim = max(ws, key=lambda w: used.get(w.addr, 0))
         os.kill(p.pid, signal.SIGSTOP)
-        victim = ws[1]
         if how == "kill":
             victim.p.kill()
             victim.p.wait()
