@@ -51,6 +51,31 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
     }
 }
 
+double shoal_expert_ffn_rate(const struct shoal_expert_weights *w, uint64_t blob_bytes)
+{
+    const int64_t n = 8, n_embd = w->w_down.rows, n_ff = w->w_gate.rows;
+    float *x = malloc((size_t)(n * n_embd) * sizeof(float));
+    float *o = malloc((size_t)(n * n_embd) * sizeof(float));
+    float *s = malloc((size_t)(2 * n * n_ff) * sizeof(float));
+    double gbps = 0;
+    if (x && o && s) {
+        for (int64_t i = 0; i < n * n_embd; i++)
+            x[i] = (float)((i * 7919) % 2003) / 2003.0f - 0.5f;
+        int iters = 0;
+        double t0 = shoal_time_s(), dt = 0;
+        do {
+            shoal_expert_ffn(o, x, n, w, s);
+            iters++;
+            dt = shoal_time_s() - t0;
+        } while (dt < 0.02 && iters < 1000);
+        gbps = (double)iters * (double)blob_bytes / 1e9 / (dt > 1e-9 ? dt : 1e-9);
+    }
+    free(x);
+    free(o);
+    free(s);
+    return gbps;
+}
+
 void shoal_expert_ffn(float *out, const float *x, int64_t n,
                       const struct shoal_expert_weights *w, float *scratch)
 {

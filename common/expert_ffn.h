@@ -20,6 +20,13 @@
 void shoal_expert_ffn(float *out, const float *x, int64_t n,
                       const struct shoal_expert_weights *w, float *scratch);
 
+/* Expert weight bytes computed per second, GB/s: shoal_expert_ffn over 8
+ * rows of fixed inputs on w for about 20 ms. blob_bytes: the bytes of one
+ * expert (its weights and scales). Every executor reports this in its
+ * PeerInfo (the coordinator's own store too), so placement compares like
+ * with like. Returns 0 when scratch cannot be allocated. Thread: main. */
+double shoal_expert_ffn_rate(const struct shoal_expert_weights *w, uint64_t blob_bytes);
+
 /* One expert's share of a batch: out = FFN_w(x) over n rows. */
 struct shoal_expert_ffn_job {
     float *out;                             /* [n][n_embd] f32, written */

@@ -14,6 +14,8 @@
 
 #include "cluster_impl.h"
 #include "container.h"
+#include "expert_ffn.h"
+#include "expert_store.h"
 #include "log.h"
 #include "util.h"
 
@@ -178,6 +180,20 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
                     x->experts_held++;
                 }
         x->assigned = shoal_xcalloc((size_t)(c->n_layer * c->n_expert), 1);
+        /* its compute rate, measured as every worker measures its own, so
+         * placement compares like with like (one blob is read for it) */
+        for (int64_t il = 0; il < c->n_layer && m->store && x->compute_gbps == 0; il++)
+            for (int64_t ie = 0; ie < c->n_expert; ie++) {
+                if (!x->holds[il * c->n_expert + ie])
+                    continue;
+                struct shoal_expert_weights ew;
+                struct shoal_err e2 = {0};
+                if (shoal_expert_store_acquire(m->store, il, ie, &ew, &e2) == 0) {
+                    x->compute_gbps = shoal_expert_ffn_rate(&ew, m->ct->blob_bytes);
+                    shoal_expert_store_release(m->store, il, ie);
+                }
+                break;
+            }
     }
     for (int i = 0; i < p->n_workers; i++) {
         struct exec *x = &cl->exec[cl->n_exec];

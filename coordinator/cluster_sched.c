@@ -11,6 +11,7 @@
 
 #include "cluster.h"
 #include "cluster_impl.h"
+#include "expert_store.h"
 #include "log.h"
 #include "placement.h"
 #include "util.h"
@@ -29,6 +30,13 @@ static void snapshot(struct shoal_cluster *cl, struct cluster_snap *s, int64_t i
     s->il = il;
     for (int i = 0; i < s->n; i++) {
         struct exec *x = &cl->exec[i];
+        if (x->kind == EXEC_LOCAL && cl->model->store) {
+            /* the local store's disk as its reads achieved it, as for workers */
+            struct shoal_expert_store_stats st;
+            shoal_expert_store_stats_get(cl->model->store, &st);
+            if (st.bytes_read >= 8u << 20 && st.read_busy_seconds > 0.005)
+                x->disk_mbps_seen = (double)st.bytes_read / 1e6 / st.read_busy_seconds;
+        }
         s->up[i] = x->kind == EXEC_LOCAL || x->state == EXEC_UP;
         s->gen[i] = x->gen;
         s->max_frame[i] = x->max_frame ? x->max_frame : SHOAL_WIRE_MAX_FRAME_DEFAULT;

@@ -154,36 +154,14 @@ static double probe_disk(const struct shoal_container *ct, void **blob_out)
     return (double)bytes / 1e6 / (dt > 1e-6 ? dt : 1e-6);
 }
 
-/* Time shoal_expert_ffn over 8 rows on one blob's weights for about 20 ms:
- * expert bytes computed per second, GB/s. */
-static double probe_compute(const struct shoal_container *ct, const void *blob,
-                            int64_t n_embd, int64_t n_ff)
+/* Expert bytes computed per second on one blob's weights, GB/s. */
+static double probe_compute(const struct shoal_container *ct, const void *blob)
 {
     if (!blob)
         return 0;
-    const int64_t n = 8;
     struct shoal_expert_weights ew;
     shoal_container_expert_views(ct, blob, &ew);
-    float *x = malloc((size_t)(n * n_embd) * sizeof(float));
-    float *o = malloc((size_t)(n * n_embd) * sizeof(float));
-    float *s = malloc((size_t)(2 * n * n_ff) * sizeof(float));
-    double gbps = 0;
-    if (x && o && s) {
-        for (int64_t i = 0; i < n * n_embd; i++)
-            x[i] = (float)((i * 7919) % 2003) / 2003.0f - 0.5f;
-        int iters = 0;
-        double t0 = shoal_time_s(), dt = 0;
-        do {
-            shoal_expert_ffn(o, x, n, &ew, s);
-            iters++;
-            dt = shoal_time_s() - t0;
-        } while (dt < 0.02 && iters < 1000);
-        gbps = (double)iters * (double)ct->blob_bytes / 1e9 / (dt > 1e-9 ? dt : 1e-9);
-    }
-    free(x);
-    free(o);
-    free(s);
-    return gbps;
+    return shoal_expert_ffn_rate(&ew, ct->blob_bytes);
 }
 
 /* ------------------------------------------------------------ requests */
@@ -351,7 +329,7 @@ static void *thread_main(void *arg)
     void *blob = NULL;
     if (store) {
         x->info.disk_mbps = probe_disk(ct, &blob);
-        x->info.compute_gbps = probe_compute(ct, blob, x->n_embd, x->n_ff);
+        x->info.compute_gbps = probe_compute(ct, blob);
         free(blob);
         struct shoal_expert_store_stats st;
         shoal_expert_store_stats_get(store, &st);
