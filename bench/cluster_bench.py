@@ -37,29 +37,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
+sys.path.insert(0, HERE)
+import benchlib as bl  # noqa: E402
 import netlab  # noqa: E402
 
 
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def drop_caches():
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
+log, free_port, drop_caches = bl.log, bl.free_port, bl.drop_caches
 
 
 DECODE = re.compile(r"decode (\d+) tokens, ([0-9.]+) tok/s")
@@ -161,7 +144,6 @@ class Bench:
         ids = {r["ids"] for rs in runs.values() for r in rs}
         med = {k: statistics.median(r["decode_tok_s"] for r in v) for k, v in runs.items()}
         ratio = med["1 worker (loopback)"] / med["in-process"]
-        wire = runs["1 worker (loopback)"][-1]["executors"]
         return {"runs": runs, "median_tok_s": med, "ratio": ratio, "target": 0.9,
                 "same_tokens": len(ids) == 1,
                 "wire_per_token": self.wire_per_token(runs["1 worker (loopback)"][-1])}

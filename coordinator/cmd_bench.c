@@ -962,6 +962,20 @@ static double med_of(const json_t *summary, const char *k)
 }
 
 /* ratios of the medians to the limits of this run */
+/* One ratio entry {figure, limit, ratio, what} (figure / limit, null when
+ * either is unknown), added to r under key; returns it for extra fields. */
+static json_t *add_ratio(json_t *r, const char *key, double figure, double limit,
+                         const char *what)
+{
+    json_t *x = json_object();
+    jset(x, "figure", jnum(figure));
+    jset(x, "limit", jnum(limit));
+    jset(x, "ratio", jnum(ratio(figure, limit)));
+    jset(x, "what", json_string(what));
+    jset(r, key, x);
+    return x;
+}
+
 static json_t *ratios(const json_t *summary, const json_t *limits)
 {
     json_t *r = json_object();
@@ -969,27 +983,14 @@ static json_t *ratios(const json_t *summary, const json_t *limits)
     double fio = jget(ssd, "mb_per_s"), ram_read = jget(ram, "read_gbs") * 1e3;
     double ram_triad = jget(ram, "triad_gbs") * 1e3;
     double rd = med_of(summary, "expert_read_mb_s"), cmp = med_of(summary, "expert_compute_mb_s");
-    json_t *x;
-    x = json_object();
-    jset(x, "figure", jnum(rd));
-    jset(x, "limit", jnum(fio));
-    jset(x, "ratio", jnum(ratio(rd, fio)));
-    jset(x, "what", json_string("expert read MB/s while reading / fio random O_DIRECT reads of "
-                                "one expert at the engine's queue depth"));
-    jset(r, "expert_read_vs_ssd", x);
-    x = json_object();
-    jset(x, "figure", jnum(cmp));
-    jset(x, "limit", jnum(ram_read));
-    jset(x, "ratio", jnum(ratio(cmp, ram_read)));
-    jset(x, "what", json_string("expert bytes computed per second of expert compute (decode) "
-                                "/ RAM read probe MB/s at the run's threads"));
-    jset(r, "expert_compute_vs_ram", x);
-    x = json_object();
-    jset(x, "figure", jnum(cmp));
-    jset(x, "limit", jnum(ram_triad));
-    jset(x, "ratio", jnum(ratio(cmp, ram_triad)));
-    jset(x, "what", json_string("the same / RAM triad MB/s (the STREAM figure)"));
-    jset(r, "expert_compute_vs_ram_triad", x);
+    add_ratio(r, "expert_read_vs_ssd", rd, fio,
+              "expert read MB/s while reading / fio random O_DIRECT reads of one expert at "
+              "the engine's queue depth");
+    add_ratio(r, "expert_compute_vs_ram", cmp, ram_read,
+              "expert bytes computed per second of expert compute (decode) / RAM read probe "
+              "MB/s at the run's threads");
+    add_ratio(r, "expert_compute_vs_ram_triad", cmp, ram_triad,
+              "the same / RAM triad MB/s (the STREAM figure)");
     /* the busiest link: each worker's wire MB/s during decode over its own
      * link's throughput, the highest ratio */
     double wire = NAN, link = NAN, best = NAN;
@@ -1008,15 +1009,11 @@ static json_t *ratios(const json_t *summary, const json_t *limits)
             busiest = addr;
         }
     }
-    x = json_object();
-    jset(x, "figure", jnum(wire));
-    jset(x, "limit", jnum(link));
-    jset(x, "ratio", jnum(ratio(wire, link)));
+    json_t *x = add_ratio(r, "wire_vs_link", wire, link,
+                          "wire MB/s (sent + received) during decode / bulk throughput of "
+                          "the same link (Heartbeat payloads out and back), for the busiest "
+                          "worker link");
     jset(x, "link", busiest ? json_string(busiest) : NULL);
-    jset(x, "what", json_string("wire MB/s (sent + received) during decode / bulk throughput "
-                                "of the same link (Heartbeat payloads out and back), for the "
-                                "busiest worker link"));
-    jset(r, "wire_vs_link", x);
     return r;
 }
 

@@ -15,14 +15,13 @@ Skips (exit 0, with the reason) when the aarch64 worker or qemu is missing.
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clusterlib import MODEL, free_port  # noqa: E402
 passed = failed = 0
 
 
@@ -31,14 +30,6 @@ def result(name, ok, detail=""):
     passed += bool(ok)
     failed += not ok
     print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def main():

@@ -16,14 +16,13 @@ Usage: /usr/bin/python3 tests/cluster/test_drain.py --shoal BIN --worker BIN
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clusterlib import MODEL, free_port  # noqa: E402
 passed = failed = 0
 
 
@@ -32,14 +31,6 @@ def result(name, ok, detail=""):
     passed += bool(ok)
     failed += not ok
     print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def wait_log(path, text, proc, timeout=30):
