@@ -320,6 +320,20 @@ static const struct shoal_quant_ops *ops_avx2(void)
     return NULL;
 }
 
+/* AVX-512 F/BW/VL/VBMI; __builtin_cpu_supports also checks that the OS
+ * saves the AVX-512 registers (XCR0) */
+static const struct shoal_quant_ops *ops_avx512(void)
+{
+#if defined(SHOAL_QUANT_HAVE_AVX512)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vbmi"))
+        return &shoal_quant_ops_avx512;
+#endif
+    return NULL;
+}
+
 static const struct shoal_quant_ops *ops_neon(void)
 {
 #if defined(SHOAL_QUANT_HAVE_NEON)
@@ -336,6 +350,7 @@ static const char *isa_name(enum shoal_quant_isa isa)
     case SHOAL_QUANT_ISA_SCALAR: return "scalar";
     case SHOAL_QUANT_ISA_AVX2: return "avx2";
     case SHOAL_QUANT_ISA_NEON: return "neon";
+    case SHOAL_QUANT_ISA_AVX512: return "avx512";
     default: return "?";
     }
 }
@@ -345,7 +360,9 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
     const struct shoal_quant_ops *ops = NULL;
     switch (isa) {
     case SHOAL_QUANT_ISA_AUTO:
-        ops = ops_avx2();
+        ops = ops_avx512();
+        if (!ops)
+            ops = ops_avx2();
         if (!ops)
             ops = ops_neon();
         if (!ops)
@@ -354,6 +371,7 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
     case SHOAL_QUANT_ISA_SCALAR: ops = &shoal_quant_ops_scalar; break;
     case SHOAL_QUANT_ISA_AVX2: ops = ops_avx2(); break;
     case SHOAL_QUANT_ISA_NEON: ops = ops_neon(); break;
+    case SHOAL_QUANT_ISA_AVX512: ops = ops_avx512(); break;
     default: break;
     }
     if (!ops)

@@ -1258,7 +1258,7 @@ static void synth_usage(FILE *f)
         "                       so it holds this run's routing)\n"
         "  --json FILE          write the results as JSON\n"
         "  --routing-out FILE   write per-layer target and achieved expert shares\n"
-        "  --isa auto|scalar|avx2|neon  select the quant kernels first ('shoal run'\n"
+        "  --isa auto|scalar|avx2|avx512|neon  select the quant kernels first ('shoal run'\n"
         "                       does not select any, so it runs the scalar ones)\n");
 }
 
@@ -1962,7 +1962,8 @@ static int check_main(int argc, char **argv)
             const char *name;
             enum shoal_quant_isa isa;
         } isas[] = {{"auto", SHOAL_QUANT_ISA_AUTO}, {"scalar", SHOAL_QUANT_ISA_SCALAR},
-                    {"avx2", SHOAL_QUANT_ISA_AVX2}, {"neon", SHOAL_QUANT_ISA_NEON}};
+                    {"avx2", SHOAL_QUANT_ISA_AVX2}, {"avx512", SHOAL_QUANT_ISA_AVX512},
+                    {"neon", SHOAL_QUANT_ISA_NEON}};
         int found = 0;
         struct shoal_err qerr = {0};
         for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
@@ -1975,7 +1976,7 @@ static int check_main(int argc, char **argv)
             }
         }
         if (!found) {
-            shoal_cli_error("--isa expects auto, scalar, avx2 or neon, got '%s'", isa);
+            shoal_cli_error("--isa expects auto, scalar, avx2, avx512 or neon, got '%s'", isa);
             return 2;
         }
     }

@@ -95,6 +95,21 @@ static void use_isa(enum shoal_quant_isa isa)
     cr_assert(eq(int, shoal_quant_init(isa, &err), 0), "%s", err.msg);
 }
 
+/* Every SIMD kernel table this build and CPU can run (not the scalar one),
+ * so each is compared with the reference, not only the one AUTO picks.
+ * Returns how many were written to isas[] (at most 4). */
+static int simd_isas(enum shoal_quant_isa isas[4])
+{
+    const enum shoal_quant_isa all[] = {SHOAL_QUANT_ISA_AVX2, SHOAL_QUANT_ISA_AVX512,
+                                        SHOAL_QUANT_ISA_NEON};
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (shoal_quant_init(all[i], NULL) == 0)
+            isas[n++] = all[i];
+    use_isa(SHOAL_QUANT_ISA_SCALAR);
+    return n;
+}
+
 /* ---- layout --------------------------------------------------------------- */
 
 Test(quant, row_bytes_follow_the_documented_layout)
@@ -503,6 +518,15 @@ Test(quant, auto_selects_the_simd_kernels_of_this_cpu)
     cr_assert(eq(int, shoal_quant_init(SHOAL_QUANT_ISA_AVX2, NULL), SHOAL_EUNSUPPORTED));
 #elif defined(__x86_64__)
     __builtin_cpu_init();
+    const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
+#if defined(SHOAL_QUANT_HAVE_AVX512)
+    if (avx512 && __builtin_cpu_supports("avx2"))
+        cr_assert(eq(str, (char *)name, "avx512"));
+    else
+#else
+    (void)avx512;
+#endif
     if (__builtin_cpu_supports("avx2"))
         cr_assert(eq(str, (char *)name, "avx2"));
     else
@@ -522,6 +546,9 @@ Test(quant, simd_dot_bits_equal_scalar)
 {
     const int64_t sizes[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 63, 64, 65,
                              100, 127, 128, 129, 200, 255, 256, 257, 383, 513, 1000, 1031};
+    enum shoal_quant_isa isas[4];
+    const int n_isa = simd_isas(isas);
+    cr_log_info("SIMD kernel tables on this CPU: %d", n_isa);
     int checked = 0;
     for (size_t it = 0; it < 2; it++)
         for (size_t ig = 0; ig < 3; ig++)
@@ -535,11 +562,14 @@ Test(quant, simd_dot_bits_equal_scalar)
                     uint8_t *row = quantize(types[it], G, w, n);
                     use_isa(SHOAL_QUANT_ISA_SCALAR);
                     const float want = shoal_quant_dot(types[it], G, x, row, n);
-                    use_isa(SHOAL_QUANT_ISA_AUTO);
-                    const float got = shoal_quant_dot(types[it], G, x, row, n);
-                    cr_assert(eq(u32, bits(got), bits(want)),
-                              "%s %s G=%d n=%lld seed=%u: %.9g vs scalar %.9g", shoal_quant_ops_name(),
-                              shoal_quant_type_name(types[it]), G, (long long)n, seed, got, want);
+                    for (int ii = 0; ii < n_isa; ii++) {
+                        use_isa(isas[ii]);
+                        const float got = shoal_quant_dot(types[it], G, x, row, n);
+                        cr_assert(eq(u32, bits(got), bits(want)),
+                                  "%s %s G=%d n=%lld seed=%u: %.9g vs scalar %.9g",
+                                  shoal_quant_ops_name(), shoal_quant_type_name(types[it]), G,
+                                  (long long)n, seed, got, want);
+                    }
                     checked++;
                     free(row);
                     free(w);
@@ -548,21 +578,26 @@ Test(quant, simd_dot_bits_equal_scalar)
     cr_assert(eq(int, checked, 2 * 3 * 27 * 3));
 }
 
-/* bit-exact: linear (n_tok 1 and 5, 1 and 3 threads, active and scalar ops)
- * equals the scalar single-threaded dot of every (token, row). */
+/* bit-exact: linear (n_tok 1, 2, 3 and 5; 1 and 3 threads; the scalar ops
+ * and every SIMD table of this CPU) equals the scalar single-threaded dot of
+ * every (token, row). The shapes cover blocks of 8 rows with remainders
+ * (the AVX-512 matvec), one or two 64-element windows per group, and
+ * partial last groups. */
 Test(quant, simd_linear_bits_equal_scalar_for_any_batch_and_thread_count)
 {
     const int64_t shapes[][2] = {{1, 1}, {3, 7}, {4, 32}, {5, 33}, {9, 64}, {17, 100},
-                                 {13, 129}, {37, 257}, {8, 768}, {6, 1031}};
-    const int64_t toks[] = {1, 5};
+                                 {13, 129}, {37, 257}, {8, 768}, {6, 1031}, {16, 64},
+                                 {48, 160}, {27, 384}, {64, 200}, {24, 2048}};
+    const int64_t toks[] = {1, 2, 3, 5};
     const int threads[] = {1, 3};
-    const enum shoal_quant_isa isas[] = {SHOAL_QUANT_ISA_SCALAR, SHOAL_QUANT_ISA_AUTO};
+    enum shoal_quant_isa isas[5] = {SHOAL_QUANT_ISA_SCALAR};
+    const int n_isa = 1 + simd_isas(isas + 1);
     for (size_t it = 0; it < 2; it++)
         for (size_t ig = 0; ig < 3; ig++)
             for (size_t ish = 0; ish < sizeof shapes / sizeof shapes[0]; ish++) {
                 const int64_t rows = shapes[ish][0], cols = shapes[ish][1];
                 const int G = groups[ig];
-                const int64_t n_tok_max = 5;
+                const int64_t n_tok_max = toks[sizeof toks / sizeof toks[0] - 1];
                 float *wf = malloc((size_t)(rows * cols) * 4);
                 float *x = malloc((size_t)(n_tok_max * cols) * 4);
                 fill(wf, rows * cols, (uint32_t)(rows * 31 + cols + G));
@@ -580,8 +615,8 @@ Test(quant, simd_linear_bits_equal_scalar_for_any_batch_and_thread_count)
                     for (int64_t r = 0; r < rows; r++)
                         want[t * rows + r] = shoal_quant_dot(types[it], G, x + t * cols,
                                                              wq + (size_t)r * rb, cols);
-                for (size_t ii = 0; ii < 2; ii++)
-                    for (size_t in = 0; in < 2; in++)
+                for (int ii = 0; ii < n_isa; ii++)
+                    for (size_t in = 0; in < sizeof toks / sizeof toks[0]; in++)
                         for (size_t ith = 0; ith < 2; ith++) {
                             const int64_t n_tok = toks[in];
                             use_isa(isas[ii]);

@@ -1,0 +1,291 @@
+/* quant_avx512: the int4 matvec with AVX-512 (F, BW, VL, VBMI), x86-64.
+ *
+ * Same bits as the scalar reference in quant.c (quant.h's canonical order):
+ * one __m512 holds the eight lane sums s[0..7] of TWO rows (row 2p in lanes
+ * 0..7, row 2p+1 in lanes 8..15), so every lane runs exactly the scalar
+ * chain s[k % 8] = s[k % 8] + x[k] * (float)q[k] with separate mul and add
+ * (this file is built without FMA and the project uses -ffp-contract=off).
+ * The per-group tree ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)) and
+ * acc = acc + d * gsum are done eight rows at a time with the same
+ * associations (IEEE addition and multiplication are commutative, so only
+ * the grouping matters, and it is the scalar one).
+ *
+ * Where the speed comes from (quant_avx2.c unpacks nibbles to bytes,
+ * sign-extends them to int32 and converts; measured in bench/kernel_bench):
+ *   - a nibble becomes its f32 value in one vpermps: the index lanes carry
+ *     the nibble in bits 0..3 (vpermps ignores the rest) and the table is
+ *     {-8, -7, ..., 7}, exactly (float)(u - 8);
+ *   - the index lanes come from one vpmultishiftqb per step out of packed
+ *     bytes regrouped once per 64-element window (one vpermb), so neither
+ *     nibble needs masking or interleaving;
+ *   - 16 lanes per instruction and 16 rows per pass: eight independent add
+ *     chains hide the add latency (four chains ran 1.5x slower), and each
+ *     x load serves 16 rows;
+ *   - group scales are applied eight groups at a time from an 8 x 8
+ *     transpose of eight rows' scales (a gather per group cost 17 %);
+ *   - the next block of rows is prefetched while this one computes: the
+ *     hardware prefetcher loses track of 16 row streams (without it the
+ *     kernel ran at a third of its speed on weights in RAM).
+ *
+ * Only the decode shape (n_tok < 4, int4, blocks of 16 or 8 rows) runs
+ * here; everything else (int8, batches, remainder rows, the single-row dot)
+ * goes to the AVX2 kernels, which give the same bits. quant.c selects this
+ * table only when the CPU has AVX-512 F/BW/VL/VBMI (and AVX2). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "quant.h"
+
+#define WINDOW 64          /* int4 elements per row per packed load */
+
+/* The two constants of the nibble extraction.
+ *
+ * tr: a vpermb that regroups a 64-byte window (row A's 32 packed bytes at
+ * 0..31, row B's at 32..63) so that qword q (q < 4) holds A's bytes q,
+ * q+4, ..., q+28 and qword 4+q holds B's bytes q, q+4, ..., q+28.
+ *
+ * sel0, step j (elements 8j .. 8j+7 of the window): a vpmultishiftqb
+ * control. Output qword q is int32 lanes 2q and 2q+1, which need the low
+ * and the high nibble of byte 4j + (q mod 4) of their row: that byte sits
+ * at byte j of the regrouped qword, so lane 2q's low byte takes the 8 bits
+ * at offset 8j and lane 2q+1's the 8 bits at 8j + 4. Only bits 0..3 of
+ * each lane matter to the vpermps that follows. sel0 is step 0's control;
+ * step j's is sel0 + 8j in every byte. */
+static void nibble_constants(__m512i *tr, __m512i *sel0)
+{
+    uint8_t b[64];
+    for (int q = 0; q < 8; q++)
+        for (int m = 0; m < 8; m++)
+            b[8 * q + m] = (uint8_t)((q < 4 ? 0 : 32) + (q & 3) + 4 * m);
+    *tr = _mm512_loadu_si512(b);
+    for (int k = 0; k < 64; k++)
+        b[k] = (uint8_t)((k & 4) ? 4 : 0);
+    *sel0 = _mm512_loadu_si512(b);
+}
+
+/* lanes 0..7: ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)) of rows 0..7, where row
+ * 2p's s[] is lanes 0..7 of c[p] and row 2p+1's is lanes 8..15 */
+static inline __m256 tree8_rows8(const __m512 c[4])
+{
+    /* per 128-bit lane one row: (s0+s4, s1+s5, s2+s6, s3+s7) */
+    const __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* w0 = v0 + v2, w1 = v1 + v3 */
+    const __m512 w01 = _mm512_add_ps(v01, _mm512_permute_ps(v01, _MM_SHUFFLE(1, 0, 3, 2)));
+    const __m512 w23 = _mm512_add_ps(v23, _mm512_permute_ps(v23, _MM_SHUFFLE(1, 0, 3, 2)));
+    /* t0 = w0 + w1 in lane 0 of every 128-bit lane */
+    const __m512 t01 = _mm512_add_ps(w01, _mm512_permute_ps(w01, _MM_SHUFFLE(2, 3, 0, 1)));
+    const __m512 t23 = _mm512_add_ps(w23, _mm512_permute_ps(w23, _MM_SHUFFLE(2, 3, 0, 1)));
+    const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28,
+                                           0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutex2var_ps(t01, pick, t23));
+}
+
+/* d[k] = the scales of group g0 + k of rows 0..7 (row r in lane r), for
+ * k < n_g <= 8: eight rows' runs of scales loaded and transposed 8 x 8 */
+static inline void scales8x8(__m256 d[8], const uint8_t *row0, size_t row_bytes,
+                             int64_t g0, int n_g)
+{
+    const __mmask8 m = (__mmask8)((1u << n_g) - 1u);
+    __m256 r[8];
+    for (int k = 0; k < 8; k++)
+        r[k] = _mm256_maskz_loadu_ps(m, row0 + (size_t)k * row_bytes + 4 * (size_t)g0);
+    /* rows (r0 r1), (r2 r3), ...: interleave, then 4 x 4 blocks, then halves */
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    d[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    d[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    d[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    d[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    d[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    d[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    d[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    d[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* The canonical group sum of one partial group (scalar, cold path). */
+static float tail_q4(const float *x, const uint8_t *p, int64_t len)
+{
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t k = 0; k < len; k++) {
+        const int q = (int)((p[k / 2] >> (4 * (k & 1))) & 0x0f) - 8;
+        s[k & 7] += x[k] * (float)q;
+    }
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+/* y[0 .. 2*NP-1] = x . W[rows 0 .. 2*NP-1]^T for one token, int4, group G
+ * (NP = 4 or 8 row pairs, G = 32, 64 or 128: compile-time constants of the
+ * callers below). row0 is the first row; pf/pf_bytes: memory to prefetch
+ * while computing (the next block). */
+static inline __attribute__((always_inline)) void
+rows_q4(const int NP, const int G, float *y, const float *x, const uint8_t *row0,
+        size_t row_bytes, int64_t n, __m512i tr, __m512i sel0, __m512 table,
+        const uint8_t *pf, size_t pf_bytes)
+{
+    const int64_t n_full = n / G;   /* full groups; a partial one is done in scalar */
+    const uint8_t *qs[16];
+    for (int r = 0; r < 2 * NP; r++)
+        qs[r] = shoal_quant_row_qs(row0 + (size_t)r * row_bytes, n, G);
+    const __m512i eight = _mm512_set1_epi8(8);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    /* prefetch stride: the block ahead, spread over this block's windows */
+    const int64_t n_win = (n_full * G + WINDOW - 1) / WINDOW;
+    const size_t pf_step = n_win > 0 ? (pf_bytes / (size_t)n_win + 63) & ~(size_t)63 : 0;
+    size_t pf_at = 0;
+    for (int64_t g0 = 0; g0 < n_full; g0 += 8) {
+        /* up to 8 groups; their sums wait in gs (rows in lanes) until the
+         * scales are transposed the same way, then go in group order */
+        const int n_g = n_full - g0 < 8 ? (int)(n_full - g0) : 8;
+        const int64_t e_end = (g0 + n_g) * G;
+        float gs[8][16];
+        int gi = 0;
+        __m512 s[8];
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++)
+            s[p] = _mm512_setzero_ps();
+        for (int64_t e0 = g0 * G; e0 < e_end; e0 += WINDOW) {
+            for (size_t o = pf_at; o < pf_at + pf_step && o < pf_bytes; o += 64)
+                _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+            pf_at += pf_step;
+            /* a window is 64 elements, or 32 at the end of an odd number
+             * of G = 32 groups: load only those bytes */
+            const int wl = e_end - e0 < WINDOW ? (int)(e_end - e0) : WINDOW;
+            const __mmask32 m = wl == WINDOW ? 0xffffffffu : 0x0000ffffu;
+            __m512i z[8];
+#pragma GCC unroll 8
+            for (int p = 0; p < NP; p++) {
+                const __m256i a = _mm256_maskz_loadu_epi8(m, qs[2 * p] + e0 / 2);
+                const __m256i b = _mm256_maskz_loadu_epi8(m, qs[2 * p + 1] + e0 / 2);
+                z[p] = _mm512_permutexvar_epi8(
+                    tr, _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
+            }
+            __m512i sel = sel0;
+#pragma GCC unroll 8
+            for (int j = 0; j < WINDOW / 8; j++) {
+                if (G == 32 && j == 4 && wl < WINDOW)
+                    break;   /* only G = 32 has half windows */
+                const __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(
+                    _mm256_castps_pd(_mm256_loadu_ps(x + e0 + 8 * j))));
+#pragma GCC unroll 8
+                for (int p = 0; p < NP; p++) {
+                    const __m512i u = _mm512_multishift_epi64_epi8(sel, z[p]);
+                    const __m512 q = _mm512_permutexvar_ps(u, table);
+                    s[p] = _mm512_add_ps(s[p], _mm512_mul_ps(xv, q));
+                }
+                sel = _mm512_add_epi8(sel, eight);
+                /* a group ends here: G = 32 after steps 3 and 7, G = 64
+                 * after step 7, G = 128 after step 7 of every other window */
+                if ((G == 32 && j == 3) ||
+                    (j == 7 && (G <= WINDOW || (e0 + WINDOW) % G == 0))) {
+                    _mm256_storeu_ps(gs[gi], tree8_rows8(s));
+                    if (NP == 8)
+                        _mm256_storeu_ps(gs[gi] + 8, tree8_rows8(s + 4));
+                    gi++;
+#pragma GCC unroll 8
+                    for (int p = 0; p < NP; p++)
+                        s[p] = _mm512_setzero_ps();
+                }
+            }
+        }
+        for (int h = 0; h < NP / 4; h++) {
+            __m256 d[8];
+            scales8x8(d, row0 + (size_t)(8 * h) * row_bytes, row_bytes, g0, n_g);
+            for (int k = 0; k < n_g; k++)
+                acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(d[k], _mm256_loadu_ps(gs[k] + 8 * h)));
+        }
+    }
+    float out[16];
+    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out + 8, acc[1]);
+    if (n_full * G < n) {
+        const int64_t i0 = n_full * G;
+        for (int r = 0; r < 2 * NP; r++) {
+            float d;
+            memcpy(&d, row0 + (size_t)r * row_bytes + 4 * (size_t)n_full, sizeof d);
+            out[r] += d * tail_q4(x + i0, qs[r] + i0 / 2, n - i0);
+        }
+    }
+    memcpy(y, out, (size_t)(2 * NP) * sizeof(float));
+}
+
+typedef void (*rows_fn)(float *y, const float *x, const uint8_t *row0, size_t row_bytes,
+                        int64_t n, __m512i tr, __m512i sel0, __m512 table,
+                        const uint8_t *pf, size_t pf_bytes);
+
+#define ROWS_FN(NP, G)                                                                   \
+    static void rows_q4_##NP##_##G(float *y, const float *x, const uint8_t *row0,        \
+                                   size_t row_bytes, int64_t n, __m512i tr, __m512i sel0, \
+                                   __m512 table, const uint8_t *pf, size_t pf_bytes)     \
+    {                                                                                    \
+        rows_q4(NP, G, y, x, row0, row_bytes, n, tr, sel0, table, pf, pf_bytes);         \
+    }
+ROWS_FN(8, 32)
+ROWS_FN(8, 64)
+ROWS_FN(8, 128)
+ROWS_FN(4, 32)
+ROWS_FN(4, 64)
+ROWS_FN(4, 128)
+
+static void linear_rows_avx512(float *y, const float *x, int64_t n_tok,
+                               const struct shoal_quant_weight *w, int64_t r0,
+                               int64_t r1)
+{
+    if (w->type != SHOAL_QUANT_INT4 || n_tok >= 4) {
+        shoal_quant_ops_avx2.linear_rows(y, x, n_tok, w, r0, r1);
+        return;
+    }
+    const size_t row_bytes = shoal_quant_row_bytes(w->type, w->cols, w->group);
+    rows_fn f16, f8;
+    switch (w->group) {
+    case 32: f16 = rows_q4_8_32; f8 = rows_q4_4_32; break;
+    case 64: f16 = rows_q4_8_64; f8 = rows_q4_4_64; break;
+    default: f16 = rows_q4_8_128; f8 = rows_q4_4_128; break;
+    }
+    __m512i tr, sel0;
+    nibble_constants(&tr, &sel0);
+    const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1,
+                                        0, 1, 2, 3, 4, 5, 6, 7);
+    const uint8_t *base = w->data;
+    int64_t r = r0;
+    while (r1 - r >= 8) {
+        const int nb = r1 - r >= 16 ? 16 : 8;
+        /* the next block (rows are back to back), read ahead of the
+         * hardware prefetcher */
+        const int64_t rn = r + nb, rn1 = rn + 16 < r1 ? rn + 16 : r1;
+        const size_t pf_bytes = rn < rn1 ? (size_t)(rn1 - rn) * row_bytes : 0;
+        for (int64_t t = 0; t < n_tok; t++)
+            (nb == 16 ? f16 : f8)(y + t * w->rows + r, x + t * w->cols,
+                                  base + (size_t)r * row_bytes, row_bytes, w->cols, tr,
+                                  sel0, table, base + (size_t)rn * row_bytes,
+                                  t == 0 ? pf_bytes : 0);
+        r += nb;
+    }
+    if (r < r1)
+        shoal_quant_ops_avx2.linear_rows(y, x, n_tok, w, r, r1);
+}
+
+/* one row at a time gains nothing from two-row vectors: the AVX2 kernel */
+static float dot_avx512(enum shoal_quant_type type, int group, const float *x,
+                        const void *row, int64_t n)
+{
+    return shoal_quant_ops_avx2.dot(type, group, x, row, n);
+}
+
+const struct shoal_quant_ops shoal_quant_ops_avx512 = {
+    .name = "avx512",
+    .dot = dot_avx512,
+    .linear_rows = linear_rows_avx512,
+};
