@@ -10,8 +10,9 @@
  * is finished in scalar on the stored lanes.
  *
  * Speed comes from independent add chains, never from reordering one: the
- * matvec runs four rows at a time and the batched path four tokens at a
- * time against a group unpacked once to f32. */
+ * matvec runs four rows at a time (prefetching the next four) and the
+ * batched path four tokens at a time against a group unpacked once to f32.
+ * On CPUs with AVX-512 VBMI, quant_avx512.c takes over the int4 matvec. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -342,6 +343,13 @@ static void linear_rows_avx2(float *y, const float *x, int64_t n_tok,
             const float *xt = x + t * w->cols;
             int64_t r = r0;
             for (; r + 4 <= r1; r += 4) {
+                /* the next four rows (back to back), ahead of the hardware
+                 * prefetcher, which loses track of four row streams: 1.3x
+                 * on weights in RAM (bench/kernel_bench) */
+                if (t == 0 && r + 8 <= r1)
+                    for (size_t o = 0; o < 4 * row_bytes; o += 64)
+                        _mm_prefetch((const char *)base + (size_t)(r + 4) * row_bytes + o,
+                                     _MM_HINT_T0);
                 const uint8_t *rows[4] = {base + (size_t)r * row_bytes,
                                           base + (size_t)(r + 1) * row_bytes,
                                           base + (size_t)(r + 2) * row_bytes,

@@ -1,0 +1,349 @@
+/* kernel_bench: the quantized expert matvec of every kernel table this CPU
+ * runs, on weights in RAM, next to the RAM bandwidth measured in the same
+ * run (issue 4's warm-compute question without the engine around it).
+ *
+ *   kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]
+ *                [--types int4,int8] [--shape N_EMBD,N_FF] [--json FILE]
+ *
+ * A pool of --pool-mb MiB (default 1024, far beyond the last-level cache)
+ * holds expert-shaped quantized matrices: w_gate and w_up [N_FF][N_EMBD]
+ * and w_down [N_EMBD][N_FF] (default 2048,768: qwen3_moe's experts). Each
+ * measurement is one decode-shaped pass after another over the pool, every
+ * matrix a matvec (n_tok = 1) split by output rows over the OpenMP threads
+ * in one parallel region, as shoal_expert_ffn_batch runs a layer's
+ * batch-union; the gate/up outputs do not feed down here, so there are no
+ * barriers to measure, only the kernel and the memory system.
+ *
+ * Before the timing, every table's output over one whole expert is compared
+ * with the scalar reference byte for byte (DESIGN contract 1); a difference
+ * is an error (exit 1).
+ *
+ * The RAM probe (shoal bench's: read, copy, triad, best of 5) runs before
+ * and after, each kernel table in its own child process, so no OpenMP pool
+ * exists when a probe forks. GB = 1e9 bytes. Prints a table; --json writes
+ * every figure. Exit 0, 1 on a bit difference or a failed child, 2 on
+ * bad arguments. Thread: main. */
+#include <jansson.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_probe.h"
+#include "parse.h"
+#include "quant.h"
+#include "util.h"
+
+struct bench {
+    enum shoal_quant_type type;
+    enum shoal_quant_isa isa;
+    int group;
+    int64_t n_embd, n_ff;
+    size_t m_up, m_down;     /* bytes of one gate (= up) and one down matrix */
+    size_t expert_bytes;     /* 2 m_up + m_down */
+    int64_t n_expert;        /* experts in the pool */
+    uint8_t *pool;
+    double seconds;
+    int threads;
+};
+
+static const char *isa_names[] = {"auto", "scalar", "avx2", "neon", "avx512"};
+
+/* xorshift32 in [-1, 1) */
+static float frand(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return (float)((double)*s / 4294967296.0 * 2.0 - 1.0);
+}
+
+/* Quantize one random [rows][cols] matrix into dst row by row (no OpenMP:
+ * the parent must stay single-threaded for the probes' fork). */
+static int fill_matrix(uint8_t *dst, enum shoal_quant_type type, int group, int64_t rows,
+                       int64_t cols, uint32_t seed)
+{
+    float *row = shoal_xmalloc((size_t)cols * sizeof(float));
+    const size_t rb = shoal_quant_row_bytes(type, cols, group);
+    uint32_t s = seed * 2654435761u + 1u;
+    int rc = 0;
+    for (int64_t r = 0; r < rows && rc == 0; r++) {
+        for (int64_t c = 0; c < cols; c++)
+            row[c] = frand(&s) * (float)(1 + (c % 7));
+        rc = shoal_quant_quantize_row(type, group, dst + (size_t)r * rb, row,
+                                      SHOAL_DTYPE_F32, cols, NULL);
+    }
+    free(row);
+    return rc;
+}
+
+/* the three matrices of expert e */
+static void expert_weights(const struct bench *b, int64_t e, struct shoal_quant_weight w[3])
+{
+    const uint8_t *base = b->pool + (size_t)e * b->expert_bytes;
+    w[0] = (struct shoal_quant_weight){b->type, b->group, b->n_ff, b->n_embd, base};
+    w[1] = (struct shoal_quant_weight){b->type, b->group, b->n_ff, b->n_embd, base + b->m_up};
+    w[2] = (struct shoal_quant_weight){b->type, b->group, b->n_embd, b->n_ff,
+                                       base + 2 * b->m_up};
+}
+
+/* y = one expert's three matvecs with the active table (y: 2 n_ff + n_embd) */
+static void expert_once(const struct bench *b, int64_t e, const float *x, const float *h, float *y)
+{
+    struct shoal_quant_weight w[3];
+    expert_weights(b, e, w);
+    shoal_quant_linear(y, x, 1, &w[0]);
+    shoal_quant_linear(y + b->n_ff, x, 1, &w[1]);
+    shoal_quant_linear(y + 2 * b->n_ff, h, 1, &w[2]);
+}
+
+/* Child: check this table's bits against scalar on expert 0, then time
+ * passes over the pool. */
+static int run_table(void *user, json_t **out)
+{
+    const struct bench *b = user;
+    json_t *o = json_object();
+    *out = o;
+    if (b->threads > 0)
+        omp_set_num_threads(b->threads);
+    float *x = shoal_xmalloc((size_t)b->n_embd * sizeof(float));
+    float *h = shoal_xmalloc((size_t)b->n_ff * sizeof(float));
+    const size_t ny = (size_t)(2 * b->n_ff + b->n_embd);
+    float *want = shoal_xmalloc(ny * sizeof(float)), *got = shoal_xmalloc(ny * sizeof(float));
+    uint32_t s = 99;
+    for (int64_t i = 0; i < b->n_embd; i++)
+        x[i] = frand(&s);
+    for (int64_t i = 0; i < b->n_ff; i++)
+        h[i] = frand(&s);
+    shoal_quant_init(SHOAL_QUANT_ISA_SCALAR, NULL);
+    expert_once(b, 0, x, h, want);
+    shoal_quant_init(b->isa, NULL);
+    expert_once(b, 0, x, h, got);
+    int same = memcmp(want, got, ny * sizeof(float)) == 0;
+    json_object_set_new(o, "bits_equal_scalar", json_boolean(same));
+    /* one pass to warm up and calibrate, then enough for --seconds */
+    int64_t passes = 1;
+    double dt = 0;
+    for (int round = 0; round < 2; round++) {
+        const double t0 = shoal_time_s();
+#pragma omp parallel
+        {
+            const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
+            float *y = shoal_xmalloc(ny * sizeof(float));
+            for (int64_t p = 0; p < passes; p++)
+                for (int64_t e = 0; e < b->n_expert; e++) {
+                    struct shoal_quant_weight w[3];
+                    expert_weights(b, e, w);
+                    shoal_quant_linear_part(y, x, 1, &w[0], ith, nth);
+                    shoal_quant_linear_part(y + b->n_ff, x, 1, &w[1], ith, nth);
+                    shoal_quant_linear_part(y + 2 * b->n_ff, h, 1, &w[2], ith, nth);
+                }
+            free(y);
+        }
+        dt = shoal_time_s() - t0;
+        if (round == 0) {
+            passes = (int64_t)(b->seconds / (dt > 1e-6 ? dt : 1e-6));
+            if (passes < 1)
+                break;   /* one pass already took the time (scalar) */
+        }
+    }
+    const double bytes = (double)passes * (double)b->n_expert * (double)b->expert_bytes;
+    json_object_set_new(o, "kernels", json_string(shoal_quant_ops_name()));
+    json_object_set_new(o, "threads", json_integer(omp_get_max_threads()));
+    json_object_set_new(o, "passes", json_integer(passes));
+    json_object_set_new(o, "seconds", json_real(dt));
+    json_object_set_new(o, "weight_gbs", json_real(bytes / 1e9 / dt));
+    free(x);
+    free(h);
+    free(want);
+    free(got);
+    return same ? 0 : 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]\n"
+               "                    [--types int4,int8] [--shape N_EMBD,N_FF] [--json FILE]\n");
+}
+
+static int arg_int(const char *flag, const char *v, long long lo, long long hi, int64_t *out)
+{
+    long long n;
+    if (shoal_parse_i64(v, lo, hi, &n) != 0) {
+        fprintf(stderr, "kernel_bench: %s expects a whole number in [%lld, %lld], got '%s'\n",
+                flag, lo, hi, v);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int64_t threads = 0, pool_mb = 1024, group = 64, n_embd = 2048, n_ff = 768;
+    double seconds = 2.0;
+    const char *types = "int4,int8", *json_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "kernel_bench: %s needs a value (or is unknown)\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        int rc = 0;
+        if (!strcmp(a, "--threads"))
+            rc = arg_int(a, v, 1, 1024, &threads);
+        else if (!strcmp(a, "--pool-mb"))
+            rc = arg_int(a, v, 16, 1 << 20, &pool_mb);
+        else if (!strcmp(a, "--group"))
+            rc = arg_int(a, v, 32, 128, &group);
+        else if (!strcmp(a, "--seconds")) {
+            char *end = NULL;
+            seconds = strtod(v, &end);
+            if (!end || *end || !(seconds > 0 && seconds <= 3600)) {
+                fprintf(stderr, "kernel_bench: --seconds expects a number in (0, 3600], got '%s'\n", v);
+                rc = -1;
+            }
+        } else if (!strcmp(a, "--types"))
+            types = v;
+        else if (!strcmp(a, "--shape")) {
+            long e = 0, f = 0;
+            char tail = 0;
+            if (sscanf(v, "%ld,%ld%c", &e, &f, &tail) != 2 || e < 8 || f < 8 || e > 1 << 20 ||
+                f > 1 << 20) {
+                fprintf(stderr, "kernel_bench: --shape expects N_EMBD,N_FF (8 .. 1048576 each), "
+                                "got '%s'\n", v);
+                rc = -1;
+            }
+            n_embd = e;
+            n_ff = f;
+        } else if (!strcmp(a, "--json"))
+            json_path = v;
+        else {
+            fprintf(stderr, "kernel_bench: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (rc < 0)
+            return 2;
+    }
+    if (!shoal_quant_group_ok((int)group)) {
+        fprintf(stderr, "kernel_bench: --group expects 32, 64 or 128, got %ld\n", (long)group);
+        return 2;
+    }
+    enum shoal_quant_type tlist[2];
+    int n_types = 0;
+    {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%s", types);
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            if (n_types == 2 || (strcmp(t, "int4") && strcmp(t, "int8"))) {
+                fprintf(stderr, "kernel_bench: --types expects int4 and/or int8, got '%s'\n", types);
+                return 2;
+            }
+            tlist[n_types++] = strcmp(t, "int4") ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4;
+        }
+    }
+    json_t *res = json_object();
+    json_object_set_new(res, "machine", shoal_bench_machine("."));
+    json_object_set_new(res, "load_start", shoal_bench_loadavg());
+    const struct shoal_bench_ram_params rp = {.threads = (int)threads, .array_mib = 512, .reps = 5};
+    json_t *ram0 = shoal_bench_ram(&rp);
+    json_object_set_new(res, "ram_start", ram0);
+    json_t *runs = json_array();
+    int failed = 0;
+    for (int it = 0; it < n_types; it++) {
+        struct bench b = {.type = tlist[it], .group = (int)group, .n_embd = n_embd, .n_ff = n_ff,
+                          .seconds = seconds, .threads = (int)threads};
+        b.m_up = shoal_quant_matrix_bytes(b.type, n_ff, n_embd, b.group);
+        b.m_down = shoal_quant_matrix_bytes(b.type, n_embd, n_ff, b.group);
+        b.expert_bytes = 2 * b.m_up + b.m_down;
+        b.n_expert = (int64_t)((size_t)pool_mb * 1048576 / b.expert_bytes);
+        if (b.n_expert < 1)
+            b.n_expert = 1;
+        b.pool = shoal_xmalloc((size_t)b.n_expert * b.expert_bytes);
+        /* one random expert, copied to every slot (only the addresses matter) */
+        if (fill_matrix(b.pool, b.type, b.group, n_ff, n_embd, 1) ||
+            fill_matrix(b.pool + b.m_up, b.type, b.group, n_ff, n_embd, 2) ||
+            fill_matrix(b.pool + 2 * b.m_up, b.type, b.group, n_embd, n_ff, 3)) {
+            fprintf(stderr, "kernel_bench: quantizing the test expert failed\n");
+            return 1;
+        }
+        for (int64_t e = 1; e < b.n_expert; e++)
+            memcpy(b.pool + (size_t)e * b.expert_bytes, b.pool, b.expert_bytes);
+        const enum shoal_quant_isa isas[] = {SHOAL_QUANT_ISA_SCALAR, SHOAL_QUANT_ISA_AVX2,
+                                             SHOAL_QUANT_ISA_AVX512, SHOAL_QUANT_ISA_NEON};
+        for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+            if (shoal_quant_init(isas[k], NULL) != 0)
+                continue;   /* not built in or not this CPU */
+            shoal_quant_init(SHOAL_QUANT_ISA_SCALAR, NULL);
+            b.isa = isas[k];
+            struct shoal_err err = {0};
+            json_t *r = shoal_bench_fork_json(run_table, &b, &err);
+            if (!r) {
+                fprintf(stderr, "kernel_bench: %s %s: %s\n", shoal_quant_type_name(b.type),
+                        isa_names[isas[k]], err.msg);
+                failed = 1;
+                continue;
+            }
+            json_object_set_new(r, "type", json_string(shoal_quant_type_name(b.type)));
+            json_object_set_new(r, "group", json_integer(b.group));
+            json_object_set_new(r, "pool_bytes",
+                                json_integer((json_int_t)((size_t)b.n_expert * b.expert_bytes)));
+            json_object_set_new(r, "expert_bytes", json_integer((json_int_t)b.expert_bytes));
+            if (!json_is_true(json_object_get(r, "bits_equal_scalar"))) {
+                fprintf(stderr, "kernel_bench: %s %s: output differs from the scalar kernels\n",
+                        shoal_quant_type_name(b.type), isa_names[isas[k]]);
+                failed = 1;
+            }
+            json_array_append_new(runs, r);
+        }
+        free(b.pool);
+    }
+    json_t *ram1 = shoal_bench_ram(&rp);
+    json_object_set_new(res, "ram_end", ram1);
+    json_object_set_new(res, "load_end", shoal_bench_loadavg());
+    json_object_set_new(res, "runs", runs);
+    /* the limit: the better of the two probes, so the ratio is not flattered */
+    double read = 0, triad = 0;
+    const json_t *probes[2] = {ram0, ram1};
+    for (int k = 0; k < 2; k++) {
+        const double r = json_real_value(json_object_get(probes[k], "read_gbs"));
+        const double t = json_real_value(json_object_get(probes[k], "triad_gbs"));
+        read = r > read ? r : read;
+        triad = t > triad ? t : triad;
+    }
+    json_object_set_new(res, "ram_read_gbs", json_real(read));
+    json_object_set_new(res, "ram_triad_gbs", json_real(triad));
+    const json_t *m = json_object_get(res, "machine");
+    const char *cpu = json_string_value(json_object_get(m, "cpu"));
+    printf("kernel_bench: %s, %d threads; experts [%ld][%ld] x2 + [%ld][%ld], G=%ld, pool %ld MiB\n",
+           cpu ? cpu : "?", threads ? (int)threads : omp_get_max_threads(), (long)n_ff,
+           (long)n_embd, (long)n_embd, (long)n_ff, (long)group, (long)pool_mb);
+    printf("RAM (best of start/end): read %.1f GB/s, triad %.1f GB/s\n", read, triad);
+    printf("%-5s %-8s %10s %12s %13s %s\n", "type", "kernels", "GB/s", "vs RAM read", "vs RAM triad",
+           "bits vs scalar");
+    size_t i;
+    json_t *r;
+    json_array_foreach(runs, i, r)
+    {
+        const double g = json_real_value(json_object_get(r, "weight_gbs"));
+        json_object_set_new(r, "vs_ram_read", json_real(read > 0 ? g / read : 0));
+        json_object_set_new(r, "vs_ram_triad", json_real(triad > 0 ? g / triad : 0));
+        printf("%-5s %-8s %10.2f %12.2f %13.2f %s\n", json_string_value(json_object_get(r, "type")),
+               json_string_value(json_object_get(r, "kernels")), g, read > 0 ? g / read : 0,
+               triad > 0 ? g / triad : 0,
+               json_is_true(json_object_get(r, "bits_equal_scalar")) ? "same" : "DIFFERENT");
+    }
+    if (json_path && json_dump_file(res, json_path, JSON_INDENT(1)) != 0) {
+        fprintf(stderr, "kernel_bench: cannot write %s\n", json_path);
+        failed = 1;
+    }
+    json_decref(res);
+    return failed;
+}
