@@ -3,8 +3,8 @@
  * Owns the byte layout of quantized rows and matrices (the container stores
  * them as they are), quantization from f32/bf16/f16, dequantization, and the
  * dot product and linear layer over quantized weights, with one scalar
- * reference and one file per ISA (quant_avx2.c, quant_neon.c) behind
- * struct shoal_quant_ops. All of them give the same bits (DESIGN contract 1).
+ * reference and one file per ISA (quant_avx2.c, quant_avx512.c,
+ * quant_neon.c) behind struct shoal_quant_ops. All of them give the same bits (DESIGN contract 1).
  *
  * ## Byte layout (little-endian; version 1 of these formats)
  *
