@@ -1258,8 +1258,8 @@ static void synth_usage(FILE *f)
         "                       so it holds this run's routing)\n"
         "  --json FILE          write the results as JSON\n"
         "  --routing-out FILE   write per-layer target and achieved expert shares\n"
-        "  --isa auto|scalar|avx2|avx512|neon  select the quant kernels first ('shoal run'\n"
-        "                       does not select any, so it runs the scalar ones)\n");
+        "  --isa auto|scalar|avx2|avx512|neon  use these quant kernels instead of the\n"
+        "                       best this CPU has (same bits, another speed)\n");
 }
 
 static int check_main(int argc, char **argv);
@@ -1956,8 +1956,8 @@ static int check_main(int argc, char **argv)
     }
     const char *dir = so.model_dir;
     if (isa) {
-        /* 'shoal run' never selects kernels, so it runs the scalar ones;
-         * --isa shows what the SIMD kernels would give */
+        /* every shoal command starts with the best kernels of the CPU
+         * (main.c); --isa measures another table (same bits, other speed) */
         static const struct {
             const char *name;
             enum shoal_quant_isa isa;
