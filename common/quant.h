@@ -183,7 +183,7 @@ enum shoal_quant_isa {
     SHOAL_QUANT_ISA_AVX2,       /* x86-64 with AVX2 (built with -mavx2, no FMA) */
     SHOAL_QUANT_ISA_NEON,       /* aarch64 */
     SHOAL_QUANT_ISA_AVX512,     /* x86-64 with AVX-512 F/BW/VL/VBMI (no FMA);
-                                   int4 decode matvec, the rest as AVX2 */
+                                   int4 linear, the rest as AVX2 */
 };
 
 /* Choose the kernels once at start-up and log the choice (info, "quant").
