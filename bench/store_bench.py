@@ -464,9 +464,14 @@ def main():
         lim = ram.get(t, {})
         tag = "%d thr, %s%s" % (t, w.get("quant_kernels"),
                                 ", OMP wait %s" % w["omp_wait_policy"] if w["omp_wait_policy"] != a.omp_wait else "")
+        # the target is the machine's: all its threads, the kernels shoal
+        # picks, the wait policy asked for; other rows are for comparison
+        headline = (t == max(threads) and w.get("isa") == "as shoal run" and
+                    w["omp_wait_policy"] == a.omp_wait)
         row("warm: expert bytes/s, experts stage (%s)" % tag,
             w.get("expert_bytes_per_s_stage", 0) / 1e6, "MB/s",
-            lim.get("triad_gbs", 0) * 1e3 or None, "RAM triad %d thr" % t, 0.5)
+            lim.get("triad_gbs", 0) * 1e3 or None, "RAM triad %d thr" % t,
+            0.5 if headline else None)
         row("warm: same vs RAM read probe", w.get("expert_bytes_per_s_stage", 0) / 1e6, "MB/s",
             lim.get("read_gbs", 0) * 1e3 or None, "RAM read %d thr" % t)
         row("warm: expert bytes/s over decode wall (%s)" % tag,
