@@ -1,5 +1,7 @@
 #include "cli.h"
+
 #include "parse.h"
+#include "quant.h"
 
 #include <errno.h>
 #include <math.h>
@@ -27,6 +29,17 @@ int shoal_cli_parse_i64(const char *flag, const char *s, long long lo,
         return 0;
     shoal_cli_error("%s expects an integer in [%lld, %lld], got '%s'", flag, lo, hi,
                     s ? s : "(nothing)");
+    return -1;
+}
+
+int shoal_cli_parse_group(const char *flag, const char *s, int *out)
+{
+    long long g;
+    if (shoal_parse_i64(s, 32, 128, &g) == 0 && shoal_quant_group_ok((int)g)) {
+        *out = (int)g;
+        return 0;
+    }
+    shoal_cli_error("%s expects 32, 64 or 128, got '%s'", flag, s ? s : "(nothing)");
     return -1;
 }
 

@@ -32,6 +32,11 @@ int shoal_cli_parse_size(const char *flag, const char *s, unsigned long long *ou
 /* Print "shoal: <msg>" on stderr as one line. */
 void shoal_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Parse a quantization group size (32, 64 or 128) flag value into *out;
+ * returns 0, or prints one error line naming the flag, the allowed values
+ * and what was given, and returns -1. */
+int shoal_cli_parse_group(const char *flag, const char *s, int *out);
+
 /* Parse a decimal integer flag value; returns 0 or prints an error naming
  * the flag and returns -1. */
 int shoal_cli_parse_i64(const char *flag, const char *s, long long lo,

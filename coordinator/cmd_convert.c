@@ -78,20 +78,12 @@ int shoal_cmd_convert(int argc, char **argv)
                 return 2;
             }
             const char *v = argv[++i];
-            long long g;
             if (!strcmp(a, "--experts") && parse_dtype_flag(a, v, 1, &p.experts_dtype))
                 return 2;
             if (!strcmp(a, "--dense") && parse_dtype_flag(a, v, 0, &p.dense_dtype))
                 return 2;
-            if (!strcmp(a, "--group")) {
-                if (shoal_cli_parse_i64(a, v, 32, 128, &g))
-                    return 2;
-                if (g != 32 && g != 64 && g != 128) {
-                    shoal_cli_error("--group expects 32, 64 or 128, got %lld", g);
-                    return 2;
-                }
-                p.group = (int)g;
-            }
+            if (!strcmp(a, "--group") && shoal_cli_parse_group(a, v, &p.group))
+                return 2;
             continue;
         }
         if (a[0] == '-') {

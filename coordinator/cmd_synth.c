@@ -1340,12 +1340,10 @@ int shoal_cmd_synth(int argc, char **argv)
             if (parse_dtype(a, v, 0, &dd))
                 return 2;
         } else if (!strcmp(a, "--group")) {
-            if (shoal_cli_parse_i64(a, v, 32, 128, &group))
+            int g;
+            if (shoal_cli_parse_group(a, v, &g))
                 return 2;
-            if (!shoal_quant_group_ok((int)group)) {
-                shoal_cli_error("--group expects 32, 64 or 128, got %lld", group);
-                return 2;
-            }
+            group = g;
         } else if (!strcmp(a, "--seed")) {
             if (shoal_cli_parse_i64(a, v, 0, INT64_MAX, &seed))
                 return 2;

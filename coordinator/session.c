@@ -12,6 +12,7 @@
 #include "cluster.h"
 #include "npy.h"
 #include "expert_store.h"
+#include "log.h"
 #include "quant.h"
 #include "util.h"
 #include "wire.h"
@@ -509,6 +510,13 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
             return NULL;
         }
     }
+    if (!s->model->ct && (o->expert_cache != ~0ull || o->pin || o->n_mirror))
+        /* a Hugging Face directory is loaded whole; say so rather than
+         * silently dropping what the user asked of the store */
+        shoal_log(SHOAL_LOG_WARN, "store",
+                  "--expert-cache/--pin/--mirror apply to shoal containers; '%s' is a "
+                  "Hugging Face directory, loaded whole into RAM (make a container "
+                  "with: shoal convert)", dir);
     s->stats = o->stats;
     if (shoal_session_is_cluster(o)) {
         if (!s->model->ct) {
