@@ -43,6 +43,42 @@ void shoal_linear(float *y, const float *x, int64_t n_tok,
     free(bias_f32);
 }
 
+void shoal_linear_many(const struct shoal_linear_job *jobs, int n_jobs)
+{
+    enum { MAX_JOBS = 8 };
+    float *bias_f32[MAX_JOBS] = {0};
+    if (n_jobs > MAX_JOBS) {   /* a programmer error; stay correct anyway */
+        for (int k = 0; k < n_jobs; k++)
+            shoal_linear(jobs[k].y, jobs[k].x, jobs[k].n_tok, jobs[k].w, jobs[k].bias);
+        return;
+    }
+    for (int k = 0; k < n_jobs; k++) {
+        const struct shoal_weight *b = jobs[k].bias;
+        if (b && b->data) {
+            bias_f32[k] = shoal_xmalloc((size_t)jobs[k].w->rows * sizeof(float));
+            shoal_to_f32(bias_f32[k], b->data, b->dtype, (size_t)jobs[k].w->rows);
+        }
+    }
+#pragma omp parallel
+    {
+        const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        for (int k = 0; k < n_jobs; k++) {
+            const struct shoal_linear_job *j = &jobs[k];
+            shoal_linear_part(j->y, j->x, j->n_tok, j->w, ith, nth, NULL);
+            if (bias_f32[k]) {
+                const int64_t rows = j->w->rows;
+                int64_t r0, r1;
+                shoal_split_rows(rows, ith, nth, &r0, &r1);
+                for (int64_t t = 0; t < j->n_tok; t++)
+                    for (int64_t r = r0; r < r1; r++)
+                        j->y[t * rows + r] += bias_f32[k][r];
+            }
+        }
+    }
+    for (int k = 0; k < n_jobs; k++)
+        free(bias_f32[k]);
+}
+
 void shoal_linear_part(float *y, const float *x, int64_t n_tok,
                        const struct shoal_weight *w, int ith, int nth, float *row_buf)
 {

@@ -31,6 +31,24 @@ float shoal_dot_f32(const float *a, const float *b, int64_t n);
 void shoal_linear(float *y, const float *x, int64_t n_tok,
                   const struct shoal_weight *w, const struct shoal_weight *bias);
 
+/* One of several independent linears run together by shoal_linear_many. */
+struct shoal_linear_job {
+    float *y;                         /* [n_tok][w->rows] f32, written */
+    const float *x;                   /* [n_tok][w->cols] f32, borrowed */
+    int64_t n_tok;
+    const struct shoal_weight *w;     /* borrowed */
+    const struct shoal_weight *bias;  /* [rows] or NULL / data NULL: none */
+};
+
+/* Several linears whose outputs do not feed each other (attention's q, k
+ * and v) in one OpenMP region instead of one each: the same bits as
+ * calling shoal_linear on each (every element computed by the same code
+ * with the same row split), with fewer fork/joins, which cost tens of µs
+ * each when waiting threads sleep (OMP_WAIT_POLICY=passive).
+ *   jobs [n_jobs], borrowed; outputs must not overlap each other or any
+ *   input. Thread: main. */
+void shoal_linear_many(const struct shoal_linear_job *jobs, int n_jobs);
+
 /* shoal_linear's share of thread ith of nth, without bias, for a caller
  * that is already inside an OpenMP parallel region (one region for several
  * linears, STYLE: fewer fork/joins). Thread ith writes the output rows

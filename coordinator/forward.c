@@ -177,9 +177,12 @@ const struct shoal_ctx_timings *shoal_ctx_timings(const struct shoal_ctx *ctx)
     return &ctx->t;
 }
 
-/* Self-attention of n tokens at positions n_past.. over the cache of layer il.
- * Writes ctx->att [n][n_head*head_dim]. */
-static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n)
+/* Self-attention of n tokens at positions n_past.. over the cache of layer il,
+ * then its output projection, in one OpenMP region (a barrier between them
+ * instead of a second fork/join). Writes ctx->att [n][n_head*head_dim] and
+ * ctx->o = att . wo^T [n][n_embd]. */
+static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n,
+                      const struct shoal_weight *wo)
 {
     const struct shoal_model_config *c = &ctx->model->cfg;
     const int64_t hd = c->head_dim, nh = c->n_head, nkv_h = c->n_head_kv;
@@ -224,6 +227,8 @@ static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n)
                     out[d] += p * vr[d];
             }
         }
+#pragma omp barrier
+        shoal_linear_part(ctx->o, ctx->att, n, wo, ith, nth, NULL);  /* [n][E] */
     }
 }
 
@@ -237,9 +242,12 @@ static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
     const float eps = (float)c->rms_norm_eps;
 
     shoal_rmsnorm(ctx->h, ctx->x, n, E, &L->attn_norm, eps);        /* [n][E] */
-    shoal_linear(ctx->q, ctx->h, n, &L->wq, L->bq.data ? &L->bq : NULL); /* [n][nq] */
-    shoal_linear(ctx->k, ctx->h, n, &L->wk, L->bk.data ? &L->bk : NULL); /* [n][nkv] */
-    shoal_linear(ctx->v, ctx->h, n, &L->wv, L->bv.data ? &L->bv : NULL); /* [n][nkv] */
+    const struct shoal_linear_job qkv[3] = {                          /* one region */
+        {ctx->q, ctx->h, n, &L->wq, L->bq.data ? &L->bq : NULL},     /* [n][nq] */
+        {ctx->k, ctx->h, n, &L->wk, L->bk.data ? &L->bk : NULL},     /* [n][nkv] */
+        {ctx->v, ctx->h, n, &L->wv, L->bv.data ? &L->bv : NULL},     /* [n][nkv] */
+    };
+    shoal_linear_many(qkv, 3);
     switch (c->family->qk_norm) {
     case SHOAL_QK_NORM_FULL: /* olmoe: over the whole projection, before clip */
         shoal_rmsnorm(ctx->q, ctx->q, n, nq, &L->q_norm, eps);
@@ -269,8 +277,7 @@ static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
         memcpy(kc, ctx->k + t * nkv, (size_t)nkv * sizeof(float));
         memcpy(vc, ctx->v + t * nkv, (size_t)nkv * sizeof(float));
     }
-    attention(ctx, il, n);                                           /* [n][nq] */
-    shoal_linear(ctx->o, ctx->att, n, &L->wo, NULL);                 /* [n][E] */
+    attention(ctx, il, n, &L->wo);                       /* att [n][nq], o [n][E] */
     for (int64_t i = 0; i < n * E; i++)
         ctx->x[i] += ctx->o[i];
 }
