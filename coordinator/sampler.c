@@ -61,6 +61,48 @@ static int cmp_cand(const void *a, const void *b)
     return x->id < y->id ? -1 : (x->id > y->id);
 }
 
+/* 1 if a ranks before b in cmp_cand's order (higher logit, then lower id) */
+static int before(const struct cand *a, const struct cand *b)
+{
+    return cmp_cand(a, b) < 0;
+}
+
+/* Restore the heap c[0..k) (the worst candidate at the root) below j. */
+static void sift_down(struct cand *c, int64_t k, int64_t j)
+{
+    for (;;) {
+        int64_t w = j, l = 2 * j + 1, r = l + 1;
+        if (l < k && before(&c[w], &c[l]))
+            w = l;
+        if (r < k && before(&c[w], &c[r]))
+            w = r;
+        if (w == j)
+            return;
+        struct cand t = c[j];
+        c[j] = c[w];
+        c[w] = t;
+        j = w;
+    }
+}
+
+/* Move the k best of c[0..V) (cmp_cand's order: a total order for non-NaN
+ * logits, so the set is unique) to c[0..k), sorted: O(V log k) with a heap
+ * of the k best so far whose root is the worst of them, instead of sorting
+ * all V. The result is the first k of the full sort. */
+static void select_top(struct cand *c, int64_t V, int64_t k)
+{
+    /* heapify c[0..k) with the worst at the root */
+    for (int64_t i = k / 2 - 1; i >= 0; i--)
+        sift_down(c, k, i);
+    for (int64_t i = k; i < V; i++) {
+        if (!before(&c[i], &c[0]))
+            continue;
+        c[0] = c[i];   /* replace the worst, sift down */
+        sift_down(c, k, 0);
+    }
+    qsort(c, (size_t)k, sizeof *c, cmp_cand);
+}
+
 int32_t shoal_sampler_sample(struct shoal_sampler *s, float *logits,
                              const int32_t *history, int64_t n_history)
 {
@@ -95,8 +137,12 @@ int32_t shoal_sampler_sample(struct shoal_sampler *s, float *logits,
     int64_t n = V;
     if (p->top_k > 0 && p->top_k < n)
         n = p->top_k;
-    /* sort the whole vocabulary once; ties by id keep it deterministic */
-    qsort(s->c, (size_t)V, sizeof *s->c, cmp_cand);
+    /* the n best in order (all V when top-k is off); ties by id keep it
+     * deterministic */
+    if (n < V)
+        select_top(s->c, V, n);
+    else
+        qsort(s->c, (size_t)V, sizeof *s->c, cmp_cand);
     double sum = 0.0;
     const float mx = s->c[0].logit;
     for (int64_t i = 0; i < n; i++) {

@@ -1,5 +1,7 @@
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "sampler.h"
 
@@ -72,4 +74,70 @@ Test(sampler, min_p_and_top_p_cut_the_tail)
         cr_assert(shoal_sampler_sample(s, l, NULL, 0) != 2);
     }
     shoal_sampler_free(s);
+}
+
+/* reference order for the test: higher logit first, then lower id */
+static const float *g_logits;
+static int by_logit_then_id(const void *a, const void *b)
+{
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (g_logits[x] != g_logits[y])
+        return g_logits[x] > g_logits[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+static int asc_i32(const void *a, const void *b)
+{
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* bit-exact behaviour: top-k over the whole vocabulary (the sampler's
+ * partial selection) draws exactly what a sampler given only those k
+ * logits (kept in id order, so ties break the same way) draws with the
+ * same seed; the logits have many ties, also across the k-th place */
+Test(sampler, top_k_selection_matches_sampling_the_k_best_alone)
+{
+    enum { V = 2000, K = 50, DRAWS = 300 };
+    static float full[V];
+    uint32_t st = 7;
+    for (int i = 0; i < V; i++) {
+        st = st * 1664525u + 1013904223u;
+        full[i] = (float)((int)(st >> 24) % 40) * 0.25f;   /* 40 levels: ties */
+    }
+    int32_t order[V];
+    for (int i = 0; i < V; i++)
+        order[i] = i;
+    g_logits = full;
+    qsort(order, V, sizeof order[0], by_logit_then_id);
+    cr_assert(full[order[K - 1]] == full[order[K]], "the test needs a tie across the k-th place");
+    int32_t keep[K];
+    memcpy(keep, order, sizeof keep);
+    qsort(keep, K, sizeof keep[0], asc_i32);
+    struct shoal_sampler_params p = shoal_sampler_params_default();
+    p.temperature = 0.8f;
+    p.top_p = 0.9f;
+    p.min_p = 0.0f;
+    p.seed = 1234;
+    p.top_k = K;
+    struct shoal_sampler *a = shoal_sampler_create(p, V);
+    p.top_k = 0;
+    struct shoal_sampler *b = shoal_sampler_create(p, K);
+    int distinct = 0, seen[K] = {0};
+    for (int d = 0; d < DRAWS; d++) {
+        float la[V], lb[K];
+        memcpy(la, full, sizeof la);
+        for (int i = 0; i < K; i++)
+            lb[i] = full[keep[i]];
+        const int32_t x = shoal_sampler_sample(a, la, NULL, 0);
+        const int32_t y = shoal_sampler_sample(b, lb, NULL, 0);
+        cr_assert(y >= 0 && y < K);
+        cr_assert(eq(i32, x, keep[y]), "draw %d: top-k over V gave %d, the k best alone %d",
+                  d, x, keep[y]);
+        distinct += !seen[y];
+        seen[y] = 1;
+    }
+    cr_assert(distinct >= 5, "a real draw: %d distinct tokens", distinct);
+    shoal_sampler_free(a);
+    shoal_sampler_free(b);
 }
