@@ -455,6 +455,40 @@ int shoal_parse_id_list(const char *s, int32_t **ids, size_t *n)
     return 0;
 }
 
+/* A Hugging Face directory is loaded whole into RAM: name the expert-store
+ * flags the user gave (those that differ from the defaults), which only
+ * containers use, rather than dropping them silently. */
+static void warn_store_flags(const struct shoal_session_opts *o, const char *dir)
+{
+    const struct shoal_session_opts d = shoal_session_opts_default();
+    const struct {
+        int given;
+        const char *flag;
+    } flags[] = {
+        {o->expert_cache != d.expert_cache, "--expert-cache"},
+        {o->pin != d.pin, "--pin"},
+        {o->n_mirror > 0, "--mirror"},
+        {o->n_mirror_weights > 0, "--mirror-weights"},
+        {o->direct != d.direct, "--direct"},
+        {o->io != d.io, "--io"},
+        {o->queue_depth != d.queue_depth, "--queue-depth"},
+        {o->prefetch != d.prefetch, "--prefetch"},
+    };
+    char given[160] = "";
+    int n = 0;
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (flags[i].given) {
+            snprintf(given + strlen(given), sizeof given - strlen(given), "%s%s",
+                     n++ ? ", " : "", flags[i].flag);
+        }
+    if (n)
+        shoal_log(SHOAL_LOG_WARN, "store",
+                  "%s %s only to shoal containers; '%s' is a Hugging Face directory, "
+                  "loaded whole into RAM, so %s ignored (make a container with: shoal "
+                  "convert)", given, n > 1 ? "apply" : "applies", dir,
+                  n > 1 ? "they are" : "it is");
+}
+
 struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
 {
     struct shoal_err err = {0};
@@ -510,13 +544,8 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
             return NULL;
         }
     }
-    if (!s->model->ct && (o->expert_cache != ~0ull || o->pin || o->n_mirror))
-        /* a Hugging Face directory is loaded whole; say so rather than
-         * silently dropping what the user asked of the store */
-        shoal_log(SHOAL_LOG_WARN, "store",
-                  "--expert-cache/--pin/--mirror apply to shoal containers; '%s' is a "
-                  "Hugging Face directory, loaded whole into RAM (make a container "
-                  "with: shoal convert)", dir);
+    if (!s->model->ct)
+        warn_store_flags(o, dir);
     s->stats = o->stats;
     if (shoal_session_is_cluster(o)) {
         if (!s->model->ct) {
