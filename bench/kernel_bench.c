@@ -3,16 +3,26 @@
  * run (issue 4's warm-compute question without the engine around it).
  *
  *   kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]
- *                [--types int4,int8] [--shape N_EMBD,N_FF] [--json FILE]
+ *                [--types int4,int8] [--shape N_EMBD,N_FF] [--tokens T]
+ *                [--json FILE]
  *
- * A pool of --pool-mb MiB (default 1024, far beyond the last-level cache)
- * holds expert-shaped quantized matrices: w_gate and w_up [N_FF][N_EMBD]
- * and w_down [N_EMBD][N_FF] (default 2048,768: qwen3_moe's experts). Each
- * measurement is one decode-shaped pass after another over the pool, every
- * matrix a matvec (n_tok = 1) split by output rows over the OpenMP threads
- * in one parallel region, as shoal_expert_ffn_batch runs a layer's
- * batch-union; the gate/up outputs do not feed down here, so there are no
- * barriers to measure, only the kernel and the memory system.
+ * A pool of --pool-mb MiB (default 1024, far beyond the last-level cache;
+ * at least 64) holds expert-shaped quantized matrices: w_gate and w_up
+ * [N_FF][N_EMBD] and w_down [N_EMBD][N_FF] (default 2048,768: qwen3_moe's
+ * experts), group G (default 64). Each measurement is pass after pass over
+ * the pool for --seconds (default 2, at least one pass), every matrix a
+ * linear of T tokens (default 1: the decode matvec; more: a prefill batch)
+ * split by output rows over the OpenMP threads (default: all CPUs, at most
+ * that many) in one parallel region, as shoal_expert_ffn_batch runs a
+ * layer's batch-union; the gate/up outputs do not feed down here, so there
+ * are no barriers to measure, only the kernel and the memory system. The
+ * figure is weight bytes x tokens per second.
+ *
+ * int8 has no AVX-512 kernel: its "avx512" row is the AVX2 int8 kernel
+ * that the AVX-512 table hands int8 to.
+ *
+ * Memory: the pool plus the RAM probe's 3 x 512 MiB (run alone, in a child
+ * process). A default run takes about 12 s here (2 vCPUs).
  *
  * Before the timing, every table's output over one whole expert is compared
  * with the scalar reference byte for byte (DESIGN contract 1); a difference
@@ -21,13 +31,16 @@
  * The RAM probe (shoal bench's: read, copy, triad, best of 5) runs before
  * and after, each kernel table in its own child process, so no OpenMP pool
  * exists when a probe forks. GB = 1e9 bytes. Prints a table; --json writes
- * every figure. Exit 0, 1 on a bit difference or a failed child, 2 on
- * bad arguments. Thread: main. */
+ * every figure (the file is opened before anything runs). Exit 0; 1 on a
+ * bit difference, a failed probe or child, or memory that cannot be
+ * allocated; 2 on bad arguments. Thread: main. */
+#include <errno.h>
 #include <jansson.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench_probe.h"
 #include "parse.h"
@@ -42,6 +55,7 @@ struct bench {
     size_t m_up, m_down;     /* bytes of one gate (= up) and one down matrix */
     size_t expert_bytes;     /* 2 m_up + m_down */
     int64_t n_expert;        /* experts in the pool */
+    int64_t n_tok;           /* tokens per linear (1: decode matvec) */
     uint8_t *pool;
     double seconds;
     int threads;
@@ -106,14 +120,14 @@ static int run_table(void *user, json_t **out)
     *out = o;
     if (b->threads > 0)
         omp_set_num_threads(b->threads);
-    float *x = shoal_xmalloc((size_t)b->n_embd * sizeof(float));
-    float *h = shoal_xmalloc((size_t)b->n_ff * sizeof(float));
+    float *x = shoal_xmalloc((size_t)(b->n_tok * b->n_embd) * sizeof(float));
+    float *h = shoal_xmalloc((size_t)(b->n_tok * b->n_ff) * sizeof(float));
     const size_t ny = (size_t)(2 * b->n_ff + b->n_embd);
     float *want = shoal_xmalloc(ny * sizeof(float)), *got = shoal_xmalloc(ny * sizeof(float));
     uint32_t s = 99;
-    for (int64_t i = 0; i < b->n_embd; i++)
+    for (int64_t i = 0; i < b->n_tok * b->n_embd; i++)
         x[i] = frand(&s);
-    for (int64_t i = 0; i < b->n_ff; i++)
+    for (int64_t i = 0; i < b->n_tok * b->n_ff; i++)
         h[i] = frand(&s);
     shoal_quant_init(SHOAL_QUANT_ISA_SCALAR, NULL);
     expert_once(b, 0, x, h, want);
@@ -121,7 +135,8 @@ static int run_table(void *user, json_t **out)
     expert_once(b, 0, x, h, got);
     int same = memcmp(want, got, ny * sizeof(float)) == 0;
     json_object_set_new(o, "bits_equal_scalar", json_boolean(same));
-    /* one pass to warm up and calibrate, then enough for --seconds */
+    /* one pass to warm up and calibrate; it is the measurement when it
+     * took at least half of --seconds, else enough passes for --seconds */
     int64_t passes = 1;
     double dt = 0;
     for (int round = 0; round < 2; round++) {
@@ -129,28 +144,32 @@ static int run_table(void *user, json_t **out)
 #pragma omp parallel
         {
             const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
-            float *y = shoal_xmalloc(ny * sizeof(float));
+            float *y = shoal_xmalloc((size_t)b->n_tok * ny * sizeof(float));
+            float *yu = y + b->n_tok * b->n_ff, *yd = y + 2 * b->n_tok * b->n_ff;
             for (int64_t p = 0; p < passes; p++)
                 for (int64_t e = 0; e < b->n_expert; e++) {
                     struct shoal_quant_weight w[3];
                     expert_weights(b, e, w);
-                    shoal_quant_linear_part(y, x, 1, &w[0], ith, nth);
-                    shoal_quant_linear_part(y + b->n_ff, x, 1, &w[1], ith, nth);
-                    shoal_quant_linear_part(y + 2 * b->n_ff, h, 1, &w[2], ith, nth);
+                    shoal_quant_linear_part(y, x, b->n_tok, &w[0], ith, nth);
+                    shoal_quant_linear_part(yu, x, b->n_tok, &w[1], ith, nth);
+                    shoal_quant_linear_part(yd, h, b->n_tok, &w[2], ith, nth);
                 }
             free(y);
         }
         dt = shoal_time_s() - t0;
         if (round == 0) {
-            passes = (int64_t)(b->seconds / (dt > 1e-6 ? dt : 1e-6));
-            if (passes < 1)
-                break;   /* one pass already took the time (scalar) */
+            if (dt >= b->seconds / 2)
+                break;
+            const double want = b->seconds / (dt > 1e-9 ? dt : 1e-9);
+            passes = want > 1e9 ? 1000000000 : (int64_t)want + 1;
         }
     }
-    const double bytes = (double)passes * (double)b->n_expert * (double)b->expert_bytes;
+    const double bytes = (double)passes * (double)b->n_expert * (double)b->expert_bytes *
+                         (double)b->n_tok;
     json_object_set_new(o, "kernels", json_string(shoal_quant_ops_name()));
     json_object_set_new(o, "threads", json_integer(omp_get_max_threads()));
     json_object_set_new(o, "passes", json_integer(passes));
+    json_object_set_new(o, "tokens", json_integer(b->n_tok));
     json_object_set_new(o, "seconds", json_real(dt));
     json_object_set_new(o, "weight_gbs", json_real(bytes / 1e9 / dt));
     free(x);
@@ -163,7 +182,17 @@ static int run_table(void *user, json_t **out)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]\n"
-               "                    [--types int4,int8] [--shape N_EMBD,N_FF] [--json FILE]\n");
+               "                    [--types int4,int8] [--shape N_EMBD,N_FF] [--tokens T]\n"
+               "                    [--json FILE]\n"
+               "  --threads N        OpenMP threads, 1 .. online CPUs (default: all)\n"
+               "  --pool-mb MB       weights in RAM, 64 .. half the RAM (default 1024)\n"
+               "  --seconds S        per kernel table, at least one pass (default 2)\n"
+               "  --group G          32, 64 or 128 (default 64)\n"
+               "  --types LIST       int4, int8 or both, each once (default int4,int8)\n"
+               "  --shape E,F        expert n_embd,n_ff, 8 .. 65536 each (default 2048,768)\n"
+               "  --tokens T         tokens per linear, 1 .. 512 (default 1: decode)\n"
+               "  --json FILE        every figure as JSON\n"
+               "Memory: the pool + 1.5 GiB for the RAM probe.\n");
 }
 
 static int arg_int(const char *flag, const char *v, long long lo, long long hi, int64_t *out)
@@ -178,9 +207,21 @@ static int arg_int(const char *flag, const char *v, long long lo, long long hi, 
     return 0;
 }
 
+static int is_flag(const char *a)
+{
+    static const char *const flags[] = {"--threads", "--pool-mb", "--seconds", "--group",
+                                        "--types", "--shape", "--tokens", "--json"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(a, flags[i]))
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int64_t threads = 0, pool_mb = 1024, group = 64, n_embd = 2048, n_ff = 768;
+    const long n_cpu = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    const long long ram_mb = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / 1048576;
+    int64_t threads = 0, pool_mb = 1024, group = 64, n_embd = 2048, n_ff = 768, n_tok = 1;
     double seconds = 2.0;
     const char *types = "int4,int8", *json_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -189,23 +230,35 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (!v) {
-            fprintf(stderr, "kernel_bench: %s needs a value (or is unknown)\n", a);
+        if (!is_flag(a)) {
+            fprintf(stderr, "kernel_bench: unknown option '%s'\n", a);
             usage(stderr);
+            return 2;
+        }
+        if (!v) {
+            fprintf(stderr, "kernel_bench: %s needs a value\n", a);
             return 2;
         }
         i++;
         int rc = 0;
         if (!strcmp(a, "--threads"))
-            rc = arg_int(a, v, 1, 1024, &threads);
+            rc = arg_int(a, v, 1, n_cpu, &threads);
         else if (!strcmp(a, "--pool-mb"))
-            rc = arg_int(a, v, 16, 1 << 20, &pool_mb);
-        else if (!strcmp(a, "--group"))
-            rc = arg_int(a, v, 32, 128, &group);
-        else if (!strcmp(a, "--seconds")) {
+            rc = arg_int(a, v, 64, ram_mb > 256 ? ram_mb / 2 : 128, &pool_mb);
+        else if (!strcmp(a, "--tokens"))
+            rc = arg_int(a, v, 1, 512, &n_tok);
+        else if (!strcmp(a, "--group")) {
+            long long g;
+            if (shoal_parse_i64(v, 32, 128, &g) != 0 || !shoal_quant_group_ok((int)g)) {
+                fprintf(stderr, "kernel_bench: --group expects 32, 64 or 128, got '%s'\n", v);
+                rc = -1;
+            } else {
+                group = g;
+            }
+        } else if (!strcmp(a, "--seconds")) {
             char *end = NULL;
             seconds = strtod(v, &end);
-            if (!end || *end || !(seconds > 0 && seconds <= 3600)) {
+            if (!end || end == v || *end || !(seconds > 0 && seconds <= 3600)) {
                 fprintf(stderr, "kernel_bench: --seconds expects a number in (0, 3600], got '%s'\n", v);
                 rc = -1;
             }
@@ -214,27 +267,19 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--shape")) {
             long e = 0, f = 0;
             char tail = 0;
-            if (sscanf(v, "%ld,%ld%c", &e, &f, &tail) != 2 || e < 8 || f < 8 || e > 1 << 20 ||
-                f > 1 << 20) {
-                fprintf(stderr, "kernel_bench: --shape expects N_EMBD,N_FF (8 .. 1048576 each), "
+            if (sscanf(v, "%ld,%ld%c", &e, &f, &tail) != 2 || e < 8 || f < 8 || e > 65536 ||
+                f > 65536) {
+                fprintf(stderr, "kernel_bench: --shape expects N_EMBD,N_FF (8 .. 65536 each), "
                                 "got '%s'\n", v);
                 rc = -1;
             }
             n_embd = e;
             n_ff = f;
-        } else if (!strcmp(a, "--json"))
+        } else {
             json_path = v;
-        else {
-            fprintf(stderr, "kernel_bench: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
         }
         if (rc < 0)
             return 2;
-    }
-    if (!shoal_quant_group_ok((int)group)) {
-        fprintf(stderr, "kernel_bench: --group expects 32, 64 or 128, got %ld\n", (long)group);
-        return 2;
     }
     enum shoal_quant_type tlist[2];
     int n_types = 0;
@@ -242,12 +287,37 @@ int main(int argc, char **argv)
         char buf[64];
         snprintf(buf, sizeof buf, "%s", types);
         for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            if (n_types == 2 || (strcmp(t, "int4") && strcmp(t, "int8"))) {
-                fprintf(stderr, "kernel_bench: --types expects int4 and/or int8, got '%s'\n", types);
-                return 2;
+            const int known = !strcmp(t, "int4") || !strcmp(t, "int8");
+            const enum shoal_quant_type q = strcmp(t, "int4") ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4;
+            if (!known || n_types == 2 || (n_types == 1 && tlist[0] == q)) {
+                n_types = 0;
+                break;
             }
-            tlist[n_types++] = strcmp(t, "int4") ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4;
+            tlist[n_types++] = q;
         }
+        if (n_types == 0) {
+            fprintf(stderr, "kernel_bench: --types expects int4, int8 or both, each once, "
+                            "comma-separated; got '%s'\n", types);
+            return 2;
+        }
+    }
+    /* the output file first: a run is not wasted on a path that fails */
+    FILE *json_f = NULL;
+    if (json_path) {
+        json_f = fopen(json_path, "w");
+        if (!json_f) {
+            fprintf(stderr, "kernel_bench: --json: cannot write '%s': %s\n", json_path,
+                    strerror(errno));
+            return 2;
+        }
+    }
+    const size_t one_expert = 2 * shoal_quant_matrix_bytes(SHOAL_QUANT_INT8, n_ff, n_embd, (int)group) +
+                              shoal_quant_matrix_bytes(SHOAL_QUANT_INT8, n_embd, n_ff, (int)group);
+    if (one_expert > (size_t)pool_mb * 1048576) {
+        fprintf(stderr, "kernel_bench: --pool-mb %ld holds no expert of --shape %ld,%ld (%.1f MiB "
+                        "at int8); expected a pool of at least that\n", (long)pool_mb, (long)n_embd,
+                (long)n_ff, (double)one_expert / 1048576.0);
+        return 2;
     }
     json_t *res = json_object();
     json_object_set_new(res, "machine", shoal_bench_machine("."));
@@ -264,9 +334,16 @@ int main(int argc, char **argv)
         b.m_down = shoal_quant_matrix_bytes(b.type, n_embd, n_ff, b.group);
         b.expert_bytes = 2 * b.m_up + b.m_down;
         b.n_expert = (int64_t)((size_t)pool_mb * 1048576 / b.expert_bytes);
-        if (b.n_expert < 1)
-            b.n_expert = 1;
-        b.pool = shoal_xmalloc((size_t)b.n_expert * b.expert_bytes);
+        b.n_tok = n_tok;
+        b.pool = malloc((size_t)b.n_expert * b.expert_bytes);
+        if (!b.pool) {
+            fprintf(stderr, "kernel_bench: cannot allocate the %ld MiB pool\n", (long)pool_mb);
+            if (json_f) {
+                fclose(json_f);
+                remove(json_path);
+            }
+            return 1;
+        }
         /* one random expert, copied to every slot (only the addresses matter) */
         if (fill_matrix(b.pool, b.type, b.group, n_ff, n_embd, 1) ||
             fill_matrix(b.pool + b.m_up, b.type, b.group, n_ff, n_embd, 2) ||
@@ -318,16 +395,24 @@ int main(int argc, char **argv)
         read = r > read ? r : read;
         triad = t > triad ? t : triad;
     }
+    for (int k = 0; k < 2; k++)
+        if (json_object_get(probes[k], "error")) {
+            fprintf(stderr, "kernel_bench: RAM probe (%s) failed: %s\n", k ? "end" : "start",
+                    json_string_value(json_object_get(probes[k], "error")));
+            failed = 1;
+        }
     json_object_set_new(res, "ram_read_gbs", json_real(read));
     json_object_set_new(res, "ram_triad_gbs", json_real(triad));
     const json_t *m = json_object_get(res, "machine");
     const char *cpu = json_string_value(json_object_get(m, "cpu"));
-    printf("kernel_bench: %s, %d threads; experts [%ld][%ld] x2 + [%ld][%ld], G=%ld, pool %ld MiB\n",
+    printf("kernel_bench: %s, %d threads; experts [%ld][%ld] x2 + [%ld][%ld], G=%ld, pool %ld MiB, "
+           "%ld token%s per linear\n",
            cpu ? cpu : "?", threads ? (int)threads : omp_get_max_threads(), (long)n_ff,
-           (long)n_embd, (long)n_embd, (long)n_ff, (long)group, (long)pool_mb);
+           (long)n_embd, (long)n_embd, (long)n_ff, (long)group, (long)pool_mb, (long)n_tok,
+           n_tok > 1 ? "s" : "");
     printf("RAM (best of start/end): read %.1f GB/s, triad %.1f GB/s\n", read, triad);
-    printf("%-5s %-8s %10s %12s %13s %s\n", "type", "kernels", "GB/s", "vs RAM read", "vs RAM triad",
-           "bits vs scalar");
+    printf("%-5s %-8s %10s %12s %13s %s\n", "type", "kernels", n_tok > 1 ? "GB/s x tok" : "GB/s",
+           "vs RAM read", "vs RAM triad", "bits vs scalar");
     size_t i;
     json_t *r;
     json_array_foreach(runs, i, r)
@@ -340,8 +425,9 @@ int main(int argc, char **argv)
                triad > 0 ? g / triad : 0,
                json_is_true(json_object_get(r, "bits_equal_scalar")) ? "same" : "DIFFERENT");
     }
-    if (json_path && json_dump_file(res, json_path, JSON_INDENT(1)) != 0) {
-        fprintf(stderr, "kernel_bench: cannot write %s\n", json_path);
+    if (json_f && (json_dumpf(res, json_f, JSON_INDENT(1)) != 0 || fclose(json_f) != 0)) {
+        fprintf(stderr, "kernel_bench: --json: writing '%s' failed: %s\n", json_path,
+                strerror(errno));
         failed = 1;
     }
     json_decref(res);

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -90,6 +93,7 @@ json_t *shoal_bench_fork_json(int (*fn)(void *user, json_t **out), void *user,
     }
     fflush(stdout);
     fflush(stderr);
+    const pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
@@ -100,6 +104,14 @@ json_t *shoal_bench_fork_json(int (*fn)(void *user, json_t **out), void *user,
     }
     if (pid == 0) {
         close(fds[0]);
+#if defined(__linux__)
+        /* die with the parent: a killed benchmark leaves no probe running */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);   /* the parent is already gone */
+#else
+        (void)parent;
+#endif
         json_t *out = NULL;
         int rc = fn(user, &out);
         if (out) {

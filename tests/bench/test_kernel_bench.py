@@ -1,0 +1,79 @@
+#!/usr/bin/python3
+"""Smoke test of build/bench/kernel_bench (so the benchmark does not rot).
+
+A short run (int4, 64 MiB pool, a fraction of a second per table, 1 and 3
+tokens per linear) must exit 0 and write a JSON in which every kernel table
+this CPU runs (scalar first) gave the scalar bits, ran at least one pass
+and a positive rate, and both RAM probes measured something. Bad arguments
+must get one line on stderr naming the flag and exit 2 before anything
+runs, and an unwritable --json path must be refused up front. Asserts
+behaviour, never speed.
+
+usage: test_kernel_bench.py --bench BUILD/bench/kernel_bench
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+FAILS = []
+
+
+def check(cond, msg):
+    print(("ok   " if cond else "FAIL ") + msg)
+    if not cond:
+        FAILS.append(msg)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", required=True)
+    a = ap.parse_args()
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    with tempfile.TemporaryDirectory(prefix="shoal-kb-") as tmp:
+        for tokens in (1, 3):
+            out = os.path.join(tmp, "kb%d.json" % tokens)
+            r = subprocess.run([a.bench, "--types", "int4", "--pool-mb", "64", "--seconds", "0.05",
+                                "--tokens", str(tokens), "--json", out],
+                               capture_output=True, text=True, timeout=300, env=env)
+            check(r.returncode == 0, "tokens=%d: exit 0 (got %d: %s)" % (tokens, r.returncode,
+                                                                         r.stderr.strip()[-300:]))
+            if r.returncode != 0:
+                continue
+            res = json.load(open(out))
+            runs = res.get("runs", [])
+            names = [x.get("kernels") for x in runs]
+            check(len(runs) >= 1 and names[0] == "scalar",
+                  "tokens=%d: tables measured, scalar first: %s" % (tokens, names))
+            for x in runs:
+                check(x.get("bits_equal_scalar") is True and x.get("passes", 0) >= 1 and
+                      x.get("weight_gbs", 0) > 0 and x.get("tokens") == tokens,
+                      "tokens=%d %s: scalar bits, %s passes, %.3f GB/s" % (
+                          tokens, x.get("kernels"), x.get("passes"), x.get("weight_gbs", 0)))
+            check(res.get("ram_read_gbs", 0) > 0 and res.get("ram_triad_gbs", 0) > 0,
+                  "tokens=%d: RAM probes measured (read %.1f, triad %.1f GB/s)" % (
+                      tokens, res.get("ram_read_gbs", 0), res.get("ram_triad_gbs", 0)))
+            check(("GB/s x tok" in r.stdout) == (tokens > 1), "tokens=%d: the table's unit" % tokens)
+        bad = [(["--group", "48"], "--group"), (["--types", "int4,int4"], "--types"),
+               (["--types", ""], "--types"), (["--pool-mb", "1"], "--pool-mb"),
+               (["--shape", "2048"], "--shape"), (["--tokens", "0"], "--tokens"),
+               (["--seconds", "-1"], "--seconds"), (["--bogus"], "--bogus"),
+               (["--threads"], "--threads"),
+               (["--json", os.path.join(tmp, "no", "such", "dir.json")], "--json")]
+        for args, flag in bad:
+            t0 = time.time()
+            r = subprocess.run([a.bench] + args, capture_output=True, text=True, timeout=60, env=env)
+            lines = [l for l in r.stderr.splitlines() if l.startswith("kernel_bench:")]
+            check(r.returncode == 2 and len(lines) == 1 and flag in lines[0] and
+                  time.time() - t0 < 5,
+                  "%s: exit 2 at once with one line naming %s (rc %d: %s)" % (
+                      " ".join(args), flag, r.returncode, r.stderr.strip()[:200]))
+    print("%d failed" % len(FAILS))
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
