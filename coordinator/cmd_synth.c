@@ -1969,8 +1969,11 @@ static int check_main(int argc, char **argv)
                 continue;
             found = 1;
             if (shoal_quant_init(isas[k].isa, &qerr)) {
-                shoal_cli_error("--isa: %s", qerr.msg);
-                return 1;
+                /* a usage error like an unknown name: nothing ran */
+                shoal_cli_error("--isa %s: these kernels are not built in or this CPU lacks "
+                                "them; the best here are '%s'", isa,
+                                shoal_quant_ops_name());
+                return 2;
             }
         }
         if (!found) {
