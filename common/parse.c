@@ -1,5 +1,6 @@
 #include "parse.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +9,7 @@
 
 int shoal_parse_size(const char *s, unsigned long long *out)
 {
-    if (!s || !*s)
+    if (!s || !*s || isspace((unsigned char)*s))   /* strtod skips it */
         return SHOAL_EINVAL;
     if (!strcmp(s, "unlimited")) {
         *out = ~0ull;
@@ -37,7 +38,8 @@ int shoal_parse_size(const char *s, unsigned long long *out)
 
 int shoal_parse_i64(const char *s, long long lo, long long hi, long long *out)
 {
-    if (!s || !*s)
+    /* strtoll would skip leading white space: " 64" is not a number here */
+    if (!s || !*s || isspace((unsigned char)*s))
         return SHOAL_EINVAL;
     char *end = NULL;
     errno = 0;

@@ -10,12 +10,14 @@
  * multiples, optional "B"/"iB" suffix, fractions allowed: "1.5G"), or
  * "unlimited" (~0ull).
  *   out  written on success only
- * Returns 0 or SHOAL_EINVAL (empty, negative, unknown suffix, over 2^64). */
+ * Returns 0 or SHOAL_EINVAL (empty, leading white space, negative, unknown
+ * suffix, over 2^64). */
 int shoal_parse_size(const char *s, unsigned long long *out);
 
 /* Parse a whole decimal integer in [lo, hi].
  *   out  written on success only
- * Returns 0 or SHOAL_EINVAL (empty, trailing characters, out of range). */
+ * Returns 0 or SHOAL_EINVAL (empty, leading white space, trailing
+ * characters, out of range). */
 int shoal_parse_i64(const char *s, long long lo, long long hi, long long *out);
 
 #endif
