@@ -19,6 +19,7 @@
 #include "hot_set.h"
 #include "log.h"
 #include "util.h"
+#include "test_fs.h"
 
 #define N_LAYER 3
 #define N_EXPERT 8
@@ -111,9 +112,7 @@ static void make(int dense_mid)
 
 static void rm_rf(const char *d)
 {
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-    cr_assert(eq(int, system(cmd), 0));
+    cr_assert(eq(int, test_rm_rf(d), 0), "rm -rf %s: %s", d, strerror(errno));
 }
 
 static void check_bytes(const struct shoal_expert_weights *w, int64_t il, int64_t ie)

@@ -11,6 +11,7 @@
 #include "hot_set.h"
 #include "log.h"
 #include "util.h"
+#include "test_fs.h"
 
 static char dir[64];
 
@@ -22,9 +23,7 @@ static void make_dir(void)
 
 static void remove_dir(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert(eq(int, system(cmd), 0));
+    cr_assert(eq(int, test_rm_rf(dir), 0), "rm -rf %s: %s", dir, strerror(errno));
 }
 
 Test(hot_set, rank_is_by_count_then_layer_then_expert)

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "safetensors.h"
+#include "test_fs.h"
 
 static char dir[64];
 
@@ -17,9 +18,7 @@ static void make_dir(void)
 
 static void rm_dir(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert(eq(int, system(cmd), 0));
+    cr_assert(eq(int, test_rm_rf(dir), 0), "rm -rf %s: %s", dir, strerror(errno));
 }
 
 /* Write a safetensors file: header JSON + data bytes. If header_len_override

@@ -21,6 +21,7 @@
 #include "expert_store.h"
 #include "model.h"
 #include "util.h"
+#include "test_fs.h"
 
 #define MODEL_DIR SHOAL_SOURCE_ROOT "/models/shakespeare-moe"
 #define N_LAYER 4
@@ -31,9 +32,7 @@ static char full_dir[128];
 
 static void rm_rf(const char *d)
 {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-    cr_assert(eq(int, system(cmd), 0));
+    cr_assert(eq(int, test_rm_rf(d), 0), "rm -rf %s: %s", d, strerror(errno));
 }
 
 static void setup(void)
@@ -451,10 +450,9 @@ Test(shard_store, a_mirror_must_be_a_copy_of_the_same_shard, .init = setup, .fin
     cr_assert(shoal_expert_store_create(full, p, &err) == NULL);
     cr_assert(strstr(err.msg, "another set of experts") != NULL, "%s", err.msg);
     /* while a full copy is */
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s/fullcopy'", full_dir, tmp);
-    cr_assert(eq(int, system(cmd), 0));
     char *fullcopy = shoal_path_join(tmp, "fullcopy");
+    cr_assert(eq(int, test_cp_r(full_dir, fullcopy), 0), "cp -r %s %s: %s", full_dir, fullcopy,
+              strerror(errno));
     const char *m5[1] = {fullcopy};
     p.mirrors = m5;
     shoal_err_clear(&err);

@@ -20,6 +20,7 @@
 #include "tokenizer.h"
 #include "unicode.h"
 #include "util.h"
+#include "test_fs.h"
 
 #ifndef SHOAL_SHARED_DIR
 #define SHOAL_SHARED_DIR "../shared"
@@ -1322,9 +1323,7 @@ static void make_tmpdir(void)
 
 static void rm_tmpdir(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    cr_assert(eq(int, system(cmd), 0));
+    cr_assert(eq(int, test_rm_rf(tmpdir), 0), "rm -rf %s: %s", tmpdir, strerror(errno));
 }
 
 static char *tmp_write(const char *name, const void *data, size_t n)
