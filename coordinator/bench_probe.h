@@ -106,7 +106,7 @@ struct shoal_bench_ram_params {
 };
 
 /* STREAM-like probe in a child process (shoal_bench_fork_json):
- *   read   s += a[i]              8 bytes per element
+ *   read   x ^= bits(a[i])        8 bytes per element (integer: vectorizes)
  *   copy   c[i] = a[i]            16 bytes
  *   triad  a[i] = b[i] + 3 c[i]   24 bytes
  * Returns {"threads", "array_mib", "reps", "read_gbs", "copy_gbs",
