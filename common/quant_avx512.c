@@ -189,6 +189,14 @@ rows_q4(const int NP, const int G, float *y, const float *x, const uint8_t *row0
                     s[p] = _mm512_add_ps(s[p], _mm512_mul_ps(xv, q));
                 }
                 sel = _mm512_add_epi8(sel, eight);
+                /* keep GCC from hoisting later steps' nibble lookups above
+                 * this step's adds: it did, and spilled them (G=128 ran
+                 * 15 % slower); the empty asm orders the compiler only */
+                if (NP == 8)
+                    __asm__("" : "+v"(sel) : "v"(s[0]), "v"(s[1]), "v"(s[2]), "v"(s[3]),
+                            "v"(s[4]), "v"(s[5]), "v"(s[6]), "v"(s[7]));
+                else
+                    __asm__("" : "+v"(sel) : "v"(s[0]), "v"(s[1]), "v"(s[2]), "v"(s[3]));
                 /* a group ends here: G = 32 after steps 3 and 7, G = 64
                  * after step 7, G = 128 after step 7 of every other window */
                 if ((G == 32 && j == 3) ||
