@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expert_ffn.h"
 #include "kernels.h"
+#include "quant.h"
 #include "tensor.h"
 
 /* xorshift32 in [-1, 1): fixed seed, checked to be non-degenerate */
@@ -141,4 +143,89 @@ Test(kernels, softmax_sums_to_one_and_is_shift_invariant)
     for (int i = 0; i < 4; i++)
         cr_assert(fabs(a[i] - b[i]) < 1e-6);
     cr_assert(a[3] > a[2] && a[2] > a[1]);
+}
+
+/* ---- shoal_expert_ffn_batch ------------------------------------------------ */
+
+/* xorshift32 in [-1, 1) */
+static float ffn_rand(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return (float)((double)*s / 4294967296.0 * 2.0 - 1.0);
+}
+
+/* bit-exact: a batch of experts (decode's shape: equal jobs, which threads
+ * may run whole, and uneven ones, which they split by rows) gives the bytes
+ * of one shoal_expert_ffn per expert on one thread, at 1, 2 and 3 threads,
+ * for int4 and f32 experts */
+Test(kernels, expert_ffn_batch_equals_single_experts_at_any_thread_count)
+{
+    enum { N_EMBD = 96, N_FF = 80, N_EXP = 6 };
+    const enum shoal_dtype dtypes[] = {SHOAL_DTYPE_INT4, SHOAL_DTYPE_F32};
+    for (size_t id = 0; id < 2; id++) {
+        const enum shoal_dtype dt = dtypes[id];
+        struct shoal_expert_weights w[N_EXP];
+        void *blobs[N_EXP][3];
+        uint32_t seed = 11 + (uint32_t)id;
+        for (int e = 0; e < N_EXP; e++) {
+            struct shoal_weight *m[3] = {&w[e].w_gate, &w[e].w_up, &w[e].w_down};
+            for (int k = 0; k < 3; k++) {
+                const int64_t rows = k < 2 ? N_FF : N_EMBD, cols = k < 2 ? N_EMBD : N_FF;
+                float *f = malloc((size_t)(rows * cols) * sizeof(float));
+                for (int64_t i = 0; i < rows * cols; i++)
+                    f[i] = ffn_rand(&seed) * 0.2f;
+                if (dt == SHOAL_DTYPE_INT4) {
+                    const size_t b = shoal_quant_matrix_bytes(SHOAL_QUANT_INT4, rows, cols, 32);
+                    blobs[e][k] = malloc(b);
+                    cr_assert(eq(int, shoal_quant_quantize_matrix(SHOAL_QUANT_INT4, 32, blobs[e][k], b, f,
+                                                                  SHOAL_DTYPE_F32, rows, cols, NULL), 0));
+                    free(f);
+                } else {
+                    blobs[e][k] = f;
+                }
+                *m[k] = (struct shoal_weight){dt, blobs[e][k], rows, cols, 32};
+            }
+        }
+        /* rows per job: all 1 (decode), then uneven */
+        const int64_t shapes[2][N_EXP] = {{1, 1, 1, 1, 1, 1}, {1, 3, 2, 1, 4, 1}};
+        for (int sh = 0; sh < 2; sh++) {
+            float *x[N_EXP], *want[N_EXP], *got[N_EXP], *scr[N_EXP];
+            for (int e = 0; e < N_EXP; e++) {
+                const int64_t n = shapes[sh][e];
+                x[e] = malloc((size_t)(n * N_EMBD) * sizeof(float));
+                want[e] = malloc((size_t)(n * N_EMBD) * sizeof(float));
+                got[e] = malloc((size_t)(n * N_EMBD) * sizeof(float));
+                scr[e] = malloc((size_t)(2 * n * N_FF) * sizeof(float));
+                for (int64_t i = 0; i < n * N_EMBD; i++)
+                    x[e][i] = ffn_rand(&seed);
+                omp_set_num_threads(1);
+                shoal_expert_ffn(want[e], x[e], n, &w[e], scr[e]);
+            }
+            for (int threads = 1; threads <= 3; threads++)
+                for (int n_jobs = 1; n_jobs <= N_EXP; n_jobs++) {
+                    struct shoal_expert_ffn_job jobs[N_EXP];
+                    for (int e = 0; e < n_jobs; e++) {
+                        memset(got[e], 0xff, (size_t)(shapes[sh][e] * N_EMBD) * sizeof(float));
+                        jobs[e] = (struct shoal_expert_ffn_job){got[e], x[e], shapes[sh][e], &w[e], scr[e]};
+                    }
+                    omp_set_num_threads(threads);
+                    shoal_expert_ffn_batch(jobs, n_jobs);
+                    for (int e = 0; e < n_jobs; e++)
+                        cr_assert(eq(int, memcmp(got[e], want[e], (size_t)(shapes[sh][e] * N_EMBD) * sizeof(float)), 0),
+                                  "%s rows %s, %d jobs, %d threads: expert %d differs",
+                                  id ? "f32" : "int4", sh ? "uneven" : "all 1", n_jobs, threads, e);
+                }
+            for (int e = 0; e < N_EXP; e++) {
+                free(x[e]);
+                free(want[e]);
+                free(got[e]);
+                free(scr[e]);
+            }
+        }
+        for (int e = 0; e < N_EXP; e++)
+            for (int k = 0; k < 3; k++)
+                free(blobs[e][k]);
+    }
 }
