@@ -18,8 +18,8 @@
  * are no barriers to measure, only the kernel and the memory system. The
  * figure is weight bytes x tokens per second.
  *
- * int8 has no AVX-512 kernel: its "avx512" row is the AVX2 int8 kernel
- * that the AVX-512 table hands int8 to.
+ * int8 has no AVX-512 kernel: its "avx512" and "avx512bw" rows are the AVX2
+ * int8 kernel that the AVX-512 tables hand int8 to.
  *
  * Memory: the pool plus the RAM probe's 3 x 512 MiB (run alone, in a child
  * process). A default run takes about 12 s here (2 vCPUs).
@@ -61,7 +61,7 @@ struct bench {
     int threads;
 };
 
-static const char *isa_names[] = {"auto", "scalar", "avx2", "neon", "avx512"};
+static const char *isa_names[] = {"auto", "scalar", "avx2", "neon", "avx512", "avx512bw"};
 
 /* xorshift32 in [-1, 1) */
 static float frand(uint32_t *s)
@@ -354,7 +354,8 @@ int main(int argc, char **argv)
         for (int64_t e = 1; e < b.n_expert; e++)
             memcpy(b.pool + (size_t)e * b.expert_bytes, b.pool, b.expert_bytes);
         const enum shoal_quant_isa isas[] = {SHOAL_QUANT_ISA_SCALAR, SHOAL_QUANT_ISA_AVX2,
-                                             SHOAL_QUANT_ISA_AVX512, SHOAL_QUANT_ISA_NEON};
+                                             SHOAL_QUANT_ISA_AVX512BW, SHOAL_QUANT_ISA_AVX512,
+                                             SHOAL_QUANT_ISA_NEON};
         for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
             if (shoal_quant_init(isas[k], NULL) != 0)
                 continue;   /* not built in or not this CPU */

@@ -334,6 +334,18 @@ static const struct shoal_quant_ops *ops_avx512(void)
     return NULL;
 }
 
+/* AVX-512 F/BW/VL without VBMI */
+static const struct shoal_quant_ops *ops_avx512bw(void)
+{
+#if defined(SHOAL_QUANT_HAVE_AVX512)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+        return &shoal_quant_ops_avx512bw;
+#endif
+    return NULL;
+}
+
 static const struct shoal_quant_ops *ops_neon(void)
 {
 #if defined(SHOAL_QUANT_HAVE_NEON)
@@ -351,6 +363,7 @@ static const char *isa_name(enum shoal_quant_isa isa)
     case SHOAL_QUANT_ISA_AVX2: return "avx2";
     case SHOAL_QUANT_ISA_NEON: return "neon";
     case SHOAL_QUANT_ISA_AVX512: return "avx512";
+    case SHOAL_QUANT_ISA_AVX512BW: return "avx512bw";
     default: return "?";
     }
 }
@@ -362,6 +375,8 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
     case SHOAL_QUANT_ISA_AUTO:
         ops = ops_avx512();
         if (!ops)
+            ops = ops_avx512bw();
+        if (!ops)
             ops = ops_avx2();
         if (!ops)
             ops = ops_neon();
@@ -372,6 +387,7 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
     case SHOAL_QUANT_ISA_AVX2: ops = ops_avx2(); break;
     case SHOAL_QUANT_ISA_NEON: ops = ops_neon(); break;
     case SHOAL_QUANT_ISA_AVX512: ops = ops_avx512(); break;
+    case SHOAL_QUANT_ISA_AVX512BW: ops = ops_avx512bw(); break;
     default: break;
     }
     if (!ops)

@@ -177,13 +177,15 @@ void shoal_quant_linear_part(float *y, const float *x, int64_t n_tok,
 /* ---- kernel selection ---------------------------------------------------- */
 
 enum shoal_quant_isa {
-    SHOAL_QUANT_ISA_AUTO = 0,   /* best the CPU supports: AVX-512, AVX2,
-                                   NEON, scalar */
+    SHOAL_QUANT_ISA_AUTO = 0,   /* best the CPU supports: AVX-512 (VBMI),
+                                   AVX-512 BW, AVX2, NEON, scalar */
     SHOAL_QUANT_ISA_SCALAR,     /* the reference (tests, debugging) */
     SHOAL_QUANT_ISA_AVX2,       /* x86-64 with AVX2 (built with -mavx2, no FMA) */
     SHOAL_QUANT_ISA_NEON,       /* aarch64 */
     SHOAL_QUANT_ISA_AVX512,     /* x86-64 with AVX-512 F/BW/VL/VBMI (no FMA);
                                    int4 linear, the rest as AVX2 */
+    SHOAL_QUANT_ISA_AVX512BW,   /* the same without VBMI (Skylake-SP, Cascade
+                                   Lake): one more instruction per step */
 };
 
 /* Choose the kernels once at start-up and log the choice (info, "quant").
@@ -194,7 +196,8 @@ enum shoal_quant_isa {
  * while kernels run. */
 int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err);
 
-/* Name of the active kernels: "scalar", "avx2", "avx512" or "neon".
+/* Name of the active kernels: "scalar", "avx2", "avx512", "avx512bw" or
+ * "neon".
  * Thread: any. */
 const char *shoal_quant_ops_name(void);
 
@@ -216,6 +219,7 @@ extern const struct shoal_quant_ops shoal_quant_ops_scalar;
 extern const struct shoal_quant_ops shoal_quant_ops_avx2;  /* x86-64 builds */
 extern const struct shoal_quant_ops shoal_quant_ops_avx512; /* x86-64, if the
                                                   compiler has AVX-512 */
+extern const struct shoal_quant_ops shoal_quant_ops_avx512bw; /* same, no VBMI */
 extern const struct shoal_quant_ops shoal_quant_ops_neon;  /* aarch64 builds */
 
 /* Where a row's scales and quants start (layout above). */

@@ -39,6 +39,20 @@
 
 #include "quant.h"
 
+/* This file is built twice (common/meson.build): with VBMI for
+ * shoal_quant_ops_avx512, and without it for shoal_quant_ops_avx512bw
+ * (Skylake-SP, Cascade Lake: AVX-512 F/BW/VL but no VBMI). Without VBMI a
+ * step takes the dword holding its 8 nibbles of each row with vpermd and
+ * shifts nibble l of it to lane l with vpsrlvd: one instruction more per
+ * step than vpmultishiftqb, and no regrouping per window. Same bits. */
+#if defined(__AVX512VBMI__)
+#define OPS_TABLE shoal_quant_ops_avx512
+#define OPS_NAME "avx512"
+#else
+#define OPS_TABLE shoal_quant_ops_avx512bw
+#define OPS_NAME "avx512bw"
+#endif
+
 #define WINDOW 64          /* int4 elements per row per packed load */
 
 /* The two constants of the nibble extraction.
@@ -56,6 +70,19 @@
  * step j's is sel0 + 8j in every byte. */
 static void nibble_constants(__m512i *tr, __m512i *sel0)
 {
+#if !defined(__AVX512VBMI__)
+    /* without VBMI: tr holds the vpsrlvd counts 4 * (l % 8) that bring
+     * nibble l % 8 of a dword to bits 0..3 of lane l, and sel0 the vpermd
+     * indices of step 0: dword 0 (row A's elements 0..7) for lanes 0..7,
+     * dword 8 (row B's) for lanes 8..15; step j's are sel0 + j */
+    uint32_t c[16], d[16];
+    for (int l = 0; l < 16; l++) {
+        c[l] = (uint32_t)(4 * (l & 7));
+        d[l] = l < 8 ? 0u : 8u;
+    }
+    *tr = _mm512_loadu_si512(c);
+    *sel0 = _mm512_loadu_si512(d);
+#else
     uint8_t b[64];
     for (int q = 0; q < 8; q++)
         for (int m = 0; m < 8; m++)
@@ -64,6 +91,7 @@ static void nibble_constants(__m512i *tr, __m512i *sel0)
     for (int k = 0; k < 64; k++)
         b[k] = (uint8_t)((k & 4) ? 4 : 0);
     *sel0 = _mm512_loadu_si512(b);
+#endif
 }
 
 /* lanes 0..7: ((s0+s4)+(s2+s6))+((s1+s5)+(s3+s7)) of rows 0..7, where row
@@ -142,7 +170,11 @@ rows_q4(const int NP, const int G, float *y, const float *x, const uint8_t *row0
     const uint8_t *qs[16];
     for (int r = 0; r < 2 * NP; r++)
         qs[r] = shoal_quant_row_qs(row0 + (size_t)r * row_bytes, n, G);
-    const __m512i eight = _mm512_set1_epi8(8);
+#if defined(__AVX512VBMI__)
+    const __m512i eight = _mm512_set1_epi8(8);    /* next step's bit offsets */
+#else
+    const __m512i eight = _mm512_set1_epi32(1);   /* next step's dwords */
+#endif
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     /* prefetch stride: the block ahead, spread over this block's windows */
     const int64_t n_win = (n_full * G + WINDOW - 1) / WINDOW;
@@ -172,8 +204,12 @@ rows_q4(const int NP, const int G, float *y, const float *x, const uint8_t *row0
             for (int p = 0; p < NP; p++) {
                 const __m256i a = _mm256_maskz_loadu_epi8(m, qs[2 * p] + e0 / 2);
                 const __m256i b = _mm256_maskz_loadu_epi8(m, qs[2 * p + 1] + e0 / 2);
+#if defined(__AVX512VBMI__)
                 z[p] = _mm512_permutexvar_epi8(
                     tr, _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
+#else
+                z[p] = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+#endif
             }
             __m512i sel = sel0;
 #pragma GCC unroll 8
@@ -184,11 +220,15 @@ rows_q4(const int NP, const int G, float *y, const float *x, const uint8_t *row0
                     _mm256_castps_pd(_mm256_loadu_ps(x + e0 + 8 * j))));
 #pragma GCC unroll 8
                 for (int p = 0; p < NP; p++) {
+#if defined(__AVX512VBMI__)
                     const __m512i u = _mm512_multishift_epi64_epi8(sel, z[p]);
+#else
+                    const __m512i u = _mm512_srlv_epi32(_mm512_permutexvar_epi32(sel, z[p]), tr);
+#endif
                     const __m512 q = _mm512_permutexvar_ps(u, table);
                     s[p] = _mm512_add_ps(s[p], _mm512_mul_ps(xv, q));
                 }
-                sel = _mm512_add_epi8(sel, eight);
+                sel = _mm512_add_epi32(sel, eight);   /* bytes never carry: < 64 */
                 /* keep GCC from hoisting later steps' nibble lookups above
                  * this step's adds: it did, and spilled them (G=128 ran
                  * 15 % slower); the empty asm orders the compiler only */
@@ -295,8 +335,8 @@ static float dot_avx512(enum shoal_quant_type type, int group, const float *x,
     return shoal_quant_ops_avx2.dot(type, group, x, row, n);
 }
 
-const struct shoal_quant_ops shoal_quant_ops_avx512 = {
-    .name = "avx512",
+const struct shoal_quant_ops OPS_TABLE = {
+    .name = OPS_NAME,
     .dot = dot_avx512,
     .linear_rows = linear_rows_avx512,
 };

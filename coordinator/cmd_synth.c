@@ -1258,8 +1258,9 @@ static void synth_usage(FILE *f)
         "                       so it holds this run's routing)\n"
         "  --json FILE          write the results as JSON\n"
         "  --routing-out FILE   write per-layer target and achieved expert shares\n"
-        "  --isa auto|scalar|avx2|avx512|neon  use these quant kernels instead of the\n"
-        "                       best this CPU has (same bits, another speed)\n");
+        "  --isa auto|scalar|avx2|avx512|avx512bw|neon  use these quant kernels\n"
+        "                       instead of the best this CPU has (same bits, another\n"
+        "                       speed)\n");
 }
 
 static int check_main(int argc, char **argv);
@@ -1961,6 +1962,7 @@ static int check_main(int argc, char **argv)
             enum shoal_quant_isa isa;
         } isas[] = {{"auto", SHOAL_QUANT_ISA_AUTO}, {"scalar", SHOAL_QUANT_ISA_SCALAR},
                     {"avx2", SHOAL_QUANT_ISA_AVX2}, {"avx512", SHOAL_QUANT_ISA_AVX512},
+                    {"avx512bw", SHOAL_QUANT_ISA_AVX512BW},
                     {"neon", SHOAL_QUANT_ISA_NEON}};
         int found = 0;
         struct shoal_err qerr = {0};
@@ -1977,7 +1979,7 @@ static int check_main(int argc, char **argv)
             }
         }
         if (!found) {
-            shoal_cli_error("--isa expects auto, scalar, avx2, avx512 or neon, got '%s'", isa);
+            shoal_cli_error("--isa expects auto, scalar, avx2, avx512, avx512bw or neon, got '%s'", isa);
             return 2;
         }
     }

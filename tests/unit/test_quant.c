@@ -97,11 +97,11 @@ static void use_isa(enum shoal_quant_isa isa)
 
 /* Every SIMD kernel table this build and CPU can run (not the scalar one),
  * so each is compared with the reference, not only the one AUTO picks.
- * Returns how many were written to isas[] (at most 4). */
-static int simd_isas(enum shoal_quant_isa isas[4])
+ * Returns how many were written to isas[] (at most 5). */
+static int simd_isas(enum shoal_quant_isa isas[5])
 {
     const enum shoal_quant_isa all[] = {SHOAL_QUANT_ISA_AVX2, SHOAL_QUANT_ISA_AVX512,
-                                        SHOAL_QUANT_ISA_NEON};
+                                        SHOAL_QUANT_ISA_AVX512BW, SHOAL_QUANT_ISA_NEON};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (shoal_quant_init(all[i], NULL) == 0)
@@ -546,7 +546,7 @@ Test(quant, simd_dot_bits_equal_scalar)
 {
     const int64_t sizes[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 63, 64, 65,
                              100, 127, 128, 129, 200, 255, 256, 257, 383, 513, 1000, 1031};
-    enum shoal_quant_isa isas[4];
+    enum shoal_quant_isa isas[5];
     const int n_isa = simd_isas(isas);
     cr_log_info("SIMD kernel tables on this CPU: %d", n_isa);
     int checked = 0;
@@ -590,7 +590,7 @@ Test(quant, simd_linear_bits_equal_scalar_for_any_batch_and_thread_count)
                                  {48, 160}, {27, 384}, {64, 200}, {24, 2048}};
     const int64_t toks[] = {1, 2, 3, 5};
     const int threads[] = {1, 3};
-    enum shoal_quant_isa isas[5] = {SHOAL_QUANT_ISA_SCALAR};
+    enum shoal_quant_isa isas[6] = {SHOAL_QUANT_ISA_SCALAR};
     const int n_isa = 1 + simd_isas(isas + 1);
     for (size_t it = 0; it < 2; it++)
         for (size_t ig = 0; ig < 3; ig++)
