@@ -18,9 +18,6 @@
  * are no barriers to measure, only the kernel and the memory system. The
  * figure is weight bytes x tokens per second.
  *
- * int8 has no AVX-512 kernel: its "avx512" and "avx512bw" rows are the AVX2
- * int8 kernel that the AVX-512 tables hand int8 to.
- *
  * Memory: the pool plus the RAM probe's 3 x 512 MiB (run alone, in a child
  * process). A default run takes about 12 s here (2 vCPUs).
  *

@@ -1,4 +1,5 @@
-/* quant_avx512: the int4 matvec with AVX-512 (F, BW, VL, VBMI), x86-64.
+/* quant_avx512: the int4 and int8 linears with AVX-512 (F, BW, VL, and
+ * VBMI for int4 in the "avx512" build of this file), x86-64.
  *
  * Same bits as the scalar reference in quant.c (quant.h's canonical order):
  * one __m512 holds the eight lane sums s[0..7] of TWO rows (row 2p in lanes
@@ -27,13 +28,16 @@
  *     hardware prefetcher loses track of 16 row streams (without it the
  *     kernel ran at a third of its speed on weights in RAM).
  *
- * int4 in blocks of 16 or 8 rows runs here, for any batch: a block's
- * weights (about 18 KiB) stay in L1 while every token of the batch runs the
- * matvec over them, 1.8x the AVX2 kernel's batched path (which unpacks each
- * group once for four tokens) at 16-256 tokens. Everything else (int8,
- * remainder rows, the single-row dot) goes to the AVX2 kernels, which give
- * the same bits. quant.c selects this table only when the CPU has AVX-512
- * F/BW/VL/VBMI (and AVX2). */
+ * int8 (rows_q8) has the same structure: a step widens 8 bytes of each of
+ * two rows with vpermq + vpmovsxbd and converts them; 1.4x the AVX2 int8
+ * kernel on one core, which already came near the RAM read limit on two.
+ *
+ * Blocks of 16 or 8 rows run here, for any batch: a block's weights (about
+ * 18 KiB int4) stay in L1 while every token of the batch runs the matvec
+ * over them, 1.7x the AVX2 kernel's batched int4 path (which unpacks each
+ * group once for four tokens). Remainder rows and the single-row dot go to
+ * the AVX2 kernels, which give the same bits. quant.c selects a table only
+ * when the CPU has what it was built for (and AVX2). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -157,6 +161,70 @@ static float tail_q4(const float *x, const uint8_t *p, int64_t len)
     return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
 }
 
+/* The canonical group sum of one partial int8 group (scalar, cold path). */
+static float tail_q8(const float *x, const int8_t *q, int64_t len)
+{
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t k = 0; k < len; k++)
+        s[k & 7] += x[k] * (float)q[k];
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+/* the next pf_step bytes of the block ahead (pf, pf_bytes) */
+static inline void prefetch_next(const uint8_t *pf, size_t pf_bytes, size_t pf_step,
+                                 size_t *pf_at)
+{
+    for (size_t o = *pf_at; o < *pf_at + pf_step && o < pf_bytes; o += 64)
+        _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+    *pf_at += pf_step;
+}
+
+/* s[0 .. NP-1] = 0 (unrolled: a loop GCC turns into memset puts the chains
+ * in memory) */
+static inline __attribute__((always_inline)) void zero_chains(const int NP, __m512 s[8])
+{
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; p++)
+        s[p] = _mm512_setzero_ps();
+}
+
+/* acc[h] = acc[h] + d * gsum for groups g0 .. g0+n_g-1 in order (rows
+ * 8h .. 8h+7 in lanes; gs: their group sums, [group][row]) */
+static inline __attribute__((always_inline)) void
+apply_scales(const int NP, __m256 acc[2], const uint8_t *row0, size_t row_bytes, int64_t g0,
+             int n_g, float gs[8][16])
+{
+    for (int h = 0; h < NP / 4; h++) {
+        __m256 d[8];
+        scales8x8(d, row0 + (size_t)(8 * h) * row_bytes, row_bytes, g0, n_g);
+        for (int k = 0; k < n_g; k++)
+            acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(d[k], _mm256_loadu_ps(gs[k] + 8 * h)));
+    }
+}
+
+/* y[0 .. 2*NP-1] = the rows' sums over full groups (acc) plus the partial
+ * last group, if any, in scalar (int4 when q4, else int8; qs: each row's
+ * quants) */
+static inline __attribute__((always_inline)) void
+store_rows(const int NP, const int q4, float *y, const __m256 acc[2], const float *x,
+           const uint8_t *row0, size_t row_bytes, int64_t n, int G, const void *const *qs)
+{
+    float out[16];
+    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out + 8, acc[1]);
+    const int64_t n_full = n / G;
+    if (n_full * G < n) {
+        const int64_t i0 = n_full * G;
+        for (int r = 0; r < 2 * NP; r++) {
+            float d;
+            memcpy(&d, row0 + (size_t)r * row_bytes + 4 * (size_t)n_full, sizeof d);
+            out[r] += d * (q4 ? tail_q4(x + i0, (const uint8_t *)qs[r] + i0 / 2, n - i0)
+                              : tail_q8(x + i0, (const int8_t *)qs[r] + i0, n - i0));
+        }
+    }
+    memcpy(y, out, (size_t)(2 * NP) * sizeof(float));
+}
+
 /* y[0 .. 2*NP-1] = x . W[rows 0 .. 2*NP-1]^T for one token, int4, group G
  * (NP = 4 or 8 row pairs, G = 32, 64 or 128: compile-time constants of the
  * callers below). row0 is the first row; pf/pf_bytes: memory to prefetch
@@ -188,13 +256,9 @@ rows_q4(const int NP, const int G, float *y, const float *x, const uint8_t *row0
         float gs[8][16];
         int gi = 0;
         __m512 s[8];
-#pragma GCC unroll 8
-        for (int p = 0; p < NP; p++)
-            s[p] = _mm512_setzero_ps();
+        zero_chains(NP, s);
         for (int64_t e0 = g0 * G; e0 < e_end; e0 += WINDOW) {
-            for (size_t o = pf_at; o < pf_at + pf_step && o < pf_bytes; o += 64)
-                _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
-            pf_at += pf_step;
+            prefetch_next(pf, pf_bytes, pf_step, &pf_at);
             /* a window is 64 elements, or 32 at the end of an odd number
              * of G = 32 groups: load only those bytes */
             const int wl = e_end - e0 < WINDOW ? (int)(e_end - e0) : WINDOW;
@@ -245,31 +309,80 @@ rows_q4(const int NP, const int G, float *y, const float *x, const uint8_t *row0
                     if (NP == 8)
                         _mm256_storeu_ps(gs[gi] + 8, tree8_rows8(s + 4));
                     gi++;
-#pragma GCC unroll 8
-                    for (int p = 0; p < NP; p++)
-                        s[p] = _mm512_setzero_ps();
+                    zero_chains(NP, s);
                 }
             }
         }
-        for (int h = 0; h < NP / 4; h++) {
-            __m256 d[8];
-            scales8x8(d, row0 + (size_t)(8 * h) * row_bytes, row_bytes, g0, n_g);
-            for (int k = 0; k < n_g; k++)
-                acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(d[k], _mm256_loadu_ps(gs[k] + 8 * h)));
-        }
+        apply_scales(NP, acc, row0, row_bytes, g0, n_g, gs);
     }
-    float out[16];
-    _mm256_storeu_ps(out, acc[0]);
-    _mm256_storeu_ps(out + 8, acc[1]);
-    if (n_full * G < n) {
-        const int64_t i0 = n_full * G;
-        for (int r = 0; r < 2 * NP; r++) {
-            float d;
-            memcpy(&d, row0 + (size_t)r * row_bytes + 4 * (size_t)n_full, sizeof d);
-            out[r] += d * tail_q4(x + i0, qs[r] + i0 / 2, n - i0);
+    store_rows(NP, 1, y, acc, x, row0, row_bytes, n, G, (const void *const *)qs);
+}
+
+#define WINDOW8 32   /* int8 elements per row per packed load */
+
+/* rows_q4's int8 twin: same rows, chains, trees, scales and prefetch. A
+ * window is 32 elements of each row of a pair, z = [A's 32 bytes | B's];
+ * step j (elements 8j .. 8j+7) brings A's qword j and B's qword j to the
+ * low 128 bits with vpermq, widens those 16 bytes to int32 lanes (row A in
+ * lanes 0..7, B in 8..15) with vpmovsxbd and converts them exactly. */
+static inline __attribute__((always_inline)) void
+rows_q8(const int NP, const int G, float *y, const float *x, const uint8_t *row0,
+        size_t row_bytes, int64_t n, const uint8_t *pf, size_t pf_bytes)
+{
+    const int64_t n_full = n / G;
+    const int8_t *qs[16];
+    for (int r = 0; r < 2 * NP; r++)
+        qs[r] = (const int8_t *)shoal_quant_row_qs(row0 + (size_t)r * row_bytes, n, G);
+    const __m512i one = _mm512_set1_epi64(1);
+    const __m512i idx0 = _mm512_setr_epi64(0, 4, 0, 0, 0, 0, 0, 0);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    const int64_t n_win = n_full * G / WINDOW8;
+    const size_t pf_step = n_win > 0 ? (pf_bytes / (size_t)n_win + 63) & ~(size_t)63 : 0;
+    size_t pf_at = 0;
+    for (int64_t g0 = 0; g0 < n_full; g0 += 8) {
+        const int n_g = n_full - g0 < 8 ? (int)(n_full - g0) : 8;
+        const int64_t e_end = (g0 + n_g) * G;
+        float gs[8][16];
+        int gi = 0;
+        __m512 s[8];
+        zero_chains(NP, s);
+        for (int64_t e0 = g0 * G; e0 < e_end; e0 += WINDOW8) {
+            prefetch_next(pf, pf_bytes, pf_step, &pf_at);
+            __m512i z[8];
+#pragma GCC unroll 8
+            for (int p = 0; p < NP; p++)
+                z[p] = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(qs[2 * p] + e0))),
+                    _mm256_loadu_si256((const __m256i *)(const void *)(qs[2 * p + 1] + e0)), 1);
+            __m512i sel = idx0;
+#pragma GCC unroll 4
+            for (int j = 0; j < WINDOW8 / 8; j++) {
+                const __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(
+                    _mm256_castps_pd(_mm256_loadu_ps(x + e0 + 8 * j))));
+#pragma GCC unroll 8
+                for (int p = 0; p < NP; p++) {
+                    const __m128i b = _mm512_castsi512_si128(_mm512_permutexvar_epi64(sel, z[p]));
+                    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+                    s[p] = _mm512_add_ps(s[p], _mm512_mul_ps(xv, q));
+                }
+                sel = _mm512_add_epi64(sel, one);
+                if (NP == 8)
+                    __asm__("" : "+v"(sel) : "v"(s[0]), "v"(s[1]), "v"(s[2]), "v"(s[3]),
+                            "v"(s[4]), "v"(s[5]), "v"(s[6]), "v"(s[7]));
+                else
+                    __asm__("" : "+v"(sel) : "v"(s[0]), "v"(s[1]), "v"(s[2]), "v"(s[3]));
+                if (j == 3 && (e0 + WINDOW8) % G == 0) {   /* a group ends */
+                    _mm256_storeu_ps(gs[gi], tree8_rows8(s));
+                    if (NP == 8)
+                        _mm256_storeu_ps(gs[gi] + 8, tree8_rows8(s + 4));
+                    gi++;
+                    zero_chains(NP, s);
+                }
+            }
         }
+        apply_scales(NP, acc, row0, row_bytes, g0, n_g, gs);
     }
-    memcpy(y, out, (size_t)(2 * NP) * sizeof(float));
+    store_rows(NP, 0, y, acc, x, row0, row_bytes, n, G, (const void *const *)qs);
 }
 
 typedef void (*rows_fn)(float *y, const float *x, const uint8_t *row0, size_t row_bytes,
@@ -290,20 +403,37 @@ ROWS_FN(4, 32)
 ROWS_FN(4, 64)
 ROWS_FN(4, 128)
 
+#define ROWS8_FN(NP, G)                                                                   \
+    static void rows_q8_##NP##_##G(float *y, const float *x, const uint8_t *row0,         \
+                                   size_t row_bytes, int64_t n, __m512i tr, __m512i sel0,  \
+                                   __m512 table, const uint8_t *pf, size_t pf_bytes)      \
+    {                                                                                     \
+        (void)tr;                                                                         \
+        (void)sel0;                                                                       \
+        (void)table;                                                                      \
+        rows_q8(NP, G, y, x, row0, row_bytes, n, pf, pf_bytes);                           \
+    }
+ROWS8_FN(8, 32)
+ROWS8_FN(8, 64)
+ROWS8_FN(8, 128)
+ROWS8_FN(4, 32)
+ROWS8_FN(4, 64)
+ROWS8_FN(4, 128)
+
 static void linear_rows_avx512(float *y, const float *x, int64_t n_tok,
                                const struct shoal_quant_weight *w, int64_t r0,
                                int64_t r1)
 {
-    if (w->type != SHOAL_QUANT_INT4) {
-        shoal_quant_ops_avx2.linear_rows(y, x, n_tok, w, r0, r1);
-        return;
-    }
     const size_t row_bytes = shoal_quant_row_bytes(w->type, w->cols, w->group);
     rows_fn f16, f8;
+    const int q4 = w->type == SHOAL_QUANT_INT4;
     switch (w->group) {
-    case 32: f16 = rows_q4_8_32; f8 = rows_q4_4_32; break;
-    case 64: f16 = rows_q4_8_64; f8 = rows_q4_4_64; break;
-    default: f16 = rows_q4_8_128; f8 = rows_q4_4_128; break;
+    case 32: f16 = q4 ? rows_q4_8_32 : rows_q8_8_32; f8 = q4 ? rows_q4_4_32 : rows_q8_4_32; break;
+    case 64: f16 = q4 ? rows_q4_8_64 : rows_q8_8_64; f8 = q4 ? rows_q4_4_64 : rows_q8_4_64; break;
+    default:
+        f16 = q4 ? rows_q4_8_128 : rows_q8_8_128;
+        f8 = q4 ? rows_q4_4_128 : rows_q8_4_128;
+        break;
     }
     __m512i tr, sel0;
     nibble_constants(&tr, &sel0);
