@@ -12,6 +12,21 @@ static int needs_row_buf(const struct shoal_expert_weights *w)
            w->w_down.dtype == SHOAL_DTYPE_BF16 || w->w_down.dtype == SHOAL_DTYPE_F16;
 }
 
+/* Share ith of nth of one job's gate and up rows, then SiLU(gate) * up on
+ * those rows, into the job's scratch (g first, then u). */
+static void gate_up_silu(const struct shoal_expert_ffn_job *j, int ith, int nth, float *row)
+{
+    const int64_t n = j->n, n_ff = j->w->w_gate.rows;
+    float *g = j->scratch, *u = j->scratch + n * n_ff;
+    shoal_linear_part(g, j->x, n, &j->w->w_gate, ith, nth, row);
+    shoal_linear_part(u, j->x, n, &j->w->w_up, ith, nth, row);
+    int64_t r0, r1;
+    shoal_split_rows(n_ff, ith, nth, &r0, &r1);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = r0; r < r1; r++)
+            g[t * n_ff + r] = shoal_silu(g[t * n_ff + r]) * u[t * n_ff + r];
+}
+
 void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_jobs)
 {
     int64_t cols_max = 0;
@@ -45,35 +60,17 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
             int64_t k0, k1;
             shoal_split_rows(n_jobs, ith, nth, &k0, &k1);
             for (int64_t k = k0; k < k1; k++) {
-                const struct shoal_expert_ffn_job *j = &jobs[k];
-                const int64_t n = j->n, n_ff = j->w->w_gate.rows;
-                float *g = j->scratch, *u = j->scratch + n * n_ff;
-                shoal_linear_part(g, j->x, n, &j->w->w_gate, 0, 1, row);
-                shoal_linear_part(u, j->x, n, &j->w->w_up, 0, 1, row);
-                for (int64_t i = 0; i < n * n_ff; i++)
-                    g[i] = shoal_silu(g[i]) * u[i];
-                shoal_linear_part(j->out, g, n, &j->w->w_down, 0, 1, row);
+                gate_up_silu(&jobs[k], 0, 1, row);
+                shoal_linear_part(jobs[k].out, jobs[k].scratch, jobs[k].n, &jobs[k].w->w_down,
+                                  0, 1, row);
             }
-            free(row);
-            row = NULL;
         } else {
-        for (int64_t k = 0; k < n_jobs; k++) {
-            const struct shoal_expert_ffn_job *j = &jobs[k];
-            const int64_t n = j->n, n_ff = j->w->w_gate.rows;
-            float *g = j->scratch, *u = j->scratch + n * n_ff;
-            shoal_linear_part(g, j->x, n, &j->w->w_gate, ith, nth, row);
-            shoal_linear_part(u, j->x, n, &j->w->w_up, ith, nth, row);
-            int64_t r0, r1;
-            shoal_split_rows(n_ff, ith, nth, &r0, &r1);
-            for (int64_t t = 0; t < n; t++)
-                for (int64_t r = r0; r < r1; r++)
-                    g[t * n_ff + r] = shoal_silu(g[t * n_ff + r]) * u[t * n_ff + r];
-        }
+            for (int64_t k = 0; k < n_jobs; k++)
+                gate_up_silu(&jobs[k], ith, nth, row);
 #pragma omp barrier
-        for (int64_t k = 0; k < n_jobs; k++) {
-            const struct shoal_expert_ffn_job *j = &jobs[k];
-            shoal_linear_part(j->out, j->scratch, j->n, &j->w->w_down, ith, nth, row);
-        }
+            for (int64_t k = 0; k < n_jobs; k++)
+                shoal_linear_part(jobs[k].out, jobs[k].scratch, jobs[k].n, &jobs[k].w->w_down,
+                                  ith, nth, row);
         }
         free(row);
     }

@@ -22,25 +22,8 @@ float shoal_dot_f32(const float *a, const float *b, int64_t n)
 void shoal_linear(float *y, const float *x, int64_t n_tok,
                   const struct shoal_weight *w, const struct shoal_weight *bias)
 {
-    const int64_t rows = w->rows;
-    float *bias_f32 = NULL;
-    if (bias && bias->data) {
-        bias_f32 = shoal_xmalloc((size_t)rows * sizeof(float));
-        shoal_to_f32(bias_f32, bias->data, bias->dtype, (size_t)rows);
-    }
-#pragma omp parallel
-    {
-        const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-        shoal_linear_part(y, x, n_tok, w, ith, nth, NULL);
-        if (bias_f32) {
-            int64_t r0, r1;
-            shoal_split_rows(rows, ith, nth, &r0, &r1);
-            for (int64_t t = 0; t < n_tok; t++)
-                for (int64_t r = r0; r < r1; r++)
-                    y[t * rows + r] += bias_f32[r];
-        }
-    }
-    free(bias_f32);
+    const struct shoal_linear_job job = {y, x, n_tok, w, bias};
+    shoal_linear_many(&job, 1);
 }
 
 void shoal_linear_many(const struct shoal_linear_job *jobs, int n_jobs)
