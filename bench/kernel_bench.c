@@ -3,7 +3,7 @@
  * run (issue 4's warm-compute question without the engine around it).
  *
  *   kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]
- *                [--types int4,int8] [--shape N_EMBD,N_FF] [--tokens T]
+ *                [--types int4,int8,int4a8] [--shape N_EMBD,N_FF] [--tokens T]
  *                [--json FILE]
  *
  * A pool of --pool-mb MiB (default 1024, far beyond the last-level cache;
@@ -46,6 +46,7 @@
 
 struct bench {
     enum shoal_quant_type type;
+    int a8;                  /* INT4A8: int4 weights, int8 activations */
     enum shoal_quant_isa isa;
     int group;
     int64_t n_embd, n_ff;
@@ -103,9 +104,11 @@ static void expert_once(const struct bench *b, int64_t e, const float *x, const 
 {
     struct shoal_quant_weight w[3];
     expert_weights(b, e, w);
-    shoal_quant_linear(y, x, 1, &w[0]);
-    shoal_quant_linear(y + b->n_ff, x, 1, &w[1]);
-    shoal_quant_linear(y + 2 * b->n_ff, h, 1, &w[2]);
+    int (*lin)(float *, const float *, int64_t, const struct shoal_quant_weight *) =
+        b->a8 ? shoal_quant_linear_a8 : shoal_quant_linear;
+    lin(y, x, 1, &w[0]);
+    lin(y + b->n_ff, x, 1, &w[1]);
+    lin(y + 2 * b->n_ff, h, 1, &w[2]);
 }
 
 /* Child: check this table's bits against scalar on expert 0, then time
@@ -143,13 +146,15 @@ static int run_table(void *user, json_t **out)
             const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
             float *y = shoal_xmalloc((size_t)b->n_tok * ny * sizeof(float));
             float *yu = y + b->n_tok * b->n_ff, *yd = y + 2 * b->n_tok * b->n_ff;
+            void (*part)(float *, const float *, int64_t, const struct shoal_quant_weight *, int,
+                         int) = b->a8 ? shoal_quant_linear_a8_part : shoal_quant_linear_part;
             for (int64_t p = 0; p < passes; p++)
                 for (int64_t e = 0; e < b->n_expert; e++) {
                     struct shoal_quant_weight w[3];
                     expert_weights(b, e, w);
-                    shoal_quant_linear_part(y, x, b->n_tok, &w[0], ith, nth);
-                    shoal_quant_linear_part(yu, x, b->n_tok, &w[1], ith, nth);
-                    shoal_quant_linear_part(yd, h, b->n_tok, &w[2], ith, nth);
+                    part(y, x, b->n_tok, &w[0], ith, nth);
+                    part(yu, x, b->n_tok, &w[1], ith, nth);
+                    part(yd, h, b->n_tok, &w[2], ith, nth);
                 }
             free(y);
         }
@@ -179,13 +184,14 @@ static int run_table(void *user, json_t **out)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]\n"
-               "                    [--types int4,int8] [--shape N_EMBD,N_FF] [--tokens T]\n"
+               "                    [--types int4,int8,int4a8] [--shape N_EMBD,N_FF] [--tokens T]\n"
                "                    [--json FILE]\n"
                "  --threads N        OpenMP threads, 1 .. online CPUs (default: all)\n"
                "  --pool-mb MB       weights in RAM, 64 .. half the RAM (default 1024)\n"
                "  --seconds S        per kernel table, at least one pass (default 2)\n"
                "  --group G          32, 64 or 128 (default 64)\n"
-               "  --types LIST       int4, int8 or both, each once (default int4,int8)\n"
+               "  --types LIST       int4, int8, int4a8 (int4 weights, int8 activations),\n"
+               "                     each once (default int4,int8)\n"
                "  --shape E,F        expert n_embd,n_ff, 8 .. 65536 each (default 2048,768)\n"
                "  --tokens T         tokens per linear, 1 .. 512 (default 1: decode)\n"
                "  --json FILE        every figure as JSON\n"
@@ -278,22 +284,28 @@ int main(int argc, char **argv)
         if (rc < 0)
             return 2;
     }
-    enum shoal_quant_type tlist[2];
+    /* int4, int8, int4a8 (int4 bytes, int8 activations), each once */
+    static const char *const tnames[] = {"int4", "int8", "int4a8"};
+    int tlist[3];
     int n_types = 0;
     {
         char buf[64];
         snprintf(buf, sizeof buf, "%s", types);
         for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            const int known = !strcmp(t, "int4") || !strcmp(t, "int8");
-            const enum shoal_quant_type q = strcmp(t, "int4") ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4;
-            if (!known || n_types == 2 || (n_types == 1 && tlist[0] == q)) {
+            int q = -1, dup = 0;
+            for (int k = 0; k < 3; k++)
+                if (!strcmp(t, tnames[k]))
+                    q = k;
+            for (int k = 0; k < n_types; k++)
+                dup |= tlist[k] == q;
+            if (q < 0 || dup) {
                 n_types = 0;
                 break;
             }
             tlist[n_types++] = q;
         }
         if (n_types == 0) {
-            fprintf(stderr, "kernel_bench: --types expects int4, int8 or both, each once, "
+            fprintf(stderr, "kernel_bench: --types expects int4, int8, int4a8, each once, "
                             "comma-separated; got '%s'\n", types);
             return 2;
         }
@@ -325,7 +337,8 @@ int main(int argc, char **argv)
     json_t *runs = json_array();
     int failed = 0;
     for (int it = 0; it < n_types; it++) {
-        struct bench b = {.type = tlist[it], .group = (int)group, .n_embd = n_embd, .n_ff = n_ff,
+        struct bench b = {.type = tlist[it] == 1 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4,
+                          .a8 = tlist[it] == 2, .group = (int)group, .n_embd = n_embd, .n_ff = n_ff,
                           .seconds = seconds, .threads = (int)threads};
         b.m_up = shoal_quant_matrix_bytes(b.type, n_ff, n_embd, b.group);
         b.m_down = shoal_quant_matrix_bytes(b.type, n_embd, n_ff, b.group);
@@ -361,19 +374,19 @@ int main(int argc, char **argv)
             struct shoal_err err = {0};
             json_t *r = shoal_bench_fork_json(run_table, &b, &err);
             if (!r) {
-                fprintf(stderr, "kernel_bench: %s %s: %s\n", shoal_quant_type_name(b.type),
+                fprintf(stderr, "kernel_bench: %s %s: %s\n", tnames[tlist[it]],
                         isa_names[isas[k]], err.msg);
                 failed = 1;
                 continue;
             }
-            json_object_set_new(r, "type", json_string(shoal_quant_type_name(b.type)));
+            json_object_set_new(r, "type", json_string(tnames[tlist[it]]));
             json_object_set_new(r, "group", json_integer(b.group));
             json_object_set_new(r, "pool_bytes",
                                 json_integer((json_int_t)((size_t)b.n_expert * b.expert_bytes)));
             json_object_set_new(r, "expert_bytes", json_integer((json_int_t)b.expert_bytes));
             if (!json_is_true(json_object_get(r, "bits_equal_scalar"))) {
                 fprintf(stderr, "kernel_bench: %s %s: output differs from the scalar kernels\n",
-                        shoal_quant_type_name(b.type), isa_names[isas[k]]);
+                        tnames[tlist[it]], isa_names[isas[k]]);
                 failed = 1;
             }
             json_array_append_new(runs, r);
@@ -385,11 +398,13 @@ int main(int argc, char **argv)
     json_object_set_new(res, "load_end", shoal_bench_loadavg());
     json_object_set_new(res, "runs", runs);
     /* the limit: the better of the two probes, so the ratio is not flattered */
-    double read = 0, triad = 0;
+    double read = 0, copy = 0, triad = 0;
     const json_t *probes[2] = {ram0, ram1};
     for (int k = 0; k < 2; k++) {
         const double r = json_real_value(json_object_get(probes[k], "read_gbs"));
         const double t = json_real_value(json_object_get(probes[k], "triad_gbs"));
+        const double c = json_real_value(json_object_get(probes[k], "copy_gbs"));
+        copy = c > copy ? c : copy;
         read = r > read ? r : read;
         triad = t > triad ? t : triad;
     }
@@ -400,6 +415,7 @@ int main(int argc, char **argv)
             failed = 1;
         }
     json_object_set_new(res, "ram_read_gbs", json_real(read));
+    json_object_set_new(res, "ram_copy_gbs", json_real(copy));
     json_object_set_new(res, "ram_triad_gbs", json_real(triad));
     const json_t *m = json_object_get(res, "machine");
     const char *cpu = json_string_value(json_object_get(m, "cpu"));
@@ -408,19 +424,23 @@ int main(int argc, char **argv)
            cpu ? cpu : "?", threads ? (int)threads : omp_get_max_threads(), (long)n_ff,
            (long)n_embd, (long)n_embd, (long)n_ff, (long)group, (long)pool_mb, (long)n_tok,
            n_tok > 1 ? "s" : "");
-    printf("RAM (best of start/end): read %.1f GB/s, triad %.1f GB/s\n", read, triad);
-    printf("%-5s %-8s %10s %12s %13s %s\n", "type", "kernels", n_tok > 1 ? "GB/s x tok" : "GB/s",
-           "vs RAM read", "vs RAM triad", "bits vs scalar");
+    printf("RAM (best of start/end): read %.1f GB/s, copy %.1f GB/s, triad %.1f GB/s\n", read,
+           copy, triad);
+    printf("%-6s %-8s %10s %12s %12s %13s %s\n", "type", "kernels",
+           n_tok > 1 ? "GB/s x tok" : "GB/s", "vs RAM read", "vs RAM copy", "vs RAM triad",
+           "bits vs scalar");
     size_t i;
     json_t *r;
     json_array_foreach(runs, i, r)
     {
         const double g = json_real_value(json_object_get(r, "weight_gbs"));
         json_object_set_new(r, "vs_ram_read", json_real(read > 0 ? g / read : 0));
+        json_object_set_new(r, "vs_ram_copy", json_real(copy > 0 ? g / copy : 0));
         json_object_set_new(r, "vs_ram_triad", json_real(triad > 0 ? g / triad : 0));
-        printf("%-5s %-8s %10.2f %12.2f %13.2f %s\n", json_string_value(json_object_get(r, "type")),
+        printf("%-6s %-8s %10.2f %12.2f %12.2f %13.2f %s\n",
+               json_string_value(json_object_get(r, "type")),
                json_string_value(json_object_get(r, "kernels")), g, read > 0 ? g / read : 0,
-               triad > 0 ? g / triad : 0,
+               copy > 0 ? g / copy : 0, triad > 0 ? g / triad : 0,
                json_is_true(json_object_get(r, "bits_equal_scalar")) ? "same" : "DIFFERENT");
     }
     if (json_f && (json_dumpf(res, json_f, JSON_INDENT(1)) != 0 || fclose(json_f) != 0)) {

@@ -435,11 +435,12 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     const char *dst = dst_buf;
     if (!shoal_quant_group_ok(p->group))
         return shoal_err_set(err, SHOAL_EINVAL, "--group %d: expected 32, 64 or 128", p->group);
-    if (p->dense_dtype == SHOAL_DTYPE_INT4 || p->dense_dtype == SHOAL_DTYPE_F16 ||
+    if (p->dense_dtype == SHOAL_DTYPE_INT4 || p->dense_dtype == SHOAL_DTYPE_INT4A8 ||
+        p->dense_dtype == SHOAL_DTYPE_F16 ||
         p->experts_dtype == SHOAL_DTYPE_F16)
         return shoal_err_set(err, SHOAL_EINVAL,
                              "unsupported conversion: experts %s, dense %s (experts: "
-                             "int4|int8|bf16|f32, dense: int8|bf16|f32)",
+                             "int4a8|int4|int8|bf16|f32, dense: int8|bf16|f32)",
                              shoal_dtype_name(p->experts_dtype), shoal_dtype_name(p->dense_dtype));
     int rc0 = check_destination(src_dir, dst, p->force, err);
     if (rc0)

@@ -70,7 +70,10 @@ void shoal_linear_part(float *y, const float *x, int64_t n_tok,
         struct shoal_quant_weight qw = {
             .type = w->dtype == SHOAL_DTYPE_INT8 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4,
             .group = w->group, .rows = rows, .cols = cols, .data = w->data};
-        shoal_quant_linear_part(y, x, n_tok, &qw, ith, nth);
+        if (w->dtype == SHOAL_DTYPE_INT4A8)
+            shoal_quant_linear_a8_part(y, x, n_tok, &qw, ith, nth);
+        else
+            shoal_quant_linear_part(y, x, n_tok, &qw, ith, nth);
         return;
     }
     int64_t r0, r1;

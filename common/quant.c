@@ -303,6 +303,7 @@ const struct shoal_quant_ops shoal_quant_ops_scalar = {
     .name = "scalar",
     .dot = dot_scalar,
     .linear_rows = linear_rows_scalar,
+    .linear_rows_a8 = shoal_quant_a8_rows_scalar,
 };
 
 /* ---- selection --------------------------------------------------------- */
@@ -399,6 +400,11 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
     shoal_log(SHOAL_LOG_INFO, "quant", "kernels=%s requested=%s", ops->name,
               isa_name(isa));
     return 0;
+}
+
+const struct shoal_quant_ops *shoal_quant_active_ops(void)
+{
+    return active_ops;
 }
 
 const char *shoal_quant_ops_name(void)

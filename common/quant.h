@@ -59,6 +59,31 @@
  * the last (partial) group can end with fewer than 8 elements, and its tail
  * fills lanes 0 .. len%8-1. This is shoal_dot_f32's order applied per group.
  *
+ * ## Int8 activations (the INT4A8 dtype)
+ *
+ * A tensor of dtype INT4A8 has INT4's bytes; the file says that its dot
+ * products run in integers against the input quantized to int8 per group of
+ * the weight's G (the W4A8 scheme of llama.cpp's Q4_0 x Q8_0):
+ *
+ *   per group g of x (elements i0 .. i0+len-1, as above):
+ *       amax  = max |x[i]|; dx[g] = amax / 127.0f   (NaN when amax is not
+ *               finite: a NaN or infinity in x makes the result NaN)
+ *       qx[i] = 0 when dx[g] is 0 or NaN, else rne(x[i] / dx[g]) clamped
+ *               to [-127, 127]                      (the INT8 rule above)
+ *   acc = 0.0f
+ *   for each group g in order:
+ *       isum = sum of q[i] * qx[i] over the group, exact in int32
+ *              (|isum| <= 8 * 127 * 128)
+ *       acc  = acc + (d[g] * dx[g]) * (float)isum
+ *   return acc
+ *
+ * The integer sums do not depend on their order, so every ISA reaches the
+ * same isum with its own widest instructions (vpmaddubsw/vpmaddwd); only
+ * the per-group combine is f32, in the order above. It is about 3x less
+ * work per weight than the f32 canonical dot, whose mul + add per element
+ * and f32 conversion of every nibble bound its speed, and it is what
+ * `shoal convert --experts int4a8` asks for: the precision is the file's.
+ *
  * Thread: every function may be called from any thread, except
  * shoal_quant_init (main thread, at start-up, before any parallel region)
  * and shoal_quant_linear (opens its own OpenMP region; call it from outside
@@ -174,6 +199,58 @@ void shoal_quant_linear_part(float *y, const float *x, int64_t n_tok,
                              const struct shoal_quant_weight *w, int ith,
                              int nth);
 
+/* ---- int8 activations (INT4A8) ---------------------------------------- */
+
+/* One or more tokens' input quantized to int8 for the INT4A8 dot product
+ * ("Int8 activations" above). q is kept in "chunk order": per 128 columns,
+ * the 64 even columns, then the 64 odd ones, the order in which a SIMD
+ * register of 64 packed int4 bytes splits into low and high nibbles;
+ * columns past n are 0. s[g] = 8 * (sum of qx over group g), so that
+ * sum (u - 8) * qx = sum u * qx - s[g] for nibbles u. */
+struct shoal_quant_act {
+    int64_t n;          /* elements per token */
+    int group;          /* G, the weight's */
+    int64_t n_group;    /* ceil(n / G): entries per token in d and s */
+    int64_t q_stride;   /* bytes per token in q: n rounded up to 128 */
+    int8_t *q;          /* [n_tok][q_stride] int8, chunk order */
+    float *d;           /* [n_tok][n_group] f32 scales dx */
+    int32_t *s;         /* [n_tok][n_group] 8 * sum of q per group */
+};
+
+/* Bytes of q + d + s for one token of n elements (group G), as
+ * shoal_quant_act_quantize fills them. Thread: any. */
+size_t shoal_quant_act_bytes(int64_t n, int group);
+
+/* Quantize n_tok tokens x[n_tok][n] into a (whose n and group are set and
+ * whose buffers hold n_tok tokens), by the rule above. Deterministic and
+ * scalar: every ISA uses this one. Allocates nothing. Thread: any. */
+void shoal_quant_act_quantize(struct shoal_quant_act *a, const float *x,
+                              int64_t n_tok);
+
+/* Canonical INT4A8 dot product of x[n] with one INT4 row (the rule above,
+ * straight from its definition; tests compare every kernel with it).
+ * Thread: any. */
+float shoal_quant_dot_a8(int group, const float *x, const void *row, int64_t n);
+
+/* y = x . W^T for an INT4 weight computed as INT4A8 (the rule above),
+ * thread ith of nth's share of the rows (the split of
+ * shoal_quant_linear_part). Each thread quantizes x itself into a 64 KiB
+ * stack tile (tokens in tiles; above 32768 columns, the per-group scalar
+ * path), so there is no barrier and nothing is allocated. Same bits at any
+ * thread count, batch size and ISA.
+ *   y  [n_tok][w->rows] f32, written; x [n_tok][w->cols] f32, borrowed
+ *   w  INT4 layout, borrowed (checked once at load)
+ * Thread: compute (inside an OpenMP region, or alone with ith 0, nth 1). */
+void shoal_quant_linear_a8_part(float *y, const float *x, int64_t n_tok,
+                                const struct shoal_quant_weight *w, int ith,
+                                int nth);
+
+/* The whole of shoal_quant_linear_a8_part in its own OpenMP region.
+ * Returns 0, or SHOAL_EINVAL for a weight that is not INT4 with a valid
+ * G and shape, or n_tok < 0. Thread: main. */
+int shoal_quant_linear_a8(float *y, const float *x, int64_t n_tok,
+                          const struct shoal_quant_weight *w);
+
 /* ---- kernel selection ---------------------------------------------------- */
 
 enum shoal_quant_isa {
@@ -201,6 +278,10 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err);
  * Thread: any. */
 const char *shoal_quant_ops_name(void);
 
+struct shoal_quant_ops;
+/* The active table (shoal_quant_init's choice). Thread: any. */
+const struct shoal_quant_ops *shoal_quant_active_ops(void);
+
 /* ---- backend table (for quant*.c and tests) -------------------------------
  * One per ISA file; all members are required. The ISA files may assume that
  * their arguments are valid (checked in quant.c). */
@@ -213,7 +294,26 @@ struct shoal_quant_ops {
     void (*linear_rows)(float *y, const float *x, int64_t n_tok,
                         const struct shoal_quant_weight *w, int64_t r0,
                         int64_t r1);
+    /* INT4A8: y[t][r] for tokens t < n_tok of a (quantized input) and rows
+     * r0 <= r < r1 of the INT4 weight w; same bits as the scalar table */
+    void (*linear_rows_a8)(float *y, const struct shoal_quant_act *a,
+                           int64_t n_tok, const struct shoal_quant_weight *w,
+                           int64_t r0, int64_t r1);
 };
+
+/* The scalar INT4A8 rows, which any table may use for shapes it does not
+ * cover. */
+void shoal_quant_a8_rows_scalar(float *y, const struct shoal_quant_act *a,
+                                int64_t n_tok,
+                                const struct shoal_quant_weight *w, int64_t r0,
+                                int64_t r1);
+
+/* Chunk-order position of column i in a token's q (struct shoal_quant_act). */
+static inline int64_t shoal_quant_act_pos(int64_t i)
+{
+    const int64_t j = i & 127;
+    return (i - j) + ((j & 1) ? 64 : 0) + (j >> 1);
+}
 
 extern const struct shoal_quant_ops shoal_quant_ops_scalar;
 extern const struct shoal_quant_ops shoal_quant_ops_avx2;  /* x86-64 builds */

@@ -378,8 +378,85 @@ static void linear_rows_avx2(float *y, const float *x, int64_t n_tok,
     }
 }
 
+/* ---- INT4A8 (quant.h): the AVX-512 scheme on 64-column halves ------------
+ * (quant_avx512.c explains it). A 32-byte load is 64 columns; its low
+ * nibbles are the even columns, found at the activation chunk's 32 * half,
+ * its high nibbles the odd ones at 64 + 32 * half. vphaddd + vpermq make the
+ * ordered pair sums of neighbouring lanes. Exact integers, scalar combine in
+ * group order: the scalar table's bits. */
+
+#define A8_SEG 32          /* 64-column halves per reduction */
+#define A8_PF 8192
+
+static inline __m256i pair_sums256(__m256i a, __m256i b)
+{
+    return _mm256_permute4x64_epi64(_mm256_hadd_epi32(a, b), 0xd8);
+}
+
+static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_tok,
+                         const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
+{
+    const int64_t n = w->cols;
+    if (n % 128 != 0) {
+        shoal_quant_a8_rows_scalar(y, a, n_tok, w, r0, r1);
+        return;
+    }
+    const int G = w->group;
+    const int levels = G == 32 ? 2 : G == 64 ? 3 : 4;
+    const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
+    const int64_t n_group = n / G, nh = n / 64;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        const uint8_t *qs = row + 4 * (size_t)n_group;
+        for (int64_t t = 0; t < n_tok; t++) {
+            const int8_t *q = a->q + t * a->q_stride;
+            const float *dx = a->d + t * a->n_group;
+            const int32_t *sx = a->s + t * a->n_group;
+            float acc = 0.0f;
+            for (int64_t h0 = 0; h0 < nh; h0 += A8_SEG) {
+                const int nc = nh - h0 < A8_SEG ? (int)(nh - h0) : A8_SEG;
+                __m256i v[A8_SEG];
+                for (int c = 0; c < nc; c++) {
+                    const int64_t hh = h0 + c;
+                    const uint8_t *p = qs + 32 * (size_t)hh;
+                    if (t == 0 && (hh & 1) == 0)
+                        _mm_prefetch((const char *)p + A8_PF, _MM_HINT_T0);
+                    const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)p);
+                    const __m256i lo = _mm256_and_si256(b, m4);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+                    const int8_t *e = q + 128 * (hh >> 1) + 32 * (hh & 1);
+                    const __m256i s16 = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(const void *)e)),
+                        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(const void *)(e + 64))));
+                    v[c] = _mm256_madd_epi16(s16, ones);
+                }
+                int nv = nc;
+                for (int l = 0; l < levels; l++) {
+                    const int m = (nv + 1) / 2;
+                    for (int i = 0; i < m; i++)
+                        v[i] = pair_sums256(v[2 * i], 2 * i + 1 < nv ? v[2 * i + 1]
+                                                                     : _mm256_setzero_si256());
+                    nv = m;
+                }
+                const int64_t g0 = h0 * 64 / G, ng = (int64_t)nc * 64 / G;
+                int32_t is[8 * A8_SEG];
+                for (int i = 0; i < nv; i++)
+                    _mm256_storeu_si256((__m256i *)(void *)(is + 8 * i), v[i]);
+                for (int64_t j = 0; j < ng; j++) {
+                    float dwj;
+                    memcpy(&dwj, row + 4 * (size_t)(g0 + j), sizeof dwj);
+                    acc = acc + (dwj * dx[g0 + j]) * (float)(is[j] - sx[g0 + j]);
+                }
+            }
+            y[t * w->rows + r] = acc;
+        }
+    }
+}
+
 const struct shoal_quant_ops shoal_quant_ops_avx2 = {
     .name = "avx2",
     .dot = dot_avx2,
     .linear_rows = linear_rows_avx2,
+    .linear_rows_a8 = rows_a8_avx2,
 };

@@ -465,8 +465,131 @@ static float dot_avx512(enum shoal_quant_type type, int group, const float *x,
     return shoal_quant_ops_avx2.dot(type, group, x, row, n);
 }
 
+/* ---- INT4A8: int4 weights against int8 activations (quant.h) ------------
+ *
+ * Per row and token, each 128-column chunk is one 64-byte load: its low
+ * nibbles are the even columns, its high nibbles the odd ones, which is the
+ * order of the activation's chunk (struct shoal_quant_act). vpmaddubsw
+ * multiplies nibble (u8, 0..15) by activation (s8) and adds pairs
+ * (|sum| <= 2 * 15 * 127, no saturation); the even and odd halves are added
+ * in int16 (<= 7620) and vpmaddwd with ones widens pairs to int32, so lane
+ * l of a chunk's vector holds columns 8l .. 8l+7. Group sums are G/8
+ * consecutive lanes: pair sums of neighbouring lanes, log2(G/8) times, keep
+ * the groups in order. The f32 combine, acc + (d * dx) * isum, runs in group
+ * order as the scalar one. Integer sums are exact, so the bits are the
+ * scalar table's. Rows whose width is not a multiple of 128 go scalar. */
+
+#define A8_SEG 16          /* chunks of 128 columns per reduction */
+#define A8_PF 8192         /* bytes of weights prefetched ahead */
+
+static inline __m512i pair_sums(__m512i a, __m512i b, __m512i ie, __m512i io)
+{
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, ie, b),
+                            _mm512_permutex2var_epi32(a, io, b));
+}
+
+/* Group sums of one row's segment of nc chunks into pr[0 .. nc*128/G):
+ * pr[g] = (d[g] * dx[g]) * (float)isum[g] for the segment's groups. */
+static inline void a8_segment(float *pr, const uint8_t *qs, const float *dw, const int8_t *q,
+                              const float *dx, const int32_t *sx, int64_t c0, int nc, int G,
+                              int levels, int prefetch)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), ones = _mm512_set1_epi16(1);
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
+                                         24, 26, 28, 30);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    __m512i v[A8_SEG];
+    for (int c = 0; c < nc; c++) {
+        const uint8_t *p = qs + 64 * (size_t)(c0 + c);
+        if (prefetch)
+            _mm_prefetch((const char *)p + A8_PF, _MM_HINT_T0);
+        const __m512i b = _mm512_loadu_si512(p);
+        const __m512i lo = _mm512_and_si512(b, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+        const int8_t *e = q + 128 * (c0 + c);
+        const __m512i s16 = _mm512_add_epi16(_mm512_maddubs_epi16(lo, _mm512_loadu_si512(e)),
+                                             _mm512_maddubs_epi16(hi, _mm512_loadu_si512(e + 64)));
+        v[c] = _mm512_madd_epi16(s16, ones);
+    }
+    int nv = nc;
+    for (int l = 0; l < levels; l++) {
+        const int m = (nv + 1) / 2;
+        for (int i = 0; i < m; i++)
+            v[i] = pair_sums(v[2 * i], 2 * i + 1 < nv ? v[2 * i + 1] : _mm512_setzero_si512(),
+                             ie, io);
+        nv = m;
+    }
+    const int64_t g0 = c0 * 128 / G, ng = (int64_t)nc * 128 / G;
+    for (int64_t h = 0; 16 * h < ng; h++) {
+        const int cnt = ng - 16 * h < 16 ? (int)(ng - 16 * h) : 16;
+        const __mmask16 k = (__mmask16)((1u << cnt) - 1u);
+        const int64_t gi = g0 + 16 * h;
+        const __m512 f =
+            _mm512_cvtepi32_ps(_mm512_sub_epi32(v[h], _mm512_maskz_loadu_epi32(k, sx + gi)));
+        const __m512 dd = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dw + gi),
+                                        _mm512_maskz_loadu_ps(k, dx + gi));
+        _mm512_mask_storeu_ps(pr + 16 * h, k, _mm512_mul_ps(dd, f));
+    }
+}
+
+/* Rows in blocks of 16: each row's group terms go to pr[row][] (segment by
+ * segment, the row's bytes and scales prefetched A8_PF ahead on the first
+ * token), then the 16 rows' f32 chains (acc + term, in group order) advance
+ * side by side rather than one long dependent chain per row. Rows of more
+ * than A8_MAXG groups chain after each segment, one row at a time. */
+#define A8_MAXG 256
+
+static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_tok,
+                           const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
+{
+    const int64_t n = w->cols;
+    if (n % 128 != 0) {
+        shoal_quant_a8_rows_scalar(y, a, n_tok, w, r0, r1);
+        return;
+    }
+    const int G = w->group;
+    const int levels = G == 32 ? 2 : G == 64 ? 3 : 4;
+    const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
+    const int64_t n_group = n / G, nck = n / 128;
+    const int block = n_group <= A8_MAXG ? 16 : 1;
+    float pr[16][A8_MAXG];
+    for (int64_t rb = r0; rb < r1; rb += block) {
+        const int nr = r1 - rb < block ? (int)(r1 - rb) : block;
+        for (int64_t t = 0; t < n_tok; t++) {
+            const int8_t *q = a->q + t * a->q_stride;
+            const float *dx = a->d + t * a->n_group;
+            const int32_t *sx = a->s + t * a->n_group;
+            float acc[16] = {0};
+            for (int i = 0; i < nr; i++) {
+                const uint8_t *row = (const uint8_t *)w->data + (size_t)(rb + i) * row_bytes;
+                if (t == 0)
+                    for (size_t off = 0; off < 4 * (size_t)n_group; off += 64)
+                        _mm_prefetch((const char *)row + off + A8_PF, _MM_HINT_T0);
+                for (int64_t c0 = 0; c0 < nck; c0 += A8_SEG) {
+                    const int nc = nck - c0 < A8_SEG ? (int)(nck - c0) : A8_SEG;
+                    const int64_t g0 = c0 * 128 / G;
+                    float *dst = block == 16 ? pr[i] + g0 : pr[0];
+                    a8_segment(dst, row + 4 * (size_t)n_group,
+                               (const float *)(const void *)row, q, dx, sx, c0, nc, G, levels,
+                               t == 0);
+                    if (block == 1)
+                        for (int g = 0; g < nc * 128 / G; g++)
+                            acc[0] = acc[0] + pr[0][g];
+                }
+            }
+            if (block == 16)
+                for (int64_t g = 0; g < n_group; g++)
+                    for (int i = 0; i < nr; i++)
+                        acc[i] = acc[i] + pr[i][g];
+            for (int i = 0; i < nr; i++)
+                y[t * w->rows + rb + i] = acc[i];
+        }
+    }
+}
+
 const struct shoal_quant_ops OPS_TABLE = {
     .name = OPS_NAME,
     .dot = dot_avx512,
     .linear_rows = linear_rows_avx512,
+    .linear_rows_a8 = rows_a8_avx512,
 };

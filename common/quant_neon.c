@@ -413,4 +413,6 @@ const struct shoal_quant_ops shoal_quant_ops_neon = {
     .name = "neon",
     .dot = dot_neon,
     .linear_rows = linear_rows_neon,
+    /* INT4A8 on NEON is the scalar code for now (no sdot kernel yet) */
+    .linear_rows_a8 = shoal_quant_a8_rows_scalar,
 };

@@ -13,6 +13,7 @@ const char *shoal_dtype_name(enum shoal_dtype t)
     case SHOAL_DTYPE_BF16: return "BF16";
     case SHOAL_DTYPE_INT8: return "INT8";
     case SHOAL_DTYPE_INT4: return "INT4";
+    case SHOAL_DTYPE_INT4A8: return "INT4A8";
     default: return "?";
     }
 }

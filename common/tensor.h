@@ -18,12 +18,14 @@ enum shoal_dtype {
     SHOAL_DTYPE_BF16 = 2,
     SHOAL_DTYPE_INT8 = 3,   /* grouped int8, layout in quant.h (2-D only) */
     SHOAL_DTYPE_INT4 = 4,   /* grouped int4, layout in quant.h (2-D only) */
+    SHOAL_DTYPE_INT4A8 = 5, /* INT4's bytes, computed against int8
+                               activations (quant.h "Int8 activations") */
     SHOAL_DTYPE_COUNT
 };
 
 static inline int shoal_dtype_is_quant(enum shoal_dtype t)
 {
-    return t == SHOAL_DTYPE_INT8 || t == SHOAL_DTYPE_INT4;
+    return t == SHOAL_DTYPE_INT8 || t == SHOAL_DTYPE_INT4 || t == SHOAL_DTYPE_INT4A8;
 }
 
 /* Bytes per element of a float dtype (quantized types: see quant.h). */
@@ -32,7 +34,8 @@ static inline size_t shoal_dtype_size(enum shoal_dtype t)
     return t == SHOAL_DTYPE_F32 ? 4 : 2;
 }
 
-/* Name: "F32", "F16", "BF16" (as safetensors spells them), "INT8", "INT4".
+/* Name: "F32", "F16", "BF16" (as safetensors spells them), "INT8", "INT4",
+ * "INT4A8".
  * Static string. */
 const char *shoal_dtype_name(enum shoal_dtype t);
 

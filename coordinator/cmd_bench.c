@@ -281,6 +281,7 @@ static const char *dtype_name(enum shoal_dtype t)
     case SHOAL_DTYPE_BF16: return "bf16";
     case SHOAL_DTYPE_INT8: return "int8";
     case SHOAL_DTYPE_INT4: return "int4";
+    case SHOAL_DTYPE_INT4A8: return "int4a8";
     default: return "?";
     }
 }

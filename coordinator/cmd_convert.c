@@ -36,25 +36,6 @@ static void show_progress(uint64_t done, uint64_t total, void *user)
         fprintf(stderr, "\n");
 }
 
-static int parse_dtype_flag(const char *flag, const char *v, int allow_int4,
-                            enum shoal_dtype *out)
-{
-    if (!strcmp(v, "f32"))
-        *out = SHOAL_DTYPE_F32;
-    else if (!strcmp(v, "bf16"))
-        *out = SHOAL_DTYPE_BF16;
-    else if (!strcmp(v, "int8"))
-        *out = SHOAL_DTYPE_INT8;
-    else if (!strcmp(v, "int4") && allow_int4)
-        *out = SHOAL_DTYPE_INT4;
-    else {
-        shoal_cli_error("%s expects %s, got '%s'", flag,
-                        allow_int4 ? "int4|int8|bf16|f32" : "int8|bf16|f32", v);
-        return -1;
-    }
-    return 0;
-}
-
 int shoal_cmd_convert(int argc, char **argv)
 {
     struct shoal_convert_params p = shoal_convert_params_default();
@@ -62,7 +43,7 @@ int shoal_cmd_convert(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: shoal convert SRC DST [--experts int4|int8|bf16|f32] "
+            printf("usage: shoal convert SRC DST [--experts int4a8|int4|int8|bf16|f32] "
                    "[--dense int8|bf16|f32] [--group 32|64|128] [--force]\n\n"
                    "Converts a Hugging Face checkpoint directory into a shoal container\n"
                    "(docs/FORMAT.md). Defaults: --experts bf16 --dense bf16 --group 64.\n");
@@ -78,9 +59,9 @@ int shoal_cmd_convert(int argc, char **argv)
                 return 2;
             }
             const char *v = argv[++i];
-            if (!strcmp(a, "--experts") && parse_dtype_flag(a, v, 1, &p.experts_dtype))
+            if (!strcmp(a, "--experts") && shoal_cli_parse_dtype(a, v, 1, &p.experts_dtype))
                 return 2;
-            if (!strcmp(a, "--dense") && parse_dtype_flag(a, v, 0, &p.dense_dtype))
+            if (!strcmp(a, "--dense") && shoal_cli_parse_dtype(a, v, 0, &p.dense_dtype))
                 return 2;
             if (!strcmp(a, "--group") && shoal_cli_parse_group(a, v, &p.group))
                 return 2;

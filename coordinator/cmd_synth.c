@@ -1,6 +1,6 @@
 /* shoal synth: synthetic containers for benchmarks (docs/BENCHMARKS.md).
  *
- *   shoal synth DST --gb N [--family F] [--experts int4|int8|bf16|f32] ...
+ *   shoal synth DST --gb N [--family F] [--experts int4a8|int4|int8|bf16|f32] ...
  *       writes a container (docs/FORMAT.md) of a real architecture's shapes,
  *       scaled in layer count to about N GB, with random but well-formed
  *       weights, straight from a seeded generator (no checkpoint, no
@@ -1198,24 +1198,6 @@ static int plan_routing(struct synth *sy, const char *trace_name, const char *tr
     return 0;
 }
 
-static int parse_dtype(const char *flag, const char *v, int allow_int4, enum shoal_dtype *out)
-{
-    if (!strcmp(v, "f32"))
-        *out = SHOAL_DTYPE_F32;
-    else if (!strcmp(v, "bf16"))
-        *out = SHOAL_DTYPE_BF16;
-    else if (!strcmp(v, "int8"))
-        *out = SHOAL_DTYPE_INT8;
-    else if (!strcmp(v, "int4") && allow_int4)
-        *out = SHOAL_DTYPE_INT4;
-    else {
-        shoal_cli_error("%s expects %s, got '%s'", flag,
-                        allow_int4 ? "int4|int8|bf16|f32" : "int8|bf16|f32", v);
-        return -1;
-    }
-    return 0;
-}
-
 static void synth_usage(FILE *f)
 {
     fprintf(f,
@@ -1335,10 +1317,10 @@ int shoal_cmd_synth(int argc, char **argv)
         } else if (!strcmp(a, "--family")) {
             family = v;
         } else if (!strcmp(a, "--experts")) {
-            if (parse_dtype(a, v, 1, &ed))
+            if (shoal_cli_parse_dtype(a, v, 1, &ed))
                 return 2;
         } else if (!strcmp(a, "--dense")) {
-            if (parse_dtype(a, v, 0, &dd))
+            if (shoal_cli_parse_dtype(a, v, 0, &dd))
                 return 2;
         } else if (!strcmp(a, "--group")) {
             int g;

@@ -664,3 +664,204 @@ Test(quant, linear_part_inside_a_caller_region_gives_the_same_bits)
     free(x);
     free(wq);
 }
+
+/* ---- INT4A8: int4 weights against int8 activations ------------------------ */
+
+/* The test's own reading of quant.h "Int8 activations": quantize x per
+ * group, sum (u - 8) * qx in int64, combine in f32 in group order. */
+static float a8_reference(int G, const float *x, const uint8_t *row, int64_t n)
+{
+    const int64_t ng = (n + G - 1) / G;
+    const uint8_t *qs = row + 4 * ng;
+    float acc = 0.0f;
+    for (int64_t g = 0; g < ng; g++) {
+        const int64_t i0 = g * G, len = n - i0 < G ? n - i0 : G;
+        float amax = 0.0f;
+        for (int64_t k = 0; k < len; k++)
+            amax = fabsf(x[i0 + k]) > amax ? fabsf(x[i0 + k]) : amax;
+        const float dx = amax / 127.0f;
+        int64_t isum = 0;
+        for (int64_t k = 0; k < len; k++) {
+            const int64_t i = i0 + k;
+            float v = dx == 0.0f ? 0.0f : rintf(x[i] / dx);
+            v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+            const int u = (qs[i / 2] >> (4 * (i % 2))) & 15;
+            isum += (int64_t)(u - 8) * (int64_t)v;
+        }
+        float dw;
+        memcpy(&dw, row + 4 * g, 4);
+        acc = acc + (dw * dx) * (float)isum;
+    }
+    return acc;
+}
+
+/* bit-exact against the test's reference; and within the activation
+ * rounding bound of the f32 dot of the dequantized row with x:
+ * |x - dx*qx| <= dx/2 per element, so |a8 - exact| <= sum_g d_w 8 len dx/2
+ * (|q| <= 8), plus f32 rounding (1e-5 of the magnitude sum). */
+Test(quant, a8_dot_matches_reference_and_rounding_bound)
+{
+    const int64_t sizes[] = {1, 7, 8, 31, 32, 33, 64, 100, 128, 129, 200, 256, 1000, 2048};
+    int checked = 0, nonzero = 0;
+    for (size_t ig = 0; ig < 3; ig++)
+        for (size_t is = 0; is < sizeof sizes / sizeof sizes[0]; is++)
+            for (uint32_t seed = 1; seed <= 3; seed++) {
+                const int64_t n = sizes[is];
+                const int G = groups[ig];
+                float *w = malloc((size_t)n * 4), *x = malloc((size_t)n * 4),
+                      *wd = malloc((size_t)n * 4);
+                fill(w, n, seed * 3000u + (uint32_t)n);
+                fill(x, n, seed * 4000u + (uint32_t)n + (uint32_t)G);
+                uint8_t *row = quantize(SHOAL_QUANT_INT4, G, w, n);
+                const float got = shoal_quant_dot_a8(G, x, row, n);
+                const float want = a8_reference(G, x, row, n);
+                cr_assert(eq(u32, bits(got), bits(want)), "G=%d n=%lld seed=%u: %.9g vs %.9g", G,
+                          (long long)n, seed, got, want);
+                shoal_quant_dequantize_row(SHOAL_QUANT_INT4, G, wd, row, n);
+                double exact = 0, mag = 0, bound = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    exact += (double)wd[i] * x[i];
+                    mag += fabs((double)wd[i] * x[i]);
+                }
+                for (int64_t g = 0; g * G < n; g++) {
+                    const int64_t len = n - g * G < G ? n - g * G : G;
+                    float amax = 0.0f, dw;
+                    for (int64_t k = 0; k < len; k++)
+                        amax = fmaxf(amax, fabsf(x[g * G + k]));
+                    memcpy(&dw, row + 4 * g, 4);
+                    bound += (double)dw * 8.0 * (double)len * (amax / 127.0) / 2.0;
+                }
+                cr_assert(fabs((double)got - exact) <= bound + 1e-5 * mag,
+                          "G=%d n=%lld: a8 %.9g, exact %.9g, bound %.3g", G, (long long)n, got,
+                          exact, bound);
+                nonzero += got != 0.0f;
+                checked++;
+                free(row);
+                free(w);
+                free(x);
+                free(wd);
+            }
+    cr_assert(eq(int, checked, 3 * 14 * 3));
+    cr_assert(nonzero > checked * 9 / 10, "degenerate data: %d of %d results are 0", checked - nonzero,
+              checked);
+}
+
+/* a NaN or infinity in x makes the dot NaN (not a finite guess); zeros give 0 */
+Test(quant, a8_nonfinite_input_gives_nan)
+{
+    float w[256], x[256];
+    fill(w, 256, 7);
+    fill(x, 256, 8);
+    uint8_t *row = quantize(SHOAL_QUANT_INT4, 64, w, 256);
+    x[130] = NAN;
+    cr_assert(isnan(shoal_quant_dot_a8(64, x, row, 256)));
+    x[130] = INFINITY;
+    cr_assert(isnan(shoal_quant_dot_a8(64, x, row, 256)));
+    memset(x, 0, sizeof x);
+    cr_assert(eq(u32, bits(shoal_quant_dot_a8(64, x, row, 256)), 0u));
+    free(row);
+}
+
+/* bit-exact: the INT4A8 linear of every table (SIMD rows when the width is
+ * a multiple of 128, else scalar), batches 1..30 (30 crosses a stack tile
+ * of 2048 columns), threads 1 and 3, equals shoal_quant_dot_a8 */
+Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
+{
+    const int64_t shapes[][2] = {{1, 128}, {3, 100}, {17, 256}, {5, 384}, {33, 768},
+                                 {9, 2048}, {4, 1000}, {7, 2176}};
+    const int64_t toks[] = {1, 2, 5, 30};
+    const int threads[] = {1, 3};
+    enum shoal_quant_isa isas[6] = {SHOAL_QUANT_ISA_SCALAR};
+    const int n_isa = 1 + simd_isas(isas + 1);
+    int compared = 0;
+    for (size_t ig = 0; ig < 3; ig++)
+        for (size_t ish = 0; ish < sizeof shapes / sizeof shapes[0]; ish++) {
+            const int64_t rows = shapes[ish][0], cols = shapes[ish][1];
+            const int G = groups[ig];
+            const int64_t n_tok_max = 30;
+            float *wf = malloc((size_t)(rows * cols) * 4);
+            float *x = malloc((size_t)(n_tok_max * cols) * 4);
+            fill(wf, rows * cols, (uint32_t)(rows * 37 + cols + G));
+            fill(x, n_tok_max * cols, (uint32_t)(cols * 19 + G));
+            const size_t mb = shoal_quant_matrix_bytes(SHOAL_QUANT_INT4, rows, cols, G);
+            const size_t rb = mb / (size_t)rows;
+            uint8_t *wq = malloc(mb);
+            cr_assert(eq(int, shoal_quant_quantize_matrix(SHOAL_QUANT_INT4, G, wq, mb, wf,
+                                                          SHOAL_DTYPE_F32, rows, cols, NULL), 0));
+            struct shoal_quant_weight w = {SHOAL_QUANT_INT4, G, rows, cols, wq};
+            float *want = malloc((size_t)(n_tok_max * rows) * 4);
+            float *got = malloc((size_t)(n_tok_max * rows) * 4);
+            for (int64_t t = 0; t < n_tok_max; t++)
+                for (int64_t r = 0; r < rows; r++)
+                    want[t * rows + r] = shoal_quant_dot_a8(G, x + t * cols, wq + (size_t)r * rb, cols);
+            for (int ii = 0; ii < n_isa; ii++)
+                for (size_t in = 0; in < sizeof toks / sizeof toks[0]; in++)
+                    for (size_t ith = 0; ith < 2; ith++) {
+                        const int64_t n_tok = toks[in];
+                        use_isa(isas[ii]);
+                        omp_set_num_threads(threads[ith]);
+                        memset(got, 0xff, (size_t)(n_tok * rows) * 4);
+                        cr_assert(eq(int, shoal_quant_linear_a8(got, x, n_tok, &w), 0));
+                        for (int64_t e = 0; e < n_tok * rows; e++)
+                            cr_assert(eq(u32, bits(got[e]), bits(want[e])),
+                                      "%s G=%d [%lld][%lld] n_tok=%lld threads=%d t=%lld r=%lld: "
+                                      "%.9g vs reference %.9g",
+                                      shoal_quant_ops_name(), G, (long long)rows, (long long)cols,
+                                      (long long)n_tok, threads[ith], (long long)(e / rows),
+                                      (long long)(e % rows), got[e], want[e]);
+                        compared++;
+                    }
+            free(wf);
+            free(x);
+            free(wq);
+            free(want);
+            free(got);
+        }
+    omp_set_num_threads(omp_get_num_procs());
+    use_isa(SHOAL_QUANT_ISA_SCALAR);
+    cr_assert(eq(int, compared, 3 * 8 * n_isa * 4 * 2));
+    static uint8_t zeros[1024];
+    float y1[4];
+    struct shoal_quant_weight bad = {SHOAL_QUANT_INT8, 64, 4, 128, zeros};
+    cr_assert(eq(int, shoal_quant_linear_a8(y1, y1, 1, &bad), SHOAL_EINVAL));
+}
+
+/* bit-exact: rows wider than a stack tile (on-the-fly scalar path) equal
+ * every table's rows over a heap-quantized input */
+Test(quant, a8_wide_rows_equal_table_rows)
+{
+    const int64_t rows = 3, cols = 65536;
+    const int G = 64;
+    float *wf = malloc((size_t)(rows * cols) * 4), *x = malloc((size_t)cols * 4);
+    fill(wf, rows * cols, 11);
+    fill(x, cols, 12);
+    const size_t mb = shoal_quant_matrix_bytes(SHOAL_QUANT_INT4, rows, cols, G);
+    uint8_t *wq = malloc(mb);
+    cr_assert(eq(int, shoal_quant_quantize_matrix(SHOAL_QUANT_INT4, G, wq, mb, wf, SHOAL_DTYPE_F32,
+                                                  rows, cols, NULL), 0));
+    struct shoal_quant_weight w = {SHOAL_QUANT_INT4, G, rows, cols, wq};
+    cr_assert(shoal_quant_act_bytes(cols, G) > 64 * 1024, "not wider than a tile");
+    float wide[3], tab[3];
+    cr_assert(eq(int, shoal_quant_linear_a8(wide, x, 1, &w), 0));
+    struct shoal_quant_act a = {.n = cols, .group = G, .n_group = cols / G, .q_stride = cols};
+    a.q = malloc((size_t)cols);
+    a.d = malloc((size_t)(cols / G) * 4);
+    a.s = malloc((size_t)(cols / G) * 4);
+    shoal_quant_act_quantize(&a, x, 1);
+    enum shoal_quant_isa isas[6] = {SHOAL_QUANT_ISA_SCALAR};
+    const int n_isa = 1 + simd_isas(isas + 1);
+    for (int ii = 0; ii < n_isa; ii++) {
+        use_isa(isas[ii]);
+        shoal_quant_active_ops()->linear_rows_a8(tab, &a, 1, &w, 0, rows);
+        for (int r = 0; r < rows; r++)
+            cr_assert(eq(u32, bits(tab[r]), bits(wide[r])), "%s row %d: %.9g vs %.9g",
+                      shoal_quant_ops_name(), r, tab[r], wide[r]);
+    }
+    use_isa(SHOAL_QUANT_ISA_SCALAR);
+    free(a.q);
+    free(a.d);
+    free(a.s);
+    free(wf);
+    free(x);
+    free(wq);
+}

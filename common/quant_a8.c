@@ -1,0 +1,177 @@
+/* quant_a8: the INT4A8 dot product (int4 weights against int8 activations,
+ * quant.h "Int8 activations"): the activation quantizer every ISA shares,
+ * the scalar reference and the per-thread driver. The SIMD rows live in
+ * quant_avx2.c and quant_avx512.c.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant.h"
+
+/* Bytes of the stack tile each thread quantizes its input into. */
+#define ACT_TILE_BYTES (64 * 1024)
+
+static int64_t round128(int64_t n)
+{
+    return (n + 127) & ~(int64_t)127;
+}
+
+size_t shoal_quant_act_bytes(int64_t n, int group)
+{
+    const int64_t n_group = (n + group - 1) / group;
+    return (size_t)round128(n) + (size_t)n_group * (sizeof(float) + sizeof(int32_t));
+}
+
+/* Quantize one group x[0..len) by the INT8 rule: *d and q[k]; returns
+ * sum of q. A non-finite amax gives d = NaN and q = 0. */
+static int32_t act_group(const float *x, int64_t len, float *d, int8_t *q)
+{
+    float amax = 0.0f;
+    int finite = 1;
+    for (int64_t k = 0; k < len; k++) {
+        const float a = fabsf(x[k]);
+        if (!isfinite(a))
+            finite = 0;
+        else if (a > amax)
+            amax = a;
+    }
+    *d = finite ? amax / 127.0f : NAN;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < len; k++) {
+        float v = (!finite || *d == 0.0f) ? 0.0f : rintf(x[k] / *d);
+        if (v > 127.0f)
+            v = 127.0f;
+        if (v < -127.0f)
+            v = -127.0f;
+        q[k] = (int8_t)v;
+        sum += q[k];
+    }
+    return sum;
+}
+
+void shoal_quant_act_quantize(struct shoal_quant_act *a, const float *x,
+                              int64_t n_tok)
+{
+    const int64_t n = a->n, G = a->group;
+    int8_t qg[128];
+    for (int64_t t = 0; t < n_tok; t++) {
+        int8_t *q = a->q + t * a->q_stride;
+        float *d = a->d + t * a->n_group;
+        int32_t *s = a->s + t * a->n_group;
+        memset(q, 0, (size_t)a->q_stride);
+        for (int64_t i0 = 0, g = 0; i0 < n; i0 += G, g++) {
+            const int64_t len = n - i0 < G ? n - i0 : G;
+            s[g] = 8 * act_group(x + t * n + i0, len, &d[g], qg);
+            for (int64_t k = 0; k < len; k++)
+                q[shoal_quant_act_pos(i0 + k)] = qg[k];
+        }
+    }
+}
+
+static inline int nibble(const uint8_t *qs, int64_t i)
+{
+    return (qs[i >> 1] >> (4 * (i & 1))) & 0x0f;
+}
+
+static inline float row_scale(const void *row, int64_t g)
+{
+    float d;
+    memcpy(&d, (const uint8_t *)row + 4 * (size_t)g, sizeof d);
+    return d;
+}
+
+float shoal_quant_dot_a8(int group, const float *x, const void *row, int64_t n)
+{
+    const uint8_t *qs = shoal_quant_row_qs(row, n, group);
+    int8_t qx[128];
+    float acc = 0.0f;
+    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
+        const int64_t len = n - i0 < group ? n - i0 : group;
+        float dx;
+        act_group(x + i0, len, &dx, qx);
+        int32_t isum = 0;
+        for (int64_t k = 0; k < len; k++)
+            isum += (nibble(qs, i0 + k) - 8) * qx[k];
+        acc = acc + (row_scale(row, g) * dx) * (float)isum;
+    }
+    return acc;
+}
+
+void shoal_quant_a8_rows_scalar(float *y, const struct shoal_quant_act *a,
+                                int64_t n_tok,
+                                const struct shoal_quant_weight *w, int64_t r0,
+                                int64_t r1)
+{
+    const int64_t n = w->cols, G = w->group;
+    const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, w->group);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        const uint8_t *qs = shoal_quant_row_qs(row, n, w->group);
+        for (int64_t t = 0; t < n_tok; t++) {
+            const int8_t *q = a->q + t * a->q_stride;
+            const float *d = a->d + t * a->n_group;
+            float acc = 0.0f;
+            for (int64_t i0 = 0, g = 0; i0 < n; i0 += G, g++) {
+                const int64_t len = n - i0 < G ? n - i0 : G;
+                int32_t isum = 0;
+                for (int64_t k = 0; k < len; k++)
+                    isum += (nibble(qs, i0 + k) - 8) * q[shoal_quant_act_pos(i0 + k)];
+                acc = acc + (row_scale(row, g) * d[g]) * (float)isum;
+            }
+            y[t * w->rows + r] = acc;
+        }
+    }
+}
+
+void shoal_quant_linear_a8_part(float *y, const float *x, int64_t n_tok,
+                                const struct shoal_quant_weight *w, int ith,
+                                int nth)
+{
+    const int64_t per = w->rows / nth, rem = w->rows % nth;
+    const int64_t r0 = ith * per + (ith < rem ? ith : rem);
+    const int64_t r1 = r0 + per + (ith < rem ? 1 : 0);
+    if (r0 >= r1 || n_tok < 1)
+        return;
+    const int64_t n = w->cols;
+    const size_t tok_bytes = shoal_quant_act_bytes(n, w->group);
+    if (tok_bytes > ACT_TILE_BYTES) {
+        /* very wide rows: quantize group by group on the fly (same bits) */
+        const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, w->group);
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t t = 0; t < n_tok; t++)
+                y[t * w->rows + r] = shoal_quant_dot_a8(
+                    w->group, x + t * n, (const uint8_t *)w->data + (size_t)r * row_bytes, n);
+        return;
+    }
+    /* int8 q first (64-byte aligned), then the f32 scales and int32 sums */
+    _Alignas(64) uint8_t tile[ACT_TILE_BYTES];
+    const int64_t per_tile = (int64_t)(ACT_TILE_BYTES / tok_bytes);
+    struct shoal_quant_act a = {.n = n, .group = w->group,
+                                .n_group = (n + w->group - 1) / w->group,
+                                .q_stride = round128(n)};
+    for (int64_t t0 = 0; t0 < n_tok; t0 += per_tile) {
+        const int64_t nt = n_tok - t0 < per_tile ? n_tok - t0 : per_tile;
+        a.q = (int8_t *)tile;
+        a.d = (float *)(tile + (size_t)nt * (size_t)a.q_stride);
+        a.s = (int32_t *)(a.d + nt * a.n_group);
+        shoal_quant_act_quantize(&a, x + t0 * n, nt);
+        /* y rows of tokens t0.. : the kernels index y[t * w->rows + r] */
+        shoal_quant_active_ops()->linear_rows_a8(y + t0 * w->rows, &a, nt, w, r0, r1);
+    }
+}
+
+int shoal_quant_linear_a8(float *y, const float *x, int64_t n_tok,
+                          const struct shoal_quant_weight *w)
+{
+    if (w->type != SHOAL_QUANT_INT4 || !shoal_quant_group_ok(w->group) ||
+        w->rows < 1 || w->cols < 1 || n_tok < 0 || w->data == NULL)
+        return SHOAL_EINVAL;
+    if (n_tok == 0)
+        return 0;
+#pragma omp parallel
+    shoal_quant_linear_a8_part(y, x, n_tok, w, omp_get_thread_num(),
+                               omp_get_num_threads());
+    return 0;
+}
