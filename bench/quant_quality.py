@@ -35,6 +35,9 @@ CONFIGS = [
     ("int4 g64 / bf16", ["--experts", "int4", "--dense", "bf16", "--group", "64"]),
     ("int4 g128 / bf16", ["--experts", "int4", "--dense", "bf16", "--group", "128"]),
     ("int4 g32 / int8", ["--experts", "int4", "--dense", "int8", "--group", "32"]),
+    ("int4a8 g32 / bf16", ["--experts", "int4a8", "--dense", "bf16", "--group", "32"]),
+    ("int4a8 g64 / bf16", ["--experts", "int4a8", "--dense", "bf16", "--group", "64"]),
+    ("int4a8 g128 / bf16", ["--experts", "int4a8", "--dense", "bf16", "--group", "128"]),
 ]
 
 
@@ -46,6 +49,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--only", default=None,
+                    help="run only the rows whose name contains this text (and the checkpoint)")
     a = ap.parse_args()
     if not os.path.exists(CORPUS):
         print("SKIP: %s not found" % CORPUS)
@@ -59,6 +64,8 @@ def main():
     rows = []
     base = None
     for name, flags in CONFIGS:
+        if a.only and flags and a.only not in name:
+            continue
         path = MODEL
         size = sum(os.path.getsize(os.path.join(MODEL, f)) for f in os.listdir(MODEL)
                    if f.endswith(".safetensors"))

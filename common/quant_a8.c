@@ -25,26 +25,40 @@ size_t shoal_quant_act_bytes(int64_t n, int group)
 }
 
 /* Quantize one group x[0..len) by the INT8 rule: *d and q[k]; returns
- * sum of q. A non-finite amax gives d = NaN and q = 0. */
+ * sum of q. A non-finite amax gives d = NaN and q = 0. Written so that the
+ * compiler vectorizes it at the baseline ISA: max|x| as the max of the
+ * sign-cleared bit patterns (their order is the values' order; NaN and
+ * infinity are the largest), and rne(v) as (v + 1.5 * 2^23) - 1.5 * 2^23,
+ * which is exactly rintf(v) for |v| < 2^22 in the default rounding mode
+ * (here |v| <= 127 * (1 + 2^-23), or a few hundred when d is subnormal). */
 static int32_t act_group(const float *x, int64_t len, float *d, int8_t *q)
 {
-    float amax = 0.0f;
-    int finite = 1;
+    uint32_t amax_bits = 0;
     for (int64_t k = 0; k < len; k++) {
-        const float a = fabsf(x[k]);
-        if (!isfinite(a))
-            finite = 0;
-        else if (a > amax)
-            amax = a;
+        uint32_t u;
+        memcpy(&u, &x[k], sizeof u);
+        u &= 0x7fffffffu;
+        amax_bits = u > amax_bits ? u : amax_bits;
     }
-    *d = finite ? amax / 127.0f : NAN;
+    float amax;
+    memcpy(&amax, &amax_bits, sizeof amax);
+    if (amax_bits >= 0x7f800000u) {
+        *d = NAN;
+        memset(q, 0, (size_t)len);
+        return 0;
+    }
+    const float dx = amax / 127.0f;
+    *d = dx;
+    if (dx == 0.0f) {
+        memset(q, 0, (size_t)len);
+        return 0;
+    }
+    const float magic = 12582912.0f;   /* 1.5 * 2^23 */
     int32_t sum = 0;
     for (int64_t k = 0; k < len; k++) {
-        float v = (!finite || *d == 0.0f) ? 0.0f : rintf(x[k] / *d);
-        if (v > 127.0f)
-            v = 127.0f;
-        if (v < -127.0f)
-            v = -127.0f;
+        float v = (x[k] / dx + magic) - magic;
+        v = v > 127.0f ? 127.0f : v;
+        v = v < -127.0f ? -127.0f : v;
         q[k] = (int8_t)v;
         sum += q[k];
     }

@@ -45,7 +45,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="shoal-xisa-")
     procs = []
     try:
-        for dtype in ("int4", "int8", "bf16"):
+        for dtype in ("int4", "int4a8", "int8", "bf16"):
             ct = os.path.join(tmp, dtype)
             subprocess.run([a.shoal, "convert", MODEL, ct, "--experts", dtype], check=True,
                            capture_output=True)

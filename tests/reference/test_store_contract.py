@@ -160,7 +160,8 @@ def main():
             if base is None:
                 result(fam + " hf run", False, err)
                 continue
-            for experts, dense in [("f32", "f32"), ("bf16", "bf16"), ("int8", "int8"), ("int4", "int8")]:
+            for experts, dense in [("f32", "f32"), ("bf16", "bf16"), ("int8", "int8"), ("int4", "int8"),
+                                   ("int4a8", "int8")]:
                 ct = os.path.join(tmp, "%s-%s" % (fam, experts))
                 r = run([shoal, "convert", hf, ct, "--experts", experts, "--dense", dense, "--group", "32"])
                 if r.returncode != 0:
