@@ -42,11 +42,11 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
     if (n_jobs <= 0)
         return;
     /* Decode's shape: every job the same rows and shapes, at least as many
-     * jobs as threads, evenly divisible. Then each thread runs whole
-     * experts (gate, up, SiLU, down) on its own, with no barrier: a sleeping
-     * thread's wake-up at a barrier costs tens of µs per layer. Any row
-     * range gives the same bits (each output row is computed alone), so
-     * this changes only who computes what. */
+     * jobs as threads. Then each thread runs whole experts (gate, up, SiLU,
+     * down) on its own, taking the next one when done, with no barrier: a
+     * sleeping thread's wake-up at a barrier costs tens of µs per layer.
+     * Any row range gives the same bits (each output row is computed
+     * alone), so this changes only who computes what. */
     int whole = 1;
     for (int64_t k = 1; k < n_jobs && whole; k++)
         whole = jobs[k].n == jobs[0].n && jobs[k].w->w_gate.rows == jobs[0].w->w_gate.rows &&
@@ -56,10 +56,11 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
     {
         const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
         float *row = row_buf ? shoal_xmalloc((size_t)cols_max * sizeof(float)) : NULL;
-        if (whole && nth > 1 && n_jobs % nth == 0) {
-            int64_t k0, k1;
-            shoal_split_rows(n_jobs, ith, nth, &k0, &k1);
-            for (int64_t k = k0; k < k1; k++) {
+        if (whole && nth > 1 && n_jobs >= nth) {
+            /* experts handed out one at a time: a thread that wakes late
+             * (passive waits, a descheduled vCPU) takes fewer of them */
+#pragma omp for schedule(dynamic, 1) nowait
+            for (int64_t k = 0; k < n_jobs; k++) {
                 gate_up_silu(&jobs[k], 0, 1, row);
                 shoal_linear_part(jobs[k].out, jobs[k].scratch, jobs[k].n, &jobs[k].w->w_down,
                                   0, 1, row);
