@@ -489,13 +489,10 @@ static inline __m512i pair_sums(__m512i a, __m512i b, __m512i ie, __m512i io)
 }
 
 /* The int32 lanes of chunks c0 .. c0+nc-1 of one row into v[]: lane l of
- * v[c] = sum over its 8 columns of nibble * activation. Two versions with
- * the same integers: vpmaddubsw + vpmaddwd (AVX-512 BW) and vpdpbusd
- * (AVX-512 VNNI: Ice Lake, Zen 4 and later), chosen per call. */
-typedef void (*a8_chunks_fn)(__m512i *v, const uint8_t *qs, const int8_t *q, int64_t c0,
-                             int nc, int prefetch);
-
-static void a8_chunks(__m512i *v, const uint8_t *qs, const int8_t *q, int64_t c0, int nc,
+ * v[c] = sum over its 8 columns of nibble * activation. (A vpdpbusd
+ * version, AVX-512 VNNI, gave the same speed here: the kernel is
+ * memory-bound; it was dropped.) */
+static inline void a8_chunks(__m512i *v, const uint8_t *qs, const int8_t *q, int64_t c0, int nc,
                       int prefetch)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), ones = _mm512_set1_epi16(1);
@@ -513,36 +510,17 @@ static void a8_chunks(__m512i *v, const uint8_t *qs, const int8_t *q, int64_t c0
     }
 }
 
-__attribute__((target("avx512vnni"))) static void a8_chunks_vnni(__m512i *v, const uint8_t *qs,
-                                                                 const int8_t *q, int64_t c0,
-                                                                 int nc, int prefetch)
-{
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    for (int c = 0; c < nc; c++) {
-        const uint8_t *p = qs + 64 * (size_t)(c0 + c);
-        if (prefetch)
-            _mm_prefetch((const char *)p + A8_PF, _MM_HINT_T0);
-        const __m512i b = _mm512_loadu_si512(p);
-        const __m512i lo = _mm512_and_si512(b, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
-        const int8_t *e = q + 128 * (c0 + c);
-        v[c] = _mm512_dpbusd_epi32(
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(e)), hi,
-            _mm512_loadu_si512(e + 64));
-    }
-}
-
 /* Group sums of one row's segment of nc chunks into pr[0 .. nc*128/G):
  * pr[g] = (d[g] * dx[g]) * (float)isum[g] for the segment's groups. */
 static inline void a8_segment(float *pr, const uint8_t *qs, const float *dw, const int8_t *q,
                               const float *dx, const int32_t *sx, int64_t c0, int nc, int G,
-                              int levels, int prefetch, a8_chunks_fn chunks)
+                              int levels, int prefetch)
 {
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
                                          24, 26, 28, 30);
     const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
     __m512i v[A8_SEG];
-    chunks(v, qs, q, c0, nc, prefetch);
+    a8_chunks(v, qs, q, c0, nc, prefetch);
     int nv = nc;
     for (int l = 0; l < levels; l++) {
         const int m = (nv + 1) / 2;
@@ -584,8 +562,6 @@ static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_
     const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
     const int64_t n_group = n / G, nck = n / 128;
     const int block = n_group <= A8_MAXG ? 16 : 1;
-    const a8_chunks_fn chunks =
-        __builtin_cpu_supports("avx512vnni") ? a8_chunks_vnni : a8_chunks;
     float pr[16][A8_MAXG];
     for (int64_t rb = r0; rb < r1; rb += block) {
         const int nr = r1 - rb < block ? (int)(r1 - rb) : block;
@@ -605,7 +581,7 @@ static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_
                     float *dst = block == 16 ? pr[i] + g0 : pr[0];
                     a8_segment(dst, row + 4 * (size_t)n_group,
                                (const float *)(const void *)row, q, dx, sx, c0, nc, G, levels,
-                               t == 0, chunks);
+                               t == 0);
                     if (block == 1)
                         for (int g = 0; g < nc * 128 / G; g++)
                             acc[0] = acc[0] + pr[0][g];
