@@ -409,10 +409,66 @@ static void linear_rows_neon(float *y, const float *x, int64_t n_tok,
     }
 }
 
+/* ---- INT4A8 (quant.h "Int8 activations") ----------------------------------
+ * Baseline ARMv8 NEON (no dotprod needed). 16 packed bytes are 32 columns:
+ * their low nibbles are the even columns, at the activation chunk's
+ * 16 k .. 16 k + 15 for piece k of the chunk, their high nibbles the odd
+ * ones, 64 further on (struct shoal_quant_act). vmull_s8 multiplies
+ * nibble (0..15) by activation; the four int16 products of a lane add up
+ * to at most 4 * 15 * 127, so they are summed in int16, widened pairwise
+ * to int32 and accumulated per group (G = 32, 64, 128 is 1, 2 or 4
+ * pieces). The integers are exact and the f32 combine runs in group order
+ * as the scalar one: the scalar table's bits. Widths that are not a
+ * multiple of 32 go scalar. */
+static void rows_a8_neon(float *y, const struct shoal_quant_act *a, int64_t n_tok,
+                         const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
+{
+    const int64_t n = w->cols;
+    if (n % 32 != 0) {
+        shoal_quant_a8_rows_scalar(y, a, n_tok, w, r0, r1);
+        return;
+    }
+    const int G = w->group;
+    const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
+    const int64_t n_group = n / G;
+    const int pieces = G / 32;
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
+        const uint8_t *qs = row + 4 * (size_t)n_group;
+        for (int64_t t = 0; t < n_tok; t++) {
+            const int8_t *q = a->q + t * a->q_stride;
+            const float *dx = a->d + t * a->n_group;
+            const int32_t *sx = a->s + t * a->n_group;
+            float acc = 0.0f;
+            for (int64_t g = 0; g < n_group; g++) {
+                int32x4_t s32 = vdupq_n_s32(0);
+                for (int k = 0; k < pieces; k++) {
+                    const int64_t i0 = g * G + 32 * k;           /* first column */
+                    const uint8x16_t b = vld1q_u8(qs + i0 / 2);
+                    const int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(b, m4));
+                    const int8x16_t hi = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
+                    const int8_t *e = q + (i0 - (i0 & 127)) + (i0 & 127) / 2;
+                    const int8x16_t ev = vld1q_s8(e), ov = vld1q_s8(e + 64);
+                    int16x8_t p = vmull_s8(vget_low_s8(lo), vget_low_s8(ev));
+                    p = vaddq_s16(p, vmull_s8(vget_high_s8(lo), vget_high_s8(ev)));
+                    p = vaddq_s16(p, vmull_s8(vget_low_s8(hi), vget_low_s8(ov)));
+                    p = vaddq_s16(p, vmull_s8(vget_high_s8(hi), vget_high_s8(ov)));
+                    s32 = vpadalq_s16(s32, p);
+                }
+                const int32_t isum = vaddvq_s32(s32) - sx[g];
+                float dwg;
+                memcpy(&dwg, row + 4 * (size_t)g, sizeof dwg);
+                acc = acc + (dwg * dx[g]) * (float)isum;
+            }
+            y[t * w->rows + r] = acc;
+        }
+    }
+}
+
 const struct shoal_quant_ops shoal_quant_ops_neon = {
     .name = "neon",
     .dot = dot_neon,
     .linear_rows = linear_rows_neon,
-    /* INT4A8 on NEON is the scalar code for now (no sdot kernel yet) */
-    .linear_rows_a8 = shoal_quant_a8_rows_scalar,
+    .linear_rows_a8 = rows_a8_neon,
 };
