@@ -18,8 +18,7 @@ static void gate_up_silu(const struct shoal_expert_ffn_job *j, int ith, int nth,
 {
     const int64_t n = j->n, n_ff = j->w->w_gate.rows;
     float *g = j->scratch, *u = j->scratch + n * n_ff;
-    shoal_linear_part(g, j->x, n, &j->w->w_gate, ith, nth, row);
-    shoal_linear_part(u, j->x, n, &j->w->w_up, ith, nth, row);
+    shoal_linear_pair_part(g, u, j->x, n, &j->w->w_gate, &j->w->w_up, ith, nth, row);
     int64_t r0, r1;
     shoal_split_rows(n_ff, ith, nth, &r0, &r1);
     for (int64_t t = 0; t < n; t++)

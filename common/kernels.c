@@ -129,3 +129,22 @@ void shoal_softmax(float *x, int64_t n)
     for (int64_t i = 0; i < n; i++)
         x[i] *= inv;
 }
+
+void shoal_linear_pair_part(float *y0, float *y1, const float *x, int64_t n_tok,
+                            const struct shoal_weight *w0, const struct shoal_weight *w1,
+                            int ith, int nth, float *row_buf)
+{
+    if (w0->dtype == SHOAL_DTYPE_INT4A8 && w1->dtype == SHOAL_DTYPE_INT4A8 &&
+        w0->cols == w1->cols && w0->group == w1->group) {
+        const struct shoal_quant_weight q0 = {SHOAL_QUANT_INT4, w0->group, w0->rows, w0->cols,
+                                              w0->data};
+        const struct shoal_quant_weight q1 = {SHOAL_QUANT_INT4, w1->group, w1->rows, w1->cols,
+                                              w1->data};
+        float *const y[2] = {y0, y1};
+        const struct shoal_quant_weight *const w[2] = {&q0, &q1};
+        shoal_quant_linear_a8_many_part(y, x, n_tok, w, 2, ith, nth);
+        return;
+    }
+    shoal_linear_part(y0, x, n_tok, w0, ith, nth, row_buf);
+    shoal_linear_part(y1, x, n_tok, w1, ith, nth, row_buf);
+}

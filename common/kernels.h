@@ -60,6 +60,14 @@ void shoal_linear_many(const struct shoal_linear_job *jobs, int n_jobs);
 void shoal_linear_part(float *y, const float *x, int64_t n_tok,
                        const struct shoal_weight *w, int ith, int nth, float *row_buf);
 
+/* shoal_linear_part of two weights that read the same x (an expert's gate
+ * and up): the same bits as two calls; when both are INT4A8 of the same
+ * shape, x is quantized to int8 once instead of twice.
+ * Thread: one OpenMP thread of the caller's region. */
+void shoal_linear_pair_part(float *y0, float *y1, const float *x, int64_t n_tok,
+                            const struct shoal_weight *w0, const struct shoal_weight *w1,
+                            int ith, int nth, float *row_buf);
+
 /* The even split of rows among nth threads: thread ith gets [*r0, *r1). */
 static inline void shoal_split_rows(int64_t rows, int ith, int nth, int64_t *r0, int64_t *r1)
 {

@@ -245,6 +245,16 @@ void shoal_quant_linear_a8_part(float *y, const float *x, int64_t n_tok,
                                 const struct shoal_quant_weight *w, int ith,
                                 int nth);
 
+/* shoal_quant_linear_a8_part for n_w (1 or 2) weights of the same cols and
+ * G that read the same x (an expert's gate and up): x is quantized once,
+ * each weight's rows split as shoal_quant_linear_a8_part splits them, so
+ * the bits are those of separate calls.
+ *   y  [n_w] outputs, y[k] [n_tok][w[k]->rows]; w [n_w], borrowed.
+ * Thread: compute. */
+void shoal_quant_linear_a8_many_part(float *const *y, const float *x, int64_t n_tok,
+                                     const struct shoal_quant_weight *const *w, int n_w,
+                                     int ith, int nth);
+
 /* The whole of shoal_quant_linear_a8_part in its own OpenMP region.
  * Returns 0, or SHOAL_EINVAL for a weight that is not INT4 with a valid
  * G and shape, or n_tok < 0. Thread: main. */

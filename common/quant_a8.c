@@ -139,31 +139,37 @@ void shoal_quant_a8_rows_scalar(float *y, const struct shoal_quant_act *a,
     }
 }
 
-void shoal_quant_linear_a8_part(float *y, const float *x, int64_t n_tok,
-                                const struct shoal_quant_weight *w, int ith,
-                                int nth)
+void shoal_quant_linear_a8_many_part(float *const *y, const float *x, int64_t n_tok,
+                                     const struct shoal_quant_weight *const *w, int n_w,
+                                     int ith, int nth)
 {
-    const int64_t per = w->rows / nth, rem = w->rows % nth;
-    const int64_t r0 = ith * per + (ith < rem ? ith : rem);
-    const int64_t r1 = r0 + per + (ith < rem ? 1 : 0);
-    if (r0 >= r1 || n_tok < 1)
+    if (n_tok < 1 || n_w < 1)
         return;
-    const int64_t n = w->cols;
-    const size_t tok_bytes = shoal_quant_act_bytes(n, w->group);
+    int64_t r0[2], r1[2];
+    for (int k = 0; k < n_w; k++) {
+        const int64_t per = w[k]->rows / nth, rem = w[k]->rows % nth;
+        r0[k] = ith * per + (ith < rem ? ith : rem);
+        r1[k] = r0[k] + per + (ith < rem ? 1 : 0);
+    }
+    const int64_t n = w[0]->cols;
+    const size_t tok_bytes = shoal_quant_act_bytes(n, w[0]->group);
     if (tok_bytes > ACT_TILE_BYTES) {
         /* very wide rows: quantize group by group on the fly (same bits) */
-        const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, w->group);
-        for (int64_t r = r0; r < r1; r++)
-            for (int64_t t = 0; t < n_tok; t++)
-                y[t * w->rows + r] = shoal_quant_dot_a8(
-                    w->group, x + t * n, (const uint8_t *)w->data + (size_t)r * row_bytes, n);
+        for (int k = 0; k < n_w; k++) {
+            const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, w[k]->group);
+            for (int64_t r = r0[k]; r < r1[k]; r++)
+                for (int64_t t = 0; t < n_tok; t++)
+                    y[k][t * w[k]->rows + r] = shoal_quant_dot_a8(
+                        w[k]->group, x + t * n,
+                        (const uint8_t *)w[k]->data + (size_t)r * row_bytes, n);
+        }
         return;
     }
     /* int8 q first (64-byte aligned), then the f32 scales and int32 sums */
     _Alignas(64) uint8_t tile[ACT_TILE_BYTES];
     const int64_t per_tile = (int64_t)(ACT_TILE_BYTES / tok_bytes);
-    struct shoal_quant_act a = {.n = n, .group = w->group,
-                                .n_group = (n + w->group - 1) / w->group,
+    struct shoal_quant_act a = {.n = n, .group = w[0]->group,
+                                .n_group = (n + w[0]->group - 1) / w[0]->group,
                                 .q_stride = round128(n)};
     for (int64_t t0 = 0; t0 < n_tok; t0 += per_tile) {
         const int64_t nt = n_tok - t0 < per_tile ? n_tok - t0 : per_tile;
@@ -171,9 +177,18 @@ void shoal_quant_linear_a8_part(float *y, const float *x, int64_t n_tok,
         a.d = (float *)(tile + (size_t)nt * (size_t)a.q_stride);
         a.s = (int32_t *)(a.d + nt * a.n_group);
         shoal_quant_act_quantize(&a, x + t0 * n, nt);
-        /* y rows of tokens t0.. : the kernels index y[t * w->rows + r] */
-        shoal_quant_active_ops()->linear_rows_a8(y + t0 * w->rows, &a, nt, w, r0, r1);
+        /* the kernels index y[t * w->rows + r] from token t0's rows */
+        for (int k = 0; k < n_w; k++)
+            if (r0[k] < r1[k])
+                shoal_quant_active_ops()->linear_rows_a8(y[k] + t0 * w[k]->rows, &a, nt, w[k],
+                                                         r0[k], r1[k]);
     }
+}
+
+void shoal_quant_linear_a8_part(float *y, const float *x, int64_t n_tok,
+                                const struct shoal_quant_weight *w, int ith, int nth)
+{
+    shoal_quant_linear_a8_many_part(&y, x, n_tok, &w, 1, ith, nth);
 }
 
 int shoal_quant_linear_a8(float *y, const float *x, int64_t n_tok,

@@ -159,12 +159,15 @@ static float ffn_rand(uint32_t *s)
 /* bit-exact: a batch of experts (decode's shape: equal jobs, which threads
  * may run whole, and uneven ones, which they split by rows) gives the bytes
  * of one shoal_expert_ffn per expert on one thread, at 1, 2 and 3 threads,
- * for int4 and f32 experts */
+ * for int4, int4a8 and f32 experts; int4a8's single experts are also
+ * checked against shoal_quant_dot_a8 row by row (gate and up share one
+ * quantized input there, which must change nothing) */
 Test(kernels, expert_ffn_batch_equals_single_experts_at_any_thread_count)
 {
-    enum { N_EMBD = 96, N_FF = 80, N_EXP = 6 };
-    const enum shoal_dtype dtypes[] = {SHOAL_DTYPE_INT4, SHOAL_DTYPE_F32};
-    for (size_t id = 0; id < 2; id++) {
+    enum { N_EMBD = 256, N_FF = 160, N_EXP = 6 };
+    const enum shoal_dtype dtypes[] = {SHOAL_DTYPE_INT4, SHOAL_DTYPE_INT4A8, SHOAL_DTYPE_F32};
+    static const char *const names[] = {"int4", "int4a8", "f32"};
+    for (size_t id = 0; id < 3; id++) {
         const enum shoal_dtype dt = dtypes[id];
         struct shoal_expert_weights w[N_EXP];
         void *blobs[N_EXP][3];
@@ -176,7 +179,7 @@ Test(kernels, expert_ffn_batch_equals_single_experts_at_any_thread_count)
                 float *f = malloc((size_t)(rows * cols) * sizeof(float));
                 for (int64_t i = 0; i < rows * cols; i++)
                     f[i] = ffn_rand(&seed) * 0.2f;
-                if (dt == SHOAL_DTYPE_INT4) {
+                if (dt != SHOAL_DTYPE_F32) {
                     const size_t b = shoal_quant_matrix_bytes(SHOAL_QUANT_INT4, rows, cols, 32);
                     blobs[e][k] = malloc(b);
                     cr_assert(eq(int, shoal_quant_quantize_matrix(SHOAL_QUANT_INT4, 32, blobs[e][k], b, f,
@@ -202,6 +205,26 @@ Test(kernels, expert_ffn_batch_equals_single_experts_at_any_thread_count)
                     x[e][i] = ffn_rand(&seed);
                 omp_set_num_threads(1);
                 shoal_expert_ffn(want[e], x[e], n, &w[e], scr[e]);
+                if (dt == SHOAL_DTYPE_INT4A8)
+                    for (int64_t t = 0; t < n; t++) {
+                        float h[N_FF];
+                        const size_t rg = shoal_quant_row_bytes(SHOAL_QUANT_INT4, N_EMBD, 32);
+                        const size_t rd = shoal_quant_row_bytes(SHOAL_QUANT_INT4, N_FF, 32);
+                        for (int r = 0; r < N_FF; r++) {
+                            const float gv = shoal_quant_dot_a8(
+                                32, x[e] + t * N_EMBD, (const uint8_t *)blobs[e][0] + r * rg, N_EMBD);
+                            const float uv = shoal_quant_dot_a8(
+                                32, x[e] + t * N_EMBD, (const uint8_t *)blobs[e][1] + r * rg, N_EMBD);
+                            h[r] = shoal_silu(gv) * uv;
+                        }
+                        for (int r = 0; r < N_EMBD; r++) {
+                            const float ref = shoal_quant_dot_a8(
+                                32, h, (const uint8_t *)blobs[e][2] + r * rd, N_FF);
+                            cr_assert(eq(int, memcmp(&ref, &want[e][t * N_EMBD + r], 4), 0),
+                                      "int4a8 expert %d token %lld row %d: %.9g vs dot_a8 %.9g", e,
+                                      (long long)t, r, want[e][t * N_EMBD + r], ref);
+                        }
+                    }
             }
             for (int threads = 1; threads <= 3; threads++)
                 for (int n_jobs = 1; n_jobs <= N_EXP; n_jobs++) {
@@ -215,7 +238,7 @@ Test(kernels, expert_ffn_batch_equals_single_experts_at_any_thread_count)
                     for (int e = 0; e < n_jobs; e++)
                         cr_assert(eq(int, memcmp(got[e], want[e], (size_t)(shapes[sh][e] * N_EMBD) * sizeof(float)), 0),
                                   "%s rows %s, %d jobs, %d threads: expert %d differs",
-                                  id ? "f32" : "int4", sh ? "uneven" : "all 1", n_jobs, threads, e);
+                                  names[id], sh ? "uneven" : "all 1", n_jobs, threads, e);
                 }
             for (int e = 0; e < N_EXP; e++) {
                 free(x[e]);
