@@ -85,6 +85,8 @@ struct shoal_expert_store {
     uint32_t *hint_mark;                     /* [n_layer * n_expert] generation that hinted it */
     uint32_t *hint_gen;                      /* [n_layer] generation of the layer's last hint */
     uint8_t *hint_valid;                     /* [n_layer] the last hint is for the coming step */
+    int64_t *layer_ready;                    /* [n_layer] pinned/cache entries READY */
+    int64_t *layer_held;                     /* [n_layer] experts this container holds */
     int64_t last_il;                         /* layer of the last acquire, -1 */
     int64_t first_moe;                       /* first MoE layer (counts tokens), -1 */
     int inflight;                            /* reads in flight, all sources */
@@ -202,6 +204,7 @@ static void cache_drop(struct shoal_expert_store *s, struct entry *e, int evicti
 {
     lru_unlink(s, e);
     s->slot[e->il * s->ct->n_expert + e->ie] = NULL;
+    s->layer_ready[e->il] -= e->state == ENTRY_READY;
     s->st.cached_bytes -= s->ct->blob_bytes;
     s->st.cached_experts--;
     if (eviction) {
@@ -334,6 +337,8 @@ static void on_read(struct shoal_io_req *req)
         src->st.bytes_read += ct->blob_bytes;
         s->st.bytes_read += ct->blob_bytes;
         e->state = ENTRY_READY;
+        if (e->tier != TIER_STAGING)
+            s->layer_ready[e->il]++;
     } else {
         src->st.errors++;
         entry_fail(e, code, msg);
@@ -754,6 +759,11 @@ struct shoal_expert_store *shoal_expert_store_create(const struct shoal_containe
     s->hint_mark = shoal_xcalloc((size_t)total + 1, sizeof *s->hint_mark);
     s->hint_gen = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->hint_gen);
     s->hint_valid = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->hint_valid);
+    s->layer_ready = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->layer_ready);
+    s->layer_held = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->layer_held);
+    for (int64_t il = 0; il < ct->n_layer; il++)
+        for (int64_t ie = 0; ie < ct->n_expert; ie++)
+            s->layer_held[il] += shoal_container_holds(ct, il, ie);
     for (int64_t il = 0; il < ct->n_layer && s->first_moe < 0; il++)
         if (ct->layer_offset[il] != UINT64_MAX)
             s->first_moe = il;
@@ -840,6 +850,8 @@ void shoal_expert_store_destroy(struct shoal_expert_store *s)
     for (int i = 0; i < s->n_source; i++)
         close_source(&s->src[i]);
     free(s->slot);
+    free(s->layer_ready);
+    free(s->layer_held);
     free(s->held);
     free(s->held_kind);
     free(s->hint_mark);
@@ -1127,6 +1139,16 @@ void shoal_expert_store_release(struct shoal_expert_store *s, int64_t il, int64_
 int shoal_expert_store_wants_hints(const struct shoal_expert_store *s)
 {
     return s->p.prefetch != 0;
+}
+
+int shoal_expert_store_layer_resident(struct shoal_expert_store *s, int64_t il)
+{
+    if (il < 0 || il >= s->ct->n_layer)
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    const int all = s->layer_held[il] > 0 && s->layer_ready[il] == s->layer_held[il];
+    pthread_mutex_unlock(&s->mu);
+    return all;
 }
 
 void shoal_expert_store_hint(struct shoal_expert_store *s, int64_t il, const int32_t *ids,

@@ -193,6 +193,13 @@ void shoal_expert_store_release(struct shoal_expert_store *s, int64_t il, int64_
  * computing them. Thread: any. */
 int shoal_expert_store_wants_hints(const struct shoal_expert_store *s);
 
+/* 1 when every expert of layer il that this store holds is in memory
+ * (pinned or cached, its read complete), so a hint for it would do
+ * nothing and a caller can skip computing one (the warm case: the router
+ * lookahead costs a parallel region per layer). 0 otherwise, or for a
+ * layer out of range or without experts. Thread: main (takes the lock). */
+int shoal_expert_store_layer_resident(struct shoal_expert_store *s, int64_t il);
+
 /* Hint that layer il will soon use experts ids (router lookahead): start
  * reads of those not resident, into the cache tier, as far as its budget
  * allows without evicting anything in use. Never blocks on I/O, never

@@ -292,7 +292,8 @@ static void prefetch_next(struct shoal_ctx *ctx, int64_t il, int64_t n)
     const struct shoal_model *m = ctx->model;
     const struct shoal_model_config *c = &m->cfg;
     if (!m->store || il + 1 >= c->n_layer || !shoal_layer_is_moe(c, il + 1) ||
-        !shoal_expert_store_wants_hints(m->store))
+        !shoal_expert_store_wants_hints(m->store) ||
+        shoal_expert_store_layer_resident(m->store, il + 1))
         return;
     const int64_t NE = c->n_expert, K = c->n_expert_used;
     shoal_linear(ctx->router, ctx->h, n, &m->layers[il + 1].w_router, NULL); /* [n][NE] */

@@ -227,6 +227,36 @@ Test(expert_store, lru_keeps_the_budget_and_evicts_least_recent, .timeout = 60)
     rm_rf(F.dir);
 }
 
+/* layer_resident: 1 exactly when every expert of the layer is in memory;
+ * an eviction makes it 0 again; a dense layer or one out of range is 0 */
+Test(expert_store, layer_resident_follows_reads_and_evictions, .timeout = 60)
+{
+    make(1);
+    struct shoal_err err = {0};
+    struct shoal_expert_weights w;
+    for (int small = 0; small < 2; small++) {
+        struct shoal_expert_store *s =
+            open_store(params(small ? N_EXPERT * BLOB : UINT64_MAX, SHOAL_IO_PREAD, 2));
+        cr_assert(eq(int, shoal_expert_store_layer_resident(s, 0), 0), "nothing read yet");
+        for (int ie = 0; ie < N_EXPERT; ie++) {
+            cr_assert(eq(int, shoal_expert_store_acquire(s, 0, ie, &w, &err), 0), "%s", err.msg);
+            shoal_expert_store_release(s, 0, ie);
+            cr_assert(eq(int, shoal_expert_store_layer_resident(s, 0), ie == N_EXPERT - 1),
+                      "cache %s, after expert %d", small ? "one layer" : "unlimited", ie);
+        }
+        /* one expert of layer 2: in a cache of one layer it evicts one of layer 0 */
+        cr_assert(eq(int, shoal_expert_store_acquire(s, 2, 0, &w, &err), 0), "%s", err.msg);
+        shoal_expert_store_release(s, 2, 0);
+        cr_assert(eq(int, shoal_expert_store_layer_resident(s, 0), !small));
+        cr_assert(eq(int, shoal_expert_store_layer_resident(s, 2), 0), "layer 2: one of 8 read");
+        cr_assert(eq(int, shoal_expert_store_layer_resident(s, 1), 0), "dense layer");
+        cr_assert(eq(int, shoal_expert_store_layer_resident(s, -1), 0));
+        cr_assert(eq(int, shoal_expert_store_layer_resident(s, N_LAYER), 0));
+        shoal_expert_store_destroy(s);
+    }
+    rm_rf(F.dir);
+}
+
 Test(expert_store, union_over_budget_is_served_in_parts_from_staging, .timeout = 60)
 {
     make(0);
