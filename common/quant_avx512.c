@@ -492,7 +492,7 @@ static inline __m512i pair_sums(__m512i a, __m512i b, __m512i ie, __m512i io)
  * v[c] = sum over its 8 columns of nibble * activation. (A vpdpbusd
  * version, AVX-512 VNNI, gave the same speed here: the kernel is
  * memory-bound; it was dropped.) */
-static inline void a8_chunks(__m512i *v, const uint8_t *qs, const int8_t *q, int64_t c0, int nc,
+static inline __attribute__((always_inline)) void a8_chunks(__m512i *v, const uint8_t *qs, const int8_t *q, int64_t c0, int nc,
                       int prefetch)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), ones = _mm512_set1_epi16(1);
@@ -512,7 +512,7 @@ static inline void a8_chunks(__m512i *v, const uint8_t *qs, const int8_t *q, int
 
 /* Group sums of one row's segment of nc chunks into pr[0 .. nc*128/G):
  * pr[g] = (d[g] * dx[g]) * (float)isum[g] for the segment's groups. */
-static inline void a8_segment(float *pr, const uint8_t *qs, const float *dw, const int8_t *q,
+static inline __attribute__((always_inline)) void a8_segment(float *pr, const uint8_t *qs, const float *dw, const int8_t *q,
                               const float *dx, const int32_t *sx, int64_t c0, int nc, int G,
                               int levels, int prefetch)
 {
@@ -540,6 +540,27 @@ static inline void a8_segment(float *pr, const uint8_t *qs, const float *dw, con
                                         _mm512_maskz_loadu_ps(k, dx + gi));
         _mm512_mask_storeu_ps(pr + 16 * h, k, _mm512_mul_ps(dd, f));
     }
+}
+
+/* a8_segment with nc and G as constants for the common segment sizes (16
+ * chunks: every full segment; 8 and 6: the last one of 1024- and
+ * 768-column rows), so that v[] stays in registers and the reduction
+ * unrolls: 1.25x on a cache-resident [2048][768] down matrix. Others take
+ * the general code. Same integers either way. */
+static inline __attribute__((always_inline)) void a8_segment_any(float *pr, const uint8_t *qs, const float *dw, const int8_t *q,
+                           const float *dx, const int32_t *sx, int64_t c0, int nc, int G,
+                           int levels, int prefetch)
+{
+#define A8_CASE(NC, GG, LV)                                                                \
+    if (nc == (NC) && G == (GG)) {                                                         \
+        a8_segment(pr, qs, dw, q, dx, sx, c0, (NC), (GG), (LV), prefetch);                 \
+        return;                                                                            \
+    }
+    A8_CASE(16, 32, 2) A8_CASE(16, 64, 3) A8_CASE(16, 128, 4)
+    A8_CASE(8, 32, 2) A8_CASE(8, 64, 3) A8_CASE(8, 128, 4)
+    A8_CASE(6, 32, 2) A8_CASE(6, 64, 3) A8_CASE(6, 128, 4)
+#undef A8_CASE
+    a8_segment(pr, qs, dw, q, dx, sx, c0, nc, G, levels, prefetch);
 }
 
 /* Rows in blocks of 16: each row's group terms go to pr[row][] (segment by
@@ -579,9 +600,9 @@ static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_
                     const int nc = nck - c0 < A8_SEG ? (int)(nck - c0) : A8_SEG;
                     const int64_t g0 = c0 * 128 / G;
                     float *dst = block == 16 ? pr[i] + g0 : pr[0];
-                    a8_segment(dst, row + 4 * (size_t)n_group,
-                               (const float *)(const void *)row, q, dx, sx, c0, nc, G, levels,
-                               t == 0);
+                    a8_segment_any(dst, row + 4 * (size_t)n_group,
+                                   (const float *)(const void *)row, q, dx, sx, c0, nc, G,
+                                   levels, t == 0);
                     if (block == 1)
                         for (int g = 0; g < nc * 128 / G; g++)
                             acc[0] = acc[0] + pr[0][g];
