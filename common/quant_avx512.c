@@ -542,6 +542,34 @@ static inline __attribute__((always_inline)) void a8_segment(float *pr, const ui
     }
 }
 
+/* In-register transpose of 16 x 16 f32: c[i] lane j becomes c[j] lane i. */
+static inline void transpose16(__m512 c[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(c[i], c[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(c[i], c[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        c[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        c[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        c[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        c[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    /* c[4b + k] now holds, per 128-bit lane L, rows 4b..4b+3 of column 4L + k */
+    for (int i = 0; i < 8; i++) {
+        const int b = i / 4 * 8 + i % 4;     /* 0 1 2 3 8 9 10 11 */
+        t[i] = _mm512_shuffle_f32x4(c[b], c[b + 4], 0x88);       /* lanes 0,2 | 0,2 */
+        t[i + 8] = _mm512_shuffle_f32x4(c[b], c[b + 4], 0xdd);   /* lanes 1,3 | 1,3 */
+    }
+    for (int i = 0; i < 4; i++) {
+        c[i] = _mm512_shuffle_f32x4(t[i], t[i + 4], 0x88);
+        c[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 4], 0xdd);
+        c[i + 4] = _mm512_shuffle_f32x4(t[i + 8], t[i + 12], 0x88);
+        c[i + 12] = _mm512_shuffle_f32x4(t[i + 8], t[i + 12], 0xdd);
+    }
+}
+
 /* a8_segment with nc and G as constants for the common segment sizes (16
  * chunks: every full segment; 8 and 6: the last one of 1024- and
  * 768-column rows), so that v[] stays in registers and the reduction
@@ -583,7 +611,10 @@ static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_
     const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
     const int64_t n_group = n / G, nck = n / 128;
     const int block = n_group <= A8_MAXG ? 16 : 1;
-    float pr[16][A8_MAXG];
+    /* zeroed once: a last block of fewer than 16 rows, and the last
+     * 16 groups, transpose lanes that are never added */
+    float pr[16][A8_MAXG + 16];
+    memset(pr, 0, sizeof pr);
     for (int64_t rb = r0; rb < r1; rb += block) {
         const int nr = r1 - rb < block ? (int)(r1 - rb) : block;
         for (int64_t t = 0; t < n_tok; t++) {
@@ -608,10 +639,22 @@ static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_
                             acc[0] = acc[0] + pr[0][g];
                 }
             }
-            if (block == 16)
-                for (int64_t g = 0; g < n_group; g++)
-                    for (int i = 0; i < nr; i++)
-                        acc[i] = acc[i] + pr[i][g];
+            if (block == 16) {
+                /* 16 groups at a time: transpose 16 rows x 16 group terms,
+                 * then add column after column (group order), one lane per
+                 * row: the scalar chains' operations, vectorized */
+                __m512 acc16 = _mm512_setzero_ps();
+                for (int64_t g0 = 0; g0 < n_group; g0 += 16) {
+                    __m512 c[16];
+                    for (int i = 0; i < 16; i++)
+                        c[i] = _mm512_loadu_ps(&pr[i][g0]);
+                    transpose16(c);
+                    const int64_t cnt = n_group - g0 < 16 ? n_group - g0 : 16;
+                    for (int64_t j = 0; j < cnt; j++)
+                        acc16 = _mm512_add_ps(acc16, c[j]);
+                }
+                _mm512_storeu_ps(acc, acc16);
+            }
             for (int i = 0; i < nr; i++)
                 y[t * w->rows + rb + i] = acc[i];
         }
