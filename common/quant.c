@@ -321,15 +321,15 @@ static const struct shoal_quant_ops *ops_avx2(void)
     return NULL;
 }
 
-/* AVX-512 F/BW/VL/VBMI; __builtin_cpu_supports also checks that the OS
- * saves the AVX-512 registers (XCR0) */
+/* AVX-512 F/BW/VL/VBMI/VNNI (Ice Lake, Zen 4 and later); __builtin_cpu_supports
+ * also checks that the OS saves the AVX-512 registers (XCR0) */
 static const struct shoal_quant_ops *ops_avx512(void)
 {
 #if defined(SHOAL_QUANT_HAVE_AVX512)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512vbmi"))
+        __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni"))
         return &shoal_quant_ops_avx512;
 #endif
     return NULL;

@@ -269,9 +269,9 @@ enum shoal_quant_isa {
     SHOAL_QUANT_ISA_SCALAR,     /* the reference (tests, debugging) */
     SHOAL_QUANT_ISA_AVX2,       /* x86-64 with AVX2 (built with -mavx2, no FMA) */
     SHOAL_QUANT_ISA_NEON,       /* aarch64 */
-    SHOAL_QUANT_ISA_AVX512,     /* x86-64 with AVX-512 F/BW/VL/VBMI (no FMA):
+    SHOAL_QUANT_ISA_AVX512,     /* x86-64 with AVX-512 F/BW/VL/VBMI/VNNI (no FMA):
                                    int4/int8 linears; the dot as AVX2 */
-    SHOAL_QUANT_ISA_AVX512BW,   /* the same without VBMI (Skylake-SP, Cascade
+    SHOAL_QUANT_ISA_AVX512BW,   /* the same without VBMI/VNNI (Skylake-SP, Cascade
                                    Lake): one more instruction per step */
 };
 

@@ -519,7 +519,8 @@ Test(quant, auto_selects_the_simd_kernels_of_this_cpu)
 #elif defined(__x86_64__)
     __builtin_cpu_init();
     const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
+                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
+                       __builtin_cpu_supports("avx512vnni");
 #if defined(SHOAL_QUANT_HAVE_AVX512)
     if (avx512 && __builtin_cpu_supports("avx2"))
         cr_assert(eq(str, (char *)name, "avx512"));
