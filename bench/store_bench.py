@@ -231,6 +231,9 @@ def main():
     ap.add_argument("--workdir", default="/work/bench-data")
     ap.add_argument("--gb", type=float, default=8.0, help="size of the synthesized model")
     ap.add_argument("--family", default="qwen3_moe")
+    ap.add_argument("--experts", default="int4a8",
+                    help="expert dtype of the synthesized model (int4a8: int4 bytes computed "
+                         "against int8 activations; int4: f32 activations)")
     ap.add_argument("--tokens", type=int, default=24, help="decode tokens per cold run")
     ap.add_argument("--warm-tokens", type=int, default=24, help="measured decode tokens, warm")
     ap.add_argument("--prompt-len", type=int, default=8)
@@ -264,10 +267,11 @@ def main():
     # the container
     model = a.model
     if not model:
-        model = os.path.join(a.workdir, "%s-%gg" % (a.family, a.gb))
+        model = os.path.join(a.workdir, "%s-%gg-%s" % (a.family, a.gb, a.experts))
         if not os.path.exists(os.path.join(model, "shoal.json")):
             log("synthesizing %s (%g GB)..." % (model, a.gb))
-            cmd = ["nice", shoal, "synth", model, "--gb", str(a.gb), "--family", a.family, "--force"]
+            cmd = ["nice", shoal, "synth", model, "--gb", str(a.gb), "--family", a.family,
+                   "--experts", a.experts, "--force"]
             r = sh(cmd, timeout=7200)
             if r.returncode != 0:
                 log(r.stderr)
