@@ -268,16 +268,23 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--types"))
             types = v;
         else if (!strcmp(a, "--shape")) {
-            long e = 0, f = 0;
-            char tail = 0;
-            if (sscanf(v, "%ld,%ld%c", &e, &f, &tail) != 2 || e < 8 || f < 8 || e > 65536 ||
-                f > 65536) {
+            /* two integers split at the comma, each through the shared
+             * parser (no white space, no sign games, no trailing bytes) */
+            long long e = 0, f = 0;
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", v);
+            char *comma = strchr(buf, ',');
+            if (comma)
+                *comma = '\0';
+            if (!comma || strlen(v) >= sizeof buf ||
+                shoal_parse_i64(buf, 8, 65536, &e) != 0 ||
+                shoal_parse_i64(comma + 1, 8, 65536, &f) != 0) {
                 fprintf(stderr, "kernel_bench: --shape expects N_EMBD,N_FF (8 .. 65536 each), "
                                 "got '%s'\n", v);
                 rc = -1;
             }
-            n_embd = e;
-            n_ff = f;
+            n_embd = (long)e;
+            n_ff = (long)f;
         } else {
             json_path = v;
         }

@@ -59,7 +59,9 @@ def main():
             check(("GB/s x tok" in r.stdout) == (tokens > 1), "tokens=%d: the table's unit" % tokens)
         bad = [(["--group", "48"], "--group"), (["--types", "int4,int4"], "--types"),
                (["--types", ""], "--types"), (["--pool-mb", "1"], "--pool-mb"),
-               (["--shape", "2048"], "--shape"), (["--tokens", "0"], "--tokens"),
+               (["--shape", "2048"], "--shape"), (["--shape", " 2048,768"], "--shape"),
+               (["--shape", "2048,768x"], "--shape"), (["--types", "int4a8,int4a8"], "--types"),
+               (["--tokens", "0"], "--tokens"),
                (["--seconds", "-1"], "--seconds"), (["--bogus"], "--bogus"),
                (["--threads"], "--threads"),
                (["--json", os.path.join(tmp, "no", "such", "dir.json")], "--json")]
