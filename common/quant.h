@@ -235,9 +235,9 @@ float shoal_quant_dot_a8(int group, const float *x, const void *row, int64_t n);
 /* y = x . W^T for an INT4 weight computed as INT4A8 (the rule above),
  * thread ith of nth's share of the rows (the split of
  * shoal_quant_linear_part). Each thread quantizes x itself into a 64 KiB
- * stack tile (tokens in tiles; above 32768 columns, the per-group scalar
- * path), so there is no barrier and nothing is allocated. Same bits at any
- * thread count, batch size and ISA.
+ * stack tile (tokens in tiles; when one token does not fit, above about
+ * 52 K columns, the per-group scalar path), so there is no barrier and
+ * nothing is allocated. Same bits at any thread count, batch size and ISA.
  *   y  [n_tok][w->rows] f32, written; x [n_tok][w->cols] f32, borrowed
  *   w  INT4 layout, borrowed (checked once at load)
  * Thread: compute (inside an OpenMP region, or alone with ith 0, nth 1). */
