@@ -488,19 +488,29 @@ static inline __m512i pair_sums(__m512i a, __m512i b, __m512i ie, __m512i io)
                             _mm512_permutex2var_epi32(a, io, b));
 }
 
-/* The int32 lanes of chunks c0 .. c0+nc-1 of one row into v[]: lane l of
- * v[c] = sum over its 8 columns of nibble * activation. The avx512 build
- * (VBMI and VNNI) uses vpdpbusd, 4-6 % faster on cache-resident weights;
- * the avx512bw build vpmaddubsw + vpmaddwd. Same integers. */
-static inline __attribute__((always_inline)) void a8_chunks(__m512i *v, const uint8_t *qs, const int8_t *q, int64_t c0, int nc,
-                      int prefetch)
+/* The int32 lanes of chunks c0 .. c0+nc-1 of one row into v[0 .. NC):
+ * lane l of v[c] = sum over its 8 columns of nibble * activation; v[c] = 0
+ * for nc <= c < NC. The last chunk of a row whose width is not a multiple
+ * of 128 holds tail < 64 packed bytes and is loaded under a byte mask (the
+ * activation's columns past the row are 0). The avx512 build (VBMI and
+ * VNNI) uses vpdpbusd, 4-6 % faster on cache-resident weights; the
+ * avx512bw build vpmaddubsw + vpmaddwd. Same integers. */
+static inline __attribute__((always_inline)) void
+a8_chunks(__m512i *v, const uint8_t *qs, const int8_t *q, int64_t c0, int NC, int nc, int tail,
+          int prefetch)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), ones = _mm512_set1_epi16(1);
-    for (int c = 0; c < nc; c++) {
+    for (int c = 0; c < NC; c++) {
+        if (c >= nc) {
+            v[c] = _mm512_setzero_si512();
+            continue;
+        }
         const uint8_t *p = qs + 64 * (size_t)(c0 + c);
         if (prefetch)
             _mm_prefetch((const char *)p + A8_PF, _MM_HINT_T0);
-        const __m512i b = _mm512_loadu_si512(p);
+        const __m512i b = c == nc - 1 && tail < 64
+                              ? _mm512_maskz_loadu_epi8((__mmask64)((1ull << tail) - 1ull), p)
+                              : _mm512_loadu_si512(p);
         const __m512i lo = _mm512_and_si512(b, m4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
         const int8_t *e = q + 128 * (c0 + c);
@@ -518,18 +528,20 @@ static inline __attribute__((always_inline)) void a8_chunks(__m512i *v, const ui
     }
 }
 
-/* Group sums of one row's segment of nc chunks into pr[0 .. nc*128/G):
- * pr[g] = (d[g] * dx[g]) * (float)isum[g] for the segment's groups. */
-static inline __attribute__((always_inline)) void a8_segment(float *pr, const uint8_t *qs, const float *dw, const int8_t *q,
-                              const float *dx, const int32_t *sx, int64_t c0, int nc, int G,
-                              int levels, int prefetch)
+/* The ng group terms of one row's segment (chunks c0 .. c0+nc-1, run as NC
+ * with zero chunks after them) into pr[0 .. ng):
+ * pr[g] = (d[g] * dx[g]) * (float)isum[g]. */
+static inline __attribute__((always_inline)) void
+a8_segment(float *pr, const uint8_t *qs, const float *dw, const int8_t *q, const float *dx,
+           const int32_t *sx, int64_t c0, int NC, int nc, int tail, int64_t ng, int G, int levels,
+           int prefetch)
 {
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
                                          24, 26, 28, 30);
     const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
     __m512i v[A8_SEG];
-    a8_chunks(v, qs, q, c0, nc, prefetch);
-    int nv = nc;
+    a8_chunks(v, qs, q, c0, NC, nc, tail, prefetch);
+    int nv = NC;
     for (int l = 0; l < levels; l++) {
         const int m = (nv + 1) / 2;
         for (int i = 0; i < m; i++)
@@ -537,7 +549,7 @@ static inline __attribute__((always_inline)) void a8_segment(float *pr, const ui
                              ie, io);
         nv = m;
     }
-    const int64_t g0 = c0 * 128 / G, ng = (int64_t)nc * 128 / G;
+    const int64_t g0 = c0 * 128 / G;
     for (int64_t h = 0; 16 * h < ng; h++) {
         const int cnt = ng - 16 * h < 16 ? (int)(ng - 16 * h) : 16;
         const __mmask16 k = (__mmask16)((1u << cnt) - 1u);
@@ -578,25 +590,27 @@ static inline void transpose16(__m512 c[16])
     }
 }
 
-/* a8_segment with nc and G as constants for the common segment sizes (16
- * chunks: every full segment; 8 and 6: the last one of 1024- and
- * 768-column rows), so that v[] stays in registers and the reduction
- * unrolls: 1.25x on a cache-resident [2048][768] down matrix. Others take
- * the general code. Same integers either way. */
-static inline __attribute__((always_inline)) void a8_segment_any(float *pr, const uint8_t *qs, const float *dw, const int8_t *q,
-                           const float *dx, const int32_t *sx, int64_t c0, int nc, int G,
-                           int levels, int prefetch)
+/* a8_segment with the chunk count rounded up to 2, 4, 6, 8 or 16 and G as
+ * compile-time constants (A8_SEG = 16 is the most), so that v[] stays in registers and the
+ * reduction unrolls (a cache-resident [2048][768] down matrix: 22 -> 28
+ * GB/s on one core; [1024][512] and [512][384] ran the general loop at
+ * 12 GB/s). Zero chunks past nc cost a little arithmetic, no loads. */
+static inline __attribute__((always_inline)) void
+a8_segment_any(float *pr, const uint8_t *qs, const float *dw, const int8_t *q, const float *dx,
+               const int32_t *sx, int64_t c0, int nc, int tail, int64_t ng, int G, int prefetch)
 {
 #define A8_CASE(NC, GG, LV)                                                                \
-    if (nc == (NC) && G == (GG)) {                                                         \
-        a8_segment(pr, qs, dw, q, dx, sx, c0, (NC), (GG), (LV), prefetch);                 \
+    if (nc <= (NC) && G == (GG)) {                                                         \
+        a8_segment(pr, qs, dw, q, dx, sx, c0, (NC), nc, tail, ng, (GG), (LV), prefetch);   \
         return;                                                                            \
     }
-    A8_CASE(16, 32, 2) A8_CASE(16, 64, 3) A8_CASE(16, 128, 4)
-    A8_CASE(8, 32, 2) A8_CASE(8, 64, 3) A8_CASE(8, 128, 4)
+    A8_CASE(2, 32, 2) A8_CASE(2, 64, 3) A8_CASE(2, 128, 4)
+    A8_CASE(4, 32, 2) A8_CASE(4, 64, 3) A8_CASE(4, 128, 4)
     A8_CASE(6, 32, 2) A8_CASE(6, 64, 3) A8_CASE(6, 128, 4)
+    A8_CASE(8, 32, 2) A8_CASE(8, 64, 3) A8_CASE(8, 128, 4)
+    A8_CASE(16, 32, 2) A8_CASE(16, 64, 3)
 #undef A8_CASE
-    a8_segment(pr, qs, dw, q, dx, sx, c0, nc, G, levels, prefetch);
+    a8_segment(pr, qs, dw, q, dx, sx, c0, A8_SEG, nc, tail, ng, 128, 4, prefetch);
 }
 
 /* Rows in blocks of 16: each row's group terms go to pr[row][] (segment by
@@ -610,19 +624,20 @@ static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_
                            const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
 {
     const int64_t n = w->cols;
-    if (n % 128 != 0) {
-        shoal_quant_a8_rows_scalar(y, a, n_tok, w, r0, r1);
-        return;
-    }
     const int G = w->group;
-    const int levels = G == 32 ? 2 : G == 64 ? 3 : 4;
     const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
-    const int64_t n_group = n / G, nck = n / 128;
+    const int64_t n_group = (n + G - 1) / G, nck = (n + 127) / 128;
+    /* packed bytes of the last chunk: 64, or fewer when n % 128 != 0 */
+    const int tail = n % 128 ? (int)((n % 128 + 1) / 2) : 64;
     const int block = n_group <= A8_MAXG ? 16 : 1;
-    /* zeroed once: a last block of fewer than 16 rows, and the last
-     * 16 groups, transpose lanes that are never added */
+    /* the transposed chains also move lanes that are never added: the
+     * columns past n_group of the last 16 groups, and the rows past a last
+     * block of fewer than 16; they are zeroed (no stale stack bytes) */
     float pr[16][A8_MAXG + 16];
-    memset(pr, 0, sizeof pr);
+    const int64_t n_group16 = (n_group + 15) & ~(int64_t)15;
+    if (block == 16)
+        for (int i = 0; i < 16; i++)
+            memset(&pr[i][n_group], 0, (size_t)(n_group16 - n_group) * sizeof(float));
     for (int64_t rb = r0; rb < r1; rb += block) {
         const int nr = r1 - rb < block ? (int)(r1 - rb) : block;
         for (int64_t t = 0; t < n_tok; t++) {
@@ -638,15 +653,20 @@ static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_
                 for (int64_t c0 = 0; c0 < nck; c0 += A8_SEG) {
                     const int nc = nck - c0 < A8_SEG ? (int)(nck - c0) : A8_SEG;
                     const int64_t g0 = c0 * 128 / G;
+                    const int64_t ng = n_group - g0 < (int64_t)nc * 128 / G
+                                           ? n_group - g0 : (int64_t)nc * 128 / G;
                     float *dst = block == 16 ? pr[i] + g0 : pr[0];
                     a8_segment_any(dst, row + 4 * (size_t)n_group,
-                                   (const float *)(const void *)row, q, dx, sx, c0, nc, G,
-                                   levels, t == 0);
+                                   (const float *)(const void *)row, q, dx, sx, c0, nc,
+                                   c0 + nc == nck ? tail : 64, ng, G, t == 0);
                     if (block == 1)
-                        for (int g = 0; g < nc * 128 / G; g++)
+                        for (int64_t g = 0; g < ng; g++)
                             acc[0] = acc[0] + pr[0][g];
                 }
             }
+            if (block == 16 && nr < 16)
+                for (int i = nr; i < 16; i++)
+                    memset(pr[i], 0, (size_t)n_group16 * sizeof(float));
             if (block == 16) {
                 /* 16 groups at a time: transpose 16 rows x 16 group terms,
                  * then add column after column (group order), one lane per

@@ -763,13 +763,15 @@ Test(quant, a8_nonfinite_input_gives_nan)
     free(row);
 }
 
-/* bit-exact: the INT4A8 linear of every table (SIMD rows when the width is
- * a multiple of 128, else scalar), batches 1..30 (30 crosses a stack tile
- * of 2048 columns), threads 1 and 3, equals shoal_quant_dot_a8 */
+/* bit-exact: the INT4A8 linear of every table, batches 1..30 (30 crosses a
+ * stack tile of 2048 columns), threads 1 and 3, equals shoal_quant_dot_a8;
+ * widths that are and are not multiples of 128 (a partial last chunk,
+ * odd widths, a partial last group) */
 Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
 {
     const int64_t shapes[][2] = {{1, 128}, {3, 100}, {17, 256}, {5, 384}, {33, 768},
-                                 {9, 2048}, {4, 1000}, {7, 2176}};
+                                 {9, 2048}, {4, 1000}, {7, 2176}, {5, 77}, {6, 129},
+                                 {18, 192}, {3, 4000}};
     const int64_t toks[] = {1, 2, 5, 30};
     const int threads[] = {1, 3};
     enum shoal_quant_isa isas[6] = {SHOAL_QUANT_ISA_SCALAR};
@@ -820,7 +822,7 @@ Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
         }
     omp_set_num_threads(omp_get_num_procs());
     use_isa(SHOAL_QUANT_ISA_SCALAR);
-    cr_assert(eq(int, compared, 3 * 8 * n_isa * 4 * 2));
+    cr_assert(eq(int, compared, 3 * 12 * n_isa * 4 * 2));
     static uint8_t zeros[1024];
     float y1[4];
     struct shoal_quant_weight bad = {SHOAL_QUANT_INT8, 64, 4, 128, zeros};
