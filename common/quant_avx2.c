@@ -382,8 +382,9 @@ static void linear_rows_avx2(float *y, const float *x, int64_t n_tok,
  * (quant_avx512.c explains it). A 32-byte load is 64 columns; its low
  * nibbles are the even columns, found at the activation chunk's 32 * half,
  * its high nibbles the odd ones at 64 + 32 * half. vphaddd + vpermq make the
- * ordered pair sums of neighbouring lanes. Exact integers, scalar combine in
- * group order: the scalar table's bits. */
+ * ordered pair sums of neighbouring lanes. A partial last half (width not
+ * a multiple of 64) goes through a zeroed copy. Exact integers, scalar
+ * combine in group order: the scalar table's bits. */
 
 #define A8_SEG 32          /* 64-column halves per reduction */
 #define A8_PF 8192
@@ -397,14 +398,12 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
                          const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
 {
     const int64_t n = w->cols;
-    if (n % 128 != 0) {
-        shoal_quant_a8_rows_scalar(y, a, n_tok, w, r0, r1);
-        return;
-    }
     const int G = w->group;
     const int levels = G == 32 ? 2 : G == 64 ? 3 : 4;
     const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
-    const int64_t n_group = n / G, nh = n / 64;
+    const int64_t n_group = (n + G - 1) / G, nh = (n + 63) / 64;
+    /* packed bytes of the last half: 32, or fewer when n % 64 != 0 */
+    const int tail = n % 64 ? (int)((n % 64 + 1) / 2) : 32;
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
@@ -422,7 +421,16 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
                     const uint8_t *p = qs + 32 * (size_t)hh;
                     if (t == 0 && (hh & 1) == 0)
                         _mm_prefetch((const char *)p + A8_PF, _MM_HINT_T0);
-                    const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)p);
+                    __m256i b;
+                    if (hh == nh - 1 && tail < 32) {
+                        /* a partial last half: through a zeroed copy (the
+                         * activation's columns past the row are 0) */
+                        uint8_t buf[32] = {0};
+                        memcpy(buf, p, (size_t)tail);
+                        b = _mm256_loadu_si256((const __m256i *)(const void *)buf);
+                    } else {
+                        b = _mm256_loadu_si256((const __m256i *)(const void *)p);
+                    }
                     const __m256i lo = _mm256_and_si256(b, m4);
                     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
                     const int8_t *e = q + 128 * (hh >> 1) + 32 * (hh & 1);
@@ -439,7 +447,9 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
                                                                      : _mm256_setzero_si256());
                     nv = m;
                 }
-                const int64_t g0 = h0 * 64 / G, ng = (int64_t)nc * 64 / G;
+                const int64_t g0 = h0 * 64 / G;
+                const int64_t ng = n_group - g0 < ((int64_t)nc * 64 + G - 1) / G
+                                       ? n_group - g0 : ((int64_t)nc * 64 + G - 1) / G;
                 int32_t is[8 * A8_SEG];
                 for (int i = 0; i < nv; i++)
                     _mm256_storeu_si256((__m256i *)(void *)(is + 8 * i), v[i]);

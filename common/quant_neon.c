@@ -417,20 +417,16 @@ static void linear_rows_neon(float *y, const float *x, int64_t n_tok,
  * nibble (0..15) by activation; the four int16 products of a lane add up
  * to at most 4 * 15 * 127, so they are summed in int16, widened pairwise
  * to int32 and accumulated per group (G = 32, 64, 128 is 1, 2 or 4
- * pieces). The integers are exact and the f32 combine runs in group order
- * as the scalar one: the scalar table's bits. Widths that are not a
- * multiple of 32 go scalar. */
+ * pieces). A partial last piece goes through a zeroed copy. The integers
+ * are exact and the f32 combine runs in group order as the scalar one: the
+ * scalar table's bits. */
 static void rows_a8_neon(float *y, const struct shoal_quant_act *a, int64_t n_tok,
                          const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
 {
     const int64_t n = w->cols;
-    if (n % 32 != 0) {
-        shoal_quant_a8_rows_scalar(y, a, n_tok, w, r0, r1);
-        return;
-    }
     const int G = w->group;
     const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
-    const int64_t n_group = n / G;
+    const int64_t n_group = (n + G - 1) / G;
     const int pieces = G / 32;
     const uint8x16_t m4 = vdupq_n_u8(0x0f);
     for (int64_t r = r0; r < r1; r++) {
@@ -443,9 +439,18 @@ static void rows_a8_neon(float *y, const struct shoal_quant_act *a, int64_t n_to
             float acc = 0.0f;
             for (int64_t g = 0; g < n_group; g++) {
                 int32x4_t s32 = vdupq_n_s32(0);
-                for (int k = 0; k < pieces; k++) {
+                for (int k = 0; k < pieces && g * G + 32 * k < n; k++) {
                     const int64_t i0 = g * G + 32 * k;           /* first column */
-                    const uint8x16_t b = vld1q_u8(qs + i0 / 2);
+                    uint8x16_t b;
+                    if (n - i0 < 32) {
+                        /* a partial last piece: through a zeroed copy (the
+                         * activation's columns past the row are 0) */
+                        uint8_t buf[16] = {0};
+                        memcpy(buf, qs + i0 / 2, (size_t)((n - i0 + 1) / 2));
+                        b = vld1q_u8(buf);
+                    } else {
+                        b = vld1q_u8(qs + i0 / 2);
+                    }
                     const int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(b, m4));
                     const int8x16_t hi = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
                     const int8_t *e = q + (i0 - (i0 & 127)) + (i0 & 127) / 2;
