@@ -918,6 +918,9 @@ struct shoal_container *shoal_container_open(const char *dir,
         ctt->name = shoal_xstrdup(name);
         if (shoal_dtype_parse(dt, &ctt->w.dtype))
             FAIL("'%s': tensor '%s' has unknown dtype '%s'", mp, name, dt);
+        if (ctt->w.dtype == SHOAL_DTYPE_INT4A8)
+            FAIL("'%s': dense tensor '%s' has dtype INT4A8, which only routed experts may "
+                 "have; expected F32, F16, BF16, INT8 or INT4", mp, name);
         ctt->n_dims = (int)json_array_size(shape);
         json_int_t d0 = json_integer_value(json_array_get(shape, 0));
         json_int_t d1 = ctt->n_dims == 2 ? json_integer_value(json_array_get(shape, 1)) : 0;
@@ -986,6 +989,9 @@ struct shoal_container *shoal_container_open(const char *dir,
             json_array_size(comps) != 3)
             FAIL("'%s': experts.blob_bytes must be a positive multiple of %d with 3 "
                  "components", mp, SHOAL_CONTAINER_ALIGN);
+        if (shoal_dtype_is_quant(ct->experts_dtype) && !shoal_quant_group_ok(ct->experts_group))
+            FAIL("'%s': experts have dtype %s and group %d; expected group 32, 64 or 128",
+                 mp, edt, ct->experts_group);
         static const int64_t one = 1;
         int64_t E = cfg->n_embd, F = cfg->n_ff_exp;
         int64_t shapes[3][2] = {{F, E}, {F, E}, {E, F}};

@@ -208,6 +208,23 @@ def main():
         r = run([shoal, "run", "--model", broken, "--tokens", PROMPT, "--max-tokens", "4"])
         result("truncated experts.bin refused at open", r.returncode == 1 and "truncated" in r.stderr
                and len(r.stderr.strip().splitlines()) == 1, r.stderr.strip())
+        # manifests that break the INT4A8 rules: refused at open, one line each
+        a8 = os.path.join(tmp, "qwen3_moe-int4a8")
+        for what, edit, want in [
+                ("INT4A8 on a dense tensor", lambda m: m["dense"]["tensors"][1].update(
+                    dtype="INT4A8", group=32), "only routed experts"),
+                ("experts group 48", lambda m: m["experts"].update(group=48),
+                 "expected group 32, 64 or 128")]:
+            bad = os.path.join(tmp, "bad-a8")
+            shutil.copytree(a8, bad)
+            mp = os.path.join(bad, "shoal.json")
+            m = json.load(open(mp))
+            edit(m)
+            json.dump(m, open(mp, "w"))
+            r = run([shoal, "inspect", bad])
+            result("%s refused at open" % what, r.returncode == 1 and want in r.stderr and
+                   len(r.stderr.strip().splitlines()) == 1, r.stderr.strip())
+            shutil.rmtree(bad)
         r = run([shoal, "convert", os.path.join(tmp, "hf", "qwen3_moe"), ct])
         result("convert refuses to overwrite", r.returncode == 1 and "--force" in r.stderr, r.stderr.strip())
         # a failing conversion (source tensor removed mid-way is hard; use a bad
