@@ -298,7 +298,12 @@ int main(int argc, char **argv)
     {
         char buf[64];
         snprintf(buf, sizeof buf, "%s", types);
-        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        /* strtok_r would skip empty entries: refuse them first */
+        const size_t tl = strlen(types);
+        const int empty = tl == 0 || tl >= sizeof buf || types[0] == ',' ||
+                          types[tl - 1] == ',' || strstr(types, ",,") != NULL;
+        for (char *save = NULL, *t = empty ? NULL : strtok_r(buf, ",", &save); t;
+             t = strtok_r(NULL, ",", &save)) {
             int q = -1, dup = 0;
             for (int k = 0; k < 3; k++)
                 if (!strcmp(t, tnames[k]))

@@ -1211,7 +1211,7 @@ static void synth_usage(FILE *f)
         "\n"
         "  --gb N               target container size in GB (1e9 bytes), e.g. 8 or 0.005\n"
         "  --family F           qwen3_moe (default), olmoe, mixtral, qwen2_moe\n"
-        "  --experts T          int4 (default), int8, bf16, f32\n"
+        "  --experts T          int4 (default), int4a8, int8, bf16, f32\n"
         "  --dense T            int8 (default), bf16, f32 (1-D tensors stay f32)\n"
         "  --group G            quantization group, 32, 64 (default) or 128\n"
         "  --seed S             generator seed (default 1)\n"

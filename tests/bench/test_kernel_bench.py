@@ -61,6 +61,7 @@ def main():
                (["--types", ""], "--types"), (["--pool-mb", "1"], "--pool-mb"),
                (["--shape", "2048"], "--shape"), (["--shape", " 2048,768"], "--shape"),
                (["--shape", "2048,768x"], "--shape"), (["--types", "int4a8,int4a8"], "--types"),
+               (["--types", "int4a8,"], "--types"), (["--types", ",int4"], "--types"),
                (["--tokens", "0"], "--tokens"),
                (["--seconds", "-1"], "--seconds"), (["--bogus"], "--bogus"),
                (["--threads"], "--threads"),
