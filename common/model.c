@@ -215,7 +215,11 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
         shoal_model_alloc_layers(m);
         if (shoal_container_bind(m->ct, m, err))
             goto fail;
+        /* a default store; callers that decode set their own
+         * (shoal_model_set_store). It keeps no routing counts, so that a
+         * counts file is read, and its problems reported, once */
         struct shoal_expert_store_params sp = shoal_expert_store_params_default();
+        sp.learn = 0;
         if (shoal_model_set_store(m, &sp, err))
             goto fail;
         return m;

@@ -87,6 +87,8 @@ void shoal_model_alloc_layers(struct shoal_model *m);
 
 /* Load the checkpoint in dir (borrowed path): a shoal container (shoal.json,
  * see container.h) or a Hugging Face directory (config.json + *.safetensors).
+ * A container gets a default expert store that keeps no routing counts;
+ * callers that decode set their own with shoal_model_set_store.
  * Returns a model owned by the caller (shoal_model_free) or NULL with err
  * naming the file, tensor or field and what was expected vs found.
  * Thread: any. */
