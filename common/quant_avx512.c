@@ -477,7 +477,8 @@ static float dot_avx512(enum shoal_quant_type type, int group, const float *x,
  * consecutive lanes: pair sums of neighbouring lanes, log2(G/8) times, keep
  * the groups in order. The f32 combine, acc + (d * dx) * isum, runs in group
  * order as the scalar one. Integer sums are exact, so the bits are the
- * scalar table's. Rows whose width is not a multiple of 128 go scalar. */
+ * scalar table's. A row whose width is not a multiple of 128 loads its last
+ * chunk under a byte mask. */
 
 #define A8_SEG 16          /* chunks of 128 columns per reduction */
 #define A8_PF 8192         /* bytes of weights prefetched ahead */
