@@ -501,6 +501,7 @@ a8_chunks(__m512i *v, const uint8_t *qs, const int8_t *q, int64_t c0, int NC, in
           int prefetch)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f), ones = _mm512_set1_epi16(1);
+#pragma GCC unroll 16
     for (int c = 0; c < NC; c++) {
         if (c >= nc) {
             v[c] = _mm512_setzero_si512();
@@ -543,8 +544,10 @@ a8_segment(float *pr, const uint8_t *qs, const float *dw, const int8_t *q, const
     __m512i v[A8_SEG];
     a8_chunks(v, qs, q, c0, NC, nc, tail, prefetch);
     int nv = NC;
+#pragma GCC unroll 4
     for (int l = 0; l < levels; l++) {
         const int m = (nv + 1) / 2;
+#pragma GCC unroll 8
         for (int i = 0; i < m; i++)
             v[i] = pair_sums(v[2 * i], 2 * i + 1 < nv ? v[2 * i + 1] : _mm512_setzero_si512(),
                              ie, io);
@@ -600,17 +603,27 @@ static inline __attribute__((always_inline)) void
 a8_segment_any(float *pr, const uint8_t *qs, const float *dw, const int8_t *q, const float *dx,
                const int32_t *sx, int64_t c0, int nc, int tail, int64_t ng, int G, int prefetch)
 {
+    /* the common counts exactly (no per-chunk branch on nc), the others
+     * rounded up */
+#define A8_EXACT(NC, GG, LV)                                                               \
+    if (nc == (NC) && G == (GG)) {                                                         \
+        a8_segment(pr, qs, dw, q, dx, sx, c0, (NC), (NC), tail, ng, (GG), (LV), prefetch); \
+        return;                                                                            \
+    }
 #define A8_CASE(NC, GG, LV)                                                                \
     if (nc <= (NC) && G == (GG)) {                                                         \
         a8_segment(pr, qs, dw, q, dx, sx, c0, (NC), nc, tail, ng, (GG), (LV), prefetch);   \
         return;                                                                            \
     }
+    A8_EXACT(16, 32, 2) A8_EXACT(16, 64, 3) A8_EXACT(16, 128, 4)
+    A8_EXACT(8, 32, 2) A8_EXACT(8, 64, 3) A8_EXACT(8, 128, 4)
+    A8_EXACT(6, 32, 2) A8_EXACT(6, 64, 3) A8_EXACT(6, 128, 4)
     A8_CASE(2, 32, 2) A8_CASE(2, 64, 3) A8_CASE(2, 128, 4)
     A8_CASE(4, 32, 2) A8_CASE(4, 64, 3) A8_CASE(4, 128, 4)
-    A8_CASE(6, 32, 2) A8_CASE(6, 64, 3) A8_CASE(6, 128, 4)
     A8_CASE(8, 32, 2) A8_CASE(8, 64, 3) A8_CASE(8, 128, 4)
     A8_CASE(16, 32, 2) A8_CASE(16, 64, 3)
 #undef A8_CASE
+#undef A8_EXACT
     a8_segment(pr, qs, dw, q, dx, sx, c0, A8_SEG, nc, tail, ng, 128, 4, prefetch);
 }
 
