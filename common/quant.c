@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "log.h"
 
 #define QUANT_GROUP_MAX 128
@@ -424,10 +425,8 @@ void shoal_quant_linear_part(float *y, const float *x, int64_t n_tok,
                              const struct shoal_quant_weight *w, int ith,
                              int nth)
 {
-    /* even split of output rows, remainder to the first threads */
-    const int64_t per = w->rows / nth, rem = w->rows % nth;
-    const int64_t r0 = ith * per + (ith < rem ? ith : rem);
-    const int64_t r1 = r0 + per + (ith < rem ? 1 : 0);
+    int64_t r0, r1;
+    shoal_split_rows(w->rows, ith, nth, &r0, &r1);
     if (r0 < r1)
         active_ops->linear_rows(y, x, n_tok, w, r0, r1);
 }

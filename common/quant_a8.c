@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "quant.h"
 
 /* Bytes of the stack tile each thread quantizes its input into. */
@@ -145,12 +146,9 @@ void shoal_quant_linear_a8_many_part(float *const *y, const float *x, int64_t n_
 {
     if (n_tok < 1 || n_w < 1)
         return;
-    int64_t r0[2], r1[2];
-    for (int k = 0; k < n_w; k++) {
-        const int64_t per = w[k]->rows / nth, rem = w[k]->rows % nth;
-        r0[k] = ith * per + (ith < rem ? ith : rem);
-        r1[k] = r0[k] + per + (ith < rem ? 1 : 0);
-    }
+    int64_t r0[2], r1[2];   /* n_w <= 2: a documented invariant */
+    for (int k = 0; k < n_w; k++)
+        shoal_split_rows(w[k]->rows, ith, nth, &r0[k], &r1[k]);
     const int64_t n = w[0]->cols;
     const size_t tok_bytes = shoal_quant_act_bytes(n, w[0]->group);
     if (tok_bytes > ACT_TILE_BYTES) {
