@@ -13,15 +13,21 @@
  * `{% raw %}`, `{% generation %}`, comments; Python-like operators, literals,
  * attribute/subscript/slice access, inline `a if c else b`; the usual tests
  * (`defined`, `none`, `string`, `mapping`, ...), filters (`trim`, `length`,
- * `tojson`, `join`, `selectattr`, `map`, ...), string/dict methods, and the
- * globals `namespace`, `range`, `raise_exception` and `strftime_now`.
+ * `tojson`, `join`, `selectattr`, `map`, ...), string/dict methods
+ * (including str.format with '{}', '{0}', '{name}', '{0.attr}', '{0[key]}'
+ * and !r/!s), dicts with string, integer, float, bool and none keys (Python
+ * key equality: d[1] finds 1.0), and the globals `namespace`, `dict`,
+ * `range`, `raise_exception` and `strftime_now` (each `is defined`).
  * An unknown filter, test, method or function fails only when evaluated, so a
  * template renders the paths it can.
  *
  * Differences from jinja2 a user may notice: attribute or subscript access on
  * an undefined value (e.g. messages[0].role with no messages) yields undefined
  * instead of raising, and tojson writes undefined as null; tuples behave as
- * lists (and print as `[...]`); `%` string formatting, tuple subscripts,
+ * lists (and print as `[...]`); select/reject/map give lists, not
+ * generators; a global function prints as `<function range>` without an
+ * address; str.format refuses format specs (`{:>5}`) and !a; `%` string
+ * formatting, tuple subscripts,
  * recursive loops and the call/filter/include/extends/import tags are not
  * supported; case mapping is per code point (only 'ß' gets Python's special
  * casing).
@@ -32,8 +38,9 @@
  * memory.
  *
  * The implementation is split by concern: chat_template.c (parser, config
- * loading), chat_template_lex.c, chat_template_value.c, chat_template_eval.c
- * and chat_template_builtins.c, sharing chat_template_impl.h.
+ * loading), chat_template_lex.c, chat_template_value.c, chat_template_eval.c,
+ * chat_template_builtins.c and chat_template_format.c, sharing
+ * chat_template_impl.h.
  *
  * Thread: any. A parsed template is read-only after shoal_chat_template_parse
  * and may be rendered from several threads at once; each render uses its own

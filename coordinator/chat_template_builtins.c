@@ -434,16 +434,40 @@ static int json_newline(struct shoal_ct_ctx *c, struct shoal_ct_buf *b,
 }
 
 struct kv_ref {
-    struct shoal_ct_str key;
+    struct shoal_ct_val orig;       /* the dict's key (sorted by this) */
+    struct shoal_ct_str key;        /* as json.dumps writes it */
     const struct shoal_ct_val *val;
 };
 
+/* Python's order of two keys of one class (both strings or both numbers;
+ * json_write refuses other mixes as Python's sort does). */
 static int kv_cmp(const void *pa, const void *pb)
 {
     const struct kv_ref *a = pa, *b = pb;
+    if (a->orig.kind != SHOAL_CT_STR) {
+        if (shoal_ct_is_intlike(a->orig) && shoal_ct_is_intlike(b->orig)) {
+            int64_t x = shoal_ct_as_int(a->orig), y = shoal_ct_as_int(b->orig);
+            return (x > y) - (x < y);
+        }
+        double x = shoal_ct_as_float(a->orig), y = shoal_ct_as_float(b->orig);
+        return (x > y) - (x < y);
+    }
     size_t m = a->key.n < b->key.n ? a->key.n : b->key.n;
     int r = m ? memcmp(a->key.p, b->key.p, m) : 0;
     return r ? r : (a->key.n > b->key.n) - (a->key.n < b->key.n);
+}
+
+/* A dict key as json.dumps writes it: strings as they are, numbers as
+ * Python prints them, True/False/None as true/false/null. */
+static int json_key(struct shoal_ct_ctx *c, struct shoal_ct_val k,
+                    struct shoal_ct_str *out)
+{
+    switch (k.kind) {
+    case SHOAL_CT_STR:  *out = k.u.s; return 0;
+    case SHOAL_CT_NONE: *out = shoal_ct_cstr("null"); return 0;
+    case SHOAL_CT_BOOL: *out = shoal_ct_cstr(k.u.b ? "true" : "false"); return 0;
+    default:            return shoal_ct_to_str(c, k, out);
+    }
 }
 
 static int json_write(struct shoal_ct_ctx *c, struct shoal_ct_buf *b,
@@ -496,10 +520,19 @@ static int json_write(struct shoal_ct_ctx *c, struct shoal_ct_buf *b,
         struct kv_ref *kv = shoal_ct_alloc(c, n, sizeof *kv);
         if (!kv)
             return c->rc;
+        int n_str = 0, n_num = 0;
         for (size_t k = 0; k < n; k++) {
-            kv[k].key = v.u.d->keys[k];
+            kv[k].orig = v.u.d->keys[k];
             kv[k].val = &v.u.d->vals[k];
+            if ((rc = json_key(c, kv[k].orig, &kv[k].key)))
+                return rc;
+            n_str += kv[k].orig.kind == SHOAL_CT_STR;
+            n_num += shoal_ct_is_number(kv[k].orig);
         }
+        if (o->sort_keys && (size_t)n_str != n && (size_t)n_num != n)
+            return shoal_ct_fail(c, SHOAL_EINVAL, "tojson(sort_keys=true): cannot "
+                                 "order keys of different types (strings, numbers, "
+                                 "none) in one dict, as Python cannot");
         if (o->sort_keys)
             qsort(kv, n, sizeof *kv, kv_cmp);
         rc = shoal_ct_buf_put(c, b, "{", 1);
@@ -598,7 +631,7 @@ int shoal_ct_test(struct shoal_ct_ctx *c, struct shoal_ct_str name,
     else if (name_is(name, "boolean"))   r = k == SHOAL_CT_BOOL;
     else if (name_is(name, "true"))      r = k == SHOAL_CT_BOOL && v.u.b;
     else if (name_is(name, "false"))     r = k == SHOAL_CT_BOOL && !v.u.b;
-    else if (name_is(name, "callable"))  r = k == SHOAL_CT_MACRO;
+    else if (name_is(name, "callable"))  r = k == SHOAL_CT_MACRO || k == SHOAL_CT_FUNC;
     else if (name_is(name, "odd") || name_is(name, "even")) {
         if (k != SHOAL_CT_INT && k != SHOAL_CT_BOOL)
             return shoal_ct_fail(c, SHOAL_EINVAL, "test '%.*s' needs an integer, "
@@ -642,7 +675,7 @@ int shoal_ct_test(struct shoal_ct_ctx *c, struct shoal_ct_str name,
                 for (size_t j = 0; j < seq->u.l->n && !r; j++)
                     r = shoal_ct_equal(v, seq->u.l->items[j], 0);
             else if (seq->kind == SHOAL_CT_DICT)
-                r = k == SHOAL_CT_STR && shoal_ct_dict_get(seq->u.d, v.u.s);
+                r = shoal_ct_dict_lookup(seq->u.d, v) != NULL;
         }
     } else if (name_is(name, "lower") || name_is(name, "upper")) {
         if (k != SHOAL_CT_STR) {
@@ -743,6 +776,18 @@ static int join(struct shoal_ct_ctx *c, struct shoal_ct_val seq, struct shoal_ct
     return shoal_ct_buf_finish(c, &b, &out->u.s);
 }
 
+/* The empty list that select/reject/map give for a falsy input: jinja2's
+ * filters start with `if value:`, so none, undefined, 0, '' and [] all give
+ * no items (before the arguments are even looked at). */
+static int empty_list(struct shoal_ct_ctx *c, struct shoal_ct_val *out)
+{
+    struct shoal_ct_list *l = shoal_ct_list_new(c, 0);
+    if (!l)
+        return c->rc;
+    *out = shoal_ct_list_val(l);
+    return 0;
+}
+
 /* select/reject/selectattr/rejectattr: keep items whose (attribute) value
  * passes the test (or is truthy when no test is named). */
 static int filter_select(struct shoal_ct_ctx *c, struct shoal_ct_str name,
@@ -752,6 +797,8 @@ static int filter_select(struct shoal_ct_ctx *c, struct shoal_ct_str name,
     const struct shoal_ct_list *items;
     struct shoal_ct_str attr = {0}, test = {0};
     size_t next = 0;
+    if (!shoal_ct_truthy(v))
+        return empty_list(c, out);
     int rc = check_args(c, "filter", name, a, SIZE_MAX, NULL);
     if (rc || (rc = shoal_ct_iterate(c, v, &items)))
         return rc;
@@ -789,6 +836,8 @@ static int filter_map(struct shoal_ct_ctx *c, struct shoal_ct_str name,
                       struct shoal_ct_val *out)
 {
     const struct shoal_ct_list *items;
+    if (!shoal_ct_truthy(v))
+        return empty_list(c, out);
     int rc = shoal_ct_iterate(c, v, &items);
     if (rc)
         return rc;
@@ -828,13 +877,8 @@ static int filter_map(struct shoal_ct_ctx *c, struct shoal_ct_str name,
 static int filter_items(struct shoal_ct_ctx *c, struct shoal_ct_val v,
                         struct shoal_ct_val *out)
 {
-    if (v.kind == SHOAL_CT_UNDEF) {
-        struct shoal_ct_list *l = shoal_ct_list_new(c, 0);
-        if (!l)
-            return c->rc;
-        *out = shoal_ct_list_val(l);
-        return 0;
-    }
+    if (v.kind == SHOAL_CT_UNDEF)
+        return empty_list(c, out);
     if (v.kind != SHOAL_CT_DICT && v.kind != SHOAL_CT_NS)
         return shoal_ct_fail(c, SHOAL_EINVAL, "items needs a dict, found %s",
                              shoal_ct_kind_name(v.kind));
@@ -845,7 +889,7 @@ static int filter_items(struct shoal_ct_ctx *c, struct shoal_ct_val v,
         struct shoal_ct_list *pair = shoal_ct_list_new(c, 2);
         if (!pair)
             return c->rc;
-        pair->items[0] = shoal_ct_str_val(v.u.d->keys[k].p, v.u.d->keys[k].n);
+        pair->items[0] = v.u.d->keys[k];
         pair->items[1] = v.u.d->vals[k];
         l->items[k] = shoal_ct_list_val(pair);
     }
@@ -1076,6 +1120,8 @@ static int str_method(struct shoal_ct_ctx *c, struct shoal_ct_str s,
     struct shoal_ct_str x = {0}, y = {0};
     int64_t i;
     int rc, r;
+    if (name_is(name, "format"))
+        return shoal_ct_str_format(c, s, a, out);
     if (name_is(name, "strip") || name_is(name, "lstrip") || name_is(name, "rstrip")) {
         const struct shoal_ct_val *chars = arg_get(a, 0, NULL);
         if ((rc = check_args(c, "method", name, a, 1, NULL)))
@@ -1174,8 +1220,7 @@ static int dict_method(struct shoal_ct_ctx *c, struct shoal_ct_val obj,
             return rc;
         if (!key)
             return shoal_ct_fail(c, SHOAL_EINVAL, "get() needs a key");
-        struct shoal_ct_val *v = key->kind == SHOAL_CT_STR
-                                 ? shoal_ct_dict_get(d, key->u.s) : NULL;
+        struct shoal_ct_val *v = shoal_ct_dict_lookup(d, *key);
         *out = v ? *v : def ? *def : shoal_ct_none();
         return 0;
     }
@@ -1189,7 +1234,7 @@ static int dict_method(struct shoal_ct_ctx *c, struct shoal_ct_val obj,
             return c->rc;
         for (size_t k = 0; k < d->n; k++)
             l->items[k] = name_is(name, "keys")
-                          ? shoal_ct_str_val(d->keys[k].p, d->keys[k].n) : d->vals[k];
+                          ? d->keys[k] : d->vals[k];
         *out = shoal_ct_list_val(l);
         return 0;
     }
@@ -1292,7 +1337,7 @@ static int global_dict(struct shoal_ct_ctx *c, struct shoal_ct_str name,
             return shoal_ct_fail(c, SHOAL_EINVAL, "%.*s() takes a dict, found %s",
                                  (int)name.n, name.p, shoal_ct_kind_name(src->kind));
         for (size_t k = 0; k < src->u.d->n; k++)
-            if ((rc = shoal_ct_dict_set(c, d, src->u.d->keys[k], src->u.d->vals[k])))
+            if ((rc = shoal_ct_dict_put(c, d, src->u.d->keys[k], src->u.d->vals[k])))
                 return rc;
     }
     for (size_t k = 0; k < a->n_kw; k++)
@@ -1346,4 +1391,16 @@ int shoal_ct_global(struct shoal_ct_ctx *c, struct shoal_ct_str name,
         return 0;
     }
     return unknown(c, "function", name);
+}
+
+struct shoal_ct_val shoal_ct_global_lookup(struct shoal_ct_str name)
+{
+    /* The names shoal_ct_global implements: jinja2's defaults that chat
+     * templates call, and the two transformers adds. */
+    static const char *const names[] = {"namespace", "dict", "range",
+                                        "raise_exception", "strftime_now"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (name_is(name, names[k]))
+            return (struct shoal_ct_val){.kind = SHOAL_CT_FUNC, .u.func = names[k]};
+    return shoal_ct_undef();
 }

@@ -66,6 +66,12 @@ static int get_item(struct shoal_ct_ctx *c, struct shoal_ct_val obj,
                     struct shoal_ct_val key, struct shoal_ct_val *out)
 {
     *out = shoal_ct_undef();
+    if (obj.kind == SHOAL_CT_DICT || obj.kind == SHOAL_CT_NS) {
+        struct shoal_ct_val *v = shoal_ct_dict_lookup(obj.u.d, key);
+        if (v)
+            *out = *v;
+        return 0;
+    }
     if (key.kind == SHOAL_CT_STR) {
         *out = shoal_ct_get_attr(obj, key.u.s);
         return 0;
@@ -365,7 +371,7 @@ static int contains(struct shoal_ct_ctx *c, struct shoal_ct_val item,
         return 0;
     case SHOAL_CT_DICT:
     case SHOAL_CT_NS:
-        *found = item.kind == SHOAL_CT_STR && shoal_ct_dict_get(seq.u.d, item.u.s);
+        *found = shoal_ct_dict_lookup(seq.u.d, item) != NULL;
         return 0;
     case SHOAL_CT_UNDEF:
         return 0;
@@ -588,6 +594,11 @@ static int eval_call(struct shoal_ct_ctx *c, struct shoal_ct_scope *sc,
     } else if ((rc = eval(c, sc, callee, &f))) {
         return rc;
     }
+    if (f.kind == SHOAL_CT_FUNC) {
+        if ((rc = eval_args(c, sc, n, &a)))
+            return rc;
+        return shoal_ct_global(c, shoal_ct_cstr(f.u.func), &a, out);
+    }
     if (f.kind != SHOAL_CT_MACRO)
         return shoal_ct_fail(c, SHOAL_EINVAL, "a %s is not callable",
                              shoal_ct_kind_name(f.kind));
@@ -609,8 +620,7 @@ static int eval_node(struct shoal_ct_ctx *c, struct shoal_ct_scope *sc,
         return 0;
     case SHOAL_CT_N_NAME: {
         struct shoal_ct_val *v = scope_find(sc, n->name);
-        if (v)
-            *out = *v;
+        *out = v ? *v : shoal_ct_global_lookup(n->name);
         return 0;
     }
     case SHOAL_CT_N_LIST: {
@@ -631,12 +641,8 @@ static int eval_node(struct shoal_ct_ctx *c, struct shoal_ct_scope *sc,
             if ((rc = eval(c, sc, n->args[k], &a)) ||
                 (rc = eval(c, sc, n->args[k + 1], &b)))
                 return rc;
-            if (a.kind != SHOAL_CT_STR) {
-                c->line = n->line;
-                return shoal_ct_fail(c, SHOAL_EUNSUPPORTED, "dict keys must be "
-                                     "strings, found %s", shoal_ct_kind_name(a.kind));
-            }
-            if ((rc = shoal_ct_dict_set(c, d, a.u.s, b)))
+            c->line = n->line;
+            if ((rc = shoal_ct_dict_put(c, d, a, b)))
                 return rc;
         }
         *out = shoal_ct_dict_val(d);
@@ -1016,7 +1022,7 @@ static int set_globals(struct shoal_ct_ctx *c, const struct shoal_chat_message *
         if (rc)
             return rc;
         for (size_t k = 0; k < v.u.d->n; k++)
-            if ((rc = shoal_ct_dict_set(c, &c->root->vars, v.u.d->keys[k],
+            if ((rc = shoal_ct_dict_put(c, &c->root->vars, v.u.d->keys[k],
                                         v.u.d->vals[k])))
                 return rc;
     }

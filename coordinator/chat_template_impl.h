@@ -3,7 +3,7 @@
  * (chat_template.c parses, chat_template_lex.c lexes), and the evaluation
  * context and helpers (chat_template_value.c holds values,
  * chat_template_eval.c evaluates, chat_template_builtins.c holds the filters,
- * tests, methods and global functions). Not a public header; `shoal_ct_` is
+ * tests, methods and global functions, chat_template_format.c str.format). Not a public header; `shoal_ct_` is
  * the module's short internal prefix.
  *
  * Ownership: a parsed template owns one arena holding every node and every
@@ -49,10 +49,12 @@ enum shoal_ct_kind {
     SHOAL_CT_FLOAT,
     SHOAL_CT_STR,
     SHOAL_CT_LIST,      /* also stands in for tuples */
-    SHOAL_CT_DICT,      /* insertion-ordered, string keys */
+    SHOAL_CT_DICT,      /* insertion-ordered; keys none/bool/int/float/str */
     SHOAL_CT_NS,        /* namespace(...): a dict whose attributes can be set */
     SHOAL_CT_MACRO,     /* a {% macro %} defined by the template */
     SHOAL_CT_LOOP,      /* the `loop` object of a for loop */
+    SHOAL_CT_FUNC,      /* a global function (range, namespace, ...) named
+                           without a call: `range is defined` */
 };
 
 struct shoal_ct_str {
@@ -69,7 +71,7 @@ struct shoal_ct_list {
 
 struct shoal_ct_dict {
     size_t n, cap;              /* entries used / allocated */
-    struct shoal_ct_str *keys;  /* [cap] */
+    struct shoal_ct_val *keys;  /* [cap] hashable values (see dict_put) */
     struct shoal_ct_val *vals;  /* [cap] */
 };
 
@@ -87,6 +89,7 @@ struct shoal_ct_val {
         struct shoal_ct_dict *d;           /* DICT, NS */
         const struct shoal_ct_node *macro; /* MACRO: the SHOAL_CT_N_MACRO node */
         const struct shoal_ct_loop *loop;  /* LOOP */
+        const char *func;                  /* FUNC: static name */
     } u;
 };
 
@@ -314,11 +317,22 @@ void *shoal_ct_alloc(struct shoal_ct_ctx *c, size_t count, size_t size);
 
 struct shoal_ct_list *shoal_ct_list_new(struct shoal_ct_ctx *c, size_t n);
 struct shoal_ct_dict *shoal_ct_dict_new(struct shoal_ct_ctx *c, size_t cap);
-/* Insert or replace key (the key bytes are not copied). */
+/* Insert or replace a string key (the key bytes are not copied). */
 int shoal_ct_dict_set(struct shoal_ct_ctx *c, struct shoal_ct_dict *d,
                       struct shoal_ct_str key, struct shoal_ct_val v);
+/* Insert or replace any key, as a Python dict does: keys that compare equal
+ * (1, 1.0, True) share one entry, which keeps the first key. Only none,
+ * bool, int, float and string keys are hashable; others fail with
+ * SHOAL_EINVAL "unhashable type". */
+int shoal_ct_dict_put(struct shoal_ct_ctx *c, struct shoal_ct_dict *d,
+                      struct shoal_ct_val key, struct shoal_ct_val v);
+/* The value under a string key, or NULL. */
 struct shoal_ct_val *shoal_ct_dict_get(const struct shoal_ct_dict *d,
                                        struct shoal_ct_str key);
+/* The value under any key (Python equality: d[1] finds the key 1.0), or
+ * NULL. */
+struct shoal_ct_val *shoal_ct_dict_lookup(const struct shoal_ct_dict *d,
+                                          struct shoal_ct_val key);
 
 /* Append n bytes; SHOAL_ERANGE past the output limit. */
 int shoal_ct_buf_put(struct shoal_ct_ctx *c, struct shoal_ct_buf *b,
@@ -369,5 +383,14 @@ int shoal_ct_method(struct shoal_ct_ctx *c, struct shoal_ct_val obj,
                     struct shoal_ct_val *out);
 int shoal_ct_global(struct shoal_ct_ctx *c, struct shoal_ct_str name,
                     const struct shoal_ct_args *a, struct shoal_ct_val *out);
+/* Python's fmt.format(*a) (chat_template_format.c): '{}', '{0}', '{name}',
+ * '{0.attr}', '{0[key]}', '!s'/'!r', '{{'/'}}'. Format specs after ':' fail
+ * with SHOAL_EINVAL naming the field, as do unknown fields and mixed manual
+ * and automatic numbering. */
+int shoal_ct_str_format(struct shoal_ct_ctx *c, struct shoal_ct_str fmt,
+                        const struct shoal_ct_args *a, struct shoal_ct_val *out);
+/* The global function named name as a SHOAL_CT_FUNC value (what a bare
+ * `range` evaluates to), or undefined when there is none. */
+struct shoal_ct_val shoal_ct_global_lookup(struct shoal_ct_str name);
 
 #endif

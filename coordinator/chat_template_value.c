@@ -78,22 +78,44 @@ struct shoal_ct_val *shoal_ct_dict_get(const struct shoal_ct_dict *d,
 {
     /* Linear: template dicts (messages, namespaces, frames) are small. */
     for (size_t k = 0; k < d->n; k++)
-        if (shoal_ct_str_eq(d->keys[k], key))
+        if (d->keys[k].kind == SHOAL_CT_STR && shoal_ct_str_eq(d->keys[k].u.s, key))
             return &d->vals[k];
     return NULL;
 }
 
-int shoal_ct_dict_set(struct shoal_ct_ctx *c, struct shoal_ct_dict *d,
-                      struct shoal_ct_str key, struct shoal_ct_val v)
+struct shoal_ct_val *shoal_ct_dict_lookup(const struct shoal_ct_dict *d,
+                                          struct shoal_ct_val key)
 {
-    struct shoal_ct_val *slot = shoal_ct_dict_get(d, key);
+    if (key.kind == SHOAL_CT_STR)
+        return shoal_ct_dict_get(d, key.u.s);
+    for (size_t k = 0; k < d->n; k++)
+        if (d->keys[k].kind != SHOAL_CT_STR && shoal_ct_equal(d->keys[k], key, 0))
+            return &d->vals[k];
+    return NULL;
+}
+
+int shoal_ct_dict_put(struct shoal_ct_ctx *c, struct shoal_ct_dict *d,
+                      struct shoal_ct_val key, struct shoal_ct_val v)
+{
+    switch (key.kind) {
+    case SHOAL_CT_NONE:
+    case SHOAL_CT_BOOL:
+    case SHOAL_CT_INT:
+    case SHOAL_CT_FLOAT:
+    case SHOAL_CT_STR:
+        break;
+    default:
+        return shoal_ct_fail(c, SHOAL_EINVAL, "unhashable type: a %s cannot be a "
+                             "dict key", shoal_ct_kind_name(key.kind));
+    }
+    struct shoal_ct_val *slot = shoal_ct_dict_lookup(d, key);
     if (slot) {
         *slot = v;
         return 0;
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 4;
-        struct shoal_ct_str *keys = shoal_ct_alloc(c, cap, sizeof *keys);
+        struct shoal_ct_val *keys = shoal_ct_alloc(c, cap, sizeof *keys);
         struct shoal_ct_val *vals = shoal_ct_alloc(c, cap, sizeof *vals);
         if (!keys || !vals)
             return c->rc;
@@ -109,6 +131,12 @@ int shoal_ct_dict_set(struct shoal_ct_ctx *c, struct shoal_ct_dict *d,
     d->vals[d->n] = v;
     d->n++;
     return 0;
+}
+
+int shoal_ct_dict_set(struct shoal_ct_ctx *c, struct shoal_ct_dict *d,
+                      struct shoal_ct_str key, struct shoal_ct_val v)
+{
+    return shoal_ct_dict_put(c, d, shoal_ct_str_val(key.p, key.n), v);
 }
 
 /* ---- text buffers ------------------------------------------------------ */
@@ -199,6 +227,7 @@ const char *shoal_ct_kind_name(enum shoal_ct_kind kind)
     case SHOAL_CT_NS:    return "namespace";
     case SHOAL_CT_MACRO: return "macro";
     case SHOAL_CT_LOOP:  return "loop";
+    case SHOAL_CT_FUNC:  return "function";
     }
     return "?";
 }
@@ -283,6 +312,9 @@ static int write_scalar(struct shoal_ct_ctx *c, struct shoal_ct_buf *b,
         snprintf(tmp, sizeof tmp, "<LoopContext %" PRId64 "/%" PRId64 ">",
                  v.u.loop->index0 + 1, v.u.loop->length);
         return buf_puts(c, b, tmp);
+    case SHOAL_CT_FUNC: /* jinja2 adds the object's address; we cannot */
+        snprintf(tmp, sizeof tmp, "<function %.24s>", v.u.func);
+        return buf_puts(c, b, tmp);
     default:
         return 0;
     }
@@ -356,7 +388,7 @@ int shoal_ct_write_repr(struct shoal_ct_ctx *c, struct shoal_ct_buf *b,
             if (k)
                 rc = buf_puts(c, b, ", ");
             if (!rc)
-                rc = write_str_repr(c, b, v.u.d->keys[k]);
+                rc = shoal_ct_write_repr(c, b, v.u.d->keys[k], depth + 1);
             if (!rc)
                 rc = buf_puts(c, b, ": ");
             if (!rc)
@@ -439,7 +471,7 @@ int shoal_ct_equal(struct shoal_ct_val a, struct shoal_ct_val b, int depth)
         if (a.u.d->n != b.u.d->n)
             return 0;
         for (size_t k = 0; k < a.u.d->n; k++) {
-            struct shoal_ct_val *other = shoal_ct_dict_get(b.u.d, a.u.d->keys[k]);
+            struct shoal_ct_val *other = shoal_ct_dict_lookup(b.u.d, a.u.d->keys[k]);
             if (!other || !shoal_ct_equal(a.u.d->vals[k], *other, depth + 1))
                 return 0;
         }
@@ -450,6 +482,8 @@ int shoal_ct_equal(struct shoal_ct_val a, struct shoal_ct_val b, int depth)
         return a.u.macro == b.u.macro;
     case SHOAL_CT_LOOP:
         return a.u.loop == b.u.loop;
+    case SHOAL_CT_FUNC:
+        return a.u.func == b.u.func;
     default:
         return 0;
     }
@@ -506,7 +540,7 @@ int shoal_ct_iterate(struct shoal_ct_ctx *c, struct shoal_ct_val v,
         if (!(l = shoal_ct_list_new(c, v.u.d->n)))
             return c->rc;
         for (size_t k = 0; k < v.u.d->n; k++)
-            l->items[k] = shoal_ct_str_val(v.u.d->keys[k].p, v.u.d->keys[k].n);
+            l->items[k] = v.u.d->keys[k];
         *out = l;
         return 0;
     case SHOAL_CT_STR: {

@@ -803,6 +803,97 @@ Test(chat_template, strftime_now_formats_the_current_date)
     free(got);
 }
 
+/* ---- gaps against jinja2 found with real templates (issue 12) -----------------
+ * Expected strings below are jinja2 3.1.2's output (Debian python3-jinja2,
+ * configured as transformers does; tests/reference/test_chat_template_jinja.py
+ * checks the same templates against jinja2 when it is installed). */
+
+Test(chat_template, globals_are_defined_and_callable_by_name)
+{
+    EXPECT_RENDER("{{ strftime_now is defined }} {{ range is defined }} "
+                  "{{ namespace is defined }} {{ raise_exception is defined }} "
+                  "{{ dict is defined }} {{ nope is defined }} {{ range is not undefined }}",
+                  "True True True True True False True");
+    EXPECT_RENDER("{% if raise_exception is defined %}{% set ns = namespace(x=1) %}"
+                  "{{ ns.x }}{% endif %}{% set r = range %}{{ r(2, 5) | list }} "
+                  "{{ range is callable }} {{ 'x' is callable }}",
+                  "1[2, 3, 4] True False");
+}
+
+Test(chat_template, select_reject_and_map_on_none_give_nothing)
+{
+    EXPECT_RENDER("[{{ none | selectattr('role') | list }}]"
+                  "[{{ none | rejectattr('role', 'equalto', 'user') | list }}]"
+                  "[{{ none | map('upper') | list }}][{{ none | map(attribute='role') | list }}]"
+                  "[{{ nope | select | list }}][{{ none | reject | list }}]"
+                  "[{{ 0 | map('upper') | list }}]",
+                  "[[]][[]][[]][[]][[]][[]][[]]");
+    EXPECT_RENDER("{% for m in none | selectattr('role', 'equalto', 'tool') %}x"
+                  "{% else %}empty{% endfor %}", "empty");
+    /* a truthy value that cannot be iterated is still an error, as in jinja2
+     * ("TypeError: 'int' object is not iterable") */
+    struct shoal_err err = {0};
+    cr_assert(eq(int, render_fail("{{ 5 | map('upper') | list }}", &err), SHOAL_EINVAL));
+    cr_assert(not(eq(ptr, strstr(err.msg, "iterate over a int"), NULL)), "%s", err.msg);
+}
+
+Test(chat_template, integer_dict_keys_work_as_in_python)
+{
+    EXPECT_RENDER("{{ {1: 'a'}[1] }} {{ {1: 'a', 2: 'b'} }} {% set d = {0: 'x', 1: 'y'} %}"
+                  "{% for k in d %}{{ k }}={{ d[k] }};{% endfor %}"
+                  "{% for k, v in d | items %}{{ k + 1 }}:{{ v }},{% endfor %}",
+                  "a {1: 'a', 2: 'b'} 0=x;1=y;1:x,2:y,");
+    /* 1 == 1.0 == True share one entry, which keeps the first key */
+    EXPECT_RENDER("{{ {1: 'a'}[1.0] }} {{ {1: 'a'}[true] }} {{ {1: 'a'}.get(1) }} "
+                  "[{{ {1: 'a'}['1'] }}] {{ 1 in {1: 'a'} }} {{ {1: 'a'} == {1.0: 'a'} }} "
+                  "{{ {1: 'a', 1.0: 'b', true: 'c'} }} {{ {none: 1, -4: 2, 1.5: 3} }}",
+                  "a a a [] True True {1: 'c'} {None: 1, -4: 2, 1.5: 3}");
+    EXPECT_RENDER("{{ {none: 1, true: 2, 1.5: 3, 7: 4} | tojson }} "
+                  "{{ {2: 'b', 1: 'a'} | tojson(sort_keys=true) }}",
+                  "{\"null\": 1, \"true\": 2, \"1.5\": 3, \"7\": 4} {\"1\": \"a\", \"2\": \"b\"}");
+}
+
+Test(chat_template, unhashable_or_unorderable_dict_keys_fail_like_python)
+{
+    struct shoal_err err = {0};
+    cr_assert(eq(int, render_fail("{{ {[1]: 2} }}", &err), SHOAL_EINVAL));
+    cr_assert(not(eq(ptr, strstr(err.msg, "unhashable"), NULL)), "%s", err.msg);
+    struct shoal_err err2 = {0};
+    cr_assert(eq(int, render_fail("{{ {1: 'a', 'b': 2} | tojson(sort_keys=true) }}",
+                                  &err2), SHOAL_EINVAL));
+    cr_assert(not(eq(ptr, strstr(err2.msg, "sort_keys"), NULL)), "%s", err2.msg);
+}
+
+Test(chat_template, str_format_positional_keyword_and_fields)
+{
+    EXPECT_RENDER("{{ '{} {}'.format('a', 1) }}|{{ '{0}{1}{0}'.format('x', 'y') }}|"
+                  "{{ '{name}!'.format(name='n') }}|{{ '{{}}{}'.format(2) }}|"
+                  "{{ '{0:}'.format(3) }}|{{ '{}'.format(none) }}|{{ '{!r}'.format('a') }}|"
+                  "{{ '{}'.format(nope) }}|{{ '{0.role}: {0[content]}'.format(messages[1]) }}|"
+                  "{{ '{0[1]}'.format(['p', 'q']) }}",
+                  "a 1|xyx|n!|{}2|3|None|'a'||user: Hello|q");
+}
+
+Test(chat_template, str_format_errors_name_the_field)
+{
+    /* jinja2 renders '    a' here; shoal has no format-spec mini-language
+     * and says so instead of printing something else */
+    static const char *const bad[][2] = {
+        {"{{ '{:>5}'.format('a') }}", "format specs"},
+        {"{{ '{} {}'.format('a') }}", "index 1 out of range"},
+        {"{{ '{0} {}'.format('a', 'b') }}", "cannot switch"},
+        {"{{ '{'.format() }}", "single '{'"},
+        {"{{ '}'.format() }}", "single '}'"},
+        {"{{ '{x}'.format() }}", "'{x}'"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        struct shoal_err err = {0};
+        cr_assert(eq(int, render_fail(bad[k][0], &err), SHOAL_EINVAL), "%s", bad[k][0]);
+        cr_assert(not(eq(ptr, strstr(err.msg, bad[k][1]), NULL)), "%s: %s", bad[k][0],
+                  err.msg);
+    }
+}
+
 /* ---- tokenizer_config loading ----------------------------------------------- */
 
 static char tmpdir[64];
