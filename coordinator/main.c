@@ -22,6 +22,7 @@ static const struct subcommand subcommands[] = {
     {"shard", shoal_cmd_shard, "split a container into one partial container per worker"},
     {"status", shoal_cmd_status, "show a running cluster: executors, caches, time per token"},
     {"synth", shoal_cmd_synth, "write a synthetic container for benchmarks (--check: measure one)"},
+    {"template", shoal_cmd_template, "print the prompt a chat template renders for a conversation"},
     {"tokenize", shoal_cmd_tokenize, "print the token ids of a text"},
     {"detokenize", shoal_cmd_detokenize, "print the text of token ids"},
 };

@@ -53,6 +53,7 @@ step "reference tests (gcc)"      reference build-test
 step "container + expert store contract (gcc)" "$PY" tests/reference/test_store_contract.py --shoal build-test/coordinator/shoal
 step "shoal synth smoke (gcc)" "$PY" tests/reference/test_synth.py --shoal build-test/coordinator/shoal
 step "shoal shard (gcc)" "$PY" tests/reference/test_shard.py --shoal build-test/coordinator/shoal
+step "shoal template vs jinja2 (gcc)" "$PY" tests/reference/test_chat_template_jinja.py --shoal build-test/coordinator/shoal
 step "expert store memory bound (gcc; needs root)" "$PY" tests/reference/test_memory_bound.py --shoal build-test/coordinator/shoal
 step "shoal-worker protocol, bad frames, keys, churn (gcc)" "$PY" tests/cluster/test_worker.py --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe --shoal build-test/coordinator/shoal
 step "cluster: placements, failover, handshake errors, status (gcc)" "$PY" tests/cluster/test_cluster.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker

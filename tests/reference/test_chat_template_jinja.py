@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""`shoal template` against jinja2, byte for byte.
+
+jinja2 (Debian's python3-jinja2) is configured the way transformers'
+apply_chat_template configures it (ImmutableSandboxedEnvironment,
+trim_blocks, lstrip_blocks, loopcontrols, json.dumps-based tojson,
+raise_exception and strftime_now globals; messages, bos_token, eos_token,
+add_generation_prompt, tools=None and documents=None as variables) and is
+the independent reference: for every real chat template in the tree and in
+../shared/data (the bundled model's, Qwen3, Mixtral-8x7B-Instruct,
+DeepSeek-V3) and several conversations, the prompt `shoal template` prints
+must equal jinja2's rendering byte for byte; so must a list of small
+templates covering the Jinja features real templates use (globals with `is
+defined`, select/map on none, integer dict keys, str.format). Templates
+that jinja2 refuses must fail in shoal too (exit 1, one error line).
+
+Skips (exit 0, with a message) when jinja2 is not installed:
+apt-get install python3-jinja2 (deploy/install-deps.sh installs it).
+
+Usage: /usr/bin/python3 tests/reference/test_chat_template_jinja.py --shoal BIN
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+FIXTURES = os.path.join(ROOT, "tests", "unit", "fixtures")
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data", "tokenizers")
+BUNDLED = os.path.join(ROOT, "models", "shakespeare-moe")
+passed = failed = 0
+
+try:
+    import jinja2
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+except ImportError:
+    jinja2 = None
+
+
+def result(name, ok, detail=""):
+    global passed, failed
+    passed += bool(ok)
+    failed += not ok
+    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail if not ok else ""))
+
+
+def make_env():
+    """jinja2 as transformers' _compile_jinja_template sets it up."""
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent,
+                          separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        import datetime
+        return datetime.datetime.now().strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+def jinja_render(env, source, messages, bos, eos, add_gen, extra=None):
+    """(text, None) or (None, error) as jinja2 renders it."""
+    try:
+        t = env.from_string(source)
+        kw = dict(messages=messages, bos_token=bos, eos_token=eos,
+                  add_generation_prompt=add_gen, tools=None, documents=None)
+        kw.update(extra or {})
+        return t.render(**kw), None
+    except Exception as e:  # any jinja2 or Python error is a refusal
+        return None, "%s: %s" % (type(e).__name__, e)
+
+
+def shoal_render(shoal, model_dir, messages, add_gen, template=None, extra=None):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(messages, f)
+        mpath = f.name
+    cmd = [shoal, "template", "--model", model_dir, "--messages", mpath]
+    if add_gen:
+        cmd.append("--add-generation-prompt")
+    if template:
+        cmd += ["--template", template]
+    if extra:
+        cmd += ["--vars", json.dumps(extra)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, timeout=60)
+    finally:
+        os.unlink(mpath)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode()
+
+
+def config_tokens(cfg_path):
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+
+    def tok(name):
+        v = cfg.get(name)
+        return v.get("content") if isinstance(v, dict) else v
+    return tok("bos_token") or "", tok("eos_token") or ""
+
+
+CONVERSATIONS = {
+    "user": [{"role": "user", "content": "Hello"}],
+    "system+user": [{"role": "system", "content": "You are brief."},
+                    {"role": "user", "content": "Hi there"}],
+    "two turns": [{"role": "system", "content": "Be kind."},
+                  {"role": "user", "content": "Hello"},
+                  {"role": "assistant", "content": "Hi! How can I help?"},
+                  {"role": "user", "content": "What is 2+2?\nThink \"hard\"."}],
+    "unicode": [{"role": "user", "content": "Grüße, 世界 — ünïcödé ✓"}],
+}
+
+
+def check_model_dirs(env, shoal, tmp):
+    """Real templates: each in a model directory with its tokenizer_config."""
+    dirs = [("bundled", BUNDLED, None)]
+    for name, fixture in (("qwen3", "qwen3.jinja"),
+                          ("mixtral-instruct", "mixtral-8x7b-instruct-v0.1.jinja")):
+        d = os.path.join(tmp, name)
+        os.makedirs(d)
+        with open(os.path.join(FIXTURES, fixture)) as f:
+            src = f.read()
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            json.dump({"chat_template": src, "bos_token": "<s>", "eos_token": "</s>"}, f)
+        dirs.append((name, d, None))
+    ds = os.path.join(SHARED, "DeepSeek-V3-Base.tokenizer_config.json")
+    if os.path.exists(ds):
+        d = os.path.join(tmp, "deepseek-v3")
+        os.makedirs(d)
+        with open(ds) as f:
+            text = f.read()
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            f.write(text)
+        dirs.append(("deepseek-v3", d, None))
+    else:
+        print("SKIP deepseek-v3: %s not found (../shared/data)" % ds)
+    for name, d, _ in dirs:
+        cfg = os.path.join(d, "tokenizer_config.json")
+        with open(cfg) as f:
+            src = json.load(f).get("chat_template")
+        if src is None:
+            print("SKIP %s: no chat_template" % name)
+            continue
+        bos, eos = config_tokens(cfg)
+        for cname, msgs in CONVERSATIONS.items():
+            for add_gen in (True, False):
+                label = "%s/%s/%s" % (name, cname, "gen" if add_gen else "nogen")
+                want, jerr = jinja_render(env, src, msgs, bos, eos, add_gen)
+                rc, got, err = shoal_render(shoal, d, msgs, add_gen)
+                if want is None:
+                    result(label + " refused by both", rc == 1 and err.count("\n") == 1,
+                           "jinja2: %s; shoal rc=%d out=%r err=%r" % (jerr, rc, got, err))
+                else:
+                    result(label, rc == 0 and got == want,
+                           "rc=%d err=%r\n  shoal:  %r\n  jinja2: %r" % (rc, err, got, want))
+    # Qwen3 with enable_thinking and tools from --vars
+    qd = os.path.join(tmp, "qwen3")
+    with open(os.path.join(qd, "tokenizer_config.json")) as f:
+        src = json.load(f)["chat_template"]
+    extra = {"enable_thinking": False,
+             "tools": [{"type": "function", "function": {
+                 "name": "get_weather", "description": "Weather in a city",
+                 "parameters": {"type": "object", "properties": {
+                     "city": {"type": "string"}}, "required": ["city"]}}}]}
+    msgs = CONVERSATIONS["two turns"]
+    want, jerr = jinja_render(env, src, msgs, "<s>", "</s>", True, extra)
+    rc, got, err = shoal_render(shoal, qd, msgs, True, extra=extra)
+    result("qwen3 tools + enable_thinking=false", rc == 0 and got == want,
+           "rc=%d err=%r\n  shoal:  %r\n  jinja2: %r" % (rc, err, got, want))
+
+
+# Small templates for the features real templates use; each renders over the
+# "two turns" conversation. Those jinja2 refuses must fail in shoal too.
+SNIPPETS = [
+    # globals are defined (issue 12)
+    "{{ strftime_now is defined }} {{ range is defined }} {{ namespace is defined }} "
+    "{{ raise_exception is defined }} {{ nope is defined }} {{ range is callable }}",
+    "{% if strftime_now is defined %}{{ strftime_now('%Y') | length }}{% endif %}",
+    "{% set r = range %}{{ r(3) | list }}",
+    # select/reject/map on none and other falsy inputs give no items
+    "{{ none | selectattr('a') | list }} {{ none | rejectattr('a', 'equalto', 1) | list }}"
+    " {{ none | map('upper') | list }} {{ none | map(attribute='x') | list }}"
+    " {{ none | select | list }} {{ none | reject | list }} {{ nope | map('upper') | list }}",
+    "{% for m in none | selectattr('role', 'equalto', 'tool') %}x{% else %}empty{% endfor %}",
+    "{{ (tools | map(attribute='function') | list) if tools is not none else 'no tools' }}",
+    "{{ 0 | selectattr('a') | list }} {{ '' | map('upper') | list }}",
+    "{{ none | list }}",              # jinja2 refuses: none is not iterable
+    "{{ none | join(',') }}",         # likewise
+    "{{ 5 | map('upper') | list }}",  # a truthy non-iterable is refused
+    # integer (and other hashable) dict keys
+    "{{ {1: 'a'}[1] }} {{ {1: 'a', 2: 'b'} }} {{ {0: 'z'}[0] }}",
+    "{% set d = {0: 'x', 1: 'y'} %}{% for k in d %}{{ k }}={{ d[k] }};{% endfor %}"
+    "{% for k, v in d | items %}{{ k + 1 }}:{{ v }},{% endfor %}{{ d.keys() | list }}"
+    "{% for k, v in d.items() %}{{ k }}{{ v }}{% endfor %}",
+    "{{ {1: 'a'}[1.0] }} {{ {1: 'a'}[true] }} {{ {1: 'a'}.get(1) }} {{ {1: 'a'}['1'] }}|"
+    "{{ 1 in {1: 'a'} }} {{ {1: 'a'} == {1.0: 'a'} }} {{ {1: 'a', 1.0: 'b', true: 'c'} }}",
+    "{{ {none: 1, true: 2, 1.5: 3, -4: 5} }} {{ {none: 1, true: 2, 1.5: 3} | tojson }}",
+    "{{ {2: 'b', 1: 'a'} | tojson(sort_keys=true) }} {{ {1: 'a'} | tojson }}",
+    "{{ {1: 'a', 'b': 2} | tojson(sort_keys=true) }}",  # refused: int vs str
+    "{{ {[1]: 2} }}",                                     # refused: unhashable
+    "{{ dict({3: 'c'}) }} {{ {1: {2: 'deep'}}[1][2] }} {{ {1: 'a'} | length }}",
+    "{{ messages | map(attribute='role') | list | length }} {{ {10: 'x'} | first }}",
+    # str.format
+    "{{ '{} {}'.format('a', 1) }}|{{ '{0}{1}{0}'.format('x', 'y') }}|"
+    "{{ '{name}!'.format(name='n') }}|{{ '{{}}{}'.format(2) }}|{{ '{0:}'.format(3) }}",
+    "{{ '{}'.format(none) }}|{{ '{}'.format([1, 'a']) }}|{{ '{}'.format(1.5) }}|"
+    "{{ '{}'.format(true) }}|{{ '{!r}'.format('a') }}|{{ '{!s}'.format('b') }}|"
+    "{{ '{}'.format(nope) }}",
+    "{{ '{0.role}: {0[content]}'.format(messages[1]) }}|{{ '{0[1]}'.format(['p', 'q']) }}"
+    "|{{ '{m.role}'.format(m=messages[0]) }}|{{ '{0[9]}'.format({9: 'nine'}) }}",
+    "{{ 'Today is {}. {} messages.'.format(strftime_now('%d') | length, messages | length) }}",
+    "{{ '{} {}'.format('a') }}",      # refused: index out of range
+    "{{ '{0} {}'.format('a', 'b') }}",  # refused: manual then automatic
+    "{{ '{'.format() }}",             # refused: single '{'
+    "{{ '}'.format() }}",             # refused: single '}'
+    "{{ '{x}'.format() }}",           # refused: no keyword x
+]
+
+# Python format specs jinja2 accepts but shoal refuses on purpose (it does
+# not implement the format-spec mini-language): shoal must fail with an
+# error that names the spec rather than print something else.
+UNSUPPORTED = [
+    "{{ '{:>5}'.format('a') }}",
+    "{{ '{0:.2f}'.format(1.5) }}",
+    "{{ '{!a}'.format('a') }}",
+]
+
+
+def render_both(env, shoal, tmp, name, src, msgs):
+    """jinja2's (text, error) and shoal's (rc, out, err) for one template."""
+    path = os.path.join(tmp, name + ".jinja")
+    with open(path, "w") as f:
+        f.write(src)
+    want, jerr = jinja_render(env, src, msgs, "<s>", "</s>", True)
+    return (want, jerr) + shoal_render(shoal, BUNDLED, msgs, True, template=path)
+
+
+def check_snippets(env, shoal, tmp):
+    msgs = CONVERSATIONS["two turns"]
+    for i, src in enumerate(SNIPPETS):
+        want, jerr, rc, got, err = render_both(env, shoal, tmp, "snippet%d" % i, src, msgs)
+        if want is None:
+            result("snippet %d refused by both" % i, rc == 1 and err.count("\n") == 1,
+                   "%s\n  jinja2: %s; shoal rc=%d out=%r err=%r" % (src, jerr, rc, got, err))
+        else:
+            result("snippet %d" % i, rc == 0 and got == want,
+                   "%s\n  rc=%d err=%r\n  shoal:  %r\n  jinja2: %r" % (src, rc, err, got, want))
+    for i, src in enumerate(UNSUPPORTED):
+        want, _, rc, got, err = render_both(env, shoal, tmp, "unsupported%d" % i, src, msgs)
+        spec = src[src.index("'") + 1:src.index("}")]
+        result("unsupported format spec %d refused with the spec named" % i,
+               want is not None and rc == 1 and spec in err and err.count("\n") == 1,
+               "%s: jinja2 %r; shoal rc=%d err=%r" % (src, want, rc, err))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shoal", required=True)
+    args = ap.parse_args()
+    if jinja2 is None:
+        print("SKIP test_chat_template_jinja: jinja2 is not installed "
+              "(apt-get install python3-jinja2, or deploy/install-deps.sh)")
+        return 0
+    print("reference: jinja2 %s" % jinja2.__version__)
+    env = make_env()
+    with tempfile.TemporaryDirectory() as tmp:
+        check_model_dirs(env, args.shoal, tmp)
+        check_snippets(env, args.shoal, tmp)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
