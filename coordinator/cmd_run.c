@@ -18,8 +18,8 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: shoal run [--model DIR] (--prompt TEXT | --tokens 1,2,3) [options]\n"
         "\n"
-        "  --model DIR          Hugging Face checkpoint directory (default: the\n"
-        "                       bundled model, %s)\n"
+        "  --model DIR          Hugging Face checkpoint directory or shoal container\n"
+        "                       (default: the bundled model, %s)\n"
         "  --prompt TEXT        prompt text (tokenized with the model's tokenizer)\n"
         "  --tokens IDS         prompt as comma-separated token ids\n"
         "  --no-echo            do not print the prompt text before the continuation\n"

@@ -5,11 +5,14 @@
 #include <ctype.h>
 #include <errno.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "cluster.h"
+#include "container.h"
+#include "container_cache.h"
 #include "npy.h"
 #include "expert_store.h"
 #include "log.h"
@@ -119,8 +122,10 @@ void shoal_session_usage_store(FILE *f)
         "  --mirror-weights W0,W1,...  read shares: the container, then each mirror\n"
         "                       (default: measured at start)\n"
         "  --stats              print expert store statistics at exit\n"
-        "\nCluster (shoal containers only):\n"
-        "  --workers HOST:PORT,...  static shoal-worker processes (repeatable)\n"
+        "\nCluster (a shoal container; a checkpoint is converted, see --workers):\n"
+        "  --workers HOST:PORT,...  static shoal-worker processes (repeatable); a\n"
+        "                       checkpoint --model is converted once into\n"
+        "                       $XDG_CACHE_HOME/shoal (else ~/.cache/shoal)\n"
         "  --accept-workers ADDR:PORT  let workers join (shoal-worker --join)\n"
         "  --local-experts on|off  the coordinator's own store executes experts too\n"
         "                       (default on)\n"
@@ -489,6 +494,36 @@ static void warn_store_flags(const struct shoal_session_opts *o, const char *dir
                   n > 1 ? "they are" : "it is");
 }
 
+/* Workers serve containers, so a cluster run on a Hugging Face checkpoint
+ * uses the container converted from it once into the cache, the same one
+ * shoal-worker --model makes from the same directory (container_cache.h).
+ * *out: the container's path, owned by the caller. Returns 0 or -1 after an
+ * error line. */
+static int cluster_container(const char *dir, char **out)
+{
+    struct shoal_err err = {0};
+    char cache_dir[4096];
+    if (shoal_container_cache_dir(getenv("XDG_CACHE_HOME"), getenv("HOME"), cache_dir,
+                                  sizeof cache_dir, &err) ||
+        shoal_container_cache_path(dir, cache_dir, out, &err)) {
+        shoal_cli_error("--workers/--accept-workers need a shoal container; '%s': %s",
+                        dir, err.msg);
+        return -1;
+    }
+    if (!shoal_container_is(*out)) {
+        fprintf(stderr, "shoal: converting '%s' once into '%s' (the cluster serves "
+                "shoal containers; later runs and shoal-worker --model '%s' reuse it)\n",
+                dir, *out, dir);
+        if (shoal_container_cache_fill(dir, *out, &err)) {
+            shoal_cli_error("%s", err.msg);
+            free(*out);
+            *out = NULL;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
 {
     struct shoal_err err = {0};
@@ -502,11 +537,19 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
                         dir, o->model_dir ? "" : " (the bundled model; pass --model DIR)");
         return NULL;
     }
+    char *cached = NULL;
+    if (shoal_session_is_cluster(o) && !shoal_container_is(dir) &&
+        cluster_container(dir, &cached))
+        return NULL;
+    if (cached)
+        dir = cached;
     struct shoal_session *s = shoal_xcalloc(1, sizeof *s);
+    s->cached_dir = cached;
     double t0 = shoal_time_s();
     s->model = shoal_model_load(dir, &err);
     if (!s->model) {
         shoal_cli_error("%s", err.msg);
+        free(s->cached_dir);
         free(s);
         return NULL;
     }
@@ -687,6 +730,7 @@ void shoal_session_close(struct shoal_session *s)
     shoal_model_free(s->model);
     free(s->history);
     free(s->logits);
+    free(s->cached_dir);
     free(s);
 }
 

@@ -123,6 +123,8 @@ struct shoal_session {
     volatile int *interrupt;            /* optional: set to stop a generation */
     int stats;                          /* print expert store stats at close */
     struct shoal_cluster *cluster;      /* owned; NULL unless --workers/--accept-workers */
+    char *cached_dir;                   /* owned; the cached container a cluster run
+                                           on a checkpoint uses, else NULL */
 };
 
 /* Open the model, tokenizer and context. Prints a one-line error and

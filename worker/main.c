@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "container.h"
+#include "container_cache.h"
 #include "exec.h"
 #include "log.h"
 #include "parse.h"
@@ -73,7 +74,9 @@ static void usage(FILE *f)
         "usage: shoal-worker --model DIR [options]\n\n"
         "Serves the routed experts of a shoal container (or a shard made by 'shoal shard')\n"
         "to a coordinator: each MoE layer's batch-union runs here with the same kernels.\n\n"
-        "  --model DIR          the container or shard (make one with 'shoal convert')\n"
+        "  --model DIR          the container or shard (make one with 'shoal convert');\n"
+        "                       a Hugging Face checkpoint directory is converted once\n"
+        "                       into $XDG_CACHE_HOME/shoal (else ~/.cache/shoal)\n"
         "  --shard I/N[:R]      serve only worker I's share (0-based) of N workers,\n"
         "                       R holders per expert (default 1), by weighted rendezvous\n"
         "  --listen ADDR:PORT   where to accept the coordinator (default 127.0.0.1:7070;\n"
@@ -308,10 +311,36 @@ int main(int argc, char **argv)
         fail_line("--model '%s' does not exist or is not a directory", o.model);
         return 2;
     }
+    char *cached = NULL; /* the container converted from a checkpoint */
     if (!shoal_container_is(o.model)) {
-        fail_line("'%s' is not a shoal container (no shoal.json); make one with "
-                  "'shoal convert %s DIR' and pass --model DIR", o.model, o.model);
-        return 2;
+        char config[4096];
+        snprintf(config, sizeof config, "%s/config.json", o.model);
+        if (!shoal_exists(config)) {
+            fail_line("'%s' is neither a shoal container (no shoal.json) nor a Hugging "
+                      "Face checkpoint (no config.json); pass a checkpoint directory or a "
+                      "container made with 'shoal convert'", o.model);
+            return 2;
+        }
+        char cache_dir[4096];
+        if (shoal_container_cache_dir(getenv("XDG_CACHE_HOME"), getenv("HOME"), cache_dir,
+                                      sizeof cache_dir, &err) ||
+            shoal_container_cache_path(o.model, cache_dir, &cached, &err)) {
+            fail_line("%s", err.msg);
+            return 1;
+        }
+        if (!shoal_container_is(cached)) {
+            fprintf(stderr, "shoal-worker: converting '%s' once into '%s' (workers serve "
+                    "shoal containers; later starts reuse it)\n", o.model, cached);
+            if (shoal_container_cache_fill(o.model, cached, &err)) {
+                fail_line("%s", err.msg);
+                free(cached);
+                return 1;
+            }
+        }
+        static char cached_path[4096]; /* o.model lives until exit */
+        snprintf(cached_path, sizeof cached_path, "%s", cached);
+        free(cached);
+        o.model = cached_path;
     }
     struct shoal_model_config cfg;
     struct shoal_container *ct = shoal_container_open(o.model, &cfg, &err);
