@@ -323,11 +323,17 @@ def loopback_only(args, tmp):
     lines = r.stderr.strip().splitlines()
     result("non-loopback --accept-workers without a key: exit 2, one line",
            r.returncode == 2 and len(lines) == 1 and "loopback" in lines[0], r.stderr.strip())
+    e = env()
+    e["XDG_CACHE_HOME"] = os.path.join(tmp, "xdg-cache")
     r = subprocess.run([args.shoal, "run", "--model", MODEL, "--prompt", "x", "--workers",
-                        "127.0.0.1:1", "--control", "off"], capture_output=True, text=True,
-                       timeout=60, env=env())
-    result("--workers with a Hugging Face directory: refused, names shoal convert",
-           r.returncode == 1 and "shoal convert" in r.stderr, r.stderr.strip())
+                        "127.0.0.1:1", "--control", "off", "--connect-timeout", "1",
+                        "--max-tokens", "1"],
+                       capture_output=True, text=True, timeout=60, env=e)
+    cached = os.listdir(os.path.join(e["XDG_CACHE_HOME"], "shoal"))
+    result("--workers with a Hugging Face directory: converted once into the cache "
+           "with a notice (then the down worker is reported and local experts run)",
+           r.returncode == 0 and "converting" in r.stderr and "127.0.0.1:1" in r.stderr
+           and len(cached) == 1 and cached[0].endswith(".shoal"), r.stderr.strip())
 
 
 # ------------------------------------------------------------ joining, status

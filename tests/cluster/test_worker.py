@@ -16,7 +16,8 @@ shoal-worker on a free loopback port and drives it with wire_probe:
 - a cluster key: a peer without it or with another key is refused with a
   clear message that the worker logs; with it, requests work;
 - a non-loopback --listen without a key exits 2 with one line; a directory
-  that is not a container is refused with a hint to run `shoal convert`;
+  that is neither a container nor a checkpoint is refused with a hint to
+  run `shoal convert` (a checkpoint is converted: test_quickstart.py);
 - --shard I/N: two workers cover complementary halves, and an expert
   outside the shard gets an error reply;
 - --join: the worker dials a coordinator that is not up yet, serves it,
@@ -217,10 +218,10 @@ def usage_errors(args, tmp):
                        capture_output=True, text=True, timeout=60, env=env())
     result("non-loopback --join without a key: exit 2",
            r.returncode == 2 and "loopback" in r.stderr, r.stderr.strip())
-    r = subprocess.run([args.worker, "--model", MODEL, "--listen", "127.0.0.1:0"],
+    r = subprocess.run([args.worker, "--model", tmp, "--listen", "127.0.0.1:0"],
                        capture_output=True, text=True, timeout=60, env=env())
     lines = r.stderr.strip().splitlines()
-    result("not a container: one line naming shoal convert",
+    result("neither a container nor a checkpoint: one line naming shoal convert",
            r.returncode == 2 and len(lines) == 1 and "shoal convert" in lines[0],
            r.stderr.strip())
     r = subprocess.run([args.worker, "--model", args.container, "--shard", "2/2"],
