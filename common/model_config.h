@@ -38,6 +38,14 @@ enum shoal_sliding {
     SHOAL_SLIDING_QWEN,         /* use_sliding_window && layer >= max_window_layers */
 };
 
+/* Where head_dim comes from (transformers' <family>Attention). */
+enum shoal_head_dim_rule {
+    SHOAL_HEAD_DIM_KEY = 0,   /* config head_dim, else hidden_size / heads (mixtral, qwen3_moe) */
+    SHOAL_HEAD_DIM_EXACT,     /* same, but head_dim x heads must equal hidden_size: older
+                                 transformers derive and check it (qwen2_moe) */
+    SHOAL_HEAD_DIM_DERIVED,   /* always hidden_size / heads, which must divide (olmoe) */
+};
+
 /* What differs between families; one static descriptor per model_type. */
 struct shoal_family {
     const char *model_type;
@@ -51,6 +59,7 @@ struct shoal_family {
     const char *expert_gate;      /* per-expert tensor names: gate, up, down */
     const char *expert_up;
     const char *expert_down;
+    enum shoal_head_dim_rule head_dim_rule;
     int has_shared_expert;        /* qwen2_moe shared expert + sigmoid gate */
     int has_sparse_step;          /* decoder_sparse_step / mlp_only_layers */
     int has_clip_qkv;             /* olmoe clip_qkv */
