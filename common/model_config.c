@@ -241,14 +241,6 @@ static int parse_rope(json_t *root, const char *what, struct shoal_model_config 
                 return shoal_err_set(err, SHOAL_EUNSUPPORTED,
                                      "%s: '%s' per layer type ('%s') is not supported; "
                                      "expected one set of RoPE parameters", what, okey, k);
-            size_t i = 0, n = sizeof rope_keys / sizeof rope_keys[0];
-            while (i < n && strcmp(rope_keys[i], k))
-                i++;
-            if (i == n)
-                return shoal_err_set(err, SHOAL_EUNSUPPORTED,
-                                     "%s: %s key '%s' is not supported (it may change "
-                                     "the rotation); refusing rather than ignoring it",
-                                     what, okey, k);
         }
     }
     cfg->rope_freq_base = cfg->family->rope_theta_default;
@@ -305,6 +297,16 @@ static int parse_rope(json_t *root, const char *what, struct shoal_model_config 
                              "%s: %s type '%s' is not supported; "
                              "supported: default, linear, dynamic, yarn, llama3",
                              what, okey, name);
+    json_object_foreach(o, k, v)
+    {
+        size_t i = 0, n = sizeof rope_keys / sizeof rope_keys[0];
+        while (i < n && strcmp(rope_keys[i], k))
+            i++;
+        if (i == n)
+            return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                                 "%s: %s key '%s' is not supported (it may change the "
+                                 "rotation); refusing rather than ignoring it", what, okey, k);
+    }
     if (rs->type != SHOAL_ROPE_DEFAULT) {
         json_t *f = json_object_get(o, "factor");
         if (!json_is_number(f))
