@@ -112,6 +112,14 @@ struct shoal_model_config {
 };
 
 /* Parse a config.json file (path borrowed) into *cfg.
+ * Every size is checked here, so later code may multiply them: head_dim
+ * (given or derived) even and >= 2, heads x head_dim == hidden_size where the
+ * family derives head_dim, q width <= 2^20, rotary dim >= 2, vocab_size <=
+ * INT32_MAX, top-k within the expert count, total weights <= 2^46.
+ * RoPE is read from rope_theta + rope_scaling or from a transformers-v5
+ * rope_parameters object, to the same config. A key that would change the
+ * computation and is not implemented (RoPE type or key, hidden_act,
+ * layer_types that disagree with the window rule) is an error, never ignored.
  * Returns 0, or a negative status with err naming the file and field and
  * what was expected vs found (an unknown model_type names itself and lists
  * the supported ones). Thread: any. */
