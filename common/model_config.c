@@ -31,6 +31,7 @@ static const struct shoal_family families[] = {
         .key_n_ff_exp = "moe_intermediate_size",
         .moe_prefix = "mlp",
         .expert_gate = "gate_proj", .expert_up = "up_proj", .expert_down = "down_proj",
+        .head_dim_rule = SHOAL_HEAD_DIM_EXACT,
         .has_shared_expert = 1,
         .has_sparse_step = 1,
         .rms_norm_eps_default = 1e-6,
@@ -58,6 +59,7 @@ static const struct shoal_family families[] = {
         .key_n_ff_exp = "intermediate_size",
         .moe_prefix = "mlp",
         .expert_gate = "gate_proj", .expert_up = "up_proj", .expert_down = "down_proj",
+        .head_dim_rule = SHOAL_HEAD_DIM_DERIVED,
         .has_clip_qkv = 1,
         .rms_norm_eps_default = 1e-5,
         .rope_theta_default = 10000.0,
@@ -163,9 +165,47 @@ static int get_bool(json_t *o, const char *what, const char *key, int *out,
     return 0;
 }
 
-static int parse_rope_scaling(json_t *root, const char *what,
-                              struct shoal_model_config *cfg,
-                              struct shoal_err *err)
+/* Keys a RoPE object (rope_scaling, or transformers v5 rope_parameters) may
+ * hold. Anything else could change the rotation in a way shoal does not
+ * implement (mrope_section, short_factor, ...), so it is refused rather than
+ * ignored. */
+static const char *const rope_keys[] = {
+    "rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
+    "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+    "mscale", "mscale_all_dim", "truncate", "low_freq_factor", "high_freq_factor",
+};
+
+/* A number that may be given at the top level and inside the RoPE object
+ * (v5 moved rope_theta and partial_rotary_factor inside): either place, and
+ * both only when they agree, since transformers 4 reads the top level and 5
+ * the object. */
+static int get_num_twice(json_t *root, json_t *o, const char *okey, const char *what,
+                         const char *key, double lo, double hi, double *out,
+                         struct shoal_err *err)
+{
+    double top = NAN, in = NAN;
+    int rc = get_num(root, what, key, lo, hi, &top, err);
+    if (!rc && o)
+        rc = get_num(o, what, key, lo, hi, &in, err);
+    if (rc)
+        return rc;
+    if (!isnan(top) && !isnan(in) && top != in)
+        return shoal_err_set(err, SHOAL_EFORMAT,
+                             "%s: '%s' is %.17g at the top level but %.17g in '%s'; "
+                             "give one value", what, key, top, in, okey);
+    if (!isnan(in))
+        *out = in;
+    else if (!isnan(top))
+        *out = top;
+    return 0;
+}
+
+/* RoPE: rope_theta, partial_rotary_factor and the scaling, from the
+ * transformers 4 layout (top-level rope_theta + rope_scaling) or the v5 one
+ * (one rope_parameters object holding all of it). Sets rope_freq_base,
+ * partial_rotary_factor, rope_dim and rope_scaling. */
+static int parse_rope(json_t *root, const char *what, struct shoal_model_config *cfg,
+                      struct shoal_err *err)
 {
     struct shoal_rope_scaling *rs = &cfg->rope_scaling;
     memset(rs, 0, sizeof *rs);
@@ -176,20 +216,72 @@ static int parse_rope_scaling(json_t *root, const char *what,
     rs->beta_slow = 1.0;
     rs->truncate = 1;
     rs->original_max_pos = (double)cfg->max_pos;
-    json_t *o = json_object_get(root, "rope_scaling");
-    if (!o || json_is_null(o))
-        return 0;
-    if (!json_is_object(o))
+    json_t *sc = json_object_get(root, "rope_scaling");
+    json_t *rp = json_object_get(root, "rope_parameters");
+    if (json_is_null(sc))
+        sc = NULL;
+    if (json_is_null(rp))
+        rp = NULL;
+    if (sc && rp && !json_equal(sc, rp))
         return shoal_err_set(err, SHOAL_EFORMAT,
-                             "%s: field 'rope_scaling' must be an object or null, "
-                             "found %s", what, json_kind(o));
+                             "%s: both 'rope_scaling' and 'rope_parameters' are given and "
+                             "they differ; give one", what);
+    json_t *o = rp ? rp : sc;
+    const char *okey = rp ? "rope_parameters" : "rope_scaling";
+    if (o && !json_is_object(o))
+        return shoal_err_set(err, SHOAL_EFORMAT,
+                             "%s: field '%s' must be an object or null, found %s", what,
+                             okey, json_kind(o));
+    const char *k;
+    json_t *v;
+    if (o) {
+        json_object_foreach(o, k, v)
+        {
+            if (json_is_object(v))
+                return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                                     "%s: '%s' per layer type ('%s') is not supported; "
+                                     "expected one set of RoPE parameters", what, okey, k);
+        }
+    }
+    cfg->rope_freq_base = cfg->family->rope_theta_default;
+    int rc = get_num_twice(root, o, okey, what, "rope_theta", 1e-9, 1e18,
+                           &cfg->rope_freq_base, err);
+    cfg->partial_rotary_factor = 1.0;
+    if (!rc)
+        rc = get_num_twice(root, o, okey, what, "partial_rotary_factor", 1e-6, 1.0,
+                           &cfg->partial_rotary_factor, err);
+    if (rc)
+        return rc;
+    /* transformers: dim = int(head_dim * partial_rotary_factor) */
+    cfg->rope_dim = (int64_t)((double)cfg->head_dim * cfg->partial_rotary_factor);
+    cfg->rope_dim -= cfg->rope_dim % 2;
+    if (cfg->rope_dim < 2)
+        return shoal_err_set(err, SHOAL_EFORMAT,
+                             "%s: rotary dimension %lld (head_dim %lld x "
+                             "partial_rotary_factor %g) must be >= 2", what,
+                             (long long)cfg->rope_dim, (long long)cfg->head_dim,
+                             cfg->partial_rotary_factor);
+    if (!o)
+        return 0;
     json_t *t = json_object_get(o, "rope_type");
     if (!t)
         t = json_object_get(o, "type"); /* older name */
-    if (!json_is_string(t))
-        return shoal_err_set(err, SHOAL_EFORMAT,
-                             "%s: rope_scaling needs a string 'rope_type'", what);
-    const char *name = json_string_value(t);
+    const char *name = json_is_string(t) ? json_string_value(t) : NULL;
+    if (!name && !t && rp) {
+        /* v5 defaults rope_type to "default"; only safe when nothing else
+         * would be dropped with it */
+        json_object_foreach(o, k, v)
+        {
+            if (strcmp(k, "rope_theta") && strcmp(k, "partial_rotary_factor"))
+                return shoal_err_set(err, SHOAL_EFORMAT,
+                                     "%s: rope_parameters has '%s' but no 'rope_type'",
+                                     what, k);
+        }
+        name = "default";
+    }
+    if (!name)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: %s needs a string 'rope_type'",
+                             what, okey);
     if (!strcmp(name, "default"))
         rs->type = SHOAL_ROPE_DEFAULT;
     else if (!strcmp(name, "linear"))
@@ -202,16 +294,24 @@ static int parse_rope_scaling(json_t *root, const char *what,
         rs->type = SHOAL_ROPE_LLAMA3;
     else
         return shoal_err_set(err, SHOAL_EUNSUPPORTED,
-                             "%s: rope_scaling type '%s' is not supported; "
+                             "%s: %s type '%s' is not supported; "
                              "supported: default, linear, dynamic, yarn, llama3",
-                             what, name);
-    int rc = 0;
+                             what, okey, name);
+    json_object_foreach(o, k, v)
+    {
+        size_t i = 0, n = sizeof rope_keys / sizeof rope_keys[0];
+        while (i < n && strcmp(rope_keys[i], k))
+            i++;
+        if (i == n)
+            return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                                 "%s: %s key '%s' is not supported (it may change the "
+                                 "rotation); refusing rather than ignoring it", what, okey, k);
+    }
     if (rs->type != SHOAL_ROPE_DEFAULT) {
         json_t *f = json_object_get(o, "factor");
         if (!json_is_number(f))
             return shoal_err_set(err, SHOAL_EFORMAT,
-                                 "%s: rope_scaling '%s' needs a numeric 'factor'",
-                                 what, name);
+                                 "%s: %s '%s' needs a numeric 'factor'", what, okey, name);
         rc = get_num(o, what, "factor", 1e-6, 1e9, &rs->factor, err);
     }
     if (!rc)
@@ -229,6 +329,16 @@ static int parse_rope_scaling(json_t *root, const char *what,
         rc = get_num(o, what, "mscale_all_dim", 0, 1e9, &rs->mscale_all_dim, err);
     if (!rc)
         rc = get_bool(o, what, "truncate", &rs->truncate, err);
+    if (!rc && rs->type == SHOAL_ROPE_DYNAMIC && cfg->rope_dim <= 2)
+        rc = shoal_err_set(err, SHOAL_EFORMAT,
+                           "%s: %s 'dynamic' needs a rotary dimension > 2, found %lld "
+                           "(its base grows by the power dim/(dim-2))", what, okey,
+                           (long long)cfg->rope_dim);
+    if (!rc && rs->type == SHOAL_ROPE_YARN && !(cfg->rope_freq_base > 1.0))
+        rc = shoal_err_set(err, SHOAL_EFORMAT,
+                           "%s: %s 'yarn' needs rope_theta > 1, found %g (its correction "
+                           "range divides by log(rope_theta))", what, okey,
+                           cfg->rope_freq_base);
     if (!rc && rs->type == SHOAL_ROPE_LLAMA3) {
         rs->low_freq_factor = -1;
         rs->high_freq_factor = -1;
@@ -238,14 +348,128 @@ static int parse_rope_scaling(json_t *root, const char *what,
         if (!rc && (rs->low_freq_factor <= 0 || rs->high_freq_factor <= 0 ||
                     rs->high_freq_factor == rs->low_freq_factor))
             rc = shoal_err_set(err, SHOAL_EFORMAT,
-                               "%s: rope_scaling 'llama3' needs low_freq_factor and "
-                               "high_freq_factor (positive and different)", what);
+                               "%s: %s 'llama3' needs low_freq_factor and "
+                               "high_freq_factor (positive and different)", what, okey);
         if (!rc && !json_object_get(o, "original_max_position_embeddings"))
             rc = shoal_err_set(err, SHOAL_EFORMAT,
-                               "%s: rope_scaling 'llama3' needs "
-                               "'original_max_position_embeddings'", what);
+                               "%s: %s 'llama3' needs "
+                               "'original_max_position_embeddings'", what, okey);
     }
     return rc;
+}
+
+/* transformers (later 4.x, 5) may save the per-layer attention kind as
+ * layer_types. shoal derives it from sliding_window / use_sliding_window /
+ * max_window_layers; a list that says otherwise is refused rather than
+ * ignored. */
+static int check_layer_types(json_t *root, const char *what,
+                             const struct shoal_model_config *cfg, struct shoal_err *err)
+{
+    json_t *lt = json_object_get(root, "layer_types");
+    if (!lt || json_is_null(lt))
+        return 0;
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != cfg->n_layer)
+        return shoal_err_set(err, SHOAL_EFORMAT,
+                             "%s: field 'layer_types' must be a list of %lld strings "
+                             "(num_hidden_layers), found %s", what, (long long)cfg->n_layer,
+                             json_is_array(lt) ? "a list of another length" : json_kind(lt));
+    for (int64_t il = 0; il < cfg->n_layer; il++) {
+        json_t *x = json_array_get(lt, (size_t)il);
+        const char *kind = json_is_string(x) ? json_string_value(x) : "";
+        int window = !strcmp(kind, "sliding_attention");
+        if (!window && strcmp(kind, "full_attention"))
+            return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                                 "%s: layer_types[%lld] '%s' is not supported; expected "
+                                 "'full_attention' or 'sliding_attention'", what,
+                                 (long long)il, kind);
+        if (window != shoal_layer_uses_window(cfg, il))
+            return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                                 "%s: layer_types[%lld] is '%s' but sliding_window / "
+                                 "use_sliding_window / max_window_layers give %s attention "
+                                 "for %s", what, (long long)il, kind,
+                                 window ? "full" : "sliding", cfg->family->model_type);
+    }
+    return 0;
+}
+
+/* The whole model's weight count, in double (each product here is below
+ * 2^53 given the per-field bounds, so it is exact), against a bound that
+ * keeps every byte size and offset derived from the config inside int64 and
+ * size_t: 2^46 parameters (70 T; the largest open models have ~1 T). */
+static int check_total_size(const struct shoal_model_config *c, const char *what,
+                            struct shoal_err *err)
+{
+    const double e = (double)c->n_embd, hd = (double)c->head_dim;
+    const double attn = 2.0 * e * hd * (double)(c->n_head + c->n_head_kv);
+    double total = 2.0 * (double)c->n_vocab * e;
+    for (int64_t il = 0; il < c->n_layer; il++) {
+        total += attn;
+        if (c->layer_is_moe[il])
+            total += (double)c->n_expert * (3.0 * e * (double)c->n_ff_exp + e) +
+                     3.0 * e * (double)c->n_ff_shexp;
+        else
+            total += 3.0 * e * (double)c->n_ff;
+    }
+    const double max_params = 70368744177664.0; /* 2^46 */
+    if (total > max_params)
+        return shoal_err_set(err, SHOAL_ERANGE,
+                             "%s: the sizes describe %.3g weights (hidden_size %lld, "
+                             "num_hidden_layers %lld, vocab_size %lld, %lld experts of "
+                             "width %lld), more than the supported %.3g", what, total,
+                             (long long)c->n_embd, (long long)c->n_layer,
+                             (long long)c->n_vocab, (long long)c->n_expert,
+                             (long long)c->n_ff_exp, max_params);
+    return 0;
+}
+
+/* head_dim per family rule (shoal_family.head_dim_rule), then the checks
+ * every rule shares: the RoPE pairs need an even head_dim >= 2, and the
+ * q / kv projection widths stay small enough that no tensor size can
+ * overflow. */
+static int parse_head_dim(json_t *root, const char *what, struct shoal_model_config *cfg,
+                          struct shoal_err *err)
+{
+    const struct shoal_family *fam = cfg->family;
+    const long long hidden = cfg->n_embd, heads = cfg->n_head;
+    const int64_t derived = cfg->n_embd / cfg->n_head;
+    int from_key = 0;
+    cfg->head_dim = derived;
+    if (fam->head_dim_rule != SHOAL_HEAD_DIM_DERIVED) { /* olmoe never reads it */
+        int rc = get_int(root, what, "head_dim", 0, 1, 1 << 16, &cfg->head_dim, err);
+        if (rc)
+            return rc;
+        json_t *v = json_object_get(root, "head_dim");
+        from_key = v && !json_is_null(v);
+    }
+    if (cfg->head_dim < 2 || cfg->head_dim % 2) {
+        if (from_key)
+            return shoal_err_set(err, SHOAL_EFORMAT,
+                                 "%s: head_dim %lld must be even and >= 2 (RoPE rotates "
+                                 "pairs)", what, (long long)cfg->head_dim);
+        return shoal_err_set(err, SHOAL_EFORMAT,
+                             "%s: head_dim %lld (from hidden_size %lld / "
+                             "num_attention_heads %lld) must be even and >= 2", what,
+                             (long long)cfg->head_dim, hidden, heads);
+    }
+    if (fam->head_dim_rule != SHOAL_HEAD_DIM_KEY && cfg->head_dim * heads != hidden) {
+        if (from_key)
+            return shoal_err_set(err, SHOAL_EFORMAT,
+                                 "%s: head_dim %lld x num_attention_heads %lld must equal "
+                                 "hidden_size %lld for %s", what, (long long)cfg->head_dim,
+                                 heads, hidden, fam->model_type);
+        return shoal_err_set(err, SHOAL_EFORMAT,
+                             "%s: hidden_size %lld is not divisible by num_attention_heads "
+                             "%lld (%s derives head_dim from them)", what, hidden, heads,
+                             fam->model_type);
+    }
+    const int64_t max_width = (int64_t)1 << 20;
+    if (heads * cfg->head_dim > max_width)
+        return shoal_err_set(err, SHOAL_ERANGE,
+                             "%s: num_attention_heads %lld x head_dim %lld = %lld exceeds "
+                             "the supported q width %lld", what, heads,
+                             (long long)cfg->head_dim, heads * (long long)cfg->head_dim,
+                             (long long)max_width);
+    return 0;
 }
 
 int shoal_model_config_parse(const char *json, size_t len, const char *what,
@@ -283,7 +507,7 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
     const int64_t BIG = (int64_t)1 << 31;
 #define INT(key, req, lo, hi, dst) \
     if ((rc = get_int(root, what, key, req, lo, hi, dst, err))) goto done
-    INT("vocab_size", 1, 1, BIG, &cfg->n_vocab);
+    INT("vocab_size", 1, 1, INT32_MAX, &cfg->n_vocab); /* token ids are int32 */
     INT("hidden_size", 1, 1, 1 << 20, &cfg->n_embd);
     INT("num_hidden_layers", 1, 1, SHOAL_MAX_LAYERS, &cfg->n_layer);
     INT("num_attention_heads", 1, 1, 1 << 16, &cfg->n_head);
@@ -296,20 +520,8 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
                            (long long)cfg->n_head_kv);
         goto done;
     }
-    cfg->head_dim = cfg->n_embd / cfg->n_head;
-    if (fam->qk_norm != SHOAL_QK_NORM_FULL) /* olmoe derives it, never reads it */
-        INT("head_dim", 0, 1, 1 << 16, &cfg->head_dim);
-    if (cfg->head_dim % 2) {
-        rc = shoal_err_set(err, SHOAL_EFORMAT, "%s: head_dim %lld must be even",
-                           what, (long long)cfg->head_dim);
+    if ((rc = parse_head_dim(root, what, cfg, err)))
         goto done;
-    }
-    if (fam->qk_norm == SHOAL_QK_NORM_FULL && cfg->head_dim * cfg->n_head != cfg->n_embd) {
-        rc = shoal_err_set(err, SHOAL_EFORMAT,
-                           "%s: hidden_size %lld is not divisible by num_attention_heads %lld",
-                           what, (long long)cfg->n_embd, (long long)cfg->n_head);
-        goto done;
-    }
     INT(fam->key_n_expert, 1, 1, 1 << 16, &cfg->n_expert);
     INT("num_experts_per_tok", 1, 1, cfg->n_expert, &cfg->n_expert_used);
     INT(fam->key_n_ff_exp, 1, 1, 1 << 22, &cfg->n_ff_exp);
@@ -323,16 +535,7 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
     cfg->rms_norm_eps = fam->rms_norm_eps_default;
     if ((rc = get_num(root, what, "rms_norm_eps", 0, 1, &cfg->rms_norm_eps, err)))
         goto done;
-    cfg->rope_freq_base = fam->rope_theta_default;
-    if ((rc = get_num(root, what, "rope_theta", 1e-9, 1e18, &cfg->rope_freq_base, err)))
-        goto done;
-    cfg->partial_rotary_factor = 1.0;
-    if ((rc = get_num(root, what, "partial_rotary_factor", 1e-6, 1.0,
-                      &cfg->partial_rotary_factor, err)))
-        goto done;
-    cfg->rope_dim = (int64_t)((double)cfg->head_dim * cfg->partial_rotary_factor);
-    cfg->rope_dim -= cfg->rope_dim % 2;
-    if ((rc = parse_rope_scaling(root, what, cfg, err)))
+    if ((rc = parse_rope(root, what, cfg, err)))
         goto done;
     cfg->tie_embeddings = 0;
     if ((rc = get_bool(root, what, "tie_word_embeddings", &cfg->tie_embeddings, err)))
@@ -398,6 +601,10 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
         }
     }
 
+    if ((rc = check_layer_types(root, what, cfg, err)) ||
+        (rc = check_total_size(cfg, what, err)))
+        goto done;
+
     cfg->bos_id = -1;
     cfg->eos_id = -1;
     INT("bos_token_id", 0, 0, BIG, &cfg->bos_id);
@@ -424,7 +631,8 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
         goto done;
     }
     json_t *act = json_object_get(root, "hidden_act");
-    if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu"))) {
+    if (act && !json_is_null(act) &&
+        (!json_is_string(act) || strcmp(json_string_value(act), "silu"))) {
         rc = shoal_err_set(err, SHOAL_EUNSUPPORTED,
                            "%s: hidden_act '%s' is not supported; expected 'silu'",
                            what, json_is_string(act) ? json_string_value(act) : "?");

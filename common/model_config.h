@@ -38,6 +38,14 @@ enum shoal_sliding {
     SHOAL_SLIDING_QWEN,         /* use_sliding_window && layer >= max_window_layers */
 };
 
+/* Where head_dim comes from (transformers' <family>Attention). */
+enum shoal_head_dim_rule {
+    SHOAL_HEAD_DIM_KEY = 0,   /* config head_dim, else hidden_size / heads (mixtral, qwen3_moe) */
+    SHOAL_HEAD_DIM_EXACT,     /* same, but head_dim x heads must equal hidden_size: older
+                                 transformers derive and check it (qwen2_moe) */
+    SHOAL_HEAD_DIM_DERIVED,   /* always hidden_size / heads, which must divide (olmoe) */
+};
+
 /* What differs between families; one static descriptor per model_type. */
 struct shoal_family {
     const char *model_type;
@@ -51,6 +59,7 @@ struct shoal_family {
     const char *expert_gate;      /* per-expert tensor names: gate, up, down */
     const char *expert_up;
     const char *expert_down;
+    enum shoal_head_dim_rule head_dim_rule;
     int has_shared_expert;        /* qwen2_moe shared expert + sigmoid gate */
     int has_sparse_step;          /* decoder_sparse_step / mlp_only_layers */
     int has_clip_qkv;             /* olmoe clip_qkv */
@@ -103,6 +112,14 @@ struct shoal_model_config {
 };
 
 /* Parse a config.json file (path borrowed) into *cfg.
+ * Every size is checked here, so later code may multiply them: head_dim
+ * (given or derived) even and >= 2, heads x head_dim == hidden_size where the
+ * family derives head_dim, q width <= 2^20, rotary dim >= 2, vocab_size <=
+ * INT32_MAX, top-k within the expert count, total weights <= 2^46.
+ * RoPE is read from rope_theta + rope_scaling or from a transformers-v5
+ * rope_parameters object, to the same config. A key that would change the
+ * computation and is not implemented (RoPE type or key, hidden_act,
+ * layer_types that disagree with the window rule) is an error, never ignored.
  * Returns 0, or a negative status with err naming the file and field and
  * what was expected vs found (an unknown model_type names itself and lists
  * the supported ones). Thread: any. */

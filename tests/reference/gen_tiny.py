@@ -205,6 +205,15 @@ SPECS = {
                        {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                          "original_max_position_embeddings": 32}},
                        5000, 1),
+    # the same checkpoint (same seed base, so the same weights) with its RoPE in the
+    # transformers v5 layout: rope_theta and the yarn scaling inside rope_parameters
+    "qwen3_moe_yarn_v5": ("Qwen3-30B-A3B.json",
+                          dict(hidden_size=64, num_attention_heads=16, num_key_value_heads=2, head_dim=16,
+                               intermediate_size=96, moe_intermediate_size=32, num_experts=16,
+                               num_experts_per_tok=8, max_window_layers=3),
+                          lambda c: v5_rope_layout(c, {"rope_type": "yarn", "factor": 4.0,
+                                                       "original_max_position_embeddings": 32}),
+                          5000, 1),
     "qwen3_moe_dense_layers": ("Qwen3-30B-A3B.json",
                                dict(hidden_size=64, num_attention_heads=16, num_key_value_heads=2,
                                     head_dim=16, intermediate_size=96, moe_intermediate_size=32,
@@ -221,12 +230,25 @@ SPECS = {
 }
 
 
+# checkpoints that must give byte-identical engine logits: name -> twin
+SAME_LOGITS_AS = {"qwen3_moe_yarn_v5": "qwen3_moe_yarn"}
+
+
+def v5_rope_layout(c, scaling):
+    """Move the config's RoPE into one transformers-v5 rope_parameters object."""
+    c.pop("rope_scaling", None)
+    c["rope_parameters"] = dict(scaling, rope_theta=c.pop("rope_theta"))
+
+
 def derive_config(real, sizes, extra, eos_id):
     c = copy.deepcopy(real)
     c.pop("_name_or_path", None)
     c.update(SIZE)
     c.update(sizes)
-    c.update(extra)
+    if callable(extra):
+        extra(c)
+    else:
+        c.update(extra)
     c["torch_dtype"] = "float32"
     c["eos_token_id"] = eos_id
     if "bos_token_id" in c:

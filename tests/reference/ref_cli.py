@@ -10,6 +10,7 @@ the C engine:
 Implements only the part of the contract those tests rely on:
     ref_cli.py run --model DIR --tokens 1,2,3 --max-tokens N --greedy
                    [--ctx N] [--logits-out F.npy] [--ids-out F.txt]
+    ref_cli.py convert SRC DST   (loads SRC, writes nothing)
 --logits-out: float32 .npy [steps][vocab] (row 0 = after the prompt, row i =
 after feeding generated token i-1); --ids-out: one line of space-separated ids.
 Errors: one line on stderr, exit status 2.
@@ -30,7 +31,20 @@ def die(msg):
     sys.exit(2)
 
 
+def convert(argv):
+    """Stand-in for `shoal convert SRC DST`: loads SRC as the reference would
+    (config + every tensor checked) and writes nothing; exit 0 if it loads."""
+    if len(argv) != 2:
+        die("usage: shoal convert SRC DST")
+    try:
+        R.load_model(argv[0])
+    except R.CheckpointError as e:
+        die(str(e))
+
+
 def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "convert":
+        return convert(sys.argv[2:])
     if len(sys.argv) < 2 or sys.argv[1] != "run":
         die("usage: shoal run --model DIR --tokens IDS --max-tokens N --greedy")
     ap = argparse.ArgumentParser(prog="shoal run")

@@ -142,7 +142,9 @@ def load_config(model_dir):
     if mt not in SUPPORTED:
         raise CheckpointError(
             f"{p}: unsupported model_type {mt!r} (supported: {', '.join(SUPPORTED)})")
-    return normalize_config(cfg, p)
+    c = normalize_config(cfg, p)
+    check_dims(c, p)
+    return c
 
 
 # HF config-class defaults for keys that may be absent (only those we use).
@@ -171,6 +173,54 @@ _INT_FIELDS = _REQUIRED + ("num_key_value_heads", "head_dim", "num_experts", "nu
                            "max_position_embeddings")
 
 
+def _merge_rope_parameters(cfg, c, path):
+    """transformers v5 keeps rope_theta, partial_rotary_factor and the scaling in
+    one `rope_parameters` dict (v4: top-level rope_theta + `rope_scaling`). v5's
+    RotaryEmbeddingConfigMixin takes `rope_scaling or rope_parameters` and fills
+    rope_theta / partial_rotary_factor into it only where absent, so the dict's
+    values win; v4 reads only the top level. Where the two readings would give
+    different numbers, refuse. Writes the effective values into c."""
+    rp, rs = cfg.get("rope_parameters"), cfg.get("rope_scaling")
+    if rp is not None and rs is not None and rp != rs:
+        raise CheckpointError(f"{path}: both rope_scaling and rope_parameters are given and they differ")
+    d = rs if rs is not None else rp
+    if d is None:
+        return
+    if not isinstance(d, dict):
+        raise CheckpointError(f"{path}: rope_parameters / rope_scaling must be an object")
+    for k, v in d.items():
+        if isinstance(v, dict):
+            raise CheckpointError(f"{path}: rope_parameters per layer type ({k!r}) is not supported")
+    for k in ("rope_theta", "partial_rotary_factor"):
+        if k in d:
+            if k in cfg and cfg[k] is not None and float(cfg[k]) != float(d[k]):
+                raise CheckpointError(f"{path}: {k} {cfg[k]} at the top level but {d[k]} in rope_parameters")
+            c[k] = d[k]
+    c["rope_scaling"] = d
+
+
+def check_dims(c, path="config.json"):
+    """Sizes the forward pass needs: RoPE rotates pairs of head_dim, and the
+    families that derive head_dim from hidden_size need it to divide."""
+    D, H, nh = c["head_dim"], c["hidden_size"], c["num_attention_heads"]
+    if D < 2 or D % 2:
+        raise CheckpointError(f"{path}: head_dim {D} (hidden_size {H}, num_attention_heads {nh}) "
+                              f"must be even and >= 2")
+    if c["model_type"] in ("qwen2_moe", "olmoe") and D * nh != H:
+        raise CheckpointError(f"{path}: hidden_size {H} is not divisible by num_attention_heads {nh}")
+    if int(D * c.get("partial_rotary_factor", 1.0)) < 2:
+        raise CheckpointError(f"{path}: rotary dimension of head_dim {D} is below 2")
+    total = sum(math.prod(sh) for sh in expected_tensors(c).values())
+    if total > 2 ** 46:
+        raise CheckpointError(f"{path}: the sizes describe {total:.3g} weights, more than the supported 2^46")
+    rt, _, key = _rope_scaling(c)
+    if rt not in ROPE_TYPES:
+        raise CheckpointError(f"{path}: unsupported {key} type {rt!r}")
+    for i, t in enumerate(c.get("layer_types") or []):
+        if t != "full_attention":   # the reference has no sliding window
+            raise CheckpointError(f"{path}: layer_types[{i}] {t!r}: only full_attention is implemented")
+
+
 def normalize_config(cfg, path="config.json"):
     mt = cfg["model_type"]
     c = dict(_DEFAULTS[mt])
@@ -182,6 +232,7 @@ def normalize_config(cfg, path="config.json"):
         v = c.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise CheckpointError(f"{path}: field {k} must be a non-negative integer, got {v!r}")
+    _merge_rope_parameters(cfg, c, path)
     for k in ("rms_norm_eps", "rope_theta"):
         v = c.get(k)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
@@ -289,19 +340,24 @@ def expected_tensors(c):
 # RoPE (modeling_rope_utils semantics)
 # --------------------------------------------------------------------------
 
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+
+
 def _rope_scaling(c):
+    """(rope type, its parameters, the config key they came from)."""
+    key = "rope_parameters" if c.get("rope_parameters") else "rope_scaling"
     rs = c.get("rope_scaling") or c.get("rope_parameters")
     if not rs:
-        return "default", {}
+        return "default", {}, key
     rt = rs.get("rope_type", rs.get("type", "default"))
-    return rt, rs
+    return rt, rs, key
 
 
 def rope_params(c, seq_len=None):
     """Return (inv_freq [dim/2] float64, attention_scaling)."""
     base = float(c["rope_theta"])
     dim = int(c["head_dim"] * c.get("partial_rotary_factor", 1.0))
-    rt, rs = _rope_scaling(c)
+    rt, rs, key = _rope_scaling(c)
     exps = np.arange(0, dim, 2, dtype=np.float64) / dim
     inv = 1.0 / base ** exps
     if rt == "default":
@@ -359,7 +415,7 @@ def rope_params(c, seq_len=None):
         smoothed = (1 - smooth) * out / factor + smooth * out
         medium = ~(wl < high_wl) & ~(wl > low_wl)
         return np.where(medium, smoothed, out), 1.0
-    raise CheckpointError(f"config.json: unsupported rope_scaling type {rt!r}")
+    raise CheckpointError(f"config.json: unsupported {key} type {rt!r}")
 
 
 def rope_cos_sin(c, T):

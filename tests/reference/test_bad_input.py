@@ -10,6 +10,7 @@ sharded case), breaks one thing, runs
     SHOAL run --model DIR --tokens 17,300,3 --max-tokens 2 --greedy \
               --logits-out OUT.npy --ids-out IDS.txt   [case-specific args]
 
+(cases marked for it also run `SHOAL convert DIR OUT`, which must fail the same way)
 and asserts: exit status > 0 and not a signal (negative / >= 128), finishes within
 the timeout, stderr has exactly one non-empty line, that line contains the
 expected context (file / tensor / field / model_type ...), and stderr shows no
@@ -25,6 +26,8 @@ import struct
 import subprocess
 import sys
 import tempfile
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -185,7 +188,74 @@ def c_missing_shard(d):
     return [fn], []
 
 
-# name -> (base checkpoint, mutate)
+# --- config dimensions and RoPE keys (issue 12 items 6, 8). These also run
+# `shoal convert`, which must refuse the same checkpoint the same way.
+
+def edit_config(d, edit, regen_shards=0, shape=None):
+    """edit(cfg dict) in place; with regen_shards, rewrite the weights to the
+    shapes the edited config implies (a consistent checkpoint, as a user's
+    would be), so only the config check can refuse it; shape(list) -> list
+    gives each tensor's shape (a changed size gets fresh values)."""
+    p = os.path.join(d, "config.json")
+    cfg = json.load(open(p))
+    edit(cfg)
+    json.dump(cfg, open(p, "w"), indent=2)
+    if regen_shards:
+        w = gen_tiny.make_weights(cfg, 1)
+        if shape:
+            w = [(n, a if shape(list(a.shape)) == list(a.shape) else
+                  np.full(shape(list(a.shape)), 0.5, dtype=np.float32)) for n, a in w]
+        gen_tiny.write_checkpoint(d, w, regen_shards)
+
+
+def c_head_dim_zero(d):
+    def ed(cfg):   # 8 / 16 heads = 0
+        cfg.pop("head_dim")
+        cfg["hidden_size"] = 8
+    # o_proj [8, 0] written as [8]: the shape the old engine expected for it; it
+    # then loaded the checkpoint and read past a buffer in forward (ASan)
+    edit_config(d, ed, regen_shards=1, shape=lambda sh: sh[:1] if sh[1:] == [0] else sh)
+    return ["config.json", "head_dim 0", "hidden_size 8", "num_attention_heads 16", "even"], []
+
+
+def c_head_dim_one(d):
+    def ed(cfg):   # mixtral derives head_dim: 128 / 128 = 1, no RoPE pair
+        cfg["num_attention_heads"] = 128
+    edit_config(d, ed, regen_shards=2)
+    return ["config.json", "head_dim 1", "hidden_size 128", "num_attention_heads 128"], []
+
+
+def c_size_overflow(d):
+    def ed(cfg):   # each field in range, 2 x vocab x hidden beyond any real model
+        cfg["vocab_size"] = 2147483647
+        cfg["hidden_size"] = 1048576
+    edit_config(d, ed)
+    return ["config.json", "more than the supported"], []
+
+
+def c_rope_parameters_unsupported(d):
+    def ed(cfg):   # v5 layout; before: ignored, ran as default RoPE
+        cfg["rope_parameters"] = {"rope_type": "longrope", "rope_theta": cfg.pop("rope_theta"),
+                                  "factor": 2.0, "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}
+    edit_config(d, ed)
+    return ["config.json", "rope_parameters", "longrope"], []
+
+
+def c_rope_theta_conflict(d):
+    def ed(cfg):   # transformers 4 reads the top level, 5 the object
+        cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
+    edit_config(d, ed)
+    return ["config.json", "rope_theta", "rope_parameters"], []
+
+
+def c_layer_types_conflict(d):
+    def ed(cfg):   # no sliding_window, yet layer 1 claims a window
+        cfg["layer_types"] = ["full_attention", "sliding_attention", "full_attention"]
+    edit_config(d, ed)
+    return ["config.json", "layer_types[1]", "sliding_attention"], []
+
+
+# name -> (base checkpoint, mutate[, also run `shoal convert`])
 CASES = [
     ("missing tensor", "qwen3_moe", c_missing_tensor),
     ("extra unexpected tensor", "qwen3_moe", c_extra_tensor),
@@ -201,6 +271,12 @@ CASES = [
     ("prompt longer than --ctx", "qwen3_moe", c_prompt_exceeds_ctx),
     ("token id out of range", "qwen3_moe", c_token_out_of_range),
     ("shard listed in index missing", "mixtral", c_missing_shard),
+    ("head_dim derived as 0 (hidden_size < num_attention_heads)", "qwen3_moe", c_head_dim_zero, True),
+    ("head_dim derived as 1 (mixtral)", "mixtral", c_head_dim_one, True),
+    ("sizes whose product overflows", "qwen3_moe", c_size_overflow, True),
+    ("v5 rope_parameters of an unsupported type", "qwen3_moe", c_rope_parameters_unsupported, True),
+    ("rope_theta differs between top level and rope_parameters", "qwen3_moe", c_rope_theta_conflict, True),
+    ("layer_types disagrees with sliding_window", "qwen3_moe", c_layer_types_conflict, True),
 ]
 
 
@@ -215,13 +291,19 @@ def run_case(shoal, d, extra, expect, out_dir, timeout):
         else:
             args += extra[i:i + 2]
         i += 2
-    cmd = [shoal, "run"] + args
+    return expect_clean_failure([shoal, "run"] + args, expect, timeout)
+
+
+def expect_clean_failure(cmd, expect, timeout):
+    """(ok, message): cmd exits > 0 without a signal or crash marker, in time,
+    with exactly one non-empty stderr line that mentions every item of expect
+    (a tuple: any one of its alternatives)."""
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
     except subprocess.TimeoutExpired:
         return False, f"hung: no exit within {timeout}s"
     except OSError as e:
-        return False, f"cannot execute {shoal}: {e}"
+        return False, f"cannot execute {cmd[0]}: {e}"
     err = p.stderr or ""
     lines = [ln for ln in err.splitlines() if ln.strip()]
     problems = []
@@ -257,11 +339,11 @@ def main():
     work = a.workdir or tempfile.mkdtemp(prefix="shoal-bad-")
     os.makedirs(work, exist_ok=True)
     try:
-        bases = sorted({b for _, b, _ in CASES})
+        bases = sorted({c[1] for c in CASES})
         man, _ = gen_tiny.generate(os.path.join(work, "base"), a.configs, bases, verbose=False)
         out_dir = os.path.join(work, "out")
         os.makedirs(out_dir, exist_ok=True)
-        for i, (title, base, fn) in enumerate(CASES):
+        for i, (title, base, fn, *convert) in enumerate(CASES):
             info = man["models"].get(base, {})
             if "skipped" in info:
                 print(f"SKIP: {title}: ../shared/data/configs not found ({info['skipped']})")
@@ -279,6 +361,14 @@ def main():
             print(f"{'PASS' if ok else 'FAIL'} {title}: {msg}")
             passed += ok
             failed += not ok
+            if convert and convert[0]:
+                dst = os.path.join(out_dir, f"convert{i:02d}")
+                ok, msg = expect_clean_failure([shoal, "convert", d, dst], expect, a.timeout)
+                if ok and os.path.exists(os.path.join(dst, "shoal.json")):
+                    ok, msg = False, f"convert refused but left a container in {dst}"
+                print(f"{'PASS' if ok else 'FAIL'} {title} (convert): {msg}")
+                passed += ok
+                failed += not ok
     finally:
         if not a.workdir:
             shutil.rmtree(work, ignore_errors=True)

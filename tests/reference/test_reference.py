@@ -5,7 +5,8 @@ usage: /usr/bin/python3 tests/reference/test_reference.py --shoal PATH/TO/shoal
            [--workdir DIR] [--only NAME[,NAME...]] [--timeout SECONDS] [--configs DIR]
 
 For every tiny checkpoint written by gen_tiny.py (mixtral [sharded], qwen2_moe,
-qwen3_moe, olmoe, qwen3_moe_yarn, qwen3_moe_dense_layers, olmoe_tied_clip) it runs
+qwen3_moe, olmoe, qwen3_moe_yarn, qwen3_moe_yarn_v5, qwen3_moe_dense_layers,
+olmoe_tied_clip) it runs
 
     SHOAL run --model DIR --tokens 17,300,3,101,257,42,7 --max-tokens 16 --greedy \
               --logits-out OUT.npy --ids-out IDS.txt
@@ -15,6 +16,9 @@ and checks
                 reference's greedy ids; OUT.npy is float32 [16][vocab] and at every
                 step max|logit - ref| <= 1e-3 * max|ref logit| (row 0 = logits after
                 the prompt, row i = after feeding generated token i-1);
+  * same as   : for a checkpoint in gen_tiny.SAME_LOGITS_AS (the same weights, another
+                config layout: qwen3_moe_yarn_v5 has transformers v5 rope_parameters),
+                OUT.npy is byte-identical to its twin's;
   * threads   : the same run under OMP_NUM_THREADS=1 and OMP_NUM_THREADS=2 writes
                 byte-identical OUT.npy (and identical ids).
 Ends with the line "N passed, M failed"; exit status 1 if anything failed.
@@ -80,6 +84,31 @@ def read_outputs(res, vocab, n_steps):
     return ids, lg
 
 
+def same_as_twin(manifest, ref_logits, out_dir, name, twin, res):
+    """(ok, message): name's engine logits are byte-identical to twin's (run
+    just before under the tag twin), and the generator gave both the same
+    weights and the reference the same logits."""
+    tinfo = manifest["models"].get(twin, {})
+    if "seed" not in tinfo:
+        return False, f"twin {twin} was not generated ({tinfo})"
+    if tinfo["seed"] != manifest["models"][name]["seed"]:
+        return False, (f"the generator chose seed {manifest['models'][name]['seed']} vs {tinfo['seed']} "
+                       f"for {twin}: the reference reads the two layouts differently")
+    if not np.array_equal(ref_logits[name], ref_logits[twin]):
+        return False, "the reference gives different logits for the two layouts"
+    twin_npy = os.path.join(out_dir, f"{twin}.logits.npy")
+    if not res or not os.path.exists(twin_npy):
+        return False, "engine output missing for one of the two"
+    a, b = open(res["npy"], "rb").read(), open(twin_npy, "rb").read()
+    if a != b:
+        try:
+            d = float(np.abs(np.load(res["npy"]).astype(np.float64) - np.load(twin_npy)).max())
+        except ValueError as e:
+            d = str(e)
+        return False, f"engine logits bytes differ (max |diff| {d})"
+    return True, f"byte-identical engine logits ({len(a)} bytes), same weights and reference"
+
+
 def main():
     ap = argparse.ArgumentParser(description="shoal vs numpy reference on tiny MoE checkpoints")
     ap.add_argument("--shoal", required=True, help="path to the shoal executable")
@@ -95,6 +124,11 @@ def main():
         if x not in gen_tiny.SPECS:
             ap.error(f"unknown checkpoint {x!r}")
     names = only or list(gen_tiny.SPECS)
+    # a checkpoint compared with its twin needs the twin run first
+    for n in list(names):
+        twin = gen_tiny.SAME_LOGITS_AS.get(n)
+        if twin and twin not in names:
+            names.insert(names.index(n), twin)
 
     passed = failed = skipped = 0
 
@@ -159,6 +193,14 @@ def main():
             print(f"{'PASS' if ok else 'FAIL'} {name} [{info['model_type']}] reference: {msg}")
             passed += ok
             failed += not ok
+
+            # --- 1b. the same model in another config layout: the same bytes
+            twin = gen_tiny.SAME_LOGITS_AS.get(name)
+            if twin:
+                ok, msg = same_as_twin(manifest, ref_logits, out_dir, name, twin, res)
+                print(f"{'PASS' if ok else 'FAIL'} {name} [{info['model_type']}] same as {twin}: {msg}")
+                passed += ok
+                failed += not ok
 
             # --- 2. thread-count invariance
             outs, errs = [], []

@@ -120,3 +120,184 @@ Test(model_config, real_configs_parse)
     cr_assert(eq(int, shoal_model_config_load(path, &c, &e), SHOAL_EUNSUPPORTED));
     cr_assert_not_null(strstr(e.msg, "deepseek_v3"), "%s", e.msg);
 }
+
+/* ---- derived dimensions (issue 12 item 6) ---- */
+
+static void expect_refused(const char *json, int code, const char *needle)
+{
+    struct shoal_model_config c;
+    struct shoal_err e = {0};
+    int rc = parse(json, &c, &e);
+    cr_assert(eq(int, rc, code), "rc %d (%s) for %s", rc, e.msg, json);
+    cr_assert_not_null(strstr(e.msg, needle), "'%s' not in: %s", needle, e.msg);
+    cr_assert_null(strchr(e.msg, '\n'), "%s", e.msg);
+}
+
+/* A config of each family with the given sizes and extra keys, no head_dim. */
+static const char *family_json(const char *type, int hidden, int heads, const char *extra)
+{
+    static char buf[1024];
+    const char *nexp = !strcmp(type, "mixtral") ? "num_local_experts" : "num_experts";
+    const char *ff = !strcmp(type, "mixtral") || !strcmp(type, "olmoe")
+                         ? "\"intermediate_size\":16"
+                         : "\"moe_intermediate_size\":16,\"intermediate_size\":16,"
+                           "\"shared_expert_intermediate_size\":16";
+    snprintf(buf, sizeof buf,
+             "{\"model_type\":\"%s\",\"vocab_size\":100,\"hidden_size\":%d,"
+             "\"num_hidden_layers\":2,\"num_attention_heads\":%d,\"%s\":4,"
+             "\"num_experts_per_tok\":2,%s%s}",
+             type, hidden, heads, nexp, ff, extra);
+    return buf;
+}
+
+static const char *const all_families[] = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"};
+
+Test(model_config, head_dim_derived_as_zero_is_refused_in_every_family)
+{
+    for (size_t i = 0; i < 4; i++)
+        expect_refused(family_json(all_families[i], 8, 16, ""), SHOAL_EFORMAT,
+                       "config.json: head_dim 0 (from hidden_size 8 / num_attention_heads 16) "
+                       "must be even and >= 2");
+}
+
+Test(model_config, odd_or_tiny_head_dim_is_refused)
+{
+    for (size_t i = 0; i < 4; i++) {
+        /* 12 / 4 = 3: odd; 2 / 2 = 1: no RoPE pair */
+        expect_refused(family_json(all_families[i], 12, 4, ""), SHOAL_EFORMAT,
+                       "head_dim 3 (from hidden_size 12 / num_attention_heads 4)");
+        expect_refused(family_json(all_families[i], 2, 2, ""), SHOAL_EFORMAT,
+                       "head_dim 1 (from hidden_size 2 / num_attention_heads 2)");
+    }
+    expect_refused(family_json("qwen3_moe", 64, 4, ",\"head_dim\":7"), SHOAL_EFORMAT,
+                   "config.json: head_dim 7 must be even and >= 2");
+    expect_refused(family_json("mixtral", 64, 4, ",\"head_dim\":0"), SHOAL_ERANGE,
+                   "'head_dim' is 0");
+}
+
+Test(model_config, heads_times_head_dim_must_match_where_the_family_derives_it)
+{
+    /* olmoe derives head_dim and ignores the key; 50 / 3 = 16 leaves 2 columns out */
+    expect_refused(family_json("olmoe", 50, 3, ",\"head_dim\":16"), SHOAL_EFORMAT,
+                   "hidden_size 50 is not divisible by num_attention_heads 3");
+    expect_refused(family_json("qwen2_moe", 50, 3, ""), SHOAL_EFORMAT,
+                   "hidden_size 50 is not divisible by num_attention_heads 3");
+    expect_refused(family_json("qwen2_moe", 64, 4, ",\"head_dim\":32"), SHOAL_EFORMAT,
+                   "head_dim 32 x num_attention_heads 4 must equal hidden_size 64");
+    /* qwen3_moe and mixtral honour an explicit head_dim != hidden / heads */
+    struct shoal_model_config c;
+    struct shoal_err e = {0};
+    cr_assert(eq(int, parse(family_json("qwen3_moe", 64, 4, ",\"head_dim\":32"), &c, &e), 0),
+              "%s", e.msg);
+    cr_assert(eq(i64, c.head_dim, 32));
+    cr_assert(eq(int, parse(family_json("qwen2_moe", 64, 4, ",\"head_dim\":16"), &c, &e), 0),
+              "%s", e.msg);
+    cr_assert(eq(i64, c.head_dim, 16));
+}
+
+Test(model_config, rotary_dimension_below_two_is_refused)
+{
+    expect_refused(family_json("qwen3_moe", 64, 4, ",\"partial_rotary_factor\":0.1"),
+                   SHOAL_EFORMAT,
+                   "rotary dimension 0 (head_dim 16 x partial_rotary_factor 0.1) must be >= 2");
+    expect_refused(family_json("mixtral", 32, 16,
+                               ",\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2}"),
+                   SHOAL_EFORMAT, "'dynamic' needs a rotary dimension > 2, found 2");
+}
+
+Test(model_config, sizes_that_would_overflow_are_refused)
+{
+    expect_refused(family_json("qwen3_moe", 1024, 65536, ",\"head_dim\":65536"), SHOAL_ERANGE,
+                   "num_attention_heads 65536 x head_dim 65536");
+    /* vocab beyond int32 token ids */
+    expect_refused("{\"model_type\":\"mixtral\",\"vocab_size\":2147483648}", SHOAL_ERANGE,
+                   "'vocab_size' is 2147483648");
+    /* each field in range, the product of them not: 2 x vocab x hidden > 2^46 */
+    expect_refused("{\"model_type\":\"mixtral\",\"vocab_size\":2147483647,"
+                   "\"hidden_size\":1048576,\"num_hidden_layers\":2,"
+                   "\"num_attention_heads\":4096,\"num_local_experts\":4,"
+                   "\"num_experts_per_tok\":2,\"intermediate_size\":16}",
+                   SHOAL_ERANGE, "more than the supported 7.04e+13");
+    expect_refused("{\"model_type\":\"mixtral\",\"vocab_size\":100,\"hidden_size\":1048576,"
+                   "\"num_hidden_layers\":512,\"num_attention_heads\":4096,"
+                   "\"num_local_experts\":65536,\"num_experts_per_tok\":2,"
+                   "\"intermediate_size\":4194304}",
+                   SHOAL_ERANGE, "65536 experts of width 4194304");
+}
+
+/* ---- RoPE layouts and keys that change the math (issue 12 item 8) ---- */
+
+#define YARN_FIELDS "\"factor\":4.0,\"original_max_position_embeddings\":32"
+
+Test(model_config, rope_parameters_v5_layout_equals_the_classic_layout)
+{
+    struct shoal_model_config a, b;
+    struct shoal_err e = {0};
+    cr_assert(eq(int, parse("{" BASE_QWEN3 ",\"rope_theta\":1000000.0,\"rope_scaling\":"
+                            "{\"rope_type\":\"yarn\"," YARN_FIELDS "}}", &a, &e), 0), "%s", e.msg);
+    cr_assert(eq(int, parse("{" BASE_QWEN3 ",\"rope_parameters\":{\"rope_type\":\"yarn\","
+                            "\"rope_theta\":1000000.0," YARN_FIELDS "}}", &b, &e), 0), "%s", e.msg);
+    cr_assert(eq(int, b.rope_scaling.type, SHOAL_ROPE_YARN));
+    cr_assert(eq(dbl, b.rope_freq_base, 1e6));
+    cr_assert(eq(dbl, b.rope_scaling.factor, 4.0));
+    cr_assert(eq(dbl, b.rope_scaling.original_max_pos, 32.0));
+    cr_assert(eq(int, memcmp(&a, &b, sizeof a), 0), "the two layouts give different configs");
+
+    /* v5 default: rope_type may be absent; partial_rotary_factor inside */
+    cr_assert(eq(int, parse("{" BASE_QWEN3 ",\"rope_parameters\":{\"rope_theta\":5e5,"
+                            "\"partial_rotary_factor\":0.5}}", &b, &e), 0), "%s", e.msg);
+    cr_assert(eq(int, b.rope_scaling.type, SHOAL_ROPE_DEFAULT));
+    cr_assert(eq(dbl, b.rope_freq_base, 5e5));
+    cr_assert(eq(i64, b.rope_dim, 16));
+    /* the same object under both names, and a top-level rope_theta that agrees */
+    cr_assert(eq(int, parse("{" BASE_QWEN3 ",\"rope_theta\":1e6,"
+                            "\"rope_scaling\":{\"rope_type\":\"yarn\"," YARN_FIELDS "},"
+                            "\"rope_parameters\":{\"rope_type\":\"yarn\"," YARN_FIELDS "}}",
+                            &b, &e), 0), "%s", e.msg);
+    cr_assert(eq(int, memcmp(&a, &b, sizeof a), 0));
+}
+
+Test(model_config, rope_settings_that_would_be_dropped_are_refused)
+{
+    expect_refused("{" BASE_QWEN3 ",\"rope_theta\":1e6,\"rope_parameters\":{\"rope_type\":"
+                   "\"default\",\"rope_theta\":1e4}}", SHOAL_EFORMAT,
+                   "'rope_theta' is 1000000 at the top level but 10000 in 'rope_parameters'");
+    expect_refused("{" BASE_QWEN3 ",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2},"
+                   "\"rope_parameters\":{\"rope_type\":\"yarn\"," YARN_FIELDS "}}",
+                   SHOAL_EFORMAT, "both 'rope_scaling' and 'rope_parameters' are given");
+    expect_refused("{" BASE_QWEN3 ",\"rope_parameters\":{\"rope_type\":\"longrope\","
+                   "\"factor\":2}}", SHOAL_EUNSUPPORTED,
+                   "rope_parameters type 'longrope' is not supported");
+    expect_refused("{" BASE_QWEN3 ",\"rope_parameters\":{\"full_attention\":{\"rope_type\":"
+                   "\"default\",\"rope_theta\":1e4}}}", SHOAL_EUNSUPPORTED,
+                   "'rope_parameters' per layer type ('full_attention') is not supported");
+    expect_refused("{" BASE_QWEN3 ",\"rope_scaling\":{\"rope_type\":\"default\","
+                   "\"mrope_section\":[16,24,24]}}", SHOAL_EUNSUPPORTED,
+                   "rope_scaling key 'mrope_section' is not supported");
+    expect_refused("{" BASE_QWEN3 ",\"rope_parameters\":{\"factor\":4}}", SHOAL_EFORMAT,
+                   "rope_parameters has 'factor' but no 'rope_type'");
+    expect_refused("{" BASE_QWEN3 ",\"rope_theta\":1,\"rope_scaling\":{\"rope_type\":\"yarn\","
+                   YARN_FIELDS "}}", SHOAL_EFORMAT, "'yarn' needs rope_theta > 1");
+}
+
+Test(model_config, layer_types_must_agree_with_the_sliding_window_rule)
+{
+    struct shoal_model_config c;
+    struct shoal_err e = {0};
+    cr_assert(eq(int, parse("{" BASE_QWEN3 ",\"layer_types\":[\"full_attention\","
+                            "\"full_attention\",\"full_attention\",\"full_attention\"]}",
+                            &c, &e), 0), "%s", e.msg);
+    cr_assert(eq(int, parse("{" BASE_QWEN3 ",\"sliding_window\":8,\"use_sliding_window\":true,"
+                            "\"max_window_layers\":2,\"layer_types\":[\"full_attention\","
+                            "\"full_attention\",\"sliding_attention\",\"sliding_attention\"]}",
+                            &c, &e), 0), "%s", e.msg);
+    cr_assert(eq(int, shoal_layer_uses_window(&c, 2), 1));
+    expect_refused("{" BASE_QWEN3 ",\"sliding_window\":8,\"layer_types\":[\"full_attention\","
+                   "\"sliding_attention\",\"full_attention\",\"full_attention\"]}",
+                   SHOAL_EUNSUPPORTED, "layer_types[1] is 'sliding_attention' but");
+    expect_refused("{" BASE_QWEN3 ",\"layer_types\":[\"full_attention\",\"chunked_attention\","
+                   "\"full_attention\",\"full_attention\"]}",
+                   SHOAL_EUNSUPPORTED, "layer_types[1] 'chunked_attention' is not supported");
+    expect_refused("{" BASE_QWEN3 ",\"layer_types\":[\"full_attention\"]}", SHOAL_EFORMAT,
+                   "'layer_types' must be a list of 4 strings");
+}
