@@ -180,7 +180,7 @@ static void usage(FILE *f)
         "  --label TEXT         stored in the JSON (bench/sweep: the configuration)\n"
         "  --json OUT           also write the result here (default: only printed)\n"
         "\n"
-        "Engine flags (as 'shoal run'): --threads N, --ctx N, -v\n");
+        "Engine flags (as 'shoal run'): --threads N, --ctx N, -v/--verbose\n");
     shoal_session_usage_store(f);
 }
 
