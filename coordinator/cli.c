@@ -206,8 +206,8 @@ int shoal_cli_assign_paths(const char *cmd, char **words, int n_words,
         char given[128] = "";
         for (int k = 0; k < n_slots; k++)
             snprintf(given + strlen(given), sizeof given - strlen(given), "%s%s '%s'",
-                     k ? "," : "", slots[k].flag, *slots[k].value);
-        shoal_cli_error("%s: unexpected argument '%s' (already given:%s; see 'shoal %s "
+                     k ? ", " : "", slots[k].flag, *slots[k].value);
+        shoal_cli_error("%s: unexpected argument '%s' (already given: %s; see 'shoal %s "
                         "--help')", cmd, words[w], given, cmd);
         return -1;
     }
