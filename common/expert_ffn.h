@@ -21,10 +21,17 @@ void shoal_expert_ffn(float *out, const float *x, int64_t n,
                       const struct shoal_expert_weights *w, float *scratch);
 
 /* Expert weight bytes computed per second, GB/s: shoal_expert_ffn over 8
- * rows of fixed inputs on w for about 20 ms. blob_bytes: the bytes of one
- * expert (its weights and scales). Every executor reports this in its
- * PeerInfo (the coordinator's own store too), so placement compares like
- * with like. Returns 0 when scratch cannot be allocated. Thread: main. */
+ * rows of fixed inputs on w, after one unmeasured call (thread team, caches),
+ * timed call by call for about 30 ms (20 to 1000 calls, at most 0.3 s) with
+ * the thread's OpenMP team, then the same with one thread; the fastest call
+ * of either gives the rate. So a call stalled by another process (a busy
+ * machine whose spinning OpenMP threads are descheduled: a team call then
+ * waits a time slice, 100x slower) does not turn the figure into a
+ * near-zero one: it is what the kernels reach on this machine.
+ * blob_bytes: the bytes of one expert (its weights and scales). Every
+ * executor reports this in its PeerInfo (the coordinator's own store too),
+ * so placement compares like with like. Returns 0 when scratch cannot be
+ * allocated. Thread: main. */
 double shoal_expert_ffn_rate(const struct shoal_expert_weights *w, uint64_t blob_bytes);
 
 /* One expert's share of a batch: out = FFN_w(x) over n rows. */

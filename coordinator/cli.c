@@ -9,8 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config.h"
+#include "util.h"
 
 void shoal_cli_error(const char *fmt, ...)
 {
@@ -95,4 +97,119 @@ int shoal_cli_parse_size(const char *flag, const char *s, unsigned long long *ou
     shoal_cli_error("%s expects a size such as 0, 512M, 4G or unlimited, got '%s'", flag,
                     s ? s : "(nothing)");
     return -1;
+}
+
+void shoal_cli_usage_model(FILE *f)
+{
+    fprintf(f,
+        "  --model DIR, DIR     the model: a Hugging Face checkpoint directory\n"
+        "                       (config.json, *.safetensors, tokenizer.json) or a shoal\n"
+        "                       container (made by 'shoal convert'); default: the\n"
+        "                       bundled model, %s\n", shoal_cli_default_model());
+}
+
+int shoal_cli_take_path(const char *cmd, const char *what, const char *a,
+                        const char **slot)
+{
+    if (a[0] == '-' && a[1] != '\0')
+        return 0;
+    if (*slot) {
+        shoal_cli_error("%s: unexpected argument '%s': the %s is already '%s' (give it "
+                        "once, as a path or with its flag; see 'shoal %s --help')", cmd, a,
+                        what, *slot, cmd);
+        return -1;
+    }
+    *slot = a;
+    return 1;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+int shoal_cli_check_model_dir(const char *path, int given)
+{
+    static const char accepts[] =
+        "a model is a Hugging Face checkpoint directory (config.json, *.safetensors, "
+        "tokenizer.json) or a shoal container directory (made by 'shoal convert')";
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        shoal_cli_error("model '%s' does not exist%s; %s", path,
+                        given ? "" : " (the bundled model; pass --model DIR)", accepts);
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode))
+        return 0;
+    const char *kind = "a file, not a directory";
+    const char *use = "";
+    if (ends_with(path, ".gguf")) {
+        kind = "a GGUF file";
+        use = "; shoal reads a .gguf file only as a vocabulary, for 'shoal tokenize' "
+              "and 'shoal detokenize'";
+    } else if (ends_with(path, "tokenizer.json")) {
+        kind = "a tokenizer file";
+        use = "; a tokenizer.json alone serves 'shoal tokenize' and 'shoal detokenize'";
+    } else if (ends_with(path, ".safetensors") || ends_with(path, "config.json")) {
+        kind = "one file of a checkpoint";
+        use = "; pass the directory that holds it";
+    }
+    shoal_cli_error("model '%s' is %s; %s%s", path, kind, accepts, use);
+    return -1;
+}
+
+int shoal_cli_read_input(const char *path, size_t max_bytes, char **out, size_t *len)
+{
+    struct shoal_err err = {0};
+    if (strcmp(path, "-") == 0) {
+        size_t cap = 1 << 16, n = 0;
+        char *buf = shoal_xmalloc(cap);
+        size_t got;
+        while ((got = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
+            n += got;
+            if (n > max_bytes) {
+                free(buf);
+                shoal_cli_error("stdin is larger than the %zu-byte limit", max_bytes);
+                return -1;
+            }
+            if (cap - n - 1 == 0) {
+                cap *= 2;
+                buf = shoal_xrealloc(buf, cap);
+            }
+        }
+        if (ferror(stdin)) {
+            free(buf);
+            shoal_cli_error("cannot read stdin: %s", strerror(errno));
+            return -1;
+        }
+        buf[n] = '\0';
+        *out = buf;
+        *len = n;
+        return 0;
+    }
+    if (shoal_read_file(path, max_bytes, out, len, &err)) {
+        shoal_cli_error("%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int shoal_cli_assign_paths(const char *cmd, char **words, int n_words,
+                           const struct shoal_cli_slot *slots, int n_slots)
+{
+    int w = 0;
+    for (int k = 0; k < n_slots && w < n_words; k++)
+        if (!*slots[k].value)
+            *slots[k].value = words[w++];
+    if (w < n_words) {
+        char given[128] = "";
+        for (int k = 0; k < n_slots; k++)
+            snprintf(given + strlen(given), sizeof given - strlen(given), "%s%s '%s'",
+                     k ? ", " : "", slots[k].flag, *slots[k].value);
+        shoal_cli_error("%s: unexpected argument '%s' (already given: %s; see 'shoal %s "
+                        "--help')", cmd, words[w], given, cmd);
+        return -1;
+    }
+    return 0;
 }

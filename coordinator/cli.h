@@ -7,6 +7,9 @@
 #ifndef SHOAL_CLI_H
 #define SHOAL_CLI_H
 
+#include <stddef.h>
+#include <stdio.h>
+
 #include "tensor.h"
 
 int shoal_cmd_run(int argc, char **argv);
@@ -54,7 +57,43 @@ int shoal_cli_parse_i64(const char *flag, const char *s, long long lo,
 int shoal_cli_parse_f64(const char *flag, const char *s, double lo, double hi,
                         double *out);
 
+/* Read the whole of file path ('-': stdin) into *out (malloc'd, NUL
+ * appended, caller frees) and its length into *len; at most max_bytes.
+ * Returns 0 or -1 after printing one error line naming the file. */
+int shoal_cli_read_input(const char *path, size_t max_bytes, char **out, size_t *len);
+
 /* Default model directory (the bundled model) used when --model is absent. */
 const char *shoal_cli_default_model(void);
+
+/* What a generating command's --model accepts, as help lines: the flag and
+ * its positional form, a Hugging Face checkpoint directory or a shoal
+ * container, and the default (the bundled model). */
+void shoal_cli_usage_model(FILE *f);
+
+/* Take a command-line word that is not a flag as the model path (every
+ * command accepts MODEL positionally and as --model MODEL). Returns 1 when
+ * a is a path and was stored in *model, 0 when a is a flag (starts with
+ * '-'; "-" alone is a path), or -1 after printing a usage error naming cmd
+ * (a second path, or a path besides --model). */
+int shoal_cli_take_path(const char *cmd, const char *what, const char *a,
+                        const char **slot);
+
+/* A path a command takes either as --flag VALUE or positionally. */
+struct shoal_cli_slot {
+    const char *flag;     /* "--model", "--out" */
+    const char **value;   /* set by the flag, or here from a positional word */
+};
+
+/* Give the positional words (in order) to the slots their flag left unset,
+ * in slot order. Returns 0, or -1 after printing one usage error naming cmd
+ * (more words than unset slots). */
+int shoal_cli_assign_paths(const char *cmd, char **words, int n_words,
+                           const struct shoal_cli_slot *slots, int n_slots);
+
+/* Check that path can be a --model of a generating command: a directory.
+ * Returns 0, or -1 after printing one line that says what was found (no
+ * such path; a file, naming what a .gguf or tokenizer.json is for) and
+ * what --model accepts. given = 0: the bundled default. */
+int shoal_cli_check_model_dir(const char *path, int given);
 
 #endif

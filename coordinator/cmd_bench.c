@@ -149,7 +149,7 @@ static char *command_line(int argc, char **argv)
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: shoal bench --model DIR [engine and cluster flags] [options] --json OUT\n"
+        "usage: shoal bench [--model] DIR [engine and cluster flags] [options] [--json OUT]\n"
         "\n"
         "Measures one configuration: TTFT, prefill and decode tok/s (median and spread\n"
         "over --reps runs, each in a fresh process), time per token by stage, expert\n"
@@ -158,7 +158,7 @@ static void usage(FILE *f)
         "O_DIRECT reads of one expert at the engine's queue depth on the model's own\n"
         "experts.bin, and a STREAM-like RAM probe (docs/BENCHMARKS.md).\n"
         "\n"
-        "  --model DIR          a shoal container (or a Hugging Face directory: no store\n"
+        "  --model DIR, DIR     a shoal container (or a Hugging Face directory: no store\n"
         "                       figures, no fio)\n"
         "  --prompts FILE       one prompt per line: text (models with a tokenizer) or\n"
         "                       'ids: 1,2,3'; '#' lines are skipped (default: random ids)\n"
@@ -178,9 +178,9 @@ static void usage(FILE *f)
         "  --ram-mb N           MiB per RAM probe array (default 512; 3 arrays)\n"
         "  --ram-reps N         RAM probe repetitions, best kept (default 5)\n"
         "  --label TEXT         stored in the JSON (bench/sweep: the configuration)\n"
-        "  --json OUT           write the result here\n"
+        "  --json OUT           also write the result here (default: only printed)\n"
         "\n"
-        "Engine flags (as 'shoal run'): --threads N, --ctx N, -v\n");
+        "Engine flags (as 'shoal run'): --threads N, --ctx N, -v/--verbose\n");
     shoal_session_usage_store(f);
 }
 
@@ -221,6 +221,11 @@ static int parse(struct bench_opts *o, int argc, char **argv)
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             known |= !strcmp(a, valued[k]);
         if (!known) {
+            r = shoal_cli_take_path("bench", "model", a, &o->so.model_dir);
+            if (r < 0)
+                return 2;
+            if (r > 0)
+                continue;
             shoal_cli_error("bench: unknown option '%s' (see 'shoal bench --help')", a);
             return 2;
         }
@@ -264,8 +269,8 @@ static int parse(struct bench_opts *o, int argc, char **argv)
             return 2;
     }
     if (!o->so.model_dir) {
-        shoal_cli_error("bench: --model DIR is required (usage: shoal bench --model DIR "
-                        "[flags] --json OUT)");
+        shoal_cli_error("bench: --model DIR is required (usage: shoal bench [--model] DIR "
+                        "[flags] [--json OUT])");
         return 2;
     }
     return shoal_session_check_opts(&o->so) ? 2 : 0;
@@ -732,7 +737,7 @@ static int rep_child(void *user, json_t **out)
     jset(r, "load_before", shoal_bench_loadavg());
     double t_open0 = shoal_time_s();
     struct shoal_session_opts so = o->so;
-    struct shoal_session *s = shoal_session_open(&so);
+    struct shoal_session *s = shoal_session_open(&so, NULL);
     if (!s) {
         jset(r, "error", json_string("the model did not open (see the error above)"));
         return 1;
@@ -1212,10 +1217,8 @@ int shoal_cmd_bench(int argc, char **argv)
     if (!o.json_out)
         fprintf(stderr, "shoal: bench: no --json OUT; the result is only printed\n");
     /* fail before measuring anything, not after minutes of runs */
-    if (o.so.model_dir && !shoal_is_dir(o.so.model_dir)) {
-        shoal_cli_error("bench: --model '%s' is not a directory", o.so.model_dir);
-        return 1;
-    }
+    if (o.so.model_dir && shoal_cli_check_model_dir(o.so.model_dir, 1))
+        return 2;
     if (o.json_out) {
         /* writable where it is, or creatable in its directory; nothing is
          * created yet, so a failed bench leaves no empty file behind */

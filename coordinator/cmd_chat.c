@@ -2,13 +2,18 @@
  * (tokenizer_config.json) over the whole conversation each turn, reuses the
  * KV cache for the longest common token prefix (so a turn prefills only its
  * new tokens), streams the reply, and keeps line editing + history.
- * Commands: /reset, /quit (or Ctrl-D). Ctrl-C stops a generation.
+ * Commands: /help, /reset, /quit (or Ctrl-D); other /words are refused
+ * locally, never sent. Ctrl-C stops a generation. On a terminal, echo is
+ * off while a reply streams, so text typed meanwhile does not land in the
+ * printed reply; it stays in the input queue and the line editor shows it
+ * at the next prompt (typeahead is kept, not flushed).
  */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "chat_template.h"
@@ -29,19 +34,83 @@ static void on_sigint(int sig)
     interrupted = 1;
 }
 
+/* "/word" (letters only, then the end or a blank): a command, never sent. */
+static int is_command(const char *line)
+{
+    size_t n = 1;
+    if (line[0] != '/')
+        return 0;
+    while ((line[n] >= 'a' && line[n] <= 'z') || (line[n] >= 'A' && line[n] <= 'Z'))
+        n++;
+    return n > 1 && (line[n] == '\0' || line[n] == ' ' || line[n] == '\t');
+}
+
+static void print_commands(FILE *f)
+{
+    fprintf(f,
+        "  /help                these commands\n"
+        "  /reset               forget the conversation (the system message stays)\n"
+        "  /quit, /exit, Ctrl-D leave\n"
+        "  Ctrl-C               stop a reply that is being generated\n"
+        "  //TEXT               send /TEXT (a message that starts with '/')\n");
+}
+
+/* Terminal echo while a reply streams (stdin a terminal): off, so that text
+ * typed meanwhile is not printed into the reply; restored afterwards
+ * without flushing, so that text is the start of the next line. */
+static struct termios g_tty_saved;
+static volatile sig_atomic_t g_tty_quiet;
+
+static void tty_quiet_begin(int tty)
+{
+    struct termios t;
+    if (!tty || tcgetattr(STDIN_FILENO, &g_tty_saved) != 0)
+        return;
+    t = g_tty_saved;
+    t.c_lflag &= ~(tcflag_t)(ECHO | ECHONL);
+    if (tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0)
+        g_tty_quiet = 1;
+}
+
+static void tty_quiet_end(void)
+{
+    if (g_tty_quiet) {
+        tcsetattr(STDIN_FILENO, TCSANOW, &g_tty_saved);   /* TCSANOW: keep typeahead */
+        g_tty_quiet = 0;
+    }
+}
+
+/* SIGTERM/SIGHUP while echo is off: restore it, then die of the signal. */
+static void on_fatal(int sig)
+{
+    if (g_tty_quiet)
+        tcsetattr(STDIN_FILENO, TCSANOW, &g_tty_saved);   /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: shoal chat [--model DIR] [--system TEXT] [sampling options]\n"
+        "usage: shoal chat [--model] [MODEL] [--system TEXT] [options]\n"
+        "\n");
+    shoal_cli_usage_model(f);
+    fprintf(f,
+        "  --system TEXT        a system message to start the conversation\n");
+    shoal_gen_usage(f, 128, 0);
+    fprintf(f,
+        "  --ctx N              context length in tokens (default min(max_position_embeddings, 4096))\n"
+        "  --threads N          compute threads (default: all cores)\n"
+        "  -v, --verbose        print what was loaded, and per turn the tokens prefilled\n"
+        "                       and reused from the KV cache\n"
         "\n"
-        "  --model DIR        checkpoint directory (default: the bundled model)\n"
-        "  --system TEXT      a system message to start the conversation\n"
-        "  --max-tokens N     reply length limit (default 128)\n"
-        "  --ctx N, --threads N, --temp, --top-k, --top-p, --min-p, --seed,\n"
-        "  --repeat-penalty, --greedy, --stop STR   as for 'shoal run'\n"
-        "\n"
-        "In the session: /reset forgets the conversation, /quit or Ctrl-D leaves,\n"
-        "Ctrl-C stops a reply that is being generated.\n"
+        "One message per line (stdin may be a pipe). In the session:\n");
+    print_commands(f);
+    fprintf(f,
+        "When the conversation outgrows the context, the oldest exchanges are dropped\n"
+        "(with a note); a message that does not fit even alone is refused with the\n"
+        "reason and the session goes on. Exit status: 0, also after a refused message;\n"
+        "1 if a reply failed; 2 for bad options (a system prompt that fills the context).\n"
         "\nExpert store (shoal containers only):\n");
     shoal_session_usage_store(f);
 }
@@ -135,19 +204,46 @@ static int tokenize_text(struct shoal_session *s, const char *text, int32_t **id
     return 0;
 }
 
+/* Tokens of msgs[0..n) rendered with the template (add_gen: with the
+ * assistant header). Returns the count, or -1 with *err set (template or
+ * tokenizer error). */
+static int64_t count_tokens(struct shoal_session *s, const struct shoal_chat_template *tmpl,
+                            const struct shoal_chat_template_vars *vars,
+                            const struct shoal_chat_message *msgs, size_t n, int add_gen,
+                            struct shoal_err *err)
+{
+    struct shoal_chat_template_vars v = *vars;
+    v.add_generation_prompt = add_gen;
+    char *text = NULL;
+    if (shoal_chat_template_render(tmpl, msgs, n, &v, &text, err))
+        return -1;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    struct shoal_tokenize_params tp = {.add_special = 0, .parse_special = 1};
+    int rc = shoal_tokenizer_encode(s->tok, text, strlen(text), tp, &ids, &n_ids, err);
+    free(text);
+    free(ids);
+    return rc ? -1 : (int64_t)n_ids;
+}
+
 /* Render the conversation and work out the tokens of this turn.
  * When the cache's text is a prefix of the new rendering, only the new text
  * is tokenized and appended, so the tokens the model generated stay in the
  * cache exactly as they are (the next turn prefills only the new tokens).
  * Otherwise the whole rendering is tokenized and the longest common token
  * prefix is kept. When the conversation no longer fits the context, the
- * oldest exchanges (after any system message) are dropped, with a note. */
+ * oldest exchanges (after any system message) are dropped, with a note;
+ * but first, if the new message does not fit even without them, it is
+ * refused with the reason and nothing is dropped (returns -1; the caller
+ * removes the message and the session goes on unchanged).
+ * n_sys: tokens of the system message(s) alone, -1 if unknown. */
 static int build_turn(struct shoal_session *s, const struct shoal_chat_template *tmpl,
                       const struct shoal_chat_template_vars *vars, struct conv *conv,
-                      size_t base_msgs, char **cache_text, struct turn *t)
+                      size_t base_msgs, int64_t n_sys, char **cache_text, struct turn *t)
 {
     struct shoal_err err = {0};
     const int64_t n_ctx = shoal_ctx_n_ctx(s->ctx);
+    int checked = 0;
     memset(t, 0, sizeof *t);
     for (;;) {
         if (shoal_chat_template_render(tmpl, conv->msgs, conv->n, vars, &t->prompt, &err)) {
@@ -182,17 +278,48 @@ static int build_turn(struct shoal_session *s, const struct shoal_chat_template 
             t->keep--; /* one token must be evaluated for fresh logits */
         if ((int64_t)t->n_ids < n_ctx)
             break;
-        /* too long: drop the oldest exchange and start the cache over */
+        const int64_t n_full = (int64_t)t->n_ids;
         free(t->prompt);
         free(t->ids);
         memset(t, 0, sizeof *t);
+        if (!checked) {
+            /* would the message fit with no earlier exchange? if not,
+             * refuse it now and drop nothing */
+            checked = 1;
+            int64_t need = n_full;
+            if (conv->n - base_msgs > 1) {
+                struct shoal_chat_message *alone =
+                    shoal_xmalloc((base_msgs + 1) * sizeof *alone);
+                memcpy(alone, conv->msgs, base_msgs * sizeof *alone);
+                alone[base_msgs] = conv->msgs[conv->n - 1];
+                need = count_tokens(s, tmpl, vars, alone, base_msgs + 1, 1, &err);
+                free(alone);
+                if (need < 0) {
+                    shoal_cli_error("chat: template: %s", err.msg);
+                    return -1;
+                }
+            }
+            if (need >= n_ctx) {
+                char sys[96] = "";
+                if (n_sys > 0)
+                    snprintf(sys, sizeof sys, " (%lld of them the system prompt's)",
+                             (long long)n_sys);
+                if (n_sys >= n_ctx)
+                    shoal_cli_error("chat: the system prompt is too long: %lld tokens with the "
+                                    "chat template, and the context holds %lld (--ctx); no "
+                                    "message can be sent", (long long)n_sys, (long long)n_ctx);
+                else
+                    shoal_cli_error("chat: this message does not fit: with the chat template "
+                                    "it needs %lld tokens%s, and the %lld-token context (--ctx) "
+                                    "must keep one for the reply; it was not sent and the "
+                                    "conversation is unchanged", (long long)need, sys,
+                                    (long long)n_ctx);
+                return -1;
+            }
+        }
+        /* too long: drop the oldest exchange and start the cache over */
         free(*cache_text);
         *cache_text = NULL;
-        if (conv->n - base_msgs <= 1) {
-            shoal_cli_error("chat: this message alone does not fit the context of %lld "
-                            "tokens", (long long)n_ctx);
-            return -1;
-        }
         size_t drop = conv->n - base_msgs >= 3 ? 2 : 1;
         for (size_t k = 0; k < drop; k++) {
             free((char *)conv->msgs[base_msgs + k].role);
@@ -239,14 +366,26 @@ int shoal_cmd_chat(int argc, char **argv)
             system_msg = argv[++i];
             continue;
         }
+        r = shoal_cli_take_path("chat", "model", a, &so.model_dir);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
         shoal_cli_error("chat: unknown option '%s' (see 'shoal chat --help')", a);
+        return 2;
+    }
+    if (go.no_bos || go.logits_out || go.ids_out) {
+        shoal_cli_error("chat: %s is an option of 'shoal run' only (in chat the template "
+                        "places BOS, and replies are not written to files)",
+                        go.no_bos ? "--no-bos" : go.logits_out ? "--logits-out" : "--ids-out");
         return 2;
     }
     if (shoal_session_check_opts(&so))
         return 2;
-    struct shoal_session *s = shoal_session_open(&so);
+    int open_rc;
+    struct shoal_session *s = shoal_session_open(&so, &open_rc);
     if (!s)
-        return 1;
+        return open_rc;
     if (!s->tok) {
         shoal_cli_error("chat: model '%s' has no tokenizer.json", s->model->dir);
         shoal_session_close(s);
@@ -283,17 +422,6 @@ int shoal_cmd_chat(int argc, char **argv)
     }
     go.print_timings = 0;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    s->interrupt = (volatile int *)&interrupted;
-
-    int tty = isatty(0) && isatty(1);
-    if (tty)
-        fprintf(stderr, "shoal chat: %s (%s). /reset, /quit; Ctrl-C stops a reply.\n",
-                s->model->dir, s->model->cfg.family->model_type);
     struct conv conv = {0};
     if (system_msg)
         conv_push(&conv, "system", system_msg);
@@ -303,6 +431,40 @@ int shoal_cmd_chat(int argc, char **argv)
                                             .add_generation_prompt = 1};
     char *cache_text = NULL; /* the text the KV cache holds, when known */
     int rc = 0;
+    /* The system prompt must leave room for a message and a reply: said
+     * now, with its size, not blamed on the first message. A template that
+     * cannot render a system message alone is judged per message instead. */
+    int64_t n_sys = 0;
+    if (base_msgs) {
+        n_sys = count_tokens(s, tmpl, &vars, conv.msgs, base_msgs, 1, &err);
+        const int64_t n_ctx = shoal_ctx_n_ctx(s->ctx);
+        if (n_sys >= n_ctx) {
+            const int64_t max = s->model->cfg.max_pos;
+            shoal_cli_error("chat: the system prompt is too long: %lld tokens with the chat "
+                            "template, and the context holds %lld (--ctx%s); shorten --system%s",
+                            (long long)n_sys, (long long)n_ctx,
+                            n_ctx < max ? "" : ", the model's maximum",
+                            n_ctx < max ? " or raise --ctx" : "");
+            rc = 2;
+            goto out;
+        }
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    s->interrupt = (volatile int *)&interrupted;
+
+    int tty = isatty(0) && isatty(1);
+    if (tty) {
+        sa.sa_handler = on_fatal;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+        fprintf(stderr, "shoal chat: %s (%s). /help lists the commands; Ctrl-C stops a "
+                "reply.\n", s->model->dir, s->model->cfg.family->model_type);
+    }
     for (;;) {
         int was_int = 0;
         char *line = read_line(tty, &was_int);
@@ -313,30 +475,47 @@ int shoal_cmd_chat(int argc, char **argv)
             }
             break;
         }
-        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) {
-            free(line);
-            break;
-        }
-        if (!strcmp(line, "/reset")) {
-            conv_clear(&conv, base_msgs);
-            shoal_session_reset(s);
-            free(cache_text);
-            cache_text = NULL;
-            fputs("(conversation reset)\n", stdout);
-            fflush(stdout);
-            free(line);
-            continue;
-        }
         if (!*line) {
             free(line);
             continue;
         }
-        conv_push(&conv, "user", line);
+        if (is_command(line)) {
+            /* handled here, never sent to the model; trailing blanks allowed */
+            size_t w = strcspn(line, " \t");
+            int alone = line[w + strspn(line + w, " \t")] == '\0';
+            line[w] = '\0';
+            if (alone && (!strcmp(line, "/quit") || !strcmp(line, "/exit"))) {
+                free(line);
+                break;
+            }
+            if (alone && !strcmp(line, "/help")) {
+                print_commands(stdout);
+            } else if (alone && !strcmp(line, "/reset")) {
+                conv_clear(&conv, base_msgs);
+                shoal_session_reset(s);
+                free(cache_text);
+                cache_text = NULL;
+                fputs("(conversation reset)\n", stdout);
+            } else if (!strcmp(line, "/quit") || !strcmp(line, "/exit") ||
+                       !strcmp(line, "/help") || !strcmp(line, "/reset")) {
+                fprintf(stderr, "shoal: %s takes no arguments; /help lists the commands\n",
+                        line);
+            } else {
+                fprintf(stderr, "shoal: unknown command '%s'; /help lists them (start a "
+                        "message with // to send one that begins with /)\n", line);
+            }
+            fflush(stdout);
+            free(line);
+            continue;
+        }
+        /* "//text" sends "/text" */
+        conv_push(&conv, "user", line[0] == '/' && line[1] == '/' ? line + 1 : line);
         free(line);
         struct turn t;
-        if (build_turn(s, tmpl, &vars, &conv, base_msgs, &cache_text, &t) != 0) {
+        if (build_turn(s, tmpl, &vars, &conv, base_msgs, n_sys, &cache_text, &t) != 0) {
+            /* reported; the message is dropped and the session goes on as
+             * it was (not a failure of the session: exit status stays) */
             conv_clear(&conv, conv.n - 1);
-            rc = 1; /* the session goes on; the exit status remembers */
             continue;
         }
         char *reply = NULL;
@@ -345,8 +524,10 @@ int shoal_cmd_chat(int argc, char **argv)
         go.result = &res;
         interrupted = 0;
         double t0 = shoal_time_s();
+        tty_quiet_begin(tty);
         int grc = shoal_session_generate(s, t.ids + t.keep, t.n_ids - (size_t)t.keep, &go, stdout);
         if (grc != 0) {
+            tty_quiet_end();
             rc = 1;
             free(t.ids);
             free(t.prompt);
@@ -360,6 +541,7 @@ int shoal_cmd_chat(int argc, char **argv)
             fputs(" [stopped]", stdout);
         fputs("\n", stdout);
         fflush(stdout);
+        tty_quiet_end();
         if (so.verbose)
             fprintf(stderr, "shoal: turn prefilled %lld new tokens (%lld reused from the "
                     "KV cache), %.2f s\n", (long long)((int64_t)t.n_ids - t.keep),
@@ -386,6 +568,7 @@ int shoal_cmd_chat(int argc, char **argv)
         free(t.prompt);
         free(t.ids);
     }
+out:
     free(cache_text);
     conv_clear(&conv, 0);
     free(conv.msgs);

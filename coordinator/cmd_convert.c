@@ -40,73 +40,88 @@ int shoal_cmd_convert(int argc, char **argv)
 {
     struct shoal_convert_params p = shoal_convert_params_default();
     const char *src = NULL, *dst = NULL;
+    char **words = shoal_xcalloc((size_t)argc, sizeof *words);
+    int n_words = 0, rc = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: shoal convert SRC DST [--experts int4a8|int4|int8|bf16|f32] "
-                   "[--dense int8|bf16|f32] [--group 32|64|128] [--force]\n\n"
-                   "Converts a Hugging Face checkpoint directory into a shoal container\n"
-                   "(docs/FORMAT.md). Defaults: --experts bf16 --dense bf16 --group 64.\n");
+            printf("usage: shoal convert [--model] SRC [--out] DST [--experts int4a8|int4|int8|bf16|f32]\n"
+                   "                     [--dense int8|bf16|f32] [--group 32|64|128] [--force]\n\n"
+                   "Converts a Hugging Face checkpoint directory SRC (config.json, *.safetensors,\n"
+                   "tokenizer.json) into a shoal container DST (docs/FORMAT.md).\n\n"
+                   "  --model SRC, SRC     the Hugging Face checkpoint directory\n"
+                   "  --out DST, DST       the container directory to write\n"
+                   "  --experts T          routed experts' dtype (default bf16)\n"
+                   "  --dense T            dense tensors' dtype (default bf16)\n"
+                   "  --group G            quantization group of int8/int4 (default 64)\n"
+                   "  --force              replace an existing DST\n");
+            free(words);
             return 0;
         }
         if (!strcmp(a, "--force")) {
             p.force = 1;
             continue;
         }
-        if (!strcmp(a, "--experts") || !strcmp(a, "--dense") || !strcmp(a, "--group")) {
+        if (!strcmp(a, "--experts") || !strcmp(a, "--dense") || !strcmp(a, "--group") ||
+            !strcmp(a, "--model") || !strcmp(a, "--out")) {
             if (i + 1 >= argc) {
                 shoal_cli_error("%s needs a value", a);
-                return 2;
+                goto out;
             }
             const char *v = argv[++i];
+            if (!strcmp(a, "--model"))
+                src = v;
+            if (!strcmp(a, "--out"))
+                dst = v;
             if (!strcmp(a, "--experts") && shoal_cli_parse_dtype(a, v, 1, &p.experts_dtype))
-                return 2;
+                goto out;
             if (!strcmp(a, "--dense") && shoal_cli_parse_dtype(a, v, 0, &p.dense_dtype))
-                return 2;
+                goto out;
             if (!strcmp(a, "--group") && shoal_cli_parse_group(a, v, &p.group))
-                return 2;
+                goto out;
             continue;
         }
         if (a[0] == '-') {
-            shoal_cli_error("convert: unknown option '%s'", a);
-            return 2;
+            shoal_cli_error("convert: unknown option '%s' (see 'shoal convert --help')", a);
+            goto out;
         }
-        if (!src)
-            src = a;
-        else if (!dst)
-            dst = a;
-        else {
-            shoal_cli_error("convert: unexpected argument '%s' (usage: shoal convert SRC DST)", a);
-            return 2;
-        }
+        words[n_words++] = argv[i];
     }
+    const struct shoal_cli_slot slots[] = {{"--model", &src}, {"--out", &dst}};
+    if (shoal_cli_assign_paths("convert", words, n_words, slots, 2))
+        goto out;
     if (!src || !dst) {
-        shoal_cli_error("convert: usage: shoal convert SRC DST [options]");
-        return 2;
+        shoal_cli_error("convert: usage: shoal convert SRC DST [options] (missing %s)",
+                        src ? "DST" : "SRC");
+        goto out;
     }
+    rc = 1;
     struct shoal_err err = {0};
     struct shoal_model *m = shoal_model_load(src, &err);
     if (!m) {
         shoal_cli_error("%s", err.msg);
-        return 1;
+        goto out;
     }
     if (m->ct) {
         shoal_cli_error("convert: '%s' is already a shoal container; convert from the "
                         "Hugging Face checkpoint", src);
         shoal_model_free(m);
-        return 1;
+        goto out;
     }
     struct progress pr = {.t0 = shoal_time_s(), .tty = isatty(2), .what = "convert"};
     p.progress = show_progress;
     p.progress_user = &pr;
-    int rc = shoal_container_convert(m, src, dst, &p, &err);
+    int crc = shoal_container_convert(m, src, dst, &p, &err);
     shoal_model_free(m);
-    if (rc) {
+    if (crc) {
         shoal_cli_error("%s", err.msg);
-        return 1;
+        goto out;
     }
     fprintf(stderr, "shoal: wrote %s in %.1f s\n", dst, shoal_time_s() - pr.t0);
-    return 0;
+    rc = 0;
+out:
+    free(words);
+    return rc;
 }
 
 int shoal_cmd_inspect(int argc, char **argv)
@@ -115,21 +130,30 @@ int shoal_cmd_inspect(int argc, char **argv)
     int verify = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: shoal inspect DIR [--verify]\n\nDescribes a shoal container; "
-                   "--verify checks every checksum.\n");
+            printf("usage: shoal inspect [--model] DIR [--verify]\n\n"
+                   "Describes a shoal container or shard.\n\n"
+                   "  --model DIR, DIR     the container (made by 'shoal convert', 'shoal shard'\n"
+                   "                       or 'shoal synth')\n"
+                   "  --verify             check every checksum\n");
             return 0;
         }
-        if (!strcmp(argv[i], "--verify"))
+        if (!strcmp(argv[i], "--verify")) {
             verify = 1;
-        else if (argv[i][0] == '-') {
-            shoal_cli_error("inspect: unknown option '%s'", argv[i]);
-            return 2;
-        } else if (!dir)
-            dir = argv[i];
-        else {
-            shoal_cli_error("inspect: unexpected argument '%s'", argv[i]);
+            continue;
+        }
+        if (!strcmp(argv[i], "--model")) {
+            if (i + 1 >= argc) {
+                shoal_cli_error("--model needs a value");
+                return 2;
+            }
+            i++;
+        } else if (argv[i][0] == '-') {
+            shoal_cli_error("inspect: unknown option '%s' (see 'shoal inspect --help')",
+                            argv[i]);
             return 2;
         }
+        if (shoal_cli_take_path("inspect", "container", argv[i], &dir) < 0)
+            return 2;
     }
     if (!dir) {
         shoal_cli_error("inspect: usage: shoal inspect DIR [--verify]");

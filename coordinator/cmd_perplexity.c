@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "session.h"
@@ -18,13 +19,20 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: shoal perplexity [--model DIR] --file TEXT [--ctx N] [--max-windows N] [--threads N]\n"
+        "usage: shoal perplexity [--model] [MODEL] --file TEXT [--ctx N] [--max-windows N]\n"
+        "                        [--json] [options]\n"
+        "\n");
+    shoal_cli_usage_model(f);
+    fprintf(f,
+        "  --file TEXT          UTF-8 text to score ('-' = stdin)\n"
+        "  --ctx N              window length in tokens (default: max_position_embeddings,\n"
+        "                       at most 4096)\n"
+        "  --max-windows N      score only the first N windows (default: all)\n"
+        "  --json               print the result as one JSON object\n"
+        "  --threads N          compute threads (default: all cores)\n"
+        "  -v, --verbose        print what was loaded (family, threads, context, kernels)\n"
         "\n"
-        "  --file TEXT        UTF-8 text to score\n"
-        "  --ctx N            window length in tokens (default: max_position_embeddings,\n"
-        "                     at most 4096)\n"
-        "  --max-windows N    score only the first N windows (default: all)\n"
-        "  --json             print the result as one JSON object\n"
+        "Progress goes to stderr, one updating line, only when stderr is a terminal.\n"
         "\nExpert store (shoal containers only):\n");
     shoal_session_usage_store(f);
 }
@@ -63,6 +71,11 @@ int shoal_cmd_perplexity(int argc, char **argv)
                 return 2;
             continue;
         }
+        r = shoal_cli_take_path("perplexity", "model", a, &so.model_dir);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
         shoal_cli_error("perplexity: unknown option '%s' (see 'shoal perplexity --help')", a);
         return 2;
     }
@@ -78,14 +91,13 @@ int shoal_cmd_perplexity(int argc, char **argv)
     struct shoal_err err = {0};
     char *text = NULL;
     size_t len = 0;
-    if (shoal_read_file(file, (size_t)1 << 31, &text, &len, &err)) {
-        shoal_cli_error("%s", err.msg);
+    if (shoal_cli_read_input(file, (size_t)1 << 31, &text, &len))
         return 1;
-    }
-    struct shoal_session *s = shoal_session_open(&so);
+    int open_rc;
+    struct shoal_session *s = shoal_session_open(&so, &open_rc);
     if (!s) {
         free(text);
-        return 1;
+        return open_rc;
     }
     int rc = 1;
     int32_t *ids = NULL;
@@ -109,6 +121,8 @@ int shoal_cmd_perplexity(int argc, char **argv)
         shoal_cli_error("cannot allocate %lld bytes of logits", (long long)(B * V * 4));
         goto done;
     }
+    /* an updating line is for a person watching; a pipe or a log gets none */
+    const int progress = !json && isatty(STDERR_FILENO);
     double nll = 0.0, t0 = shoal_time_s();
     int64_t n_pred = 0;
     for (int64_t w = 0; w < n_windows; w++) {
@@ -136,11 +150,11 @@ int shoal_cmd_perplexity(int argc, char **argv)
                 n_pred++;
             }
         }
-        if (!json)
+        if (progress)
             fprintf(stderr, "\rshoal: window %lld/%lld, running perplexity %.4f",
                     (long long)(w + 1), (long long)n_windows, exp(nll / (double)n_pred));
     }
-    if (!json)
+    if (progress)
         fprintf(stderr, "\n");
     double loss = nll / (double)n_pred;
     double secs = shoal_time_s() - t0;

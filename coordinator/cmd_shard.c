@@ -38,12 +38,15 @@ struct shard_args {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: shoal shard --model DIR --workers N [--replicas R] "
-               "[--weights w1,w2,...] [--with-dense] [--force] --out DIR\n\n"
+    fprintf(f, "usage: shoal shard [--model] DIR --workers N [--replicas R] "
+               "[--weights w1,w2,...] [--with-dense] [--force] [--out] OUT\n\n"
                "Writes OUT/worker-0 .. OUT/worker-(N-1), one partial container per worker\n"
                "holding its share of the experts (R holders per expert, shares in proportion\n"
                "to the weights, by weighted rendezvous hashing), and OUT/placement.json.\n"
                "DIR must be a shoal container (make one with 'shoal convert').\n"
+               "  --model DIR, DIR  the container to shard\n"
+               "  --out OUT, OUT    where the shards and placement.json go\n"
+               "  --workers N       how many shards (one per worker)\n"
                "  --replicas R    holders per expert, 1..N (default 1)\n"
                "  --weights LIST  N positive numbers, e.g. disk or RAM sizes (default equal)\n"
                "  --with-dense    copy dense.bin too (a shard without it serves experts only)\n"
@@ -92,6 +95,8 @@ static int parse_args(int argc, char **argv, struct shard_args *a)
     long long workers = 0, replicas = 1;
     int have_workers = 0;
     const char *weights = NULL;
+    char *words[2];
+    int n_words = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -104,6 +109,10 @@ static int parse_args(int argc, char **argv, struct shard_args *a)
         }
         if (!strcmp(f, "--force")) {
             a->force = 1;
+            continue;
+        }
+        if (f[0] != '-' && n_words < 2) {
+            words[n_words++] = argv[i];   /* [--model] DIR [--out] OUT */
             continue;
         }
         if (strcmp(f, "--model") && strcmp(f, "--out") && strcmp(f, "--workers") &&
@@ -131,6 +140,9 @@ static int parse_args(int argc, char **argv, struct shard_args *a)
             return -1;
         }
     }
+    const struct shoal_cli_slot slots[] = {{"--model", &a->model}, {"--out", &a->out}};
+    if (shoal_cli_assign_paths("shard", words, n_words, slots, 2))
+        return -1;
     if (!a->model) {
         shoal_cli_error("shard: --model DIR is required (the container to shard)");
         return -1;

@@ -249,7 +249,15 @@ int shoal_cmd_status(int argc, char **argv)
     struct shoal_wire_client c;
     if (shoal_wire_client_connect(&c, addr, SHOAL__ROLE__ROLE_OBSERVER, &key, &info, NULL,
                                   timeout_ms, &err) < 0) {
-        shoal_cli_error("cannot reach the coordinator at %s: %s", addr, err.msg);
+        /* the wire's message may start with the address already */
+        const char *why = err.msg;
+        size_t al = strlen(addr);
+        if (!strncmp(why, addr, al) && !strncmp(why + al, ": ", 2))
+            why += al + 2;
+        shoal_cli_error("cannot reach a coordinator at %s: %s (is 'shoal run' or 'shoal "
+                        "chat' running with --workers or --accept-workers? its --control "
+                        "port is %s unless set; give it with --coordinator)", addr, why,
+                        SHOAL_CLUSTER_CONTROL_DEFAULT);
         return 1;
     }
     if (c.hs.peer_role != SHOAL__ROLE__ROLE_COORDINATOR) {

@@ -1201,14 +1201,15 @@ static int plan_routing(struct synth *sy, const char *trace_name, const char *tr
 static void synth_usage(FILE *f)
 {
     fprintf(f,
-        "usage: shoal synth DST --gb N [options]\n"
-        "       shoal synth --check DIR [options]\n"
+        "usage: shoal synth [--out] DST --gb N [options]\n"
+        "       shoal synth --check [--model] DIR [options]\n"
         "\n"
         "Writes a synthetic container (docs/FORMAT.md) with a real architecture's\n"
         "shapes, scaled in layer count to about N GB, random but well-formed weights,\n"
         "and a router whose expert frequencies follow a real routing trace\n"
         "(docs/BENCHMARKS.md). The same options give the same bytes.\n"
         "\n"
+        "  --out DST, DST       the container directory to write\n"
         "  --gb N               target container size in GB (1e9 bytes), e.g. 8 or 0.005\n"
         "  --family F           qwen3_moe (default), olmoe, mixtral, qwen2_moe\n"
         "  --experts T          int4 (default), int4a8, int8, bf16, f32\n"
@@ -1230,8 +1231,9 @@ static void synth_usage(FILE *f)
         "\n"
         "--check DIR: decode on a container and report finite logits, timings and\n"
         "(synthetic containers) achieved vs target expert frequencies. Takes the\n"
-        "store flags of 'shoal run' (--expert-cache, --direct, --io, --queue-depth,\n"
-        "--prefetch, --pin, --threads, --stats, ...) and:\n"
+        "engine, store and cluster flags of 'shoal run' (listed below) and:\n"
+        "  --model DIR, DIR     the container to check\n"
+        "  --seed S             prompt seed (default 1)\n"
         "  --prompt-len N       random prompt tokens (default 16)\n"
         "  --warmup N           decode steps before the measured window (default 0)\n"
         "  --decode N           measured decode steps (default 32)\n"
@@ -1242,7 +1244,12 @@ static void synth_usage(FILE *f)
         "  --routing-out FILE   write per-layer target and achieved expert shares\n"
         "  --isa auto|scalar|avx2|avx512|avx512bw|neon  use these quant kernels\n"
         "                       instead of the best this CPU has (same bits, another\n"
-        "                       speed)\n");
+        "                       speed)\n"
+        "  --ctx N              context length (default: what the prompt and steps need)\n"
+        "  --threads N          compute threads (default: all cores)\n"
+        "  -v, --verbose        print what was loaded\n"
+        "\nExpert store:\n");
+    shoal_session_usage_store(f);
 }
 
 static int check_main(int argc, char **argv);
@@ -1271,12 +1278,8 @@ int shoal_cmd_synth(int argc, char **argv)
             continue;
         }
         if (a[0] != '-') {
-            if (dst) {
-                shoal_cli_error("synth: unexpected argument '%s' (usage: shoal synth DST "
-                                "--gb N)", a);
+            if (shoal_cli_take_path("synth", "output directory", a, &dst) < 0)
                 return 2;
-            }
-            dst = a;
             continue;
         }
         if (i + 1 >= argc) {
@@ -1284,6 +1287,11 @@ int shoal_cmd_synth(int argc, char **argv)
             return 2;
         }
         const char *v = argv[++i];
+        if (!strcmp(a, "--out")) {
+            if (shoal_cli_take_path("synth", "output directory", v, &dst) < 0)
+                return 2;
+            continue;
+        }
         long long n;
         struct {
             const char *flag;
@@ -1896,11 +1904,8 @@ static int check_main(int argc, char **argv)
             continue;
         }
         if (a[0] != '-') {
-            if (so.model_dir) {
-                shoal_cli_error("synth --check: unexpected argument '%s'", a);
+            if (shoal_cli_take_path("synth", "container to check", a, &so.model_dir) < 0)
                 return 2;
-            }
-            so.model_dir = a;
             continue;
         }
         if (i + 1 >= argc) {
@@ -1972,9 +1977,10 @@ static int check_main(int argc, char **argv)
         unlink(pc);
         free(pc);
     }
-    struct shoal_session *s = shoal_session_open(&so);
+    int open_rc;
+    struct shoal_session *s = shoal_session_open(&so, &open_rc);
     if (!s)
-        return 1;
+        return open_rc;
     struct shoal_err err = {0};
     const struct shoal_model_config *c = &s->model->cfg;
     const int64_t V = c->n_vocab;

@@ -57,43 +57,6 @@ static const char *flag_value(int argc, char **argv, int *i)
     return argv[++*i];
 }
 
-static int read_input(const char *path, char **out, size_t *len)
-{
-    struct shoal_err err = {0};
-    if (strcmp(path, "-") == 0) {
-        size_t cap = 1 << 16, n = 0;
-        char *buf = shoal_xmalloc(cap);
-        size_t got;
-        while ((got = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
-            n += got;
-            if (n > MAX_INPUT_BYTES) {
-                free(buf);
-                shoal_cli_error("stdin is larger than the %zu-byte limit",
-                                MAX_INPUT_BYTES);
-                return -1;
-            }
-            if (cap - n - 1 == 0) {
-                cap *= 2;
-                buf = shoal_xrealloc(buf, cap);
-            }
-        }
-        if (ferror(stdin)) {
-            free(buf);
-            shoal_cli_error("cannot read stdin: %s", strerror(errno));
-            return -1;
-        }
-        buf[n] = '\0';
-        *out = buf;
-        *len = n;
-        return 0;
-    }
-    if (shoal_read_file(path, MAX_INPUT_BYTES, out, len, &err)) {
-        shoal_cli_error("%s", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
 static struct shoal_tokenizer *load(const char *model)
 {
     struct shoal_err err = {0};
@@ -138,7 +101,7 @@ int shoal_cmd_tokenize(int argc, char **argv)
     }
     char *buf = NULL;
     size_t len = 0;
-    if (file && read_input(file, &buf, &len))
+    if (file && shoal_cli_read_input(file, MAX_INPUT_BYTES, &buf, &len))
         return 1;
     if (text)
         len = strlen(text);
@@ -245,7 +208,7 @@ int shoal_cmd_detokenize(int argc, char **argv)
     }
     char *buf = NULL;
     size_t len = 0;
-    if (file && read_input(file, &buf, &len))
+    if (file && shoal_cli_read_input(file, MAX_INPUT_BYTES, &buf, &len))
         return 1;
     if (file && memchr(buf, '\0', len)) {
         shoal_cli_error("detokenize: '%s' holds a NUL byte; expected ids "

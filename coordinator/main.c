@@ -29,10 +29,35 @@ static const struct subcommand subcommands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: shoal <command> [options]\n\ncommands:\n");
+    fprintf(f, "usage: shoal <command> [options]\n"
+               "       shoal help [<command>]\n"
+               "       shoal --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         fprintf(f, "  %-12s %s\n", subcommands[i].name, subcommands[i].help);
-    fprintf(f, "\n'shoal <command> --help' shows a command's options.\n");
+    fprintf(f, "\noptions:\n"
+               "  -h, --help   this help\n"
+               "  --version    print the version (shoal %s) and exit\n"
+               "\n'shoal <command> --help' or 'shoal help <command>' shows a command's "
+               "options.\n", SHOAL_VERSION);
+}
+
+static const struct subcommand *find(const char *name)
+{
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        if (!strcmp(name, subcommands[i].name))
+            return &subcommands[i];
+    return NULL;
+}
+
+static void unknown(const char *name)
+{
+    char names[256] = "";
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
+        if (i)
+            strncat(names, ", ", sizeof names - strlen(names) - 1);
+        strncat(names, subcommands[i].name, sizeof names - strlen(names) - 1);
+    }
+    shoal_cli_error("unknown command '%s'; expected one of: %s", name, names);
 }
 
 int main(int argc, char **argv)
@@ -40,6 +65,16 @@ int main(int argc, char **argv)
     if (argc < 2) {
         usage(stderr);
         return 2;
+    }
+    if (!strcmp(argv[1], "help") && argc > 2) {
+        /* shoal help CMD = shoal CMD --help */
+        const struct subcommand *c = find(argv[2]);
+        if (!c) {
+            unknown(argv[2]);
+            return 2;
+        }
+        char *help_argv[] = {argv[2], (char *)"--help", NULL};
+        return c->fn(2, help_argv);
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
@@ -52,15 +87,9 @@ int main(int argc, char **argv)
     }
     /* pick the quantized kernels once (AVX2, NEON or scalar; same bits) */
     shoal_quant_init(SHOAL_QUANT_ISA_AUTO, NULL);
-    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
-        if (!strcmp(argv[1], subcommands[i].name))
-            return subcommands[i].fn(argc - 1, argv + 1);
-    char names[256] = "";
-    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
-        if (i)
-            strncat(names, ", ", sizeof names - strlen(names) - 1);
-        strncat(names, subcommands[i].name, sizeof names - strlen(names) - 1);
-    }
-    shoal_cli_error("unknown command '%s'; expected one of: %s", argv[1], names);
+    const struct subcommand *c = find(argv[1]);
+    if (c)
+        return c->fn(argc - 1, argv + 1);
+    unknown(argv[1]);
     return 2;
 }

@@ -321,6 +321,11 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
         return -1;
     const char *val = argv[++*i];
     if (!strcmp(a, "--model")) {
+        if (o->model_dir) {
+            shoal_cli_error("--model '%s': the model is already '%s' (give it once, as "
+                            "--model DIR or as a path)", val, o->model_dir);
+            return -1;
+        }
         o->model_dir = val;
     } else if (!strcmp(a, "--ctx")) {
         if (shoal_cli_parse_i64(a, val, 1, (long long)1 << 31, &v))
@@ -332,6 +337,27 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
         o->threads = v;
     }
     return 1;
+}
+
+void shoal_gen_usage(FILE *f, long long max_tokens, int run_only)
+{
+    fprintf(f,
+        "  --max-tokens N       tokens to generate (default %lld)\n"
+        "  --greedy             argmax decoding\n"
+        "  --temp T             temperature (default 0.8; 0 = greedy)\n"
+        "  --top-k K            keep the K most likely tokens (default 40, 0 = off)\n"
+        "  --top-p P            nucleus sampling threshold (default 0.95)\n"
+        "  --min-p P            drop tokens below P x the top probability (default 0.05)\n"
+        "  --repeat-penalty R   penalise recent tokens (default 1.0 = off)\n"
+        "  --repeat-last-n N    window of the penalty (default 64)\n"
+        "  --seed S             sampling seed (default 24301)\n"
+        "  --stop STR           stop when STR is generated (repeatable)\n"
+        "  --ignore-eos         keep generating past end-of-sequence tokens\n", max_tokens);
+    if (run_only)
+        fprintf(f,
+            "  --no-bos             do not add the tokenizer's BOS token\n"
+            "  --logits-out F.npy   write the f32 logits of every step, [steps][vocab]\n"
+            "  --ids-out FILE       write the generated token ids, space-separated\n");
 }
 
 int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
@@ -438,8 +464,11 @@ int shoal_parse_id_list(const char *s, int32_t **ids, size_t *n)
         long long v = strtoll(p, &end, 10);
         if (end == p || v < 0 || v > INT32_MAX ||
             (*end && *end != ',' && !isspace((unsigned char)*end))) {
-            shoal_cli_error("token list: item %zu ('%.20s') is not a token id "
-                            "(a non-negative integer)", cnt + 1, p);
+            int w = 0;   /* the item alone: up to the next separator */
+            while (p[w] && p[w] != ',' && !isspace((unsigned char)p[w]) && w < 40)
+                w++;
+            shoal_cli_error("token list: item %zu ('%.*s') is not a token id "
+                            "(a non-negative integer)", cnt + 1, w, p);
             free(out);
             return -1;
         }
@@ -524,25 +553,27 @@ static int cluster_container(const char *dir, char **out)
     return 0;
 }
 
-struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
+struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, int *status)
 {
     struct shoal_err err = {0};
+    int dummy;
+    if (!status)
+        status = &dummy;
+    *status = 2;
     if (shoal_session_check_opts(o))
         return NULL;
     if (o->threads > 0)
         omp_set_num_threads((int)o->threads);
     const char *dir = o->model_dir ? o->model_dir : shoal_cli_default_model();
-    if (!shoal_is_dir(dir)) {
-        shoal_cli_error("model directory '%s' does not exist or is not a directory%s",
-                        dir, o->model_dir ? "" : " (the bundled model; pass --model DIR)");
+    if (shoal_cli_check_model_dir(dir, o->model_dir != NULL))
         return NULL;
-    }
     char *cached = NULL;
     if (shoal_session_is_cluster(o) && !shoal_container_is(dir) &&
         cluster_container(dir, &cached))
         return NULL;
     if (cached)
         dir = cached;
+    *status = 1;
     struct shoal_session *s = shoal_xcalloc(1, sizeof *s);
     s->cached_dir = cached;
     double t0 = shoal_time_s();
@@ -638,8 +669,10 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o)
     cp.n_ctx = o->n_ctx;
     cp.cluster = s->cluster;
     if (cp.n_ctx > s->model->cfg.max_pos) {
-        shoal_cli_error("--ctx %lld exceeds the model's max_position_embeddings %lld",
-                        (long long)cp.n_ctx, (long long)s->model->cfg.max_pos);
+        shoal_cli_error("--ctx %lld exceeds the model's max_position_embeddings %lld; "
+                        "expected 1..%lld", (long long)cp.n_ctx,
+                        (long long)s->model->cfg.max_pos, (long long)s->model->cfg.max_pos);
+        *status = 2;   /* a bad flag value, known once the model is read */
         shoal_session_close(s);
         return NULL;
     }

@@ -105,6 +105,11 @@ int shoal_session_is_cluster(const struct shoal_session_opts *o);
  * or -1 after printing a one-line usage error (exit status 2). */
 int shoal_session_check_opts(const struct shoal_session_opts *o);
 
+/* Print the generation flags' help lines (sampling, --max-tokens with its
+ * default max_tokens, --stop, ...; with run_only also the flags only
+ * 'shoal run' takes: --no-bos, --logits-out and --ids-out). */
+void shoal_gen_usage(FILE *f, long long max_tokens, int run_only);
+
 /* Same for generation flags (sampling, --max-tokens, --stop, ...). */
 int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
                          int *i);
@@ -128,8 +133,11 @@ struct shoal_session {
 };
 
 /* Open the model, tokenizer and context. Prints a one-line error and
- * returns NULL on failure. */
-struct shoal_session *shoal_session_open(const struct shoal_session_opts *o);
+ * returns NULL on failure; then *status (if not NULL) is the exit status
+ * the command should end with: 2 for bad command-line input (no such
+ * model path, a file where a directory is expected, --ctx above the
+ * model's max_position_embeddings), 1 for anything else. */
+struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, int *status);
 void shoal_session_close(struct shoal_session *s);
 
 /* Tokenize text (add_bos: add the tokenizer's BOS when it has one).

@@ -461,12 +461,20 @@ int main(int argc, char **argv)
     if (o.shard_count)
         snprintf(shard, sizeof shard, " (--shard %d/%d:%d)", o.shard_index, o.shard_count,
                  o.shard_replicas);
+    /* three significant digits in a unit that fits: never "0.00 GB/s" */
+    char compute[48];
+    if (!(xi->compute_gbps > 0))
+        snprintf(compute, sizeof compute, "not measured (no held expert could be read)");
+    else if (xi->compute_gbps >= 1)
+        snprintf(compute, sizeof compute, "%.3g GB/s", xi->compute_gbps);
+    else
+        snprintf(compute, sizeof compute, "%.3g MB/s", xi->compute_gbps * 1e3);
     shoal_log(SHOAL_LOG_INFO, "worker",
               "serving %s (%s, fingerprint %s, %s experts): %lld of %lld experts%s, "
-              "cache %s, io %s%s, disk %.0f MB/s, compute %.2f GB/s, %s kernels",
+              "cache %s, io %s%s, disk %.0f MB/s, compute %s, %s kernels",
               o.model, cfg.family->model_type, fingerprint, dtype, (long long)held,
               (long long)(n_moe * ct->n_expert), shard, cache, xi->io_engine,
-              xi->direct ? " direct" : "", xi->disk_mbps, xi->compute_gbps,
+              xi->direct ? " direct" : "", xi->disk_mbps, compute,
               shoal_quant_ops_name());
 
     if (shoal_worker_server_run(srv, exec, &err) < 0) {
