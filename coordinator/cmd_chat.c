@@ -96,7 +96,11 @@ static void usage(FILE *f)
         "\n");
     shoal_cli_usage_model(f);
     fprintf(f,
-        "  --system TEXT        a system message to start the conversation\n");
+        "  --system TEXT        a system message to start the conversation\n"
+        "  --print-prompt       before each reply, write the whole prompt the chat\n"
+        "                       template rendered to stderr, byte for byte, between\n"
+        "                       '--- prompt (N bytes)' and '--- end of prompt' lines\n"
+        "                       ('shoal template' renders one without the model)\n");
     shoal_gen_usage(f, 128, 0);
     fprintf(f,
         "  --ctx N              context length in tokens (default min(max_position_embeddings, 4096))\n"
@@ -342,6 +346,7 @@ int shoal_cmd_chat(int argc, char **argv)
     struct shoal_gen_opts go = shoal_gen_opts_default();
     go.max_tokens = 128;
     const char *system_msg = NULL;
+    int print_prompt = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = shoal_session_parse_flag(&so, argc, argv, &i);
@@ -357,6 +362,10 @@ int shoal_cmd_chat(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--print-prompt")) {
+            print_prompt = 1;
+            continue;
         }
         if (!strcmp(a, "--system")) {
             if (i + 1 >= argc) {
@@ -517,6 +526,13 @@ int shoal_cmd_chat(int argc, char **argv)
              * it was (not a failure of the session: exit status stays) */
             conv_clear(&conv, conv.n - 1);
             continue;
+        }
+        if (print_prompt) {
+            size_t pl = strlen(t.prompt);
+            fprintf(stderr, "--- prompt (%zu bytes)\n", pl);
+            fwrite(t.prompt, 1, pl, stderr);
+            fputs("\n--- end of prompt\n", stderr);
+            fflush(stderr);
         }
         char *reply = NULL;
         struct shoal_gen_result res;

@@ -339,6 +339,17 @@ def test_chat(shoal):
            "unknown command '/foo'" in r.stderr and "/quit takes no arguments" in r.stderr and
            len(t) == 1 and r.returncode == 0, "turns %s; %s" % (t, show(r)))
 
+    # --print-prompt: each turn's prompt on stderr, the same bytes `shoal template` renders
+    r = chat(shoal, ["Good morrow", "What news?"], "--system", "Be brief.", "--print-prompt")
+    got = re.findall(r"--- prompt \((\d+) bytes\)\n(.*?)\n--- end of prompt\n", r.stderr, re.S)
+    first = run([shoal, "template", "--model", MODEL, "--system", "Be brief.", "--user",
+                 "Good morrow", "--add-generation-prompt"])
+    result("chat --print-prompt: each turn's prompt, byte for byte as shoal template renders it",
+           r.returncode == 0 and len(got) == 2 and got[0][1] == first.stdout and
+           all(int(n) == len(p.encode()) for n, p in got) and
+           got[1][1].startswith(first.stdout) and got[1][1].count("What news?") == 1,
+           "prompts %r; template %r; %s" % (got, first.stdout, show(r)))
+
 
 def test_chat_typeahead(shoal):
     """Through a pty: stop the process while a long reply streams, type, go
