@@ -829,7 +829,21 @@ static int sc_unknown_fields(struct probe *p, int mb)
             free(b);
             return -1;
         }
-        (void)send_raw(p, b, o);   /* the peer may close while we send */
+        /* the peer may refuse at the length prefix and close while we send */
+        for (size_t sent = 0; sent < o;) {
+            ssize_t w = send(p->c.fd, b + sent, o - sent, MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                struct pollfd wp = {.fd = p->c.fd, .events = POLLOUT};
+                if (poll(&wp, 1, 5000) <= 0)
+                    break;
+                continue;
+            }
+            if (w <= 0)
+                break;
+            sent += (size_t)w;
+        }
         struct shoal_err err = {0};
         Shoal__Frame *f = shoal_wire_client_recv(&p->c, REPLY_TIMEOUT_MS, &err);
         if (!f || f->msg_case != SHOAL__FRAME__MSG_ERROR) {
