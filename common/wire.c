@@ -310,9 +310,10 @@ static int scan_varint(const uint8_t *d, size_t len, size_t *pos, uint64_t *v)
 }
 
 /* Is the whole body exactly one length-delimited field of the Frame
- * oneof? Reads only the first tag and length, allocates nothing. */
+ * oneof? Reads only the first tag and length (*hdr gets their size),
+ * allocates nothing. */
 static int check_envelope(const uint8_t *data, size_t len, Shoal__Frame__MsgCase *msg,
-                          struct shoal_err *err)
+                          size_t *hdr, struct shoal_err *err)
 {
     size_t pos = 0;
     uint64_t tag = 0, n = 0;
@@ -331,42 +332,60 @@ static int check_envelope(const uint8_t *data, size_t len, Shoal__Frame__MsgCase
                              "%zu-byte header); one message per frame",
                              len, (unsigned long long)field, (unsigned long long)n, pos);
     *msg = (Shoal__Frame__MsgCase)field;
+    *hdr = pos;
     return 0;
 }
 
-/* The first field of m (or of a message inside it) that protobuf-c kept as
- * unknown: its number, or 0 when there is none. */
-static uint32_t first_unknown(const ProtobufCMessage *m, int depth)
+/* Walk the fields of one message of type d in data[0, len) without
+ * allocating: every field number must be one d knows, and a field of
+ * message type is walked the same way (depth-limited). So a frame with
+ * unknown fields at any depth is refused before protobuf-c copies them. */
+static int scan_fields(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
+                       int depth, struct shoal_err *err)
 {
-    if (m->n_unknown_fields)
-        return m->unknown_fields[0].tag ? m->unknown_fields[0].tag : UINT32_MAX;
-    if (depth > 8)
-        return 0;
-    const ProtobufCMessageDescriptor *d = m->descriptor;
-    const char *base = (const char *)m;
-    for (unsigned i = 0; i < d->n_fields; i++) {
-        const ProtobufCFieldDescriptor *fd = &d->fields[i];
-        if (fd->type != PROTOBUF_C_TYPE_MESSAGE)
-            continue;
-        if ((fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
-            *(const uint32_t *)(const void *)(base + fd->quantifier_offset) != fd->id)
-            continue;   /* another member of the oneof holds the storage */
-        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
-            size_t cnt = *(const size_t *)(const void *)(base + fd->quantifier_offset);
-            ProtobufCMessage *const *arr =
-                *(ProtobufCMessage *const *const *)(const void *)(base + fd->offset);
-            for (size_t k = 0; k < cnt; k++) {
-                uint32_t t = first_unknown(arr[k], depth + 1);
-                if (t)
-                    return t;
+    size_t pos = 0;
+    while (pos < len) {
+        uint64_t tag = 0, v = 0;
+        if (scan_varint(data, len, &pos, &tag) < 0 || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
+            return shoal_err_set(err, SHOAL_EFORMAT, "%s: bad field tag at byte %zu",
+                                 d->short_name, pos);
+        const uint32_t field = (uint32_t)(tag >> 3);
+        const unsigned wt = (unsigned)(tag & 7);
+        const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, field);
+        if (!fd)
+            return shoal_err_set(err, SHOAL_EFORMAT, "%s carries unknown field %u",
+                                 d->short_name, field);
+        size_t skip = 0;
+        switch (wt) {
+        case 0:
+            if (scan_varint(data, len, &pos, &v) < 0)
+                return shoal_err_set(err, SHOAL_EFORMAT, "%s field %u: bad varint",
+                                     d->short_name, field);
+            break;
+        case 1: skip = 8; break;
+        case 5: skip = 4; break;
+        case 2:
+            if (scan_varint(data, len, &pos, &v) < 0 || v > len - pos)
+                return shoal_err_set(err, SHOAL_EFORMAT, "%s field %u: length past the end",
+                                     d->short_name, field);
+            skip = (size_t)v;
+            if (fd->type == PROTOBUF_C_TYPE_MESSAGE) {
+                if (depth >= 8)
+                    return shoal_err_set(err, SHOAL_EFORMAT, "%s: messages nested too deep",
+                                         d->short_name);
+                int rc = scan_fields(fd->descriptor, data + pos, skip, depth + 1, err);
+                if (rc < 0)
+                    return rc;
             }
-        } else {
-            const ProtobufCMessage *sub =
-                *(const ProtobufCMessage *const *)(const void *)(base + fd->offset);
-            uint32_t t = sub ? first_unknown(sub, depth + 1) : 0;
-            if (t)
-                return t;
+            break;
+        default:
+            return shoal_err_set(err, SHOAL_EFORMAT, "%s field %u: wire type %u is not used "
+                                 "by shoal", d->short_name, field, wt);
         }
+        if (skip > len - pos)
+            return shoal_err_set(err, SHOAL_EFORMAT, "%s field %u: past the end",
+                                 d->short_name, field);
+        pos += skip;
     }
     return 0;
 }
@@ -377,7 +396,8 @@ Shoal__Frame *shoal_wire_unpack_bounded(const uint8_t *data, size_t len, size_t 
     if (used)
         *used = 0;
     Shoal__Frame__MsgCase msg = SHOAL__FRAME__MSG__NOT_SET;
-    if (check_envelope(data, len, &msg, err) < 0)
+    size_t hdr = 0;
+    if (check_envelope(data, len, &msg, &hdr, err) < 0)
         return NULL;
     const uint32_t max = shoal_wire_msg_max_bytes(msg);
     if (max && len > max) {
@@ -387,6 +407,11 @@ Shoal__Frame *shoal_wire_unpack_bounded(const uint8_t *data, size_t len, size_t 
                       shoal_wire_frame_name(&probe), len, max);
         return NULL;
     }
+    /* the message inside: known fields only, at every depth */
+    const ProtobufCFieldDescriptor *fd =
+        protobuf_c_message_descriptor_get_field(&shoal__frame__descriptor, (unsigned)msg);
+    if (scan_fields(fd->descriptor, data + hdr, len - hdr, 1, err) < 0)
+        return NULL;
     struct unpack_budget b = {.left = budget};
     ProtobufCAllocator alloc = {.alloc = budget_alloc, .free = budget_free,
                                 .allocator_data = &b};
@@ -402,16 +427,9 @@ Shoal__Frame *shoal_wire_unpack_bounded(const uint8_t *data, size_t len, size_t 
                           "Frame", len);
         return NULL;
     }
-    uint32_t unknown = first_unknown(&f->base, 0);
-    if (f->msg_case == SHOAL__FRAME__MSG__NOT_SET || unknown) {
-        const char *name = shoal_wire_frame_name(f);
+    if (f->msg_case == SHOAL__FRAME__MSG__NOT_SET) {   /* not reached: checked above */
         shoal__frame__free_unpacked(f, NULL);
-        if (unknown)
-            shoal_err_set(err, SHOAL_EFORMAT, "%s frame of %zu bytes carries unknown field "
-                          "%u", name, len, unknown == UINT32_MAX ? 0 : unknown);
-        else
-            shoal_err_set(err, SHOAL_EFORMAT, "frame of %zu bytes carries no known message",
-                          len);
+        shoal_err_set(err, SHOAL_EFORMAT, "frame of %zu bytes carries no known message", len);
         return NULL;
     }
     return f;

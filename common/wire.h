@@ -108,11 +108,12 @@ size_t shoal_frame_reader_buffered(const struct shoal_frame_reader *r);
 
 /* Unpack one frame body (no prefix, data borrowed) with a memory budget.
  * Before anything is allocated the body must be exactly one field of the
- * Frame oneof (field 1..11, length-delimited, spanning the body) and no
- * larger than shoal_wire_msg_max_bytes of that message. protobuf-c then
- * allocates through an allocator that refuses to go past `budget` bytes
- * (each allocation charged with malloc's overhead, frees not credited),
- * and a message holding unknown fields, at any depth, is refused.
+ * Frame oneof (field 1..11, length-delimited, spanning the body), no
+ * larger than shoal_wire_msg_max_bytes of that message, and hold only
+ * fields its message types know, at every depth (a walk over the wire
+ * bytes). protobuf-c then allocates through an allocator that refuses to
+ * go past `budget` bytes (each allocation charged with malloc's overhead,
+ * frees not credited).
  * *used (may be NULL) gets the bytes charged. Returns the frame (owned by
  * the caller: shoal_wire_frame_free) or NULL with err set: -SHOAL_EFORMAT
  * (not one known message, malformed protobuf, unknown field) or
