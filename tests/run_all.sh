@@ -60,6 +60,7 @@ step "cluster: every family, netlab, restarts, 1000-step soak (gcc)" "$PY" tests
 step "bench/sweep + shoal bench smoke (gcc)" "$PY" tests/bench/test_sweep_smoke.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "bench/kernel_bench smoke (gcc)" "$PY" tests/bench/test_kernel_bench.py --bench build-test/bench/kernel_bench
 step "worker draining on SIGTERM (gcc)" "$PY" tests/cluster/test_drain.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+step "peer limits: memory per unauthenticated peer, cancel on close, SIGTERM (gcc)" "$PY" tests/cluster/test_peer_limits.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe
 [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
@@ -69,6 +70,7 @@ step "unit tests (ASan+UBSan)"    unit build-asan
 step "reference tests (ASan+UBSan)" reference build-asan
 [ -f tests/golden/run_golden.py ] && step "bundled model golden + chat (ASan+UBSan)" "$PY" tests/golden/run_golden.py --shoal build-asan/coordinator/shoal --skip-perplexity
 step "shoal-worker protocol (ASan+UBSan)" "$PY" tests/cluster/test_worker.py --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe --shoal build-asan/coordinator/shoal
+step "peer limits (ASan+UBSan)" "$PY" tests/cluster/test_peer_limits.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe
 step "cluster (ASan+UBSan)" "$PY" tests/cluster/test_cluster.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 step "cluster more (ASan+UBSan)" "$PY" tests/cluster/test_cluster_more.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 unset ASAN_OPTIONS UBSAN_OPTIONS
