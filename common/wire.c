@@ -152,14 +152,20 @@ static uint32_t get_le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Make room for `need` buffered bytes. */
-static int reader_reserve(struct shoal_frame_reader *r, size_t need, struct shoal_err *err)
+/* Make room for `need` buffered bytes of a frame whose whole size (prefix
+ * included) is `whole`: the buffer grows geometrically but never past what
+ * the frame can hold, and never more than twice what has arrived, so an
+ * announced length costs nothing until its bytes come. */
+static int reader_reserve(struct shoal_frame_reader *r, size_t need, size_t whole,
+                          struct shoal_err *err)
 {
     if (need <= r->cap)
         return 0;
-    size_t cap = r->cap ? r->cap : 4096;
-    while (cap < need)
-        cap *= 2;
+    size_t cap = r->cap * 2 > 256 ? r->cap * 2 : 256;
+    if (cap > whole)
+        cap = whole;
+    if (cap < need)
+        cap = need;
     uint8_t *p = realloc(r->buf, cap);
     if (!p)
         return shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %zu bytes for a frame", cap);
@@ -176,7 +182,7 @@ int shoal_frame_reader_feed(struct shoal_frame_reader *r, const uint8_t *data, s
         /* the length prefix */
         if (r->len < 4) {
             size_t take = 4 - r->len < n ? 4 - r->len : n;
-            int rc = reader_reserve(r, 4, err);
+            int rc = reader_reserve(r, 4, 4, err);
             if (rc)
                 return rc;
             memcpy(r->buf + r->len, data, take);
@@ -205,10 +211,10 @@ int shoal_frame_reader_feed(struct shoal_frame_reader *r, const uint8_t *data, s
                 return rc;
             continue;
         }
-        int rc = reader_reserve(r, 4 + (size_t)body, err);
+        size_t take = body - have < n ? body - have : n;
+        int rc = reader_reserve(r, r->len + take, 4 + (size_t)body, err);
         if (rc)
             return rc;
-        size_t take = body - have < n ? body - have : n;
         memcpy(r->buf + r->len, data, take);
         r->len += take;
         data += take;
@@ -217,7 +223,7 @@ int shoal_frame_reader_feed(struct shoal_frame_reader *r, const uint8_t *data, s
             r->len = 0;
             if ((rc = on_frame(user, r->buf + 4, body)))
                 return rc;
-            /* do not keep a huge buffer around after one big frame */
+            /* do not keep a large buffer around after one big frame */
             if (r->cap > (1u << 20) && body < r->cap / 4) {
                 free(r->buf);
                 r->buf = NULL;
@@ -228,20 +234,210 @@ int shoal_frame_reader_feed(struct shoal_frame_reader *r, const uint8_t *data, s
     return 0;
 }
 
-Shoal__Frame *shoal_wire_unpack(const uint8_t *data, size_t len, struct shoal_err *err)
+size_t shoal_frame_reader_buffered(const struct shoal_frame_reader *r)
 {
-    Shoal__Frame *f = shoal__frame__unpack(NULL, len, data);
-    if (!f) {
-        shoal_err_set(err, SHOAL_EFORMAT, "frame of %zu bytes is not a valid protobuf Frame",
-                      len);
+    return r->cap;
+}
+
+/* ---- unpacking under a memory budget ---- */
+
+uint32_t shoal_wire_msg_max_bytes(Shoal__Frame__MsgCase msg)
+{
+    switch (msg) {
+    case SHOAL__FRAME__MSG_HELLO: return 256;
+    case SHOAL__FRAME__MSG_AUTH:
+    case SHOAL__FRAME__MSG_READY: return SHOAL_WIRE_HANDSHAKE_MAX_FRAME;
+    case SHOAL__FRAME__MSG_STATUS_REQUEST: return 64;
+    case SHOAL__FRAME__MSG_STATUS: return SHOAL_WIRE_HANDSHAKE_MAX_FRAME + 512;
+    case SHOAL__FRAME__MSG_CLUSTER: return 256u << 10;
+    case SHOAL__FRAME__MSG_ERROR: return 4096;
+    default: return 0;   /* request, response, hint, heartbeat: the frame limit */
+    }
+}
+
+size_t shoal_wire_unpack_budget(size_t len)
+{
+    return SHOAL_WIRE_UNPACK_FACTOR * len + SHOAL_WIRE_UNPACK_SLACK;
+}
+
+struct unpack_budget {
+    size_t left;   /* bytes still allowed */
+    size_t used;   /* bytes charged so far */
+    int refused;   /* an allocation went over */
+};
+
+/* Charge each allocation what malloc spends on it (a header, 16-byte
+ * granules, 32 bytes at least), so that many tiny allocations cannot hide
+ * under a byte count. Frees are not credited: the budget bounds every byte
+ * the unpack ever held at once. */
+static void *budget_alloc(void *data, size_t size)
+{
+    struct unpack_budget *b = data;
+    size_t charge = size > SIZE_MAX - 32 ? SIZE_MAX : (size + 16 + 15) & ~(size_t)15;
+    if (charge < 32)
+        charge = 32;
+    if (charge > b->left) {
+        b->refused = 1;
         return NULL;
     }
-    if (f->msg_case == SHOAL__FRAME__MSG__NOT_SET) {
+    void *p = malloc(size ? size : 1);
+    if (p) {
+        b->left -= charge;
+        b->used += charge;
+    }
+    return p;
+}
+
+static void budget_free(void *data, void *p)
+{
+    (void)data;
+    free(p);
+}
+
+/* Read a varint of at most 10 bytes at *pos (< len). Returns 0 or -1. */
+static int scan_varint(const uint8_t *d, size_t len, size_t *pos, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (unsigned i = 0; i < 10 && *pos < len; i++) {
+        uint8_t b = d[(*pos)++];
+        x |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Is the whole body exactly one length-delimited field of the Frame
+ * oneof? Reads only the first tag and length (*hdr gets their size),
+ * allocates nothing. */
+static int check_envelope(const uint8_t *data, size_t len, Shoal__Frame__MsgCase *msg,
+                          size_t *hdr, struct shoal_err *err)
+{
+    size_t pos = 0;
+    uint64_t tag = 0, n = 0;
+    if (scan_varint(data, len, &pos, &tag) < 0)
+        return shoal_err_set(err, SHOAL_EFORMAT, "frame of %zu bytes does not start with a "
+                             "protobuf field tag", len);
+    const uint64_t field = tag >> 3;
+    const unsigned wire_type = (unsigned)(tag & 7);
+    if (field < SHOAL__FRAME__MSG_HELLO || field > SHOAL__FRAME__MSG_ERROR || wire_type != 2)
+        return shoal_err_set(err, SHOAL_EFORMAT, "frame of %zu bytes starts with field %llu "
+                             "(wire type %u), expected one message, field 1..%d", len,
+                             (unsigned long long)field, wire_type, SHOAL__FRAME__MSG_ERROR);
+    if (scan_varint(data, len, &pos, &n) < 0 || n != len - pos)
+        return shoal_err_set(err, SHOAL_EFORMAT, "frame of %zu bytes: its message (field "
+                             "%llu) does not span the frame exactly (length %llu after a "
+                             "%zu-byte header); one message per frame",
+                             len, (unsigned long long)field, (unsigned long long)n, pos);
+    *msg = (Shoal__Frame__MsgCase)field;
+    *hdr = pos;
+    return 0;
+}
+
+/* Walk the fields of one message of type d in data[0, len) without
+ * allocating: every field number must be one d knows, and a field of
+ * message type is walked the same way (depth-limited). So a frame with
+ * unknown fields at any depth is refused before protobuf-c copies them. */
+static int scan_fields(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len,
+                       int depth, struct shoal_err *err)
+{
+    size_t pos = 0;
+    while (pos < len) {
+        uint64_t tag = 0, v = 0;
+        if (scan_varint(data, len, &pos, &tag) < 0 || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
+            return shoal_err_set(err, SHOAL_EFORMAT, "%s: bad field tag at byte %zu",
+                                 d->short_name, pos);
+        const uint32_t field = (uint32_t)(tag >> 3);
+        const unsigned wt = (unsigned)(tag & 7);
+        const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, field);
+        if (!fd)
+            return shoal_err_set(err, SHOAL_EFORMAT, "%s carries unknown field %u",
+                                 d->short_name, field);
+        size_t skip = 0;
+        switch (wt) {
+        case 0:
+            if (scan_varint(data, len, &pos, &v) < 0)
+                return shoal_err_set(err, SHOAL_EFORMAT, "%s field %u: bad varint",
+                                     d->short_name, field);
+            break;
+        case 1: skip = 8; break;
+        case 5: skip = 4; break;
+        case 2:
+            if (scan_varint(data, len, &pos, &v) < 0 || v > len - pos)
+                return shoal_err_set(err, SHOAL_EFORMAT, "%s field %u: length past the end",
+                                     d->short_name, field);
+            skip = (size_t)v;
+            if (fd->type == PROTOBUF_C_TYPE_MESSAGE) {
+                if (depth >= 8)
+                    return shoal_err_set(err, SHOAL_EFORMAT, "%s: messages nested too deep",
+                                         d->short_name);
+                int rc = scan_fields(fd->descriptor, data + pos, skip, depth + 1, err);
+                if (rc < 0)
+                    return rc;
+            }
+            break;
+        default:
+            return shoal_err_set(err, SHOAL_EFORMAT, "%s field %u: wire type %u is not used "
+                                 "by shoal", d->short_name, field, wt);
+        }
+        if (skip > len - pos)
+            return shoal_err_set(err, SHOAL_EFORMAT, "%s field %u: past the end",
+                                 d->short_name, field);
+        pos += skip;
+    }
+    return 0;
+}
+
+Shoal__Frame *shoal_wire_unpack_bounded(const uint8_t *data, size_t len, size_t budget,
+                                        size_t *used, struct shoal_err *err)
+{
+    if (used)
+        *used = 0;
+    Shoal__Frame__MsgCase msg = SHOAL__FRAME__MSG__NOT_SET;
+    size_t hdr = 0;
+    if (check_envelope(data, len, &msg, &hdr, err) < 0)
+        return NULL;
+    const uint32_t max = shoal_wire_msg_max_bytes(msg);
+    if (max && len > max) {
+        Shoal__Frame probe = SHOAL__FRAME__INIT;
+        probe.msg_case = msg;
+        shoal_err_set(err, SHOAL_ERANGE, "%s frame of %zu bytes, expected at most %u",
+                      shoal_wire_frame_name(&probe), len, max);
+        return NULL;
+    }
+    /* the message inside: known fields only, at every depth */
+    const ProtobufCFieldDescriptor *fd =
+        protobuf_c_message_descriptor_get_field(&shoal__frame__descriptor, (unsigned)msg);
+    if (scan_fields(fd->descriptor, data + hdr, len - hdr, 1, err) < 0)
+        return NULL;
+    struct unpack_budget b = {.left = budget};
+    ProtobufCAllocator alloc = {.alloc = budget_alloc, .free = budget_free,
+                                .allocator_data = &b};
+    Shoal__Frame *f = shoal__frame__unpack(&alloc, len, data);
+    if (used)
+        *used = b.used;
+    if (!f) {
+        if (b.refused)
+            shoal_err_set(err, SHOAL_ERANGE, "frame of %zu bytes needs more than %zu bytes "
+                          "to unpack (the budget of a frame that size)", len, budget);
+        else
+            shoal_err_set(err, SHOAL_EFORMAT, "frame of %zu bytes is not a valid protobuf "
+                          "Frame", len);
+        return NULL;
+    }
+    if (f->msg_case == SHOAL__FRAME__MSG__NOT_SET) {   /* not reached: checked above */
         shoal__frame__free_unpacked(f, NULL);
         shoal_err_set(err, SHOAL_EFORMAT, "frame of %zu bytes carries no known message", len);
         return NULL;
     }
     return f;
+}
+
+Shoal__Frame *shoal_wire_unpack(const uint8_t *data, size_t len, struct shoal_err *err)
+{
+    return shoal_wire_unpack_bounded(data, len, shoal_wire_unpack_budget(len), NULL, err);
 }
 
 void shoal_wire_frame_free(Shoal__Frame *f)
@@ -450,7 +646,7 @@ static int hs_send_hello(struct shoal_handshake *hs, const uint8_t *mac,
     h.keyed = hs->key != NULL;
     f.msg_case = SHOAL__FRAME__MSG_HELLO;
     f.hello = &h;
-    return shoal_wire_buf_append(out, &f, SHOAL_WIRE_MAX_FRAME_DEFAULT, err);
+    return shoal_wire_buf_append(out, &f, SHOAL_WIRE_HANDSHAKE_MAX_FRAME, err);
 }
 
 int shoal_handshake_start(struct shoal_handshake *hs, struct shoal_wire_buf *out,
@@ -543,7 +739,8 @@ static int hs_send_info(struct shoal_handshake *hs, int auth, struct shoal_wire_
         f.msg_case = SHOAL__FRAME__MSG_READY;
         f.ready = &r;
     }
-    return shoal_wire_buf_append(out, &f, SHOAL_WIRE_MAX_FRAME_DEFAULT, err);
+    /* the peer reads it before the handshake is done: its small limit */
+    return shoal_wire_buf_append(out, &f, SHOAL_WIRE_HANDSHAKE_MAX_FRAME, err);
 }
 
 int shoal_handshake_on_frame(struct shoal_handshake *hs, const Shoal__Frame *f,
@@ -799,9 +996,9 @@ Shoal__Frame *shoal_wire_client_recv(struct shoal_wire_client *c, int timeout_ms
 {
     uint64_t deadline = shoal_wire_now_ns() + (uint64_t)timeout_ms * 1000000u;
     struct recv_one r = {.err = err};
-    uint8_t buf[1];
-    /* read byte-wise into the reader until one frame completes; frames are
-     * read with large reads once the length is known */
+    uint8_t buf[16u << 10];
+    /* never read past the current frame: the next frame stays in the
+     * kernel for the next call; the reader grows with what arrives */
     for (;;) {
         int w = wait_fd(c->fd, POLLIN, deadline);
         if (w == 0) {
@@ -812,35 +1009,23 @@ Shoal__Frame *shoal_wire_client_recv(struct shoal_wire_client *c, int timeout_ms
             shoal_err_set(err, w, "poll failed: %s", strerror(-w));
             return NULL;
         }
-        /* never read past the current frame: the next frame stays in the
-         * kernel for the next call */
-        size_t want = 4;
+        size_t want;
         if (c->reader.len >= 4)
             want = 4 + (size_t)get_le32(c->reader.buf) - c->reader.len;
         else
             want = 4 - c->reader.len;
-        uint8_t *tmp = want > sizeof buf ? malloc(want) : buf;
-        if (!tmp) {
-            shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %zu bytes", want);
-            return NULL;
-        }
-        ssize_t got = recv(c->fd, tmp, want, 0);
-        if (got < 0 && (errno == EINTR || errno == EAGAIN)) {
-            if (tmp != buf)
-                free(tmp);
+        if (want > sizeof buf)
+            want = sizeof buf;
+        ssize_t got = recv(c->fd, buf, want, 0);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
-        }
         if (got <= 0) {
-            if (tmp != buf)
-                free(tmp);
             shoal_err_set(err, SHOAL_EIO, "connection closed by the peer%s%s",
                           got < 0 ? ": " : "", got < 0 ? strerror(errno) : "");
             return NULL;
         }
         c->bytes_received += (uint64_t)got;
-        int rc = shoal_frame_reader_feed(&c->reader, tmp, (size_t)got, recv_on_frame, &r, err);
-        if (tmp != buf)
-            free(tmp);
+        int rc = shoal_frame_reader_feed(&c->reader, buf, (size_t)got, recv_on_frame, &r, err);
         if (rc == 1)
             return r.f;
         if (rc < 0)
@@ -855,7 +1040,8 @@ int shoal_wire_client_connect(struct shoal_wire_client *c, const char *addr, Sho
     memset(c, 0, sizeof *c);
     c->fd = -1;
     c->max_frame = SHOAL_WIRE_MAX_FRAME_DEFAULT;
-    shoal_frame_reader_init(&c->reader, c->max_frame);
+    /* the peer has not proven anything yet: handshake-sized frames only */
+    shoal_frame_reader_init(&c->reader, SHOAL_WIRE_HANDSHAKE_MAX_FRAME);
     struct sockaddr_storage ss;
     socklen_t len;
     int rc = shoal_wire_parse_addr(addr, &ss, &len, err);
@@ -921,6 +1107,7 @@ int shoal_wire_client_connect(struct shoal_wire_client *c, const char *addr, Sho
         }
     }
     shoal_wire_buf_free(&out);
+    c->reader.max_frame = c->max_frame;
     return 0;
 fail_out:
     shoal_wire_buf_free(&out);

@@ -27,6 +27,14 @@
 #define SHOAL_WIRE_NONCE_BYTES 32
 #define SHOAL_WIRE_MAC_BYTES 32                   /* HMAC-SHA-256 */
 #define SHOAL_WIRE_KEY_BYTES 32
+/* Frames before the handshake is done (hello, auth and ready; a PeerInfo
+ * with a coverage bitmap of up to ~120 000 layer x expert bits), and every
+ * frame of an observer: bytes of one frame, prefix excluded. */
+#define SHOAL_WIRE_HANDSHAKE_MAX_FRAME (16u << 10)
+/* shoal_wire_unpack may allocate at most FACTOR x len + SLACK bytes
+ * (malloc's own overhead counted) for a frame body of len bytes. */
+#define SHOAL_WIRE_UNPACK_FACTOR 4u
+#define SHOAL_WIRE_UNPACK_SLACK (64u << 10)
 
 /* PeerInfo.caps bits */
 #define SHOAL_CAP_PREFETCH 1u
@@ -70,7 +78,11 @@ uint8_t *shoal_wire_pack(const Shoal__Frame *f, uint32_t max_frame, size_t *len,
 
 /* Incremental reader: feed whatever recv() returned, take whole frames.
  * Holds at most one frame's bytes; refuses a length prefix over max_frame
- * before reading the body. */
+ * before reading the body. Its buffer grows with the bytes that arrive
+ * (geometrically, at most twice what it holds and never past the
+ * announced frame), so an announced length alone costs nothing.
+ * max_frame may be changed between feeds (e.g. raised once the peer has
+ * authenticated). */
 struct shoal_frame_reader {
     uint8_t *buf;
     size_t len, cap;
@@ -91,8 +103,37 @@ int shoal_frame_reader_feed(struct shoal_frame_reader *r, const uint8_t *data, s
                             int (*on_frame)(void *user, const uint8_t *body, size_t len),
                             void *user, struct shoal_err *err);
 
-/* Unpack one frame body (no prefix). NULL with err set when malformed. */
+/* Bytes of buffer the reader holds now (its capacity). Thread: the reader's. */
+size_t shoal_frame_reader_buffered(const struct shoal_frame_reader *r);
+
+/* Unpack one frame body (no prefix, data borrowed) with a memory budget.
+ * Before anything is allocated the body must be exactly one field of the
+ * Frame oneof (field 1..11, length-delimited, spanning the body), no
+ * larger than shoal_wire_msg_max_bytes of that message, and hold only
+ * fields its message types know, at every depth (a walk over the wire
+ * bytes). protobuf-c then allocates through an allocator that refuses to
+ * go past `budget` bytes (each allocation charged with malloc's overhead,
+ * frees not credited).
+ * *used (may be NULL) gets the bytes charged. Returns the frame (owned by
+ * the caller: shoal_wire_frame_free) or NULL with err set: -SHOAL_EFORMAT
+ * (not one known message, malformed protobuf, unknown field) or
+ * -SHOAL_ERANGE (over the size of its message type, or over the budget).
+ * Thread: any. */
+Shoal__Frame *shoal_wire_unpack_bounded(const uint8_t *data, size_t len, size_t budget,
+                                        size_t *used, struct shoal_err *err);
+
+/* shoal_wire_unpack_bounded with the budget shoal_wire_unpack_budget(len). */
 Shoal__Frame *shoal_wire_unpack(const uint8_t *data, size_t len, struct shoal_err *err);
+
+/* The memory bound of shoal_wire_unpack for a body of len bytes:
+ * SHOAL_WIRE_UNPACK_FACTOR x len + SHOAL_WIRE_UNPACK_SLACK bytes. Thread: any. */
+size_t shoal_wire_unpack_budget(size_t len);
+
+/* Largest body of a frame carrying message msg, in bytes: 256 for hello,
+ * SHOAL_WIRE_HANDSHAKE_MAX_FRAME for auth and ready, 64 for
+ * status_request, 4096 for error, ...; 0 for the messages bounded only by
+ * the frame limit (request, response, hint, heartbeat). Thread: any. */
+uint32_t shoal_wire_msg_max_bytes(Shoal__Frame__MsgCase msg);
 void shoal_wire_frame_free(Shoal__Frame *f);
 
 /* Name of the frame's message ("request", "hello", ...); static. */

@@ -388,6 +388,7 @@ void shoal_cluster_destroy(struct shoal_cluster *cl)
     free(cl->tokmap);
     free(cl->hidden);
     free(cl->rows);
+    free(cl->rbuf);
     pthread_mutex_destroy(&cl->mu);
     pthread_cond_destroy(&cl->cond);
     free(cl);

@@ -167,6 +167,10 @@ struct shoal_cluster {
     unsigned tick_count;
     uint64_t status_seq;
     struct conn *conns;                 /* every open connection (list) */
+    uint8_t *rbuf;                      /* one read buffer for every connection (lazy) */
+    int n_unauth;                       /* accepted connections in their handshake */
+    int n_observers;                    /* authenticated control-port connections */
+    uint64_t unauth_refused;            /* connections refused over the caps */
 
     /* status [mu] */
     struct shoal_ctx_timings t;         /* last snapshot from the forward pass */

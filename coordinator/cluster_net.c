@@ -26,6 +26,13 @@
 #define BACKOFF_MIN_S 0.25
 #define BACKOFF_MAX_S 5.0
 #define READ_BUF_BYTES (256u << 10)
+/* accepted connections that have not authenticated, at once (each costs
+ * at most ~64 KiB: docs/PROTOCOL.md, "Limits"); more are refused */
+#define MAX_UNAUTHENTICATED 16
+/* authenticated observers (`shoal status`) on the control port at once */
+#define MAX_OBSERVERS 64
+/* an observer whose unread replies pass this is closed */
+#define OBSERVER_MAX_QUEUED (1u << 20)
 
 enum conn_kind {
     CONN_DIAL = 0,       /* we dialled a static worker */
@@ -44,11 +51,11 @@ struct conn {
     struct shoal_handshake hs;
     int hs_started, hs_done;
     int observer;                  /* serves ClusterStatus */
+    int unauth;                    /* counted in cl->n_unauth */
     struct shoal_frame_reader rd;
     char peer[128];                /* the address we dialled or the peer's socket address */
     int closing;
     int open_handles;
-    uint8_t *rbuf;                 /* READ_BUF_BYTES */
     struct conn *prev, *next;      /* cl->conns */
 };
 
@@ -153,7 +160,6 @@ static void conn_on_close(uv_handle_t *h)
         c->next->prev = c->prev;
     shoal_handshake_free(&c->hs);
     shoal_frame_reader_free(&c->rd);
-    free(c->rbuf);
     free(c);
 }
 
@@ -163,8 +169,8 @@ static struct conn *conn_new(struct shoal_cluster *cl, enum conn_kind kind)
     c->cl = cl;
     c->kind = kind;
     c->exec = -1;
-    c->rbuf = shoal_xmalloc(READ_BUF_BYTES);
-    shoal_frame_reader_init(&c->rd, SHOAL_WIRE_MAX_FRAME_DEFAULT);
+    /* until the peer has authenticated: handshake-sized frames only */
+    shoal_frame_reader_init(&c->rd, SHOAL_WIRE_HANDSHAKE_MAX_FRAME);
     uv_tcp_init(&cl->loop, &c->tcp);
     uv_timer_init(&cl->loop, &c->timer);
     c->tcp.data = c;
@@ -210,6 +216,12 @@ static void conn_close(struct conn *c, const char *why, int hard)
         return;
     c->closing = 1;
     struct shoal_cluster *cl = c->cl;
+    if (c->unauth) {
+        c->unauth = 0;
+        cl->n_unauth--;
+    }
+    if (c->observer && c->hs_done)
+        cl->n_observers--;
     if (c->exec >= 0 && !c->observer && cl->exec[c->exec].conn == c) {
         struct exec *x = &cl->exec[c->exec];
         pthread_mutex_lock(&cl->mu);
@@ -368,13 +380,23 @@ static void handshake_done(struct conn *c)
     struct shoal_cluster *cl = c->cl;
     const Shoal__PeerInfo *pi = c->hs.peer_info;
     uv_timer_stop(&c->timer);
+    if (c->unauth) {
+        c->unauth = 0;
+        cl->n_unauth--;
+    }
     if (c->hs.peer_role == SHOAL__ROLE__ROLE_OBSERVER) {
         if (c->kind == CONN_DIAL) {
             refuse(c, SHOAL_EINVAL, "expected a worker, the peer is an observer");
             return;
         }
+        if (cl->n_observers >= MAX_OBSERVERS) {
+            refuse(c, SHOAL_EINVAL, "too many observers connected; try again later");
+            return;
+        }
+        /* its frames stay handshake-sized: status requests and heartbeats */
         c->observer = 1;
         c->hs_done = 1;
+        cl->n_observers++;
         return;
     }
     if (c->kind == CONN_CONTROL_IN) {
@@ -440,6 +462,7 @@ static void handshake_done(struct conn *c)
     pthread_mutex_unlock(&cl->mu);
     free(old);
     c->hs_done = 1;
+    c->rd.max_frame = SHOAL_WIRE_MAX_FRAME_DEFAULT;   /* an authenticated worker */
     shoal_log(again ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "cluster",
               "worker %s is %s: %u of %lld experts, disk %.0f MB/s, compute %.1f GB/s",
               x->addr, again ? "back" : (x->kind == EXEC_JOINED ? "joining" : "up"), held,
@@ -558,6 +581,12 @@ static void on_worker_frame(struct conn *c, Shoal__Frame *f)
 
 static void on_observer_frame(struct conn *c, Shoal__Frame *f)
 {
+    if (c->tcp.write_queue_size > OBSERVER_MAX_QUEUED) {
+        /* it asks and does not read: its replies would pile up here */
+        shoal_wire_frame_free(f);
+        conn_close(c, "observer does not read its replies", 0);
+        return;
+    }
     switch (f->msg_case) {
     case SHOAL__FRAME__MSG_STATUS_REQUEST:
         build_status(c->cl, f->status_request->id, c);
@@ -639,12 +668,15 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     struct conn *c = h->data;
-    *buf = uv_buf_init((char *)c->rbuf, READ_BUF_BYTES);
+    /* the loop reads one socket at a time and the frame reader copies what
+     * it keeps: one buffer serves every connection */
+    if (!c->cl->rbuf)
+        c->cl->rbuf = shoal_xmalloc(READ_BUF_BYTES);
+    *buf = uv_buf_init((char *)c->cl->rbuf, READ_BUF_BYTES);
 }
 
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    (void)buf;
     struct conn *c = s->data;
     if (nread == 0 || c->closing)
         return;
@@ -664,7 +696,8 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         pthread_mutex_unlock(&cl->mu);
     }
     struct shoal_err err = {0};
-    int rc = shoal_frame_reader_feed(&c->rd, c->rbuf, (size_t)nread, on_frame, c, &err);
+    int rc = shoal_frame_reader_feed(&c->rd, (const uint8_t *)buf->base, (size_t)nread,
+                                     on_frame, c, &err);
     if (rc < 0 && !c->closing) {
         /* a broken length prefix: tell the peer why before closing */
         struct shoal_wire_error e;
@@ -772,6 +805,18 @@ void shoal_cluster_net_on_incoming(uv_stream_t *srv, int status)
         shoal_wire_addr_str((struct sockaddr *)&ss, c->peer, sizeof c->peer);
     else
         snprintf(c->peer, sizeof c->peer, "?");
+    if (cl->n_unauth >= MAX_UNAUTHENTICATED) {
+        /* logged at 1, 2, 4, 8, ... refusals */
+        const uint64_t k = ++cl->unauth_refused;
+        if ((k & (k - 1)) == 0)
+            shoal_log(SHOAL_LOG_WARN, "cluster", "peer=%s refused: %d connections are in "
+                      "their handshake (%llu refused so far)", c->peer, cl->n_unauth,
+                      (unsigned long long)cl->unauth_refused);
+        conn_close(c, "too many connections in their handshake", 0);
+        return;
+    }
+    c->unauth = 1;
+    cl->n_unauth++;
     uv_tcp_nodelay(&c->tcp, 1);
     uv_timer_start(&c->timer, hs_timeout_cb, (uint64_t)(cl->p.connect_timeout_s * 1000), 0);
     start_handshake(c, 0);

@@ -62,6 +62,7 @@ step "bench/sweep + shoal bench smoke (gcc)" "$PY" tests/bench/test_sweep_smoke.
 step "bench/kernel_bench smoke (gcc)" "$PY" tests/bench/test_kernel_bench.py --bench build-test/bench/kernel_bench
 step "README cluster quick start on the bundled checkpoint (gcc)" "$PY" tests/cluster/test_quickstart.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "worker draining on SIGTERM (gcc)" "$PY" tests/cluster/test_drain.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+step "peer limits: memory per unauthenticated peer, cancel on close, SIGTERM (gcc)" "$PY" tests/cluster/test_peer_limits.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe
 [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
 step "command line: help, model paths, prompt files, bad input, chat, worker start line (gcc)" "$PY" tests/cli/test_cli.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 
@@ -72,6 +73,7 @@ step "unit tests (ASan+UBSan)"    unit build-asan
 step "reference tests (ASan+UBSan)" reference build-asan
 [ -f tests/golden/run_golden.py ] && step "bundled model golden + chat (ASan+UBSan)" "$PY" tests/golden/run_golden.py --shoal build-asan/coordinator/shoal --skip-perplexity
 step "shoal-worker protocol (ASan+UBSan)" "$PY" tests/cluster/test_worker.py --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe --shoal build-asan/coordinator/shoal
+step "peer limits (ASan+UBSan)" "$PY" tests/cluster/test_peer_limits.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe
 step "cluster (ASan+UBSan)" "$PY" tests/cluster/test_cluster.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 step "cluster more (ASan+UBSan)" "$PY" tests/cluster/test_cluster_more.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 unset ASAN_OPTIONS UBSAN_OPTIONS

@@ -440,6 +440,29 @@ void shoal_worker_exec_submit(struct shoal_worker_exec *x, struct shoal_worker_j
     pthread_mutex_unlock(&x->mu);
 }
 
+int shoal_worker_exec_cancel(struct shoal_worker_exec *x, const void *owner)
+{
+    int n = 0;
+    pthread_mutex_lock(&x->mu);
+    struct shoal_worker_job *keep_head = NULL, *keep_tail = NULL, *j;
+    while ((j = list_pop(&x->q_head, &x->q_tail))) {
+        if (j->owner == owner) {
+            j->status = SHOAL_ECANCELED;
+            x->depth--;
+            list_push(&x->d_head, &x->d_tail, j);
+            n++;
+        } else {
+            list_push(&keep_head, &keep_tail, j);
+        }
+    }
+    x->q_head = keep_head;
+    x->q_tail = keep_tail;
+    pthread_mutex_unlock(&x->mu);
+    if (n > 0 && x->p.notify)
+        x->p.notify(x->p.notify_user);
+    return n;
+}
+
 struct shoal_worker_job *shoal_worker_exec_take_done(struct shoal_worker_exec *x)
 {
     pthread_mutex_lock(&x->mu);

@@ -91,6 +91,12 @@ const struct shoal_worker_exec_info *shoal_worker_exec_info(const struct shoal_w
  * a HINT is freed by the exec. Thread: loop. */
 void shoal_worker_exec_submit(struct shoal_worker_exec *x, struct shoal_worker_job *job);
 
+/* Cancel the REQUEST jobs of owner (borrowed, compared only) that are
+ * still queued: they go to the done list with -SHOAL_ECANCELED and no
+ * reply, and notify runs once if there were any. A running job is left to
+ * finish. Returns how many were cancelled. Thread: loop. */
+int shoal_worker_exec_cancel(struct shoal_worker_exec *x, const void *owner);
+
 /* Take every finished REQUEST job, oldest first, as a list linked by next
  * (owned by the caller: shoal_worker_job_free each). NULL when none.
  * Thread: loop. */

@@ -3,9 +3,19 @@
  * serves batch-unions of expert FFNs to a coordinator over the wire
  * protocol (docs/PROTOCOL.md): on its --listen address, and by dialling
  * --join. Exit status: 0 after SIGINT/SIGTERM, 1 on a runtime error at
- * start, 2 on a usage error. */
+ * start, 2 on a usage error.
+ *
+ * Signals: SIGINT and SIGTERM are blocked from the first line of main, so
+ * every thread the worker starts (compute, OpenMP, I/O) inherits the
+ * block; the loop thread unblocks them once the server's handlers are in
+ * place and before it says it serves, and blocks them again when the
+ * server returns. A signal at any moment thus either drains the worker
+ * (the first), ends the drain (the second), or arrives while it is
+ * already exiting and is ignored: never the default action, so the exit
+ * status is 0. */
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -289,8 +299,19 @@ static void log_stats(struct shoal_worker_exec *exec)
               (unsigned long long)st.prefetch_dropped, (unsigned long long)st.prefetch_evicted);
 }
 
+/* Block (how = SIG_BLOCK) or unblock SIGINT and SIGTERM in this thread. */
+static void mask_stop_signals(int how)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(how, &set, NULL);
+}
+
 int main(int argc, char **argv)
 {
+    mask_stop_signals(SIG_BLOCK);
     struct opts o = {.listen = "127.0.0.1:7070",
                      .store = shoal_expert_store_params_default(),
                      .log_level = SHOAL_LOG_INFO};
@@ -469,6 +490,9 @@ int main(int argc, char **argv)
         snprintf(compute, sizeof compute, "%.3g GB/s", xi->compute_gbps);
     else
         snprintf(compute, sizeof compute, "%.3g MB/s", xi->compute_gbps * 1e3);
+    /* the handlers are installed (server create) and every thread has
+     * started with the signals blocked: from now on this thread takes them */
+    mask_stop_signals(SIG_UNBLOCK);
     shoal_log(SHOAL_LOG_INFO, "worker",
               "serving %s (%s, fingerprint %s, %s experts): %lld of %lld experts%s, "
               "cache %s, io %s%s, disk %.0f MB/s, compute %s, %s kernels",
@@ -477,7 +501,11 @@ int main(int argc, char **argv)
               xi->direct ? " direct" : "", xi->disk_mbps, compute,
               shoal_quant_ops_name());
 
-    if (shoal_worker_server_run(srv, exec, &err) < 0) {
+    int run_rc = shoal_worker_server_run(srv, exec, &err);
+    /* exiting: a signal from here on is ignored (blocked in every thread;
+     * destroy resets the handlers) */
+    mask_stop_signals(SIG_BLOCK);
+    if (run_rc < 0) {
         fail_line("%s", err.msg);
         goto out;
     }

@@ -9,10 +9,9 @@
 #include "util.h"
 
 #define LOG_C "worker"
-/* frames before authentication are hello/auth with a PeerInfo (its coverage
- * bitmap is n_layer * n_expert bits): a small cap keeps an unauthenticated
- * peer from making us hold a large frame */
-#define PREAUTH_MAX_FRAME (4u << 20)
+/* one read buffer for every connection (the loop reads one socket at a
+ * time, and the frame reader copies what it keeps), so an idle or
+ * unauthenticated connection costs no read buffer of its own */
 #define READ_CHUNK (64u << 10)
 #define FLUSH_TIMEOUT_MS 2000
 #define DIAL_BACKOFF_MIN_MS 500
@@ -32,6 +31,7 @@ struct conn {
     int handles_closed;            /* uv_close called on tcp and timer */
     int dialled;                   /* our --join connection */
     int hs_done;
+    int unauth;                    /* counted in srv->n_unauth (accepted, not yet authenticated) */
     int reading, paused;
     uint64_t pauses;               /* times reading stopped for backpressure */
     char peer[96];                 /* "host:port" */
@@ -43,7 +43,6 @@ struct conn {
     uint64_t write_bytes;          /* handed to uv_write, not yet written */
     uint64_t job_bytes;            /* request bytes queued at the compute thread */
     uint64_t requests, errors;
-    char rbuf[READ_CHUNK];
 };
 
 struct wreq {
@@ -71,6 +70,9 @@ struct shoal_worker_server {
     struct conn *conns;            /* open connections */
     struct conn *join_conn;        /* the --join connection while open */
     int n_conns;
+    int n_unauth;                  /* accepted connections not authenticated yet */
+    uint64_t unauth_refused;       /* connections refused over max_unauthenticated */
+    char *rbuf;                    /* [READ_CHUNK], shared by every connection's reads */
     uint64_t dial_backoff_ms;
     int stopping;
     double t_start;
@@ -109,6 +111,23 @@ static void conn_unlink(struct conn *c)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
     srv->n_conns--;
+    if (c->unauth) {
+        c->unauth = 0;
+        srv->n_unauth--;
+    }
+}
+
+/* Cancel c's requests still queued at the compute thread (the running one
+ * finishes; its reply is dropped since c is closing). */
+static void conn_cancel_jobs(struct conn *c)
+{
+    struct shoal_worker_server *srv = c->srv;
+    if (!srv->exec || srv->stopping)
+        return;
+    int n = shoal_worker_exec_cancel(srv->exec, c);
+    if (n > 0)
+        shoal_log(SHOAL_LOG_INFO, LOG_C, "cancelled %d queued request%s of peer=%s", n,
+                  n == 1 ? "" : "s", conn_label(c));
 }
 
 static void schedule_dial(struct shoal_worker_server *srv);
@@ -131,6 +150,7 @@ static void conn_close(struct conn *c, const char *why)
     c->handles_closed = 1;
     struct shoal_worker_server *srv = c->srv;
     conn_unlink(c);
+    conn_cancel_jobs(c);
     uv_close((uv_handle_t *)&c->tcp, on_handle_close);
     uv_close((uv_handle_t *)&c->timer, on_handle_close);
     if (c->dialled && srv->join_conn == c) {
@@ -162,6 +182,7 @@ static void conn_close_flush(struct conn *c, const char *why)
     shoal_log(SHOAL_LOG_INFO, LOG_C, "closing %s peer=%s: %s",
               c->hs_done ? shoal_wire_role_name(c->peer_role) : "connection", conn_label(c), why);
     c->closing = 1;
+    conn_cancel_jobs(c);
     if (c->reading)
         uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
@@ -179,7 +200,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct conn *c = h->data;
     (void)suggested;
-    *buf = uv_buf_init(c->rbuf, sizeof c->rbuf);
+    *buf = uv_buf_init(c->srv->rbuf, READ_CHUNK);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
@@ -464,6 +485,10 @@ static int on_authenticated(struct conn *c)
         return -1;
     }
     c->hs_done = 1;
+    if (c->unauth) {
+        c->unauth = 0;
+        c->srv->n_unauth--;
+    }
     if (pi && pi->name && pi->name[0]) {
         char name[64];
         shoal_wire_printable(name, sizeof name, pi->name);
@@ -472,7 +497,9 @@ static int on_authenticated(struct conn *c)
     if (pi && pi->max_frame >= 4096)
         c->peer_max_frame = pi->max_frame < c->srv->p.max_frame ? (uint32_t)pi->max_frame
                                                                   : c->srv->p.max_frame;
-    c->reader.max_frame = c->srv->p.max_frame;
+    /* an observer asks for status: its frames stay handshake-sized */
+    if (c->peer_role == SHOAL__ROLE__ROLE_COORDINATOR)
+        c->reader.max_frame = c->srv->p.max_frame;
     uv_timer_stop(&c->timer);
     if (c->dialled)
         c->srv->dial_backoff_ms = DIAL_BACKOFF_MIN_MS;
@@ -574,8 +601,8 @@ static struct conn *conn_new(struct shoal_worker_server *srv, int dialled)
     c->tcp.data = c;
     c->timer.data = c;
     c->peer_max_frame = srv->p.max_frame;
-    shoal_frame_reader_init(&c->reader, PREAUTH_MAX_FRAME < srv->p.max_frame
-                                            ? PREAUTH_MAX_FRAME : srv->p.max_frame);
+    shoal_frame_reader_init(&c->reader, SHOAL_WIRE_HANDSHAKE_MAX_FRAME < srv->p.max_frame
+                                            ? SHOAL_WIRE_HANDSHAKE_MAX_FRAME : srv->p.max_frame);
     uv_timer_init(&srv->loop, &c->timer);
     c->next = srv->conns;
     if (srv->conns)
@@ -645,6 +672,23 @@ static void on_connection(uv_stream_t *server, int status)
         conn_close(c, why);
         return;
     }
+    if (srv->n_unauth >= srv->p.max_unauthenticated) {
+        /* a few handshakes at a time: each costs at most ~64 KiB until it
+         * authenticates (docs/PROTOCOL.md); logged at 1, 2, 4, 8, ... */
+        srv->unauth_refused++;
+        if ((srv->unauth_refused & (srv->unauth_refused - 1)) == 0) {
+            char why[160];
+            snprintf(why, sizeof why, "refused: %d connections are in their handshake "
+                     "(%llu refused so far)", srv->n_unauth,
+                     (unsigned long long)srv->unauth_refused);
+            conn_close(c, why);
+        } else {
+            conn_close(c, NULL);
+        }
+        return;
+    }
+    c->unauth = 1;
+    srv->n_unauth++;
     shoal_log(SHOAL_LOG_INFO, LOG_C, "accepted connection peer=%s", c->peer);
     conn_start(c);
 }
@@ -750,8 +794,8 @@ static void shutdown_server(struct shoal_worker_server *srv, const char *why)
     close_if_open((uv_handle_t *)&srv->listener);
     close_if_open((uv_handle_t *)&srv->dial_timer);
     close_if_open((uv_handle_t *)&srv->drain_timer);
-    close_if_open((uv_handle_t *)&srv->sigint);
-    close_if_open((uv_handle_t *)&srv->sigterm);
+    /* the signal handles stay (unreferenced, so the loop can end): a
+     * signal during the shutdown is handled, not fatal */
     while (srv->conns)
         conn_close(srv->conns, "worker shutting down");
     /* queued requests come back cancelled; the running one finishes */
@@ -837,6 +881,17 @@ struct shoal_worker_server *shoal_worker_server_create(const struct shoal_worker
     srv->drain_timer.data = srv;
     srv->listener.data = srv->async.data = srv->sigint.data = srv->sigterm.data = srv;
     srv->dial_timer.data = srv;
+    srv->rbuf = shoal_xmalloc(READ_CHUNK);
+    /* the handlers are in place before the worker says it listens (and
+     * serves), and stay until destroy; unreferenced, they do not keep the
+     * loop running. A signal before run is handled when run starts. */
+    if ((rc = uv_signal_start(&srv->sigint, on_signal, SIGINT)) < 0 ||
+        (rc = uv_signal_start(&srv->sigterm, on_signal, SIGTERM)) < 0) {
+        shoal_err_set(err, SHOAL_EIO, "cannot handle signals: %s", uv_strerror(rc));
+        goto fail;
+    }
+    uv_unref((uv_handle_t *)&srv->sigint);
+    uv_unref((uv_handle_t *)&srv->sigterm);
     if ((rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0)) < 0 ||
         (rc = uv_listen((uv_stream_t *)&srv->listener, 128, on_connection)) < 0) {
         shoal_err_set(err, SHOAL_EIO, "cannot listen on %s: %s", p->listen, uv_strerror(rc));
@@ -870,11 +925,8 @@ void shoal_worker_server_notify(void *server)
 int shoal_worker_server_run(struct shoal_worker_server *srv, struct shoal_worker_exec *exec,
                             struct shoal_err *err)
 {
+    (void)err;
     srv->exec = exec;
-    int rc;
-    if ((rc = uv_signal_start(&srv->sigint, on_signal, SIGINT)) < 0 ||
-        (rc = uv_signal_start(&srv->sigterm, on_signal, SIGTERM)) < 0)
-        return shoal_err_set(err, SHOAL_EIO, "cannot handle signals: %s", uv_strerror(rc));
     if (srv->p.join) {
         shoal_log(SHOAL_LOG_INFO, LOG_C, "joining coordinator %s", srv->p.join);
         uv_timer_start(&srv->dial_timer, dial, 0, 0);
@@ -894,6 +946,7 @@ void shoal_worker_server_destroy(struct shoal_worker_server *srv)
 {
     if (!srv)
         return;
+    srv->exec = NULL;   /* the caller may have destroyed it already */
     if (srv->loop_init) {
         if (!srv->stopping && srv->handles_init) {
             srv->stopping = 1;
@@ -905,5 +958,6 @@ void shoal_worker_server_destroy(struct shoal_worker_server *srv)
         if (uv_loop_close(&srv->loop) != 0)
             shoal_log(SHOAL_LOG_WARN, LOG_C, "event loop closed with handles still open");
     }
+    free(srv->rbuf);
     free(srv);
 }

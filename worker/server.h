@@ -14,8 +14,18 @@
  * zero) gets an ErrorReply and the connection is closed, since the stream
  * is out of sync. Backpressure: when a connection's queued reply bytes plus
  * its request bytes at the compute thread pass the limit, reading from it
- * stops until they drain; nothing is dropped. Replies to a connection that
- * closed meanwhile are discarded (connections are reference-counted).
+ * stops until they drain; nothing is dropped. When a connection closes,
+ * its requests still queued at the compute thread are cancelled; the one
+ * running finishes and its reply is discarded (connections are
+ * reference-counted).
+ *
+ * Memory a peer can cost (docs/PROTOCOL.md, "Limits"): until it has
+ * authenticated, and for an observer throughout, its frames are limited to
+ * SHOAL_WIRE_HANDSHAKE_MAX_FRAME and the frame buffer grows only with the
+ * bytes that arrived, so one connection holds at most ~64 KiB; at most
+ * max_unauthenticated such connections are accepted at once, each closed
+ * at the handshake deadline. Reads go through one buffer shared by every
+ * connection.
  *
  * Thread: loop (the thread that calls shoal_worker_server_run), except
  * shoal_worker_server_notify.
@@ -44,6 +54,8 @@ struct shoal_worker_server_params {
     uint64_t backpressure_bytes;       /* per connection: stop reading above this */
     double handshake_timeout_s;        /* close a connection not authenticated by then */
     int max_connections;               /* refuse more at once */
+    int max_unauthenticated;           /* accepted connections in their handshake at once;
+                                        * more are refused (each costs <= ~64 KiB) */
 };
 
 static inline struct shoal_worker_server_params shoal_worker_server_params_default(void)
@@ -52,7 +64,8 @@ static inline struct shoal_worker_server_params shoal_worker_server_params_defau
                                                .max_frame = SHOAL_WIRE_MAX_FRAME_DEFAULT,
                                                .backpressure_bytes = 64ull << 20,
                                                .handshake_timeout_s = 5.0,
-                                               .max_connections = 256};
+                                               .max_connections = 256,
+                                               .max_unauthenticated = 16};
 }
 
 struct shoal_worker_server;
@@ -74,9 +87,13 @@ void shoal_worker_server_notify(void *server);
 
 /* Serve with exec (borrowed) until SIGINT or SIGTERM: accept, dial --join
  * (re-dialled with backoff, 0.5 s doubling to 10 s, whenever that
- * connection drops), answer. On a signal: stop listening, close every
- * connection, stop exec (shoal_worker_exec_stop) and return 0. Returns a
- * negative status with err set if the loop cannot start. Thread: loop. */
+ * connection drops), answer. On a signal: drain (stop listening, finish
+ * the queued requests, at most 10 s), then close every connection, stop
+ * exec (shoal_worker_exec_stop) and return 0; a second signal skips the
+ * drain. The signal handlers are installed by create, so a signal that
+ * arrives between create and run is acted on when run starts. Returns 0
+ * (err is kept for callers; nothing fails once create succeeded).
+ * Thread: loop. */
 int shoal_worker_server_run(struct shoal_worker_server *srv, struct shoal_worker_exec *exec,
                             struct shoal_err *err);
 

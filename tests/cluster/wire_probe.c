@@ -795,6 +795,175 @@ static int sc_no_handshake(struct probe *p)
                                               dt);
 }
 
+/* After the handshake, two frames of mb MiB made of repeated unknown
+ * fields (`78 00 ...`): one at the top level, one inside a heartbeat. Each
+ * must get an ErrorReply (or, where the peer's frame limit is smaller,
+ * an ErrorReply and a closed connection) without the peer unpacking it
+ * into many times its size (test_peer_limits.py measures its peak RSS). */
+static int sc_unknown_fields(struct probe *p, int mb)
+{
+    const size_t n = (size_t)mb << 20;
+    uint8_t *b = malloc(n + 16);
+    if (!b)
+        return fail("no memory for %zu bytes", n);
+    for (int nested = 0; nested < 2; nested++) {
+        size_t o = 4, pairs = (n - 8) / 2;
+        if (nested) {   /* Frame.heartbeat (field 7) holding the pairs */
+            b[o++] = 0x3a;
+            for (size_t v = 2 * pairs;; v >>= 7) {
+                b[o++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+                if (v < 0x80)
+                    break;
+            }
+        }
+        for (size_t k = 0; k < pairs; k++) {
+            b[o++] = 0x78;
+            b[o++] = 0x00;
+        }
+        const uint32_t body = (uint32_t)(o - 4);
+        b[0] = (uint8_t)body;
+        b[1] = (uint8_t)(body >> 8);
+        b[2] = (uint8_t)(body >> 16);
+        b[3] = (uint8_t)(body >> 24);
+        if (!p->connected && probe_connect(p) < 0) {
+            free(b);
+            return -1;
+        }
+        /* the peer may refuse at the length prefix and close while we send */
+        for (size_t sent = 0; sent < o;) {
+            ssize_t w = send(p->c.fd, b + sent, o - sent, MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                struct pollfd wp = {.fd = p->c.fd, .events = POLLOUT};
+                if (poll(&wp, 1, 5000) <= 0)
+                    break;
+                continue;
+            }
+            if (w <= 0)
+                break;
+            sent += (size_t)w;
+        }
+        struct shoal_err err = {0};
+        Shoal__Frame *f = shoal_wire_client_recv(&p->c, REPLY_TIMEOUT_MS, &err);
+        if (!f || f->msg_case != SHOAL__FRAME__MSG_ERROR) {
+            int rc = fail("unknown fields (%s, %u bytes): %s", nested ? "in a heartbeat"
+                          : "top level", body, f ? "a reply that is not an error" : err.msg);
+            shoal_wire_frame_free(f);
+            free(b);
+            return rc;
+        }
+        char msg[200];
+        printf("ok unknown fields (%s, %u bytes): error reply %s: %s\n",
+               nested ? "in a heartbeat" : "top level", body, shoal_err_name(f->error->code),
+               shoal_wire_printable(msg, sizeof msg, f->error->message));
+        fflush(stdout);
+        shoal_wire_frame_free(f);
+        /* a peer that closed after its error reply gets a fresh connection */
+        struct pollfd pf = {.fd = p->c.fd, .events = POLLIN};
+        char c1;
+        if (poll(&pf, 1, 200) > 0 && recv(p->c.fd, &c1, 1, MSG_PEEK) <= 0)
+            probe_close(p);
+    }
+    free(b);
+    return 0;
+}
+
+/* Status of the worker on client c: demand acquires, requests received,
+ * queue depth. Returns 0 or -1. */
+static int status_counts(struct shoal_wire_client *c, uint64_t *acquires, uint64_t *requests,
+                         uint32_t *depth)
+{
+    Shoal__StatusRequest sr = SHOAL__STATUS_REQUEST__INIT;
+    sr.id = 44;
+    Shoal__Frame f = SHOAL__FRAME__INIT;
+    f.msg_case = SHOAL__FRAME__MSG_STATUS_REQUEST;
+    f.status_request = &sr;
+    struct shoal_err err = {0};
+    if (shoal_wire_client_send(c, &f, &err) < 0)
+        return fail("status: %s", err.msg);
+    Shoal__Frame *g = shoal_wire_client_recv(c, REPLY_TIMEOUT_MS, &err);
+    if (!g || g->msg_case != SHOAL__FRAME__MSG_STATUS) {
+        shoal_wire_frame_free(g);
+        return fail("status: %s", g ? "not a status reply" : err.msg);
+    }
+    *acquires = g->status->hits + g->status->misses;
+    *requests = g->status->requests;
+    *depth = g->status->queue_depth;
+    shoal_wire_frame_free(g);
+    return 0;
+}
+
+/* n large requests, all received and queued by the worker (an observer
+ * connection watches its counters), then the connection closes: the
+ * worker must drop the queued ones (at most the running one finishes),
+ * seen as the expert acquires it performs after the close. */
+static int sc_cancel_on_close(struct probe *p, int n)
+{
+    struct shoal_wire_client obs;
+    struct shoal_err err = {0};
+    Shoal__PeerInfo oi = SHOAL__PEER_INFO__INIT;
+    oi.name = "wire_probe-observer";
+    if (shoal_wire_client_connect(&obs, p->addr, SHOAL__ROLE__ROLE_OBSERVER, &p->key, &oi,
+                                  NULL, 10000, &err) < 0)
+        return fail("observer: %s", err.msg);
+    int32_t ids[256];
+    int ne = covered_experts(p, p->layer, ids, 256);
+    struct req r;
+    req_build(&r, 500, p->layer, ids, ne, 2048, p->n_embd, 3);
+    for (int k = 0; k < ne; k++) {
+        r.er[k].n_rows = 2048;
+        for (uint32_t j = 0; j < 2048; j++)
+            r.er[k].rows[j] = j;
+    }
+    uint64_t acq0, req0, acq1, req1;
+    uint32_t depth;
+    int rc = status_counts(&obs, &acq0, &req0, &depth);
+    for (int i = 0; i < n && !rc; i++) {
+        r.rq.id = 500 + (uint64_t)i;
+        rc = send_frame(p, &r.f);
+    }
+    req_free(&r);
+    /* wait until the worker has read every request (watchdog 120 s) */
+    double t0 = shoal_time_s();
+    for (req1 = req0; !rc && req1 < req0 + (uint64_t)n;) {
+        if (shoal_time_s() - t0 > 120) {
+            rc = fail("cancel-on-close: the worker read %llu of %d requests in 120 s",
+                      (unsigned long long)(req1 - req0), n);
+            break;
+        }
+        rc = status_counts(&obs, &acq1, &req1, &depth);
+    }
+    uint64_t acq_close = acq1;
+    probe_close(p);
+    /* wait until its queue is empty (watchdog 300 s) */
+    t0 = shoal_time_s();
+    for (depth = 1; !rc && depth > 0;) {
+        if (shoal_time_s() - t0 > 300) {
+            rc = fail("cancel-on-close: queue depth still %u after 300 s", depth);
+            break;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        rc = status_counts(&obs, &acq1, &req1, &depth);
+    }
+    shoal_wire_client_close(&obs);
+    if (rc)
+        return rc;
+    const uint64_t ran = (acq1 - acq0) / (uint64_t)ne;
+    const uint64_t after = (acq1 - acq_close) / (uint64_t)ne;
+    printf("%s cancel-on-close: %d requests queued, %llu computed in all, %llu after the "
+           "connection closed (at most 2 expected: the one running then, and one starting)\n",
+           after <= 2 ? "ok" : "FAIL", n, (unsigned long long)ran,
+           (unsigned long long)after);
+    fflush(stdout);
+    if (after > 2)
+        return -1;
+    if ((rc = probe_connect(p)) == 0)
+        rc = valid_request(p, 99, p->layer, NULL, 0, 3, 9, 0);
+    return rc;
+}
+
 /* N cycles of connect / partial send / drop, four kinds in turn. */
 static int sc_churn(struct probe *p, int n)
 {
@@ -931,7 +1100,8 @@ static void usage(FILE *f)
         "scenarios: auth valid status heartbeat hint malformed oversized zero-length\n"
         "           truncated zero-dims huge-dims bad-expert bad-layer rows-mismatch\n"
         "           dup-expert bad-row id-zero not-held big-response store-error\n"
-        "           pipeline N backpressure N drop-inflight N churn N no-handshake serve N\n");
+        "           pipeline N backpressure N drop-inflight N churn N no-handshake serve N\n"
+        "           unknown-fields MB cancel-on-close N\n");
 }
 
 int main(int argc, char **argv)
@@ -1124,6 +1294,10 @@ int main(int argc, char **argv)
         rc = sc_backpressure(&p, count > 0 ? count : 12);
     else if (!strcmp(scenario, "churn"))
         rc = sc_churn(&p, count > 0 ? count : 100);
+    else if (!strcmp(scenario, "unknown-fields"))
+        rc = sc_unknown_fields(&p, count > 0 ? count : 4);
+    else if (!strcmp(scenario, "cancel-on-close"))
+        rc = sc_cancel_on_close(&p, count > 0 ? count : 8);
     else {
         usage(stderr);
         rc = -2;

@@ -121,6 +121,179 @@ Test(wire, garbage_body_is_malformed_but_stream_stays_in_sync)
     shoal_frame_reader_free(&r);
 }
 
+/* ---- memory bounds (issue 12) ---- */
+
+Test(wire, reader_buffer_grows_with_the_bytes_that_arrive)
+{
+    struct shoal_frame_reader r;
+    shoal_frame_reader_init(&r, 64u << 20);
+    struct got g = {0};
+    const uint8_t prefix[4] = {0xff, 0xff, 0xff, 0x03}; /* 64 MiB - 1 announced */
+    cr_assert_eq(shoal_frame_reader_feed(&r, prefix, 4, on_frame, &g, NULL), 0);
+    const uint8_t one = 0x3a;
+    cr_assert_eq(shoal_frame_reader_feed(&r, &one, 1, on_frame, &g, NULL), 0);
+    cr_assert(r.cap <= 512, "one body byte of a 64 MiB frame holds %zu bytes", r.cap);
+    static uint8_t chunk[10000];
+    size_t got = 5;
+    for (int i = 0; i < 100; i++) {
+        cr_assert_eq(shoal_frame_reader_feed(&r, chunk, sizeof chunk, on_frame, &g, NULL), 0);
+        got += sizeof chunk;
+        cr_assert(r.cap >= got && r.cap <= 2 * got + 256,
+                  "after %zu bytes the buffer holds %zu (expected at most twice that)", got,
+                  r.cap);
+    }
+    cr_assert_eq(shoal_frame_reader_buffered(&r), r.cap);
+    cr_assert_eq(g.n + g.bad, 0);
+    shoal_frame_reader_free(&r);
+}
+
+Test(wire, a_frame_of_unknown_fields_is_refused_before_any_allocation)
+{
+    static uint8_t body[1 << 16];
+    for (size_t i = 0; i < sizeof body; i += 2) {
+        body[i] = 0x78;   /* field 15, varint */
+        body[i + 1] = 0;
+    }
+    struct shoal_err err = {0};
+    size_t used = 1;
+    Shoal__Frame *f = shoal_wire_unpack_bounded(body, sizeof body,
+                                                shoal_wire_unpack_budget(sizeof body), &used,
+                                                &err);
+    cr_assert_null(f);
+    cr_assert_eq(err.code, SHOAL_EFORMAT);
+    cr_assert_eq(used, 0, "%zu bytes allocated", used);
+    cr_assert(strstr(err.msg, "field 15"), "%s", err.msg);
+}
+
+/* A heartbeat (field 7) whose body is n_fields unknown varint fields. */
+static uint8_t *nested_unknown(size_t n_fields, size_t *len)
+{
+    size_t inner = 2 * n_fields;
+    uint8_t *b = malloc(inner + 16);
+    size_t o = 0;
+    b[o++] = 0x3a;
+    for (size_t v = inner; ; v >>= 7) {
+        b[o++] = (uint8_t)(v & 0x7f) | (v >= 0x80 ? 0x80 : 0);
+        if (v < 0x80)
+            break;
+    }
+    for (size_t i = 0; i < n_fields; i++) {
+        b[o++] = 0x78;
+        b[o++] = 0;
+    }
+    *len = o;
+    return b;
+}
+
+Test(wire, nested_unknown_fields_are_refused_before_any_allocation)
+{
+    size_t len;
+    uint8_t *body = nested_unknown(1u << 19, &len);   /* 1 MiB of `78 00` */
+    struct shoal_err err = {0};
+    size_t used = 1, budget = shoal_wire_unpack_budget(len);
+    cr_assert_eq(budget, SHOAL_WIRE_UNPACK_FACTOR * len + SHOAL_WIRE_UNPACK_SLACK);
+    Shoal__Frame *f = shoal_wire_unpack_bounded(body, len, budget, &used, &err);
+    cr_assert_null(f);
+    cr_assert_eq(used, 0, "%zu bytes allocated", used);
+    cr_assert_eq(err.code, SHOAL_EFORMAT);
+    cr_assert(strstr(err.msg, "Heartbeat") && strstr(err.msg, "unknown field 15"), "%s",
+              err.msg);
+    free(body);
+}
+
+Test(wire, many_empty_submessages_stop_at_the_budget)
+{
+    /* a request of 512 Ki empty ExpertRows (`32 00` each): 1 MiB on the
+     * wire, ~100 bytes each once unpacked */
+    const size_t n = 1u << 19, inner = 2 * n;
+    uint8_t *body = malloc(inner + 8);
+    size_t o = 0;
+    body[o++] = 0x22;   /* Frame.request */
+    for (size_t v = inner;; v >>= 7) {
+        body[o++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+        if (v < 0x80)
+            break;
+    }
+    for (size_t i = 0; i < n; i++) {
+        body[o++] = 0x32;   /* ExpertRequest.experts, empty */
+        body[o++] = 0;
+    }
+    struct shoal_err err = {0};
+    size_t used = 0, budget = shoal_wire_unpack_budget(o);
+    cr_assert_null(shoal_wire_unpack_bounded(body, o, budget, &used, &err));
+    cr_assert_eq(err.code, SHOAL_ERANGE, "%s", err.msg);
+    cr_assert(used <= budget, "%zu bytes charged, budget %zu", used, budget);
+    free(body);
+}
+
+Test(wire, frames_over_their_message_size_or_with_two_messages_are_refused)
+{
+    /* a hello of 300 bytes (its real size is under 100) */
+    uint8_t body[303] = {0x0a, 0xac, 0x02};   /* field 1, length 300 */
+    struct shoal_err err = {0};
+    size_t used = 1;
+    cr_assert_null(shoal_wire_unpack_bounded(body, sizeof body, 1u << 20, &used, &err));
+    cr_assert_eq(err.code, SHOAL_ERANGE);
+    cr_assert_eq(used, 0);
+    cr_assert(strstr(err.msg, "hello") && strstr(err.msg, "256"), "%s", err.msg);
+    /* two status requests in one frame */
+    const uint8_t two[] = {0x42, 0x02, 0x08, 0x01, 0x42, 0x02, 0x08, 0x02};
+    memset(&err, 0, sizeof err);
+    cr_assert_null(shoal_wire_unpack(two, sizeof two, &err));
+    cr_assert_eq(err.code, SHOAL_EFORMAT);
+    cr_assert_eq(shoal_wire_msg_max_bytes(SHOAL__FRAME__MSG_REQUEST), 0);
+    cr_assert_eq(shoal_wire_msg_max_bytes(SHOAL__FRAME__MSG_AUTH),
+                 SHOAL_WIRE_HANDSHAKE_MAX_FRAME);
+}
+
+Test(wire, the_budget_refuses_what_does_not_fit_and_admits_real_requests)
+{
+    /* a request of 8 experts x 2048 rows with its hidden rows */
+    enum { N_EXP = 8, N_ROWS = 2048, N_EMBD = 64 };
+    static uint32_t rows[N_EXP][N_ROWS];
+    static float hidden[N_ROWS * N_EMBD];
+    Shoal__ExpertRows er[N_EXP], *erp[N_EXP];
+    for (int k = 0; k < N_EXP; k++) {
+        shoal__expert_rows__init(&er[k]);
+        er[k].expert = (uint32_t)k;
+        for (int j = 0; j < N_ROWS; j++)
+            rows[k][j] = (uint32_t)j;
+        er[k].rows = rows[k];
+        er[k].n_rows = N_ROWS;
+        erp[k] = &er[k];
+    }
+    Shoal__ExpertRequest rq = SHOAL__EXPERT_REQUEST__INIT;
+    rq.id = 5;
+    rq.n_rows = N_ROWS;
+    rq.n_embd = N_EMBD;
+    rq.hidden.data = (uint8_t *)hidden;
+    rq.hidden.len = sizeof hidden;
+    rq.experts = erp;
+    rq.n_experts = N_EXP;
+    Shoal__Frame f = SHOAL__FRAME__INIT;
+    f.msg_case = SHOAL__FRAME__MSG_REQUEST;
+    f.request = &rq;
+    size_t len;
+    uint8_t *p = shoal_wire_pack(&f, 64u << 20, &len, NULL);
+    cr_assert_not_null(p);
+    struct shoal_err err = {0};
+    size_t used = 0;
+    Shoal__Frame *g = shoal_wire_unpack_bounded(p + 4, len - 4, shoal_wire_unpack_budget(len - 4),
+                                                &used, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    cr_assert_eq(g->request->n_experts, N_EXP);
+    cr_assert_eq(g->request->experts[7]->rows[2047], 2047);
+    cr_assert(used > len - 4 && used <= shoal_wire_unpack_budget(len - 4), "%zu of %zu",
+              used, shoal_wire_unpack_budget(len - 4));
+    shoal_wire_frame_free(g);
+    /* the same frame under a smaller budget: refused, nothing kept */
+    memset(&err, 0, sizeof err);
+    cr_assert_null(shoal_wire_unpack_bounded(p + 4, len - 4, used / 2, NULL, &err));
+    cr_assert_eq(err.code, SHOAL_ERANGE, "%s", err.msg);
+    cr_assert(strstr(err.msg, "budget"), "%s", err.msg);
+    free(p);
+}
+
 /* ---- handshake ---- */
 
 /* Run a handshake between a connector and an acceptor in memory.

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""What a peer can cost (issue 12, "Peer input"; docs/PROTOCOL.md "Limits").
+
+Real processes over loopback; memory is read from /proc (VmRSS, and VmHWM
+after resetting it through /proc/PID/clear_refs, so a transient peak
+counts). Against a shoal-worker and a coordinator (`shoal chat` with
+--accept-workers and --control, on both ports):
+
+1. unauthenticated connections that announce a large frame and send most
+   of it: each costs at most 64 KiB (the frame is refused at its length
+   prefix, beyond the 16 KiB handshake limit), and the process keeps
+   serving;
+2. frames made of repeated unknown protobuf fields (`78 00 ...`), before
+   the handshake (raw) and after it (wire_probe unknown-fields): refused
+   with an error reply, the peak RSS stays within a few times the frame;
+3. at most 16 unauthenticated connections are held at once: 100 silent
+   connections leave at most 16 open, and a real peer is served after;
+4. a connection that closes with queued requests: the worker drops them
+   (wire_probe cancel-on-close counts the expert acquires after the close);
+5. SIGTERM: sent before the worker says it serves, and repeatedly during
+   its drain and shutdown, the worker exits 0 every time, never killed by
+   the signal.
+
+Usage: /usr/bin/python3 tests/cluster/test_peer_limits.py --shoal BIN --worker BIN --probe BIN
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clusterlib as L  # noqa: E402
+
+R = L.Results()
+UNAUTH_BYTES = 64 << 10      # documented per-connection bound (PROTOCOL.md)
+UNAUTH_CONNS = 16            # documented cap on unauthenticated connections
+
+
+def env():
+    e = L.env()
+    asan = e.get("ASAN_OPTIONS", "")
+    # freed memory must go back, not wait in ASan's quarantine
+    e["ASAN_OPTIONS"] = (asan + ":" if asan else "") + \
+        "quarantine_size_mb=0:thread_local_quarantine_size_kb=0:abort_on_error=1"
+    return e
+
+
+def status_kb(pid, key):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return -1
+
+
+def reset_peak(pid):
+    """Reset VmHWM to the current RSS (Linux 4.0+); False when not allowed."""
+    try:
+        with open("/proc/%d/clear_refs" % pid, "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def connect(addr):
+    host, port = addr.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    return s
+
+
+def send_quietly(s, data):
+    """Send what the peer takes; it may close the connection meanwhile."""
+    try:
+        s.settimeout(5)
+        s.sendall(data)
+        return True
+    except OSError:
+        return False
+
+
+def is_open(s):
+    s.setblocking(False)
+    try:
+        return s.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def hold_partial_frames(name, pid, addr, n=20, announce=1 << 20):
+    """n connections, each a length prefix of `announce` bytes and all but
+    one byte of the body, held open: RSS may grow by n x 64 KiB at most."""
+    time.sleep(0.3)
+    rss0 = status_kb(pid, "VmRSS")
+    socks = []
+    body = b"\x3a" + b"\x00" * (announce - 2)
+    for _ in range(n):
+        s = connect(addr)
+        send_quietly(s, announce.to_bytes(4, "little") + body)
+        socks.append(s)
+    time.sleep(1.0)
+    rss1 = status_kb(pid, "VmRSS")
+    for s in socks:
+        s.close()
+    bound = n * UNAUTH_BYTES // 1024 + 1024
+    R("%s: %d unauthenticated connections announcing %d KiB frames cost %d KiB at most"
+      % (name, n, announce >> 10, bound), rss1 - rss0 <= bound,
+      "RSS %d kB -> %d kB (+%d kB)" % (rss0, rss1, rss1 - rss0))
+
+
+def unknown_fields_raw(name, pid, addr, mb=4):
+    """Before any handshake: one frame of `78 00` x (mb MiB / 2)."""
+    time.sleep(0.3)
+    if not reset_peak(pid):
+        R.skip("%s: peak RSS of an unknown-field frame" % name, "cannot reset VmHWM")
+        return
+    rss0 = status_kb(pid, "VmRSS")
+    n = mb << 20
+    s = connect(addr)
+    send_quietly(s, n.to_bytes(4, "little") + b"\x78\x00" * (n // 2))
+    s.settimeout(20)
+    try:
+        reply = s.recv(4096)
+    except OSError:
+        reply = b""
+    s.close()
+    time.sleep(0.5)
+    hwm = status_kb(pid, "VmHWM")
+    bound = 3 * (n >> 10) + 2048
+    R("%s: a %d MiB frame of unknown fields before the handshake: peak RSS +%d kB at most"
+      % (name, mb, bound), hwm - rss0 <= bound,
+      "RSS %d kB, peak %d kB (+%d kB); reply %r" % (rss0, hwm, hwm - rss0, reply[:80]))
+
+
+def unknown_fields_authenticated(a, name, pid, addr, role, mb=8):
+    """After the handshake (wire_probe): the same attack at the top level
+    and inside a heartbeat; an error reply each, peak RSS bounded."""
+    time.sleep(0.3)
+    if not reset_peak(pid):
+        R.skip("%s: peak RSS after the handshake" % name, "cannot reset VmHWM")
+        return
+    rss0 = status_kb(pid, "VmRSS")
+    r = subprocess.run([a.probe, "--addr", addr, "--model", a.ct, "--role", role,
+                        "unknown-fields", str(mb)], capture_output=True, text=True,
+                       timeout=300, env=env())
+    out = r.stdout + r.stderr
+    time.sleep(0.5)
+    hwm = status_kb(pid, "VmHWM")
+    R("%s: unknown-field frames after the handshake get error replies" % name,
+      r.returncode == 0 and out.count("ok unknown fields") == 2, out.strip()[-600:])
+    # the reader holds the frame (1x), the unpack budget is 4x + 64 KiB
+    bound = 6 * (mb << 10) + 4096
+    R("%s: a %d MiB frame of unknown fields after the handshake: peak RSS +%d kB at most"
+      % (name, mb, bound), hwm - rss0 <= bound,
+      "RSS %d kB, peak %d kB (+%d kB)" % (rss0, hwm, hwm - rss0))
+
+
+def connection_cap(name, addr, n=100):
+    """n silent connections: at most UNAUTH_CONNS stay open."""
+    socks = [connect(addr) for _ in range(n)]
+    time.sleep(1.0)
+    still = sum(is_open(s) for s in socks)
+    for s in socks:
+        s.close()
+    R("%s: %d silent connections, at most %d held open" % (name, n, UNAUTH_CONNS),
+      still <= UNAUTH_CONNS, "%d open" % still)
+
+
+def probe_ok(a, addr, name, scenario, *extra, role=None, timeout=300):
+    cmd = [a.probe, "--addr", addr, "--model", a.ct]
+    if role:
+        cmd += ["--role", role]
+    r = subprocess.run(cmd + [scenario] + [str(x) for x in extra], capture_output=True,
+                       text=True, timeout=timeout, env=env())
+    out = r.stdout + r.stderr
+    lines = [l for l in out.strip().splitlines() if l]
+    ok = r.returncode == 0 and "FAIL" not in out
+    R(name, ok, lines[-1] if ok and lines else "rc=%d\n%s" % (r.returncode, out[-1500:]))
+    return ok
+
+
+def worker_part(a, tmp):
+    w = L.Worker(a.worker, tmp, "worker", a.ct)
+    try:
+        if not R("worker starts", w.wait_ready(), w.text()[-500:]):
+            return
+        pid = w.p.pid
+        probe_ok(a, w.addr, "worker: a valid request first", "valid")
+        hold_partial_frames("worker", pid, w.addr)
+        unknown_fields_raw("worker", pid, w.addr)
+        unknown_fields_authenticated(a, "worker", pid, w.addr, "coordinator")
+        connection_cap("worker", w.addr)
+        probe_ok(a, w.addr, "worker: serves a valid request after all that", "valid")
+        probe_ok(a, w.addr, "worker: a closed connection's queued requests are dropped",
+                 "cancel-on-close", 8, timeout=900)
+        R("worker alive", w.alive())
+    finally:
+        rc = w.stop()
+        R("worker exits 0", rc == 0, "rc=%s" % rc)
+        text = w.text()
+        reports = [l for l in text.splitlines() if "Sanitizer" in l or "runtime error" in l]
+        R("worker: no sanitizer report", not reports, "\n".join(reports[:5]))
+
+
+def coordinator_part(a, tmp):
+    errp = os.path.join(tmp, "chat.err")
+    errf = open(errp, "w")
+    chat = subprocess.Popen([a.shoal, "chat", "--model", a.ct, "--accept-workers",
+                             "127.0.0.1:0", "--control", "127.0.0.1:0", "--max-tokens", "4"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf,
+                            env=env())
+    L.procs.append(chat)
+    try:
+        addr = L.control_addr(errp, p=chat)
+        text = open(errp, errors="replace").read()
+        m = re.search(r"workers join on (\d+\.\d+\.\d+\.\d+:\d+)", text)
+        if not R("coordinator prints its control address", addr is not None, text[-500:]):
+            return
+        pid = chat.pid
+        ports = [("control port", addr)]
+        if m:
+            ports.append(("accept port", m.group(1)))
+        else:
+            R.skip("coordinator accept port", "address not found in: " + text[-300:])
+        for label, ad in ports:
+            hold_partial_frames("coordinator " + label, pid, ad)
+            unknown_fields_raw("coordinator " + label, pid, ad)
+            connection_cap("coordinator " + label, ad)
+        unknown_fields_authenticated(a, "coordinator control port", pid, addr, "observer")
+        rc, out, err = L.query_status(a.shoal, addr, "--json")
+        R("coordinator: shoal status answers after all that", rc == 0, (out + err)[-300:])
+        chat.stdin.close()
+        crc = chat.wait(timeout=120)
+        R("coordinator: chat exits 0 at end of input", crc == 0, "rc=%s" % crc)
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+            chat.wait()
+        errf.close()
+        text = open(errp, errors="replace").read()
+        reports = [l for l in text.splitlines() if "Sanitizer" in l or "runtime error" in l]
+        R("coordinator: no sanitizer report", not reports, "\n".join(reports[:5]))
+
+
+def sigterm_part(a, tmp, runs=10):
+    """SIGTERM as soon as the worker listens (before 'serving'), and
+    SIGTERM as fast as they can be sent from 'serving' until it exits."""
+    early = storm = 0
+    bad = ([], [])
+    for i in range(runs):
+        log = os.path.join(tmp, "sig%d.log" % i)
+        with open(log, "w") as lf:
+            p = subprocess.Popen([a.worker, "--model", a.ct, "--listen", "127.0.0.1:0"],
+                                 stdout=lf, stderr=subprocess.STDOUT, env=env())
+        L.procs.append(p)
+        want = "listening on" if i % 2 == 0 else "serving "
+        t0 = time.time()
+        while time.time() - t0 < 60 and p.poll() is None:
+            if want in open(log, errors="replace").read():
+                break
+            time.sleep(0.001)
+        t0 = time.time()
+        while p.poll() is None and time.time() - t0 < 60:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                break
+            if i % 2 == 0:
+                time.sleep(0.002)
+        try:
+            rc = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+        if rc == 0:
+            if i % 2 == 0:
+                early += 1
+            else:
+                storm += 1
+        else:
+            bad[i % 2].append("run %d (%s): rc=%s %s" % (i, want.strip(), rc,
+                                                 open(log, errors="replace").read()[-300:]))
+    R("SIGTERM from the 'listening' line on: the worker exits 0 (%d runs)" % ((runs + 1) // 2),
+      early == (runs + 1) // 2, "\n".join(bad[0][:3]))
+    R("SIGTERM after SIGTERM from 'serving' until exit: the worker exits 0 (%d runs)"
+      % (runs // 2), storm == runs // 2, "\n".join(bad[1][:3]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shoal", required=True)
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--probe", required=True)
+    ap.add_argument("--only", choices=["worker", "coordinator", "sigterm"])
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="shoal-peer-limits-")
+    a.ct = os.path.join(tmp, "c")
+    try:
+        r = subprocess.run([a.shoal, "convert", L.MODEL, a.ct, "--experts", "int4"],
+                           capture_output=True, text=True, timeout=300, env=env())
+        if not R("convert the bundled model", r.returncode == 0, r.stderr[-500:]):
+            return R.summary()
+        if a.only in (None, "worker"):
+            worker_part(a, tmp)
+        if a.only in (None, "coordinator"):
+            coordinator_part(a, tmp)
+        if a.only in (None, "sigterm"):
+            sigterm_part(a, tmp)
+    finally:
+        L.kill_all()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return R.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
