@@ -278,6 +278,17 @@ static int build_turn(struct shoal_session *s, const struct shoal_chat_template 
                    s->history[t->keep] == t->ids[t->keep])
                 t->keep++;
         }
+        if (t->n_ids == 0) {
+            /* nothing to evaluate: no logits to sample from */
+            shoal_cli_error("chat: the chat template rendered no tokens for this message "
+                            "(%zu bytes of text); the message is not sent ('shoal chat "
+                            "--print-prompt' or 'shoal template' shows the rendering)",
+                            strlen(t->prompt));
+            free(t->prompt);
+            free(t->ids);
+            memset(t, 0, sizeof *t);
+            return -1;
+        }
         if (t->keep == (int64_t)t->n_ids)
             t->keep--; /* one token must be evaluated for fresh logits */
         if ((int64_t)t->n_ids < n_ctx)

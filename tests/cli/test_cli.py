@@ -26,6 +26,7 @@ Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
 
 import argparse
+import json
 import os
 import pty
 import re
@@ -349,6 +350,32 @@ def test_chat(shoal):
            all(int(n) == len(p.encode()) for n, p in got) and
            got[1][1].startswith(first.stdout) and got[1][1].count("What news?") == 1,
            "prompts %r; template %r; %s" % (got, first.stdout, show(r)))
+
+    # a template that renders nothing for a turn: refused, no crash (was SIGSEGV)
+    tmp = tempfile.mkdtemp(prefix="shoal-cli-empty-")
+    try:
+        for f in ("config.json", "model.safetensors", "tokenizer.json"):
+            os.symlink(os.path.join(MODEL, f), os.path.join(tmp, f))
+        with open(os.path.join(MODEL, "tokenizer_config.json")) as f:
+            tc = json.load(f)
+        for tpl, lines, extra in (("", ["hello"], []),
+                                  ("{% if messages|length == 1 %}{{ messages[0].content }}"
+                                   "{% endif %}", ["hello there", "second"], []),
+                                  ("{% if messages|length == 1 %}{{ messages[0].content }}"
+                                   "{% endif %}", ["hello there"], ["--system", "be brief"])):
+            tc["chat_template"] = tpl
+            with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+                json.dump(tc, f)
+            r = run([shoal, "chat", "--model", tmp, "--greedy", "--max-tokens", "3", "-v"] + extra,
+                    input="".join(l + "\n" for l in lines))
+            t = turns(r.stderr)
+            result("chat: a template that renders no tokens for a turn is refused (%d lines%s)"
+                   % (len(lines), ", --system" if extra else ""),
+                   r.returncode == 0 and "rendered no tokens" in r.stderr and no_crash(r) and
+                   len(t) == len(lines) - 1 and all(a > 0 and b >= 0 for a, b in t),
+                   "turns %s; %s" % (t, show(r)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_chat_typeahead(shoal):
