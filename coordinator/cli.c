@@ -171,7 +171,7 @@ int shoal_cli_read_input(const char *path, size_t max_bytes, char **out, size_t 
             if (n > max_bytes) {
                 free(buf);
                 shoal_cli_error("stdin is larger than the %zu-byte limit", max_bytes);
-                return -1;
+                return 1;
             }
             if (cap - n - 1 == 0) {
                 cap *= 2;
@@ -181,16 +181,23 @@ int shoal_cli_read_input(const char *path, size_t max_bytes, char **out, size_t 
         if (ferror(stdin)) {
             free(buf);
             shoal_cli_error("cannot read stdin: %s", strerror(errno));
-            return -1;
+            return 1;
         }
         buf[n] = '\0';
         *out = buf;
         *len = n;
         return 0;
     }
+    struct stat st;
+    if (stat(path, &st) != 0 ? errno == ENOENT || errno == ENOTDIR : S_ISDIR(st.st_mode)) {
+        shoal_cli_error("input file '%s' %s", path,
+                        errno == ENOENT || errno == ENOTDIR ? "does not exist"
+                                                            : "is a directory, not a file");
+        return 2;
+    }
     if (shoal_read_file(path, max_bytes, out, len, &err)) {
         shoal_cli_error("%s", err.msg);
-        return -1;
+        return 1;
     }
     return 0;
 }

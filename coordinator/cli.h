@@ -59,7 +59,10 @@ int shoal_cli_parse_f64(const char *flag, const char *s, double lo, double hi,
 
 /* Read the whole of file path ('-': stdin) into *out (malloc'd, NUL
  * appended, caller frees) and its length into *len; at most max_bytes.
- * Returns 0 or -1 after printing one error line naming the file. */
+ * Returns 0, or after printing one error line naming the file: 2 when path
+ * does not exist or is a directory (a usage error, as for a missing model),
+ * 1 for other failures (unreadable, too large). The return is the exit
+ * status a command gives for it. */
 int shoal_cli_read_input(const char *path, size_t max_bytes, char **out, size_t *len);
 
 /* Default model directory (the bundled model) used when --model is absent. */

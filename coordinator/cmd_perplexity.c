@@ -91,8 +91,9 @@ int shoal_cmd_perplexity(int argc, char **argv)
     struct shoal_err err = {0};
     char *text = NULL;
     size_t len = 0;
-    if (shoal_cli_read_input(file, (size_t)1 << 31, &text, &len))
-        return 1;
+    int read_rc = shoal_cli_read_input(file, (size_t)1 << 31, &text, &len);
+    if (read_rc)
+        return read_rc;
     int open_rc;
     struct shoal_session *s = shoal_session_open(&so, &open_rc);
     if (!s) {

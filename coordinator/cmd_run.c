@@ -98,8 +98,9 @@ int shoal_cmd_run(int argc, char **argv)
         file = "-";
     if (file) {
         size_t len = 0;
-        if (shoal_cli_read_input(file, MAX_PROMPT_BYTES, &text, &len))
-            return 1;
+        int read_rc = shoal_cli_read_input(file, MAX_PROMPT_BYTES, &text, &len);
+        if (read_rc)
+            return read_rc;
         if (strlen(text) != len) {
             shoal_cli_error("run: the prompt in '%s' holds a NUL byte at offset %zu; "
                             "expected UTF-8 text", !strcmp(file, "-") ? "stdin" : file,

@@ -146,7 +146,24 @@ int shoal_cmd_template(int argc, char **argv)
         else if (load_messages(v, &ms))
             goto out;
     }
-    status = 1;
+    if (vars_json) {
+        json_error_t jerr;
+        json_t *j = json_loads(vars_json, 0, &jerr);
+        if (!json_is_object(j)) {
+            shoal_cli_error("template: --vars must be a JSON object such as "
+                            "'{\"enable_thinking\": false}'; %s%s",
+                            j ? "got " : "", j ? (json_is_array(j) ? "an array" : "a scalar")
+                                               : jerr.text);
+            json_decref(j);
+            goto out;
+        }
+        json_decref(j);
+    }
+    if (template_path && (!shoal_exists(template_path) || shoal_is_dir(template_path))) {
+        shoal_cli_error("template: --template '%s' %s", template_path,
+                        shoal_exists(template_path) ? "is a directory, not a file" : "does not exist");
+        goto out;
+    }
     const char *dir = model ? model : shoal_cli_default_model();
     if (!shoal_is_dir(dir)) {
         shoal_cli_error("template: model '%s' is not a directory (a checkpoint "
@@ -154,6 +171,7 @@ int shoal_cmd_template(int argc, char **argv)
                         dir);
         goto out;
     }
+    status = 1;
     struct shoal_err err = {0};
     char *cfg = shoal_path_join(dir, "tokenizer_config.json");
     char *src = NULL, *bos = NULL, *eos = NULL, *text = NULL;

@@ -101,8 +101,9 @@ int shoal_cmd_tokenize(int argc, char **argv)
     }
     char *buf = NULL;
     size_t len = 0;
-    if (file && shoal_cli_read_input(file, MAX_INPUT_BYTES, &buf, &len))
-        return 1;
+    int read_rc = file ? shoal_cli_read_input(file, MAX_INPUT_BYTES, &buf, &len) : 0;
+    if (read_rc)
+        return read_rc;
     if (text)
         len = strlen(text);
     struct shoal_tokenizer *tok = load(model ? model : shoal_cli_default_model());
@@ -208,8 +209,9 @@ int shoal_cmd_detokenize(int argc, char **argv)
     }
     char *buf = NULL;
     size_t len = 0;
-    if (file && shoal_cli_read_input(file, MAX_INPUT_BYTES, &buf, &len))
-        return 1;
+    int read_rc = file ? shoal_cli_read_input(file, MAX_INPUT_BYTES, &buf, &len) : 0;
+    if (read_rc)
+        return read_rc;
     if (file && memchr(buf, '\0', len)) {
         shoal_cli_error("detokenize: '%s' holds a NUL byte; expected ids "
                         "as text",

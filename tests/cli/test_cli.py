@@ -164,7 +164,7 @@ def test_paths(shoal, tmp):
     result("run MODEL --model MODEL: given twice, exit 2",
            r.returncode == 2 and "already" in r.stderr, show(r))
     r = run([shoal, "perplexity", MODEL, "--file", "/nonexistent-file"])
-    result("perplexity MODEL is taken as the model", r.returncode == 1 and
+    result("perplexity MODEL is taken as the model", r.returncode == 2 and
            "nonexistent-file" in r.stderr and "unknown" not in r.stderr, show(r))
     r = run([shoal, "chat", MODEL, "--greedy", "--max-tokens", "3"], input="Good morrow\n")
     result("chat MODEL", r.returncode == 0 and r.stdout.strip() != "", show(r))
@@ -232,6 +232,23 @@ def test_bad_input(shoal, tmp):
     r = run([shoal, "run", "--model", MODEL, "--tokens", "1,abc,3"])
     result("--tokens 1,abc,3 names 'abc'",
            r.returncode == 2 and "'abc'" in r.stderr and "abc,3" not in r.stderr, show(r))
+    missing = os.path.join(tmp, "no-such-file.txt")
+    for cmd in (["run", "--model", MODEL, "--file", missing],
+                ["perplexity", "--model", MODEL, "--file", missing],
+                ["tokenize", "--model", MODEL, "--file", missing],
+                ["run", "--model", MODEL, "--file", tmp]):
+        r = run([shoal] + cmd)
+        result("%s %s: one line, exit 2" % (cmd[0], "a directory as --file" if cmd[-1] == tmp
+                                             else "--file (missing)"),
+               r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and
+               cmd[-1] in r.stderr, show(r))
+    for extra, want in ((["--vars", "[1]"], "--vars must be a JSON object"),
+                        (["--vars", "{bad"], "--vars must be a JSON object"),
+                        (["--template", missing], "does not exist")):
+        r = run([shoal, "template", "--model", MODEL, "--user", "hi"] + extra)
+        result("template %s: one line naming the flag, exit 2" % " ".join(extra),
+               r.returncode == 2 and want in r.stderr and
+               len(r.stderr.strip().splitlines()) == 1, show(r))
     addr = "127.0.0.1:1"
     r = run([shoal, "status", "--coordinator", addr, "--timeout", "2"])
     result("status without a coordinator names the address once",
