@@ -142,9 +142,17 @@ static int parse_ids(const char *s, int32_t **out, size_t *n_out)
     int32_t *v = shoal_xmalloc(cap * sizeof *v);
     const char *p = s;
     for (;;) {
+        /* one comma between ids at most: "1,,2", ",1" and "1," are typos */
+        int commas = 0;
         while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' ||
                *p == ',' || *p == '[' || *p == ']')
-            p++;
+            commas += *p++ == ',';
+        if (commas > 1 || (commas == 1 && (n == 0 || *p == '\0'))) {
+            shoal_cli_error("detokenize: an empty item near id %zu (two commas in a row, "
+                            "or a comma at an end)", n + 1);
+            free(v);
+            return -1;
+        }
         if (*p == '\0')
             break;
         char *end = NULL;

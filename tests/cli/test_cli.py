@@ -249,6 +249,13 @@ def test_bad_input(shoal, tmp):
         result("template %s: one line naming the flag, exit 2" % " ".join(extra),
                r.returncode == 2 and want in r.stderr and
                len(r.stderr.strip().splitlines()) == 1, show(r))
+    for ids in (",,", "1,2,", ",813"):
+        r = run([shoal, "detokenize", "--model", MODEL, "--ids", ids])
+        result("detokenize --ids %r: an empty item, exit 2" % ids,
+               r.returncode == 2 and "empty item" in r.stderr and r.stdout == "", show(r))
+    r = run([shoal, "detokenize", "--model", MODEL, "--ids", "[813, 58,285 105]"])
+    result("detokenize --ids '[813, 58,285 105]' (a JSON list, spaces) still reads",
+           r.returncode == 0 and r.stdout == "ROMEO: hi\n", show(r))
     addr = "127.0.0.1:1"
     r = run([shoal, "status", "--coordinator", addr, "--timeout", "2"])
     result("status without a coordinator names the address once",
