@@ -727,6 +727,10 @@ static int load_vocab(struct hf *h, json_t *model, json_t *added)
         if (id > max_id)
             max_id = id;
     }
+    if (added && !json_is_array(added) && !json_is_null(added))
+        return FAIL(h, SHOAL_EFORMAT,
+                    "tokenizer.json '%s': added_tokens is not a list",
+                    h->name);
     if (json_is_array(added))
         json_array_foreach(added, i, v)
         {

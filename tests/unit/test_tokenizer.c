@@ -1383,6 +1383,15 @@ Test(tokenizer, bad_files_and_paths_are_clean_errors, .init = make_tmpdir,
     cr_assert_null(shoal_tokenizer_load(p, &err));
     cr_assert(eq(int, err.code, SHOAL_EFORMAT));
     cr_assert_not_null(strstr(err.msg, "truncated"), "%s", err.msg);
+    /* added_tokens that is not a list is named, not ignored */
+    static const char added_obj[] =
+        "{\"added_tokens\": {\"id\": 0}, \"model\": {\"type\": \"BPE\", "
+        "\"vocab\": {\"a\": 0}, \"merges\": []}}";
+    p = tmp_write("tokenizer.json", added_obj, sizeof added_obj - 1);
+    shoal_err_clear(&err);
+    cr_assert_null(shoal_tokenizer_load(p, &err));
+    cr_assert(eq(int, err.code, SHOAL_EFORMAT));
+    cr_assert_not_null(strstr(err.msg, "added_tokens is not a list"), "%s", err.msg);
 }
 
 Test(tokenizer, truncated_gguf_vocab_is_a_clean_error, .init = make_tmpdir,
