@@ -4,7 +4,7 @@
  * every field that comes off the wire, addresses, and a blocking client
  * for short-lived tools (`shoal status`, tests).
  *
- * The event-loop code (worker/, coordinator/cluster.c) feeds received bytes
+ * The event-loop code (worker/, coordinator/cluster/) feeds received bytes
  * to a shoal_frame_reader, runs the handshake as a state machine over the
  * frames it yields, and writes the bytes this module packs. Allowed pairs:
  * coordinator-worker, coordinator-observer, worker-observer. Nothing here

@@ -82,8 +82,13 @@ LIT = re.compile(r'"(--[a-z0-9][a-z0-9-]*|-[a-zA-Z])"')
 
 
 def source(name):
-    with open(os.path.join(ROOT, "coordinator", name), encoding="utf-8") as f:
-        return f.read()
+    """A coordinator source file by name, whichever of its folders holds it."""
+    for sub in ("", "cli", "text", "engine", "cluster"):
+        path = os.path.join(ROOT, "coordinator", sub, name)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+    raise FileNotFoundError("coordinator/*/%s" % name)
 
 
 def literals(text):

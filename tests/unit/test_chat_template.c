@@ -1,4 +1,4 @@
-/* Tests for coordinator/chat_template: the Jinja2 subset HF chat templates use.
+/* Tests for coordinator/text/chat_template: the Jinja2 subset HF chat templates use.
  *
  * Expected strings are what transformers' apply_chat_template(tokenize=False)
  * produces, i.e. jinja2 with trim_blocks=True, lstrip_blocks=True and

@@ -36,7 +36,7 @@ struct shoal_session_opts {
     double mirror_weights[SHOAL_MAX_MIRRORS + 1]; /* --mirror-weights w0,w1,...: the
                                        * container first, then each --mirror */
     int n_mirror_weights;             /* 0: measured with a read probe */
-    /* cluster (containers; see coordinator/cluster.h) */
+    /* cluster (containers; see coordinator/cluster/cluster.h) */
     const char *workers[SHOAL_MAX_WORKER_ARGS]; /* --workers HOST:PORT,...; each a
                                        * comma-separated list; borrowed argv */
     int n_workers_args;
