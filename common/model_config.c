@@ -299,9 +299,13 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
     cfg->head_dim = cfg->n_embd / cfg->n_head;
     if (fam->qk_norm != SHOAL_QK_NORM_FULL) /* olmoe derives it, never reads it */
         INT("head_dim", 0, 1, 1 << 16, &cfg->head_dim);
-    if (cfg->head_dim % 2) {
-        rc = shoal_err_set(err, SHOAL_EFORMAT, "%s: head_dim %lld must be even",
-                           what, (long long)cfg->head_dim);
+    if (cfg->head_dim < 2 || cfg->head_dim % 2) {
+        /* without head_dim it is hidden_size / num_attention_heads, which
+         * is 0 when there are more heads than hidden units */
+        rc = shoal_err_set(err, SHOAL_EFORMAT, "%s: head_dim %lld (hidden_size %lld / "
+                           "num_attention_heads %lld unless given) must be even and at "
+                           "least 2", what, (long long)cfg->head_dim,
+                           (long long)cfg->n_embd, (long long)cfg->n_head);
         goto done;
     }
     if (fam->qk_norm == SHOAL_QK_NORM_FULL && cfg->head_dim * cfg->n_head != cfg->n_embd) {
