@@ -842,11 +842,13 @@ static int load_merges(struct hf *h, json_t *model)
             const char *s = json_string_value(m);
             size_t sl = json_string_length(m);
             const char *sp = sl > 1 ? memchr(s + 1, ' ', sl - 1) : NULL;
-            if (!sp)
+            if (!sp) {
+                free(buf);
                 return FAIL(h, SHOAL_EFORMAT,
                             "tokenizer.json '%s': merge %zu '%.60s' is not "
                             "\"left right\"",
                             h->name, i, s);
+            }
             l = s, ln = (size_t)(sp - s), r = sp + 1, rn = sl - ln - 1;
         } else if (json_is_array(m) && json_array_size(m) == 2 &&
                    json_is_string(json_array_get(m, 0)) &&
@@ -856,6 +858,7 @@ static int load_merges(struct hf *h, json_t *model)
             r = json_string_value(json_array_get(m, 1));
             rn = json_string_length(json_array_get(m, 1));
         } else {
+            free(buf);
             return FAIL(h, SHOAL_EFORMAT,
                         "tokenizer.json '%s': merge %zu is neither \"left "
                         "right\" nor [left, right]",

@@ -1313,6 +1313,23 @@ Test(tokenizer, malformed_tokenizer_json_is_a_clean_error)
                        SHOAL_EFORMAT, "<unk>");
 }
 
+/* Found by tests/fuzz/fuzz_tokenizer_hf (issue 12 item 7): a malformed
+ * merge after a byte-level one returned without freeing load_merges'
+ * scratch buffer; LeakSanitizer fails this test on the old code (ASan
+ * build). */
+Test(tokenizer, malformed_merge_after_byte_level_merges_leaks_nothing)
+{
+    static const char head[] =
+        "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
+        "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},"
+        "\"merges\":[\"a b\",";
+    char json[512];
+    snprintf(json, sizeof json, "%s%s]}}", head, "\"ab\"");
+    expect_clean_error(json, SHOAL_EFORMAT, "merge 1");
+    snprintf(json, sizeof json, "%s%s]}}", head, "5");
+    expect_clean_error(json, SHOAL_EFORMAT, "merge 1");
+}
+
 static char tmpdir[64];
 
 static void make_tmpdir(void)
