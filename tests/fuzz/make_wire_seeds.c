@@ -87,10 +87,12 @@ static void request(uint64_t id, uint32_t layer, uint32_t n_rows)
         hidden[i] = (float)i * 0.125f - 3.0f;
     uint32_t rows_a[] = {0, 2, 3}, rows_b[] = {1};
     Shoal__ExpertRows a = SHOAL__EXPERT_ROWS__INIT, b = SHOAL__EXPERT_ROWS__INIT;
-    a.expert = layer == 1 ? 4 : 2;
+    /* held by the fuzzed worker (fuzz_wire.c COVERAGE): layer 1 experts
+     * 0-3, layer 2 experts 4-7, layer 3 experts 2-5 */
+    a.expert = layer == 1 ? 1 : layer == 2 ? 4 : 2;
     a.rows = rows_a;
     a.n_rows = n_rows >= 4 ? 3 : 1;
-    b.expert = layer == 1 ? 6 : 3;
+    b.expert = layer == 1 ? 3 : layer == 2 ? 6 : 5;
     b.rows = rows_b;
     b.n_rows = n_rows >= 2 ? 1 : 0;
     Shoal__ExpertRows *ex[] = {&a, &b};
