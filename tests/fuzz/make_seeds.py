@@ -6,6 +6,7 @@ real files, cut small (the wire targets' seeds come from make_wire_seeds).
                  when ../shared/data is there, Mixtral's (SentencePiece BPE,
                  byte fallback) and OLMoE's (GPT-NeoX), each cut to its first
                  600 ids and the merges among them, NUL, a text to encode
+                 (and once NUL and the bundled tokenizer_config.json)
   gguf_vocab     llama.cpp's ggml-vocab-{llama-spm,gpt-2}.gguf (shared data)
                  cut the same way, then "\\0TEXT:" and a text
   safetensors    the bundled model.safetensors with only its small tensors
@@ -200,6 +201,9 @@ def main():
         j = cut_tokenizer(path)
         for i, text in enumerate(TEXTS[:2] if name != 'bundled' else TEXTS):
             write('tokenizer_hf', f'{name}-{i}', j + b'\0' + text)
+        if name == 'bundled':   # with its tokenizer_config.json as a third part
+            cfg = open(os.path.join(MODEL, 'tokenizer_config.json'), 'rb').read()
+            write('tokenizer_hf', 'bundled-config', j + b'\0' + TEXTS[1] + b'\0' + cfg)
 
     # gguf_vocab
     for name in ('llama-spm', 'gpt-2'):
