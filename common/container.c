@@ -811,6 +811,36 @@ static int64_t layer_held(const struct shoal_container *ct, int64_t il)
     return n;
 }
 
+/* The shape of the manifest's expert table, checked before any table of
+ * n_layer x n_expert entries is allocated: experts.layers names each MoE
+ * layer with n_expert checksums, so those tables never outgrow the
+ * manifest (a 3 KiB manifest claiming 512 x 65536 experts held 268 MB;
+ * found by tests/fuzz/fuzz_container). Returns 0 or SHOAL_EFORMAT. */
+static int check_layer_table(json_t *layers, const struct shoal_model_config *cfg,
+                             const char *mp, struct shoal_err *err)
+{
+    int64_t n_moe = 0;
+    for (int64_t il = 0; il < cfg->n_layer; il++)
+        n_moe += shoal_layer_is_moe(cfg, il);
+    if (!json_is_array(layers))
+        return 0;   /* named with the other missing fields of 'experts' */
+    if ((int64_t)json_array_size(layers) != n_moe)
+        return shoal_err_set(err, SHOAL_EFORMAT, "'%s': experts.layers lists %zu layers; "
+                             "the config has %lld MoE layers", mp, json_array_size(layers),
+                             (long long)n_moe);
+    for (size_t i = 0; i < json_array_size(layers); i++) {
+        json_t *l = json_array_get(layers, i);
+        json_int_t il = json_integer_value(json_object_get(l, "layer"));
+        json_t *sums = json_object_get(l, "xxh64");
+        if (il < 0 || il >= cfg->n_layer || !shoal_layer_is_moe(cfg, il) ||
+            !json_is_array(sums) || (int64_t)json_array_size(sums) != cfg->n_expert)
+            return shoal_err_set(err, SHOAL_EFORMAT, "'%s': experts.layers[%zu] must name a "
+                                 "MoE layer with %lld checksums", mp, i,
+                                 (long long)cfg->n_expert);
+    }
+    return 0;
+}
+
 struct shoal_container *shoal_container_open(const char *dir,
                                              struct shoal_model_config *cfg,
                                              struct shoal_err *err)
@@ -847,6 +877,9 @@ struct shoal_container *shoal_container_open(const char *dir,
     int crc = shoal_model_config_parse(cfg_text, strlen(cfg_text), mp, cfg, err);
     free(cfg_text);
     if (crc)
+        goto fail;
+    if (check_layer_table(json_object_get(json_object_get(root, "experts"), "layers"), cfg,
+                          mp, err))
         goto fail;
     ct->n_layer = cfg->n_layer;
     ct->n_expert = cfg->n_expert;
@@ -978,13 +1011,7 @@ struct shoal_container *shoal_container_open(const char *dir,
     if (check_header(ct->experts_path, hdr, (size_t)ct->experts_size, MAGIC_EXPERTS,
                      ct->fingerprint, err))
         goto fail;
-    int n_moe = 0;
-    for (int64_t il = 0; il < cfg->n_layer; il++)
-        n_moe += shoal_layer_is_moe(cfg, il);
-    if ((int)json_array_size(layers) != n_moe)
-        FAIL("'%s': experts.layers lists %zu layers; the config has %d MoE layers", mp,
-             json_array_size(layers), n_moe);
-    if (n_moe > 0) {
+    if (json_array_size(layers) > 0) {   /* checked: one entry per MoE layer */
         if (ct->blob_bytes == 0 || ct->blob_bytes % SHOAL_CONTAINER_ALIGN ||
             json_array_size(comps) != 3)
             FAIL("'%s': experts.blob_bytes must be a positive multiple of %d with 3 "
@@ -1024,11 +1051,7 @@ struct shoal_container *shoal_container_open(const char *dir,
         json_t *l = json_array_get(layers, i);
         json_int_t il = json_integer_value(json_object_get(l, "layer"));
         json_int_t off = json_integer_value(json_object_get(l, "offset"));
-        json_t *sums = json_object_get(l, "xxh64");
-        if (il < 0 || il >= cfg->n_layer || !shoal_layer_is_moe(cfg, il) ||
-            !json_is_array(sums) || (int64_t)json_array_size(sums) != cfg->n_expert)
-            FAIL("'%s': experts.layers[%zu] must name a MoE layer with %lld checksums",
-                 mp, i, (long long)cfg->n_expert);
+        json_t *sums = json_object_get(l, "xxh64");   /* shapes: check_layer_table */
         if (ct->layer_offset[il] != UINT64_MAX)
             FAIL("'%s': experts.layers lists layer %lld twice", mp, (long long)il);
         /* a shard's layer holds only its held blobs, in ascending expert order */

@@ -3,7 +3,7 @@
 # Debian/Ubuntu: apt-get (uses sudo when not root). macOS: Homebrew.
 set -eu
 
-DEBS="build-essential meson ninja-build pkg-config clang libomp-dev \
+DEBS="build-essential meson ninja-build pkg-config clang libclang-rt-dev libomp-dev \
 libjansson-dev libxxhash-dev libpcre2-dev libutf8proc-dev libuv1-dev libprotobuf-c-dev \
 protobuf-c-compiler libsodium-dev liburing-dev libcriterion-dev libedit-dev python3 \
 python3-numpy python3-matplotlib python3-jinja2 fio"

@@ -3,7 +3,8 @@
 #   1. gcc release build with -Werror: unit tests + reference model tests
 #   2. gcc ASan+UBSan debug build: unit tests + reference model tests
 #   3. clang build, liburing disabled (closest to macOS), -Werror: unit tests
-#   4. aarch64 cross build of the unit tests, run under qemu-user (NEON)
+#   4. clang libFuzzer build: each fuzz target for a bounded number of runs
+#   5. aarch64 cross build of the unit tests, run under qemu-user (NEON)
 # Prints one closing line "tests: N passed, M failed" and exits non-zero on
 # any failure.
 set -u
@@ -80,6 +81,9 @@ unset ASAN_OPTIONS UBSAN_OPTIONS
 
 CC=clang step "build clang, no liburing, -Werror" setup build-clang --werror -Dliburing=disabled
 step "unit tests (clang)"         unit build-clang
+# libFuzzer targets for every decoder of untrusted bytes (tests/fuzz/README.md),
+# a bounded number of executions each: about a minute in all
+step "fuzz targets, short run (clang ASan+UBSan+libFuzzer)" tests/fuzz/run.sh
 
 # aarch64 (Apple Silicon's ISA): cross-compiled unit tests under qemu-user,
 # so the NEON kernels are checked bit for bit against the scalar ones.

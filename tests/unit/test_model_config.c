@@ -71,6 +71,21 @@ Test(model_config, top_k_larger_than_n_expert_is_refused)
     cr_assert_not_null(strstr(e.msg, "'num_experts_per_tok' is 5"), "%s", e.msg);
 }
 
+/* Found by tests/fuzz/fuzz_model_config (issue 12 item 6): more heads than
+ * hidden units and no head_dim derived head_dim 0, which was accepted (the
+ * o_proj shape became [hidden, 0]). */
+Test(model_config, derived_head_dim_of_zero_is_refused)
+{
+    struct shoal_model_config c;
+    struct shoal_err e = {0};
+    int rc = parse("{\"model_type\":\"mixtral\",\"vocab_size\":100,\"hidden_size\":4,"
+                   "\"num_hidden_layers\":1,\"num_attention_heads\":8,"
+                   "\"num_key_value_heads\":8,\"num_local_experts\":4,"
+                   "\"num_experts_per_tok\":2,\"intermediate_size\":8}", &c, &e);
+    cr_assert(eq(int, rc, SHOAL_EFORMAT), "%s", e.msg);
+    cr_assert_not_null(strstr(e.msg, "head_dim 0"), "%s", e.msg);
+}
+
 Test(model_config, olmoe_defaults_follow_transformers)
 {
     struct shoal_model_config c;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -465,4 +466,83 @@ Test(shard_store, a_mirror_must_be_a_copy_of_the_same_shard, .init = setup, .fin
     free(dir);
     free(copy);
     free(diff);
+}
+
+/* Found by tests/fuzz/fuzz_container: a 3 KiB manifest whose config claims
+ * 512 layers x 65536 experts, with well-formed binary files and an empty
+ * entry per layer, made shoal_container_open allocate its n_layer x
+ * n_expert checksum table (268 MB) before it looked at the entries. With
+ * the data segment limited to 64 MB more than it holds, the old code
+ * aborts in shoal_xcalloc; now the entries are checked first and the open
+ * fails cleanly. (Under ASan, whose shadow memory defeats the limit, only
+ * the clean refusal is checked.) */
+Test(container, a_small_manifest_cannot_claim_a_huge_expert_table)
+{
+    snprintf(tmp, sizeof tmp, "/tmp/shoal-ct-amp-XXXXXX");
+    cr_assert(mkdtemp(tmp) != NULL);
+    const uint64_t fp = 0x0123456789abcdefull;
+    char path[160];
+    struct shoal_err err = {0};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/%s", tmp, k ? "experts.bin" : "dense.bin");
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        cr_assert(fd >= 0);
+        cr_assert(eq(int, ftruncate(fd, 1 << 20), 0));
+        cr_assert(eq(int, shoal_container_write_header(fd, k ? shoal_container_magic_experts
+                                                             : shoal_container_magic_dense,
+                                                       1 << 20, fp, path, &err), 0), "%s",
+                  err.msg);
+        close(fd);
+    }
+    /* qwen3_moe, n_embd 64, n_ff_exp 16, F32 experts: 3 x 4096-byte components */
+    json_t *cfg = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}",
+                            "model_type", "qwen3_moe", "vocab_size", 100, "hidden_size", 64,
+                            "num_hidden_layers", 512, "num_attention_heads", 2,
+                            "num_key_value_heads", 2, "head_dim", 32, "num_experts", 65536,
+                            "num_experts_per_tok", 2, "moe_intermediate_size", 16);
+    json_t *layers = json_array();
+    for (int i = 0; i < 512; i++)
+        json_array_append_new(layers, json_object());
+    json_t *comps = json_pack("[{s:i,s:i},{s:i,s:i},{s:i,s:i}]", "offset", 0, "bytes", 4096,
+                              "offset", 4096, "bytes", 4096, "offset", 8192, "bytes", 4096);
+    json_t *root = json_pack("{s:s, s:i, s:s, s:s, s:o, s:{s:s, s:[]}, "
+                             "s:{s:s, s:s, s:i, s:o, s:o}}",
+                             "format", "shoal-container", "version", SHOAL_CONTAINER_VERSION,
+                             "model_type", "qwen3_moe", "fingerprint", "0123456789abcdef",
+                             "config", cfg, "dense", "file", "dense.bin", "tensors",
+                             "experts", "file", "experts.bin", "dtype", "F32", "blob_bytes",
+                             12288, "components", comps, "layers", layers);
+    cr_assert_not_null(root);
+    snprintf(path, sizeof path, "%s/shoal.json", tmp);
+    cr_assert(eq(int, json_dump_file(root, path, JSON_COMPACT), 0));
+    json_decref(root);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__has_feature)
+#define SHOAL_TEST_LIMIT_DATA 1
+#elif !defined(__SANITIZE_ADDRESS__) && defined(__has_feature)
+#if !__has_feature(address_sanitizer)
+#define SHOAL_TEST_LIMIT_DATA 1
+#endif
+#endif
+#ifdef SHOAL_TEST_LIMIT_DATA
+    /* VmData now plus 64 MB */
+    FILE *st = fopen("/proc/self/status", "r");
+    cr_assert_not_null(st);
+    char line[256];
+    unsigned long long data_kb = 0;
+    while (fgets(line, sizeof line, st))
+        if (sscanf(line, "VmData: %llu kB", &data_kb) == 1)
+            break;
+    fclose(st);
+    cr_assert(data_kb > 0);
+    struct rlimit rl = {.rlim_cur = (data_kb << 10) + (64u << 20),
+                        .rlim_max = (data_kb << 10) + (64u << 20)};
+    cr_assert(eq(int, setrlimit(RLIMIT_DATA, &rl), 0));
+#endif
+    struct shoal_model_config mc;
+    struct shoal_container *ct = shoal_container_open(tmp, &mc, &err);
+    cr_assert_null(ct);
+    cr_assert(eq(int, err.code, SHOAL_EFORMAT), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "experts.layers[0] must name a MoE layer with 65536 "
+                                       "checksums"), "%s", err.msg);
+    rm_rf(tmp);
 }

@@ -1514,7 +1514,8 @@ Test(tokenizer_cli, bad_usage_exits_2_and_bad_files_exit_1,
     const char *out_of_vocab[] = {"detokenize", "--model", tmpdir, "--ids",
                                   "5 999", NULL};
     cr_assert(eq(int, run_cmd(shoal_cmd_tokenize, no_model), 1));
-    cr_assert(eq(int, run_cmd(shoal_cmd_tokenize, no_file), 1));
+    /* a missing input file is a usage error, as for run and perplexity */
+    cr_assert(eq(int, run_cmd(shoal_cmd_tokenize, no_file), 2));
     cr_assert(eq(int, run_cmd(shoal_cmd_detokenize, out_of_vocab), 1));
     cr_assert_stdout_eq_str("", "errors print nothing on stdout");
 }
