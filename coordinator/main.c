@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "config.h"
+#include "omp_env.h"
 #include "quant.h"
 
 struct subcommand {
@@ -36,6 +37,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    shoal_omp_env_init(argv);            /* first: it may re-execute the process */
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -17,6 +17,7 @@
 #include "container.h"
 #include "exec.h"
 #include "log.h"
+#include "omp_env.h"
 #include "parse.h"
 #include "placement.h"
 #include "quant.h"
@@ -288,6 +289,7 @@ static void log_stats(struct shoal_worker_exec *exec)
 
 int main(int argc, char **argv)
 {
+    shoal_omp_env_init(argv);            /* first: it may re-execute the process */
     struct opts o = {.listen = "127.0.0.1:7070",
                      .store = shoal_expert_store_params_default(),
                      .log_level = SHOAL_LOG_INFO};
