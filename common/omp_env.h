@@ -7,16 +7,21 @@
  * (docs/BENCHMARKS.md, "OpenMP wait policy"). Sleeping at once
  * (OMP_WAIT_POLICY=passive) never collapses but costs the wake-up on every
  * barrier, 4x on the bundled model on an idle machine. shoal's default is a
- * short bounded spin, then sleep.
+ * short bounded spin, then sleep (libgomp), or sleep at once (libomp).
  * Thread: main, first thing in main(), before any other thread exists.
  */
 #ifndef SHOAL_OMP_ENV_H
 #define SHOAL_OMP_ENV_H
 
-/* libgomp (GCC): spins before a waiting thread sleeps */
-#define SHOAL_OMP_GOMP_SPINCOUNT "10000"
-/* libomp (clang, macOS): milliseconds a waiting thread spins before it sleeps */
-#define SHOAL_OMP_KMP_BLOCKTIME "1"
+/* libgomp (GCC): polls before a waiting thread sleeps (its default: 300000).
+ * Measured on the bundled model (docs/BENCHMARKS.md): 1000 is within
+ * 0-15 % of the best policy idle and at least half the best beside a CPU
+ * hog, where 10000 and more fall 5-30x and the default 50-100x. */
+#define SHOAL_OMP_GOMP_SPINCOUNT "1000"
+/* libomp (clang, macOS): milliseconds a waiting thread spins before it
+ * sleeps (its default: 200). 1 ms already collapses beside a hog like the
+ * default; libomp before LLVM 18 knows no finer unit, so 0: sleep at once. */
+#define SHOAL_OMP_KMP_BLOCKTIME "0"
 
 /* Set shoal's wait policy unless the user set any of OMP_WAIT_POLICY,
  * GOMP_SPINCOUNT or KMP_BLOCKTIME (then the environment is left as it is,
