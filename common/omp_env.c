@@ -1,6 +1,8 @@
 /* omp_env: shoal's default OpenMP wait policy (see omp_env.h). */
 #include "omp_env.h"
 
+#include "config.h"
+
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <unistd.h>

@@ -13,15 +13,16 @@
 #ifndef SHOAL_OMP_ENV_H
 #define SHOAL_OMP_ENV_H
 
-/* libgomp (GCC): polls before a waiting thread sleeps (its default: 300000).
- * Measured on the bundled model (docs/BENCHMARKS.md): 1000 is within
- * 0-15 % of the best policy idle and at least half the best beside a CPU
- * hog, where 10000 and more fall 5-30x and the default 50-100x. */
-#define SHOAL_OMP_GOMP_SPINCOUNT "1000"
-/* libomp (clang, macOS): milliseconds a waiting thread spins before it
- * sleeps (its default: 200). 1 ms already collapses beside a hog like the
- * default; libomp before LLVM 18 knows no finer unit, so 0: sleep at once. */
-#define SHOAL_OMP_KMP_BLOCKTIME "0"
+/* The values (meson.build, config.h):
+ * SHOAL_OMP_GOMP_SPINCOUNT, libgomp (GCC): polls before a waiting thread
+ *   sleeps (its default: 300000). Measured on the bundled model
+ *   (docs/BENCHMARKS.md): 1000 is within 0-15 % of the best policy idle and
+ *   at least half the best beside a CPU hog, where 10000 and more fall
+ *   5-30x and the default 50-100x.
+ * SHOAL_OMP_KMP_BLOCKTIME, libomp (clang, macOS): milliseconds a waiting
+ *   thread spins before it sleeps (its default: 200). 1 ms already
+ *   collapses beside a hog like the default; libomp before LLVM 18 knows no
+ *   finer unit, so 0: sleep at once. */
 
 /* Set shoal's wait policy unless the user set any of OMP_WAIT_POLICY,
  * GOMP_SPINCOUNT or KMP_BLOCKTIME (then the environment is left as it is,

@@ -41,7 +41,7 @@ def main():
     if not os.access(a.arm_worker, os.X_OK) or not a.qemu:
         print("SKIP cross-ISA cluster: needs %s and qemu-aarch64-static" % a.arm_worker)
         return 0
-    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    env = dict(os.environ)
     tmp = tempfile.mkdtemp(prefix="shoal-xisa-")
     procs = []
     try:
