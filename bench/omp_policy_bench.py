@@ -67,7 +67,8 @@ def policy_env(name):
     m = re.fullmatch(r"blocktime(\d+)", name)
     if m:
         return {"KMP_BLOCKTIME": m.group(1)}
-    raise ValueError("unknown policy '%s'; expected shoal, libgomp, passive, active or spinN" % name)
+    raise ValueError("unknown policy '%s'; expected shoal, libgomp, libomp, passive, active, "
+                     "spinN or blocktimeN" % name)
 
 
 class Hog:

@@ -58,6 +58,7 @@ step "shoal-worker protocol, bad frames, keys, churn (gcc)" "$PY" tests/cluster/
 step "cluster: placements, failover, handshake errors, status (gcc)" "$PY" tests/cluster/test_cluster.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "cluster: every family, netlab, restarts, 1000-step soak (gcc)" "$PY" tests/cluster/test_cluster_more.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "bench/sweep + shoal bench smoke (gcc)" "$PY" tests/bench/test_sweep_smoke.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+step "bench/omp_policy_bench.py smoke (gcc)" "$PY" tests/bench/test_omp_policy_bench.py --shoal build-test/coordinator/shoal
 step "bench/kernel_bench smoke (gcc)" "$PY" tests/bench/test_kernel_bench.py --bench build-test/bench/kernel_bench
 step "worker draining on SIGTERM (gcc)" "$PY" tests/cluster/test_drain.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
