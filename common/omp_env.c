@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -27,8 +28,17 @@ void shoal_omp_env_init(char **argv)
     if (runtime_reads_env_lazily())
         return;
 #ifdef __linux__
-    /* the variables are set now, so the new image returns above */
-    execv("/proc/self/exe", argv);
+    /* the variables are set now, so the new image returns above. The path,
+     * not /proc/self/exe itself: under qemu-user that link names the guest
+     * program only when read, while exec'ing it would start the emulator
+     * with the guest's arguments; the path fails cleanly there without
+     * binfmt_misc (ENOEXEC), and so does a binary replaced since start. */
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        execv(self, argv);
+    }
 #else
     (void)argv;
 #endif

@@ -30,8 +30,9 @@
  * values above, overwriting nothing. libomp reads them at its first
  * parallel region, so setting them is enough. libgomp reads its environment
  * when it is loaded, before main(): there the process re-executes itself
- * (/proc/self/exe, same argv, same pid, the variables now set), once; where
- * that is impossible (no /proc) it carries on with libgomp's default.
+ * (the file /proc/self/exe names, same argv, same pid, the variables now
+ * set), once; where that fails (no /proc, a foreign-ISA binary under
+ * qemu-user without binfmt_misc) it carries on with libgomp's default.
  *   argv  main()'s argv, passed to the re-executed image unchanged.
  * Returns only when the process continues in this image. Call it before
  * anything else in main(): before any OpenMP call, thread, open file or
