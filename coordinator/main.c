@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "config.h"
+#include "omp_env.h"
 #include "quant.h"
 
 struct subcommand {
@@ -62,6 +63,7 @@ static void unknown(const char *name)
 
 int main(int argc, char **argv)
 {
+    shoal_omp_env_init(argv);            /* first: it may re-execute the process */
     if (argc < 2) {
         usage(stderr);
         return 2;

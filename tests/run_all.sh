@@ -13,10 +13,9 @@ ROOT=$(pwd)
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 JOBS=${SHOAL_JOBS:-2}
-# Threads that wait for work sleep instead of spinning: on a loaded 2-core
-# machine spinning OpenMP threads turn millisecond runs into seconds. This
-# changes speed only, never a result (kernels are thread-count invariant).
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# No OpenMP wait policy here: shoal and shoal-worker choose one that holds
+# on a loaded machine themselves (common/omp_env.h), and the tests run what
+# users get; the unit tests get the same values from meson (tests/meson.build).
 passed=0
 failed=0
 failures=()
@@ -53,6 +52,7 @@ step "unit tests (gcc)"           unit build-test
 step "reference tests (gcc)"      reference build-test
 step "container + expert store contract (gcc)" "$PY" tests/reference/test_store_contract.py --shoal build-test/coordinator/shoal
 step "shoal synth smoke (gcc)" "$PY" tests/reference/test_synth.py --shoal build-test/coordinator/shoal
+step "shoal's OpenMP wait default (gcc, libgomp)" "$PY" tests/reference/test_omp_env.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "shoal shard (gcc)" "$PY" tests/reference/test_shard.py --shoal build-test/coordinator/shoal
 step "shoal template vs jinja2 (gcc)" "$PY" tests/reference/test_chat_template_jinja.py --shoal build-test/coordinator/shoal
 step "expert store memory bound (gcc; needs root)" "$PY" tests/reference/test_memory_bound.py --shoal build-test/coordinator/shoal
@@ -60,6 +60,7 @@ step "shoal-worker protocol, bad frames, keys, churn (gcc)" "$PY" tests/cluster/
 step "cluster: placements, failover, handshake errors, status (gcc)" "$PY" tests/cluster/test_cluster.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "cluster: every family, netlab, restarts, 1000-step soak (gcc)" "$PY" tests/cluster/test_cluster_more.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "bench/sweep + shoal bench smoke (gcc)" "$PY" tests/bench/test_sweep_smoke.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+step "bench/omp_policy_bench.py smoke (gcc)" "$PY" tests/bench/test_omp_policy_bench.py --shoal build-test/coordinator/shoal
 step "bench/kernel_bench smoke (gcc)" "$PY" tests/bench/test_kernel_bench.py --bench build-test/bench/kernel_bench
 step "README cluster quick start on the bundled checkpoint (gcc)" "$PY" tests/cluster/test_quickstart.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "worker draining on SIGTERM (gcc)" "$PY" tests/cluster/test_drain.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
@@ -73,6 +74,7 @@ step "build gcc ASan+UBSan"       setup build-asan -Dbuildtype=debug -Db_sanitiz
 step "unit tests (ASan+UBSan)"    unit build-asan
 step "reference tests (ASan+UBSan)" reference build-asan
 [ -f tests/golden/run_golden.py ] && step "bundled model golden + chat (ASan+UBSan)" "$PY" tests/golden/run_golden.py --shoal build-asan/coordinator/shoal --skip-perplexity
+step "shoal's OpenMP wait default (ASan+UBSan)" "$PY" tests/reference/test_omp_env.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 step "shoal-worker protocol (ASan+UBSan)" "$PY" tests/cluster/test_worker.py --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe --shoal build-asan/coordinator/shoal
 step "peer limits (ASan+UBSan)" "$PY" tests/cluster/test_peer_limits.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe
 step "cluster (ASan+UBSan)" "$PY" tests/cluster/test_cluster.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
@@ -81,6 +83,7 @@ unset ASAN_OPTIONS UBSAN_OPTIONS
 
 CC=clang step "build clang, no liburing, -Werror" setup build-clang --werror -Dliburing=disabled
 step "unit tests (clang)"         unit build-clang
+step "shoal's OpenMP wait default (clang, libomp)" "$PY" tests/reference/test_omp_env.py --shoal build-clang/coordinator/shoal --worker build-clang/worker/shoal-worker
 # libFuzzer targets for every decoder of untrusted bytes (tests/fuzz/README.md),
 # a bounded number of executions each: about a minute in all
 step "fuzz targets, short run (clang ASan+UBSan+libFuzzer)" tests/fuzz/run.sh

@@ -28,6 +28,7 @@
 #include "container_cache.h"
 #include "exec.h"
 #include "log.h"
+#include "omp_env.h"
 #include "parse.h"
 #include "placement.h"
 #include "quant.h"
@@ -311,6 +312,7 @@ static void mask_stop_signals(int how)
 
 int main(int argc, char **argv)
 {
+    shoal_omp_env_init(argv);            /* first: it may re-execute the process */
     mask_stop_signals(SIG_BLOCK);
     struct opts o = {.listen = "127.0.0.1:7070",
                      .store = shoal_expert_store_params_default(),

@@ -47,11 +47,10 @@ class Results:
 
 
 def env():
-    """The environment of every process: OMP threads sleep when idle (the
-    machine is shared)."""
-    e = dict(os.environ)
-    e.setdefault("OMP_WAIT_POLICY", "passive")
-    return e
+    """The environment of every process: the caller's. The OpenMP wait
+    policy is shoal's own default (it holds on a shared machine), the one
+    users get."""
+    return dict(os.environ)
 
 
 def kill_all():

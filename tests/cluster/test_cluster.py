@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -184,8 +185,12 @@ def holder_lost(args, tmp):
     ws = start_workers(args, tmp, "lost", [os.path.join(args.sh1, "worker-%d" % i)
                                            for i in range(3)])
     try:
+        # a request deadline far past the watchdog below: failing on the
+        # dead peer's closed connection is then told apart from failing on
+        # the deadline without timing the run (it may be slow on a busy box)
         cmd = [args.shoal, "run", "--model", args.ct, "--prompt", PROMPT, "--local-experts",
-               "off", "--control", "off", "--threads", "1"] + gen + workers_flag(ws)
+               "off", "--control", "off", "--threads", "1", "--request-timeout", "600"] + \
+            gen + workers_flag(ws)
         errf = open(os.path.join(tmp, "lost.err"), "w+")
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=env())
         procs.append(p)
@@ -194,9 +199,12 @@ def holder_lost(args, tmp):
         ws[1].p.kill()
         ws[1].p.wait()
         t0 = time.time()
+        watchdog = threading.Timer(120, p.kill)
+        watchdog.start()
         os.kill(p.pid, signal.SIGCONT)
         p.stdout.read()
-        rc = p.wait(timeout=120)
+        rc = p.wait()
+        watchdog.cancel()
         seconds = time.time() - t0
         errf.seek(0)
         err = errf.read()
@@ -205,8 +213,8 @@ def holder_lost(args, tmp):
         result("holder lost mid-decode: error names layer, expert and the dead peer, exit 1",
                rc == 1 and m is not None and m.group(1) == ws[1].addr, "rc=%d: %s" %
                (rc, err.strip()[-500:]))
-        result("holder lost mid-decode: fails at once (< 3 s)", seconds < 3.0,
-               "%.2f s" % seconds)
+        result("holder lost mid-decode: fails on the closed connection, not the 600 s request "
+               "deadline (watchdog 120 s)", rc != -signal.SIGKILL, "%.2f s" % seconds)
     finally:
         stop_workers(ws)
 
@@ -226,8 +234,6 @@ def silent_worker(args, tmp):
     addr = "127.0.0.1:%d" % srv.getsockname()[1]
     held = []
     try:
-        import threading
-
         def accept():
             while True:
                 try:
@@ -241,8 +247,9 @@ def silent_worker(args, tmp):
         ok = (g.rc == 1 and addr in g.err and "handshake did not complete" in g.err and
               "no holder" in g.err)
         result("silent worker: error names it and the handshake, exit 1", ok, detail(g))
-        result("silent worker: reported within the deadline (2 s + 3 s slack)",
-               g.seconds < 5.0, "%.2f s" % g.seconds)
+        result("silent worker: the error gives the 2 s --connect-timeout; no hang (watchdog 60 s)",
+               re.search(r"(after|within) 2\.0 s", g.err) is not None and g.seconds < 60,
+               "%.2f s" % g.seconds)
     finally:
         srv.close()
         for c in held:
@@ -257,7 +264,7 @@ def wrong_fingerprint(args, tmp):
         ok = g.rc == 1 and ws[0].addr in g.err and "fingerprint" in g.err
         result("worker on another container: error names it and the fingerprint", ok,
                detail(g))
-        result("fingerprint mismatch reported within the deadline", g.seconds < 6.0,
+        result("fingerprint mismatch reported, no hang (watchdog 60 s)", g.seconds < 60,
                "%.2f s" % g.seconds)
         # with the local store on, the run goes on without it and says why
         g = Gen(args, tmp, "fingerprint_local", args.ct, workers_flag(ws) + [
@@ -284,7 +291,7 @@ def wrong_key(args, tmp):
         g = Gen(args, tmp, "wrongkey", args.ct, base_flags + ["--cluster-key", other])
         result("wrong cluster key: error names the worker and authentication",
                g.rc == 1 and ws[0].addr in g.err and "authentication" in g.err, detail(g))
-        result("wrong key reported within the deadline", g.seconds < 6.0, "%.2f s" % g.seconds)
+        result("wrong key reported, no hang (watchdog 60 s)", g.seconds < 60, "%.2f s" % g.seconds)
         g = Gen(args, tmp, "nokey", args.ct, base_flags)
         result("no cluster key against a keyed worker: refused, names the worker",
                g.rc == 1 and ws[0].addr in g.err and "key" in g.err, detail(g))
@@ -310,8 +317,8 @@ def missing_holder(args, tmp):
         ok = g.rc == 1 and m is not None and dead in g.err and "refused" in g.err
         result("expert without a holder: error names layer, expert and the down peer", ok,
                detail(g))
-        result("expert without a holder: reported within the deadline (2 s + 3 s)",
-               g.seconds < 5.0, "%.2f s" % g.seconds)
+        result("expert without a holder: reported, no hang (watchdog 60 s)",
+               g.seconds < 60, "%.2f s" % g.seconds)
     finally:
         stop_workers(ws)
 

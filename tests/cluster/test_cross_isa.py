@@ -41,7 +41,10 @@ def main():
     if not os.access(a.arm_worker, os.X_OK) or not a.qemu:
         print("SKIP cross-ISA cluster: needs %s and qemu-aarch64-static" % a.arm_worker)
         return 0
-    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    # the aarch64 worker runs under qemu-user: without binfmt_misc it cannot
+    # re-execute itself to apply shoal's wait policy (common/omp_env.h), so
+    # it is given here; the x86 coordinator sets its own
+    env = dict(os.environ, GOMP_SPINCOUNT="1000")
     tmp = tempfile.mkdtemp(prefix="shoal-xisa-")
     procs = []
     try:

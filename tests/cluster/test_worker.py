@@ -51,7 +51,6 @@ def result(name, ok, detail=""):
 
 def env():
     e = dict(os.environ)
-    e.setdefault("OMP_WAIT_POLICY", "passive")
     # under AddressSanitizer freed memory waits in a quarantine, which would
     # read as RSS growth in the churn check; sanitizer errors abort
     asan = e.get("ASAN_OPTIONS", "")

@@ -115,7 +115,7 @@ def run_limited(cg, cmd):
     def enter():
         with open(os.path.join(cg, "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
-    env = dict(os.environ, OMP_NUM_THREADS="2", OMP_WAIT_POLICY="passive")
+    env = dict(os.environ, OMP_NUM_THREADS="2")
     gnu_time = os.path.exists("/usr/bin/time")
     argv = (["/usr/bin/time", "-f", "shoal-maxrss-kb=%M"] + cmd) if gnu_time else cmd
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -42,7 +42,6 @@ def result(name, ok, detail=""):
 
 def run(cmd):
     e = dict(os.environ)
-    e.setdefault("OMP_WAIT_POLICY", "passive")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=e)
 
 
