@@ -54,8 +54,12 @@ struct shoal_worker_server_params {
     uint64_t backpressure_bytes;       /* per connection: stop reading above this */
     double handshake_timeout_s;        /* close a connection not authenticated by then */
     int max_connections;               /* refuse more at once */
-    int max_unauthenticated;           /* accepted connections in their handshake at once;
-                                        * more are refused (each costs <= ~64 KiB) */
+    int max_unauthenticated;           /* accepted connections in their handshake at once
+                                        * (each costs <= ~64 KiB); a new one evicts the
+                                        * one with the least progress */
+    int max_unauth_per_ip;             /* of those, from one source address */
+    int max_coordinators;              /* authenticated coordinators at once; more are
+                                        * refused with an ErrorReply instead of Ready */
 };
 
 static inline struct shoal_worker_server_params shoal_worker_server_params_default(void)
@@ -65,7 +69,9 @@ static inline struct shoal_worker_server_params shoal_worker_server_params_defau
                                                .backpressure_bytes = 64ull << 20,
                                                .handshake_timeout_s = 5.0,
                                                .max_connections = 256,
-                                               .max_unauthenticated = 16};
+                                               .max_unauthenticated = 16,
+                                               .max_unauth_per_ip = 4,
+                                               .max_coordinators = 8};
 }
 
 struct shoal_worker_server;
