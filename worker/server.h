@@ -12,9 +12,10 @@
  * ErrorReply with its id and the connection keeps serving; a malformed
  * body gets an ErrorReply with id 0; a length prefix over the maximum (or
  * zero) gets an ErrorReply and the connection is closed, since the stream
- * is out of sync. Backpressure: when a connection's queued reply bytes plus
- * its request bytes at the compute thread pass the limit, reading from it
- * stops until they drain; nothing is dropped. When a connection closes,
+ * is out of sync. Backpressure: when a connection's unwritten bytes, its
+ * request bytes at the compute thread and the bytes their replies will
+ * take pass the limit, reading from it stops until they drain; nothing is
+ * dropped. When a connection closes,
  * its requests still queued at the compute thread are cancelled; the one
  * running finishes and its reply is discarded (connections are
  * reference-counted).
@@ -23,8 +24,10 @@
  * authenticated, and for an observer throughout, its frames are limited to
  * SHOAL_WIRE_HANDSHAKE_MAX_FRAME and the frame buffer grows only with the
  * bytes that arrived, so one connection holds at most ~64 KiB; at most
- * max_unauthenticated such connections are accepted at once, each closed
- * at the handshake deadline. Reads go through one buffer shared by every
+ * max_unauthenticated such connections are held at once (max_unauth_per_ip
+ * from one address; a new one evicts the least advanced), each closed at
+ * the handshake deadline; at most max_coordinators coordinators are
+ * served, the next refused before Ready. Reads go through one buffer shared by every
  * connection.
  *
  * Thread: loop (the thread that calls shoal_worker_server_run), except
