@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "log.h"
 #include "util.h"
@@ -97,9 +100,18 @@ static void conn_unref(struct conn *c)
 {
     if (--c->refs > 0)
         return;
+    struct shoal_worker_server *srv = c->srv;
     shoal_frame_reader_free(&c->reader);
     shoal_handshake_free(&c->hs);
     free(c);
+#if defined(__GLIBC__)
+    /* the last connection is gone: hand its frames and replies (freed to
+     * glibc's arenas, which keep them) back to the system */
+    if (!srv->conns)
+        malloc_trim(0);
+#else
+    (void)srv;
+#endif
 }
 
 static void conn_unlink(struct conn *c)

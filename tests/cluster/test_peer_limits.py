@@ -19,8 +19,9 @@ counts). Against a shoal-worker and a coordinator (`shoal chat` with
    (wire_probe cancel-on-close counts the expert acquires after the close);
 5. after a keyless handshake as a coordinator: pipelined requests whose
    replies are 8x their size, never read, cost the worker a bounded peak
-   (reply bytes count against the backpressure budget); a reply over the
-   frame limit is refused at validation;
+   (reply bytes count against the backpressure budget) and RSS returns
+   near its idle size once the connection is gone; a reply over the frame
+   limit is refused at validation;
 6. authenticated coordinators per worker are capped (--max-coordinators):
    the one over the cap gets an ErrorReply naming it instead of Ready, and
    those under it holding 60 MiB partial frames cost at most their frames;
@@ -252,6 +253,15 @@ def amplified_requests(a, name, pid, addr, n_req=40, rows=4000):
       % (name, n_req, len(req) >> 10, (ne * rows * embd * 4) >> 10, bound),
       hwm - rss0 <= bound, "RSS %d kB, peak %d kB (+%d kB); %d requests sent before the "
       "worker stopped reading" % (rss0, hwm, hwm - rss0, sent))
+    # the connection gone and the queue idle: the burst's memory goes back
+    after = -1
+    for _ in range(50):
+        time.sleep(0.2)
+        after = status_kb(pid, "VmRSS")
+        if after - rss0 <= 16384:
+            break
+    R("%s: after the connection closes RSS returns within 16 MiB of before" % name,
+      after - rss0 <= 16384, "RSS %d kB before, %d kB after" % (rss0, after))
     # a reply over the frame limit: refused with an ErrorReply, not computed
     s = WL.connect(addr)
     why = WL.handshake(s, WL.ROLE_COORD, coord_info(a))
