@@ -827,8 +827,8 @@ static void on_async(uv_async_t *a)
             conn_send_error(c, j->id, j->status < 0 ? j->status : SHOAL_ENOMEM, msg);
         }
         conn_update_reading(c);
+        shoal_worker_job_free(j);   /* first: the last unref may trim the heap */
         conn_unref(c);
-        shoal_worker_job_free(j);
         j = next;
     }
 }

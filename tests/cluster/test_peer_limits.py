@@ -27,8 +27,9 @@ counts). Against a shoal-worker and a coordinator (`shoal chat` with
    those under it holding 60 MiB partial frames cost at most their frames;
 7. workers joining a coordinator cannot make it buffer large frames it did
    not ask for (60 MiB partial frames are refused at the length prefix);
-8. silent connections re-dialled as fast as they are closed (slowloris)
-   do not lock out a real handshake, on a worker and on the control port;
+8. silent connections from five addresses, re-dialled as fast as they are
+   closed (slowloris), do not lock out a real handshake from a sixth, on a
+   worker and on the control port;
 9. the coordinator answers a malformed pre-authentication frame, and a
    worker dialling its control port, with an ErrorReply (never Ready);
 10. SIGTERM: sent before the worker says it serves, and repeatedly during
@@ -351,15 +352,20 @@ def rogue_workers(a, name, pid, addr, n=10, mb=60):
       "RSS %d kB -> %d kB (+%d kB)" % (rss0, rss1, rss1 - rss0))
 
 
-def slowloris(name, addr, ok_fn, seconds=6.0, holders=40, tries=4):
-    """holders threads keep silent connections open, re-dialling each as soon
-    as it is closed; meanwhile ok_fn() (a real handshake) must succeed."""
+def slowloris(name, addr, ok_fn, seconds=6.0, holders=40, tries=4, sources=5):
+    """holders threads keep silent connections open from 127.0.0.2 ...
+    127.0.0.(1 + sources) (more than the table holds), re-dialling each as
+    soon as it is closed; meanwhile ok_fn() (a real handshake from
+    127.0.0.1) must succeed every time."""
     import threading
     stop = time.time() + seconds
-    def hold():
+    host, port = addr.rsplit(":", 1)
+    def hold(i):
+        src = ("127.0.0.%d" % (2 + i % sources), 0)
         while time.time() < stop:
             try:
-                s = WL.connect(addr, timeout=2)
+                s = socket.create_connection((host, int(port)), timeout=2,
+                                             source_address=src)
                 s.settimeout(1)
                 while time.time() < stop:
                     try:
@@ -370,7 +376,7 @@ def slowloris(name, addr, ok_fn, seconds=6.0, holders=40, tries=4):
                 s.close()
             except OSError:
                 time.sleep(0.01)
-    ths = [threading.Thread(target=hold, daemon=True) for _ in range(holders)]
+    ths = [threading.Thread(target=hold, args=(i,), daemon=True) for i in range(holders)]
     for t in ths:
         t.start()
     time.sleep(1.0)
