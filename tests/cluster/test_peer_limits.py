@@ -67,6 +67,12 @@ def env():
     return e
 
 
+def popen(cmd, **kw):
+    """subprocess.Popen with env(): freed memory leaves ASan's quarantine."""
+    kw["env"] = env()
+    return subprocess.Popen(cmd, **kw)
+
+
 def status_kb(pid, key):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -284,7 +290,7 @@ def coordinator_cap(a, tmp, cap=2, n=4, mb=60):
     """A worker with --max-coordinators cap: the coordinators over it get an
     ErrorReply naming the cap instead of Ready; those under it each hold a
     partial frame of mb MiB."""
-    w = L.Worker(a.worker, tmp, "capped", a.ct, "--max-coordinators", str(cap))
+    w = L.Worker(a.worker, tmp, "capped", a.ct, "--max-coordinators", str(cap), launch=popen)
     socks = []
     try:
         if not R("worker with --max-coordinators %d starts" % cap, w.wait_ready(), w.text()[-500:]):
@@ -418,7 +424,7 @@ def control_port_refusals(a, name, addr):
 
 
 def worker_part(a, tmp):
-    w = L.Worker(a.worker, tmp, "worker", a.ct)
+    w = L.Worker(a.worker, tmp, "worker", a.ct, launch=popen)
     try:
         if not R("worker starts", w.wait_ready(), w.text()[-500:]):
             return
