@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -813,6 +814,10 @@ int shoal_handshake_on_frame(struct shoal_handshake *hs, const Shoal__Frame *f,
             int rc = hs_check_info(hs, f->auth->info, out, err);
             if (rc)
                 return rc;
+            char why[300];
+            why[0] = 0;
+            if (hs->admit && hs->admit(hs->admit_user, hs->peer_role, why, sizeof why))
+                return hs_fail(hs, out, SHOAL_ERANGE, err, "%s", why[0] ? why : "refused");
             if ((rc = hs_send_info(hs, 0, out, err)))
                 return rc;
             hs->state = SHOAL_HS_DONE;
@@ -840,6 +845,90 @@ void shoal_handshake_adopt(struct shoal_handshake *hs, Shoal__Frame *f)
     shoal_wire_frame_free(hs->peer_frame);
     hs->peer_frame = f;
     hs->peer_info = f->msg_case == SHOAL__FRAME__MSG_AUTH ? f->auth->info : f->ready->info;
+}
+
+/* ---- connections in their handshake ---- */
+
+void shoal_preauth_init(struct shoal_preauth *p, int cap, int per_ip)
+{
+    memset(p, 0, sizeof *p);
+    p->cap = cap > 0 ? cap : 1;
+    p->per_ip = per_ip > 0 ? per_ip : 1;
+    p->slot = shoal_xcalloc((size_t)p->cap, sizeof *p->slot);
+}
+
+void shoal_preauth_free(struct shoal_preauth *p)
+{
+    free(p->slot);
+    memset(p, 0, sizeof *p);
+}
+
+/* "host:port" or "[v6]:port" -> host */
+static void preauth_host(char *dst, size_t n, const char *peer)
+{
+    const char *colon = strrchr(peer, ':');
+    size_t len = colon && colon != peer ? (size_t)(colon - peer) : strlen(peer);
+    if (len >= n)
+        len = n - 1;
+    memcpy(dst, peer, len);
+    dst[len] = 0;
+}
+
+/* progress: a connection whose hello was read, or that has bytes waiting
+ * (the loop accepts before it reads), ranks above a silent one */
+static int preauth_progress(const struct shoal_preauth_slot *s)
+{
+    int avail = 0;
+    return s->hs->state != SHOAL_HS_START ||
+           (s->fd >= 0 && ioctl(s->fd, FIONREAD, &avail) == 0 && avail > 0);
+}
+
+static int preauth_worse(const struct shoal_preauth_slot *a, const struct shoal_preauth_slot *b)
+{
+    int pa = preauth_progress(a), pb = preauth_progress(b);
+    return pa != pb ? pa < pb : a->seq < b->seq;
+}
+
+void *shoal_preauth_victim(const struct shoal_preauth *p, const char *peer)
+{
+    char ip[64];
+    preauth_host(ip, sizeof ip, peer);
+    int same = 0;
+    for (int i = 0; i < p->n; i++)
+        same += !strcmp(p->slot[i].ip, ip);
+    if (same < p->per_ip && p->n < p->cap)
+        return NULL;
+    const struct shoal_preauth_slot *v = NULL;
+    for (int i = 0; i < p->n; i++) {
+        const struct shoal_preauth_slot *s = &p->slot[i];
+        if (same >= p->per_ip && strcmp(s->ip, ip))
+            continue;
+        if (!v || preauth_worse(s, v))
+            v = s;
+    }
+    return v ? v->conn : NULL;
+}
+
+void shoal_preauth_add(struct shoal_preauth *p, void *conn, const struct shoal_handshake *hs,
+                       int fd, const char *peer)
+{
+    if (p->n >= p->cap)
+        return;   /* the caller evicts first; never reached */
+    struct shoal_preauth_slot *s = &p->slot[p->n++];
+    s->conn = conn;
+    s->hs = hs;
+    s->fd = fd;
+    s->seq = ++p->seq;
+    preauth_host(s->ip, sizeof s->ip, peer);
+}
+
+void shoal_preauth_remove(struct shoal_preauth *p, const void *conn)
+{
+    for (int i = 0; i < p->n; i++)
+        if (p->slot[i].conn == conn) {
+            p->slot[i] = p->slot[--p->n];
+            return;
+        }
 }
 
 /* ---- addresses ---- */

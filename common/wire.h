@@ -209,6 +209,12 @@ struct shoal_handshake {
     Shoal__Role peer_role;
     Shoal__Frame *peer_frame;            /* the auth/ready frame holding peer_info */
     const Shoal__PeerInfo *peer_info;    /* valid when DONE; owned by the handshake */
+    /* Acceptor, optional: called once the connector has proven the key and
+     * its PeerInfo checked, before Ready is sent. A nonzero return refuses
+     * the peer: msg (filled by admit, one line) goes to it in an ErrorReply
+     * instead of Ready. Set after shoal_handshake_init. */
+    int (*admit)(void *user, Shoal__Role peer_role, char *msg, size_t msg_len);
+    void *admit_user;
 };
 
 /* Prepare a handshake. info is our PeerInfo (sent only after the peer has
@@ -236,6 +242,47 @@ int shoal_handshake_on_frame(struct shoal_handshake *hs, const Shoal__Frame *f,
  * (ownership moves: peer_info points into it until shoal_handshake_free).
  * Thread: the handshake's. */
 void shoal_handshake_adopt(struct shoal_handshake *hs, Shoal__Frame *f);
+
+/* ---- connections in their handshake ---- */
+
+/* The accepted connections that have not authenticated yet, at most cap of
+ * them and at most per_ip from one source address. A new connection is
+ * never refused for want of a slot: the one that made the least progress
+ * (silent before one with bytes waiting or a hello read; then the oldest)
+ * is evicted, among
+ * the same address's when that address is at per_ip, else among all. So
+ * connections that hold slots without speaking cannot lock out a peer
+ * that completes its handshake (docs/PROTOCOL.md, "Limits"). */
+struct shoal_preauth_slot {
+    void *conn;                          /* the owner's connection, borrowed */
+    const struct shoal_handshake *hs;    /* its handshake (progress), borrowed */
+    int fd;                              /* its socket (bytes waiting: progress), or -1 */
+    char ip[64];                         /* source address without the port */
+    uint64_t seq;                        /* admission order */
+};
+
+struct shoal_preauth {
+    struct shoal_preauth_slot *slot;     /* [cap] */
+    int n, cap, per_ip;
+    uint64_t seq, evicted;
+};
+
+/* cap, per_ip >= 1. Thread: the owner's (one loop thread). */
+void shoal_preauth_init(struct shoal_preauth *p, int cap, int per_ip);
+void shoal_preauth_free(struct shoal_preauth *p);
+
+/* The connection to evict before a new one from peer ("host:port" or
+ * "host") can be added, or NULL when there is room. The caller closes it
+ * (and removes it) and asks again. Thread: the owner's. */
+void *shoal_preauth_victim(const struct shoal_preauth *p, const char *peer);
+
+/* Add conn (hs: its handshake, fd: its socket or -1, read for progress)
+ * from peer; there must be room (victim returned NULL). Thread: the owner's. */
+void shoal_preauth_add(struct shoal_preauth *p, void *conn, const struct shoal_handshake *hs,
+                       int fd, const char *peer);
+
+/* Remove conn if present (authenticated or closed). Thread: the owner's. */
+void shoal_preauth_remove(struct shoal_preauth *p, const void *conn);
 
 /* ---- addresses and sockets ---- */
 

@@ -15,6 +15,9 @@
  * status is 0. */
 #include <inttypes.h>
 #include <limits.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -47,6 +50,7 @@ struct opts {
     int shard_index, shard_count, shard_replicas;   /* count 0: no --shard */
     struct shoal_expert_store_params store;
     int threads;
+    int max_coordinators;            /* 0: the server's default */
     int stats;                       /* log the store's counters at exit */
     enum shoal_log_level log_level;
 };
@@ -104,6 +108,7 @@ static void usage(FILE *f)
         "  --queue-depth N      expert reads in flight (default 8)\n"
         "  --prefetch on|off    act on the coordinator's prefetch hints (default on)\n"
         "  --threads N          compute threads (default: OpenMP's)\n"
+        "  --max-coordinators N coordinators served at once; more are refused (default 8)\n"
         "  --stats              log the expert store's counters at exit\n"
         "  -q, --quiet          log warnings and errors only\n"
         "  -v, --verbose        log debug lines too\n"
@@ -183,7 +188,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
             static const char *const valued[] = {
                 "--model", "--shard", "--listen", "--join", "--cluster-key", "--name",
                 "--expert-cache", "--pin", "--direct", "--prefetch", "--queue-depth",
-                "--threads", "--io"};
+                "--threads", "--io", "--max-coordinators"};
             int known = 0;
             for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
                 known |= !strcmp(a, valued[k]);
@@ -218,6 +223,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 o->store.io.queue_depth = (int)parse_int_flag(a, v, 1, SHOAL_IO_QUEUE_DEPTH_MAX);
             else if (!strcmp(a, "--threads"))
                 o->threads = (int)parse_int_flag(a, v, 1, 1024);
+            else if (!strcmp(a, "--max-coordinators"))
+                o->max_coordinators = (int)parse_int_flag(a, v, 1, 256);
             else if (!strcmp(a, "--io")) {
                 if (shoal_io_kind_parse(v, &o->store.io.kind) < 0)
                     die_usage("--io expects pread, uring or auto, got '%s'", v);
@@ -314,6 +321,14 @@ int main(int argc, char **argv)
 {
     shoal_omp_env_init(argv);            /* first: it may re-execute the process */
     mask_stop_signals(SIG_BLOCK);
+#if defined(__GLIBC__)
+    /* frames, replies and batch scratch of 1 MiB or more get their own
+     * mappings, given back when freed: glibc would otherwise raise this
+     * threshold after the first large free and keep such blocks in the
+     * compute thread's arena, whose top malloc_trim does not release
+     * (a worker stayed at 70-166 MB after a burst; now near its idle RSS) */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
     struct opts o = {.listen = "127.0.0.1:7070",
                      .store = shoal_expert_store_params_default(),
                      .log_level = SHOAL_LOG_INFO};
@@ -428,6 +443,8 @@ int main(int argc, char **argv)
     sp.is_moe = is_moe;
     sp.coverage = cov;
     sp.coverage_len = cov_len;
+    if (o.max_coordinators)
+        sp.max_coordinators = o.max_coordinators;
     srv = shoal_worker_server_create(&sp, &err);
     if (!srv) {
         fail_line("%s", err.msg);

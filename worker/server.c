@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "log.h"
 #include "util.h"
@@ -31,7 +34,8 @@ struct conn {
     int handles_closed;            /* uv_close called on tcp and timer */
     int dialled;                   /* our --join connection */
     int hs_done;
-    int unauth;                    /* counted in srv->n_unauth (accepted, not yet authenticated) */
+    int unauth;                    /* in srv->preauth (accepted, not yet authenticated) */
+    int coord;                     /* counted in srv->n_coord (an authenticated coordinator) */
     int reading, paused;
     uint64_t pauses;               /* times reading stopped for backpressure */
     char peer[96];                 /* "host:port" */
@@ -42,6 +46,7 @@ struct conn {
     struct shoal_handshake hs;
     uint64_t write_bytes;          /* handed to uv_write, not yet written */
     uint64_t job_bytes;            /* request bytes queued at the compute thread */
+    uint64_t reply_bytes;          /* bytes the replies of those requests will take */
     uint64_t requests, errors;
 };
 
@@ -70,8 +75,8 @@ struct shoal_worker_server {
     struct conn *conns;            /* open connections */
     struct conn *join_conn;        /* the --join connection while open */
     int n_conns;
-    int n_unauth;                  /* accepted connections not authenticated yet */
-    uint64_t unauth_refused;       /* connections refused over max_unauthenticated */
+    struct shoal_preauth preauth;  /* accepted connections not authenticated yet */
+    int n_coord;                   /* authenticated coordinators */
     char *rbuf;                    /* [READ_CHUNK], shared by every connection's reads */
     uint64_t dial_backoff_ms;
     int stopping;
@@ -95,9 +100,18 @@ static void conn_unref(struct conn *c)
 {
     if (--c->refs > 0)
         return;
+    struct shoal_worker_server *srv = c->srv;
     shoal_frame_reader_free(&c->reader);
     shoal_handshake_free(&c->hs);
     free(c);
+#if defined(__GLIBC__)
+    /* the last connection is gone: hand its frames and replies (freed to
+     * glibc's arenas, which keep them) back to the system */
+    if (!srv->conns)
+        malloc_trim(0);
+#else
+    (void)srv;
+#endif
 }
 
 static void conn_unlink(struct conn *c)
@@ -113,7 +127,11 @@ static void conn_unlink(struct conn *c)
     srv->n_conns--;
     if (c->unauth) {
         c->unauth = 0;
-        srv->n_unauth--;
+        shoal_preauth_remove(&srv->preauth, c);
+    }
+    if (c->coord) {
+        c->coord = 0;
+        srv->n_coord--;
     }
 }
 
@@ -205,13 +223,14 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
-/* Read unless the connection is over its backpressure limit. */
+/* Read unless the connection is over its backpressure limit: its queued
+ * requests, the replies they will produce and its unwritten bytes. */
 static void conn_update_reading(struct conn *c)
 {
     if (c->closing)
         return;
     const uint64_t limit = c->srv->p.backpressure_bytes;
-    const uint64_t queued = c->write_bytes + c->job_bytes;
+    const uint64_t queued = c->write_bytes + c->job_bytes + c->reply_bytes;
     if (c->reading && queued > limit) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
@@ -315,6 +334,12 @@ static void conn_send_error(struct conn *c, uint64_t id, int code, const char *m
 
 /* ------------------------------------------------------------ dispatch */
 
+/* The bytes of the reply to a request of total_rows rows (an upper bound). */
+static uint64_t reply_bytes(uint64_t total_rows, uint64_t row_bytes)
+{
+    return total_rows * row_bytes + RESPONSE_OVERHEAD;
+}
+
 static void handle_request(struct conn *c, Shoal__Frame *f, size_t wire_len)
 {
     struct shoal_worker_server *srv = c->srv;
@@ -354,6 +379,7 @@ static void handle_request(struct conn *c, Shoal__Frame *f, size_t wire_len)
     job->id = rq->id;
     job->frame_bytes = wire_len;
     c->job_bytes += wire_len;
+    c->reply_bytes += reply_bytes(total_rows, row_bytes);
     c->requests++;
     srv->requests++;
     conn_ref(c);
@@ -475,6 +501,7 @@ static int on_authenticated(struct conn *c)
     c->peer_role = c->hs.peer_role;
     if (c->peer_role != SHOAL__ROLE__ROLE_COORDINATOR &&
         c->peer_role != SHOAL__ROLE__ROLE_OBSERVER) {
+        /* the coordinator we dialled (--join) said it is something else */
         char why[160];
         snprintf(why, sizeof why, "refused: peer is a %s; a worker serves a coordinator "
                  "or an observer", shoal_wire_role_name(c->peer_role));
@@ -487,7 +514,11 @@ static int on_authenticated(struct conn *c)
     c->hs_done = 1;
     if (c->unauth) {
         c->unauth = 0;
-        c->srv->n_unauth--;
+        shoal_preauth_remove(&c->srv->preauth, c);
+    }
+    if (c->peer_role == SHOAL__ROLE__ROLE_COORDINATOR) {
+        c->coord = 1;
+        c->srv->n_coord++;
     }
     if (pi && pi->name && pi->name[0]) {
         char name[64];
@@ -612,6 +643,24 @@ static struct conn *conn_new(struct shoal_worker_server *srv, int dialled)
     return c;
 }
 
+/* Handshake hook, before Ready: the peer's role and the coordinator cap. */
+static int admit_peer(void *user, Shoal__Role role, char *msg, size_t n)
+{
+    struct conn *c = user;
+    struct shoal_worker_server *srv = c->srv;
+    if (role != SHOAL__ROLE__ROLE_COORDINATOR && role != SHOAL__ROLE__ROLE_OBSERVER) {
+        snprintf(msg, n, "peer is a %s; a worker serves a coordinator or an observer",
+                 shoal_wire_role_name(role));
+        return -1;
+    }
+    if (role == SHOAL__ROLE__ROLE_COORDINATOR && srv->n_coord >= srv->p.max_coordinators) {
+        snprintf(msg, n, "%d coordinators are connected, the most this worker serves at once "
+                 "(--max-coordinators %d)", srv->n_coord, srv->p.max_coordinators);
+        return -1;
+    }
+    return 0;
+}
+
 static void conn_start(struct conn *c)
 {
     struct shoal_worker_server *srv = c->srv;
@@ -619,6 +668,10 @@ static void conn_start(struct conn *c)
     uv_tcp_keepalive(&c->tcp, 1, 30);
     shoal_handshake_init(&c->hs, c->dialled, SHOAL__ROLE__ROLE_WORKER, srv->p.key,
                          srv->p.info, srv->p.fingerprint, c->peer);
+    if (!c->dialled) {
+        c->hs.admit = admit_peer;
+        c->hs.admit_user = c;
+    }
     uint64_t ms = (uint64_t)(srv->p.handshake_timeout_s * 1000.0);
     uv_timer_start(&c->timer, on_hs_timeout, ms ? ms : 1, 0);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
@@ -672,23 +725,23 @@ static void on_connection(uv_stream_t *server, int status)
         conn_close(c, why);
         return;
     }
-    if (srv->n_unauth >= srv->p.max_unauthenticated) {
-        /* a few handshakes at a time: each costs at most ~64 KiB until it
-         * authenticates (docs/PROTOCOL.md); logged at 1, 2, 4, 8, ... */
-        srv->unauth_refused++;
-        if ((srv->unauth_refused & (srv->unauth_refused - 1)) == 0) {
-            char why[160];
-            snprintf(why, sizeof why, "refused: %d connections are in their handshake "
-                     "(%llu refused so far)", srv->n_unauth,
-                     (unsigned long long)srv->unauth_refused);
-            conn_close(c, why);
-        } else {
-            conn_close(c, NULL);
-        }
-        return;
+    /* a few handshakes at a time, each at most ~64 KiB until it authenticates
+     * (docs/PROTOCOL.md): when the table is full, or this address holds its
+     * share, the connection with the least progress makes room (logged at
+     * 1, 2, 4, 8, ... evictions) */
+    struct conn *v;
+    while ((v = shoal_preauth_victim(&srv->preauth, c->peer)) != NULL) {
+        const uint64_t k = ++srv->preauth.evicted;
+        char why[160];
+        snprintf(why, sizeof why, "evicted for a new connection: %d in their handshake "
+                 "(%llu evicted so far)", srv->preauth.n, (unsigned long long)k);
+        conn_close(v, (k & (k - 1)) == 0 ? why : NULL);
     }
     c->unauth = 1;
-    srv->n_unauth++;
+    uv_os_fd_t fd = -1;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0)
+        fd = -1;
+    shoal_preauth_add(&srv->preauth, c, &c->hs, fd, c->peer);
     shoal_log(SHOAL_LOG_INFO, LOG_C, "accepted connection peer=%s", c->peer);
     conn_start(c);
 }
@@ -756,6 +809,7 @@ static void on_async(uv_async_t *a)
         struct shoal_worker_job *next = j->next;
         struct conn *c = j->owner;
         c->job_bytes -= j->frame_bytes;
+        c->reply_bytes -= reply_bytes(j->total_rows, (uint64_t)srv->p.n_embd * sizeof(float));
         if (j->status < 0 && j->status != SHOAL_ECANCELED) {
             srv->errors++;
             c->errors++;
@@ -773,8 +827,8 @@ static void on_async(uv_async_t *a)
             conn_send_error(c, j->id, j->status < 0 ? j->status : SHOAL_ENOMEM, msg);
         }
         conn_update_reading(c);
+        shoal_worker_job_free(j);   /* first: the last unref may trim the heap */
         conn_unref(c);
-        shoal_worker_job_free(j);
         j = next;
     }
 }
@@ -882,6 +936,7 @@ struct shoal_worker_server *shoal_worker_server_create(const struct shoal_worker
     srv->listener.data = srv->async.data = srv->sigint.data = srv->sigterm.data = srv;
     srv->dial_timer.data = srv;
     srv->rbuf = shoal_xmalloc(READ_CHUNK);
+    shoal_preauth_init(&srv->preauth, p->max_unauthenticated, p->max_unauth_per_ip);
     /* the handlers are in place before the worker says it listens (and
      * serves), and stay until destroy; unreferenced, they do not keep the
      * loop running. A signal before run is handled when run starts. */
@@ -959,5 +1014,6 @@ void shoal_worker_server_destroy(struct shoal_worker_server *srv)
             shoal_log(SHOAL_LOG_WARN, LOG_C, "event loop closed with handles still open");
     }
     free(srv->rbuf);
+    shoal_preauth_free(&srv->preauth);
     free(srv);
 }

@@ -12,9 +12,10 @@
  * ErrorReply with its id and the connection keeps serving; a malformed
  * body gets an ErrorReply with id 0; a length prefix over the maximum (or
  * zero) gets an ErrorReply and the connection is closed, since the stream
- * is out of sync. Backpressure: when a connection's queued reply bytes plus
- * its request bytes at the compute thread pass the limit, reading from it
- * stops until they drain; nothing is dropped. When a connection closes,
+ * is out of sync. Backpressure: when a connection's unwritten bytes, its
+ * request bytes at the compute thread and the bytes their replies will
+ * take pass the limit, reading from it stops until they drain; nothing is
+ * dropped. When a connection closes,
  * its requests still queued at the compute thread are cancelled; the one
  * running finishes and its reply is discarded (connections are
  * reference-counted).
@@ -23,8 +24,10 @@
  * authenticated, and for an observer throughout, its frames are limited to
  * SHOAL_WIRE_HANDSHAKE_MAX_FRAME and the frame buffer grows only with the
  * bytes that arrived, so one connection holds at most ~64 KiB; at most
- * max_unauthenticated such connections are accepted at once, each closed
- * at the handshake deadline. Reads go through one buffer shared by every
+ * max_unauthenticated such connections are held at once (max_unauth_per_ip
+ * from one address; a new one evicts the least advanced), each closed at
+ * the handshake deadline; at most max_coordinators coordinators are
+ * served, the next refused before Ready. Reads go through one buffer shared by every
  * connection.
  *
  * Thread: loop (the thread that calls shoal_worker_server_run), except
@@ -54,8 +57,12 @@ struct shoal_worker_server_params {
     uint64_t backpressure_bytes;       /* per connection: stop reading above this */
     double handshake_timeout_s;        /* close a connection not authenticated by then */
     int max_connections;               /* refuse more at once */
-    int max_unauthenticated;           /* accepted connections in their handshake at once;
-                                        * more are refused (each costs <= ~64 KiB) */
+    int max_unauthenticated;           /* accepted connections in their handshake at once
+                                        * (each costs <= ~64 KiB); a new one evicts the
+                                        * one with the least progress */
+    int max_unauth_per_ip;             /* of those, from one source address */
+    int max_coordinators;              /* authenticated coordinators at once; more are
+                                        * refused with an ErrorReply instead of Ready */
 };
 
 static inline struct shoal_worker_server_params shoal_worker_server_params_default(void)
@@ -65,7 +72,9 @@ static inline struct shoal_worker_server_params shoal_worker_server_params_defau
                                                .backpressure_bytes = 64ull << 20,
                                                .handshake_timeout_s = 5.0,
                                                .max_connections = 256,
-                                               .max_unauthenticated = 16};
+                                               .max_unauthenticated = 16,
+                                               .max_unauth_per_ip = 4,
+                                               .max_coordinators = 8};
 }
 
 struct shoal_worker_server;

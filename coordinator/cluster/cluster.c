@@ -121,6 +121,8 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
     /* a peer that goes away must not kill the coordinator with SIGPIPE */
     signal(SIGPIPE, SIG_IGN);
     struct shoal_cluster *cl = shoal_xcalloc(1, sizeof *cl);
+    shoal_preauth_init(&cl->preauth, SHOAL_CLUSTER_MAX_UNAUTHENTICATED,
+                       SHOAL_CLUSTER_MAX_UNAUTH_PER_IP);
     const struct shoal_model_config *c = &m->cfg;
     cl->model = m;
     cl->p = *p;
@@ -389,6 +391,7 @@ void shoal_cluster_destroy(struct shoal_cluster *cl)
     free(cl->hidden);
     free(cl->rows);
     free(cl->rbuf);
+    shoal_preauth_free(&cl->preauth);
     pthread_mutex_destroy(&cl->mu);
     pthread_cond_destroy(&cl->cond);
     free(cl);

@@ -34,6 +34,11 @@
 #include "moe.h"
 
 #define SHOAL_CLUSTER_MAX_EXECUTORS 64
+/* accepted connections in their handshake (control and accept ports
+ * together; each costs at most ~64 KiB, docs/PROTOCOL.md "Limits"), and of
+ * those from one source address; a new one evicts the least advanced */
+#define SHOAL_CLUSTER_MAX_UNAUTHENTICATED 16
+#define SHOAL_CLUSTER_MAX_UNAUTH_PER_IP 4
 #define SHOAL_CLUSTER_CONTROL_DEFAULT "127.0.0.1:7077"
 
 struct shoal_cluster_params {

@@ -105,6 +105,7 @@ struct pending {
     uint64_t gen;
     enum pending_state state;
     Shoal__Frame *frame;         /* response or error reply, owned */
+    uint64_t reply_bytes;        /* SENT: the largest frame its reply may take */
     uint64_t recv_ns;
     char why[256];
 };
@@ -168,9 +169,8 @@ struct shoal_cluster {
     uint64_t status_seq;
     struct conn *conns;                 /* every open connection (list) */
     uint8_t *rbuf;                      /* one read buffer for every connection (lazy) */
-    int n_unauth;                       /* accepted connections in their handshake */
+    struct shoal_preauth preauth;       /* accepted connections in their handshake */
     int n_observers;                    /* authenticated control-port connections */
-    uint64_t unauth_refused;            /* connections refused over the caps */
 
     /* status [mu] */
     struct shoal_ctx_timings t;         /* last snapshot from the forward pass */

@@ -26,13 +26,13 @@
 #define BACKOFF_MIN_S 0.25
 #define BACKOFF_MAX_S 5.0
 #define READ_BUF_BYTES (256u << 10)
-/* accepted connections that have not authenticated, at once (each costs
- * at most ~64 KiB: docs/PROTOCOL.md, "Limits"); more are refused */
-#define MAX_UNAUTHENTICATED 16
 /* authenticated observers (`shoal status`) on the control port at once */
 #define MAX_OBSERVERS 64
 /* an observer whose unread replies pass this is closed */
 #define OBSERVER_MAX_QUEUED (1u << 20)
+/* an authenticated worker's frames while it owes no reply: status replies
+ * (16.5 KiB at most), heartbeats and error replies */
+#define WORKER_IDLE_MAX_FRAME (64u << 10)
 
 enum conn_kind {
     CONN_DIAL = 0,       /* we dialled a static worker */
@@ -51,7 +51,7 @@ struct conn {
     struct shoal_handshake hs;
     int hs_started, hs_done;
     int observer;                  /* serves ClusterStatus */
-    int unauth;                    /* counted in cl->n_unauth */
+    int unauth;                    /* in cl->preauth */
     struct shoal_frame_reader rd;
     char peer[128];                /* the address we dialled or the peer's socket address */
     int closing;
@@ -218,7 +218,7 @@ static void conn_close(struct conn *c, const char *why, int hard)
     struct shoal_cluster *cl = c->cl;
     if (c->unauth) {
         c->unauth = 0;
-        cl->n_unauth--;
+        shoal_preauth_remove(&cl->preauth, c);
     }
     if (c->observer && c->hs_done)
         cl->n_observers--;
@@ -361,7 +361,8 @@ static int joiner_index(struct shoal_cluster *cl, const char *name)
     return i;
 }
 
-static void refuse(struct conn *c, int code, const char *msg)
+/* An ErrorReply (id 0) written now, best effort, before a close. */
+static void try_send_error(struct conn *c, int code, const char *msg)
 {
     struct shoal_wire_error e;
     shoal_wire_error_init(&e, 0, code, msg);
@@ -372,7 +373,53 @@ static void refuse(struct conn *c, int code, const char *msg)
         (void)uv_try_write((uv_stream_t *)&c->tcp, &buf, 1);
         free(b);
     }
+}
+
+static void refuse(struct conn *c, int code, const char *msg)
+{
+    try_send_error(c, code, msg);
     conn_close(c, msg, 1);
+}
+
+/* Handshake hook of an accepted connection, before Ready: the role its
+ * port serves, and the observer cap. */
+static int admit_peer(void *user, Shoal__Role role, char *msg, size_t n)
+{
+    struct conn *c = user;
+    if (c->kind == CONN_CONTROL_IN && role != SHOAL__ROLE__ROLE_OBSERVER) {
+        snprintf(msg, n, "the control port serves observers (shoal status) only; "
+                 "workers join on --accept-workers");
+        return -1;
+    }
+    if (c->kind == CONN_WORKER_IN && role == SHOAL__ROLE__ROLE_COORDINATOR) {
+        snprintf(msg, n, "this port accepts workers and observers, not a coordinator");
+        return -1;
+    }
+    if (role == SHOAL__ROLE__ROLE_OBSERVER && c->cl->n_observers >= MAX_OBSERVERS) {
+        snprintf(msg, n, "%d observers are connected, the most a coordinator serves at "
+                 "once; try again later", c->cl->n_observers);
+        return -1;
+    }
+    return 0;
+}
+
+/* The largest frame an authenticated worker may send now: a status reply
+ * or a heartbeat, or the largest reply among the requests it owes, so a
+ * worker cannot make the coordinator buffer more than it asked for. */
+static uint32_t worker_frame_limit(struct conn *c)
+{
+    struct shoal_cluster *cl = c->cl;
+    uint64_t owed = 0;
+    pthread_mutex_lock(&cl->mu);
+    for (int i = 0; i < cl->n_pend; i++) {
+        const struct pending *p = &cl->pend[i];
+        if (p->id && p->exec == c->exec && p->gen == c->gen && p->state == PEND_SENT &&
+            p->reply_bytes > owed)
+            owed = p->reply_bytes;
+    }
+    pthread_mutex_unlock(&cl->mu);
+    uint64_t lim = WORKER_IDLE_MAX_FRAME + owed;
+    return lim < SHOAL_WIRE_MAX_FRAME_DEFAULT ? (uint32_t)lim : SHOAL_WIRE_MAX_FRAME_DEFAULT;
 }
 
 static void handshake_done(struct conn *c)
@@ -382,7 +429,7 @@ static void handshake_done(struct conn *c)
     uv_timer_stop(&c->timer);
     if (c->unauth) {
         c->unauth = 0;
-        cl->n_unauth--;
+        shoal_preauth_remove(&cl->preauth, c);
     }
     if (c->hs.peer_role == SHOAL__ROLE__ROLE_OBSERVER) {
         if (c->kind == CONN_DIAL) {
@@ -462,7 +509,7 @@ static void handshake_done(struct conn *c)
     pthread_mutex_unlock(&cl->mu);
     free(old);
     c->hs_done = 1;
-    c->rd.max_frame = SHOAL_WIRE_MAX_FRAME_DEFAULT;   /* an authenticated worker */
+    c->rd.max_frame = WORKER_IDLE_MAX_FRAME;   /* until it owes a reply (read_cb) */
     shoal_log(again ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "cluster",
               "worker %s is %s: %u of %lld experts, disk %.0f MB/s, compute %.1f GB/s",
               x->addr, again ? "back" : (x->kind == EXEC_JOINED ? "joining" : "up"), held,
@@ -630,6 +677,7 @@ static int on_frame(void *user, const uint8_t *body, size_t len)
     if (!f) {
         char why[SHOAL_ERR_MSG_MAX + 32];
         snprintf(why, sizeof why, "protocol error: %s", err.msg);
+        try_send_error(c, err.code ? err.code : SHOAL_EFORMAT, err.msg);
         conn_close(c, why, !c->hs_done);
         return 1;
     }
@@ -695,20 +743,14 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         cl->exec[c->exec].bytes_received += (uint64_t)nread;
         pthread_mutex_unlock(&cl->mu);
     }
+    if (c->hs_done && !c->observer && c->exec >= 0)
+        c->rd.max_frame = worker_frame_limit(c);
     struct shoal_err err = {0};
     int rc = shoal_frame_reader_feed(&c->rd, (const uint8_t *)buf->base, (size_t)nread,
                                      on_frame, c, &err);
     if (rc < 0 && !c->closing) {
         /* a broken length prefix: tell the peer why before closing */
-        struct shoal_wire_error e;
-        shoal_wire_error_init(&e, 0, rc, err.msg);
-        size_t len;
-        uint8_t *b = shoal_wire_pack(&e.frame, SHOAL_WIRE_MAX_FRAME_DEFAULT, &len, NULL);
-        if (b) {
-            uv_buf_t ub = uv_buf_init((char *)b, (unsigned)len);
-            (void)uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
-            free(b);
-        }
+        try_send_error(c, rc, err.msg);
         char why[SHOAL_ERR_MSG_MAX + 32];
         snprintf(why, sizeof why, "protocol error: %s", err.msg);
         conn_close(c, why, !c->hs_done);
@@ -720,6 +762,10 @@ static void start_handshake(struct conn *c, int connector)
     struct shoal_cluster *cl = c->cl;
     shoal_handshake_init(&c->hs, connector, SHOAL__ROLE__ROLE_COORDINATOR, &cl->key, &cl->info,
                          cl->fingerprint, c->peer);
+    if (!connector) {
+        c->hs.admit = admit_peer;
+        c->hs.admit_user = c;
+    }
     c->hs_started = 1;
     int rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
     if (rc < 0) {
@@ -805,18 +851,22 @@ void shoal_cluster_net_on_incoming(uv_stream_t *srv, int status)
         shoal_wire_addr_str((struct sockaddr *)&ss, c->peer, sizeof c->peer);
     else
         snprintf(c->peer, sizeof c->peer, "?");
-    if (cl->n_unauth >= MAX_UNAUTHENTICATED) {
-        /* logged at 1, 2, 4, 8, ... refusals */
-        const uint64_t k = ++cl->unauth_refused;
+    /* the table full, or this address at its share: the connection with the
+     * least progress makes room (logged at 1, 2, 4, 8, ... evictions) */
+    struct conn *v;
+    while ((v = shoal_preauth_victim(&cl->preauth, c->peer)) != NULL) {
+        const uint64_t k = ++cl->preauth.evicted;
         if ((k & (k - 1)) == 0)
-            shoal_log(SHOAL_LOG_WARN, "cluster", "peer=%s refused: %d connections are in "
-                      "their handshake (%llu refused so far)", c->peer, cl->n_unauth,
-                      (unsigned long long)cl->unauth_refused);
-        conn_close(c, "too many connections in their handshake", 0);
-        return;
+            shoal_log(SHOAL_LOG_WARN, "cluster", "peer=%s evicted for peer=%s: %d connections "
+                      "in their handshake (%llu evicted so far)", v->peer, c->peer,
+                      cl->preauth.n, (unsigned long long)k);
+        conn_close(v, "evicted for a new connection", 0);
     }
     c->unauth = 1;
-    cl->n_unauth++;
+    uv_os_fd_t fd = -1;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0)
+        fd = -1;
+    shoal_preauth_add(&cl->preauth, c, &c->hs, fd, c->peer);
     uv_tcp_nodelay(&c->tcp, 1);
     uv_timer_start(&c->timer, hs_timeout_cb, (uint64_t)(cl->p.connect_timeout_s * 1000), 0);
     start_handshake(c, 0);

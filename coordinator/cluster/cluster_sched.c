@@ -340,6 +340,9 @@ static int send_request(struct shoal_cluster *cl, const struct shoal_cluster_lay
     p->exec = r->x;
     p->gen = r->gen;
     p->state = PEND_SENT;
+    /* the reply: total rows of n_embd f32 and a bounded protobuf overhead;
+     * the loop reads no larger frame from this worker (cluster_net.c) */
+    p->reply_bytes = total * (uint64_t)E * sizeof(float) + 256;
     cl->exec[r->x].in_flight++;
     cl->exec[r->x].requests++;
     pthread_mutex_unlock(&cl->mu);

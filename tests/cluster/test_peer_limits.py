@@ -17,7 +17,22 @@ counts). Against a shoal-worker and a coordinator (`shoal chat` with
    connections leave at most 16 open, and a real peer is served after;
 4. a connection that closes with queued requests: the worker drops them
    (wire_probe cancel-on-close counts the expert acquires after the close);
-5. SIGTERM: sent before the worker says it serves, and repeatedly during
+5. after a keyless handshake as a coordinator: pipelined requests whose
+   replies are 8x their size, never read, cost the worker a bounded peak
+   (reply bytes count against the backpressure budget) and RSS returns
+   near its idle size once the connection is gone; a reply over the frame
+   limit is refused at validation;
+6. authenticated coordinators per worker are capped (--max-coordinators):
+   the one over the cap gets an ErrorReply naming it instead of Ready, and
+   those under it holding 60 MiB partial frames cost at most their frames;
+7. workers joining a coordinator cannot make it buffer large frames it did
+   not ask for (60 MiB partial frames are refused at the length prefix);
+8. silent connections from five addresses, re-dialled as fast as they are
+   closed (slowloris), do not lock out a real handshake from a sixth, on a
+   worker and on the control port;
+9. the coordinator answers a malformed pre-authentication frame, and a
+   worker dialling its control port, with an ErrorReply (never Ready);
+10. SIGTERM: sent before the worker says it serves, and repeatedly during
    its drain and shutdown, the worker exits 0 every time, never killed by
    the signal.
 
@@ -36,6 +51,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clusterlib as L  # noqa: E402
+import wirelite as WL  # noqa: E402
 
 R = L.Results()
 UNAUTH_BYTES = 64 << 10      # documented per-connection bound (PROTOCOL.md)
@@ -49,6 +65,12 @@ def env():
     e["ASAN_OPTIONS"] = (asan + ":" if asan else "") + \
         "quarantine_size_mb=0:thread_local_quarantine_size_kb=0:abort_on_error=1"
     return e
+
+
+def popen(cmd, **kw):
+    """subprocess.Popen with env(): freed memory leaves ASan's quarantine."""
+    kw["env"] = env()
+    return subprocess.Popen(cmd, **kw)
 
 
 def status_kb(pid, key):
@@ -187,8 +209,222 @@ def probe_ok(a, addr, name, scenario, *extra, role=None, timeout=300):
     return ok
 
 
+def inspect(a):
+    """fingerprint, n_layer, n_expert, n_embd of the converted container."""
+    r = subprocess.run([a.shoal, "inspect", a.ct], capture_output=True, text=True,
+                       timeout=120, env=env())
+    t = r.stdout
+    fp = re.search(r"fingerprint\s+([0-9a-f]{16})", t)
+    fam = re.search(r"(\d+) layers .*n_embd (\d+)", t)
+    ex = re.search(r"experts\s+(\d+) per layer", t)
+    if not (fp and fam and ex):
+        return None
+    return fp.group(1), int(fam.group(1)), int(ex.group(1)), int(fam.group(2))
+
+
+def coord_info(a):
+    return WL.peerinfo(fp=a.model_info[0])
+
+
+def amplified_requests(a, name, pid, addr, n_req=40, rows=4000):
+    """One coordinator pipelines requests naming every expert for every row
+    and never reads: the reply bytes count against the budget, so the worker
+    stops reading after a request or two instead of computing them all."""
+    fp, nl, ne, embd = a.model_info
+    time.sleep(0.3)
+    if not reset_peak(pid):
+        R.skip("%s: amplified replies" % name, "cannot reset VmHWM")
+        return
+    rss0 = status_kb(pid, "VmRSS")
+    s = WL.connect(addr)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    why = WL.handshake(s, WL.ROLE_COORD, coord_info(a))
+    if not R("%s: keyless handshake as a coordinator" % name, why is None, str(why)):
+        s.close()
+        return
+    req = WL.frame(WL.expert_request(1, 0, rows, embd, range(ne)))
+    s.settimeout(3)
+    sent = 0
+    for _ in range(n_req):
+        try:
+            s.sendall(req)
+            sent += 1
+        except OSError:
+            break
+    time.sleep(4.0)
+    hwm = status_kb(pid, "VmHWM")
+    s.close()
+    # budget (64 MiB) + one request and its reply + the reader's partial frame
+    bound = 4 * (64 << 10)
+    R("%s: %d requests of %d KiB with replies of %d KiB, never read: peak RSS +%d kB at most"
+      % (name, n_req, len(req) >> 10, (ne * rows * embd * 4) >> 10, bound),
+      hwm - rss0 <= bound, "RSS %d kB, peak %d kB (+%d kB); %d requests sent before the "
+      "worker stopped reading" % (rss0, hwm, hwm - rss0, sent))
+    # the connection gone and the queue idle: the burst's memory goes back
+    after = -1
+    for _ in range(50):
+        time.sleep(0.2)
+        after = status_kb(pid, "VmRSS")
+        if after - rss0 <= 16384:
+            break
+    R("%s: after the connection closes RSS returns within 16 MiB of before" % name,
+      after - rss0 <= 16384, "RSS %d kB before, %d kB after" % (rss0, after))
+    # a reply over the frame limit: refused with an ErrorReply, not computed
+    s = WL.connect(addr)
+    why = WL.handshake(s, WL.ROLE_COORD, coord_info(a))
+    big_rows = (64 << 20) // (embd * 4) // ne + 16
+    msg = ""
+    if why is None:
+        s.settimeout(60)
+        try:
+            s.sendall(WL.frame(WL.expert_request(7, 0, big_rows, embd, range(ne))))
+            msg = WL.error_message(WL.recv_frame(s))
+        except (OSError, EOFError) as e:
+            msg = "no reply: %s" % e
+    s.close()
+    R("%s: a request whose reply would pass the frame limit gets an ErrorReply" % name,
+      "frame limit" in msg, msg or str(why))
+
+
+def coordinator_cap(a, tmp, cap=2, n=4, mb=60):
+    """A worker with --max-coordinators cap: the coordinators over it get an
+    ErrorReply naming the cap instead of Ready; those under it each hold a
+    partial frame of mb MiB."""
+    w = L.Worker(a.worker, tmp, "capped", a.ct, "--max-coordinators", str(cap), launch=popen)
+    socks = []
+    try:
+        if not R("worker with --max-coordinators %d starts" % cap, w.wait_ready(), w.text()[-500:]):
+            return
+        pid = w.p.pid
+        time.sleep(0.3)
+        rss0 = status_kb(pid, "VmRSS")
+        refusals = []
+        for i in range(n):
+            s = WL.connect(w.addr)
+            why = WL.handshake(s, WL.ROLE_COORD, coord_info(a))
+            if why is not None:
+                refusals.append(why)
+                s.close()
+                continue
+            send_quietly(s, WL.partial_request(64 << 20, mb << 20))
+            socks.append(s)
+        time.sleep(1.0)
+        rss1 = status_kb(pid, "VmRSS")
+        R("worker: coordinators over --max-coordinators %d get an ErrorReply naming it" % cap,
+          len(refusals) == n - cap and all("--max-coordinators %d" % cap in m for m in refusals),
+          "%d refused: %r" % (len(refusals), refusals[:2]))
+        bound = cap * (64 << 10) + 8192
+        R("worker: %d coordinators holding %d MiB partial frames cost %d kB at most"
+          % (n, mb, bound), rss1 - rss0 <= bound,
+          "RSS %d kB -> %d kB (+%d kB)" % (rss0, rss1, rss1 - rss0))
+        for s in socks:
+            s.close()
+        socks = []
+        probe_ok(a, w.addr, "worker: serves a coordinator after the others left", "valid")
+    finally:
+        for s in socks:
+            s.close()
+        w.stop()
+
+
+def rogue_workers(a, name, pid, addr, n=10, mb=60):
+    """n workers join (keyless) and each sends mb MiB of a 64 MiB frame the
+    coordinator never asked for: refused at the length prefix."""
+    fp, nl, ne, embd = a.model_info
+    time.sleep(0.3)
+    rss0 = status_kb(pid, "VmRSS")
+    socks, joined = [], 0
+    for i in range(n):
+        s = WL.connect(addr)
+        info = WL.peerinfo(fp=fp, n_layer=nl, n_expert=ne, n_embd=embd,
+                           coverage=b"\0" * ((nl * ne + 7) // 8), model_type="qwen3_moe",
+                           name="rogue%d" % i)
+        try:
+            why = WL.handshake(s, WL.ROLE_WORKER, info)
+        except (OSError, EOFError) as e:
+            why = str(e)
+        if why is None:
+            joined += 1
+            send_quietly(s, WL.partial_request(64 << 20, mb << 20))
+        socks.append(s)
+    time.sleep(1.0)
+    rss1 = status_kb(pid, "VmRSS")
+    for s in socks:
+        s.close()
+    R("%s: %d workers joined" % (name, n), joined == n, "%d joined" % joined)
+    bound = n * (64 << 10) // 1024 * 2 + 4096
+    R("%s: %d joined workers sending %d MiB frames unasked cost %d kB at most"
+      % (name, n, mb, bound), rss1 - rss0 <= bound,
+      "RSS %d kB -> %d kB (+%d kB)" % (rss0, rss1, rss1 - rss0))
+
+
+def slowloris(name, addr, ok_fn, seconds=6.0, holders=40, tries=4, sources=5):
+    """holders threads keep silent connections open from 127.0.0.2 ...
+    127.0.0.(1 + sources) (more than the table holds), re-dialling each as
+    soon as it is closed; meanwhile ok_fn() (a real handshake from
+    127.0.0.1) must succeed every time."""
+    import threading
+    stop = time.time() + seconds
+    host, port = addr.rsplit(":", 1)
+    def hold(i):
+        src = ("127.0.0.%d" % (2 + i % sources), 0)
+        while time.time() < stop:
+            try:
+                s = socket.create_connection((host, int(port)), timeout=2,
+                                             source_address=src)
+                s.settimeout(1)
+                while time.time() < stop:
+                    try:
+                        if s.recv(1) == b"":
+                            break
+                    except socket.timeout:
+                        pass
+                s.close()
+            except OSError:
+                time.sleep(0.01)
+    ths = [threading.Thread(target=hold, args=(i,), daemon=True) for i in range(holders)]
+    for t in ths:
+        t.start()
+    time.sleep(1.0)
+    good = 0
+    for _ in range(tries):
+        good += bool(ok_fn())
+        time.sleep(0.2)
+    for t in ths:
+        t.join()
+    R("%s: %d silent connections re-dialled as they close; real handshakes served"
+      % (name, holders), good == tries, "%d of %d served" % (good, tries))
+
+
+def control_port_refusals(a, name, addr):
+    """A malformed frame before the handshake, and a worker on the control
+    port: each gets an ErrorReply (a worker never gets Ready)."""
+    s = WL.connect(addr)
+    s.settimeout(10)
+    msg = ""
+    try:
+        s.sendall(WL.frame(b"\x0a\x05\x08"))   # hello claiming 5 bytes, holding 1
+        msg = WL.error_message(WL.recv_frame(s))
+    except (OSError, EOFError) as e:
+        msg = "no reply: %s" % e
+    s.close()
+    R("%s: a malformed frame before the handshake gets an ErrorReply" % name, msg != "" and
+      not msg.startswith("no reply"), msg)
+    fp, nl, ne, embd = a.model_info
+    s = WL.connect(addr)
+    s.settimeout(10)
+    try:
+        why = WL.handshake(s, WL.ROLE_WORKER, WL.peerinfo(fp=fp, n_layer=nl, n_expert=ne,
+                                                          n_embd=embd))
+    except (OSError, EOFError) as e:
+        why = "no reply: %s" % e
+    s.close()
+    R("%s: a worker gets an ErrorReply instead of Ready" % name,
+      why is not None and "observers" in why, str(why))
+
+
 def worker_part(a, tmp):
-    w = L.Worker(a.worker, tmp, "worker", a.ct)
+    w = L.Worker(a.worker, tmp, "worker", a.ct, launch=popen)
     try:
         if not R("worker starts", w.wait_ready(), w.text()[-500:]):
             return
@@ -198,12 +434,17 @@ def worker_part(a, tmp):
         unknown_fields_raw("worker", pid, w.addr)
         unknown_fields_authenticated(a, "worker", pid, w.addr, "coordinator")
         connection_cap("worker", w.addr)
+        amplified_requests(a, "worker", pid, w.addr)
+        slowloris("worker", w.addr, lambda: subprocess.run(
+            [a.probe, "--addr", w.addr, "--model", a.ct, "--role", "observer", "status"],
+            capture_output=True, timeout=60, env=env()).returncode == 0)
         probe_ok(a, w.addr, "worker: serves a valid request after all that", "valid")
         probe_ok(a, w.addr, "worker: a closed connection's queued requests are dropped",
                  "cancel-on-close", 8, timeout=900)
         R("worker alive", w.alive())
     finally:
         rc = w.stop()
+        coordinator_cap(a, tmp)
         R("worker exits 0", rc == 0, "rc=%s" % rc)
         text = w.text()
         reports = [l for l in text.splitlines() if "Sanitizer" in l or "runtime error" in l]
@@ -235,6 +476,11 @@ def coordinator_part(a, tmp):
             unknown_fields_raw("coordinator " + label, pid, ad)
             connection_cap("coordinator " + label, ad)
         unknown_fields_authenticated(a, "coordinator control port", pid, addr, "observer")
+        if m:
+            rogue_workers(a, "coordinator accept port", pid, m.group(1))
+        control_port_refusals(a, "coordinator control port", addr)
+        slowloris("coordinator control port", addr,
+                  lambda: L.query_status(a.shoal, addr, timeout=20)[0] == 0)
         rc, out, err = L.query_status(a.shoal, addr, "--json")
         R("coordinator: shoal status answers after all that", rc == 0, (out + err)[-300:])
         chat.stdin.close()
@@ -307,6 +553,9 @@ def main():
         r = subprocess.run([a.shoal, "convert", L.MODEL, a.ct, "--experts", "int4"],
                            capture_output=True, text=True, timeout=300, env=env())
         if not R("convert the bundled model", r.returncode == 0, r.stderr[-500:]):
+            return R.summary()
+        a.model_info = inspect(a)
+        if not R("inspect the container", a.model_info is not None):
             return R.summary()
         if a.only in (None, "worker"):
             worker_part(a, tmp)

@@ -910,10 +910,13 @@ static int sc_cancel_on_close(struct probe *p, int n)
     int32_t ids[256];
     int ne = covered_experts(p, p->layer, ids, 256);
     struct req r;
-    req_build(&r, 500, p->layer, ids, ne, 2048, p->n_embd, 3);
+    /* 768 rows: n = 8 requests and their replies (every expert takes every
+     * row) stay within the worker's 64 MiB per-connection budget, so it
+     * reads them all */
+    req_build(&r, 500, p->layer, ids, ne, 768, p->n_embd, 3);
     for (int k = 0; k < ne; k++) {
-        r.er[k].n_rows = 2048;
-        for (uint32_t j = 0; j < 2048; j++)
+        r.er[k].n_rows = 768;
+        for (uint32_t j = 0; j < 768; j++)
             r.er[k].rows[j] = j;
     }
     uint64_t acq0, req0, acq1, req1;
