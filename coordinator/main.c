@@ -20,6 +20,7 @@ static const struct subcommand subcommands[] = {
     {"convert", shoal_cmd_convert, "make a shoal container from a Hugging Face checkpoint"},
     {"inspect", shoal_cmd_inspect, "describe (and --verify) a shoal container"},
     {"bench", shoal_cmd_bench, "measure one configuration against the machine's limits (JSON)"},
+    {"plan", shoal_cmd_plan, "size a model from its config.json: RAM, disk, reads per token"},
     {"shard", shoal_cmd_shard, "split a container into one partial container per worker"},
     {"status", shoal_cmd_status, "show a running cluster: executors, caches, time per token"},
     {"synth", shoal_cmd_synth, "write a synthetic container for benchmarks (--check: measure one)"},

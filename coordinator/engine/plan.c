@@ -1,0 +1,390 @@
+/* plan: sizes of a model from its config.json (plan.h). */
+#include "plan.h"
+
+#include <jansson.h>
+#include <string.h>
+
+#include "model_config.h"
+#include "quant.h"
+
+#define ALIGN_COMP 64      /* expert components inside a blob (container.c) */
+#define ALIGN_BLOB 4096    /* one expert blob (SHOAL_CONTAINER_ALIGN) */
+#define MAX_DIM (1 << 24)
+
+/* The architecture the sizes need, from either config parser. */
+struct arch {
+    int64_t V, E, L, n_mtp;
+    int tie;
+    int mla;
+    int64_t H, Hkv, hd;               /* GQA */
+    int64_t q_norm, k_norm;           /* QK-norm weight lengths, 0 = none */
+    int qkv_bias, o_bias, sinks;      /* gpt_oss: o bias and attention sinks */
+    int64_t q_lora, kv_lora, qk_nope, qk_rope, v_hd;   /* MLA */
+    int64_t n_ff, n_ff_exp, n_ff_shexp;
+    int shexp_gate;                   /* qwen2_moe's sigmoid gate [1, E] */
+    int router_bias;                  /* e_score_correction_bias or router bias */
+    int expert_bias;                  /* gpt_oss: biases of gate_up and down */
+    int64_t n_expert, n_used, n_shared;
+    uint8_t is_moe[SHOAL_MAX_LAYERS];
+};
+
+/* ---- reading the config of a family shoal does not run yet -------------- */
+
+/* An integer field: absent or null gives def (def -1: required);
+ * otherwise it must be an integer in [lo, hi]. */
+static int get_int(const json_t *o, const char *key, int64_t def, int64_t lo, int64_t hi,
+                   const char *what, int64_t *out, struct shoal_err *err)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        if (def != -1)
+            return 0;
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: '%s' is missing; expected an integer "
+                             "in [%lld, %lld]", what, key, (long long)lo, (long long)hi);
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: '%s' must be an integer in [%lld, "
+                             "%lld]", what, key, (long long)lo, (long long)hi);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+#define REQ(key, var, lo, hi) \
+    if ((rc = get_int(root, key, -1, lo, hi, what, &(var), err))) return rc
+#define OPT(key, var, def, lo, hi) \
+    if ((rc = get_int(root, key, def, lo, hi, what, &(var), err))) return rc
+
+static int read_other(const json_t *root, const char *type, const char *what,
+                      struct arch *a, struct shoal_err *err)
+{
+    int rc;
+    int64_t k_dense = 0, freq = 1;
+    const int ds = !strcmp(type, "deepseek_v2") || !strcmp(type, "deepseek_v3") ||
+                   !strcmp(type, "kimi_k2");
+    const int oss = !strcmp(type, "gpt_oss");
+    REQ("vocab_size", a->V, 1, INT32_MAX);
+    REQ("hidden_size", a->E, 1, MAX_DIM);
+    REQ("num_hidden_layers", a->L, 1, SHOAL_MAX_LAYERS);
+    REQ("num_attention_heads", a->H, 1, 4096);
+    OPT("num_key_value_heads", a->Hkv, a->H, 1, 4096);
+    OPT("num_nextn_predict_layers", a->n_mtp, 0, 0, 16);
+    REQ("num_experts_per_tok", a->n_used, 1, 4096);
+    const json_t *tie = json_object_get(root, "tie_word_embeddings");
+    a->tie = json_is_true(tie);
+    if (oss) {
+        REQ("num_local_experts", a->n_expert, 1, 65536);
+        REQ("intermediate_size", a->n_ff_exp, 1, MAX_DIM);
+        OPT("head_dim", a->hd, a->E / a->H, 1, 65536);
+        a->qkv_bias = a->o_bias = a->sinks = 1;
+        a->router_bias = a->expert_bias = 1;
+        memset(a->is_moe, 1, (size_t)a->L);
+    } else {
+        REQ("n_routed_experts", a->n_expert, 1, 65536);
+        REQ("moe_intermediate_size", a->n_ff_exp, 1, MAX_DIM);
+        REQ("intermediate_size", a->n_ff, 1, MAX_DIM);
+        OPT("n_shared_experts", a->n_shared, 0, 0, 64);
+        a->n_ff_shexp = a->n_shared * a->n_ff_exp;
+        OPT("first_k_dense_replace", k_dense, 0, 0, a->L);
+        if (ds)
+            OPT("moe_layer_freq", freq, 1, 1, a->L);
+        for (int64_t il = 0; il < a->L; il++)
+            a->is_moe[il] = il >= k_dense && il % freq == 0;
+    }
+    if (a->n_used > a->n_expert)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: num_experts_per_tok %lld exceeds the "
+                             "%lld experts", what, (long long)a->n_used,
+                             (long long)a->n_expert);
+    if (ds) {
+        a->mla = 1;
+        OPT("q_lora_rank", a->q_lora, 0, 1, MAX_DIM);
+        REQ("kv_lora_rank", a->kv_lora, 1, MAX_DIM);
+        REQ("qk_nope_head_dim", a->qk_nope, 0, 65536);
+        REQ("qk_rope_head_dim", a->qk_rope, 1, 65536);
+        REQ("v_head_dim", a->v_hd, 1, 65536);
+        /* noaux_tc routing keeps a correction bias per expert (V3, Kimi) */
+        const json_t *m = json_object_get(root, "topk_method");
+        a->router_bias = json_is_string(m) && !strcmp(json_string_value(m), "noaux_tc");
+    } else if (!oss) {                               /* glm4_moe */
+        OPT("head_dim", a->hd, a->E / a->H, 1, 65536);
+        a->router_bias = 1;
+        a->qkv_bias = json_is_true(json_object_get(root, "attention_bias"));
+        if (json_is_true(json_object_get(root, "use_qk_norm")))
+            a->q_norm = a->k_norm = a->hd;
+    }
+    return 0;
+}
+
+/* ---- the families shoal runs: the same parse as convert ----------------- */
+
+static void from_config(const struct shoal_model_config *c, struct arch *a)
+{
+    a->V = c->n_vocab, a->E = c->n_embd, a->L = c->n_layer;
+    a->tie = c->tie_embeddings;
+    a->H = c->n_head, a->Hkv = c->n_head_kv, a->hd = c->head_dim;
+    if (c->family->qk_norm == SHOAL_QK_NORM_HEAD)
+        a->q_norm = a->k_norm = c->head_dim;
+    else if (c->family->qk_norm == SHOAL_QK_NORM_FULL)
+        a->q_norm = c->n_head * c->head_dim, a->k_norm = c->n_head_kv * c->head_dim;
+    a->qkv_bias = c->qkv_bias;
+    a->n_ff = c->n_ff, a->n_ff_exp = c->n_ff_exp, a->n_ff_shexp = c->n_ff_shexp;
+    a->n_shared = c->n_ff_shexp > 0;
+    a->shexp_gate = c->n_ff_shexp > 0;
+    a->n_expert = c->n_expert, a->n_used = c->n_expert_used;
+    memcpy(a->is_moe, c->layer_is_moe, (size_t)c->n_layer);
+}
+
+/* ---- sizes ------------------------------------------------------------------ */
+
+struct acc {
+    const struct shoal_plan_params *p;
+    struct shoal_plan *out;
+    int mtp;                      /* counting an MTP layer */
+};
+
+/* Bytes of one tensor as convert writes it (container.c target_dtype and
+ * target_bytes): 1-D tensors stay f32 when the dtype is quantized. */
+static uint64_t tensor_bytes(enum shoal_dtype t, int64_t rows, int64_t cols, int group)
+{
+    if (cols == 0 && shoal_dtype_is_quant(t))
+        t = SHOAL_DTYPE_F32;
+    struct shoal_weight w = {.dtype = t, .rows = cols ? rows : 1, .cols = cols ? cols : rows,
+                             .group = group};
+    return (uint64_t)shoal_weight_bytes(&w);
+}
+
+/* A trunk tensor [rows][cols] (cols 0: 1-D of rows). */
+static void add(struct acc *ac, enum shoal_plan_part part, int64_t rows, int64_t cols)
+{
+    uint64_t n = (uint64_t)rows * (uint64_t)(cols ? cols : 1);
+    uint64_t b = tensor_bytes(ac->p->dense_dtype, rows, cols, ac->p->group);
+    if (ac->mtp) {
+        ac->out->params_mtp += n;
+        ac->out->mtp_bytes += b;
+        return;
+    }
+    ac->out->params_trunk += n;
+    ac->out->part_bytes[part] += b;
+}
+
+static void add_ffn(struct acc *ac, enum shoal_plan_part part, int64_t E, int64_t ff)
+{
+    add(ac, part, ff, E);
+    add(ac, part, ff, E);
+    add(ac, part, E, ff);
+}
+
+static void add_layer(struct acc *ac, const struct arch *a, int moe)
+{
+    const int64_t E = a->E;
+    add(ac, SHOAL_PLAN_NORM, E, 0);                       /* input_layernorm */
+    add(ac, SHOAL_PLAN_NORM, E, 0);                       /* post_attention_layernorm */
+    if (a->mla) {
+        const int64_t qk = a->qk_nope + a->qk_rope;
+        if (a->q_lora) {
+            add(ac, SHOAL_PLAN_ATTN, a->q_lora, E);           /* q_a_proj */
+            add(ac, SHOAL_PLAN_NORM, a->q_lora, 0);           /* q_a_layernorm */
+            add(ac, SHOAL_PLAN_ATTN, a->H * qk, a->q_lora);   /* q_b_proj */
+        } else {
+            add(ac, SHOAL_PLAN_ATTN, a->H * qk, E);           /* q_proj */
+        }
+        add(ac, SHOAL_PLAN_ATTN, a->kv_lora + a->qk_rope, E); /* kv_a_proj_with_mqa */
+        add(ac, SHOAL_PLAN_NORM, a->kv_lora, 0);              /* kv_a_layernorm */
+        add(ac, SHOAL_PLAN_ATTN, a->H * (a->qk_nope + a->v_hd), a->kv_lora); /* kv_b_proj */
+        add(ac, SHOAL_PLAN_ATTN, E, a->H * a->v_hd);          /* o_proj */
+    } else {
+        const int64_t nq = a->H * a->hd, nkv = a->Hkv * a->hd;
+        add(ac, SHOAL_PLAN_ATTN, nq, E);
+        add(ac, SHOAL_PLAN_ATTN, nkv, E);
+        add(ac, SHOAL_PLAN_ATTN, nkv, E);
+        add(ac, SHOAL_PLAN_ATTN, E, nq);
+        if (a->qkv_bias) {
+            add(ac, SHOAL_PLAN_ATTN, nq, 0);
+            add(ac, SHOAL_PLAN_ATTN, nkv, 0);
+            add(ac, SHOAL_PLAN_ATTN, nkv, 0);
+        }
+        if (a->o_bias)
+            add(ac, SHOAL_PLAN_ATTN, E, 0);
+        if (a->sinks)
+            add(ac, SHOAL_PLAN_ATTN, a->H, 0);
+        if (a->q_norm) {
+            add(ac, SHOAL_PLAN_NORM, a->q_norm, 0);
+            add(ac, SHOAL_PLAN_NORM, a->k_norm, 0);
+        }
+    }
+    if (!moe) {
+        add_ffn(ac, SHOAL_PLAN_DENSE_MLP, E, a->n_ff);
+        return;
+    }
+    add(ac, SHOAL_PLAN_ROUTER, a->n_expert, E);
+    if (a->router_bias)
+        add(ac, SHOAL_PLAN_ROUTER, a->n_expert, 0);
+    if (a->n_ff_shexp) {
+        add_ffn(ac, SHOAL_PLAN_SHEXP, E, a->n_ff_shexp);
+        if (a->shexp_gate)
+            add(ac, SHOAL_PLAN_SHEXP, 1, E);
+    }
+    if (ac->mtp) {        /* the MTP layer's routed experts, on disk only */
+        ac->out->params_mtp += (uint64_t)a->n_expert * ac->out->params_expert_one;
+        ac->out->mtp_bytes += (uint64_t)a->n_expert * ac->out->expert_blob_bytes;
+    }
+}
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+/* One expert as a blob: gate [ff][E], up [ff][E], down [E][ff] (gpt_oss:
+ * then the gate_up and down biases), each 64-byte aligned, the blob 4 KiB
+ * aligned (container.c write_slot). */
+static void expert_blob(const struct arch *a, const struct shoal_plan_params *p,
+                        struct shoal_plan *o)
+{
+    const int64_t shapes[5][2] = {{a->n_ff_exp, a->E}, {a->n_ff_exp, a->E},
+                                  {a->E, a->n_ff_exp}, {2 * a->n_ff_exp, 0}, {a->E, 0}};
+    uint64_t off = 0;
+    for (int c = 0; c < (a->expert_bias ? 5 : 3); c++) {
+        uint64_t b = tensor_bytes(p->experts_dtype, shapes[c][0], shapes[c][1], p->group);
+        off = align_up(off, ALIGN_COMP) + b;
+        o->expert_weight_bytes += b;
+        o->params_expert_one += (uint64_t)shapes[c][0] * (uint64_t)(shapes[c][1] ? shapes[c][1] : 1);
+        if (c < 3)
+            o->expert_comp_bytes[c] = b;
+    }
+    o->expert_blob_bytes = align_up(off, ALIGN_BLOB);
+}
+
+static const char *const other_families[] = {"deepseek_v2", "deepseek_v3", "kimi_k2",
+                                              "glm4_moe", "gpt_oss"};
+
+int shoal_plan_config(const char *json, size_t len, const char *what,
+                      const struct shoal_plan_params *p, struct shoal_plan *o,
+                      struct shoal_err *err)
+{
+    memset(o, 0, sizeof *o);
+    if (!shoal_quant_group_ok(p->group))
+        return shoal_err_set(err, SHOAL_EINVAL, "--group %d: expected 32, 64 or 128", p->group);
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, 0, &jerr);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: not a JSON object (line %d: %s)", what,
+                             jerr.line, jerr.text);
+    }
+    const char *type = json_string_value(json_object_get(root, "model_type"));
+    struct arch *a = calloc(1, sizeof *a);
+    int rc = 0;
+    if (!a) {
+        json_decref(root);
+        return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+    }
+    int other = 0;
+    for (size_t i = 0; type && i < sizeof other_families / sizeof other_families[0]; i++)
+        other |= !strcmp(type, other_families[i]);
+    if (!type || (!other && !shoal_family_find(type))) {
+        rc = shoal_err_set(err, SHOAL_EUNSUPPORTED, "%s: unknown model_type '%s'; shoal plan "
+                           "knows %s, deepseek_v2, deepseek_v3, kimi_k2, glm4_moe, gpt_oss",
+                           what, type ? type : "(none)", shoal_family_list());
+        goto out;
+    }
+    snprintf(o->model_type, sizeof o->model_type, "%s", type);
+    if (other) {
+        if ((rc = read_other(root, type, what, a, err)))
+            goto out;
+    } else {
+        struct shoal_model_config *c = calloc(1, sizeof *c);
+        if (!c) {
+            rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+            goto out;
+        }
+        rc = shoal_model_config_parse(json, len, what, c, err);
+        if (!rc)
+            from_config(c, a);
+        free(c);
+        if (rc)
+            goto out;
+        o->runnable = 1;
+    }
+    o->mla = a->mla;
+    o->n_layer = a->L;
+    o->n_mtp_layer = a->n_mtp;
+    o->n_expert = a->n_expert;
+    o->n_expert_used = a->n_used;
+    o->n_shared_expert = a->n_shared;
+    for (int64_t il = 0; il < a->L; il++)
+        o->n_moe_layer += a->is_moe[il];
+
+    expert_blob(a, p, o);
+    struct acc ac = {.p = p, .out = o};
+    add(&ac, SHOAL_PLAN_EMBED, a->V, a->E);
+    add(&ac, SHOAL_PLAN_NORM, a->E, 0);                   /* final norm */
+    if (!a->tie)
+        add(&ac, SHOAL_PLAN_LM_HEAD, a->V, a->E);
+    for (int64_t il = 0; il < a->L; il++)
+        add_layer(&ac, a, a->is_moe[il]);
+    /* MTP layers (DeepSeek-V3, GLM-4.5): a MoE decoder layer plus enorm,
+     * hnorm, eh_proj [E][2E], shared_head.norm and (DeepSeek) their own
+     * embed_tokens and shared_head.head; in the checkpoint, never loaded */
+    ac.mtp = 1;
+    for (int64_t i = 0; i < a->n_mtp; i++) {
+        add_layer(&ac, a, 1);
+        add(&ac, SHOAL_PLAN_NORM, a->E, 0);
+        add(&ac, SHOAL_PLAN_NORM, a->E, 0);
+        add(&ac, SHOAL_PLAN_NORM, a->E, 0);
+        add(&ac, SHOAL_PLAN_ATTN, a->E, 2 * a->E);
+        if (a->mla) {
+            add(&ac, SHOAL_PLAN_EMBED, a->V, a->E);
+            add(&ac, SHOAL_PLAN_LM_HEAD, a->V, a->E);
+        }
+    }
+    for (int i = 0; i < SHOAL_PLAN_N_PART; i++)
+        o->trunk_bytes += o->part_bytes[i];
+    const uint64_t n_moe = (uint64_t)o->n_moe_layer;
+    o->params_experts = o->params_expert_one * (uint64_t)a->n_expert * n_moe;
+    o->params_total = o->params_trunk + o->params_experts;
+    o->params_active = o->params_trunk + o->params_expert_one * (uint64_t)a->n_used * n_moe;
+    o->experts_bytes = o->expert_blob_bytes * (uint64_t)a->n_expert * n_moe;
+
+    /* KV: shoal's cache is f32 K and V of every layer (forward.c); MLA as
+     * a per-head cache would hold K (nope + rope) and V per head, and the
+     * compressed cache the latent plus the shared rope key */
+    if (a->mla) {
+        o->kv_bytes_per_token = (uint64_t)a->L * (uint64_t)a->H *
+                                (uint64_t)(a->qk_nope + a->qk_rope + a->v_hd) * 4;
+        o->kv_mla_bytes_per_token = (uint64_t)a->L * (uint64_t)(a->kv_lora + a->qk_rope) * 4;
+        o->kv_lora_rank = a->kv_lora;
+        o->qk_rope_head_dim = a->qk_rope;
+    } else {
+        o->kv_bytes_per_token = 2 * (uint64_t)a->L * (uint64_t)a->Hkv * (uint64_t)a->hd * 4;
+    }
+    o->kv_budget_bytes = (uint64_t)p->ctx *
+                         (a->mla ? o->kv_mla_bytes_per_token : o->kv_bytes_per_token);
+
+    o->token_expert_bytes = (uint64_t)a->n_used * o->expert_blob_bytes * n_moe;
+    o->token_disk_bytes = (uint64_t)((1.0 - p->hit_rate) * (double)o->token_expert_bytes + 0.5);
+    if (p->ram) {
+        o->cache_bytes = (int64_t)p->ram - (int64_t)o->trunk_bytes - (int64_t)o->kv_budget_bytes;
+        uint64_t fit = o->cache_bytes > 0 ? (uint64_t)o->cache_bytes / o->expert_blob_bytes : 0;
+        uint64_t all = (uint64_t)a->n_expert * n_moe;
+        o->cache_experts = fit < all ? fit : all;
+    }
+    if (p->workers > 0) {
+        const int64_t per = (a->n_expert + p->workers - 1) / p->workers;
+        o->worker_experts_per_layer = per;
+        o->worker_expert_bytes = (uint64_t)per * n_moe * o->expert_blob_bytes;
+        /* on average 1/workers of the top-k in each MoE layer */
+        o->worker_token_bytes = (o->token_expert_bytes + (uint64_t)p->workers - 1) /
+                                (uint64_t)p->workers;
+        o->worker_token_disk_bytes = (uint64_t)((1.0 - p->hit_rate) *
+                                                (double)o->worker_token_bytes + 0.5);
+        if (p->ram) {
+            uint64_t fit = p->ram / o->expert_blob_bytes, all = (uint64_t)per * n_moe;
+            o->worker_cache_experts = fit < all ? fit : all;
+        }
+    }
+out:
+    free(a);
+    json_decref(root);
+    return rc;
+}

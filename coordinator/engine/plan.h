@@ -1,0 +1,86 @@
+/* plan: what a model needs (RAM, disk, bytes read per token), computed from
+ * its Hugging Face config.json alone, before anything is downloaded
+ * (`shoal plan`).
+ *
+ * Sizes follow the container `shoal convert` writes (docs/FORMAT.md): every
+ * 2-D tensor in the chosen dtype (int8/int4 rows with one f32 scale per
+ * group, quant.h), 1-D tensors f32 when the dtype is quantized, and one
+ * expert as one blob (gate, up, down, each 64-byte aligned, the blob 4 KiB
+ * aligned). For the families shoal runs the architecture comes from
+ * common/model_config (the same parse as convert); deepseek_v2/v3, kimi_k2,
+ * glm4_moe and gpt_oss are read here from their config fields (MLA,
+ * shared experts, leading dense layers, MTP layers) and sized as a
+ * container would hold them, with `runnable` = 0.
+ *
+ * Thread: any (plain data).
+ */
+#ifndef SHOAL_PLAN_H
+#define SHOAL_PLAN_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "tensor.h"
+
+struct shoal_plan_params {
+    enum shoal_dtype experts_dtype;   /* int4a8|int4|int8|bf16|f32 */
+    enum shoal_dtype dense_dtype;     /* int8|bf16|f32 */
+    int group;                        /* 32, 64, 128 */
+    uint64_t ram;                     /* bytes of RAM; 0 = not given */
+    int workers;                      /* 0 = in-process */
+    double hit_rate;                  /* expert cache hit rate, 0..1 */
+    int64_t ctx;                      /* tokens of KV cache budgeted */
+};
+
+/* Where the resident (trunk) bytes go. */
+enum shoal_plan_part {
+    SHOAL_PLAN_EMBED = 0, SHOAL_PLAN_LM_HEAD, SHOAL_PLAN_ATTN, SHOAL_PLAN_ROUTER,
+    SHOAL_PLAN_SHEXP, SHOAL_PLAN_DENSE_MLP, SHOAL_PLAN_NORM, SHOAL_PLAN_N_PART,
+};
+
+struct shoal_plan {
+    char model_type[64];
+    int runnable;                 /* 1 if shoal runs this family today */
+    int mla;                      /* multi-head latent attention */
+    int64_t n_layer, n_moe_layer, n_mtp_layer;
+    int64_t n_expert, n_expert_used, n_shared_expert;
+    /* parameters (elements) */
+    uint64_t params_trunk, params_expert_one, params_experts, params_mtp;
+    uint64_t params_total;        /* trunk + experts, MTP layers excluded */
+    uint64_t params_active;       /* trunk + top-k experts in every MoE layer */
+    /* bytes as `shoal convert` writes them (no 64-byte/4 KiB padding in
+     * the trunk; expert blobs padded as on disk) */
+    uint64_t part_bytes[SHOAL_PLAN_N_PART];
+    uint64_t trunk_bytes;         /* sum of part_bytes: resident in RAM */
+    uint64_t expert_weight_bytes; /* one expert's gate + up + down, unpadded */
+    uint64_t expert_blob_bytes;   /* one expert on disk (blob_bytes) */
+    uint64_t expert_comp_bytes[3];/* gate, up, down */
+    uint64_t experts_bytes;       /* blob x n_expert x MoE layers */
+    uint64_t mtp_bytes;           /* MTP layers at the same dtypes (not loaded) */
+    /* KV cache */
+    uint64_t kv_bytes_per_token;  /* f32 K and V as shoal's cache stores them
+                                     (MLA: decompressed per head) */
+    uint64_t kv_mla_bytes_per_token; /* MLA: f32 latent + rope key; 0 otherwise */
+    int64_t kv_lora_rank, qk_rope_head_dim;
+    uint64_t kv_budget_bytes;     /* ctx x (MLA figure for MLA, else f32) */
+    /* per token */
+    uint64_t token_expert_bytes;  /* top-k x blob x MoE layers */
+    uint64_t token_disk_bytes;    /* at hit_rate */
+    /* RAM: what is left for the expert cache (ram given) */
+    int64_t cache_bytes;          /* ram - trunk - KV budget; may be < 0 */
+    uint64_t cache_experts;       /* experts that fit */
+    /* workers: each holds ceil(n_expert / workers) experts per MoE layer */
+    int64_t worker_experts_per_layer;
+    uint64_t worker_expert_bytes, worker_token_bytes, worker_token_disk_bytes;
+    uint64_t worker_cache_experts;
+};
+
+/* Plan the model whose config.json text is json (len bytes; `what` names
+ * it in errors) for p. Returns 0, or a negative status with one line in
+ * err naming the file and field (an unknown model_type lists the known
+ * ones). Thread: any. */
+int shoal_plan_config(const char *json, size_t len, const char *what,
+                      const struct shoal_plan_params *p, struct shoal_plan *out,
+                      struct shoal_err *err);
+
+#endif
