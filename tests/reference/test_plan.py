@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""`shoal plan`: sizes from a config.json alone.
+
+1. Against what shoal writes: the bundled model converted with several
+   --experts/--dense/--group choices, and tiny `shoal synth` containers of
+   every family synth makes. The plan's per-expert bytes (the 4 KiB-aligned
+   blob, as on disk), its components, the experts' total (experts.bin less
+   its 4 KiB header) and the resident bytes (the sum of the dense tensors'
+   bytes, without the 64-byte gaps between them) must equal the manifest's
+   exactly.
+2. Every real config in ../shared/data/configs (skipped, saying so, when
+   absent): the total parameter count within 2 % of the published figure,
+   and the derived figures (KV per token, per-token reads, disk reads at the
+   hit rate, the RAM left for the cache, the worker split) consistent with
+   the config's fields. Families shoal cannot run yet say so.
+3. Bad input: an unknown model_type, a missing file: one line, exit 2.
+
+Usage: /usr/bin/python3 tests/reference/test_plan.py --shoal BIN
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CONFIGS = os.path.join(ROOT, "..", "shared", "data", "configs")
+BUNDLED = os.path.join(ROOT, "models", "shakespeare-moe")
+HEADER = 4096
+
+# Published total parameter counts (MTP layers excluded unless said).
+PUBLISHED = {
+    # Mistral AI, "Mixtral of Experts" (arXiv 2401.04088): 46.7B total
+    "Mixtral-8x7B-v0.1.json": 46.7e9,
+    # Qwen3 model card (huggingface.co/Qwen/Qwen3-30B-A3B): 30.5B total
+    "Qwen3-30B-A3B.json": 30.5e9,
+    # Qwen1.5-MoE-A2.7B model card / blog "Qwen1.5-MoE": 14.3B total
+    "Qwen1.5-MoE-A2.7B.json": 14.3e9,
+    # OLMoE paper (arXiv 2409.02060): 6.9B total, 1.3B active
+    "OLMoE-1B-7B-0924.json": 6.9e9,
+    # DeepSeek-V2 paper (arXiv 2405.04434) and V2-Lite model card: 15.7B total
+    "DeepSeek-V2-Lite.json": 15.7e9,
+    # DeepSeek-V3 technical report (arXiv 2412.19437) and model card: 671B
+    # main model; 685B on Hugging Face with the 14B MTP module (below)
+    "DeepSeek-V3-Base.json": 671e9,
+    "DeepSeek-R1.json": 671e9,
+    # Kimi K2 technical report (arXiv 2507.20534): 1.04 trillion total
+    # (the model card rounds to 1T; the plan gives 1.026T, -1.3 %)
+    "Kimi-K2-Instruct.json": 1.04e12,
+    # GLM-4.5 technical report (arXiv 2508.06471): GLM-4.5-Air 106B total
+    # (MTP layer excluded; the plan gives 106.9B without it)
+    "GLM-4.5-Air-arch.INTELLECT-3-Base.json": 106e9,
+    # OpenAI gpt-oss model card (arXiv 2508.10925), table 1: 20.91B total
+    "gpt-oss-20b.json": 20.91e9,
+}
+# the DeepSeek-V3 model card: "685B, 671B main model + 14B MTP module"
+PUBLISHED_WITH_MTP = {"DeepSeek-V3-Base.json": 685e9, "DeepSeek-R1.json": 685e9}
+TOLERANCE = 0.02
+RUNNABLE = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"}
+
+passed = failed = 0
+
+
+def result(name, ok, detail=""):
+    global passed, failed
+    passed += bool(ok)
+    failed += not ok
+    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail))
+
+
+def run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def plan(shoal, model, *flags):
+    r = run([shoal, "plan", model, "--json"] + list(flags))
+    if r.returncode != 0:
+        return None, r.stderr.strip()
+    return json.loads(r.stdout), ""
+
+
+def check_container(shoal, name, ct, flags):
+    """The plan of ct's own config, at the dtypes it was made with, against
+    its manifest."""
+    m = json.load(open(os.path.join(ct, "shoal.json")))
+    p, e = plan(shoal, ct, *flags)
+    if p is None:
+        result(name, False, e)
+        return
+    ex = m["experts"]
+    dense = sum(t["bytes"] for t in m["dense"]["tensors"])
+    want = {"expert_bytes": ex["blob_bytes"],
+            "expert_components": [c["bytes"] for c in ex["components"]],
+            "experts_bytes": ex["bytes"] - HEADER,
+            "resident_bytes": dense}
+    got = {k: p[k] for k in want}
+    result(name, got == want, "plan %s, container %s" % (got, want))
+
+
+def test_convert(shoal, tmp):
+    if not os.path.isdir(BUNDLED):
+        print("SKIP bundled model: %s absent" % BUNDLED)
+        return
+    for experts, dense, group in [("bf16", "bf16", "64"), ("int4", "int8", "32"),
+                                  ("int8", "f32", "128"), ("int4a8", "bf16", "64"),
+                                  ("f32", "int8", "64")]:
+        flags = ["--experts", experts, "--dense", dense, "--group", group]
+        ct = os.path.join(tmp, "conv-%s-%s-%s" % (experts, dense, group))
+        r = run([shoal, "convert", BUNDLED, ct] + flags)
+        if r.returncode != 0:
+            result("convert %s" % flags, False, r.stderr.strip())
+            continue
+        check_container(shoal, "plan = convert (bundled, %s)" % " ".join(flags), ct, flags)
+    # the checkpoint directory itself (its config.json) plans the same
+    p, e = plan(shoal, BUNDLED)
+    result("plan of the bundled checkpoint directory", p is not None and p["runnable"]
+           and p["n_moe_layer"] == 4 and p["n_expert"] == 8, e)
+
+
+def test_synth(shoal, tmp):
+    shape = ["--hidden", "128", "--moe-ff", "96", "--n-expert", "8", "--top-k", "2",
+             "--layers", "2", "--vocab", "512", "--heads", "4", "--kv-heads", "2",
+             "--head-dim", "32", "--trace", "uniform"]
+    for fam, experts, dense, group in [("qwen3_moe", "int4", "int8", "32"),
+                                       ("olmoe", "int8", "bf16", "128"),
+                                       ("mixtral", "int4a8", "f32", "64"),
+                                       ("qwen2_moe", "bf16", "int8", "64")]:
+        flags = ["--experts", experts, "--dense", dense, "--group", group]
+        ct = os.path.join(tmp, "synth-" + fam)
+        r = run([shoal, "synth", ct, "--gb", "0.01", "--family", fam] + shape + flags)
+        if r.returncode != 0:
+            result("synth %s" % fam, False, (r.stderr or r.stdout).strip())
+            continue
+        check_container(shoal, "plan = synth (%s, %s)" % (fam, " ".join(flags)), ct, flags)
+
+
+def test_real(shoal):
+    if not os.path.isdir(CONFIGS):
+        print("SKIP real configs: %s absent (the shared data set)" % CONFIGS)
+        return
+    ram, ctx, hit, workers = 24 << 30, 2048, 0.75, 3
+    for fname in sorted(PUBLISHED):
+        path = os.path.join(CONFIGS, fname)
+        if not os.path.exists(path):
+            print("SKIP %s: absent" % fname)
+            continue
+        cfg = json.load(open(path))
+        p, e = plan(shoal, path, "--experts", "int4a8", "--dense", "int8", "--ram", "24G",
+                    "--ctx", str(ctx), "--hit-rate", str(hit), "--workers", str(workers))
+        if p is None:
+            result("plan " + fname, False, e)
+            continue
+        pub = PUBLISHED[fname]
+        dev = p["params_total"] / pub - 1
+        result("%s parameters" % fname, abs(dev) <= TOLERANCE,
+               "%.2f B vs published %.2f B (%+.2f %%)" % (p["params_total"] / 1e9, pub / 1e9,
+                                                          100 * dev))
+        if fname in PUBLISHED_WITH_MTP:
+            pub = PUBLISHED_WITH_MTP[fname]
+            dev = p["params_total_with_mtp"] / pub - 1
+            result("%s parameters with MTP" % fname, abs(dev) <= TOLERANCE,
+                   "%.2f B vs %.2f B (%+.2f %%)" % (p["params_total_with_mtp"] / 1e9,
+                                                    pub / 1e9, 100 * dev))
+        L = cfg["num_hidden_layers"]
+        mla = "kv_lora_rank" in cfg
+        if mla:
+            kv = L * cfg["num_attention_heads"] * (cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+                                                   + cfg["v_head_dim"]) * 4
+            kv_mla = L * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * 4
+        else:
+            hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+            kv = 2 * L * cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * hd * 4
+            kv_mla = 0
+        budget = ctx * (kv_mla if mla else kv)
+        tok = p["n_expert_used"] * p["expert_bytes"] * p["n_moe_layer"]
+        per = -(-p["n_expert"] // workers)
+        checks = {
+            "runnable": (p["runnable"], cfg["model_type"] in RUNNABLE),
+            "kv_bytes_per_token": (p["kv_bytes_per_token"], kv),
+            "kv_mla_bytes_per_token": (p["kv_mla_bytes_per_token"], kv_mla),
+            "kv_budget_bytes": (p["kv_budget_bytes"], budget),
+            "n_expert_used": (p["n_expert_used"], cfg.get("num_experts_per_tok")),
+            "experts_bytes": (p["experts_bytes"],
+                              p["expert_bytes"] * p["n_expert"] * p["n_moe_layer"]),
+            "expert_bytes 4 KiB": (p["expert_bytes"] % 4096, 0),
+            "token_expert_bytes": (p["token_expert_bytes"], tok),
+            "token_disk_bytes": (p["token_disk_bytes"], round((1 - hit) * tok)),
+            "cache_bytes": (p["cache_bytes"], ram - p["resident_bytes"] - budget),
+            "resident parts": (sum(p["resident_parts"].values()), p["resident_bytes"]),
+            "worker experts_per_layer": (p["workers"]["experts_per_layer"], per),
+            "worker expert_bytes": (p["workers"]["expert_bytes"],
+                                    per * p["n_moe_layer"] * p["expert_bytes"]),
+        }
+        if p["cache_bytes"] > 0:
+            checks["cache_experts"] = (p["cache_experts"],
+                                       min(p["cache_bytes"] // p["expert_bytes"],
+                                           p["n_expert"] * p["n_moe_layer"]))
+        bad = {k: v for k, v in checks.items() if v[0] != v[1]}
+        result("%s figures" % fname, not bad, "mismatched (got, want): %s" % bad if bad else
+               "resident %.2f GiB, experts %.1f GiB, %d B/expert, KV %d B/token%s" % (
+                   p["resident_bytes"] / 2**30, p["experts_bytes"] / 2**30,
+                   p["expert_bytes"], p["kv_bytes_per_token"],
+                   ", MLA %d B/token" % kv_mla if mla else ""))
+        if cfg["model_type"] not in RUNNABLE:
+            r = run([shoal, "plan", path])
+            result("%s says shoal cannot run it" % fname,
+                   r.returncode == 0 and "shoal cannot run this family yet" in r.stdout,
+                   r.stdout.splitlines()[1] if r.returncode == 0 else r.stderr.strip())
+
+
+def test_bad(shoal, tmp):
+    bad = os.path.join(tmp, "bad.json")
+    with open(bad, "w") as f:
+        json.dump({"model_type": "llama4_moe", "hidden_size": 8}, f)
+    r = run([shoal, "plan", bad])
+    err = r.stderr.strip()
+    result("unknown model_type: exit 2, one line naming it", r.returncode == 2 and
+           "llama4_moe" in err and "unknown model_type" in err and len(err.splitlines()) == 1,
+           "rc %d: %s" % (r.returncode, err))
+    r = run([shoal, "plan", os.path.join(tmp, "no-such.json")])
+    err = r.stderr.strip()
+    result("missing file: exit 2, one line", r.returncode == 2 and len(err.splitlines()) == 1
+           and "no-such.json" in err, "rc %d: %s" % (r.returncode, err))
+    with open(bad, "w") as f:
+        json.dump({"model_type": "deepseek_v3", "hidden_size": 8}, f)
+    r = run([shoal, "plan", bad])
+    err = r.stderr.strip()
+    result("missing field: exit 2, one line naming it", r.returncode == 2 and
+           len(err.splitlines()) == 1 and "'" in err, "rc %d: %s" % (r.returncode, err))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shoal", required=True)
+    a = ap.parse_args()
+    shoal = os.path.abspath(a.shoal)
+    with tempfile.TemporaryDirectory(prefix="shoal-plan-") as tmp:
+        test_convert(shoal, tmp)
+        test_synth(shoal, tmp)
+        test_real(shoal)
+        test_bad(shoal, tmp)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
