@@ -4,8 +4,8 @@
 As the README says (only the ports differ: free ones instead of 7070/7071,
 and `--control off` so parallel tests do not share 127.0.0.1:7077):
 
-    shoal-worker --model models/shakespeare-moe --listen 127.0.0.1:7070 &
-    shoal-worker --model models/shakespeare-moe --listen 127.0.0.1:7071 &
+    shoal-worker --model models/shakespeare-moe --shard 0/2 --listen 127.0.0.1:7070 &
+    shoal-worker --model models/shakespeare-moe --shard 1/2 --listen 127.0.0.1:7071 &
     shoal run --workers 127.0.0.1:7070,127.0.0.1:7071 --local-experts off \\
               --prompt "ROMEO:" --stats
 
@@ -17,7 +17,8 @@ Checks:
   --verify`;
 - the coordinator command finds the same cached container (no second
   conversion), both workers served requests (--stats: each worker's
-  executor line has requests > 0; the local store none), and the text,
+  executor line has requests > 0; the local store none: each expert has
+  one holder, so this holds whatever the measured rates), and the text,
   token ids and logits bytes equal the in-process run on the checkpoint
   (`shoal run --prompt "ROMEO:"`) bit for bit;
 - a worker restarted on the same checkpoint reuses the cache.
@@ -59,7 +60,7 @@ def main():
         base = Gen(args.shoal, tmp, "inproc", MODEL, PROMPT, GEN)
         result("in-process run on the checkpoint", base.rc == 0 and base.logits, detail(base))
         addrs = ["127.0.0.1:%d" % free_port() for _ in range(2)]
-        ws = [Worker(args.worker, tmp, "qs-%d" % i, MODEL, listen=a)
+        ws = [Worker(args.worker, tmp, "qs-%d" % i, MODEL, "--shard", "%d/2" % i, listen=a)
               for i, a in enumerate(addrs)]  # both start before either is ready
         try:
             up = [w.wait_ready() for w in ws]
