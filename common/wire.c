@@ -898,10 +898,21 @@ void *shoal_preauth_victim(const struct shoal_preauth *p, const char *peer)
         same += !strcmp(p->slot[i].ip, ip);
     if (same < p->per_ip && p->n < p->cap)
         return NULL;
+    /* the table is full: the victim comes from the address holding the
+     * most slots, so addresses that churn connections evict each other,
+     * not the one connection of another peer still sending its hello */
+    int most = 0, count[p->n > 0 ? p->n : 1];
+    for (int i = 0; i < p->n; i++) {
+        count[i] = 0;
+        for (int j = 0; j < p->n; j++)
+            count[i] += !strcmp(p->slot[i].ip, p->slot[j].ip);
+        if (count[i] > most)
+            most = count[i];
+    }
     const struct shoal_preauth_slot *v = NULL;
     for (int i = 0; i < p->n; i++) {
         const struct shoal_preauth_slot *s = &p->slot[i];
-        if (same >= p->per_ip && strcmp(s->ip, ip))
+        if (same >= p->per_ip ? strcmp(s->ip, ip) != 0 : count[i] < most)
             continue;
         if (!v || preauth_worse(s, v))
             v = s;

@@ -249,8 +249,8 @@ void shoal_handshake_adopt(struct shoal_handshake *hs, Shoal__Frame *f);
  * them and at most per_ip from one source address. A new connection is
  * never refused for want of a slot: the one that made the least progress
  * (silent before one with bytes waiting or a hello read; then the oldest)
- * is evicted, among
- * the same address's when that address is at per_ip, else among all. So
+ * is evicted, among the same address's when that address is at per_ip,
+ * else among those of the address that holds the most slots. So
  * connections that hold slots without speaking cannot lock out a peer
  * that completes its handshake (docs/PROTOCOL.md, "Limits"). */
 struct shoal_preauth_slot {

@@ -538,3 +538,36 @@ Test(wire, addresses)
     cr_assert_lt(shoal_wire_parse_addr("1.2.3.4:99999", &ss, &len, NULL), 0);
     cr_assert_lt(shoal_wire_parse_addr("1.2.3.4:", &ss, &len, NULL), 0);
 }
+
+/* The handshake table (issue 12): when it is full, a new connection evicts
+ * the least advanced one of the address that holds the most slots, or of
+ * its own address when that is at its share. An address that churns
+ * silent connections must not evict another address's one connection
+ * (a real peer whose hello is still on its way). */
+Test(wire, preauth_victims_come_from_the_address_holding_most_slots)
+{
+    struct shoal_preauth p;
+    shoal_preauth_init(&p, 4, 3);
+    struct shoal_handshake hs[5];
+    int conn[5];
+    for (int i = 0; i < 5; i++)
+        shoal_handshake_init(&hs[i], 0, SHOAL__ROLE__ROLE_WORKER, NULL, NULL, NULL, "peer");
+    /* the real peer first (the oldest), then three silent ones from .9 */
+    shoal_preauth_add(&p, &conn[0], &hs[0], -1, "10.0.0.1:5000");
+    cr_assert_null(shoal_preauth_victim(&p, "10.0.0.9:1"), "room left");
+    shoal_preauth_add(&p, &conn[1], &hs[1], -1, "10.0.0.9:1");
+    shoal_preauth_add(&p, &conn[2], &hs[2], -1, "10.0.0.9:2");
+    shoal_preauth_add(&p, &conn[3], &hs[3], -1, "10.0.0.9:3");
+    /* full: a fourth from .9 (at its share) evicts .9's oldest */
+    cr_assert_eq(shoal_preauth_victim(&p, "10.0.0.9:4"), &conn[1]);
+    /* a newcomer from elsewhere evicts from .9 too, not the older .1 */
+    cr_assert_eq(shoal_preauth_victim(&p, "10.0.0.7:1"), &conn[1]);
+    /* progress protects within the address: .9's oldest has said hello */
+    hs[1].state = SHOAL_HS_WAIT_AUTH;
+    cr_assert_eq(shoal_preauth_victim(&p, "10.0.0.7:1"), &conn[2]);
+    shoal_preauth_remove(&p, &conn[2]);
+    cr_assert_null(shoal_preauth_victim(&p, "10.0.0.7:1"), "room after a removal");
+    for (int i = 0; i < 5; i++)
+        shoal_handshake_free(&hs[i]);
+    shoal_preauth_free(&p);
+}
