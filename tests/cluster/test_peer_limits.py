@@ -262,7 +262,9 @@ def amplified_requests(a, name, pid, addr, n_req=40, rows=4000):
       "worker stopped reading" % (rss0, hwm, hwm - rss0, sent))
     # the connection gone and the queue idle: the burst's memory goes back
     after = -1
-    for _ in range(50):
+    # a watchdog, not a speed: the running request finishes first (under
+    # ASan beside busy loops that took over 10 s)
+    for _ in range(600):
         time.sleep(0.2)
         after = status_kb(pid, "VmRSS")
         if after - rss0 <= 16384:
