@@ -188,7 +188,9 @@ def test_paths(shoal, tmp):
     r = run([shoal, "shard", ct1, "--workers", "2", os.path.join(tmp, "sh1")])
     result("shard DIR --workers N OUT", r.returncode == 0 and
            os.path.isdir(os.path.join(tmp, "sh1", "worker-1")), show(r))
-    r = run([shoal, "synth", "--out", os.path.join(tmp, "syn"), "--gb", "0.002"])
+    # --trace zipf: no ../shared needed
+    r = run([shoal, "synth", "--out", os.path.join(tmp, "syn"), "--gb", "0.002",
+             "--trace", "zipf"])
     result("synth --out DST", r.returncode == 0 and
            os.path.exists(os.path.join(tmp, "syn", "shoal.json")), show(r))
     r = run([shoal, "synth", "--check", "--model", os.path.join(tmp, "syn"), "--decode", "2"])
