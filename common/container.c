@@ -366,12 +366,24 @@ static int sync_close(int fd, const char *path, struct shoal_err *err)
     return rc;
 }
 
-/* Rename the finished directory tmp to dst. An existing dst (already
- * checked to be a container that may be replaced) is moved aside first and
- * put back if the rename fails, then removed. */
-static int publish_dir(const char *tmp, const char *dst, struct shoal_err *err)
+/* Rename the finished directory tmp to dst. With replace, an existing dst
+ * (already checked to be a container that may be replaced) is moved aside
+ * first and put back if the rename fails, then removed. Without it, a dst
+ * that appeared while we wrote (another process converting the same
+ * model) is left alone: rename() refuses to replace a non-empty directory,
+ * so readers of that dst never see it vanish. */
+static int publish_dir(const char *tmp, const char *dst, int replace, struct shoal_err *err)
 {
     int rc = 0;
+    if (!replace) {
+        if (rename(tmp, dst) != 0) {
+            int e = errno;
+            rc = shoal_err_set(err, -e, "cannot publish '%s': %s%s", dst, strerror(e),
+                               e == EEXIST || e == ENOTEMPTY
+                                   ? " (it appeared while converting)" : "");
+        }
+        return rc;
+    }
     if (shoal_exists(dst)) {
         size_t dl = strlen(dst);
         char *old = shoal_xmalloc(dl + 32);
@@ -564,7 +576,7 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
         fsync(mfd);
         close(mfd);
     }
-    if ((rc = publish_dir(tmp, dst, err)))
+    if ((rc = publish_dir(tmp, dst, p->force, err)))
         goto fail;
     goto done;
 fail:
@@ -1483,7 +1495,7 @@ int shoal_container_write_shard(const struct shoal_container *ct, const char *ds
         close(mfd);
     }
     uint64_t bytes = dir_bytes(tmp);
-    if ((rc = publish_dir(tmp, dst, err)))
+    if ((rc = publish_dir(tmp, dst, p->force, err)))
         goto fail;
     if (bytes_out)
         *bytes_out = bytes;
