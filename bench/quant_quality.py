@@ -38,6 +38,9 @@ CONFIGS = [
     ("int4a8 g32 / bf16", ["--experts", "int4a8", "--dense", "bf16", "--group", "32"]),
     ("int4a8 g64 / bf16", ["--experts", "int4a8", "--dense", "bf16", "--group", "64"]),
     ("int4a8 g128 / bf16", ["--experts", "int4a8", "--dense", "bf16", "--group", "128"]),
+    ("int4a8 g32 / int4a8 trunk", ["--experts", "int4a8", "--dense", "int4a8", "--group", "32"]),
+    ("int4a8 g64 / int4a8 trunk", ["--experts", "int4a8", "--dense", "int4a8", "--group", "64"]),
+    ("int4 g64 / int4 trunk", ["--experts", "int4", "--dense", "int4", "--group", "64"]),
 ]
 
 

@@ -64,15 +64,11 @@ static uint64_t get_u64(const unsigned char *p)
     return v;
 }
 
-/* Target dtype of a slot for the chosen conversion. 1-D tensors are never
- * quantized (they stay f32 for quantized targets). */
+/* Target dtype of a slot for the chosen conversion (shoal_target_dtype). */
 static enum shoal_dtype target_dtype(const struct shoal_weight_slot *s,
                                      const struct shoal_convert_params *p)
 {
-    enum shoal_dtype t = s->kind == SHOAL_SLOT_EXPERT ? p->experts_dtype : p->dense_dtype;
-    if (s->cols == 0 && shoal_dtype_is_quant(t))
-        return SHOAL_DTYPE_F32;
-    return t;
+    return shoal_target_dtype(s->kind, s->cols, s->router, p->experts_dtype, p->dense_dtype);
 }
 
 static uint64_t target_bytes(const struct shoal_weight_slot *s, enum shoal_dtype t,
@@ -447,12 +443,10 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     const char *dst = dst_buf;
     if (!shoal_quant_group_ok(p->group))
         return shoal_err_set(err, SHOAL_EINVAL, "--group %d: expected 32, 64 or 128", p->group);
-    if (p->dense_dtype == SHOAL_DTYPE_INT4 || p->dense_dtype == SHOAL_DTYPE_INT4A8 ||
-        p->dense_dtype == SHOAL_DTYPE_F16 ||
-        p->experts_dtype == SHOAL_DTYPE_F16)
+    if (p->dense_dtype == SHOAL_DTYPE_F16 || p->experts_dtype == SHOAL_DTYPE_F16)
         return shoal_err_set(err, SHOAL_EINVAL,
-                             "unsupported conversion: experts %s, dense %s (experts: "
-                             "int4a8|int4|int8|bf16|f32, dense: int8|bf16|f32)",
+                             "unsupported conversion: experts %s, dense %s (experts and "
+                             "dense: int4a8|int4|int8|bf16|f32)",
                              shoal_dtype_name(p->experts_dtype), shoal_dtype_name(p->dense_dtype));
     int rc0 = check_destination(src_dir, dst, p->force, err);
     if (rc0)
@@ -963,9 +957,6 @@ struct shoal_container *shoal_container_open(const char *dir,
         ctt->name = shoal_xstrdup(name);
         if (shoal_dtype_parse(dt, &ctt->w.dtype))
             FAIL("'%s': tensor '%s' has unknown dtype '%s'", mp, name, dt);
-        if (ctt->w.dtype == SHOAL_DTYPE_INT4A8)
-            FAIL("'%s': dense tensor '%s' has dtype INT4A8, which only routed experts may "
-                 "have; expected F32, F16, BF16, INT8 or INT4", mp, name);
         ctt->n_dims = (int)json_array_size(shape);
         json_int_t d0 = json_integer_value(json_array_get(shape, 0));
         json_int_t d1 = ctt->n_dims == 2 ? json_integer_value(json_array_get(shape, 1)) : 0;

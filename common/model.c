@@ -18,17 +18,37 @@ struct walk {
     int rc;
 };
 
-static void visit(struct walk *wk, struct shoal_weight *w, int64_t rows,
-                  int64_t cols, int required, enum shoal_slot_kind kind,
-                  int64_t il, int64_t ie, int comp, const char *name,
-                  const char *hf_name)
+enum shoal_dtype shoal_target_dtype(enum shoal_slot_kind kind, int64_t cols, int router,
+                                    enum shoal_dtype experts, enum shoal_dtype dense)
+{
+    enum shoal_dtype t = kind == SHOAL_SLOT_EXPERT ? experts : dense;
+    if (cols == 0 && shoal_dtype_is_quant(t))
+        return SHOAL_DTYPE_F32;
+    if (router && (t == SHOAL_DTYPE_INT4 || t == SHOAL_DTYPE_INT4A8))
+        return SHOAL_DTYPE_INT8;
+    return t;
+}
+
+static void visit_as(struct walk *wk, struct shoal_weight *w, int64_t rows,
+                     int64_t cols, int required, enum shoal_slot_kind kind,
+                     int64_t il, int64_t ie, int comp, const char *name,
+                     const char *hf_name, int router)
 {
     if (wk->rc)
         return;
     struct shoal_weight_slot s = {
         .name = name, .hf_name = hf_name, .w = w, .rows = rows, .cols = cols,
-        .required = required, .kind = kind, .il = il, .ie = ie, .comp = comp};
+        .required = required, .kind = kind, .il = il, .ie = ie, .comp = comp,
+        .router = router};
     wk->rc = wk->fn(&s, wk->user);
+}
+
+static void visit(struct walk *wk, struct shoal_weight *w, int64_t rows,
+                  int64_t cols, int required, enum shoal_slot_kind kind,
+                  int64_t il, int64_t ie, int comp, const char *name,
+                  const char *hf_name)
+{
+    visit_as(wk, w, rows, cols, required, kind, il, ie, comp, name, hf_name, 0);
 }
 
 static void visit_ffn(struct walk *wk, struct shoal_expert_weights *e,
@@ -110,7 +130,7 @@ int shoal_model_walk(struct shoal_model *m,
             snprintf(mp, sizeof mp, "%s.%s", hp, f->moe_prefix);
             snprintf(n, sizeof n, "%s.router", p);
             snprintf(h, sizeof h, "%s.gate.weight", mp);
-            visit(&wk, &L->w_router, c->n_expert, E, 1, D, il, -1, 0, n, h);
+            visit_as(&wk, &L->w_router, c->n_expert, E, 1, D, il, -1, 0, n, h, 1);
             if (c->n_ff_shexp > 0) {
                 char np[96], sp[200];
                 snprintf(np, sizeof np, "%s.shexp", p);
@@ -119,7 +139,7 @@ int shoal_model_walk(struct shoal_model *m,
                           "gate_proj", "up_proj", "down_proj");
                 snprintf(n, sizeof n, "%s.shexp_gate", p);
                 snprintf(h, sizeof h, "%s.shared_expert_gate.weight", mp);
-                visit(&wk, &L->w_shexp_gate, 1, E, 1, D, il, -1, 0, n, h);
+                visit_as(&wk, &L->w_shexp_gate, 1, E, 1, D, il, -1, 0, n, h, 1);
             }
             for (int64_t ie = 0; ie < c->n_expert && !wk.rc; ie++) {
                 char np[96], ep[200];

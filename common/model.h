@@ -71,7 +71,22 @@ struct shoal_weight_slot {
     enum shoal_slot_kind kind;
     int64_t il, ie;          /* layer; expert (-1 unless kind == EXPERT) */
     int comp;                /* expert component: 0 w_gate, 1 w_up, 2 w_down */
+    int router;              /* 1 for a router or a shared-expert gate (a gate
+                                over the hidden state that picks or weighs
+                                experts), else 0 */
 };
+
+/* The dtype `shoal convert` writes a weight in, given the requested experts
+ * and dense dtypes (container.c, plan.c and synth share this one rule):
+ *   - a 1-D tensor (cols == 0) stays F32 when the target is quantized;
+ *   - a router or shared-expert gate stays INT8 when the dense target is
+ *     4-bit (INT4, INT4A8): it is well under 1 % of a model's bytes, and
+ *     its rows decide which experts run (llama.cpp keeps its router in F32
+ *     for the same reason);
+ *   - otherwise routed experts take `experts` and every other tensor `dense`.
+ * Thread: any. */
+enum shoal_dtype shoal_target_dtype(enum shoal_slot_kind kind, int64_t cols, int router,
+                                    enum shoal_dtype experts, enum shoal_dtype dense);
 
 /* Visit every weight slot of m's architecture in a fixed order (dense
  * tensors of the model, then each layer's dense tensors, then its routed

@@ -45,26 +45,24 @@ int shoal_cli_parse_group(const char *flag, const char *s, int *out)
     return -1;
 }
 
-int shoal_cli_parse_dtype(const char *flag, const char *s, int experts,
+int shoal_cli_parse_dtype(const char *flag, const char *s,
                           enum shoal_dtype *out)
 {
     static const struct {
         const char *name;
         enum shoal_dtype dtype;
-        int experts_only;
     } names[] = {
-        {"f32", SHOAL_DTYPE_F32, 0},      {"bf16", SHOAL_DTYPE_BF16, 0},
-        {"int8", SHOAL_DTYPE_INT8, 0},    {"int4", SHOAL_DTYPE_INT4, 1},
-        {"int4a8", SHOAL_DTYPE_INT4A8, 1},
+        {"f32", SHOAL_DTYPE_F32},         {"bf16", SHOAL_DTYPE_BF16},
+        {"int8", SHOAL_DTYPE_INT8},       {"int4", SHOAL_DTYPE_INT4},
+        {"int4a8", SHOAL_DTYPE_INT4A8},
     };
     for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++) {
-        if (!strcmp(s, names[i].name) && (experts || !names[i].experts_only)) {
+        if (!strcmp(s, names[i].name)) {
             *out = names[i].dtype;
             return 0;
         }
     }
-    shoal_cli_error("%s expects %s, got '%s'", flag,
-                    experts ? "int4a8|int4|int8|bf16|f32" : "int8|bf16|f32",
+    shoal_cli_error("%s expects int4a8|int4|int8|bf16|f32, got '%s'", flag,
                     s ? s : "(nothing)");
     return -1;
 }

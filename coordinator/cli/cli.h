@@ -44,11 +44,10 @@ void shoal_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
  * and what was given, and returns -1. */
 int shoal_cli_parse_group(const char *flag, const char *s, int *out);
 
-/* Parse a --experts (experts = 1: int4a8|int4|int8|bf16|f32) or --dense
- * (experts = 0: int8|bf16|f32) value into *out; returns 0, or prints one
- * error line naming the flag, the allowed values and what was given, and
- * returns -1. */
-int shoal_cli_parse_dtype(const char *flag, const char *s, int experts,
+/* Parse an --experts or --dense value (int4a8|int4|int8|bf16|f32) into
+ * *out; returns 0, or prints one error line naming the flag, the allowed
+ * values and what was given, and returns -1. */
+int shoal_cli_parse_dtype(const char *flag, const char *s,
                           enum shoal_dtype *out);
 
 /* Parse a decimal integer flag value; returns 0 or prints an error naming

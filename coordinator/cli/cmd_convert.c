@@ -46,13 +46,15 @@ int shoal_cmd_convert(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: shoal convert [--model] SRC [--out] DST [--experts int4a8|int4|int8|bf16|f32]\n"
-                   "                     [--dense int8|bf16|f32] [--group 32|64|128] [--force]\n\n"
+                   "                     [--dense int4a8|int4|int8|bf16|f32] [--group 32|64|128] [--force]\n\n"
                    "Converts a Hugging Face checkpoint directory SRC (config.json, *.safetensors,\n"
                    "tokenizer.json) into a shoal container DST (docs/FORMAT.md).\n\n"
                    "  --model SRC, SRC     the Hugging Face checkpoint directory\n"
                    "  --out DST, DST       the container directory to write\n"
                    "  --experts T          routed experts' dtype (default bf16)\n"
-                   "  --dense T            dense tensors' dtype (default bf16)\n"
+                   "  --dense T            dense tensors' dtype (default bf16); with int4/int4a8 the\n"
+                   "                       routers stay int8, 1-D tensors f32 (int4a8 runs the\n"
+                   "                       trunk's linears against int8 activations)\n"
                    "  --group G            quantization group of int8/int4 (default 64)\n"
                    "  --force              replace an existing DST\n");
             free(words);
@@ -73,9 +75,9 @@ int shoal_cmd_convert(int argc, char **argv)
                 src = v;
             if (!strcmp(a, "--out"))
                 dst = v;
-            if (!strcmp(a, "--experts") && shoal_cli_parse_dtype(a, v, 1, &p.experts_dtype))
+            if (!strcmp(a, "--experts") && shoal_cli_parse_dtype(a, v, &p.experts_dtype))
                 goto out;
-            if (!strcmp(a, "--dense") && shoal_cli_parse_dtype(a, v, 0, &p.dense_dtype))
+            if (!strcmp(a, "--dense") && shoal_cli_parse_dtype(a, v, &p.dense_dtype))
                 goto out;
             if (!strcmp(a, "--group") && shoal_cli_parse_group(a, v, &p.group))
                 goto out;

@@ -13,8 +13,8 @@
 static void plan_usage(void)
 {
     printf("usage: shoal plan [--model] DIR|CONFIG.json [--experts int4a8|int4|int8|bf16|f32]\n"
-           "                  [--dense int8|bf16|f32] [--group 32|64|128] [--ram SIZE]\n"
-           "                  [--ctx N] [--workers N] [--hit-rate R] [--json]\n\n"
+           "                  [--dense int4a8|int4|int8|bf16|f32] [--group 32|64|128]\n"
+           "                  [--ram SIZE] [--ctx N] [--workers N] [--hit-rate R] [--json]\n\n"
            "Sizes a model from its config.json alone (nothing else is read): the resident\n"
            "trunk, the experts on disk and per expert, the KV cache per token, what fits\n"
            "in RAM as expert cache, and the bytes a token reads. Sizes are those of the\n"
@@ -262,8 +262,8 @@ int shoal_cmd_plan(int argc, char **argv)
         int bad = 0;
         switch (k) {
         case 0: bad = shoal_cli_take_path("plan", "model", v, &model) < 0; break;
-        case 1: bad = shoal_cli_parse_dtype(a, v, 1, &p.experts_dtype); break;
-        case 2: bad = shoal_cli_parse_dtype(a, v, 0, &p.dense_dtype); break;
+        case 1: bad = shoal_cli_parse_dtype(a, v, &p.experts_dtype); break;
+        case 2: bad = shoal_cli_parse_dtype(a, v, &p.dense_dtype); break;
         case 3: bad = shoal_cli_parse_group(a, v, &p.group); break;
         case 4:
             bad = shoal_cli_parse_size(a, v, &sz);

@@ -209,10 +209,7 @@ static uint64_t align_up(uint64_t x, uint64_t a)
 static enum shoal_dtype slot_dtype(const struct shoal_weight_slot *s, enum shoal_dtype dense,
                                    enum shoal_dtype experts)
 {
-    enum shoal_dtype t = s->kind == SHOAL_SLOT_EXPERT ? experts : dense;
-    if (s->cols == 0 && shoal_dtype_is_quant(t))
-        return SHOAL_DTYPE_F32;
-    return t;
+    return shoal_target_dtype(s->kind, s->cols, s->router, experts, dense);
 }
 
 static uint64_t slot_bytes(const struct shoal_weight_slot *s, enum shoal_dtype t, int group)
@@ -1213,7 +1210,8 @@ static void synth_usage(FILE *f)
         "  --gb N               target container size in GB (1e9 bytes), e.g. 8 or 0.005\n"
         "  --family F           qwen3_moe (default), olmoe, mixtral, qwen2_moe\n"
         "  --experts T          int4 (default), int4a8, int8, bf16, f32\n"
-        "  --dense T            int8 (default), bf16, f32 (1-D tensors stay f32)\n"
+        "  --dense T            int8 (default), int4a8, int4, bf16, f32 (1-D tensors stay\n"
+        "                       f32; routers stay int8 under int4/int4a8)\n"
         "  --group G            quantization group, 32, 64 (default) or 128\n"
         "  --seed S             generator seed (default 1)\n"
         "  --trace T            olmoe (default), mixtral: expert counts of a real trace\n"
@@ -1325,10 +1323,10 @@ int shoal_cmd_synth(int argc, char **argv)
         } else if (!strcmp(a, "--family")) {
             family = v;
         } else if (!strcmp(a, "--experts")) {
-            if (shoal_cli_parse_dtype(a, v, 1, &ed))
+            if (shoal_cli_parse_dtype(a, v, &ed))
                 return 2;
         } else if (!strcmp(a, "--dense")) {
-            if (shoal_cli_parse_dtype(a, v, 0, &dd))
+            if (shoal_cli_parse_dtype(a, v, &dd))
                 return 2;
         } else if (!strcmp(a, "--group")) {
             int g;

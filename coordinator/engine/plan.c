@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "model.h"
 #include "model_config.h"
 #include "quant.h"
 
@@ -142,22 +143,24 @@ struct acc {
     int mtp;                      /* counting an MTP layer */
 };
 
-/* Bytes of one tensor as convert writes it (container.c target_dtype and
- * target_bytes): 1-D tensors stay f32 when the dtype is quantized. */
+/* Bytes of one tensor as convert writes it in dtype t (container.c
+ * target_bytes); the caller picks t with shoal_target_dtype. */
 static uint64_t tensor_bytes(enum shoal_dtype t, int64_t rows, int64_t cols, int group)
 {
-    if (cols == 0 && shoal_dtype_is_quant(t))
-        t = SHOAL_DTYPE_F32;
     struct shoal_weight w = {.dtype = t, .rows = cols ? rows : 1, .cols = cols ? cols : rows,
                              .group = group};
     return (uint64_t)shoal_weight_bytes(&w);
 }
 
-/* A trunk tensor [rows][cols] (cols 0: 1-D of rows). */
-static void add(struct acc *ac, enum shoal_plan_part part, int64_t rows, int64_t cols)
+/* A trunk tensor [rows][cols] (cols 0: 1-D of rows); router: a router or
+ * shared-expert gate (shoal_target_dtype). */
+static void add_as(struct acc *ac, enum shoal_plan_part part, int64_t rows, int64_t cols,
+                   int router)
 {
     uint64_t n = (uint64_t)rows * (uint64_t)(cols ? cols : 1);
-    uint64_t b = tensor_bytes(ac->p->dense_dtype, rows, cols, ac->p->group);
+    enum shoal_dtype t = shoal_target_dtype(SHOAL_SLOT_DENSE, cols, router,
+                                            ac->p->experts_dtype, ac->p->dense_dtype);
+    uint64_t b = tensor_bytes(t, rows, cols, ac->p->group);
     if (ac->mtp) {
         ac->out->params_mtp += n;
         ac->out->mtp_bytes += b;
@@ -165,6 +168,11 @@ static void add(struct acc *ac, enum shoal_plan_part part, int64_t rows, int64_t
     }
     ac->out->params_trunk += n;
     ac->out->part_bytes[part] += b;
+}
+
+static void add(struct acc *ac, enum shoal_plan_part part, int64_t rows, int64_t cols)
+{
+    add_as(ac, part, rows, cols, 0);
 }
 
 static void add_ffn(struct acc *ac, enum shoal_plan_part part, int64_t E, int64_t ff)
@@ -216,13 +224,13 @@ static void add_layer(struct acc *ac, const struct arch *a, int moe)
         add_ffn(ac, SHOAL_PLAN_DENSE_MLP, E, a->n_ff);
         return;
     }
-    add(ac, SHOAL_PLAN_ROUTER, a->n_expert, E);
+    add_as(ac, SHOAL_PLAN_ROUTER, a->n_expert, E, 1);
     if (a->router_bias)
         add(ac, SHOAL_PLAN_ROUTER, a->n_expert, 0);
     if (a->n_ff_shexp) {
         add_ffn(ac, SHOAL_PLAN_SHEXP, E, a->n_ff_shexp);
         if (a->shexp_gate)
-            add(ac, SHOAL_PLAN_SHEXP, 1, E);
+            add_as(ac, SHOAL_PLAN_SHEXP, 1, E, 1);
     }
     if (ac->mtp) {        /* the MTP layer's routed experts, on disk only */
         ac->out->params_mtp += (uint64_t)a->n_expert * ac->out->params_expert_one;
@@ -245,7 +253,9 @@ static void expert_blob(const struct arch *a, const struct shoal_plan_params *p,
                                   {a->E, a->n_ff_exp}, {2 * a->n_ff_exp, 0}, {a->E, 0}};
     uint64_t off = 0;
     for (int c = 0; c < (a->expert_bias ? 5 : 3); c++) {
-        uint64_t b = tensor_bytes(p->experts_dtype, shapes[c][0], shapes[c][1], p->group);
+        uint64_t b = tensor_bytes(shoal_target_dtype(SHOAL_SLOT_EXPERT, shapes[c][1], 0,
+                                                     p->experts_dtype, p->dense_dtype),
+                                  shapes[c][0], shapes[c][1], p->group);
         off = align_up(off, ALIGN_COMP) + b;
         o->expert_weight_bytes += b;
         o->params_expert_one += (uint64_t)shapes[c][0] * (uint64_t)(shapes[c][1] ? shapes[c][1] : 1);

@@ -24,7 +24,7 @@
 
 struct shoal_plan_params {
     enum shoal_dtype experts_dtype;   /* int4a8|int4|int8|bf16|f32 */
-    enum shoal_dtype dense_dtype;     /* int8|bf16|f32 */
+    enum shoal_dtype dense_dtype;     /* int4a8|int4|int8|bf16|f32 */
     int group;                        /* 32, 64, 128 */
     uint64_t ram;                     /* bytes of RAM; 0 = not given */
     int workers;                      /* 0 = in-process */

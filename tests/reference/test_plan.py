@@ -105,7 +105,8 @@ def test_convert(shoal, tmp):
         return
     for experts, dense, group in [("bf16", "bf16", "64"), ("int4", "int8", "32"),
                                   ("int8", "f32", "128"), ("int4a8", "bf16", "64"),
-                                  ("f32", "int8", "64")]:
+                                  ("f32", "int8", "64"), ("int4a8", "int4a8", "64"),
+                                  ("int4", "int4", "32")]:
         flags = ["--experts", experts, "--dense", dense, "--group", group]
         ct = os.path.join(tmp, "conv-%s-%s-%s" % (experts, dense, group))
         r = run([shoal, "convert", BUNDLED, ct] + flags)
@@ -126,9 +127,10 @@ def test_synth(shoal, tmp):
     for fam, experts, dense, group in [("qwen3_moe", "int4", "int8", "32"),
                                        ("olmoe", "int8", "bf16", "128"),
                                        ("mixtral", "int4a8", "f32", "64"),
-                                       ("qwen2_moe", "bf16", "int8", "64")]:
+                                       ("qwen2_moe", "bf16", "int8", "64"),
+                                       ("qwen2_moe", "int4a8", "int4a8", "64")]:
         flags = ["--experts", experts, "--dense", dense, "--group", group]
-        ct = os.path.join(tmp, "synth-" + fam)
+        ct = os.path.join(tmp, "synth-%s-%s-%s" % (fam, experts, dense))
         r = run([shoal, "synth", ct, "--gb", "0.01", "--family", fam] + shape + flags)
         if r.returncode != 0:
             result("synth %s" % fam, False, (r.stderr or r.stdout).strip())

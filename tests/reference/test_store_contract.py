@@ -37,6 +37,27 @@ PROMPT = "17,300,3,101,257,42,7"
 passed = failed = skipped = 0
 
 
+
+def dense4_layout(ct, dense):
+    """A --dense int4/int4a8 container keeps its routers (and shared-expert
+    gates) INT8, its 1-D tensors F32, and every other dense tensor 4-bit."""
+    with open(os.path.join(ct, "shoal.json")) as f:
+        man = json.load(f)
+    want4 = dense.upper()
+    bad = []
+    for t in man["dense"]["tensors"]:
+        name, dt = t["name"], t["dtype"]
+        if len(t["shape"]) == 1:
+            exp = "F32"
+        elif name.endswith(".router") or name.endswith(".shexp_gate"):
+            exp = "INT8"
+        else:
+            exp = want4
+        if dt != exp:
+            bad.append("%s is %s, expected %s" % (name, dt, exp))
+    n4 = sum(1 for t in man["dense"]["tensors"] if t["dtype"] == want4)
+    return (not bad and n4 > 0), "; ".join(bad[:3]) or "no %s tensor" % want4
+
 def result(name, ok, detail=""):
     global passed, failed
     passed += ok
@@ -160,8 +181,10 @@ def main():
                 result(fam + " hf run", False, err)
                 continue
             for experts, dense in [("f32", "f32"), ("bf16", "bf16"), ("int8", "int8"), ("int4", "int8"),
-                                   ("int4a8", "int8")]:
+                                   ("int4a8", "int8"), ("int4a8", "int4a8"), ("int4", "int4")]:
                 ct = os.path.join(tmp, "%s-%s" % (fam, experts))
+                if dense in ("int4", "int4a8"):
+                    ct += "-dense4"
                 r = run([shoal, "convert", hf, ct, "--experts", experts, "--dense", dense, "--group", "32"])
                 if r.returncode != 0:
                     result("%s convert %s" % (fam, experts), False, r.stderr.strip())
@@ -173,6 +196,9 @@ def main():
                     continue
                 if experts == "f32":
                     result("%s f32 container == hf dir" % fam, ref == base)
+                if dense in ("int4", "int4a8"):
+                    result("%s dense %s: trunk 4-bit, routers int8, 1-D f32" % (fam, dense),
+                           *dense4_layout(ct, dense))
                 mirror = ct + "-mirror"
                 shutil.copytree(ct, mirror)
                 same, bad = True, []
@@ -210,8 +236,8 @@ def main():
         # manifests that break the INT4A8 rules: refused at open, one line each
         a8 = os.path.join(tmp, "qwen3_moe-int4a8")
         for what, edit, want in [
-                ("INT4A8 on a dense tensor", lambda m: m["dense"]["tensors"][1].update(
-                    dtype="INT4A8", group=32), "only routed experts"),
+                ("INT4A8 on a 1-D dense tensor", lambda m: m["dense"]["tensors"][1].update(
+                    dtype="INT4A8", group=32), "needs a 2-D shape"),
                 ("experts group 48", lambda m: m["experts"].update(group=48),
                  "expected group 32, 64 or 128")]:
             bad = os.path.join(tmp, "bad-a8")
