@@ -814,16 +814,18 @@ Test(quant, a8_nonfinite_input_gives_nan)
     free(row);
 }
 
-/* bit-exact: the INT4A8 linear of every table, batches 1..30 (30 crosses a
- * stack tile of 2048 columns), threads 1 and 3, equals shoal_quant_dot_a8;
- * widths that are and are not multiples of 128 (a partial last chunk,
- * odd widths, a partial last group) */
+/* bit-exact: the INT4A8 linear of every table, batches 1..30 (29 and 30
+ * cross a stack tile of 2048 columns; odd batches leave neon-i8mm a last
+ * token for sdot), threads 1 and 3 (row ranges that do not start at a
+ * multiple of 4), equals shoal_quant_dot_a8; widths that are and are not
+ * multiples of 128 (a partial last chunk, odd widths, a partial last
+ * group) */
 Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
 {
     const int64_t shapes[][2] = {{1, 128}, {3, 100}, {17, 256}, {5, 384}, {33, 768},
                                  {9, 2048}, {4, 1000}, {7, 2176}, {5, 77}, {6, 129},
                                  {18, 192}, {3, 4000}};
-    const int64_t toks[] = {1, 2, 3, 5, 30};   /* odd and even (token pairs) */
+    const int64_t toks[] = {1, 2, 3, 4, 5, 29, 30};   /* odd and even (token pairs) */
     const int threads[] = {1, 3};
     enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
     const int n_isa = 1 + simd_isas(isas + 1);
