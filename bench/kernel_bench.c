@@ -59,8 +59,6 @@ struct bench {
     int threads;
 };
 
-static const char *isa_names[] = {"auto", "scalar", "avx2", "neon", "avx512", "avx512bw"};
-
 /* xorshift32 in [-1, 1) */
 static float frand(uint32_t *s)
 {
@@ -377,7 +375,9 @@ int main(int argc, char **argv)
             memcpy(b.pool + (size_t)e * b.expert_bytes, b.pool, b.expert_bytes);
         const enum shoal_quant_isa isas[] = {SHOAL_QUANT_ISA_SCALAR, SHOAL_QUANT_ISA_AVX2,
                                              SHOAL_QUANT_ISA_AVX512BW, SHOAL_QUANT_ISA_AVX512,
-                                             SHOAL_QUANT_ISA_NEON};
+                                             SHOAL_QUANT_ISA_NEON,
+                                             SHOAL_QUANT_ISA_NEON_DOTPROD,
+                                             SHOAL_QUANT_ISA_NEON_I8MM};
         for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
             if (shoal_quant_init(isas[k], NULL) != 0)
                 continue;   /* not built in or not this CPU */
@@ -387,7 +387,7 @@ int main(int argc, char **argv)
             json_t *r = shoal_bench_fork_json(run_table, &b, &err);
             if (!r) {
                 fprintf(stderr, "kernel_bench: %s %s: %s\n", tnames[tlist[it]],
-                        isa_names[isas[k]], err.msg);
+                        shoal_quant_isa_name(isas[k]), err.msg);
                 failed = 1;
                 continue;
             }
@@ -398,7 +398,7 @@ int main(int argc, char **argv)
             json_object_set_new(r, "expert_bytes", json_integer((json_int_t)b.expert_bytes));
             if (!json_is_true(json_object_get(r, "bits_equal_scalar"))) {
                 fprintf(stderr, "kernel_bench: %s %s: output differs from the scalar kernels\n",
-                        tnames[tlist[it]], isa_names[isas[k]]);
+                        tnames[tlist[it]], shoal_quant_isa_name(isas[k]));
                 failed = 1;
             }
             json_array_append_new(runs, r);

@@ -10,6 +10,12 @@
 #include "kernels.h"
 #include "log.h"
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+
 #define QUANT_GROUP_MAX 128
 
 const char *shoal_quant_type_name(enum shoal_quant_type type)
@@ -357,17 +363,81 @@ static const struct shoal_quant_ops *ops_neon(void)
 #endif
 }
 
-static const char *isa_name(enum shoal_quant_isa isa)
+/* The CPU's ARMv8 dot-product (FEAT_DotProd: sdot) and int8 matrix multiply
+ * (FEAT_I8MM: smmla) extensions, as the OS reports them; 0 where it cannot
+ * say (another OS, or a macOS before 12 without these sysctl names). */
+#if defined(__aarch64__) && defined(__linux__)
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1UL << 13)
+#endif
+static int cpu_has_dotprod(void) { return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0; }
+static int cpu_has_i8mm(void) { return (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0; }
+#elif defined(__aarch64__) && defined(__APPLE__)
+static int apple_feature(const char *name)
 {
-    switch (isa) {
-    case SHOAL_QUANT_ISA_AUTO: return "auto";
-    case SHOAL_QUANT_ISA_SCALAR: return "scalar";
-    case SHOAL_QUANT_ISA_AVX2: return "avx2";
-    case SHOAL_QUANT_ISA_NEON: return "neon";
-    case SHOAL_QUANT_ISA_AVX512: return "avx512";
-    case SHOAL_QUANT_ISA_AVX512BW: return "avx512bw";
-    default: return "?";
-    }
+    int v = 0;
+    size_t len = sizeof v;
+    return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v == 1;
+}
+static int cpu_has_dotprod(void) { return apple_feature("hw.optional.arm.FEAT_DotProd"); }
+static int cpu_has_i8mm(void) { return apple_feature("hw.optional.arm.FEAT_I8MM"); }
+#endif
+
+/* ARMv8 NEON with sdot (quant_neon_dot.c built with +dotprod) */
+static const struct shoal_quant_ops *ops_neon_dotprod(void)
+{
+#if defined(SHOAL_QUANT_HAVE_NEON_DOTPROD)
+    if (cpu_has_dotprod())
+        return &shoal_quant_ops_neon_dotprod;
+#endif
+    return NULL;
+}
+
+/* ... and smmla (the same file built with +dotprod+i8mm, so it needs both) */
+static const struct shoal_quant_ops *ops_neon_i8mm(void)
+{
+#if defined(SHOAL_QUANT_HAVE_NEON_I8MM)
+    if (cpu_has_dotprod() && cpu_has_i8mm())
+        return &shoal_quant_ops_neon_i8mm;
+#endif
+    return NULL;
+}
+
+/* names in enum order (the values are stable) */
+static const char *const isa_names[] = {
+    [SHOAL_QUANT_ISA_AUTO] = "auto",
+    [SHOAL_QUANT_ISA_SCALAR] = "scalar",
+    [SHOAL_QUANT_ISA_AVX2] = "avx2",
+    [SHOAL_QUANT_ISA_NEON] = "neon",
+    [SHOAL_QUANT_ISA_AVX512] = "avx512",
+    [SHOAL_QUANT_ISA_AVX512BW] = "avx512bw",
+    [SHOAL_QUANT_ISA_NEON_DOTPROD] = "neon-dotprod",
+    [SHOAL_QUANT_ISA_NEON_I8MM] = "neon-i8mm",
+};
+
+#define N_ISA ((int)(sizeof isa_names / sizeof isa_names[0]))
+
+const char *shoal_quant_isa_name(enum shoal_quant_isa isa)
+{
+    return (int)isa >= 0 && (int)isa < N_ISA && isa_names[isa] ? isa_names[isa] : "?";
+}
+
+int shoal_quant_isa_parse(const char *name, enum shoal_quant_isa *isa)
+{
+    for (int k = 0; k < N_ISA; k++)
+        if (isa_names[k] && strcmp(name, isa_names[k]) == 0) {
+            *isa = (enum shoal_quant_isa)k;
+            return 0;
+        }
+    return SHOAL_EINVAL;
+}
+
+const char *shoal_quant_isa_list(void)
+{
+    return "auto|scalar|avx2|avx512|avx512bw|neon|neon-dotprod|neon-i8mm";
 }
 
 int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
@@ -381,6 +451,10 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
         if (!ops)
             ops = ops_avx2();
         if (!ops)
+            ops = ops_neon_i8mm();
+        if (!ops)
+            ops = ops_neon_dotprod();
+        if (!ops)
             ops = ops_neon();
         if (!ops)
             ops = &shoal_quant_ops_scalar;
@@ -390,16 +464,18 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
     case SHOAL_QUANT_ISA_NEON: ops = ops_neon(); break;
     case SHOAL_QUANT_ISA_AVX512: ops = ops_avx512(); break;
     case SHOAL_QUANT_ISA_AVX512BW: ops = ops_avx512bw(); break;
+    case SHOAL_QUANT_ISA_NEON_DOTPROD: ops = ops_neon_dotprod(); break;
+    case SHOAL_QUANT_ISA_NEON_I8MM: ops = ops_neon_i8mm(); break;
     default: break;
     }
     if (!ops)
         return shoal_err_set(err, SHOAL_EUNSUPPORTED,
                              "quant kernels '%s' requested but not available "
                              "in this build or on this CPU; active kernels "
-                             "stay '%s'", isa_name(isa), active_ops->name);
+                             "stay '%s'", shoal_quant_isa_name(isa), active_ops->name);
     active_ops = ops;
     shoal_log(SHOAL_LOG_INFO, "quant", "kernels=%s requested=%s", ops->name,
-              isa_name(isa));
+              shoal_quant_isa_name(isa));
     return 0;
 }
 

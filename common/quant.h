@@ -4,7 +4,7 @@
  * them as they are), quantization from f32/bf16/f16, dequantization, and the
  * dot product and linear layer over quantized weights, with one scalar
  * reference and one file per ISA (quant_avx2.c, quant_avx512.c,
- * quant_neon.c) behind struct shoal_quant_ops. All of them give the same bits (DESIGN contract 1).
+ * quant_neon.c, quant_neon_dot.c) behind struct shoal_quant_ops. All of them give the same bits (DESIGN contract 1).
  *
  * ## Byte layout (little-endian; version 1 of these formats)
  *
@@ -78,7 +78,8 @@
  *   return acc
  *
  * The integer sums do not depend on their order, so every ISA reaches the
- * same isum with its own widest instructions (vpmaddubsw/vpmaddwd); only
+ * same isum with its own widest instructions (vpmaddubsw/vpmaddwd, NEON
+ * vmull_s8, sdot or smmla); only
  * the per-group combine is f32, in the order above. It is about 3x less
  * work per weight than the f32 canonical dot, whose mul + add per element
  * and f32 conversion of every nibble bound its speed, and it is what
@@ -265,7 +266,8 @@ int shoal_quant_linear_a8(float *y, const float *x, int64_t n_tok,
 
 enum shoal_quant_isa {
     SHOAL_QUANT_ISA_AUTO = 0,   /* best the CPU supports: AVX-512 (VBMI),
-                                   AVX-512 BW, AVX2, NEON, scalar */
+                                   AVX-512 BW, AVX2, NEON I8MM, NEON DotProd,
+                                   NEON, scalar */
     SHOAL_QUANT_ISA_SCALAR,     /* the reference (tests, debugging) */
     SHOAL_QUANT_ISA_AVX2,       /* x86-64 with AVX2 (built with -mavx2, no FMA) */
     SHOAL_QUANT_ISA_NEON,       /* aarch64 */
@@ -273,6 +275,12 @@ enum shoal_quant_isa {
                                    int4/int8 linears; the dot as AVX2 */
     SHOAL_QUANT_ISA_AVX512BW,   /* the same without VBMI/VNNI (Skylake-SP, Cascade
                                    Lake): one more instruction per step */
+    SHOAL_QUANT_ISA_NEON_DOTPROD, /* aarch64 with DotProd (ARMv8.2 sdot; Apple M1,
+                                   Cortex-A76 and later): INT4A8 rows; the rest
+                                   as NEON */
+    SHOAL_QUANT_ISA_NEON_I8MM,  /* aarch64 with DotProd and I8MM (smmla; Apple M2,
+                                   Neoverse V1/N2 and later): INT4A8 batches two
+                                   tokens x two rows per instruction */
 };
 
 /* Choose the kernels once at start-up and log the choice (info, "quant").
@@ -283,10 +291,23 @@ enum shoal_quant_isa {
  * while kernels run. */
 int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err);
 
-/* Name of the active kernels: "scalar", "avx2", "avx512", "avx512bw" or
- * "neon".
+/* Name of the active kernels: "scalar", "avx2", "avx512", "avx512bw",
+ * "neon", "neon-dotprod" or "neon-i8mm".
  * Thread: any. */
 const char *shoal_quant_ops_name(void);
+
+/* The name of an ISA choice, as above with "auto" for AUTO ("?" for a value
+ * out of range). Static string. Thread: any. */
+const char *shoal_quant_isa_name(enum shoal_quant_isa isa);
+
+/* The ISA choice named name (shoal_quant_isa_name's spelling, as `--isa`
+ * takes it) into *isa. Returns 0, or SHOAL_EINVAL for an unknown name
+ * (*isa unchanged). Thread: any. */
+int shoal_quant_isa_parse(const char *name, enum shoal_quant_isa *isa);
+
+/* Every ISA name shoal_quant_isa_parse accepts, "auto|scalar|...", for usage
+ * and error messages. Static string. Thread: any. */
+const char *shoal_quant_isa_list(void);
 
 struct shoal_quant_ops;
 /* The active table (shoal_quant_init's choice). Thread: any. */
@@ -331,6 +352,17 @@ extern const struct shoal_quant_ops shoal_quant_ops_avx512; /* x86-64, if the
                                                   compiler has AVX-512 */
 extern const struct shoal_quant_ops shoal_quant_ops_avx512bw; /* same, no VBMI */
 extern const struct shoal_quant_ops shoal_quant_ops_neon;  /* aarch64 builds */
+extern const struct shoal_quant_ops shoal_quant_ops_neon_dotprod; /* aarch64, if the
+                                                  compiler has +dotprod */
+extern const struct shoal_quant_ops shoal_quant_ops_neon_i8mm; /* same, +i8mm */
+
+/* The baseline NEON dot and linear rows (quant_neon.c), which the DotProd and
+ * I8MM tables reuse: the members dot and linear_rows above. aarch64 builds. */
+float shoal_quant_neon_dot(enum shoal_quant_type type, int group, const float *x,
+                           const void *row, int64_t n);
+void shoal_quant_neon_linear_rows(float *y, const float *x, int64_t n_tok,
+                                  const struct shoal_quant_weight *w, int64_t r0,
+                                  int64_t r1);
 
 /* Where a row's scales and quants start (layout above). */
 static inline const uint8_t *shoal_quant_row_qs(const void *row, int64_t n,

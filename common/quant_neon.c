@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "quant.h"
+#include "quant_neon.h"
 
 #define QUANT_GROUP_MAX 128
 #define ROW_TILE 16
@@ -139,13 +140,6 @@ static inline void store8(float l[8], struct acc8 s)
     vst1q_f32(l + 4, s.hi);
 }
 
-static inline float scale_at(const void *row, int64_t g)
-{
-    float d;
-    memcpy(&d, (const uint8_t *)row + 4 * (size_t)g, sizeof d);
-    return d;
-}
-
 /* ---- one row, one token ---------------------------------------------------- */
 
 static float group_q8(const float *x, const int8_t *q, int64_t len)
@@ -186,8 +180,8 @@ static float group_q4(const float *x, const uint8_t *p, int64_t len)
     return tree8(l);
 }
 
-static float dot_neon(enum shoal_quant_type type, int group, const float *x,
-                      const void *row, int64_t n)
+float shoal_quant_neon_dot(enum shoal_quant_type type, int group, const float *x,
+                           const void *row, int64_t n)
 {
     const uint8_t *qs = shoal_quant_row_qs(row, n, group);
     float acc = 0.0f;
@@ -196,7 +190,7 @@ static float dot_neon(enum shoal_quant_type type, int group, const float *x,
         const float gs = type == SHOAL_QUANT_INT8
                              ? group_q8(x + i0, (const int8_t *)qs + i0, len)
                              : group_q4(x + i0, qs + i0 / 2, len);
-        acc += scale_at(row, g) * gs;
+        acc += shoal_neon_scale(row, g) * gs;
     }
     return acc;
 }
@@ -254,8 +248,8 @@ static void dot4_rows(enum shoal_quant_type type, int group, const float *x,
                                    qs[3] + i0 / 2};
             gs = group4_q4(x + i0, p, group);
         }
-        const float dv[4] = {scale_at(row[0], g), scale_at(row[1], g),
-                             scale_at(row[2], g), scale_at(row[3], g)};
+        const float dv[4] = {shoal_neon_scale(row[0], g), shoal_neon_scale(row[1], g),
+                             shoal_neon_scale(row[2], g), shoal_neon_scale(row[3], g)};
         acc = vaddq_f32(acc, vmulq_f32(vld1q_f32(dv), gs));
     }
     vst1q_f32(out, acc);
@@ -266,7 +260,7 @@ static void dot4_rows(enum shoal_quant_type type, int group, const float *x,
         const float gs = type == SHOAL_QUANT_INT8
                              ? group_q8(x + i0, (const int8_t *)qs[r] + i0, n - i0)
                              : group_q4(x + i0, qs[r] + i0 / 2, n - i0);
-        out[r] += scale_at(row[r], g) * gs;
+        out[r] += shoal_neon_scale(row[r], g) * gs;
     }
 }
 
@@ -349,7 +343,7 @@ static void row_tokens(float *y, const float *x, int64_t t0, int64_t nt,
     float acc = 0.0f;                       /* nt == 1 */
     for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
         const int64_t len = n - i0 < group ? n - i0 : group;
-        const float d = scale_at(row, g);
+        const float d = shoal_neon_scale(row, g);
         unpack_group(w->type, qs, i0, len, qf);
         if (nt == 4) {
             const float *xt[4] = {x + t0 * n + i0, x + (t0 + 1) * n + i0,
@@ -369,9 +363,9 @@ static void row_tokens(float *y, const float *x, int64_t t0, int64_t nt,
     }
 }
 
-static void linear_rows_neon(float *y, const float *x, int64_t n_tok,
-                             const struct shoal_quant_weight *w, int64_t r0,
-                             int64_t r1)
+void shoal_quant_neon_linear_rows(float *y, const float *x, int64_t n_tok,
+                                  const struct shoal_quant_weight *w, int64_t r0,
+                                  int64_t r1)
 {
     const size_t row_bytes = shoal_quant_row_bytes(w->type, w->cols, w->group);
     const uint8_t *base = w->data;
@@ -391,8 +385,9 @@ static void linear_rows_neon(float *y, const float *x, int64_t n_tok,
                     y[t * w->rows + r + j] = out[j];
             }
             for (; r < r1; r++)
-                y[t * w->rows + r] = dot_neon(w->type, w->group, xt,
-                                              base + (size_t)r * row_bytes, w->cols);
+                y[t * w->rows + r] = shoal_quant_neon_dot(w->type, w->group, xt,
+                                                          base + (size_t)r * row_bytes,
+                                                          w->cols);
         }
         return;
     }
@@ -410,14 +405,13 @@ static void linear_rows_neon(float *y, const float *x, int64_t n_tok,
 }
 
 /* ---- INT4A8 (quant.h "Int8 activations") ----------------------------------
- * Baseline ARMv8 NEON (no dotprod needed). 16 packed bytes are 32 columns:
- * their low nibbles are the even columns, at the activation chunk's
- * 16 k .. 16 k + 15 for piece k of the chunk, their high nibbles the odd
- * ones, 64 further on (struct shoal_quant_act). vmull_s8 multiplies
- * nibble (0..15) by activation; the four int16 products of a lane add up
- * to at most 4 * 15 * 127, so they are summed in int16, widened pairwise
- * to int32 and accumulated per group (G = 32, 64, 128 is 1, 2 or 4
- * pieces). A partial last piece goes through a zeroed copy. The integers
+ * Baseline ARMv8 NEON (no dotprod needed; quant_neon_dot.c has the sdot and
+ * smmla versions). 16 packed bytes are 32 columns (a piece, quant_neon.h).
+ * vmull_s8 multiplies nibble (0..15) by activation; the four int16
+ * products of a lane add up to at most 4 * 15 * 127, so they are summed in
+ * int16, widened pairwise to int32 and accumulated per group (G = 32, 64,
+ * 128 is 1, 2 or 4 pieces). A partial last piece goes through a zeroed
+ * copy. The integers
  * are exact and the f32 combine runs in group order as the scalar one: the
  * scalar table's bits. */
 static void rows_a8_neon(float *y, const struct shoal_quant_act *a, int64_t n_tok,
@@ -441,19 +435,10 @@ static void rows_a8_neon(float *y, const struct shoal_quant_act *a, int64_t n_to
                 int32x4_t s32 = vdupq_n_s32(0);
                 for (int k = 0; k < pieces && g * G + 32 * k < n; k++) {
                     const int64_t i0 = g * G + 32 * k;           /* first column */
-                    uint8x16_t b;
-                    if (n - i0 < 32) {
-                        /* a partial last piece: through a zeroed copy (the
-                         * activation's columns past the row are 0) */
-                        uint8_t buf[16] = {0};
-                        memcpy(buf, qs + i0 / 2, (size_t)((n - i0 + 1) / 2));
-                        b = vld1q_u8(buf);
-                    } else {
-                        b = vld1q_u8(qs + i0 / 2);
-                    }
+                    const uint8x16_t b = shoal_neon_a8_piece(qs, i0, n);
                     const int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(b, m4));
                     const int8x16_t hi = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
-                    const int8_t *e = q + (i0 - (i0 & 127)) + (i0 & 127) / 2;
+                    const int8_t *e = shoal_neon_a8_act(q, i0);
                     const int8x16_t ev = vld1q_s8(e), ov = vld1q_s8(e + 64);
                     int16x8_t p = vmull_s8(vget_low_s8(lo), vget_low_s8(ev));
                     p = vaddq_s16(p, vmull_s8(vget_high_s8(lo), vget_high_s8(ev)));
@@ -462,9 +447,7 @@ static void rows_a8_neon(float *y, const struct shoal_quant_act *a, int64_t n_to
                     s32 = vpadalq_s16(s32, p);
                 }
                 const int32_t isum = vaddvq_s32(s32) - sx[g];
-                float dwg;
-                memcpy(&dwg, row + 4 * (size_t)g, sizeof dwg);
-                acc = acc + (dwg * dx[g]) * (float)isum;
+                acc = acc + (shoal_neon_scale(row, g) * dx[g]) * (float)isum;
             }
             y[t * w->rows + r] = acc;
         }
@@ -473,7 +456,7 @@ static void rows_a8_neon(float *y, const struct shoal_quant_act *a, int64_t n_to
 
 const struct shoal_quant_ops shoal_quant_ops_neon = {
     .name = "neon",
-    .dot = dot_neon,
-    .linear_rows = linear_rows_neon,
+    .dot = shoal_quant_neon_dot,
+    .linear_rows = shoal_quant_neon_linear_rows,
     .linear_rows_a8 = rows_a8_neon,
 };

@@ -16,14 +16,18 @@
 #    (not mounted here), while its nanomsg IPC hangs under qemu-aarch64 7.2;
 # 3. configures build-aarch64 with tests/cross/aarch64-linux-gnu.ini (once),
 #    builds only the unit-test executables (suite 'unit'), one by one;
-# 4. runs each under qemu-aarch64 -L /usr/aarch64-linux-gnu from the build
-#    directory (as meson test does) and ends with the line
+# 4. runs each under qemu-aarch64 -cpu $QEMU_CPU -L /usr/aarch64-linux-gnu
+#    from the build directory (as meson test does) and ends with the line
 #        aarch64: N passed, M failed
 #    counting test cases; a unit-test binary that does not build or whose
 #    runner dies counts as one failure. Exit status 0 iff M is 0.
 #
 # Environment: BUILD_DIR (default <repo>/build-aarch64), JOBS (ninja -j,
-# default 1), QEMU (default qemu-aarch64-static, else qemu-aarch64).
+# default 1), QEMU (default qemu-aarch64-static, else qemu-aarch64),
+# QEMU_CPU (default max: every extension qemu emulates, DotProd and I8MM
+# included, so the neon-dotprod and neon-i8mm kernels are tested; e.g.
+# cortex-a57 for a baseline ARMv8.0 CPU, cortex-a76 for DotProd without I8MM),
+# UNIT_TESTS (default all: space-separated unit-test names, e.g. "quant").
 # Logs: $BUILD_DIR/meson-logs/aarch64-<test>.log.
 set -eu
 
@@ -33,6 +37,8 @@ SHIM_OUT=$BUILD-shim
 SHIM_SRC=$ROOT/tests/cross/criterion-shim
 CROSS=$ROOT/tests/cross/aarch64-linux-gnu.ini
 JOBS=${JOBS:-1}
+QEMU_CPU=${QEMU_CPU:-max}
+ONLY=${UNIT_TESTS:-}
 # arm64 -dev packages for the dependency() calls of the meson files (keep in
 # step; optional ones like liburing are left out: qemu-user has no io_uring)
 ARM64_DEV="libjansson-dev:arm64 libxxhash-dev:arm64 libpcre2-dev:arm64
@@ -122,6 +128,9 @@ mkdir -p "$BUILD/meson-logs"
 TAB=$(printf '\t')
 while IFS="$TAB" read -r name exe; do
     [ -n "$name" ] || continue
+    if [ -n "$ONLY" ]; then
+        case " $ONLY " in *" $name "*) ;; *) continue ;; esac
+    fi
     rel=${exe#"$BUILD"/}
     log="$BUILD/meson-logs/aarch64-$name.log"
     if ! ninja -C "$BUILD" -j"$JOBS" "$rel" >"$log" 2>&1; then
@@ -130,7 +139,7 @@ while IFS="$TAB" read -r name exe; do
         failures="$failures $name(build)"
         continue
     fi
-    (cd "$BUILD" && timeout 3600 "$QEMU" -L "$SYSROOT" "$exe" --jobs=1) \
+    (cd "$BUILD" && timeout 3600 "$QEMU" -cpu "$QEMU_CPU" -L "$SYSROOT" "$exe" --jobs=1) \
         >"$log" 2>&1 || true
     synth=$(grep '^\[====\] Synthesis' "$log" | tail -1)
     if [ -z "$synth" ]; then
@@ -156,6 +165,6 @@ done <<EOF
 $TESTS
 EOF
 
-say "skipped $skipped; failing:${failures:- none}; $(($(date +%s) - START)) s"
+say "qemu -cpu $QEMU_CPU; skipped $skipped; failing:${failures:- none}; $(($(date +%s) - START)) s"
 echo "aarch64: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

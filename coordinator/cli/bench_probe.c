@@ -170,7 +170,7 @@ json_t *shoal_bench_loadavg(void)
 static void cpu_info(json_t *m)
 {
     char *model = NULL;
-    int avx2 = 0, avx512f = 0, neon = 0, have_flags = 0;
+    int avx2 = 0, avx512f = 0, neon = 0, dotprod = 0, i8mm = 0, have_flags = 0;
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f) {
         char line[8192];
@@ -193,6 +193,8 @@ static void cpu_info(json_t *m)
                 avx2 = strstr(padded, " avx2 ") != NULL;
                 avx512f = strstr(padded, " avx512f ") != NULL;
                 neon = strstr(padded, " asimd ") != NULL || strstr(padded, " neon ") != NULL;
+                dotprod = strstr(padded, " asimddp ") != NULL;   /* sdot */
+                i8mm = strstr(padded, " i8mm ") != NULL;         /* smmla */
             }
         }
         fclose(f);
@@ -203,6 +205,8 @@ static void cpu_info(json_t *m)
         jset(m, "avx2", json_boolean(avx2));
         jset(m, "avx512f", json_boolean(avx512f));
         jset(m, "neon", json_boolean(neon));
+        jset(m, "neon_dotprod", json_boolean(dotprod));
+        jset(m, "neon_i8mm", json_boolean(i8mm));
     }
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     jset(m, "ram_bytes", pages > 0 && psz > 0 ? json_integer((json_int_t)pages * psz) : NULL);

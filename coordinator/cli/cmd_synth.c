@@ -1240,9 +1240,9 @@ static void synth_usage(FILE *f)
         "                       so it holds this run's routing)\n"
         "  --json FILE          write the results as JSON\n"
         "  --routing-out FILE   write per-layer target and achieved expert shares\n"
-        "  --isa auto|scalar|avx2|avx512|avx512bw|neon  use these quant kernels\n"
-        "                       instead of the best this CPU has (same bits, another\n"
-        "                       speed)\n"
+        "  --isa auto|scalar|avx2|avx512|avx512bw|neon|neon-dotprod|neon-i8mm\n"
+        "                       use these quant kernels instead of the best this CPU\n"
+        "                       has (same bits, another speed)\n"
         "  --ctx N              context length (default: what the prompt and steps need)\n"
         "  --threads N          compute threads (default: all cores)\n"
         "  -v, --verbose        print what was loaded\n"
@@ -1942,29 +1942,15 @@ static int check_main(int argc, char **argv)
     if (isa) {
         /* every shoal command starts with the best kernels of the CPU
          * (main.c); --isa measures another table (same bits, other speed) */
-        static const struct {
-            const char *name;
-            enum shoal_quant_isa isa;
-        } isas[] = {{"auto", SHOAL_QUANT_ISA_AUTO}, {"scalar", SHOAL_QUANT_ISA_SCALAR},
-                    {"avx2", SHOAL_QUANT_ISA_AVX2}, {"avx512", SHOAL_QUANT_ISA_AVX512},
-                    {"avx512bw", SHOAL_QUANT_ISA_AVX512BW},
-                    {"neon", SHOAL_QUANT_ISA_NEON}};
-        int found = 0;
-        struct shoal_err qerr = {0};
-        for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
-            if (strcmp(isa, isas[k].name))
-                continue;
-            found = 1;
-            if (shoal_quant_init(isas[k].isa, &qerr)) {
-                /* a usage error like an unknown name: nothing ran */
-                shoal_cli_error("--isa %s: these kernels are not built in or this CPU lacks "
-                                "them; the best here are '%s'", isa,
-                                shoal_quant_ops_name());
-                return 2;
-            }
+        enum shoal_quant_isa want;
+        if (shoal_quant_isa_parse(isa, &want)) {
+            shoal_cli_error("--isa expects %s, got '%s'", shoal_quant_isa_list(), isa);
+            return 2;
         }
-        if (!found) {
-            shoal_cli_error("--isa expects auto, scalar, avx2, avx512, avx512bw or neon, got '%s'", isa);
+        if (shoal_quant_init(want, NULL)) {
+            /* a usage error: nothing ran */
+            shoal_cli_error("--isa %s: these kernels are not built in or this CPU lacks "
+                            "them; the best here are '%s'", isa, shoal_quant_ops_name());
             return 2;
         }
     }

@@ -5,15 +5,19 @@ qemu-user) serving an x86-64 coordinator (AVX2 or scalar kernels) gives
 logits bytes and text identical to the coordinator alone. This is the
 headline deployment's mix: Apple Silicon workers, any coordinator.
 
-For the bundled model as int4, int8 and bf16 containers, with the worker
-holding everything (--local-experts off) and as one of two executors.
+For the bundled model as int4, int4a8, int8 and bf16 containers, with the
+worker holding everything (--local-experts off) and as one of two executors.
+qemu runs the worker as --qemu-cpu (default max: DotProd and I8MM, so it
+picks the neon-i8mm kernels; cortex-a76 gives neon-dotprod, cortex-a57 neon).
 
 Usage: /usr/bin/python3 tests/cluster/test_cross_isa.py --shoal BIN \\
            --arm-worker build-aarch64/worker/shoal-worker [--qemu qemu-aarch64-static]
+           [--qemu-cpu max]
 Skips (exit 0, with the reason) when the aarch64 worker or qemu is missing.
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +41,7 @@ def main():
     ap.add_argument("--shoal", required=True)
     ap.add_argument("--arm-worker", required=True)
     ap.add_argument("--qemu", default=shutil.which("qemu-aarch64-static") or "")
+    ap.add_argument("--qemu-cpu", default="max")
     a = ap.parse_args()
     if not os.access(a.arm_worker, os.X_OK) or not a.qemu:
         print("SKIP cross-ISA cluster: needs %s and qemu-aarch64-static" % a.arm_worker)
@@ -54,7 +59,8 @@ def main():
                            capture_output=True)
             port = free_port()
             log = os.path.join(tmp, "w-%s.log" % dtype)
-            w = subprocess.Popen([a.qemu, "-L", "/usr/aarch64-linux-gnu", a.arm_worker,
+            w = subprocess.Popen([a.qemu, "-cpu", a.qemu_cpu, "-L", "/usr/aarch64-linux-gnu",
+                                  a.arm_worker,
                                   "--model", ct, "--listen", "127.0.0.1:%d" % port],
                                  stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
             procs.append(w)
@@ -64,8 +70,11 @@ def main():
                     break
                 time.sleep(0.1)
             text = open(log).read()
-            result("%s: aarch64 worker serves with NEON kernels" % dtype,
-                   "serving" in text and "neon kernels" in text,
+            # the table run-time selection must pick for these qemu CPUs
+            want = {"max": "neon-i8mm", "cortex-a76": "neon-dotprod",
+                    "cortex-a57": "neon"}.get(a.qemu_cpu, r"neon(-dotprod|-i8mm)?")
+            result("%s: aarch64 worker serves with %s kernels" % (dtype, want),
+                   "serving" in text and re.search(r"\b%s kernels" % want, text) is not None,
                    [l for l in text.splitlines() if "serving" in l][:1])
             gen = ["--model", ct, "--prompt", "JULIET:\nO Romeo", "--max-tokens", "24",
                    "--seed", "11"]

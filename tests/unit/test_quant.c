@@ -10,6 +10,9 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 #include "quant.h"
 #include "tensor.h"
@@ -97,11 +100,13 @@ static void use_isa(enum shoal_quant_isa isa)
 
 /* Every SIMD kernel table this build and CPU can run (not the scalar one),
  * so each is compared with the reference, not only the one AUTO picks.
- * Returns how many were written to isas[] (at most 5). */
-static int simd_isas(enum shoal_quant_isa isas[5])
+ * Returns how many were written to isas[] (at most SIMD_ISA_MAX). */
+#define SIMD_ISA_MAX 6
+static int simd_isas(enum shoal_quant_isa isas[SIMD_ISA_MAX])
 {
-    const enum shoal_quant_isa all[] = {SHOAL_QUANT_ISA_AVX2, SHOAL_QUANT_ISA_AVX512,
-                                        SHOAL_QUANT_ISA_AVX512BW, SHOAL_QUANT_ISA_NEON};
+    const enum shoal_quant_isa all[SIMD_ISA_MAX] = {
+        SHOAL_QUANT_ISA_AVX2, SHOAL_QUANT_ISA_AVX512, SHOAL_QUANT_ISA_AVX512BW,
+        SHOAL_QUANT_ISA_NEON, SHOAL_QUANT_ISA_NEON_DOTPROD, SHOAL_QUANT_ISA_NEON_I8MM};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (shoal_quant_init(all[i], NULL) == 0)
@@ -513,8 +518,31 @@ Test(quant, auto_selects_the_simd_kernels_of_this_cpu)
     cr_assert(eq(str, (char *)shoal_quant_ops_name(), "scalar"), "default before init");
     use_isa(SHOAL_QUANT_ISA_AUTO);
     const char *name = shoal_quant_ops_name();
-#if defined(__aarch64__)
-    cr_assert(eq(str, (char *)name, "neon"));
+#if defined(__aarch64__) && defined(__linux__)
+    /* DotProd and I8MM as the kernel reports them (qemu-user: its -cpu) */
+    const int dotprod = (getauxval(AT_HWCAP) & (1UL << 20)) != 0;        /* HWCAP_ASIMDDP */
+    const int i8mm = dotprod && (getauxval(AT_HWCAP2) & (1UL << 13)) != 0; /* HWCAP2_I8MM */
+#if !defined(SHOAL_QUANT_HAVE_NEON_DOTPROD)
+    const int have_dotprod = 0;
+#else
+    const int have_dotprod = dotprod;
+#endif
+#if !defined(SHOAL_QUANT_HAVE_NEON_I8MM)
+    const int have_i8mm = 0;
+#else
+    const int have_i8mm = i8mm;
+#endif
+    cr_log_info("CPU: dotprod %d, i8mm %d", dotprod, i8mm);
+    cr_assert(eq(str, (char *)name,
+                 (char *)(have_i8mm ? "neon-i8mm" : have_dotprod ? "neon-dotprod" : "neon")));
+    cr_assert(eq(int, shoal_quant_init(SHOAL_QUANT_ISA_NEON_DOTPROD, NULL),
+                 have_dotprod ? 0 : SHOAL_EUNSUPPORTED));
+    cr_assert(eq(int, shoal_quant_init(SHOAL_QUANT_ISA_NEON_I8MM, NULL),
+                 have_i8mm ? 0 : SHOAL_EUNSUPPORTED));
+    use_isa(SHOAL_QUANT_ISA_AUTO);
+    cr_assert(eq(int, shoal_quant_init(SHOAL_QUANT_ISA_AVX2, NULL), SHOAL_EUNSUPPORTED));
+#elif defined(__aarch64__)
+    cr_assert(strncmp(name, "neon", 4) == 0, "%s", name);
     cr_assert(eq(int, shoal_quant_init(SHOAL_QUANT_ISA_AVX2, NULL), SHOAL_EUNSUPPORTED));
 #elif defined(__x86_64__)
     __builtin_cpu_init();
@@ -535,6 +563,8 @@ Test(quant, auto_selects_the_simd_kernels_of_this_cpu)
     struct shoal_err err = {0};
     cr_assert(eq(int, shoal_quant_init(SHOAL_QUANT_ISA_NEON, &err), SHOAL_EUNSUPPORTED));
     cr_assert(strstr(err.msg, "'neon'") != NULL, "msg: %s", err.msg);
+    cr_assert(eq(int, shoal_quant_init(SHOAL_QUANT_ISA_NEON_DOTPROD, NULL), SHOAL_EUNSUPPORTED));
+    cr_assert(eq(int, shoal_quant_init(SHOAL_QUANT_ISA_NEON_I8MM, NULL), SHOAL_EUNSUPPORTED));
 #endif
     cr_assert(eq(str, (char *)shoal_quant_ops_name(), (char *)name), "a refused init changes nothing");
     use_isa(SHOAL_QUANT_ISA_SCALAR);
@@ -542,12 +572,33 @@ Test(quant, auto_selects_the_simd_kernels_of_this_cpu)
     cr_log_info("active quant kernels: %s", name);
 }
 
+/* every ISA name parses back to its value (what --isa accepts) */
+Test(quant, isa_names_parse_back)
+{
+    const enum shoal_quant_isa all[] = {
+        SHOAL_QUANT_ISA_AUTO, SHOAL_QUANT_ISA_SCALAR, SHOAL_QUANT_ISA_AVX2,
+        SHOAL_QUANT_ISA_NEON, SHOAL_QUANT_ISA_AVX512, SHOAL_QUANT_ISA_AVX512BW,
+        SHOAL_QUANT_ISA_NEON_DOTPROD, SHOAL_QUANT_ISA_NEON_I8MM};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+        const char *name = shoal_quant_isa_name(all[k]);
+        enum shoal_quant_isa got = SHOAL_QUANT_ISA_AUTO;
+        cr_assert(eq(int, shoal_quant_isa_parse(name, &got), 0), "%s", name);
+        cr_assert(eq(int, (int)got, (int)all[k]), "%s", name);
+        cr_assert(strstr(shoal_quant_isa_list(), name) != NULL, "%s not in the list", name);
+    }
+    cr_assert(eq(str, (char *)shoal_quant_isa_name(SHOAL_QUANT_ISA_NEON_I8MM), "neon-i8mm"));
+    enum shoal_quant_isa keep = SHOAL_QUANT_ISA_NEON;
+    cr_assert(eq(int, shoal_quant_isa_parse("neon-sve", &keep), SHOAL_EINVAL));
+    cr_assert(eq(int, (int)keep, (int)SHOAL_QUANT_ISA_NEON), "unchanged on error");
+    cr_assert(eq(str, (char *)shoal_quant_isa_name((enum shoal_quant_isa)99), "?"));
+}
+
 /* bit-exact: active SIMD dot == scalar dot over a shape grid */
 Test(quant, simd_dot_bits_equal_scalar)
 {
     const int64_t sizes[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 63, 64, 65,
                              100, 127, 128, 129, 200, 255, 256, 257, 383, 513, 1000, 1031};
-    enum shoal_quant_isa isas[5];
+    enum shoal_quant_isa isas[SIMD_ISA_MAX];
     const int n_isa = simd_isas(isas);
     cr_log_info("SIMD kernel tables on this CPU: %d", n_isa);
     int checked = 0;
@@ -591,7 +642,7 @@ Test(quant, simd_linear_bits_equal_scalar_for_any_batch_and_thread_count)
                                  {48, 160}, {27, 384}, {64, 200}, {24, 2048}};
     const int64_t toks[] = {1, 2, 3, 5};
     const int threads[] = {1, 3};
-    enum shoal_quant_isa isas[6] = {SHOAL_QUANT_ISA_SCALAR};
+    enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
     const int n_isa = 1 + simd_isas(isas + 1);
     for (size_t it = 0; it < 2; it++)
         for (size_t ig = 0; ig < 3; ig++)
@@ -763,18 +814,20 @@ Test(quant, a8_nonfinite_input_gives_nan)
     free(row);
 }
 
-/* bit-exact: the INT4A8 linear of every table, batches 1..30 (30 crosses a
- * stack tile of 2048 columns), threads 1 and 3, equals shoal_quant_dot_a8;
- * widths that are and are not multiples of 128 (a partial last chunk,
- * odd widths, a partial last group) */
+/* bit-exact: the INT4A8 linear of every table, batches 1..30 (29 and 30
+ * cross a stack tile of 2048 columns; odd batches leave neon-i8mm a last
+ * token for sdot), threads 1 and 3 (row ranges that do not start at a
+ * multiple of 4), equals shoal_quant_dot_a8; widths that are and are not
+ * multiples of 128 (a partial last chunk, odd widths, a partial last
+ * group) */
 Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
 {
     const int64_t shapes[][2] = {{1, 128}, {3, 100}, {17, 256}, {5, 384}, {33, 768},
                                  {9, 2048}, {4, 1000}, {7, 2176}, {5, 77}, {6, 129},
                                  {18, 192}, {3, 4000}};
-    const int64_t toks[] = {1, 2, 5, 30};
+    const int64_t toks[] = {1, 2, 3, 4, 5, 29, 30};   /* odd and even (token pairs) */
     const int threads[] = {1, 3};
-    enum shoal_quant_isa isas[6] = {SHOAL_QUANT_ISA_SCALAR};
+    enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
     const int n_isa = 1 + simd_isas(isas + 1);
     int compared = 0;
     for (size_t ig = 0; ig < 3; ig++)
@@ -822,7 +875,7 @@ Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
         }
     omp_set_num_threads(omp_get_num_procs());
     use_isa(SHOAL_QUANT_ISA_SCALAR);
-    cr_assert(eq(int, compared, 3 * 12 * n_isa * 4 * 2));
+    cr_assert(eq(int, compared, 3 * 12 * n_isa * (int)(sizeof toks / sizeof toks[0]) * 2));
     static uint8_t zeros[1024];
     float y1[4];
     struct shoal_quant_weight bad = {SHOAL_QUANT_INT8, 64, 4, 128, zeros};
@@ -851,7 +904,7 @@ Test(quant, a8_wide_rows_equal_table_rows)
     a.d = malloc((size_t)(cols / G) * 4);
     a.s = malloc((size_t)(cols / G) * 4);
     shoal_quant_act_quantize(&a, x, 1);
-    enum shoal_quant_isa isas[6] = {SHOAL_QUANT_ISA_SCALAR};
+    enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
     const int n_isa = 1 + simd_isas(isas + 1);
     for (int ii = 0; ii < n_isa; ii++) {
         use_isa(isas[ii]);
