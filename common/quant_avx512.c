@@ -712,7 +712,7 @@ a8g_block(float *y, int64_t y_stride, const struct shoal_quant_act *a, int64_t t
 
 /* Full blocks of 16 rows from rb0 while they fit below r1, every token;
  * returns the first row not done. */
-static int64_t rows_a8_gemm(float *y, const struct shoal_quant_act *a, int64_t n_tok,
+static __attribute__((noinline)) int64_t rows_a8_gemm(float *y, const struct shoal_quant_act *a, int64_t n_tok,
                             const struct shoal_quant_weight *w, int64_t rb0, int64_t r1)
 {
     const int64_t n = w->cols;
