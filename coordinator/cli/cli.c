@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include "kv.h"
 #include "parse.h"
 #include "quant.h"
 
@@ -66,6 +67,14 @@ int shoal_cli_parse_dtype(const char *flag, const char *s, int experts,
     shoal_cli_error("%s expects %s, got '%s'", flag,
                     experts ? "int4a8|int4|int8|bf16|f32" : "int8|bf16|f32",
                     s ? s : "(nothing)");
+    return -1;
+}
+
+int shoal_cli_parse_kv(const char *flag, const char *s, enum shoal_dtype *out)
+{
+    if (!shoal_kv_dtype_parse(s, out))
+        return 0;
+    shoal_cli_error("%s expects f32|f16|bf16, got '%s'", flag, s ? s : "(nothing)");
     return -1;
 }
 

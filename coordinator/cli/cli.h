@@ -48,6 +48,10 @@ int shoal_cli_parse_group(const char *flag, const char *s, int *out);
  * (experts = 0: int8|bf16|f32) value into *out; returns 0, or prints one
  * error line naming the flag, the allowed values and what was given, and
  * returns -1. */
+/* Parse a KV cache dtype for flag (--kv): f32, f16 or bf16. Returns 0, or
+ * -1 after printing a one-line usage error. */
+int shoal_cli_parse_kv(const char *flag, const char *s, enum shoal_dtype *out);
+
 int shoal_cli_parse_dtype(const char *flag, const char *s, int experts,
                           enum shoal_dtype *out);
 
