@@ -15,7 +15,8 @@ Cases, on the bundled model (models/shakespeare-moe):
   manifest:  a container whose shoal.json lacks "kv" (written before it) runs as
              f32; one with "kv": "f8" or "kv": 16 is refused with one line naming
              the field (exit 1)
-  memory:    run -v reports the KV bytes of the chosen dtype (f16: half of f32)
+  memory:    run -v reports the KV bytes of the chosen dtype (f16: half of f32);
+             `plan --kv f16 --json` budgets half of f32's KV bytes, `--kv f8` exits 2
 Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
 
@@ -98,6 +99,22 @@ def test_bad_flag(shoal):
     result("perplexity --kv F16: one line, exit 2", ok, why)
 
 
+def test_plan(shoal):
+    got = {}
+    for kv in ("f32", "f16", "bf16"):
+        r = run([shoal, "plan", MODEL, "--kv", kv, "--ctx", "1000", "--json"])
+        got[kv] = json.loads(r.stdout) if r.returncode == 0 else {}
+    ok = (got["f32"].get("kv_bytes_per_token", 0) > 0 and
+          got["f16"].get("kv_bytes_per_token") * 2 == got["f32"]["kv_bytes_per_token"] and
+          got["bf16"].get("kv_budget_bytes") * 2 == got["f32"].get("kv_budget_bytes") and
+          got["f16"].get("kv") == "f16")
+    result("plan --kv f16/bf16 budgets half of f32's KV bytes", ok,
+           str({k: (v.get("kv"), v.get("kv_bytes_per_token")) for k, v in got.items()}))
+    r = run([shoal, "plan", MODEL, "--kv", "f8"])
+    ok, why = one_line_error(r, "--kv", "'f8'")
+    result("plan --kv f8: one line, exit 2", ok, why)
+
+
 def manifest(ct):
     with open(os.path.join(ct, "shoal.json"), encoding="utf-8") as f:
         return json.load(f)
@@ -169,6 +186,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="shoal-kv-") as tmp:
         got = test_flag(shoal, tmp)
         test_bad_flag(shoal)
+        test_plan(shoal)
         if None not in got.values():
             test_convert(shoal, tmp, got)
     print("%d passed, %d failed" % (passed, failed))
