@@ -1,5 +1,5 @@
 /* forward: the decoder forward pass of the supported MoE families over a
- * KV cache: embeddings, RMSNorm, attention (GQA, RoPE, QK-norm, qkv bias,
+ * KV cache (f32, f16 or bf16 elements, kv.h): embeddings, RMSNorm, attention (GQA, RoPE, QK-norm, qkv bias,
  * optional sliding window), the sparse MoE block (router, batch-union,
  * experts, canonical combine, shared expert) or a dense MLP, and lm_head.
  *
