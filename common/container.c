@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "kv.h"
 #include "quant.h"
 #include "util.h"
 
@@ -443,6 +444,9 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     const char *dst = dst_buf;
     if (!shoal_quant_group_ok(p->group))
         return shoal_err_set(err, SHOAL_EINVAL, "--group %d: expected 32, 64 or 128", p->group);
+    if (!shoal_kv_dtype_ok(p->kv_dtype))
+        return shoal_err_set(err, SHOAL_EINVAL, "--kv %s: expected f32, f16 or bf16",
+                             shoal_dtype_name(p->kv_dtype));
     if (p->dense_dtype == SHOAL_DTYPE_F16 || p->experts_dtype == SHOAL_DTYPE_F16)
         return shoal_err_set(err, SHOAL_EINVAL,
                              "unsupported conversion: experts %s, dense %s (experts and "
@@ -550,9 +554,10 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
                                                "offset", (json_int_t)wr.comp_off[c],
                                                "bytes", (json_int_t)wr.comp_bytes[c]));
     manifest = json_pack(
-        "{s:s, s:i, s:s, s:s, s:o, s:o, s:{s:s, s:I, s:o}, s:{s:s, s:I, s:s, s:i, s:I, s:I, s:I, s:o, s:o}}",
+        "{s:s, s:i, s:s, s:s, s:s, s:o, s:o, s:{s:s, s:I, s:o}, s:{s:s, s:I, s:s, s:i, s:I, s:I, s:I, s:o, s:o}}",
         "format", "shoal-container", "version", SHOAL_CONTAINER_VERSION,
         "model_type", src->cfg.family->model_type, "fingerprint", fph,
+        "kv", shoal_kv_dtype_name(p->kv_dtype),
         "config", config, "files", files,
         "dense", "file", "dense.bin", "bytes", (json_int_t)dense_bytes, "tensors", wr.tensors,
         "experts", "file", "experts.bin", "bytes", (json_int_t)wr.exp_off,
@@ -876,6 +881,13 @@ struct shoal_container *shoal_container_open(const char *dir,
     }
     if (parse_hex64(json_string_value(json_object_get(root, "fingerprint")), &ct->fingerprint))
         FAIL("'%s': field 'fingerprint' must be 16 hex digits", mp);
+    /* the KV cache's default dtype; absent (containers before it): f32 */
+    json_t *kv = json_object_get(root, "kv");
+    ct->kv_dtype = SHOAL_DTYPE_F32;
+    if (kv && shoal_kv_dtype_parse(json_string_value(kv), &ct->kv_dtype))
+        FAIL("'%s': field 'kv' is '%s'; expected \"f32\", \"f16\" or \"bf16\" (the KV "
+             "cache dtype; override with --kv)", mp,
+             json_is_string(kv) ? json_string_value(kv) : "not a string");
     json_t *config = json_object_get(root, "config");
     if (!json_is_object(config))
         FAIL("'%s': field 'config' missing or not an object", mp);

@@ -51,6 +51,8 @@ struct shoal_convert_params {
     enum shoal_dtype experts_dtype;  /* F32, BF16, INT8, INT4 */
     enum shoal_dtype dense_dtype;    /* F32, BF16, INT8 (1-D tensors stay F32) */
     int group;                       /* quant group size: 32, 64, 128 */
+    enum shoal_dtype kv_dtype;       /* the KV cache's default (manifest "kv"):
+                                      * F32, F16 or BF16 */
     int force;                       /* replace an existing destination */
     /* progress: called after each tensor with bytes written and total */
     void (*progress)(uint64_t done, uint64_t total, void *user);
@@ -61,6 +63,7 @@ static inline struct shoal_convert_params shoal_convert_params_default(void)
 {
     return (struct shoal_convert_params){.experts_dtype = SHOAL_DTYPE_BF16,
                                          .dense_dtype = SHOAL_DTYPE_BF16,
+                                         .kv_dtype = SHOAL_DTYPE_F32,
                                          .group = 64};
 }
 
@@ -90,6 +93,8 @@ struct shoal_container {
     char *manifest_path;
     uint64_t fingerprint;
     int version;
+    enum shoal_dtype kv_dtype;  /* manifest "kv": the KV cache's default (F32 when
+                                 * absent); not part of the fingerprint */
     /* dense section */
     char *dense_path;
     void *dense_map;            /* mmap of dense.bin */

@@ -75,6 +75,28 @@ float shoal_f16_to_f32(uint16_t h)
     return f;
 }
 
+uint16_t shoal_f32_to_f16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u)                       /* NaN: quiet, top payload bits */
+        return (uint16_t)(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
+    if (u >= 0x477ff000u)                      /* >= 65520 (or inf): infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (u < 0x38800000u) {                     /* below 2^-14: subnormal or zero */
+        float a;
+        memcpy(&a, &u, sizeof a);
+        /* exact scaling; rintf rounds to nearest even; 1024 is the smallest
+         * normal's encoding */
+        return (uint16_t)(sign | (uint16_t)rintf(a * 0x1p24f));
+    }
+    u -= 0x38000000u;                          /* rebias the exponent: 127 -> 15 */
+    u += 0xfffu + ((u >> 13) & 1u);            /* round to nearest even at bit 13 */
+    return (uint16_t)(sign | (u >> 13));
+}
+
 void shoal_to_f32(float *dst, const void *src, enum shoal_dtype t, size_t n)
 {
     switch (t) {

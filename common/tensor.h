@@ -75,6 +75,12 @@ static inline uint16_t shoal_f32_to_bf16(float f)
 /* IEEE half -> f32 (exact; handles subnormals, inf, NaN). */
 float shoal_f16_to_f32(uint16_t h);
 
+/* f32 -> IEEE half, round to nearest, ties to even (as F16C's vcvtps2ph
+ * and NEON's fcvtn with the default rounding): |f| >= 65520 becomes
+ * infinity, tiny values become subnormals or a signed zero, NaN stays a
+ * quiet NaN with the top payload bits. Thread: any. */
+uint16_t shoal_f32_to_f16(float f);
+
 /* Convert n elements of src (dtype t) to f32 in dst. Thread: any. */
 void shoal_to_f32(float *dst, const void *src, enum shoal_dtype t, size_t n);
 

@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "config.h"
+#include "kv.h"
 #include "omp_env.h"
 #include "quant.h"
 
@@ -90,6 +91,7 @@ int main(int argc, char **argv)
     }
     /* pick the quantized kernels once (AVX2, NEON or scalar; same bits) */
     shoal_quant_init(SHOAL_QUANT_ISA_AUTO, NULL);
+    shoal_kv_init(SHOAL_KV_ISA_AUTO, NULL);
     const struct subcommand *c = find(argv[1]);
     if (c)
         return c->fn(argc - 1, argv + 1);

@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include "kv.h"
 #include "parse.h"
 #include "quant.h"
 
@@ -64,6 +65,14 @@ int shoal_cli_parse_dtype(const char *flag, const char *s,
     }
     shoal_cli_error("%s expects int4a8|int4|int8|bf16|f32, got '%s'", flag,
                     s ? s : "(nothing)");
+    return -1;
+}
+
+int shoal_cli_parse_kv(const char *flag, const char *s, enum shoal_dtype *out)
+{
+    if (!shoal_kv_dtype_parse(s, out))
+        return 0;
+    shoal_cli_error("%s expects f32|f16|bf16, got '%s'", flag, s ? s : "(nothing)");
     return -1;
 }
 

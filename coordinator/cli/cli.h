@@ -44,6 +44,10 @@ void shoal_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
  * and what was given, and returns -1. */
 int shoal_cli_parse_group(const char *flag, const char *s, int *out);
 
+/* Parse a KV cache dtype for flag (--kv): f32, f16 or bf16. Returns 0, or
+ * -1 after printing a one-line usage error. */
+int shoal_cli_parse_kv(const char *flag, const char *s, enum shoal_dtype *out);
+
 /* Parse an --experts or --dense value (int4a8|int4|int8|bf16|f32) into
  * *out; returns 0, or prints one error line naming the flag, the allowed
  * values and what was given, and returns -1. */

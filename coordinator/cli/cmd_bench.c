@@ -33,6 +33,7 @@
 #include "container.h"
 #include "expert_store.h"
 #include "forward.h"
+#include "kv.h"
 #include "model_config.h"
 #include "sampler.h"
 #include "session.h"
@@ -180,7 +181,8 @@ static void usage(FILE *f)
         "  --label TEXT         stored in the JSON (bench/sweep: the configuration)\n"
         "  --json OUT           also write the result here (default: only printed)\n"
         "\n"
-        "Engine flags (as 'shoal run'): --threads N, --ctx N, -v/--verbose\n");
+        "Engine flags (as 'shoal run'): --threads N, --ctx N, --kv f32|f16|bf16,\n"
+        "-v/--verbose\n");
     shoal_session_usage_store(f);
 }
 
@@ -1187,6 +1189,8 @@ static json_t *config_json(const struct bench_opts *o)
     json_t *c = json_object();
     jset(c, "threads", so->threads ? json_integer(so->threads) : json_string("default"));
     jset(c, "ctx", so->n_ctx ? json_integer(so->n_ctx) : json_string("default"));
+    jset(c, "kv", json_string(so->kv >= 0 ? shoal_kv_dtype_name((enum shoal_dtype)so->kv)
+                                          : "default"));
     jset(c, "expert_cache", so->expert_cache == ~0ull ? json_string("unlimited")
                                                       : json_integer((json_int_t)so->expert_cache));
     jset(c, "pin", json_integer((json_int_t)so->pin));

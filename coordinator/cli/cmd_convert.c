@@ -46,7 +46,8 @@ int shoal_cmd_convert(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: shoal convert [--model] SRC [--out] DST [--experts int4a8|int4|int8|bf16|f32]\n"
-                   "                     [--dense int4a8|int4|int8|bf16|f32] [--group 32|64|128] [--force]\n\n"
+                   "                     [--dense int4a8|int4|int8|bf16|f32] [--group 32|64|128]\n"
+                   "                     [--kv f32|f16|bf16] [--force]\n\n"
                    "Converts a Hugging Face checkpoint directory SRC (config.json, *.safetensors,\n"
                    "tokenizer.json) into a shoal container DST (docs/FORMAT.md).\n\n"
                    "  --model SRC, SRC     the Hugging Face checkpoint directory\n"
@@ -56,6 +57,8 @@ int shoal_cmd_convert(int argc, char **argv)
                    "                       routers stay int8, 1-D tensors f32 (int4a8 runs the\n"
                    "                       trunk's linears against int8 activations)\n"
                    "  --group G            quantization group of int8/int4 (default 64)\n"
+                   "  --kv T               the KV cache dtype runs of DST use unless they pass\n"
+                   "                       --kv (default f32; f16/bf16 halve its bytes)\n"
                    "  --force              replace an existing DST\n");
             free(words);
             return 0;
@@ -65,6 +68,7 @@ int shoal_cmd_convert(int argc, char **argv)
             continue;
         }
         if (!strcmp(a, "--experts") || !strcmp(a, "--dense") || !strcmp(a, "--group") ||
+            !strcmp(a, "--kv") ||
             !strcmp(a, "--model") || !strcmp(a, "--out")) {
             if (i + 1 >= argc) {
                 shoal_cli_error("%s needs a value", a);
@@ -80,6 +84,8 @@ int shoal_cmd_convert(int argc, char **argv)
             if (!strcmp(a, "--dense") && shoal_cli_parse_dtype(a, v, &p.dense_dtype))
                 goto out;
             if (!strcmp(a, "--group") && shoal_cli_parse_group(a, v, &p.group))
+                goto out;
+            if (!strcmp(a, "--kv") && shoal_cli_parse_kv(a, v, &p.kv_dtype))
                 goto out;
             continue;
         }

@@ -29,6 +29,7 @@ static void usage(FILE *f)
         "                       at most 4096)\n"
         "  --max-windows N      score only the first N windows (default: all)\n"
         "  --json               print the result as one JSON object\n"
+        "  --kv f32|f16|bf16    KV cache dtype (default: the container's, else f32)\n"
         "  --threads N          compute threads (default: all cores)\n"
         "  -v, --verbose        print what was loaded (family, threads, context, kernels)\n"
         "\n"

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "kv.h"
 #include "plan.h"
 #include "util.h"
 
@@ -14,7 +15,8 @@ static void plan_usage(void)
 {
     printf("usage: shoal plan [--model] DIR|CONFIG.json [--experts int4a8|int4|int8|bf16|f32]\n"
            "                  [--dense int4a8|int4|int8|bf16|f32] [--group 32|64|128]\n"
-           "                  [--ram SIZE] [--ctx N] [--workers N] [--hit-rate R] [--json]\n\n"
+           "                  [--ram SIZE] [--ctx N] [--kv f32|f16|bf16] [--workers N]\n"
+           "                  [--hit-rate R] [--json]\n\n"
            "Sizes a model from its config.json alone (nothing else is read): the resident\n"
            "trunk, the experts on disk and per expert, the KV cache per token, what fits\n"
            "in RAM as expert cache, and the bytes a token reads. Sizes are those of the\n"
@@ -27,6 +29,7 @@ static void plan_usage(void)
            "  --group G            quantization group of int8/int4 (default 64)\n"
            "  --ram SIZE           RAM of the machine (e.g. 24G; binary units)\n"
            "  --ctx N              tokens of KV cache to budget (default 4096)\n"
+           "  --kv T               the KV cache dtype, f32 (default), f16 or bf16\n"
            "  --workers N          split the experts over N expert workers\n"
            "  --hit-rate R         expert cache hit rate for the disk reads (default 0.9)\n"
            "  --json               print the figures as one JSON object\n");
@@ -127,12 +130,12 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
            (unsigned long long)o->expert_weight_bytes);
     if (o->mtp_bytes)
         printf("MTP          %s on disk, never loaded\n", H(o->mtp_bytes));
-    printf("KV cache     %s per token (f32 K and V, as shoal's cache stores them",
-           H(o->kv_bytes_per_token));
+    printf("KV cache     %s per token (%s K and V, as shoal's cache stores them",
+           H(o->kv_bytes_per_token), shoal_kv_dtype_name(p->kv_dtype));
     if (o->mla)
-        printf(", decompressed per head);\n             MLA would hold %s per token (f32 "
+        printf(", decompressed per head);\n             MLA would hold %s per token (%s "
                "kv_lora_rank %lld + qk_rope_head_dim %lld per layer)",
-               H(o->kv_mla_bytes_per_token), (long long)o->kv_lora_rank,
+               H(o->kv_mla_bytes_per_token), shoal_kv_dtype_name(p->kv_dtype), (long long)o->kv_lora_rank,
                (long long)o->qk_rope_head_dim);
     printf("%s\n", o->mla ? "" : ")");
     printf("KV budget    %s for %lld tokens%s\n", H(o->kv_budget_bytes), (long long)p->ctx,
@@ -196,6 +199,7 @@ static void print_json(const struct shoal_plan *o, const struct shoal_plan_param
     json_object_set_new(j, "kv_bytes_per_token", I(o->kv_bytes_per_token));
     json_object_set_new(j, "kv_mla_bytes_per_token", I(o->kv_mla_bytes_per_token));
     json_object_set_new(j, "ctx", I(p->ctx));
+    json_object_set_new(j, "kv", json_string(shoal_kv_dtype_name(p->kv_dtype)));
     json_object_set_new(j, "kv_budget_bytes", I(o->kv_budget_bytes));
     json_object_set_new(j, "hit_rate", json_real(p->hit_rate));
     json_object_set_new(j, "token_expert_bytes", I(o->token_expert_bytes));
@@ -238,9 +242,10 @@ int shoal_cmd_plan(int argc, char **argv)
             continue;
         }
         static const char *const valued[] = {"--model", "--experts", "--dense", "--group",
-                                             "--ram", "--ctx", "--workers", "--hit-rate"};
+                                             "--ram", "--ctx", "--workers", "--hit-rate",
+                                             "--kv"};
         int k = -1;
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < 9; j++)
             if (!strcmp(a, valued[j]))
                 k = j;
         if (k < 0 && a[0] == '-' && a[1]) {
@@ -276,6 +281,7 @@ int shoal_cmd_plan(int argc, char **argv)
         case 5: bad = shoal_cli_parse_i64(a, v, 1, 1ll << 24, &n); p.ctx = n; break;
         case 6: bad = shoal_cli_parse_i64(a, v, 1, 4096, &n); p.workers = (int)n; break;
         case 7: bad = shoal_cli_parse_f64(a, v, 0, 1, &p.hit_rate); break;
+        case 8: bad = shoal_cli_parse_kv(a, v, &p.kv_dtype); break;
         }
         if (bad)
             return 2;

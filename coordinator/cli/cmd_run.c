@@ -32,6 +32,7 @@ static void usage(FILE *f)
     shoal_gen_usage(f, 256, 1);
     fprintf(f,
         "  --ctx N              context length in tokens (default min(max_position_embeddings, 4096))\n"
+        "  --kv f32|f16|bf16    KV cache dtype (default: the container's, else f32)\n"
         "  --threads N          compute threads (default: all cores)\n"
         "  -v, --verbose        print what was loaded (family, threads, context, kernels)\n"
         "\nExpert store (shoal containers only):\n");

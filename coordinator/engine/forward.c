@@ -9,6 +9,7 @@
 #include "expert_ffn.h"
 #include "expert_store.h"
 #include "kernels.h"
+#include "kv.h"
 #include "moe.h"
 #include "rope.h"
 #include "util.h"
@@ -16,8 +17,10 @@
 struct shoal_ctx {
     const struct shoal_model *model;   /* borrowed */
     int64_t n_ctx, n_batch, n_past;
-    float *k_cache;   /* [n_layer][n_ctx][n_head_kv*head_dim] */
-    float *v_cache;   /* [n_layer][n_ctx][n_head_kv*head_dim] */
+    void *k_cache;    /* [n_layer][n_ctx][n_head_kv*head_dim] of kv_dtype */
+    void *v_cache;    /* [n_layer][n_ctx][n_head_kv*head_dim] of kv_dtype */
+    enum shoal_dtype kv_dtype;  /* F32, F16 or BF16 (kv.h) */
+    size_t kv_es;     /* bytes per cache element */
     struct shoal_rope rope;
     /* scratch, sized for n_batch tokens */
     float *x;         /* [B][n_embd] residual stream */
@@ -66,8 +69,15 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
                                    struct shoal_err *err)
 {
     const struct shoal_model_config *c = &model->cfg;
+    if (!shoal_kv_dtype_ok(p.kv_dtype)) {
+        shoal_err_set(err, SHOAL_EINVAL, "KV cache dtype %s: expected f32, f16 or bf16",
+                      shoal_dtype_name(p.kv_dtype));
+        return NULL;
+    }
     struct shoal_ctx *ctx = shoal_xcalloc(1, sizeof *ctx);
     ctx->model = model;
+    ctx->kv_dtype = p.kv_dtype;
+    ctx->kv_es = shoal_dtype_size(p.kv_dtype);
     ctx->n_ctx = p.n_ctx > 0 ? p.n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
     ctx->n_batch = p.n_batch > 0 ? p.n_batch : 64;
     const int64_t B = ctx->n_batch, E = c->n_embd, hd = c->head_dim;
@@ -75,18 +85,20 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     size_t kv_elems = 0, kv_bytes = 0;
     if (shoal_mul_overflow((size_t)c->n_layer * (size_t)ctx->n_ctx, (size_t)nkv,
                            &kv_elems) ||
-        shoal_mul_overflow(kv_elems, sizeof(float), &kv_bytes)) {
+        shoal_mul_overflow(kv_elems, ctx->kv_es, &kv_bytes)) {
         shoal_err_set(err, SHOAL_ENOMEM, "KV cache size overflows for n_ctx=%lld",
                       (long long)ctx->n_ctx);
         free(ctx);
         return NULL;
     }
-    ctx->k_cache = calloc(kv_elems, sizeof(float));
-    ctx->v_cache = calloc(kv_elems, sizeof(float));
+    ctx->k_cache = calloc(kv_elems, ctx->kv_es);
+    ctx->v_cache = calloc(kv_elems, ctx->kv_es);
     if (!ctx->k_cache || !ctx->v_cache) {
         shoal_err_set(err, SHOAL_ENOMEM,
-                      "cannot allocate the KV cache: 2 x %zu bytes for n_ctx=%lld "
-                      "(use --ctx to lower it)", kv_bytes, (long long)ctx->n_ctx);
+                      "cannot allocate the KV cache: 2 x %zu bytes (%s) for n_ctx=%lld "
+                      "(use --ctx to lower it%s)", kv_bytes,
+                      shoal_kv_dtype_name(ctx->kv_dtype), (long long)ctx->n_ctx,
+                      ctx->kv_dtype == SHOAL_DTYPE_F32 ? ", or --kv f16 to halve it" : "");
         free(ctx->k_cache);
         free(ctx->v_cache);
         free(ctx);
@@ -165,6 +177,14 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
 
 int64_t shoal_ctx_n_past(const struct shoal_ctx *ctx) { return ctx->n_past; }
 int64_t shoal_ctx_n_ctx(const struct shoal_ctx *ctx) { return ctx->n_ctx; }
+enum shoal_dtype shoal_ctx_kv_dtype(const struct shoal_ctx *ctx) { return ctx->kv_dtype; }
+
+uint64_t shoal_ctx_kv_bytes(const struct shoal_ctx *ctx)
+{
+    const struct shoal_model_config *c = &ctx->model->cfg;
+    return 2 * (uint64_t)c->n_layer * (uint64_t)ctx->n_ctx *
+           (uint64_t)(c->n_head_kv * c->head_dim) * ctx->kv_es;
+}
 
 void shoal_ctx_truncate(struct shoal_ctx *ctx, int64_t n)
 {
@@ -187,8 +207,10 @@ static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n,
     const struct shoal_model_config *c = &ctx->model->cfg;
     const int64_t hd = c->head_dim, nh = c->n_head, nkv_h = c->n_head_kv;
     const int64_t nkv = nkv_h * hd, nq = nh * hd, n_rep = nh / nkv_h;
-    const float *kc = ctx->k_cache + il * ctx->n_ctx * nkv;
-    const float *vc = ctx->v_cache + il * ctx->n_ctx * nkv;
+    const enum shoal_dtype kt = ctx->kv_dtype;
+    const size_t es = ctx->kv_es;
+    const char *kc = (const char *)ctx->k_cache + (size_t)(il * ctx->n_ctx * nkv) * es;
+    const char *vc = (const char *)ctx->v_cache + (size_t)(il * ctx->n_ctx * nkv) * es;
     const int64_t window = shoal_layer_uses_window(c, il) ? c->sliding_window : 0;
     const float sq = sqrtf((float)hd);
     const int64_t n_items = n * nh;
@@ -205,9 +227,12 @@ static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n,
             const int64_t j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
             const float *q = ctx->q + t * nq + h * hd;
             const int64_t g = h / n_rep;
+            const int64_t n_rows = pos - j0 + 1;
+            const size_t first = (size_t)(j0 * nkv + g * hd) * es;   /* row j0, head g */
+            shoal_kv_scores(sc + j0, q, kc + first, nkv, n_rows, hd, kt);
             float mx = -INFINITY;
             for (int64_t j = j0; j <= pos; j++) {
-                float s = shoal_dot_f32(q, kc + j * nkv + g * hd, hd) / sq;
+                float s = sc[j] / sq;
                 sc[j] = s;
                 if (s > mx)
                     mx = s;
@@ -217,15 +242,9 @@ static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n,
                 sc[j] = expf(sc[j] - mx);
                 sum += sc[j];
             }
-            float *out = ctx->att + t * nq + h * hd;
-            for (int64_t d = 0; d < hd; d++)
-                out[d] = 0.0f;
-            for (int64_t j = j0; j <= pos; j++) {
-                const float p = sc[j] / sum;
-                const float *vr = vc + j * nkv + g * hd;
-                for (int64_t d = 0; d < hd; d++)
-                    out[d] += p * vr[d];
-            }
+            for (int64_t j = j0; j <= pos; j++)
+                sc[j] = sc[j] / sum;
+            shoal_kv_mix(ctx->att + t * nq + h * hd, sc + j0, vc + first, nkv, n_rows, hd, kt);
         }
 #pragma omp barrier
         shoal_linear_part(ctx->o, ctx->att, n, wo, ith, nth, NULL);  /* [n][E] */
@@ -272,10 +291,9 @@ static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
         const int64_t pos = ctx->n_past + t;
         shoal_rope_apply(&ctx->rope, ctx->q + t * nq, c->n_head, hd, pos);
         shoal_rope_apply(&ctx->rope, ctx->k + t * nkv, c->n_head_kv, hd, pos);
-        float *kc = ctx->k_cache + (il * ctx->n_ctx + pos) * nkv;
-        float *vc = ctx->v_cache + (il * ctx->n_ctx + pos) * nkv;
-        memcpy(kc, ctx->k + t * nkv, (size_t)nkv * sizeof(float));
-        memcpy(vc, ctx->v + t * nkv, (size_t)nkv * sizeof(float));
+        const size_t off = (size_t)((il * ctx->n_ctx + pos) * nkv) * ctx->kv_es;
+        shoal_kv_store_row((char *)ctx->k_cache + off, ctx->k + t * nkv, nkv, ctx->kv_dtype);
+        shoal_kv_store_row((char *)ctx->v_cache + off, ctx->v + t * nkv, nkv, ctx->kv_dtype);
     }
     attention(ctx, il, n, &L->wo);                       /* att [n][nq], o [n][E] */
     for (int64_t i = 0; i < n * E; i++)

@@ -1,5 +1,5 @@
 /* forward: the decoder forward pass of the supported MoE families over a
- * KV cache: embeddings, RMSNorm, attention (GQA, RoPE, QK-norm, qkv bias,
+ * KV cache (f32, f16 or bf16 elements, kv.h): embeddings, RMSNorm, attention (GQA, RoPE, QK-norm, qkv bias,
  * optional sliding window), the sparse MoE block (router, batch-union,
  * experts, canonical combine, shared expert) or a dense MLP, and lm_head.
  *
@@ -28,13 +28,16 @@ struct shoal_cluster;
 struct shoal_ctx_params {
     int64_t n_ctx;     /* KV cache length in tokens; 0 = min(max_pos, 4096) */
     int64_t n_batch;   /* prefill chunk size in tokens; 0 = 64 */
+    enum shoal_dtype kv_dtype; /* KV cache elements: F32 (default), F16 or BF16
+                                * (kv.h: rounded once when written) */
     struct shoal_cluster *cluster; /* routed experts run on it (cluster.h); borrowed,
                                     * outlives the context; NULL: in-process */
 };
 
 static inline struct shoal_ctx_params shoal_ctx_params_default(void)
 {
-    return (struct shoal_ctx_params){.n_ctx = 0, .n_batch = 0, .cluster = NULL};
+    return (struct shoal_ctx_params){.n_ctx = 0, .n_batch = 0,
+                                     .kv_dtype = SHOAL_DTYPE_F32, .cluster = NULL};
 }
 
 /* Time spent per stage, seconds, accumulated over evals. */
@@ -54,7 +57,8 @@ struct shoal_ctx;
 
 /* Create a context (KV cache + scratch) for model (borrowed; must outlive
  * the context). Returns NULL with err set if the KV cache cannot be
- * allocated (the message gives the byte count). Thread: any. */
+ * allocated (SHOAL_ENOMEM; the message gives the byte count) or kv_dtype is
+ * not F32, F16 or BF16 (SHOAL_EINVAL). Thread: any. */
 struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
                                    struct shoal_ctx_params params,
                                    struct shoal_err *err);
@@ -73,6 +77,11 @@ int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
 /* Tokens currently in the KV cache. */
 int64_t shoal_ctx_n_past(const struct shoal_ctx *ctx);
 int64_t shoal_ctx_n_ctx(const struct shoal_ctx *ctx);
+
+/* The KV cache's element type, and its bytes (K and V, every layer,
+ * n_ctx tokens). */
+enum shoal_dtype shoal_ctx_kv_dtype(const struct shoal_ctx *ctx);
+uint64_t shoal_ctx_kv_bytes(const struct shoal_ctx *ctx);
 
 /* Forget everything after the first n tokens (n <= n_past). */
 void shoal_ctx_truncate(struct shoal_ctx *ctx, int64_t n);

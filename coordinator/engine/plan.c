@@ -356,17 +356,19 @@ int shoal_plan_config(const char *json, size_t len, const char *what,
     o->params_active = o->params_trunk + o->params_expert_one * (uint64_t)a->n_used * n_moe;
     o->experts_bytes = o->expert_blob_bytes * (uint64_t)a->n_expert * n_moe;
 
-    /* KV: shoal's cache is f32 K and V of every layer (forward.c); MLA as
+    /* KV: shoal's cache is K and V of every layer at --kv (forward.c); MLA as
      * a per-head cache would hold K (nope + rope) and V per head, and the
      * compressed cache the latent plus the shared rope key */
+    const uint64_t kv_es = shoal_dtype_size(p->kv_dtype);
     if (a->mla) {
         o->kv_bytes_per_token = (uint64_t)a->L * (uint64_t)a->H *
-                                (uint64_t)(a->qk_nope + a->qk_rope + a->v_hd) * 4;
-        o->kv_mla_bytes_per_token = (uint64_t)a->L * (uint64_t)(a->kv_lora + a->qk_rope) * 4;
+                                (uint64_t)(a->qk_nope + a->qk_rope + a->v_hd) * kv_es;
+        o->kv_mla_bytes_per_token = (uint64_t)a->L * (uint64_t)(a->kv_lora + a->qk_rope) *
+                                    kv_es;
         o->kv_lora_rank = a->kv_lora;
         o->qk_rope_head_dim = a->qk_rope;
     } else {
-        o->kv_bytes_per_token = 2 * (uint64_t)a->L * (uint64_t)a->Hkv * (uint64_t)a->hd * 4;
+        o->kv_bytes_per_token = 2 * (uint64_t)a->L * (uint64_t)a->Hkv * (uint64_t)a->hd * kv_es;
     }
     o->kv_budget_bytes = (uint64_t)p->ctx *
                          (a->mla ? o->kv_mla_bytes_per_token : o->kv_bytes_per_token);

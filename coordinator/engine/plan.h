@@ -30,6 +30,8 @@ struct shoal_plan_params {
     int workers;                      /* 0 = in-process */
     double hit_rate;                  /* expert cache hit rate, 0..1 */
     int64_t ctx;                      /* tokens of KV cache budgeted */
+    enum shoal_dtype kv_dtype;        /* the cache's elements: F32 (0, the
+                                       * default), F16 or BF16 (--kv) */
 };
 
 /* Where the resident (trunk) bytes go. */
@@ -58,11 +60,11 @@ struct shoal_plan {
     uint64_t experts_bytes;       /* blob x n_expert x MoE layers */
     uint64_t mtp_bytes;           /* MTP layers at the same dtypes (not loaded) */
     /* KV cache */
-    uint64_t kv_bytes_per_token;  /* f32 K and V as shoal's cache stores them
-                                     (MLA: decompressed per head) */
-    uint64_t kv_mla_bytes_per_token; /* MLA: f32 latent + rope key; 0 otherwise */
+    uint64_t kv_bytes_per_token;  /* K and V at kv_dtype as shoal's cache stores
+                                     them (MLA: decompressed per head) */
+    uint64_t kv_mla_bytes_per_token; /* MLA: latent + rope key at kv_dtype; 0 otherwise */
     int64_t kv_lora_rank, qk_rope_head_dim;
-    uint64_t kv_budget_bytes;     /* ctx x (MLA figure for MLA, else f32) */
+    uint64_t kv_budget_bytes;     /* ctx x (MLA figure for MLA, else the per-head one) */
     /* per token */
     uint64_t token_expert_bytes;  /* top-k x blob x MoE layers */
     uint64_t token_disk_bytes;    /* at hit_rate */

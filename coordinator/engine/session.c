@@ -15,6 +15,7 @@
 #include "container_cache.h"
 #include "npy.h"
 #include "expert_store.h"
+#include "kv.h"
 #include "log.h"
 #include "quant.h"
 #include "util.h"
@@ -22,7 +23,7 @@
 
 struct shoal_session_opts shoal_session_opts_default(void)
 {
-    return (struct shoal_session_opts){.expert_cache = ~0ull, .io = SHOAL_IO_AUTO,
+    return (struct shoal_session_opts){.kv = -1, .expert_cache = ~0ull, .io = SHOAL_IO_AUTO,
                                        .queue_depth = 8, .prefetch = 1,
                                        .local_experts = 1, .connect_timeout = 5.0,
                                        .request_timeout = 30.0};
@@ -301,6 +302,14 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
     if (!strcmp(a, "--io") || !strcmp(a, "--queue-depth") || !strcmp(a, "--prefetch") ||
         !strcmp(a, "--pin") || !strcmp(a, "--mirror") || !strcmp(a, "--mirror-weights"))
         return parse_store_flag(o, argc, argv, i);
+    if (!strcmp(a, "--kv")) {
+        enum shoal_dtype t;
+        if (need_value(argc, argv, *i) || shoal_cli_parse_kv(a, argv[*i + 1], &t))
+            return -1;
+        ++*i;
+        o->kv = (int)t;
+        return 1;
+    }
     if (!strcmp(a, "--expert-cache") || !strcmp(a, "--direct")) {
         if (need_value(argc, argv, *i))
             return -1;
@@ -668,6 +677,9 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, int
     struct shoal_ctx_params cp = shoal_ctx_params_default();
     cp.n_ctx = o->n_ctx;
     cp.cluster = s->cluster;
+    /* --kv, else the container's choice, else f32 */
+    cp.kv_dtype = o->kv >= 0 ? (enum shoal_dtype)o->kv
+                  : s->model->ct ? s->model->ct->kv_dtype : SHOAL_DTYPE_F32;
     if (cp.n_ctx > s->model->cfg.max_pos) {
         shoal_cli_error("--ctx %lld exceeds the model's max_position_embeddings %lld; "
                         "expected 1..%lld", (long long)cp.n_ctx,
@@ -685,11 +697,14 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, int
     s->logits = shoal_xcalloc((size_t)s->model->cfg.n_vocab, sizeof(float));
     if (o->verbose)
         fprintf(stderr, "shoal: loaded %s (%s, %lld layers, %lld experts, top-%lld) "
-                "in %.2f s, %d threads, ctx %lld, %s kernels\n", dir,
+                "in %.2f s, %d threads, ctx %lld, KV %s %.1f MiB%s, %s kernels\n", dir,
                 s->model->cfg.family->model_type, (long long)s->model->cfg.n_layer,
                 (long long)s->model->cfg.n_expert,
                 (long long)s->model->cfg.n_expert_used, shoal_time_s() - t0,
                 omp_get_max_threads(), (long long)shoal_ctx_n_ctx(s->ctx),
+                shoal_kv_dtype_name(shoal_ctx_kv_dtype(s->ctx)),
+                (double)shoal_ctx_kv_bytes(s->ctx) / (1024.0 * 1024.0),
+                o->kv >= 0 ? "" : s->model->ct ? " (the container's)" : "",
                 shoal_quant_ops_name());
     return s;
 }

@@ -1,0 +1,153 @@
+/* kv: the element types of the KV cache and the two attention kernels that
+ * read it (scores = q . K rows, and the softmax-weighted sum of V rows).
+ *
+ * The cache stores keys and values as f32, f16 or bf16 (enum shoal_dtype;
+ * `--kv`, or the container's "kv" field, docs/FORMAT.md). A value is rounded
+ * once, when it is written (shoal_kv_store_row: round to nearest, ties to
+ * even, by one scalar conversion), and converted back exactly when read, so
+ * attention sees the same f32 numbers whatever reads them. f16 and bf16
+ * halve the bytes attention reads per token of context.
+ *
+ * ## Canonical computation (every ops table reproduces it bit for bit)
+ *
+ *   scores:  s[j] = shoal_dot_f32(q, f32(K row j), n)     (kernels.h order)
+ *   mix:     out[d] = 0.0f; for j = 0 .. n_rows-1 in order:
+ *                out[d] = out[d] + p[j] * f32(V row j)[d]
+ *
+ * with f32() the exact conversion of the stored element. Every + and * is
+ * one f32 operation rounded to nearest (no FMA). The SIMD tables (AVX2 with
+ * F16C on x86-64, NEON on aarch64) keep the eight lane sums of
+ * shoal_dot_f32 in one register (two on NEON) and gain speed from
+ * independent chains (several K rows, several output blocks), never by
+ * reordering one chain. So the result depends on the cache dtype only,
+ * never on the ISA, the thread count or how tokens were batched
+ * (DESIGN contract 1).
+ *
+ * Thread: every function may be called from any thread, except
+ * shoal_kv_init (main thread, at start-up, while no kernel runs).
+ */
+#ifndef SHOAL_KV_H
+#define SHOAL_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "tensor.h"
+
+/* ---- cache element types ------------------------------------------------ */
+
+/* 1 if t can be a KV cache element type (F32, F16, BF16). Thread: any. */
+int shoal_kv_dtype_ok(enum shoal_dtype t);
+
+/* "f32" / "f16" / "bf16" (how --kv and the manifest spell them), "?" for
+ * anything else. Static string. Thread: any. */
+const char *shoal_kv_dtype_name(enum shoal_dtype t);
+
+/* Parse "f32", "f16" or "bf16" (exactly, lower case). Returns 0 and sets
+ * *t, or -1 (t untouched). Thread: any. */
+int shoal_kv_dtype_parse(const char *s, enum shoal_dtype *t);
+
+/* Write n f32 values as one cache row of dtype t (rounded to nearest even;
+ * NaN stays NaN, overflow becomes infinity).
+ *   dst [n] elements of t, written; src [n] f32, borrowed. Thread: any. */
+void shoal_kv_store_row(void *dst, const float *src, int64_t n, enum shoal_dtype t);
+
+/* ---- kernels (active ops table) ----------------------------------------- */
+
+/* s[j] = canonical dot of q with K row j, for j < n_rows.
+ *   s  [n_rows] f32, written
+ *   q  [n] f32, borrowed
+ *   k  rows of n elements of dtype t, row j at k + j * stride elements
+ * Arguments are programmer invariants (t a KV dtype, n >= 1, n_rows >= 0).
+ * Allocates nothing for n <= 512. Thread: any. */
+void shoal_kv_scores(float *s, const float *q, const void *k, int64_t stride,
+                     int64_t n_rows, int64_t n, enum shoal_dtype t);
+
+/* out[d] = sum over j of p[j] * V row j [d], summed from 0.0f in j order.
+ *   out [n] f32, written; p [n_rows] f32, borrowed
+ *   v   rows of n elements of dtype t, row j at v + j * stride elements
+ * Allocates nothing. Thread: any. */
+void shoal_kv_mix(float *out, const float *p, const void *v, int64_t stride,
+                  int64_t n_rows, int64_t n, enum shoal_dtype t);
+
+/* ---- kernel selection ---------------------------------------------------- */
+
+enum shoal_kv_isa {
+    SHOAL_KV_ISA_AUTO = 0,   /* AVX2 + F16C, NEON, else scalar */
+    SHOAL_KV_ISA_SCALAR,     /* the reference (tests) */
+    SHOAL_KV_ISA_AVX2,       /* x86-64 with AVX2 and F16C (built -mavx2 -mf16c, no FMA) */
+    SHOAL_KV_ISA_NEON,       /* aarch64 */
+};
+
+/* Choose the kernels (logged at info, "kv"). Before the first call the
+ * scalar table is active; all give the same bits. Returns 0, or
+ * SHOAL_EUNSUPPORTED (the active table unchanged) when the ISA is not built
+ * in or the CPU lacks it. Thread: main, while no kernel runs. */
+int shoal_kv_init(enum shoal_kv_isa isa, struct shoal_err *err);
+
+/* Name of the active table: "scalar", "avx2" or "neon". Thread: any. */
+const char *shoal_kv_ops_name(void);
+
+/* One per ISA file; every member required (arguments as above). */
+struct shoal_kv_ops {
+    const char *name;
+    void (*scores)(float *s, const float *q, const void *k, int64_t stride,
+                   int64_t n_rows, int64_t n, enum shoal_dtype t);
+    void (*mix)(float *out, const float *p, const void *v, int64_t stride,
+                int64_t n_rows, int64_t n, enum shoal_dtype t);
+};
+
+extern const struct shoal_kv_ops shoal_kv_ops_scalar;
+extern const struct shoal_kv_ops shoal_kv_ops_avx2;   /* x86-64 builds */
+extern const struct shoal_kv_ops shoal_kv_ops_neon;   /* aarch64 builds */
+
+/* Row j of a cache slice whose rows are stride elements of t apart. */
+static inline const void *shoal_kv_row(const void *base, int64_t j, int64_t stride,
+                                       enum shoal_dtype t)
+{
+    return (const char *)base + (size_t)(j * stride) * shoal_dtype_size(t);
+}
+
+/* The scalar mix of the output columns d0 <= d < d1 only (the SIMD tables'
+ * tail; the same bits as the whole mix gives those columns). */
+void shoal_kv_mix_cols_scalar(float *out, const float *p, const void *v, int64_t stride,
+                              int64_t n_rows, int64_t d0, int64_t d1, enum shoal_dtype t);
+
+/* The canonical tail and reduction the SIMD tables share: finish lanes
+ * s[0..7] with elements i .. n-1 (fewer than 8) of q, whose K values are
+ * tail[0 .. n-i-1] (already f32), then reduce in shoal_dot_f32's order. */
+static inline float shoal_kv_dot_finish(float s[8], const float *q, const float *tail,
+                                        int64_t i, int64_t n)
+{
+    for (int j = 0; i + j < n; j++)
+        s[j] += q[i + j] * tail[j];
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+/* Define struct shoal_kv_ops shoal_kv_ops_<isa> from an ISA file's two
+ * always-inline templates scores_t and mix_t (the kernels' arguments plus a
+ * constant dtype), one instance per dtype. */
+#define SHOAL_KV_DISPATCH_(fn, t, ...)                                           \
+    switch (t) {                                                                 \
+    case SHOAL_DTYPE_F16: fn(__VA_ARGS__, SHOAL_DTYPE_F16); break;               \
+    case SHOAL_DTYPE_BF16: fn(__VA_ARGS__, SHOAL_DTYPE_BF16); break;             \
+    default: fn(__VA_ARGS__, SHOAL_DTYPE_F32); break;                            \
+    }
+#define SHOAL_KV_OPS_DEFINE(isa)                                                 \
+    static void scores_##isa(float *s, const float *q, const void *k,            \
+                             int64_t stride, int64_t n_rows, int64_t n,          \
+                             enum shoal_dtype t)                                 \
+    {                                                                            \
+        SHOAL_KV_DISPATCH_(scores_t, t, s, q, k, stride, n_rows, n)              \
+    }                                                                            \
+    static void mix_##isa(float *out, const float *p, const void *v,             \
+                          int64_t stride, int64_t n_rows, int64_t n,             \
+                          enum shoal_dtype t)                                    \
+    {                                                                            \
+        SHOAL_KV_DISPATCH_(mix_t, t, out, p, v, stride, n_rows, n)               \
+    }                                                                            \
+    const struct shoal_kv_ops shoal_kv_ops_##isa = {                             \
+        .name = #isa, .scores = scores_##isa, .mix = mix_##isa};
+
+#endif

@@ -1,0 +1,355 @@
+/* Tests for common/kv.h (the KV cache dtypes and their attention kernels)
+ * and for the forward pass with an f16 / bf16 KV cache (forward.h).
+ *
+ * Assert kinds (STYLE 35): "bit-exact" tests compare bytes with memcmp;
+ * "tolerance" tests name their bound and why. Seeds are fixed. */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "forward.h"
+#include "kernels.h"
+#include "kv.h"
+#include "model.h"
+#include "tensor.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define MODEL_DIR SHOAL_SOURCE_ROOT "/models/shakespeare-moe"
+
+static const enum shoal_dtype kv_types[] = {SHOAL_DTYPE_F32, SHOAL_DTYPE_F16, SHOAL_DTYPE_BF16};
+
+static uint32_t xs(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+/* in [-1, 1) times 2^e, e in [-12, 12]: very different magnitudes */
+static float frand(uint32_t *s)
+{
+    const float u = (float)((double)xs(s) / 4294967296.0 * 2.0 - 1.0);
+    return ldexpf(u, (int)(xs(s) % 25) - 12);
+}
+
+/* n random finite elements of t at dst; f16 patterns cover every finite
+ * exponent, subnormals included */
+static void fill_row(void *dst, int64_t n, enum shoal_dtype t, uint32_t *s)
+{
+    float *f = dst;
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++) {
+        if (t == SHOAL_DTYPE_F32) {
+            f[i] = frand(s);
+        } else if (t == SHOAL_DTYPE_BF16) {
+            h[i] = shoal_f32_to_bf16(frand(s));
+        } else {
+            uint16_t b = (uint16_t)xs(s);
+            if (((b >> 10) & 0x1f) == 0x1f)   /* no inf / NaN */
+                b &= (uint16_t)~0x4000u;
+            h[i] = b;
+        }
+    }
+}
+
+/* the kernels' definitions, literally (kv.h "Canonical computation") */
+static float ref_score(const float *q, const void *row, int64_t n, enum shoal_dtype t)
+{
+    float *f = malloc((size_t)n * sizeof(float));
+    shoal_to_f32(f, row, t, (size_t)n);
+    const float r = shoal_dot_f32(q, f, n);
+    free(f);
+    return r;
+}
+
+static void ref_mix(float *out, const float *p, const void *v, int64_t stride, int64_t n_rows,
+                    int64_t n, enum shoal_dtype t)
+{
+    float *f = malloc((size_t)n * sizeof(float));
+    for (int64_t d = 0; d < n; d++)
+        out[d] = 0.0f;
+    for (int64_t j = 0; j < n_rows; j++) {
+        shoal_to_f32(f, shoal_kv_row(v, j, stride, t), t, (size_t)n);
+        for (int64_t d = 0; d < n; d++)
+            out[d] += p[j] * f[d];
+    }
+    free(f);
+}
+
+struct table {
+    const struct shoal_kv_ops *ops;
+    enum shoal_kv_isa isa;
+};
+
+/* every table this build and CPU run, the scalar one first */
+static int kv_tables(struct table tab[3])
+{
+    int n = 0;
+    tab[n++] = (struct table){&shoal_kv_ops_scalar, SHOAL_KV_ISA_SCALAR};
+#if defined(SHOAL_KV_HAVE_AVX2)
+    if (shoal_kv_init(SHOAL_KV_ISA_AVX2, NULL) == 0)
+        tab[n++] = (struct table){&shoal_kv_ops_avx2, SHOAL_KV_ISA_AVX2};
+#endif
+#if defined(SHOAL_KV_HAVE_NEON)
+    if (shoal_kv_init(SHOAL_KV_ISA_NEON, NULL) == 0)
+        tab[n++] = (struct table){&shoal_kv_ops_neon, SHOAL_KV_ISA_NEON};
+#endif
+    shoal_kv_init(SHOAL_KV_ISA_SCALAR, NULL);
+    return n;
+}
+
+/* ---- f32 -> f16 --------------------------------------------------------- */
+
+Test(kv, f16_rounding_is_exact_on_halves_and_ties_to_even)
+{
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
+            continue;   /* NaN: below */
+        const float f = shoal_f16_to_f32((uint16_t)h);
+        cr_assert(eq(u16, shoal_f32_to_f16(f), (uint16_t)h), "half 0x%04x", h);
+        /* halfway to the next half away from zero: ties go to the even one */
+        if ((h & 0x7fffu) >= 0x7bffu)
+            continue;
+        const float next = shoal_f16_to_f32((uint16_t)(h + 1));
+        const float mid = (float)(((double)f + (double)next) / 2.0);   /* exact in f32 */
+        const uint16_t even = (h & 1u) ? (uint16_t)(h + 1) : (uint16_t)h;
+        cr_assert(eq(u16, shoal_f32_to_f16(mid), even), "midpoint above 0x%04x", h);
+    }
+    cr_assert(eq(u16, shoal_f32_to_f16(65519.0f), 0x7bff));
+    cr_assert(eq(u16, shoal_f32_to_f16(65520.0f), 0x7c00));   /* rounds to infinity */
+    cr_assert(eq(u16, shoal_f32_to_f16(-INFINITY), 0xfc00));
+    cr_assert(eq(u16, shoal_f32_to_f16(0x1p-25f), 0x0000));   /* tie below the least subnormal */
+    cr_assert(eq(u16, shoal_f32_to_f16(0x1.8p-25f), 0x0001));
+    cr_assert(eq(u16, shoal_f32_to_f16(-0.0f), 0x8000));
+    const uint16_t nan = shoal_f32_to_f16(NAN);
+    cr_assert(eq(int, (nan & 0x7c00u) == 0x7c00u && (nan & 0x3ffu) != 0, 1),
+              "NaN stays NaN: 0x%04x", nan);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) static uint16_t hw_f16(float f)
+{
+    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+#elif defined(__aarch64__)
+static uint16_t hw_f16(float f)
+{
+    const __fp16 h = (__fp16)f;
+    uint16_t u;
+    memcpy(&u, &h, sizeof u);
+    return u;
+}
+#endif
+
+Test(kv, f16_rounding_matches_the_cpus_conversion)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("f16c"))
+        cr_skip_test("no F16C on this CPU");
+#elif !defined(__aarch64__)
+    cr_skip_test("no hardware f16 conversion known for this ISA");
+#endif
+#if defined(__x86_64__) || defined(__aarch64__)
+    /* about 1.05 M f32 bit patterns spread over all of them (NaNs included) */
+    for (uint64_t u = 0; u <= 0xffffffffu; u += 4093) {
+        float f;
+        const uint32_t b = (uint32_t)u;
+        memcpy(&f, &b, sizeof f);
+        cr_assert(eq(u16, shoal_f32_to_f16(f), hw_f16(f)), "f32 0x%08x", b);
+    }
+#endif
+}
+
+/* ---- kernels vs their definition, every table ----------------------------- */
+
+Test(kv, every_table_reproduces_the_canonical_kernels_bit_for_bit)
+{
+    struct table tab[3];
+    const int n_ops = kv_tables(tab);
+    static const int64_t dims[] = {1, 5, 8, 13, 64, 67, 128, 136, 256};
+    static const int64_t rows[] = {1, 3, 4, 7, 9, 33};
+    uint32_t seed = 7;
+    for (size_t it = 0; it < sizeof kv_types / sizeof kv_types[0]; it++) {
+        const enum shoal_dtype t = kv_types[it];
+        for (size_t id = 0; id < sizeof dims / sizeof dims[0]; id++) {
+            const int64_t n = dims[id], stride = 3 * n + 8;   /* GQA-like: rows apart */
+            for (size_t ir = 0; ir < sizeof rows / sizeof rows[0]; ir++) {
+                const int64_t nr = rows[ir];
+                void *k = calloc((size_t)(nr * stride), 4);
+                float *q = malloc((size_t)n * 4), *p = malloc((size_t)nr * 4);
+                float *want = malloc((size_t)(nr > n ? nr : n) * 4);
+                float *got = malloc((size_t)(nr > n ? nr : n) * 4);
+                for (int64_t j = 0; j < nr; j++)
+                    fill_row((char *)k + (size_t)(j * stride) * shoal_dtype_size(t), n, t, &seed);
+                for (int64_t i = 0; i < n; i++)
+                    q[i] = frand(&seed);
+                for (int64_t j = 0; j < nr; j++)
+                    p[j] = (float)(xs(&seed) % 1000) / 1000.0f;
+                for (int o = 0; o < n_ops; o++) {
+                    const struct shoal_kv_ops *op = tab[o].ops;
+                    for (int64_t j = 0; j < nr; j++)
+                        want[j] = ref_score(q, shoal_kv_row(k, j, stride, t), n, t);
+                    op->scores(got, q, k, stride, nr, n, t);
+                    cr_assert(eq(int, memcmp(got, want, (size_t)nr * 4), 0),
+                              "scores: %s %s n=%lld rows=%lld", op->name,
+                              shoal_kv_dtype_name(t), (long long)n, (long long)nr);
+                    ref_mix(want, p, k, stride, nr, n, t);
+                    op->mix(got, p, k, stride, nr, n, t);
+                    cr_assert(eq(int, memcmp(got, want, (size_t)n * 4), 0),
+                              "mix: %s %s n=%lld rows=%lld", op->name,
+                              shoal_kv_dtype_name(t), (long long)n, (long long)nr);
+                }
+                free(k);
+                free(q);
+                free(p);
+                free(want);
+                free(got);
+            }
+        }
+    }
+}
+
+Test(kv, dtype_names_parse_and_unknown_ones_are_refused)
+{
+    enum shoal_dtype t = SHOAL_DTYPE_INT8;
+    for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++) {
+        cr_assert(eq(int, shoal_kv_dtype_parse(shoal_kv_dtype_name(kv_types[i]), &t), 0));
+        cr_assert(eq(int, (int)t, (int)kv_types[i]));
+    }
+    static const char *bad[] = {"f8", "F16", "int8", "", "fp16", "bf16 "};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert(eq(int, shoal_kv_dtype_parse(bad[i], &t), -1), "'%s'", bad[i]);
+    cr_assert(eq(int, shoal_kv_dtype_parse(NULL, &t), -1));
+    cr_assert(not(shoal_kv_dtype_ok(SHOAL_DTYPE_INT4)));
+}
+
+/* ---- the forward pass with an f16 / bf16 cache ------------------------------ */
+
+#define N_TOK 40
+
+struct fwd {
+    struct shoal_model *m;
+    int32_t tokens[N_TOK];
+    int64_t n_vocab;
+};
+
+static struct fwd load(void)
+{
+    struct shoal_err err = {0};
+    struct fwd f = {.m = shoal_model_load(MODEL_DIR, &err)};
+    cr_assert(not(eq(ptr, f.m, NULL)), "%s", err.msg);
+    f.n_vocab = f.m->cfg.n_vocab;
+    uint32_t s = 11;
+    for (int i = 0; i < N_TOK; i++)
+        f.tokens[i] = (int32_t)(xs(&s) % (uint32_t)f.n_vocab);
+    return f;
+}
+
+/* all logits [N_TOK][n_vocab] of the prompt, evaluated in chunks of n_batch
+ * tokens (1: token by token) on nt threads; caller frees */
+static float *logits_of(const struct fwd *f, enum shoal_dtype kv, int nt, int64_t n_batch)
+{
+    struct shoal_err err = {0};
+    struct shoal_ctx_params p = shoal_ctx_params_default();
+    p.n_ctx = 64;
+    p.n_batch = n_batch;
+    p.kv_dtype = kv;
+    omp_set_num_threads(nt);
+    struct shoal_ctx *ctx = shoal_ctx_create(f->m, p, &err);
+    cr_assert(not(eq(ptr, ctx, NULL)), "%s", err.msg);
+    cr_assert(eq(int, (int)shoal_ctx_kv_dtype(ctx), (int)kv));
+    float *lg = malloc((size_t)(N_TOK * f->n_vocab) * sizeof(float));
+    cr_assert(eq(int, shoal_ctx_eval(ctx, f->tokens, N_TOK, lg, 1, &err), 0), "%s", err.msg);
+    shoal_ctx_free(ctx);
+    return lg;
+}
+
+Test(kv, f16_and_bf16_logits_do_not_depend_on_threads_batching_or_isa)
+{
+    struct fwd f = load();
+    struct table tab[3];
+    const int n_ops = kv_tables(tab);
+    const size_t bytes = (size_t)(N_TOK * f.n_vocab) * sizeof(float);
+    for (int k = 1; k < 3; k++) {
+        const enum shoal_dtype kv = kv_types[k];
+        float *base = logits_of(&f, kv, 1, 64);   /* one batch, one thread, scalar */
+        static const struct { int nt; int64_t nb; } runs[] = {{2, 64}, {3, 64}, {1, 1},
+                                                               {3, 1}, {2, 7}};
+        for (int o = 0; o < n_ops; o++) {
+            cr_assert(eq(int, shoal_kv_init(tab[o].isa, NULL), 0));
+            for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+                float *lg = logits_of(&f, kv, runs[r].nt, runs[r].nb);
+                cr_assert(eq(int, memcmp(lg, base, bytes), 0),
+                          "kv %s, %s kernels, %d threads, batches of %lld: logits bytes differ "
+                          "from 1 thread, one batch, scalar", shoal_kv_dtype_name(kv),
+                          tab[o].ops->name, runs[r].nt, (long long)runs[r].nb);
+                free(lg);
+            }
+        }
+        shoal_kv_init(SHOAL_KV_ISA_SCALAR, NULL);
+        free(base);
+    }
+    shoal_model_free(f.m);
+}
+
+/* Tolerance: a cache element rounded to f16 is off by at most 2^-11 of
+ * itself (bf16: 2^-8, 8x more). Over the bundled model's 4 layers and these
+ * 40 tokens the logits moved by at most 3.2e-4 (f16) and 6.9e-3 (bf16) of
+ * the largest |logit| when this was written (1.7e-4 and 1.3e-3 over 16
+ * greedy steps of `shoal run`); the bounds leave 4-6x of room and stay far
+ * below the O(1) change that reading a wrong row gives. */
+Test(kv, f16_and_bf16_logits_are_close_to_f32_and_not_equal)
+{
+    struct fwd f = load();
+    shoal_kv_init(SHOAL_KV_ISA_AUTO, NULL);
+    float *ref = logits_of(&f, SHOAL_DTYPE_F32, 2, 64);
+    static const float tol[3] = {0.0f, 2e-3f, 3e-2f};
+    for (int k = 1; k < 3; k++) {
+        float *lg = logits_of(&f, kv_types[k], 2, 64);
+        int64_t n_diff = 0;
+        float worst = 0.0f;
+        for (int t = 0; t < N_TOK; t++) {
+            const float *a = lg + t * f.n_vocab, *b = ref + t * f.n_vocab;
+            float mx = 0.0f, d = 0.0f;
+            for (int64_t v = 0; v < f.n_vocab; v++) {
+                mx = fmaxf(mx, fabsf(b[v]));
+                d = fmaxf(d, fabsf(a[v] - b[v]));
+                n_diff += a[v] != b[v];
+            }
+            worst = fmaxf(worst, d / mx);
+        }
+        cr_log_info("kv %s: max |dlogit| / max |logit| = %.3g, %lld of %lld differ",
+                    shoal_kv_dtype_name(kv_types[k]), (double)worst, (long long)n_diff,
+                    (long long)(N_TOK * f.n_vocab));
+        cr_assert(le(flt, worst, tol[k]), "kv %s: max |dlogit| / max |logit| = %g > %g",
+                  shoal_kv_dtype_name(kv_types[k]), (double)worst, (double)tol[k]);
+        cr_assert(gt(i64, n_diff, N_TOK * f.n_vocab / 2), "kv %s changed only %lld logits: the "
+                  "cache dtype did not take effect", shoal_kv_dtype_name(kv_types[k]),
+                  (long long)n_diff);
+        free(lg);
+    }
+    shoal_kv_init(SHOAL_KV_ISA_SCALAR, NULL);
+    free(ref);
+    shoal_model_free(f.m);
+}
+
+Test(kv, a_context_refuses_a_dtype_that_is_not_a_kv_dtype)
+{
+    struct fwd f = load();
+    struct shoal_err err = {0};
+    struct shoal_ctx_params p = shoal_ctx_params_default();
+    p.kv_dtype = SHOAL_DTYPE_INT8;
+    cr_assert(eq(ptr, shoal_ctx_create(f.m, p, &err), NULL));
+    cr_assert(eq(int, err.code, SHOAL_EINVAL));
+    cr_assert(not(eq(ptr, strstr(err.msg, "expected f32, f16 or bf16"), NULL)), "%s", err.msg);
+    shoal_model_free(f.m);
+}
