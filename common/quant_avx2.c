@@ -394,9 +394,152 @@ static inline __m256i pair_sums256(__m256i a, __m256i b)
     return _mm256_permute4x64_epi64(_mm256_hadd_epi32(a, b), 0xd8);
 }
 
+/* ---- INT4A8 batches: quant_avx512.c's register-blocked GEMM on 8 rows -----
+ * From A8G_MIN_TOK tokens on, 8 rows at a time: each 64-column half of the
+ * block is transposed once (8 x 8 dwords) into w8, lane i = row i's 8
+ * nibbles of 8 columns, so that vpmaddubsw + vpmaddwd multiply 4 nibbles of
+ * each of 8 rows by the same 4 activation bytes of one token (broadcast):
+ * lanes are rows, no horizontal sums, each nibble unpacked once per A8G_T
+ * tokens. Exact integer group sums, per-group f32 combine in group order:
+ * the scalar table's bits. */
+#define A8G_T 4            /* tokens per register block (16 ymm registers) */
+#define A8G_MIN_TOK 4
+#define A8G_MAXN 8192      /* columns: w8 holds 4 * n bytes on the stack */
+
+static inline void transpose8_epi32(__m256i r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(_mm256_castsi256_ps(r[i]), _mm256_castsi256_ps(r[i + 1]));
+        t[i + 1] = _mm256_unpackhi_ps(_mm256_castsi256_ps(r[i]), _mm256_castsi256_ps(r[i + 1]));
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    /* u[k] (k < 4) holds rows 0..3 of column k in its low lane and columns
+     * 4+k in its high lane; u[4+k] rows 4..7 */
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[4 + k], 0x20));
+        r[4 + k] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[4 + k], 0x31));
+    }
+}
+
+static inline int32_t load_i32(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Tokens t0 .. t0+T-1 against the 8 rows in w8/d8 (y: the block's first row
+ * of token 0, y_stride floats per token). */
+static inline __attribute__((always_inline)) void
+a8g_block(float *y, int64_t y_stride, const struct shoal_quant_act *a, int64_t t0, const int T,
+          const __m256i *w8, const float *d8, int64_t nck, int64_t n_group, int G)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const int jpg = G / 8;                       /* dwords per group: 4, 8 or 16 */
+    __m256 acc[A8G_T];
+    __m256i is[A8G_T];
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm256_setzero_ps();
+    int64_t g = 0;
+    for (int64_t c = 0; c < nck; c++) {
+        const __m256i *wc = w8 + 16 * c;
+        for (int j0 = 0; j0 < 16 && g < n_group; j0 += jpg, g++) {
+            for (int t = 0; t < T; t++)
+                is[t] = _mm256_setzero_si256();
+            for (int j = j0; j < j0 + jpg; j++) {
+                const __m256i b = _mm256_load_si256(wc + j);
+                const __m256i lo = _mm256_and_si256(b, m4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const int8_t *e = a->q + (t0 + t) * a->q_stride + 128 * c + 4 * j;
+                    const __m256i s16 = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(e))),
+                        _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(e + 64))));
+                    is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(s16, ones));
+                }
+            }
+            const __m256 dv = _mm256_load_ps(d8 + 8 * g);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const int64_t k = (t0 + t) * a->n_group + g;
+                const __m256 f = _mm256_cvtepi32_ps(
+                    _mm256_sub_epi32(is[t], _mm256_set1_epi32(a->s[k])));
+                acc[t] = _mm256_add_ps(
+                    acc[t], _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(a->d[k])), f));
+            }
+        }
+    }
+    for (int t = 0; t < T; t++)
+        _mm256_storeu_ps(y + (t0 + t) * y_stride, acc[t]);
+}
+
+/* Full blocks of 8 rows from rb0 while they fit below r1, every token;
+ * returns the first row not done. */
+static __attribute__((noinline)) int64_t rows_a8_gemm(float *y, const struct shoal_quant_act *a,
+                                                      int64_t n_tok,
+                                                      const struct shoal_quant_weight *w,
+                                                      int64_t rb0, int64_t r1)
+{
+    const int64_t n = w->cols;
+    const int G = w->group;
+    const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
+    const int64_t n_group = (n + G - 1) / G, nck = (n + 127) / 128;
+    /* packed bytes of the row: (n + 1) / 2; a half past them is zero */
+    const int64_t packed = (n + 1) / 2;
+    _Alignas(32) __m256i w8[16 * (A8G_MAXN / 128)];
+    _Alignas(32) float d8[8 * (A8G_MAXN / 32)];
+    int64_t rb = rb0;
+    for (; rb + 8 <= r1; rb += 8) {
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)rb * row_bytes;
+        for (int64_t h = 0; h < 2 * nck; h++) {
+            __m256i v[8];
+            const int64_t off = 32 * h, have = packed - off;
+            for (int i = 0; i < 8; i++) {
+                const uint8_t *p = base + (size_t)i * row_bytes + 4 * (size_t)n_group + off;
+                if (have >= 32) {
+                    v[i] = _mm256_loadu_si256((const __m256i *)(const void *)p);
+                } else {
+                    /* a partial last half: through a zeroed copy (the
+                     * activation's columns past the row are 0) */
+                    uint8_t buf[32] = {0};
+                    if (have > 0)
+                        memcpy(buf, p, (size_t)have);
+                    v[i] = _mm256_loadu_si256((const __m256i *)(const void *)buf);
+                }
+            }
+            transpose8_epi32(v);
+            for (int j = 0; j < 8; j++)
+                _mm256_store_si256(w8 + 8 * h + j, v[j]);
+        }
+        for (int i = 0; i < 8; i++)
+            for (int64_t g = 0; g < n_group; g++)
+                memcpy(&d8[8 * g + i], base + (size_t)i * row_bytes + 4 * (size_t)g,
+                       sizeof(float));
+        int64_t t = 0;
+        for (; t + A8G_T <= n_tok; t += A8G_T)
+            a8g_block(y + rb, w->rows, a, t, A8G_T, w8, d8, nck, n_group, G);
+        if (n_tok - t >= 2) {
+            a8g_block(y + rb, w->rows, a, t, 2, w8, d8, nck, n_group, G);
+            t += 2;
+        }
+        if (n_tok - t >= 1)
+            a8g_block(y + rb, w->rows, a, t, 1, w8, d8, nck, n_group, G);
+    }
+    return rb;
+}
+
 static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_tok,
                          const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
 {
+    if (n_tok >= A8G_MIN_TOK && w->cols <= A8G_MAXN)
+        r0 = rows_a8_gemm(y, a, n_tok, w, r0, r1);
     const int64_t n = w->cols;
     const int G = w->group;
     const int levels = G == 32 ? 2 : G == 64 ? 3 : 4;
