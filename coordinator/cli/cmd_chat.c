@@ -105,6 +105,8 @@ static void usage(FILE *f)
     fprintf(f,
         "  --ctx N              context length in tokens (default min(max_position_embeddings, 4096))\n"
         "  --kv f32|f16|bf16    KV cache dtype (default: the container's, else f32)\n"
+        "  --isa NAME           kernels to run (default: the best this CPU has; the same\n"
+        "                       bits on every one): avx512, avx2, scalar, neon, ...\n"
         "  --threads N          compute threads (default: all cores)\n"
         "  -v, --verbose        print what was loaded, and per turn the tokens prefilled\n"
         "                       and reused from the KV cache\n"

@@ -302,6 +302,27 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
     if (!strcmp(a, "--io") || !strcmp(a, "--queue-depth") || !strcmp(a, "--prefetch") ||
         !strcmp(a, "--pin") || !strcmp(a, "--mirror") || !strcmp(a, "--mirror-weights"))
         return parse_store_flag(o, argc, argv, i);
+    if (!strcmp(a, "--isa")) {
+        /* every command starts with the best kernels of the CPU (main.c);
+         * --isa runs another table: the same bits, another speed */
+        enum shoal_quant_isa want;
+        if (need_value(argc, argv, *i))
+            return -1;
+        const char *v = argv[++*i];
+        if (shoal_quant_isa_parse(v, &want)) {
+            shoal_cli_error("--isa expects %s, got '%s'", shoal_quant_isa_list(), v);
+            return -1;
+        }
+        if (shoal_quant_init(want, NULL)) {
+            shoal_cli_error("--isa %s: these kernels are not built in or this CPU lacks them; "
+                            "the best here are '%s'", v, shoal_quant_ops_name());
+            return -1;
+        }
+        /* the attention kernels follow: scalar with scalar, else the best */
+        shoal_kv_init(want == SHOAL_QUANT_ISA_SCALAR ? SHOAL_KV_ISA_SCALAR : SHOAL_KV_ISA_AUTO,
+                      NULL);
+        return 1;
+    }
     if (!strcmp(a, "--kv")) {
         enum shoal_dtype t;
         if (need_value(argc, argv, *i) || shoal_cli_parse_kv(a, argv[*i + 1], &t))

@@ -88,7 +88,7 @@ struct shoal_session_opts shoal_session_opts_default(void);
 struct shoal_gen_opts shoal_gen_opts_default(void);
 
 /* Try to consume argv[*i] (and its value) as a session flag (--model, --ctx,
- * --kv, --threads, --verbose, and the expert store's --expert-cache, --direct,
+ * --kv, --isa, --threads, --verbose, and the expert store's --expert-cache, --direct,
  * --stats, --io, --queue-depth, --prefetch, --pin, --mirror,
  * --mirror-weights). Returns 1 if consumed (advancing *i past a value),
  * 0 if not a session flag, -1 after printing a usage error. */

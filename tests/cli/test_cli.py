@@ -218,6 +218,40 @@ def test_prompt_sources(shoal, tmp):
     result("run --prompt and --file: exit 2", r.returncode == 2 and "exactly one" in r.stderr, show(r))
 
 
+# ------------------------------------------------------------------ --isa
+
+def test_isa(shoal, tmp):
+    """--isa picks the kernels; every table gives the same logits bytes
+    (DESIGN contract 1), also through the batched INT4A8 GEMM of a prefill
+    (a 4-bit trunk, so attention and lm_head run it too) and the f16 KV."""
+    ct = os.path.join(tmp, "isa-ct")
+    r = run([shoal, "convert", MODEL, ct, "--experts", "int4a8", "--dense", "int4a8",
+             "--group", "64", "--kv", "f16"])
+    if r.returncode != 0:
+        result("--isa: convert", False, show(r))
+        return
+    ids = ",".join(str((i * 37 + 11) % 3000) for i in range(48))
+    got = {}
+    for isa in ["auto", "avx512", "avx512bw", "avx2", "neon", "neon-dotprod", "neon-i8mm",
+                "scalar"]:
+        out = os.path.join(tmp, "isa-%s.npy" % isa)
+        r = run([shoal, "run", ct, "--isa", isa, "--tokens", ids, "--max-tokens", "6",
+                 "--greedy", "--logits-out", out])
+        if r.returncode == 2 and "lacks them" in r.stderr:
+            continue
+        if r.returncode != 0:
+            result("--isa %s runs" % isa, False, show(r))
+            continue
+        got[isa] = open(out, "rb").read()
+    same = len(set(got.values())) == 1
+    result("--isa: identical logits on %s" % ", ".join(sorted(got)), same and len(got) >= 3,
+           "tables: %d, distinct outputs: %d" % (len(got), len(set(got.values()))))
+    r = run([shoal, "run", ct, "--isa", "sse9", "--tokens", "1"])
+    err = r.stderr.strip()
+    result("--isa sse9: one line naming the choices, exit 2", r.returncode == 2 and
+           len(err.splitlines()) == 1 and "avx2" in err and "sse9" in err, show(r))
+
+
 # ------------------------------------------------------------------ bad input
 
 def test_bad_input(shoal, tmp):
@@ -497,6 +531,7 @@ def main():
         test_help(shoal)
         ct = test_paths(shoal, tmp)
         test_prompt_sources(shoal, tmp)
+        test_isa(shoal, tmp)
         test_bad_input(shoal, tmp)
         test_chat(shoal)
         test_chat_typeahead(shoal)
