@@ -182,7 +182,7 @@ static void usage(FILE *f)
         "  --json OUT           also write the result here (default: only printed)\n"
         "\n"
         "Engine flags (as 'shoal run'): --threads N, --ctx N, --kv f32|f16|bf16, --isa NAME,\n"
-        "-v/--verbose\n");
+        "--batch N, -v/--verbose\n");
     shoal_session_usage_store(f);
 }
 

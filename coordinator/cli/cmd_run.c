@@ -33,6 +33,7 @@ static void usage(FILE *f)
     fprintf(f,
         "  --ctx N              context length in tokens (default min(max_position_embeddings, 4096))\n"
         "  --kv f32|f16|bf16    KV cache dtype (default: the container's, else f32)\n"
+        "  --batch N            prefill chunk in tokens (default 256; the same bits at any)\n"
         "  --isa NAME           kernels to run (default: the best this CPU has; the same\n"
         "                       bits on every one): avx512, avx2, scalar, neon, ...\n"
         "  --threads N          compute threads (default: all cores)\n"

@@ -1245,6 +1245,7 @@ static void synth_usage(FILE *f)
         "                       has (same bits, another speed)\n"
         "  --ctx N              context length (default: what the prompt and steps need)\n"
         "  --kv f32|f16|bf16    KV cache dtype (default: the container's, else f32)\n"
+        "  --batch N            prefill chunk in tokens (default 256; the same bits at any)\n"
         "  --threads N          compute threads (default: all cores)\n"
         "  -v, --verbose        print what was loaded\n"
         "\nExpert store:\n");

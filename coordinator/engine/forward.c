@@ -79,7 +79,7 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     ctx->kv_dtype = p.kv_dtype;
     ctx->kv_es = shoal_dtype_size(p.kv_dtype);
     ctx->n_ctx = p.n_ctx > 0 ? p.n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
-    ctx->n_batch = p.n_batch > 0 ? p.n_batch : 64;
+    ctx->n_batch = p.n_batch > 0 ? p.n_batch : 256;
     const int64_t B = ctx->n_batch, E = c->n_embd, hd = c->head_dim;
     const int64_t nq = c->n_head * hd, nkv = c->n_head_kv * hd, K = c->n_expert_used;
     size_t kv_elems = 0, kv_bytes = 0;

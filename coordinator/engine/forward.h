@@ -27,7 +27,10 @@ struct shoal_cluster;
 
 struct shoal_ctx_params {
     int64_t n_ctx;     /* KV cache length in tokens; 0 = min(max_pos, 4096) */
-    int64_t n_batch;   /* prefill chunk size in tokens; 0 = 64 */
+    int64_t n_batch;   /* prefill chunk size in tokens; 0 = 256 (each MoE layer's
+                          batch-union spans the chunk: 256 tokens give a top-8 of
+                          128 experts ~16 rows per expert for the batched kernels;
+                          64 gave 4 and ran prefill at 0.5x) */
     enum shoal_dtype kv_dtype; /* KV cache elements: F32 (default), F16 or BF16
                                 * (kv.h: rounded once when written) */
     struct shoal_cluster *cluster; /* routed experts run on it (cluster.h); borrowed,

@@ -345,7 +345,8 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
         }
         return shoal_cli_parse_size(a, val, &o->expert_cache) ? -1 : 1;
     }
-    if (strcmp(a, "--model") && strcmp(a, "--ctx") && strcmp(a, "--threads"))
+    if (strcmp(a, "--model") && strcmp(a, "--ctx") && strcmp(a, "--threads") &&
+        strcmp(a, "--batch"))
         return 0;
     if (need_value(argc, argv, *i))
         return -1;
@@ -361,6 +362,10 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
         if (shoal_cli_parse_i64(a, val, 1, (long long)1 << 31, &v))
             return -1;
         o->n_ctx = v;
+    } else if (!strcmp(a, "--batch")) {
+        if (shoal_cli_parse_i64(a, val, 1, 4096, &v))
+            return -1;
+        o->n_batch = v;
     } else {
         if (shoal_cli_parse_i64(a, val, 1, 1024, &v))
             return -1;
@@ -697,6 +702,7 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, int
     free(tj);
     struct shoal_ctx_params cp = shoal_ctx_params_default();
     cp.n_ctx = o->n_ctx;
+    cp.n_batch = o->n_batch;
     cp.cluster = s->cluster;
     /* --kv, else the container's choice, else f32 */
     cp.kv_dtype = o->kv >= 0 ? (enum shoal_dtype)o->kv

@@ -21,6 +21,7 @@
 struct shoal_session_opts {
     const char *model_dir;   /* NULL: the bundled model */
     int64_t n_ctx;           /* 0: default */
+    int64_t n_batch;         /* --batch: prefill chunk in tokens; 0: default */
     int kv;                  /* --kv: the KV cache's enum shoal_dtype (F32, F16,
                               * BF16); -1: the container's "kv", else F32 */
     int64_t threads;         /* 0: OpenMP default */
@@ -88,7 +89,7 @@ struct shoal_session_opts shoal_session_opts_default(void);
 struct shoal_gen_opts shoal_gen_opts_default(void);
 
 /* Try to consume argv[*i] (and its value) as a session flag (--model, --ctx,
- * --kv, --isa, --threads, --verbose, and the expert store's --expert-cache, --direct,
+ * --kv, --isa, --batch, --threads, --verbose, and the expert store's --expert-cache, --direct,
  * --stats, --io, --queue-depth, --prefetch, --pin, --mirror,
  * --mirror-weights). Returns 1 if consumed (advancing *i past a value),
  * 0 if not a session flag, -1 after printing a usage error. */

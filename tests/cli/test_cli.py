@@ -246,6 +246,15 @@ def test_isa(shoal, tmp):
     same = len(set(got.values())) == 1
     result("--isa: identical logits on %s" % ", ".join(sorted(got)), same and len(got) >= 3,
            "tables: %d, distinct outputs: %d" % (len(got), len(set(got.values()))))
+    # the prefill chunk changes which kernels run (1: the matvec, 5: a GEMM
+    # block of 4 and a matvec, 48: the GEMM), never the bits
+    base = got.get("auto")
+    for b in ["1", "5", "48"]:
+        out = os.path.join(tmp, "batch-%s.npy" % b)
+        r = run([shoal, "run", ct, "--batch", b, "--tokens", ids, "--max-tokens", "6",
+                 "--greedy", "--logits-out", out])
+        result("--batch %s: the logits of the default chunk" % b, r.returncode == 0 and
+               base is not None and open(out, "rb").read() == base, show(r))
     r = run([shoal, "run", ct, "--isa", "sse9", "--tokens", "1"])
     err = r.stderr.strip()
     result("--isa sse9: one line naming the choices, exit 2", r.returncode == 2 and
