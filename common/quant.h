@@ -223,8 +223,8 @@ struct shoal_quant_act {
 size_t shoal_quant_act_bytes(int64_t n, int group);
 
 /* Quantize n_tok tokens x[n_tok][n] into a (whose n and group are set and
- * whose buffers hold n_tok tokens), by the rule above. Deterministic and
- * scalar: every ISA uses this one. Allocates nothing. Thread: any. */
+ * whose buffers hold n_tok tokens), by the rule above. Deterministic: the
+ * active table's build of quant_act.c, every build the same bytes. Allocates nothing. Thread: any. */
 void shoal_quant_act_quantize(struct shoal_quant_act *a, const float *x,
                               int64_t n_tok);
 
@@ -330,7 +330,16 @@ struct shoal_quant_ops {
     void (*linear_rows_a8)(float *y, const struct shoal_quant_act *a,
                            int64_t n_tok, const struct shoal_quant_weight *w,
                            int64_t r0, int64_t r1);
+    /* shoal_quant_act_quantize (one of the quant_act.c builds) */
+    void (*act_quantize)(struct shoal_quant_act *a, const float *x, int64_t n_tok);
 };
+
+/* shoal_quant_act_quantize and its per-group rule (returns the group's sum
+ * of q), built at the baseline ISA and with AVX2 (quant_act.c): the same
+ * bytes. */
+void shoal_quant_act_quantize_base(struct shoal_quant_act *a, const float *x, int64_t n_tok);
+void shoal_quant_act_quantize_avx2(struct shoal_quant_act *a, const float *x, int64_t n_tok);
+int32_t shoal_quant_act_group_base(const float *x, int64_t len, float *d, int8_t *q);
 
 /* The scalar INT4A8 rows, which any table may use for shapes it does not
  * cover. */

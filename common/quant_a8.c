@@ -1,7 +1,7 @@
 /* quant_a8: the INT4A8 dot product (int4 weights against int8 activations,
  * quant.h "Int8 activations"): the activation quantizer every ISA shares,
  * the scalar reference and the per-thread driver. The SIMD rows live in
- * quant_avx2.c and quant_avx512.c.
+ * quant_avx2.c and quant_avx512.c, the quantizer in quant_act.c.
  */
 #include <math.h>
 #include <omp.h>
@@ -25,64 +25,10 @@ size_t shoal_quant_act_bytes(int64_t n, int group)
     return (size_t)round128(n) + (size_t)n_group * (sizeof(float) + sizeof(int32_t));
 }
 
-/* Quantize one group x[0..len) by the INT8 rule: *d and q[k]; returns
- * sum of q. A non-finite amax gives d = NaN and q = 0. Written so that the
- * compiler vectorizes it at the baseline ISA: max|x| as the max of the
- * sign-cleared bit patterns (their order is the values' order; NaN and
- * infinity are the largest), and rne(v) as (v + 1.5 * 2^23) - 1.5 * 2^23,
- * which is exactly rintf(v) for |v| < 2^22 in the default rounding mode
- * (here |v| <= 127 * (1 + 2^-23), or a few hundred when d is subnormal). */
-static int32_t act_group(const float *x, int64_t len, float *d, int8_t *q)
-{
-    uint32_t amax_bits = 0;
-    for (int64_t k = 0; k < len; k++) {
-        uint32_t u;
-        memcpy(&u, &x[k], sizeof u);
-        u &= 0x7fffffffu;
-        amax_bits = u > amax_bits ? u : amax_bits;
-    }
-    float amax;
-    memcpy(&amax, &amax_bits, sizeof amax);
-    if (amax_bits >= 0x7f800000u) {
-        *d = NAN;
-        memset(q, 0, (size_t)len);
-        return 0;
-    }
-    const float dx = amax / 127.0f;
-    *d = dx;
-    if (dx == 0.0f) {
-        memset(q, 0, (size_t)len);
-        return 0;
-    }
-    const float magic = 12582912.0f;   /* 1.5 * 2^23 */
-    int32_t sum = 0;
-    for (int64_t k = 0; k < len; k++) {
-        float v = (x[k] / dx + magic) - magic;
-        v = v > 127.0f ? 127.0f : v;
-        v = v < -127.0f ? -127.0f : v;
-        q[k] = (int8_t)v;
-        sum += q[k];
-    }
-    return sum;
-}
-
 void shoal_quant_act_quantize(struct shoal_quant_act *a, const float *x,
                               int64_t n_tok)
 {
-    const int64_t n = a->n, G = a->group;
-    int8_t qg[128];
-    for (int64_t t = 0; t < n_tok; t++) {
-        int8_t *q = a->q + t * a->q_stride;
-        float *d = a->d + t * a->n_group;
-        int32_t *s = a->s + t * a->n_group;
-        memset(q, 0, (size_t)a->q_stride);
-        for (int64_t i0 = 0, g = 0; i0 < n; i0 += G, g++) {
-            const int64_t len = n - i0 < G ? n - i0 : G;
-            s[g] = 8 * act_group(x + t * n + i0, len, &d[g], qg);
-            for (int64_t k = 0; k < len; k++)
-                q[shoal_quant_act_pos(i0 + k)] = qg[k];
-        }
-    }
+    shoal_quant_active_ops()->act_quantize(a, x, n_tok);
 }
 
 static inline int nibble(const uint8_t *qs, int64_t i)
@@ -105,7 +51,7 @@ float shoal_quant_dot_a8(int group, const float *x, const void *row, int64_t n)
     for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
         const int64_t len = n - i0 < group ? n - i0 : group;
         float dx;
-        act_group(x + i0, len, &dx, qx);
+        shoal_quant_act_group_base(x + i0, len, &dx, qx);
         int32_t isum = 0;
         for (int64_t k = 0; k < len; k++)
             isum += (nibble(qs, i0 + k) - 8) * qx[k];

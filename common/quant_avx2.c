@@ -612,4 +612,5 @@ const struct shoal_quant_ops shoal_quant_ops_avx2 = {
     .dot = dot_avx2,
     .linear_rows = linear_rows_avx2,
     .linear_rows_a8 = rows_a8_avx2,
+    .act_quantize = shoal_quant_act_quantize_avx2,
 };

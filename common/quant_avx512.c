@@ -842,4 +842,5 @@ const struct shoal_quant_ops OPS_TABLE = {
     .dot = dot_avx512,
     .linear_rows = linear_rows_avx512,
     .linear_rows_a8 = rows_a8_avx512,
+    .act_quantize = shoal_quant_act_quantize_avx2,
 };

@@ -921,3 +921,63 @@ Test(quant, a8_wide_rows_equal_table_rows)
     free(x);
     free(wq);
 }
+
+/* bit-exact: every table's activation quantizer (quant_act.c at the
+ * baseline and with AVX2) writes the bytes of the scalar table's, over
+ * widths with partial groups and chunks, every G, and inputs with zero
+ * groups, subnormals, huge values, ties and a NaN/infinity group */
+Test(quant, act_quantize_same_bytes_on_every_table)
+{
+    static const int64_t widths[] = {1, 7, 32, 100, 128, 200, 768, 2048, 2050};
+    static const int groups[] = {32, 64, 128};
+    enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
+    const int n_isa = 1 + simd_isas(isas + 1);
+    const int64_t n_tok = 3;
+    for (size_t iw = 0; iw < sizeof widths / sizeof widths[0]; iw++)
+        for (size_t ig = 0; ig < 3; ig++) {
+            const int64_t n = widths[iw];
+            const int G = groups[ig];
+            const int64_t n_group = (n + G - 1) / G, stride = (n + 127) & ~(int64_t)127;
+            float *x = malloc((size_t)(n * n_tok) * 4);
+            fill(x, n * n_tok, (unsigned)(n * 7 + G));
+            for (int64_t i = 0; i < n && i < G; i++)
+                x[i] = 0.0f;                       /* token 0, group 0: zero */
+            if (n > G)
+                x[G] = 1e-40f;                     /* a subnormal */
+            for (int64_t i = 0; i < n; i += 5)
+                x[n + i] = (float)(i % 11) * 0.5f;  /* token 1: ties at .5 */
+            x[2 * n + n / 2] = (n & 1) ? NAN : INFINITY;  /* token 2 */
+            if (n > 3)
+                x[2 * n + 1] = 3e38f;
+            int8_t *q[2];
+            float *d[2];
+            int32_t *s[2];
+            for (int ii = 0; ii < n_isa; ii++) {
+                const int k = ii ? 1 : 0;
+                q[k] = malloc((size_t)(stride * n_tok));
+                d[k] = malloc((size_t)(n_group * n_tok) * 4);
+                s[k] = malloc((size_t)(n_group * n_tok) * 4);
+                struct shoal_quant_act a = {.n = n, .group = G, .n_group = n_group,
+                                            .q_stride = stride, .q = q[k], .d = d[k],
+                                            .s = s[k]};
+                use_isa(isas[ii]);
+                shoal_quant_act_quantize(&a, x, n_tok);
+                if (ii) {
+                    cr_assert(memcmp(q[0], q[1], (size_t)(stride * n_tok)) == 0,
+                              "%s q, n %lld G %d", shoal_quant_ops_name(), (long long)n, G);
+                    cr_assert(memcmp(d[0], d[1], (size_t)(n_group * n_tok) * 4) == 0,
+                              "%s d, n %lld G %d", shoal_quant_ops_name(), (long long)n, G);
+                    cr_assert(memcmp(s[0], s[1], (size_t)(n_group * n_tok) * 4) == 0,
+                              "%s s, n %lld G %d", shoal_quant_ops_name(), (long long)n, G);
+                    free(q[1]);
+                    free(d[1]);
+                    free(s[1]);
+                }
+            }
+            use_isa(SHOAL_QUANT_ISA_SCALAR);
+            free(q[0]);
+            free(d[0]);
+            free(s[0]);
+            free(x);
+        }
+}
