@@ -692,8 +692,10 @@ def print_report(a, res):
     bpw = res.get("bits_per_weight") or {}
     print("\n## shoal vs llama.cpp (%s)" % time.strftime("%Y-%m-%d %H:%M"))
     m = res.get("machine", {})
-    print("machine: %s, %s cores, %s GiB; threads %d each; alternations %d" % (
-        m.get("cpu"), m.get("cores"), m.get("ram_gib"), a.threads, a.alternations))
+    isa = "AVX-512" if m.get("avx512f") else "AVX2" if m.get("avx2") else "no AVX2"
+    print("machine: %s (%s), %s cores, %s GiB; threads %d each; alternations %d; load at start %s" % (
+        m.get("cpu"), isa, m.get("cores"), m.get("ram_gib"), a.threads, a.alternations,
+        res.get("load_start")))
     print("shoal %s (%s); llama.cpp %s (%s)" % (res.get("shoal_commit"), a.shoal, res.get("llama_commit"),
                                                 a.llama_cpp))
     if bpw.get("params"):
