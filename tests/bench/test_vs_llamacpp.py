@@ -1,0 +1,219 @@
+#!/usr/bin/python3
+"""Smoke test of bench/vs_llamacpp.py and bench/moe_checkpoint.py (so the
+benchmark does not rot); no llama.cpp needed for most of it.
+
+  - bad arguments: no llama.cpp tree, a tree without binaries or gguf-py, a
+    gguf-py that does not import, unknown --steps, --work inside the
+    repository: exit 2, one line on stderr naming the problem, nothing run;
+  - a tiny qwen3_moe checkpoint written by moe_checkpoint (tokenizer trained
+    here, vocabulary padded past it) is read by `shoal convert` with the
+    tool's default dtypes and generates (`shoal run --greedy`): ids in range;
+  - the tokenizer: ids in range, fewer ids than bytes (merges apply), the text
+    comes back from `shoal detokenize`, <|endoftext|> is the id training said;
+  - with SHOAL_LLAMA_CPP=<a llama.cpp source tree> (its gguf-py only): the GGUF
+    written has 3 + 12 x layers tensors with the expected shapes, types and
+    tokenizer; without it that case is skipped, saying so.
+Asserts behaviour, never speed.
+
+usage: test_vs_llamacpp.py --shoal BUILD/coordinator/shoal
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BENCH = os.path.join(ROOT, "bench", "vs_llamacpp.py")
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import moe_checkpoint as mc  # noqa: E402
+import vs_llamacpp  # noqa: E402
+
+FAILS = []
+TINY = mc.Shape(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=8, expert_ff=32,
+                top_k=2, vocab=320)
+TEXT = "Once upon a time, the river valley was quiet. The farmers built small villages of mud."
+
+
+def check(cond, msg):
+    print(("ok   " if cond else "FAIL ") + msg)
+    if not cond:
+        FAILS.append(msg)
+
+
+def sh(cmd, timeout=300):
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def fake_tree(root, binaries=True, gguf=None):
+    """A directory shaped like a llama.cpp tree: stub binaries, and gguf-py with
+    __init__.py text gguf (None: no gguf-py)."""
+    if binaries:
+        os.makedirs(os.path.join(root, "build", "bin"))
+        for b in vs_llamacpp.LLAMA_BINARIES:
+            p = os.path.join(root, "build", "bin", b)
+            open(p, "w").write("#!/bin/sh\nexit 1\n")
+            os.chmod(p, 0o755)
+    if gguf is not None:
+        os.makedirs(os.path.join(root, "gguf-py", "gguf"))
+        open(os.path.join(root, "gguf-py", "gguf", "__init__.py"), "w").write(gguf)
+    return root
+
+
+def test_arguments(shoal, tmp):
+    work = os.path.join(tmp, "work")
+    nobin = fake_tree(os.path.join(tmp, "nobin"), binaries=False, gguf="")
+    nogguf = fake_tree(os.path.join(tmp, "nogguf"))
+    broken = fake_tree(os.path.join(tmp, "broken"), gguf="raise ImportError('no numpy here')\n")
+    ok = fake_tree(os.path.join(tmp, "ok"), gguf="")
+    cases = [
+        ([], "--llama-cpp"),
+        (["--llama-cpp", os.path.join(tmp, "none")], "missing build/bin/llama-bench"),
+        (["--llama-cpp", nobin], "missing build/bin/llama-bench, build/bin/llama-completion, "
+                                 "build/bin/llama-quantize"),
+        (["--llama-cpp", nogguf], "missing gguf-py"),
+        (["--llama-cpp", broken], "gguf-py does not import"),
+        (["--llama-cpp", ok, "--steps", "model,bake"], "bake"),
+        (["--llama-cpp", ok, "--alternations", "0"], "--alternations"),
+        (["--llama-cpp", ok, "--limits", "half,2"], "--limits"),
+        (["--llama-cpp", ok, "--work", os.path.join(ROOT, "pb")], "inside the repository"),
+        (["--llama-cpp", ok, "--shoal", os.path.join(tmp, "noshoal")], "--shoal"),
+        (["--llama-cpp", ok, "--steps", "warm"], "run --steps convert first"),
+    ]
+    for args, word in cases:
+        full = [sys.executable, BENCH] + (["--shoal", shoal] if "--shoal" not in args else []) + \
+            (["--work", work, "--out", os.path.join(work, "r.json")] if "--work" not in args else []) + args
+        r = sh(full, timeout=120)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        if word == "run --steps convert first":   # a step's missing input: exit 2, report written
+            lines = [l for l in lines if not l.startswith("==")]
+            check(r.returncode == 2 and len(lines) == 1 and word in lines[0],
+                  "%s: exit 2, one line '%s' (rc %d: %s)" % (" ".join(args[2:]), word, r.returncode, lines))
+            continue
+        check(r.returncode == 2 and len(lines) == 1 and word in lines[0] and not r.stdout,
+              "%s: exit 2, one line naming '%s' (rc %d: %s)" % (" ".join(args) or "no arguments", word,
+                                                               r.returncode, lines))
+    check(not os.path.exists(os.path.join(ROOT, "pb")), "nothing written inside the repository")
+
+
+def write_tiny(hf):
+    tok = mc.train_tokenizer(hf, 300, open(os.path.join(ROOT, "README.md")).read() + TEXT * 20)
+    check(tok["vocab"] == 300 and tok["merges"] == 300 - 256 - 3 and tok["endoftext"] == 297,
+          "tokenizer: 256 bytes + 41 merges + 3 specials (%s)" % tok)
+    n = mc.write_hf_model(hf, TINY, 5, tok["endoftext"])
+    pc = mc.param_counts(TINY)
+    hdr, _, base = mc.read_safetensors(os.path.join(hf, "model.safetensors"))
+    check(n == 2 * pc["total"] and os.path.getsize(os.path.join(hf, "model.safetensors")) == base + n,
+          "safetensors: %d bytes of BF16 = 2 x %d parameters" % (n, pc["total"]))
+    check(len(hdr) == 3 + TINY.layers * (9 + 3 * TINY.experts), "safetensors: %d tensors" % len(hdr))
+    check(pc["experts"] == TINY.layers * TINY.experts * 3 * TINY.hidden * TINY.expert_ff,
+          "param_counts: experts %d" % pc["experts"])
+    return tok
+
+
+def test_shoal(shoal, tmp, tok):
+    hf = os.path.join(tmp, "hf")
+    ids = sh([shoal, "tokenize", "--model", hf, "--text", TEXT, "--no-bos"])
+    got = [int(x) for x in ids.stdout.split()] if ids.returncode == 0 else []
+    check(got and all(0 <= i < tok["vocab"] for i in got) and len(got) < len(TEXT.encode()),
+          "tokenize: %d ids < %d bytes, all < %d (%s)" % (len(got), len(TEXT.encode()), tok["vocab"],
+                                                          ids.stderr.strip()[-200:]))
+    back = sh([shoal, "detokenize", "--model", hf, "--ids", ",".join(map(str, got)), "-n"])
+    check(back.returncode == 0 and back.stdout == TEXT,
+          "detokenize gives the text back (%r)" % (back.stdout or back.stderr)[-120:])
+    sp = sh([shoal, "tokenize", "--model", hf, "--text", "<|endoftext|>", "--no-bos", "--parse-special"])
+    check(sp.stdout.split() == [str(tok["endoftext"])], "<|endoftext|> is id %d (%s)" % (
+        tok["endoftext"], sp.stdout.strip()))
+    box = os.path.join(tmp, "tiny.shoal")
+    cmd = [shoal, "convert", hf, box]
+    for k, v in vs_llamacpp.SHOAL_DTYPES.items():
+        if v:
+            cmd += ["--" + k, v]
+    r = sh(cmd)
+    check(r.returncode == 0, "shoal convert %s (rc %d: %s)" % (" ".join(cmd[4:]), r.returncode,
+                                                              r.stderr.strip()[-300:]))
+    if r.returncode != 0:
+        return len(got)
+    ci = vs_llamacpp.benchlib.container_info(box)
+    check(ci["experts_dtype"].lower() == vs_llamacpp.SHOAL_DTYPES["experts"] and ci["vocab"] == TINY.vocab,
+          "container: experts %s, vocab %d" % (ci["experts_dtype"], ci["vocab"]))
+    out_ids = os.path.join(tmp, "ids.txt")
+    r = sh([shoal, "run", "--model", box, "--prompt", TEXT, "--max-tokens", "6", "--ignore-eos", "--greedy",
+            "--threads", "2", "--no-echo", "--ids-out", out_ids])
+    gen = [int(x) for x in open(out_ids).read().split()] if r.returncode == 0 else []
+    check(len(gen) == 6 and all(0 <= i < TINY.vocab for i in gen),
+          "shoal run --greedy: 6 ids in range %s (rc %d: %s)" % (gen, r.returncode, r.stderr.strip()[-300:]))
+    stats = vs_llamacpp.parse_shoal_run(r.stderr)
+    check(stats.get("prompt_tokens") == len(got) and stats.get("decode_tokens") in (5, 6),
+          "the tool reads shoal run's statistics line: %s" % stats)
+    return len(got)
+
+
+def test_gguf(tmp, tok, n_prompt):
+    tree = os.environ.get("SHOAL_LLAMA_CPP")
+    if not tree or not os.path.isfile(os.path.join(tree, "gguf-py", "gguf", "__init__.py")):
+        print("skip GGUF writer: set SHOAL_LLAMA_CPP to a llama.cpp source tree (its gguf-py is used; "
+              "nothing is built) to check the GGUF written")
+        return
+    gguf = vs_llamacpp.import_gguf(tree)
+    hf = os.path.join(tmp, "hf")
+    out = os.path.join(tmp, "tiny.gguf")
+    n = mc.write_gguf(hf, out, gguf)
+    L, H, E, F = TINY.layers, TINY.hidden, TINY.experts, TINY.expert_ff
+    check(n == 3 + 12 * L, "GGUF: %d tensors, expected 3 + 12 x %d" % (n, L))
+    rd = gguf.GGUFReader(out)
+    t = {x.name: x for x in rd.tensors}
+    check(len(t) == n, "GGUF reads back %d tensors" % len(t))
+    want = {"token_embd.weight": ([H, TINY.vocab], "BF16"), "output.weight": ([H, TINY.vocab], "BF16"),
+            "output_norm.weight": ([H], "F32"),
+            "blk.1.attn_q.weight": ([H, TINY.heads * TINY.head_dim], "BF16"),
+            "blk.1.attn_k.weight": ([H, TINY.kv_heads * TINY.head_dim], "BF16"),
+            "blk.1.attn_q_norm.weight": ([TINY.head_dim], "F32"),
+            "blk.1.ffn_gate_inp.weight": ([H, E], "F32"),
+            "blk.1.ffn_gate_exps.weight": ([H, F, E], "BF16"), "blk.1.ffn_up_exps.weight": ([H, F, E], "BF16"),
+            "blk.1.ffn_down_exps.weight": ([F, H, E], "BF16")}
+    for name, (shape, typ) in want.items():
+        x = t.get(name)
+        got = (list(map(int, x.shape)), x.tensor_type.name) if x is not None else None
+        check(got == (shape, typ), "GGUF %s: %s, expected %s" % (name, got, (shape, typ)))
+    hdr, mm, base = mc.read_safetensors(os.path.join(hf, "model.safetensors"))
+    a, b = hdr["model.layers.1.mlp.experts.5.down_proj.weight"]["data_offsets"]
+    src = np.frombuffer(mm[base + a: base + b], dtype=np.uint16)
+    exps = np.asarray(t["blk.1.ffn_down_exps.weight"].data).view(np.uint16).reshape(E, -1)
+    check(np.array_equal(exps[5], src), "GGUF: expert 5's down_proj bits are the safetensors' bits")
+    f = rd.fields
+    toks = f["tokenizer.ggml.tokens"]
+    pre = f["tokenizer.ggml.pre"]
+    check(len(toks.data) == TINY.vocab and bytes(pre.parts[pre.data[0]]).decode() == "qwen2",
+          "GGUF vocabulary: %d tokens (padded from %d), pre-tokenizer qwen2" % (len(toks.data), tok["vocab"]))
+    cli = os.path.join(tree, "build", "bin", "llama-completion")
+    if not os.access(cli, os.X_OK):
+        print("skip llama.cpp run of the GGUF: no %s" % cli)
+        return
+    r = sh([cli, "-m", out, "-p", TEXT, "-n", "4", "--ignore-eos", "-t", "2", "--temp", "0", "-no-cnv",
+            "--no-display-prompt"])
+    st = vs_llamacpp.parse_llama_completion(r.stderr)
+    check(r.returncode == 0 and st.get("prompt_tokens") == n_prompt,
+          "llama.cpp runs the GGUF and reads the prompt as the same %d tokens: %s (rc %d: %s)" % (
+              n_prompt, st, r.returncode, r.stderr.strip()[-300:] if r.returncode else ""))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shoal", required=True)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="shoal-vsll-") as tmp:
+        test_arguments(a.shoal, tmp)
+        tok = write_tiny(os.path.join(tmp, "hf"))
+        n_prompt = test_shoal(a.shoal, tmp, tok)
+        test_gguf(tmp, tok, n_prompt)
+    print("%d failed" % len(FAILS))
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
