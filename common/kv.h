@@ -71,6 +71,51 @@ void shoal_kv_scores(float *s, const float *q, const void *k, int64_t stride,
 void shoal_kv_mix(float *out, const float *p, const void *v, int64_t stride,
                   int64_t n_rows, int64_t n, enum shoal_dtype t);
 
+/* ---- attention over a batch of queries ------------------------------------ */
+
+/* One layer's attention for n new tokens at positions n_past .. n_past+n-1
+ * over the cache rows 0 .. n_past+n-1 (the new tokens' rows already stored).
+ * Token t sees rows first(t) .. n_past+t, first(t) = 0, or with a window W
+ * > 0 max(0, n_past+t-W+1). For each token t and query head h (KV head g =
+ * h / (n_head / n_head_kv)) the arithmetic is, in this order:
+ *
+ *   s[j] = shoal_kv scores of q[t][h] against K row j, head g;  s[j] = s[j] / sqrtf(head_dim)
+ *   mx   = the largest s[j] (NaN never taken)
+ *   s[j] = expf(s[j] - mx), sum = 0.0f + s[first] + ... + s[pos] in j order
+ *   p[j] = s[j] / sum
+ *   out[t][h] = shoal_kv mix of p over V rows first .. pos, head g
+ *
+ * so the bits are those of one head at a time. The work is laid out for
+ * the cache reads: the query heads of one KV head (and `round` tokens of
+ * the batch) are computed together over tiles of cached rows, so each K and
+ * V row is read from memory once per round instead of once per query head.
+ * Each output is computed by exactly one thread, so the split (ith, nth)
+ * does not change the bits. */
+struct shoal_kv_attn {
+    float *out;          /* [n][n_head * head_dim] written */
+    const float *q;      /* [n][n_head * head_dim] borrowed */
+    const void *k, *v;   /* the layer's cache: row j at j * n_head_kv*head_dim elements of t */
+    float *scores;       /* scratch [round][n_head][scores_ld] f32 */
+    int64_t scores_ld;   /* >= n_past + n */
+    int64_t round;       /* tokens per round, >= 1 (shoal_kv_attn_round) */
+    int64_t n, n_past;
+    int64_t n_head, n_head_kv, head_dim;   /* n_head a multiple of n_head_kv */
+    int64_t window;      /* 0: full causal attention */
+    enum shoal_dtype t;  /* the cache's dtype */
+};
+
+/* Tokens per round for a scores scratch of about 4 MiB: between 1 and
+ * min(n_batch, 8). The scratch is round * n_head * scores_ld floats.
+ * Thread: any. */
+int64_t shoal_kv_attn_round(int64_t n_head, int64_t scores_ld, int64_t n_batch);
+
+/* Thread ith's share of the attention described by a (kv.h above). Called
+ * by all nth threads of one OpenMP parallel region (it runs barriers
+ * between its phases); when it returns, a.out is complete only after one
+ * more barrier. Allocates nothing for head_dim <= 512. Thread: every thread
+ * of the region, the same a. */
+void shoal_kv_attend(const struct shoal_kv_attn *a, int ith, int nth);
+
 /* ---- kernel selection ---------------------------------------------------- */
 
 enum shoal_kv_isa {
@@ -89,13 +134,23 @@ int shoal_kv_init(enum shoal_kv_isa isa, struct shoal_err *err);
 /* Name of the active table: "scalar", "avx2" or "neon". Thread: any. */
 const char *shoal_kv_ops_name(void);
 
-/* One per ISA file; every member required (arguments as above). */
+/* One per ISA file; every member required. The kernels of n_q queries at
+ * once (shoal_kv_scores and shoal_kv_mix are n_q = 1):
+ *   scores: s[r * s_ld + j] = canonical dot of q + r * q_ld with K row j,
+ *           for r < n_q, j < n_rows
+ *   mix:    out[r * out_ld + d] = out[r * out_ld + d] + p[r * p_ld + j] * V row j [d],
+ *           for j = 0 .. n_rows-1 in order, each d < n (accumulates: the
+ *           caller zeroes out first, and may continue over further rows)
+ * rows as in shoal_kv_scores. A row of K or V is loaded once for all n_q
+ * queries. */
 struct shoal_kv_ops {
     const char *name;
-    void (*scores)(float *s, const float *q, const void *k, int64_t stride,
-                   int64_t n_rows, int64_t n, enum shoal_dtype t);
-    void (*mix)(float *out, const float *p, const void *v, int64_t stride,
-                int64_t n_rows, int64_t n, enum shoal_dtype t);
+    void (*scores)(float *s, int64_t s_ld, const float *q, int64_t q_ld, int64_t n_q,
+                   const void *k, int64_t stride, int64_t n_rows, int64_t n,
+                   enum shoal_dtype t);
+    void (*mix)(float *out, int64_t out_ld, const float *p, int64_t p_ld, int64_t n_q,
+                const void *v, int64_t stride, int64_t n_rows, int64_t n,
+                enum shoal_dtype t);
 };
 
 extern const struct shoal_kv_ops shoal_kv_ops_scalar;
@@ -109,8 +164,9 @@ static inline const void *shoal_kv_row(const void *base, int64_t j, int64_t stri
     return (const char *)base + (size_t)(j * stride) * shoal_dtype_size(t);
 }
 
-/* The scalar mix of the output columns d0 <= d < d1 only (the SIMD tables'
- * tail; the same bits as the whole mix gives those columns). */
+/* The scalar mix of the output columns d0 <= d < d1 only, accumulated into
+ * out[d] (the SIMD tables' tail; the same bits as the whole mix gives those
+ * columns). */
 void shoal_kv_mix_cols_scalar(float *out, const float *p, const void *v, int64_t stride,
                               int64_t n_rows, int64_t d0, int64_t d1, enum shoal_dtype t);
 
@@ -125,9 +181,27 @@ static inline float shoal_kv_dot_finish(float s[8], const float *q, const float 
     return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
 }
 
+/* call(QN, c) for the queries c .. c+QN-1 of n_q: blocks of QN = 4, then
+ * one block of the 1-3 left (QN a constant, for always-inline templates) */
+#define SHOAL_KV_FOR_QBLOCKS(n_q, call)                                         \
+    {                                                                            \
+        int64_t c_ = 0;                                                          \
+        for (; c_ + 4 <= (n_q); c_ += 4)                                         \
+            call(4, c_);                                                         \
+        switch ((n_q) - c_) {                                                    \
+        case 3: call(3, c_); break;                                              \
+        case 2: call(2, c_); break;                                              \
+        case 1: call(1, c_); break;                                              \
+        default: break;                                                          \
+        }                                                                        \
+    }
+
 /* Define struct shoal_kv_ops shoal_kv_ops_<isa> from an ISA file's two
- * always-inline templates scores_t and mix_t (the kernels' arguments plus a
- * constant dtype), one instance per dtype. */
+ * always-inline templates for QN (1-4, a constant) queries and a constant
+ * dtype t:
+ *   scores_q(s, s_ld, q, q_ld, k, stride, n_rows, n, QN, t)
+ *   mix_q(out, out_ld, p, p_ld, v, stride, n_rows, n, QN, t)
+ * one instance per dtype and QN. */
 #define SHOAL_KV_DISPATCH_(fn, t, ...)                                           \
     switch (t) {                                                                 \
     case SHOAL_DTYPE_F16: fn(__VA_ARGS__, SHOAL_DTYPE_F16); break;               \
@@ -135,19 +209,37 @@ static inline float shoal_kv_dot_finish(float s[8], const float *q, const float 
     default: fn(__VA_ARGS__, SHOAL_DTYPE_F32); break;                            \
     }
 #define SHOAL_KV_OPS_DEFINE(isa)                                                 \
-    static void scores_##isa(float *s, const float *q, const void *k,            \
-                             int64_t stride, int64_t n_rows, int64_t n,          \
-                             enum shoal_dtype t)                                 \
+    static inline __attribute__((always_inline)) void                           \
+    scores_t(float *s, int64_t s_ld, const float *q, int64_t q_ld, int64_t n_q,  \
+             const void *k, int64_t stride, int64_t n_rows, int64_t n,           \
+             const enum shoal_dtype t)                                           \
     {                                                                            \
-        SHOAL_KV_DISPATCH_(scores_t, t, s, q, k, stride, n_rows, n)              \
+        SHOAL_KV_FOR_QBLOCKS(n_q, SHOAL_KV_SCORES_Q_)                            \
     }                                                                            \
-    static void mix_##isa(float *out, const float *p, const void *v,             \
-                          int64_t stride, int64_t n_rows, int64_t n,             \
-                          enum shoal_dtype t)                                    \
+    static inline __attribute__((always_inline)) void                           \
+    mix_t(float *out, int64_t out_ld, const float *p, int64_t p_ld, int64_t n_q, \
+          const void *v, int64_t stride, int64_t n_rows, int64_t n,              \
+          const enum shoal_dtype t)                                              \
     {                                                                            \
-        SHOAL_KV_DISPATCH_(mix_t, t, out, p, v, stride, n_rows, n)               \
+        SHOAL_KV_FOR_QBLOCKS(n_q, SHOAL_KV_MIX_Q_)                               \
+    }                                                                            \
+    static void scores_##isa(float *s, int64_t s_ld, const float *q, int64_t q_ld, \
+                             int64_t n_q, const void *k, int64_t stride,         \
+                             int64_t n_rows, int64_t n, enum shoal_dtype t)      \
+    {                                                                            \
+        SHOAL_KV_DISPATCH_(scores_t, t, s, s_ld, q, q_ld, n_q, k, stride, n_rows, n) \
+    }                                                                            \
+    static void mix_##isa(float *out, int64_t out_ld, const float *p, int64_t p_ld, \
+                          int64_t n_q, const void *v, int64_t stride,            \
+                          int64_t n_rows, int64_t n, enum shoal_dtype t)         \
+    {                                                                            \
+        SHOAL_KV_DISPATCH_(mix_t, t, out, out_ld, p, p_ld, n_q, v, stride, n_rows, n) \
     }                                                                            \
     const struct shoal_kv_ops shoal_kv_ops_##isa = {                             \
         .name = #isa, .scores = scores_##isa, .mix = mix_##isa};
+#define SHOAL_KV_SCORES_Q_(QN, c)                                                \
+    scores_q(s + (c) * s_ld, s_ld, q + (c) * q_ld, q_ld, k, stride, n_rows, n, QN, t)
+#define SHOAL_KV_MIX_Q_(QN, c)                                                   \
+    mix_q(out + (c) * out_ld, out_ld, p + (c) * p_ld, p_ld, v, stride, n_rows, n, QN, t)
 
 #endif

@@ -5,9 +5,11 @@
  * s[4..7]); f16 elements become f32 exactly through fcvtl (vcvt_f32_f16),
  * bf16 through a 16-bit shift (vshll_n_u16); products and sums are separate
  * vmulq_f32 / vaddq_f32 (the project's -ffp-contract=off keeps GCC from
- * fusing them); the tail and the final reduction are the scalar code of
- * kv.h on the stored lanes. Scores run four K rows at a time, mix keeps 32
- * outputs in eight registers while it walks the V rows. */
+ * fusing them); the tail is the scalar code of kv.h on the stored lanes,
+ * the final reduction its order in registers. Scores run 4 queries x 2 K
+ * rows (one query: 4 rows), each K element loaded once for all of them;
+ * mix keeps 4 queries x 16 outputs (one or two queries: 32 each) in
+ * registers while it walks the V rows. */
 #include <arm_neon.h>
 
 #include "kv.h"
@@ -29,13 +31,6 @@ struct acc8 {
     float32x4_t lo, hi;
 };
 
-KV_INLINE void acc_step(struct acc8 *a, float32x4_t q0, float32x4_t q1, const void *row,
-                        int64_t i, enum shoal_dtype t)
-{
-    a->lo = vaddq_f32(a->lo, vmulq_f32(q0, load4(row, i, t)));
-    a->hi = vaddq_f32(a->hi, vmulq_f32(q1, load4(row, i + 4, t)));
-}
-
 KV_INLINE float finish(struct acc8 a, const float *q, const void *row, int64_t i, int64_t n,
                        enum shoal_dtype t)
 {
@@ -48,59 +43,115 @@ KV_INLINE float finish(struct acc8 a, const float *q, const void *row, int64_t i
     return shoal_kv_dot_finish(s, q, tail, i, n);
 }
 
-KV_INLINE void scores_t(float *s, const float *q, const void *k, int64_t stride,
-                        int64_t n_rows, int64_t n, const enum shoal_dtype t)
+/* shoal_dot_f32's reduction ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)) in
+ * registers, each sum with the scalar operands in the scalar order */
+KV_INLINE float reduce8(struct acc8 a)
+{
+    const float32x4_t v = vaddq_f32(a.lo, a.hi);                 /* s0+s4 .. s3+s7 */
+    const float32x4_t u = vaddq_f32(v, vextq_f32(v, v, 2));      /* v0+v2, v1+v3 */
+    return vgetq_lane_f32(u, 0) + vgetq_lane_f32(u, 1);
+}
+
+/* scores of QN queries against RN rows from row j (QN * RN <= 8 chains of
+ * two registers): each K element is loaded (and converted) once for the
+ * QN queries */
+KV_INLINE void scores_blk(float *s, int64_t s_ld, const float *q, int64_t q_ld,
+                          const void *k, int64_t stride, int64_t j, int64_t n,
+                          const int QN, const int RN, const enum shoal_dtype t)
 {
     const int64_t n8 = n & ~(int64_t)7;
     const struct acc8 z = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
-    int64_t j = 0;
-    for (; j + 4 <= n_rows; j += 4) {
-        const void *r[4];
-        struct acc8 a[4] = {z, z, z, z};
-        for (int m = 0; m < 4; m++)
-            r[m] = shoal_kv_row(k, j + m, stride, t);
-        for (int64_t i = 0; i < n8; i += 8) {
-            const float32x4_t q0 = vld1q_f32(q + i), q1 = vld1q_f32(q + i + 4);
-            for (int m = 0; m < 4; m++)
-                acc_step(&a[m], q0, q1, r[m], i, t);
+    const void *r[4];
+    struct acc8 a[4][4];
+#pragma GCC unroll 4
+    for (int m = 0; m < RN; m++) {
+        r[m] = shoal_kv_row(k, j + m, stride, t);
+#pragma GCC unroll 4
+        for (int c = 0; c < QN; c++)
+            a[c][m] = z;
+    }
+    for (int64_t i = 0; i < n8; i += 8) {
+        float32x4_t k0[4], k1[4];
+#pragma GCC unroll 4
+        for (int m = 0; m < RN; m++) {
+            k0[m] = load4(r[m], i, t);
+            k1[m] = load4(r[m], i + 4, t);
         }
-        for (int m = 0; m < 4; m++)
-            s[j + m] = finish(a[m], q, r[m], n8, n, t);
+#pragma GCC unroll 4
+        for (int c = 0; c < QN; c++) {
+            const float32x4_t q0 = vld1q_f32(q + c * q_ld + i), q1 = vld1q_f32(q + c * q_ld + i + 4);
+#pragma GCC unroll 4
+            for (int m = 0; m < RN; m++) {
+                a[c][m].lo = vaddq_f32(a[c][m].lo, vmulq_f32(q0, k0[m]));
+                a[c][m].hi = vaddq_f32(a[c][m].hi, vmulq_f32(q1, k1[m]));
+            }
+        }
     }
-    for (; j < n_rows; j++) {
-        const void *r = shoal_kv_row(k, j, stride, t);
-        struct acc8 a = z;
-        for (int64_t i = 0; i < n8; i += 8)
-            acc_step(&a, vld1q_f32(q + i), vld1q_f32(q + i + 4), r, i, t);
-        s[j] = finish(a, q, r, n8, n, t);
-    }
+#pragma GCC unroll 4
+    for (int c = 0; c < QN; c++)
+#pragma GCC unroll 4
+        for (int m = 0; m < RN; m++)
+            s[c * s_ld + j + m] = n8 == n ? reduce8(a[c][m])
+                                          : finish(a[c][m], q + c * q_ld, r[m], n8, n, t);
 }
 
-KV_INLINE void mix_t(float *out, const float *p, const void *v, int64_t stride,
-                     int64_t n_rows, int64_t n, const enum shoal_dtype t)
+KV_INLINE void scores_q(float *s, int64_t s_ld, const float *q, int64_t q_ld, const void *k,
+                        int64_t stride, int64_t n_rows, int64_t n, const int QN,
+                        const enum shoal_dtype t)
 {
-    int64_t d = 0;
-    for (; d + 32 <= n; d += 32) {
-        float32x4_t a[8];
-        for (int b = 0; b < 8; b++)
-            a[b] = vdupq_n_f32(0.0f);
-        for (int64_t j = 0; j < n_rows; j++) {
-            const float32x4_t pj = vdupq_n_f32(p[j]);
-            const void *r = shoal_kv_row(v, j, stride, t);
-            for (int b = 0; b < 8; b++)
-                a[b] = vaddq_f32(a[b], vmulq_f32(pj, load4(r, d + 4 * b, t)));
+    const int RN = QN == 1 ? 4 : 2;
+    int64_t j = 0;
+    for (; j + RN <= n_rows; j += RN)
+        scores_blk(s, s_ld, q, q_ld, k, stride, j, n, QN, RN, t);
+    for (; j < n_rows; j++)
+        scores_blk(s, s_ld, q, q_ld, k, stride, j, n, QN, 1, t);
+}
+
+/* out columns d .. d+4*CB-1 of QN queries += their p times the V rows, in
+ * row order (QN * CB <= 16 accumulators, each V load used QN times) */
+KV_INLINE void mix_blk(float *out, int64_t out_ld, const float *p, int64_t p_ld,
+                       const void *v, int64_t stride, int64_t n_rows, int64_t d,
+                       const int QN, const int CB, const enum shoal_dtype t)
+{
+    float32x4_t a[4][8];
+#pragma GCC unroll 4
+    for (int c = 0; c < QN; c++)
+#pragma GCC unroll 8
+        for (int b = 0; b < CB; b++)
+            a[c][b] = vld1q_f32(out + c * out_ld + d + 4 * b);
+    for (int64_t j = 0; j < n_rows; j++) {
+        const void *r = shoal_kv_row(v, j, stride, t);
+        float32x4_t x[8];
+#pragma GCC unroll 8
+        for (int b = 0; b < CB; b++)
+            x[b] = load4(r, d + 4 * b, t);
+#pragma GCC unroll 4
+        for (int c = 0; c < QN; c++) {
+            const float32x4_t pj = vdupq_n_f32(p[c * p_ld + j]);
+#pragma GCC unroll 8
+            for (int b = 0; b < CB; b++)
+                a[c][b] = vaddq_f32(a[c][b], vmulq_f32(pj, x[b]));
         }
-        for (int b = 0; b < 8; b++)
-            vst1q_f32(out + d + 4 * b, a[b]);
     }
-    for (; d + 4 <= n; d += 4) {
-        float32x4_t a = vdupq_n_f32(0.0f);
-        for (int64_t j = 0; j < n_rows; j++)
-            a = vaddq_f32(a, vmulq_f32(vdupq_n_f32(p[j]), load4(shoal_kv_row(v, j, stride, t), d, t)));
-        vst1q_f32(out + d, a);
-    }
-    if (d < n)
-        shoal_kv_mix_cols_scalar(out, p, v, stride, n_rows, d, n, t);
+#pragma GCC unroll 4
+    for (int c = 0; c < QN; c++)
+#pragma GCC unroll 8
+        for (int b = 0; b < CB; b++)
+            vst1q_f32(out + c * out_ld + d + 4 * b, a[c][b]);
+}
+
+KV_INLINE void mix_q(float *out, int64_t out_ld, const float *p, int64_t p_ld, const void *v,
+                     int64_t stride, int64_t n_rows, int64_t n, const int QN,
+                     const enum shoal_dtype t)
+{
+    const int CB = QN == 1 ? 8 : QN == 2 ? 8 : 4;
+    int64_t d = 0;
+    for (; d + 4 * CB <= n; d += 4 * CB)
+        mix_blk(out, out_ld, p, p_ld, v, stride, n_rows, d, QN, CB, t);
+    for (; d + 4 <= n; d += 4)
+        mix_blk(out, out_ld, p, p_ld, v, stride, n_rows, d, QN, 1, t);
+    for (int c = 0; d < n && c < QN; c++)
+        shoal_kv_mix_cols_scalar(out + c * out_ld, p + c * p_ld, v, stride, n_rows, d, n, t);
 }
 
 SHOAL_KV_OPS_DEFINE(neon)

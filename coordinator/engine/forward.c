@@ -30,7 +30,8 @@ struct shoal_ctx {
     float *v;         /* [B][n_head_kv*head_dim] */
     float *att;       /* [B][n_head*head_dim] */
     float *o;         /* [B][n_embd] */
-    float *scores;    /* [nthreads][n_ctx] */
+    float *scores;    /* [attn_round][n_head][n_ctx] (shoal_kv_attend) */
+    int64_t attn_round; /* tokens per attention round (kv.h) */
     float *router;    /* [B][n_expert] */
     float *probs;     /* [n_expert] */
     int32_t *ids;     /* [B][k] */
@@ -47,7 +48,6 @@ struct shoal_ctx {
     float *pf_weights;/* [B][k] (unused beyond the select) */
     struct shoal_batch_union bu;
     struct shoal_ctx_timings t;
-    int nthreads_max;
     /* cluster mode (DESIGN §5) */
     struct shoal_cluster *cluster;    /* borrowed; NULL: in-process */
     int32_t *sel_ids; /* [n_expert] expert ids of the local share of a union */
@@ -111,7 +111,6 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     if (c->n_ff_shexp > ff_max)
         ff_max = c->n_ff_shexp;
     int64_t rows_max = B * K > B ? B * K : B;
-    ctx->nthreads_max = omp_get_max_threads();
     ctx->x = alloc_f(B * E);
     ctx->h = alloc_f(B * E);
     ctx->q = alloc_f(B * nq);
@@ -119,7 +118,8 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     ctx->v = alloc_f(B * nkv);
     ctx->att = alloc_f(B * nq);
     ctx->o = alloc_f(B * E);
-    ctx->scores = alloc_f((int64_t)ctx->nthreads_max * ctx->n_ctx);
+    ctx->attn_round = shoal_kv_attn_round(c->n_head, ctx->n_ctx, B);
+    ctx->scores = alloc_f(ctx->attn_round * c->n_head * ctx->n_ctx);
     ctx->router = alloc_f(B * c->n_expert);
     ctx->probs = alloc_f(c->n_expert);
     ctx->ids = shoal_xcalloc((size_t)(B * K), sizeof(int32_t));
@@ -197,55 +197,29 @@ const struct shoal_ctx_timings *shoal_ctx_timings(const struct shoal_ctx *ctx)
     return &ctx->t;
 }
 
-/* Self-attention of n tokens at positions n_past.. over the cache of layer il,
- * then its output projection, in one OpenMP region (a barrier between them
- * instead of a second fork/join). Writes ctx->att [n][n_head*head_dim] and
+/* Self-attention of n tokens at positions n_past.. over the cache of layer il
+ * (shoal_kv_attend: the query heads of a KV head and a round of tokens
+ * together over tiles of cached rows), then its output projection, in one
+ * OpenMP region. Writes ctx->att [n][n_head*head_dim] and
  * ctx->o = att . wo^T [n][n_embd]. */
 static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n,
                       const struct shoal_weight *wo)
 {
     const struct shoal_model_config *c = &ctx->model->cfg;
-    const int64_t hd = c->head_dim, nh = c->n_head, nkv_h = c->n_head_kv;
-    const int64_t nkv = nkv_h * hd, nq = nh * hd, n_rep = nh / nkv_h;
-    const enum shoal_dtype kt = ctx->kv_dtype;
-    const size_t es = ctx->kv_es;
-    const char *kc = (const char *)ctx->k_cache + (size_t)(il * ctx->n_ctx * nkv) * es;
-    const char *vc = (const char *)ctx->v_cache + (size_t)(il * ctx->n_ctx * nkv) * es;
-    const int64_t window = shoal_layer_uses_window(c, il) ? c->sliding_window : 0;
-    const float sq = sqrtf((float)hd);
-    const int64_t n_items = n * nh;
+    const int64_t nkv = c->n_head_kv * c->head_dim;
+    const size_t off = (size_t)(il * ctx->n_ctx * nkv) * ctx->kv_es;
+    const struct shoal_kv_attn a = {
+        .out = ctx->att, .q = ctx->q,
+        .k = (const char *)ctx->k_cache + off, .v = (const char *)ctx->v_cache + off,
+        .scores = ctx->scores, .scores_ld = ctx->n_ctx, .round = ctx->attn_round,
+        .n = n, .n_past = ctx->n_past,
+        .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
+        .window = shoal_layer_uses_window(c, il) ? c->sliding_window : 0,
+        .t = ctx->kv_dtype};
 #pragma omp parallel
     {
         const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-        float *sc = ctx->scores + (int64_t)ith * ctx->n_ctx;
-        const int64_t per = n_items / nth, rem = n_items % nth;
-        const int64_t i0 = ith * per + (ith < rem ? ith : rem);
-        const int64_t i1 = i0 + per + (ith < rem ? 1 : 0);
-        for (int64_t it = i0; it < i1; it++) {
-            const int64_t t = it / nh, h = it % nh;
-            const int64_t pos = ctx->n_past + t;
-            const int64_t j0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-            const float *q = ctx->q + t * nq + h * hd;
-            const int64_t g = h / n_rep;
-            const int64_t n_rows = pos - j0 + 1;
-            const size_t first = (size_t)(j0 * nkv + g * hd) * es;   /* row j0, head g */
-            shoal_kv_scores(sc + j0, q, kc + first, nkv, n_rows, hd, kt);
-            float mx = -INFINITY;
-            for (int64_t j = j0; j <= pos; j++) {
-                float s = sc[j] / sq;
-                sc[j] = s;
-                if (s > mx)
-                    mx = s;
-            }
-            float sum = 0.0f;
-            for (int64_t j = j0; j <= pos; j++) {
-                sc[j] = expf(sc[j] - mx);
-                sum += sc[j];
-            }
-            for (int64_t j = j0; j <= pos; j++)
-                sc[j] = sc[j] / sum;
-            shoal_kv_mix(ctx->att + t * nq + h * hd, sc + j0, vc + first, nkv, n_rows, hd, kt);
-        }
+        shoal_kv_attend(&a, ith, nth);
 #pragma omp barrier
         shoal_linear_part(ctx->o, ctx->att, n, wo, ith, nth, NULL);  /* [n][E] */
     }

@@ -198,12 +198,13 @@ Test(kv, every_table_reproduces_the_canonical_kernels_bit_for_bit)
                     const struct shoal_kv_ops *op = tab[o].ops;
                     for (int64_t j = 0; j < nr; j++)
                         want[j] = ref_score(q, shoal_kv_row(k, j, stride, t), n, t);
-                    op->scores(got, q, k, stride, nr, n, t);
+                    op->scores(got, 0, q, 0, 1, k, stride, nr, n, t);
                     cr_assert(eq(int, memcmp(got, want, (size_t)nr * 4), 0),
                               "scores: %s %s n=%lld rows=%lld", op->name,
                               shoal_kv_dtype_name(t), (long long)n, (long long)nr);
                     ref_mix(want, p, k, stride, nr, n, t);
-                    op->mix(got, p, k, stride, nr, n, t);
+                    memset(got, 0, (size_t)n * 4);
+                    op->mix(got, 0, p, 0, 1, k, stride, nr, n, t);
                     cr_assert(eq(int, memcmp(got, want, (size_t)n * 4), 0),
                               "mix: %s %s n=%lld rows=%lld", op->name,
                               shoal_kv_dtype_name(t), (long long)n, (long long)nr);
@@ -213,6 +214,175 @@ Test(kv, every_table_reproduces_the_canonical_kernels_bit_for_bit)
                 free(p);
                 free(want);
                 free(got);
+            }
+        }
+    }
+}
+
+/* The multi-query kernels (ops->scores / ops->mix with n_q queries):
+ * bit-exact against the single-query definitions, with the rows of the mix
+ * split in two calls that continue the same sums. */
+Test(kv, every_table_runs_several_queries_with_the_bits_of_one)
+{
+    struct table tab[3];
+    const int n_ops = kv_tables(tab);
+    static const int64_t dims[] = {5, 8, 36, 64, 128, 136};
+    static const int64_t nqs[] = {1, 2, 3, 4, 5, 8};
+    const int64_t nr = 11, split = 6;
+    uint32_t seed = 19;
+    for (size_t it = 0; it < sizeof kv_types / sizeof kv_types[0]; it++) {
+        const enum shoal_dtype t = kv_types[it];
+        for (size_t id = 0; id < sizeof dims / sizeof dims[0]; id++) {
+            const int64_t n = dims[id], stride = 2 * n + 4, ld = n + 3, sld = nr + 2;
+            for (size_t iq = 0; iq < sizeof nqs / sizeof nqs[0]; iq++) {
+                const int64_t nq = nqs[iq];
+                void *k = calloc((size_t)(nr * stride), 4);
+                float *q = malloc((size_t)(nq * ld) * 4), *p = malloc((size_t)(nq * sld) * 4);
+                const size_t got_bytes = (size_t)(nq * (ld + sld)) * 4;   /* scores or outputs */
+                float *want = malloc((size_t)n * 4), *got = malloc(got_bytes);
+                for (int64_t j = 0; j < nr; j++)
+                    fill_row((char *)k + (size_t)(j * stride) * shoal_dtype_size(t), n, t, &seed);
+                for (int64_t i = 0; i < nq * ld; i++)
+                    q[i] = frand(&seed);
+                for (int64_t i = 0; i < nq * sld; i++)
+                    p[i] = (float)(xs(&seed) % 1000) / 1000.0f;
+                for (int o = 0; o < n_ops; o++) {
+                    const struct shoal_kv_ops *op = tab[o].ops;
+                    memset(got, 0, got_bytes);
+                    op->scores(got, sld, q, ld, nq, k, stride, nr, n, t);
+                    for (int64_t r = 0; r < nq; r++)
+                        for (int64_t j = 0; j < nr; j++) {
+                            const float w = ref_score(q + r * ld, shoal_kv_row(k, j, stride, t), n, t);
+                            cr_assert(eq(int, memcmp(&got[r * sld + j], &w, 4), 0),
+                                      "scores: %s %s n=%lld n_q=%lld query %lld row %lld",
+                                      op->name, shoal_kv_dtype_name(t), (long long)n,
+                                      (long long)nq, (long long)r, (long long)j);
+                        }
+                    memset(got, 0, got_bytes);
+                    op->mix(got, ld, p, sld, nq, k, stride, split, n, t);
+                    op->mix(got, ld, p + split, sld, nq, shoal_kv_row(k, split, stride, t),
+                            stride, nr - split, n, t);
+                    for (int64_t r = 0; r < nq; r++) {
+                        ref_mix(want, p + r * sld, k, stride, nr, n, t);
+                        cr_assert(eq(int, memcmp(got + r * ld, want, (size_t)n * 4), 0),
+                                  "mix: %s %s n=%lld n_q=%lld query %lld", op->name,
+                                  shoal_kv_dtype_name(t), (long long)n, (long long)nq,
+                                  (long long)r);
+                    }
+                }
+                free(k);
+                free(q);
+                free(p);
+                free(want);
+                free(got);
+            }
+        }
+    }
+}
+
+/* forward.c's attention before shoal_kv_attend, literally: one (token,
+ * head) at a time, scores, softmax, mix */
+static void ref_attend(const struct shoal_kv_attn *a, float *out)
+{
+    const int64_t hd = a->head_dim, nh = a->n_head, n_rep = nh / a->n_head_kv;
+    const int64_t nkv = a->n_head_kv * hd, nq = nh * hd;
+    const size_t es = shoal_dtype_size(a->t);
+    const float sq = sqrtf((float)hd);
+    float *sc = malloc((size_t)(a->n_past + a->n) * sizeof(float));
+    for (int64_t t = 0; t < a->n; t++)
+        for (int64_t h = 0; h < nh; h++) {
+            const int64_t pos = a->n_past + t;
+            const int64_t j0 = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+            const size_t first = (size_t)(j0 * nkv + (h / n_rep) * hd) * es;
+            for (int64_t j = j0; j <= pos; j++)
+                sc[j] = ref_score(a->q + t * nq + h * hd,
+                                  (const char *)a->k + first + (size_t)((j - j0) * nkv) * es, hd,
+                                  a->t);
+            float mx = -INFINITY;
+            for (int64_t j = j0; j <= pos; j++) {
+                float s = sc[j] / sq;
+                sc[j] = s;
+                if (s > mx)
+                    mx = s;
+            }
+            float sum = 0.0f;
+            for (int64_t j = j0; j <= pos; j++) {
+                sc[j] = expf(sc[j] - mx);
+                sum += sc[j];
+            }
+            for (int64_t j = j0; j <= pos; j++)
+                sc[j] = sc[j] / sum;
+            ref_mix(out + t * nq + h * hd, sc + j0, (const char *)a->v + first, nkv,
+                    pos - j0 + 1, hd, a->t);
+        }
+    free(sc);
+}
+
+/* shoal_kv_attend (query heads of a KV head and rounds of tokens together
+ * over tiles of rows, split over threads by phase) gives the bytes of the
+ * one-head-at-a-time attention: GQA 1-4, head sizes with and without SIMD
+ * tails, a sliding window, a cache already holding rows, batches that span
+ * several tiles and rounds, 1-3 threads, every table and dtype. */
+Test(kv, batched_attention_has_the_bits_of_one_head_at_a_time)
+{
+    struct table tab[3];
+    const int n_ops = kv_tables(tab);
+    static const struct { int64_t nh, nkv_h, hd; } shapes[] = {
+        {8, 2, 128}, {6, 6, 36}, {12, 4, 64}, {4, 1, 40}};
+    static const struct { int64_t n_past, n, window, round; } runs[] = {
+        {0, 1, 0, 1}, {0, 19, 0, 8}, {37, 1, 0, 1}, {37, 13, 0, 3}, {150, 21, 0, 8},
+        {37, 13, 5, 4}, {150, 9, 64, 8}, {0, 30, 7, 8}};
+    uint32_t seed = 23;
+    for (size_t is = 0; is < sizeof shapes / sizeof shapes[0]; is++) {
+        const int64_t nh = shapes[is].nh, nkv_h = shapes[is].nkv_h, hd = shapes[is].hd;
+        for (size_t it = 0; it < sizeof kv_types / sizeof kv_types[0]; it++) {
+            const enum shoal_dtype t = kv_types[it];
+            for (size_t ir = 0; ir < sizeof runs / sizeof runs[0]; ir++) {
+                const int64_t n = runs[ir].n, L = runs[ir].n_past + n, ld = L + 5;
+                const size_t row_bytes = (size_t)(nkv_h * hd) * shoal_dtype_size(t);
+                void *k = malloc((size_t)L * row_bytes), *v = malloc((size_t)L * row_bytes);
+                float *q = malloc((size_t)(n * nh * hd) * 4);
+                float *want = malloc((size_t)(n * nh * hd) * 4);
+                float *got = malloc((size_t)(n * nh * hd) * 4);
+                float *scores = malloc((size_t)(runs[ir].round * nh * ld) * 4);
+                for (int64_t j = 0; j < L; j++) {
+                    /* attention's magnitudes: scores of a few units */
+                    float row[4096];
+                    for (int64_t i = 0; i < nkv_h * hd; i++)
+                        row[i] = (float)((double)xs(&seed) / 4294967296.0 - 0.5);
+                    shoal_kv_store_row((char *)k + (size_t)j * row_bytes, row, nkv_h * hd, t);
+                    for (int64_t i = 0; i < nkv_h * hd; i++)
+                        row[i] = frand(&seed);
+                    shoal_kv_store_row((char *)v + (size_t)j * row_bytes, row, nkv_h * hd, t);
+                }
+                for (int64_t i = 0; i < n * nh * hd; i++)
+                    q[i] = (float)((double)xs(&seed) / 4294967296.0 * 4.0 - 2.0);
+                const struct shoal_kv_attn a = {
+                    .out = got, .q = q, .k = k, .v = v, .scores = scores, .scores_ld = ld,
+                    .round = runs[ir].round, .n = n, .n_past = runs[ir].n_past, .n_head = nh,
+                    .n_head_kv = nkv_h, .head_dim = hd, .window = runs[ir].window, .t = t};
+                ref_attend(&a, want);
+                for (int o = 0; o < n_ops; o++) {
+                    cr_assert(eq(int, shoal_kv_init(tab[o].isa, NULL), 0));
+                    for (int nt = 1; nt <= 3; nt++) {
+                        memset(got, 0xff, (size_t)(n * nh * hd) * 4);
+#pragma omp parallel num_threads(nt)
+                        shoal_kv_attend(&a, omp_get_thread_num(), omp_get_num_threads());
+                        cr_assert(eq(int, memcmp(got, want, (size_t)(n * nh * hd) * 4), 0),
+                                  "%s %s heads %lld/%lld x %lld, n_past %lld n %lld window "
+                                  "%lld round %lld, %d threads", tab[o].ops->name,
+                                  shoal_kv_dtype_name(t), (long long)nh, (long long)nkv_h,
+                                  (long long)hd, (long long)runs[ir].n_past, (long long)n,
+                                  (long long)runs[ir].window, (long long)runs[ir].round, nt);
+                    }
+                }
+                shoal_kv_init(SHOAL_KV_ISA_SCALAR, NULL);
+                free(k);
+                free(v);
+                free(q);
+                free(want);
+                free(got);
+                free(scores);
             }
         }
     }
