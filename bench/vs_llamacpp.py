@@ -41,6 +41,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -541,17 +542,52 @@ def cold_cmd(a, eng, n, mode, cache):
             "--no-display-prompt", "--no-repack"]
 
 
-def cold_one(a, cg, eng, n, mode, cache, tag):
+def model_files(a):
+    p = paths(a)
+    return [p["q4_0"]] + [os.path.join(p["shoal"], f) for f in ("experts.bin", "dense.bin")]
+
+
+def evict(files):
+    """The page cache drop, and each file's pages evicted (posix_fadvise) too."""
     benchlib.drop_caches()
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def cached_mb(files):
+    """MB of files in the page cache (util-linux fincore), None without it."""
+    if not shutil.which("fincore"):
+        return None
+    r = benchlib.sh(["fincore", "--bytes", "--noheadings", "--output", "RES"] + files)
+    try:
+        return round(sum(int(x) for x in r.stdout.split()) / 2**20, 1)
+    except ValueError:
+        return None
+
+
+def cold_one(a, cg, eng, n, mode, cache, tag):
+    evict(model_files(a))
     cg.reset()
+    cached = cached_mb(model_files(a))
     r = run(cold_cmd(a, eng, n, mode, cache), logname(a, "cold-%s-%s" % (tag, eng)),
             cgroup=cg.path, timeout=a.timeout)
     figs = parse_shoal_run(r["err"]) if eng == "shoal" else parse_llama_completion(r["err"])
     rec = {"engine": eng, "n_gen": n, "rc": r["rc"], "wall_s": r["wall_s"], "read_bytes": r["read_bytes"],
            "maxrss_mb": r["maxrss_mb"], "cgroup_peak_mb": (cg.peak() or 0) / 2**20,
-           "load_before": r["load_before"], "load_after": r["load_after"], "cmd": r["cmd"], **figs}
+           "load_before": r["load_before"], "load_after": r["load_after"], "cmd": r["cmd"],
+           "cached_before_mb": cached, **figs}
     if r["rc"] != 0:
         rec["err_tail"] = r["err"][-800:]
+    # An engine whose peak RSS passed the limit used pages charged outside the
+    # cgroup (the file cached by something else meanwhile): not a cold run.
+    if r["maxrss_mb"] > cg.limit / 2**20 * 1.02:
+        rec["over_limit"] = True
+        benchlib.log("cold %s %s: peak RSS %.0f MB over the %.0f MB limit (%s MB cached before); "
+                     "left out" % (tag, eng, r["maxrss_mb"], cg.limit / 2**20, cached))
     benchlib.log("cold %s %s: rc %d, decode %s, prefill %s tok/s, read %.2f GB, rss %.0f MB, load %.2f" % (
         tag, eng, r["rc"], benchlib.fmt(rec.get("decode_tok_s"), nd=2), benchlib.fmt(rec.get("prefill_tok_s"), nd=1),
         r["read_bytes"] / 1e9, r["maxrss_mb"], r["load_before"][0]))
@@ -618,13 +654,14 @@ def stats(xs):
 def row(figure, runs, field, bytes_per_token=None):
     """One line of the table: each engine's stats of field over runs (rc 0), the
     ratio of medians, the ratio per alternation, peak RSS and the load."""
-    ok = [r for r in runs if r.get("rc") == 0 and r.get("alt") != "short"]
+    ok = [r for r in runs if r.get("rc") == 0 and not r.get("over_limit") and r.get("alt") != "short"]
     out = {"figure": figure, "field": field}
     for eng in ("shoal", "llama"):
         rs = [r for r in ok if r["engine"] == eng]
         out[eng] = stats([r.get(field) for r in rs])
         out[eng + "_maxrss_mb"] = max((r["maxrss_mb"] for r in rs), default=None)
         out[eng + "_failed"] = len([r for r in runs if r["engine"] == eng and r.get("rc") != 0])
+        out[eng + "_over_limit"] = len([r for r in runs if r["engine"] == eng and r.get("over_limit")])
     ms, ml = (out["shoal"] or {}).get("median"), (out["llama"] or {}).get("median")
     out["ratio"] = benchlib.ratio(ms, ml)
     per = []
@@ -643,8 +680,9 @@ def decode_bytes_per_token(runs, eng):
     """Bytes read per decode token: (median of the long runs - the short run)
     over the difference in tokens (cancels loading and prefill); also the long
     runs' total read over tokens generated."""
-    lng = [r for r in runs if r["engine"] == eng and r.get("rc") == 0 and r["alt"] != "short"]
-    sh = [r for r in runs if r["engine"] == eng and r.get("rc") == 0 and r["alt"] == "short"]
+    good = [r for r in runs if r["engine"] == eng and r.get("rc") == 0 and not r.get("over_limit")]
+    lng = [r for r in good if r["alt"] != "short"]
+    sh = [r for r in good if r["alt"] == "short"]
     if not lng:
         return None
     rb = statistics.median([r["read_bytes"] for r in lng])
@@ -727,6 +765,8 @@ def print_report(a, res):
         for eng in ("shoal", "llama"):
             if r[eng + "_failed"]:
                 print("  (%s: %d runs failed; see the JSON's err_tail)" % (eng, r[eng + "_failed"]))
+            if r.get(eng + "_over_limit"):
+                print("  (%s: %d runs left out: peak RSS over the limit)" % (eng, r[eng + "_over_limit"]))
 
 
 def llama_commit(a, res):
