@@ -10,6 +10,10 @@
 #include "log.h"
 #include "util.h"
 
+#if defined(SHOAL_KV_HAVE_AVX2)
+#include <cpuid.h>
+#endif
+
 int shoal_kv_dtype_ok(enum shoal_dtype t)
 {
     return t == SHOAL_DTYPE_F32 || t == SHOAL_DTYPE_F16 || t == SHOAL_DTYPE_BF16;
@@ -307,12 +311,15 @@ const char *shoal_kv_ops_name(void)
 
 /* AVX2 + F16C (every AVX2 CPU has F16C, but check both: a hypervisor may
  * hide either); __builtin_cpu_supports also checks that the OS saves the
- * YMM registers */
+ * YMM registers. F16C is read from CPUID leaf 1 (ECX bit 29): clang's
+ * __builtin_cpu_supports does not know "f16c". */
 static const struct shoal_kv_ops *ops_avx2(void)
 {
 #if defined(SHOAL_KV_HAVE_AVX2)
+    unsigned eax, ebx, ecx, edx;
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
+        (ecx & (1u << 29)))
         return &shoal_kv_ops_avx2;
 #endif
     return NULL;

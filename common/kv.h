@@ -18,7 +18,7 @@
  * one f32 operation rounded to nearest (no FMA). The SIMD tables (AVX2 with
  * F16C on x86-64, NEON on aarch64) keep the eight lane sums of
  * shoal_dot_f32 in one register (two on NEON) and gain speed from
- * independent chains (several K rows, several output blocks), never by
+ * independent chains (several K rows, queries and output blocks), never by
  * reordering one chain. So the result depends on the cache dtype only,
  * never on the ISA, the thread count or how tokens were batched
  * (DESIGN contract 1).
