@@ -10,6 +10,8 @@ benchmark does not rot); no llama.cpp needed for most of it.
     tool's default dtypes and generates (`shoal run --greedy`): ids in range;
   - the tokenizer: ids in range, fewer ids than bytes (merges apply), the text
     comes back from `shoal detokenize`, <|endoftext|> is the id training said;
+  - the table's arithmetic (medians, ratios, bytes per decode token, runs
+    over the memory limit left out) on made-up runs;
   - with SHOAL_LLAMA_CPP=<a llama.cpp source tree> (its gguf-py only): the GGUF
     written has 3 + 12 x layers tensors with the expected shapes, types and
     tokenizer; without it that case is skipped, saying so.
@@ -46,7 +48,7 @@ def check(cond, msg):
 
 def sh(cmd, timeout=300):
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout, env=env)
 
 
 def fake_tree(root, binaries=True, gguf=None):
@@ -202,12 +204,35 @@ def test_gguf(tmp, tok, n_prompt):
               n_prompt, st, r.returncode, r.stderr.strip()[-300:] if r.returncode else ""))
 
 
+def test_summary():
+    """The table's arithmetic on made-up runs: medians, ratios per alternation,
+    bytes per decode token from the short run, over-limit runs left out."""
+    la = [1.0, 1.0, 1.0]
+
+    def rec(eng, alt, tok, rb, n=64, **kw):
+        return dict(engine=eng, alt=alt, rc=0, decode_tok_s=tok, read_bytes=rb, n_gen=n, maxrss_mb=100,
+                    load_before=la, load_after=la, **kw)
+    runs = [rec("shoal", 0, 4.0, 640e6), rec("llama", 0, 1.0, 6400e6),
+            rec("llama", 1, 2.0, 6400e6), rec("shoal", 1, 6.0, 640e6),
+            rec("shoal", 2, 5.0, 640e6), rec("llama", 2, 20.0, 1e6, over_limit=True),
+            rec("llama", "short", 1.0, 1600e6, n=16), rec("shoal", "short", 4.0, 160e6, n=16)]
+    bpt = {e: vs_llamacpp.decode_bytes_per_token(runs, e) for e in ("shoal", "llama")}
+    r = vs_llamacpp.row("cold", runs, "decode_tok_s", bpt)
+    check(r["shoal"]["median"] == 5.0 and r["llama"]["median"] == 1.5 and r["llama"]["n"] == 2 and
+          r["llama_over_limit"] == 1, "row: medians 5.0 / 1.5, the over-limit run left out (%s)" % r)
+    check(abs(r["ratio"] - 5.0 / 1.5) < 1e-9 and r["ratios_per_alternation"] == [4.0, 3.0],
+          "row: ratio of medians %.3f, per alternation %s" % (r["ratio"], r["ratios_per_alternation"]))
+    check(bpt["shoal"]["decode_per_token"] == 10e6 and bpt["llama"]["decode_per_token"] == 100e6,
+          "bytes per decode token: (long - short) / 48 = 10 MB and 100 MB (%s)" % bpt)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="shoal-vsll-") as tmp:
         test_arguments(a.shoal, tmp)
+        test_summary()
         tok = write_tiny(os.path.join(tmp, "hf"))
         n_prompt = test_shoal(a.shoal, tmp, tok)
         test_gguf(tmp, tok, n_prompt)
