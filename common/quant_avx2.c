@@ -386,8 +386,7 @@ static void linear_rows_avx2(float *y, const float *x, int64_t n_tok,
  * a multiple of 64) goes through a zeroed copy. Exact integers, scalar
  * combine in group order: the scalar table's bits. */
 
-#define A8_SEG 32          /* 64-column halves per reduction */
-#define A8_PF 8192
+#define A8_PF 16384
 
 static inline __m256i pair_sums256(__m256i a, __m256i b)
 {
@@ -535,6 +534,85 @@ static __attribute__((noinline)) int64_t rows_a8_gemm(float *y, const struct sho
     return rb;
 }
 
+/* The int32 lane sums of half hh of one row (64 columns: lane l = the sum
+ * over its 8 columns of nibble * activation); 0 past the row's nh halves.
+ * A partial last half goes through a zeroed copy (the activation's columns
+ * past the row are 0). */
+static inline __attribute__((always_inline)) __m256i
+half_sums(const uint8_t *qs, const int8_t *q, int64_t hh, int64_t nh, int tail, int prefetch)
+{
+    if (hh >= nh)
+        return _mm256_setzero_si256();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const uint8_t *p = qs + 32 * (size_t)hh;
+    if (prefetch && (hh & 1) == 0)
+        _mm_prefetch((const char *)p + A8_PF, _MM_HINT_T0);
+    __m256i b;
+    if (hh == nh - 1 && tail < 32) {
+        uint8_t buf[32] = {0};
+        memcpy(buf, p, (size_t)tail);
+        b = _mm256_loadu_si256((const __m256i *)(const void *)buf);
+    } else {
+        b = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    }
+    const __m256i lo = _mm256_and_si256(b, m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+    const int8_t *e = q + 128 * (hh >> 1) + 32 * (hh & 1);
+    const __m256i s16 = _mm256_add_epi16(
+        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(const void *)e)),
+        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(const void *)(e + 64))));
+    return _mm256_madd_epi16(s16, ones);
+}
+
+/* The sums of 8 consecutive groups from half h0 on (HP = 8 * G / 64 halves,
+ * paired level by level as neighbours: the lanes end up in group order). */
+static inline __attribute__((always_inline)) __m256i
+groups8(const uint8_t *qs, const int8_t *q, int64_t h0, const int HP, int64_t nh, int tail,
+        int prefetch)
+{
+    __m256i v[16];
+#pragma GCC unroll 16
+    for (int c = 0; c < HP; c++)
+        v[c] = half_sums(qs, q, h0 + c, nh, tail, prefetch);
+#pragma GCC unroll 4
+    for (int m = HP / 2; m >= 1; m /= 2)
+#pragma GCC unroll 8
+        for (int i = 0; i < m; i++)
+            v[i] = pair_sums256(v[2 * i], v[2 * i + 1]);
+    return v[0];
+}
+
+/* isum[g] for every group g < n_group of one row against one token (before
+ * the -8 offset: the caller subtracts sx); isum holds n_group rounded up to
+ * 8 entries (the lanes past n_group are written with sums of zeros). */
+static inline __attribute__((always_inline)) void
+row_isums_hp(int32_t *isum, const uint8_t *qs, const int8_t *q, int64_t nh, int tail,
+             int64_t n_group, const int HP, int prefetch)
+{
+    for (int64_t g0 = 0, h0 = 0; g0 < n_group; g0 += 8, h0 += HP)
+        _mm256_storeu_si256((__m256i *)(void *)(isum + g0),
+                            groups8(qs, q, h0, HP, nh, tail, prefetch));
+}
+
+static void row_isums(int32_t *isum, const uint8_t *qs, const int8_t *q, int64_t nh, int tail,
+                      int G, int64_t n_group, int prefetch)
+{
+    if (G == 32)
+        row_isums_hp(isum, qs, q, nh, tail, n_group, 4, prefetch);
+    else if (G == 64)
+        row_isums_hp(isum, qs, q, nh, tail, n_group, 8, prefetch);
+    else
+        row_isums_hp(isum, qs, q, nh, tail, n_group, 16, prefetch);
+}
+
+/* Rows in blocks of 8: each row's integer group sums go to isum[row][],
+ * then an 8 x 8 transpose makes each lane a row, and the 8 rows' f32
+ * chains acc + (d * dx) * (float)(isum - sx) advance side by side in group
+ * order (one lane per row: the scalar chain), instead of one long scalar
+ * chain per row; remainder rows, and rows of more than A8_MAXG groups, run
+ * the chain in scalar. Same bits as the scalar table. */
+#define A8_MAXG 256
+
 static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_tok,
                          const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
 {
@@ -542,12 +620,52 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
         r0 = rows_a8_gemm(y, a, n_tok, w, r0, r1);
     const int64_t n = w->cols;
     const int G = w->group;
-    const int levels = G == 32 ? 2 : G == 64 ? 3 : 4;
     const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
     const int64_t n_group = (n + G - 1) / G, nh = (n + 63) / 64;
     /* packed bytes of the last half: 32, or fewer when n % 64 != 0 */
     const int tail = n % 64 ? (int)((n % 64 + 1) / 2) : 32;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    if (n_group <= A8_MAXG) {
+        _Alignas(32) int32_t isum[8][A8_MAXG];
+        _Alignas(32) float d8[8][A8_MAXG];
+        const int64_t n_group8 = (n_group + 7) & ~(int64_t)7;
+        for (int i = 0; i < 8; i++) {
+            /* the lanes past n_group of the last 8 groups are moved, never added */
+            memset(&isum[i][n_group], 0, (size_t)(n_group8 - n_group) * sizeof(int32_t));
+            memset(&d8[i][n_group], 0, (size_t)(n_group8 - n_group) * sizeof(float));
+        }
+        for (; r0 + 8 <= r1; r0 += 8) {
+            const uint8_t *base = (const uint8_t *)w->data + (size_t)r0 * row_bytes;
+            for (int i = 0; i < 8; i++)
+                memcpy(d8[i], base + (size_t)i * row_bytes, (size_t)n_group * sizeof(float));
+            for (int64_t t = 0; t < n_tok; t++) {
+                const int8_t *q = a->q + t * a->q_stride;
+                const float *dx = a->d + t * a->n_group;
+                const int32_t *sx = a->s + t * a->n_group;
+                for (int i = 0; i < 8; i++)
+                    row_isums(isum[i], base + (size_t)i * row_bytes + 4 * (size_t)n_group, q, nh,
+                              tail, G, n_group, t == 0);
+                __m256 acc = _mm256_setzero_ps();
+                for (int64_t g0 = 0; g0 < n_group; g0 += 8) {
+                    __m256i c[8], dd[8];
+                    for (int i = 0; i < 8; i++) {
+                        c[i] = _mm256_load_si256((const __m256i *)(const void *)&isum[i][g0]);
+                        dd[i] = _mm256_load_si256((const __m256i *)(const void *)&d8[i][g0]);
+                    }
+                    transpose8_epi32(c);
+                    transpose8_epi32(dd);
+                    const int cnt = n_group - g0 < 8 ? (int)(n_group - g0) : 8;
+                    for (int j = 0; j < cnt; j++) {
+                        const __m256 f = _mm256_cvtepi32_ps(
+                            _mm256_sub_epi32(c[j], _mm256_set1_epi32(sx[g0 + j])));
+                        const __m256 dw = _mm256_mul_ps(_mm256_castsi256_ps(dd[j]),
+                                                        _mm256_set1_ps(dx[g0 + j]));
+                        acc = _mm256_add_ps(acc, _mm256_mul_ps(dw, f));
+                    }
+                }
+                _mm256_storeu_ps(y + t * w->rows + r0, acc);
+            }
+        }
+    }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
         const uint8_t *qs = row + 4 * (size_t)n_group;
@@ -556,47 +674,14 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
             const float *dx = a->d + t * a->n_group;
             const int32_t *sx = a->s + t * a->n_group;
             float acc = 0.0f;
-            for (int64_t h0 = 0; h0 < nh; h0 += A8_SEG) {
-                const int nc = nh - h0 < A8_SEG ? (int)(nh - h0) : A8_SEG;
-                __m256i v[A8_SEG];
-                for (int c = 0; c < nc; c++) {
-                    const int64_t hh = h0 + c;
-                    const uint8_t *p = qs + 32 * (size_t)hh;
-                    if (t == 0 && (hh & 1) == 0)
-                        _mm_prefetch((const char *)p + A8_PF, _MM_HINT_T0);
-                    __m256i b;
-                    if (hh == nh - 1 && tail < 32) {
-                        /* a partial last half: through a zeroed copy (the
-                         * activation's columns past the row are 0) */
-                        uint8_t buf[32] = {0};
-                        memcpy(buf, p, (size_t)tail);
-                        b = _mm256_loadu_si256((const __m256i *)(const void *)buf);
-                    } else {
-                        b = _mm256_loadu_si256((const __m256i *)(const void *)p);
-                    }
-                    const __m256i lo = _mm256_and_si256(b, m4);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
-                    const int8_t *e = q + 128 * (hh >> 1) + 32 * (hh & 1);
-                    const __m256i s16 = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(const void *)e)),
-                        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(const void *)(e + 64))));
-                    v[c] = _mm256_madd_epi16(s16, ones);
-                }
-                int nv = nc;
-                for (int l = 0; l < levels; l++) {
-                    const int m = (nv + 1) / 2;
-                    for (int i = 0; i < m; i++)
-                        v[i] = pair_sums256(v[2 * i], 2 * i + 1 < nv ? v[2 * i + 1]
-                                                                     : _mm256_setzero_si256());
-                    nv = m;
-                }
-                const int64_t g0 = h0 * 64 / G;
-                const int64_t ng = n_group - g0 < ((int64_t)nc * 64 + G - 1) / G
-                                       ? n_group - g0 : ((int64_t)nc * 64 + G - 1) / G;
-                int32_t is[8 * A8_SEG];
-                for (int i = 0; i < nv; i++)
-                    _mm256_storeu_si256((__m256i *)(void *)(is + 8 * i), v[i]);
-                for (int64_t j = 0; j < ng; j++) {
+            for (int64_t g0 = 0, h0 = 0; g0 < n_group; g0 += 8, h0 += 8 * G / 64) {
+                int32_t is[8];
+                _mm256_storeu_si256((__m256i *)(void *)is,
+                                    G == 32 ? groups8(qs, q, h0, 4, nh, tail, t == 0)
+                                    : G == 64 ? groups8(qs, q, h0, 8, nh, tail, t == 0)
+                                              : groups8(qs, q, h0, 16, nh, tail, t == 0));
+                const int cnt = n_group - g0 < 8 ? (int)(n_group - g0) : 8;
+                for (int j = 0; j < cnt; j++) {
                     float dwj;
                     memcpy(&dwj, row + 4 * (size_t)(g0 + j), sizeof dwj);
                     acc = acc + (dwj * dx[g0 + j]) * (float)(is[j] - sx[g0 + j]);
