@@ -54,10 +54,9 @@ import moe_checkpoint as mc  # noqa: E402
 
 ROOT = benchlib.ROOT
 # shoal's dtypes, `shoal convert` flags. Q4_0 is 4.5 bits per weight (4-bit
-# weights, an f16 scale per 32); int4 at group 32 with its f32 scale is 5.
-# Once `--dense int4a8` exists, the like-for-like default is
-# {"experts": "int4a8", "dense": "int4a8", "group": "64"} (4.5 bits).
-SHOAL_DTYPES = {"experts": "int4a8", "dense": "int8", "group": "32", "kv": None}
+# weights, an f16 scale per 32); shoal's int4 at group 64 with its f32 scale
+# is 4.5 too (at group 32, 5). The KV cache in f16, as llama.cpp's default.
+SHOAL_DTYPES = {"experts": "int4a8", "dense": "int4a8", "group": "64", "kv": "f16"}
 LLAMA_BINARIES = ("llama-bench", "llama-completion", "llama-quantize")
 STEPS = ("model", "convert", "warm", "cold")
 LIMITS = {"half": 0.5, "quarter": 0.25}
