@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "container.h"
+#include "kv.h"
 #include "model.h"
 #include "util.h"
 
@@ -201,18 +202,33 @@ int shoal_cmd_inspect(int argc, char **argv)
     printf("\nper expert   %" PRIu64 " bytes (gate %" PRIu64 ", up %" PRIu64 ", down %" PRIu64
            ", 4 KiB aligned)\n", ct->blob_bytes, ct->comp[0].bytes, ct->comp[1].bytes,
            ct->comp[2].bytes);
-    printf("dense bytes  %" PRIu64 " (%.1f MB, %zu tensors)%s\n", dense_bytes, dense_bytes / 1e6,
-           ct->n_dense, ct->dense_map ? "" : " (not in this shard)");
+    printf("dense bytes  %" PRIu64 " (%.1f MB, %zu tensors:", dense_bytes, dense_bytes / 1e6,
+           ct->n_dense);
+    for (int t = 0, first = 1; t < SHOAL_DTYPE_COUNT; t++) {
+        size_t n = 0;
+        for (size_t i = 0; i < ct->n_dense; i++)
+            n += ct->dense[i].w.dtype == (enum shoal_dtype)t;
+        if (n) {
+            printf("%s %zu %s", first ? "" : ",", n, shoal_dtype_name((enum shoal_dtype)t));
+            first = 0;
+        }
+    }
+    printf(")%s\n", ct->dense_map ? "" : " (not in this shard)");
+    /* K and V of every layer at the file's KV dtype (what 'shoal plan' prints) */
+    const uint64_t kv_token = 2 * (uint64_t)cfg.n_layer * (uint64_t)cfg.n_head_kv *
+                              (uint64_t)cfg.head_dim * shoal_dtype_size(ct->kv_dtype);
+    printf("kv cache     %s, %" PRIu64 " bytes per token (the file's default; run --kv "
+           "overrides)\n", shoal_kv_dtype_name(ct->kv_dtype), kv_token);
     printf("expert bytes %" PRIu64 " (%.1f MB)\n", expert_bytes, expert_bytes / 1e6);
     shoal_cli_print_shard(ct);
     size_t shown = 0;
     for (size_t i = 0; i < ct->n_dense && shown < 6; i++, shown++) {
         const struct shoal_container_tensor *t = &ct->dense[i];
         if (t->n_dims == 1)
-            printf("  %-28s %-5s [%lld]\n", t->name, shoal_dtype_name(t->w.dtype),
+            printf("  %-28s %-6s [%lld]\n", t->name, shoal_dtype_name(t->w.dtype),
                    (long long)t->w.cols);
         else
-            printf("  %-28s %-5s [%lld, %lld]\n", t->name, shoal_dtype_name(t->w.dtype),
+            printf("  %-28s %-6s [%lld, %lld]\n", t->name, shoal_dtype_name(t->w.dtype),
                    (long long)t->w.rows, (long long)t->w.cols);
     }
     if (ct->n_dense > shown)

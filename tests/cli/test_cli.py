@@ -230,6 +230,11 @@ def test_isa(shoal, tmp):
     if r.returncode != 0:
         result("--isa: convert", False, show(r))
         return
+    # the model: 4 layers x 4 KV heads x 32 x K and V x 2 bytes
+    r = run([shoal, "inspect", ct])
+    result("inspect: the trunk's dtypes and the file's KV dtype and bytes per token",
+           r.returncode == 0 and "INT4A8" in r.stdout.split("dense bytes", 1)[-1].splitlines()[0]
+           and "kv cache     f16, 2048 bytes per token" in r.stdout, show(r))
     ids = ",".join(str((i * 37 + 11) % 3000) for i in range(48))
     got = {}
     for isa in ["auto", "avx512", "avx512bw", "avx2", "neon", "neon-dotprod", "neon-i8mm",
