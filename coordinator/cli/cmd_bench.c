@@ -35,6 +35,7 @@
 #include "forward.h"
 #include "kv.h"
 #include "model_config.h"
+#include "quant.h"
 #include "sampler.h"
 #include "session.h"
 #include "util.h"
@@ -1191,6 +1192,9 @@ static json_t *config_json(const struct bench_opts *o)
     jset(c, "ctx", so->n_ctx ? json_integer(so->n_ctx) : json_string("default"));
     jset(c, "kv", json_string(so->kv >= 0 ? shoal_kv_dtype_name((enum shoal_dtype)so->kv)
                                           : "default"));
+    jset(c, "batch", so->n_batch ? json_integer(so->n_batch) : json_string("default"));
+    /* the kernel table the runs used: the CPU's best, or --isa's */
+    jset(c, "isa", json_string(shoal_quant_ops_name()));
     jset(c, "expert_cache", so->expert_cache == ~0ull ? json_string("unlimited")
                                                       : json_integer((json_int_t)so->expert_cache));
     jset(c, "pin", json_integer((json_int_t)so->pin));

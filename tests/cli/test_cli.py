@@ -260,6 +260,13 @@ def test_isa(shoal, tmp):
                  "--greedy", "--logits-out", out])
         result("--batch %s: the logits of the default chunk" % b, r.returncode == 0 and
                base is not None and open(out, "rb").read() == base, show(r))
+    # a bench result says which kernels and prefill chunk it measured
+    jp = os.path.join(tmp, "bench-isa.json")
+    r = run([shoal, "bench", ct, "--isa", "scalar", "--batch", "5", "--state", "warm",
+             "--reps", "1", "--prompt-len", "8", "--gen", "2", "--limits", "off", "--json", jp])
+    cfg = json.load(open(jp))["config"] if r.returncode == 0 and os.path.exists(jp) else {}
+    result("bench --isa scalar --batch 5: recorded in the JSON's config",
+           cfg.get("isa") == "scalar" and cfg.get("batch") == 5, show(r) + " config %s" % cfg)
     r = run([shoal, "run", ct, "--isa", "sse9", "--tokens", "1"])
     err = r.stderr.strip()
     result("--isa sse9: one line naming the choices, exit 2", r.returncode == 2 and
