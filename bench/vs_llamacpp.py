@@ -57,6 +57,7 @@ ROOT = benchlib.ROOT
 # weights, an f16 scale per 32); shoal's int4 at group 64 with its f32 scale
 # is 4.5 too (at group 32, 5). The KV cache in f16, as llama.cpp's default.
 SHOAL_DTYPES = {"experts": "int4a8", "dense": "int4a8", "group": "64", "kv": "f16"}
+SHOAL_WEIGHT_DTYPES = ("int4a8", "int4", "int8", "bf16", "f32")
 LLAMA_BINARIES = ("llama-bench", "llama-completion", "llama-quantize")
 STEPS = ("model", "convert", "warm", "cold")
 LIMITS = {"half": 0.5, "quarter": 0.25}
@@ -134,6 +135,11 @@ def parse_args(argv):
         raise Usage("--prefill: %s, expected lengths >= 1" % a.prefill)
     if any(not 0 < f < 1 for _, f in a.limits):
         raise Usage("--limits: %s, expected fractions of the Q4_0 file in (0, 1)" % [f for _, f in a.limits])
+    # shoal convert's choices, checked here: convert runs after the model step (an hour)
+    for k, ok in (("experts", SHOAL_WEIGHT_DTYPES), ("dense", SHOAL_WEIGHT_DTYPES),
+                  ("group", ("32", "64", "128")), ("kv", ("f32", "f16", "bf16"))):
+        if getattr(a, k) and getattr(a, k) not in ok:
+            raise Usage("--%s: '%s', expected one of %s" % (k, getattr(a, k), ",".join(ok)))
     a.modes = a.modes.split(",")
     if any(m not in MODES for m in a.modes):
         raise Usage("--modes: %s, expected some of %s" % (",".join(a.modes), ",".join(MODES)))
