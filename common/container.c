@@ -980,7 +980,8 @@ struct shoal_container *shoal_container_open(const char *dir,
         ctt->w.group = (int)json_integer_value(json_object_get(t, "group"));
         if (shoal_dtype_is_quant(ctt->w.dtype) && (!shoal_quant_group_ok(ctt->w.group) ||
                                                    ctt->n_dims != 2))
-            FAIL("'%s': quantized tensor '%s' needs a 2-D shape and group 32/64/128", mp, name);
+            FAIL("'%s': quantized tensor '%s' (%s) needs a 2-D shape and group 32, 64 or 128; "
+                 "found %d-D, group %d", mp, name, dt, ctt->n_dims, ctt->w.group);
         ctt->offset = (uint64_t)json_integer_value(off);
         ctt->bytes = (uint64_t)json_integer_value(bytes);
         if (ctt->bytes != shoal_weight_bytes(&ctt->w))

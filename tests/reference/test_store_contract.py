@@ -56,7 +56,9 @@ def dense4_layout(ct, dense):
         if dt != exp:
             bad.append("%s is %s, expected %s" % (name, dt, exp))
     n4 = sum(1 for t in man["dense"]["tensors"] if t["dtype"] == want4)
-    return (not bad and n4 > 0), "; ".join(bad[:3]) or "no %s tensor" % want4
+    if bad:
+        return False, "; ".join(bad[:3])
+    return n4 > 0, "%d %s tensors" % (n4, want4)
 
 def result(name, ok, detail=""):
     global passed, failed
@@ -237,7 +239,7 @@ def main():
         a8 = os.path.join(tmp, "qwen3_moe-int4a8")
         for what, edit, want in [
                 ("INT4A8 on a 1-D dense tensor", lambda m: m["dense"]["tensors"][1].update(
-                    dtype="INT4A8", group=32), "needs a 2-D shape"),
+                    dtype="INT4A8", group=32), "needs a 2-D shape and group 32, 64 or 128; found 1-D, group 32"),
                 ("experts group 48", lambda m: m["experts"].update(group=48),
                  "expected group 32, 64 or 128")]:
             bad = os.path.join(tmp, "bad-a8")
