@@ -3,6 +3,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "quant.h"
 #include "util.h"
@@ -114,6 +115,64 @@ void shoal_rmsnorm(float *y, const float *x, int64_t n_rows, int64_t n,
     }
 }
 
+/* 2^(j/32), j = 0 .. 31, as the nearest doubles */
+static const double exp2_j32[32] = {
+    0x1.0000000000000p+0,
+    0x1.059b0d3158574p+0,
+    0x1.0b5586cf9890fp+0,
+    0x1.11301d0125b51p+0,
+    0x1.172b83c7d517bp+0,
+    0x1.1d4873168b9aap+0,
+    0x1.2387a6e756238p+0,
+    0x1.29e9df51fdee1p+0,
+    0x1.306fe0a31b715p+0,
+    0x1.371a7373aa9cbp+0,
+    0x1.3dea64c123422p+0,
+    0x1.44e086061892dp+0,
+    0x1.4bfdad5362a27p+0,
+    0x1.5342b569d4f82p+0,
+    0x1.5ab07dd485429p+0,
+    0x1.6247eb03a5585p+0,
+    0x1.6a09e667f3bcdp+0,
+    0x1.71f75e8ec5f74p+0,
+    0x1.7a11473eb0187p+0,
+    0x1.82589994cce13p+0,
+    0x1.8ace5422aa0dbp+0,
+    0x1.93737b0cdc5e5p+0,
+    0x1.9c49182a3f090p+0,
+    0x1.a5503b23e255dp+0,
+    0x1.ae89f995ad3adp+0,
+    0x1.b7f76f2fb5e47p+0,
+    0x1.c199bdd85529cp+0,
+    0x1.cb720dcef9069p+0,
+    0x1.d5818dcfba487p+0,
+    0x1.dfc97337b9b5fp+0,
+    0x1.ea4afa2a490dap+0,
+    0x1.f50765b6e4540p+0,
+};
+
+float shoal_expf(float xf)
+{
+    if (xf != xf)
+        return xf + xf;                    /* NaN */
+    if (xf > 128.0f)
+        return INFINITY;                   /* e^88.73 is past FLT_MAX already */
+    if (xf < -128.0f)
+        return 0.0f;                       /* e^-103.98 is below the subnormals */
+    const double x = xf;
+    const double z = x * 0x1.71547652b82fep+5;          /* x * 32 / ln 2, |z| < 5910 */
+    const double kd = (z + 0x1.8p52) - 0x1.8p52;        /* nearest integer, ties to even */
+    const double y = (z - kd) * 0x1.62e42fefa39efp-6;   /* (z - k) * ln 2 / 32: exact z - k */
+    const double p =
+        1.0 + y * (1.0 + y * (0.5 + y * (1.0 / 6.0 + y * (1.0 / 24.0 + y * (1.0 / 120.0)))));
+    const int64_t k = (int64_t)kd;
+    const int64_t j = k & 31, e = (k - j) / 32;         /* k = 32 e + j, e in [-185, 185] */
+    uint64_t bits = (uint64_t)(e + 1023) << 52;         /* 2^e */
+    double two_e;
+    memcpy(&two_e, &bits, sizeof two_e);
+    return (float)(exp2_j32[j] * p * two_e);
+}
+
 void shoal_softmax(float *x, int64_t n)
 {
     float mx = -INFINITY;
@@ -122,7 +181,7 @@ void shoal_softmax(float *x, int64_t n)
             mx = x[i];
     float sum = 0.0f;
     for (int64_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
+        x[i] = shoal_expf(x[i] - mx);
         sum += x[i];
     }
     float inv = 1.0f / sum;

@@ -85,13 +85,24 @@ void shoal_rmsnorm(float *y, const float *x, int64_t n_rows, int64_t n,
 /* In-place softmax over n elements (max-subtracted, f32). Thread: any. */
 void shoal_softmax(float *x, int64_t n);
 
-/* SiLU(x) = x * sigmoid(x), the activation of SwiGLU FFNs. */
-static inline float shoal_silu(float x);
+/* e^x for an f32 x, the one exp of the engine (softmax, attention, SiLU,
+ * sigmoid gates, sampling), so that its bits do not depend on the C
+ * library: glibc picks an FMA or a plain build of its expf at run time, and
+ * expf is not correctly rounded, so two machines could differ in a last bit
+ * (DESIGN contract 1 across ISAs). Computed in double with IEEE operations
+ * only (the build has -ffp-contract=off): e^x = 2^(k/32) * e^y, k = the
+ * nearest integer to x * 32 / ln 2, y = x - k ln 2 / 32 (|y| <= ln 2 / 64),
+ * 2^(j/32) from a table of 32 doubles, e^y by its degree-5 Taylor
+ * polynomial (truncation below 3e-15), one rounding to f32 at the end:
+ * within 0.5 ULP + 2e-7 ULP of e^x. NaN gives NaN, +inf +inf, -inf +0;
+ * results past FLT_MAX are +inf, below the smallest subnormal +0.
+ * Thread: any. */
+float shoal_expf(float x);
 
-#include <math.h>
+/* SiLU(x) = x * sigmoid(x), the activation of SwiGLU FFNs. */
 static inline float shoal_silu(float x)
 {
-    return x / (1.0f + expf(-x));
+    return x / (1.0f + shoal_expf(-x));
 }
 
 #endif

@@ -177,7 +177,7 @@ static void kv_softmax(float *sc, int64_t j0, int64_t pos, float sq)
         if (sc[j] > mx)
             mx = sc[j];
     for (int64_t j = j0; j <= pos; j++)
-        sc[j] = expf(sc[j] - mx);
+        sc[j] = shoal_expf(sc[j] - mx);
     float sum = 0.0f;
     for (int64_t j = j0; j <= pos; j++)
         sum += sc[j];

@@ -460,7 +460,7 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
         shoal_expert_ffn(ctx->xg, ctx->h, n, &L->shexp, ctx->ffn);   /* [n][E] */
         shoal_linear(ctx->shg, ctx->h, n, &L->w_shexp_gate, NULL);   /* [n][1] */
         for (int64_t t = 0; t < n; t++) {
-            const float g = 1.0f / (1.0f + expf(-ctx->shg[t]));
+            const float g = 1.0f / (1.0f + shoal_expf(-ctx->shg[t]));
             for (int64_t i = 0; i < E; i++)
                 ctx->o[t * E + i] += g * ctx->xg[t * E + i];
         }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels.h"
 #include "util.h"
 
 struct cand {
@@ -146,7 +147,7 @@ int32_t shoal_sampler_sample(struct shoal_sampler *s, float *logits,
     double sum = 0.0;
     const float mx = s->c[0].logit;
     for (int64_t i = 0; i < n; i++) {
-        s->prob[i] = expf(s->c[i].logit - mx);
+        s->prob[i] = shoal_expf(s->c[i].logit - mx);
         sum += s->prob[i];
     }
     for (int64_t i = 0; i < n; i++)

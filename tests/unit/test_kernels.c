@@ -252,3 +252,48 @@ Test(kernels, expert_ffn_batch_equals_single_experts_at_any_thread_count)
                 free(blobs[e][k]);
     }
 }
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* shoal_expf against e^x from double exp() rounded once to f32 (exp's
+ * double error, under 1 ULP of a double, moves the f32 rounding only when
+ * e^x lies within ~1e-16 of an f32 midpoint): every 251st f32 in
+ * [-110, 95] and the special cases. Its own error bound is 0.5 ULP +
+ * 2e-7 ULP, so at most a handful of midpoint cases may round the other
+ * way, never by more than one ULP. */
+Test(kernels, expf_is_exp_rounded_to_f32)
+{
+    long n = 0, off_by_one = 0;
+    for (uint32_t u = 0; u < 0xffffffffu - 251; u += 251) {
+        float x;
+        memcpy(&x, &u, sizeof x);
+        if (!(x >= -110.0f && x <= 95.0f))
+            continue;
+        const float got = shoal_expf(x), want = (float)exp((double)x);
+        n++;
+        if (f32_bits(got) == f32_bits(want))
+            continue;
+        off_by_one++;
+        cr_assert(isfinite(want) && isfinite(got) &&
+                      (f32_bits(got) - f32_bits(want) == 1 || f32_bits(want) - f32_bits(got) == 1),
+                  "x = %a: %a vs %a", (double)x, (double)got, (double)want);
+    }
+    cr_assert(n > 4000000, "%ld points", n);
+    cr_assert(off_by_one <= 10, "%ld of %ld points off by one ULP", off_by_one, n);
+    cr_assert(eq(u32, f32_bits(shoal_expf(0.0f)), f32_bits(1.0f)));
+    cr_assert(eq(u32, f32_bits(shoal_expf(-0.0f)), f32_bits(1.0f)));
+    cr_assert(isnan(shoal_expf(NAN)));
+    cr_assert(eq(u32, f32_bits(shoal_expf(INFINITY)), f32_bits(INFINITY)));
+    cr_assert(eq(u32, f32_bits(shoal_expf(-INFINITY)), f32_bits(0.0f)));
+    cr_assert(eq(u32, f32_bits(shoal_expf(89.0f)), f32_bits(INFINITY)));
+    cr_assert(eq(u32, f32_bits(shoal_expf(-104.0f)), f32_bits(0.0f)));
+    /* the largest finite result and the subnormals round as exp does */
+    cr_assert(eq(u32, f32_bits(shoal_expf(88.72283f)), f32_bits((float)exp((double)88.72283f))));
+    cr_assert(eq(u32, f32_bits(shoal_expf(-100.0f)), f32_bits((float)exp((double)-100.0f))));
+    cr_assert(shoal_expf(-100.0f) > 0.0f && shoal_expf(-100.0f) < 1.2e-38f);
+}

@@ -309,7 +309,7 @@ static void ref_attend(const struct shoal_kv_attn *a, float *out)
             }
             float sum = 0.0f;
             for (int64_t j = j0; j <= pos; j++) {
-                sc[j] = expf(sc[j] - mx);
+                sc[j] = shoal_expf(sc[j] - mx);
                 sum += sc[j];
             }
             for (int64_t j = j0; j <= pos; j++)
