@@ -10,6 +10,8 @@
 #include "expert_store.h"
 #include "kernels.h"
 #include "kv.h"
+#include "log.h"
+#include "wire.h"
 #include "moe.h"
 #include "rope.h"
 #include "util.h"
@@ -80,6 +82,19 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     ctx->kv_es = shoal_dtype_size(p.kv_dtype);
     ctx->n_ctx = p.n_ctx > 0 ? p.n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
     ctx->n_batch = p.n_batch > 0 ? p.n_batch : 256;
+    if (p.cluster) {
+        /* a layer's request to one worker carries up to n_batch * top-k f32
+         * hidden rows, and oversized requests are not split: keep a chunk
+         * within half a wire frame (the bits do not depend on the chunk) */
+        const int64_t row = c->n_embd * c->n_expert_used * (int64_t)sizeof(float);
+        const int64_t cap = (int64_t)(SHOAL_WIRE_MAX_FRAME_DEFAULT / 2) / (row > 0 ? row : 1);
+        if (cap >= 1 && ctx->n_batch > cap) {
+            shoal_log(SHOAL_LOG_INFO, "forward", "prefill chunk %lld tokens (was %lld): a "
+                      "worker request stays under %u MiB", (long long)cap,
+                      (long long)ctx->n_batch, SHOAL_WIRE_MAX_FRAME_DEFAULT / 2 >> 20);
+            ctx->n_batch = cap;
+        }
+    }
     const int64_t B = ctx->n_batch, E = c->n_embd, hd = c->head_dim;
     const int64_t nq = c->n_head * hd, nkv = c->n_head_kv * hd, K = c->n_expert_used;
     size_t kv_elems = 0, kv_bytes = 0;

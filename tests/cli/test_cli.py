@@ -373,6 +373,51 @@ def test_worker_compute(worker, ct, tmp):
            "figures %s" % figures)
 
 
+def test_worker_wide_prefill(shoal, worker, tmp):
+    """A prefill chunk's request to a worker carries chunk x top-k hidden
+    rows; at hidden 8192, top-8, the default 256-token chunk would make a
+    64 MiB request, over the wire's frame limit (requests are not split).
+    The coordinator keeps a chunk under half a frame: a 300-token prompt
+    served by the worker gives the logits of the in-process run."""
+    ct = os.path.join(tmp, "wide")
+    r = run([shoal, "synth", ct, "--gb", "0.05", "--hidden", "8192", "--moe-ff", "64",
+             "--n-expert", "8", "--top-k", "8", "--layers", "1", "--vocab", "512", "--heads",
+             "4", "--kv-heads", "1", "--head-dim", "64", "--trace", "uniform"])
+    if r.returncode != 0:
+        result("wide prefill: synth", False, show(r))
+        return
+    port = None
+    p = subprocess.Popen([worker, "--model", ct, "--listen", "127.0.0.1:0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        t0 = time.time()
+        while time.time() - t0 < TIMEOUT and port is None:
+            line = p.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"127\.0\.0\.1:(\d+)", line)
+            if m and ("listen" in line or "serving" in line):
+                port = m.group(1)
+        ids = ",".join(str((i * 37) % 512) for i in range(300))
+        base = [shoal, "run", ct, "--tokens", ids, "--max-tokens", "3", "--greedy"]
+        a = run(base + ["--logits-out", os.path.join(tmp, "wide-local.npy")])
+        b = run(base + ["--workers", "127.0.0.1:%s" % port, "--local-experts", "off",
+                        "--request-timeout", "20", "--logits-out",
+                        os.path.join(tmp, "wide-worker.npy")]) if port else None
+        same = (a.returncode == 0 and b is not None and b.returncode == 0 and
+                open(os.path.join(tmp, "wide-local.npy"), "rb").read() ==
+                open(os.path.join(tmp, "wide-worker.npy"), "rb").read())
+        result("a 300-token prefill at hidden 8192 through a worker: the local logits", same,
+               show(b) if b is not None else "no worker port")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+
+
 # ------------------------------------------------------------------ chat
 
 def chat(shoal, lines, *extra):
@@ -558,6 +603,7 @@ def main():
         test_chat_typeahead(shoal)
         if os.path.exists(worker) and os.path.isdir(ct):
             test_worker_compute(worker, ct, tmp)
+            test_worker_wide_prefill(shoal, worker, tmp)
         else:
             result("worker start line", False, "no %s or no container" % worker)
     finally:
