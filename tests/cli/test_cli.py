@@ -336,6 +336,16 @@ def test_bad_input(shoal, tmp):
 
 # ------------------------------------------------------------------ worker
 
+def stop(p):
+    """SIGTERM a worker and wait for it (kill after 60 s)."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+
+
 def test_worker_compute(worker, ct, tmp):
     """The start line's compute figure beside CPU hogs, OpenMP's default wait
     policy: the old probe timed 20 ms of team calls whose spinning members
@@ -356,12 +366,7 @@ def test_worker_compute(worker, ct, tmp):
                 line = p.stdout.readline()
                 if not line or "serving" in line:
                     break
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.communicate()
+            stop(p)
             m = re.search(r"compute ([0-9.]+) (GB|MB)/s", line)
             figures.append((m.group(1), m.group(2)) if m else line.strip())
     finally:
@@ -410,12 +415,7 @@ def test_worker_wide_prefill(shoal, worker, tmp):
         result("a 300-token prefill at hidden 8192 through a worker: the local logits", same,
                show(b) if b is not None else "no worker port")
     finally:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
+        stop(p)
 
 
 # ------------------------------------------------------------------ chat
