@@ -1269,14 +1269,23 @@ int main(int argc, char **argv)
         req_free(&r);
     } else if (!strcmp(scenario, "drop-inflight")) {
         /* large requests, then hang up without reading: the worker must
-         * discard their replies safely and serve the next connection */
+         * discard their replies safely and serve the next connection. Each
+         * request carries about 4 MiB of rows, so that six of them and
+         * their replies (48 MiB) stay under the worker's 64 MiB
+         * backpressure budget: the worker reads them all, and the sends
+         * cannot block on a paused reader (with 2048 rows a request, the
+         * budget paused reading after two or three, and whether the rest
+         * fit the socket buffers was a matter of timing) */
         int32_t ids[256];
         int n = covered_experts(&p, p.layer, ids, 256);
+        const int64_t per_row = (int64_t)(n > 0 ? n : 1) * p.n_embd * 4;
+        uint32_t nr = (uint32_t)((4 << 20) / (per_row > 0 ? per_row : 1));
+        nr = nr < 4 ? 4 : nr > 2048 ? 2048 : nr;
         struct req r;
-        req_build(&r, 90, p.layer, ids, n, 2048, p.n_embd, 3);
+        req_build(&r, 90, p.layer, ids, n, nr, p.n_embd, 3);
         for (int k = 0; k < n; k++) {
-            r.er[k].n_rows = 2048;
-            for (uint32_t j = 0; j < 2048; j++)
+            r.er[k].n_rows = nr;
+            for (uint32_t j = 0; j < nr; j++)
                 r.er[k].rows[j] = j;
         }
         int nreq = count > 0 ? count : 6;
@@ -1288,7 +1297,8 @@ int main(int argc, char **argv)
         req_free(&r);
         probe_close(&p);
         if (!rc)
-            printf("ok drop-inflight: %d requests sent, connection dropped unread\n", nreq);
+            printf("ok drop-inflight: %d requests of %u rows x %d experts sent, connection "
+                   "dropped unread\n", nreq, nr, n);
         if (!rc && (rc = probe_connect(&p)) == 0)
             rc = valid_request(&p, 99, p.layer, NULL, 0, 3, 9, 0);
     } else if (!strcmp(scenario, "pipeline"))
