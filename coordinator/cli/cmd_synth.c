@@ -1881,7 +1881,7 @@ static int check_main(int argc, char **argv)
     struct shoal_session_opts so = shoal_session_opts_default();
     long long prompt_len = 16, warmup = 0, decode = 32, seed = 1;
     int preload = 0, keep_counts = 0;
-    const char *json_out = NULL, *routing_out = NULL, *isa = NULL;
+    const char *json_out = NULL, *routing_out = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--check"))
@@ -1929,8 +1929,6 @@ static int check_main(int argc, char **argv)
             json_out = v;
         } else if (!strcmp(a, "--routing-out")) {
             routing_out = v;
-        } else if (!strcmp(a, "--isa")) {
-            isa = v;
         } else {
             shoal_cli_error("synth --check: unknown option '%s' (see 'shoal synth --help')", a);
             return 2;
@@ -1941,21 +1939,6 @@ static int check_main(int argc, char **argv)
         return 2;
     }
     const char *dir = so.model_dir;
-    if (isa) {
-        /* every shoal command starts with the best kernels of the CPU
-         * (main.c); --isa measures another table (same bits, other speed) */
-        enum shoal_quant_isa want;
-        if (shoal_quant_isa_parse(isa, &want)) {
-            shoal_cli_error("--isa expects %s, got '%s'", shoal_quant_isa_list(), isa);
-            return 2;
-        }
-        if (shoal_quant_init(want, NULL)) {
-            /* a usage error: nothing ran */
-            shoal_cli_error("--isa %s: these kernels are not built in or this CPU lacks "
-                            "them; the best here are '%s'", isa, shoal_quant_ops_name());
-            return 2;
-        }
-    }
     if (so.n_ctx == 0)
         so.n_ctx = prompt_len + warmup + decode + 8;
     if (!keep_counts) {
