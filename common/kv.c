@@ -248,7 +248,8 @@ static void kv_phase_mix(const struct shoal_kv_attn *a, int64_t r0, int64_t r1, 
                          int64_t u1, int64_t w)
 {
     const int64_t hd = a->head_dim, nh = a->n_head, n_rep = nh / a->n_head_kv;
-    const int64_t nkv = a->n_head_kv * hd, nq = nh * hd, ld = a->scores_ld, n_cb = hd / w;
+    const int64_t vd = a->v_dim > 0 ? a->v_dim : hd;
+    const int64_t nkv = a->n_head_kv * hd, nq = nh * hd, ld = a->scores_ld, n_cb = vd / w;
     const int64_t jlo = kv_first(a, r0), jhi = a->n_past + r1, tile = kv_tile_rows(a);
     const size_t es = shoal_dtype_size(a->t);
     for (int64_t u = u0; u < u1; u++)
@@ -279,11 +280,12 @@ static void kv_phase_mix(const struct shoal_kv_attn *a, int64_t r0, int64_t r1, 
 void shoal_kv_attend(const struct shoal_kv_attn *a, int ith, int nth)
 {
     const int64_t hd = a->head_dim, nh = a->n_head, nkv_h = a->n_head_kv;
-    const float sq = sqrtf((float)hd);
+    const int64_t vd = a->v_dim > 0 ? a->v_dim : hd;
+    const float sq = a->score_div > 0 ? a->score_div : sqrtf((float)hd);
     /* mix columns per work item: halve while there are fewer than two
      * items a thread and the halves stay whole 32-column blocks */
-    int64_t w = hd;
-    while (w % 64 == 0 && nkv_h * (hd / w) < 2 * (int64_t)nth)
+    int64_t w = vd;
+    while (w % 64 == 0 && nkv_h * (vd / w) < 2 * (int64_t)nth)
         w /= 2;
     for (int64_t r0 = 0; r0 < a->n; r0 += a->round) {
         const int64_t r1 = r0 + a->round < a->n ? r0 + a->round : a->n;
@@ -296,7 +298,7 @@ void shoal_kv_attend(const struct shoal_kv_attn *a, int ith, int nth)
             kv_softmax(a->scores + u * a->scores_ld, kv_first(a, t), a->n_past + t, sq);
         }
 #pragma omp barrier
-        kv_share(nkv_h * (hd / w), ith, nth, &u0, &u1);
+        kv_share(nkv_h * (vd / w), ith, nth, &u0, &u1);
         kv_phase_mix(a, r0, r1, u0, u1, w);
         if (r1 < a->n) {
 #pragma omp barrier

@@ -79,11 +79,13 @@ void shoal_kv_mix(float *out, const float *p, const void *v, int64_t stride,
  * > 0 max(0, n_past+t-W+1). For each token t and query head h (KV head g =
  * h / (n_head / n_head_kv)) the arithmetic is, in this order:
  *
- *   s[j] = shoal_kv scores of q[t][h] against K row j, head g;  s[j] = s[j] / sqrtf(head_dim)
+ *   s[j] = shoal_kv scores of q[t][h] against K row j, head g;  s[j] = s[j] / div
+ *          (div = score_div, or sqrtf(head_dim) when score_div is 0)
  *   mx   = the largest s[j] (NaN never taken)
  *   s[j] = expf(s[j] - mx), sum = 0.0f + s[first] + ... + s[pos] in j order
  *   p[j] = s[j] / sum
- *   out[t][h] = shoal_kv mix of p over V rows first .. pos, head g
+ *   out[t][h] = shoal_kv mix of p over V rows first .. pos, head g (its first
+ *               v_dim columns; the rest of out[t][h] is left as it was)
  *
  * so the bits are those of one head at a time. The work is laid out for
  * the cache reads: the query heads of one KV head (and `round` tokens of
@@ -101,6 +103,10 @@ struct shoal_kv_attn {
     int64_t n, n_past;
     int64_t n_head, n_head_kv, head_dim;   /* n_head a multiple of n_head_kv */
     int64_t window;      /* 0: full causal attention */
+    float score_div;     /* scores are divided by it; 0: sqrtf(head_dim) */
+    int64_t v_dim;       /* value columns mixed per head, <= head_dim; 0: head_dim.
+                          * MLA passes k == v (the latent and rope key of one cache
+                          * row) and mixes only the latent's kv_lora_rank columns */
     enum shoal_dtype t;  /* the cache's dtype */
 };
 

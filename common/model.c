@@ -22,7 +22,7 @@ enum shoal_dtype shoal_target_dtype(enum shoal_slot_kind kind, int64_t cols, int
                                     enum shoal_dtype experts, enum shoal_dtype dense)
 {
     enum shoal_dtype t = kind == SHOAL_SLOT_EXPERT ? experts : dense;
-    if (cols == 0 && shoal_dtype_is_quant(t))
+    if (cols == 0 && (router || shoal_dtype_is_quant(t)))
         return SHOAL_DTYPE_F32;
     if (router && (t == SHOAL_DTYPE_INT4 || t == SHOAL_DTYPE_INT4A8))
         return SHOAL_DTYPE_INT8;
@@ -108,6 +108,23 @@ int shoal_model_walk(struct shoal_model *m,
         visit(&wk, &L->field, rows, cols, 1, D, il, -1, 0, n, h);           \
     } while (0)
         V(attn_norm, E, 0, "attn_norm", "input_layernorm.weight");
+        if (f->mla) {
+            const int64_t H = c->n_head, kvl = c->kv_lora_rank, ql = c->q_lora_rank;
+            if (ql) {
+                V(wq_a, ql, E, "attn_q_a", "self_attn.q_a_proj.weight");
+                V(q_a_norm, ql, 0, "attn_q_a_norm", "self_attn.q_a_layernorm.weight");
+                V(wq_b, nq, ql, "attn_q_b", "self_attn.q_b_proj.weight");
+            } else {
+                V(wq, nq, E, "attn_q", "self_attn.q_proj.weight");
+            }
+            V(wkv_a, kvl + c->qk_rope_head_dim, E, "attn_kv_a",
+              "self_attn.kv_a_proj_with_mqa.weight");
+            V(kv_a_norm, kvl, 0, "attn_kv_a_norm", "self_attn.kv_a_layernorm.weight");
+            V(wkv_b, H * (c->qk_nope_head_dim + c->v_head_dim), kvl, "attn_kv_b",
+              "self_attn.kv_b_proj.weight");
+            V(wo, E, H * c->v_head_dim, "attn_output", "self_attn.o_proj.weight");
+            goto ffn;
+        }
         V(wq, nq, E, "attn_q", "self_attn.q_proj.weight");
         V(wk, nkv, E, "attn_k", "self_attn.k_proj.weight");
         V(wv, nkv, E, "attn_v", "self_attn.v_proj.weight");
@@ -117,13 +134,14 @@ int shoal_model_walk(struct shoal_model *m,
             V(bk, nkv, 0, "attn_k.bias", "self_attn.k_proj.bias");
             V(bv, nkv, 0, "attn_v.bias", "self_attn.v_proj.bias");
         }
-        if (f->qk_norm == SHOAL_QK_NORM_HEAD) {
+        if (c->qk_norm == SHOAL_QK_NORM_HEAD) {
             V(q_norm, hd, 0, "attn_q_norm", "self_attn.q_norm.weight");
             V(k_norm, hd, 0, "attn_k_norm", "self_attn.k_norm.weight");
-        } else if (f->qk_norm == SHOAL_QK_NORM_FULL) {
+        } else if (c->qk_norm == SHOAL_QK_NORM_FULL) {
             V(q_norm, nq, 0, "attn_q_norm", "self_attn.q_norm.weight");
             V(k_norm, nkv, 0, "attn_k_norm", "self_attn.k_norm.weight");
         }
+    ffn:
         V(ffn_norm, E, 0, "ffn_norm", "post_attention_layernorm.weight");
         if (shoal_layer_is_moe(c, il)) {
             char mp[160];
@@ -131,12 +149,20 @@ int shoal_model_walk(struct shoal_model *m,
             snprintf(n, sizeof n, "%s.router", p);
             snprintf(h, sizeof h, "%s.gate.weight", mp);
             visit_as(&wk, &L->w_router, c->n_expert, E, 1, D, il, -1, 0, n, h, 1);
+            if (c->router_bias) {
+                snprintf(n, sizeof n, "%s.router_bias", p);
+                snprintf(h, sizeof h, "%s.gate.e_score_correction_bias", mp);
+                visit_as(&wk, &L->router_bias, c->n_expert, 0, 1, D, il, -1, 0, n, h, 1);
+            }
             if (c->n_ff_shexp > 0) {
                 char np[96], sp[200];
                 snprintf(np, sizeof np, "%s.shexp", p);
-                snprintf(sp, sizeof sp, "%s.shared_expert", mp);
+                /* qwen2_moe: shared_expert (+ gate); DeepSeek, GLM: shared_experts */
+                snprintf(sp, sizeof sp, "%s.shared_expert%s", mp, c->shexp_gated ? "" : "s");
                 visit_ffn(&wk, &L->shexp, E, c->n_ff_shexp, D, il, -1, np, sp,
                           "gate_proj", "up_proj", "down_proj");
+            }
+            if (c->n_ff_shexp > 0 && c->shexp_gated) {
                 snprintf(n, sizeof n, "%s.shexp_gate", p);
                 snprintf(h, sizeof h, "%s.shared_expert_gate.weight", mp);
                 visit_as(&wk, &L->w_shexp_gate, 1, E, 1, D, il, -1, 0, n, h, 1);
@@ -215,9 +241,19 @@ static int bind_from_st(const struct shoal_weight_slot *s, void *user)
     return 0;
 }
 
-/* Tensors some exporters keep that carry no weights of ours. */
-static int ignorable(const char *name)
+/* Tensors some exporters keep that carry no weights of ours: rotary
+ * inv_freq buffers, and the MTP layers (num_nextn_predict_layers) stored as
+ * model.layers.N.* for N in [n_layer, n_layer + n_nextn), which are left
+ * mapped and never read until speculative decoding uses them. */
+static int ignorable(const char *name, const struct shoal_model_config *c)
 {
+    static const char layers[] = "model.layers.";
+    if (c->n_nextn > 0 && !strncmp(name, layers, sizeof layers - 1)) {
+        char *end = NULL;
+        long long il = strtoll(name + sizeof layers - 1, &end, 10);
+        if (end && *end == '.' && il >= c->n_layer && il < c->n_layer + c->n_nextn)
+            return 1;
+    }
     size_t l = strlen(name);
     static const char *suffix = "rotary_emb.inv_freq";
     size_t s = strlen(suffix);
@@ -260,7 +296,7 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
         m->lm_head = m->tok_embd;
     for (size_t i = 0; i < shoal_safetensors_count(m->st); i++) {
         struct shoal_st_tensor *t = shoal_safetensors_at(m->st, i);
-        if (!t->used && !ignorable(t->name)) {
+        if (!t->used && !ignorable(t->name, &m->cfg)) {
             shoal_err_set(err, SHOAL_EFORMAT,
                           "unexpected tensor '%s' in '%s': not part of a %s model "
                           "with this config", t->name, t->file,

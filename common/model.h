@@ -31,9 +31,21 @@ struct shoal_layer_weights {
     struct shoal_weight bq, bk, bv;  /* biases, data NULL when absent */
     struct shoal_weight q_norm;      /* [head_dim] or [n_head*head_dim]; NULL data if none */
     struct shoal_weight k_norm;      /* [head_dim] or [n_head_kv*head_dim] */
+    /* MLA (cfg.family->mla; DeepSeek-V2 paper §2.1). wq is q_proj when
+     * q_lora_rank == 0; wo is [n_embd][n_head*v_head_dim] */
+    struct shoal_weight wq_a;        /* [q_lora_rank][n_embd] q_a_proj */
+    struct shoal_weight q_a_norm;    /* [q_lora_rank] q_a_layernorm (eps 1e-6) */
+    struct shoal_weight wq_b;        /* [n_head*head_dim][q_lora_rank] q_b_proj */
+    struct shoal_weight wkv_a;       /* [kv_lora_rank+qk_rope_head_dim][n_embd]
+                                        kv_a_proj_with_mqa */
+    struct shoal_weight kv_a_norm;   /* [kv_lora_rank] kv_a_layernorm (eps 1e-6) */
+    struct shoal_weight wkv_b;       /* [n_head*(qk_nope_head_dim+v_head_dim)][kv_lora_rank]
+                                        kv_b_proj: per head qk_nope rows of W_UK then
+                                        v_head_dim rows of W_UV */
     struct shoal_weight ffn_norm;    /* [n_embd] post_attention_layernorm */
     /* MoE layers */
     struct shoal_weight w_router;    /* [n_expert][n_embd] */
+    struct shoal_weight router_bias; /* [n_expert] e_score_correction_bias (noaux_tc) */
     struct shoal_expert_weights *experts; /* [n_expert], owned by the model */
     struct shoal_expert_weights shexp;    /* shared expert [n_ff_shexp] */
     struct shoal_weight w_shexp_gate;     /* [1][n_embd] */
@@ -71,14 +83,16 @@ struct shoal_weight_slot {
     enum shoal_slot_kind kind;
     int64_t il, ie;          /* layer; expert (-1 unless kind == EXPERT) */
     int comp;                /* expert component: 0 w_gate, 1 w_up, 2 w_down */
-    int router;              /* 1 for a router or a shared-expert gate (a gate
-                                over the hidden state that picks or weighs
-                                experts), else 0 */
+    int router;              /* 1 for a router, its correction bias or a
+                                shared-expert gate (a gate over the hidden
+                                state that picks or weighs experts), else 0 */
 };
 
 /* The dtype `shoal convert` writes a weight in, given the requested experts
  * and dense dtypes (container.c, plan.c and synth share this one rule):
- *   - a 1-D tensor (cols == 0) stays F32 when the target is quantized;
+ *   - a 1-D tensor (cols == 0) stays F32 when the target is quantized, and
+ *     always when it is a router's (e_score_correction_bias: it is F32 in
+ *     the checkpoints and decides which experts run);
  *   - a router or shared-expert gate stays INT8 when the dense target is
  *     4-bit (INT4, INT4A8): it is well under 1 % of a model's bytes, and
  *     its rows decide which experts run (llama.cpp keeps its router in F32

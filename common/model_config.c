@@ -65,6 +65,36 @@ static const struct shoal_family families[] = {
         .rope_theta_default = 10000.0,
         .sliding = SHOAL_SLIDING_NEVER,
     },
+    /* DeepSeek-V2 / V2-Lite / Coder-V2, DeepSeek-V3 / R1 / V3.1, and Kimi-K2
+     * (DeepseekV3ForCausalLM): the original modeling_deepseek.py shipped
+     * with the checkpoints (DeepseekV2/V3Attention, MoEGate) */
+#define DEEPSEEK_FAMILY(type, norm_default)                                        \
+    {                                                                               \
+        .model_type = type, .norm_topk_default = norm_default,                      \
+        .key_n_expert = "n_routed_experts", .key_n_ff_exp = "moe_intermediate_size",\
+        .moe_prefix = "mlp", .expert_gate = "gate_proj", .expert_up = "up_proj",    \
+        .expert_down = "down_proj", .rms_norm_eps_default = 1e-6,                   \
+        .rope_theta_default = 10000.0, .mla = 1, .rope_interleave = 1,             \
+        .deepseek_moe = 1, .has_nextn = 1,                                          \
+    }
+    DEEPSEEK_FAMILY("deepseek_v2", 0),
+    DEEPSEEK_FAMILY("deepseek_v3", 1),
+    DEEPSEEK_FAMILY("kimi_k2", 1),
+#undef DEEPSEEK_FAMILY
+    /* GLM-4.5 / 4.5-Air / 4.6: transformers' modeling_glm4_moe.py (GQA with
+     * q/k/v bias, partial rotary in the rotate_half layout, optional
+     * per-head QK-norm, DeepSeek-V3's router) */
+    {
+        .model_type = "glm4_moe",
+        .norm_topk_default = 1,
+        .key_n_expert = "n_routed_experts",
+        .key_n_ff_exp = "moe_intermediate_size",
+        .moe_prefix = "mlp",
+        .expert_gate = "gate_proj", .expert_up = "up_proj", .expert_down = "down_proj",
+        .rms_norm_eps_default = 1e-5,
+        .rope_theta_default = 10000.0,
+        .deepseek_moe = 1, .sigmoid_router = 1, .has_use_qk_norm = 1, .has_nextn = 1,
+    },
 };
 
 const struct shoal_family *shoal_family_find(const char *model_type)
@@ -77,7 +107,8 @@ const struct shoal_family *shoal_family_find(const char *model_type)
 
 const char *shoal_family_list(void)
 {
-    return "mixtral, qwen2_moe, qwen3_moe, olmoe";
+    return "mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, kimi_k2, "
+           "glm4_moe";
 }
 
 int shoal_layer_uses_window(const struct shoal_model_config *cfg, int64_t il)
@@ -215,6 +246,8 @@ static int parse_rope(json_t *root, const char *what, struct shoal_model_config 
     rs->beta_fast = 32.0;
     rs->beta_slow = 1.0;
     rs->truncate = 1;
+    rs->mscale = -1.0;
+    rs->mscale_all_dim = -1.0;
     rs->original_max_pos = (double)cfg->max_pos;
     json_t *sc = json_object_get(root, "rope_scaling");
     json_t *rp = json_object_get(root, "rope_parameters");
@@ -399,8 +432,15 @@ static int check_layer_types(json_t *root, const char *what,
 static int check_total_size(const struct shoal_model_config *c, const char *what,
                             struct shoal_err *err)
 {
-    const double e = (double)c->n_embd, hd = (double)c->head_dim;
-    const double attn = 2.0 * e * hd * (double)(c->n_head + c->n_head_kv);
+    const double e = (double)c->n_embd, hd = (double)c->head_dim, H = (double)c->n_head;
+    double attn = 2.0 * e * hd * (double)(c->n_head + c->n_head_kv);
+    if (c->family->mla) {
+        const double ql = (double)c->q_lora_rank, kvl = (double)c->kv_lora_rank;
+        attn = (ql > 0 ? e * ql + ql * H * hd : e * H * hd) +
+               e * (kvl + (double)c->qk_rope_head_dim) +
+               kvl * H * (double)(c->qk_nope_head_dim + c->v_head_dim) +
+               H * (double)c->v_head_dim * e;
+    }
     double total = 2.0 * (double)c->n_vocab * e;
     for (int64_t il = 0; il < c->n_layer; il++) {
         total += attn;
@@ -472,6 +512,177 @@ static int parse_head_dim(json_t *root, const char *what, struct shoal_model_con
     return 0;
 }
 
+/* A string field among `names` (n of them); absent or null keeps *out.
+ * Sets *out to the index of the match. */
+static int get_choice(json_t *o, const char *what, const char *key, const char *const *names,
+                      int n, int *out, struct shoal_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+    for (int i = 0; s && i < n; i++)
+        if (!strcmp(s, names[i])) {
+            *out = i;
+            return 0;
+        }
+    char list[256] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", i ? ", " : "",
+                 names[i]);
+    if (!s)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: field '%s' must be a string (%s), "
+                             "found %s", what, key, list, json_kind(v));
+    return shoal_err_set(err, SHOAL_EUNSUPPORTED, "%s: %s '%s' is not supported for %s; "
+                         "expected %s", what, key, s, "this model_type", list);
+}
+
+/* MLA shapes (DeepSeek-V2 paper §2.1; modeling_deepseek.py
+ * DeepseekV2Attention): the q head is qk_nope + qk_rope wide, the value
+ * head v_head_dim, and the KV cache holds kv_lora_rank + qk_rope_head_dim
+ * per token. Sets head_dim = qk_nope + qk_rope. */
+static int parse_mla(json_t *root, const char *what, struct shoal_model_config *cfg,
+                     struct shoal_err *err)
+{
+    const int64_t D = 1 << 16;
+    int rc;
+    cfg->q_lora_rank = 0;
+    if ((rc = get_int(root, what, "q_lora_rank", 0, 1, 1 << 20, &cfg->q_lora_rank, err)) ||
+        (rc = get_int(root, what, "kv_lora_rank", 1, 1, 1 << 20, &cfg->kv_lora_rank, err)) ||
+        (rc = get_int(root, what, "qk_nope_head_dim", 1, 0, D, &cfg->qk_nope_head_dim, err)) ||
+        (rc = get_int(root, what, "qk_rope_head_dim", 1, 2, D, &cfg->qk_rope_head_dim, err)) ||
+        (rc = get_int(root, what, "v_head_dim", 1, 1, D, &cfg->v_head_dim, err)))
+        return rc;
+    if (cfg->qk_rope_head_dim % 2)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: qk_rope_head_dim %lld must be even "
+                             "(RoPE rotates pairs)", what, (long long)cfg->qk_rope_head_dim);
+    cfg->head_dim = cfg->qk_nope_head_dim + cfg->qk_rope_head_dim;
+    const int64_t max_width = (int64_t)1 << 20;
+    const int64_t wide = cfg->head_dim > cfg->v_head_dim ? cfg->head_dim : cfg->v_head_dim;
+    if (cfg->n_head * wide > max_width ||
+        cfg->n_head * (cfg->kv_lora_rank + cfg->qk_rope_head_dim) > 8 * max_width)
+        return shoal_err_set(err, SHOAL_ERANGE, "%s: num_attention_heads %lld x head width "
+                             "%lld (kv_lora_rank %lld) exceeds the supported widths", what,
+                             (long long)cfg->n_head, (long long)wide,
+                             (long long)cfg->kv_lora_rank);
+    int bias = 0;
+    if ((rc = get_bool(root, what, "attention_bias", &bias, err)))
+        return rc;
+    if (bias)
+        return shoal_err_set(err, SHOAL_EUNSUPPORTED, "%s: attention_bias true is not "
+                             "supported for %s (no released checkpoint has it); expected "
+                             "false", what, cfg->family->model_type);
+    return 0;
+}
+
+/* DeepSeek-style MoE (modeling_deepseek.py DeepseekV2/V3MoE and MoEGate;
+ * transformers' Glm4MoeTopkRouter): which layers are sparse, the shared
+ * experts, and the router's scoring, top-k method, groups and scaling. */
+static int parse_deepseek_moe(json_t *root, const char *what, struct shoal_model_config *cfg,
+                              struct shoal_err *err)
+{
+    const struct shoal_family *fam = cfg->family;
+    const int v2 = !strcmp(fam->model_type, "deepseek_v2");
+    int64_t n_shared = 0, first_dense = 0, freq = 1;
+    int rc;
+    if ((rc = get_int(root, what, "n_shared_experts", 0, 0, 1 << 10, &n_shared, err)) ||
+        (rc = get_int(root, what, "first_k_dense_replace", 0, 0, SHOAL_MAX_LAYERS,
+                      &first_dense, err)) ||
+        (rc = get_int(root, what, "intermediate_size", 0, 1, 1 << 22, &cfg->n_ff, err)))
+        return rc;
+    if (!fam->sigmoid_router &&
+        (rc = get_int(root, what, "moe_layer_freq", 0, 1, SHOAL_MAX_LAYERS, &freq, err)))
+        return rc;
+    if (n_shared * cfg->n_ff_exp > ((int64_t)1 << 22))
+        return shoal_err_set(err, SHOAL_ERANGE, "%s: n_shared_experts %lld x "
+                             "moe_intermediate_size %lld exceeds the supported width", what,
+                             (long long)n_shared, (long long)cfg->n_ff_exp);
+    cfg->n_ff_shexp = n_shared * cfg->n_ff_exp;
+    for (int64_t il = 0; il < cfg->n_layer; il++) {
+        cfg->layer_is_moe[il] = il >= first_dense && il % freq == 0;
+        if (!cfg->layer_is_moe[il] && cfg->n_ff <= 0)
+            return shoal_err_set(err, SHOAL_EFORMAT, "%s: layer %lld is dense "
+                                 "(first_k_dense_replace %lld, moe_layer_freq %lld) but "
+                                 "'intermediate_size' is missing", what, (long long)il,
+                                 (long long)first_dense, (long long)freq);
+    }
+    /* scoring and top-k method: V2 softmax with greedy or group_limited_greedy;
+     * V3 / Kimi-K2 sigmoid with noaux_tc (the only pair its MoEGate
+     * implements); glm4_moe always the latter, without config keys */
+    static const char *const scores[] = {"softmax", "sigmoid"};
+    static const char *const methods[] = {"greedy", "group_limited_greedy", "noaux_tc"};
+    int score = v2 ? SHOAL_ROUTER_SOFTMAX : SHOAL_ROUTER_SIGMOID;
+    int method = v2 ? SHOAL_TOPK_GREEDY : SHOAL_TOPK_NOAUX_TC;
+    if (!fam->sigmoid_router) {
+        if ((rc = get_choice(root, what, "scoring_func", scores + (v2 ? 0 : 1), 1, &score,
+                             err)) ||
+            (rc = get_choice(root, what, "topk_method", methods + (v2 ? 0 : 2), v2 ? 2 : 1,
+                             &method, err)))
+            return rc;
+        if (!v2) {
+            score = SHOAL_ROUTER_SIGMOID;
+            method = SHOAL_TOPK_NOAUX_TC;
+        }
+    }
+    cfg->router_score = (enum shoal_router_score)score;
+    cfg->router_topk = (enum shoal_router_topk)method;
+    cfg->router_bias = method == SHOAL_TOPK_NOAUX_TC;
+    cfg->routed_scaling_factor = 1.0;
+    cfg->n_group = 1;
+    cfg->topk_group = 1;
+    if ((rc = get_num(root, what, "routed_scaling_factor", 1e-6, 1e6,
+                      &cfg->routed_scaling_factor, err)) ||
+        (rc = get_int(root, what, "n_group", 0, 1, cfg->n_expert, &cfg->n_group, err)) ||
+        (rc = get_int(root, what, "topk_group", 0, 1, 1 << 16, &cfg->topk_group, err)))
+        return rc;
+    if (cfg->topk_group > cfg->n_group)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: topk_group %lld is larger than "
+                             "n_group %lld; expected at most n_group groups kept", what,
+                             (long long)cfg->topk_group, (long long)cfg->n_group);
+    if (cfg->n_expert % cfg->n_group)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: n_routed_experts %lld is not a "
+                             "multiple of n_group %lld", what, (long long)cfg->n_expert,
+                             (long long)cfg->n_group);
+    /* MoEGate normalises only when top_k > 1, and DeepSeek-V2's scales only
+     * the weights it does not normalise */
+    if (cfg->n_expert_used == 1)
+        cfg->norm_topk_prob = 0;
+    if (v2 && cfg->norm_topk_prob)
+        cfg->routed_scaling_factor = 1.0;
+    const int64_t per_group = cfg->n_expert / cfg->n_group;
+    if (method == SHOAL_TOPK_NOAUX_TC && cfg->n_group > 1 && per_group < 2)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: noaux_tc ranks a group by its two "
+                             "best experts, but n_routed_experts %lld / n_group %lld leaves "
+                             "%lld per group", what, (long long)cfg->n_expert,
+                             (long long)cfg->n_group, (long long)per_group);
+    if (method != SHOAL_TOPK_GREEDY && cfg->topk_group * per_group < cfg->n_expert_used)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: topk_group %lld groups of %lld "
+                             "experts hold fewer than num_experts_per_tok %lld", what,
+                             (long long)cfg->topk_group, (long long)per_group,
+                             (long long)cfg->n_expert_used);
+    return 0;
+}
+
+/* The softmax scale of MLA beyond 1/sqrt(q head dim): with YaRN,
+ * yarn_get_mscale(factor, mscale_all_dim)^2 (DeepseekV2Attention.__init__
+ * in the original modeling_deepseek.py; some transformers releases drop it
+ * for V2, the original model applies it). */
+static double mla_attn_scale(const struct shoal_model_config *cfg)
+{
+    const struct shoal_rope_scaling *rs = &cfg->rope_scaling;
+    if (rs->type == SHOAL_ROPE_DEFAULT || !(rs->mscale_all_dim > 0) || rs->factor <= 1.0)
+        return 1.0;
+    const double m = 0.1 * rs->mscale_all_dim * log(rs->factor) + 1.0;
+    return m * m;
+}
+
+int64_t shoal_kv_elems_per_token(const struct shoal_model_config *cfg)
+{
+    if (cfg->family && cfg->family->mla)
+        return cfg->kv_lora_rank + cfg->qk_rope_head_dim;
+    return 2 * cfg->n_head_kv * cfg->head_dim;
+}
+
 int shoal_model_config_parse(const char *json, size_t len, const char *what,
                              struct shoal_model_config *cfg,
                              struct shoal_err *err)
@@ -520,7 +731,7 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
                            (long long)cfg->n_head_kv);
         goto done;
     }
-    if ((rc = parse_head_dim(root, what, cfg, err)))
+    if ((rc = fam->mla ? parse_mla(root, what, cfg, err) : parse_head_dim(root, what, cfg, err)))
         goto done;
     INT(fam->key_n_expert, 1, 1, 1 << 16, &cfg->n_expert);
     INT("num_experts_per_tok", 1, 1, cfg->n_expert, &cfg->n_expert_used);
@@ -537,10 +748,24 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
         goto done;
     if ((rc = parse_rope(root, what, cfg, err)))
         goto done;
+    cfg->attn_scale = 1.0;
+    if (fam->mla) {
+        if (cfg->partial_rotary_factor != 1.0) {
+            rc = shoal_err_set(err, SHOAL_EUNSUPPORTED, "%s: partial_rotary_factor %g is "
+                               "not supported for %s (qk_rope_head_dim gives the rotary "
+                               "width); expected none", what, cfg->partial_rotary_factor,
+                               fam->model_type);
+            goto done;
+        }
+        cfg->rope_dim = cfg->qk_rope_head_dim;
+        cfg->attn_scale = mla_attn_scale(cfg);
+    }
     cfg->tie_embeddings = 0;
     if ((rc = get_bool(root, what, "tie_word_embeddings", &cfg->tie_embeddings, err)))
         goto done;
     cfg->norm_topk_prob = fam->norm_topk_default;
+    cfg->routed_scaling_factor = 1.0;
+    cfg->n_group = cfg->topk_group = 1;
     if (!fam->norm_topk_forced &&
         (rc = get_bool(root, what, "norm_topk_prob", &cfg->norm_topk_prob, err)))
         goto done;
@@ -550,7 +775,7 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
         cfg->qkv_bias = 1;
         if ((rc = get_bool(root, what, "qkv_bias", &cfg->qkv_bias, err)))
             goto done;
-    } else if (strcmp(fam->model_type, "mixtral") != 0) {
+    } else if (strcmp(fam->model_type, "mixtral") != 0 && !fam->mla) {
         if ((rc = get_bool(root, what, "attention_bias", &cfg->qkv_bias, err)))
             goto done;
     }
@@ -562,12 +787,26 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
     if ((rc = get_bool(root, what, "use_sliding_window", &cfg->use_sliding_window, err)))
         goto done;
 
+    cfg->qk_norm = fam->qk_norm;
+    if (fam->has_use_qk_norm) {
+        int on = 0;
+        if ((rc = get_bool(root, what, "use_qk_norm", &on, err)))
+            goto done;
+        if (on)
+            cfg->qk_norm = SHOAL_QK_NORM_HEAD;
+    }
+    cfg->shexp_gated = fam->has_shared_expert;
+    if (fam->has_nextn)
+        INT("num_nextn_predict_layers", 0, 0, 16, &cfg->n_nextn);
+    if (fam->deepseek_moe && (rc = parse_deepseek_moe(root, what, cfg, err)))
+        goto done;
+
     /* Which layers are sparse: qwen2/3 use decoder_sparse_step and
      * mlp_only_layers (modeling_qwen3_moe.Qwen3MoeDecoderLayer). */
     int64_t step = 1;
     if (fam->has_sparse_step)
         INT("decoder_sparse_step", 0, 0, SHOAL_MAX_LAYERS, &step);
-    for (int64_t il = 0; il < cfg->n_layer; il++)
+    for (int64_t il = 0; il < cfg->n_layer && !fam->deepseek_moe; il++)
         cfg->layer_is_moe[il] = step > 0 && (il + 1) % step == 0;
     if (fam->has_sparse_step) {
         json_t *mol = json_object_get(root, "mlp_only_layers");

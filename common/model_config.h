@@ -2,9 +2,12 @@
  * config.json, and the per-family descriptors that keep family differences
  * in data rather than in branches spread through the forward pass.
  *
- * Supported model_type values: mixtral, qwen2_moe, qwen3_moe, olmoe.
- * Semantics follow transformers' modeling_<family>.py and
- * modeling_rope_utils.py.
+ * Supported model_type values: mixtral, qwen2_moe, qwen3_moe, olmoe,
+ * deepseek_v2, deepseek_v3, kimi_k2, glm4_moe. Semantics follow
+ * transformers' modeling_<family>.py and modeling_rope_utils.py; for the
+ * DeepSeek families (and Kimi-K2, DeepSeek-V3's architecture) the original
+ * modeling_deepseek.py that ships with the checkpoints (MLA, the MoEGate,
+ * the YaRN mscale applied to the softmax scale).
  *
  * Thread: any (configs and descriptors are plain data).
  */
@@ -46,6 +49,22 @@ enum shoal_head_dim_rule {
     SHOAL_HEAD_DIM_DERIVED,   /* always hidden_size / heads, which must divide (olmoe) */
 };
 
+/* How router logits become expert scores (DeepSeek's scoring_func). */
+enum shoal_router_score {
+    SHOAL_ROUTER_SOFTMAX = 0,  /* softmax over all n_expert logits */
+    SHOAL_ROUTER_SIGMOID,      /* sigmoid of each logit (deepseek_v3, kimi_k2, glm4_moe) */
+};
+
+/* How the top-k experts are chosen from the scores (DeepSeek's topk_method). */
+enum shoal_router_topk {
+    SHOAL_TOPK_GREEDY = 0,     /* top-k of the scores */
+    SHOAL_TOPK_GROUP_MAX,      /* deepseek_v2 group_limited_greedy: keep the topk_group
+                                  groups with the largest max score, top-k inside them */
+    SHOAL_TOPK_NOAUX_TC,       /* deepseek_v3: scores + e_score_correction_bias choose;
+                                  groups ranked by the sum of their two best biased
+                                  scores; weights are the unbiased scores */
+};
+
 /* What differs between families; one static descriptor per model_type. */
 struct shoal_family {
     const char *model_type;
@@ -66,6 +85,15 @@ struct shoal_family {
     double rms_norm_eps_default;
     double rope_theta_default;
     enum shoal_sliding sliding;
+    int mla;                      /* multi-head latent attention (DeepSeek-V2 paper §2.1) */
+    int rope_interleave;          /* RoPE rotates pairs (2i, 2i+1), not (i, i + dim/2) */
+    int deepseek_moe;             /* DeepSeek-style MoE keys: n_routed_experts,
+                                     n_shared_experts (ungated), first_k_dense_replace,
+                                     routed_scaling_factor, n_group / topk_group */
+    int sigmoid_router;           /* scores are sigmoid + correction bias (noaux_tc)
+                                     whatever scoring_func says (glm4_moe) */
+    int has_use_qk_norm;          /* config use_qk_norm turns per-head QK-norm on */
+    int has_nextn;                /* config num_nextn_predict_layers (MTP layers) */
 };
 
 struct shoal_rope_scaling {
@@ -74,7 +102,7 @@ struct shoal_rope_scaling {
     double original_max_pos;      /* original_max_position_embeddings */
     double attention_factor;      /* yarn; <0 = derive from factor */
     double beta_fast, beta_slow;  /* yarn */
-    double mscale, mscale_all_dim;/* yarn (DeepSeek-style); 0 = unset */
+    double mscale, mscale_all_dim;/* yarn (DeepSeek-style); < 0 = unset */
     int truncate;                 /* yarn correction range rounding */
     double low_freq_factor, high_freq_factor; /* llama3 */
 };
@@ -106,6 +134,22 @@ struct shoal_model_config {
     int64_t max_window_layers;
     int use_sliding_window;
     uint8_t layer_is_moe[SHOAL_MAX_LAYERS];
+    enum shoal_qk_norm qk_norm;   /* the family's, or per-head when use_qk_norm */
+    /* MLA (family->mla). head_dim is then qk_nope + qk_rope (the q/k head)
+     * and rope_dim qk_rope_head_dim */
+    int64_t q_lora_rank;          /* 0: q_proj straight from the hidden state */
+    int64_t kv_lora_rank;         /* the latent the KV cache holds */
+    int64_t qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    double attn_scale;            /* multiplies 1/sqrt(head_dim) in attention: YaRN's
+                                     mscale(factor, mscale_all_dim)^2 for MLA, else 1 */
+    /* routing */
+    enum shoal_router_score router_score;
+    enum shoal_router_topk router_topk;
+    int64_t n_group, topk_group;  /* expert groups, groups kept per token (1, 1: none) */
+    double routed_scaling_factor; /* multiplies the routed weights (1 = none) */
+    int router_bias;              /* 1: mlp.gate.e_score_correction_bias [n_expert] */
+    int shexp_gated;              /* 1: qwen2_moe's sigmoid(shared_expert_gate(x)) */
+    int64_t n_nextn;              /* MTP layers after the decoder (unused; skipped) */
     int64_t bos_id, eos_id;   /* -1 when absent; eos may be the first of a list */
     int64_t eos_ids[8];
     int n_eos;
@@ -143,6 +187,11 @@ static inline int shoal_layer_is_moe(const struct shoal_model_config *cfg,
 {
     return cfg->layer_is_moe[il];
 }
+
+/* KV cache elements per token and layer: 2 x n_head_kv x head_dim, or for
+ * MLA kv_lora_rank + qk_rope_head_dim (the normalised latent and the
+ * shared rope key; DeepSeek-V2 paper §2.1.2). Thread: any. */
+int64_t shoal_kv_elems_per_token(const struct shoal_model_config *cfg);
 
 /* 1 if layer il attends through a sliding window of cfg->sliding_window. */
 int shoal_layer_uses_window(const struct shoal_model_config *cfg, int64_t il);

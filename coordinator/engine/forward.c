@@ -12,6 +12,7 @@
 #include "kv.h"
 #include "log.h"
 #include "wire.h"
+#include "mla.h"
 #include "moe.h"
 #include "rope.h"
 #include "util.h"
@@ -19,8 +20,11 @@
 struct shoal_ctx {
     const struct shoal_model *model;   /* borrowed */
     int64_t n_ctx, n_batch, n_past;
-    void *k_cache;    /* [n_layer][n_ctx][n_head_kv*head_dim] of kv_dtype */
-    void *v_cache;    /* [n_layer][n_ctx][n_head_kv*head_dim] of kv_dtype */
+    void *k_cache;    /* [n_layer][n_ctx][kv_row] of kv_dtype */
+    void *v_cache;    /* [n_layer][n_ctx][kv_row] of kv_dtype; NULL for MLA */
+    int64_t kv_row;   /* cache elements per token and layer in k_cache: n_head_kv *
+                         head_dim, or for MLA kv_lora_rank + qk_rope_head_dim (the
+                         normalised latent and the roped shared key, in one row) */
     enum shoal_dtype kv_dtype;  /* F32, F16 or BF16 (kv.h) */
     size_t kv_es;     /* bytes per cache element */
     struct shoal_rope rope;
@@ -28,14 +32,17 @@ struct shoal_ctx {
     float *x;         /* [B][n_embd] residual stream */
     float *h;         /* [B][n_embd] normed input */
     float *q;         /* [B][n_head*head_dim] */
-    float *k;         /* [B][n_head_kv*head_dim] */
-    float *v;         /* [B][n_head_kv*head_dim] */
-    float *att;       /* [B][n_head*head_dim] */
+    float *k;         /* [B][n_head_kv*head_dim]; MLA: [B][kv_row] kv_a_proj_with_mqa */
+    float *v;         /* [B][n_head_kv*head_dim]; MLA: [B][q_lora_rank] q_a_proj */
+    float *att;       /* [B][n_head*head_dim]; MLA: [B][n_head][kv_row] */
+    float *qm;        /* MLA: [B][n_head][kv_row] absorbed queries */
+    float *ov;        /* MLA: [B][n_head*v_head_dim] per-head outputs (o_proj input) */
+    float *rbias;     /* [n_expert] the layer's router correction bias as f32 */
     float *o;         /* [B][n_embd] */
     float *scores;    /* [attn_round][n_head][n_ctx] (shoal_kv_attend) */
     int64_t attn_round; /* tokens per attention round (kv.h) */
     float *router;    /* [B][n_expert] */
-    float *probs;     /* [n_expert] */
+    float *probs;     /* [3*n_expert] router scratch (shoal_router_select) */
     int32_t *ids;     /* [B][k] */
     float *weights;   /* [B][k] */
     float *xg;        /* [B*k][n_embd] gathered expert inputs */
@@ -97,8 +104,10 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     }
     const int64_t B = ctx->n_batch, E = c->n_embd, hd = c->head_dim;
     const int64_t nq = c->n_head * hd, nkv = c->n_head_kv * hd, K = c->n_expert_used;
+    const int mla = c->family->mla;
+    ctx->kv_row = mla ? c->kv_lora_rank + c->qk_rope_head_dim : nkv;
     size_t kv_elems = 0, kv_bytes = 0;
-    if (shoal_mul_overflow((size_t)c->n_layer * (size_t)ctx->n_ctx, (size_t)nkv,
+    if (shoal_mul_overflow((size_t)c->n_layer * (size_t)ctx->n_ctx, (size_t)ctx->kv_row,
                            &kv_elems) ||
         shoal_mul_overflow(kv_elems, ctx->kv_es, &kv_bytes)) {
         shoal_err_set(err, SHOAL_ENOMEM, "KV cache size overflows for n_ctx=%lld",
@@ -107,11 +116,11 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
         return NULL;
     }
     ctx->k_cache = calloc(kv_elems, ctx->kv_es);
-    ctx->v_cache = calloc(kv_elems, ctx->kv_es);
-    if (!ctx->k_cache || !ctx->v_cache) {
+    ctx->v_cache = mla ? NULL : calloc(kv_elems, ctx->kv_es);
+    if (!ctx->k_cache || (!mla && !ctx->v_cache)) {
         shoal_err_set(err, SHOAL_ENOMEM,
-                      "cannot allocate the KV cache: 2 x %zu bytes (%s) for n_ctx=%lld "
-                      "(use --ctx to lower it%s)", kv_bytes,
+                      "cannot allocate the KV cache: %d x %zu bytes (%s) for n_ctx=%lld "
+                      "(use --ctx to lower it%s)", mla ? 1 : 2, kv_bytes,
                       shoal_kv_dtype_name(ctx->kv_dtype), (long long)ctx->n_ctx,
                       ctx->kv_dtype == SHOAL_DTYPE_F32 ? ", or --kv f16 to halve it" : "");
         free(ctx->k_cache);
@@ -129,14 +138,19 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     ctx->x = alloc_f(B * E);
     ctx->h = alloc_f(B * E);
     ctx->q = alloc_f(B * nq);
-    ctx->k = alloc_f(B * nkv);
-    ctx->v = alloc_f(B * nkv);
-    ctx->att = alloc_f(B * nq);
+    ctx->k = alloc_f(B * (mla ? ctx->kv_row : nkv));
+    ctx->v = alloc_f(B * (mla ? c->q_lora_rank : nkv));
+    ctx->att = alloc_f(B * (mla ? c->n_head * ctx->kv_row : nq));
+    if (mla) {
+        ctx->qm = alloc_f(B * c->n_head * ctx->kv_row);
+        ctx->ov = alloc_f(B * c->n_head * c->v_head_dim);
+    }
+    ctx->rbias = alloc_f(c->n_expert);
     ctx->o = alloc_f(B * E);
     ctx->attn_round = shoal_kv_attn_round(c->n_head, ctx->n_ctx, B);
     ctx->scores = alloc_f(ctx->attn_round * c->n_head * ctx->n_ctx);
     ctx->router = alloc_f(B * c->n_expert);
-    ctx->probs = alloc_f(c->n_expert);
+    ctx->probs = alloc_f(3 * c->n_expert);
     ctx->ids = shoal_xcalloc((size_t)(B * K), sizeof(int32_t));
     ctx->weights = alloc_f(B * K);
     ctx->xg = alloc_f(rows_max * E);
@@ -169,6 +183,9 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
     free(ctx->k);
     free(ctx->v);
     free(ctx->att);
+    free(ctx->qm);
+    free(ctx->ov);
+    free(ctx->rbias);
     free(ctx->o);
     free(ctx->scores);
     free(ctx->router);
@@ -197,8 +214,8 @@ enum shoal_dtype shoal_ctx_kv_dtype(const struct shoal_ctx *ctx) { return ctx->k
 uint64_t shoal_ctx_kv_bytes(const struct shoal_ctx *ctx)
 {
     const struct shoal_model_config *c = &ctx->model->cfg;
-    return 2 * (uint64_t)c->n_layer * (uint64_t)ctx->n_ctx *
-           (uint64_t)(c->n_head_kv * c->head_dim) * ctx->kv_es;
+    return (uint64_t)c->n_layer * (uint64_t)ctx->n_ctx *
+           (uint64_t)shoal_kv_elems_per_token(c) * ctx->kv_es;
 }
 
 void shoal_ctx_truncate(struct shoal_ctx *ctx, int64_t n)
@@ -221,8 +238,7 @@ static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n,
                       const struct shoal_weight *wo)
 {
     const struct shoal_model_config *c = &ctx->model->cfg;
-    const int64_t nkv = c->n_head_kv * c->head_dim;
-    const size_t off = (size_t)(il * ctx->n_ctx * nkv) * ctx->kv_es;
+    const size_t off = (size_t)(il * ctx->n_ctx * ctx->kv_row) * ctx->kv_es;
     const struct shoal_kv_attn a = {
         .out = ctx->att, .q = ctx->q,
         .k = (const char *)ctx->k_cache + off, .v = (const char *)ctx->v_cache + off,
@@ -231,6 +247,7 @@ static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n,
         .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
         .window = shoal_layer_uses_window(c, il) ? c->sliding_window : 0,
         .t = ctx->kv_dtype};
+
 #pragma omp parallel
     {
         const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
@@ -238,6 +255,76 @@ static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n,
 #pragma omp barrier
         shoal_linear_part(ctx->o, ctx->att, n, wo, ith, nth, NULL);  /* [n][E] */
     }
+}
+
+/* MLA attention of n tokens over layer il's compressed cache (mla.h), then
+ * o_proj, in one OpenMP region: absorbed queries ctx->qm, attention as MQA
+ * over cache rows [latent ; k_pe] (values: the latent) into ctx->att, the
+ * per-head W^UV products into ctx->ov, and ctx->o = ov . wo^T. */
+static void mla_attention(struct shoal_ctx *ctx, int64_t il, int64_t n)
+{
+    const struct shoal_model_config *c = &ctx->model->cfg;
+    const struct shoal_layer_weights *L = &ctx->model->layers[il];
+    const size_t off = (size_t)(il * ctx->n_ctx * ctx->kv_row) * ctx->kv_es;
+    const void *cache = (const char *)ctx->k_cache + off;
+    /* softmax scale (nope + rope)^-0.5 x mscale^2 (DeepseekV2Attention) */
+    const float div = (float)(sqrt((double)c->head_dim) / c->attn_scale);
+    const struct shoal_kv_attn a = {
+        .out = ctx->att, .q = ctx->qm, .k = cache, .v = cache,
+        .scores = ctx->scores, .scores_ld = ctx->n_ctx, .round = ctx->attn_round,
+        .n = n, .n_past = ctx->n_past, .n_head = c->n_head, .n_head_kv = 1,
+        .head_dim = ctx->kv_row, .window = 0, .t = ctx->kv_dtype, .score_div = div,
+        .v_dim = c->kv_lora_rank};
+#pragma omp parallel
+    {
+        const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        float *row = shoal_xcalloc((size_t)c->kv_lora_rank, sizeof(float));
+        shoal_mla_absorb_q(ctx->qm, ctx->q, n, &L->wkv_b, c, row, ith, nth);
+#pragma omp barrier
+        shoal_kv_attend(&a, ith, nth);
+#pragma omp barrier
+        shoal_mla_out(ctx->ov, ctx->att, n, &L->wkv_b, c, row, ith, nth);
+#pragma omp barrier
+        shoal_linear_part(ctx->o, ctx->ov, n, &L->wo, ith, nth, NULL);  /* [n][E] */
+        free(row);
+    }
+}
+
+/* MLA block (DeepseekV2Attention in modeling_deepseek.py): q from q_proj or
+ * q_b_proj(q_a_layernorm(q_a_proj(h))), the latent and the shared rope key
+ * from kv_a_proj_with_mqa, the latent normalised (kv_a_layernorm, eps
+ * 1e-6) and stored with the roped key as one cache row. */
+static void mla_attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
+{
+    const struct shoal_model_config *c = &ctx->model->cfg;
+    const struct shoal_layer_weights *L = &ctx->model->layers[il];
+    const int64_t E = c->n_embd, H = c->n_head, hd = c->head_dim, row = ctx->kv_row;
+    const int64_t kvl = c->kv_lora_rank, ql = c->q_lora_rank;
+    const float lora_eps = 1e-6f;   /* DeepseekV2RMSNorm's default: not rms_norm_eps */
+
+    shoal_rmsnorm(ctx->h, ctx->x, n, E, &L->attn_norm, (float)c->rms_norm_eps);
+    const struct shoal_linear_job first[2] = {                       /* one region */
+        {ctx->k, ctx->h, n, &L->wkv_a, NULL},                        /* [n][kvl+rope] */
+        ql ? (struct shoal_linear_job){ctx->v, ctx->h, n, &L->wq_a, NULL}   /* [n][ql] */
+           : (struct shoal_linear_job){ctx->q, ctx->h, n, &L->wq, NULL},    /* [n][H*hd] */
+    };
+    shoal_linear_many(first, 2);
+    if (ql) {
+        shoal_rmsnorm(ctx->v, ctx->v, n, ql, &L->q_a_norm, lora_eps);
+        shoal_linear(ctx->q, ctx->v, n, &L->wq_b, NULL);            /* [n][H*hd] */
+    }
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t pos = ctx->n_past + t;
+        float *kv = ctx->k + t * row;
+        shoal_rmsnorm(kv, kv, 1, kvl, &L->kv_a_norm, lora_eps);
+        shoal_rope_apply(&ctx->rope, kv + kvl, 1, row, pos);          /* k_pe */
+        shoal_rope_apply(&ctx->rope, ctx->q + t * H * hd + c->qk_nope_head_dim, H, hd, pos);
+        const size_t off = (size_t)((il * ctx->n_ctx + pos) * row) * ctx->kv_es;
+        shoal_kv_store_row((char *)ctx->k_cache + off, kv, row, ctx->kv_dtype);
+    }
+    mla_attention(ctx, il, n);                                        /* o [n][E] */
+    for (int64_t i = 0; i < n * E; i++)
+        ctx->x[i] += ctx->o[i];
 }
 
 static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
@@ -249,6 +336,10 @@ static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
     const int64_t nq = c->n_head * hd, nkv = c->n_head_kv * hd;
     const float eps = (float)c->rms_norm_eps;
 
+    if (c->family->mla) {
+        mla_attention_block(ctx, il, n);
+        return;
+    }
     shoal_rmsnorm(ctx->h, ctx->x, n, E, &L->attn_norm, eps);        /* [n][E] */
     const struct shoal_linear_job qkv[3] = {                          /* one region */
         {ctx->q, ctx->h, n, &L->wq, L->bq.data ? &L->bq : NULL},     /* [n][nq] */
@@ -256,7 +347,7 @@ static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
         {ctx->v, ctx->h, n, &L->wv, L->bv.data ? &L->bv : NULL},     /* [n][nkv] */
     };
     shoal_linear_many(qkv, 3);
-    switch (c->family->qk_norm) {
+    switch (c->qk_norm) {
     case SHOAL_QK_NORM_FULL: /* olmoe: over the whole projection, before clip */
         shoal_rmsnorm(ctx->q, ctx->q, n, nq, &L->q_norm, eps);
         shoal_rmsnorm(ctx->k, ctx->k, n, nkv, &L->k_norm, eps);
@@ -289,6 +380,17 @@ static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
         ctx->x[i] += ctx->o[i];
 }
 
+/* Layer il's router (moe.h), its correction bias converted to f32 in
+ * ctx->rbias when it has one. */
+static struct shoal_router router_of(struct shoal_ctx *ctx, int64_t il)
+{
+    const struct shoal_model_config *c = &ctx->model->cfg;
+    const struct shoal_weight *b = &ctx->model->layers[il].router_bias;
+    if (b->data)
+        shoal_weight_row_to_f32(ctx->rbias, b, 0);
+    return shoal_router_of(c, b->data ? ctx->rbias : NULL);
+}
+
 /* Router lookahead (DESIGN §3 step 5): apply layer il+1's router to the
  * rows that layer il routes (ctx->h [n][E]) and hint the store, so reads of
  * the experts il+1 is likely to use start while il computes. Only scratch
@@ -302,10 +404,11 @@ static void prefetch_next(struct shoal_ctx *ctx, int64_t il, int64_t n)
         !shoal_expert_store_wants_hints(m->store) ||
         shoal_expert_store_layer_resident(m->store, il + 1))
         return;
-    const int64_t NE = c->n_expert, K = c->n_expert_used;
+    const int64_t K = c->n_expert_used;
     shoal_linear(ctx->router, ctx->h, n, &m->layers[il + 1].w_router, NULL); /* [n][NE] */
-    shoal_router_select(ctx->router, n, NE, K, c->norm_topk_prob, ctx->probs,
-                        ctx->pf_ids, ctx->pf_weights);               /* [n][K] */
+    const struct shoal_router r = router_of(ctx, il + 1);
+    shoal_router_select(&r, ctx->router, n, ctx->probs, ctx->pf_ids,
+                        ctx->pf_weights);                            /* [n][K] */
     shoal_expert_store_hint(m->store, il + 1, ctx->pf_ids, n * K);
 }
 
@@ -412,10 +515,11 @@ static void cluster_after_send(void *user, int64_t n_local)
     ctx->pf_pending = 0;
     if (!ctx->cur_prefetch || il + 1 >= c->n_layer || !shoal_layer_is_moe(c, il + 1))
         return;
-    const int64_t NE = c->n_expert, K = c->n_expert_used;
+    const int64_t K = c->n_expert_used;
     shoal_linear(ctx->router, ctx->h, n, &m->layers[il + 1].w_router, NULL); /* [n][NE] */
-    shoal_router_select(ctx->router, n, NE, K, c->norm_topk_prob, ctx->probs,
-                        ctx->pf_ids, ctx->pf_weights);               /* [n][K] */
+    const struct shoal_router r = router_of(ctx, il + 1);
+    shoal_router_select(&r, ctx->router, n, ctx->probs, ctx->pf_ids,
+                        ctx->pf_weights);                            /* [n][K] */
     ctx->n_pf_local = shoal_cluster_hint(ctx->cluster, il + 1, ctx->pf_ids, n * K,
                                          ctx->pf_local);
     if (ctx->n_pf_local == 0 || !shoal_cluster_local_experts(ctx->cluster) ||
@@ -442,8 +546,8 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
     double t0 = shoal_time_s();
 
     shoal_linear(ctx->router, ctx->h, n, &L->w_router, NULL);        /* [n][NE] */
-    shoal_router_select(ctx->router, n, NE, K, c->norm_topk_prob, ctx->probs,
-                        ctx->ids, ctx->weights);                     /* [n][K] */
+    const struct shoal_router r = router_of(ctx, il);
+    shoal_router_select(&r, ctx->router, n, ctx->probs, ctx->ids, ctx->weights); /* [n][K] */
     shoal_batch_union_build(&ctx->bu, ctx->ids, n, K, NE);
     if (m->store)
         shoal_expert_store_learn(m->store, il, ctx->ids, n, K);
@@ -470,7 +574,7 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
     double t2 = shoal_time_s();
     shoal_moe_combine(ctx->o, ctx->yg, ctx->weights, n, K, E);       /* [n][E] */
     double t3 = shoal_time_s();
-    if (c->n_ff_shexp > 0) {
+    if (c->n_ff_shexp > 0 && c->shexp_gated) {
         /* qwen2_moe: sigmoid(shared_expert_gate(x)) * shared_expert(x) */
         shoal_expert_ffn(ctx->xg, ctx->h, n, &L->shexp, ctx->ffn);   /* [n][E] */
         shoal_linear(ctx->shg, ctx->h, n, &L->w_shexp_gate, NULL);   /* [n][1] */
@@ -479,6 +583,11 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
             for (int64_t i = 0; i < E; i++)
                 ctx->o[t * E + i] += g * ctx->xg[t * E + i];
         }
+    } else if (c->n_ff_shexp > 0) {
+        /* DeepSeek, GLM: routed + shared_experts(x), ungated */
+        shoal_expert_ffn(ctx->xg, ctx->h, n, &L->shexp, ctx->ffn);   /* [n][E] */
+        for (int64_t i = 0; i < n * E; i++)
+            ctx->o[i] += ctx->xg[i];
     }
     double t4 = shoal_time_s();
     ctx->t.routing += t1 - t0;

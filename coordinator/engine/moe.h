@@ -1,9 +1,21 @@
 /* moe: routing, the batch-union, and the canonical combine of a sparse MoE
  * block (DESIGN §3 steps route, union, combine).
  *
- * Router (transformers' Mixtral/Qwen2-MoE/Qwen3-MoE/OLMoE sparse blocks):
- * softmax over all n_expert router logits in f32, top-k (ties to the lower
- * expert id), then renormalise the k weights when norm_topk_prob.
+ * Router, per token, in f32 (transformers' Mixtral/Qwen2-MoE/Qwen3-MoE/
+ * OLMoE sparse blocks; DeepSeek's MoEGate in modeling_deepseek.py and its
+ * inference/model.py Gate; transformers' Glm4MoeTopkRouter):
+ *   1. scores: softmax over all n_expert logits, or the sigmoid of each;
+ *   2. choice = scores (+ e_score_correction_bias under noaux_tc);
+ *   3. with groups (n_group > 1, not greedy): rank the n_group groups by
+ *      their max choice (group_limited_greedy) or the sum of their two best
+ *      (noaux_tc), keep the topk_group best (ties to the lower group), and
+ *      set every other expert's choice to -inf (DeepSeek's inference code;
+ *      modeling_deepseek.py writes 0.0, which only differs when a kept
+ *      choice is negative);
+ *   4. top-k of choice, by repeated max (ties to the lower expert id, as
+ *      torch.topk on CPU); weight = the unbiased score;
+ *   5. norm_topk_prob: weights /= (their sum + 1e-20);
+ *   6. weights *= routed_scaling_factor (1 outside DeepSeek/GLM).
  * Combine: y[t] = sum over route rank r of weight[t][r] * out[t][r], in rank
  * order, from unweighted expert outputs, so the result never depends on
  * which executor ran an expert or when its answer arrived.
@@ -15,16 +27,32 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "model_config.h"
 
-/* Select top-k experts per token.
+/* What a router needs besides its logits. */
+struct shoal_router {
+    int64_t n_expert, k;              /* experts, top-k */
+    enum shoal_router_score score;
+    enum shoal_router_topk topk;
+    int64_t n_group, topk_group;      /* 1, 1: no groups */
+    int norm_topk_prob;
+    float scaling;                    /* routed_scaling_factor */
+    const float *bias;                /* [n_expert] noaux_tc correction bias, or NULL */
+};
+
+/* The router of a config; bias borrowed (the layer's router_bias as f32,
+ * or NULL when the config has none). Thread: any. */
+struct shoal_router shoal_router_of(const struct shoal_model_config *cfg, const float *bias);
+
+/* Select top-k experts per token (steps 1-6 above).
  *   logits   [n_tok][n_expert] f32, borrowed (not modified)
- *   probs    [n_expert] f32 scratch
- *   ids      [n_tok][k] i32, written in route-rank order (highest first)
+ *   scratch  [3 * n_expert] f32
+ *   ids      [n_tok][k] i32, written in route-rank order (best choice first)
  *   weights  [n_tok][k] f32, written
- * Returns 0, or -SHOAL_EINVAL if k == 0 or k > n_expert. Thread: any. */
-int shoal_router_select(const float *logits, int64_t n_tok, int64_t n_expert,
-                        int64_t k, int norm_topk_prob, float *probs,
-                        int32_t *ids, float *weights);
+ * Returns 0, or SHOAL_EINVAL if k == 0 or k > n_expert, or the groups do
+ * not divide the experts. Thread: any. */
+int shoal_router_select(const struct shoal_router *r, const float *logits, int64_t n_tok,
+                        float *scratch, int32_t *ids, float *weights);
 
 /* The distinct experts a batch routes to, each with its (token, rank)
  * slots. Slot s = t*k + r. Experts appear in ascending id order and each

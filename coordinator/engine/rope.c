@@ -47,7 +47,12 @@ static void compute(struct shoal_rope *r, double base)
     case SHOAL_ROPE_YARN: {
         double factor = s->factor;
         double af = s->attention_factor;
-        if (af < 0) {
+        if (af < 0 && c->family && c->family->mla) {
+            /* DeepseekV2/V3YarnRotaryEmbedding: mscale defaults to 1 and
+             * mscale_all_dim to 0 (yarn_get_mscale(f, 0) == 1) */
+            af = yarn_get_mscale(factor, s->mscale < 0 ? 1.0 : s->mscale) /
+                 yarn_get_mscale(factor, s->mscale_all_dim < 0 ? 0.0 : s->mscale_all_dim);
+        } else if (af < 0) {
             if (s->mscale > 0 && s->mscale_all_dim > 0)
                 af = yarn_get_mscale(factor, s->mscale) /
                      yarn_get_mscale(factor, s->mscale_all_dim);
@@ -107,6 +112,7 @@ void shoal_rope_init(struct shoal_rope *r, const struct shoal_model_config *cfg)
 {
     r->cfg = cfg;
     r->rope_dim = cfg->rope_dim;
+    r->interleave = cfg->family && cfg->family->rope_interleave;
     r->inv_freq = shoal_xcalloc((size_t)(r->rope_dim / 2 + 1), sizeof(float));
     r->seq_len_cached = (double)cfg->max_pos;
     compute(r, cfg->rope_freq_base);
@@ -147,15 +153,17 @@ void shoal_rope_apply(const struct shoal_rope *r, float *x, int64_t n_heads,
                       int64_t head_dim, int64_t pos)
 {
     const int64_t half = r->rope_dim / 2;
+    /* pair i: (i, i + half), or (2i, 2i + 1) when interleaved */
+    const int64_t lo_step = r->interleave ? 2 : 1, hi_off = r->interleave ? 1 : half;
     for (int64_t i = 0; i < half; i++) {
         float freq = (float)pos * r->inv_freq[i];
         float c = cosf(freq) * r->attention_factor;
         float s = sinf(freq) * r->attention_factor;
         for (int64_t h = 0; h < n_heads; h++) {
-            float *v = x + h * head_dim;
-            float a = v[i], b = v[i + half];
-            v[i] = a * c - b * s;
-            v[i + half] = b * c + a * s;
+            float *v = x + h * head_dim + i * lo_step;
+            float a = v[0], b = v[hi_off];
+            v[0] = a * c - b * s;
+            v[hi_off] = b * c + a * s;
         }
     }
 }

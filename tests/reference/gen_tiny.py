@@ -227,6 +227,50 @@ SPECS = {
                              intermediate_size=32, num_experts=16, num_experts_per_tok=8),
                         {"tie_word_embeddings": True, "clip_qkv": 1.5},
                         7000, 1),
+    # --- the frontier families (issue 14): MLA, sigmoid group routing, shared
+    # experts, leading dense layers, MTP layers in the file
+    "deepseek_v2": ("DeepSeek-V2-Lite.json",          # no q-LoRA, softmax greedy, 2 shared
+                    dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                         q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16,
+                         qk_rope_head_dim=8, v_head_dim=16, intermediate_size=96,
+                         moe_intermediate_size=32, n_routed_experts=16, num_experts_per_tok=6),
+                    {}, 8000, 1),
+    "deepseek_v2_grouped": ("DeepSeek-V2-Lite.json",  # DeepSeek-V2's group_limited_greedy
+                            dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                                 q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16,
+                                 qk_rope_head_dim=8, v_head_dim=16, intermediate_size=96,
+                                 moe_intermediate_size=32, n_routed_experts=16,
+                                 num_experts_per_tok=6),
+                            {"topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 2,
+                             "routed_scaling_factor": 16.0},
+                            8100, 1),
+    "deepseek_v3": ("DeepSeek-V3-Base.json",          # q-LoRA, noaux_tc 4 groups / top 2, MTP
+                    dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                         q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16,
+                         qk_rope_head_dim=8, v_head_dim=16, intermediate_size=96,
+                         moe_intermediate_size=32, n_routed_experts=16, num_experts_per_tok=4,
+                         n_group=4, topk_group=2, first_k_dense_replace=1),
+                    lambda c: c.pop("quantization_config", None),
+                    8200, 1),
+    "kimi_k2": ("Kimi-K2-Instruct.json",              # one group, x2.827, rope theta 5e4 YaRN x32
+                dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                     q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                     v_head_dim=16, intermediate_size=96, moe_intermediate_size=32,
+                     n_routed_experts=24, num_experts_per_tok=4),
+                lambda c: c.pop("quantization_config", None),
+                8300, 1),
+    "glm4_moe": ("GLM-4.5-Air-arch.INTELLECT-3-Base.json",  # GQA 4:1 + bias, partial rotary, MTP
+                 dict(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, head_dim=16,
+                      intermediate_size=96, moe_intermediate_size=32, n_routed_experts=16,
+                      num_experts_per_tok=4),
+                 {}, 8400, 1),
+    "glm4_moe_qknorm": ("GLM-4.5-Air-arch.INTELLECT-3-Base.json",  # GLM-4.5's QK-norm, 2 groups
+                        dict(hidden_size=64, num_attention_heads=8, num_key_value_heads=2,
+                             head_dim=16, intermediate_size=96, moe_intermediate_size=32,
+                             n_routed_experts=16, num_experts_per_tok=4),
+                        {"use_qk_norm": True, "n_group": 2, "topk_group": 1,
+                         "routed_scaling_factor": 2.5},
+                        8500, 1),
 }
 
 
@@ -249,6 +293,7 @@ def derive_config(real, sizes, extra, eos_id):
         extra(c)
     else:
         c.update(extra)
+    c.pop("auto_map", None)
     c["torch_dtype"] = "float32"
     c["eos_token_id"] = eos_id
     if "bos_token_id" in c:
@@ -272,6 +317,8 @@ def make_weights(cfg, seed):
             a = (0.25 if c["tie_word_embeddings"] else 1.0) * rng.standard_normal(shape)
         elif name == "lm_head.weight":
             a = 2.0 * rng.standard_normal(shape) / np.sqrt(shape[1])
+        elif name.endswith("e_score_correction_bias"):
+            a = 0.1 * rng.standard_normal(shape)   # moves choices, as trained biases do
         elif name.endswith(".bias"):
             a = 0.5 * rng.standard_normal(shape)
         elif name.endswith("gate.weight") and ("block_sparse_moe.gate" in name or name.endswith("mlp.gate.weight")):
@@ -279,6 +326,16 @@ def make_weights(cfg, seed):
         else:
             a = rng.standard_normal(shape) / np.sqrt(shape[1])
         out.append((name, a.astype(np.float32)))
+    # MTP layers (num_nextn_predict_layers): in the file after the decoder
+    # layers, never run; a reader must skip them, not read them as layers
+    L, H = c["num_hidden_layers"], c["hidden_size"]
+    for j in range(L, L + (c.get("num_nextn_predict_layers") or 0)):
+        for n, shape in ((f"model.layers.{j}.eh_proj.weight", [H, 2 * H]),
+                         (f"model.layers.{j}.enorm.weight", [H]),
+                         (f"model.layers.{j}.hnorm.weight", [H]),
+                         (f"model.layers.{j}.input_layernorm.weight", [H]),
+                         (f"model.layers.{j}.shared_head.norm.weight", [H])):
+            out.append((n, rng.standard_normal(shape).astype(np.float32)))
     return out
 
 

@@ -2,8 +2,11 @@
 """Independent numpy reference for the MoE families shoal supports.
 
 Follows the Hugging Face transformers modeling files (mixtral, qwen2_moe,
-qwen3_moe, olmoe) and modeling_rope_utils.py. Written from the semantics, not
-copied.
+qwen3_moe, olmoe, glm4_moe) and modeling_rope_utils.py, and for deepseek_v2,
+deepseek_v3 and kimi_k2 the original modeling_deepseek.py shipped with the
+checkpoints (MLA computed the decompressed way: k and v per head from
+kv_b_proj, as that file does; the MoEGate; YaRN's mscale in the softmax
+scale). Written from the semantics, not copied.
 
 Compute precision: **float64** throughout (weights are upcast on load). The HF
 models compute in the checkpoint dtype (f32 here) with an f32 softmax; an f32
@@ -27,7 +30,8 @@ import sys
 
 import numpy as np
 
-SUPPORTED = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+DEEPSEEK = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+SUPPORTED = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe") + DEEPSEEK + ("glm4_moe",)
 
 
 class CheckpointError(Exception):
@@ -163,7 +167,24 @@ _DEFAULTS = {
     "olmoe": dict(rms_norm_eps=1e-5, rope_theta=10000.0, norm_topk_prob=False,
                   attention_bias=False, clip_qkv=None, tie_word_embeddings=False,
                   num_experts=64, num_experts_per_tok=8),
+    # configuration_deepseek.py (V2 and V3) and Glm4MoeConfig defaults
+    "deepseek_v2": dict(rms_norm_eps=1e-6, rope_theta=10000.0, norm_topk_prob=False,
+                        n_shared_experts=0, first_k_dense_replace=0, moe_layer_freq=1,
+                        topk_method="greedy", scoring_func="softmax", n_group=1, topk_group=1,
+                        routed_scaling_factor=1.0, q_lora_rank=None, attention_bias=False,
+                        tie_word_embeddings=False, num_nextn_predict_layers=0),
+    "deepseek_v3": dict(rms_norm_eps=1e-6, rope_theta=10000.0, norm_topk_prob=True,
+                        n_shared_experts=0, first_k_dense_replace=0, moe_layer_freq=1,
+                        topk_method="noaux_tc", scoring_func="sigmoid", n_group=1, topk_group=1,
+                        routed_scaling_factor=1.0, q_lora_rank=None, attention_bias=False,
+                        tie_word_embeddings=False, num_nextn_predict_layers=0),
+    "glm4_moe": dict(rms_norm_eps=1e-5, rope_theta=10000.0, norm_topk_prob=True,
+                     n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
+                     routed_scaling_factor=1.0, use_qk_norm=False, partial_rotary_factor=0.5,
+                     attention_bias=False, tie_word_embeddings=False, head_dim=None,
+                     num_nextn_predict_layers=0),
 }
+_DEFAULTS["kimi_k2"] = dict(_DEFAULTS["deepseek_v3"])
 
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
              "intermediate_size")
@@ -208,7 +229,7 @@ def check_dims(c, path="config.json"):
                               f"must be even and >= 2")
     if c["model_type"] in ("qwen2_moe", "olmoe") and D * nh != H:
         raise CheckpointError(f"{path}: hidden_size {H} is not divisible by num_attention_heads {nh}")
-    if int(D * c.get("partial_rotary_factor", 1.0)) < 2:
+    if rotary_dim(c) < 2:
         raise CheckpointError(f"{path}: rotary dimension of head_dim {D} is below 2")
     total = sum(math.prod(sh) for sh in expected_tensors(c).values())
     if total > 2 ** 46:
@@ -245,6 +266,22 @@ def normalize_config(cfg, path="config.json"):
         raise CheckpointError(f"{path}: missing required field shared_expert_intermediate_size")
     if c.get("num_key_value_heads") is None:
         c["num_key_value_heads"] = c["num_attention_heads"]
+    if mt in DEEPSEEK or mt == "glm4_moe":
+        for k in ("n_routed_experts", "moe_intermediate_size"):
+            if not isinstance(cfg.get(k), int):
+                raise CheckpointError(f"{path}: missing required field {k}")
+        c["n_experts"] = c["n_routed_experts"]
+        c["expert_ffn"] = c["moe_intermediate_size"]
+        c["top_k"] = c["num_experts_per_tok"]
+        if c["topk_group"] > c["n_group"]:
+            raise CheckpointError(f"{path}: topk_group {c['topk_group']} > n_group {c['n_group']}")
+        if mt == "glm4_moe":
+            c["topk_method"], c["scoring_func"] = "noaux_tc", "sigmoid"
+            c["head_dim"] = int(c["head_dim"]) if c.get("head_dim") else \
+                c["hidden_size"] // c["num_attention_heads"]
+        else:
+            c["head_dim"] = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+        return c
     if mt == "mixtral":
         c["n_experts"] = c["num_local_experts"]
         c["expert_ffn"] = c["intermediate_size"]
@@ -268,10 +305,20 @@ def normalize_config(cfg, path="config.json"):
     return c
 
 
+def rotary_dim(c):
+    if c["model_type"] in DEEPSEEK:
+        return c["qk_rope_head_dim"]
+    return int(c["head_dim"] * c.get("partial_rotary_factor", 1.0))
+
+
 def is_moe_layer(c, i):
     mt = c["model_type"]
     if mt in ("mixtral", "olmoe"):
         return True
+    if mt in DEEPSEEK:   # DeepseekV2DecoderLayer
+        return i >= c["first_k_dense_replace"] and i % c["moe_layer_freq"] == 0
+    if mt == "glm4_moe":
+        return i >= c["first_k_dense_replace"]
     return (i not in (c.get("mlp_only_layers") or [])) and c["n_experts"] > 0 and \
         (i + 1) % c["decoder_sparse_step"] == 0
 
@@ -290,10 +337,30 @@ def expected_tensors(c):
         t[p + "input_layernorm.weight"] = [H]
         t[p + "post_attention_layernorm.weight"] = [H]
         a = p + "self_attn."
-        t[a + "q_proj.weight"] = [nh * D, H]
-        t[a + "k_proj.weight"] = [nkv * D, H]
-        t[a + "v_proj.weight"] = [nkv * D, H]
-        t[a + "o_proj.weight"] = [H, nh * D]
+        if mt in DEEPSEEK:
+            ql, kvl, rope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"]
+            if ql:
+                t[a + "q_a_proj.weight"] = [ql, H]
+                t[a + "q_a_layernorm.weight"] = [ql]
+                t[a + "q_b_proj.weight"] = [nh * D, ql]
+            else:
+                t[a + "q_proj.weight"] = [nh * D, H]
+            t[a + "kv_a_proj_with_mqa.weight"] = [kvl + rope, H]
+            t[a + "kv_a_layernorm.weight"] = [kvl]
+            t[a + "kv_b_proj.weight"] = [nh * (c["qk_nope_head_dim"] + c["v_head_dim"]), kvl]
+            t[a + "o_proj.weight"] = [H, nh * c["v_head_dim"]]
+        else:
+            t[a + "q_proj.weight"] = [nh * D, H]
+            t[a + "k_proj.weight"] = [nkv * D, H]
+            t[a + "v_proj.weight"] = [nkv * D, H]
+            t[a + "o_proj.weight"] = [H, nh * D]
+        if mt == "glm4_moe":
+            if c["attention_bias"]:
+                for x, n in (("q", nh), ("k", nkv), ("v", nkv)):
+                    t[a + f"{x}_proj.bias"] = [n * D]
+            if c["use_qk_norm"]:
+                t[a + "q_norm.weight"] = [D]
+                t[a + "k_norm.weight"] = [D]
         if mt == "qwen2_moe" and c["qkv_bias"]:
             for x, n in (("q", nh), ("k", nkv), ("v", nkv)):
                 t[a + f"{x}_proj.bias"] = [n * D]
@@ -321,6 +388,14 @@ def expected_tensors(c):
                 t[m + f"experts.{e}.gate_proj.weight"] = [F, H]
                 t[m + f"experts.{e}.up_proj.weight"] = [F, H]
                 t[m + f"experts.{e}.down_proj.weight"] = [H, F]
+            if mt in DEEPSEEK or mt == "glm4_moe":
+                if c["topk_method"] == "noaux_tc":
+                    t[m + "gate.e_score_correction_bias"] = [E]
+                S = F * c["n_shared_experts"]
+                if S:
+                    for n in ("gate_proj", "up_proj"):
+                        t[m + f"shared_experts.{n}.weight"] = [S, H]
+                    t[m + "shared_experts.down_proj.weight"] = [H, S]
             if mt == "qwen2_moe":
                 S = c["shared_expert_intermediate_size"]
                 t[m + "shared_expert.gate_proj.weight"] = [S, H]
@@ -356,7 +431,7 @@ def _rope_scaling(c):
 def rope_params(c, seq_len=None):
     """Return (inv_freq [dim/2] float64, attention_scaling)."""
     base = float(c["rope_theta"])
-    dim = int(c["head_dim"] * c.get("partial_rotary_factor", 1.0))
+    dim = rotary_dim(c)
     rt, rs, key = _rope_scaling(c)
     exps = np.arange(0, dim, 2, dtype=np.float64) / dim
     inv = 1.0 / base ** exps
@@ -382,6 +457,9 @@ def rope_params(c, seq_len=None):
             return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
         af = rs.get("attention_factor")
+        if af is None and c["model_type"] in DEEPSEEK:
+            # DeepseekV2YarnRotaryEmbedding: mscale / mscale_all_dim default 1 / 0
+            af = get_mscale(factor, rs.get("mscale", 1.0)) / get_mscale(factor, rs.get("mscale_all_dim", 0.0))
         if af is None:
             ms, msa = rs.get("mscale"), rs.get("mscale_all_dim")
             af = get_mscale(factor, ms) / get_mscale(factor, msa) if (ms and msa) else get_mscale(factor)
@@ -431,6 +509,20 @@ def rotate_half(x):
     return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
 
 
+def apply_rope(x, cos, sin, interleave=False):
+    """RoPE on the first cos.shape[-1] dims of x [..., T, D] (partial rotary
+    keeps the rest). interleave: DeepSeek's apply_rotary_pos_emb, which first
+    permutes the rotary dims (d/2, 2) -> (2, d/2), i.e. evens then odds, and
+    then rotates halves; q and k are permuted alike, so q.k is that of
+    rotating the pairs (2i, 2i+1)."""
+    r = cos.shape[-1]
+    xr, rest = x[..., :r], x[..., r:]
+    if interleave:
+        xr = np.concatenate([xr[..., 0::2], xr[..., 1::2]], axis=-1)
+    xr = xr * cos + rotate_half(xr) * sin
+    return np.concatenate([xr, rest], axis=-1)
+
+
 # --------------------------------------------------------------------------
 # model
 # --------------------------------------------------------------------------
@@ -468,6 +560,9 @@ def load_model(model_dir, strict=True):
             raise CheckpointError(
                 f"{model_dir}: tensor {name} has shape {list(W[name].shape)}, expected {shape}")
     extra = sorted(set(W) - set(exp))
+    L, nn = cfg["num_hidden_layers"], cfg.get("num_nextn_predict_layers") or 0
+    mtp = tuple(f"model.layers.{j}." for j in range(L, L + nn))
+    extra = [x for x in extra if not x.startswith(mtp)]   # MTP layers: loaded, never run
     if cfg["tie_word_embeddings"] and "lm_head.weight" in extra:
         extra.remove("lm_head.weight")  # HF ignores it when tied (ties to embeddings)
     if strict and extra:
@@ -476,9 +571,47 @@ def load_model(model_dir, strict=True):
     return Model(cfg, W, model_dir)
 
 
+def mla_attention(m, i, h, cos, sin):
+    """DeepseekV2Attention.forward (modeling_deepseek.py), decompressed."""
+    c, W = m.c, m.W
+    T = h.shape[0]
+    nh, D = c["num_attention_heads"], c["head_dim"]
+    nope, rope, vd, kvl = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"], c["kv_lora_rank"]
+    a = f"model.layers.{i}.self_attn."
+    if c["q_lora_rank"]:
+        qa = rms(h @ W[a + "q_a_proj.weight"].T, W[a + "q_a_layernorm.weight"], 1e-6)
+        q = qa @ W[a + "q_b_proj.weight"].T
+    else:
+        q = h @ W[a + "q_proj.weight"].T
+    q = q.reshape(T, nh, D).transpose(1, 0, 2)
+    q_nope, q_pe = q[..., :nope], q[..., nope:]
+    ckv = h @ W[a + "kv_a_proj_with_mqa.weight"].T
+    latent, k_pe = ckv[:, :kvl], ckv[:, kvl:]
+    kv = rms(latent, W[a + "kv_a_layernorm.weight"], 1e-6) @ W[a + "kv_b_proj.weight"].T
+    kv = kv.reshape(T, nh, nope + vd).transpose(1, 0, 2)
+    k_nope, v = kv[..., :nope], kv[..., nope:]
+    q_pe = apply_rope(q_pe, cos, sin, interleave=True)
+    k_pe = apply_rope(k_pe[None], cos, sin, interleave=True)
+    qs = np.concatenate([q_nope, q_pe], axis=-1)
+    ks = np.concatenate([k_nope, np.repeat(k_pe, nh, axis=0)], axis=-1)
+    scale = D ** -0.5
+    rt, rs, _ = _rope_scaling(c)
+    if rt != "default" and rs.get("mscale_all_dim"):
+        f = float(rs["factor"])
+        ms = 0.1 * rs["mscale_all_dim"] * math.log(f) + 1.0 if f > 1 else 1.0
+        scale = scale * ms * ms
+    s = (qs @ ks.transpose(0, 2, 1)) * scale
+    mask = np.triu(np.ones((T, T), dtype=bool), 1)
+    p = softmax(np.where(mask[None], -np.inf, s), -1)
+    o = (p @ v).transpose(1, 0, 2).reshape(T, nh * vd)
+    return o @ W[a + "o_proj.weight"].T
+
+
 def attention(m, i, h, cos, sin):
     c, W = m.c, m.W
     mt = c["model_type"]
+    if mt in DEEPSEEK:
+        return mla_attention(m, i, h, cos, sin)
     T = h.shape[0]
     nh, nkv, D = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     a = f"model.layers.{i}.self_attn."
@@ -500,12 +633,12 @@ def attention(m, i, h, cos, sin):
     q = q.reshape(T, nh, D).transpose(1, 0, 2)
     k = k.reshape(T, nkv, D).transpose(1, 0, 2)
     v = v.reshape(T, nkv, D).transpose(1, 0, 2)
-    if mt == "qwen3_moe":
+    if mt == "qwen3_moe" or (mt == "glm4_moe" and c["use_qk_norm"]):
         # per-head RMSNorm over head_dim, before RoPE
         q = rms(q, W[a + "q_norm.weight"], eps)
         k = rms(k, W[a + "k_norm.weight"], eps)
-    q = q * cos[None] + rotate_half(q) * sin[None]
-    k = k * cos[None] + rotate_half(k) * sin[None]
+    q = apply_rope(q, cos[None], sin[None])
+    k = apply_rope(k, cos[None], sin[None])
     rep = nh // nkv
     k = np.repeat(k, rep, axis=0)  # head j uses kv head j // rep
     v = np.repeat(v, rep, axis=0)
@@ -534,6 +667,8 @@ def moe(m, i, h, trace=None):
         names = ("gate_proj", "up_proj", "down_proj")
     if not is_moe_layer(c, i):
         return swiglu(h, *(W[p + n + ".weight"] for n in names))
+    if mt in DEEPSEEK or mt == "glm4_moe":
+        return deepseek_moe(m, i, h, p, names, trace)
     k = c["top_k"]
     logits = h @ W[p + "gate.weight"].T
     probs = softmax(logits, -1)  # HF: softmax in float32 over all experts, then top-k
@@ -556,6 +691,61 @@ def moe(m, i, h, trace=None):
         sh = swiglu(h, *(W[se + n + ".weight"] for n in names))
         g = 1.0 / (1.0 + np.exp(-(h @ W[p + "shared_expert_gate.weight"].T)))  # [T,1]
         out = out + g * sh
+    return out
+
+
+def deepseek_moe(m, i, h, p, names, trace):
+    """MoEGate + DeepseekV2/V3MoE (modeling_deepseek.py), Glm4MoeTopkRouter:
+    scores (softmax or sigmoid), choice = scores (+ e_score_correction_bias),
+    groups ranked by max (group_limited_greedy) or the sum of the top 2
+    (noaux_tc) with the others masked (-inf, DeepSeek's inference Gate),
+    top-k of choice, weights = the unbiased scores, renormalised (+1e-20)
+    when norm_topk_prob and k > 1, times routed_scaling_factor (V2: only the
+    weights it does not renormalise); then the ungated shared experts."""
+    c, W = m.c, m.W
+    k, E, G, TG = c["top_k"], c["n_experts"], c["n_group"], c["topk_group"]
+    logits = h @ W[p + "gate.weight"].T
+    if c["scoring_func"] == "sigmoid":
+        scores = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        scores = softmax(logits, -1)
+    choice = scores.copy()
+    if c["topk_method"] == "noaux_tc":
+        choice = choice + W[p + "gate.e_score_correction_bias"][None]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        ch = choice[t].copy()
+        ggap = 1.0
+        if c["topk_method"] != "greedy" and G > 1:
+            g = ch.reshape(G, -1)
+            if c["topk_method"] == "noaux_tc":
+                gs = np.sort(g, axis=1)[:, -2:].sum(1)
+            else:
+                gs = g.max(1)
+            order_g = np.argsort(-gs, kind="stable")
+            if TG < G:
+                ggap = gs[order_g[TG - 1]] - gs[order_g[TG]]
+            keep = np.zeros(G, dtype=bool)
+            keep[order_g[:TG]] = True
+            ch = np.where(np.repeat(keep, E // G), ch, -np.inf)
+        order = np.argsort(-ch, kind="stable")
+        sel = order[:k]
+        w = scores[t, sel]
+        norm = k > 1 and c["norm_topk_prob"]
+        if norm:
+            w = w / (w.sum() + 1e-20)
+        if not (norm and c["model_type"] == "deepseek_v2"):
+            w = w * c["routed_scaling_factor"]
+        if trace is not None:
+            sc = ch[order]
+            gap = sc[k - 1] - sc[k] if k < len(sc) and np.isfinite(sc[k]) else 1.0
+            trace.append((i, t, tuple(int(e) for e in sel), float(min(gap, ggap))))
+        for e, we in zip(sel, w):
+            ex = p + f"experts.{e}."
+            out[t] += we * swiglu(h[t:t + 1], *(W[ex + n + ".weight"] for n in names))[0]
+    if c["n_shared_experts"]:
+        se = p + "shared_experts."
+        out = out + swiglu(h, *(W[se + n + ".weight"] for n in names))
     return out
 
 

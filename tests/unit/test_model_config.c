@@ -100,6 +100,16 @@ Test(model_config, olmoe_defaults_follow_transformers)
     cr_assert(eq(i64, c.n_ff_exp, 4));
 }
 
+static void skip_without_shared_configs(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/data/configs", SHOAL_SHARED_DIR);
+    FILE *probe = fopen(path, "r");
+    if (!probe)
+        cr_skip("../shared/data/configs not found (needs the shared data directory)");
+    fclose(probe);
+}
+
 Test(model_config, real_configs_parse)
 {
     static const struct { const char *file; const char *type; long long n_expert, k; } cases[] = {
@@ -107,13 +117,14 @@ Test(model_config, real_configs_parse)
         {"Qwen1.5-MoE-A2.7B.json", "qwen2_moe", 60, 4},
         {"Qwen3-30B-A3B.json", "qwen3_moe", 128, 8},
         {"OLMoE-1B-7B-0924.json", "olmoe", 64, 8},
+        {"DeepSeek-V2-Lite.json", "deepseek_v2", 64, 6},
+        {"DeepSeek-V3-Base.json", "deepseek_v3", 256, 8},
+        {"DeepSeek-R1.json", "deepseek_v3", 256, 8},
+        {"Kimi-K2-Instruct.json", "kimi_k2", 384, 8},
+        {"GLM-4.5-Air-arch.INTELLECT-3-Base.json", "glm4_moe", 128, 8},
     };
     char path[512];
-    snprintf(path, sizeof path, "%s/data/configs", SHOAL_SHARED_DIR);
-    FILE *probe = fopen(path, "r");
-    if (!probe)
-        cr_skip("../shared/data/configs not found (needs the shared data directory)");
-    fclose(probe);
+    skip_without_shared_configs();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(path, sizeof path, "%s/data/configs/%s", SHOAL_SHARED_DIR, cases[i].file);
         struct shoal_model_config c;
@@ -130,10 +141,98 @@ Test(model_config, real_configs_parse)
     cr_assert(eq(i64, c.n_ff_shexp, 5632));
     cr_assert(eq(int, c.qkv_bias, 1));
     cr_assert(eq(int, shoal_layer_uses_window(&c, 23), 0)); /* use_sliding_window false */
-    snprintf(path, sizeof path, "%s/data/configs/DeepSeek-V3-Base.json", SHOAL_SHARED_DIR);
+    snprintf(path, sizeof path, "%s/data/configs/gpt-oss-20b.json", SHOAL_SHARED_DIR);
     shoal_err_clear(&e);
     cr_assert(eq(int, shoal_model_config_load(path, &c, &e), SHOAL_EUNSUPPORTED));
-    cr_assert_not_null(strstr(e.msg, "deepseek_v3"), "%s", e.msg);
+    cr_assert_not_null(strstr(e.msg, "gpt_oss"), "%s", e.msg);
+}
+
+/* The values each field of the real DeepSeek, Kimi and GLM configs sets,
+ * read back as the modeling files use them. */
+Test(model_config, frontier_families_read_their_fields)
+{
+    char path[512];
+    skip_without_shared_configs();
+    snprintf(path, sizeof path, "%s/data/configs/DeepSeek-V3-Base.json", SHOAL_SHARED_DIR);
+    struct shoal_model_config c;
+    struct shoal_err e = {0};
+    cr_assert(eq(int, shoal_model_config_load(path, &c, &e), 0), "%s", e.msg);
+    cr_assert(eq(i64, c.head_dim, 192));
+    cr_assert(eq(i64, c.rope_dim, 64));
+    cr_assert(eq(i64, c.q_lora_rank, 1536));
+    cr_assert(eq(i64, shoal_kv_elems_per_token(&c), 576));
+    cr_assert(eq(int, c.router_score, SHOAL_ROUTER_SIGMOID));
+    cr_assert(eq(int, c.router_topk, SHOAL_TOPK_NOAUX_TC));
+    cr_assert(eq(int, c.router_bias, 1));
+    cr_assert(eq(i64, c.n_group, 8));
+    cr_assert(eq(i64, c.topk_group, 4));
+    cr_assert(eq(dbl, c.routed_scaling_factor, 2.5));
+    cr_assert(eq(int, c.norm_topk_prob, 1));
+    cr_assert(eq(i64, c.n_ff_shexp, 2048));
+    cr_assert(eq(int, c.shexp_gated, 0));
+    cr_assert(eq(i64, c.n_nextn, 1));
+    cr_assert(eq(int, c.layer_is_moe[2], 0));
+    cr_assert(eq(int, c.layer_is_moe[3], 1));
+    /* yarn factor 40, mscale_all_dim 1: (0.1 ln 40 + 1)^2 */
+    const double m = 0.1 * log(40.0) + 1.0;
+    cr_assert(fabs(c.attn_scale - m * m) < 1e-12, "%g", c.attn_scale);
+
+    snprintf(path, sizeof path, "%s/data/configs/DeepSeek-V2-Lite.json", SHOAL_SHARED_DIR);
+    cr_assert(eq(int, shoal_model_config_load(path, &c, &e), 0), "%s", e.msg);
+    cr_assert(eq(i64, c.q_lora_rank, 0));
+    cr_assert(eq(int, c.router_score, SHOAL_ROUTER_SOFTMAX));
+    cr_assert(eq(int, c.router_topk, SHOAL_TOPK_GREEDY));
+    cr_assert(eq(int, c.router_bias, 0));
+    cr_assert(eq(i64, c.n_ff_shexp, 2 * 1408));
+    cr_assert(eq(int, c.layer_is_moe[0], 0));
+    cr_assert(eq(int, c.layer_is_moe[1], 1));
+    const double m2 = 0.1 * 0.707 * log(40.0) + 1.0;
+    cr_assert(fabs(c.attn_scale - m2 * m2) < 1e-12, "%g", c.attn_scale);
+
+    snprintf(path, sizeof path, "%s/data/configs/Kimi-K2-Instruct.json", SHOAL_SHARED_DIR);
+    cr_assert(eq(int, shoal_model_config_load(path, &c, &e), 0), "%s", e.msg);
+    cr_assert(eq(i64, c.n_head, 64));
+    cr_assert(eq(i64, c.n_group, 1));
+    cr_assert(eq(dbl, c.routed_scaling_factor, 2.827));
+    cr_assert(eq(dbl, c.rope_freq_base, 50000.0));
+    cr_assert(eq(i64, c.n_nextn, 0));
+
+    snprintf(path, sizeof path, "%s/data/configs/GLM-4.5-Air-arch.INTELLECT-3-Base.json",
+             SHOAL_SHARED_DIR);
+    cr_assert(eq(int, shoal_model_config_load(path, &c, &e), 0), "%s", e.msg);
+    cr_assert(eq(i64, c.head_dim, 128));
+    cr_assert(eq(i64, c.rope_dim, 64));          /* partial_rotary_factor 0.5 */
+    cr_assert(eq(i64, c.n_head_kv, 8));
+    cr_assert(eq(int, c.qkv_bias, 1));
+    cr_assert(eq(int, c.qk_norm, SHOAL_QK_NORM_NONE));  /* use_qk_norm false */
+    cr_assert(eq(int, c.router_score, SHOAL_ROUTER_SIGMOID));
+    cr_assert(eq(int, c.router_bias, 1));
+    cr_assert(eq(i64, c.n_ff_shexp, 1408));
+    cr_assert(eq(i64, shoal_kv_elems_per_token(&c), 2 * 8 * 128));
+    cr_assert(eq(i64, c.n_nextn, 1));
+}
+
+static void expect_refused(const char *json, int code, const char *needle);
+
+Test(model_config, frontier_families_refuse_bad_routing_fields)
+{
+    const char *base = "{\"model_type\":\"deepseek_v3\",\"vocab_size\":32,\"hidden_size\":16,"
+                       "\"num_hidden_layers\":2,\"num_attention_heads\":2,"
+                       "\"n_routed_experts\":8,\"num_experts_per_tok\":2,"
+                       "\"moe_intermediate_size\":8,\"intermediate_size\":16,"
+                       "\"kv_lora_rank\":8,\"qk_nope_head_dim\":4,\"qk_rope_head_dim\":4,"
+                       "\"v_head_dim\":4,";
+    char json[1024];
+    snprintf(json, sizeof json, "%s\"n_group\":2,\"topk_group\":3}", base);
+    expect_refused(json, SHOAL_EFORMAT, "topk_group 3 is larger than n_group 2");
+    snprintf(json, sizeof json, "%s\"n_group\":3}", base);
+    expect_refused(json, SHOAL_EFORMAT, "not a multiple of n_group 3");
+    snprintf(json, sizeof json, "%s\"topk_method\":\"greedy\"}", base);
+    expect_refused(json, SHOAL_EUNSUPPORTED, "topk_method 'greedy'");
+    snprintf(json, sizeof json, "%s\"qk_rope_head_dim\":5}", base);
+    expect_refused(json, SHOAL_EFORMAT, "qk_rope_head_dim 5 must be even");
+    snprintf(json, sizeof json, "%s\"attention_bias\":true}", base);
+    expect_refused(json, SHOAL_EUNSUPPORTED, "attention_bias");
 }
 
 /* ---- derived dimensions (issue 12 item 6) ---- */
