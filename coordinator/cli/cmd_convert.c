@@ -192,8 +192,8 @@ int shoal_cmd_inspect(int argc, char **argv)
     printf("fingerprint  %016" PRIx64 "\n", ct->fingerprint);
     printf("family       %s: %lld layers (%d MoE), n_embd %lld, heads %lld/%lld x %lld, vocab %lld\n",
            cfg.family->model_type, (long long)cfg.n_layer, n_moe, (long long)cfg.n_embd,
-           (long long)cfg.n_head, (long long)cfg.n_head_kv, (long long)cfg.head_dim,
-           (long long)cfg.n_vocab);
+           (long long)cfg.n_head, (long long)(cfg.family->mla ? 1 : cfg.n_head_kv),
+           (long long)cfg.head_dim, (long long)cfg.n_vocab);
     printf("experts      %lld per layer, top-%lld, n_ff_exp %lld, %s",
            (long long)cfg.n_expert, (long long)cfg.n_expert_used, (long long)cfg.n_ff_exp,
            shoal_dtype_name(ct->experts_dtype));
@@ -214,11 +214,16 @@ int shoal_cmd_inspect(int argc, char **argv)
         }
     }
     printf(")%s\n", ct->dense_map ? "" : " (not in this shard)");
-    /* K and V of every layer at the file's KV dtype (what 'shoal plan' prints) */
-    const uint64_t kv_token = 2 * (uint64_t)cfg.n_layer * (uint64_t)cfg.n_head_kv *
-                              (uint64_t)cfg.head_dim * shoal_dtype_size(ct->kv_dtype);
+    /* K and V of every layer at the file's KV dtype (what 'shoal plan' prints);
+     * MLA: the latent and rope key of every layer */
+    const uint64_t kv_token = (uint64_t)cfg.n_layer * (uint64_t)shoal_kv_elems_per_token(&cfg) *
+                              shoal_dtype_size(ct->kv_dtype);
     printf("kv cache     %s, %" PRIu64 " bytes per token (the file's default; run --kv "
-           "overrides)\n", shoal_kv_dtype_name(ct->kv_dtype), kv_token);
+           "overrides)", shoal_kv_dtype_name(ct->kv_dtype), kv_token);
+    if (cfg.family->mla)
+        printf("; MLA: kv_lora_rank %lld + qk_rope_head_dim %lld a layer",
+               (long long)cfg.kv_lora_rank, (long long)cfg.qk_rope_head_dim);
+    printf("\n");
     printf("expert bytes %" PRIu64 " (%.1f MB)\n", expert_bytes, expert_bytes / 1e6);
     shoal_cli_print_shard(ct);
     size_t shown = 0;

@@ -130,16 +130,16 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
            (unsigned long long)o->expert_weight_bytes);
     if (o->mtp_bytes)
         printf("MTP          %s on disk, never loaded\n", H(o->mtp_bytes));
-    printf("KV cache     %s per token (%s K and V, as shoal's cache stores them",
-           H(o->kv_bytes_per_token), shoal_kv_dtype_name(p->kv_dtype));
     if (o->mla)
-        printf(", decompressed per head);\n             MLA would hold %s per token (%s "
-               "kv_lora_rank %lld + qk_rope_head_dim %lld per layer)",
-               H(o->kv_mla_bytes_per_token), shoal_kv_dtype_name(p->kv_dtype), (long long)o->kv_lora_rank,
-               (long long)o->qk_rope_head_dim);
-    printf("%s\n", o->mla ? "" : ")");
-    printf("KV budget    %s for %lld tokens%s\n", H(o->kv_budget_bytes), (long long)p->ctx,
-           o->mla ? " (MLA figure)" : "");
+        printf("KV cache     %s per token (MLA: %s latent kv_lora_rank %lld + rope key "
+               "qk_rope_head_dim %lld per layer; K and V per head would be %s)\n",
+               H(o->kv_bytes_per_token), shoal_kv_dtype_name(p->kv_dtype),
+               (long long)o->kv_lora_rank, (long long)o->qk_rope_head_dim,
+               H(o->kv_per_head_bytes_per_token));
+    else
+        printf("KV cache     %s per token (%s K and V, as shoal's cache stores them)\n",
+               H(o->kv_bytes_per_token), shoal_kv_dtype_name(p->kv_dtype));
+    printf("KV budget    %s for %lld tokens\n", H(o->kv_budget_bytes), (long long)p->ctx);
     if (p->ram) {
         printf("RAM %-8s trunk %s + KV %s leaves %s for the expert cache", H(p->ram),
                H(o->trunk_bytes), H(o->kv_budget_bytes), H(o->cache_bytes));
@@ -198,6 +198,7 @@ static void print_json(const struct shoal_plan *o, const struct shoal_plan_param
     json_object_set_new(j, "mtp_bytes", I(o->mtp_bytes));
     json_object_set_new(j, "kv_bytes_per_token", I(o->kv_bytes_per_token));
     json_object_set_new(j, "kv_mla_bytes_per_token", I(o->kv_mla_bytes_per_token));
+    json_object_set_new(j, "kv_per_head_bytes_per_token", I(o->kv_per_head_bytes_per_token));
     json_object_set_new(j, "ctx", I(p->ctx));
     json_object_set_new(j, "kv", json_string(shoal_kv_dtype_name(p->kv_dtype)));
     json_object_set_new(j, "kv_budget_bytes", I(o->kv_budget_bytes));

@@ -56,63 +56,29 @@ static int get_int(const json_t *o, const char *key, int64_t def, int64_t lo, in
 #define OPT(key, var, def, lo, hi) \
     if ((rc = get_int(root, key, def, lo, hi, what, &(var), err))) return rc
 
-static int read_other(const json_t *root, const char *type, const char *what,
-                      struct arch *a, struct shoal_err *err)
+static int read_other(const json_t *root, const char *what, struct arch *a,
+                      struct shoal_err *err)
 {
     int rc;
-    int64_t k_dense = 0, freq = 1;
-    const int ds = !strcmp(type, "deepseek_v2") || !strcmp(type, "deepseek_v3") ||
-                   !strcmp(type, "kimi_k2");
-    const int oss = !strcmp(type, "gpt_oss");
     REQ("vocab_size", a->V, 1, INT32_MAX);
     REQ("hidden_size", a->E, 1, MAX_DIM);
     REQ("num_hidden_layers", a->L, 1, SHOAL_MAX_LAYERS);
     REQ("num_attention_heads", a->H, 1, 4096);
     OPT("num_key_value_heads", a->Hkv, a->H, 1, 4096);
-    OPT("num_nextn_predict_layers", a->n_mtp, 0, 0, 16);
     REQ("num_experts_per_tok", a->n_used, 1, 4096);
     const json_t *tie = json_object_get(root, "tie_word_embeddings");
     a->tie = json_is_true(tie);
-    if (oss) {
-        REQ("num_local_experts", a->n_expert, 1, 65536);
-        REQ("intermediate_size", a->n_ff_exp, 1, MAX_DIM);
-        OPT("head_dim", a->hd, a->E / a->H, 1, 65536);
-        a->qkv_bias = a->o_bias = a->sinks = 1;
-        a->router_bias = a->expert_bias = 1;
-        memset(a->is_moe, 1, (size_t)a->L);
-    } else {
-        REQ("n_routed_experts", a->n_expert, 1, 65536);
-        REQ("moe_intermediate_size", a->n_ff_exp, 1, MAX_DIM);
-        REQ("intermediate_size", a->n_ff, 1, MAX_DIM);
-        OPT("n_shared_experts", a->n_shared, 0, 0, 64);
-        a->n_ff_shexp = a->n_shared * a->n_ff_exp;
-        OPT("first_k_dense_replace", k_dense, 0, 0, a->L);
-        if (ds)
-            OPT("moe_layer_freq", freq, 1, 1, a->L);
-        for (int64_t il = 0; il < a->L; il++)
-            a->is_moe[il] = il >= k_dense && il % freq == 0;
-    }
+    /* gpt_oss: o bias, attention sinks, router and expert biases */
+    REQ("num_local_experts", a->n_expert, 1, 65536);
+    REQ("intermediate_size", a->n_ff_exp, 1, MAX_DIM);
+    OPT("head_dim", a->hd, a->E / a->H, 1, 65536);
+    a->qkv_bias = a->o_bias = a->sinks = 1;
+    a->router_bias = a->expert_bias = 1;
+    memset(a->is_moe, 1, (size_t)a->L);
     if (a->n_used > a->n_expert)
         return shoal_err_set(err, SHOAL_EFORMAT, "%s: num_experts_per_tok %lld exceeds the "
                              "%lld experts", what, (long long)a->n_used,
                              (long long)a->n_expert);
-    if (ds) {
-        a->mla = 1;
-        OPT("q_lora_rank", a->q_lora, 0, 1, MAX_DIM);
-        REQ("kv_lora_rank", a->kv_lora, 1, MAX_DIM);
-        REQ("qk_nope_head_dim", a->qk_nope, 0, 65536);
-        REQ("qk_rope_head_dim", a->qk_rope, 1, 65536);
-        REQ("v_head_dim", a->v_hd, 1, 65536);
-        /* noaux_tc routing keeps a correction bias per expert (V3, Kimi) */
-        const json_t *m = json_object_get(root, "topk_method");
-        a->router_bias = json_is_string(m) && !strcmp(json_string_value(m), "noaux_tc");
-    } else if (!oss) {                               /* glm4_moe */
-        OPT("head_dim", a->hd, a->E / a->H, 1, 65536);
-        a->router_bias = 1;
-        a->qkv_bias = json_is_true(json_object_get(root, "attention_bias"));
-        if (json_is_true(json_object_get(root, "use_qk_norm")))
-            a->q_norm = a->k_norm = a->hd;
-    }
     return 0;
 }
 
@@ -123,14 +89,22 @@ static void from_config(const struct shoal_model_config *c, struct arch *a)
     a->V = c->n_vocab, a->E = c->n_embd, a->L = c->n_layer;
     a->tie = c->tie_embeddings;
     a->H = c->n_head, a->Hkv = c->n_head_kv, a->hd = c->head_dim;
-    if (c->family->qk_norm == SHOAL_QK_NORM_HEAD)
+    if (c->qk_norm == SHOAL_QK_NORM_HEAD)
         a->q_norm = a->k_norm = c->head_dim;
-    else if (c->family->qk_norm == SHOAL_QK_NORM_FULL)
+    else if (c->qk_norm == SHOAL_QK_NORM_FULL)
         a->q_norm = c->n_head * c->head_dim, a->k_norm = c->n_head_kv * c->head_dim;
     a->qkv_bias = c->qkv_bias;
+    a->mla = c->family->mla;
+    a->q_lora = c->q_lora_rank, a->kv_lora = c->kv_lora_rank;
+    a->qk_nope = c->qk_nope_head_dim, a->qk_rope = c->qk_rope_head_dim;
+    a->v_hd = c->v_head_dim;
+    a->n_mtp = c->n_nextn;
     a->n_ff = c->n_ff, a->n_ff_exp = c->n_ff_exp, a->n_ff_shexp = c->n_ff_shexp;
-    a->n_shared = c->n_ff_shexp > 0;
-    a->shexp_gate = c->n_ff_shexp > 0;
+    /* qwen2_moe: one gated shared expert of its own width; DeepSeek / GLM:
+     * n_shared_experts of moe_intermediate_size, run as one FFN */
+    a->n_shared = c->n_ff_shexp == 0 ? 0 : c->shexp_gated ? 1 : c->n_ff_shexp / c->n_ff_exp;
+    a->shexp_gate = c->n_ff_shexp > 0 && c->shexp_gated;
+    a->router_bias = c->router_bias;
     a->n_expert = c->n_expert, a->n_used = c->n_expert_used;
     memcpy(a->is_moe, c->layer_is_moe, (size_t)c->n_layer);
 }
@@ -265,8 +239,7 @@ static void expert_blob(const struct arch *a, const struct shoal_plan_params *p,
     o->expert_blob_bytes = align_up(off, ALIGN_BLOB);
 }
 
-static const char *const other_families[] = {"deepseek_v2", "deepseek_v3", "kimi_k2",
-                                              "glm4_moe", "gpt_oss"};
+static const char *const other_families[] = {"gpt_oss"};
 
 int shoal_plan_config(const char *json, size_t len, const char *what,
                       const struct shoal_plan_params *p, struct shoal_plan *o,
@@ -294,13 +267,13 @@ int shoal_plan_config(const char *json, size_t len, const char *what,
         other |= !strcmp(type, other_families[i]);
     if (!type || (!other && !shoal_family_find(type))) {
         rc = shoal_err_set(err, SHOAL_EUNSUPPORTED, "%s: unknown model_type '%s'; shoal plan "
-                           "knows %s, deepseek_v2, deepseek_v3, kimi_k2, glm4_moe, gpt_oss",
+                           "knows %s, gpt_oss",
                            what, type ? type : "(none)", shoal_family_list());
         goto out;
     }
     snprintf(o->model_type, sizeof o->model_type, "%s", type);
     if (other) {
-        if ((rc = read_other(root, type, what, a, err)))
+        if ((rc = read_other(root, what, a, err)))
             goto out;
     } else {
         struct shoal_model_config *c = calloc(1, sizeof *c);
@@ -356,22 +329,22 @@ int shoal_plan_config(const char *json, size_t len, const char *what,
     o->params_active = o->params_trunk + o->params_expert_one * (uint64_t)a->n_used * n_moe;
     o->experts_bytes = o->expert_blob_bytes * (uint64_t)a->n_expert * n_moe;
 
-    /* KV: shoal's cache is K and V of every layer at --kv (forward.c); MLA as
-     * a per-head cache would hold K (nope + rope) and V per head, and the
-     * compressed cache the latent plus the shared rope key */
+    /* KV: shoal's cache is K and V of every layer at --kv (forward.c), or
+     * for MLA the compressed row: the latent plus the shared rope key (a
+     * per-head cache would hold K (nope + rope) and V of every head) */
     const uint64_t kv_es = shoal_dtype_size(p->kv_dtype);
     if (a->mla) {
-        o->kv_bytes_per_token = (uint64_t)a->L * (uint64_t)a->H *
-                                (uint64_t)(a->qk_nope + a->qk_rope + a->v_hd) * kv_es;
+        o->kv_per_head_bytes_per_token = (uint64_t)a->L * (uint64_t)a->H *
+                                         (uint64_t)(a->qk_nope + a->qk_rope + a->v_hd) * kv_es;
         o->kv_mla_bytes_per_token = (uint64_t)a->L * (uint64_t)(a->kv_lora + a->qk_rope) *
                                     kv_es;
+        o->kv_bytes_per_token = o->kv_mla_bytes_per_token;
         o->kv_lora_rank = a->kv_lora;
         o->qk_rope_head_dim = a->qk_rope;
     } else {
         o->kv_bytes_per_token = 2 * (uint64_t)a->L * (uint64_t)a->Hkv * (uint64_t)a->hd * kv_es;
     }
-    o->kv_budget_bytes = (uint64_t)p->ctx *
-                         (a->mla ? o->kv_mla_bytes_per_token : o->kv_bytes_per_token);
+    o->kv_budget_bytes = (uint64_t)p->ctx * o->kv_bytes_per_token;
 
     o->token_expert_bytes = (uint64_t)a->n_used * o->expert_blob_bytes * n_moe;
     o->token_disk_bytes = (uint64_t)((1.0 - p->hit_rate) * (double)o->token_expert_bytes + 0.5);

@@ -60,11 +60,13 @@ struct shoal_plan {
     uint64_t experts_bytes;       /* blob x n_expert x MoE layers */
     uint64_t mtp_bytes;           /* MTP layers at the same dtypes (not loaded) */
     /* KV cache */
-    uint64_t kv_bytes_per_token;  /* K and V at kv_dtype as shoal's cache stores
-                                     them (MLA: decompressed per head) */
+    uint64_t kv_bytes_per_token;  /* what shoal's cache stores at kv_dtype: K and V,
+                                     or for MLA the latent + rope key */
     uint64_t kv_mla_bytes_per_token; /* MLA: latent + rope key at kv_dtype; 0 otherwise */
+    uint64_t kv_per_head_bytes_per_token; /* MLA: K (nope + rope) and V of every head,
+                                     as a decompressed cache would hold them; 0 otherwise */
     int64_t kv_lora_rank, qk_rope_head_dim;
-    uint64_t kv_budget_bytes;     /* ctx x (MLA figure for MLA, else the per-head one) */
+    uint64_t kv_budget_bytes;     /* ctx x kv_bytes_per_token */
     /* per token */
     uint64_t token_expert_bytes;  /* top-k x blob x MoE layers */
     uint64_t token_disk_bytes;    /* at hit_rate */

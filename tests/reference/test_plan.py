@@ -58,7 +58,8 @@ PUBLISHED = {
 # the DeepSeek-V3 model card: "685B, 671B main model + 14B MTP module"
 PUBLISHED_WITH_MTP = {"DeepSeek-V3-Base.json": 685e9, "DeepSeek-R1.json": 685e9}
 TOLERANCE = 0.02
-RUNNABLE = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"}
+RUNNABLE = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "kimi_k2",
+            "glm4_moe"}
 
 passed = failed = 0
 
@@ -167,21 +168,22 @@ def test_real(shoal):
                                                     pub / 1e9, 100 * dev))
         L = cfg["num_hidden_layers"]
         mla = "kv_lora_rank" in cfg
-        if mla:
-            kv = L * cfg["num_attention_heads"] * (cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
-                                                   + cfg["v_head_dim"]) * 4
-            kv_mla = L * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * 4
+        if mla:   # shoal's cache holds the latent and the rope key (MLA)
+            kv_head = L * cfg["num_attention_heads"] * (cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+                                                        + cfg["v_head_dim"]) * 4
+            kv = kv_mla = L * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * 4
         else:
             hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
             kv = 2 * L * cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * hd * 4
-            kv_mla = 0
-        budget = ctx * (kv_mla if mla else kv)
+            kv_mla = kv_head = 0
+        budget = ctx * kv
         tok = p["n_expert_used"] * p["expert_bytes"] * p["n_moe_layer"]
         per = -(-p["n_expert"] // workers)
         checks = {
             "runnable": (p["runnable"], cfg["model_type"] in RUNNABLE),
             "kv_bytes_per_token": (p["kv_bytes_per_token"], kv),
             "kv_mla_bytes_per_token": (p["kv_mla_bytes_per_token"], kv_mla),
+            "kv_per_head_bytes_per_token": (p["kv_per_head_bytes_per_token"], kv_head),
             "kv_budget_bytes": (p["kv_budget_bytes"], budget),
             "n_expert_used": (p["n_expert_used"], cfg.get("num_experts_per_tok")),
             "experts_bytes": (p["experts_bytes"],
