@@ -30,6 +30,7 @@ const char shoal_container_magic_experts[8] = {'S', 'H', 'O', 'A', 'L', 'E', 'X'
 static const char *const side_files[] = {
     "config.json", "tokenizer.json", "tokenizer_config.json",
     "generation_config.json", "chat_template.jinja", "special_tokens_map.json",
+    "tiktoken.model", /* Kimi-K2's tokenizer (no tokenizer.json) */
 };
 
 static uint64_t align_up(uint64_t x, uint64_t a)

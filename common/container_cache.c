@@ -48,6 +48,7 @@ static int key_file(const char *name)
            !strcmp(name, "generation_config.json") ||
            !strcmp(name, "chat_template.jinja") ||
            !strcmp(name, "special_tokens_map.json") ||
+           !strcmp(name, "tiktoken.model") ||
            (n > 12 && !strcmp(name + n - 12, ".safetensors"));
 }
 

@@ -29,8 +29,9 @@ static void usage(FILE *f)
         "                           (default: the bundled model)\n"
         "  --system, --user, --assistant, --tool TEXT\n"
         "                           a message with that role; repeat them, in order\n"
-        "  --messages FILE          messages from a JSON array of\n"
-        "                           {\"role\": ..., \"content\": string or null}\n"
+        "  --messages FILE          messages from a JSON array of {\"role\": ...,\n"
+        "                           \"content\": ...}; other members (tool_calls,\n"
+        "                           reasoning_content, ...) reach the template too\n"
         "                           (before the flags above)\n"
         "  --add-generation-prompt  end with the assistant header ('shoal chat' does)\n"
         "  --vars JSON              more template variables, a JSON object\n"
@@ -39,29 +40,23 @@ static void usage(FILE *f)
         "                           (bos/eos still come from the model's config)\n");
 }
 
+/* The conversation, a JSON array of message objects handed to the template
+ * whole (tool_calls, tool_call_id, reasoning_content, content lists). */
 struct msgs {
-    struct shoal_chat_message *m;
-    size_t n, cap;
+    json_t *arr;
 };
 
 static void msgs_push(struct msgs *ms, const char *role, const char *content)
 {
-    if (ms->n == ms->cap) {
-        ms->cap = ms->cap ? 2 * ms->cap : 8;
-        ms->m = shoal_xrealloc(ms->m, ms->cap * sizeof *ms->m);
-    }
-    ms->m[ms->n].role = shoal_xstrdup(role);
-    ms->m[ms->n].content = content ? shoal_xstrdup(content) : NULL;
-    ms->n++;
+    if (!ms->arr)
+        ms->arr = json_array();
+    json_array_append_new(ms->arr, json_pack("{s:s, s:s}", "role", role,
+                                             "content", content));
 }
 
 static void msgs_free(struct msgs *ms)
 {
-    for (size_t k = 0; k < ms->n; k++) {
-        free((char *)ms->m[k].role);
-        free((char *)ms->m[k].content);
-    }
-    free(ms->m);
+    json_decref(ms->arr);
 }
 
 /* Append the messages of a JSON file; returns 0 or -1 after an error line. */
@@ -83,17 +78,15 @@ static int load_messages(const char *path, struct msgs *ms)
     }
     for (size_t k = 0; k < json_array_size(j); k++) {
         json_t *m = json_array_get(j, k);
-        json_t *role = json_object_get(m, "role");
-        json_t *content = json_object_get(m, "content");
-        if (!json_is_string(role) || (content && !json_is_string(content) &&
-                                      !json_is_null(content))) {
+        if (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))) {
             shoal_cli_error("template: --messages '%s': message %zu needs a string "
-                            "\"role\" and a string or null \"content\"", path, k);
+                            "\"role\"", path, k);
             goto out;
         }
-        msgs_push(ms, json_string_value(role),
-                  json_is_string(content) ? json_string_value(content) : NULL);
     }
+    if (!ms->arr)
+        ms->arr = json_array();
+    json_array_extend(ms->arr, j);
     rc = 0;
 out:
     json_decref(j);
@@ -202,7 +195,13 @@ int shoal_cmd_template(int argc, char **argv)
                                             .eos_token = eos ? eos : "",
                                             .add_generation_prompt = add_gen,
                                             .extra_json = vars_json};
-    if (shoal_chat_template_render(t, ms.m, ms.n, &vars, &text, &err)) {
+    if (!ms.arr)
+        ms.arr = json_array();
+    char *msgs_json = json_dumps(ms.arr, JSON_COMPACT);
+    vars.messages_json = msgs_json;
+    rc = shoal_chat_template_render(t, NULL, 0, &vars, &text, &err);
+    free(msgs_json);
+    if (rc) {
         shoal_cli_error("template: %s", err.msg);
         goto done;
     }

@@ -96,6 +96,12 @@ struct shoal_chat_template_vars {
      * variables, e.g. {"enable_thinking": false} or {"tools": [...]}.
      * Members override the variables above. NULL for none. */
     const char *extra_json;
+    /* Optional, borrowed: the conversation as a JSON array of message
+     * objects, every member kept (tool_calls, tool_call_id,
+     * reasoning_content, content as a string, null or a list of parts), as
+     * transformers hands them to the template. Each needs a string "role".
+     * When set, msgs must be empty (n_msgs == 0). NULL for none. */
+    const char *messages_json;
     uint64_t max_steps;         /* 0: SHOAL_CHAT_TEMPLATE_MAX_STEPS */
     size_t max_output_bytes;    /* 0: SHOAL_CHAT_TEMPLATE_MAX_OUTPUT */
 };
@@ -114,7 +120,8 @@ struct shoal_chat_template_vars {
  *                  string to an int), an unknown filter/test/method/function
  *                  (named in the message), or bad arguments;
  *   SHOAL_ERANGE  a limit was hit (steps, output bytes, memory, depth);
- *   SHOAL_EFORMAT extra_json is not a JSON object.
+ *   SHOAL_EFORMAT extra_json is not a JSON object, or messages_json is
+ *                  not an array of objects with a string "role".
  * Runtime messages carry the template line. Thread: any. */
 int shoal_chat_template_render(const struct shoal_chat_template *t,
                                const struct shoal_chat_message *msgs,

@@ -968,12 +968,50 @@ static int set_global(struct shoal_ct_ctx *c, const char *name, struct shoal_ct_
     return shoal_ct_dict_set(c, &c->root->vars, shoal_ct_cstr(name), v);
 }
 
+/* The `messages` variable from a JSON array of message objects (each with a
+ * string "role"; every other member kept as the template sees it). */
+static int messages_from_json(struct shoal_ct_ctx *c, const char *text,
+                              struct shoal_ct_val *out)
+{
+    json_error_t jerr;
+    json_t *j = json_loads(text, 0, &jerr);
+    const char *why = !j ? jerr.text : !json_is_array(j) ? "not an array" : NULL;
+    for (size_t k = 0; !why && k < json_array_size(j); k++) {
+        json_t *m = json_array_get(j, k);
+        if (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))) {
+            c->rc = shoal_err_set(c->err, SHOAL_EFORMAT, "chat template messages: "
+                                  "message %zu of %zu is not an object with a "
+                                  "string \"role\"", k, json_array_size(j));
+            json_decref(j);
+            return c->rc;
+        }
+    }
+    if (why) {
+        json_decref(j);
+        c->rc = shoal_err_set(c->err, SHOAL_EFORMAT, "chat template messages: "
+                              "expected a JSON array of message objects: %s", why);
+        return c->rc;
+    }
+    int rc = from_json(c, j, out);
+    json_decref(j);
+    return rc;
+}
+
 /* messages, bos/eos, add_generation_prompt, tools/documents, extra_json. */
 static int set_globals(struct shoal_ct_ctx *c, const struct shoal_chat_message *msgs,
                        size_t n_msgs, const struct shoal_chat_template_vars *vars)
 {
-    struct shoal_ct_list *l = shoal_ct_list_new(c, n_msgs);
     int rc;
+    if (vars && vars->messages_json) {
+        if (n_msgs)
+            return shoal_ct_fail(c, SHOAL_EINVAL, "chat template render: both "
+                                 "messages_json and %zu messages given", n_msgs);
+        struct shoal_ct_val mv;
+        if ((rc = messages_from_json(c, vars->messages_json, &mv)) ||
+            (rc = set_global(c, "messages", mv)))
+            return rc;
+    }
+    struct shoal_ct_list *l = shoal_ct_list_new(c, n_msgs);
     if (!l)
         return c->rc;
     for (size_t k = 0; k < n_msgs; k++) {
@@ -992,7 +1030,8 @@ static int set_globals(struct shoal_ct_ctx *c, const struct shoal_chat_message *
             return rc;
         l->items[k] = shoal_ct_dict_val(d);
     }
-    if ((rc = set_global(c, "messages", shoal_ct_list_val(l))) ||
+    if ((!(vars && vars->messages_json) &&
+         (rc = set_global(c, "messages", shoal_ct_list_val(l)))) ||
         (rc = set_global(c, "add_generation_prompt",
                          shoal_ct_bool(vars && vars->add_generation_prompt))) ||
         (rc = set_global(c, "tools", shoal_ct_none())) ||

@@ -343,13 +343,19 @@ int shoal_tok_add_merge(struct shoal_tokenizer *t, const char *l, size_t ln,
         free(cat);
     if (mi < 0)
         return 1;
+    shoal_tok_add_merge_ranked(t, li, ri, rank, mi);
+    return 0;
+}
+
+void shoal_tok_add_merge_ranked(struct shoal_tokenizer *t, int32_t left,
+                                int32_t right, uint32_t rank, int32_t merged)
+{
     if (!t->merges || (t->n_merges_used + 1) * 2 > t->merges_mask + 1)
         shoal_tok_merges_reserve(t, 2 * (t->n_merges_used + 1));
-    struct shoal_tok_merge m = {((uint64_t)(uint32_t)li << 32) | (uint32_t)ri,
-                                rank, mi};
+    struct shoal_tok_merge m = {
+        ((uint64_t)(uint32_t)left << 32) | (uint32_t)right, rank, merged};
     merges_insert(t->merges, t->merges_mask, m);
     t->n_merges_used++;
-    return 0;
 }
 
 pcre2_code *shoal_tok_regex_compile(const char *pattern, size_t len,
@@ -1530,6 +1536,7 @@ done:
  */
 
 #define SHOAL_TOK_MAX_JSON ((size_t)512 << 20)
+#define SHOAL_TOK_MAX_TIKTOKEN ((size_t)256 << 20) /* Kimi-K2's: 2.8 MB */
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -1548,33 +1555,70 @@ static int has_gguf_magic(const char *path)
     return got == 4 && memcmp(m, "GGUF", 4) == 0;
 }
 
+/* Read the tokenizer_config.json beside path ("dir/<name>" ->
+ * "dir/tokenizer_config.json", "X.<name>" -> "X.tokenizer_config.json"),
+ * if there is one: 0 with *cfg NULL when absent, or -errno with err set. */
+static int read_sibling_config(const char *path, const char *name,
+                               char **cfg, size_t *cfg_len,
+                               struct shoal_err *err)
+{
+    *cfg = NULL;
+    *cfg_len = 0;
+    if (!ends_with(path, name))
+        return 0;
+    size_t base = strlen(path) - strlen(name);
+    char *cfg_path = shoal_xmalloc(base + sizeof "tokenizer_config.json");
+    memcpy(cfg_path, path, base);
+    strcpy(cfg_path + base, "tokenizer_config.json");
+    int rc = shoal_exists(cfg_path)
+                 ? shoal_read_file(cfg_path, SHOAL_TOK_MAX_JSON, cfg, cfg_len, err)
+                 : 0;
+    free(cfg_path);
+    return rc;
+}
+
 static struct shoal_tokenizer *load_json_file(const char *path,
                                               struct shoal_err *err)
 {
-    char *json = NULL, *cfg = NULL, *cfg_path = NULL;
+    char *json = NULL, *cfg = NULL;
     size_t json_len = 0, cfg_len = 0;
     struct shoal_tokenizer *t = NULL;
     if (shoal_read_file(path, SHOAL_TOK_MAX_JSON, &json, &json_len, err))
         return NULL;
-    /* tokenizer_config.json beside it: "dir/tokenizer.json" ->
-     * "dir/tokenizer_config.json", "X.tokenizer.json" ->
-     * "X.tokenizer_config.json" */
-    if (ends_with(path, "tokenizer.json")) {
-        size_t base = strlen(path) - strlen("tokenizer.json");
-        cfg_path = shoal_xmalloc(base + sizeof "tokenizer_config.json");
-        memcpy(cfg_path, path, base);
-        strcpy(cfg_path + base, "tokenizer_config.json");
-        if (shoal_exists(cfg_path) &&
-            shoal_read_file(cfg_path, SHOAL_TOK_MAX_JSON, &cfg, &cfg_len,
-                            err))
-            goto done;
-    }
-    t = shoal_tok_load_hf(json, json_len, cfg, cfg_len, path, err);
-done:
-    free(cfg_path);
+    if (!read_sibling_config(path, "tokenizer.json", &cfg, &cfg_len, err))
+        t = shoal_tok_load_hf(json, json_len, cfg, cfg_len, path, err);
     free(cfg);
     free(json);
     return t;
+}
+
+/* "dir/tiktoken.model" with "dir/tokenizer_config.json" when present. */
+static struct shoal_tokenizer *load_tiktoken_file(const char *path,
+                                                  struct shoal_err *err)
+{
+    char *model = NULL, *cfg = NULL;
+    size_t model_len = 0, cfg_len = 0;
+    struct shoal_tokenizer *t = NULL;
+    if (shoal_read_file(path, SHOAL_TOK_MAX_TIKTOKEN, &model, &model_len, err))
+        return NULL;
+    if (!read_sibling_config(path, "tiktoken.model", &cfg, &cfg_len, err))
+        t = shoal_tok_load_tiktoken(model, model_len, cfg, cfg_len, path, err);
+    free(cfg);
+    free(model);
+    return t;
+}
+
+int shoal_tokenizer_present(const char *dir)
+{
+    static const char *const names[] = {"tokenizer.json", "tiktoken.model"};
+    for (size_t k = 0; k < 2; k++) {
+        char *p = shoal_path_join(dir, names[k]);
+        int ok = shoal_exists(p);
+        free(p);
+        if (ok)
+            return 1;
+    }
+    return 0;
 }
 
 struct shoal_tokenizer *shoal_tokenizer_load(const char *path,
@@ -1585,15 +1629,20 @@ struct shoal_tokenizer *shoal_tokenizer_load(const char *path,
                NULL;
     if (shoal_is_dir(path)) {
         char *p = shoal_path_join(path, "tokenizer.json");
+        char *tk = shoal_path_join(path, "tiktoken.model");
         struct shoal_tokenizer *t = NULL;
         if (shoal_exists(p)) {
             t = load_json_file(p, err);
+        } else if (shoal_exists(tk)) {
+            t = load_tiktoken_file(tk, err);
         } else {
             shoal_err_set(err, SHOAL_ENOTFOUND,
-                          "tokenizer: directory '%s' has no tokenizer.json",
+                          "tokenizer: directory '%s' has no tokenizer.json "
+                          "or tiktoken.model",
                           path);
         }
         free(p);
+        free(tk);
         return t;
     }
     if (!shoal_exists(path)) {
@@ -1609,6 +1658,8 @@ struct shoal_tokenizer *shoal_tokenizer_load(const char *path,
         shoal_gguf_close(g);
         return t;
     }
+    if (ends_with(path, "tiktoken.model"))
+        return load_tiktoken_file(path, err);
     return load_json_file(path, err);
 }
 

@@ -32,7 +32,10 @@ struct shoal_gguf;
 
 /* Load a tokenizer.
  *   path  borrowed: a checkpoint directory (reads tokenizer.json and, when
- *         present, tokenizer_config.json for bos/eos/add_bos), a
+ *         present, tokenizer_config.json for bos/eos/add_bos; without a
+ *         tokenizer.json, a tiktoken.model: Kimi-K2's tiktoken BPE with its
+ *         split pattern and the special tokens of tokenizer_config.json's
+ *         added_tokens_decoder), a "tiktoken.model" file, a
  *         tokenizer.json file (a "X.tokenizer_config.json" or
  *         "tokenizer_config.json" beside a "X.tokenizer.json" or
  *         "tokenizer.json" is read too), or a .gguf file (or any file that
@@ -45,6 +48,11 @@ struct shoal_gguf;
  * message). Thread: any. */
 struct shoal_tokenizer *shoal_tokenizer_load(const char *path,
                                              struct shoal_err *err);
+
+/* 1 if directory dir holds a tokenizer shoal_tokenizer_load reads
+ * (tokenizer.json, or tiktoken.model as Kimi-K2 ships it), else 0.
+ * Thread: any. */
+int shoal_tokenizer_present(const char *dir);
 
 /* Load from GGUF metadata already parsed (see gguf.h).
  *   g     borrowed; may be closed after the call

@@ -186,6 +186,11 @@ void shoal_tok_merges_reserve(struct shoal_tokenizer *t, size_t n);
 int shoal_tok_add_merge(struct shoal_tokenizer *t, const char *l, size_t ln,
                         const char *r, size_t rn);
 
+/* Add merge (left id, right id) -> merged id with an explicit rank (lower
+ * merges first); a pair already present keeps its first rank. */
+void shoal_tok_add_merge_ranked(struct shoal_tokenizer *t, int32_t left,
+                                int32_t right, uint32_t rank, int32_t merged);
+
 /* Compile a pre-tokenizer / normalizer regex (UTF, UCP, $ = end only).
  * literal: match the pattern text as is. Returns NULL with err set. */
 pcre2_code *shoal_tok_regex_compile(const char *pattern, size_t len,
@@ -212,5 +217,18 @@ struct shoal_tokenizer *shoal_tok_load_hf(const char *json, size_t json_len,
                                           size_t config_len,
                                           const char *name,
                                           struct shoal_err *err);
+
+/* tiktoken.model (one "<base64 token> <rank>" per line) with Kimi-K2's
+ * split pattern and special tokens; config is tokenizer_config.json or
+ * NULL. Errors name the file and line (-SHOAL_EFORMAT). */
+struct shoal_tokenizer *shoal_tok_load_tiktoken(const char *model,
+                                                size_t model_len,
+                                                const char *config,
+                                                size_t config_len,
+                                                const char *name,
+                                                struct shoal_err *err);
+
+/* Kimi-K2's split regex (tokenization_kimi.py pat_str), in PCRE2 syntax. */
+extern const char shoal_tok_kimi_regex[];
 
 #endif

@@ -163,6 +163,7 @@ def check_model_dirs(env, shoal, tmp):
                 else:
                     result(label, rc == 0 and got == want,
                            "rc=%d err=%r\n  shoal:  %r\n  jinja2: %r" % (rc, err, got, want))
+    check_moe_families(env, shoal, tmp)
     # Qwen3 with enable_thinking and tools from --vars
     qd = os.path.join(tmp, "qwen3")
     with open(os.path.join(qd, "tokenizer_config.json")) as f:
@@ -177,6 +178,117 @@ def check_model_dirs(env, shoal, tmp):
     rc, got, err = shoal_render(shoal, qd, msgs, True, extra=extra)
     result("qwen3 tools + enable_thinking=false", rc == 0 and got == want,
            "rc=%d err=%r\n  shoal:  %r\n  jinja2: %r" % (rc, err, got, want))
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "Stadt / 城市"}},
+        "required": ["city"]}}}
+
+
+def tool_turns(arguments, call_id=True):
+    """A user question, an assistant tool call (content none), the tool's
+    answer and the final reply; arguments as the template expects them."""
+    call = {"type": "function",
+            "function": {"name": "get_weather", "arguments": arguments}}
+    if call_id:
+        call["id"] = "functions.get_weather:0"
+    return [{"role": "system", "content": "Use tools."},
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "functions.get_weather:0",
+             "content": "{\"temp\": 21, \"sky\": \"clear\"}"},
+            {"role": "assistant", "content": "21 °C and clear."},
+            {"role": "user", "content": "Thanks!"}]
+
+
+REASONING = [
+    {"role": "user", "content": "2+2?"},
+    {"role": "assistant", "content": "4", "reasoning_content": "  Two plus two.\n"},
+    {"role": "user", "content": "And 3+3?"},
+    {"role": "assistant", "content": "<think>\nThree and three.\n</think>\n\n6"},
+    {"role": "user", "content": "Done /nothink"},
+]
+
+
+def moe_family_cases():
+    """(name, template source, bos, eos, [(label, messages, extra)]) for the
+    DeepSeek-V3, Kimi-K2-Instruct and GLM-4.5 templates (issue 14)."""
+    cases = []
+    ds = os.path.join(SHARED, "DeepSeek-V3-Base.tokenizer_config.json")
+    if os.path.exists(ds):
+        with open(ds) as f:
+            src = json.load(f)["chat_template"]
+        cases.append(("deepseek-v3", src, "<｜begin▁of▁sentence｜>",
+                      "<｜end▁of▁sentence｜>", [
+            ("tool call", tool_turns('{"city": "Paris"}'), None),
+            ("tool last", tool_turns('{"city": "Paris"}')[:4], None),
+            ("two systems", [{"role": "system", "content": "A."},
+                             {"role": "system", "content": "B."},
+                             {"role": "user", "content": "Hi"}], None),
+        ]))
+    else:
+        print("SKIP deepseek-v3 tools: %s not found (../shared/data)" % ds)
+    with open(os.path.join(FIXTURES, "kimi-k2-instruct.tokenizer_config.json")) as f:
+        src = json.load(f)["chat_template"]
+    cases.append(("kimi-k2", src, "[BOS]", "[EOS]", [
+        ("tool call", tool_turns('{"city": "Paris"}'), {"tools": [WEATHER_TOOL]}),
+        ("tool call, content too",
+         [dict(m, content="Let me check.") if m.get("tool_calls") else m
+          for m in tool_turns('{"city": "Paris"}')], None),
+        ("content parts", [{"role": "user", "content": [
+            {"type": "text", "text": "What is "},
+            {"type": "image_url", "image_url": {"url": "x"}},
+            {"type": "text", "text": "this?"}]}], None),
+    ]))
+    with open(os.path.join(FIXTURES, "glm-4.5.jinja")) as f:
+        src = f.read()
+    cases.append(("glm-4.5", src, "", "<|endoftext|>", [
+        ("tool call", tool_turns({"city": "Paris", "days": 2, "units": ["C"]}),
+         {"tools": [WEATHER_TOOL]}),
+        ("tool results list", [
+            {"role": "user", "content": "Two lookups"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"function": {"name": "a", "arguments": {"x": 1}}},
+                {"name": "b", "arguments": {"y": "z"}}]},
+            {"role": "tool", "content": [{"output": "one"}, "two"]},
+            {"role": "tool", "content": "three"},
+            {"role": "tool", "content": "four"}], None),
+        ("reasoning", REASONING, None),
+        ("reasoning, thinking off", REASONING, {"enable_thinking": False}),
+        ("reasoning after the last user turn", REASONING + [
+            {"role": "assistant", "content": "Done.", "reasoning_content": "\nNothing left.  "},
+            {"role": "assistant", "content": "<think>inline</think>\n\nAlso done."}], None),
+        ("content parts", [{"role": "system", "content": [{"type": "text", "text": "S"}]},
+                           {"role": "user", "content": [
+                               {"type": "text", "text": "Hi "}, "there",
+                               {"type": "image", "image": "x"}]}],
+         {"enable_thinking": True}),
+    ]))
+    return cases
+
+
+def check_moe_families(env, shoal, tmp):
+    """The three MoE families' own templates over CONVERSATIONS and their
+    tool / reasoning conversations, each from a model directory."""
+    for name, src, bos, eos, extra_convs in moe_family_cases():
+        d = os.path.join(tmp, "family-" + name)
+        os.makedirs(d)
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            json.dump({"chat_template": src, "bos_token": bos, "eos_token": eos}, f)
+        convs = [(c, m, None) for c, m in CONVERSATIONS.items()] + extra_convs
+        for cname, msgs, extra in convs:
+            for add_gen in (True, False):
+                label = "%s/%s/%s" % (name, cname, "gen" if add_gen else "nogen")
+                want, jerr = jinja_render(env, src, msgs, bos, eos, add_gen, extra)
+                rc, got, err = shoal_render(shoal, d, msgs, add_gen, extra=extra)
+                if want is None:
+                    result(label + " refused by both", rc == 1 and err.count("\n") == 1,
+                           "jinja2: %s; shoal rc=%d out=%r err=%r" % (jerr, rc, got, err))
+                else:
+                    result(label, rc == 0 and got == want,
+                           "rc=%d err=%r\n  shoal:  %r\n  jinja2: %r" % (rc, err, got, want))
 
 
 # Small templates for the features real templates use; each renders over the
