@@ -764,7 +764,7 @@ static int fp_slot(const struct shoal_weight_slot *s, void *user)
     if (t)
         fp_line(f->st, "dense %s %s %lld %lld %d %016" PRIx64 "\n", s->name,
                 shoal_dtype_name(t->w.dtype), (long long)s->rows, (long long)s->cols,
-                shoal_dtype_is_quant(t->w.dtype) ? t->w.group : 0, t->xxh64);
+                recorded_group(t->w.dtype, t->w.group), t->xxh64);
     return 0;
 }
 

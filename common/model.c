@@ -221,9 +221,10 @@ static int bind_fp8_scales(struct bind_st *b, const struct shoal_weight_slot *s,
     }
     w->scale = st->data;
     w->group = (int)B;
-    int rc = shoal_fp8_check(w, 1, s->hf_name, b->err);
+    struct shoal_err e = {0};
+    int rc = shoal_fp8_check(w, 1, s->hf_name, &e);
     shoal_safetensors_drop_pages(t);
-    return rc;
+    return rc ? shoal_err_set(b->err, rc, "'%s': %s", t->file, e.msg) : 0;
 }
 
 /* Bind one slot to its safetensors tensor, checking shape and dtype. */
