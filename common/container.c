@@ -66,11 +66,31 @@ static uint64_t get_u64(const unsigned char *p)
     return v;
 }
 
-/* Target dtype of a slot for the chosen conversion (shoal_target_dtype). */
+/* Target dtype of a slot for the chosen conversion (shoal_target_dtype).
+ * FP8 keeps the source's precision: an FP8 tensor as it is (codes and block
+ * scales), a dense tensor that is not FP8 in the source (DeepSeek's
+ * embeddings, norms, routers) at its own dtype (F16, which containers do
+ * not store, as F32: exact), since shoal never quantizes to FP8. */
 static enum shoal_dtype target_dtype(const struct shoal_weight_slot *s,
                                      const struct shoal_convert_params *p)
 {
-    return shoal_target_dtype(s->kind, s->cols, s->router, p->experts_dtype, p->dense_dtype);
+    enum shoal_dtype t =
+        shoal_target_dtype(s->kind, s->cols, s->router, p->experts_dtype, p->dense_dtype);
+    if (t == SHOAL_DTYPE_FP8 && s->kind == SHOAL_SLOT_DENSE && s->w->dtype != SHOAL_DTYPE_FP8)
+        t = s->w->dtype == SHOAL_DTYPE_BF16 ? SHOAL_DTYPE_BF16 : SHOAL_DTYPE_F32;
+    return t;
+}
+
+/* The group (FP8: block edge) a tensor of dtype t is written with. */
+static int target_group(enum shoal_dtype t, const struct shoal_convert_params *p)
+{
+    return t == SHOAL_DTYPE_FP8 ? SHOAL_FP8_BLOCK : p->group;
+}
+
+/* The group the manifest and the fingerprint record: 0 for float dtypes. */
+static int recorded_group(enum shoal_dtype t, int group)
+{
+    return shoal_dtype_is_quant(t) || t == SHOAL_DTYPE_FP8 ? group : 0;
 }
 
 static uint64_t target_bytes(const struct shoal_weight_slot *s, enum shoal_dtype t,
@@ -119,12 +139,28 @@ struct writer {
 };
 
 
-/* Convert rows [r0, r1) of a source weight into dst (target dtype). */
+/* Convert rows [r0, r1) of a source weight into dst (target dtype). An FP8
+ * source to another dtype is dequantized first, these rows only (f32 in
+ * *tmp, grown as needed and owned by the caller). */
 static int convert_rows(const struct shoal_weight *src, enum shoal_dtype t, int group,
                         int64_t r0, int64_t r1, unsigned char *dst,
-                        const char *name, struct shoal_err *err)
+                        const char *name, float **tmp, struct shoal_err *err)
 {
     const int64_t cols = src->cols;
+    if (src->dtype == SHOAL_DTYPE_FP8 && t != SHOAL_DTYPE_FP8) {
+        free(*tmp);
+        *tmp = shoal_xmalloc((size_t)(r1 - r0) * (size_t)cols * sizeof(float));
+        for (int64_t r = r0; r < r1; r++)
+            shoal_weight_row_to_f32(*tmp + (size_t)(r - r0) * (size_t)cols, src, r);
+        const struct shoal_weight f = {.dtype = SHOAL_DTYPE_F32, .data = *tmp,
+                                       .rows = r1 - r0, .cols = cols};
+        return convert_rows(&f, t, group, 0, r1 - r0, dst, name, tmp, err);
+    }
+    if (t == SHOAL_DTYPE_FP8 && src->dtype != SHOAL_DTYPE_FP8)
+        return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                             "tensor '%s': cannot convert %s to FP8 (FP8 keeps an FP8 "
+                             "source; shoal does not quantize to FP8)", name,
+                             shoal_dtype_name(src->dtype));
     if (shoal_dtype_is_quant(t)) {
         enum shoal_quant_type qt = t == SHOAL_DTYPE_INT8 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4;
         size_t bytes = shoal_quant_matrix_bytes(qt, r1 - r0, cols, group);
@@ -161,6 +197,20 @@ static int convert_rows(const struct shoal_weight *src, enum shoal_dtype t, int 
     return 0;
 }
 
+/* n bytes of a tensor at offset off: hashed, then written to fd (dense.bin)
+ * or into the expert blob being assembled (fd < 0). */
+static int put_bytes(struct writer *wr, XXH64_state_t *h, int fd, const char *path,
+                     uint64_t off, const void *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    XXH64_update(h, p, n);
+    if (fd >= 0)
+        return shoal_pwrite_all(fd, p, n, off, path, wr->err);
+    memcpy(wr->blob + off, p, n);
+    return 0;
+}
+
 /* Write a whole converted tensor at file offset off (in row chunks of at
  * most ~8 MiB), hashing the bytes. */
 static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
@@ -169,7 +219,7 @@ static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
 {
     const struct shoal_weight *src = s->w;
     struct shoal_weight tw = {.dtype = t, .rows = src->rows, .cols = src->cols,
-                              .group = wr->p->group};
+                              .group = target_group(t, wr->p)};
     size_t row_bytes = shoal_weight_row_bytes(&tw);
     int64_t rows_per = (int64_t)((8u << 20) / (row_bytes ? row_bytes : 1));
     if (rows_per < 1)
@@ -183,17 +233,25 @@ static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
     XXH64_state_t *h = XXH64_createState();
     XXH64_reset(h, 0);
     int rc = 0;
+    float *tmp = NULL;
     for (int64_t r0 = 0; r0 < src->rows && !rc; r0 += rows_per) {
         int64_t r1 = r0 + rows_per < src->rows ? r0 + rows_per : src->rows;
         size_t n = (size_t)(r1 - r0) * row_bytes;
-        rc = convert_rows(src, t, wr->p->group, r0, r1, wr->chunk, s->name, wr->err);
-        if (!rc) {
-            XXH64_update(h, wr->chunk, n);
-            if (fd >= 0)
-                rc = shoal_pwrite_all(fd, wr->chunk, n, off + (uint64_t)r0 * row_bytes, path, wr->err);
-            else
-                memcpy(wr->blob + off + (uint64_t)r0 * row_bytes, wr->chunk, n);
-        }
+        rc = convert_rows(src, t, tw.group, r0, r1, wr->chunk, s->name, &tmp, wr->err);
+        if (!rc)
+            rc = put_bytes(wr, h, fd, path, off + (uint64_t)r0 * row_bytes, wr->chunk, n);
+    }
+    free(tmp);
+    if (!rc && t == SHOAL_DTYPE_FP8) {
+        /* the codes' padding to 4 bytes, then the block scales as they are
+         * (docs/FORMAT.md "FP8 tensors") */
+        static const unsigned char zero[4];
+        const size_t codes = (size_t)src->rows * (size_t)src->cols;
+        const size_t so = shoal_fp8_scale_offset(src->rows, src->cols);
+        rc = put_bytes(wr, h, fd, path, off + codes, zero, so - codes);
+        if (!rc)
+            rc = put_bytes(wr, h, fd, path, off + so, src->scale,
+                           shoal_fp8_scale_bytes(src->rows, src->cols, tw.group));
     }
     *xxh = XXH64_digest(h);
     XXH64_freeState(h);
@@ -226,8 +284,14 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
     if (!s->w->data)
         return 0; /* optional and absent */
     enum shoal_dtype t = target_dtype(s, wr->p);
-    uint64_t bytes = target_bytes(s, t, wr->p->group);
+    const int group = target_group(t, wr->p);
+    uint64_t bytes = target_bytes(s, t, group);
     if (wr->pass == 0) {
+        if (t == SHOAL_DTYPE_FP8 && s->w->dtype != SHOAL_DTYPE_FP8)
+            return shoal_err_set(wr->err, SHOAL_EUNSUPPORTED,
+                                 "--experts fp8: expert tensor '%s' is %s in the source; "
+                                 "FP8 keeps FP8 source weights only (choose int4a8|int4|"
+                                 "int8|bf16|f32)", s->hf_name, shoal_dtype_name(s->w->dtype));
         wr->total += bytes;
         if (s->kind == SHOAL_SLOT_EXPERT && s->il == 0 && s->ie == 0) {
             /* lay out one blob from the first expert's shapes */
@@ -256,12 +320,11 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
         char hex[17];
         snprintf(hex, sizeof hex, "%016" PRIx64, xxh);
         json_object_set_new(o, "xxh64", json_string(hex));
-        if (shoal_dtype_is_quant(t))
-            json_object_set_new(o, "group", json_integer(wr->p->group));
+        if (recorded_group(t, group))
+            json_object_set_new(o, "group", json_integer(group));
         json_array_append_new(wr->tensors, o);
         fp_line(wr->fp, "dense %s %s %lld %lld %d %s\n", s->name, shoal_dtype_name(t),
-               (long long)s->rows, (long long)s->cols,
-               shoal_dtype_is_quant(t) ? wr->p->group : 0, hex);
+               (long long)s->rows, (long long)s->cols, recorded_group(t, group), hex);
         wr->dense_off = off + bytes;
     } else {
         if (s->il != wr->cur_layer) {
@@ -481,7 +544,9 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     struct shoal_model *m = (struct shoal_model *)src;
 
     wr.pass = 0;
-    shoal_model_walk(m, write_slot, &wr);
+    if ((rc = shoal_model_walk(m, write_slot, &wr)))
+        goto fail;
+    const int egroup = target_group(p->experts_dtype, p);
     wr.blob = shoal_xcalloc(1, wr.blob_bytes ? wr.blob_bytes : 1);
     wr.fd_dense = open(wr.dense_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     wr.fd_exp = open(wr.exp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -494,7 +559,7 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     wr.exp_off = SHOAL_CONTAINER_HEADER_BYTES;
     fp_line(wr.fp, "shoal-container %d %s experts %s %d %" PRIu64 "\n",
            SHOAL_CONTAINER_VERSION, src->cfg.family->model_type,
-           shoal_dtype_name(p->experts_dtype), p->group, wr.blob_bytes);
+           shoal_dtype_name(p->experts_dtype), egroup, wr.blob_bytes);
     wr.pass = 1;
     if ((rc = shoal_model_walk(m, write_slot, &wr)))
         goto fail;
@@ -562,7 +627,7 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
         "config", config, "files", files,
         "dense", "file", "dense.bin", "bytes", (json_int_t)dense_bytes, "tensors", wr.tensors,
         "experts", "file", "experts.bin", "bytes", (json_int_t)wr.exp_off,
-        "dtype", shoal_dtype_name(p->experts_dtype), "group", p->group,
+        "dtype", shoal_dtype_name(p->experts_dtype), "group", egroup,
         "blob_bytes", (json_int_t)wr.blob_bytes,
         "n_layer", (json_int_t)src->cfg.n_layer, "n_expert", (json_int_t)src->cfg.n_expert,
         "components", comps, "layers", wr.layers);
@@ -700,7 +765,7 @@ static int fp_slot(const struct shoal_weight_slot *s, void *user)
     if (t)
         fp_line(f->st, "dense %s %s %lld %lld %d %016" PRIx64 "\n", s->name,
                 shoal_dtype_name(t->w.dtype), (long long)s->rows, (long long)s->cols,
-                shoal_dtype_is_quant(t->w.dtype) ? t->w.group : 0, t->xxh64);
+                recorded_group(t->w.dtype, t->w.group), t->xxh64);
     return 0;
 }
 
@@ -983,6 +1048,10 @@ struct shoal_container *shoal_container_open(const char *dir,
                                                    ctt->n_dims != 2))
             FAIL("'%s': quantized tensor '%s' (%s) needs a 2-D shape and group 32, 64 or 128; "
                  "found %d-D, group %d", mp, name, dt, ctt->n_dims, ctt->w.group);
+        if (ctt->w.dtype == SHOAL_DTYPE_FP8 &&
+            (ctt->w.group != SHOAL_FP8_BLOCK || ctt->n_dims != 2))
+            FAIL("'%s': FP8 tensor '%s' needs a 2-D shape and group (block) %d; found %d-D, "
+                 "group %d", mp, name, SHOAL_FP8_BLOCK, ctt->n_dims, ctt->w.group);
         ctt->offset = (uint64_t)json_integer_value(off);
         ctt->bytes = (uint64_t)json_integer_value(bytes);
         if (ctt->bytes != shoal_weight_bytes(&ctt->w))
@@ -996,6 +1065,10 @@ struct shoal_container *shoal_container_open(const char *dir,
         if (parse_hex64(json_string_value(json_object_get(t, "xxh64")), &ctt->xxh64))
             FAIL("'%s': tensor '%s' needs a 16-hex-digit xxh64", mp, name);
         ctt->w.data = ct->dense_map ? (const char *)ct->dense_map + ctt->offset : NULL;
+        if (ctt->w.dtype == SHOAL_DTYPE_FP8 && ctt->w.data)
+            ctt->w.scale = (const float *)(const void *)((const char *)ctt->w.data +
+                                                         shoal_fp8_scale_offset(ctt->w.rows,
+                                                                                ctt->w.cols));
     }
 
     /* expert section */
@@ -1036,6 +1109,9 @@ struct shoal_container *shoal_container_open(const char *dir,
         if (shoal_dtype_is_quant(ct->experts_dtype) && !shoal_quant_group_ok(ct->experts_group))
             FAIL("'%s': experts have dtype %s and group %d; expected group 32, 64 or 128",
                  mp, edt, ct->experts_group);
+        if (ct->experts_dtype == SHOAL_DTYPE_FP8 && ct->experts_group != SHOAL_FP8_BLOCK)
+            FAIL("'%s': experts have dtype FP8 and group %d; expected block %d", mp,
+                 ct->experts_group, SHOAL_FP8_BLOCK);
         static const int64_t one = 1;
         int64_t E = cfg->n_embd, F = cfg->n_ff_exp;
         int64_t shapes[3][2] = {{F, E}, {F, E}, {E, F}};
@@ -1142,10 +1218,17 @@ static int bind_slot(const struct shoal_weight_slot *s, void *user)
                              "[%lld, %lld]", ct->manifest_path, s->name,
                              (long long)t->w.rows, (long long)t->w.cols, (long long)rows,
                              (long long)cols);
-    if (want_dims == 1 && shoal_dtype_is_quant(t->w.dtype))
+    if (want_dims == 1 && (shoal_dtype_is_quant(t->w.dtype) || t->w.dtype == SHOAL_DTYPE_FP8))
         return shoal_err_set(b->err, SHOAL_EFORMAT, "'%s': 1-D tensor '%s' cannot be %s",
                              ct->manifest_path, s->name, shoal_dtype_name(t->w.dtype));
     *s->w = t->w;
+    /* FP8: scales and codes checked once here (dense tensors stay resident;
+     * experts are checked by the store as they are read) */
+    if (t->w.dtype == SHOAL_DTYPE_FP8) {
+        struct shoal_err e = {0};
+        if (shoal_fp8_check(&t->w, 1, s->name, &e))
+            return shoal_err_set(b->err, e.code, "'%s': %s", ct->dense_path, e.msg);
+    }
     return 0;
 }
 
@@ -1173,6 +1256,10 @@ void shoal_container_expert_views(const struct shoal_container *ct,
         *w[c] = (struct shoal_weight){.dtype = k->dtype, .rows = k->rows, .cols = k->cols,
                                       .group = k->group,
                                       .data = (const char *)blob + k->offset};
+        if (k->dtype == SHOAL_DTYPE_FP8)   /* the scales follow the codes */
+            w[c]->scale = (const float *)(const void *)((const char *)blob + k->offset +
+                                                        shoal_fp8_scale_offset(k->rows,
+                                                                               k->cols));
     }
 }
 

@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "hot_set.h"
+#include "quant.h"
 #include "log.h"
 #include "placement.h"
 #include "util.h"
@@ -320,6 +321,20 @@ static void on_read(struct shoal_io_req *req)
             snprintf(msg, sizeof msg, "checksum mismatch: '%s' layer %lld expert %lld at "
                      "offset %" PRIu64 ": xxh64 %016" PRIx64 ", manifest %016" PRIx64,
                      s->src[si].path, (long long)e->il, (long long)e->ie, off, h, want);
+        } else if (ct->experts_dtype == SHOAL_DTYPE_FP8) {
+            /* the bytes are the file's; a file whose writer let a NaN code
+             * through (not shoal convert, which refuses them) is refused at
+             * the first read of the expert */
+            struct shoal_expert_weights v;
+            shoal_container_expert_views(ct, e->blob, &v);
+            const struct shoal_weight *w[3] = {&v.w_gate, &v.w_up, &v.w_down};
+            struct shoal_err fe = {0};
+            for (int c = 0; c < 3 && !code; c++)
+                code = shoal_fp8_check(w[c], 1, c == 0 ? "w_gate" : c == 1 ? "w_up" : "w_down",
+                                       &fe);
+            if (code)
+                snprintf(msg, sizeof msg, "'%.200s' layer %lld expert %lld: %.250s",
+                         s->src[si].path, (long long)e->il, (long long)e->ie, fe.msg);
         }
     } else {
         code = req->result < 0 ? (int)req->result : SHOAL_EIO;

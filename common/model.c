@@ -7,6 +7,7 @@
 
 #include "container.h"
 #include "expert_store.h"
+#include "quant.h"
 #include "util.h"
 
 /* ---- the walker: one description of every weight ---------------------- */
@@ -202,8 +203,55 @@ static void fmt_shape(char *buf, size_t cap, const int64_t *shape, int n)
 
 struct bind_st {
     struct shoal_safetensors *st;
+    const struct shoal_model_config *cfg;
     struct shoal_err *err;
 };
+
+/* Bind an F8_E4M3 weight's block scales (the tensor named hf_name +
+ * "_scale_inv", F32 [ceil(rows/128)][ceil(cols/128)]), then check the
+ * scales and every code (a NaN code is a load error naming the tensor).
+ * The codes are read once here, a sequential pass over the FP8 tensors
+ * at load; their pages are dropped afterwards so the check does not pin
+ * a checkpoint larger than RAM (docs/QUANTIZATION.md "FP8"). */
+static int bind_fp8_scales(struct bind_st *b, const struct shoal_weight_slot *s,
+                           struct shoal_st_tensor *t, struct shoal_weight *w)
+{
+    if (!s->cols)
+        return shoal_err_set(b->err, SHOAL_EUNSUPPORTED,
+                             "tensor '%s' in '%s' is F8_E4M3 but 1-D; expected F32, F16 "
+                             "or BF16 (FP8 is read for 2-D weights only)", s->hf_name, t->file);
+    if (!b->cfg->fp8_block)
+        return shoal_err_set(b->err, SHOAL_EFORMAT,
+                             "tensor '%s' in '%s' is F8_E4M3 but config.json has no "
+                             "quantization_config; expected {\"quant_method\": \"fp8\", "
+                             "\"weight_block_size\": [%d, %d]}", s->hf_name, t->file,
+                             SHOAL_FP8_BLOCK, SHOAL_FP8_BLOCK);
+    const int64_t B = b->cfg->fp8_block;
+    const int64_t want[2] = {(s->rows + B - 1) / B, (s->cols + B - 1) / B};
+    char sn[320], a[96], g[96];
+    snprintf(sn, sizeof sn, "%s_scale_inv", s->hf_name);
+    fmt_shape(a, sizeof a, want, 2);
+    struct shoal_st_tensor *st = shoal_safetensors_find(b->st, sn);
+    if (!st)
+        return shoal_err_set(b->err, SHOAL_ENOTFOUND,
+                             "FP8 tensor '%s' in '%s' has no scale tensor '%s'; expected "
+                             "F32 %s", s->hf_name, t->file, sn, a);
+    st->used = 1;
+    if (!st->dtype_ok || st->dtype != SHOAL_DTYPE_F32 || st->n_dims != 2 ||
+        st->shape[0] != want[0] || st->shape[1] != want[1]) {
+        fmt_shape(g, sizeof g, st->shape, st->n_dims);
+        return shoal_err_set(b->err, SHOAL_ESHAPE,
+                             "scale tensor '%s' in '%s' is %s %s; expected F32 %s (one "
+                             "per %lldx%lld block of '%s')", sn, st->file, st->dtype_name,
+                             g, a, (long long)B, (long long)B, s->hf_name);
+    }
+    w->scale = st->data;
+    w->group = (int)B;
+    struct shoal_err e = {0};
+    int rc = shoal_fp8_check(w, 1, s->hf_name, &e);
+    shoal_safetensors_drop_pages(t);
+    return rc ? shoal_err_set(b->err, rc, "'%s': %s", t->file, e.msg) : 0;
+}
 
 /* Bind one slot to its safetensors tensor, checking shape and dtype. */
 static int bind_from_st(const struct shoal_weight_slot *s, void *user)
@@ -232,12 +280,15 @@ static int bind_from_st(const struct shoal_weight_slot *s, void *user)
     }
     if (!t->dtype_ok)
         return shoal_err_set(b->err, SHOAL_EUNSUPPORTED,
-                             "tensor '%s' in '%s' has dtype %s; supported: F32, F16, BF16",
+                             "tensor '%s' in '%s' has dtype %s; supported: F32, F16, BF16, "
+                             "F8_E4M3 (with block scales)",
                              s->hf_name, t->file, t->dtype_name);
     w->dtype = t->dtype;
     w->data = t->data;
     w->rows = s->cols ? s->rows : 1;
     w->cols = s->cols ? s->cols : s->rows;
+    if (t->dtype == SHOAL_DTYPE_FP8)
+        return bind_fp8_scales(b, s, t, w);
     return 0;
 }
 
@@ -289,7 +340,7 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
     if (!m->st)
         goto fail;
     shoal_model_alloc_layers(m);
-    struct bind_st b = {.st = m->st, .err = err};
+    struct bind_st b = {.st = m->st, .cfg = &m->cfg, .err = err};
     if (shoal_model_walk(m, bind_from_st, &b))
         goto fail;
     if (m->cfg.tie_embeddings)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "quant_config.h"
 #include "util.h"
 
 /* Family descriptors. Sources: transformers/models/<family>/
@@ -877,6 +878,7 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
                            what, json_is_string(act) ? json_string_value(act) : "?");
         goto done;
     }
+    rc = shoal_quant_config_parse(root, what, cfg, err);
 #undef INT
 done:
     json_decref(root);

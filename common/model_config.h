@@ -153,6 +153,10 @@ struct shoal_model_config {
     int64_t bos_id, eos_id;   /* -1 when absent; eos may be the first of a list */
     int64_t eos_ids[8];
     int n_eos;
+    /* quantization_config {"quant_method": "fp8", "fmt": "e4m3",
+     * "weight_block_size": [128, 128]}: the FP8 block edge (128); 0 when
+     * config.json has none (shoal_quant_config_parse) */
+    int fp8_block;
 };
 
 /* Parse a config.json file (path borrowed) into *cfg.

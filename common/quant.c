@@ -312,6 +312,7 @@ const struct shoal_quant_ops shoal_quant_ops_scalar = {
     .linear_rows = linear_rows_scalar,
     .linear_rows_a8 = shoal_quant_a8_rows_scalar,
     .act_quantize = shoal_quant_act_quantize_base,
+    .fp8_rows = shoal_fp8_rows_scalar,
 };
 
 /* ---- selection --------------------------------------------------------- */

@@ -85,6 +85,33 @@
  * and f32 conversion of every nibble bound its speed, and it is what
  * `shoal convert --experts int4a8` asks for: the precision is the file's.
  *
+ * ## FP8 (the FP8 dtype: E4M3 codes with 128 x 128 block scales)
+ *
+ * DeepSeek-V3/R1 and Kimi-K2 ship their linear weights as safetensors
+ * F8_E4M3 (OCP E4M3FN: 1 sign, 4 exponent bits of bias 7, 3 mantissa bits,
+ * no infinities; S.1111.111, codes 0x7f and 0xff, is NaN; max 448;
+ * subnormals m * 2^-9) plus an f32 `weight_scale_inv` per 128 x 128 block.
+ * The weight is code value * scale[r / 128][c / 128]: DeepSeek-V3's
+ * inference/kernel.py weight_dequant_kernel multiplies by it (`y = x * s`)
+ * despite the name. shoal keeps the codes and scales as they are
+ * (struct shoal_weight: data = codes [rows][cols], scale = the blocks,
+ * group = 128); decoding a code is exact (shoal_fp8_e4m3_table).
+ *
+ * Canonical dot product of x[n] with row r (every ops table, bit for bit):
+ *
+ *   acc = 0.0f
+ *   for each column block b in order (elements i0 .. i0+len-1, len <= 128,
+ *   only the last block partial):
+ *       s[0..7] = +0.0f
+ *       for k = 0 .. len-1:  s[k % 8] = s[k % 8] + x[i0+k] * e4m3(q[i0+k])
+ *       bsum = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
+ *       acc  = acc + scale[r / 128][b] * bsum
+ *
+ * which is the INT8 order above with the code's exact f32 value for
+ * (float)q and the block's scale for d[g] (shoal_dot_f32's order per block).
+ * NaN codes are refused when a weight is loaded (shoal_fp8_check), so the
+ * kernels never see one.
+ *
  * Thread: every function may be called from any thread, except
  * shoal_quant_init (main thread, at start-up, before any parallel region)
  * and shoal_quant_linear (opens its own OpenMP region; call it from outside
@@ -262,6 +289,48 @@ void shoal_quant_linear_a8_many_part(float *const *y, const float *x, int64_t n_
 int shoal_quant_linear_a8(float *y, const float *x, int64_t n_tok,
                           const struct shoal_quant_weight *w);
 
+/* ---- FP8 (E4M3 codes, 128 x 128 block scales) ---------------------------- */
+
+/* Exact f32 value of every E4M3FN code (NaN for 0x7f and 0xff; 0x80 is
+ * -0.0f). */
+extern const float shoal_fp8_e4m3_table[256];
+
+static inline float shoal_fp8_e4m3_to_f32(uint8_t code)
+{
+    return shoal_fp8_e4m3_table[code];
+}
+
+/* Index of the first NaN code (0x7f or 0xff) among n bytes, or -1.
+ * Thread: any. */
+int64_t shoal_fp8_find_nan(const uint8_t *codes, size_t n);
+
+/* Check an FP8 weight before use: group == SHOAL_FP8_BLOCK, data and scale
+ * set, every block scale finite, and (when check_codes) no NaN code, which
+ * reads all rows * cols bytes.
+ *   name   the tensor's name for the message (borrowed)
+ * Returns 0 or SHOAL_EFORMAT / SHOAL_EINVAL with err naming the tensor and
+ * the first bad (row, col) or block. Allocates nothing, opens no
+ * parallel region (the store calls it on its io threads). Thread: any. */
+int shoal_fp8_check(const struct shoal_weight *w, int check_codes, const char *name,
+                    struct shoal_err *err);
+
+/* Row r of an FP8 weight as f32: dst[c] = e4m3(q[r][c]) * scale[r/B][c/B]
+ * (one f32 multiply per element). dst [w->cols], written. Thread: any. */
+void shoal_fp8_dequantize_row(float *dst, const struct shoal_weight *w, int64_t r);
+
+/* Canonical FP8 dot product of x[w->cols] with row r of w (the order above,
+ * straight from its definition; tests compare every table with it).
+ * Thread: any. */
+float shoal_fp8_dot_ref(const float *x, const struct shoal_weight *w, int64_t r);
+
+/* y = x . W^T for an FP8 weight, thread ith of nth's share of the rows
+ * (shoal_quant_linear_part's split), with the active table. Same bits at
+ * any thread count, batch size and ISA.
+ *   y [n_tok][w->rows] f32, written; x [n_tok][w->cols] f32, borrowed
+ * Allocates nothing. Thread: compute. */
+void shoal_fp8_linear_part(float *y, const float *x, int64_t n_tok,
+                           const struct shoal_weight *w, int ith, int nth);
+
 /* ---- kernel selection ---------------------------------------------------- */
 
 enum shoal_quant_isa {
@@ -332,7 +401,21 @@ struct shoal_quant_ops {
                            int64_t r0, int64_t r1);
     /* shoal_quant_act_quantize (one of the quant_act.c builds) */
     void (*act_quantize)(struct shoal_quant_act *a, const float *x, int64_t n_tok);
+    /* FP8: y[t][r] for every token t < n_tok and rows r0 <= r < r1 of the
+     * FP8 weight w (the FP8 canonical order) */
+    void (*fp8_rows)(float *y, const float *x, int64_t n_tok, const struct shoal_weight *w,
+                     int64_t r0, int64_t r1);
 };
+
+/* The FP8 rows of the scalar table (quant_fp8.c), the AVX2 table
+ * (quant_avx2.c; the AVX-512 tables use it too) and the NEON one
+ * (quant_neon.c; the DotProd and I8MM tables too). */
+void shoal_fp8_rows_scalar(float *y, const float *x, int64_t n_tok,
+                           const struct shoal_weight *w, int64_t r0, int64_t r1);
+void shoal_fp8_rows_avx2(float *y, const float *x, int64_t n_tok,
+                         const struct shoal_weight *w, int64_t r0, int64_t r1);
+void shoal_fp8_rows_neon(float *y, const float *x, int64_t n_tok,
+                         const struct shoal_weight *w, int64_t r0, int64_t r1);
 
 /* shoal_quant_act_quantize and its per-group rule (returns the group's sum
  * of q), built at the baseline ISA and with AVX2 (quant_act.c): the same

@@ -710,4 +710,55 @@ const struct shoal_quant_ops shoal_quant_ops_avx2 = {
     .linear_rows = linear_rows_avx2,
     .linear_rows_a8 = rows_a8_avx2,
     .act_quantize = shoal_quant_act_quantize_avx2,
+    .fp8_rows = shoal_fp8_rows_avx2,
 };
+
+/* ---- FP8 (quant.h "FP8") --------------------------------------------------- */
+
+/* 8 E4M3 codes -> 8 f32, exactly the table's values (NaN codes excepted;
+ * the loader refuses them). A normal code's 7 magnitude bits shifted to
+ * f32's exponent/mantissa position with the exponent rebiased (+120) are
+ * its value; a subnormal (exponent 0) is m * 2^-9 = (2^-6 + m * 2^-9) -
+ * 2^-6, whose subtraction is exact (Sterbenz) */
+static inline __m256 e4m3x8(const uint8_t *p)
+{
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+    const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20),
+                                            _mm256_set1_epi32(120 << 23));
+    const __m256i sub_bits = _mm256_or_si256(
+        _mm256_slli_epi32(_mm256_and_si256(mag, _mm256_set1_epi32(7)), 20),
+        _mm256_set1_epi32(121 << 23));
+    const __m256 sub = _mm256_sub_ps(_mm256_castsi256_ps(sub_bits), _mm256_set1_ps(0x1p-6f));
+    const __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag);
+    const __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub,
+                                      _mm256_castsi256_ps(is_sub));
+    return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+}
+
+static void fp8_decode(float *dst, const uint8_t *q, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, e4m3x8(q + i));
+    for (; i < n; i++)
+        dst[i] = shoal_fp8_e4m3_table[q[i]];
+}
+
+/* shoal_dot_f32's order: lane k % 8, the tail on the stored lanes */
+static float fp8_block_dot(const float *x, const float *w, int64_t len)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8)
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i)));
+    float s[8];
+    _mm256_storeu_ps(s, acc);
+    for (int j = 0; i + j < len; j++)
+        s[j] += x[i + j] * w[i + j];
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+#define FP8_ROWS_NAME shoal_fp8_rows_avx2
+#include "quant_fp8_impl.h"

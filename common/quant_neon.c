@@ -460,4 +460,56 @@ const struct shoal_quant_ops shoal_quant_ops_neon = {
     .linear_rows = shoal_quant_neon_linear_rows,
     .linear_rows_a8 = rows_a8_neon,
     .act_quantize = shoal_quant_act_quantize_base,
+    .fp8_rows = shoal_fp8_rows_neon,
 };
+
+/* ---- FP8 (quant.h "FP8") --------------------------------------------------- */
+
+/* 4 E4M3 codes (widened to u32) -> 4 f32, exactly the table's values (NaN
+ * codes excepted: the loader refuses them); the rule of quant_avx2.c's
+ * e4m3x8: normal codes rebiased in place, subnormals (2^-6 + m 2^-9) - 2^-6 */
+static inline float32x4_t e4m3x4(uint32x4_t c)
+{
+    const uint32x4_t mag = vandq_u32(c, vdupq_n_u32(0x7f));
+    const uint32x4_t sign = vshlq_n_u32(vandq_u32(c, vdupq_n_u32(0x80)), 24);
+    const uint32x4_t normal = vaddq_u32(vshlq_n_u32(mag, 20), vdupq_n_u32(120u << 23));
+    const uint32x4_t sub_bits = vorrq_u32(vshlq_n_u32(vandq_u32(mag, vdupq_n_u32(7)), 20),
+                                          vdupq_n_u32(121u << 23));
+    const float32x4_t sub = vsubq_f32(vreinterpretq_f32_u32(sub_bits), vdupq_n_f32(0x1p-6f));
+    const uint32x4_t is_sub = vcltq_u32(mag, vdupq_n_u32(8));
+    const uint32x4_t v = vbslq_u32(is_sub, vreinterpretq_u32_f32(sub), normal);
+    return vreinterpretq_f32_u32(vorrq_u32(v, sign));
+}
+
+static void fp8_decode(float *dst, const uint8_t *q, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const uint16x8_t h = vmovl_u8(vld1_u8(q + i));
+        vst1q_f32(dst + i, e4m3x4(vmovl_u16(vget_low_u16(h))));
+        vst1q_f32(dst + i + 4, e4m3x4(vmovl_u16(vget_high_u16(h))));
+    }
+    for (; i < n; i++)
+        dst[i] = shoal_fp8_e4m3_table[q[i]];
+}
+
+/* shoal_dot_f32's order: lanes 0-3 in a, 4-7 in b, the tail on the stored
+ * lanes; separate multiply and add (no FMA) */
+static float fp8_block_dot(const float *x, const float *w, int64_t len)
+{
+    float32x4_t a = vdupq_n_f32(0.0f), b = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        a = vaddq_f32(a, vmulq_f32(vld1q_f32(x + i), vld1q_f32(w + i)));
+        b = vaddq_f32(b, vmulq_f32(vld1q_f32(x + i + 4), vld1q_f32(w + i + 4)));
+    }
+    float s[8];
+    vst1q_f32(s, a);
+    vst1q_f32(s + 4, b);
+    for (int j = 0; i + j < len; j++)
+        s[j] += x[i + j] * w[i + j];
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+#define FP8_ROWS_NAME shoal_fp8_rows_neon
+#include "quant_fp8_impl.h"

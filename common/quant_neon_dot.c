@@ -219,4 +219,5 @@ const struct shoal_quant_ops shoal_quant_ops_neon_dotprod = {
     .linear_rows = shoal_quant_neon_linear_rows,
     .linear_rows_a8 = rows_a8,
     .act_quantize = shoal_quant_act_quantize_base,
+    .fp8_rows = shoal_fp8_rows_neon,
 };

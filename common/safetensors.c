@@ -102,7 +102,7 @@ static int parse_dtype(const char *s, enum shoal_dtype *t, size_t *elsize)
         {"I64", 0, 0, 8},  {"I32", 0, 0, 4}, {"I16", 0, 0, 2},
         {"I8", 0, 0, 1},   {"U8", 0, 0, 1},  {"BOOL", 0, 0, 1},
         {"U16", 0, 0, 2},  {"U32", 0, 0, 4}, {"U64", 0, 0, 8},
-        {"F8_E4M3", 0, 0, 1}, {"F8_E5M2", 0, 0, 1},
+        {"F8_E4M3", 1, SHOAL_DTYPE_FP8, 1}, {"F8_E5M2", 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (!strcmp(s, table[i].name)) {

@@ -24,7 +24,8 @@
 struct shoal_st_tensor {
     char *name;                    /* owned by the set */
     char dtype_name[16];           /* as written in the file ("BF16", "I64", ...) */
-    int dtype_ok;                  /* 1 if dtype is F32/F16/BF16 */
+    int dtype_ok;                  /* 1 if dtype is F32/F16/BF16 or F8_E4M3
+                                      (FP8, bound with its block scales) */
     enum shoal_dtype dtype;        /* valid when dtype_ok */
     int n_dims;
     int64_t shape[SHOAL_MAX_DIMS]; /* outermost first */

@@ -14,6 +14,7 @@ const char *shoal_dtype_name(enum shoal_dtype t)
     case SHOAL_DTYPE_INT8: return "INT8";
     case SHOAL_DTYPE_INT4: return "INT4";
     case SHOAL_DTYPE_INT4A8: return "INT4A8";
+    case SHOAL_DTYPE_FP8: return "FP8";
     default: return "?";
     }
 }
@@ -46,6 +47,8 @@ void shoal_weight_row_to_f32(float *dst, const struct shoal_weight *w, int64_t r
     const void *row = shoal_weight_row(w, r);
     if (shoal_dtype_is_quant(w->dtype))
         shoal_quant_dequantize_row(qtype(w->dtype), w->group, dst, row, w->cols);
+    else if (w->dtype == SHOAL_DTYPE_FP8)
+        shoal_fp8_dequantize_row(dst, w, r);
     else
         shoal_to_f32(dst, row, w->dtype, (size_t)w->cols);
 }

@@ -20,6 +20,8 @@ enum shoal_dtype {
     SHOAL_DTYPE_INT4 = 4,   /* grouped int4, layout in quant.h (2-D only) */
     SHOAL_DTYPE_INT4A8 = 5, /* INT4's bytes, computed against int8
                                activations (quant.h "Int8 activations") */
+    SHOAL_DTYPE_FP8 = 6,    /* OCP E4M3FN bytes with one f32 scale per
+                               128 x 128 block (quant.h "FP8"; 2-D only) */
     SHOAL_DTYPE_COUNT
 };
 
@@ -28,14 +30,15 @@ static inline int shoal_dtype_is_quant(enum shoal_dtype t)
     return t == SHOAL_DTYPE_INT8 || t == SHOAL_DTYPE_INT4 || t == SHOAL_DTYPE_INT4A8;
 }
 
-/* Bytes per element of a float dtype (quantized types: see quant.h). */
+/* Bytes per element of a float dtype, 1 for FP8's codes (its block scales
+ * come on top; quantized types: see quant.h). */
 static inline size_t shoal_dtype_size(enum shoal_dtype t)
 {
-    return t == SHOAL_DTYPE_F32 ? 4 : 2;
+    return t == SHOAL_DTYPE_F32 ? 4 : t == SHOAL_DTYPE_FP8 ? 1 : 2;
 }
 
 /* Name: "F32", "F16", "BF16" (as safetensors spells them), "INT8", "INT4",
- * "INT4A8".
+ * "INT4A8", "FP8".
  * Static string. */
 const char *shoal_dtype_name(enum shoal_dtype t);
 
@@ -50,8 +53,30 @@ struct shoal_weight {
     const void *data;   /* borrowed, rows*cols elements */
     int64_t rows;       /* outer dimension (output features) */
     int64_t cols;       /* inner dimension (input features) */
-    int group;          /* quantized dtypes: elements per scale group */
+    int group;          /* quantized dtypes: elements per scale group;
+                           FP8: the block edge B (128), rows and columns */
+    const float *scale; /* FP8 only: borrowed block scales
+                           [ceil(rows/B)][ceil(cols/B)] f32; element (r, c)
+                           is code value * scale[r/B][c/B]. NULL otherwise */
 };
+
+/* The FP8 block edge shoal reads and writes (quantization_config
+ * weight_block_size [128, 128], as DeepSeek-V3/R1 and Kimi-K2 ship). */
+#define SHOAL_FP8_BLOCK 128
+
+/* FP8 block scales: where they start in a container's FP8 tensor (after the
+ * rows * cols codes, padded to 4 bytes) and how many bytes they take.
+ * docs/FORMAT.md "FP8 tensors". Thread: any. */
+static inline size_t shoal_fp8_scale_offset(int64_t rows, int64_t cols)
+{
+    return ((size_t)rows * (size_t)cols + 3) & ~(size_t)3;
+}
+static inline size_t shoal_fp8_scale_bytes(int64_t rows, int64_t cols, int block)
+{
+    if (block < 1)
+        return 0;
+    return 4 * (size_t)((rows + block - 1) / block) * (size_t)((cols + block - 1) / block);
+}
 
 static inline float shoal_bf16_to_f32(uint16_t h)
 {
@@ -87,9 +112,13 @@ void shoal_to_f32(float *dst, const void *src, enum shoal_dtype t, size_t n);
 /* Bytes of one row of w (quantized rows include their scales). */
 size_t shoal_weight_row_bytes(const struct shoal_weight *w);
 
-/* Bytes of the whole weight. */
+/* Bytes of the whole weight (FP8: codes, padding and block scales, as a
+ * container stores them). */
 static inline size_t shoal_weight_bytes(const struct shoal_weight *w)
 {
+    if (w->dtype == SHOAL_DTYPE_FP8)
+        return shoal_fp8_scale_offset(w->rows, w->cols) +
+               shoal_fp8_scale_bytes(w->rows, w->cols, w->group);
     return (size_t)w->rows * shoal_weight_row_bytes(w);
 }
 
@@ -100,7 +129,8 @@ static inline const void *shoal_weight_row(const struct shoal_weight *w,
     return (const char *)w->data + (size_t)r * shoal_weight_row_bytes(w);
 }
 
-/* Row r of w converted to f32 (dequantized for quantized dtypes).
+/* Row r of w converted to f32 (dequantized for quantized dtypes and FP8,
+ * whose w->scale must be set).
  *   dst [w->cols] f32, written. Thread: any. */
 void shoal_weight_row_to_f32(float *dst, const struct shoal_weight *w, int64_t r);
 

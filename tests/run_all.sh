@@ -43,7 +43,8 @@ unit() { meson test -C "$1" --suite unit --print-errorlogs --num-processes 1; }
 
 reference() { # build dir
     "$PY" tests/reference/test_reference.py --shoal "$1/coordinator/shoal" &&
-    "$PY" tests/reference/test_bad_input.py --shoal "$1/coordinator/shoal"
+    "$PY" tests/reference/test_bad_input.py --shoal "$1/coordinator/shoal" &&
+    "$PY" tests/reference/test_fp8.py --shoal "$1/coordinator/shoal"
 }
 
 step "numpy reference self-test"  "$PY" tests/reference/selftest_ref.py

@@ -37,26 +37,39 @@ static void show_progress(uint64_t done, uint64_t total, void *user)
         fprintf(stderr, "\n");
 }
 
+/* 1 if the first routed expert of the first MoE layer is FP8 in the source
+ * (a checkpoint's experts share one dtype; the writer checks each). */
+static int source_experts_fp8(const struct shoal_model *m)
+{
+    for (int64_t il = 0; il < m->cfg.n_layer; il++)
+        if (m->layers[il].experts)
+            return m->layers[il].experts[0].w_gate.dtype == SHOAL_DTYPE_FP8;
+    return 0;
+}
+
 int shoal_cmd_convert(int argc, char **argv)
 {
     struct shoal_convert_params p = shoal_convert_params_default();
+    int set_experts = 0, set_dense = 0;
     const char *src = NULL, *dst = NULL;
     char **words = shoal_xcalloc((size_t)argc, sizeof *words);
     int n_words = 0, rc = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: shoal convert [--model] SRC [--out] DST [--experts int4a8|int4|int8|bf16|f32]\n"
-                   "                     [--dense int4a8|int4|int8|bf16|f32] [--group 32|64|128]\n"
+            printf("usage: shoal convert [--model] SRC [--out] DST [--experts int4a8|int4|int8|fp8|bf16|f32]\n"
+                   "                     [--dense int4a8|int4|int8|fp8|bf16|f32] [--group 32|64|128]\n"
                    "                     [--kv f32|f16|bf16] [--force]\n\n"
                    "Converts a Hugging Face checkpoint directory SRC (config.json, *.safetensors,\n"
                    "tokenizer.json) into a shoal container DST (docs/FORMAT.md).\n\n"
                    "  --model SRC, SRC     the Hugging Face checkpoint directory\n"
                    "  --out DST, DST       the container directory to write\n"
-                   "  --experts T          routed experts' dtype (default bf16)\n"
-                   "  --dense T            dense tensors' dtype (default bf16); with int4/int4a8 the\n"
-                   "                       routers stay int8, 1-D tensors f32 (int4a8 runs the\n"
-                   "                       trunk's linears against int8 activations)\n"
+                   "  --experts T          routed experts' dtype (default bf16; fp8 when SRC is an\n"
+                   "                       FP8 checkpoint, which keeps its E4M3 codes and block scales)\n"
+                   "  --dense T            dense tensors' dtype (default as --experts); with int4/int4a8\n"
+                   "                       the routers stay int8, 1-D tensors f32 (int4a8 runs the\n"
+                   "                       trunk's linears against int8 activations); with fp8 the\n"
+                   "                       tensors that are not FP8 in SRC keep their dtype\n"
                    "  --group G            quantization group of int8/int4 (default 64)\n"
                    "  --kv T               the KV cache dtype runs of DST use unless they pass\n"
                    "                       --kv (default f32; f16/bf16 halve its bytes)\n"
@@ -84,6 +97,8 @@ int shoal_cmd_convert(int argc, char **argv)
                 goto out;
             if (!strcmp(a, "--dense") && shoal_cli_parse_dtype(a, v, &p.dense_dtype))
                 goto out;
+            set_experts |= !strcmp(a, "--experts");
+            set_dense |= !strcmp(a, "--dense");
             if (!strcmp(a, "--group") && shoal_cli_parse_group(a, v, &p.group))
                 goto out;
             if (!strcmp(a, "--kv") && shoal_cli_parse_kv(a, v, &p.kv_dtype))
@@ -116,6 +131,14 @@ int shoal_cmd_convert(int argc, char **argv)
                         "Hugging Face checkpoint", src);
         shoal_model_free(m);
         goto out;
+    }
+    /* an FP8 checkpoint keeps its precision unless told otherwise (contract
+     * 2): FP8 by default where it is FP8 */
+    if (m->cfg.fp8_block) {
+        if (!set_experts && source_experts_fp8(m))
+            p.experts_dtype = SHOAL_DTYPE_FP8;
+        if (!set_dense)
+            p.dense_dtype = SHOAL_DTYPE_FP8;
     }
     struct progress pr = {.t0 = shoal_time_s(), .tty = isatty(2), .what = "convert"};
     p.progress = show_progress;

@@ -128,14 +128,16 @@ def tokenizer_json(vocab, merges, eos_id):
 # ------------------------------------------------------------------ safetensors
 
 def st_bytes(tensors):
-    """tensors: list of (name, f32 ndarray) -> bytes of a safetensors file."""
+    """tensors: list of (name, ndarray) -> bytes of a safetensors file; a uint8
+    array is written as F8_E4M3 codes, anything else as F32."""
     header = {"__metadata__": {"format": "pt"}}
     off = 0
     blobs = []
     for name, a in tensors:
-        a = np.ascontiguousarray(a, dtype="<f4")
+        dt = "F8_E4M3" if a.dtype == np.uint8 else "F32"
+        a = np.ascontiguousarray(a, dtype=np.uint8 if dt == "F8_E4M3" else "<f4")
         b = a.tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
         off += len(b)
         blobs.append(b)
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -272,6 +274,60 @@ SPECS = {
                          "routed_scaling_factor": 2.5},
                         8500, 1),
 }
+
+
+# FP8 checkpoints (DeepSeek-V3's layout): every linear weight but the
+# embeddings, lm_head and routers stored as F8_E4M3 codes with an F32
+# `<name>_scale_inv` per 128 x 128 block (make_fp8). Shapes are chosen so
+# that partial blocks appear in both dimensions (hidden 200, expert FFN 136).
+FP8_BLOCK = 128
+FP8_QUANT_CONFIG = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                    "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+SPECS["qwen3_moe_fp8"] = ("Qwen3-30B-A3B.json",
+                          dict(hidden_size=200, num_attention_heads=4, num_key_value_heads=2,
+                               head_dim=32, intermediate_size=96, moe_intermediate_size=136,
+                               num_experts=8, num_experts_per_tok=2, max_window_layers=3),
+                          {"quantization_config": FP8_QUANT_CONFIG}, 8000, 1)
+FP8_SPECS = {"qwen3_moe_fp8"}
+
+
+def e4m3_encode(x):
+    """f64/f32 array -> E4M3FN codes (uint8), round to nearest, ties to the even
+    code, saturating at 448 (|x| is at most 448 here by construction)."""
+    mags = R.e4m3_decode(np.arange(0x7f, dtype=np.uint8))   # codes 0x00..0x7e, increasing
+    a = np.minimum(np.abs(np.asarray(x, np.float64)), 448.0)
+    hi = np.clip(np.searchsorted(mags, a, side="left"), 0, 0x7e)
+    lo = np.maximum(hi - 1, 0)
+    dlo, dhi = a - mags[lo], mags[hi] - a
+    pick = np.where(dlo < dhi, lo, np.where(dhi < dlo, hi, np.where(lo % 2 == 0, lo, hi)))
+    return (pick | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
+
+
+def make_fp8(tensors):
+    """Quantize the linear weights as DeepSeek-V3 ships them: per 128 x 128 block
+    scale = amax / 448 (its weight/act quantization rule), codes = E4M3(w / scale);
+    the dequantized weight is code * scale (weight_dequant in DeepSeek-V3's
+    inference/kernel.py). Embeddings, lm_head, routers, norms and biases stay F32."""
+    out = []
+    B = FP8_BLOCK
+    for name, a in tensors:
+        if (a.ndim != 2 or name in ("model.embed_tokens.weight", "lm_head.weight")
+                or name.endswith("mlp.gate.weight") or name.endswith("block_sparse_moe.gate.weight")):
+            out.append((name, a))
+            continue
+        r, c = a.shape
+        nbr, nbc = -(-r // B), -(-c // B)
+        scale = np.zeros((nbr, nbc), np.float32)
+        codes = np.zeros((r, c), np.uint8)
+        for i in range(nbr):
+            for j in range(nbc):
+                blk = a[i * B:(i + 1) * B, j * B:(j + 1) * B].astype(np.float32)
+                s = np.float32(max(float(np.abs(blk).max()), 1e-12) / 448.0)
+                scale[i, j] = s
+                codes[i * B:(i + 1) * B, j * B:(j + 1) * B] = e4m3_encode(blk / s)
+        out.append((name, codes))
+        out.append((name + "_scale_inv", scale))
+    return out
 
 
 # checkpoints that must give byte-identical engine logits: name -> twin
@@ -440,7 +496,8 @@ def generate(outdir, configs=DEFAULT_CONFIGS, only=None, verbose=True):
             json.dump({"bos_token_id": eos_id, "eos_token_id": eos_id}, f, indent=2)
         ok = False
         for seed in range(seed0, seed0 + 50):
-            write_checkpoint(d, make_weights(cfg, seed), shards)
+            w = make_weights(cfg, seed)
+            write_checkpoint(d, make_fp8(w) if name in FP8_SPECS else w, shards)
             ok, why, st = check(d, eos_id)
             if ok:
                 break

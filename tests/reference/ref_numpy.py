@@ -42,7 +42,37 @@ class CheckpointError(Exception):
 # safetensors reading (strict)
 # --------------------------------------------------------------------------
 
-_DT = {"F32": ("<f4", 4), "F16": ("<f2", 2), "F64": ("<f8", 8), "BF16": (None, 2)}
+_DT = {"F32": ("<f4", 4), "F16": ("<f2", 2), "F64": ("<f8", 8), "BF16": (None, 2),
+       "F8_E4M3": (None, 1)}
+
+
+def e4m3_decode(codes):
+    """OCP E4M3FN codes (uint8 array) -> float64 values, from the definition:
+    sign bit 7, exponent bits 6..3 with bias 7, mantissa bits 2..0; exponent 0
+    is subnormal (m / 8 * 2^-6); S.1111.111 is NaN; no infinities."""
+    c = np.asarray(codes, dtype=np.int64)
+    s = np.where(c & 0x80, -1.0, 1.0)
+    e = (c >> 3) & 0xF
+    m = (c & 7).astype(np.float64)
+    v = np.where(e == 0, m / 8.0 * 2.0 ** -6, (1.0 + m / 8.0) * np.exp2(e - 7.0))
+    v = np.where((c & 0x7F) == 0x7F, np.nan, v)
+    return s * v
+
+
+def dequant_fp8(tensors, block=128):
+    """Fold each F8_E4M3 weight's `<name>_scale_inv` (one f32 per block x block
+    tile) into it: w = code * scale_inv[r // block][c // block], as DeepSeek-V3's
+    inference/kernel.py weight_dequant does (it multiplies by the "inv" scale)."""
+    for name in [n for n in tensors if n.endswith("_scale_inv")]:
+        base = name[:-len("_scale_inv")]
+        if base not in tensors:
+            raise CheckpointError(f"scale tensor {name} has no weight {base}")
+        w, s = tensors[base], tensors.pop(name)
+        r, c = w.shape
+        if s.shape != (-(-r // block), -(-c // block)):
+            raise CheckpointError(f"{name}: shape {list(s.shape)} does not tile {base} {list(w.shape)}")
+        tensors[base] = w * np.repeat(np.repeat(s, block, 0), block, 1)[:r, :c]
+    return tensors
 
 
 def read_safetensors(path):
@@ -87,7 +117,9 @@ def read_safetensors(path):
             raise CheckpointError(
                 f"{path}: tensor {name}: {e - b} bytes for shape {shape} dtype {dt}")
         buf = data[b:e]
-        if dt == "BF16":
+        if dt == "F8_E4M3":
+            arr = e4m3_decode(np.frombuffer(buf, dtype=np.uint8)).astype(np.float32)
+        elif dt == "BF16":
             u = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
             arr = u.view(np.float32)
         else:
@@ -124,7 +156,7 @@ def load_tensors(model_dir):
         tensors = read_safetensors(single)
     else:
         raise CheckpointError(f"{model_dir}: no model.safetensors or model.safetensors.index.json")
-    return tensors
+    return dequant_fp8(tensors)
 
 
 # --------------------------------------------------------------------------

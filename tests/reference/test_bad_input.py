@@ -191,6 +191,79 @@ def c_missing_shard(d):
 # --- config dimensions and RoPE keys (issue 12 items 6, 8). These also run
 # `shoal convert`, which must refuse the same checkpoint the same way.
 
+# ---- FP8 checkpoints (gen_tiny qwen3_moe_fp8: F8_E4M3 weights + F32 block scales)
+
+FP8_W = "model.layers.1.mlp.experts.3.up_proj.weight"       # [136, 200]: scales [2, 2]
+
+
+def c_fp8_no_scale(d):
+    st_rebuild(os.path.join(d, ST), lambda it: [x for x in it if x[0] != FP8_W + "_scale_inv"])
+    return [FP8_W, FP8_W + "_scale_inv"], []
+
+
+def c_fp8_scale_shape(d):
+    def ed(it):
+        for x in it:
+            if x[0] == FP8_W + "_scale_inv":     # [2, 2] -> [4, 1]: same bytes, wrong tiling
+                x[1]["shape"] = [4, 1]
+        return it
+    st_rebuild(os.path.join(d, ST), ed)
+    return [FP8_W + "_scale_inv", "[2, 2]", "[4, 1]"], []
+
+
+def c_fp8_scale_dtype(d):
+    def ed(it):
+        for x in it:
+            if x[0] == FP8_W + "_scale_inv":     # 4 f32 -> 4 bf16 halves (8 bytes)
+                x[1]["dtype"] = "BF16"
+                x[1]["shape"] = [2, 4]
+        return it
+    st_rebuild(os.path.join(d, ST), ed)
+    return [FP8_W + "_scale_inv", "BF16", "F32"], []
+
+
+def c_fp8_nan_code(d):
+    name = "model.layers.2.self_attn.o_proj.weight"            # [200, 128]
+
+    def ed(it):
+        for x in it:
+            if x[0] == name:
+                b = bytearray(x[2])
+                b[5 * 128 + 7] = 0x7f                          # row 5, col 7
+                x[2] = bytes(b)
+        return it
+    st_rebuild(os.path.join(d, ST), ed)
+    return [name, "NaN", "row 5, col 7"], []
+
+
+def c_quant_method(d):
+    def ed(cfg):
+        cfg["quantization_config"]["quant_method"] = "gptq"
+    edit_config(d, ed)
+    return ["quantization_config.quant_method", "gptq", "fp8"], []
+
+
+def c_quant_block(d):
+    def ed(cfg):
+        cfg["quantization_config"]["weight_block_size"] = [64, 64]
+    edit_config(d, ed)
+    return ["weight_block_size", "[64, 64]", "[128, 128]"], []
+
+
+def c_quant_fmt(d):
+    def ed(cfg):
+        cfg["quantization_config"]["fmt"] = "e5m2"
+    edit_config(d, ed)
+    return ["quantization_config.fmt", "e5m2", "e4m3"], []
+
+
+def c_fp8_without_config(d):
+    def ed(cfg):
+        del cfg["quantization_config"]
+    edit_config(d, ed)
+    return ["F8_E4M3", "quantization_config"], []
+
+
 def edit_config(d, edit, regen_shards=0, shape=None):
     """edit(cfg dict) in place; with regen_shards, rewrite the weights to the
     shapes the edited config implies (a consistent checkpoint, as a user's
@@ -277,6 +350,14 @@ CASES = [
     ("v5 rope_parameters of an unsupported type", "qwen3_moe", c_rope_parameters_unsupported, True),
     ("rope_theta differs between top level and rope_parameters", "qwen3_moe", c_rope_theta_conflict, True),
     ("layer_types disagrees with sliding_window", "qwen3_moe", c_layer_types_conflict, True),
+    ("FP8 weight without its scale", "qwen3_moe_fp8", c_fp8_no_scale, True),
+    ("FP8 scale of the wrong shape", "qwen3_moe_fp8", c_fp8_scale_shape, True),
+    ("FP8 scale of the wrong dtype", "qwen3_moe_fp8", c_fp8_scale_dtype, True),
+    ("FP8 NaN code in a weight", "qwen3_moe_fp8", c_fp8_nan_code, True),
+    ("unknown quantization_config.quant_method", "qwen3_moe_fp8", c_quant_method, True),
+    ("unsupported weight_block_size", "qwen3_moe_fp8", c_quant_block, True),
+    ("unknown quantization_config.fmt", "qwen3_moe_fp8", c_quant_fmt, True),
+    ("F8_E4M3 weights without quantization_config", "qwen3_moe_fp8", c_fp8_without_config, True),
 ]
 
 

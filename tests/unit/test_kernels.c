@@ -188,7 +188,7 @@ Test(kernels, expert_ffn_batch_equals_single_experts_at_any_thread_count)
                 } else {
                     blobs[e][k] = f;
                 }
-                *m[k] = (struct shoal_weight){dt, blobs[e][k], rows, cols, 32};
+                *m[k] = (struct shoal_weight){.dtype = dt, .data = blobs[e][k], .rows = rows, .cols = cols, .group = 32};
             }
         }
         /* rows per job: all 1 (decode), then uneven */

@@ -981,3 +981,157 @@ Test(quant, act_quantize_same_bytes_on_every_table)
             free(x);
         }
 }
+
+/* ---- FP8 (E4M3 codes, 128 x 128 block scales) ----------------------------- */
+
+/* E4M3FN from its definition, independently of the table: sign, 4-bit
+ * exponent of bias 7, 3-bit mantissa, exponent 0 subnormal, S.1111.111 NaN */
+static double e4m3_formula(unsigned c)
+{
+    const unsigned e = (c >> 3) & 15, m = c & 7;
+    if (e == 15 && m == 7)
+        return NAN;
+    double v = e == 0 ? ldexp((double)m, -9) : ldexp(1.0 + m / 8.0, (int)e - 7);
+    return (c & 0x80) ? -v : v;
+}
+
+/* bit-exact: all 256 codes against the formula; 0x80 is -0.0; 448 is the max */
+Test(quant, fp8_e4m3_table_is_exact)
+{
+    for (unsigned c = 0; c < 256; c++) {
+        const double want = e4m3_formula(c);
+        const float got = shoal_fp8_e4m3_to_f32((uint8_t)c);
+        if (isnan(want)) {
+            cr_assert(isnan(got), "code 0x%02x should be NaN, got %g", c, (double)got);
+            continue;
+        }
+        cr_assert(eq(dbl, (double)got, want), "code 0x%02x", c);
+        cr_assert(eq(int, signbit(got) != 0, (c & 0x80) != 0), "code 0x%02x sign", c);
+    }
+    cr_assert(eq(flt, shoal_fp8_e4m3_to_f32(0x7e), 448.0f));
+    cr_assert(eq(flt, shoal_fp8_e4m3_to_f32(0x01), 0x1p-9f));
+    cr_assert(eq(flt, shoal_fp8_e4m3_to_f32(0x08), 0x1p-6f));
+}
+
+Test(quant, fp8_find_nan_finds_the_first_nan_code)
+{
+    uint8_t b[67];
+    for (int i = 0; i < 67; i++)
+        b[i] = (uint8_t)(i * 37 % 0x7f);            /* never 0x7f */
+    b[13] |= 0x80;
+    cr_assert(eq(i64, shoal_fp8_find_nan(b, sizeof b), -1));
+    for (int at = 0; at < 67; at += 11) {
+        const uint8_t keep = b[at];
+        b[at] = (at & 1) ? 0xff : 0x7f;
+        cr_assert(eq(i64, shoal_fp8_find_nan(b, sizeof b), at));
+        b[at] = keep;
+    }
+}
+
+/* A random FP8 weight [rows][cols] (no NaN codes) with scales in [0.5, 2)/448. */
+struct fp8w {
+    struct shoal_weight w;
+    uint8_t *q;
+    float *s;
+};
+
+static struct fp8w fp8_random(int64_t rows, int64_t cols, uint32_t seed)
+{
+    struct fp8w f = {0};
+    const int64_t B = SHOAL_FP8_BLOCK, nbr = (rows + B - 1) / B, nbc = (cols + B - 1) / B;
+    f.q = malloc((size_t)(rows * cols));
+    f.s = malloc((size_t)(nbr * nbc) * sizeof(float));
+    uint32_t st = seed;
+    for (int64_t i = 0; i < rows * cols; i++) {
+        uint8_t c;
+        do
+            c = (uint8_t)((frand(&st) + 1.0f) * 128.0f);
+        while ((c & 0x7f) == 0x7f);
+        f.q[i] = c;
+    }
+    for (int64_t i = 0; i < nbr * nbc; i++)
+        f.s[i] = (1.25f + 0.75f * frand(&st)) / 448.0f;
+    f.w = (struct shoal_weight){.dtype = SHOAL_DTYPE_FP8, .data = f.q, .rows = rows,
+                                .cols = cols, .group = (int)B, .scale = f.s};
+    return f;
+}
+
+/* bit-exact: every table (scalar and each SIMD one this CPU runs) gives the
+ * canonical order's bits (shoal_fp8_dot_ref) for one and several tokens, on
+ * shapes with partial blocks and tails of every length mod 8; tolerance:
+ * within 1e-5 relative of a double-precision dot of the dequantized weight */
+Test(quant, fp8_kernels_canonical_on_every_isa)
+{
+    enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
+    const int n_isa = 1 + simd_isas(isas + 1);
+    cr_log_info("FP8: %d kernel tables", n_isa);
+    const int64_t shapes[][2] = {{200, 300}, {3, 128}, {130, 2053}, {1, 7}, {129, 4100}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int64_t rows = shapes[k][0], cols = shapes[k][1], n_tok = 3;
+        struct fp8w f = fp8_random(rows, cols, 77u + (uint32_t)k);
+        cr_assert(eq(int, shoal_fp8_check(&f.w, 1, "t", NULL), 0));
+        float *x = malloc((size_t)(n_tok * cols) * sizeof(float));
+        float *want = malloc((size_t)(n_tok * rows) * sizeof(float));
+        float *y = malloc((size_t)(n_tok * rows) * sizeof(float));
+        float *row = malloc((size_t)cols * sizeof(float));
+        uint32_t st = 5u + (uint32_t)k;
+        for (int64_t i = 0; i < n_tok * cols; i++)
+            x[i] = frand(&st);
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t r = 0; r < rows; r++) {
+                want[t * rows + r] = shoal_fp8_dot_ref(x + t * cols, &f.w, r);
+                shoal_fp8_dequantize_row(row, &f.w, r);
+                double ref = 0, mag = 0;
+                for (int64_t c = 0; c < cols; c++) {
+                    const double wv = (double)shoal_fp8_e4m3_to_f32(f.q[r * cols + c]) *
+                                      (double)f.s[(r / 128) * ((cols + 127) / 128) + c / 128];
+                    cr_assert(eq(flt, row[c], (float)wv), "dequantize (%lld, %lld)",
+                              (long long)r, (long long)c);
+                    ref += (double)x[t * cols + c] * wv;
+                    mag += fabs((double)x[t * cols + c] * wv);
+                }
+                cr_assert(fabs(want[t * rows + r] - ref) <= 1e-5 * mag + 1e-30,
+                          "shape %lld x %lld row %lld: %g vs double %g", (long long)rows,
+                          (long long)cols, (long long)r, (double)want[t * rows + r], ref);
+            }
+        for (int ii = 0; ii < n_isa; ii++) {
+            use_isa(isas[ii]);
+            for (int64_t nt = 1; nt <= n_tok; nt += n_tok - 1) {
+                memset(y, 0xcc, (size_t)(n_tok * rows) * sizeof(float));
+                for (int nth = 1; nth <= 3; nth += 2)
+                    for (int ith = 0; ith < nth; ith++)
+                        shoal_fp8_linear_part(y, x, nt, &f.w, ith, nth);
+                for (int64_t i = 0; i < nt * rows; i++)
+                    cr_assert(eq(u32, bits(y[i]), bits(want[i])),
+                              "%s shape %lld x %lld n_tok %lld element %lld: %.9g want %.9g",
+                              shoal_quant_ops_name(), (long long)rows, (long long)cols,
+                              (long long)nt, (long long)i, (double)y[i], (double)want[i]);
+            }
+        }
+        use_isa(SHOAL_QUANT_ISA_SCALAR);
+        free(x);
+        free(want);
+        free(y);
+        free(row);
+        free(f.q);
+        free(f.s);
+    }
+}
+
+/* a NaN code and a non-finite scale are refused, naming where */
+Test(quant, fp8_check_refuses_nan_codes_and_scales)
+{
+    struct fp8w f = fp8_random(130, 260, 9);
+    struct shoal_err err = {0};
+    f.q[129 * 260 + 258] = 0xff;
+    cr_assert(eq(int, shoal_fp8_check(&f.w, 0, "w", &err), 0), "codes not read");
+    cr_assert(eq(int, shoal_fp8_check(&f.w, 1, "w", &err), SHOAL_EFORMAT));
+    cr_assert(strstr(err.msg, "row 129, col 258") != NULL, "%s", err.msg);
+    f.q[129 * 260 + 258] = 0x7e;
+    f.s[5] = INFINITY;
+    err = (struct shoal_err){0};
+    cr_assert(eq(int, shoal_fp8_check(&f.w, 1, "w", &err), SHOAL_EFORMAT));
+    cr_assert(strstr(err.msg, "[1][2]") != NULL, "%s", err.msg);
+    free(f.q);
+    free(f.s);
+}
