@@ -411,7 +411,8 @@ int shoal_cmd_chat(int argc, char **argv)
     if (!s)
         return open_rc;
     if (!s->tok) {
-        shoal_cli_error("chat: model '%s' has no tokenizer.json", s->model->dir);
+        shoal_cli_error("chat: model '%s' has no tokenizer (tokenizer.json or tiktoken.model)",
+                        s->model->dir);
         shoal_session_close(s);
         return 1;
     }

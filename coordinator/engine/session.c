@@ -689,17 +689,14 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, int
             return NULL;
         }
     }
-    char *tj = shoal_path_join(dir, "tokenizer.json");
-    if (shoal_exists(tj)) {
+    if (shoal_tokenizer_present(dir)) {   /* tokenizer.json, or Kimi-K2's tiktoken.model */
         s->tok = shoal_tokenizer_load(dir, &err);
         if (!s->tok) {
             shoal_cli_error("%s", err.msg);
-            free(tj);
             shoal_session_close(s);
             return NULL;
         }
     }
-    free(tj);
     struct shoal_ctx_params cp = shoal_ctx_params_default();
     cp.n_ctx = o->n_ctx;
     cp.n_batch = o->n_batch;
@@ -820,7 +817,8 @@ int shoal_session_tokenize(struct shoal_session *s, const char *text,
 {
     struct shoal_err err = {0};
     if (!s->tok) {
-        shoal_cli_error("model '%s' has no tokenizer.json; pass --tokens instead",
+        shoal_cli_error("model '%s' has no tokenizer (tokenizer.json or tiktoken.model); "
+                        "pass --tokens instead",
                         s->model->dir);
         return -1;
     }

@@ -288,7 +288,17 @@ SPECS["qwen3_moe_fp8"] = ("Qwen3-30B-A3B.json",
                                head_dim=32, intermediate_size=96, moe_intermediate_size=136,
                                num_experts=8, num_experts_per_tok=2, max_window_layers=3),
                           {"quantization_config": FP8_QUANT_CONFIG}, 8000, 1)
-FP8_SPECS = {"qwen3_moe_fp8"}
+# DeepSeek-V3 and Kimi-K2 as shipped: FP8 with their real quantization_config,
+# every MLA projection with partial blocks (hidden 200, q-LoRA 136, latent 136)
+_DS_FP8 = dict(hidden_size=200, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=136,
+               kv_lora_rank=136, qk_nope_head_dim=64, qk_rope_head_dim=16, v_head_dim=64,
+               intermediate_size=160, moe_intermediate_size=136, num_experts_per_tok=3)
+SPECS["deepseek_v3_fp8"] = ("DeepSeek-V3-Base.json",
+                            dict(_DS_FP8, n_routed_experts=8, n_group=4, topk_group=2,
+                                 first_k_dense_replace=1),
+                            {}, 8600, 1)
+SPECS["kimi_k2_fp8"] = ("Kimi-K2-Instruct.json", dict(_DS_FP8, n_routed_experts=12), {}, 8700, 1)
+FP8_SPECS = {"qwen3_moe_fp8", "deepseek_v3_fp8", "kimi_k2_fp8"}
 
 
 def e4m3_encode(x):
