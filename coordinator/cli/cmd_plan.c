@@ -13,19 +13,19 @@
 
 static void plan_usage(void)
 {
-    printf("usage: shoal plan [--model] DIR|CONFIG.json [--experts int4a8|int4|int8|bf16|f32]\n"
-           "                  [--dense int4a8|int4|int8|bf16|f32] [--group 32|64|128]\n"
+    printf("usage: shoal plan [--model] DIR|CONFIG.json [--experts int4a8|int4|int8|bf16|f32|fp8]\n"
+           "                  [--dense int4a8|int4|int8|bf16|f32|fp8] [--group 32|64|128]\n"
            "                  [--ram SIZE] [--ctx N] [--kv f32|f16|bf16] [--workers N]\n"
            "                  [--hit-rate R] [--json]\n\n"
            "Sizes a model from its config.json alone (nothing else is read): the resident\n"
            "trunk, the experts on disk and per expert, the KV cache per token, what fits\n"
            "in RAM as expert cache, and the bytes a token reads. Sizes are those of the\n"
            "container 'shoal convert' writes with the same --experts/--dense/--group.\n"
-           "Plans deepseek_v2/v3, kimi_k2, glm4_moe and gpt_oss too, which shoal cannot\n"
-           "run yet.\n\n"
+           "Plans gpt_oss too, which shoal cannot run yet.\n\n"
            "  --model DIR, DIR     a checkpoint or container directory, or a config.json\n"
-           "  --experts T          routed experts' dtype (default bf16, as convert)\n"
-           "  --dense T            the trunk's dtype (default bf16, as convert)\n"
+           "  --experts T          routed experts' dtype (default bf16, as convert; fp8 for\n"
+           "                       an FP8 checkpoint, which convert keeps FP8)\n"
+           "  --dense T            the trunk's dtype (default as --experts)\n"
            "  --group G            quantization group of int8/int4 (default 64)\n"
            "  --ram SIZE           RAM of the machine (e.g. 24G; binary units)\n"
            "  --ctx N              tokens of KV cache to budget (default 4096)\n"
@@ -116,8 +116,12 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
            o->params_active / 1e9);
     if (o->params_mtp)
         printf(", %.2f B with the MTP layers", (o->params_total + o->params_mtp) / 1e9);
-    printf("\ndtypes       experts %s, dense %s, group %d (1-D tensors f32 when quantized)\n",
+    printf("\ndtypes       experts %s, dense %s, group %d (1-D tensors f32 when quantized)",
            shoal_dtype_name(p->experts_dtype), shoal_dtype_name(p->dense_dtype), p->group);
+    if (p->experts_dtype == SHOAL_DTYPE_FP8 || p->dense_dtype == SHOAL_DTYPE_FP8)
+        printf("; FP8 in %dx%d blocks as the checkpoint ships it (embeddings, lm_head, "
+               "routers and norms BF16)", SHOAL_FP8_BLOCK, SHOAL_FP8_BLOCK);
+    printf("\n");
     printf("resident     %s trunk:", H(o->trunk_bytes));
     for (int i = 0; i < SHOAL_PLAN_N_PART; i++)
         if (o->part_bytes[i])
@@ -231,7 +235,7 @@ int shoal_cmd_plan(int argc, char **argv)
                                   .dense_dtype = SHOAL_DTYPE_BF16, .group = 64,
                                   .hit_rate = 0.9, .ctx = 4096};
     const char *model = NULL;
-    int as_json = 0;
+    int as_json = 0, set_experts = 0, set_dense = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -268,8 +272,8 @@ int shoal_cmd_plan(int argc, char **argv)
         int bad = 0;
         switch (k) {
         case 0: bad = shoal_cli_take_path("plan", "model", v, &model) < 0; break;
-        case 1: bad = shoal_cli_parse_dtype(a, v, &p.experts_dtype); break;
-        case 2: bad = shoal_cli_parse_dtype(a, v, &p.dense_dtype); break;
+        case 1: bad = shoal_cli_parse_dtype(a, v, &p.experts_dtype); set_experts = 1; break;
+        case 2: bad = shoal_cli_parse_dtype(a, v, &p.dense_dtype); set_dense = 1; break;
         case 3: bad = shoal_cli_parse_group(a, v, &p.group); break;
         case 4:
             bad = shoal_cli_parse_size(a, v, &sz);
@@ -299,6 +303,17 @@ int shoal_cmd_plan(int argc, char **argv)
         free(what);
         return rc;
     }
+    /* an FP8 checkpoint (quantization_config fp8, DeepSeek-V3 / Kimi-K2)
+     * converts to FP8 by default, as `shoal convert` keeps it */
+    json_t *root = json_loadb(text, len, 0, NULL);
+    json_t *qm = json_object_get(json_object_get(root, "quantization_config"), "quant_method");
+    if (json_is_string(qm) && !strcmp(json_string_value(qm), "fp8")) {
+        if (!set_experts)
+            p.experts_dtype = SHOAL_DTYPE_FP8;
+        if (!set_dense)
+            p.dense_dtype = SHOAL_DTYPE_FP8;
+    }
+    json_decref(root);
     struct shoal_err err = {0};
     struct shoal_plan o;
     if (shoal_plan_config(text, len, what, &p, &o, &err)) {

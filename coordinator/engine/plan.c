@@ -122,7 +122,7 @@ struct acc {
 static uint64_t tensor_bytes(enum shoal_dtype t, int64_t rows, int64_t cols, int group)
 {
     struct shoal_weight w = {.dtype = t, .rows = cols ? rows : 1, .cols = cols ? cols : rows,
-                             .group = group};
+                             .group = t == SHOAL_DTYPE_FP8 ? SHOAL_FP8_BLOCK : group};
     return (uint64_t)shoal_weight_bytes(&w);
 }
 
@@ -134,6 +134,12 @@ static void add_as(struct acc *ac, enum shoal_plan_part part, int64_t rows, int6
     uint64_t n = (uint64_t)rows * (uint64_t)(cols ? cols : 1);
     enum shoal_dtype t = shoal_target_dtype(SHOAL_SLOT_DENSE, cols, router,
                                             ac->p->experts_dtype, ac->p->dense_dtype);
+    /* FP8 is the checkpoint's own precision (convert never makes it): the
+     * tensors DeepSeek-V3 and Kimi-K2 ship in BF16 (embeddings, lm_head,
+     * routers, norms) stay BF16 */
+    if (t == SHOAL_DTYPE_FP8 && (cols == 0 || router || part == SHOAL_PLAN_EMBED ||
+                                 part == SHOAL_PLAN_LM_HEAD))
+        t = SHOAL_DTYPE_BF16;
     uint64_t b = tensor_bytes(t, rows, cols, ac->p->group);
     if (ac->mtp) {
         ac->out->params_mtp += n;

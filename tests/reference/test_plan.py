@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CONFIGS = os.path.join(ROOT, "..", "shared", "data", "configs")
 BUNDLED = os.path.join(ROOT, "models", "shakespeare-moe")
+sys.path.insert(0, HERE)
 HEADER = 4096
 
 # Published total parameter counts (MTP layers excluded unless said).
@@ -119,6 +120,36 @@ def test_convert(shoal, tmp):
     p, e = plan(shoal, BUNDLED)
     result("plan of the bundled checkpoint directory", p is not None and p["runnable"]
            and p["n_moe_layer"] == 4 and p["n_expert"] == 8, e)
+
+
+def test_fp8(shoal, tmp):
+    """An FP8 checkpoint (DeepSeek-V3's layout, tiny) plans FP8 by default, as
+    convert keeps it: the experts' bytes (codes, padding, 128x128 block
+    scales) equal the container's. The trunk is not compared: the tiny
+    checkpoint keeps its non-FP8 tensors in F32 where DeepSeek ships BF16."""
+    import gen_tiny
+    hf = os.path.join(tmp, "fp8")
+    man, _ = gen_tiny.generate(hf, only=["deepseek_v3_fp8"], verbose=False)
+    if "skipped" in man["models"]["deepseek_v3_fp8"]:
+        print("SKIP fp8 plan: the DeepSeek-V3 config is absent")
+        return
+    src, ct = os.path.join(hf, "deepseek_v3_fp8"), os.path.join(tmp, "fp8-ct")
+    r = run([shoal, "convert", src, ct])
+    if r.returncode != 0:
+        result("convert the FP8 checkpoint", False, r.stderr.strip())
+        return
+    m = json.load(open(os.path.join(ct, "shoal.json")))
+    p, e = plan(shoal, src)
+    if p is None:
+        result("plan of the FP8 checkpoint", False, e)
+        return
+    ex = m["experts"]
+    want = {"experts_dtype": "FP8", "expert_bytes": ex["blob_bytes"],
+            "expert_components": [c["bytes"] for c in ex["components"]],
+            "experts_bytes": ex["bytes"] - HEADER}
+    got = {k: p[k] for k in want}
+    result("plan = convert (tiny FP8 DeepSeek-V3, default dtypes)", got == want,
+           "plan %s, container %s" % (got, want))
 
 
 def test_synth(shoal, tmp):
@@ -242,6 +273,7 @@ def main():
     shoal = os.path.abspath(a.shoal)
     with tempfile.TemporaryDirectory(prefix="shoal-plan-") as tmp:
         test_convert(shoal, tmp)
+        test_fp8(shoal, tmp)
         test_synth(shoal, tmp)
         test_real(shoal)
         test_bad(shoal, tmp)
