@@ -264,6 +264,30 @@ def c_fp8_without_config(d):
     return ["F8_E4M3", "quantization_config"], []
 
 
+# ---- the DeepSeek family (gen_tiny deepseek_v3: 16 experts in 4 groups, top 2 kept)
+
+def c_topk_group_over_n_group(d):
+    def ed(cfg):
+        cfg["topk_group"] = 5
+    edit_config(d, ed)
+    return ["config.json", "topk_group 5", "n_group 4"], []
+
+
+def c_n_group_not_dividing(d):
+    def ed(cfg):
+        cfg["n_group"] = 3
+        cfg["topk_group"] = 2
+    edit_config(d, ed)
+    return ["config.json", "n_routed_experts 16", "n_group 3"], []
+
+
+def c_missing_correction_bias(d):
+    name = "model.layers.1.mlp.gate.e_score_correction_bias"
+    st_rebuild(os.path.join(d, "model.safetensors"),
+               lambda it: [(n, i, b) for n, i, b in it if n != name])
+    return [name, "missing"], []
+
+
 def edit_config(d, edit, regen_shards=0, shape=None):
     """edit(cfg dict) in place; with regen_shards, rewrite the weights to the
     shapes the edited config implies (a consistent checkpoint, as a user's
@@ -358,6 +382,9 @@ CASES = [
     ("unsupported weight_block_size", "qwen3_moe_fp8", c_quant_block, True),
     ("unknown quantization_config.fmt", "qwen3_moe_fp8", c_quant_fmt, True),
     ("F8_E4M3 weights without quantization_config", "qwen3_moe_fp8", c_fp8_without_config, True),
+    ("topk_group larger than n_group", "deepseek_v3", c_topk_group_over_n_group, True),
+    ("n_group does not divide the experts", "deepseek_v3", c_n_group_not_dividing, True),
+    ("noaux_tc router without its correction bias", "deepseek_v3", c_missing_correction_bias, True),
 ]
 
 
