@@ -147,6 +147,15 @@ static int convert_rows(const struct shoal_weight *src, enum shoal_dtype t, int 
                         const char *name, float **tmp, struct shoal_err *err)
 {
     const int64_t cols = src->cols;
+    if (src->dtype == SHOAL_DTYPE_FP8) {   /* every code passes here once: no NaN */
+        const size_t n = (size_t)(r1 - r0) * (size_t)cols;
+        const int64_t bad = shoal_fp8_find_nan(shoal_weight_row(src, r0), n);
+        if (bad >= 0)
+            return shoal_err_set(err, SHOAL_EFORMAT,
+                                 "tensor '%s': FP8 code at (row %lld, col %lld) is NaN; "
+                                 "expected finite E4M3 weights", name,
+                                 (long long)(r0 + bad / cols), (long long)(bad % cols));
+    }
     if (src->dtype == SHOAL_DTYPE_FP8 && t != SHOAL_DTYPE_FP8) {
         free(*tmp);
         *tmp = shoal_xmalloc((size_t)(r1 - r0) * (size_t)cols * sizeof(float));
@@ -237,7 +246,7 @@ static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
     for (int64_t r0 = 0; r0 < src->rows && !rc; r0 += rows_per) {
         int64_t r1 = r0 + rows_per < src->rows ? r0 + rows_per : src->rows;
         size_t n = (size_t)(r1 - r0) * row_bytes;
-        rc = convert_rows(src, t, tw.group, r0, r1, wr->chunk, s->name, &tmp, wr->err);
+        rc = convert_rows(src, t, tw.group, r0, r1, wr->chunk, s->hf_name, &tmp, wr->err);
         if (!rc)
             rc = put_bytes(wr, h, fd, path, off + (uint64_t)r0 * row_bytes, wr->chunk, n);
     }

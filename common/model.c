@@ -209,10 +209,12 @@ struct bind_st {
 
 /* Bind an F8_E4M3 weight's block scales (the tensor named hf_name +
  * "_scale_inv", F32 [ceil(rows/128)][ceil(cols/128)]), then check the
- * scales and every code (a NaN code is a load error naming the tensor).
- * The codes are read once here, a sequential pass over the FP8 tensors
- * at load; their pages are dropped afterwards so the check does not pin
- * a checkpoint larger than RAM (docs/QUANTIZATION.md "FP8"). */
+ * scales and, for the trunk, every code (a NaN code is a load error naming
+ * the tensor). The trunk's codes are read once here, a sequential pass;
+ * their pages are dropped afterwards so the check does not pin memory. A
+ * routed expert's codes are checked when it first runs (forward.c), and by
+ * convert as it reads them, so that starting on a 700 GB directory does not
+ * read 700 GB (docs/QUANTIZATION.md "FP8"). */
 static int bind_fp8_scales(struct bind_st *b, const struct shoal_weight_slot *s,
                            struct shoal_st_tensor *t, struct shoal_weight *w)
 {
@@ -248,8 +250,10 @@ static int bind_fp8_scales(struct bind_st *b, const struct shoal_weight_slot *s,
     w->scale = st->data;
     w->group = (int)B;
     struct shoal_err e = {0};
-    int rc = shoal_fp8_check(w, 1, s->hf_name, &e);
-    shoal_safetensors_drop_pages(t);
+    const int codes = s->kind != SHOAL_SLOT_EXPERT;
+    int rc = shoal_fp8_check(w, codes, s->hf_name, &e);
+    if (codes)
+        shoal_safetensors_drop_pages(t);
     return rc ? shoal_err_set(b->err, rc, "'%s': %s", t->file, e.msg) : 0;
 }
 

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@
 #include "wire.h"
 #include "mla.h"
 #include "moe.h"
+#include "quant.h"
 #include "rope.h"
 #include "util.h"
 
@@ -63,6 +65,8 @@ struct shoal_ctx {
     int32_t *pf_local;/* [B][k] the lookahead's experts placed on the local store */
     int64_t n_pf_local;
     int pf_pending;   /* 1: hint pf_local to the store at the next acquire */
+    uint8_t *fp8_ok;  /* [n_layer][n_expert] 1: the memory-mapped FP8 expert's codes
+                         were checked (Hugging Face directories; NULL until needed) */
     int64_t cur_n;    /* rows of the layer step in progress */
     int64_t cur_il;   /* its layer */
     int cur_prefetch; /* 1: compute the router lookahead for the cluster */
@@ -203,6 +207,7 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
     free(ctx->pf_weights);
     free(ctx->sel_ids);
     free(ctx->pf_local);
+    free(ctx->fp8_ok);
     shoal_batch_union_free(&ctx->bu);
     free(ctx);
 }
@@ -457,6 +462,43 @@ static void hint_local(struct shoal_ctx *ctx, int64_t il, int64_t n)
     }
 }
 
+/* The first time a memory-mapped FP8 expert (a Hugging Face directory)
+ * runs, check its codes: a NaN code is an error naming the tensor
+ * (model.c checks the trunk at load; a container's experts are checked by
+ * convert and when the store reads them). */
+static int check_fp8_experts(struct shoal_ctx *ctx, int64_t il, const int32_t *ids, int64_t nb,
+                             struct shoal_err *err)
+{
+    const struct shoal_model_config *c = &ctx->model->cfg;
+    const struct shoal_layer_weights *L = &ctx->model->layers[il];
+    for (int64_t i = 0; i < nb; i++) {
+        const struct shoal_expert_weights *e = &L->experts[ids[i]];
+        if (e->w_gate.dtype != SHOAL_DTYPE_FP8 && e->w_up.dtype != SHOAL_DTYPE_FP8 &&
+            e->w_down.dtype != SHOAL_DTYPE_FP8)
+            continue;
+        if (!ctx->fp8_ok)
+            ctx->fp8_ok = shoal_xcalloc((size_t)(c->n_layer * c->n_expert), 1);
+        uint8_t *ok = &ctx->fp8_ok[il * c->n_expert + ids[i]];
+        if (*ok)
+            continue;
+        const struct shoal_weight *w[3] = {&e->w_gate, &e->w_up, &e->w_down};
+        const char *hf[3] = {c->family->expert_gate, c->family->expert_up,
+                             c->family->expert_down};
+        for (int k = 0; k < 3; k++) {
+            if (w[k]->dtype != SHOAL_DTYPE_FP8)
+                continue;
+            char name[160];
+            snprintf(name, sizeof name, "model.layers.%lld.%s.experts.%d.%s.weight",
+                     (long long)il, c->family->moe_prefix, ids[i], hf[k]);
+            int rc = shoal_fp8_check(w[k], 1, name, err);
+            if (rc)
+                return rc;
+        }
+        *ok = 1;
+    }
+    return 0;
+}
+
 /* Compute union entries sel[0..n_sel) of layer il in-process (sel NULL:
  * all of them, n_sel = n_used). With an expert store the entries are
  * acquired at once (the store reads the missing experts in parallel; when
@@ -487,6 +529,11 @@ static int run_experts(struct shoal_ctx *ctx, int64_t il, int64_t n, const int64
             if (i0 == 0)
                 hint_local(ctx, il, n);
             if ((rc = shoal_expert_store_acquire_wait(m->store, ctx->ew, err)) < 0)
+                return rc;
+        }
+        if (!m->store) {
+            int rc = check_fp8_experts(ctx, il, ids + i0, nb, err);
+            if (rc)
                 return rc;
         }
         run_batch(ctx, sel, i0, nb, m->store ? ctx->ew : NULL, L, ids);

@@ -236,6 +236,21 @@ def c_fp8_nan_code(d):
     return [name, "NaN", "row 5, col 7"], []
 
 
+def c_fp8_nan_expert(d):
+    """A NaN code in every routed expert of layer 1 (up_proj row 2, col 9):
+    a Hugging Face directory checks an expert's codes when it first runs,
+    convert as it reads them; either way one line names the tensor."""
+    def ed(it):
+        for x in it:
+            if x[0].startswith("model.layers.1.mlp.experts.") and x[0].endswith("up_proj.weight"):
+                b = bytearray(x[2])
+                b[2 * 200 + 9] = 0xff                          # [136, 200]: row 2, col 9
+                x[2] = bytes(b)
+        return it
+    st_rebuild(os.path.join(d, ST), ed)
+    return ["model.layers.1.mlp.experts.", "up_proj.weight", "NaN", "row 2, col 9"], []
+
+
 def c_quant_method(d):
     def ed(cfg):
         cfg["quantization_config"]["quant_method"] = "gptq"
@@ -378,6 +393,7 @@ CASES = [
     ("FP8 scale of the wrong shape", "qwen3_moe_fp8", c_fp8_scale_shape, True),
     ("FP8 scale of the wrong dtype", "qwen3_moe_fp8", c_fp8_scale_dtype, True),
     ("FP8 NaN code in a weight", "qwen3_moe_fp8", c_fp8_nan_code, True),
+    ("FP8 NaN code in routed experts", "qwen3_moe_fp8", c_fp8_nan_expert, True),
     ("unknown quantization_config.quant_method", "qwen3_moe_fp8", c_quant_method, True),
     ("unsupported weight_block_size", "qwen3_moe_fp8", c_quant_block, True),
     ("unknown quantization_config.fmt", "qwen3_moe_fp8", c_quant_fmt, True),
