@@ -251,14 +251,27 @@ void shoal_quant_dequantize_row(enum shoal_quant_type type, int group,
                                 float *dst, const void *row, int64_t n)
 {
     const uint8_t *qs = shoal_quant_row_qs(row, n, group);
-    for (int64_t i = 0; i < n; i++) {
-        const float d = row_scale(row, i / group);
-        int q;
-        if (type == SHOAL_QUANT_INT8)
-            q = (int8_t)qs[i];
-        else
-            q = (int)((qs[i / 2] >> (4 * (i & 1))) & 0x0f) - 8;
-        dst[i] = d * (float)q;
+    /* a group at a time, so the compiler vectorizes the inner loops (MLA's
+     * per-head products dequantize kv_b_proj rows every token); each
+     * element is d * (float)q as before */
+    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
+        const float d = row_scale(row, g);
+        const int64_t len = n - i0 < group ? n - i0 : group;
+        float *o = dst + i0;
+        if (type == SHOAL_QUANT_INT8) {
+            const int8_t *q = (const int8_t *)qs + i0;
+            for (int64_t k = 0; k < len; k++)
+                o[k] = d * (float)q[k];
+        } else {
+            const uint8_t *p = qs + i0 / 2;   /* groups are even: i0 is */
+            int64_t k = 0;
+            for (; k + 1 < len; k += 2) {
+                o[k] = d * (float)((int)(p[k / 2] & 0x0f) - 8);
+                o[k + 1] = d * (float)((int)(p[k / 2] >> 4) - 8);
+            }
+            if (k < len)
+                o[k] = d * (float)((int)(p[k / 2] & 0x0f) - 8);
+        }
     }
 }
 

@@ -122,3 +122,22 @@ void shoal_to_f32(float *dst, const void *src, enum shoal_dtype t, size_t n)
         break;
     }
 }
+
+int shoal_weight_rows_view(const struct shoal_weight *w, int64_t r0, int64_t n,
+                           struct shoal_weight *out)
+{
+    if (r0 < 0 || n < 1 || r0 + n > w->rows)
+        return -1;
+    *out = *w;
+    out->rows = n;
+    if (w->dtype == SHOAL_DTYPE_FP8) {
+        if (w->group < 1 || r0 % w->group)
+            return -1;
+        const int64_t nbc = (w->cols + w->group - 1) / w->group;
+        out->data = (const uint8_t *)w->data + (size_t)r0 * (size_t)w->cols;
+        out->scale = w->scale + (r0 / w->group) * nbc;
+        return 0;
+    }
+    out->data = shoal_weight_row(w, r0);
+    return 0;
+}

@@ -129,6 +129,13 @@ static inline const void *shoal_weight_row(const struct shoal_weight *w,
     return (const char *)w->data + (size_t)r * shoal_weight_row_bytes(w);
 }
 
+/* A view of rows [r0, r0 + n) of a 2-D weight w (borrowed: the view reads
+ * w's bytes), usable wherever w is. Returns 0, or -1 when the rows cannot
+ * be a weight of their own: out of range, or an FP8 weight whose r0 is not
+ * on a block edge (its scales cover 128-row blocks). Thread: any. */
+int shoal_weight_rows_view(const struct shoal_weight *w, int64_t r0, int64_t n,
+                           struct shoal_weight *out);
+
 /* Row r of w converted to f32 (dequantized for quantized dtypes and FP8,
  * whose w->scale must be set).
  *   dst [w->cols] f32, written. Thread: any. */

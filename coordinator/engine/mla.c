@@ -1,9 +1,11 @@
 /* mla: absorbed MLA products (mla.h). */
 #include "mla.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "util.h"
 
 void shoal_mla_absorb_q(float *qm, const float *q, int64_t n, const struct shoal_weight *wkv_b,
                         const struct shoal_model_config *c, float *row, int ith, int nth)
@@ -39,10 +41,28 @@ void shoal_mla_out(float *ov, const float *att, int64_t n, const struct shoal_we
     const int64_t per_head = nope + vh;
     int64_t h0, h1;
     shoal_split_rows(H, ith, nth, &h0, &h1);
-    for (int64_t h = h0; h < h1; h++)
-        for (int64_t i = 0; i < vh; i++) {
+    float *x = NULL, *y = NULL;
+    for (int64_t h = h0; h < h1; h++) {
+        struct shoal_weight uv;
+        if (shoal_weight_rows_view(wkv_b, h * per_head + nope, vh, &uv) == 0) {
+            /* W^UV_h as a weight of its own: the dtype's linear kernels */
+            if (!x) {
+                x = shoal_xmalloc((size_t)(n * kvl) * sizeof(float));
+                y = shoal_xmalloc((size_t)(n * vh) * sizeof(float));
+            }
+            for (int64_t t = 0; t < n; t++)
+                memcpy(x + t * kvl, att + (t * H + h) * mr, (size_t)kvl * sizeof(float));
+            shoal_linear_part(y, x, n, &uv, 0, 1, row);               /* [n][vh] */
+            for (int64_t t = 0; t < n; t++)
+                memcpy(ov + (t * H + h) * vh, y + t * vh, (size_t)vh * sizeof(float));
+            continue;
+        }
+        for (int64_t i = 0; i < vh; i++) {      /* an FP8 head off a block edge */
             shoal_weight_row_to_f32(row, wkv_b, h * per_head + nope + i);  /* W^UV_h row i */
             for (int64_t t = 0; t < n; t++)
                 ov[(t * H + h) * vh + i] = shoal_dot_f32(row, att + (t * H + h) * mr, kvl);
         }
+    }
+    free(x);
+    free(y);
 }

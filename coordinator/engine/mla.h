@@ -16,9 +16,12 @@
  * token's bits do not depend on how a prompt was chunked.
  *
  * Canonical order (every output element by one thread, any nth):
- *   absorb_q: qm[t][h][j] = 0.0f + q_nope[t][h][0] * W[0][j] + ... in i order
- *   out:      ov[t][h][i] = shoal_dot_f32(W^UV_h row i, latent[t][h])
- * with W the rows of kv_b_proj converted to f32 (shoal_weight_row_to_f32).
+ *   absorb_q: qm[t][h][j] = 0.0f + q_nope[t][h][0] * W[0][j] + ... in i order,
+ *             W the rows of kv_b_proj converted to f32 (shoal_weight_row_to_f32)
+ *   out:      ov[t][h] = latent[t][h] . (W^UV_h)^T by shoal_linear_part on the
+ *             rows of W^UV_h as a weight of their own (the dtype's kernels;
+ *             an FP8 head whose rows do not start on a 128-row block edge,
+ *             as in tiny test models, uses shoal_dot_f32 on converted rows).
  *
  * Thread: one OpenMP thread of the caller's region (ith of nth).
  */
