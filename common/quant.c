@@ -3,6 +3,10 @@
  * reduction order are specified in quant.h; the ISA files copy the order. */
 #include "quant.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -363,6 +367,7 @@ const struct shoal_quant_ops shoal_quant_ops_scalar = {
     .linear_rows_a8 = shoal_quant_a8_rows_scalar,
     .act_quantize = shoal_quant_act_quantize_base,
     .fp8_rows = shoal_fp8_rows_scalar,
+    .fp8_dequant_row = shoal_fp8_dequant_row_scalar,
 };
 
 /* ---- selection --------------------------------------------------------- */
@@ -370,11 +375,22 @@ const struct shoal_quant_ops shoal_quant_ops_scalar = {
 /* Written only by shoal_quant_init (main thread, before parallel regions). */
 static const struct shoal_quant_ops *active_ops = &shoal_quant_ops_scalar;
 
+/* F16C (CPUID leaf 1, ECX bit 29): the AVX2 file's FP8 decode widens f16
+ * (every AVX2 CPU has it, but a hypervisor may hide it); clang's
+ * __builtin_cpu_supports does not know "f16c" */
+#if defined(SHOAL_QUANT_HAVE_AVX2)
+static int has_f16c(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+}
+#endif
+
 static const struct shoal_quant_ops *ops_avx2(void)
 {
 #if defined(SHOAL_QUANT_HAVE_AVX2)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2"))
+    if (__builtin_cpu_supports("avx2") && has_f16c())
         return &shoal_quant_ops_avx2;
 #endif
     return NULL;
@@ -386,7 +402,7 @@ static const struct shoal_quant_ops *ops_avx512(void)
 {
 #if defined(SHOAL_QUANT_HAVE_AVX512)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
+    if (__builtin_cpu_supports("avx2") && has_f16c() && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni"))
         return &shoal_quant_ops_avx512;
@@ -399,7 +415,7 @@ static const struct shoal_quant_ops *ops_avx512bw(void)
 {
 #if defined(SHOAL_QUANT_HAVE_AVX512)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
+    if (__builtin_cpu_supports("avx2") && has_f16c() && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
         return &shoal_quant_ops_avx512bw;
 #endif

@@ -405,6 +405,9 @@ struct shoal_quant_ops {
      * FP8 weight w (the FP8 canonical order) */
     void (*fp8_rows)(float *y, const float *x, int64_t n_tok, const struct shoal_weight *w,
                      int64_t r0, int64_t r1);
+    /* FP8: shoal_fp8_dequantize_row (the same bits: decode, then times the
+     * block scale) */
+    void (*fp8_dequant_row)(float *dst, const struct shoal_weight *w, int64_t r);
 };
 
 /* The FP8 rows of the scalar table (quant_fp8.c), the AVX2 table
@@ -416,6 +419,9 @@ void shoal_fp8_rows_avx2(float *y, const float *x, int64_t n_tok,
                          const struct shoal_weight *w, int64_t r0, int64_t r1);
 void shoal_fp8_rows_neon(float *y, const float *x, int64_t n_tok,
                          const struct shoal_weight *w, int64_t r0, int64_t r1);
+void shoal_fp8_dequant_row_scalar(float *dst, const struct shoal_weight *w, int64_t r);
+void shoal_fp8_dequant_row_avx2(float *dst, const struct shoal_weight *w, int64_t r);
+void shoal_fp8_dequant_row_neon(float *dst, const struct shoal_weight *w, int64_t r);
 
 /* shoal_quant_act_quantize and its per-group rule (returns the group's sum
  * of q), built at the baseline ISA and with AVX2 (quant_act.c): the same

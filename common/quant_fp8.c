@@ -131,11 +131,7 @@ int shoal_fp8_check(const struct shoal_weight *w, int check_codes, const char *n
 
 void shoal_fp8_dequantize_row(float *dst, const struct shoal_weight *w, int64_t r)
 {
-    const int64_t B = w->group, nbc = (w->cols + B - 1) / B;
-    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (size_t)w->cols;
-    const float *sc = w->scale + (r / B) * nbc;
-    for (int64_t c = 0; c < w->cols; c++)
-        dst[c] = shoal_fp8_e4m3_table[q[c]] * sc[c / B];
+    shoal_quant_active_ops()->fp8_dequant_row(dst, w, r);   /* the same bits on every table */
 }
 
 float shoal_fp8_dot_ref(const float *x, const struct shoal_weight *w, int64_t r)
@@ -178,4 +174,5 @@ static float fp8_block_dot(const float *x, const float *w, int64_t len)
 }
 
 #define FP8_ROWS_NAME shoal_fp8_rows_scalar
+#define FP8_DEQUANT_NAME shoal_fp8_dequant_row_scalar
 #include "quant_fp8_impl.h"

@@ -7,14 +7,16 @@
  *       the 8-lane sum of quant.h's canonical order over len <= 128
  *       elements (shoal_dot_f32's order)
  *
- * and FP8_ROWS_NAME set to the function to define. The driver decodes a
+ * and FP8_ROWS_NAME and FP8_DEQUANT_NAME set to the functions to define
+ * (the rows kernel, and a row as f32: decoded, then times its block scale;
+ * the same bits as the table times the scale). The rows driver decodes a
  * row FP8_CHUNK columns at a time (whole blocks) into a stack buffer and
  * runs every token against it; a token's running sum lives in y between
  * chunks (an f32 store and load change nothing), so the blocks are
  * combined in order exactly as the canonical loop does.
  * Thread: any (the defined function allocates nothing). */
-#ifndef FP8_ROWS_NAME
-#error "define FP8_ROWS_NAME before including quant_fp8_impl.h"
+#if !defined(FP8_ROWS_NAME) || !defined(FP8_DEQUANT_NAME)
+#error "define FP8_ROWS_NAME and FP8_DEQUANT_NAME before including quant_fp8_impl.h"
 #endif
 
 #define FP8_CHUNK (16 * SHOAL_FP8_BLOCK)
@@ -47,3 +49,17 @@ void FP8_ROWS_NAME(float *y, const float *x, int64_t n_tok, const struct shoal_w
 }
 
 #undef FP8_CHUNK
+
+void FP8_DEQUANT_NAME(float *dst, const struct shoal_weight *w, int64_t r)
+{
+    const int64_t cols = w->cols, B = w->group, nbc = (cols + B - 1) / B;
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (size_t)cols;
+    const float *sc = w->scale + (r / B) * nbc;
+    fp8_decode(dst, q, cols);
+    for (int64_t c0 = 0; c0 < cols; c0 += B) {
+        const float s = sc[c0 / B];
+        const int64_t c1 = cols - c0 < B ? cols : c0 + B;
+        for (int64_t c = c0; c < c1; c++)
+            dst[c] = dst[c] * s;
+    }
+}

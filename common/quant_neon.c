@@ -461,6 +461,7 @@ const struct shoal_quant_ops shoal_quant_ops_neon = {
     .linear_rows_a8 = rows_a8_neon,
     .act_quantize = shoal_quant_act_quantize_base,
     .fp8_rows = shoal_fp8_rows_neon,
+    .fp8_dequant_row = shoal_fp8_dequant_row_neon,
 };
 
 /* ---- FP8 (quant.h "FP8") --------------------------------------------------- */
@@ -512,4 +513,5 @@ static float fp8_block_dot(const float *x, const float *w, int64_t len)
 }
 
 #define FP8_ROWS_NAME shoal_fp8_rows_neon
+#define FP8_DEQUANT_NAME shoal_fp8_dequant_row_neon
 #include "quant_fp8_impl.h"

@@ -220,4 +220,5 @@ const struct shoal_quant_ops shoal_quant_ops_neon_dotprod = {
     .linear_rows_a8 = rows_a8,
     .act_quantize = shoal_quant_act_quantize_base,
     .fp8_rows = shoal_fp8_rows_neon,
+    .fp8_dequant_row = shoal_fp8_dequant_row_neon,
 };

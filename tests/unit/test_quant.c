@@ -1096,6 +1096,15 @@ Test(quant, fp8_kernels_canonical_on_every_isa)
             }
         for (int ii = 0; ii < n_isa; ii++) {
             use_isa(isas[ii]);
+            for (int64_t r = 0; r < rows; r++) {   /* each table's row dequantization */
+                shoal_fp8_dequantize_row(row, &f.w, r);
+                for (int64_t c = 0; c < cols; c++) {
+                    const float wv = shoal_fp8_e4m3_to_f32(f.q[r * cols + c]) *
+                                     f.s[(r / 128) * ((cols + 127) / 128) + c / 128];
+                    cr_assert(eq(u32, bits(row[c]), bits(wv)), "%s dequantize (%lld, %lld)",
+                              shoal_quant_ops_name(), (long long)r, (long long)c);
+                }
+            }
             for (int64_t nt = 1; nt <= n_tok; nt += n_tok - 1) {
                 memset(y, 0xcc, (size_t)(n_tok * rows) * sizeof(float));
                 for (int nth = 1; nth <= 3; nth += 2)
