@@ -1,6 +1,6 @@
 /* shoal synth: synthetic containers for benchmarks (docs/BENCHMARKS.md).
  *
- *   shoal synth DST --gb N [--family F] [--experts int4a8|int4|int8|bf16|f32] ...
+ *   shoal synth DST --gb N [--family F | --config FILE] [--experts T] ...
  *       writes a container (docs/FORMAT.md) of a real architecture's shapes,
  *       scaled in layer count to about N GB, with random but well-formed
  *       weights, straight from a seeded generator (no checkpoint, no
@@ -19,8 +19,10 @@
  * before attention and lm_head zero it, so after ffn_norm it is a positive
  * per-layer constant u0. Router row e holds b_e / u0 at c0 and small
  * random weights elsewhere, so its logit is b_e + z_e with z_e ~ N(0, 1)
- * varying with the token. b is calibrated by Monte Carlo so that the
- * top-k inclusion frequencies of b + z match the trace. The expected growth
+ * varying with the token. b is calibrated by Monte Carlo, routing b + z
+ * through the engine's own router (shoal_router_select: softmax or sigmoid
+ * scores, DeepSeek's group limits; the router_bias written is zero), so
+ * that the top-k inclusion frequencies match the trace. The expected growth
  * of the residual (every MoE block adds about --drift rms per channel) is
  * compensated layer by layer. Tokens are routed independently of each
  * other (no temporal locality beyond what the sampled text repeats).
@@ -47,6 +49,7 @@
 #include "expert_store.h"
 #include "forward.h"
 #include "model.h"
+#include "moe.h"
 #include "quant.h"
 #include "sampler.h"
 #include "session.h"
@@ -132,10 +135,191 @@ static const struct fam_shape fams[] = {
     {"qwen2_moe", "Qwen2MoeForCausalLM", 2048, 16, 16, 128, 1408, 60, 4, 5632, 24, 0, 1e-6, 1e6},
 };
 
+/* Families written from a real checkpoint's config.json (shared/data/configs;
+ * SOURCES.md §1): every key the real file has, in its order, with the shapes
+ * replaced (apply_shapes) and quantization_config dropped (synth writes no
+ * FP8). --config FILE does the same from any supported config.json. */
+struct fam_tmpl {
+    const char *model_type, *source, *json;
+};
+
+static const struct fam_tmpl tmpls[] = {
+    {"deepseek_v3", "DeepSeek-V3-Base",
+     "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"attention_bias\":false,"
+     "\"attention_dropout\":0.0,"
+     "\"auto_map\":{\"AutoConfig\":\"configuration_deepseek.DeepseekV3Config\","
+     "\"AutoModel\":\"modeling_deepseek.DeepseekV3Model\","
+     "\"AutoModelForCausalLM\":\"modeling_deepseek.DeepseekV3ForCausalLM\"},"
+     "\"aux_loss_alpha\":0.001,\"bos_token_id\":0,\"eos_token_id\":1,\"ep_size\":1,"
+     "\"first_k_dense_replace\":3,\"hidden_act\":\"silu\",\"hidden_size\":7168,"
+     "\"initializer_range\":0.02,\"intermediate_size\":18432,\"kv_lora_rank\":512,"
+     "\"max_position_embeddings\":163840,\"model_type\":\"deepseek_v3\","
+     "\"moe_intermediate_size\":2048,\"moe_layer_freq\":1,\"n_group\":8,\"n_routed_experts\":256,"
+     "\"n_shared_experts\":1,\"norm_topk_prob\":true,\"num_attention_heads\":128,"
+     "\"num_experts_per_tok\":8,\"num_hidden_layers\":61,\"num_key_value_heads\":128,"
+     "\"num_nextn_predict_layers\":1,\"pretraining_tp\":1,\"q_lora_rank\":1536,"
+     "\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,\"rms_norm_eps\":1e-06,"
+     "\"rope_scaling\":{\"beta_fast\":32,\"beta_slow\":1,\"factor\":40,\"mscale\":1.0,"
+     "\"mscale_all_dim\":1.0,\"original_max_position_embeddings\":4096,\"type\":\"yarn\"},"
+     "\"rope_theta\":10000,\"routed_scaling_factor\":2.5,\"scoring_func\":\"sigmoid\","
+     "\"seq_aux\":true,\"tie_word_embeddings\":false,\"topk_group\":4,\"topk_method\":\"noaux_tc\","
+     "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.33.1\",\"use_cache\":true,"
+     "\"v_head_dim\":128,\"vocab_size\":129280}"},
+    {"kimi_k2", "Kimi-K2-Instruct",
+     "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"attention_bias\":false,"
+     "\"attention_dropout\":0.0,"
+     "\"auto_map\":{\"AutoConfig\":\"configuration_deepseek.DeepseekV3Config\","
+     "\"AutoModel\":\"modeling_deepseek.DeepseekV3Model\","
+     "\"AutoModelForCausalLM\":\"modeling_deepseek.DeepseekV3ForCausalLM\"},"
+     "\"aux_loss_alpha\":0.001,\"bos_token_id\":163584,\"eos_token_id\":163585,"
+     "\"first_k_dense_replace\":1,\"hidden_act\":\"silu\",\"hidden_size\":7168,"
+     "\"initializer_range\":0.02,\"intermediate_size\":18432,\"kv_lora_rank\":512,"
+     "\"max_position_embeddings\":131072,\"model_type\":\"kimi_k2\","
+     "\"moe_intermediate_size\":2048,\"moe_layer_freq\":1,\"n_group\":1,\"n_routed_experts\":384,"
+     "\"n_shared_experts\":1,\"norm_topk_prob\":true,\"num_attention_heads\":64,"
+     "\"num_experts_per_tok\":8,\"num_hidden_layers\":61,\"num_key_value_heads\":64,"
+     "\"num_nextn_predict_layers\":0,\"pretraining_tp\":1,\"q_lora_rank\":1536,"
+     "\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,\"rms_norm_eps\":1e-06,"
+     "\"rope_theta\":50000.0,\"routed_scaling_factor\":2.827,\"rope_scaling\":{\"beta_fast\":1.0,"
+     "\"beta_slow\":1.0,\"factor\":32.0,\"mscale\":1.0,\"mscale_all_dim\":1.0,"
+     "\"original_max_position_embeddings\":4096,\"type\":\"yarn\"},\"scoring_func\":\"sigmoid\","
+     "\"seq_aux\":true,\"tie_word_embeddings\":false,\"topk_group\":1,\"topk_method\":\"noaux_tc\","
+     "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.48.3\",\"use_cache\":true,"
+     "\"v_head_dim\":128,\"vocab_size\":163840}"},
+    {"glm4_moe", "GLM-4.5-Air-arch.INTELLECT-3-Base",
+     "{\"architectures\":[\"Glm4MoeForCausalLM\"],"
+     "\"auto_map\":{\"AutoConfig\":\"configuration_glm4_moe.Glm4MoeConfig\","
+     "\"AutoModelForCausalLM\":\"modeling_glm4_moe.Glm4MoeForCausalLM\","
+     "\"AutoModel\":\"modeling_glm4_moe.Glm4MoeModel\"},\"attention_bias\":true,"
+     "\"attention_dropout\":0.0,\"pad_token_id\":151329,\"eos_token_id\":[151334,151329],"
+     "\"head_dim\":128,\"hidden_act\":\"silu\",\"hidden_size\":4096,\"partial_rotary_factor\":0.5,"
+     "\"initializer_range\":0.02,\"intermediate_size\":10944,\"max_position_embeddings\":131072,"
+     "\"model_type\":\"glm4_moe\",\"moe_intermediate_size\":1408,\"norm_topk_prob\":true,"
+     "\"num_attention_heads\":96,\"n_group\":1,\"topk_group\":1,\"n_routed_experts\":128,"
+     "\"n_shared_experts\":1,\"routed_scaling_factor\":1.0,\"num_experts_per_tok\":8,"
+     "\"first_k_dense_replace\":1,\"num_hidden_layers\":46,\"num_key_value_heads\":8,"
+     "\"rms_norm_eps\":1e-05,\"rope_scaling\":null,\"rope_theta\":1000000,"
+     "\"num_nextn_predict_layers\":1,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\","
+     "\"transformers_version\":\"4.54.0\",\"use_cache\":true,\"use_qk_norm\":false,"
+     "\"vocab_size\":151552}"},
+    {"deepseek_v2", "DeepSeek-V2-Lite",
+     "{\"architectures\":[\"DeepseekV2ForCausalLM\"],\"attention_bias\":false,"
+     "\"attention_dropout\":0.0,"
+     "\"auto_map\":{\"AutoConfig\":\"configuration_deepseek.DeepseekV2Config\","
+     "\"AutoModel\":\"modeling_deepseek.DeepseekV2Model\","
+     "\"AutoModelForCausalLM\":\"modeling_deepseek.DeepseekV2ForCausalLM\"},"
+     "\"aux_loss_alpha\":0.001,\"bos_token_id\":100000,\"eos_token_id\":100001,\"ep_size\":1,"
+     "\"first_k_dense_replace\":1,\"hidden_act\":\"silu\",\"hidden_size\":2048,"
+     "\"initializer_range\":0.02,\"intermediate_size\":10944,\"kv_lora_rank\":512,"
+     "\"max_position_embeddings\":163840,\"model_type\":\"deepseek_v2\","
+     "\"moe_intermediate_size\":1408,\"moe_layer_freq\":1,\"n_group\":1,\"n_routed_experts\":64,"
+     "\"n_shared_experts\":2,\"norm_topk_prob\":false,\"num_attention_heads\":16,"
+     "\"num_experts_per_tok\":6,\"num_hidden_layers\":27,\"num_key_value_heads\":16,"
+     "\"pretraining_tp\":1,\"q_lora_rank\":null,\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,"
+     "\"rms_norm_eps\":1e-06,\"rope_scaling\":{\"beta_fast\":32,\"beta_slow\":1,\"factor\":40,"
+     "\"mscale\":0.707,\"mscale_all_dim\":0.707,\"original_max_position_embeddings\":4096,"
+     "\"type\":\"yarn\"},\"rope_theta\":10000,\"routed_scaling_factor\":1.0,"
+     "\"scoring_func\":\"softmax\",\"seq_aux\":true,\"tie_word_embeddings\":false,\"topk_group\":1,"
+     "\"topk_method\":\"greedy\",\"torch_dtype\":\"bfloat16\",\"v_head_dim\":128,"
+     "\"vocab_size\":102400}"},
+};
+
 struct shape {
     int64_t hidden, heads, kv_heads, head_dim, moe_ff, n_expert, top_k, shexp_ff;
     int64_t vocab, layers;
+    /* template families only (0 where the config has no such key) */
+    int64_t ff;                   /* dense MLP intermediate_size */
+    int64_t q_lora, kv_lora, rope_dim;  /* MLA ranks, qk_rope_head_dim */
+    int64_t n_group, topk_group;
+    int64_t dense_layers;         /* first_k_dense_replace written */
 };
+
+static int64_t jint(const json_t *o, const char *key, int64_t dflt)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+/* Set key to n only where the template has it (so the written config has
+ * exactly the real file's keys). */
+static void jset_if(json_t *o, const char *key, int64_t n)
+{
+    if (json_object_get(o, key))
+        json_object_set_new(o, key, json_integer(n));
+}
+
+/* A token id key (bos/eos/pad, an id or a list of ids) kept inside the
+ * vocabulary: ids >= vocab become vocab - 1. */
+static void clamp_ids(json_t *o, const char *key, int64_t vocab)
+{
+    json_t *v = json_object_get(o, key);
+    if (json_is_integer(v) && json_integer_value(v) >= vocab)
+        json_object_set_new(o, key, json_integer(vocab - 1));
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x)
+        if (json_is_integer(x) && json_integer_value(x) >= vocab)
+            json_array_set_new(v, i, json_integer(vocab - 1));
+}
+
+/* The real shapes of a template config (a real config.json). */
+static void shape_from_tmpl(const json_t *t, const struct shoal_family *f, struct shape *s)
+{
+    memset(s, 0, sizeof *s);
+    s->hidden = jint(t, "hidden_size", 0);
+    s->heads = jint(t, "num_attention_heads", 1);
+    s->kv_heads = jint(t, "num_key_value_heads", s->heads);
+    s->head_dim = jint(t, "head_dim", jint(t, "qk_nope_head_dim", s->hidden / s->heads));
+    s->moe_ff = jint(t, f->key_n_ff_exp, 0);
+    s->n_expert = jint(t, f->key_n_expert, 0);
+    s->top_k = jint(t, "num_experts_per_tok", 1);
+    s->shexp_ff = jint(t, "shared_expert_intermediate_size", 0);
+    s->vocab = jint(t, "vocab_size", 32000);
+    s->ff = strcmp(f->key_n_ff_exp, "intermediate_size") ? jint(t, "intermediate_size", 0) : 0;
+    s->q_lora = jint(t, "q_lora_rank", 0);
+    s->kv_lora = jint(t, "kv_lora_rank", 0);
+    s->rope_dim = jint(t, "qk_rope_head_dim", 0);
+    s->n_group = jint(t, "n_group", 1);
+    s->topk_group = jint(t, "topk_group", 1);
+    /* a few layers keep one of the leading dense layers */
+    s->dense_layers = jint(t, "first_k_dense_replace", 0) > 0 ? 1 : 0;
+    s->layers = 1;
+}
+
+/* A copy of template t with shapes s (new reference). */
+static json_t *apply_shapes(const json_t *t, const struct shoal_family *f, const struct shape *s)
+{
+    json_t *c = json_deep_copy(t);
+    json_object_del(c, "quantization_config");
+    json_object_set_new(c, "hidden_size", json_integer(s->hidden));
+    json_object_set_new(c, "num_hidden_layers", json_integer(s->layers));
+    json_object_set_new(c, "num_attention_heads", json_integer(s->heads));
+    jset_if(c, "num_key_value_heads", f->mla ? s->heads : s->kv_heads);
+    json_object_set_new(c, "vocab_size", json_integer(s->vocab));
+    json_object_set_new(c, f->key_n_expert, json_integer(s->n_expert));
+    json_object_set_new(c, f->key_n_ff_exp, json_integer(s->moe_ff));
+    json_object_set_new(c, "num_experts_per_tok", json_integer(s->top_k));
+    if (s->ff)
+        jset_if(c, "intermediate_size", s->ff);
+    jset_if(c, "shared_expert_intermediate_size", s->shexp_ff);
+    jset_if(c, "head_dim", s->head_dim);
+    if (f->mla) {
+        jset_if(c, "qk_nope_head_dim", s->head_dim);
+        jset_if(c, "v_head_dim", s->head_dim);
+        jset_if(c, "qk_rope_head_dim", s->rope_dim);
+        jset_if(c, "kv_lora_rank", s->kv_lora);
+        if (json_is_integer(json_object_get(c, "q_lora_rank"))) /* null: no q-LoRA */
+            jset_if(c, "q_lora_rank", s->q_lora);
+    }
+    jset_if(c, "n_group", s->n_group);
+    jset_if(c, "topk_group", s->topk_group);
+    jset_if(c, "first_k_dense_replace", s->dense_layers);
+    jset_if(c, "max_window_layers", s->layers);
+    clamp_ids(c, "bos_token_id", s->vocab);
+    clamp_ids(c, "eos_token_id", s->vocab);
+    clamp_ids(c, "pad_token_id", s->vocab);
+    return c;
+}
 
 static json_t *make_config(const struct fam_shape *f, const struct shape *s)
 {
@@ -454,41 +638,59 @@ static double tail_hazard(double p)
     return exp(-0.5 * x * x) / sqrt(2.0 * M_PI) / p;
 }
 
-/* Count top-k inclusions of b + z[t] over T Monte Carlo tokens. */
-static void mc_count(const float *z, int64_t T, int64_t n, int64_t k, const double *b,
-                     double *cnt)
+#define MC_CHUNK 64   /* Monte Carlo tokens per router call */
+
+/* Route T Monte Carlo tokens with logits b + z[t] through the engine's own
+ * router (shoal_router_select: softmax or sigmoid scores, group limits,
+ * renormalisation, routed scaling, exactly as decode routes), counting each
+ * expert's top-k inclusions into cnt[n]; returns the mean over tokens of
+ * the sum of squared combine weights. */
+static double mc_count(const struct shoal_router *rt, const float *z, int64_t T,
+                       const double *b, double *cnt)
 {
+    const int64_t n = rt->n_expert, k = rt->k;
+    double w2 = 0;
     memset(cnt, 0, (size_t)n * sizeof *cnt);
-#pragma omp parallel
+#pragma omp parallel reduction(+ : w2)
     {
-        double *v = shoal_xmalloc((size_t)n * sizeof *v);
+        float *lg = shoal_xmalloc((size_t)(MC_CHUNK * n) * sizeof *lg);
+        float *scratch = shoal_xmalloc((size_t)(3 * n) * sizeof *scratch);
+        int32_t *ids = shoal_xmalloc((size_t)(MC_CHUNK * k) * sizeof *ids);
+        float *w = shoal_xmalloc((size_t)(MC_CHUNK * k) * sizeof *w);
         double *c = shoal_xcalloc((size_t)n, sizeof *c);
-        int32_t *idx = shoal_xmalloc((size_t)k * sizeof *idx);
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < T; t++) {
-            for (int64_t e = 0; e < n; e++)
-                v[e] = b[e] + z[t * n + e];
-            topk(v, n, k, idx);
-            for (int64_t j = 0; j < k; j++)
-                c[idx[j]] += 1;
+        for (int64_t t0 = 0; t0 < T; t0 += MC_CHUNK) {
+            const int64_t nt = t0 + MC_CHUNK <= T ? MC_CHUNK : T - t0;
+            for (int64_t t = 0; t < nt; t++)
+                for (int64_t e = 0; e < n; e++)
+                    lg[t * n + e] = (float)(b[e] + z[(t0 + t) * n + e]);
+            /* cannot fail: k <= n and the groups divide n (config checked) */
+            shoal_router_select(rt, lg, nt, scratch, ids, w);
+            for (int64_t j = 0; j < nt * k; j++) {
+                c[ids[j]] += 1;
+                w2 += (double)w[j] * (double)w[j];
+            }
         }
 #pragma omp critical
         for (int64_t e = 0; e < n; e++)
             cnt[e] += c[e];
-        free(v);
+        free(lg);
+        free(scratch);
+        free(ids);
+        free(w);
         free(c);
-        free(idx);
     }
+    return w2 / (double)T;
 }
 
-/* Calibrate logit biases b[n] (noise N(0,1)) so that the top-k inclusion
- * frequencies match pi[n]. Also returns E[sum of squared combine weights]
- * (softmax, top-k, renormalised when norm_topk) and the worst relative
- * error of the inclusion frequencies. */
-static void calibrate(const double *pi, int64_t n, int64_t k, int norm_topk, uint64_t seed,
-                      double *b, double *mean_w2, double *max_rel_err)
+/* Calibrate logit biases b[n] (noise N(0,1)) so that the router's top-k
+ * inclusion frequencies match pi[n]. Also returns E[sum of squared combine
+ * weights] and the worst relative error of the inclusion frequencies, both
+ * measured at the final biases. */
+static void calibrate(const struct shoal_router *rt, const double *pi, uint64_t seed, double *b,
+                      double *mean_w2, double *max_rel_err)
 {
-    const int64_t T = MC_TOKENS;
+    const int64_t T = MC_TOKENS, n = rt->n_expert, k = rt->k;
     float *z = shoal_xmalloc((size_t)(T * n) * sizeof *z);
     struct rng r = rng_for(seed, 0xca11b, (uint64_t)n, (uint64_t)k);
     for (int64_t i = 0; i < T * n; i++)
@@ -504,55 +706,32 @@ static void calibrate(const double *pi, int64_t n, int64_t k, int norm_topk, uin
     }
     for (int64_t e = 0; e < n; e++)
         b[e] = log(pi[e]) - mean / (double)n;
-    double err_max = 0;
-    for (int it = 0; it < 40; it++) {
-        mc_count(z, T, n, k, b, cnt);
+    double err_max = 0, w2 = 0;
+    for (int it = 0; it < 60; it++) {
+        w2 = mc_count(rt, z, T, b, cnt);
         err_max = 0;
+        for (int64_t e = 0; e < n; e++) {
+            double rel = fabs(cnt[e] / (double)T - pi[e]) / pi[e];
+            if (rel > err_max)
+                err_max = rel;
+        }
+        if (err_max < 0.02 || it == 59)
+            break;
         double bm = 0;
         for (int64_t e = 0; e < n; e++) {
             double got = cnt[e] / (double)T;
-            double rel = fabs(got - pi[e]) / pi[e];
-            if (rel > err_max)
-                err_max = rel;
             double lg = log(got > 0.25 / (double)T ? got : 0.25 / (double)T);
             b[e] += 0.9 * (log(pi[e]) - lg) / h[e];
             bm += b[e];
         }
         for (int64_t e = 0; e < n; e++)
             b[e] -= bm / (double)n;
-        if (err_max < 0.02)
-            break;
     }
-    /* combine weights at the calibrated biases */
-    double w2 = 0;
-    double *v = shoal_xmalloc((size_t)n * sizeof *v);
-    int32_t *idx = shoal_xmalloc((size_t)k * sizeof *idx);
-    for (int64_t t = 0; t < T; t++) {
-        double mx = -1e300, sum = 0;
-        for (int64_t e = 0; e < n; e++) {
-            v[e] = b[e] + z[t * n + e];
-            if (v[e] > mx)
-                mx = v[e];
-        }
-        for (int64_t e = 0; e < n; e++)
-            sum += exp(v[e] - mx);
-        topk(v, n, k, idx);
-        double ks = 0, sq = 0;
-        for (int64_t j = 0; j < k; j++)
-            ks += exp(v[idx[j]] - mx) / sum;
-        for (int64_t j = 0; j < k; j++) {
-            double w = exp(v[idx[j]] - mx) / sum / (norm_topk ? ks : 1.0);
-            sq += w * w;
-        }
-        w2 += sq;
-    }
-    *mean_w2 = w2 / (double)T;
+    *mean_w2 = w2;
     *max_rel_err = err_max;
     free(z);
     free(cnt);
     free(h);
-    free(v);
-    free(idx);
 }
 
 /* ---- the generator ----------------------------------------------------------- */
@@ -569,7 +748,6 @@ enum init_kind {
 
 struct synth {
     /* options */
-    const struct fam_shape *fam;
     struct shape sh;
     enum shoal_dtype experts_dtype, dense_dtype;
     int group;
@@ -581,7 +759,8 @@ struct synth {
     struct shoal_model_config cfg;
     int64_t c0;
     double C;                    /* value of the constant channel */
-    double var_attn_out, var_ffn_out, var_head, var_exp_out;
+    double p_att;                /* variance attention adds to the residual per channel */
+    double var_ffn_out, var_dense_out, var_head, var_exp_out;
     double *var_att_in;          /* [n_layer] q/k/v weight variance: unit-variance outputs */
     /* routing */
     struct trace trace;
@@ -593,6 +772,8 @@ struct synth {
                                   * gate/up weight variance that gives unit-variance
                                   * pre-activations whatever share c0 has at that depth */
     double mean_w2[3], calib_err[3];
+    double layer_err;            /* grouped routers: worst inclusion error of the per-layer fits */
+    int n_layer_fits;
     /* writer */
     struct shoal_err *err;
     int fd_dense, fd_exp;
@@ -669,19 +850,25 @@ static enum init_kind classify(const struct synth *sy, const struct shoal_weight
         *var = sy->var_head;
         return INIT_IN;
     }
-    if (ends_with(s->name, ".bias"))
+    if (ends_with(s->name, ".bias") || ends_with(s->name, ".router_bias"))
         return INIT_ZERO;
     if (ends_with(s->name, "_norm"))
         return INIT_ONES;
     if (ends_with(s->name, ".router"))
         return INIT_ROUTER;
     if (ends_with(s->name, ".attn_q") || ends_with(s->name, ".attn_k") ||
-        ends_with(s->name, ".attn_v")) {
+        ends_with(s->name, ".attn_v") || ends_with(s->name, ".attn_q_a") ||
+        ends_with(s->name, ".attn_kv_a")) {
         *var = sy->var_att_in[s->il];
         return INIT_IN;
     }
+    if (ends_with(s->name, ".attn_q_b") || ends_with(s->name, ".attn_kv_b")) {
+        /* MLA up-projections read an RMS-normed latent: unit-variance outputs */
+        *var = 1.0 / (double)s->cols;
+        return INIT_IN;
+    }
     if (ends_with(s->name, ".attn_output")) {
-        *var = sy->var_attn_out;
+        *var = sy->p_att / (double)s->cols;
         return INIT_OUT;
     }
     if (ends_with(s->name, ".w_gate") || ends_with(s->name, ".w_up")) {
@@ -689,7 +876,7 @@ static enum init_kind classify(const struct synth *sy, const struct shoal_weight
         return INIT_IN;
     }
     if (ends_with(s->name, ".w_down")) {
-        *var = sy->var_ffn_out;
+        *var = strstr(s->name, ".ffn.") ? sy->var_dense_out : sy->var_ffn_out;
         return INIT_OUT;
     }
     *var = 0.5 / E; /* shexp_gate and anything new: small, c0 ignored */
@@ -1122,13 +1309,14 @@ static int plan_routing(struct synth *sy, const char *trace_name, const char *tr
     struct trace *t = &sy->trace;
     double *bias_src[3] = {0};
     double *pi = shoal_xmalloc((size_t)NE * sizeof *pi);
+    /* the router_bias written is zero: the engine's router without one */
+    const struct shoal_router rt = shoal_router_of(c, NULL);
     for (int i = 0; i < t->n_src; i++) {
         bias_src[i] = shoal_xmalloc((size_t)NE * sizeof(double));
         inclusion_targets(t->shares[i], NE, K, pi);
-        calibrate(pi, NE, K, c->norm_topk_prob, sy->seed, bias_src[i], &sy->mean_w2[i],
-                  &sy->calib_err[i]);
+        calibrate(&rt, pi, sy->seed, bias_src[i], &sy->mean_w2[i], &sy->calib_err[i]);
     }
-    free(pi);
+    const int grouped = rt.topk != SHOAL_TOPK_GREEDY && rt.n_group > 1;
     sy->layer_src = shoal_xcalloc((size_t)L, sizeof *sy->layer_src);
     sy->layer_target = shoal_xcalloc((size_t)(L * NE), sizeof(double));
     sy->layer_bias = shoal_xcalloc((size_t)(L * NE), sizeof(double));
@@ -1141,12 +1329,20 @@ static int plan_routing(struct synth *sy, const char *trace_name, const char *tr
     for (int i = 0; i < t->n_src; i++)
         mw2 += sy->mean_w2[i] / t->n_src;
     const double rho2 = sy->drift * sy->drift / (mw2 > 0 ? mw2 : 1.0);
-    const double p_moe = sy->drift * sy->drift + (c->n_ff_shexp > 0 ? 0.25 * rho2 : 0.0);
+    /* qwen2_moe's gated shared expert adds rho^2 / 4 (its sigmoid gate is
+     * about 0.5); an ungated one (DeepSeek, GLM) adds drift^2, like the
+     * routed experts together */
+    const double shexp_add = c->n_ff_shexp <= 0 ? 0.0 :
+                             c->shexp_gated ? 0.25 * rho2 : sy->drift * sy->drift;
+    const double p_moe = sy->drift * sy->drift + shexp_add;
     const double p_att = 0.02 * 0.02;
+    sy->p_att = p_att;
+    /* leading dense layers (DeepSeek, GLM) add drift^2 */
+    sy->var_dense_out = sy->drift * sy->drift / ((double)(c->n_ff > 0 ? c->n_ff : 1) * SILU2);
     sy->var_exp_out = rho2 / ((double)c->n_ff_exp * SILU2);
-    sy->var_ffn_out = c->n_ff_shexp > 0 ? rho2 / ((double)c->n_ff_shexp * SILU2) :
+    sy->var_ffn_out = c->n_ff_shexp > 0 ? (c->shexp_gated ? rho2 : shexp_add) /
+                                          ((double)c->n_ff_shexp * SILU2) :
                       rho2 / ((double)(c->n_ff > 0 ? c->n_ff : 1) * SILU2);
-    sy->var_attn_out = p_att / (double)(c->n_head * c->head_dim);
     sy->var_att_in = shoal_xcalloc((size_t)L, sizeof(double));
     for (int64_t il = 0; il < L; il++) {
         /* Expected per-channel variance (off c0) of the residual before this
@@ -1185,7 +1381,19 @@ static int plan_routing(struct synth *sy, const char *trace_name, const char *tr
             sy->layer_target[il * NE + perm[j]] = t->shares[best][j];
             sy->layer_bias[il * NE + perm[j]] = bias_src[best][j];
         }
+        if (grouped) {
+            /* an expert's inclusion depends on its group mates, so the
+             * biases fitted in rank order do not carry over to this layer's
+             * permutation: fit them again in place */
+            double w2, e;
+            inclusion_targets(sy->layer_target + il * NE, NE, K, pi);
+            calibrate(&rt, pi, sy->seed, sy->layer_bias + il * NE, &w2, &e);
+            if (e > sy->layer_err)
+                sy->layer_err = e;
+            sy->n_layer_fits++;
+        }
     }
+    free(pi);
     double ev_out = 1.0 + (double)L * (p_att + p_moe);
     /* logits std about 2: out_norm zeroes c0, the rest carries E*ev/(1+ev) */
     sy->var_head = 4.0 / (E * ev_out / (1.0 + ev_out));
@@ -1208,8 +1416,13 @@ static void synth_usage(FILE *f)
         "\n"
         "  --out DST, DST       the container directory to write\n"
         "  --gb N               target container size in GB (1e9 bytes), e.g. 8 or 0.005\n"
-        "  --family F           qwen3_moe (default), olmoe, mixtral, qwen2_moe\n"
-        "  --experts T          int4 (default), int4a8, int8, bf16, f32\n"
+        "  --family F           qwen3_moe (default), olmoe, mixtral, qwen2_moe, or, with\n"
+        "                       every key of the real config.json: deepseek_v3\n"
+        "                       (DeepSeek-V3-Base), kimi_k2 (Kimi-K2-Instruct), glm4_moe\n"
+        "                       (GLM-4.5-Air), deepseek_v2 (DeepSeek-V2-Lite)\n"
+        "  --config FILE        a real config.json of any supported family as the\n"
+        "                       template instead (quantization_config dropped)\n"
+        "  --experts T          int4 (default), int4a8, int8, bf16, f32 (not fp8)\n"
         "  --dense T            int8 (default), int4a8, int4, bf16, f32 (1-D tensors stay\n"
         "                       f32; routers stay int8 under int4/int4a8)\n"
         "  --group G            quantization group, 32, 64 (default) or 128\n"
@@ -1224,7 +1437,13 @@ static void synth_usage(FILE *f)
         "  --layers N           layer count (default: from --gb)\n"
         "  --n-expert N, --top-k K, --hidden N, --moe-ff N, --heads N, --kv-heads N,\n"
         "  --head-dim N, --vocab N   override the family's shapes (vocab default 32000;\n"
-        "                       shapes shrink automatically when --gb is too small)\n"
+        "                       the real one for config families; shapes shrink\n"
+        "                       automatically when --gb is too small)\n"
+        "  --ff N, --q-lora N, --kv-lora N, --rope-dim N, --n-group N, --topk-group N,\n"
+        "  --dense-layers N     the same for config families: dense intermediate_size,\n"
+        "                       MLA ranks and qk_rope_head_dim (--head-dim sets\n"
+        "                       qk_nope and v), expert groups, first_k_dense_replace\n"
+        "                       (default 1 where the real config has dense layers)\n"
         "  --force              replace an existing DST\n"
         "\n"
         "--check DIR: decode on a container and report finite logits, timings and\n"
@@ -1260,11 +1479,13 @@ int shoal_cmd_synth(int argc, char **argv)
         if (!strcmp(argv[i], "--check"))
             return check_main(argc, argv);
     const char *dst = NULL, *family = "qwen3_moe", *trace = "olmoe", *domain = "all";
-    const char *trace_file = DEFAULT_TRACE_FILE;
+    const char *trace_file = DEFAULT_TRACE_FILE, *config_path = NULL;
     double gb = 0, drift = 0.3, zipf_s = 1.0;
     long long seed = 1, group = 64;
+    int64_t ov_dense = -1;
     struct shape ov;
     memset(&ov, 0, sizeof ov);
+    int family_given = 0;
     enum shoal_dtype ed = SHOAL_DTYPE_INT4, dd = SHOAL_DTYPE_INT8;
     int force = 0;
     for (int i = 1; i < argc; i++) {
@@ -1307,6 +1528,13 @@ int shoal_cmd_synth(int argc, char **argv)
             {"--kv-heads", &ov.kv_heads, 1, 1024},
             {"--head-dim", &ov.head_dim, 8, 1024},
             {"--vocab", &ov.vocab, 16, 1 << 24},
+            {"--ff", &ov.ff, 8, 1 << 20},
+            {"--q-lora", &ov.q_lora, 8, 1 << 16},
+            {"--kv-lora", &ov.kv_lora, 8, 1 << 16},
+            {"--rope-dim", &ov.rope_dim, 2, 1024},
+            {"--n-group", &ov.n_group, 1, 4096},
+            {"--topk-group", &ov.topk_group, 1, 4096},
+            {"--dense-layers", &ov_dense, 0, SHOAL_MAX_LAYERS},
         };
         int matched = 0;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
@@ -1324,6 +1552,9 @@ int shoal_cmd_synth(int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "--family")) {
             family = v;
+            family_given = 1;
+        } else if (!strcmp(a, "--config")) {
+            config_path = v;
         } else if (!strcmp(a, "--experts")) {
             if (shoal_cli_parse_dtype(a, v, &ed))
                 return 2;
@@ -1359,66 +1590,138 @@ int shoal_cmd_synth(int argc, char **argv)
         shoal_cli_error("synth: usage: shoal synth DST --gb N [options]");
         return 2;
     }
+    if (ed == SHOAL_DTYPE_FP8 || dd == SHOAL_DTYPE_FP8) {
+        shoal_cli_error("synth: --%s fp8 is not written (shoal keeps FP8 only from FP8 "
+                        "checkpoints); expected int4a8, int4, int8, bf16 or f32",
+                        ed == SHOAL_DTYPE_FP8 ? "experts" : "dense");
+        return 2;
+    }
+    if (config_path && family_given) {
+        shoal_cli_error("synth: --config and --family are exclusive (the config names its "
+                        "model_type)");
+        return 2;
+    }
+    /* the family: a built-in table row (fam), or a real config.json as the
+     * template of the one written (tmpl, with tfam its descriptor) */
     const struct fam_shape *fam = NULL;
-    for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++)
+    json_t *tmpl = NULL;
+    const struct shoal_family *tfam = NULL;
+    const char *model_type = family;
+    for (size_t k = 0; !config_path && k < sizeof fams / sizeof fams[0]; k++)
         if (!strcmp(fams[k].model_type, family))
             fam = &fams[k];
-    if (!fam) {
-        shoal_cli_error("--family expects qwen3_moe, olmoe, mixtral or qwen2_moe, got '%s'",
-                        family);
-        return 2;
+    json_error_t jerr;
+    if (config_path) {
+        tmpl = json_load_file(config_path, 0, &jerr);
+        if (!tmpl) {
+            shoal_cli_error("synth: cannot read --config '%s': %s (line %d)", config_path,
+                            jerr.text, jerr.line);
+            return 2;
+        }
+    } else if (!fam) {
+        for (size_t k = 0; k < sizeof tmpls / sizeof tmpls[0]; k++)
+            if (!strcmp(tmpls[k].model_type, family))
+                tmpl = json_loads(tmpls[k].json, 0, &jerr);
+        if (!tmpl) {
+            shoal_cli_error("--family expects qwen3_moe, olmoe, mixtral, qwen2_moe, "
+                            "deepseek_v3, kimi_k2, glm4_moe or deepseek_v2, got '%s'", family);
+            return 2;
+        }
+    }
+    if (tmpl) {
+        model_type = json_string_value(json_object_get(tmpl, "model_type"));
+        tfam = model_type ? shoal_family_find(model_type) : NULL;
+        if (!tfam || !json_is_integer(json_object_get(tmpl, tfam->key_n_expert))) {
+            shoal_cli_error("synth: '%s': model_type %s%s%s is not a supported MoE family "
+                            "(expected one of %s, with %s)", config_path ? config_path : family,
+                            model_type ? "'" : "", model_type ? model_type : "missing",
+                            model_type ? "'" : "", shoal_family_list(),
+                            tfam ? tfam->key_n_expert : "its expert count");
+            json_decref(tmpl);
+            return 2;
+        }
     }
     if (strcmp(trace, "olmoe") && strcmp(trace, "mixtral") && strcmp(trace, "uniform") &&
         strcmp(trace, "zipf")) {
         shoal_cli_error("--trace expects olmoe, mixtral, uniform or zipf, got '%s'", trace);
+        json_decref(tmpl);
         return 2;
     }
     if (shoal_exists(dst) && !force) {
         shoal_cli_error("synth: '%s' already exists; pass --force to replace it", dst);
+        json_decref(tmpl);
         return 1;
     }
 
-    /* shapes: the family's, overridden, then shrunk until two layers fit */
-    struct shape sh = {fam->hidden, fam->heads, fam->kv_heads, fam->head_dim, fam->moe_ff,
-                       fam->n_expert, fam->top_k, fam->shexp_ff, 32000, 1};
-    const int olmoe = !strcmp(fam->model_type, "olmoe");
+    /* shapes: the family's, overridden, then shrunk until two layers (a
+     * template family: its leading dense layers and one MoE layer) fit */
+    struct shape sh;
+    if (tmpl) {
+        shape_from_tmpl(tmpl, tfam, &sh);
+    } else {
+        struct shape fs = {fam->hidden, fam->heads, fam->kv_heads, fam->head_dim, fam->moe_ff,
+                           fam->n_expert, fam->top_k, fam->shexp_ff, 32000, 1, 0, 0, 0, 0, 1, 1, 0};
+        sh = fs;
+    }
+    const int olmoe = !strcmp(model_type, "olmoe");
+    const int mla = tfam && tfam->mla;
     const uint64_t target = (uint64_t)(gb * 1e9);
     struct shoal_err err = {0};
     struct shoal_model_config cfg;
     struct measure ms = {.dense = dd, .experts = ed, .group = (int)group};
-    uint64_t fixed = 0, per_layer = 0;
-    for (int shrink = 0;; shrink++) {
+    uint64_t fixed = 0, per_layer = 0, b[2];
+    for (;;) {
 #define OV(f) if (ov.f) sh.f = ov.f
         OV(hidden); OV(heads); OV(kv_heads); OV(head_dim); OV(moe_ff); OV(n_expert);
-        OV(top_k); OV(vocab);
+        OV(top_k); OV(vocab); OV(ff); OV(q_lora); OV(kv_lora); OV(rope_dim); OV(n_group);
+        OV(topk_group);
 #undef OV
+        if (tmpl && ov_dense >= 0)
+            sh.dense_layers = ov_dense;
         if (olmoe)
             sh.head_dim = sh.hidden / sh.heads;
         if (sh.top_k > sh.n_expert)
             sh.top_k = sh.n_expert;
+        if (mla)
+            sh.kv_heads = sh.heads;
         if (sh.heads % sh.kv_heads)
             sh.kv_heads = sh.heads;
-        uint64_t b[2];
+        /* groups divide the experts, hold at least two each (noaux_tc ranks
+         * a group by its two best) and, kept, at least top-k experts */
+        if (sh.n_expert % sh.n_group || sh.n_expert / sh.n_group < 2)
+            sh.n_group = 1;
+        if (sh.topk_group > sh.n_group || sh.n_group == 1 ||
+            sh.topk_group * (sh.n_expert / sh.n_group) < sh.top_k)
+            sh.topk_group = sh.n_group;
         for (int k = 0; k < 2; k++) {
-            sh.layers = k + 1;
-            json_t *c = make_config(fam, &sh);
+            sh.layers = sh.dense_layers + k + 1;
+            json_t *c = tmpl ? apply_shapes(tmpl, tfam, &sh) : make_config(fam, &sh);
             int rc = parse_config(c, &cfg, &err);
             json_decref(c);
             if (rc) {
                 shoal_cli_error("synth: %s", err.msg);
+                json_decref(tmpl);
                 return 2;
             }
             b[k] = measure_cfg(&cfg, &ms);
         }
         per_layer = b[1] - b[0];
         fixed = b[0] - per_layer;
-        int any_ov = ov.hidden || ov.moe_ff || ov.vocab || ov.head_dim || ov.heads;
-        if (any_ov || fixed + 2 * per_layer <= target || sh.hidden <= 64)
+        int any_ov = ov.hidden || ov.moe_ff || ov.vocab || ov.head_dim || ov.heads || ov.ff ||
+                     ov.q_lora || ov.kv_lora || ov.rope_dim;
+        if (any_ov || (tmpl ? b[0] : fixed + 2 * per_layer) <= target || sh.hidden <= 64)
             break;
-        /* too small for two layers of real shapes: halve the widths */
+        /* too small for real shapes: halve the widths */
         sh.hidden /= 2;
         sh.moe_ff /= 2;
         sh.shexp_ff /= 2;
+        sh.ff /= 2;
+        if (sh.q_lora > 16)
+            sh.q_lora /= 2;
+        if (sh.kv_lora > 16)
+            sh.kv_lora /= 2;
+        if (sh.rope_dim > 16)
+            sh.rope_dim /= 2;
         if (sh.head_dim > 32 && !olmoe)
             sh.head_dim /= 2;
         else if (sh.heads > 2)
@@ -1427,22 +1730,23 @@ int shoal_cmd_synth(int argc, char **argv)
             sh.kv_heads = sh.heads;
         if (sh.vocab > 4096)
             sh.vocab = 4096;
-        (void)shrink;
     }
-    if (ov.layers)
+    if (ov.layers) {
         sh.layers = ov.layers;
-    else {
+        if (sh.dense_layers >= sh.layers)
+            sh.dense_layers = sh.layers - 1;
+    } else {
         double nl = target > fixed ? (double)(target - fixed) / (double)per_layer : 1.0;
-        sh.layers = (int64_t)(nl + 0.5);
-        if (sh.layers < 1)
-            sh.layers = 1;
+        int64_t n_moe = (int64_t)(nl + 0.5);
+        if (n_moe < 1)
+            n_moe = 1;
+        sh.layers = sh.dense_layers + n_moe;
         if (sh.layers > SHOAL_MAX_LAYERS)
             sh.layers = SHOAL_MAX_LAYERS;
     }
 
     struct synth sy;
     memset(&sy, 0, sizeof sy);
-    sy.fam = fam;
     sy.sh = sh;
     sy.experts_dtype = ed;
     sy.dense_dtype = dd;
@@ -1452,7 +1756,11 @@ int shoal_cmd_synth(int argc, char **argv)
     sy.tty = isatty(2);
     sy.err = &err;
     sy.fd_dense = sy.fd_exp = -1;
-    sy.config = make_config(fam, &sh);
+    sy.config = tmpl ? apply_shapes(tmpl, tfam, &sh) : make_config(fam, &sh);
+    json_decref(tmpl);
+    tmpl = NULL;
+    if (tfam) /* the template's string is gone: the copy's */
+        model_type = json_string_value(json_object_get(sy.config, "model_type"));
     if (parse_config(sy.config, &sy.cfg, &err)) {
         shoal_cli_error("synth: %s", err.msg);
         json_decref(sy.config);
@@ -1473,7 +1781,7 @@ int shoal_cmd_synth(int argc, char **argv)
     }
     fprintf(stderr, "shoal: synth %s: %s, %lld layers, %lld experts top-%lld, hidden %lld, "
             "moe_ff %lld, heads %lld/%lld x %lld, vocab %lld; experts %s, dense %s; "
-            "%.2f GB (blob %" PRIu64 " bytes)\n", dst, fam->model_type,
+            "%.2f GB (blob %" PRIu64 " bytes)\n", dst, model_type,
             (long long)sh.layers, (long long)sh.n_expert, (long long)sy.cfg.n_expert_used,
             (long long)sh.hidden, (long long)sh.moe_ff, (long long)sy.cfg.n_head,
             (long long)sy.cfg.n_head_kv, (long long)sy.cfg.head_dim, (long long)sh.vocab,
@@ -1484,6 +1792,10 @@ int shoal_cmd_synth(int argc, char **argv)
     for (int i = 0; i < sy.trace.n_src; i++)
         fprintf(stderr, "%s trace layer %d worst inclusion error %.1f%%", i ? ";" : "",
                 sy.trace.src_layer[i], 100 * sy.calib_err[i]);
+    if (sy.n_layer_fits)
+        fprintf(stderr, "; group-limited router: refitted for each of %d MoE layers' expert "
+                "permutation, worst inclusion error %.1f%%", sy.n_layer_fits,
+                100 * sy.layer_err);
     fprintf(stderr, "\n");
 
     size_t dl = strlen(dst);
@@ -1546,7 +1858,7 @@ int shoal_cmd_synth(int argc, char **argv)
     sy.dense_off = SHOAL_CONTAINER_HEADER_BYTES;
     sy.exp_off = SHOAL_CONTAINER_HEADER_BYTES;
     fp_add(&sy, "shoal-container %d %s experts %s %d %" PRIu64 "\n", SHOAL_CONTAINER_VERSION,
-           fam->model_type, shoal_dtype_name(ed), sy.group, sy.lay.blob_bytes);
+           model_type, shoal_dtype_name(ed), sy.group, sy.lay.blob_bytes);
     sy.t0 = shoal_time_s();
     {
         struct shoal_model model;
@@ -1626,7 +1938,7 @@ int shoal_cmd_synth(int argc, char **argv)
         meta = json_pack("{s:s, s:i, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:i, s:f, s:I, s:f, "
                          "s:I, s:I, s:f, s:f, s:f, s:o}",
                          "format", "shoal-synth", "version", 1, "command", cmdline,
-                         "family", fam->model_type, "seed", (json_int_t)seed, "trace", trace,
+                         "family", model_type, "seed", (json_int_t)seed, "trace", trace,
                          "domain", domain, "experts_dtype", shoal_dtype_name(ed),
                          "dense_dtype", shoal_dtype_name(dd), "group", sy.group,
                          "drift", drift, "bias_channel", (json_int_t)sy.c0,
@@ -1651,7 +1963,7 @@ int shoal_cmd_synth(int argc, char **argv)
             "{s:s, s:i, s:s, s:s, s:O, s:[s], s:{s:s, s:I, s:o}, "
             "s:{s:s, s:I, s:s, s:i, s:I, s:I, s:I, s:o, s:o}}",
             "format", "shoal-container", "version", SHOAL_CONTAINER_VERSION,
-            "model_type", fam->model_type, "fingerprint", fph, "config", sy.config,
+            "model_type", model_type, "fingerprint", fph, "config", sy.config,
             "files", "config.json",
             "dense", "file", "dense.bin", "bytes", (json_int_t)dense_bytes, "tensors", sy.tensors,
             "experts", "file", "experts.bin", "bytes", (json_int_t)sy.exp_off, "dtype",

@@ -7,7 +7,12 @@ Synthesizes a tiny container (a few MB), requires that `shoal inspect
 trace says (the experts the trace makes hottest take well over their
 uniform share; a --trace uniform container does not). Uses the OLMoE trace
 in ../shared/data/traces when present, else the built-in zipf trace.
-Seconds long.
+The families written from a real config.json (deepseek_v3, kimi_k2,
+glm4_moe, deepseek_v2) are written tiny and must keep the real keys, verify,
+decode with finite logits and route like the target (deepseek_v3 with a tight
+group limit), and `shoal plan` must read their config.json; every real
+config in ../shared/data/configs goes through `synth --config` and `run`.
+--experts fp8 is refused. Under a minute.
 
 Usage: /usr/bin/python3 tests/reference/test_synth.py --shoal BIN
 """
@@ -141,8 +146,146 @@ def main():
         ok = j is not None and "routing" in j and j["routing"]["top_eighth_achieved"] < 0.17
         result("control: a uniform trace is not skewed", ok,
                "hottest 1/8 take %.1f%%" % (100 * j["routing"]["top_eighth_achieved"]) if ok else out)
+        new_families(shoal, tmp, trace)
+        real_configs(shoal, tmp, trace)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# The families written from a real config.json, tiny: MLA ranks, groups, a
+# leading dense layer and 2 MoE layers. deepseek_v3 keeps 2 of 8 groups of 4
+# experts for top-4, a tight group limit the router calibration must model.
+TINY_CFG = ["--hidden", "128", "--moe-ff", "64", "--ff", "192", "--n-expert", "32",
+            "--top-k", "4", "--heads", "4", "--kv-heads", "2", "--head-dim", "32",
+            "--rope-dim", "16", "--q-lora", "64", "--kv-lora", "32", "--vocab", "512",
+            "--layers", "3"]
+NEW = {
+    # family: keys its config.json must have (besides the shapes)
+    "deepseek_v3": {"n_routed_experts": 32, "kv_lora_rank": 32, "q_lora_rank": 64,
+                    "n_group": 8, "topk_group": 2, "topk_method": "noaux_tc",
+                    "scoring_func": "sigmoid", "routed_scaling_factor": 2.5,
+                    "first_k_dense_replace": 1, "n_shared_experts": 1,
+                    "num_nextn_predict_layers": 1},
+    "kimi_k2": {"n_routed_experts": 32, "kv_lora_rank": 32, "routed_scaling_factor": 2.827,
+                "topk_method": "noaux_tc", "first_k_dense_replace": 1},
+    "glm4_moe": {"n_routed_experts": 32, "num_key_value_heads": 2, "head_dim": 32,
+                 "partial_rotary_factor": 0.5, "attention_bias": True,
+                 "first_k_dense_replace": 1, "intermediate_size": 192},
+    "deepseek_v2": {"n_routed_experts": 32, "q_lora_rank": None, "kv_lora_rank": 32,
+                    "topk_method": "greedy", "scoring_func": "softmax",
+                    "n_shared_experts": 2, "first_k_dense_replace": 1},
+}
+
+
+def check_routing(name, j, out):
+    ok = j is not None and j["nonfinite_logits"] == 0 and "routing" in j
+    result("%s: synth --check decodes with finite logits" % name, ok, "" if ok else out)
+    if not ok:
+        return
+    rt = j["routing"]
+    result("%s: routing follows the target" % name,
+           rt["top_eighth_achieved"] >= 0.17 and
+           abs(rt["top_eighth_achieved"] - rt["top_eighth_target"]) < 0.06 and
+           rt["tv"] < rt["tv_noise"] + 0.08,
+           "hottest 1/8 take %.1f%% (target %.1f%%), total variation %.3f (floor %.3f)"
+           % (100 * rt["top_eighth_achieved"], 100 * rt["top_eighth_target"], rt["tv"],
+              rt["tv_noise"]))
+    result("%s: routing varies between tokens" % name,
+           j["distinct_ids"] >= 20 and rt["top1_achieved"] < 0.5,
+           "largest expert share %.1f%%, %d distinct ids" % (100 * rt["top1_achieved"],
+                                                             j["distinct_ids"]))
+
+
+def check_plan(shoal, name, model):
+    r = run([shoal, "plan", os.path.join(model, "config.json"), "--experts", "int4"])
+    result("%s: shoal plan reads the written config.json" % name,
+           r.returncode == 0 and "expert" in r.stdout.lower(),
+           "" if r.returncode == 0 else (r.stderr or r.stdout).strip()[-300:])
+
+
+def new_families(shoal, tmp, trace):
+    for fam, keys in NEW.items():
+        m = os.path.join(tmp, fam)
+        extra = ["--n-group", "8", "--topk-group", "2"] if fam == "deepseek_v3" else []
+        r = run([shoal, "synth", m, "--gb", "0.004", "--family", fam] + TINY_CFG + extra +
+                trace)
+        ok = r.returncode == 0
+        result("%s: synth writes a container" % fam, ok, "" if ok else r.stderr.strip()[-300:])
+        if not ok:
+            continue
+        cfg = json.load(open(os.path.join(m, "config.json")))
+        bad = [k for k, v in keys.items() if k not in cfg or cfg[k] != v]
+        result("%s: config.json has the real keys" % fam,
+               not bad and cfg["model_type"] == fam and cfg["num_hidden_layers"] == 3 and
+               "quantization_config" not in cfg, "wrong: %s" % bad if bad else "")
+        r = run([shoal, "inspect", m, "--verify"])
+        ok = r.returncode == 0 and "verify       ok" in r.stdout
+        result("%s: inspect --verify accepts it" % fam, ok,
+               "" if ok else (r.stderr or r.stdout).strip()[-300:])
+        out = os.path.join(tmp, "check.json")
+        r = run([shoal, "synth", "--check", m, "--prompt-len", "40", "--decode", "200",
+                 "--json", out])
+        j = json.load(open(out)) if r.returncode == 0 else None
+        check_routing(fam, j, (r.stderr or r.stdout).strip()[-300:])
+        check_plan(shoal, fam, m)
+        shutil.rmtree(m, ignore_errors=True)
+    r = run([shoal, "synth", os.path.join(tmp, "f8"), "--gb", "0.004", "--family",
+             "deepseek_v3", "--experts", "fp8"])
+    result("--experts fp8 is refused in one line",
+           r.returncode == 2 and r.stderr.count("\n") == 1 and "fp8" in r.stderr and
+           not os.path.exists(os.path.join(tmp, "f8")), r.stderr.strip())
+
+
+def real_configs(shoal, tmp, trace):
+    """Every real config.json in ../shared/data/configs through synth --config."""
+    d = os.path.join(ROOT, "..", "shared", "data", "configs")
+    if not os.path.isdir(d):
+        print("note: ../shared/data/configs is absent; real configs not tried")
+        return
+    for f in sorted(os.listdir(d)):
+        side = (".generation_config.json", ".safetensors.index.json", ".original_config.json",
+                ".original_dtypes.json")
+        if not f.endswith(".json") or f.endswith(side):
+            continue
+        src = json.load(open(os.path.join(d, f)))
+        if "model_type" not in src:
+            continue
+        name = f[:-5]
+        m = os.path.join(tmp, "real")
+        shutil.rmtree(m, ignore_errors=True)
+        r = run([shoal, "synth", m, "--gb", "0.004", "--config", os.path.join(d, f)] +
+                TINY_CFG + trace)
+        if src["model_type"] == "gpt_oss":  # not a shoal family: a one-line refusal
+            result("%s: refused in one line" % name, r.returncode == 2 and
+                   r.stderr.count("\n") == 1 and "gpt_oss" in r.stderr, r.stderr.strip())
+            continue
+        ok = r.returncode == 0
+        result("%s: synth --config writes a container" % name, ok,
+               "" if ok else r.stderr.strip()[-300:])
+        if not ok:
+            continue
+        cfg = json.load(open(os.path.join(m, "config.json")))
+        kept = set(src) - {"quantization_config"}
+        result("%s: written config has exactly the real keys" % name,
+               set(cfg) == kept and cfg["model_type"] == src["model_type"],
+               "missing %s, extra %s" % (sorted(kept - set(cfg)), sorted(set(cfg) - kept)))
+        npy = os.path.join(tmp, "logits.npy")
+        r = run([shoal, "run", "--model", m, "--tokens", "1,2,3,4", "--max-tokens", "8",
+                 "--ignore-eos", "--logits-out", npy])
+        ok = r.returncode == 0
+        detail = (r.stderr or r.stdout).strip()[-300:]
+        if ok:
+            try:
+                import numpy as np
+                lg = np.load(npy)
+                ok = lg.shape[1] == 512 and bool(np.isfinite(lg).all()) and \
+                    float(np.abs(lg).max()) > 0.1 and \
+                    len(set(int(i) for i in lg.argmax(axis=1))) > 1
+                detail = "shape %s, max |logit| %.3g" % (lg.shape, float(np.abs(lg).max()))
+            except ImportError:
+                detail = "numpy absent: exit status only"
+        result("%s: run decodes, finite logits" % name, ok, detail)
+        check_plan(shoal, name, m)
 
 
 if __name__ == "__main__":
