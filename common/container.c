@@ -515,6 +515,11 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     for (size_t n = strlen(dst_buf); n > 1 && dst_buf[n - 1] == '/'; n--)
         dst_buf[n - 1] = '\0';
     const char *dst = dst_buf;
+    if (src->cfg.family->gpt_oss)   /* its experts carry biases: three components do not hold them */
+        return shoal_err_set(err, SHOAL_EUNSUPPORTED,
+                             "%s: gpt_oss runs from its checkpoint directory in one process; "
+                             "containers (and so workers) do not hold its expert biases yet",
+                             src_dir);
     if (!shoal_quant_group_ok(p->group))
         return shoal_err_set(err, SHOAL_EINVAL, "--group %d: expected 32, 64 or 128", p->group);
     if (!shoal_kv_dtype_ok(p->kv_dtype))
@@ -1259,6 +1264,7 @@ int shoal_container_bind(struct shoal_container *ct, struct shoal_model *m,
 void shoal_container_expert_views(const struct shoal_container *ct,
                                   const void *blob, struct shoal_expert_weights *e)
 {
+    memset(e, 0, sizeof *e);   /* no biases, plain SwiGLU */
     struct shoal_weight *w[3] = {&e->w_gate, &e->w_up, &e->w_down};
     for (int c = 0; c < 3; c++) {
         const struct shoal_expert_component *k = &ct->comp[c];

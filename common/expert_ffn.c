@@ -12,18 +12,67 @@ static int needs_row_buf(const struct shoal_expert_weights *w)
            w->w_down.dtype == SHOAL_DTYPE_BF16 || w->w_down.dtype == SHOAL_DTYPE_F16;
 }
 
+/* Element i of a 1-D bias weight (any float dtype) as f32; 0 when absent. */
+static float bias_at(const struct shoal_weight *b, int64_t i)
+{
+    if (!b->data)
+        return 0.0f;
+    float f;
+    shoal_to_f32(&f, (const char *)b->data + (size_t)i * shoal_dtype_size(b->dtype), b->dtype,
+                 1);
+    return f;
+}
+
+/* gpt_oss's activation (GptOssExperts.forward): with biases, gate = min(g,
+ * limit), up = clip(u, -limit, limit), out = (up + 1) * gate *
+ * sigmoid(1.702 * gate). */
+static inline float clamped_swiglu(float g, float u, float limit)
+{
+    g = g < limit ? g : limit;
+    u = u < -limit ? -limit : (u > limit ? limit : u);
+    const float glu = g * (1.0f / (1.0f + shoal_expf(-(g * 1.702f))));
+    return (u + 1.0f) * glu;
+}
+
 /* Share ith of nth of one job's gate and up rows, then SiLU(gate) * up on
- * those rows, into the job's scratch (g first, then u). */
+ * those rows (gpt_oss: its biases and clamped SwiGLU), into the job's
+ * scratch (g first, then u). */
 static void gate_up_silu(const struct shoal_expert_ffn_job *j, int ith, int nth, float *row)
 {
-    const int64_t n = j->n, n_ff = j->w->w_gate.rows;
+    const struct shoal_expert_weights *w = j->w;
+    const int64_t n = j->n, n_ff = w->w_gate.rows;
     float *g = j->scratch, *u = j->scratch + n * n_ff;
-    shoal_linear_pair_part(g, u, j->x, n, &j->w->w_gate, &j->w->w_up, ith, nth, row);
+    shoal_linear_pair_part(g, u, j->x, n, &w->w_gate, &w->w_up, ith, nth, row);
     int64_t r0, r1;
     shoal_split_rows(n_ff, ith, nth, &r0, &r1);
+    if (w->swiglu_limit > 0) {
+        for (int64_t r = r0; r < r1; r++) {
+            const float bg = bias_at(&w->b_gate, r), bu = bias_at(&w->b_up, r);
+            for (int64_t t = 0; t < n; t++)
+                g[t * n_ff + r] = clamped_swiglu(g[t * n_ff + r] + bg, u[t * n_ff + r] + bu,
+                                                 w->swiglu_limit);
+        }
+        return;
+    }
     for (int64_t t = 0; t < n; t++)
         for (int64_t r = r0; r < r1; r++)
             g[t * n_ff + r] = shoal_silu(g[t * n_ff + r]) * u[t * n_ff + r];
+}
+
+/* Share ith of nth of one job's down rows, plus the down bias if any. */
+static void down_part(const struct shoal_expert_ffn_job *j, int ith, int nth, float *row)
+{
+    const struct shoal_weight *wd = &j->w->w_down;
+    shoal_linear_part(j->out, j->scratch, j->n, wd, ith, nth, row);
+    if (!j->w->b_down.data)
+        return;
+    int64_t r0, r1;
+    shoal_split_rows(wd->rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float b = bias_at(&j->w->b_down, r);
+        for (int64_t t = 0; t < j->n; t++)
+            j->out[t * wd->rows + r] += b;
+    }
 }
 
 void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_jobs)
@@ -61,16 +110,14 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
 #pragma omp for schedule(dynamic, 1) nowait
             for (int64_t k = 0; k < n_jobs; k++) {
                 gate_up_silu(&jobs[k], 0, 1, row);
-                shoal_linear_part(jobs[k].out, jobs[k].scratch, jobs[k].n, &jobs[k].w->w_down,
-                                  0, 1, row);
+                down_part(&jobs[k], 0, 1, row);
             }
         } else {
             for (int64_t k = 0; k < n_jobs; k++)
                 gate_up_silu(&jobs[k], ith, nth, row);
 #pragma omp barrier
             for (int64_t k = 0; k < n_jobs; k++)
-                shoal_linear_part(jobs[k].out, jobs[k].scratch, jobs[k].n, &jobs[k].w->w_down,
-                                  ith, nth, row);
+                down_part(&jobs[k], ith, nth, row);
         }
         free(row);
     }

@@ -1,7 +1,11 @@
 /* expert_ffn: the one SwiGLU FFN implementation every executor uses
- * (in-process store, workers): out = down(silu(gate(x)) * up(x)).
+ * (in-process store, workers): out = down(silu(gate(x)) * up(x)), or for
+ * gpt_oss (w->swiglu_limit > 0) with biases and its clamped SwiGLU:
+ * g = gate(x) + b_gate, u = up(x) + b_up, out = down((clip(u) + 1) *
+ * min(g, limit) * sigmoid(1.702 min(g, limit))) + b_down.
  * Source: the MLP / expert modules of transformers' modeling_mixtral.py,
- * modeling_qwen2_moe.py, modeling_qwen3_moe.py, modeling_olmoe.py.
+ * modeling_qwen2_moe.py, modeling_qwen3_moe.py, modeling_olmoe.py,
+ * modeling_gpt_oss.py (GptOssExperts).
  * Thread: main (kernels open their own OpenMP regions).
  */
 #ifndef SHOAL_EXPERT_FFN_H

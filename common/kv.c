@@ -168,9 +168,10 @@ static int kv_clip(const struct shoal_kv_attn *a, int64_t t, int64_t ja, int64_t
  * divisions and the sum run as loops of their own, the divisions
  * vectorized by the compiler (one IEEE division per element either way),
  * the sum in j order. */
-static void kv_softmax(float *sc, int64_t j0, int64_t pos, float sq)
+/* sink: a logit that joins the denominator only (gpt_oss), or NULL */
+static void kv_softmax(float *sc, int64_t j0, int64_t pos, float sq, const float *sink)
 {
-    float mx = -INFINITY;
+    float mx = sink ? *sink : -INFINITY;
     for (int64_t j = j0; j <= pos; j++)
         sc[j] = sc[j] / sq;
     for (int64_t j = j0; j <= pos; j++)
@@ -181,6 +182,8 @@ static void kv_softmax(float *sc, int64_t j0, int64_t pos, float sq)
     float sum = 0.0f;
     for (int64_t j = j0; j <= pos; j++)
         sum += sc[j];
+    if (sink)
+        sum += shoal_expf(*sink - mx);
     for (int64_t j = j0; j <= pos; j++)
         sc[j] = sc[j] / sum;
 }
@@ -295,7 +298,8 @@ void shoal_kv_attend(const struct shoal_kv_attn *a, int ith, int nth)
         kv_share((r1 - r0) * nh, ith, nth, &u0, &u1);
         for (int64_t u = u0; u < u1; u++) {
             const int64_t t = r0 + u / nh;
-            kv_softmax(a->scores + u * a->scores_ld, kv_first(a, t), a->n_past + t, sq);
+            kv_softmax(a->scores + u * a->scores_ld, kv_first(a, t), a->n_past + t, sq,
+                       a->sinks ? a->sinks + u % nh : NULL);
         }
 #pragma omp barrier
         kv_share(nkv_h * (vd / w), ith, nth, &u0, &u1);

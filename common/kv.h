@@ -81,8 +81,9 @@ void shoal_kv_mix(float *out, const float *p, const void *v, int64_t stride,
  *
  *   s[j] = shoal_kv scores of q[t][h] against K row j, head g;  s[j] = s[j] / div
  *          (div = score_div, or sqrtf(head_dim) when score_div is 0)
- *   mx   = the largest s[j] (NaN never taken)
+ *   mx   = the largest s[j] (NaN never taken), and of sinks[h] when given
  *   s[j] = expf(s[j] - mx), sum = 0.0f + s[first] + ... + s[pos] in j order
+ *          (+ expf(sinks[h] - mx) last: a logit in the denominator only)
  *   p[j] = s[j] / sum
  *   out[t][h] = shoal_kv mix of p over V rows first .. pos, head g (its first
  *               v_dim columns; the rest of out[t][h] is left as it was)
@@ -104,6 +105,7 @@ struct shoal_kv_attn {
     int64_t n_head, n_head_kv, head_dim;   /* n_head a multiple of n_head_kv */
     int64_t window;      /* 0: full causal attention */
     float score_div;     /* scores are divided by it; 0: sqrtf(head_dim) */
+    const float *sinks;  /* [n_head] f32 attention sinks (gpt_oss), or NULL */
     int64_t v_dim;       /* value columns mixed per head, <= head_dim; 0: head_dim.
                           * MLA passes k == v (the latent and rope key of one cache
                           * row) and mixes only the latent's kv_lora_rank columns */

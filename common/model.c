@@ -30,18 +30,48 @@ enum shoal_dtype shoal_target_dtype(enum shoal_slot_kind kind, int64_t cols, int
     return t;
 }
 
-static void visit_as(struct walk *wk, struct shoal_weight *w, int64_t rows,
-                     int64_t cols, int required, enum shoal_slot_kind kind,
-                     int64_t il, int64_t ie, int comp, const char *name,
-                     const char *hf_name, int router)
+static void visit_full(struct walk *wk, struct shoal_weight *w, int64_t rows,
+                       int64_t cols, int required, enum shoal_slot_kind kind,
+                       int64_t il, int64_t ie, int comp, const char *name,
+                       const char *hf_name, int router, int fused)
 {
     if (wk->rc)
         return;
     struct shoal_weight_slot s = {
         .name = name, .hf_name = hf_name, .w = w, .rows = rows, .cols = cols,
         .required = required, .kind = kind, .il = il, .ie = ie, .comp = comp,
-        .router = router};
+        .router = router, .fused = fused};
     wk->rc = wk->fn(&s, wk->user);
+}
+
+static void visit_as(struct walk *wk, struct shoal_weight *w, int64_t rows,
+                     int64_t cols, int required, enum shoal_slot_kind kind,
+                     int64_t il, int64_t ie, int comp, const char *name,
+                     const char *hf_name, int router)
+{
+    visit_full(wk, w, rows, cols, required, kind, il, ie, comp, name, hf_name, router, 0);
+}
+
+/* gpt_oss: expert ie of layer il, cut from the layer's stacked tensors
+ * (enum shoal_fused_part): w_gate, w_up, w_down, then the three biases
+ * (components 3, 4, 5) */
+static void visit_fused_expert(struct walk *wk, struct shoal_expert_weights *e, int64_t E,
+                               int64_t F, int64_t il, int64_t ie, const char *name_prefix,
+                               const char *hf_prefix)
+{
+    static const char *comp[6] = {"w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down"};
+    static const char *hf[6] = {"gate_up_proj", "gate_up_proj", "down_proj",
+                                "gate_up_proj_bias", "gate_up_proj_bias", "down_proj_bias"};
+    struct shoal_weight *w[6] = {&e->w_gate, &e->w_up, &e->w_down, &e->b_gate, &e->b_up,
+                                 &e->b_down};
+    const int64_t rows[6] = {F, F, E, F, F, E}, cols[6] = {E, E, F, 0, 0, 0};
+    for (int c = 0; c < 6; c++) {
+        char n[128], h[256];
+        snprintf(n, sizeof n, "%s.%s", name_prefix, comp[c]);
+        snprintf(h, sizeof h, "%s.%s", hf_prefix, hf[c]);
+        visit_full(wk, w[c], rows[c], cols[c], 1, SHOAL_SLOT_EXPERT, il, ie, c, n, h, 0,
+                   SHOAL_FUSED_GATE + c);
+    }
 }
 
 static void visit(struct walk *wk, struct shoal_weight *w, int64_t rows,
@@ -135,6 +165,10 @@ int shoal_model_walk(struct shoal_model *m,
             V(bk, nkv, 0, "attn_k.bias", "self_attn.k_proj.bias");
             V(bv, nkv, 0, "attn_v.bias", "self_attn.v_proj.bias");
         }
+        if (c->o_bias)
+            V(bo, E, 0, "attn_output.bias", "self_attn.o_proj.bias");
+        if (c->attn_sinks)
+            V(sinks, c->n_head, 0, "attn_sinks", "self_attn.sinks");
         if (c->qk_norm == SHOAL_QK_NORM_HEAD) {
             V(q_norm, hd, 0, "attn_q_norm", "self_attn.q_norm.weight");
             V(k_norm, hd, 0, "attn_k_norm", "self_attn.k_norm.weight");
@@ -147,12 +181,15 @@ int shoal_model_walk(struct shoal_model *m,
         if (shoal_layer_is_moe(c, il)) {
             char mp[160];
             snprintf(mp, sizeof mp, "%s.%s", hp, f->moe_prefix);
+            /* gpt_oss: mlp.router.weight and .bias; the others mlp.gate */
+            const char *gate = f->gpt_oss ? "router" : "gate";
             snprintf(n, sizeof n, "%s.router", p);
-            snprintf(h, sizeof h, "%s.gate.weight", mp);
+            snprintf(h, sizeof h, "%s.%s.weight", mp, gate);
             visit_as(&wk, &L->w_router, c->n_expert, E, 1, D, il, -1, 0, n, h, 1);
             if (c->router_bias) {
                 snprintf(n, sizeof n, "%s.router_bias", p);
-                snprintf(h, sizeof h, "%s.gate.e_score_correction_bias", mp);
+                snprintf(h, sizeof h, "%s.%s", mp, f->gpt_oss ? "router.bias"
+                                                   : "gate.e_score_correction_bias");
                 visit_as(&wk, &L->router_bias, c->n_expert, 0, 1, D, il, -1, 0, n, h, 1);
             }
             if (c->n_ff_shexp > 0) {
@@ -168,7 +205,13 @@ int shoal_model_walk(struct shoal_model *m,
                 snprintf(h, sizeof h, "%s.shared_expert_gate.weight", mp);
                 visit_as(&wk, &L->w_shexp_gate, 1, E, 1, D, il, -1, 0, n, h, 1);
             }
-            for (int64_t ie = 0; ie < c->n_expert && !wk.rc; ie++) {
+            for (int64_t ie = 0; ie < c->n_expert && !wk.rc && f->gpt_oss; ie++) {
+                char np[96], ep[200];
+                snprintf(np, sizeof np, "%s.exp.%lld", p, (long long)ie);
+                snprintf(ep, sizeof ep, "%s.experts", mp);
+                visit_fused_expert(&wk, &L->experts[ie], E, c->n_ff_exp, il, ie, np, ep);
+            }
+            for (int64_t ie = 0; ie < c->n_expert && !wk.rc && !f->gpt_oss; ie++) {
                 char np[96], ep[200];
                 snprintf(np, sizeof np, "%s.exp.%lld", p, (long long)ie);
                 snprintf(ep, sizeof ep, "%s.experts.%lld", mp, (long long)ie);
@@ -204,8 +247,87 @@ static void fmt_shape(char *buf, size_t cap, const int64_t *shape, int n)
 struct bind_st {
     struct shoal_safetensors *st;
     const struct shoal_model_config *cfg;
+    struct shoal_model *m;           /* owns the slices bind_fused cuts */
     struct shoal_err *err;
 };
+
+/* gpt_oss: bind slot s to its slice of a stacked tensor (enum
+ * shoal_fused_part). The gate / up / down matrices are transposed (the
+ * file is input-major) and gate / up de-interleaved, so they are copied,
+ * element by element in the file's dtype, into buffers the model owns; the
+ * down bias is a view. */
+static int bind_fused(struct bind_st *b, const struct shoal_weight_slot *s)
+{
+    const struct shoal_model_config *c = b->cfg;
+    const int64_t NE = c->n_expert, E = c->n_embd, F = c->n_ff_exp;
+    struct shoal_st_tensor *t = shoal_safetensors_find(b->st, s->hf_name);
+    if (!t)
+        return shoal_err_set(b->err, SHOAL_ENOTFOUND, "missing tensor '%s' in the checkpoint",
+                             s->hf_name);
+    t->used = 1;
+    int64_t want[3];
+    int nd;
+    switch (s->fused) {
+    case SHOAL_FUSED_GATE: case SHOAL_FUSED_UP:
+        want[0] = NE, want[1] = E, want[2] = 2 * F, nd = 3; break;
+    case SHOAL_FUSED_DOWN:
+        want[0] = NE, want[1] = F, want[2] = E, nd = 3; break;
+    case SHOAL_FUSED_GATE_BIAS: case SHOAL_FUSED_UP_BIAS:
+        want[0] = NE, want[1] = 2 * F, nd = 2; break;
+    default:
+        want[0] = NE, want[1] = E, nd = 2; break;
+    }
+    int ok = t->n_dims == nd;
+    for (int i = 0; ok && i < nd; i++)
+        ok = t->shape[i] == want[i];
+    if (!ok) {
+        char a[96], g[96];
+        fmt_shape(a, sizeof a, want, nd);
+        fmt_shape(g, sizeof g, t->shape, t->n_dims);
+        return shoal_err_set(b->err, SHOAL_ESHAPE,
+                             "tensor '%s' in '%s' has wrong shape; expected %s, got %s",
+                             s->hf_name, t->file, a, g);
+    }
+    if (!t->dtype_ok || shoal_dtype_is_quant(t->dtype) || t->dtype == SHOAL_DTYPE_FP8)
+        return shoal_err_set(b->err, SHOAL_EUNSUPPORTED,
+                             "tensor '%s' in '%s' has dtype %s; supported for gpt_oss "
+                             "experts: F32, F16, BF16", s->hf_name, t->file, t->dtype_name);
+    struct shoal_weight *w = s->w;
+    const size_t es = shoal_dtype_size(t->dtype);
+    const char *src = (const char *)t->data;
+    w->dtype = t->dtype;
+    w->rows = s->cols ? s->rows : 1;
+    w->cols = s->cols ? s->cols : s->rows;
+    if (s->fused == SHOAL_FUSED_DOWN_BIAS) {
+        w->data = src + (size_t)s->ie * (size_t)E * es;
+        return 0;
+    }
+    char *dst = shoal_xmalloc((size_t)(w->rows * w->cols) * es);
+    const int odd = s->fused == SHOAL_FUSED_UP || s->fused == SHOAL_FUSED_UP_BIAS;
+    if (s->fused == SHOAL_FUSED_GATE || s->fused == SHOAL_FUSED_UP) {
+        const char *x = src + (size_t)s->ie * (size_t)(E * 2 * F) * es;  /* [E][2F] */
+        for (int64_t f = 0; f < F; f++)
+            for (int64_t e = 0; e < E; e++)
+                memcpy(dst + (size_t)(f * E + e) * es,
+                       x + (size_t)(e * 2 * F + 2 * f + odd) * es, es);
+    } else if (s->fused == SHOAL_FUSED_DOWN) {
+        const char *x = src + (size_t)s->ie * (size_t)(F * E) * es;      /* [F][E] */
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t f = 0; f < F; f++)
+                memcpy(dst + (size_t)(e * F + f) * es, x + (size_t)(f * E + e) * es, es);
+    } else {
+        const char *x = src + (size_t)s->ie * (size_t)(2 * F) * es;      /* [2F] */
+        for (int64_t f = 0; f < F; f++)
+            memcpy(dst + (size_t)f * es, x + (size_t)(2 * f + odd) * es, es);
+    }
+    w->data = dst;
+    struct shoal_model *m = b->m;
+    m->owned = shoal_xrealloc(m->owned, (m->n_owned + 1) * sizeof *m->owned);
+    m->owned[m->n_owned++] = dst;
+    if (s->fused == SHOAL_FUSED_GATE || s->fused == SHOAL_FUSED_UP)
+        m->layers[s->il].experts[s->ie].swiglu_limit = (float)c->swiglu_limit;
+    return 0;
+}
 
 /* Bind an F8_E4M3 weight's block scales (the tensor named hf_name +
  * "_scale_inv", F32 [ceil(rows/128)][ceil(cols/128)]), then check the
@@ -263,6 +385,8 @@ static int bind_from_st(const struct shoal_weight_slot *s, void *user)
     struct bind_st *b = user;
     struct shoal_weight *w = s->w;
     memset(w, 0, sizeof *w);
+    if (s->fused)
+        return bind_fused(b, s);
     struct shoal_st_tensor *t = shoal_safetensors_find(b->st, s->hf_name);
     if (!t) {
         if (!s->required)
@@ -344,7 +468,7 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
     if (!m->st)
         goto fail;
     shoal_model_alloc_layers(m);
-    struct bind_st b = {.st = m->st, .cfg = &m->cfg, .err = err};
+    struct bind_st b = {.st = m->st, .cfg = &m->cfg, .m = m, .err = err};
     if (shoal_model_walk(m, bind_from_st, &b))
         goto fail;
     if (m->cfg.tie_embeddings)
@@ -391,6 +515,9 @@ void shoal_model_free(struct shoal_model *m)
         free(m->layers);
     }
     shoal_safetensors_close(m->st);
+    for (size_t i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
     free(m->dir);
     free(m);
 }

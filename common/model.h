@@ -20,6 +20,11 @@ struct shoal_expert_weights {
     struct shoal_weight w_gate;  /* [n_ff_exp][n_embd] */
     struct shoal_weight w_up;    /* [n_ff_exp][n_embd] */
     struct shoal_weight w_down;  /* [n_embd][n_ff_exp] */
+    /* gpt_oss: biases (data NULL when absent) */
+    struct shoal_weight b_gate;  /* [n_ff_exp] */
+    struct shoal_weight b_up;    /* [n_ff_exp] */
+    struct shoal_weight b_down;  /* [n_embd] */
+    float swiglu_limit;          /* > 0: gpt_oss's clamped SwiGLU (expert_ffn.h) */
 };
 
 struct shoal_layer_weights {
@@ -29,6 +34,8 @@ struct shoal_layer_weights {
     struct shoal_weight wv;          /* [n_head_kv*head_dim][n_embd] */
     struct shoal_weight wo;          /* [n_embd][n_head*head_dim] */
     struct shoal_weight bq, bk, bv;  /* biases, data NULL when absent */
+    struct shoal_weight bo;          /* [n_embd] o_proj bias (gpt_oss) */
+    struct shoal_weight sinks;       /* [n_head] attention sinks (gpt_oss) */
     struct shoal_weight q_norm;      /* [head_dim] or [n_head*head_dim]; NULL data if none */
     struct shoal_weight k_norm;      /* [head_dim] or [n_head_kv*head_dim] */
     /* MLA (cfg.family->mla; DeepSeek-V2 paper §2.1). wq is q_proj when
@@ -45,7 +52,8 @@ struct shoal_layer_weights {
     struct shoal_weight ffn_norm;    /* [n_embd] post_attention_layernorm */
     /* MoE layers */
     struct shoal_weight w_router;    /* [n_expert][n_embd] */
-    struct shoal_weight router_bias; /* [n_expert] e_score_correction_bias (noaux_tc) */
+    struct shoal_weight router_bias; /* [n_expert] e_score_correction_bias (noaux_tc), or
+                                        gpt_oss's router bias (added to the logits) */
     struct shoal_expert_weights *experts; /* [n_expert], owned by the model */
     struct shoal_expert_weights shexp;    /* shared expert [n_ff_shexp] */
     struct shoal_weight w_shexp_gate;     /* [1][n_embd] */
@@ -66,6 +74,9 @@ struct shoal_model {
     struct shoal_weight lm_head;     /* [n_vocab][n_embd] (tok_embd when tied) */
     struct shoal_layer_weights *layers; /* [n_layer] */
     char *dir;                       /* checkpoint directory */
+    void **owned;                    /* buffers the views above may borrow (gpt_oss
+                                        experts cut from stacked tensors) */
+    size_t n_owned;
 };
 
 /* Every weight of the architecture, as the walker hands it out. */
@@ -86,6 +97,22 @@ struct shoal_weight_slot {
     int router;              /* 1 for a router, its correction bias or a
                                 shared-expert gate (a gate over the hidden
                                 state that picks or weighs experts), else 0 */
+    int fused;               /* gpt_oss: the slot is a slice of a [n_expert]-stacked
+                                tensor (enum shoal_fused_part), else 0 */
+};
+
+/* How a gpt_oss expert slot is cut from its layer's stacked tensor
+ * (modeling_gpt_oss.py GptOssExperts: gate_up_proj [n_expert][n_embd]
+ * [2 n_ff_exp] input-major with gate and up interleaved column by column,
+ * down_proj [n_expert][n_ff_exp][n_embd] input-major, and their biases). */
+enum shoal_fused_part {
+    SHOAL_FUSED_NONE = 0,
+    SHOAL_FUSED_GATE,        /* gate_up_proj[ie][:, 0::2] transposed: [n_ff_exp][n_embd] */
+    SHOAL_FUSED_UP,          /* gate_up_proj[ie][:, 1::2] transposed */
+    SHOAL_FUSED_DOWN,        /* down_proj[ie] transposed: [n_embd][n_ff_exp] */
+    SHOAL_FUSED_GATE_BIAS,   /* gate_up_proj_bias[ie][0::2] */
+    SHOAL_FUSED_UP_BIAS,     /* gate_up_proj_bias[ie][1::2] */
+    SHOAL_FUSED_DOWN_BIAS,   /* down_proj_bias[ie] */
 };
 
 /* The dtype `shoal convert` writes a weight in, given the requested experts

@@ -82,6 +82,19 @@ static const struct shoal_family families[] = {
     DEEPSEEK_FAMILY("deepseek_v3", 1),
     DEEPSEEK_FAMILY("kimi_k2", 1),
 #undef DEEPSEEK_FAMILY
+    /* gpt-oss-20b / 120b: transformers' modeling_gpt_oss.py (GptOssAttention
+     * with sinks, GptOssTopKRouter, GptOssExperts) */
+    {
+        .model_type = "gpt_oss",
+        .key_n_expert = "num_local_experts",
+        .key_n_ff_exp = "intermediate_size",
+        .moe_prefix = "mlp",
+        .expert_gate = "gate_up_proj", .expert_up = "gate_up_proj", .expert_down = "down_proj",
+        .rms_norm_eps_default = 1e-5,
+        .rope_theta_default = 150000.0,
+        .sliding = SHOAL_SLIDING_LAYER_TYPES,
+        .gpt_oss = 1,
+    },
     /* GLM-4.5 / 4.5-Air / 4.6: transformers' modeling_glm4_moe.py (GQA with
      * q/k/v bias, partial rotary in the rotate_half layout, optional
      * per-head QK-norm, DeepSeek-V3's router) */
@@ -109,7 +122,7 @@ const struct shoal_family *shoal_family_find(const char *model_type)
 const char *shoal_family_list(void)
 {
     return "mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, kimi_k2, "
-           "glm4_moe";
+           "glm4_moe, gpt_oss";
 }
 
 int shoal_layer_uses_window(const struct shoal_model_config *cfg, int64_t il)
@@ -120,6 +133,7 @@ int shoal_layer_uses_window(const struct shoal_model_config *cfg, int64_t il)
     case SHOAL_SLIDING_IF_SET: return 1;
     case SHOAL_SLIDING_QWEN:
         return cfg->use_sliding_window && il >= cfg->max_window_layers;
+    case SHOAL_SLIDING_LAYER_TYPES: return cfg->layer_window[il];
     default: return 0;
     }
 }
@@ -397,9 +411,13 @@ static int parse_rope(json_t *root, const char *what, struct shoal_model_config 
  * max_window_layers; a list that says otherwise is refused rather than
  * ignored. */
 static int check_layer_types(json_t *root, const char *what,
-                             const struct shoal_model_config *cfg, struct shoal_err *err)
+                             struct shoal_model_config *cfg, struct shoal_err *err)
 {
     json_t *lt = json_object_get(root, "layer_types");
+    const int read_kinds = cfg->family->sliding == SHOAL_SLIDING_LAYER_TYPES;
+    if (read_kinds)   /* GptOssConfig's default: sliding, full, sliding, ... */
+        for (int64_t il = 0; il < cfg->n_layer; il++)
+            cfg->layer_window[il] = il % 2 == 0;
     if (!lt || json_is_null(lt))
         return 0;
     if (!json_is_array(lt) || (int64_t)json_array_size(lt) != cfg->n_layer)
@@ -416,6 +434,10 @@ static int check_layer_types(json_t *root, const char *what,
                                  "%s: layer_types[%lld] '%s' is not supported; expected "
                                  "'full_attention' or 'sliding_attention'", what,
                                  (long long)il, kind);
+        if (read_kinds) {
+            cfg->layer_window[il] = (uint8_t)window;
+            continue;
+        }
         if (window != shoal_layer_uses_window(cfg, il))
             return shoal_err_set(err, SHOAL_EUNSUPPORTED,
                                  "%s: layer_types[%lld] is '%s' but sliding_window / "
@@ -776,6 +798,18 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
         cfg->qkv_bias = 1;
         if ((rc = get_bool(root, what, "qkv_bias", &cfg->qkv_bias, err)))
             goto done;
+    } else if (fam->gpt_oss) {   /* q, k, v and o */
+        cfg->qkv_bias = 1;
+        if ((rc = get_bool(root, what, "attention_bias", &cfg->qkv_bias, err)))
+            goto done;
+        cfg->o_bias = cfg->qkv_bias;
+        cfg->attn_sinks = 1;
+        cfg->swiglu_limit = 7.0;
+        if ((rc = get_num(root, what, "swiglu_limit", 1e-6, 1e9, &cfg->swiglu_limit, err)))
+            goto done;
+        cfg->router_score = SHOAL_ROUTER_TOPK_SOFTMAX;
+        cfg->router_bias = 1;     /* mlp.router.bias, added to the logits */
+        cfg->norm_topk_prob = 0;
     } else if (strcmp(fam->model_type, "mixtral") != 0 && !fam->mla) {
         if ((rc = get_bool(root, what, "attention_bias", &cfg->qkv_bias, err)))
             goto done;

@@ -39,6 +39,8 @@ enum shoal_sliding {
     SHOAL_SLIDING_NEVER = 0,    /* family ignores sliding_window */
     SHOAL_SLIDING_IF_SET,       /* mixtral: window when sliding_window != null */
     SHOAL_SLIDING_QWEN,         /* use_sliding_window && layer >= max_window_layers */
+    SHOAL_SLIDING_LAYER_TYPES,  /* gpt_oss: the layers layer_types marks
+                                   "sliding_attention" (default: even layers) */
 };
 
 /* Where head_dim comes from (transformers' <family>Attention). */
@@ -53,6 +55,8 @@ enum shoal_head_dim_rule {
 enum shoal_router_score {
     SHOAL_ROUTER_SOFTMAX = 0,  /* softmax over all n_expert logits */
     SHOAL_ROUTER_SIGMOID,      /* sigmoid of each logit (deepseek_v3, kimi_k2, glm4_moe) */
+    SHOAL_ROUTER_TOPK_SOFTMAX, /* top-k of the raw logits, then softmax over those k
+                                  (gpt_oss GptOssTopKRouter) */
 };
 
 /* How the top-k experts are chosen from the scores (DeepSeek's topk_method). */
@@ -94,6 +98,9 @@ struct shoal_family {
                                      whatever scoring_func says (glm4_moe) */
     int has_use_qk_norm;          /* config use_qk_norm turns per-head QK-norm on */
     int has_nextn;                /* config num_nextn_predict_layers (MTP layers) */
+    int gpt_oss;                  /* gpt_oss: attention sinks, o_proj bias, router
+                                     bias on the logits, fused gate_up experts with
+                                     biases and the clamped SwiGLU (swiglu_limit) */
 };
 
 struct shoal_rope_scaling {
@@ -150,6 +157,13 @@ struct shoal_model_config {
     int router_bias;              /* 1: mlp.gate.e_score_correction_bias [n_expert] */
     int shexp_gated;              /* 1: qwen2_moe's sigmoid(shared_expert_gate(x)) */
     int64_t n_nextn;              /* MTP layers after the decoder (unused; skipped) */
+    /* gpt_oss (family->gpt_oss) */
+    int o_bias;                   /* o_proj has a bias */
+    int attn_sinks;               /* self_attn.sinks [n_head]: a logit per head that
+                                     joins every softmax denominator */
+    double swiglu_limit;          /* > 0: gate = min(g, limit), up = clip(u, +-limit),
+                                     out = (up + 1) * gate * sigmoid(1.702 gate) */
+    uint8_t layer_window[SHOAL_MAX_LAYERS]; /* SHOAL_SLIDING_LAYER_TYPES: 1 = window */
     int64_t bos_id, eos_id;   /* -1 when absent; eos may be the first of a list */
     int64_t eos_ids[8];
     int n_eos;

@@ -1640,6 +1640,13 @@ int shoal_cmd_synth(int argc, char **argv)
             json_decref(tmpl);
             return 2;
         }
+        if (tfam->gpt_oss) {   /* containers do not hold its expert biases yet */
+            shoal_cli_error("synth: '%s': gpt_oss runs only from its checkpoint directory "
+                            "for now; synth writes containers, which do not hold its expert "
+                            "biases yet", config_path ? config_path : family);
+            json_decref(tmpl);
+            return 2;
+        }
     }
     if (strcmp(trace, "olmoe") && strcmp(trace, "mixtral") && strcmp(trace, "uniform") &&
         strcmp(trace, "zipf")) {

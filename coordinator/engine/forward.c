@@ -40,6 +40,8 @@ struct shoal_ctx {
     float *qm;        /* MLA: [B][n_head][kv_row] absorbed queries */
     float *ov;        /* MLA: [B][n_head*v_head_dim] per-head outputs (o_proj input) */
     float *rbias;     /* [n_expert] the layer's router correction bias as f32 */
+    float *sinks;     /* [n_head] the layer's attention sinks as f32 (gpt_oss) */
+    float *ov_bias;   /* [n_embd] the layer's o_proj bias as f32 (gpt_oss) */
     float *o;         /* [B][n_embd] */
     float *scores;    /* [attn_round][n_head][n_ctx] (shoal_kv_attend) */
     int64_t attn_round; /* tokens per attention round (kv.h) */
@@ -150,6 +152,8 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
         ctx->ov = alloc_f(B * c->n_head * c->v_head_dim);
     }
     ctx->rbias = alloc_f(c->n_expert);
+    ctx->sinks = alloc_f(c->n_head);
+    ctx->ov_bias = alloc_f(E);
     ctx->o = alloc_f(B * E);
     ctx->attn_round = shoal_kv_attn_round(c->n_head, ctx->n_ctx, B);
     ctx->scores = alloc_f(ctx->attn_round * c->n_head * ctx->n_ctx);
@@ -190,6 +194,8 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
     free(ctx->qm);
     free(ctx->ov);
     free(ctx->rbias);
+    free(ctx->sinks);
+    free(ctx->ov_bias);
     free(ctx->o);
     free(ctx->scores);
     free(ctx->router);
@@ -243,7 +249,10 @@ static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n,
                       const struct shoal_weight *wo)
 {
     const struct shoal_model_config *c = &ctx->model->cfg;
+    const struct shoal_weight *sinks = &ctx->model->layers[il].sinks;
     const size_t off = (size_t)(il * ctx->n_ctx * ctx->kv_row) * ctx->kv_es;
+    if (sinks->data)   /* gpt_oss: one logit per head (bf16 in the file) as f32 */
+        shoal_weight_row_to_f32(ctx->sinks, sinks, 0);
     const struct shoal_kv_attn a = {
         .out = ctx->att, .q = ctx->q,
         .k = (const char *)ctx->k_cache + off, .v = (const char *)ctx->v_cache + off,
@@ -251,7 +260,7 @@ static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n,
         .n = n, .n_past = ctx->n_past,
         .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
         .window = shoal_layer_uses_window(c, il) ? c->sliding_window : 0,
-        .t = ctx->kv_dtype};
+        .t = ctx->kv_dtype, .sinks = sinks->data ? ctx->sinks : NULL};
 
 #pragma omp parallel
     {
@@ -381,6 +390,12 @@ static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
         shoal_kv_store_row((char *)ctx->v_cache + off, ctx->v + t * nkv, nkv, ctx->kv_dtype);
     }
     attention(ctx, il, n, &L->wo);                       /* att [n][nq], o [n][E] */
+    if (L->bo.data) {                                     /* gpt_oss: o_proj bias */
+        shoal_weight_row_to_f32(ctx->ov_bias, &L->bo, 0);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t i = 0; i < E; i++)
+                ctx->o[t * E + i] += ctx->ov_bias[i];
+    }
     for (int64_t i = 0; i < n * E; i++)
         ctx->x[i] += ctx->o[i];
 }

@@ -75,15 +75,19 @@ int shoal_router_select(const struct shoal_router *r, const float *logits, int64
     const int grouped = r->topk != SHOAL_TOPK_GREEDY && r->n_group > 1;
     for (int64_t t = 0; t < n_tok; t++) {
         const float *lt = logits + t * NE;
+        const int topk_softmax = r->score == SHOAL_ROUTER_TOPK_SOFTMAX;
         if (r->score == SHOAL_ROUTER_SIGMOID) {
             for (int64_t e = 0; e < NE; e++)
                 scores[e] = 1.0f / (1.0f + shoal_expf(-lt[e]));
+        } else if (topk_softmax) {   /* the bias is part of the logits */
+            for (int64_t e = 0; e < NE; e++)
+                scores[e] = r->bias ? lt[e] + r->bias[e] : lt[e];
         } else {
             memcpy(scores, lt, (size_t)NE * sizeof(float));
             shoal_softmax(scores, NE);
         }
         for (int64_t e = 0; e < NE; e++)
-            choice[e] = r->bias ? scores[e] + r->bias[e] : scores[e];
+            choice[e] = r->bias && !topk_softmax ? scores[e] + r->bias[e] : scores[e];
         if (grouped)
             mask_groups(r, choice, gs, taken);
         int32_t *id = ids + t * k;
@@ -97,6 +101,8 @@ int shoal_router_select(const struct shoal_router *r, const float *logits, int64
             id[q] = (int32_t)best;
             w[q] = scores[best];
         }
+        if (topk_softmax)   /* the k chosen logits, best first: w[0] is their max */
+            shoal_softmax(w, k);
         if (r->norm_topk_prob) {
             float sum = 0.0f;
             for (int64_t q = 0; q < k; q++)

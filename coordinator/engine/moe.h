@@ -4,7 +4,8 @@
  * Router, per token, in f32 (transformers' Mixtral/Qwen2-MoE/Qwen3-MoE/
  * OLMoE sparse blocks; DeepSeek's MoEGate in modeling_deepseek.py and its
  * inference/model.py Gate; transformers' Glm4MoeTopkRouter):
- *   1. scores: softmax over all n_expert logits, or the sigmoid of each;
+ *   1. scores: softmax over all n_expert logits, or the sigmoid of each, or
+ *      (gpt_oss) the logits plus the router bias themselves;
  *   2. choice = scores (+ e_score_correction_bias under noaux_tc);
  *   3. with groups (n_group > 1, not greedy): rank the n_group groups by
  *      their max choice (group_limited_greedy) or the sum of their two best
@@ -15,7 +16,8 @@
  *   4. top-k of choice, by repeated max (ties to the lower expert id, as
  *      torch.topk on CPU); weight = the unbiased score;
  *   5. norm_topk_prob: weights /= (their sum + 1e-20);
- *   6. weights *= routed_scaling_factor (1 outside DeepSeek/GLM).
+ *   6. weights *= routed_scaling_factor (1 outside DeepSeek/GLM);
+ *   gpt_oss: the weights are the softmax of the k chosen logits (step 4).
  * Combine: y[t] = sum over route rank r of weight[t][r] * out[t][r], in rank
  * order, from unweighted expert outputs, so the result never depends on
  * which executor ran an expert or when its answer arrived.

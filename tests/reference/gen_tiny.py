@@ -273,6 +273,18 @@ SPECS = {
                         {"use_qk_norm": True, "n_group": 2, "topk_group": 1,
                          "routed_scaling_factor": 2.5},
                         8500, 1),
+    # gpt-oss (issue 16): sinks, q/k/v/o biases, alternating windows shrunk to 4
+    # keys so the 7-token prompt slides, and swiglu_limit lowered to 0.8 so the
+    # clamp of gate and up acts on these weights (the real 7.0 would not)
+    "gpt_oss": ("gpt-oss-20b.json",
+                dict(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, head_dim=16,
+                     intermediate_size=32, num_local_experts=8, num_experts_per_tok=2,
+                     experts_per_token=2),
+                lambda c: (c.pop("quantization_config", None),
+                           c.update(sliding_window=4, swiglu_limit=0.8,
+                                    layer_types=["sliding_attention", "full_attention",
+                                                 "sliding_attention"])),
+                8800, 1),
 }
 
 
@@ -383,11 +395,14 @@ def make_weights(cfg, seed):
             a = (0.25 if c["tie_word_embeddings"] else 1.0) * rng.standard_normal(shape)
         elif name == "lm_head.weight":
             a = 2.0 * rng.standard_normal(shape) / np.sqrt(shape[1])
+        elif name.endswith("self_attn.sinks"):
+            a = rng.standard_normal(shape)          # a logit per head, as trained sinks are
         elif name.endswith("e_score_correction_bias"):
             a = 0.1 * rng.standard_normal(shape)   # moves choices, as trained biases do
         elif name.endswith(".bias"):
             a = 0.5 * rng.standard_normal(shape)
-        elif name.endswith("gate.weight") and ("block_sparse_moe.gate" in name or name.endswith("mlp.gate.weight")):
+        elif name.endswith("gate.weight") and ("block_sparse_moe.gate" in name or name.endswith("mlp.gate.weight")) \
+                or name.endswith("mlp.router.weight"):
             a = 2.0 * rng.standard_normal(shape) / np.sqrt(shape[1])      # router: spread routing
         else:
             a = rng.standard_normal(shape) / np.sqrt(shape[1])

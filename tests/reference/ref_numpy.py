@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 DEEPSEEK = ("deepseek_v2", "deepseek_v3", "kimi_k2")
-SUPPORTED = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe") + DEEPSEEK + ("glm4_moe",)
+SUPPORTED = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe") + DEEPSEEK + ("glm4_moe", "gpt_oss")
 
 
 class CheckpointError(Exception):
@@ -217,6 +217,10 @@ _DEFAULTS = {
                      num_nextn_predict_layers=0),
 }
 _DEFAULTS["kimi_k2"] = dict(_DEFAULTS["deepseek_v3"])
+# GptOssConfig
+_DEFAULTS["gpt_oss"] = dict(rms_norm_eps=1e-5, rope_theta=150000.0, attention_bias=True,
+                            swiglu_limit=7.0, sliding_window=128, tie_word_embeddings=False,
+                            head_dim=None)
 
 _REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
              "intermediate_size")
@@ -270,7 +274,7 @@ def check_dims(c, path="config.json"):
     if rt not in ROPE_TYPES:
         raise CheckpointError(f"{path}: unsupported {key} type {rt!r}")
     for i, t in enumerate(c.get("layer_types") or []):
-        if t != "full_attention":   # the reference has no sliding window
+        if t != "full_attention" and c["model_type"] != "gpt_oss":   # gpt_oss: windows
             raise CheckpointError(f"{path}: layer_types[{i}] {t!r}: only full_attention is implemented")
 
 
@@ -298,6 +302,16 @@ def normalize_config(cfg, path="config.json"):
         raise CheckpointError(f"{path}: missing required field shared_expert_intermediate_size")
     if c.get("num_key_value_heads") is None:
         c["num_key_value_heads"] = c["num_attention_heads"]
+    if mt == "gpt_oss":
+        c["n_experts"] = c["num_local_experts"]
+        c["expert_ffn"] = c["intermediate_size"]
+        c["top_k"] = c["num_experts_per_tok"]
+        c["head_dim"] = int(c["head_dim"]) if c.get("head_dim") else \
+            c["hidden_size"] // c["num_attention_heads"]
+        L = c["num_hidden_layers"]
+        c["layer_types"] = cfg.get("layer_types") or \
+            ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(L)]
+        return c
     if mt in DEEPSEEK or mt == "glm4_moe":
         for k in ("n_routed_experts", "moe_intermediate_size"):
             if not isinstance(cfg.get(k), int):
@@ -345,7 +359,7 @@ def rotary_dim(c):
 
 def is_moe_layer(c, i):
     mt = c["model_type"]
-    if mt in ("mixtral", "olmoe"):
+    if mt in ("mixtral", "olmoe", "gpt_oss"):
         return True
     if mt in DEEPSEEK:   # DeepseekV2DecoderLayer
         return i >= c["first_k_dense_replace"] and i % c["moe_layer_freq"] == 0
@@ -386,6 +400,20 @@ def expected_tensors(c):
             t[a + "k_proj.weight"] = [nkv * D, H]
             t[a + "v_proj.weight"] = [nkv * D, H]
             t[a + "o_proj.weight"] = [H, nh * D]
+        if mt == "gpt_oss":
+            if c["attention_bias"]:
+                for x, n in (("q", nh), ("k", nkv), ("v", nkv)):
+                    t[a + f"{x}_proj.bias"] = [n * D]
+                t[a + "o_proj.bias"] = [H]
+            t[a + "sinks"] = [nh]
+            m = p + "mlp."
+            t[m + "router.weight"] = [E, H]
+            t[m + "router.bias"] = [E]
+            t[m + "experts.gate_up_proj"] = [E, H, 2 * F]
+            t[m + "experts.gate_up_proj_bias"] = [E, 2 * F]
+            t[m + "experts.down_proj"] = [E, F, H]
+            t[m + "experts.down_proj_bias"] = [E, H]
+            continue
         if mt == "glm4_moe":
             if c["attention_bias"]:
                 for x, n in (("q", nh), ("k", nkv), ("v", nkv)):
@@ -639,19 +667,83 @@ def mla_attention(m, i, h, cos, sin):
     return o @ W[a + "o_proj.weight"].T
 
 
-def attention(m, i, h, cos, sin):
+def linear_bias(W, name, x):
+    """x @ W[name.weight].T, plus W[name.bias] when the checkpoint has it."""
+    y = x @ W[name + ".weight"].T
+    b = W.get(name + ".bias")
+    return y + b if b is not None else y
+
+
+def gpt_oss_attention(m, i, h, cos, sin):
+    """GptOssAttention + eager_attention_forward (modeling_gpt_oss.py): GQA with
+    q/k/v/o biases, RoPE halves, the causal mask (a window of sliding_window
+    keys, itself included, on the layers layer_types marks sliding), and one
+    learned sink logit per head that joins the softmax and is dropped."""
     c, W = m.c, m.W
-    mt = c["model_type"]
-    if mt in DEEPSEEK:
-        return mla_attention(m, i, h, cos, sin)
     T = h.shape[0]
     nh, nkv, D = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     a = f"model.layers.{i}.self_attn."
 
     def lin(x, n):
-        y = x @ W[a + n + ".weight"].T
-        b = W.get(a + n + ".bias")
-        return y + b if b is not None else y
+        return linear_bias(W, a + n, x)
+
+    q = lin(h, "q_proj").reshape(T, nh, D).transpose(1, 0, 2)
+    k = lin(h, "k_proj").reshape(T, nkv, D).transpose(1, 0, 2)
+    v = lin(h, "v_proj").reshape(T, nkv, D).transpose(1, 0, 2)
+    q, k = apply_rope(q, cos[None], sin[None]), apply_rope(k, cos[None], sin[None])
+    k, v = np.repeat(k, nh // nkv, axis=0), np.repeat(v, nh // nkv, axis=0)
+    s = (q @ k.transpose(0, 2, 1)) * D ** -0.5
+    qi, kj = np.arange(T)[:, None], np.arange(T)[None, :]
+    mask = kj > qi
+    if c["layer_types"][i] == "sliding_attention":
+        mask |= kj <= qi - c["sliding_window"]
+    s = np.where(mask[None], -np.inf, s)
+    sinks = np.broadcast_to(W[a + "sinks"][:, None, None], (nh, T, 1))
+    p = softmax(np.concatenate([s, sinks], axis=-1), -1)[..., :-1]
+    o = (p @ v).transpose(1, 0, 2).reshape(T, nh * D)
+    return lin(o, "o_proj")
+
+
+def gpt_oss_moe(m, i, h, trace):
+    """GptOssTopKRouter + GptOssExperts: top-k of router(x) + bias, softmax over
+    those k; each expert gate_up = x @ gate_up_proj[e] + bias (gate = even
+    columns, up = odd), gate clamped above at swiglu_limit, up to +-limit,
+    (up + 1) * gate * sigmoid(1.702 gate) @ down_proj[e] + bias."""
+    c, W = m.c, m.W
+    p = f"model.layers.{i}.mlp."
+    k, lim = c["top_k"], c["swiglu_limit"]
+    logits = h @ W[p + "router.weight"].T + W[p + "router.bias"]
+    gu_w, gu_b = W[p + "experts.gate_up_proj"], W[p + "experts.gate_up_proj_bias"]
+    d_w, d_b = W[p + "experts.down_proj"], W[p + "experts.down_proj_bias"]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        order = np.argsort(-logits[t], kind="stable")
+        sel = order[:k]
+        w = softmax(logits[t, sel], -1)
+        if trace is not None:
+            sv = logits[t, order]
+            trace.append((i, t, tuple(int(e) for e in sel), float(sv[k - 1] - sv[k])))
+        for e, we in zip(sel, w):
+            gu = h[t] @ gu_w[e] + gu_b[e]
+            g, u = np.minimum(gu[0::2], lim), np.clip(gu[1::2], -lim, lim)
+            glu = g / (1.0 + np.exp(-1.702 * g))
+            out[t] += we * (((u + 1) * glu) @ d_w[e] + d_b[e])
+    return out
+
+
+def attention(m, i, h, cos, sin):
+    c, W = m.c, m.W
+    mt = c["model_type"]
+    if mt in DEEPSEEK:
+        return mla_attention(m, i, h, cos, sin)
+    if mt == "gpt_oss":
+        return gpt_oss_attention(m, i, h, cos, sin)
+    T = h.shape[0]
+    nh, nkv, D = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    a = f"model.layers.{i}.self_attn."
+
+    def lin(x, n):
+        return linear_bias(W, a + n, x)
 
     q, k, v = lin(h, "q_proj"), lin(h, "k_proj"), lin(h, "v_proj")
     eps = c["rms_norm_eps"]
@@ -701,6 +793,8 @@ def moe(m, i, h, trace=None):
         return swiglu(h, *(W[p + n + ".weight"] for n in names))
     if mt in DEEPSEEK or mt == "glm4_moe":
         return deepseek_moe(m, i, h, p, names, trace)
+    if mt == "gpt_oss":
+        return gpt_oss_moe(m, i, h, trace)
     k = c["top_k"]
     logits = h @ W[p + "gate.weight"].T
     probs = softmax(logits, -1)  # HF: softmax in float32 over all experts, then top-k

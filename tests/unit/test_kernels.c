@@ -170,6 +170,7 @@ Test(kernels, expert_ffn_batch_equals_single_experts_at_any_thread_count)
     for (size_t id = 0; id < 3; id++) {
         const enum shoal_dtype dt = dtypes[id];
         struct shoal_expert_weights w[N_EXP];
+        memset(w, 0, sizeof w);
         void *blobs[N_EXP][3];
         uint32_t seed = 11 + (uint32_t)id;
         for (int e = 0; e < N_EXP; e++) {

@@ -141,10 +141,11 @@ Test(model_config, real_configs_parse)
     cr_assert(eq(i64, c.n_ff_shexp, 5632));
     cr_assert(eq(int, c.qkv_bias, 1));
     cr_assert(eq(int, shoal_layer_uses_window(&c, 23), 0)); /* use_sliding_window false */
+    /* gpt_oss runs from bf16 / f32 weights; its MXFP4 checkpoint not yet */
     snprintf(path, sizeof path, "%s/data/configs/gpt-oss-20b.json", SHOAL_SHARED_DIR);
     shoal_err_clear(&e);
     cr_assert(eq(int, shoal_model_config_load(path, &c, &e), SHOAL_EUNSUPPORTED));
-    cr_assert_not_null(strstr(e.msg, "gpt_oss"), "%s", e.msg);
+    cr_assert_not_null(strstr(e.msg, "mxfp4"), "%s", e.msg);
 }
 
 /* The values each field of the real DeepSeek, Kimi and GLM configs sets,
@@ -414,4 +415,38 @@ Test(model_config, layer_types_must_agree_with_the_sliding_window_rule)
                    SHOAL_EUNSUPPORTED, "layer_types[1] 'chunked_attention' is not supported");
     expect_refused("{" BASE_QWEN3 ",\"layer_types\":[\"full_attention\"]}", SHOAL_EFORMAT,
                    "'layer_types' must be a list of 4 strings");
+}
+
+/* gpt_oss (modeling_gpt_oss.py): q/k/v/o biases, sinks, the clamp limit,
+ * the router bias on the logits, and windows where layer_types says so
+ * (GptOssConfig's default: even layers) */
+Test(model_config, gpt_oss_reads_its_fields)
+{
+    struct shoal_model_config c;
+    struct shoal_err e = {0};
+    const char *base = "{\"model_type\":\"gpt_oss\",\"vocab_size\":32,\"hidden_size\":16,"
+                       "\"num_hidden_layers\":4,\"num_attention_heads\":4,"
+                       "\"num_key_value_heads\":2,\"head_dim\":8,\"num_local_experts\":4,"
+                       "\"num_experts_per_tok\":2,\"intermediate_size\":8,"
+                       "\"sliding_window\":3,\"swiglu_limit\":5.5";
+    char json[1024];
+    snprintf(json, sizeof json, "%s}", base);
+    cr_assert(eq(int, parse(json, &c, &e), 0), "%s", e.msg);
+    cr_assert(eq(int, c.qkv_bias, 1));
+    cr_assert(eq(int, c.o_bias, 1));
+    cr_assert(eq(int, c.attn_sinks, 1));
+    cr_assert(eq(int, c.router_bias, 1));
+    cr_assert(eq(int, c.router_score, SHOAL_ROUTER_TOPK_SOFTMAX));
+    cr_assert(eq(dbl, c.swiglu_limit, 5.5));
+    cr_assert(eq(dbl, c.rope_freq_base, 150000.0));
+    for (int il = 0; il < 4; il++)
+        cr_assert(eq(int, shoal_layer_uses_window(&c, il), il % 2 == 0), "layer %d", il);
+    snprintf(json, sizeof json, "%s,\"layer_types\":[\"full_attention\",\"full_attention\","
+             "\"sliding_attention\",\"sliding_attention\"]}", base);
+    cr_assert(eq(int, parse(json, &c, &e), 0), "%s", e.msg);
+    cr_assert(eq(int, shoal_layer_uses_window(&c, 1), 0));
+    cr_assert(eq(int, shoal_layer_uses_window(&c, 3), 1));
+    snprintf(json, sizeof json, "%s,\"layer_types\":[\"full_attention\",\"chunked\","
+             "\"full_attention\",\"full_attention\"]}", base);
+    expect_refused(json, SHOAL_EUNSUPPORTED, "layer_types[1] 'chunked'");
 }
