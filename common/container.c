@@ -125,7 +125,10 @@ struct writer {
     uint64_t dense_off;            /* next write offset in dense.bin */
     uint64_t exp_off;              /* next blob offset in experts.bin */
     uint64_t blob_bytes;
-    uint64_t comp_off[3], comp_bytes[3];
+    uint64_t comp_off[6], comp_bytes[6];
+    enum shoal_dtype comp_dtype[6];
+    int comp_group[6];
+    int n_comp;                    /* shoal_expert_n_comp */
     json_t *tensors;               /* manifest dense tensor list */
     json_t *layers;                /* manifest expert layers */
     json_t *cur_layer_sums;        /* xxh64 list of the current layer */
@@ -310,8 +313,11 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
                                                        wr->comp_bytes[s->comp - 1],
                                                        DENSE_ALIGN) : 0;
             wr->comp_bytes[s->comp] = bytes;
-            if (s->comp == 2)
-                wr->blob_bytes = align_up(wr->comp_off[2] + bytes, SHOAL_CONTAINER_ALIGN);
+            wr->comp_dtype[s->comp] = t;
+            wr->comp_group[s->comp] = recorded_group(t, group);
+            if (s->comp == wr->n_comp - 1)
+                wr->blob_bytes = align_up(wr->comp_off[s->comp] + bytes,
+                                          SHOAL_CONTAINER_ALIGN);
         }
         return 0;
     }
@@ -346,7 +352,7 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
         rc = write_tensor(wr, s, t, -1, NULL, wr->comp_off[s->comp], &xxh);
         if (rc)
             return rc;
-        if (s->comp == 2) {
+        if (s->comp == wr->n_comp - 1) {
             uint64_t sum = XXH64(wr->blob, wr->blob_bytes, 0);
             rc = shoal_pwrite_all(wr->fd_exp, wr->blob, wr->blob_bytes, wr->exp_off,
                            wr->exp_path, wr->err);
@@ -515,11 +521,6 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     for (size_t n = strlen(dst_buf); n > 1 && dst_buf[n - 1] == '/'; n--)
         dst_buf[n - 1] = '\0';
     const char *dst = dst_buf;
-    if (src->cfg.family->gpt_oss)   /* its experts carry biases: three components do not hold them */
-        return shoal_err_set(err, SHOAL_EUNSUPPORTED,
-                             "%s: gpt_oss runs from its checkpoint directory in one process; "
-                             "containers (and so workers) do not hold its expert biases yet",
-                             src_dir);
     if (!shoal_quant_group_ok(p->group))
         return shoal_err_set(err, SHOAL_EINVAL, "--group %d: expected 32, 64 or 128", p->group);
     if (!shoal_kv_dtype_ok(p->kv_dtype))
@@ -544,7 +545,7 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
         return rc;
     }
     struct writer wr = {.src = src, .p = p, .err = err, .fd_dense = -1, .fd_exp = -1,
-                        .cur_layer = -1};
+                        .cur_layer = -1, .n_comp = shoal_expert_n_comp(&src->cfg)};
     wr.dense_path = shoal_path_join(tmp, "dense.bin");
     wr.exp_path = shoal_path_join(tmp, "experts.bin");
     wr.tensors = json_array();
@@ -628,11 +629,15 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     char fph[17];
     snprintf(fph, sizeof fph, "%016" PRIx64, fingerprint);
     json_t *comps = json_array();
-    static const char *cn[3] = {"w_gate", "w_up", "w_down"};
-    for (int c = 0; c < 3 && wr.blob_bytes; c++)
-        json_array_append_new(comps, json_pack("{s:s, s:I, s:I}", "name", cn[c],
-                                               "offset", (json_int_t)wr.comp_off[c],
-                                               "bytes", (json_int_t)wr.comp_bytes[c]));
+    static const char *cn[6] = {"w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down"};
+    for (int c = 0; c < wr.n_comp && wr.blob_bytes; c++) {
+        json_t *jc = json_pack("{s:s, s:I, s:I}", "name", cn[c],
+                               "offset", (json_int_t)wr.comp_off[c],
+                               "bytes", (json_int_t)wr.comp_bytes[c]);
+        if (c >= 3)   /* the biases' own dtype (the weights': experts.dtype) */
+            json_object_set_new(jc, "dtype", json_string(shoal_dtype_name(wr.comp_dtype[c])));
+        json_array_append_new(comps, jc);
+    }
     manifest = json_pack(
         "{s:s, s:i, s:s, s:s, s:s, s:o, s:o, s:{s:s, s:I, s:o}, s:{s:s, s:I, s:s, s:i, s:I, s:I, s:I, s:o, s:o}}",
         "format", "shoal-container", "version", SHOAL_CONTAINER_VERSION,
@@ -765,7 +770,7 @@ static int fp_slot(const struct shoal_weight_slot *s, void *user)
     struct fp_walk *f = user;
     const struct shoal_container *ct = f->ct;
     if (s->kind == SHOAL_SLOT_EXPERT) {
-        if (s->comp == 2 && ct->layer_offset[s->il] != UINT64_MAX)
+        if (s->comp == ct->n_comp - 1 && ct->layer_offset[s->il] != UINT64_MAX)
             fp_line(f->st, "expert %lld %lld %016" PRIx64 "\n", (long long)s->il,
                     (long long)s->ie, ct->expert_xxh64[s->il * ct->n_expert + s->ie]);
         return 0;
@@ -1115,11 +1120,14 @@ struct shoal_container *shoal_container_open(const char *dir,
     if (check_header(ct->experts_path, hdr, (size_t)ct->experts_size, MAGIC_EXPERTS,
                      ct->fingerprint, err))
         goto fail;
+    ct->n_comp = shoal_expert_n_comp(cfg);
+    ct->swiglu_limit = (float)cfg->swiglu_limit;
     if (json_array_size(layers) > 0) {   /* checked: one entry per MoE layer */
         if (ct->blob_bytes == 0 || ct->blob_bytes % SHOAL_CONTAINER_ALIGN ||
-            json_array_size(comps) != 3)
-            FAIL("'%s': experts.blob_bytes must be a positive multiple of %d with 3 "
-                 "components", mp, SHOAL_CONTAINER_ALIGN);
+            (int)json_array_size(comps) != ct->n_comp)
+            FAIL("'%s': experts.blob_bytes must be a positive multiple of %d with %d "
+                 "components (%s)", mp, SHOAL_CONTAINER_ALIGN, ct->n_comp,
+                 cfg->family->model_type);
         if (shoal_dtype_is_quant(ct->experts_dtype) && !shoal_quant_group_ok(ct->experts_group))
             FAIL("'%s': experts have dtype %s and group %d; expected group 32, 64 or 128",
                  mp, edt, ct->experts_group);
@@ -1128,13 +1136,23 @@ struct shoal_container *shoal_container_open(const char *dir,
                  ct->experts_group, SHOAL_FP8_BLOCK);
         static const int64_t one = 1;
         int64_t E = cfg->n_embd, F = cfg->n_ff_exp;
-        int64_t shapes[3][2] = {{F, E}, {F, E}, {E, F}};
+        /* weights, then gpt_oss's 1-D biases (rows 1), each with its own dtype */
+        int64_t shapes[6][2] = {{F, E}, {F, E}, {E, F}, {1, F}, {1, F}, {1, E}};
         (void)one;
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < ct->n_comp; c++) {
             json_t *jc = json_array_get(comps, (size_t)c);
             struct shoal_expert_component *k = &ct->comp[c];
             k->dtype = ct->experts_dtype;
             k->group = ct->experts_group;
+            if (c >= 3) {
+                const char *bd = json_string_value(json_object_get(jc, "dtype"));
+                if (!bd || shoal_dtype_parse(bd, &k->dtype) ||
+                    (k->dtype != SHOAL_DTYPE_F32 && k->dtype != SHOAL_DTYPE_BF16 &&
+                     k->dtype != SHOAL_DTYPE_F16))
+                    FAIL("'%s': expert component %d needs a dtype F32, F16 or BF16, found "
+                         "'%s'", mp, c, bd ? bd : "(none)");
+                k->group = 0;
+            }
             k->rows = shapes[c][0];
             k->cols = shapes[c][1];
             k->offset = (uint64_t)json_integer_value(json_object_get(jc, "offset"));
@@ -1264,9 +1282,11 @@ int shoal_container_bind(struct shoal_container *ct, struct shoal_model *m,
 void shoal_container_expert_views(const struct shoal_container *ct,
                                   const void *blob, struct shoal_expert_weights *e)
 {
-    memset(e, 0, sizeof *e);   /* no biases, plain SwiGLU */
-    struct shoal_weight *w[3] = {&e->w_gate, &e->w_up, &e->w_down};
-    for (int c = 0; c < 3; c++) {
+    memset(e, 0, sizeof *e);   /* no biases, plain SwiGLU, unless gpt_oss */
+    struct shoal_weight *w[6] = {&e->w_gate, &e->w_up, &e->w_down, &e->b_gate, &e->b_up,
+                                 &e->b_down};
+    e->swiglu_limit = ct->swiglu_limit;
+    for (int c = 0; c < ct->n_comp; c++) {
         const struct shoal_expert_component *k = &ct->comp[c];
         *w[c] = (struct shoal_weight){.dtype = k->dtype, .rows = k->rows, .cols = k->cols,
                                       .group = k->group,

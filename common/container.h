@@ -112,7 +112,10 @@ struct shoal_container {
     enum shoal_dtype experts_dtype;
     int experts_group;
     uint64_t blob_bytes;        /* per expert, multiple of 4 KiB */
-    struct shoal_expert_component comp[3]; /* w_gate, w_up, w_down */
+    struct shoal_expert_component comp[6]; /* w_gate, w_up, w_down (+ gpt_oss's
+                                              b_gate, b_up, b_down) */
+    int n_comp;                 /* 3, or 6 for gpt_oss (shoal_expert_n_comp) */
+    float swiglu_limit;         /* gpt_oss: the config's, for the expert views */
     int64_t n_layer, n_expert;
     uint64_t *layer_offset;     /* [n_layer] first (held) blob; UINT64_MAX for dense layers */
     uint64_t *expert_xxh64;     /* [n_layer][n_expert], every expert, held or not */

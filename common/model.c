@@ -23,7 +23,8 @@ enum shoal_dtype shoal_target_dtype(enum shoal_slot_kind kind, int64_t cols, int
                                     enum shoal_dtype experts, enum shoal_dtype dense)
 {
     enum shoal_dtype t = kind == SHOAL_SLOT_EXPERT ? experts : dense;
-    if (cols == 0 && (router || shoal_dtype_is_quant(t)))
+    if (cols == 0 && (router || (t != SHOAL_DTYPE_F32 && t != SHOAL_DTYPE_BF16 &&
+                                 t != SHOAL_DTYPE_F16)))
         return SHOAL_DTYPE_F32;
     if (router && (t == SHOAL_DTYPE_INT4 || t == SHOAL_DTYPE_INT4A8))
         return SHOAL_DTYPE_INT8;

@@ -115,11 +115,19 @@ enum shoal_fused_part {
     SHOAL_FUSED_DOWN_BIAS,   /* down_proj_bias[ie] */
 };
 
+/* Components of one routed expert as the walker visits them (comp 0 ..
+ * n - 1): w_gate, w_up, w_down, and for gpt_oss b_gate, b_up, b_down. */
+static inline int shoal_expert_n_comp(const struct shoal_model_config *c)
+{
+    return c->family->gpt_oss ? 6 : 3;
+}
+
 /* The dtype `shoal convert` writes a weight in, given the requested experts
  * and dense dtypes (container.c, plan.c and synth share this one rule):
- *   - a 1-D tensor (cols == 0) stays F32 when the target is quantized, and
- *     always when it is a router's (e_score_correction_bias: it is F32 in
- *     the checkpoints and decides which experts run);
+ *   - a 1-D tensor (cols == 0) stays F32 when the target is not a float
+ *     dtype (quantized, FP8), and always when it is a router's
+ *     (e_score_correction_bias: it is F32 in the checkpoints and decides
+ *     which experts run);
  *   - a router or shared-expert gate stays INT8 when the dense target is
  *     4-bit (INT4, INT4A8): it is well under 1 % of a model's bytes, and
  *     its rows decide which experts run (llama.cpp keeps its router in F32

@@ -1640,10 +1640,10 @@ int shoal_cmd_synth(int argc, char **argv)
             json_decref(tmpl);
             return 2;
         }
-        if (tfam->gpt_oss) {   /* containers do not hold its expert biases yet */
-            shoal_cli_error("synth: '%s': gpt_oss runs only from its checkpoint directory "
-                            "for now; synth writes containers, which do not hold its expert "
-                            "biases yet", config_path ? config_path : family);
+        if (tfam->gpt_oss) {   /* its expert biases: not generated yet */
+            shoal_cli_error("synth: '%s': synth does not write gpt_oss yet (its experts' "
+                            "biases and fused gate_up; convert a checkpoint instead)",
+                            config_path ? config_path : family);
             json_decref(tmpl);
             return 2;
         }

@@ -4,7 +4,7 @@ beyond test_cluster.py:
 
 1. families: for every family's tiny model (tests/reference/gen_tiny.py:
    mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, kimi_k2,
-   glm4_moe; bf16 containers, deepseek_v3_fp8 as an FP8 container, and
+   glm4_moe, gpt_oss; bf16 containers, deepseek_v3_fp8 as an FP8 container, and
    qwen3_moe with int4 experts and deepseek_v3 with int4a8 ones too), a 20-id prompt (multi-row prefill requests) and
    greedy decode: logits bytes and ids identical in-process, with 1 worker
    (--local-experts off), 3 workers on disjoint shards and 3 workers with 2
@@ -53,7 +53,7 @@ from clusterlib import Gen, same, detail  # noqa: E402
 
 REFERENCE = os.path.join(L.ROOT, "tests", "reference")
 FAMILIES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3",
-            "kimi_k2", "glm4_moe", "deepseek_v3_fp8"]
+            "kimi_k2", "glm4_moe", "deepseek_v3_fp8", "gpt_oss"]
 # 20 ids < the tiny models' 320-token vocabulary: prefill sends 20-row requests
 TOKENS = ["--tokens", "17,300,3,101,257,42,7,55,199,260,12,88,150,231,9,64,280,33,120,5"]
 TGEN = ["--max-tokens", "8", "--greedy", "--ignore-eos"]
@@ -116,6 +116,8 @@ def families(args, tmp):
     models = [(fam, os.path.join(hf, fam), []) for fam in FAMILIES]
     models.append(("qwen3_moe-int4", os.path.join(hf, "qwen3_moe"),
                    ["--experts", "int4", "--dense", "int8", "--group", "32"]))
+    models.append(("gpt_oss-int4a8", os.path.join(hf, "gpt_oss"),
+                   ["--experts", "int4a8", "--dense", "int8", "--group", "32"]))
     models.append(("deepseek_v3-int4a8", os.path.join(hf, "deepseek_v3"),
                    ["--experts", "int4a8", "--dense", "int4a8", "--group", "32", "--kv", "f16"]))
     for name, src, conv in models:
