@@ -222,6 +222,22 @@ static const struct fam_tmpl tmpls[] = {
      "\"scoring_func\":\"softmax\",\"seq_aux\":true,\"tie_word_embeddings\":false,\"topk_group\":1,"
      "\"topk_method\":\"greedy\",\"torch_dtype\":\"bfloat16\",\"v_head_dim\":128,"
      "\"vocab_size\":102400}"},
+    {"gpt_oss", "gpt-oss-20b (quantization_config dropped)",
+     "{\"architectures\":[\"GptOssForCausalLM\"],\"attention_bias\":true,\"attention_dropout\":0.0,\"eo"
+     "s_token_id\":200002,\"experts_per_token\":4,\"head_dim\":64,\"hidden_act\":\"silu\",\"hidden_size\""
+     ":2880,\"initial_context_length\":4096,\"initializer_range\":0.02,\"intermediate_size\":2880,\"l"
+     "ayer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_attention\",\""
+     "sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_attention\",\"sliding_attent"
+     "ion\",\"full_attention\",\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_att"
+     "ention\",\"sliding_attention\",\"full_attention\",\"sliding_attention\",\"full_attention\",\"slidi"
+     "ng_attention\",\"full_attention\",\"sliding_attention\",\"full_attention\",\"sliding_attention\","
+     "\"full_attention\"],\"max_position_embeddings\":131072,\"model_type\":\"gpt_oss\",\"num_attention"
+     "_heads\":64,\"num_experts_per_tok\":4,\"num_hidden_layers\":24,\"num_key_value_heads\":8,\"num_l"
+     "ocal_experts\":32,\"output_router_logits\":false,\"pad_token_id\":199999,\"rms_norm_eps\":1e-05"
+     ",\"rope_scaling\":{\"beta_fast\":32.0,\"beta_slow\":1.0,\"factor\":32.0,\"original_max_position_e"
+     "mbeddings\":4096,\"rope_type\":\"yarn\",\"truncate\":false},\"rope_theta\":150000,\"router_aux_los"
+     "s_coef\":0.9,\"sliding_window\":128,\"swiglu_limit\":7.0,\"tie_word_embeddings\":false,\"transfo"
+     "rmers_version\":\"4.55.0.dev0\",\"use_cache\":true,\"vocab_size\":201088}"},
 };
 
 struct shape {
@@ -315,6 +331,14 @@ static json_t *apply_shapes(const json_t *t, const struct shoal_family *f, const
     jset_if(c, "topk_group", s->topk_group);
     jset_if(c, "first_k_dense_replace", s->dense_layers);
     jset_if(c, "max_window_layers", s->layers);
+    jset_if(c, "experts_per_token", s->top_k);
+    json_t *lt = json_object_get(c, "layer_types");
+    if (json_is_array(lt) && json_array_size(lt) > 0) {   /* gpt_oss: the pattern, resized */
+        json_t *nl = json_array();
+        for (int64_t il = 0; il < s->layers; il++)
+            json_array_append(nl, json_array_get(lt, (size_t)il % json_array_size(lt)));
+        json_object_set_new(c, "layer_types", nl);
+    }
     clamp_ids(c, "bos_token_id", s->vocab);
     clamp_ids(c, "eos_token_id", s->vocab);
     clamp_ids(c, "pad_token_id", s->vocab);
@@ -407,7 +431,9 @@ struct measure {
     enum shoal_dtype dense, experts;
     int group;
     uint64_t dense_off;                 /* end of dense.bin so far */
-    uint64_t comp_off[3], comp_bytes[3], blob_bytes;
+    uint64_t comp_off[6], comp_bytes[6], blob_bytes;
+    enum shoal_dtype comp_dtype[6];
+    int n_comp;                         /* shoal_expert_n_comp */
     int64_t n_blobs;
 };
 
@@ -424,10 +450,11 @@ static int measure_slot(const struct shoal_weight_slot *s, void *user)
         m->comp_off[s->comp] = s->comp ? align_up(m->comp_off[s->comp - 1] +
                                                   m->comp_bytes[s->comp - 1], DENSE_ALIGN) : 0;
         m->comp_bytes[s->comp] = b;
-        if (s->comp == 2)
-            m->blob_bytes = align_up(m->comp_off[2] + b, SHOAL_CONTAINER_ALIGN);
+        m->comp_dtype[s->comp] = t;
+        if (s->comp == m->n_comp - 1)
+            m->blob_bytes = align_up(m->comp_off[s->comp] + b, SHOAL_CONTAINER_ALIGN);
     }
-    if (s->comp == 2)
+    if (s->comp == m->n_comp - 1)
         m->n_blobs++;
     return 0;
 }
@@ -442,6 +469,7 @@ static uint64_t measure_cfg(const struct shoal_model_config *cfg, struct measure
     m->dense_off = SHOAL_CONTAINER_HEADER_BYTES;
     m->blob_bytes = 0;
     m->n_blobs = 0;
+    m->n_comp = shoal_expert_n_comp(cfg);
     shoal_model_walk(&model, measure_slot, m);
     for (int64_t il = 0; il < cfg->n_layer; il++)
         free(model.layers[il].experts);
@@ -850,7 +878,8 @@ static enum init_kind classify(const struct synth *sy, const struct shoal_weight
         *var = sy->var_head;
         return INIT_IN;
     }
-    if (ends_with(s->name, ".bias") || ends_with(s->name, ".router_bias"))
+    if (ends_with(s->name, ".bias") || ends_with(s->name, ".router_bias") ||
+        ends_with(s->name, ".attn_sinks"))
         return INIT_ZERO;
     if (ends_with(s->name, "_norm"))
         return INIT_ONES;
@@ -1197,9 +1226,11 @@ static int write_layer_experts(struct synth *sy, int64_t il)
             for (int64_t j = 0; j < nb; j++) {
                 /* zero padding between components and at the end */
                 unsigned char *blob = batch + (size_t)j * bb;
-                for (int c = 0; c < 3; c++) {
-                    uint64_t end = lay->comp_off[c] + lay->comp_bytes[c];
-                    uint64_t next = c < 2 ? lay->comp_off[c + 1] : bb;
+                for (int c = 0; c < lay->n_comp; c++) {
+                    /* gpt_oss's biases (components 3..5) are zeros too */
+                    uint64_t end = c < 3 ? lay->comp_off[c] + lay->comp_bytes[c]
+                                         : lay->comp_off[c];
+                    uint64_t next = c + 1 < lay->n_comp ? lay->comp_off[c + 1] : bb;
                     memset(blob + end, 0, (size_t)(next - end));
                 }
             }
@@ -1419,7 +1450,8 @@ static void synth_usage(FILE *f)
         "  --family F           qwen3_moe (default), olmoe, mixtral, qwen2_moe, or, with\n"
         "                       every key of the real config.json: deepseek_v3\n"
         "                       (DeepSeek-V3-Base), kimi_k2 (Kimi-K2-Instruct), glm4_moe\n"
-        "                       (GLM-4.5-Air), deepseek_v2 (DeepSeek-V2-Lite)\n"
+        "                       (GLM-4.5-Air), deepseek_v2 (DeepSeek-V2-Lite), gpt_oss\n"
+        "                       (gpt-oss-20b)\n"
         "  --config FILE        a real config.json of any supported family as the\n"
         "                       template instead (quantization_config dropped)\n"
         "  --experts T          int4 (default), int4a8, int8, bf16, f32 (not fp8)\n"
@@ -1624,7 +1656,8 @@ int shoal_cmd_synth(int argc, char **argv)
                 tmpl = json_loads(tmpls[k].json, 0, &jerr);
         if (!tmpl) {
             shoal_cli_error("--family expects qwen3_moe, olmoe, mixtral, qwen2_moe, "
-                            "deepseek_v3, kimi_k2, glm4_moe or deepseek_v2, got '%s'", family);
+                            "deepseek_v3, kimi_k2, glm4_moe, deepseek_v2 or gpt_oss, got '%s'",
+                            family);
             return 2;
         }
     }
@@ -1637,13 +1670,6 @@ int shoal_cmd_synth(int argc, char **argv)
                             model_type ? "'" : "", model_type ? model_type : "missing",
                             model_type ? "'" : "", shoal_family_list(),
                             tfam ? tfam->key_n_expert : "its expert count");
-            json_decref(tmpl);
-            return 2;
-        }
-        if (tfam->gpt_oss) {   /* its expert biases: not generated yet */
-            shoal_cli_error("synth: '%s': synth does not write gpt_oss yet (its experts' "
-                            "biases and fused gate_up; convert a checkpoint instead)",
-                            config_path ? config_path : family);
             json_decref(tmpl);
             return 2;
         }
@@ -1961,11 +1987,16 @@ int shoal_cmd_synth(int argc, char **argv)
         char fph[17];
         snprintf(fph, sizeof fph, "%016" PRIx64, fingerprint);
         json_t *comps = json_array();
-        static const char *cn[3] = {"w_gate", "w_up", "w_down"};
-        for (int c = 0; c < 3; c++)
-            json_array_append_new(comps, json_pack("{s:s, s:I, s:I}", "name", cn[c], "offset",
-                                                   (json_int_t)sy.lay.comp_off[c], "bytes",
-                                                   (json_int_t)sy.lay.comp_bytes[c]));
+        static const char *cn[6] = {"w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down"};
+        for (int c = 0; c < sy.lay.n_comp; c++) {
+            json_t *jc = json_pack("{s:s, s:I, s:I}", "name", cn[c], "offset",
+                                   (json_int_t)sy.lay.comp_off[c], "bytes",
+                                   (json_int_t)sy.lay.comp_bytes[c]);
+            if (c >= 3)   /* as convert records them */
+                json_object_set_new(jc, "dtype",
+                                    json_string(shoal_dtype_name(sy.lay.comp_dtype[c])));
+            json_array_append_new(comps, jc);
+        }
         manifest = json_pack(
             "{s:s, s:i, s:s, s:s, s:O, s:[s], s:{s:s, s:I, s:o}, "
             "s:{s:s, s:I, s:s, s:i, s:I, s:I, s:I, s:o, s:o}}",
