@@ -110,7 +110,8 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
         printf(" + %lld shared", (long long)o->n_shared_expert);
     printf("%s\n", o->mla ? ", MLA" : "");
     if (!o->runnable)
-        printf("             shoal cannot run this family yet (%s): planned from its config\n",
+        printf("             shoal cannot run this checkpoint yet (%s: MXFP4 weights): planned "
+               "from its config\n",
                o->model_type);
     printf("parameters   %.2f B total (%.2f B per token)", o->params_total / 1e9,
            o->params_active / 1e9);
@@ -194,10 +195,10 @@ static void print_json(const struct shoal_plan *o, const struct shoal_plan_param
     json_object_set_new(j, "resident_parts", parts);
     json_object_set_new(j, "expert_bytes", I(o->expert_blob_bytes));
     json_object_set_new(j, "expert_weight_bytes", I(o->expert_weight_bytes));
-    json_object_set_new(j, "expert_components",
-                        json_pack("[I, I, I]", (json_int_t)o->expert_comp_bytes[0],
-                                  (json_int_t)o->expert_comp_bytes[1],
-                                  (json_int_t)o->expert_comp_bytes[2]));
+    json_t *comps = json_array();
+    for (int c = 0; c < o->n_expert_comp; c++)
+        json_array_append_new(comps, I(o->expert_comp_bytes[c]));
+    json_object_set_new(j, "expert_components", comps);
     json_object_set_new(j, "experts_bytes", I(o->experts_bytes));
     json_object_set_new(j, "mtp_bytes", I(o->mtp_bytes));
     json_object_set_new(j, "kv_bytes_per_token", I(o->kv_bytes_per_token));

@@ -105,6 +105,9 @@ static void from_config(const struct shoal_model_config *c, struct arch *a)
     a->n_shared = c->n_ff_shexp == 0 ? 0 : c->shexp_gated ? 1 : c->n_ff_shexp / c->n_ff_exp;
     a->shexp_gate = c->n_ff_shexp > 0 && c->shexp_gated;
     a->router_bias = c->router_bias;
+    a->o_bias = c->o_bias;
+    a->sinks = c->attn_sinks;
+    a->expert_bias = c->family->gpt_oss;
     a->n_expert = c->n_expert, a->n_used = c->n_expert_used;
     memcpy(a->is_moe, c->layer_is_moe, (size_t)c->n_layer);
 }
@@ -205,8 +208,8 @@ static void add_layer(struct acc *ac, const struct arch *a, int moe)
         return;
     }
     add_as(ac, SHOAL_PLAN_ROUTER, a->n_expert, E, 1);
-    if (a->router_bias)
-        add(ac, SHOAL_PLAN_ROUTER, a->n_expert, 0);
+    if (a->router_bias)   /* F32 always, as convert keeps a router's bias */
+        add_as(ac, SHOAL_PLAN_ROUTER, a->n_expert, 0, 1);
     if (a->n_ff_shexp) {
         add_ffn(ac, SHOAL_PLAN_SHEXP, E, a->n_ff_shexp);
         if (a->shexp_gate)
@@ -224,23 +227,24 @@ static uint64_t align_up(uint64_t v, uint64_t a)
 }
 
 /* One expert as a blob: gate [ff][E], up [ff][E], down [E][ff] (gpt_oss:
- * then the gate_up and down biases), each 64-byte aligned, the blob 4 KiB
+ * then the gate, up and down biases), each 64-byte aligned, the blob 4 KiB
  * aligned (container.c write_slot). */
 static void expert_blob(const struct arch *a, const struct shoal_plan_params *p,
                         struct shoal_plan *o)
 {
-    const int64_t shapes[5][2] = {{a->n_ff_exp, a->E}, {a->n_ff_exp, a->E},
-                                  {a->E, a->n_ff_exp}, {2 * a->n_ff_exp, 0}, {a->E, 0}};
+    const int64_t shapes[6][2] = {{a->n_ff_exp, a->E}, {a->n_ff_exp, a->E},
+                                  {a->E, a->n_ff_exp}, {a->n_ff_exp, 0}, {a->n_ff_exp, 0},
+                                  {a->E, 0}};
     uint64_t off = 0;
-    for (int c = 0; c < (a->expert_bias ? 5 : 3); c++) {
+    for (int c = 0; c < (a->expert_bias ? 6 : 3); c++) {
         uint64_t b = tensor_bytes(shoal_target_dtype(SHOAL_SLOT_EXPERT, shapes[c][1], 0,
                                                      p->experts_dtype, p->dense_dtype),
                                   shapes[c][0], shapes[c][1], p->group);
         off = align_up(off, ALIGN_COMP) + b;
         o->expert_weight_bytes += b;
         o->params_expert_one += (uint64_t)shapes[c][0] * (uint64_t)(shapes[c][1] ? shapes[c][1] : 1);
-        if (c < 3)
-            o->expert_comp_bytes[c] = b;
+        o->expert_comp_bytes[c] = b;
+        o->n_expert_comp = c + 1;
     }
     o->expert_blob_bytes = align_up(off, ALIGN_BLOB);
 }
@@ -273,28 +277,29 @@ int shoal_plan_config(const char *json, size_t len, const char *what,
         other |= !strcmp(type, other_families[i]);
     if (!type || (!other && !shoal_family_find(type))) {
         rc = shoal_err_set(err, SHOAL_EUNSUPPORTED, "%s: unknown model_type '%s'; shoal plan "
-                           "knows %s, gpt_oss",
+                           "knows %s",
                            what, type ? type : "(none)", shoal_family_list());
         goto out;
     }
     snprintf(o->model_type, sizeof o->model_type, "%s", type);
-    if (other) {
-        if ((rc = read_other(root, what, a, err)))
-            goto out;
-    } else {
-        struct shoal_model_config *c = calloc(1, sizeof *c);
-        if (!c) {
-            rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
-            goto out;
-        }
-        rc = shoal_model_config_parse(json, len, what, c, err);
-        if (!rc)
-            from_config(c, a);
-        free(c);
-        if (rc)
-            goto out;
+    struct shoal_model_config *c = calloc(1, sizeof *c);
+    if (!c) {
+        rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        goto out;
+    }
+    /* the engine's own parse; a config it refuses that this planner knows
+     * (gpt-oss's MXFP4 checkpoint) is planned from its fields alone */
+    struct shoal_err perr = {0};
+    rc = shoal_model_config_parse(json, len, what, c, other ? &perr : err);
+    if (!rc) {
+        from_config(c, a);
         o->runnable = 1;
     }
+    free(c);
+    if (rc && other)
+        rc = read_other(root, what, a, err);
+    if (rc)
+        goto out;
     o->mla = a->mla;
     o->n_layer = a->L;
     o->n_mtp_layer = a->n_mtp;

@@ -56,7 +56,8 @@ struct shoal_plan {
     uint64_t trunk_bytes;         /* sum of part_bytes: resident in RAM */
     uint64_t expert_weight_bytes; /* one expert's gate + up + down, unpadded */
     uint64_t expert_blob_bytes;   /* one expert on disk (blob_bytes) */
-    uint64_t expert_comp_bytes[3];/* gate, up, down */
+    uint64_t expert_comp_bytes[6];/* gate, up, down (gpt_oss: then their biases) */
+    int n_expert_comp;            /* 3, or 6 for gpt_oss */
     uint64_t experts_bytes;       /* blob x n_expert x MoE layers */
     uint64_t mtp_bytes;           /* MTP layers at the same dtypes (not loaded) */
     /* KV cache */

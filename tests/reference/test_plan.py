@@ -152,6 +152,25 @@ def test_fp8(shoal, tmp):
            "plan %s, container %s" % (got, want))
 
 
+def test_gpt_oss(shoal, tmp):
+    """gpt_oss's six-component experts (weights, then gate/up/down biases)
+    and its trunk extras (o bias, sinks, router bias): plan = convert."""
+    import gen_tiny
+    hf = os.path.join(tmp, "go")
+    man, _ = gen_tiny.generate(hf, only=["gpt_oss"], verbose=False)
+    if "skipped" in man["models"]["gpt_oss"]:
+        print("SKIP gpt_oss plan: the gpt-oss config is absent")
+        return
+    for experts, dense in [("bf16", "bf16"), ("int4a8", "int8")]:
+        flags = ["--experts", experts, "--dense", dense, "--group", "32"]
+        ct = os.path.join(tmp, "go-%s" % experts)
+        r = run([shoal, "convert", os.path.join(hf, "gpt_oss"), ct] + flags)
+        if r.returncode != 0:
+            result("convert gpt_oss %s" % flags, False, r.stderr.strip())
+            continue
+        check_container(shoal, "plan = convert (tiny gpt_oss, %s)" % " ".join(flags), ct, flags)
+
+
 def test_synth(shoal, tmp):
     shape = ["--hidden", "128", "--moe-ff", "96", "--n-expert", "8", "--top-k", "2",
              "--layers", "2", "--vocab", "512", "--heads", "4", "--kv-heads", "2",
@@ -241,7 +260,7 @@ def test_real(shoal):
         if cfg["model_type"] not in RUNNABLE:
             r = run([shoal, "plan", path])
             result("%s says shoal cannot run it" % fname,
-                   r.returncode == 0 and "shoal cannot run this family yet" in r.stdout,
+                   r.returncode == 0 and "shoal cannot run this checkpoint yet" in r.stdout,
                    r.stdout.splitlines()[1] if r.returncode == 0 else r.stderr.strip())
 
 
@@ -274,6 +293,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="shoal-plan-") as tmp:
         test_convert(shoal, tmp)
         test_fp8(shoal, tmp)
+        test_gpt_oss(shoal, tmp)
         test_synth(shoal, tmp)
         test_real(shoal)
         test_bad(shoal, tmp)
