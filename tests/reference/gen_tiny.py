@@ -129,13 +129,14 @@ def tokenizer_json(vocab, merges, eos_id):
 
 def st_bytes(tensors):
     """tensors: list of (name, ndarray) -> bytes of a safetensors file; a uint8
-    array is written as F8_E4M3 codes, anything else as F32."""
+    array is written as F8_E4M3 codes, a uint16 one as BF16 bits, anything
+    else as F32."""
     header = {"__metadata__": {"format": "pt"}}
     off = 0
     blobs = []
     for name, a in tensors:
-        dt = "F8_E4M3" if a.dtype == np.uint8 else "F32"
-        a = np.ascontiguousarray(a, dtype=np.uint8 if dt == "F8_E4M3" else "<f4")
+        dt = {np.dtype(np.uint8): "F8_E4M3", np.dtype(np.uint16): "BF16"}.get(a.dtype, "F32")
+        a = np.ascontiguousarray(a, dtype={"F8_E4M3": np.uint8, "BF16": "<u2"}.get(dt, "<f4"))
         b = a.tobytes()
         header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
         off += len(b)
@@ -311,6 +312,23 @@ SPECS["deepseek_v3_fp8"] = ("DeepSeek-V3-Base.json",
                             {}, 8600, 1)
 SPECS["kimi_k2_fp8"] = ("Kimi-K2-Instruct.json", dict(_DS_FP8, n_routed_experts=12), {}, 8700, 1)
 FP8_SPECS = {"qwen3_moe_fp8", "deepseek_v3_fp8", "kimi_k2_fp8"}
+
+# BF16 checkpoints, as most of these models ship: every tensor rounded to
+# bfloat16 (nearest, ties to even), which the reference reads exactly
+for _name in ("deepseek_v3", "glm4_moe", "gpt_oss"):
+    _fn, _sizes, _extra, _seed, _shards = SPECS[_name]
+    SPECS[_name + "_bf16"] = (_fn, _sizes, _extra, _seed + 50, _shards)
+BF16_SPECS = {"deepseek_v3_bf16", "glm4_moe_bf16", "gpt_oss_bf16"}
+
+
+def make_bf16(tensors):
+    """f32 arrays -> bf16 bit patterns (uint16), round to nearest even."""
+    out = []
+    for name, a in tensors:
+        u = np.ascontiguousarray(a, dtype="<f4").view("<u4").astype(np.uint64)
+        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        out.append((name, u.astype(np.uint16)))
+    return out
 
 
 def e4m3_encode(x):
@@ -522,7 +540,8 @@ def generate(outdir, configs=DEFAULT_CONFIGS, only=None, verbose=True):
         ok = False
         for seed in range(seed0, seed0 + 50):
             w = make_weights(cfg, seed)
-            write_checkpoint(d, make_fp8(w) if name in FP8_SPECS else w, shards)
+            write_checkpoint(d, make_fp8(w) if name in FP8_SPECS else
+                             make_bf16(w) if name in BF16_SPECS else w, shards)
             ok, why, st = check(d, eos_id)
             if ok:
                 break

@@ -4,7 +4,7 @@
 usage: /usr/bin/python3 tests/reference/test_reference.py --shoal PATH/TO/shoal
            [--workdir DIR] [--only NAME[,NAME...]] [--timeout SECONDS] [--configs DIR]
 
-For every tiny checkpoint written by gen_tiny.py (mixtral [sharded], qwen2_moe,
+For every tiny checkpoint written by gen_tiny.py (gen_tiny.SPECS: mixtral [sharded], qwen2_moe,
 qwen3_moe, olmoe, qwen3_moe_yarn, qwen3_moe_yarn_v5, qwen3_moe_dense_layers,
 olmoe_tied_clip) it runs
 
