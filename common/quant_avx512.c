@@ -845,4 +845,5 @@ const struct shoal_quant_ops OPS_TABLE = {
     .act_quantize = shoal_quant_act_quantize_avx2,
     .fp8_rows = shoal_fp8_rows_avx2,   /* the AVX2 rows: decode-bound at 8 lanes */
     .fp8_dequant_row = shoal_fp8_dequant_row_avx2,
+    .mxfp4_rows = shoal_mxfp4_rows_avx2,   /* the AVX2 rows */
 };
