@@ -415,13 +415,18 @@ struct shoal_st_tensor;
  *            the tensors' bytes (borrowed: valid while they are mapped)
  *   blocks, scales   borrowed safetensors entries (dtype "U8")
  *   name     the weight's name for messages (borrowed; e.g. "X_blocks")
- * Checks dtypes, shapes, byte counts and (shoal_mxfp4_check) the slice's
- * exponents. Returns 0, or SHOAL_EFORMAT / SHOAL_ESHAPE / SHOAL_EINVAL with
- * a one-line err naming the tensor, what was expected and what was found.
- * Allocates nothing. Thread: any. */
+ *   check_exponents  1: read the slice's exponents now (shoal_mxfp4_check);
+ *            0: leave them to a shoal_mxfp4_check before the weight's first
+ *            use (a 120 B checkpoint's exponents are 3.6 GB: the engine
+ *            checks each routed expert the first time it runs, as for FP8)
+ * Checks dtypes, shapes and byte counts (and the exponents as asked).
+ * Returns 0, or SHOAL_EFORMAT / SHOAL_ESHAPE / SHOAL_EINVAL with a one-line
+ * err naming the tensor, what was expected and what was found. Allocates
+ * nothing. Thread: any. */
 int shoal_mxfp4_bind(struct shoal_weight *w, const struct shoal_st_tensor *blocks,
                      const struct shoal_st_tensor *scales, int64_t index, int64_t rows,
-                     int64_t cols, const char *name, struct shoal_err *err);
+                     int64_t cols, int check_exponents, const char *name,
+                     struct shoal_err *err);
 
 /* Row r of an MXFP4 weight as f32: dst[c] = v2(nibble) * 2^(e - 128), the
  * exact value (E2M1's -0 kept). dst [w->cols], written. Thread: any. */

@@ -65,7 +65,8 @@ static const char *shape_str(const struct shoal_st_tensor *t, char *buf, size_t 
 
 int shoal_mxfp4_bind(struct shoal_weight *w, const struct shoal_st_tensor *blocks,
                      const struct shoal_st_tensor *scales, int64_t index, int64_t rows,
-                     int64_t cols, const char *name, struct shoal_err *err)
+                     int64_t cols, int check_exponents, const char *name,
+                     struct shoal_err *err)
 {
     if (rows < 1 || cols < SHOAL_MXFP4_BLOCK || cols % SHOAL_MXFP4_BLOCK)
         return shoal_err_set(err, SHOAL_EINVAL,
@@ -110,7 +111,7 @@ int shoal_mxfp4_bind(struct shoal_weight *w, const struct shoal_st_tensor *block
                                .group = SHOAL_MXFP4_BLOCK,
                                .data = (const uint8_t *)blocks->data + (size_t)index * qbytes,
                                .e8m0 = (const uint8_t *)scales->data + (size_t)index * sbytes};
-    return shoal_mxfp4_check(w, scales->name, err);
+    return check_exponents ? shoal_mxfp4_check(w, scales->name, err) : 0;
 }
 
 #define MXFP4_ROWS_NAME shoal_mxfp4_rows_scalar

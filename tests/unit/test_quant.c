@@ -1327,30 +1327,33 @@ Test(quant, mxfp4_bind_checks_and_slices)
                                  .nbytes = (size_t)(n * rows * nb), .file = "a.safetensors"};
     struct shoal_weight w;
     struct shoal_err err = {0};
-    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 2, rows, cols, "gate_up", &err), 0), "%s",
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 2, rows, cols, 1, "gate_up", &err), 0), "%s",
               err.msg);
     cr_assert(eq(ptr, (void *)w.data, (void *)(f.q + 2 * rows * cols / 2)));
     cr_assert(eq(ptr, (void *)w.e8m0, (void *)(f.e + 2 * rows * nb)));
     cr_assert(eq(int, w.dtype, SHOAL_DTYPE_MXFP4));
     err = (struct shoal_err){0};
-    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 3, rows, cols, "gate_up", &err), SHOAL_EINVAL));
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 3, rows, cols, 1, "gate_up", &err), SHOAL_EINVAL));
     err = (struct shoal_err){0};
-    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 0, rows, 96, "gate_up", &err), SHOAL_ESHAPE));
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 0, rows, 96, 1, "gate_up", &err), SHOAL_ESHAPE));
     cr_assert(strstr(err.msg, "[3, 6, 2, 16]") != NULL, "%s", err.msg);
     /* one weight: 3-D blocks, 2-D scales */
     struct shoal_st_tensor b1 = tb, s1 = ts;
     b1.n_dims = 3, b1.shape[0] = rows, b1.shape[1] = nb, b1.shape[2] = 16, b1.nbytes /= n;
     s1.n_dims = 2, s1.shape[0] = rows, s1.shape[1] = nb, s1.nbytes /= n;
-    cr_assert(eq(int, shoal_mxfp4_bind(&w, &b1, &s1, 0, rows, cols, "x", &err), 0), "%s", err.msg);
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &b1, &s1, 0, rows, cols, 1, "x", &err), 0), "%s", err.msg);
     err = (struct shoal_err){0};
     snprintf(s1.dtype_name, sizeof s1.dtype_name, "BF16");
-    cr_assert(eq(int, shoal_mxfp4_bind(&w, &b1, &s1, 0, rows, cols, "x", &err), SHOAL_EFORMAT));
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &b1, &s1, 0, rows, cols, 1, "x", &err), SHOAL_EFORMAT));
     cr_assert(strstr(err.msg, "dtype BF16; expected U8") != NULL, "%s", err.msg);
     err = (struct shoal_err){0};
     f.e[2 * rows * nb + 3] = 255;   /* expert 2, row 1, block 1 */
-    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 2, rows, cols, "gate_up", &err), SHOAL_EFORMAT));
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 2, rows, cols, 1, "gate_up", &err), SHOAL_EFORMAT));
     cr_assert(strstr(err.msg, "row 1, block 1") != NULL, "%s", err.msg);
-    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 1, rows, cols, "gate_up", &err), 0));
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 1, rows, cols, 1, "gate_up", &err), 0));
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 2, rows, cols, 0, "gate_up", &err), 0),
+              "exponents not read");
+    cr_assert(eq(int, shoal_mxfp4_check(&w, "gate_up", &err), SHOAL_EFORMAT));
     free(f.q);
     free(f.e);
 }
