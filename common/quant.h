@@ -541,12 +541,16 @@ void shoal_fp8_dequant_row_scalar(float *dst, const struct shoal_weight *w, int6
 void shoal_fp8_dequant_row_avx2(float *dst, const struct shoal_weight *w, int64_t r);
 void shoal_fp8_dequant_row_neon(float *dst, const struct shoal_weight *w, int64_t r);
 
-/* The MXFP4 rows of the scalar, AVX2 (AVX-512 tables too) and NEON (DotProd
- * and I8MM too) tables. */
+/* The MXFP4 rows of the scalar, AVX2, AVX-512 (both builds: a 16-entry
+ * vpermt2ps decode) and NEON (DotProd and I8MM too) tables. */
 void shoal_mxfp4_rows_scalar(float *y, const float *x, int64_t n_tok,
                              const struct shoal_weight *w, int64_t r0, int64_t r1);
 void shoal_mxfp4_rows_avx2(float *y, const float *x, int64_t n_tok,
                            const struct shoal_weight *w, int64_t r0, int64_t r1);
+void shoal_mxfp4_rows_avx512(float *y, const float *x, int64_t n_tok,
+                             const struct shoal_weight *w, int64_t r0, int64_t r1);
+void shoal_mxfp4_rows_avx512bw(float *y, const float *x, int64_t n_tok,
+                               const struct shoal_weight *w, int64_t r0, int64_t r1);
 void shoal_mxfp4_rows_neon(float *y, const float *x, int64_t n_tok,
                            const struct shoal_weight *w, int64_t r0, int64_t r1);
 
