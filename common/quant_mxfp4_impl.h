@@ -12,7 +12,10 @@
  *       the whole canonical dot of one token with one row of nb blocks
  *       (exponents e), decoding in registers
  *
- * and MXFP4_ROWS_NAME set to the function to define. One token runs
+ * (optionally, with MX_HAVE_ROW_DOT_N defined, mx_row_dot_n(x, q, qs, e, es,
+ * nb, out): MX_NR rows at once, row r at q + r qs and e + r es, the same
+ * bits as MX_NR calls of mx_row_dot) and MXFP4_ROWS_NAME set to the
+ * function to define. One token runs
  * mx_row_dot per row (decode, the matvec); more tokens decode a row
  * MX_CHUNK columns at a time into a stack buffer and run every token
  * against it; a token's running sum lives in y between chunks (an f32
@@ -30,7 +33,14 @@ void MXFP4_ROWS_NAME(float *y, const float *x, int64_t n_tok, const struct shoal
 {
     const int64_t rows = w->rows, cols = w->cols, nb = cols / SHOAL_MXFP4_BLOCK;
     if (n_tok == 1) {
-        for (int64_t r = r0; r < r1; r++)
+        int64_t r = r0;
+#ifdef MX_HAVE_ROW_DOT_N
+        for (; r + MX_NR <= r1; r += MX_NR)
+            mx_row_dot_n(x, (const uint8_t *)w->data + (size_t)r * (size_t)(cols / 2),
+                         (size_t)(cols / 2), w->e8m0 + (size_t)r * (size_t)nb, (size_t)nb, nb,
+                         y + r);
+#endif
+        for (; r < r1; r++)
             y[r] = mx_row_dot(x, (const uint8_t *)w->data + (size_t)r * (size_t)(cols / 2),
                               w->e8m0 + (size_t)r * (size_t)nb, nb);
         return;

@@ -93,4 +93,47 @@ static float mx_row_dot(const float *x, const uint8_t *q, const uint8_t *e, int6
     return acc;
 }
 
+/* MX_NR rows at once (row r: q0 + r qs, e0 + r es), each in the order of
+ * mx_row_dot: MX_NR independent chains of block sums in flight, where one
+ * row's chain of dependent adds bounds mx_row_dot. */
+#define MX_NR 4
+static void mx_row_dot_n(const float *x, const uint8_t *q0, size_t qs, const uint8_t *e0,
+                         size_t es, int64_t nb, float *out)
+{
+    float acc[MX_NR];
+    for (int r = 0; r < MX_NR; r++)
+        acc[r] = 0.0f;
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        float prod[MX_NR][8];
+        for (int r = 0; r < MX_NR; r++) {
+            const uint8_t *q = q0 + r * qs, *e = e0 + r * es;
+            _mm_prefetch((const char *)q + 16 * b + 4096, _MM_HINT_T0);
+            _mm_prefetch((const char *)q + 16 * b + 4096 + 64, _MM_HINT_T0);
+            __m256 v[8];
+            for (int k = 0; k < 8; k++) {
+                __m256 w[4];
+                mx_block_regs(q + 16 * (b + k), w);
+                v[k] = mx_block_lanes(x + 32 * (b + k), w);
+            }
+            const __m256i ei = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(e + b)));
+            const __m256 d = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(ei, _mm256_set1_epi32(1)), 23));
+            _mm256_storeu_ps(prod[r], _mm256_mul_ps(d, mx_tree8x8(v)));
+        }
+        for (int k = 0; k < 8; k++)
+            for (int r = 0; r < MX_NR; r++)
+                acc[r] = acc[r] + prod[r][k];
+    }
+    for (int r = 0; r < MX_NR; r++) {
+        for (int64_t bb = b; bb < nb; bb++) {
+            __m256 w[4];
+            mx_block_regs(q0 + r * qs + 16 * bb, w);
+            acc[r] = acc[r] + shoal_mxfp4_d(e0[r * es + bb]) *
+                              mx_tree8(mx_block_lanes(x + 32 * bb, w));
+        }
+        out[r] = acc[r];
+    }
+}
+
+#define MX_HAVE_ROW_DOT_N
 #include "quant_mxfp4_impl.h"
