@@ -3,13 +3,14 @@
  * run (issue 4's warm-compute question without the engine around it).
  *
  *   kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]
- *                [--types int4,int8,int4a8] [--shape N_EMBD,N_FF] [--tokens T]
+ *                [--types int4,int8,int4a8,mxfp4] [--shape N_EMBD,N_FF] [--tokens T]
  *                [--json FILE]
  *
  * A pool of --pool-mb MiB (default 1024, far beyond the last-level cache;
  * at least 64) holds expert-shaped quantized matrices: w_gate and w_up
  * [N_FF][N_EMBD] and w_down [N_EMBD][N_FF] (default 2048,768: qwen3_moe's
- * experts), group G (default 64). Each measurement is pass after pass over
+ * experts), group G (default 64; MXFP4: E2M1 pairs with an E8M0 exponent
+ * per 32, the gpt-oss experts' format, random bytes). Each measurement is pass after pass over
  * the pool for --seconds (default 2, at least one pass), every matrix a
  * linear of T tokens (default 1: the decode matvec; more: a prefill batch)
  * split by output rows over the OpenMP threads (default: all CPUs, at most
@@ -47,6 +48,7 @@
 struct bench {
     enum shoal_quant_type type;
     int a8;                  /* INT4A8: int4 weights, int8 activations */
+    int mx;                  /* MXFP4 (type unused) */
     enum shoal_quant_isa isa;
     int group;
     int64_t n_embd, n_ff;
@@ -87,6 +89,30 @@ static int fill_matrix(uint8_t *dst, enum shoal_quant_type type, int group, int6
     return rc;
 }
 
+/* One random MXFP4 [rows][cols] matrix: pairs, then exponents 2^-7..2^-2. */
+static void fill_mx(uint8_t *dst, int64_t rows, int64_t cols, uint32_t seed)
+{
+    const size_t nq = (size_t)(rows * cols / 2), ne = (size_t)(rows * cols / 32);
+    uint32_t s = seed * 2654435761u + 1u;
+    for (size_t i = 0; i < nq; i++)
+        dst[i] = (uint8_t)((frand(&s) + 1.0f) * 127.9f);
+    for (size_t i = 0; i < ne; i++)
+        dst[nq + i] = (uint8_t)(123.0f + 3.0f * frand(&s));
+}
+
+/* the three MXFP4 matrices of expert e */
+static void expert_mx(const struct bench *b, int64_t e, struct shoal_weight w[3])
+{
+    const uint8_t *base = b->pool + (size_t)e * b->expert_bytes;
+    const int64_t shape[3][2] = {{b->n_ff, b->n_embd}, {b->n_ff, b->n_embd}, {b->n_embd, b->n_ff}};
+    for (int k = 0; k < 3; k++) {
+        const uint8_t *m = base + (size_t)k * b->m_up;
+        w[k] = (struct shoal_weight){.dtype = SHOAL_DTYPE_MXFP4, .rows = shape[k][0],
+                                     .cols = shape[k][1], .group = 32, .data = m,
+                                     .e8m0 = m + (size_t)(shape[k][0] * shape[k][1] / 2)};
+    }
+}
+
 /* the three matrices of expert e */
 static void expert_weights(const struct bench *b, int64_t e, struct shoal_quant_weight w[3])
 {
@@ -100,6 +126,14 @@ static void expert_weights(const struct bench *b, int64_t e, struct shoal_quant_
 /* y = one expert's three matvecs with the active table (y: 2 n_ff + n_embd) */
 static void expert_once(const struct bench *b, int64_t e, const float *x, const float *h, float *y)
 {
+    if (b->mx) {
+        struct shoal_weight m[3];
+        expert_mx(b, e, m);
+        shoal_mxfp4_linear_part(y, x, 1, &m[0], 0, 1);
+        shoal_mxfp4_linear_part(y + b->n_ff, x, 1, &m[1], 0, 1);
+        shoal_mxfp4_linear_part(y + 2 * b->n_ff, h, 1, &m[2], 0, 1);
+        return;
+    }
     struct shoal_quant_weight w[3];
     expert_weights(b, e, w);
     int (*lin)(float *, const float *, int64_t, const struct shoal_quant_weight *) =
@@ -146,7 +180,15 @@ static int run_table(void *user, json_t **out)
             float *yu = y + b->n_tok * b->n_ff, *yd = y + 2 * b->n_tok * b->n_ff;
             void (*part)(float *, const float *, int64_t, const struct shoal_quant_weight *, int,
                          int) = b->a8 ? shoal_quant_linear_a8_part : shoal_quant_linear_part;
-            for (int64_t p = 0; p < passes; p++)
+            for (int64_t p = 0; p < passes && b->mx; p++)
+                for (int64_t e = 0; e < b->n_expert; e++) {
+                    struct shoal_weight m[3];
+                    expert_mx(b, e, m);
+                    shoal_mxfp4_linear_part(y, x, b->n_tok, &m[0], ith, nth);
+                    shoal_mxfp4_linear_part(yu, x, b->n_tok, &m[1], ith, nth);
+                    shoal_mxfp4_linear_part(yd, h, b->n_tok, &m[2], ith, nth);
+                }
+            for (int64_t p = 0; p < passes && !b->mx; p++)
                 for (int64_t e = 0; e < b->n_expert; e++) {
                     struct shoal_quant_weight w[3];
                     expert_weights(b, e, w);
@@ -182,13 +224,15 @@ static int run_table(void *user, json_t **out)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]\n"
-               "                    [--types int4,int8,int4a8] [--shape N_EMBD,N_FF] [--tokens T]\n"
+               "                    [--types int4,int8,int4a8,mxfp4] [--shape N_EMBD,N_FF]\n"
+               "                    [--tokens T]\n"
                "                    [--json FILE]\n"
                "  --threads N        OpenMP threads, 1 .. online CPUs (default: all)\n"
                "  --pool-mb MB       weights in RAM, 64 .. half the RAM (default 1024)\n"
                "  --seconds S        per kernel table, at least one pass (default 2)\n"
                "  --group G          32, 64 or 128 (default 64)\n"
                "  --types LIST       int4, int8, int4a8 (int4 weights, int8 activations),\n"
+               "                     mxfp4 (E2M1 + E8M0 per 32; E and F multiples of 32),\n"
                "                     each once (default int4,int8)\n"
                "  --shape E,F        expert n_embd,n_ff, 8 .. 65536 each (default 2048,768)\n"
                "  --tokens T         tokens per linear, 1 .. 512 (default 1: decode)\n"
@@ -290,8 +334,8 @@ int main(int argc, char **argv)
             return 2;
     }
     /* int4, int8, int4a8 (int4 bytes, int8 activations), each once */
-    static const char *const tnames[] = {"int4", "int8", "int4a8"};
-    int tlist[3];
+    static const char *const tnames[] = {"int4", "int8", "int4a8", "mxfp4"};
+    int tlist[4];
     int n_types = 0;
     {
         char buf[64];
@@ -303,7 +347,7 @@ int main(int argc, char **argv)
         for (char *save = NULL, *t = empty ? NULL : strtok_r(buf, ",", &save); t;
              t = strtok_r(NULL, ",", &save)) {
             int q = -1, dup = 0;
-            for (int k = 0; k < 3; k++)
+            for (int k = 0; k < 4; k++)
                 if (!strcmp(t, tnames[k]))
                     q = k;
             for (int k = 0; k < n_types; k++)
@@ -315,10 +359,16 @@ int main(int argc, char **argv)
             tlist[n_types++] = q;
         }
         if (n_types == 0) {
-            fprintf(stderr, "kernel_bench: --types expects int4, int8, int4a8, each once, "
-                            "comma-separated; got '%s'\n", types);
+            fprintf(stderr, "kernel_bench: --types expects int4, int8, int4a8, mxfp4, each "
+                            "once, comma-separated; got '%s'\n", types);
             return 2;
         }
+        for (int k = 0; k < n_types; k++)
+            if (tlist[k] == 3 && (n_embd % 32 || n_ff % 32)) {
+                fprintf(stderr, "kernel_bench: --types mxfp4 needs --shape E,F multiples of 32, "
+                                "got %ld,%ld\n", (long)n_embd, (long)n_ff);
+                return 2;
+            }
     }
     /* the output file first: a run is not wasted on a path that fails */
     FILE *json_f = NULL;
@@ -348,10 +398,12 @@ int main(int argc, char **argv)
     int failed = 0;
     for (int it = 0; it < n_types; it++) {
         struct bench b = {.type = tlist[it] == 1 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4,
-                          .a8 = tlist[it] == 2, .group = (int)group, .n_embd = n_embd, .n_ff = n_ff,
-                          .seconds = seconds, .threads = (int)threads};
-        b.m_up = shoal_quant_matrix_bytes(b.type, n_ff, n_embd, b.group);
-        b.m_down = shoal_quant_matrix_bytes(b.type, n_embd, n_ff, b.group);
+                          .a8 = tlist[it] == 2, .mx = tlist[it] == 3, .group = (int)group,
+                          .n_embd = n_embd, .n_ff = n_ff, .seconds = seconds,
+                          .threads = (int)threads};
+        b.m_up = b.mx ? (size_t)(n_ff * n_embd / 2 + n_ff * n_embd / 32)
+                      : shoal_quant_matrix_bytes(b.type, n_ff, n_embd, b.group);
+        b.m_down = b.mx ? b.m_up : shoal_quant_matrix_bytes(b.type, n_embd, n_ff, b.group);
         b.expert_bytes = 2 * b.m_up + b.m_down;
         b.n_expert = (int64_t)((size_t)pool_mb * 1048576 / b.expert_bytes);
         b.n_tok = n_tok;
@@ -365,7 +417,11 @@ int main(int argc, char **argv)
             return 1;
         }
         /* one random expert, copied to every slot (only the addresses matter) */
-        if (fill_matrix(b.pool, b.type, b.group, n_ff, n_embd, 1) ||
+        if (b.mx) {
+            fill_mx(b.pool, n_ff, n_embd, 1);
+            fill_mx(b.pool + b.m_up, n_ff, n_embd, 2);
+            fill_mx(b.pool + 2 * b.m_up, n_embd, n_ff, 3);
+        } else if (fill_matrix(b.pool, b.type, b.group, n_ff, n_embd, 1) ||
             fill_matrix(b.pool + b.m_up, b.type, b.group, n_ff, n_embd, 2) ||
             fill_matrix(b.pool + 2 * b.m_up, b.type, b.group, n_embd, n_ff, 3)) {
             fprintf(stderr, "kernel_bench: quantizing the test expert failed\n");

@@ -70,27 +70,38 @@ static uint64_t get_u64(const unsigned char *p)
  * FP8 keeps the source's precision: an FP8 tensor as it is (codes and block
  * scales), a dense tensor that is not FP8 in the source (DeepSeek's
  * embeddings, norms, routers) at its own dtype (F16, which containers do
- * not store, as F32: exact), since shoal never quantizes to FP8. */
+ * not store, as F32: exact), since shoal never quantizes to FP8. MXFP4
+ * likewise (gpt-oss's experts are MXFP4, its trunk BF16). */
 static enum shoal_dtype target_dtype(const struct shoal_weight_slot *s,
                                      const struct shoal_convert_params *p)
 {
     enum shoal_dtype t =
         shoal_target_dtype(s->kind, s->cols, s->router, p->experts_dtype, p->dense_dtype);
-    if (t == SHOAL_DTYPE_FP8 && s->kind == SHOAL_SLOT_DENSE && s->w->dtype != SHOAL_DTYPE_FP8)
+    if ((t == SHOAL_DTYPE_FP8 || t == SHOAL_DTYPE_MXFP4) && s->kind == SHOAL_SLOT_DENSE &&
+        s->w->dtype != t)
         t = s->w->dtype == SHOAL_DTYPE_BF16 ? SHOAL_DTYPE_BF16 : SHOAL_DTYPE_F32;
     return t;
 }
 
-/* The group (FP8: block edge) a tensor of dtype t is written with. */
+/* The group (FP8: block edge; MXFP4: 32) a tensor of dtype t is written
+ * with. */
 static int target_group(enum shoal_dtype t, const struct shoal_convert_params *p)
 {
-    return t == SHOAL_DTYPE_FP8 ? SHOAL_FP8_BLOCK : p->group;
+    return t == SHOAL_DTYPE_FP8 ? SHOAL_FP8_BLOCK
+           : t == SHOAL_DTYPE_MXFP4 ? SHOAL_MXFP4_BLOCK : p->group;
 }
 
 /* The group the manifest and the fingerprint record: 0 for float dtypes. */
 static int recorded_group(enum shoal_dtype t, int group)
 {
-    return shoal_dtype_is_quant(t) || t == SHOAL_DTYPE_FP8 ? group : 0;
+    return shoal_dtype_is_quant(t) || t == SHOAL_DTYPE_FP8 || t == SHOAL_DTYPE_MXFP4 ? group
+                                                                                      : 0;
+}
+
+/* 1 for the checkpoint-native dtypes shoal keeps but never makes. */
+static int native_only(enum shoal_dtype t)
+{
+    return t == SHOAL_DTYPE_FP8 || t == SHOAL_DTYPE_MXFP4;
 }
 
 static uint64_t target_bytes(const struct shoal_weight_slot *s, enum shoal_dtype t,
@@ -159,7 +170,17 @@ static int convert_rows(const struct shoal_weight *src, enum shoal_dtype t, int 
                                  "expected finite E4M3 weights", name,
                                  (long long)(r0 + bad / cols), (long long)(bad % cols));
     }
-    if (src->dtype == SHOAL_DTYPE_FP8 && t != SHOAL_DTYPE_FP8) {
+    if (src->dtype == SHOAL_DTYPE_MXFP4) {
+        /* every exponent, once per tensor (rows * cols / 32 bytes) */
+        const int rc = r0 == 0 ? shoal_mxfp4_check(src, name, err) : 0;
+        if (rc)
+            return rc;
+        if (t == SHOAL_DTYPE_MXFP4) {   /* the packed pairs as they are */
+            memcpy(dst, shoal_weight_row(src, r0), (size_t)(r1 - r0) * (size_t)(cols / 2));
+            return 0;
+        }
+    }
+    if ((src->dtype == SHOAL_DTYPE_FP8 || src->dtype == SHOAL_DTYPE_MXFP4) && t != src->dtype) {
         free(*tmp);
         *tmp = shoal_xmalloc((size_t)(r1 - r0) * (size_t)cols * sizeof(float));
         for (int64_t r = r0; r < r1; r++)
@@ -168,11 +189,12 @@ static int convert_rows(const struct shoal_weight *src, enum shoal_dtype t, int 
                                        .rows = r1 - r0, .cols = cols};
         return convert_rows(&f, t, group, 0, r1 - r0, dst, name, tmp, err);
     }
-    if (t == SHOAL_DTYPE_FP8 && src->dtype != SHOAL_DTYPE_FP8)
+    if (native_only(t) && src->dtype != t)
         return shoal_err_set(err, SHOAL_EUNSUPPORTED,
-                             "tensor '%s': cannot convert %s to FP8 (FP8 keeps an FP8 "
-                             "source; shoal does not quantize to FP8)", name,
-                             shoal_dtype_name(src->dtype));
+                             "tensor '%s': cannot convert %s to %s (%s keeps a %s source; "
+                             "shoal does not quantize to %s)", name,
+                             shoal_dtype_name(src->dtype), shoal_dtype_name(t),
+                             shoal_dtype_name(t), shoal_dtype_name(t), shoal_dtype_name(t));
     if (shoal_dtype_is_quant(t)) {
         enum shoal_quant_type qt = t == SHOAL_DTYPE_INT8 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4;
         size_t bytes = shoal_quant_matrix_bytes(qt, r1 - r0, cols, group);
@@ -265,6 +287,10 @@ static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
             rc = put_bytes(wr, h, fd, path, off + so, src->scale,
                            shoal_fp8_scale_bytes(src->rows, src->cols, tw.group));
     }
+    if (!rc && t == SHOAL_DTYPE_MXFP4)   /* the exponents right after the pairs
+                                          * (docs/FORMAT.md "MXFP4 tensors") */
+        rc = put_bytes(wr, h, fd, path, off + (uint64_t)src->rows * row_bytes, src->e8m0,
+                       shoal_mxfp4_scale_bytes(src->rows, src->cols));
     *xxh = XXH64_digest(h);
     XXH64_freeState(h);
     return rc;
@@ -299,11 +325,13 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
     const int group = target_group(t, wr->p);
     uint64_t bytes = target_bytes(s, t, group);
     if (wr->pass == 0) {
-        if (t == SHOAL_DTYPE_FP8 && s->w->dtype != SHOAL_DTYPE_FP8)
+        if (native_only(t) && s->w->dtype != t)
             return shoal_err_set(wr->err, SHOAL_EUNSUPPORTED,
-                                 "--experts fp8: expert tensor '%s' is %s in the source; "
-                                 "FP8 keeps FP8 source weights only (choose int4a8|int4|"
-                                 "int8|bf16|f32)", s->hf_name, shoal_dtype_name(s->w->dtype));
+                                 "--experts %s: expert tensor '%s' is %s in the source; "
+                                 "%s keeps %s source weights only (choose int4a8|int4|"
+                                 "int8|bf16|f32)", t == SHOAL_DTYPE_FP8 ? "fp8" : "mxfp4",
+                                 s->hf_name, shoal_dtype_name(s->w->dtype),
+                                 shoal_dtype_name(t), shoal_dtype_name(t));
         wr->total += bytes;
         if (s->kind == SHOAL_SLOT_EXPERT && s->il == 0 && s->ie == 0) {
             /* lay out one blob from the first expert's shapes */
@@ -1071,6 +1099,12 @@ struct shoal_container *shoal_container_open(const char *dir,
             (ctt->w.group != SHOAL_FP8_BLOCK || ctt->n_dims != 2))
             FAIL("'%s': FP8 tensor '%s' needs a 2-D shape and group (block) %d; found %d-D, "
                  "group %d", mp, name, SHOAL_FP8_BLOCK, ctt->n_dims, ctt->w.group);
+        if (ctt->w.dtype == SHOAL_DTYPE_MXFP4 &&
+            (ctt->w.group != SHOAL_MXFP4_BLOCK || ctt->n_dims != 2 ||
+             ctt->w.cols % SHOAL_MXFP4_BLOCK))
+            FAIL("'%s': MXFP4 tensor '%s' needs a 2-D shape, columns a multiple of %d and "
+                 "group %d; found %d-D, %lld columns, group %d", mp, name, SHOAL_MXFP4_BLOCK,
+                 SHOAL_MXFP4_BLOCK, ctt->n_dims, (long long)ctt->w.cols, ctt->w.group);
         ctt->offset = (uint64_t)json_integer_value(off);
         ctt->bytes = (uint64_t)json_integer_value(bytes);
         if (ctt->bytes != shoal_weight_bytes(&ctt->w))
@@ -1088,6 +1122,9 @@ struct shoal_container *shoal_container_open(const char *dir,
             ctt->w.scale = (const float *)(const void *)((const char *)ctt->w.data +
                                                          shoal_fp8_scale_offset(ctt->w.rows,
                                                                                 ctt->w.cols));
+        if (ctt->w.dtype == SHOAL_DTYPE_MXFP4 && ctt->w.data)
+            ctt->w.e8m0 = (const uint8_t *)ctt->w.data +
+                          (size_t)ctt->w.rows * (size_t)(ctt->w.cols / 2);
     }
 
     /* expert section */
@@ -1134,6 +1171,9 @@ struct shoal_container *shoal_container_open(const char *dir,
         if (ct->experts_dtype == SHOAL_DTYPE_FP8 && ct->experts_group != SHOAL_FP8_BLOCK)
             FAIL("'%s': experts have dtype FP8 and group %d; expected block %d", mp,
                  ct->experts_group, SHOAL_FP8_BLOCK);
+        if (ct->experts_dtype == SHOAL_DTYPE_MXFP4 && ct->experts_group != SHOAL_MXFP4_BLOCK)
+            FAIL("'%s': experts have dtype MXFP4 and group %d; expected %d", mp,
+                 ct->experts_group, SHOAL_MXFP4_BLOCK);
         static const int64_t one = 1;
         int64_t E = cfg->n_embd, F = cfg->n_ff_exp;
         /* weights, then gpt_oss's 1-D biases (rows 1), each with its own dtype */
@@ -1160,6 +1200,7 @@ struct shoal_container *shoal_container_open(const char *dir,
             struct shoal_weight w = {.dtype = k->dtype, .rows = k->rows, .cols = k->cols,
                                      .group = k->group};
             if ((shoal_dtype_is_quant(k->dtype) && !shoal_quant_group_ok(k->group)) ||
+                (k->dtype == SHOAL_DTYPE_MXFP4 && k->cols % SHOAL_MXFP4_BLOCK) ||
                 k->bytes != shoal_weight_bytes(&w) || k->offset > ct->blob_bytes ||
                 k->bytes > ct->blob_bytes - k->offset || k->offset % 4)
                 FAIL("'%s': expert component %d does not fit the %" PRIu64 "-byte blob "
@@ -1250,7 +1291,7 @@ static int bind_slot(const struct shoal_weight_slot *s, void *user)
                              "[%lld, %lld]", ct->manifest_path, s->name,
                              (long long)t->w.rows, (long long)t->w.cols, (long long)rows,
                              (long long)cols);
-    if (want_dims == 1 && (shoal_dtype_is_quant(t->w.dtype) || t->w.dtype == SHOAL_DTYPE_FP8))
+    if (want_dims == 1 && (shoal_dtype_is_quant(t->w.dtype) || native_only(t->w.dtype)))
         return shoal_err_set(b->err, SHOAL_EFORMAT, "'%s': 1-D tensor '%s' cannot be %s",
                              ct->manifest_path, s->name, shoal_dtype_name(t->w.dtype));
     *s->w = t->w;
@@ -1259,6 +1300,11 @@ static int bind_slot(const struct shoal_weight_slot *s, void *user)
     if (t->w.dtype == SHOAL_DTYPE_FP8) {
         struct shoal_err e = {0};
         if (shoal_fp8_check(&t->w, 1, s->name, &e))
+            return shoal_err_set(b->err, e.code, "'%s': %s", ct->dense_path, e.msg);
+    }
+    if (t->w.dtype == SHOAL_DTYPE_MXFP4) {
+        struct shoal_err e = {0};
+        if (shoal_mxfp4_check(&t->w, s->name, &e))
             return shoal_err_set(b->err, e.code, "'%s': %s", ct->dense_path, e.msg);
     }
     return 0;
@@ -1295,6 +1341,9 @@ void shoal_container_expert_views(const struct shoal_container *ct,
             w[c]->scale = (const float *)(const void *)((const char *)blob + k->offset +
                                                         shoal_fp8_scale_offset(k->rows,
                                                                                k->cols));
+        if (k->dtype == SHOAL_DTYPE_MXFP4)   /* the exponents follow the pairs */
+            w[c]->e8m0 = (const uint8_t *)blob + k->offset +
+                         (size_t)k->rows * (size_t)(k->cols / 2);
     }
 }
 

@@ -81,6 +81,10 @@ void shoal_linear_part(float *y, const float *x, int64_t n_tok,
         shoal_fp8_linear_part(y, x, n_tok, w, ith, nth);
         return;
     }
+    if (w->dtype == SHOAL_DTYPE_MXFP4) {
+        shoal_mxfp4_linear_part(y, x, n_tok, w, ith, nth);
+        return;
+    }
     int64_t r0, r1;
     shoal_split_rows(rows, ith, nth, &r0, &r1);
     float *row = NULL;

@@ -112,6 +112,51 @@
  * NaN codes are refused when a weight is loaded (shoal_fp8_check), so the
  * kernels never see one.
  *
+ * ## MXFP4 (the MXFP4 dtype: E2M1 pairs, one E8M0 exponent per 32 values)
+ *
+ * gpt-oss ships its experts as OCP Microscaling MXFP4 (OCP MX spec v1.0):
+ * a weight X [rows][cols] is two U8 tensors, `X_blocks` [rows][cols/32][16]
+ * (32 E2M1 values in 16 bytes: element 2k of a block in the low nibble of
+ * byte k, element 2k+1 in the high nibble) and `X_scales` [rows][cols/32]
+ * (one E8M0 exponent e per block). The value of element (r, c) is
+ *
+ *     e2m1(nibble) * 2^(e[r][c/32] - 127)
+ *
+ * with e2m1 = {+0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, -1, -1.5, -2, -3, -4,
+ * -6} by nibble (sign bit 3). This is openai/gpt-oss gpt_oss/torch/weights.py
+ * _get_mxfp4_tensor: FP4_VALUES, `sub[:, 0::2] = lut[blk & 0x0F]`,
+ * `sub[:, 1::2] = lut[blk >> 4]`, `ldexp(sub, scales - 127)`. shoal keeps the
+ * bytes as they are (struct shoal_weight: data = the packed pairs, rows of
+ * cols / 2 bytes; e8m0 = the exponents; group = 32), so a weight binds to
+ * the mapped checkpoint without a copy (shoal_mxfp4_bind).
+ *
+ * Exponents: shoal accepts |e - 127| <= SHOAL_MXFP4_EMAX_DELTA (64), i.e.
+ * block scales 2^-64 .. 2^64. E8M0's NaN (255) and anything outside the
+ * range are refused when the weight is bound or read (shoal_mxfp4_check
+ * names the tensor, row and block). Inside it every decoded value and
+ * every scale below is a normal f32, so decoding is exact and the
+ * products by the scale are exact powers-of-two scalings (real checkpoints
+ * sit far inside it: a weight of 2^-64 is below bf16's useful range for a
+ * linear layer).
+ *
+ * Canonical dot product of x[n] with row r (every ops table, bit for bit):
+ * with v2(nibble) = 2 * e2m1(nibble), an integer in {0, ±1, ±2, ±3, ±4,
+ * ±6, ±8, ±12}, and d[b] = 2^(e[r][b] - 128) (the block's scale halved, to
+ * undo the 2),
+ *
+ *   acc = 0.0f
+ *   for each block b in order (elements i0 = 32 b .. i0 + 31):
+ *       s[0..7] = +0.0f
+ *       for k = 0 .. 31:  s[k % 8] = s[k % 8] + x[i0+k] * v2(q[i0+k])
+ *       bsum = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
+ *       acc  = acc + d[b] * bsum
+ *
+ * which is the INT8 order above with q = v2 and the scale d (so v2 is an
+ * exact small integer, as SIMD decodes it through a 16-entry byte table).
+ * A lane never holds -0 (it starts at +0 and +0 + -0 = +0), so the sign of
+ * a zero weight (nibble 8) cannot change a result; the kernels may decode
+ * it as +0. Dequantized rows keep E2M1's -0: dst = v2 * d, the exact value.
+ *
  * Thread: every function may be called from any thread, except
  * shoal_quant_init (main thread, at start-up, before any parallel region)
  * and shoal_quant_linear (opens its own OpenMP region; call it from outside
@@ -331,6 +376,75 @@ float shoal_fp8_dot_ref(const float *x, const struct shoal_weight *w, int64_t r)
 void shoal_fp8_linear_part(float *y, const float *x, int64_t n_tok,
                            const struct shoal_weight *w, int ith, int nth);
 
+/* ---- MXFP4 (E2M1 pairs, one E8M0 exponent per 32 values) ----------------- */
+
+/* The accepted exponent range: |e8m0 - 127| <= this ("MXFP4" above). */
+#define SHOAL_MXFP4_EMAX_DELTA 64
+
+/* The canonical order's block factor d = 2^(e - 128) for an exponent e in
+ * the accepted range (a normal f32 built from its bits: exact). */
+static inline float shoal_mxfp4_d(uint8_t e)
+{
+    const uint32_t u = (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Exact f32 value of each E2M1 nibble (FP4_VALUES; nibble 8 is -0.0f). */
+extern const float shoal_mxfp4_e2m1_table[16];
+
+/* Check an MXFP4 weight before use: dtype MXFP4, group 32, data and e8m0
+ * set, rows >= 1, cols a positive multiple of 32, and every exponent in
+ * range (255, E8M0's NaN, included: refused). Reads the rows * cols / 32
+ * exponents, not the packed bytes (every nibble is a finite value).
+ *   name   the tensor's name for the message (borrowed)
+ * Returns 0 or SHOAL_EINVAL (shape/fields) / SHOAL_EFORMAT (an exponent,
+ * naming its row, block and value). Allocates nothing, opens no parallel
+ * region (the store calls it on its io threads). Thread: any. */
+int shoal_mxfp4_check(const struct shoal_weight *w, const char *name, struct shoal_err *err);
+
+struct shoal_st_tensor;
+/* Bind an MXFP4 weight [rows][cols] to a checkpoint's `X_blocks` and
+ * `X_scales` U8 tensors as shipped, without copying: either one weight
+ * (blocks [rows][cols/32][16], scales [rows][cols/32]; index 0) or one
+ * expert's slice of all experts' (blocks [n][rows][cols/32][16], scales
+ * [n][rows][cols/32]; 0 <= index < n, as gpt-oss's mlp.experts.*_blocks).
+ * The leading dimensions of blocks and scales must agree.
+ *   w        written: dtype MXFP4, group 32, data and e8m0 pointing into
+ *            the tensors' bytes (borrowed: valid while they are mapped)
+ *   blocks, scales   borrowed safetensors entries (dtype "U8")
+ *   name     the weight's name for messages (borrowed; e.g. "X_blocks")
+ *   check_exponents  1: read the slice's exponents now (shoal_mxfp4_check);
+ *            0: leave them to a shoal_mxfp4_check before the weight's first
+ *            use (a 120 B checkpoint's exponents are 3.6 GB: the engine
+ *            checks each routed expert the first time it runs, as for FP8)
+ * Checks dtypes, shapes and byte counts (and the exponents as asked).
+ * Returns 0, or SHOAL_EFORMAT / SHOAL_ESHAPE / SHOAL_EINVAL with a one-line
+ * err naming the tensor, what was expected and what was found. Allocates
+ * nothing. Thread: any. */
+int shoal_mxfp4_bind(struct shoal_weight *w, const struct shoal_st_tensor *blocks,
+                     const struct shoal_st_tensor *scales, int64_t index, int64_t rows,
+                     int64_t cols, int check_exponents, const char *name,
+                     struct shoal_err *err);
+
+/* Row r of an MXFP4 weight as f32: dst[c] = v2(nibble) * 2^(e - 128), the
+ * exact value (E2M1's -0 kept). dst [w->cols], written. Thread: any. */
+void shoal_mxfp4_dequantize_row(float *dst, const struct shoal_weight *w, int64_t r);
+
+/* Canonical MXFP4 dot product of x[w->cols] with row r of w (the order
+ * above, straight from its definition; tests compare every table with it).
+ * Thread: any. */
+float shoal_mxfp4_dot_ref(const float *x, const struct shoal_weight *w, int64_t r);
+
+/* y = x . W^T for an MXFP4 weight, thread ith of nth's share of the rows
+ * (shoal_quant_linear_part's split), with the active table. Same bits at
+ * any thread count, batch size and ISA.
+ *   y [n_tok][w->rows] f32, written; x [n_tok][w->cols] f32, borrowed
+ * Allocates nothing. Thread: compute. */
+void shoal_mxfp4_linear_part(float *y, const float *x, int64_t n_tok,
+                             const struct shoal_weight *w, int ith, int nth);
+
 /* ---- kernel selection ---------------------------------------------------- */
 
 enum shoal_quant_isa {
@@ -408,6 +522,10 @@ struct shoal_quant_ops {
     /* FP8: shoal_fp8_dequantize_row (the same bits: decode, then times the
      * block scale) */
     void (*fp8_dequant_row)(float *dst, const struct shoal_weight *w, int64_t r);
+    /* MXFP4: y[t][r] for every token t < n_tok and rows r0 <= r < r1 of the
+     * MXFP4 weight w (the MXFP4 canonical order) */
+    void (*mxfp4_rows)(float *y, const float *x, int64_t n_tok, const struct shoal_weight *w,
+                       int64_t r0, int64_t r1);
 };
 
 /* The FP8 rows of the scalar table (quant_fp8.c), the AVX2 table
@@ -422,6 +540,19 @@ void shoal_fp8_rows_neon(float *y, const float *x, int64_t n_tok,
 void shoal_fp8_dequant_row_scalar(float *dst, const struct shoal_weight *w, int64_t r);
 void shoal_fp8_dequant_row_avx2(float *dst, const struct shoal_weight *w, int64_t r);
 void shoal_fp8_dequant_row_neon(float *dst, const struct shoal_weight *w, int64_t r);
+
+/* The MXFP4 rows of the scalar, AVX2, AVX-512 (both builds: a 16-entry
+ * vpermt2ps decode) and NEON (DotProd and I8MM too) tables. */
+void shoal_mxfp4_rows_scalar(float *y, const float *x, int64_t n_tok,
+                             const struct shoal_weight *w, int64_t r0, int64_t r1);
+void shoal_mxfp4_rows_avx2(float *y, const float *x, int64_t n_tok,
+                           const struct shoal_weight *w, int64_t r0, int64_t r1);
+void shoal_mxfp4_rows_avx512(float *y, const float *x, int64_t n_tok,
+                             const struct shoal_weight *w, int64_t r0, int64_t r1);
+void shoal_mxfp4_rows_avx512bw(float *y, const float *x, int64_t n_tok,
+                               const struct shoal_weight *w, int64_t r0, int64_t r1);
+void shoal_mxfp4_rows_neon(float *y, const float *x, int64_t n_tok,
+                           const struct shoal_weight *w, int64_t r0, int64_t r1);
 
 /* shoal_quant_act_quantize and its per-group rule (returns the group's sum
  * of q), built at the baseline ISA and with AVX2 (quant_act.c): the same

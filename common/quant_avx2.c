@@ -712,6 +712,7 @@ const struct shoal_quant_ops shoal_quant_ops_avx2 = {
     .act_quantize = shoal_quant_act_quantize_avx2,
     .fp8_rows = shoal_fp8_rows_avx2,
     .fp8_dequant_row = shoal_fp8_dequant_row_avx2,
+    .mxfp4_rows = shoal_mxfp4_rows_avx2,
 };
 
 /* ---- FP8 (quant.h "FP8") --------------------------------------------------- */
@@ -765,3 +766,31 @@ static float fp8_block_dot(const float *x, const float *w, int64_t len)
 #define FP8_ROWS_NAME shoal_fp8_rows_avx2
 #define FP8_DEQUANT_NAME shoal_fp8_dequant_row_avx2
 #include "quant_fp8_impl.h"
+
+/* ---- MXFP4 (quant.h "MXFP4") ----------------------------------------------- */
+
+/* One packed block (16 bytes) -> its 32 values v2(nibble) as 4 x 8 f32 in
+ * element order, 8 at a time from 4 bytes broadcast to every lane: lane k
+ * shifted right by 4k holds nibble k in its low bits, whose 3 magnitude
+ * bits index a register of the 8 magnitudes (vpermps uses the low 3 bits
+ * of each index), and shifted left by 28 - 4k its sign bit in bit 31
+ * (exact: every value is a table entry, -0 included). One shuffle per 8
+ * values; a byte table (vpshufb) and widening took 2.5. */
+static inline void mx_block_regs(const uint8_t *q, __m256 w[4])
+{
+    const __m256 mag = _mm256_setr_ps(0, 1, 2, 3, 4, 6, 8, 12);
+    const __m256i sr = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i sl = _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0);
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    for (int j = 0; j < 4; j++) {
+        int32_t v;
+        memcpy(&v, q + 4 * j, 4);
+        const __m256i b = _mm256_set1_epi32(v);
+        const __m256 m = _mm256_permutevar8x32_ps(mag, _mm256_srlv_epi32(b, sr));
+        const __m256 s = _mm256_and_ps(_mm256_castsi256_ps(_mm256_sllv_epi32(b, sl)), sign);
+        w[j] = _mm256_xor_ps(m, s);
+    }
+}
+
+#define MXFP4_ROWS_NAME shoal_mxfp4_rows_avx2
+#include "quant_mxfp4_x86.h"

@@ -52,10 +52,15 @@
 #if defined(__AVX512VBMI__)
 #define OPS_TABLE shoal_quant_ops_avx512
 #define OPS_NAME "avx512"
+#define MXFP4_ROWS_FN shoal_mxfp4_rows_avx512
 #else
 #define OPS_TABLE shoal_quant_ops_avx512bw
 #define OPS_NAME "avx512bw"
+#define MXFP4_ROWS_FN shoal_mxfp4_rows_avx512bw
 #endif
+
+void MXFP4_ROWS_FN(float *y, const float *x, int64_t n_tok, const struct shoal_weight *w,
+                   int64_t r0, int64_t r1);
 
 #define WINDOW 64          /* int4 elements per row per packed load */
 
@@ -845,4 +850,27 @@ const struct shoal_quant_ops OPS_TABLE = {
     .act_quantize = shoal_quant_act_quantize_avx2,
     .fp8_rows = shoal_fp8_rows_avx2,   /* the AVX2 rows: decode-bound at 8 lanes */
     .fp8_dequant_row = shoal_fp8_dequant_row_avx2,
+    .mxfp4_rows = MXFP4_ROWS_FN,
 };
+
+/* ---- MXFP4 (quant.h "MXFP4") ----------------------------------------------- */
+
+/* One packed block (16 bytes) -> its 32 values v2(nibble) as 4 x 8 f32 in
+ * element order, 8 at a time: 4 bytes broadcast to every lane, lane k
+ * shifted right by 4k, and its low 4 bits index the 16 values held in two
+ * registers (vpermt2ps). Two instructions per 8 values where AVX2 needs
+ * five; the same values (-0 included). */
+static inline void mx_block_regs(const uint8_t *q, __m256 w[4])
+{
+    const __m256 lo = _mm256_setr_ps(0, 1, 2, 3, 4, 6, 8, 12);
+    const __m256 hi = _mm256_setr_ps(-0.0f, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i sr = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    for (int j = 0; j < 4; j++) {
+        int32_t v;
+        memcpy(&v, q + 4 * j, 4);
+        w[j] = _mm256_permutex2var_ps(lo, _mm256_srlv_epi32(_mm256_set1_epi32(v), sr), hi);
+    }
+}
+
+#define MXFP4_ROWS_NAME MXFP4_ROWS_FN
+#include "quant_mxfp4_x86.h"

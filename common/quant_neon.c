@@ -462,6 +462,7 @@ const struct shoal_quant_ops shoal_quant_ops_neon = {
     .act_quantize = shoal_quant_act_quantize_base,
     .fp8_rows = shoal_fp8_rows_neon,
     .fp8_dequant_row = shoal_fp8_dequant_row_neon,
+    .mxfp4_rows = shoal_mxfp4_rows_neon,
 };
 
 /* ---- FP8 (quant.h "FP8") --------------------------------------------------- */
@@ -515,3 +516,73 @@ static float fp8_block_dot(const float *x, const float *w, int64_t len)
 #define FP8_ROWS_NAME shoal_fp8_rows_neon
 #define FP8_DEQUANT_NAME shoal_fp8_dequant_row_neon
 #include "quant_fp8_impl.h"
+
+/* ---- MXFP4 (quant.h "MXFP4") ----------------------------------------------- */
+
+/* One packed block (16 bytes) -> its 32 values v2(nibble) as 8 x 4 f32 in
+ * element order: the nibbles index a 16-byte table of the small integers
+ * (tbl), low and high nibbles zip back into element order, then widen and
+ * convert (exact). Nibble 8 (-0) decodes as +0, which no result can see
+ * (quant.h). */
+static inline void mx_block_regs(const uint8_t *q, float32x4_t w[8])
+{
+    static const int8_t lut_v[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const int8x16_t lut = vld1q_s8(lut_v);
+    const uint8x16_t b = vld1q_u8(q);
+    const int8x16_t lo = vqtbl1q_s8(lut, vandq_u8(b, vdupq_n_u8(0x0f)));
+    const int8x16_t hi = vqtbl1q_s8(lut, vshrq_n_u8(b, 4));
+    const int8x16_t e[2] = {vzip1q_s8(lo, hi), vzip2q_s8(lo, hi)};
+    for (int h = 0; h < 2; h++) {
+        const int16x8_t l16 = vmovl_s8(vget_low_s8(e[h])), h16 = vmovl_s8(vget_high_s8(e[h]));
+        w[4 * h + 0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(l16)));
+        w[4 * h + 1] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(l16)));
+        w[4 * h + 2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(h16)));
+        w[4 * h + 3] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(h16)));
+    }
+}
+
+/* one block in shoal_dot_f32's order: lanes 0-3 in a, 4-7 in b, then
+ * ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)); no FMA */
+static inline float mx_block_sum(const float *x, const float32x4_t w[8])
+{
+    float32x4_t a = vdupq_n_f32(0.0f), b = vdupq_n_f32(0.0f);
+    for (int j = 0; j < 4; j++) {
+        a = vaddq_f32(a, vmulq_f32(vld1q_f32(x + 8 * j), w[2 * j]));
+        b = vaddq_f32(b, vmulq_f32(vld1q_f32(x + 8 * j + 4), w[2 * j + 1]));
+    }
+    const float32x4_t p = vaddq_f32(a, b);                            /* s_j + s_j+4 */
+    const float32x2_t r = vadd_f32(vget_low_f32(p), vget_high_f32(p)); /* p0+p2, p1+p3 */
+    return vget_lane_f32(r, 0) + vget_lane_f32(r, 1);
+}
+
+static void mx_decode(float *dst, const uint8_t *q, int64_t nb)
+{
+    for (int64_t b = 0; b < nb; b++) {
+        float32x4_t w[8];
+        mx_block_regs(q + 16 * b, w);
+        for (int j = 0; j < 8; j++)
+            vst1q_f32(dst + 32 * b + 4 * j, w[j]);
+    }
+}
+
+static float mx_block_dot(const float *x, const float *w)
+{
+    float32x4_t wv[8];
+    for (int j = 0; j < 8; j++)
+        wv[j] = vld1q_f32(w + 4 * j);
+    return mx_block_sum(x, wv);
+}
+
+static float mx_row_dot(const float *x, const uint8_t *q, const uint8_t *e, int64_t nb)
+{
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        float32x4_t w[8];
+        mx_block_regs(q + 16 * b, w);
+        acc = acc + shoal_mxfp4_d(e[b]) * mx_block_sum(x + 32 * b, w);
+    }
+    return acc;
+}
+
+#define MXFP4_ROWS_NAME shoal_mxfp4_rows_neon
+#include "quant_mxfp4_impl.h"

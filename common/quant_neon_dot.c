@@ -221,4 +221,5 @@ const struct shoal_quant_ops shoal_quant_ops_neon_dotprod = {
     .act_quantize = shoal_quant_act_quantize_base,
     .fp8_rows = shoal_fp8_rows_neon,
     .fp8_dequant_row = shoal_fp8_dequant_row_neon,
+    .mxfp4_rows = shoal_mxfp4_rows_neon,
 };

@@ -25,7 +25,10 @@ struct shoal_st_tensor {
     char *name;                    /* owned by the set */
     char dtype_name[16];           /* as written in the file ("BF16", "I64", ...) */
     int dtype_ok;                  /* 1 if dtype is F32/F16/BF16 or F8_E4M3
-                                      (FP8, bound with its block scales) */
+                                      (FP8, bound with its block scales); 0
+                                      for the rest, whose bytes are still
+                                      mapped (U8: MXFP4's *_blocks and
+                                      *_scales, shoal_mxfp4_bind) */
     enum shoal_dtype dtype;        /* valid when dtype_ok */
     int n_dims;
     int64_t shape[SHOAL_MAX_DIMS]; /* outermost first */

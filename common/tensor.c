@@ -15,6 +15,7 @@ const char *shoal_dtype_name(enum shoal_dtype t)
     case SHOAL_DTYPE_INT4: return "INT4";
     case SHOAL_DTYPE_INT4A8: return "INT4A8";
     case SHOAL_DTYPE_FP8: return "FP8";
+    case SHOAL_DTYPE_MXFP4: return "MXFP4";
     default: return "?";
     }
 }
@@ -39,6 +40,8 @@ size_t shoal_weight_row_bytes(const struct shoal_weight *w)
 {
     if (shoal_dtype_is_quant(w->dtype))
         return shoal_quant_row_bytes(qtype(w->dtype), w->cols, w->group);
+    if (w->dtype == SHOAL_DTYPE_MXFP4)
+        return (size_t)w->cols / 2;
     return (size_t)w->cols * shoal_dtype_size(w->dtype);
 }
 
@@ -49,6 +52,8 @@ void shoal_weight_row_to_f32(float *dst, const struct shoal_weight *w, int64_t r
         shoal_quant_dequantize_row(qtype(w->dtype), w->group, dst, row, w->cols);
     else if (w->dtype == SHOAL_DTYPE_FP8)
         shoal_fp8_dequantize_row(dst, w, r);
+    else if (w->dtype == SHOAL_DTYPE_MXFP4)
+        shoal_mxfp4_dequantize_row(dst, w, r);
     else
         shoal_to_f32(dst, row, w->dtype, (size_t)w->cols);
 }
@@ -139,5 +144,7 @@ int shoal_weight_rows_view(const struct shoal_weight *w, int64_t r0, int64_t n,
         return 0;
     }
     out->data = shoal_weight_row(w, r0);
+    if (w->dtype == SHOAL_DTYPE_MXFP4)
+        out->e8m0 = w->e8m0 + (size_t)r0 * (size_t)(w->cols / SHOAL_MXFP4_BLOCK);
     return 0;
 }

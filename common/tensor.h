@@ -22,6 +22,9 @@ enum shoal_dtype {
                                activations (quant.h "Int8 activations") */
     SHOAL_DTYPE_FP8 = 6,    /* OCP E4M3FN bytes with one f32 scale per
                                128 x 128 block (quant.h "FP8"; 2-D only) */
+    SHOAL_DTYPE_MXFP4 = 7,  /* OCP MXFP4: E2M1 pairs with one E8M0 exponent
+                               per 32 values of a row (quant.h "MXFP4";
+                               2-D only, cols a multiple of 32) */
     SHOAL_DTYPE_COUNT
 };
 
@@ -31,14 +34,15 @@ static inline int shoal_dtype_is_quant(enum shoal_dtype t)
 }
 
 /* Bytes per element of a float dtype, 1 for FP8's codes (its block scales
- * come on top; quantized types: see quant.h). */
+ * come on top; quantized types: see quant.h; MXFP4 has half a byte per
+ * element, see shoal_weight_row_bytes). */
 static inline size_t shoal_dtype_size(enum shoal_dtype t)
 {
     return t == SHOAL_DTYPE_F32 ? 4 : t == SHOAL_DTYPE_FP8 ? 1 : 2;
 }
 
 /* Name: "F32", "F16", "BF16" (as safetensors spells them), "INT8", "INT4",
- * "INT4A8", "FP8".
+ * "INT4A8", "FP8", "MXFP4".
  * Static string. */
 const char *shoal_dtype_name(enum shoal_dtype t);
 
@@ -54,11 +58,28 @@ struct shoal_weight {
     int64_t rows;       /* outer dimension (output features) */
     int64_t cols;       /* inner dimension (input features) */
     int group;          /* quantized dtypes: elements per scale group;
-                           FP8: the block edge B (128), rows and columns */
+                           FP8: the block edge B (128), rows and columns;
+                           MXFP4: 32 */
     const float *scale; /* FP8 only: borrowed block scales
                            [ceil(rows/B)][ceil(cols/B)] f32; element (r, c)
                            is code value * scale[r/B][c/B]. NULL otherwise */
+    const uint8_t *e8m0; /* MXFP4 only: borrowed E8M0 exponents
+                           [rows][cols/32]; data holds the packed E2M1
+                           pairs [rows][cols/2]; element (r, c) is
+                           e2m1(nibble) * 2^(e8m0[r][c/32] - 127). NULL
+                           otherwise */
 };
+
+/* The MXFP4 block: 32 consecutive values of a row share one exponent. */
+#define SHOAL_MXFP4_BLOCK 32
+
+/* Bytes of an MXFP4 weight's E8M0 exponents ([rows][cols/32], one byte
+ * each); in a container they follow the rows * cols / 2 packed bytes
+ * directly (docs/FORMAT.md "MXFP4 tensors"). Thread: any. */
+static inline size_t shoal_mxfp4_scale_bytes(int64_t rows, int64_t cols)
+{
+    return (size_t)rows * (size_t)(cols / SHOAL_MXFP4_BLOCK);
+}
 
 /* The FP8 block edge shoal reads and writes (quantization_config
  * weight_block_size [128, 128], as DeepSeek-V3/R1 and Kimi-K2 ship). */
@@ -109,20 +130,24 @@ uint16_t shoal_f32_to_f16(float f);
 /* Convert n elements of src (dtype t) to f32 in dst. Thread: any. */
 void shoal_to_f32(float *dst, const void *src, enum shoal_dtype t, size_t n);
 
-/* Bytes of one row of w (quantized rows include their scales). */
+/* Bytes of one row of w (quantized rows include their scales; an MXFP4
+ * row is its cols / 2 packed bytes, the exponents live apart in e8m0). */
 size_t shoal_weight_row_bytes(const struct shoal_weight *w);
 
-/* Bytes of the whole weight (FP8: codes, padding and block scales, as a
- * container stores them). */
+/* Bytes of the whole weight (FP8: codes, padding and block scales; MXFP4:
+ * packed pairs, then exponents; as a container stores them). */
 static inline size_t shoal_weight_bytes(const struct shoal_weight *w)
 {
     if (w->dtype == SHOAL_DTYPE_FP8)
         return shoal_fp8_scale_offset(w->rows, w->cols) +
                shoal_fp8_scale_bytes(w->rows, w->cols, w->group);
+    if (w->dtype == SHOAL_DTYPE_MXFP4)
+        return (size_t)w->rows * (size_t)w->cols / 2 + shoal_mxfp4_scale_bytes(w->rows, w->cols);
     return (size_t)w->rows * shoal_weight_row_bytes(w);
 }
 
-/* Row r of a weight as a pointer to its first byte. */
+/* Row r of a weight as a pointer to its first byte (MXFP4: of its packed
+ * pairs). */
 static inline const void *shoal_weight_row(const struct shoal_weight *w,
                                            int64_t r)
 {
@@ -132,12 +157,13 @@ static inline const void *shoal_weight_row(const struct shoal_weight *w,
 /* A view of rows [r0, r0 + n) of a 2-D weight w (borrowed: the view reads
  * w's bytes), usable wherever w is. Returns 0, or -1 when the rows cannot
  * be a weight of their own: out of range, or an FP8 weight whose r0 is not
- * on a block edge (its scales cover 128-row blocks). Thread: any. */
+ * on a block edge (its scales cover 128-row blocks). An MXFP4 view is two
+ * pointer offsets (any r0). Thread: any. */
 int shoal_weight_rows_view(const struct shoal_weight *w, int64_t r0, int64_t n,
                            struct shoal_weight *out);
 
-/* Row r of w converted to f32 (dequantized for quantized dtypes and FP8,
- * whose w->scale must be set).
+/* Row r of w converted to f32 (dequantized for quantized dtypes, FP8,
+ * whose w->scale must be set, and MXFP4, whose w->e8m0 must be set).
  *   dst [w->cols] f32, written. Thread: any. */
 void shoal_weight_row_to_f32(float *dst, const struct shoal_weight *w, int64_t r);
 

@@ -56,6 +56,7 @@ int shoal_cli_parse_dtype(const char *flag, const char *s,
         {"f32", SHOAL_DTYPE_F32},         {"bf16", SHOAL_DTYPE_BF16},
         {"int8", SHOAL_DTYPE_INT8},       {"int4", SHOAL_DTYPE_INT4},
         {"int4a8", SHOAL_DTYPE_INT4A8},   {"fp8", SHOAL_DTYPE_FP8},
+        {"mxfp4", SHOAL_DTYPE_MXFP4},
     };
     for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++) {
         if (!strcmp(s, names[i].name)) {
@@ -63,7 +64,7 @@ int shoal_cli_parse_dtype(const char *flag, const char *s,
             return 0;
         }
     }
-    shoal_cli_error("%s expects int4a8|int4|int8|fp8|bf16|f32, got '%s'", flag,
+    shoal_cli_error("%s expects int4a8|int4|int8|fp8|mxfp4|bf16|f32, got '%s'", flag,
                     s ? s : "(nothing)");
     return -1;
 }

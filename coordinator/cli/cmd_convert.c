@@ -37,14 +37,15 @@ static void show_progress(uint64_t done, uint64_t total, void *user)
         fprintf(stderr, "\n");
 }
 
-/* 1 if the first routed expert of the first MoE layer is FP8 in the source
- * (a checkpoint's experts share one dtype; the writer checks each). */
-static int source_experts_fp8(const struct shoal_model *m)
+/* The dtype of the first routed expert's gate in the first MoE layer (F32
+ * when the model has none; a checkpoint's experts share one dtype, the
+ * writer checks each). */
+static enum shoal_dtype source_experts_dtype(const struct shoal_model *m)
 {
     for (int64_t il = 0; il < m->cfg.n_layer; il++)
         if (m->layers[il].experts)
-            return m->layers[il].experts[0].w_gate.dtype == SHOAL_DTYPE_FP8;
-    return 0;
+            return m->layers[il].experts[0].w_gate.dtype;
+    return SHOAL_DTYPE_F32;
 }
 
 int shoal_cmd_convert(int argc, char **argv)
@@ -57,7 +58,7 @@ int shoal_cmd_convert(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: shoal convert [--model] SRC [--out] DST [--experts int4a8|int4|int8|fp8|bf16|f32]\n"
+            printf("usage: shoal convert [--model] SRC [--out] DST [--experts int4a8|int4|int8|fp8|mxfp4|bf16|f32]\n"
                    "                     [--dense int4a8|int4|int8|fp8|bf16|f32] [--group 32|64|128]\n"
                    "                     [--kv f32|f16|bf16] [--force]\n\n"
                    "Converts a Hugging Face checkpoint directory SRC (config.json, *.safetensors,\n"
@@ -65,7 +66,8 @@ int shoal_cmd_convert(int argc, char **argv)
                    "  --model SRC, SRC     the Hugging Face checkpoint directory\n"
                    "  --out DST, DST       the container directory to write\n"
                    "  --experts T          routed experts' dtype (default bf16; fp8 when SRC is an\n"
-                   "                       FP8 checkpoint, which keeps its E4M3 codes and block scales)\n"
+                   "                       FP8 checkpoint, which keeps its E4M3 codes and block scales;\n"
+                   "                       mxfp4 when its experts are MXFP4, as gpt-oss ships them)\n"
                    "  --dense T            dense tensors' dtype (default as --experts); with int4/int4a8\n"
                    "                       the routers stay int8, 1-D tensors f32 (int4a8 runs the\n"
                    "                       trunk's linears against int8 activations); with fp8 the\n"
@@ -135,11 +137,14 @@ int shoal_cmd_convert(int argc, char **argv)
     /* an FP8 checkpoint keeps its precision unless told otherwise (contract
      * 2): FP8 by default where it is FP8 */
     if (m->cfg.fp8_block) {
-        if (!set_experts && source_experts_fp8(m))
+        if (!set_experts && source_experts_dtype(m) == SHOAL_DTYPE_FP8)
             p.experts_dtype = SHOAL_DTYPE_FP8;
         if (!set_dense)
             p.dense_dtype = SHOAL_DTYPE_FP8;
     }
+    /* MXFP4 experts (gpt-oss) likewise stay MXFP4 unless --experts says */
+    if (!set_experts && source_experts_dtype(m) == SHOAL_DTYPE_MXFP4)
+        p.experts_dtype = SHOAL_DTYPE_MXFP4;
     struct progress pr = {.t0 = shoal_time_s(), .tty = isatty(2), .what = "convert"};
     p.progress = show_progress;
     p.progress_user = &pr;

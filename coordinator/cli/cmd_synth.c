@@ -1622,10 +1622,13 @@ int shoal_cmd_synth(int argc, char **argv)
         shoal_cli_error("synth: usage: shoal synth DST --gb N [options]");
         return 2;
     }
-    if (ed == SHOAL_DTYPE_FP8 || dd == SHOAL_DTYPE_FP8) {
-        shoal_cli_error("synth: --%s fp8 is not written (shoal keeps FP8 only from FP8 "
+    if (ed == SHOAL_DTYPE_FP8 || dd == SHOAL_DTYPE_FP8 || ed == SHOAL_DTYPE_MXFP4 ||
+        dd == SHOAL_DTYPE_MXFP4) {
+        const int fp8 = ed == SHOAL_DTYPE_FP8 || dd == SHOAL_DTYPE_FP8;
+        shoal_cli_error("synth: --%s %s is not written (shoal keeps %s only from %s "
                         "checkpoints); expected int4a8, int4, int8, bf16 or f32",
-                        ed == SHOAL_DTYPE_FP8 ? "experts" : "dense");
+                        ed == SHOAL_DTYPE_FP8 || ed == SHOAL_DTYPE_MXFP4 ? "experts" : "dense",
+                        fp8 ? "fp8" : "mxfp4", fp8 ? "FP8" : "MXFP4", fp8 ? "FP8" : "MXFP4");
         return 2;
     }
     if (config_path && family_given) {

@@ -8,6 +8,7 @@
 #include <float.h>
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__aarch64__) && defined(__linux__)
@@ -15,6 +16,7 @@
 #endif
 
 #include "quant.h"
+#include "safetensors.h"
 #include "tensor.h"
 
 static const enum shoal_quant_type types[] = {SHOAL_QUANT_INT8, SHOAL_QUANT_INT4};
@@ -1143,4 +1145,215 @@ Test(quant, fp8_check_refuses_nan_codes_and_scales)
     cr_assert(strstr(err.msg, "[1][2]") != NULL, "%s", err.msg);
     free(f.q);
     free(f.s);
+}
+
+/* ---- MXFP4 (E2M1 pairs, E8M0 exponents per 32) ----------------------------- */
+
+/* E2M1 from its definition, independently of the table: sign bit 3, 2-bit
+ * exponent of bias 1, 1-bit mantissa, exponent 0 subnormal (m * 0.5) */
+static double e2m1_formula(unsigned nib)
+{
+    const unsigned e = (nib >> 1) & 3, m = nib & 1;
+    const double v = e == 0 ? 0.5 * m : ldexp(1.0 + 0.5 * m, (int)e - 1);
+    return (nib & 8) ? -v : v;
+}
+
+/* bit-exact: the 16 nibbles against the formula (FP4_VALUES), 8 is -0 */
+Test(quant, mxfp4_e2m1_table_is_exact)
+{
+    for (unsigned n = 0; n < 16; n++) {
+        cr_assert(eq(dbl, (double)shoal_mxfp4_e2m1_table[n], e2m1_formula(n)), "nibble %u", n);
+        cr_assert(eq(int, signbit(shoal_mxfp4_e2m1_table[n]) != 0, (n & 8) != 0), "nibble %u", n);
+    }
+    cr_assert(eq(flt, shoal_mxfp4_e2m1_table[7], 6.0f));
+    cr_assert(eq(flt, shoal_mxfp4_e2m1_table[1], 0.5f));
+    for (int e = 127 - SHOAL_MXFP4_EMAX_DELTA; e <= 127 + SHOAL_MXFP4_EMAX_DELTA; e++)
+        cr_assert(eq(dbl, (double)shoal_mxfp4_d((uint8_t)e), ldexp(1.0, e - 128)), "e %d", e);
+}
+
+/* A random MXFP4 weight [rows][cols]: every nibble, exponents in
+ * 127 +- 12, and the two range ends in a few blocks. */
+struct mxw {
+    struct shoal_weight w;
+    uint8_t *q, *e;
+};
+
+static struct mxw mx_random(int64_t rows, int64_t cols, uint32_t seed)
+{
+    struct mxw f = {0};
+    const int64_t nb = cols / 32;
+    f.q = malloc((size_t)(rows * cols / 2));
+    f.e = malloc((size_t)(rows * nb));
+    uint32_t st = seed;
+    for (int64_t i = 0; i < rows * cols / 2; i++)
+        f.q[i] = (uint8_t)((frand(&st) + 1.0f) * 128.0f);
+    for (int64_t i = 0; i < rows * nb; i++)
+        f.e[i] = (uint8_t)(127 + (int)(12.0f * frand(&st)));
+    f.e[0] = 127 - SHOAL_MXFP4_EMAX_DELTA;
+    f.e[rows * nb - 1] = 127 + SHOAL_MXFP4_EMAX_DELTA;
+    f.w = (struct shoal_weight){.dtype = SHOAL_DTYPE_MXFP4, .data = f.q, .rows = rows,
+                                .cols = cols, .group = 32, .e8m0 = f.e};
+    return f;
+}
+
+/* element (r, c) decoded from the bytes by the published rule (gpt-oss
+ * weights.py: low nibble first, ldexp by e - 127), in double */
+static double mx_value(const struct mxw *f, int64_t r, int64_t c)
+{
+    const int64_t cols = f->w.cols;
+    const uint8_t byte = f->q[r * cols / 2 + c / 2];
+    const unsigned nib = (c & 1) ? byte >> 4 : byte & 15;
+    return ldexp(e2m1_formula(nib), (int)f->e[r * (cols / 32) + c / 32] - 127);
+}
+
+/* bit-exact: each table's MXFP4 rows give the canonical order's bits
+ * (shoal_mxfp4_dot_ref) for 1 and 3 tokens and 1/3 threads, on shapes with
+ * 1..90 blocks (8-block batches and tails, a chunk edge at 2048 columns);
+ * tolerance: within 1e-5 relative of a double dot of the decoded weight;
+ * dequantized rows are the exact values (-0 kept); a rows view computes
+ * the same rows */
+Test(quant, mxfp4_kernels_canonical_on_every_isa)
+{
+    enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
+    const int n_isa = 1 + simd_isas(isas + 1);
+    cr_log_info("MXFP4: %d kernel tables", n_isa);
+    const int64_t shapes[][2] = {{5, 32}, {37, 96}, {64, 352}, {3, 2880}, {9, 4160}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int64_t rows = shapes[k][0], cols = shapes[k][1], n_tok = 3;
+        struct mxw f = mx_random(rows, cols, 91u + (uint32_t)k);
+        cr_assert(eq(int, shoal_mxfp4_check(&f.w, "t", NULL), 0));
+        cr_assert(eq(sz, shoal_weight_bytes(&f.w), (size_t)(rows * cols / 2 + rows * cols / 32)));
+        float *x = malloc((size_t)(n_tok * cols) * sizeof(float));
+        float *want = malloc((size_t)(n_tok * rows) * sizeof(float));
+        float *y = malloc((size_t)(n_tok * rows) * sizeof(float));
+        float *row = malloc((size_t)cols * sizeof(float));
+        uint32_t st = 7u + (uint32_t)k;
+        for (int64_t i = 0; i < n_tok * cols; i++)
+            x[i] = frand(&st);
+        for (int64_t r = 0; r < rows; r++) {
+            shoal_weight_row_to_f32(row, &f.w, r);
+            for (int64_t c = 0; c < cols; c++) {
+                const double wv = mx_value(&f, r, c);
+                cr_assert(eq(dbl, (double)row[c], wv), "dequantize (%lld, %lld)",
+                          (long long)r, (long long)c);
+                cr_assert(eq(int, signbit(row[c]) != 0, signbit(wv) != 0), "sign (%lld, %lld)",
+                          (long long)r, (long long)c);
+            }
+            for (int64_t t = 0; t < n_tok; t++) {
+                want[t * rows + r] = shoal_mxfp4_dot_ref(x + t * cols, &f.w, r);
+                double ref = 0, mag = 0;
+                for (int64_t c = 0; c < cols; c++) {
+                    const double wv = mx_value(&f, r, c);
+                    ref += (double)x[t * cols + c] * wv;
+                    mag += fabs((double)x[t * cols + c] * wv);
+                }
+                cr_assert(fabs(want[t * rows + r] - ref) <= 1e-5 * mag,
+                          "shape %lld x %lld row %lld: %g vs double %g", (long long)rows,
+                          (long long)cols, (long long)r, (double)want[t * rows + r], ref);
+            }
+        }
+        for (int ii = 0; ii < n_isa; ii++) {
+            use_isa(isas[ii]);
+            for (int64_t nt = 1; nt <= n_tok; nt += n_tok - 1) {
+                memset(y, 0xcc, (size_t)(n_tok * rows) * sizeof(float));
+                for (int nth = 1; nth <= 3; nth += 2)
+                    for (int ith = 0; ith < nth; ith++)
+                        shoal_mxfp4_linear_part(y, x, nt, &f.w, ith, nth);
+                for (int64_t t = 0; t < nt; t++)
+                    for (int64_t r = 0; r < rows; r++)
+                        cr_assert(eq(u32, bits(y[t * rows + r]), bits(want[t * rows + r])),
+                                  "%s shape %lld x %lld n_tok %lld token %lld row %lld: %.9g "
+                                  "want %.9g", shoal_quant_ops_name(), (long long)rows,
+                                  (long long)cols, (long long)nt, (long long)t, (long long)r,
+                                  (double)y[t * rows + r], (double)want[t * rows + r]);
+            }
+            if (rows > 2) {   /* rows [1, rows - 1) through a view */
+                struct shoal_weight v;
+                cr_assert(eq(int, shoal_weight_rows_view(&f.w, 1, rows - 2, &v), 0));
+                shoal_mxfp4_linear_part(y, x, 1, &v, 0, 1);
+                for (int64_t r = 0; r < rows - 2; r++)
+                    cr_assert(eq(u32, bits(y[r]), bits(want[r + 1])), "%s view row %lld",
+                              shoal_quant_ops_name(), (long long)r);
+            }
+        }
+        use_isa(SHOAL_QUANT_ISA_SCALAR);
+        free(x);
+        free(want);
+        free(y);
+        free(row);
+        free(f.q);
+        free(f.e);
+    }
+}
+
+/* E8M0 NaN (255) and exponents past the accepted range are refused, naming
+ * the row and block; the range ends are accepted; a bad shape is refused */
+Test(quant, mxfp4_check_refuses_bad_exponents)
+{
+    struct mxw f = mx_random(4, 96, 3);
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_mxfp4_check(&f.w, "w", &err), 0), "%s", err.msg);
+    const uint8_t bad[] = {255, 0, 127 - SHOAL_MXFP4_EMAX_DELTA - 1, 127 + SHOAL_MXFP4_EMAX_DELTA + 1};
+    for (size_t i = 0; i < sizeof bad; i++) {
+        f.e[2 * 3 + 1] = bad[i];
+        err = (struct shoal_err){0};
+        cr_assert(eq(int, shoal_mxfp4_check(&f.w, "w", &err), SHOAL_EFORMAT), "e %u", bad[i]);
+        cr_assert(strstr(err.msg, "row 2, block 1") != NULL, "%s", err.msg);
+        cr_assert(strstr(err.msg, "'w'") != NULL, "%s", err.msg);
+    }
+    cr_assert(strstr(err.msg, "is 192") != NULL, "%s", err.msg);
+    f.e[7] = 255;
+    err = (struct shoal_err){0};
+    shoal_mxfp4_check(&f.w, "w", &err);
+    cr_assert(strstr(err.msg, "255 (NaN)") != NULL, "%s", err.msg);
+    f.e[7] = 127;
+    f.w.cols = 80;   /* not a multiple of 32 */
+    cr_assert(eq(int, shoal_mxfp4_check(&f.w, "w", &err), SHOAL_EINVAL));
+    free(f.q);
+    free(f.e);
+}
+
+/* binding: a 3-D single weight and a 4-D per-expert slice point into the
+ * tensors' bytes; wrong dtype, shape, slice and exponent are refused */
+Test(quant, mxfp4_bind_checks_and_slices)
+{
+    const int64_t n = 3, rows = 6, cols = 64, nb = 2;
+    struct mxw f = mx_random(n * rows, cols, 5);
+    struct shoal_st_tensor tb = {.name = "m.gate_up_proj_blocks", .dtype_name = "U8", .n_dims = 4,
+                                 .shape = {n, rows, nb, 16}, .data = f.q,
+                                 .nbytes = (size_t)(n * rows * cols / 2), .file = "a.safetensors"};
+    struct shoal_st_tensor ts = {.name = "m.gate_up_proj_scales", .dtype_name = "U8", .n_dims = 3,
+                                 .shape = {n, rows, nb}, .data = f.e,
+                                 .nbytes = (size_t)(n * rows * nb), .file = "a.safetensors"};
+    struct shoal_weight w;
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 2, rows, cols, 1, "gate_up", &err), 0), "%s",
+              err.msg);
+    cr_assert(eq(ptr, (void *)w.data, (void *)(f.q + 2 * rows * cols / 2)));
+    cr_assert(eq(ptr, (void *)w.e8m0, (void *)(f.e + 2 * rows * nb)));
+    cr_assert(eq(int, w.dtype, SHOAL_DTYPE_MXFP4));
+    err = (struct shoal_err){0};
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 3, rows, cols, 1, "gate_up", &err), SHOAL_EINVAL));
+    err = (struct shoal_err){0};
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 0, rows, 96, 1, "gate_up", &err), SHOAL_ESHAPE));
+    cr_assert(strstr(err.msg, "[3, 6, 2, 16]") != NULL, "%s", err.msg);
+    /* one weight: 3-D blocks, 2-D scales */
+    struct shoal_st_tensor b1 = tb, s1 = ts;
+    b1.n_dims = 3, b1.shape[0] = rows, b1.shape[1] = nb, b1.shape[2] = 16, b1.nbytes /= n;
+    s1.n_dims = 2, s1.shape[0] = rows, s1.shape[1] = nb, s1.nbytes /= n;
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &b1, &s1, 0, rows, cols, 1, "x", &err), 0), "%s", err.msg);
+    err = (struct shoal_err){0};
+    snprintf(s1.dtype_name, sizeof s1.dtype_name, "BF16");
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &b1, &s1, 0, rows, cols, 1, "x", &err), SHOAL_EFORMAT));
+    cr_assert(strstr(err.msg, "dtype BF16; expected U8") != NULL, "%s", err.msg);
+    err = (struct shoal_err){0};
+    f.e[2 * rows * nb + 3] = 255;   /* expert 2, row 1, block 1 */
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 2, rows, cols, 1, "gate_up", &err), SHOAL_EFORMAT));
+    cr_assert(strstr(err.msg, "row 1, block 1") != NULL, "%s", err.msg);
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 1, rows, cols, 1, "gate_up", &err), 0));
+    cr_assert(eq(int, shoal_mxfp4_bind(&w, &tb, &ts, 2, rows, cols, 0, "gate_up", &err), 0),
+              "exponents not read");
+    cr_assert(eq(int, shoal_mxfp4_check(&w, "gate_up", &err), SHOAL_EFORMAT));
+    free(f.q);
+    free(f.e);
 }
