@@ -1332,7 +1332,8 @@ void shoal_container_expert_views(const struct shoal_container *ct,
     struct shoal_weight *w[6] = {&e->w_gate, &e->w_up, &e->w_down, &e->b_gate, &e->b_up,
                                  &e->b_down};
     e->swiglu_limit = ct->swiglu_limit;
-    for (int c = 0; c < ct->n_comp; c++) {
+    const int n_comp = ct->n_comp ? ct->n_comp : 3;   /* 0: a container made by hand */
+    for (int c = 0; c < n_comp; c++) {
         const struct shoal_expert_component *k = &ct->comp[c];
         *w[c] = (struct shoal_weight){.dtype = k->dtype, .rows = k->rows, .cols = k->cols,
                                       .group = k->group,
