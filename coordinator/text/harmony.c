@@ -105,8 +105,8 @@ enum shoal_harmony_event shoal_harmony_feed(struct shoal_harmony *h, int32_t id,
         enum shoal_harmony_event ev = id == m->end   ? SHOAL_HARMONY_EV_END
                                       : id == m->ret ? SHOAL_HARMONY_EV_RETURN
                                                      : SHOAL_HARMONY_EV_CALL;
-        if (!h->in_body && ev == SHOAL_HARMONY_EV_END)
-            ev = SHOAL_HARMONY_EV_NONE; /* an end without a body: nothing ended */
+        if (!h->in_body && ev != SHOAL_HARMONY_EV_RETURN)
+            ev = SHOAL_HARMONY_EV_NONE; /* no body: no message ended, no call made */
         h->in_body = 0;
         h->header_len = 0;
         h->header[0] = '\0';
@@ -139,7 +139,7 @@ enum shoal_harmony_event shoal_harmony_feed(struct shoal_harmony *h, int32_t id,
     }
     if (id == m->channel || id == m->constrain)
         return SHOAL_HARMONY_EV_NONE; /* a stray marker inside a body */
-    if (h->channel == SHOAL_HARMONY_FINAL)
+    if (h->channel == SHOAL_HARMONY_FINAL || h->channel == SHOAL_HARMONY_NONE)
         buf_add(&h->final, &h->final_len, &h->final_cap, text, n);
     else if (h->channel == SHOAL_HARMONY_ANALYSIS)
         buf_add(&h->analysis, &h->analysis_len, &h->analysis_cap, text, n);

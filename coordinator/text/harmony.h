@@ -50,7 +50,8 @@ struct shoal_harmony {
     char header[256];                    /* header text of the current message, cut */
     size_t header_len;
     char recipient[128];                 /* "functions.f" from " to=functions.f", or "" */
-    char *final;                         /* malloc'd, NUL-terminated: every final body */
+    char *final;                         /* malloc'd, NUL-terminated: every final (or
+                                            channel-less) body, NULL while none */
     size_t final_len, final_cap;
     char *analysis;                      /* likewise for the analysis bodies */
     size_t analysis_len, analysis_cap;

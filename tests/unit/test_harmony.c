@@ -140,7 +140,6 @@ Test(harmony, held_back_text_and_unknown_channel)
     /* id -1 is text even though absent markers are -1 too */
     struct shoal_harmony_ids ids = IDS;
     ids.constrain = -1;
-    ids.call = -1;
     struct shoal_harmony h;
     shoal_harmony_init(&h, &ids);
     cr_assert_eq(shoal_harmony_feed(&h, CHANNEL, "", 0), SHOAL_HARMONY_EV_NONE);
@@ -151,6 +150,9 @@ Test(harmony, held_back_text_and_unknown_channel)
     /* an <|end|> outside a body ends nothing */
     cr_assert_eq(shoal_harmony_feed(&h, END, "", 0), SHOAL_HARMONY_EV_END);
     cr_assert_eq(shoal_harmony_feed(&h, END, "", 0), SHOAL_HARMONY_EV_NONE);
+    /* nor does a <|call|> (no message, no call); <|return|> still ends */
+    cr_assert_eq(shoal_harmony_feed(&h, CALL, "", 0), SHOAL_HARMONY_EV_NONE);
+    cr_assert_eq(shoal_harmony_feed(&h, RETURN, "", 0), SHOAL_HARMONY_EV_RETURN);
     shoal_harmony_free(&h);
     static const struct step s[] = {
         {CHANNEL, NULL}, T("secret"), {MESSAGE, NULL}, T("x"), {END, NULL},
