@@ -7,6 +7,12 @@
  * off while a reply streams, so text typed meanwhile does not land in the
  * printed reply; it stays in the input queue and the line editor shows it
  * at the next prompt (typeahead is kept, not flushed).
+ * Harmony models (gpt-oss: <|start|>, <|channel|>, <|message|>, <|end|> in
+ * the vocabulary): the reply is parsed per token (harmony.h); the final
+ * channel is shown, the analysis channel only with --show-reasoning, the
+ * reply ends at <|return|> or <|call|> (not at <|end|>, which closes the
+ * analysis), and the conversation keeps the final text as the assistant's
+ * content (the template drops past analysis).
  */
 #include <errno.h>
 #include <signal.h>
@@ -18,6 +24,7 @@
 
 #include "chat_template.h"
 #include "cli.h"
+#include "harmony.h"
 #include "config.h"
 #include "session.h"
 #include "util.h"
@@ -100,7 +107,11 @@ static void usage(FILE *f)
         "  --print-prompt       before each reply, write the whole prompt the chat\n"
         "                       template rendered to stderr, byte for byte, between\n"
         "                       '--- prompt (N bytes)' and '--- end of prompt' lines\n"
-        "                       ('shoal template' renders one without the model)\n");
+        "                       ('shoal template' renders one without the model)\n"
+        "  --show-reasoning     harmony models (gpt-oss): also show the analysis channel\n"
+        "                       (the chain of thought), each message on a line of its\n"
+        "                       own starting '[analysis] ', dim on a terminal; hidden\n"
+        "                       by default (the final channel is the answer)\n");
     shoal_gen_usage(f, 128, 0);
     fprintf(f,
         "  --ctx N              context length in tokens (default min(max_position_embeddings, 4096))\n"
@@ -121,6 +132,22 @@ static void usage(FILE *f)
         "1 if a reply failed; 2 for bad options (a system prompt that fills the context).\n"
         "\nExpert store (shoal containers only):\n");
     shoal_session_usage_store(f);
+}
+
+/* The per-token hook of a harmony reply: parse, then show. */
+struct harmony_out {
+    struct shoal_harmony h;
+    int show_reasoning, color;
+    FILE *out;
+};
+
+static int harmony_on_token(void *user, int32_t id, const char *text, size_t n)
+{
+    struct harmony_out *ho = user;
+    enum shoal_harmony_event ev = shoal_harmony_feed(&ho->h, id, text, n);
+    shoal_harmony_show(&ho->h, ev, text, n, ho->show_reasoning, ho->color, ho->out);
+    fflush(ho->out);
+    return 0;
 }
 
 struct conv {
@@ -361,7 +388,7 @@ int shoal_cmd_chat(int argc, char **argv)
     struct shoal_gen_opts go = shoal_gen_opts_default();
     go.max_tokens = 128;
     const char *system_msg = NULL;
-    int print_prompt = 0;
+    int print_prompt = 0, show_reasoning = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = shoal_session_parse_flag(&so, argc, argv, &i);
@@ -380,6 +407,10 @@ int shoal_cmd_chat(int argc, char **argv)
         }
         if (!strcmp(a, "--print-prompt")) {
             print_prompt = 1;
+            continue;
+        }
+        if (!strcmp(a, "--show-reasoning")) {
+            show_reasoning = 1;
             continue;
         }
         if (!strcmp(a, "--system")) {
@@ -437,13 +468,33 @@ int shoal_cmd_chat(int argc, char **argv)
         shoal_session_close(s);
         return 1;
     }
-    /* Stop at the end-of-turn marker the template writes after a reply. */
+    /* Stop at the end-of-turn marker the template writes after a reply;
+     * a harmony reply ends at <|return|> or <|call|>, and its <|end|> only
+     * closes one message (the analysis before the final answer). */
+    struct shoal_harmony_ids hids;
+    const int harmony = shoal_harmony_ids_of(s->tok, &hids);
     static const char *const end_of_turn[] = {"<|im_end|>", "<|eot_id|>", "<|end|>",
                                               "<end_of_turn>", "<|endoftext|>"};
     for (size_t k = 0; k < sizeof end_of_turn / sizeof end_of_turn[0] && go.n_stop_ids < 8; k++) {
         int32_t id = shoal_tokenizer_token_id(s->tok, end_of_turn[k]);
-        if (id >= 0)
+        if (id >= 0 && !(harmony && id == hids.end))
             go.stop_ids[go.n_stop_ids++] = id;
+    }
+    if (harmony) {
+        if (hids.ret >= 0 && go.n_stop_ids < 8)
+            go.stop_ids[go.n_stop_ids++] = hids.ret;
+        if (hids.call >= 0 && go.n_stop_ids < 8)
+            go.stop_ids[go.n_stop_ids++] = hids.call;
+        if (go.n_stop) {
+            shoal_cli_error("chat: --stop is not supported with the harmony format of '%s' "
+                            "(replies end at <|return|> or <|call|>)", s->model->dir);
+            shoal_chat_template_free(tmpl);
+            free(src);
+            free(bos);
+            free(eos);
+            shoal_session_close(s);
+            return 2;
+        }
     }
     go.print_timings = 0;
 
@@ -552,12 +603,48 @@ int shoal_cmd_chat(int argc, char **argv)
         }
         char *reply = NULL;
         struct shoal_gen_result res;
+        struct harmony_out ho;
         go.capture = &reply;
         go.result = &res;
+        if (harmony) {
+            shoal_harmony_init(&ho.h, &hids);
+            ho.show_reasoning = show_reasoning;
+            ho.color = isatty(STDOUT_FILENO);
+            ho.out = stdout;
+            go.capture = NULL;
+            go.on_token = harmony_on_token;
+            go.on_token_user = &ho;
+        }
         interrupted = 0;
         double t0 = shoal_time_s();
         tty_quiet_begin(tty);
         int grc = shoal_session_generate(s, t.ids + t.keep, t.n_ids - (size_t)t.keep, &go, stdout);
+        if (harmony) {
+            /* the answer is the final channel's text; past analysis is
+             * dropped by the template, so the cache is matched by tokens */
+            /* the end token (<|return|>, <|call|>) stops the generation
+             * before the hook sees it: feed it here (a tool call shows
+             * then); otherwise close whatever block is open */
+            enum shoal_harmony_event ev = SHOAL_HARMONY_EV_END;
+            if (grc == 0 && res.reason == SHOAL_STOP_EOS)
+                ev = shoal_harmony_feed(&ho.h, res.last_id, "", 0);
+            if (ev == SHOAL_HARMONY_EV_TEXT)
+                ev = SHOAL_HARMONY_EV_END;
+            const int called = ev == SHOAL_HARMONY_EV_CALL;
+            if (ev == SHOAL_HARMONY_EV_NONE)
+                ev = SHOAL_HARMONY_EV_END;
+            shoal_harmony_show(&ho.h, ev, "", 0, show_reasoning, ho.color, stdout);
+            fflush(stdout);
+            reply = shoal_xstrdup(ho.h.final ? ho.h.final : "");
+            if (called)
+                fprintf(stderr, "\nshoal: (the model called a tool, %s; shoal chat runs no "
+                        "tools)", ho.h.recipient[0] ? ho.h.recipient : "unnamed");
+            else if (grc == 0 && !ho.h.final && res.reason != SHOAL_STOP_EOS &&
+                     res.reason != SHOAL_STOP_INTERRUPTED)
+                fprintf(stderr, "\nshoal: (no final answer within --max-tokens%s)",
+                        show_reasoning ? "" : "; --show-reasoning shows the analysis");
+            shoal_harmony_free(&ho.h);
+        }
         if (grc != 0) {
             tty_quiet_end();
             rc = 1;
@@ -583,7 +670,7 @@ int shoal_cmd_chat(int argc, char **argv)
          * a stop string (tokens past it are cached but not shown). */
         free(cache_text);
         cache_text = NULL;
-        if (res.reason != SHOAL_STOP_STRING && reply) {
+        if (!harmony && res.reason != SHOAL_STOP_STRING && reply) {
             const char *et = "";
             size_t el = 0;
             if (res.reason == SHOAL_STOP_EOS)

@@ -998,7 +998,15 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
                 rc = -1;
                 break;
             }
-            stream_append(&st, piece, (size_t)n);
+            if (o->on_token) {
+                if (o->on_token(o->on_token_user, id, piece, (size_t)n)) {
+                    why = "stopped by the caller";
+                    reason = SHOAL_STOP_STRING;
+                    break;
+                }
+            } else {
+                stream_append(&st, piece, (size_t)n);
+            }
         } else {
             int n = snprintf(piece, piece_cap, "[%d]", id);
             stream_append(&st, piece, (size_t)n);
@@ -1024,7 +1032,9 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
     }
     if (dt) {
         int n = shoal_detok_flush(dt, piece, piece_cap);
-        if (n > 0)
+        if (n > 0 && o->on_token)
+            o->on_token(o->on_token_user, -1, piece, (size_t)n);
+        else if (n > 0)
             stream_append(&st, piece, (size_t)n);
     }
     if (st.len)

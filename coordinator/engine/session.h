@@ -68,6 +68,17 @@ struct shoal_gen_opts {
     int n_stop_ids;
     char **capture;          /* if set: *capture = the generated text (malloc) */
     struct shoal_gen_result *result; /* if set: how the generation ended */
+    /* If set: called for every generated token that does not end the
+     * generation, with the text the detokenizer gives for it (special
+     * tokens give none; may be empty while a UTF-8 sequence is incomplete).
+     * The session then prints and captures nothing itself and --stop
+     * strings do not apply: the callback shows what it wants (shoal chat's
+     * harmony channels). A nonzero return stops the generation (reason
+     * SHOAL_STOP_STRING; that token is not evaluated into the cache). Text
+     * held back at the end (an unfinished UTF-8 sequence, as U+FFFD) comes
+     * with id -1. Thread: the caller's. */
+    int (*on_token)(void *user, int32_t id, const char *text, size_t n);
+    void *on_token_user;
 };
 
 enum shoal_stop_reason {

@@ -214,7 +214,8 @@ REASONING = [
 
 def moe_family_cases():
     """(name, template source, bos, eos, [(label, messages, extra)]) for the
-    DeepSeek-V3, Kimi-K2-Instruct and GLM-4.5 templates (issue 14)."""
+    DeepSeek-V3, Kimi-K2-Instruct and GLM-4.5 templates (issue 14) and
+    gpt-oss's harmony template (issue 16)."""
     cases = []
     ds = os.path.join(SHARED, "DeepSeek-V3-Base.tokenizer_config.json")
     if os.path.exists(ds):
@@ -265,6 +266,71 @@ def moe_family_cases():
                                {"type": "text", "text": "Hi "}, "there",
                                {"type": "image", "image": "x"}]}],
          {"enable_thinking": True}),
+    ]))
+    with open(os.path.join(FIXTURES, "gpt-oss-20b.chat_template.jinja")) as f:
+        src = f.read()
+    oss_tool = {"type": "function", "function": {
+        "name": "get_weather", "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "Stadt / 城市"},
+            "unit": {"type": "string", "enum": ["c", "f"], "description": "Unit",
+                     "default": "c"},
+            "days": {"type": "integer", "description": "Days", "default": 1},
+            "hours": {"type": "array", "items": {"type": "number"},
+                      "description": "Hours", "nullable": True},
+            "opts": {"type": "object", "description": "Options", "properties": {
+                "a": {"type": "boolean"}, "b": {"type": ["string", "null"]}},
+                "required": ["a"]},
+            "any": {"oneOf": [{"type": "string", "description": "s"},
+                              {"type": "number"}], "description": "Either",
+                    "default": "x"}},
+            "required": ["city"]}}}
+    no_params = {"type": "function", "function": {"name": "now", "description": "Time"}}
+
+    def oss_call(arguments, thinking=None, content=None):
+        m = {"role": "assistant", "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "get_weather", "arguments": arguments}}]}
+        if thinking is not None:
+            m["thinking"] = thinking
+        if content is not None:
+            m["content"] = content
+        return m
+    oss_tools = [
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "Weather in Paris?"},
+        oss_call({"city": "Paris", "days": 2}, thinking="Need the tool."),
+        {"role": "tool", "content": "{\"temp\": 21, \"sky\": \"clear\"}"},
+        {"role": "assistant", "content": "21 °C and clear.", "thinking": "Got it."},
+        {"role": "user", "content": "Thanks!"}]
+    cases.append(("gpt-oss", src, "<|startoftext|>", "<|return|>", [
+        ("developer", [{"role": "developer", "content": "Answer in French."},
+                       {"role": "user", "content": "Hi"}], None),
+        ("reasoning high, identity", CONVERSATIONS["two turns"],
+         {"reasoning_effort": "high", "model_identity": "You are Shoal."}),
+        ("thinking of past turns dropped", [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4", "thinking": "Two plus two."},
+            {"role": "user", "content": "3+3?"}], None),
+        ("thinking of the last turn kept", [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4", "thinking": "Two plus two."}], None),
+        ("tools", oss_tools, {"tools": [oss_tool, no_params]}),
+        ("tools, string arguments", oss_tools[:2] + [oss_call('{"city": "Paris"}')] +
+         oss_tools[3:], {"tools": [oss_tool], "reasoning_effort": "low"}),
+        ("tool call with content as analysis", oss_tools[:2] +
+         [oss_call({"city": "P"}, content="Let me look.")] + oss_tools[3:4], None),
+        ("builtin tools", CONVERSATIONS["user"], {"builtin_tools": ["browser", "python"]}),
+        ("builtin python only", CONVERSATIONS["user"],
+         {"builtin_tools": ["python"], "tools": [no_params]}),
+        # refused by jinja2 (raise_exception): shoal must refuse too
+        ("channel tags in content", [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": "<|channel|>final<|message|>y"}], None),
+        ("tool without a call", [{"role": "user", "content": "x"},
+                                 {"role": "tool", "content": "y"}], None),
+        ("content and thinking with a call", oss_tools[:2] +
+         [oss_call({"city": "P"}, thinking="a", content="b")], None),
     ]))
     return cases
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The tokenizers of DeepSeek-V3/R1, GLM-4.5 and Kimi-K2 (issue 14) against an
+"""The tokenizers of DeepSeek-V3/R1, GLM-4.5, Kimi-K2 (issue 14) and gpt-oss
+(issue 16) against an
 independent reference of our own, id for id.
 
 The real vocabularies are too big for the tree, so each family is rebuilt
@@ -21,6 +22,15 @@ pre-tokenization, which the fixtures carry verbatim:
   toy vocabulary's special range; the split pattern is tokenization_kimi.py's
   pat_str, used here as published (class intersections and all, through the
   `regex` module's VERSION1 sets).
+
+- gpt-oss: tokenizer.json with o200k_harmony's pre_tokenizer (one Split
+  with the o200k pattern, then ByteLevel(use_regex=false)) and the model's
+  special-token table (tests/unit/fixtures/gpt-oss-20b.tokenizer_config.json)
+  at the real ids 199998..200018, checked against openai/harmony's list;
+  eight more strings aim at where o200k's classes and PCRE2 could part (case
+  runs, Lt/Lm letters, combining marks, contractions in any case and with
+  U+017F, the '/' tail, U+180E/U+0085 against \s) and a harmony conversation
+  whose markers must be single ids.
 
 The reference: pre-tokenization with the `regex` module (python3-regex), then
 HF BPE (lowest merge rank among adjacent symbols) or tiktoken's
@@ -96,6 +106,46 @@ KIMI_PAT = "|".join([
     r"""\s+(?!\S)""",
     r"""\s+""",
 ])
+
+# gpt-oss (openai/gpt-oss-20b, -120b): o200k_harmony's split pattern, as
+# openai/harmony src/tiktoken_ext/public_encodings.rs (Encoding::O200kHarmony,
+# @55dc322) joins it and as the model's tokenizer.json carries it in its one
+# Split pre-tokenizer (llama.cpp src/llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_GPT4O:
+# "original regex from tokenizer.json"; onnxruntime-extensions PR 1059: GPT-OSS
+# is Sequence[Split, ByteLevel]).
+O200K_PAT = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+
+GPT_OSS_PRE = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": O200K_PAT},
+     "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+     "use_regex": False}]}
+
+# Strings where o200k's rules and the engines can part: case runs (HTTPServer,
+# camelCase), title case (U+01C5) and modifier letters (Lm), combining marks
+# inside words (Devanagari, Thai, Hebrew points), contractions in every case
+# and with U+017F (long s folds to s under (?i)), '/' in the punctuation
+# run's tail, superscript and Roman-numeral numbers, and the characters where
+# PCRE2's \s (\p{Z}, \h, \v) differs from White_Space (U+180E, U+0085).
+GPT_OSS_TEXTS = [
+    "HTTPServer camelCaseWord McDonald's XMLHttpRequest ABCdef abcDEF",
+    "it's IT'S They'RE we'Ll I'M you'Ve he'D it'\u017f don't' 'tis",
+    "\u01c5emal \u01c8ubljana \u02b0aspirated x\u02b0 \u3005\u3005",
+    "\u0928\u092e\u0938\u094d\u0924\u0947 \u0e17\u0e35\u0e48 "
+    "\u05e2\u05b4\u05d1\u05b0\u05e8\u05b4\u05d9\u05ea",
+    "a/b /usr/bin/ ok!/\n//\n\nx ?/\r\n end",
+    "x\u00b2\u00b3 \u216b \u00bd 12345678 007",
+    "sep\u180eword a\u0085b c\u2028d e\u200bf \ufeffg x \u180e\u180e y\u180e \n\u180e\u180e",
+    "\U0001F600\U0001F600 \U0001F44D\U0001F3FD! \u2764\ufe0f\u200d\U0001F525",
+]
 
 TEXTS = [
     "Hello, world! It's 2025; don't WE'LL they'RE",
@@ -244,7 +294,10 @@ def build(tmp):
     # "qqzz" stays out of the training text: Kimi's vocabulary gets it as a
     # token that no merge reaches
     train = corpus + "\n".join(t for t in TEXTS if "qqzz" not in t) * 3
-    merges = train_bpe(train, 700)
+    # gpt-oss's strings weigh more, so that merges reach across the places
+    # where o200k's alternatives cut them (a wrong cut then changes the ids)
+    train += "\n".join(GPT_OSS_TEXTS) * 40
+    merges = train_bpe(train, 1000)
     tokens = [bytes([b]) for b in range(256)] + [a + b for a, b in merges]
     # dedupe (a merge can rebuild an existing token) keeping the first
     seen, uniq = set(), []
@@ -290,6 +343,27 @@ def build(tmp):
         with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
             json.dump(tj, f, ensure_ascii=False)
         fams[name] = (d, pre, {s: a["id"] for s, a in zip(specials, added)})
+
+    # gpt-oss: the toy vocabulary at ids 0.., the model's own special-token
+    # table (tokenizer_config.json added_tokens_decoder) at its real ids
+    # 199998..200018, so the ids shoal prints are the model's
+    with open(os.path.join(FIXTURES, "gpt-oss-20b.tokenizer_config.json")) as f:
+        gcfg = json.load(f)
+    gadded = [dict(v, id=int(k)) for k, v in gcfg["added_tokens_decoder"].items()]
+    tj = {"version": "1.0", "truncation": None, "padding": None,
+          "added_tokens": gadded, "normalizer": None,
+          "pre_tokenizer": GPT_OSS_PRE, "post_processor": None,
+          "decoder": {"type": "ByteLevel", "add_prefix_space": True,
+                      "trim_offsets": True, "use_regex": True},
+          "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                    "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                    "fuse_unk": False, "byte_fallback": False,
+                    "vocab": hf_vocab, "merges": merge_strs}}
+    d = os.path.join(tmp, "gpt-oss")
+    os.makedirs(d)
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    fams["gpt-oss"] = (d, GPT_OSS_PRE, {a["content"]: a["id"] for a in gadded})
 
     # Kimi: ranks shuffled for the single bytes (rank order need not be byte
     # order), then the merged tokens; "qqzz" is a token no merge reaches
@@ -339,6 +413,55 @@ def check_hf(shoal, fams, vocab, ranks):
         got, err = shoal_ids(shoal, d, text, "--parse-special")
         result("%s special tokens parsed" % name, got == want,
                "%r: shoal %s %s; reference %s" % (text, got, err, want))
+
+
+# The harmony special tokens and their ids, from openai/harmony
+# src/tiktoken_ext/public_encodings.rs (O200kHarmony special_tokens, @55dc322);
+# the model's tokenizer_config.json must agree, and shoal must map each name
+# to that id (eos <|return|> 200002 as in generation_config.json).
+HARMONY_SPECIALS = {
+    "<|startoftext|>": 199998, "<|endoftext|>": 199999, "<|return|>": 200002,
+    "<|constrain|>": 200003, "<|channel|>": 200005, "<|start|>": 200006,
+    "<|end|>": 200007, "<|message|>": 200008, "<|call|>": 200012,
+    "<|reserved_200000|>": 200000, "<|reserved_200013|>": 200013,
+}
+
+
+def check_gpt_oss(shoal, fams, vocab, ranks):
+    d, pre, specials = fams["gpt-oss"]
+    for name, i in HARMONY_SPECIALS.items():
+        result("gpt-oss tokenizer_config: %s is %d (openai/harmony)" % (name, i),
+               specials.get(name) == i, "config says %s" % specials.get(name))
+    for i, text in enumerate(GPT_OSS_TEXTS):
+        want = hf_encode(text, pre, ranks, vocab)
+        got, err = shoal_ids(shoal, d, text)
+        result("gpt-oss o200k text %d" % i, got == want,
+               "%r\n  shoal:     %s %s\n  reference: %s" % (text, got, err, want))
+    # a harmony conversation as the chat template writes it: every marker is
+    # one id, the text between them goes through the o200k split
+    parts = ["<|start|>", "system", "<|message|>", "Reasoning: high\n\n",
+             "<|end|>", "<|start|>", "user", "<|message|>", "What's 2+2? I'M sure/\n",
+             "<|end|>", "<|start|>", "assistant", "<|channel|>", "analysis",
+             "<|message|>", "Simple.", "<|end|>", "<|start|>", "assistant",
+             "<|channel|>", "commentary to=functions.f ", "<|constrain|>", "json",
+             "<|message|>", '{"x": 1}', "<|call|>", "<|return|>", "<|endoftext|>"]
+    want = []
+    for p in parts:
+        want += [HARMONY_SPECIALS[p]] if p in HARMONY_SPECIALS else hf_encode(p, pre, ranks, vocab)
+    got, err = shoal_ids(shoal, d, "".join(parts), "--parse-special")
+    result("gpt-oss harmony markers are single ids", got == want,
+           "shoal %s %s\n  reference %s" % (got, err, want))
+    # without --parse-special the markers are text
+    got, err = shoal_ids(shoal, d, "<|channel|>final")
+    result("gpt-oss markers not parsed without --parse-special",
+           got == hf_encode("<|channel|>final", pre, ranks, vocab), "%s %s" % (got, err))
+    ids = [HARMONY_SPECIALS["<|channel|>"]] + hf_encode("final", pre, ranks, vocab) + \
+        [HARMONY_SPECIALS["<|message|>"]] + hf_encode(GPT_OSS_TEXTS[1], pre, ranks, vocab)
+    p = subprocess.run([shoal, "detokenize", "--model", d, "--special", "--ids",
+                        " ".join(map(str, ids))], capture_output=True, timeout=60)
+    result("gpt-oss decode round trip (--special)", p.returncode == 0 and
+           p.stdout.decode().rstrip("\n") == "<|channel|>final<|message|>" + GPT_OSS_TEXTS[1],
+           "rc=%d out=%r" % (p.returncode, p.stdout))
 
 
 def check_kimi(shoal, kimi):
@@ -432,6 +555,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         fams, vocab, ranks, kimi = build(tmp)
         check_hf(args.shoal, fams, vocab, ranks)
+        check_gpt_oss(args.shoal, fams, vocab, ranks)
         check_kimi(args.shoal, kimi)
         check_bad_tiktoken(args.shoal, kimi, tmp)
     print("%d passed, %d failed" % (passed, failed))
