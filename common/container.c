@@ -175,8 +175,10 @@ static int convert_rows(const struct shoal_weight *src, enum shoal_dtype t, int 
         const int rc = r0 == 0 ? shoal_mxfp4_check(src, name, err) : 0;
         if (rc)
             return rc;
-        if (t == SHOAL_DTYPE_MXFP4) {   /* the packed pairs as they are */
-            memcpy(dst, shoal_weight_row(src, r0), (size_t)(r1 - r0) * (size_t)(cols / 2));
+        if (t == SHOAL_DTYPE_MXFP4) {   /* the packed pairs as they are, row by row */
+            for (int64_t r = r0; r < r1; r++)
+                memcpy(dst + (size_t)(r - r0) * (size_t)(cols / 2), shoal_mxfp4_row_q(src, r),
+                       (size_t)(cols / 2));
             return 0;
         }
     }
@@ -287,10 +289,13 @@ static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
             rc = put_bytes(wr, h, fd, path, off + so, src->scale,
                            shoal_fp8_scale_bytes(src->rows, src->cols, tw.group));
     }
-    if (!rc && t == SHOAL_DTYPE_MXFP4)   /* the exponents right after the pairs
-                                          * (docs/FORMAT.md "MXFP4 tensors") */
-        rc = put_bytes(wr, h, fd, path, off + (uint64_t)src->rows * row_bytes, src->e8m0,
-                       shoal_mxfp4_scale_bytes(src->rows, src->cols));
+    /* the exponents right after the pairs (docs/FORMAT.md "MXFP4 tensors"),
+     * row by row (a source may step over rows: gpt-oss's gate and up) */
+    for (int64_t r = 0; !rc && t == SHOAL_DTYPE_MXFP4 && r < src->rows; r++)
+        rc = put_bytes(wr, h, fd, path,
+                       off + (uint64_t)src->rows * row_bytes +
+                           (uint64_t)r * (uint64_t)(src->cols / SHOAL_MXFP4_BLOCK),
+                       shoal_mxfp4_row_e(src, r), (size_t)(src->cols / SHOAL_MXFP4_BLOCK));
     *xxh = XXH64_digest(h);
     XXH64_freeState(h);
     return rc;

@@ -252,6 +252,48 @@ struct bind_st {
     struct shoal_err *err;
 };
 
+/* gpt_oss as shipped: expert ie's gate / up / down from the MXFP4 tensors
+ * X_blocks [n_expert][rows][cols/32][16] and X_scales [n_expert][rows]
+ * [cols/32], output-major, gate_up_proj's rows interleaved (gate, up, gate,
+ * ...): gate and up are views stepping over every other row (row_step 2),
+ * nothing is copied. Their exponents are checked when the expert first runs
+ * (forward.c) or by convert. */
+static int bind_fused_mxfp4(struct bind_st *b, const struct shoal_weight_slot *s)
+{
+    const struct shoal_model_config *c = b->cfg;
+    const int64_t E = c->n_embd, F = c->n_ff_exp;
+    char bn[300], sn[300];
+    snprintf(bn, sizeof bn, "%s_blocks", s->hf_name);
+    snprintf(sn, sizeof sn, "%s_scales", s->hf_name);
+    struct shoal_st_tensor *bt = shoal_safetensors_find(b->st, bn);
+    struct shoal_st_tensor *st = shoal_safetensors_find(b->st, sn);
+    if (!bt || !st)
+        return shoal_err_set(b->err, SHOAL_ENOTFOUND,
+                             "missing tensor '%s' in the checkpoint (nor its MXFP4 form "
+                             "'%s' + '%s')", s->hf_name, bn, sn);
+    bt->used = st->used = 1;
+    if (!c->mxfp4_experts)
+        return shoal_err_set(b->err, SHOAL_EFORMAT,
+                             "tensor '%s' is MXFP4 but config.json has no quantization_config "
+                             "{\"quant_method\": \"mxfp4\"}", bn);
+    const int down = s->fused == SHOAL_FUSED_DOWN;
+    struct shoal_weight *w = s->w;
+    int rc = shoal_mxfp4_bind(w, bt, st, s->ie, down ? E : 2 * F, down ? F : E, 0, bn,
+                              b->err);
+    if (rc)
+        return rc;
+    if (!down) {   /* gate: rows 0, 2, 4, ...; up: rows 1, 3, 5, ... */
+        w->rows = F;
+        w->row_step = 2;
+        if (s->fused == SHOAL_FUSED_UP) {
+            w->data = (const uint8_t *)w->data + E / 2;
+            w->e8m0 += E / SHOAL_MXFP4_BLOCK;
+        }
+        b->m->layers[s->il].experts[s->ie].swiglu_limit = (float)c->swiglu_limit;
+    }
+    return 0;
+}
+
 /* gpt_oss: bind slot s to its slice of a stacked tensor (enum
  * shoal_fused_part). The gate / up / down matrices are transposed (the
  * file is input-major) and gate / up de-interleaved, so they are copied,
@@ -262,6 +304,8 @@ static int bind_fused(struct bind_st *b, const struct shoal_weight_slot *s)
     const struct shoal_model_config *c = b->cfg;
     const int64_t NE = c->n_expert, E = c->n_embd, F = c->n_ff_exp;
     struct shoal_st_tensor *t = shoal_safetensors_find(b->st, s->hf_name);
+    if (!t && s->fused <= SHOAL_FUSED_DOWN)
+        return bind_fused_mxfp4(b, s);
     if (!t)
         return shoal_err_set(b->err, SHOAL_ENOTFOUND, "missing tensor '%s' in the checkpoint",
                              s->hf_name);

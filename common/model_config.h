@@ -171,6 +171,8 @@ struct shoal_model_config {
      * "weight_block_size": [128, 128]}: the FP8 block edge (128); 0 when
      * config.json has none (shoal_quant_config_parse) */
     int fp8_block;
+    int mxfp4_experts;            /* gpt_oss: quantization_config mxfp4 (routed experts
+                                     as *_blocks / *_scales) */
 };
 
 /* Parse a config.json file (path borrowed) into *cfg.

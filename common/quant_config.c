@@ -35,6 +35,15 @@ int shoal_quant_config_parse(json_t *root, const char *what, struct shoal_model_
         return shoal_err_set(err, SHOAL_EFORMAT,
                              "%s: quantization_config must be an object", what);
     json_t *m = json_object_get(q, "quant_method");
+    /* gpt-oss: MXFP4 routed experts ("*_blocks" + "*_scales", OCP MX);
+     * the modules it lists as not converted (attention, router,
+     * embeddings, lm_head) are exactly the ones shoal reads as plain
+     * tensors, so the list is not needed to bind them */
+    if (json_is_string(m) && !strcmp(json_string_value(m), "mxfp4") && cfg->family &&
+        cfg->family->gpt_oss) {
+        cfg->mxfp4_experts = 1;
+        return 0;
+    }
     if (!json_is_string(m) || strcmp(json_string_value(m), "fp8"))
         return shoal_err_set(err, SHOAL_EUNSUPPORTED,
                              "%s: quantization_config.quant_method is '%s'; expected 'fp8' "

@@ -38,16 +38,17 @@ int shoal_mxfp4_check(const struct shoal_weight *w, const char *name, struct sho
                              (long long)w->rows, (long long)w->cols, w->group,
                              w->e8m0 ? "exponents set" : "no exponents");
     const int64_t nb = w->cols / SHOAL_MXFP4_BLOCK;
-    const size_t n = (size_t)w->rows * (size_t)nb;
-    for (size_t i = 0; i < n; i++) {
-        if (!e_ok(w->e8m0[i]))
-            return shoal_err_set(err, SHOAL_EFORMAT,
-                                 "tensor '%s': E8M0 scale at (row %lld, block %lld) is %u%s; "
-                                 "expected %d..%d (scales 2^-%d..2^%d)", name,
-                                 (long long)(i / (size_t)nb), (long long)(i % (size_t)nb),
-                                 w->e8m0[i], w->e8m0[i] == 255 ? " (NaN)" : "",
-                                 127 - SHOAL_MXFP4_EMAX_DELTA, 127 + SHOAL_MXFP4_EMAX_DELTA,
-                                 SHOAL_MXFP4_EMAX_DELTA, SHOAL_MXFP4_EMAX_DELTA);
+    for (int64_t r = 0; r < w->rows; r++) {
+        const uint8_t *e = shoal_mxfp4_row_e(w, r);
+        for (int64_t b = 0; b < nb; b++)
+            if (!e_ok(e[b]))
+                return shoal_err_set(err, SHOAL_EFORMAT,
+                                     "tensor '%s': E8M0 scale at (row %lld, block %lld) is "
+                                     "%u%s; expected %d..%d (scales 2^-%d..2^%d)", name,
+                                     (long long)r, (long long)b, e[b],
+                                     e[b] == 255 ? " (NaN)" : "",
+                                     127 - SHOAL_MXFP4_EMAX_DELTA, 127 + SHOAL_MXFP4_EMAX_DELTA,
+                                     SHOAL_MXFP4_EMAX_DELTA, SHOAL_MXFP4_EMAX_DELTA);
     }
     return 0;
 }
@@ -124,8 +125,8 @@ static float mx_row_dot(const float *x, const uint8_t *q, const uint8_t *e, int6
 void shoal_mxfp4_dequantize_row(float *dst, const struct shoal_weight *w, int64_t r)
 {
     const int64_t nb = w->cols / SHOAL_MXFP4_BLOCK;
-    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (size_t)(w->cols / 2);
-    const uint8_t *e = w->e8m0 + (size_t)r * (size_t)nb;
+    const uint8_t *q = shoal_mxfp4_row_q(w, r);
+    const uint8_t *e = shoal_mxfp4_row_e(w, r);
     for (int64_t b = 0; b < nb; b++) {
         const float d = shoal_mxfp4_d(e[b]);
         float *o = dst + b * SHOAL_MXFP4_BLOCK;
@@ -141,8 +142,8 @@ void shoal_mxfp4_dequantize_row(float *dst, const struct shoal_weight *w, int64_
 float shoal_mxfp4_dot_ref(const float *x, const struct shoal_weight *w, int64_t r)
 {
     const int64_t nb = w->cols / SHOAL_MXFP4_BLOCK;
-    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (size_t)(w->cols / 2);
-    const uint8_t *e = w->e8m0 + (size_t)r * (size_t)nb;
+    const uint8_t *q = shoal_mxfp4_row_q(w, r);
+    const uint8_t *e = shoal_mxfp4_row_e(w, r);
     float acc = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
         float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};

@@ -35,20 +35,19 @@ void MXFP4_ROWS_NAME(float *y, const float *x, int64_t n_tok, const struct shoal
     if (n_tok == 1) {
         int64_t r = r0;
 #ifdef MX_HAVE_ROW_DOT_N
+        const size_t step = w->row_step > 1 ? (size_t)w->row_step : 1;
         for (; r + MX_NR <= r1; r += MX_NR)
-            mx_row_dot_n(x, (const uint8_t *)w->data + (size_t)r * (size_t)(cols / 2),
-                         (size_t)(cols / 2), w->e8m0 + (size_t)r * (size_t)nb, (size_t)nb, nb,
-                         y + r);
+            mx_row_dot_n(x, shoal_mxfp4_row_q(w, r), step * (size_t)(cols / 2),
+                         shoal_mxfp4_row_e(w, r), step * (size_t)nb, nb, y + r);
 #endif
         for (; r < r1; r++)
-            y[r] = mx_row_dot(x, (const uint8_t *)w->data + (size_t)r * (size_t)(cols / 2),
-                              w->e8m0 + (size_t)r * (size_t)nb, nb);
+            y[r] = mx_row_dot(x, shoal_mxfp4_row_q(w, r), shoal_mxfp4_row_e(w, r), nb);
         return;
     }
     float wf[MX_CHUNK];
     for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (size_t)(cols / 2);
-        const uint8_t *e = w->e8m0 + (size_t)r * (size_t)nb;
+        const uint8_t *q = shoal_mxfp4_row_q(w, r);
+        const uint8_t *e = shoal_mxfp4_row_e(w, r);
         for (int64_t t = 0; t < n_tok; t++)
             y[t * rows + r] = 0.0f;
         for (int64_t c0 = 0; c0 < cols; c0 += MX_CHUNK) {

@@ -143,8 +143,11 @@ int shoal_weight_rows_view(const struct shoal_weight *w, int64_t r0, int64_t n,
         out->scale = w->scale + (r0 / w->group) * nbc;
         return 0;
     }
+    if (w->dtype == SHOAL_DTYPE_MXFP4) {
+        out->data = shoal_mxfp4_row_q(w, r0);
+        out->e8m0 = shoal_mxfp4_row_e(w, r0);
+        return 0;
+    }
     out->data = shoal_weight_row(w, r0);
-    if (w->dtype == SHOAL_DTYPE_MXFP4)
-        out->e8m0 = w->e8m0 + (size_t)r0 * (size_t)(w->cols / SHOAL_MXFP4_BLOCK);
     return 0;
 }

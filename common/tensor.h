@@ -68,7 +68,22 @@ struct shoal_weight {
                            pairs [rows][cols/2]; element (r, c) is
                            e2m1(nibble) * 2^(e8m0[r][c/32] - 127). NULL
                            otherwise */
+    int row_step;       /* MXFP4 only: row r is row r * row_step of the tensor data
+                           and e8m0 point into (gpt-oss's gate and up: the even and
+                           odd rows of gate_up_proj); 0 or 1: rows back to back */
 };
+
+/* Row r of an MXFP4 weight: its packed pairs and its exponents. Thread: any. */
+static inline const uint8_t *shoal_mxfp4_row_q(const struct shoal_weight *w, int64_t r)
+{
+    const size_t step = w->row_step > 1 ? (size_t)w->row_step : 1;
+    return (const uint8_t *)w->data + (size_t)r * step * (size_t)(w->cols / 2);
+}
+static inline const uint8_t *shoal_mxfp4_row_e(const struct shoal_weight *w, int64_t r)
+{
+    const size_t step = w->row_step > 1 ? (size_t)w->row_step : 1;
+    return w->e8m0 + (size_t)r * step * (size_t)(w->cols / 32);
+}
 
 /* The MXFP4 block: 32 consecutive values of a row share one exponent. */
 #define SHOAL_MXFP4_BLOCK 32

@@ -109,10 +109,6 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
     if (o->n_shared_expert)
         printf(" + %lld shared", (long long)o->n_shared_expert);
     printf("%s\n", o->mla ? ", MLA" : "");
-    if (!o->runnable)
-        printf("             shoal cannot run this checkpoint yet (%s: MXFP4 weights): planned "
-               "from its config\n",
-               o->model_type);
     printf("parameters   %.2f B total (%.2f B per token)", o->params_total / 1e9,
            o->params_active / 1e9);
     if (o->params_mtp)
@@ -314,6 +310,9 @@ int shoal_cmd_plan(int argc, char **argv)
         if (!set_dense)
             p.dense_dtype = SHOAL_DTYPE_FP8;
     }
+    /* gpt-oss ships MXFP4 experts and a BF16 trunk, which convert keeps */
+    if (json_is_string(qm) && !strcmp(json_string_value(qm), "mxfp4") && !set_experts)
+        p.experts_dtype = SHOAL_DTYPE_MXFP4;
     json_decref(root);
     struct shoal_err err = {0};
     struct shoal_plan o;

@@ -488,8 +488,9 @@ static int check_fp8_experts(struct shoal_ctx *ctx, int64_t il, const int32_t *i
     const struct shoal_layer_weights *L = &ctx->model->layers[il];
     for (int64_t i = 0; i < nb; i++) {
         const struct shoal_expert_weights *e = &L->experts[ids[i]];
+        const int mx = e->w_gate.dtype == SHOAL_DTYPE_MXFP4;   /* gpt-oss as shipped */
         if (e->w_gate.dtype != SHOAL_DTYPE_FP8 && e->w_up.dtype != SHOAL_DTYPE_FP8 &&
-            e->w_down.dtype != SHOAL_DTYPE_FP8)
+            e->w_down.dtype != SHOAL_DTYPE_FP8 && !mx)
             continue;
         if (!ctx->fp8_ok)
             ctx->fp8_ok = shoal_xcalloc((size_t)(c->n_layer * c->n_expert), 1);
@@ -500,12 +501,18 @@ static int check_fp8_experts(struct shoal_ctx *ctx, int64_t il, const int32_t *i
         const char *hf[3] = {c->family->expert_gate, c->family->expert_up,
                              c->family->expert_down};
         for (int k = 0; k < 3; k++) {
-            if (w[k]->dtype != SHOAL_DTYPE_FP8)
+            if (w[k]->dtype != SHOAL_DTYPE_FP8 && w[k]->dtype != SHOAL_DTYPE_MXFP4)
                 continue;
             char name[160];
-            snprintf(name, sizeof name, "model.layers.%lld.%s.experts.%d.%s.weight",
-                     (long long)il, c->family->moe_prefix, ids[i], hf[k]);
-            int rc = shoal_fp8_check(w[k], 1, name, err);
+            if (mx)   /* gate and up are the even and odd rows of gate_up_proj */
+                snprintf(name, sizeof name, "model.layers.%lld.mlp.experts.%s_scales[%d]%s",
+                         (long long)il, hf[k], ids[i],
+                         k == 0 ? " (gate: its even rows)" : k == 1 ? " (up: its odd rows)" : "");
+            else
+                snprintf(name, sizeof name, "model.layers.%lld.%s.experts.%d.%s.weight",
+                         (long long)il, c->family->moe_prefix, ids[i], hf[k]);
+            int rc = w[k]->dtype == SHOAL_DTYPE_MXFP4 ? shoal_mxfp4_check(w[k], name, err)
+                                                      : shoal_fp8_check(w[k], 1, name, err);
             if (rc)
                 return rc;
         }

@@ -29,59 +29,6 @@ struct arch {
     uint8_t is_moe[SHOAL_MAX_LAYERS];
 };
 
-/* ---- reading the config of a family shoal does not run yet -------------- */
-
-/* An integer field: absent or null gives def (def -1: required);
- * otherwise it must be an integer in [lo, hi]. */
-static int get_int(const json_t *o, const char *key, int64_t def, int64_t lo, int64_t hi,
-                   const char *what, int64_t *out, struct shoal_err *err)
-{
-    const json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) {
-        *out = def;
-        if (def != -1)
-            return 0;
-        return shoal_err_set(err, SHOAL_EFORMAT, "%s: '%s' is missing; expected an integer "
-                             "in [%lld, %lld]", what, key, (long long)lo, (long long)hi);
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return shoal_err_set(err, SHOAL_EFORMAT, "%s: '%s' must be an integer in [%lld, "
-                             "%lld]", what, key, (long long)lo, (long long)hi);
-    *out = json_integer_value(v);
-    return 0;
-}
-
-#define REQ(key, var, lo, hi) \
-    if ((rc = get_int(root, key, -1, lo, hi, what, &(var), err))) return rc
-#define OPT(key, var, def, lo, hi) \
-    if ((rc = get_int(root, key, def, lo, hi, what, &(var), err))) return rc
-
-static int read_other(const json_t *root, const char *what, struct arch *a,
-                      struct shoal_err *err)
-{
-    int rc;
-    REQ("vocab_size", a->V, 1, INT32_MAX);
-    REQ("hidden_size", a->E, 1, MAX_DIM);
-    REQ("num_hidden_layers", a->L, 1, SHOAL_MAX_LAYERS);
-    REQ("num_attention_heads", a->H, 1, 4096);
-    OPT("num_key_value_heads", a->Hkv, a->H, 1, 4096);
-    REQ("num_experts_per_tok", a->n_used, 1, 4096);
-    const json_t *tie = json_object_get(root, "tie_word_embeddings");
-    a->tie = json_is_true(tie);
-    /* gpt_oss: o bias, attention sinks, router and expert biases */
-    REQ("num_local_experts", a->n_expert, 1, 65536);
-    REQ("intermediate_size", a->n_ff_exp, 1, MAX_DIM);
-    OPT("head_dim", a->hd, a->E / a->H, 1, 65536);
-    a->qkv_bias = a->o_bias = a->sinks = 1;
-    a->router_bias = a->expert_bias = 1;
-    memset(a->is_moe, 1, (size_t)a->L);
-    if (a->n_used > a->n_expert)
-        return shoal_err_set(err, SHOAL_EFORMAT, "%s: num_experts_per_tok %lld exceeds the "
-                             "%lld experts", what, (long long)a->n_used,
-                             (long long)a->n_expert);
-    return 0;
-}
-
 /* ---- the families shoal runs: the same parse as convert ----------------- */
 
 static void from_config(const struct shoal_model_config *c, struct arch *a)
@@ -249,8 +196,6 @@ static void expert_blob(const struct arch *a, const struct shoal_plan_params *p,
     o->expert_blob_bytes = align_up(off, ALIGN_BLOB);
 }
 
-static const char *const other_families[] = {"gpt_oss"};
-
 int shoal_plan_config(const char *json, size_t len, const char *what,
                       const struct shoal_plan_params *p, struct shoal_plan *o,
                       struct shoal_err *err)
@@ -272,13 +217,9 @@ int shoal_plan_config(const char *json, size_t len, const char *what,
         json_decref(root);
         return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
     }
-    int other = 0;
-    for (size_t i = 0; type && i < sizeof other_families / sizeof other_families[0]; i++)
-        other |= !strcmp(type, other_families[i]);
-    if (!type || (!other && !shoal_family_find(type))) {
+    if (!type || !shoal_family_find(type)) {
         rc = shoal_err_set(err, SHOAL_EUNSUPPORTED, "%s: unknown model_type '%s'; shoal plan "
-                           "knows %s",
-                           what, type ? type : "(none)", shoal_family_list());
+                           "knows %s", what, type ? type : "(none)", shoal_family_list());
         goto out;
     }
     snprintf(o->model_type, sizeof o->model_type, "%s", type);
@@ -287,17 +228,12 @@ int shoal_plan_config(const char *json, size_t len, const char *what,
         rc = shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
         goto out;
     }
-    /* the engine's own parse; a config it refuses that this planner knows
-     * (gpt-oss's MXFP4 checkpoint) is planned from its fields alone */
-    struct shoal_err perr = {0};
-    rc = shoal_model_config_parse(json, len, what, c, other ? &perr : err);
+    rc = shoal_model_config_parse(json, len, what, c, err);   /* the engine's own parse */
     if (!rc) {
         from_config(c, a);
         o->runnable = 1;
     }
     free(c);
-    if (rc && other)
-        rc = read_other(root, what, a, err);
     if (rc)
         goto out;
     o->mla = a->mla;

@@ -4,7 +4,8 @@ beyond test_cluster.py:
 
 1. families: for every family's tiny model (tests/reference/gen_tiny.py:
    mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, kimi_k2,
-   glm4_moe, gpt_oss; bf16 containers, deepseek_v3_fp8 as an FP8 container, and
+   glm4_moe, gpt_oss; bf16 containers, deepseek_v3_fp8 as an FP8 container,
+   gpt_oss_mxfp4 as an MXFP4 one (its experts kept as shipped), and
    qwen3_moe with int4 experts and deepseek_v3 with int4a8 ones too), a 20-id prompt (multi-row prefill requests) and
    greedy decode: logits bytes and ids identical in-process, with 1 worker
    (--local-experts off), 3 workers on disjoint shards and 3 workers with 2
@@ -53,7 +54,7 @@ from clusterlib import Gen, same, detail  # noqa: E402
 
 REFERENCE = os.path.join(L.ROOT, "tests", "reference")
 FAMILIES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3",
-            "kimi_k2", "glm4_moe", "deepseek_v3_fp8", "gpt_oss"]
+            "kimi_k2", "glm4_moe", "deepseek_v3_fp8", "gpt_oss", "gpt_oss_mxfp4"]
 # 20 ids < the tiny models' 320-token vocabulary: prefill sends 20-row requests
 TOKENS = ["--tokens", "17,300,3,101,257,42,7,55,199,260,12,88,150,231,9,64,280,33,120,5"]
 TGEN = ["--max-tokens", "8", "--greedy", "--ignore-eos"]

@@ -136,7 +136,10 @@ def st_bytes(tensors):
     blobs = []
     for name, a in tensors:
         dt = {np.dtype(np.uint8): "F8_E4M3", np.dtype(np.uint16): "BF16"}.get(a.dtype, "F32")
-        a = np.ascontiguousarray(a, dtype={"F8_E4M3": np.uint8, "BF16": "<u2"}.get(dt, "<f4"))
+        if dt == "F8_E4M3" and name.endswith(("_blocks", "_scales")):
+            dt = "U8"   # MXFP4's packed pairs and E8M0 exponents
+        a = np.ascontiguousarray(a, dtype={"F8_E4M3": np.uint8, "U8": np.uint8,
+                                           "BF16": "<u2"}.get(dt, "<f4"))
         b = a.tobytes()
         header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
         off += len(b)
@@ -319,6 +322,43 @@ for _name in ("deepseek_v3", "glm4_moe", "gpt_oss"):
     _fn, _sizes, _extra, _seed, _shards = SPECS[_name]
     SPECS[_name + "_bf16"] = (_fn, _sizes, _extra, _seed + 50, _shards)
 BF16_SPECS = {"deepseek_v3_bf16", "glm4_moe_bf16", "gpt_oss_bf16"}
+
+# gpt-oss as shipped: its routed experts MXFP4 (quantization_config kept),
+# everything else BF16
+_fn, _sizes, _extra, _seed, _shards = SPECS["gpt_oss"]
+SPECS["gpt_oss_mxfp4"] = (_fn, _sizes, lambda c: (_extra(c), c.update(
+    quantization_config={"modules_to_not_convert": ["model.layers.*.self_attn",
+                                                    "model.layers.*.mlp.router",
+                                                    "model.embed_tokens", "lm_head"],
+                         "quant_method": "mxfp4"})), _seed + 70, _shards)
+MXFP4_SPECS = {"gpt_oss_mxfp4"}
+E2M1_POS = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def make_mxfp4(tensors):
+    """gpt-oss's layout: experts.gate_up_proj / down_proj (input-major
+    [n, in, out]) become X_blocks [n, out, in/32, 16] and X_scales [n, out,
+    in/32]: per 32 inputs an E8M0 exponent e = ceil(log2(amax / 6)) and
+    E2M1 codes of w / 2^e (nearest, the lower code on ties; low nibble =
+    even element); the rest BF16."""
+    out = []
+    for name, a in tensors:
+        if not name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            out += make_bf16([(name, a)])
+            continue
+        w = np.ascontiguousarray(a.transpose(0, 2, 1), dtype=np.float64)  # [n, out, in]
+        n, rows, cols = w.shape
+        blk = w.reshape(n, rows, cols // 32, 32)
+        amax = np.abs(blk).max(-1)
+        e = np.ceil(np.log2(np.maximum(amax, 1e-30) / 6.0)).astype(np.int64)
+        e = np.clip(e, -60, 60)
+        v = blk / np.exp2(e)[..., None]
+        mag = np.abs(v)
+        idx = np.abs(mag[..., None] - E2M1_POS).argmin(-1)             # nearest magnitude
+        code = (idx | np.where(np.signbit(v) & (idx > 0), 8, 0)).astype(np.uint8)
+        out.append((name + "_blocks", (code[..., 0::2] | (code[..., 1::2] << 4)).astype(np.uint8)))
+        out.append((name + "_scales", (e + 127).astype(np.uint8)))
+    return out
 
 
 def make_bf16(tensors):
@@ -541,7 +581,8 @@ def generate(outdir, configs=DEFAULT_CONFIGS, only=None, verbose=True):
         for seed in range(seed0, seed0 + 50):
             w = make_weights(cfg, seed)
             write_checkpoint(d, make_fp8(w) if name in FP8_SPECS else
-                             make_bf16(w) if name in BF16_SPECS else w, shards)
+                             make_bf16(w) if name in BF16_SPECS else
+                             make_mxfp4(w) if name in MXFP4_SPECS else w, shards)
             ok, why, st = check(d, eos_id)
             if ok:
                 break

@@ -43,7 +43,28 @@ class CheckpointError(Exception):
 # --------------------------------------------------------------------------
 
 _DT = {"F32": ("<f4", 4), "F16": ("<f2", 2), "F64": ("<f8", 8), "BF16": (None, 2),
-       "F8_E4M3": (None, 1)}
+       "F8_E4M3": (None, 1), "U8": ("<u1", 1)}
+
+# OCP MX E2M1 values by nibble (sign bit 3), as gpt-oss's weights.py FP4_VALUES
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def dequant_mxfp4(tensors):
+    """gpt-oss's MXFP4 experts: X_blocks [n, rows, cols/32, 16] (two E2M1 per
+    byte, the low nibble first) and X_scales [n, rows, cols/32] (E8M0: value
+    times 2^(s - 127)) become X [n, cols, rows], the input-major layout of the
+    dequantized checkpoints (transformers' convert_moe_packed_tensors)."""
+    for name in [n for n in tensors if n.endswith("_blocks")]:
+        base = name[:-len("_blocks")]
+        blk, sc = tensors.pop(name).astype(np.uint8), tensors.pop(base + "_scales")
+        n, rows, nb, _ = blk.shape
+        vals = np.empty((n, rows, nb, 32))
+        vals[..., 0::2] = E2M1[blk & 15]
+        vals[..., 1::2] = E2M1[blk >> 4]
+        vals = vals * np.exp2(sc.astype(np.float64) - 127.0)[..., None]
+        tensors[base] = vals.reshape(n, rows, nb * 32).transpose(0, 2, 1)
+    return tensors
 
 
 def e4m3_decode(codes):
@@ -156,7 +177,7 @@ def load_tensors(model_dir):
         tensors = read_safetensors(single)
     else:
         raise CheckpointError(f"{model_dir}: no model.safetensors or model.safetensors.index.json")
-    return dequant_fp8(tensors)
+    return dequant_mxfp4(dequant_fp8(tensors))
 
 
 # --------------------------------------------------------------------------

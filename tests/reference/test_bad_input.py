@@ -251,6 +251,25 @@ def c_fp8_nan_expert(d):
     return ["model.layers.1.mlp.experts.", "up_proj.weight", "NaN", "row 2, col 9"], []
 
 
+def c_mxfp4_nan_exponent(d):
+    """gpt-oss as shipped: E8M0 255 (NaN) for every layer-1 expert's gate_up
+    rows 2..3, block 1: run (at the expert's first use) and convert refuse it
+    in one line naming the tensor and where."""
+    name = "model.layers.1.mlp.experts.gate_up_proj_scales"      # [8, 64, 2]
+
+    def ed(it):
+        for x in it:
+            if x[0] == name:
+                b = bytearray(x[2])
+                for e in range(8):
+                    for r in (2, 3):
+                        b[(e * 64 + r) * 2 + 1] = 255
+                x[2] = bytes(b)
+        return it
+    st_rebuild(os.path.join(d, ST), ed)
+    return ["gate_up_proj", "255", "block 1"], []
+
+
 def c_quant_method(d):
     def ed(cfg):
         cfg["quantization_config"]["quant_method"] = "gptq"
@@ -394,6 +413,7 @@ CASES = [
     ("FP8 scale of the wrong dtype", "qwen3_moe_fp8", c_fp8_scale_dtype, True),
     ("FP8 NaN code in a weight", "qwen3_moe_fp8", c_fp8_nan_code, True),
     ("FP8 NaN code in routed experts", "qwen3_moe_fp8", c_fp8_nan_expert, True),
+    ("MXFP4 NaN exponent in gpt-oss experts", "gpt_oss_mxfp4", c_mxfp4_nan_exponent, True),
     ("unknown quantization_config.quant_method", "qwen3_moe_fp8", c_quant_method, True),
     ("unsupported weight_block_size", "qwen3_moe_fp8", c_quant_block, True),
     ("unknown quantization_config.fmt", "qwen3_moe_fp8", c_quant_fmt, True),

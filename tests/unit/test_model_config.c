@@ -141,11 +141,17 @@ Test(model_config, real_configs_parse)
     cr_assert(eq(i64, c.n_ff_shexp, 5632));
     cr_assert(eq(int, c.qkv_bias, 1));
     cr_assert(eq(int, shoal_layer_uses_window(&c, 23), 0)); /* use_sliding_window false */
-    /* gpt_oss runs from bf16 / f32 weights; its MXFP4 checkpoint not yet */
+    /* gpt-oss as shipped: MXFP4 experts, alternating windows of 128 */
     snprintf(path, sizeof path, "%s/data/configs/gpt-oss-20b.json", SHOAL_SHARED_DIR);
     shoal_err_clear(&e);
-    cr_assert(eq(int, shoal_model_config_load(path, &c, &e), SHOAL_EUNSUPPORTED));
-    cr_assert_not_null(strstr(e.msg, "mxfp4"), "%s", e.msg);
+    cr_assert(eq(int, shoal_model_config_load(path, &c, &e), 0), "%s", e.msg);
+    cr_assert(eq(str, (char *)c.family->model_type, "gpt_oss"));
+    cr_assert(eq(int, c.mxfp4_experts, 1));
+    cr_assert(eq(i64, c.n_expert, 32));
+    cr_assert(eq(i64, c.n_expert_used, 4));
+    cr_assert(eq(int, shoal_layer_uses_window(&c, 0), 1));
+    cr_assert(eq(int, shoal_layer_uses_window(&c, 1), 0));
+    cr_assert(eq(i64, c.sliding_window, 128));
 }
 
 /* The values each field of the real DeepSeek, Kimi and GLM configs sets,
