@@ -17,6 +17,7 @@ struct subcommand {
 static const struct subcommand subcommands[] = {
     {"run", shoal_cmd_run, "generate text from a prompt"},
     {"chat", shoal_cmd_chat, "talk with a model (multi-turn, chat template)"},
+    {"serve", shoal_cmd_serve, "serve an OpenAI-compatible HTTP API (completions, chat)"},
     {"perplexity", shoal_cmd_perplexity, "score a text file (perplexity)"},
     {"convert", shoal_cmd_convert, "make a shoal container from a Hugging Face checkpoint"},
     {"inspect", shoal_cmd_inspect, "describe (and --verify) a shoal container"},

@@ -14,6 +14,7 @@
 
 int shoal_cmd_run(int argc, char **argv);
 int shoal_cmd_chat(int argc, char **argv);
+int shoal_cmd_serve(int argc, char **argv);
 int shoal_cmd_tokenize(int argc, char **argv);
 int shoal_cmd_detokenize(int argc, char **argv);
 int shoal_cmd_perplexity(int argc, char **argv);

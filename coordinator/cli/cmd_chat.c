@@ -473,18 +473,8 @@ int shoal_cmd_chat(int argc, char **argv)
      * closes one message (the analysis before the final answer). */
     struct shoal_harmony_ids hids;
     const int harmony = shoal_harmony_ids_of(s->tok, &hids);
-    static const char *const end_of_turn[] = {"<|im_end|>", "<|eot_id|>", "<|end|>",
-                                              "<end_of_turn>", "<|endoftext|>"};
-    for (size_t k = 0; k < sizeof end_of_turn / sizeof end_of_turn[0] && go.n_stop_ids < 8; k++) {
-        int32_t id = shoal_tokenizer_token_id(s->tok, end_of_turn[k]);
-        if (id >= 0 && !(harmony && id == hids.end))
-            go.stop_ids[go.n_stop_ids++] = id;
-    }
+    go.n_stop_ids = shoal_chat_end_ids(s->tok, go.stop_ids, 8);
     if (harmony) {
-        if (hids.ret >= 0 && go.n_stop_ids < 8)
-            go.stop_ids[go.n_stop_ids++] = hids.ret;
-        if (hids.call >= 0 && go.n_stop_ids < 8)
-            go.stop_ids[go.n_stop_ids++] = hids.call;
         if (go.n_stop) {
             shoal_cli_error("chat: --stop is not supported with the harmony format of '%s' "
                             "(replies end at <|return|> or <|call|>)", s->model->dir);

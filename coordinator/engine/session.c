@@ -899,8 +899,12 @@ static int stream_emit(struct stream_state *st, const struct shoal_gen_opts *o,
         }
     }
     if (safe > st->printed) {
-        fwrite(st->text + st->printed, 1, safe - st->printed, out);
-        fflush(out);
+        if (o->on_text) {
+            o->on_text(o->on_text_user, st->text + st->printed, safe - st->printed);
+        } else {
+            fwrite(st->text + st->printed, 1, safe - st->printed, out);
+            fflush(out);
+        }
         st->printed = safe;
     }
     return stopped;
@@ -1041,8 +1045,10 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         stream_emit(&st, o, out, 1);
     double t_dec = shoal_time_s() - t_dec0;
     if (o->print_timings && rc == 0) {
-        fprintf(out, "\n");
-        fflush(out);
+        if (!o->on_text) {
+            fprintf(out, "\n");
+            fflush(out);
+        }
         /* the first token comes from the prefill: a rate needs two */
         char rate[32] = "n/a";
         if (n_gen > 1 && t_dec > 0)

@@ -79,6 +79,14 @@ struct shoal_gen_opts {
      * with id -1. Thread: the caller's. */
     int (*on_token)(void *user, int32_t id, const char *text, size_t n);
     void *on_token_user;
+    /* If set (and on_token is not): receives the generated text instead of
+     * out, in the pieces the session would print (a suffix that may still
+     * become a --stop string held back, the text cut before a stop string),
+     * so together they are exactly the captured text. out is then not
+     * written, nor is the newline after it that print_timings adds; the
+     * timings line still goes to stderr. Thread: the caller's. */
+    void (*on_text)(void *user, const char *text, size_t n);
+    void *on_text_user;
 };
 
 enum shoal_stop_reason {

@@ -18,6 +18,25 @@ int shoal_harmony_ids_of(const struct shoal_tokenizer *tok, struct shoal_harmony
     return ids->start >= 0 && ids->channel >= 0 && ids->message >= 0 && ids->end >= 0;
 }
 
+int shoal_chat_end_ids(const struct shoal_tokenizer *tok, int32_t *ids, int max)
+{
+    struct shoal_harmony_ids h;
+    const int harmony = shoal_harmony_ids_of(tok, &h);
+    static const char *const end_of_turn[] = {"<|im_end|>", "<|eot_id|>", "<|end|>",
+                                              "<end_of_turn>", "<|endoftext|>"};
+    int n = 0;
+    for (size_t k = 0; k < sizeof end_of_turn / sizeof end_of_turn[0] && n < max; k++) {
+        int32_t id = shoal_tokenizer_token_id(tok, end_of_turn[k]);
+        if (id >= 0 && !(harmony && id == h.end))
+            ids[n++] = id;
+    }
+    if (harmony && h.ret >= 0 && n < max)
+        ids[n++] = h.ret;
+    if (harmony && h.call >= 0 && n < max)
+        ids[n++] = h.call;
+    return n;
+}
+
 void shoal_harmony_init(struct shoal_harmony *h, const struct shoal_harmony_ids *ids)
 {
     memset(h, 0, sizeof *h);

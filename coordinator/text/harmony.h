@@ -66,6 +66,14 @@ struct shoal_harmony {
  * vocabulary such as gpt-oss's o200k_harmony), else 0. Thread: any. */
 int shoal_harmony_ids_of(const struct shoal_tokenizer *tok, struct shoal_harmony_ids *ids);
 
+/* The token ids that end a chat reply with tok's vocabulary: the
+ * end-of-turn markers chat templates write (<|im_end|>, <|eot_id|>,
+ * <|end|>, <end_of_turn>, <|endoftext|>) that are tokens of tok; for a
+ * harmony vocabulary <|return|> and <|call|> instead of <|end|> (which
+ * closes one message). Writes at most max ids; returns how many.
+ * Thread: any. */
+int shoal_chat_end_ids(const struct shoal_tokenizer *tok, int32_t *ids, int max);
+
 /* Start a reply: the state right after the generation prompt
  * "<|start|>assistant" (inside a header). h is overwritten; free with
  * shoal_harmony_free. ids borrowed by value. Thread: the caller's. */

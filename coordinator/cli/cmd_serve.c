@@ -1,0 +1,138 @@
+/* shoal serve: the OpenAI-compatible HTTP API (coordinator/serve/). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "config.h"
+#include "serve.h"
+#include "session.h"
+#include "util.h"
+
+#define SERVE_MAX_BODY ((size_t)1 << 20)
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: shoal serve [--model] [MODEL] [--host ADDR] [--port N] [--api-key FILE]\n"
+        "                   [options]\n"
+        "\n"
+        "An OpenAI-compatible HTTP API: GET /health, GET /v1/models,\n"
+        "POST /v1/completions, POST /v1/chat/completions (whole or streamed as\n"
+        "server-sent events). One request generates at a time; another meanwhile\n"
+        "gets 429 with Retry-After. Stop with Ctrl-C or SIGTERM.\n"
+        "\n");
+    shoal_cli_usage_model(f);
+    fprintf(f,
+        "  --host ADDR          address to listen on (default 127.0.0.1); one that is not\n"
+        "                       loopback needs --api-key\n"
+        "  --port N             TCP port (default 8080; 0: any free port, printed)\n"
+        "  --api-key FILE       require 'Authorization: Bearer KEY', KEY the file's secret\n"
+        "                       (at least 16 bytes; surrounding whitespace ignored)\n"
+        "\n"
+        "Defaults for what a request leaves out (each request may set its own):\n");
+    shoal_gen_usage(f, 16, 0);
+    fprintf(f,
+        "  (without --max-tokens: 16 for /v1/completions, the rest of the context for\n"
+        "  chat; without --seed: a fresh seed per request)\n"
+        "\n"
+        "Engine flags as for 'shoal run': --ctx, --kv, --batch, --isa, --threads, -v.\n"
+        "\nExpert store (shoal containers only):\n");
+    shoal_session_usage_store(f);
+}
+
+/* The name /v1/models gives the model: its directory's last component. */
+static char *model_id_of(const char *dir)
+{
+    char *d = shoal_xstrdup(dir);
+    size_t n = strlen(d);
+    while (n > 1 && d[n - 1] == '/')
+        d[--n] = '\0';
+    const char *slash = strrchr(d, '/');
+    char *id = shoal_xstrdup(slash && slash[1] ? slash + 1 : d);
+    free(d);
+    return id;
+}
+
+int shoal_cmd_serve(int argc, char **argv)
+{
+    struct shoal_session_opts so = shoal_session_opts_default();
+    struct shoal_serve_config cfg = {.host = "127.0.0.1", .port = 8080,
+                                     .max_body = SERVE_MAX_BODY};
+    cfg.defaults = shoal_gen_opts_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = shoal_session_parse_flag(&so, argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (!strcmp(a, "--max-tokens"))
+            cfg.max_tokens_given = 1;
+        if (!strcmp(a, "--seed"))
+            cfg.seed_given = 1;
+        r = shoal_gen_parse_flag(&cfg.defaults, argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--api-key") ||
+            !strcmp(a, "--test-token-delay")) {
+            if (i + 1 >= argc) {
+                shoal_cli_error("%s needs a value", a);
+                return 2;
+            }
+            const char *v = argv[++i];
+            long long x;
+            if (!strcmp(a, "--host")) {
+                cfg.host = v;
+            } else if (!strcmp(a, "--api-key")) {
+                cfg.api_key_path = v;
+            } else if (!strcmp(a, "--port")) {
+                if (shoal_cli_parse_i64(a, v, 0, 65535, &x))
+                    return 2;
+                cfg.port = (int)x;
+            } else {
+                /* tests only: hold each request open this many ms per token */
+                if (shoal_cli_parse_i64(a, v, 0, 10000, &x))
+                    return 2;
+                cfg.token_delay_ms = (unsigned)x;
+            }
+            continue;
+        }
+        r = shoal_cli_take_path("serve", "model", a, &so.model_dir);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        shoal_cli_error("serve: unknown option '%s' (see 'shoal serve --help')", a);
+        return 2;
+    }
+    if (cfg.defaults.no_bos || cfg.defaults.logits_out || cfg.defaults.ids_out) {
+        shoal_cli_error("serve: --no-bos, --logits-out and --ids-out are options of "
+                        "'shoal run' only");
+        return 2;
+    }
+#if !HAVE_SERVE
+    shoal_cli_error("serve: this shoal was built without libmicrohttpd (install "
+                    "libmicrohttpd-dev or Homebrew's libmicrohttpd and rebuild)");
+    return 1;
+#else
+    if (shoal_session_check_opts(&so) || shoal_serve_check_config(&cfg))
+        return 2;
+    int rc = 1;
+    struct shoal_session *s = shoal_session_open(&so, &rc);
+    if (!s)
+        return rc;
+    char *id = model_id_of(s->model->dir);
+    cfg.model_id = id;
+    rc = shoal_serve_run(s, &cfg);
+    free(id);
+    shoal_session_close(s);
+    return rc;
+#endif
+}

@@ -1,0 +1,358 @@
+/* api: OpenAI request parsing and response JSON (see api.h). */
+#include "api.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "util.h"
+
+int shoal_api_fail(struct shoal_api_error *e, int status, const char *type,
+                   const char *param, const char *code, const char *fmt, ...)
+{
+    e->status = status;
+    e->type = type;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int bad(struct shoal_api_error *e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int bad(struct shoal_api_error *e, const char *param, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return shoal_api_fail(e, 400, "invalid_request_error", param, NULL, "%s", msg);
+}
+
+/* A number field in [lo, hi]; absent or null leaves *has 0. */
+static int get_number(json_t *root, const char *name, double lo, double hi, int *has,
+                      double *out, struct shoal_api_error *e)
+{
+    json_t *v = json_object_get(root, name);
+    *has = 0;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v))
+        return bad(e, name, "'%s' must be a number", name);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi))
+        return bad(e, name, "'%s' is %g, expected a number from %g to %g", name, d, lo, hi);
+    *has = 1;
+    *out = d;
+    return 0;
+}
+
+static int get_int(json_t *root, const char *name, long long lo, long long hi, int *has,
+                   long long *out, struct shoal_api_error *e)
+{
+    json_t *v = json_object_get(root, name);
+    *has = 0;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v))
+        return bad(e, name, "'%s' must be an integer", name);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return bad(e, name, "'%s' is %lld, expected an integer from %lld to %lld", name, x,
+                   lo, hi);
+    *has = 1;
+    *out = x;
+    return 0;
+}
+
+static int get_stop(json_t *root, struct shoal_api_request *r, struct shoal_api_error *e)
+{
+    json_t *v = json_object_get(root, "stop");
+    if (!v || json_is_null(v))
+        return 0;
+    if (json_is_string(v)) {
+        if (!json_string_length(v))
+            return bad(e, "stop", "'stop' must not be an empty string");
+        r->stop[r->n_stop++] = shoal_xstrdup(json_string_value(v));
+        return 0;
+    }
+    if (!json_is_array(v))
+        return bad(e, "stop", "'stop' must be a string or a list of strings");
+    if (json_array_size(v) > SHOAL_API_MAX_STOP)
+        return bad(e, "stop", "'stop' holds %zu strings, at most %d allowed",
+                   json_array_size(v), SHOAL_API_MAX_STOP);
+    size_t i;
+    json_t *s;
+    json_array_foreach(v, i, s) {
+        if (!json_is_string(s) || !json_string_length(s))
+            return bad(e, "stop", "'stop' item %zu must be a non-empty string", i);
+        r->stop[r->n_stop++] = shoal_xstrdup(json_string_value(s));
+    }
+    return 0;
+}
+
+/* content: a string, null, or a list of {"type": "text", "text": ...}
+ * parts; a list becomes the joined string in place. */
+static int flatten_content(json_t *msg, size_t idx, struct shoal_api_error *e)
+{
+    json_t *c = json_object_get(msg, "content");
+    if (!c || json_is_null(c) || json_is_string(c))
+        return 0;
+    if (!json_is_array(c))
+        return bad(e, "messages", "messages[%zu].content must be a string or a list of "
+                   "text parts", idx);
+    size_t len = 0, i;
+    json_t *part;
+    json_array_foreach(c, i, part) {
+        json_t *t = json_object_get(part, "text");
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (!type || strcmp(type, "text") || !json_is_string(t))
+            return bad(e, "messages", "messages[%zu].content[%zu] is not a text part "
+                       "({\"type\": \"text\", \"text\": ...}); only text is supported", idx, i);
+        len += json_string_length(t);
+    }
+    char *joined = shoal_xmalloc(len + 1);
+    size_t at = 0;
+    json_array_foreach(c, i, part) {
+        json_t *t = json_object_get(part, "text");
+        memcpy(joined + at, json_string_value(t), json_string_length(t));
+        at += json_string_length(t);
+    }
+    json_object_set_new(msg, "content", json_stringn(joined, at));
+    free(joined);
+    return 0;
+}
+
+static int get_messages(json_t *root, struct shoal_api_request *r, struct shoal_api_error *e)
+{
+    json_t *m = json_object_get(root, "messages");
+    if (!json_is_array(m) || json_array_size(m) == 0)
+        return bad(e, "messages", "'messages' must be a non-empty list of messages");
+    size_t i;
+    json_t *msg;
+    json_array_foreach(m, i, msg) {
+        if (!json_is_object(msg) || !json_is_string(json_object_get(msg, "role")))
+            return bad(e, "messages", "messages[%zu] must be an object with a string 'role'", i);
+        if (flatten_content(msg, i, e))
+            return -1;
+    }
+    r->messages_json = json_dumps(m, JSON_COMPACT);
+    return r->messages_json ? 0 : bad(e, "messages", "'messages' cannot be serialized");
+}
+
+static int get_prompt(json_t *root, struct shoal_api_request *r, struct shoal_api_error *e)
+{
+    json_t *p = json_object_get(root, "prompt");
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+        p = json_array_get(p, 0);   /* ["text"]: one prompt */
+    if (!json_is_string(p))
+        return bad(e, "prompt", "'prompt' must be a string (one prompt per request)");
+    r->prompt = shoal_xstrdup(json_string_value(p));
+    if (strlen(r->prompt) != json_string_length(p))
+        return bad(e, "prompt", "'prompt' holds a NUL character");
+    return 0;
+}
+
+int shoal_api_parse_request(enum shoal_api_kind kind, const char *body, size_t len,
+                            struct shoal_api_request *r, struct shoal_api_error *e)
+{
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->max_tokens = -1;
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return bad(e, NULL, "the request body is not valid JSON: %s (line %d column %d)",
+                   je.text, je.line, je.column);
+    int rc = -1, has;
+    long long v = 0;
+    if (!json_is_object(root)) {
+        bad(e, NULL, "the request body must be a JSON object");
+        goto out;
+    }
+    json_t *model = json_object_get(root, "model");
+    if (model && !json_is_null(model) && !json_is_string(model)) {
+        bad(e, "model", "'model' must be a string");
+        goto out;
+    }
+    if (json_is_string(model))
+        r->model = shoal_xstrdup(json_string_value(model));
+    if (kind == SHOAL_API_CHAT ? get_messages(root, r, e) : get_prompt(root, r, e))
+        goto out;
+    json_t *stream = json_object_get(root, "stream");
+    if (stream && !json_is_null(stream) && !json_is_boolean(stream)) {
+        bad(e, "stream", "'stream' must be true or false");
+        goto out;
+    }
+    r->stream = json_is_true(stream);
+    json_t *so = json_object_get(root, "stream_options");
+    if (so && json_is_object(so))
+        r->include_usage = json_is_true(json_object_get(so, "include_usage"));
+    const char *mt = json_object_get(root, "max_completion_tokens") ? "max_completion_tokens"
+                                                                     : "max_tokens";
+    if (get_int(root, mt, 0, INT32_MAX, &has, &v, e))
+        goto out;
+    if (has)
+        r->max_tokens = v;
+    if (get_int(root, "n", 1, 1, &has, &v, e)) {
+        snprintf(e->message, sizeof e->message, "'n' must be 1 (one choice per request)");
+        goto out;
+    }
+    if (get_number(root, "temperature", 0, 100, &r->has_temperature, &r->temperature, e) ||
+        get_number(root, "top_p", 0, 1, &r->has_top_p, &r->top_p, e) ||
+        get_number(root, "min_p", 0, 1, &r->has_min_p, &r->min_p, e))
+        goto out;
+    if (get_int(root, "top_k", 0, INT32_MAX, &r->has_top_k, &v, e))
+        goto out;
+    r->top_k = v;
+    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &r->has_seed, &v, e))
+        goto out;
+    r->seed = (uint64_t)v;
+    if (get_stop(root, r, e))
+        goto out;
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+void shoal_api_request_free(struct shoal_api_request *r)
+{
+    free(r->model);
+    free(r->prompt);
+    free(r->messages_json);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* A JSON string of text [n], invalid UTF-8 replaced by U+FFFD. */
+static json_t *text_json(const char *text, size_t n)
+{
+    json_t *j = json_stringn(text ? text : "", text ? n : 0);
+    if (j)
+        return j;
+    char *fixed = shoal_xmalloc(n * 3 + 1);
+    size_t at = 0;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)text + i,
+                                              (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0 || cp == 0) {
+            memcpy(fixed + at, "\xEF\xBF\xBD", 3);
+            at += 3;
+            i++;
+        } else {
+            memcpy(fixed + at, text + i, (size_t)k);
+            at += (size_t)k;
+            i += (size_t)k;
+        }
+    }
+    j = json_stringn(fixed, at);
+    free(fixed);
+    return j ? j : json_string("");
+}
+
+static char *dump(json_t *root)
+{
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s ? s : shoal_xstrdup("{}");
+}
+
+static json_t *usage_json(int64_t n_prompt, int64_t n_completion)
+{
+    return json_pack("{sIsIsI}", "prompt_tokens", (json_int_t)n_prompt, "completion_tokens",
+                     (json_int_t)n_completion, "total_tokens",
+                     (json_int_t)(n_prompt + n_completion));
+}
+
+static json_t *envelope(enum shoal_api_kind kind, int chunk, const char *id, int64_t created,
+                        const char *model)
+{
+    const char *object = kind == SHOAL_API_COMPLETION ? "text_completion"
+                         : chunk                      ? "chat.completion.chunk"
+                                                      : "chat.completion";
+    return json_pack("{sssssIss}", "id", id, "object", object, "created", (json_int_t)created,
+                     "model", model);
+}
+
+static json_t *finish_json(const char *finish)
+{
+    return finish ? json_string(finish) : json_null();
+}
+
+char *shoal_api_response_json(enum shoal_api_kind kind, const char *id, int64_t created,
+                              const char *model, const char *text, size_t n,
+                              const char *finish, int64_t n_prompt, int64_t n_completion)
+{
+    json_t *root = envelope(kind, 0, id, created, model);
+    json_t *choice;
+    if (kind == SHOAL_API_COMPLETION)
+        choice = json_pack("{sosisnso}", "text", text_json(text, n), "index", 0, "logprobs",
+                           "finish_reason", finish_json(finish));
+    else
+        choice = json_pack("{sis{ssso}snso}", "index", 0, "message", "role", "assistant",
+                           "content", text_json(text, n), "logprobs", "finish_reason",
+                           finish_json(finish));
+    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    json_object_set_new(root, "usage", usage_json(n_prompt, n_completion));
+    return dump(root);
+}
+
+char *shoal_api_chunk_json(enum shoal_api_kind kind, const char *id, int64_t created,
+                           const char *model, int role, const char *text, size_t n,
+                           const char *finish)
+{
+    json_t *root = envelope(kind, 1, id, created, model);
+    json_t *choice;
+    if (kind == SHOAL_API_COMPLETION) {
+        choice = json_pack("{sosisnso}", "text", text_json(text, n), "index", 0, "logprobs",
+                           "finish_reason", finish_json(finish));
+    } else {
+        json_t *delta = json_object();
+        if (role) {
+            json_object_set_new(delta, "role", json_string("assistant"));
+            json_object_set_new(delta, "content", json_string(""));
+        } else if (text) {
+            json_object_set_new(delta, "content", text_json(text, n));
+        }
+        choice = json_pack("{sisosnso}", "index", 0, "delta", delta, "logprobs",
+                           "finish_reason", finish_json(finish));
+    }
+    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    return dump(root);
+}
+
+char *shoal_api_usage_chunk_json(enum shoal_api_kind kind, const char *id, int64_t created,
+                                 const char *model, int64_t n_prompt, int64_t n_completion)
+{
+    json_t *root = envelope(kind, 1, id, created, model);
+    json_object_set_new(root, "choices", json_array());
+    json_object_set_new(root, "usage", usage_json(n_prompt, n_completion));
+    return dump(root);
+}
+
+char *shoal_api_models_json(const char *model, int64_t created)
+{
+    return dump(json_pack("{sss[{sssssIss}]}", "object", "list", "data", "id", model, "object",
+                          "model", "created", (json_int_t)created, "owned_by", "shoal"));
+}
+
+char *shoal_api_error_json(const struct shoal_api_error *e)
+{
+    json_t *err = json_pack("{sosssoso}", "message", text_json(e->message, strlen(e->message)),
+                            "type", e->type ? e->type : "server_error", "param",
+                            e->param[0] ? json_string(e->param) : json_null(), "code",
+                            e->code[0] ? json_string(e->code) : json_null());
+    return dump(json_pack("{so}", "error", err));
+}

@@ -1,0 +1,96 @@
+/* api: the OpenAI-compatible request and response JSON of `shoal serve`
+ * (POST /v1/completions, POST /v1/chat/completions, GET /v1/models), with
+ * jansson. No HTTP and no engine here: a request body in, a parsed request
+ * or an error object out; text and counts in, response bytes out.
+ * Thread: any (no shared state).
+ */
+#ifndef SHOAL_API_H
+#define SHOAL_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHOAL_API_MAX_STOP 16
+
+enum shoal_api_kind {
+    SHOAL_API_COMPLETION = 0,   /* /v1/completions: a prompt string */
+    SHOAL_API_CHAT,             /* /v1/chat/completions: messages */
+};
+
+/* An error as OpenAI shapes it: {"error": {"message", "type", "param",
+ * "code"}} with an HTTP status. */
+struct shoal_api_error {
+    int status;                 /* 400, 401, 404, 413, 429, 500, 503, ... */
+    const char *type;           /* static: "invalid_request_error", ... */
+    char param[64];             /* the request field at fault, "" for none */
+    char code[48];              /* e.g. "context_length_exceeded", "" for none */
+    char message[512];          /* one line */
+};
+
+/* Fill e (status, type, param/code may be NULL) with a printf message;
+ * returns -1 (for `return shoal_api_fail(...)`). */
+int shoal_api_fail(struct shoal_api_error *e, int status, const char *type,
+                   const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* What a request asks for. Strings are malloc'd and owned by the request
+ * (shoal_api_request_free). has_* say whether the field was given; fields
+ * not given keep the server's defaults. */
+struct shoal_api_request {
+    enum shoal_api_kind kind;
+    char *model;              /* "model" as given, or NULL */
+    char *prompt;             /* completions: the prompt text */
+    char *messages_json;      /* chat: the "messages" array as JSON, each
+                               * content given as a list of text parts
+                               * joined into one string */
+    int stream;               /* "stream": true */
+    int include_usage;        /* "stream_options": {"include_usage": true} */
+    int64_t max_tokens;       /* max_tokens or max_completion_tokens; -1: not given */
+    int has_temperature, has_top_p, has_top_k, has_min_p, has_seed;
+    double temperature, top_p, min_p;
+    int64_t top_k;
+    uint64_t seed;
+    char *stop[SHOAL_API_MAX_STOP];   /* "stop": a string or a list of them */
+    int n_stop;
+};
+
+/* Parse and check a request body of kind (len bytes, need not be
+ * NUL-terminated). Unknown fields are ignored, as OpenAI does. Returns 0
+ * with *req filled (free with shoal_api_request_free, also on failure), or
+ * -1 with e set to a 400 naming the field: not JSON (or not UTF-8), not an
+ * object, a field of the wrong type or out of range, no prompt/messages, a
+ * message without a string role or with non-text content parts, n > 1. */
+int shoal_api_parse_request(enum shoal_api_kind kind, const char *body, size_t len,
+                            struct shoal_api_request *req, struct shoal_api_error *e);
+
+void shoal_api_request_free(struct shoal_api_request *req);
+
+/* The response bytes; each a malloc'd NUL-terminated JSON text the caller
+ * frees. id: "cmpl-..." or "chatcmpl-..."; created: Unix seconds; model:
+ * the model's id; text [n] UTF-8 (invalid sequences become U+FFFD);
+ * finish: "stop", "length" or NULL (not finished). */
+
+/* The whole response: a text_completion or a chat.completion, with usage. */
+char *shoal_api_response_json(enum shoal_api_kind kind, const char *id, int64_t created,
+                              const char *model, const char *text, size_t n,
+                              const char *finish, int64_t n_prompt, int64_t n_completion);
+
+/* One streamed chunk (text_completion or chat.completion.chunk). Chat: role
+ * set gives the first delta {"role": "assistant", "content": ""}; text NULL
+ * with finish set gives the last, {"delta": {}}. */
+char *shoal_api_chunk_json(enum shoal_api_kind kind, const char *id, int64_t created,
+                           const char *model, int role, const char *text, size_t n,
+                           const char *finish);
+
+/* The closing usage chunk of a stream (stream_options.include_usage):
+ * "choices": [] and "usage". */
+char *shoal_api_usage_chunk_json(enum shoal_api_kind kind, const char *id, int64_t created,
+                                 const char *model, int64_t n_prompt, int64_t n_completion);
+
+/* GET /v1/models: a list holding the one model served. */
+char *shoal_api_models_json(const char *model, int64_t created);
+
+/* The error object of e. */
+char *shoal_api_error_json(const struct shoal_api_error *e);
+
+#endif

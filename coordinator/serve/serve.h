@@ -1,0 +1,44 @@
+/* serve: `shoal serve`, the OpenAI-compatible HTTP server (libmicrohttpd).
+ *
+ * Threads: libmicrohttpd runs a thread per connection; they parse and check
+ * requests (api.h) and hand a generating request to the engine, which runs
+ * on the calling thread (shoal_serve_run) and owns the session. One request
+ * generates at a time: a second one meanwhile gets 429 with Retry-After.
+ * The handoff is a job with its own output queue, so that continuous
+ * batching (many jobs per engine step) can replace the one-job loop without
+ * touching the HTTP side.
+ */
+#ifndef SHOAL_SERVE_H
+#define SHOAL_SERVE_H
+
+#include <stddef.h>
+
+#include "session.h"
+
+struct shoal_serve_config {
+    const char *host;          /* address to bind, e.g. "127.0.0.1", "::1", "0.0.0.0" */
+    int port;                  /* 0: any free port (printed at start) */
+    const char *api_key_path;  /* --api-key FILE; NULL: none (then loopback only) */
+    const char *model_id;      /* the model's name in /v1/models and responses */
+    struct shoal_gen_opts defaults; /* sampling and --max-tokens/--stop from the
+                                * command line, for fields a request leaves out */
+    int max_tokens_given;      /* --max-tokens given: the default for requests */
+    int seed_given;            /* --seed given: requests without "seed" use it;
+                                * otherwise each draws a fresh one */
+    size_t max_body;           /* request body bytes (larger: 413) */
+    unsigned token_delay_ms;   /* tests only: sleep after each token */
+};
+
+/* Check cfg before the model is opened: the host parses, and without an
+ * API key it is a loopback address. Returns 0, or -1 after printing one
+ * usage error line. */
+int shoal_serve_check_config(const struct shoal_serve_config *cfg);
+
+/* Serve s (borrowed; generation happens on this thread) until SIGINT or
+ * SIGTERM, then stop accepting, finish or cancel the running request and
+ * return. Prints "shoal serve: listening on http://HOST:PORT ..." on stderr
+ * once ready, and a line per request. Returns 0, or 1 after printing one
+ * error line (cannot bind, unreadable key file, bad chat template). */
+int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cfg);
+
+#endif
