@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+"""shoal serve: the OpenAI-compatible HTTP API, driven with the standard
+library only (http.client, subprocess) on the bundled model.
+
+  - /health and /v1/models
+  - a greedy /v1/completions gives shoal run --greedy's text; streamed, the
+    same text in chunks ending in data: [DONE]; stop strings; usage counts
+  - /v1/chat/completions (whole and streamed) gives shoal run's continuation
+    of the prompt the chat template renders
+  - errors in OpenAI's shape: bad JSON / wrong types 400, context too long
+    400 naming the limit, body over 1 MiB 413, unknown path 404, a foreign
+    Host header 403, missing or wrong API key 401, a second request while one
+    generates 429 with Retry-After; the server keeps serving after each
+  - a client that disconnects cancels its generation
+  - --host off loopback without --api-key is refused
+
+usage: test_serve.py --shoal build-test/coordinator/shoal
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
+FAILS = []
+CHECKS = [0]
+
+
+def check(cond, what):
+    CHECKS[0] += 1
+    if not cond:
+        FAILS.append(what)
+        print("FAIL:", what, flush=True)
+
+
+class Server:
+    def __init__(self, shoal, *extra):
+        self.err = tempfile.TemporaryFile(mode="w+")
+        env = dict(os.environ, OMP_WAIT_POLICY="passive")
+        self.p = subprocess.Popen([shoal, "serve", "--model", MODEL, "--port", "0",
+                                   "--threads", "2", *extra],
+                                  stdout=subprocess.DEVNULL, stderr=self.err, env=env)
+        self.port = None
+        deadline = time.time() + 60
+        while time.time() < deadline and self.port is None:
+            if self.p.poll() is not None:
+                break
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log())
+            if m:
+                self.port = int(m.group(1))
+            else:
+                time.sleep(0.05)
+        if self.port is None:
+            raise SystemExit("shoal serve did not start:\n" + self.log())
+
+    def log(self):
+        self.err.seek(0)
+        return self.err.read()
+
+    def conn(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, raw=None):
+        """Returns (status, headers dict, body bytes)."""
+        c = self.conn()
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        out = (r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+        c.close()
+        return out
+
+    def post(self, path, body, **kw):
+        s, h, b = self.request("POST", path, body, **kw)
+        return s, h, b
+
+    def stop(self):
+        self.p.terminate()
+        try:
+            rc = self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            rc = self.p.wait()
+        return rc
+
+
+def shoal_run(shoal, prompt, max_tokens, *extra, greedy=True):
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    r = subprocess.run([shoal, "run", "--model", MODEL, "--no-echo", "--prompt", prompt,
+                        "--max-tokens", str(max_tokens), "--threads", "2", *extra] +
+                       (["--greedy"] if greedy else []),
+                       capture_output=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert out.endswith("\n")
+    return out[:-1]   # the newline before the timings line
+
+
+def sse_events(body):
+    """The data: payloads of an SSE body, in order."""
+    text = body.decode()
+    check(text.endswith("data: [DONE]\n\n"), "the stream ends with data: [DONE]")
+    events = [e for e in text.split("\n\n") if e]
+    out = []
+    for e in events:
+        check(e.startswith("data: "), "every event is a data: line (%r)" % e[:40])
+        out.append(e[6:])
+    return out
+
+
+def error_object(status, body, want_status, what, param=None, code=None):
+    check(status == want_status, "%s: status %d, expected %d" % (what, status, want_status))
+    try:
+        e = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        check(False, "%s: the body is an OpenAI error object (%r)" % (what, body[:200]))
+        return None
+    check(isinstance(e.get("message"), str) and e["message"], what + ": error.message")
+    check(isinstance(e.get("type"), str), what + ": error.type")
+    check("param" in e and "code" in e, what + ": error.param and error.code present")
+    if param is not None:
+        check(e.get("param") == param, "%s: param %r, expected %r" % (what, e.get("param"), param))
+    if code is not None:
+        check(e.get("code") == code, "%s: code %r, expected %r" % (what, e.get("code"), code))
+    return e
+
+
+def healthy(srv, what):
+    s, _, b = srv.request("GET", "/health")
+    check(s == 200 and json.loads(b) == {"status": "ok"}, "serving after " + what)
+
+
+def test_basics(shoal, srv):
+    s, h, b = srv.request("GET", "/health")
+    check(s == 200 and json.loads(b) == {"status": "ok"}, "/health")
+    check("access-control-allow-origin" not in h, "no CORS header")
+    s, _, b = srv.request("GET", "/v1/models")
+    m = json.loads(b)
+    check(s == 200 and m["object"] == "list" and [d["id"] for d in m["data"]] == ["shakespeare-moe"],
+          "/v1/models lists the model: %r" % m)
+
+
+def test_completions(shoal, srv):
+    for prompt, n in (("ROMEO:", 40), ("To be, or not to be", 25)):
+        want = shoal_run(shoal, prompt, n)
+        s, h, b = srv.post("/v1/completions", {"model": "x", "prompt": prompt, "max_tokens": n,
+                                               "temperature": 0, "unknown_field": [1, 2]})
+        check(s == 200 and h.get("content-type") == "application/json", "completions 200")
+        r = json.loads(b)
+        c = r["choices"][0]
+        check(r["object"] == "text_completion" and r["id"].startswith("cmpl-"), "completion shape")
+        check(c["text"] == want, "greedy completion equals shoal run --greedy for %r:\n%r\n%r"
+              % (prompt, c["text"], want))
+        check(c["finish_reason"] == "length", "finish_reason length at max_tokens")
+        u = r["usage"]
+        check(u["completion_tokens"] == n and u["total_tokens"] == u["prompt_tokens"] + n
+              and u["prompt_tokens"] >= 1, "usage counts %r" % u)
+        # streamed: the same text in chunks
+        s, h, b = srv.post("/v1/completions", {"prompt": prompt, "max_tokens": n,
+                                               "temperature": 0, "stream": True})
+        check(s == 200 and h.get("content-type", "").startswith("text/event-stream"),
+              "stream content type")
+        ev = sse_events(b)
+        chunks = [json.loads(e) for e in ev[:-1]]
+        text = "".join(ch["choices"][0]["text"] for ch in chunks)
+        check(text == want, "streamed text equals shoal run's: %r" % text)
+        check(len(chunks) > 5, "streamed in many chunks (%d)" % len(chunks))
+        check(chunks[-1]["choices"][0]["finish_reason"] == "length" and
+              all(ch["choices"][0]["finish_reason"] is None for ch in chunks[:-1]),
+              "only the last chunk has a finish_reason")
+        check(ev[-1] == "[DONE]", "last event [DONE]")
+    # stop strings: the text up to the stop string, finish_reason stop
+    want = shoal_run(shoal, "ROMEO:", 60)
+    cut = want.find("\n\n")
+    check(cut > 0, "the reference holds a blank line to stop at")
+    for stream in (False, True):
+        s, _, b = srv.post("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 60,
+                                               "temperature": 0, "stop": ["\n\n", "zzzz"],
+                                               "stream": stream})
+        if stream:
+            chunks = [json.loads(e) for e in sse_events(b)[:-1]]
+            text = "".join(ch["choices"][0]["text"] for ch in chunks)
+            fin = chunks[-1]["choices"][0]["finish_reason"]
+        else:
+            text = json.loads(b)["choices"][0]["text"]
+            fin = json.loads(b)["choices"][0]["finish_reason"]
+        check(s == 200 and text == want[:cut], "stop string cuts the text (stream=%s): %r"
+              % (stream, text))
+        check(fin == "stop", "finish_reason stop at a stop string (stream=%s)" % stream)
+    # a seeded sampled request repeats itself
+    body = {"prompt": "ROMEO:", "max_tokens": 20, "temperature": 0.9, "top_p": 0.9,
+            "top_k": 30, "min_p": 0.01, "seed": 7}
+    a = json.loads(srv.post("/v1/completions", body)[2])["choices"][0]["text"]
+    b2 = json.loads(srv.post("/v1/completions", body)[2])["choices"][0]["text"]
+    check(a == b2 and a, "the same seed gives the same sampled text")
+    want_s = shoal_run(shoal, "ROMEO:", 20, "--temp", "0.9", "--top-p", "0.9", "--top-k", "30",
+                       "--min-p", "0.01", "--seed", "7", greedy=False)
+    check(a == want_s, "seeded sampling equals shoal run with the same knobs:\n%r\n%r"
+          % (a, want_s))
+
+
+def test_chat(shoal, srv):
+    msgs = [{"role": "system", "content": "You are a poet."},
+            {"role": "user", "content": "Speak of the moon."}]
+    rendered = ("<|im_start|>system\nYou are a poet.<|im_end|>\n<|im_start|>user\n"
+                "Speak of the moon.<|im_end|>\n<|im_start|>assistant\n")
+    want = shoal_run(shoal, rendered, 30, "--no-bos")
+    s, _, b = srv.post("/v1/chat/completions", {"model": "shakespeare-moe", "messages": msgs,
+                                                "max_completion_tokens": 30, "temperature": 0})
+    r = json.loads(b)
+    check(s == 200 and r["object"] == "chat.completion" and r["id"].startswith("chatcmpl-"),
+          "chat shape")
+    c = r["choices"][0]
+    check(c["message"]["role"] == "assistant", "chat reply role")
+    if c["finish_reason"] == "length":
+        check(c["message"]["content"] == want, "chat reply equals shoal run on the rendered "
+              "prompt:\n%r\n%r" % (c["message"]["content"], want))
+    else:
+        check(want.startswith(c["message"]["content"]), "chat reply (stopped) is a prefix of "
+              "shoal run's")
+    # content as a list of text parts: the same prompt
+    parts = [msgs[0], {"role": "user", "content": [{"type": "text", "text": "Speak of "},
+                                                    {"type": "text", "text": "the moon."}]}]
+    s, h, b = srv.post("/v1/chat/completions", {"messages": parts, "max_tokens": 30,
+                                                "temperature": 0, "stream": True,
+                                                "stream_options": {"include_usage": True}})
+    ev = sse_events(b)
+    chunks = [json.loads(e) for e in ev[:-1]]
+    check(chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""},
+          "first chat chunk carries the role")
+    check(all(ch["object"] == "chat.completion.chunk" for ch in chunks), "chunk objects")
+    check(chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] ==
+          r["usage"]["completion_tokens"] and chunks[-1]["usage"]["prompt_tokens"] ==
+          r["usage"]["prompt_tokens"], "usage chunk at the end of the stream")
+    text = "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks[:-1])
+    check(text == c["message"]["content"], "streamed chat equals the whole reply: %r" % text)
+
+
+def test_errors(shoal, srv):
+    s, _, b = srv.post("/v1/completions", None, raw='{"prompt": "x",')
+    error_object(s, b, 400, "bad JSON")
+    healthy(srv, "bad JSON")
+    s, _, b = srv.post("/v1/completions", None, raw=b'{"prompt": "\xff\xfe"}')
+    error_object(s, b, 400, "invalid UTF-8")
+    s, _, b = srv.post("/v1/completions", {"prompt": "x", "max_tokens": "ten"})
+    error_object(s, b, 400, "max_tokens of the wrong type", param="max_tokens")
+    s, _, b = srv.post("/v1/completions", {"prompt": "x", "temperature": -1})
+    error_object(s, b, 400, "temperature out of range", param="temperature")
+    s, _, b = srv.post("/v1/completions", {"max_tokens": 3})
+    error_object(s, b, 400, "no prompt", param="prompt")
+    s, _, b = srv.post("/v1/chat/completions", {"messages": [{"content": "hi"}]})
+    error_object(s, b, 400, "a message without a role", param="messages")
+    s, _, b = srv.post("/v1/completions", [1, 2])
+    error_object(s, b, 400, "a body that is not an object")
+    healthy(srv, "wrong types")
+    # context too long: the bundled model holds 256 tokens
+    s, _, b = srv.post("/v1/completions", {"prompt": "ROMEO: " * 300, "max_tokens": 3})
+    e = error_object(s, b, 400, "context too long", code="context_length_exceeded")
+    check(e is not None and "256" in e["message"], "the context error names the limit: %r"
+          % (e and e["message"]))
+    healthy(srv, "context too long")
+    # a huge max_tokens is capped by the context, not refused
+    s, _, b = srv.post("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 10 ** 9,
+                                           "temperature": 0, "stop": "\n\n"})
+    check(s == 200, "a huge max_tokens is served (capped by the context)")
+    # bodies over 1 MiB: 413
+    big = json.dumps({"prompt": "x" * (2 << 20)})
+    try:
+        s, _, b = srv.post("/v1/completions", None, raw=big)
+        error_object(s, b, 413, "a 2 MiB body")
+    except (BrokenPipeError, ConnectionResetError):
+        check(False, "a 2 MiB body gets a 413 answer, not a reset")
+    healthy(srv, "a 2 MiB body")
+    s, _, b = srv.request("GET", "/v1/nothing")
+    error_object(s, b, 404, "unknown path")
+    s, _, b = srv.request("GET", "/v1/completions")
+    error_object(s, b, 405, "GET on a POST endpoint")
+    # DNS rebinding: a foreign Host header is refused
+    c = srv.conn()
+    c.putrequest("GET", "/v1/models", skip_host=True)
+    c.putheader("Host", "evil.example:%d" % srv.port)
+    c.endheaders()
+    r = c.getresponse()
+    error_object(r.status, r.read(), 403, "a foreign Host header")
+    c.close()
+    for host in ("localhost:%d" % srv.port, "[::1]:%d" % srv.port):
+        c = srv.conn()
+        c.putrequest("GET", "/health", skip_host=True)
+        c.putheader("Host", host)
+        c.endheaders()
+        r = c.getresponse()
+        r.read()
+        check(r.status == 200, "Host %s is accepted" % host)
+        c.close()
+    healthy(srv, "the error cases")
+
+
+def test_key_busy_cancel(shoal):
+    with tempfile.NamedTemporaryFile("w", suffix=".key") as kf:
+        kf.write("a-secret-key-of-some-length\n")
+        kf.flush()
+        os.chmod(kf.name, 0o600)
+        srv = Server(shoal, "--api-key", kf.name, "--test-token-delay", "30")
+        try:
+            body = {"prompt": "ROMEO:", "max_tokens": 2, "temperature": 0}
+            s, _, b = srv.post("/v1/completions", body)
+            error_object(s, b, 401, "no API key", code="invalid_api_key")
+            s, _, b = srv.post("/v1/completions", body,
+                               headers={"Authorization": "Bearer a-secret-key-of-some-lengtH"})
+            error_object(s, b, 401, "a wrong API key", code="invalid_api_key")
+            s, _, b = srv.request("GET", "/v1/models")
+            error_object(s, b, 401, "/v1/models without the key")
+            auth = {"Authorization": "Bearer a-secret-key-of-some-length"}
+            s, _, b = srv.post("/v1/completions", body, headers=auth)
+            check(s == 200 and json.loads(b)["choices"][0]["text"], "the right API key: 200")
+            healthy(srv, "key errors (/health needs no key)")
+            # one request at a time: a second one meanwhile gets 429
+            c = srv.conn()
+            c.request("POST", "/v1/completions", body=json.dumps(
+                {"prompt": "ROMEO:", "max_tokens": 200, "temperature": 0, "stream": True,
+                 "ignore": True}), headers=dict(auth, **{"Content-Type": "application/json"}))
+            r = c.getresponse()
+            check(r.status == 200, "the long stream starts")
+            first = r.readline()
+            check(first.startswith(b"data: "), "the first event arrives: %r" % first)
+            s, h, b = srv.post("/v1/completions", body, headers=auth)
+            error_object(s, b, 429, "a second request while one generates")
+            check(h.get("retry-after") == "1", "429 carries Retry-After: %r" % h.get("retry-after"))
+            s, h, b = srv.post("/v1/chat/completions",
+                               {"messages": [{"role": "user", "content": "hi"}]}, headers=auth)
+            error_object(s, b, 429, "a chat request while one generates")
+            healthy(srv, "429")
+            # the client goes away: its generation stops well before 200 tokens
+            c.sock.shutdown(socket.SHUT_RDWR)
+            c.close()
+            t0 = time.time()
+            ok = False
+            while time.time() - t0 < 20:
+                s, _, b = srv.post("/v1/completions", body, headers=auth)
+                if s == 200:
+                    ok = True
+                    break
+                time.sleep(0.1)
+            check(ok, "the server serves again once the client left")
+            m = re.findall(r"decode (\d+) tokens.*stop: interrupted", srv.log())
+            check(len(m) == 1 and int(m[0]) < 150,
+                  "the disconnected stream was cancelled (log: %r)" % m)
+            # a whole (non-streamed) request whose client leaves is cancelled too
+            c = srv.conn()
+            c.request("POST", "/v1/completions", body=json.dumps(
+                {"prompt": "ROMEO:", "max_tokens": 200, "temperature": 0}),
+                headers=dict(auth, **{"Content-Type": "application/json"}))
+            time.sleep(0.5)
+            c.sock.shutdown(socket.SHUT_RDWR)
+            c.close()
+            t0 = time.time()
+            while time.time() - t0 < 20 and len(re.findall("stop: interrupted", srv.log())) < 2:
+                time.sleep(0.1)
+            m = re.findall(r"decode (\d+) tokens.*stop: interrupted", srv.log())
+            check(len(m) == 2 and int(m[1]) < 150,
+                  "a whole request whose client left was cancelled (log: %r)" % m)
+            healthy(srv, "disconnects")
+        finally:
+            rc = srv.stop()
+            check(rc == 0, "SIGTERM stops the server with status 0 (%d)" % rc)
+            check("shoal serve: stopping" in srv.log(), "the server says it stops")
+
+
+def test_usage_errors(shoal):
+    r = subprocess.run([shoal, "serve", "--host", "0.0.0.0", "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "loopback" in r.stderr and "--api-key" in r.stderr,
+          "--host off loopback without --api-key is refused: %r" % r.stderr)
+    r = subprocess.run([shoal, "serve", "--help"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0 and "/v1/chat/completions" in r.stdout, "serve --help")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shoal", required=True)
+    a = ap.parse_args()
+    shoal = os.path.abspath(a.shoal)
+    test_usage_errors(shoal)
+    srv = Server(shoal)
+    try:
+        test_basics(shoal, srv)
+        test_completions(shoal, srv)
+        test_chat(shoal, srv)
+        test_errors(shoal, srv)
+    finally:
+        rc = srv.stop()
+        check(rc == 0, "SIGTERM stops the server with status 0 (%d)" % rc)
+    test_key_busy_cancel(shoal)
+    print("test_serve: %d checks, %d failed" % (CHECKS[0], len(FAILS)))
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
