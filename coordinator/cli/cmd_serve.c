@@ -37,6 +37,7 @@ static void usage(FILE *f)
         "  chat; without --seed: a fresh seed per request)\n"
         "\n"
         "Engine flags as for 'shoal run': --ctx, --kv, --batch, --isa, --threads, -v.\n"
+        "  --test-token-delay MS  tests only: sleep MS after each generated token\n"
         "\nExpert store (shoal containers only):\n");
     shoal_session_usage_store(f);
 }
