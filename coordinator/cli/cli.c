@@ -131,6 +131,16 @@ int shoal_cli_take_path(const char *cmd, const char *what, const char *a,
     return 1;
 }
 
+int shoal_cli_model_or_unknown(const char *cmd, const char *a, const char **model)
+{
+    const int r = shoal_cli_take_path(cmd, "model", a, model);
+    if (r > 0)
+        return 0;
+    if (r == 0)
+        shoal_cli_error("%s: unknown option '%s' (see 'shoal %s --help')", cmd, a, cmd);
+    return 2;
+}
+
 static int ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);

@@ -86,6 +86,12 @@ void shoal_cli_usage_model(FILE *f);
 int shoal_cli_take_path(const char *cmd, const char *what, const char *a,
                         const char **slot);
 
+/* The last case of a command's flag loop: a that no flag of cmd took is the
+ * model path (shoal_cli_take_path); a flag is an unknown option. Returns 0
+ * when a was stored in *model, else 2 (the exit status) after one usage
+ * error naming cmd. */
+int shoal_cli_model_or_unknown(const char *cmd, const char *a, const char **model);
+
 /* A path a command takes either as --flag VALUE or positionally. */
 struct shoal_cli_slot {
     const char *flag;     /* "--model", "--out" */

@@ -421,13 +421,8 @@ int shoal_cmd_chat(int argc, char **argv)
             system_msg = argv[++i];
             continue;
         }
-        r = shoal_cli_take_path("chat", "model", a, &so.model_dir);
-        if (r < 0)
+        if (shoal_cli_model_or_unknown("chat", a, &so.model_dir))
             return 2;
-        if (r > 0)
-            continue;
-        shoal_cli_error("chat: unknown option '%s' (see 'shoal chat --help')", a);
-        return 2;
     }
     if (go.no_bos || go.logits_out || go.ids_out) {
         shoal_cli_error("chat: %s is an option of 'shoal run' only (in chat the template "

@@ -75,13 +75,8 @@ int shoal_cmd_perplexity(int argc, char **argv)
                 return 2;
             continue;
         }
-        r = shoal_cli_take_path("perplexity", "model", a, &so.model_dir);
-        if (r < 0)
+        if (shoal_cli_model_or_unknown("perplexity", a, &so.model_dir))
             return 2;
-        if (r > 0)
-            continue;
-        shoal_cli_error("perplexity: unknown option '%s' (see 'shoal perplexity --help')", a);
-        return 2;
     }
     if (!file) {
         shoal_cli_error("perplexity: --file TEXT is required");

@@ -82,13 +82,8 @@ int shoal_cmd_run(int argc, char **argv)
             n_prompts++;
             continue;
         }
-        r = shoal_cli_take_path("run", "model", a, &so.model_dir);
-        if (r < 0)
+        if (shoal_cli_model_or_unknown("run", a, &so.model_dir))
             return 2;
-        if (r > 0)
-            continue;
-        shoal_cli_error("run: unknown option '%s' (see 'shoal run --help')", a);
-        return 2;
     }
     if (n_prompts != 1) {
         shoal_cli_error("run: give exactly one of --prompt TEXT, --file F or --tokens IDS "

@@ -105,13 +105,8 @@ int shoal_cmd_serve(int argc, char **argv)
             }
             continue;
         }
-        r = shoal_cli_take_path("serve", "model", a, &so.model_dir);
-        if (r < 0)
+        if (shoal_cli_model_or_unknown("serve", a, &so.model_dir))
             return 2;
-        if (r > 0)
-            continue;
-        shoal_cli_error("serve: unknown option '%s' (see 'shoal serve --help')", a);
-        return 2;
     }
     if (cfg.defaults.no_bos || cfg.defaults.logits_out || cfg.defaults.ids_out) {
         shoal_cli_error("serve: --no-bos, --logits-out and --ids-out are options of "
