@@ -21,15 +21,23 @@
 
 struct shoal_ctx {
     const struct shoal_model *model;   /* borrowed */
-    int64_t n_ctx, n_batch, n_past;
-    void *k_cache;    /* [n_layer][n_ctx][kv_row] of kv_dtype */
-    void *v_cache;    /* [n_layer][n_ctx][kv_row] of kv_dtype; NULL for MLA */
+    int64_t n_ctx, n_batch, n_seq;
+    int64_t *seq_past;/* [n_seq] tokens cached per sequence */
+    void *k_cache;    /* [n_seq][n_layer][n_ctx][kv_row] of kv_dtype */
+    void *v_cache;    /* [n_seq][n_layer][n_ctx][kv_row] of kv_dtype; NULL for MLA */
     int64_t kv_row;   /* cache elements per token and layer in k_cache: n_head_kv *
                          head_dim, or for MLA kv_lora_rank + qk_rope_head_dim (the
                          normalised latent and the roped shared key, in one row) */
     enum shoal_dtype kv_dtype;  /* F32, F16 or BF16 (kv.h) */
     size_t kv_es;     /* bytes per cache element */
     struct shoal_rope rope;
+    /* the step in progress: its segments, and per row its sequence and position */
+    const struct shoal_ctx_seg *segs;
+    int n_segs;
+    int64_t *seg_row0;/* [n_seq] first row of each segment of the step */
+    int64_t *row_seq; /* [B] */
+    int64_t *row_pos; /* [B] */
+    float *head;      /* [n_seq][n_vocab] logits of the segments' last rows (n_seq > 1) */
     /* scratch, sized for n_batch tokens */
     float *x;         /* [B][n_embd] residual stream */
     float *h;         /* [B][n_embd] normed input */
@@ -95,6 +103,7 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     ctx->kv_es = shoal_dtype_size(p.kv_dtype);
     ctx->n_ctx = p.n_ctx > 0 ? p.n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
     ctx->n_batch = p.n_batch > 0 ? p.n_batch : 256;
+    ctx->n_seq = p.n_seq > 0 ? p.n_seq : 1;
     if (p.cluster) {
         /* a layer's request to one worker carries up to n_batch * top-k f32
          * hidden rows, and oversized requests are not split: keep a chunk
@@ -113,8 +122,8 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     const int mla = c->family->mla;
     ctx->kv_row = mla ? c->kv_lora_rank + c->qk_rope_head_dim : nkv;
     size_t kv_elems = 0, kv_bytes = 0;
-    if (shoal_mul_overflow((size_t)c->n_layer * (size_t)ctx->n_ctx, (size_t)ctx->kv_row,
-                           &kv_elems) ||
+    if (shoal_mul_overflow((size_t)ctx->n_seq * (size_t)c->n_layer * (size_t)ctx->n_ctx,
+                           (size_t)ctx->kv_row, &kv_elems) ||
         shoal_mul_overflow(kv_elems, ctx->kv_es, &kv_bytes)) {
         shoal_err_set(err, SHOAL_ENOMEM, "KV cache size overflows for n_ctx=%lld",
                       (long long)ctx->n_ctx);
@@ -125,9 +134,10 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     ctx->v_cache = mla ? NULL : calloc(kv_elems, ctx->kv_es);
     if (!ctx->k_cache || (!mla && !ctx->v_cache)) {
         shoal_err_set(err, SHOAL_ENOMEM,
-                      "cannot allocate the KV cache: %d x %zu bytes (%s) for n_ctx=%lld "
-                      "(use --ctx to lower it%s)", mla ? 1 : 2, kv_bytes,
+                      "cannot allocate the KV cache: %d x %zu bytes (%s) for n_ctx=%lld x "
+                      "%lld sequences (use --ctx to lower it%s)", mla ? 1 : 2, kv_bytes,
                       shoal_kv_dtype_name(ctx->kv_dtype), (long long)ctx->n_ctx,
+                      (long long)ctx->n_seq,
                       ctx->kv_dtype == SHOAL_DTYPE_F32 ? ", or --kv f16 to halve it" : "");
         free(ctx->k_cache);
         free(ctx->v_cache);
@@ -135,6 +145,10 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
         return NULL;
     }
     shoal_rope_init(&ctx->rope, c);
+    ctx->seq_past = shoal_xcalloc((size_t)ctx->n_seq, sizeof(int64_t));
+    ctx->seg_row0 = shoal_xcalloc((size_t)ctx->n_seq, sizeof(int64_t));
+    ctx->row_seq = shoal_xcalloc((size_t)B, sizeof(int64_t));
+    ctx->row_pos = shoal_xcalloc((size_t)B, sizeof(int64_t));
     int64_t ff_max = c->n_ff_exp;
     if (c->n_ff > ff_max)
         ff_max = c->n_ff;
@@ -184,6 +198,11 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
         return;
     free(ctx->k_cache);
     free(ctx->v_cache);
+    free(ctx->seq_past);
+    free(ctx->seg_row0);
+    free(ctx->row_seq);
+    free(ctx->row_pos);
+    free(ctx->head);
     shoal_rope_free(&ctx->rope);
     free(ctx->x);
     free(ctx->h);
@@ -218,21 +237,58 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
     free(ctx);
 }
 
-int64_t shoal_ctx_n_past(const struct shoal_ctx *ctx) { return ctx->n_past; }
+int64_t shoal_ctx_n_past(const struct shoal_ctx *ctx) { return ctx->seq_past[0]; }
 int64_t shoal_ctx_n_ctx(const struct shoal_ctx *ctx) { return ctx->n_ctx; }
+int64_t shoal_ctx_n_seq(const struct shoal_ctx *ctx) { return ctx->n_seq; }
+int64_t shoal_ctx_n_batch(const struct shoal_ctx *ctx) { return ctx->n_batch; }
+
+int64_t shoal_ctx_seq_n_past(const struct shoal_ctx *ctx, int64_t seq)
+{
+    return seq >= 0 && seq < ctx->n_seq ? ctx->seq_past[seq] : 0;
+}
+
+/* Byte offset of position pos of layer il of sequence seq in k_cache (and
+ * v_cache). */
+static size_t kv_off(const struct shoal_ctx *ctx, int64_t seq, int64_t il, int64_t pos)
+{
+    const int64_t n_layer = ctx->model->cfg.n_layer;
+    return (size_t)(((seq * n_layer + il) * ctx->n_ctx + pos) * ctx->kv_row) * ctx->kv_es;
+}
 enum shoal_dtype shoal_ctx_kv_dtype(const struct shoal_ctx *ctx) { return ctx->kv_dtype; }
 
 uint64_t shoal_ctx_kv_bytes(const struct shoal_ctx *ctx)
 {
     const struct shoal_model_config *c = &ctx->model->cfg;
-    return (uint64_t)c->n_layer * (uint64_t)ctx->n_ctx *
+    return (uint64_t)ctx->n_seq * (uint64_t)c->n_layer * (uint64_t)ctx->n_ctx *
            (uint64_t)shoal_kv_elems_per_token(c) * ctx->kv_es;
+}
+
+void shoal_ctx_seq_truncate(struct shoal_ctx *ctx, int64_t seq, int64_t n)
+{
+    if (seq >= 0 && seq < ctx->n_seq && n >= 0 && n < ctx->seq_past[seq])
+        ctx->seq_past[seq] = n;
 }
 
 void shoal_ctx_truncate(struct shoal_ctx *ctx, int64_t n)
 {
-    if (n >= 0 && n < ctx->n_past)
-        ctx->n_past = n;
+    shoal_ctx_seq_truncate(ctx, 0, n);
+}
+
+void shoal_ctx_seq_copy(struct shoal_ctx *ctx, int64_t dst, int64_t src, int64_t n)
+{
+    if (n > ctx->seq_past[src])
+        n = ctx->seq_past[src];
+    if (dst != src && n > 0) {
+        const size_t bytes = (size_t)(n * ctx->kv_row) * ctx->kv_es;
+        for (int64_t il = 0; il < ctx->model->cfg.n_layer; il++) {
+            memcpy((char *)ctx->k_cache + kv_off(ctx, dst, il, 0),
+                   (const char *)ctx->k_cache + kv_off(ctx, src, il, 0), bytes);
+            if (ctx->v_cache)
+                memcpy((char *)ctx->v_cache + kv_off(ctx, dst, il, 0),
+                       (const char *)ctx->v_cache + kv_off(ctx, src, il, 0), bytes);
+        }
+    }
+    ctx->seq_past[dst] = n;
 }
 
 const struct shoal_ctx_timings *shoal_ctx_timings(const struct shoal_ctx *ctx)
@@ -240,33 +296,50 @@ const struct shoal_ctx_timings *shoal_ctx_timings(const struct shoal_ctx *ctx)
     return &ctx->t;
 }
 
-/* Self-attention of n tokens at positions n_past.. over the cache of layer il
- * (shoal_kv_attend: the query heads of a KV head and a round of tokens
- * together over tiles of cached rows), then its output projection, in one
- * OpenMP region. Writes ctx->att [n][n_head*head_dim] and
- * ctx->o = att . wo^T [n][n_embd]. */
+/* Segment k's attention over its own sequence's cache of layer il: its
+ * rows of q (q_ld floats apart) at positions n_past(seq).. into its rows of
+ * out. Fields the caller sets: head counts, dims, window, sinks. */
+static struct shoal_kv_attn seg_attn(const struct shoal_ctx *ctx, int64_t il, int k,
+                                     float *out, const float *q, int64_t q_ld, int has_v)
+{
+    const struct shoal_ctx_seg *sg = &ctx->segs[k];
+    const int64_t r0 = ctx->seg_row0[k];
+    const size_t off = kv_off(ctx, sg->seq, il, 0);
+    const void *kc = (const char *)ctx->k_cache + off;
+    return (struct shoal_kv_attn){
+        .out = out + r0 * q_ld, .q = q + r0 * q_ld, .k = kc,
+        .v = has_v ? (const char *)ctx->v_cache + off : kc,
+        .scores = ctx->scores, .scores_ld = ctx->n_ctx, .round = ctx->attn_round,
+        .n = sg->n, .n_past = ctx->seq_past[sg->seq], .t = ctx->kv_dtype};
+}
+
+/* Self-attention of the step's n rows, each segment at its positions over
+ * its sequence's cache of layer il (shoal_kv_attend: the query heads of a
+ * KV head and a round of tokens together over tiles of cached rows), then
+ * the output projection, in one OpenMP region. Writes ctx->att
+ * [n][n_head*head_dim] and ctx->o = att . wo^T [n][n_embd]. */
 static void attention(struct shoal_ctx *ctx, int64_t il, int64_t n,
                       const struct shoal_weight *wo)
 {
     const struct shoal_model_config *c = &ctx->model->cfg;
     const struct shoal_weight *sinks = &ctx->model->layers[il].sinks;
-    const size_t off = (size_t)(il * ctx->n_ctx * ctx->kv_row) * ctx->kv_es;
+    const int64_t nq = c->n_head * c->head_dim;
     if (sinks->data)   /* gpt_oss: one logit per head (bf16 in the file) as f32 */
         shoal_weight_row_to_f32(ctx->sinks, sinks, 0);
-    const struct shoal_kv_attn a = {
-        .out = ctx->att, .q = ctx->q,
-        .k = (const char *)ctx->k_cache + off, .v = (const char *)ctx->v_cache + off,
-        .scores = ctx->scores, .scores_ld = ctx->n_ctx, .round = ctx->attn_round,
-        .n = n, .n_past = ctx->n_past,
-        .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
-        .window = shoal_layer_uses_window(c, il) ? c->sliding_window : 0,
-        .t = ctx->kv_dtype, .sinks = sinks->data ? ctx->sinks : NULL};
 
 #pragma omp parallel
     {
         const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-        shoal_kv_attend(&a, ith, nth);
+        for (int k = 0; k < ctx->n_segs; k++) {
+            struct shoal_kv_attn a = seg_attn(ctx, il, k, ctx->att, ctx->q, nq, 1);
+            a.n_head = c->n_head;
+            a.n_head_kv = c->n_head_kv;
+            a.head_dim = c->head_dim;
+            a.window = shoal_layer_uses_window(c, il) ? c->sliding_window : 0;
+            a.sinks = sinks->data ? ctx->sinks : NULL;
+            shoal_kv_attend(&a, ith, nth);
 #pragma omp barrier
+        }
         shoal_linear_part(ctx->o, ctx->att, n, wo, ith, nth, NULL);  /* [n][E] */
     }
 }
@@ -279,24 +352,25 @@ static void mla_attention(struct shoal_ctx *ctx, int64_t il, int64_t n)
 {
     const struct shoal_model_config *c = &ctx->model->cfg;
     const struct shoal_layer_weights *L = &ctx->model->layers[il];
-    const size_t off = (size_t)(il * ctx->n_ctx * ctx->kv_row) * ctx->kv_es;
-    const void *cache = (const char *)ctx->k_cache + off;
+    const int64_t ld = c->n_head * ctx->kv_row;
     /* softmax scale (nope + rope)^-0.5 x mscale^2 (DeepseekV2Attention) */
     const float div = (float)(sqrt((double)c->head_dim) / c->attn_scale);
-    const struct shoal_kv_attn a = {
-        .out = ctx->att, .q = ctx->qm, .k = cache, .v = cache,
-        .scores = ctx->scores, .scores_ld = ctx->n_ctx, .round = ctx->attn_round,
-        .n = n, .n_past = ctx->n_past, .n_head = c->n_head, .n_head_kv = 1,
-        .head_dim = ctx->kv_row, .window = 0, .t = ctx->kv_dtype, .score_div = div,
-        .v_dim = c->kv_lora_rank};
 #pragma omp parallel
     {
         const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
         float *row = shoal_xcalloc((size_t)c->kv_lora_rank, sizeof(float));
         shoal_mla_absorb_q(ctx->qm, ctx->q, n, &L->wkv_b, c, row, ith, nth);
 #pragma omp barrier
-        shoal_kv_attend(&a, ith, nth);
+        for (int k = 0; k < ctx->n_segs; k++) {
+            struct shoal_kv_attn a = seg_attn(ctx, il, k, ctx->att, ctx->qm, ld, 0);
+            a.n_head = c->n_head;
+            a.n_head_kv = 1;
+            a.head_dim = ctx->kv_row;
+            a.score_div = div;
+            a.v_dim = c->kv_lora_rank;
+            shoal_kv_attend(&a, ith, nth);
 #pragma omp barrier
+        }
         shoal_mla_out(ctx->ov, ctx->att, n, &L->wkv_b, c, row, ith, nth);
 #pragma omp barrier
         shoal_linear_part(ctx->o, ctx->ov, n, &L->wo, ith, nth, NULL);  /* [n][E] */
@@ -328,12 +402,12 @@ static void mla_attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
         shoal_linear(ctx->q, ctx->v, n, &L->wq_b, NULL);            /* [n][H*hd] */
     }
     for (int64_t t = 0; t < n; t++) {
-        const int64_t pos = ctx->n_past + t;
+        const int64_t pos = ctx->row_pos[t];
         float *kv = ctx->k + t * row;
         shoal_rmsnorm(kv, kv, 1, kvl, &L->kv_a_norm, lora_eps);
         shoal_rope_apply(&ctx->rope, kv + kvl, 1, row, pos);          /* k_pe */
         shoal_rope_apply(&ctx->rope, ctx->q + t * H * hd + c->qk_nope_head_dim, H, hd, pos);
-        const size_t off = (size_t)((il * ctx->n_ctx + pos) * row) * ctx->kv_es;
+        const size_t off = kv_off(ctx, ctx->row_seq[t], il, pos);
         shoal_kv_store_row((char *)ctx->k_cache + off, kv, row, ctx->kv_dtype);
     }
     mla_attention(ctx, il, n);                                        /* o [n][E] */
@@ -382,10 +456,10 @@ static void attention_block(struct shoal_ctx *ctx, int64_t il, int64_t n)
                 bufs[b][i] = bufs[b][i] < -lim ? -lim : (bufs[b][i] > lim ? lim : bufs[b][i]);
     }
     for (int64_t t = 0; t < n; t++) {
-        const int64_t pos = ctx->n_past + t;
+        const int64_t pos = ctx->row_pos[t];
         shoal_rope_apply(&ctx->rope, ctx->q + t * nq, c->n_head, hd, pos);
         shoal_rope_apply(&ctx->rope, ctx->k + t * nkv, c->n_head_kv, hd, pos);
-        const size_t off = (size_t)((il * ctx->n_ctx + pos) * nkv) * ctx->kv_es;
+        const size_t off = kv_off(ctx, ctx->row_seq[t], il, pos);
         shoal_kv_store_row((char *)ctx->k_cache + off, ctx->k + t * nkv, nkv, ctx->kv_dtype);
         shoal_kv_store_row((char *)ctx->v_cache + off, ctx->v + t * nkv, nkv, ctx->kv_dtype);
     }
@@ -666,17 +740,71 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
     return 0;
 }
 
-static int eval_batch(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
-                      float *logits, int all_logits, struct shoal_err *err)
+/* The head of the step: for each segment that wants logits, the final
+ * norm and lm_head of all its rows or of its last. The last rows of
+ * several segments go through lm_head together (one pass over it) via
+ * ctx->head; each row's bits are those of a lone row. */
+static void eval_head(struct shoal_ctx *ctx)
+{
+    const struct shoal_model *m = ctx->model;
+    const struct shoal_model_config *c = &m->cfg;
+    const int64_t E = c->n_embd, V = c->n_vocab;
+    const float eps = (float)c->rms_norm_eps;
+    int64_t nl = 0;
+    for (int k = 0; k < ctx->n_segs; k++) {   /* every row (perplexity) */
+        const struct shoal_ctx_seg *sg = &ctx->segs[k];
+        if (!sg->logits || !sg->all_logits)
+            continue;
+        shoal_rmsnorm(ctx->h, ctx->x + ctx->seg_row0[k] * E, sg->n, E, &m->out_norm, eps);
+        shoal_linear(sg->logits, ctx->h, sg->n, &m->lm_head, NULL);       /* [n][V] */
+    }
+    for (int k = 0; k < ctx->n_segs; k++) {   /* last rows, together */
+        const struct shoal_ctx_seg *sg = &ctx->segs[k];
+        if (sg->logits && !sg->all_logits)
+            shoal_rmsnorm(ctx->h + (nl++) * E, ctx->x + (ctx->seg_row0[k] + sg->n - 1) * E,
+                          1, E, &m->out_norm, eps);
+    }
+    if (nl == 0)
+        return;
+    float *out = NULL;
+    if (nl == 1) {
+        for (int k = 0; k < ctx->n_segs && !out; k++)
+            if (ctx->segs[k].logits && !ctx->segs[k].all_logits)
+                out = ctx->segs[k].logits;
+        shoal_linear(out, ctx->h, 1, &m->lm_head, NULL);                 /* [V] */
+        return;
+    }
+    if (!ctx->head)
+        ctx->head = alloc_f(ctx->n_seq * V);
+    shoal_linear(ctx->head, ctx->h, nl, &m->lm_head, NULL);              /* [nl][V] */
+    int64_t i = 0;
+    for (int k = 0; k < ctx->n_segs; k++)
+        if (ctx->segs[k].logits && !ctx->segs[k].all_logits)
+            memcpy(ctx->segs[k].logits, ctx->head + (i++) * V, (size_t)V * sizeof(float));
+}
+
+/* One step over ctx->segs (checked: rows <= n_batch, positions in range). */
+static int eval_step(struct shoal_ctx *ctx, struct shoal_err *err)
 {
     const struct shoal_model *m = ctx->model;
     const struct shoal_model_config *c = &m->cfg;
     const int64_t E = c->n_embd;
     const float eps = (float)c->rms_norm_eps;
 
-    shoal_rope_update(&ctx->rope, ctx->n_past + n);
-    for (int64_t t = 0; t < n; t++)
-        shoal_weight_row_to_f32(ctx->x + t * E, &m->tok_embd, tokens[t]); /* [n][E] */
+    int64_t n = 0, max_pos = 0;
+    for (int k = 0; k < ctx->n_segs; k++) {
+        const struct shoal_ctx_seg *sg = &ctx->segs[k];
+        const int64_t past = ctx->seq_past[sg->seq];
+        ctx->seg_row0[k] = n;
+        for (int64_t t = 0; t < sg->n; t++, n++) {
+            ctx->row_seq[n] = sg->seq;
+            ctx->row_pos[n] = past + t;
+            shoal_weight_row_to_f32(ctx->x + n * E, &m->tok_embd, sg->tokens[t]); /* [n][E] */
+        }
+        if (past + sg->n > max_pos)
+            max_pos = past + sg->n;
+    }
+    shoal_rope_update(&ctx->rope, max_pos);
     for (int64_t il = 0; il < c->n_layer; il++) {
         double t0 = shoal_time_s();
         attention_block(ctx, il, n);
@@ -694,19 +822,72 @@ static int eval_batch(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
         for (int64_t i = 0; i < n * E; i++)
             ctx->x[i] += ctx->o[i];
     }
-    ctx->n_past += n;
-    if (!logits)
-        return 0;
+    for (int k = 0; k < ctx->n_segs; k++)
+        ctx->seq_past[ctx->segs[k].seq] += ctx->segs[k].n;
     double t0 = shoal_time_s();
-    if (all_logits) {
-        shoal_rmsnorm(ctx->h, ctx->x, n, E, &m->out_norm, eps);
-        shoal_linear(logits, ctx->h, n, &m->lm_head, NULL);         /* [n][V] */
-    } else {
-        shoal_rmsnorm(ctx->h, ctx->x + (n - 1) * E, 1, E, &m->out_norm, eps);
-        shoal_linear(logits, ctx->h, 1, &m->lm_head, NULL);         /* [V] */
-    }
+    eval_head(ctx);
     ctx->t.head += shoal_time_s() - t0;
     return 0;
+}
+
+/* Check a segment's room in its sequence and its token ids. */
+static int check_seg(const struct shoal_ctx *ctx, const struct shoal_ctx_seg *sg,
+                     struct shoal_err *err)
+{
+    const struct shoal_model_config *c = &ctx->model->cfg;
+    const int64_t past = ctx->seq_past[sg->seq], n = sg->n;
+    if (n > ctx->n_ctx - past)
+        return shoal_err_set(err, SHOAL_ERANGE,
+                             "sequence of %lld tokens (%lld cached + %lld new) exceeds "
+                             "the context of %lld tokens (raise --ctx, at most "
+                             "max_position_embeddings=%lld)",
+                             (long long)(past + n), (long long)past,
+                             (long long)n, (long long)ctx->n_ctx,
+                             (long long)c->max_pos);
+    for (int64_t i = 0; i < n; i++)
+        if (sg->tokens[i] < 0 || sg->tokens[i] >= c->n_vocab)
+            return shoal_err_set(err, SHOAL_ERANGE,
+                                 "token id %d at position %lld is outside the "
+                                 "vocabulary [0, %lld)", sg->tokens[i], (long long)i,
+                                 (long long)c->n_vocab);
+    return 0;
+}
+
+int shoal_ctx_eval_segs(struct shoal_ctx *ctx, const struct shoal_ctx_seg *segs, int n_segs,
+                        struct shoal_err *err)
+{
+    if (n_segs < 1 || n_segs > ctx->n_seq)
+        return shoal_err_set(err, SHOAL_EINVAL, "a step of %d segments: expected 1 to %lld "
+                             "(the context's sequences)", n_segs, (long long)ctx->n_seq);
+    int64_t rows = 0;
+    for (int k = 0; k < n_segs; k++) {
+        const struct shoal_ctx_seg *sg = &segs[k];
+        if (sg->seq < 0 || sg->seq >= ctx->n_seq)
+            return shoal_err_set(err, SHOAL_EINVAL, "segment %d: sequence %lld outside "
+                                 "[0, %lld)", k, (long long)sg->seq, (long long)ctx->n_seq);
+        if (sg->n < 1)
+            return shoal_err_set(err, SHOAL_EINVAL, "segment %d: no tokens", k);
+        for (int j = 0; j < k; j++)
+            if (segs[j].seq == sg->seq)
+                return shoal_err_set(err, SHOAL_EINVAL, "segments %d and %d: both on "
+                                     "sequence %lld", j, k, (long long)sg->seq);
+        int rc = check_seg(ctx, sg, err);
+        if (rc)
+            return rc;
+        rows += sg->n;
+    }
+    if (rows > ctx->n_batch)
+        return shoal_err_set(err, SHOAL_EINVAL, "a step of %lld rows: expected at most "
+                             "n_batch=%lld", (long long)rows, (long long)ctx->n_batch);
+    const double t_eval = shoal_time_s();
+    ctx->segs = segs;
+    ctx->n_segs = n_segs;
+    int rc = eval_step(ctx, err);
+    ctx->segs = NULL;
+    ctx->n_segs = 0;
+    if (!rc && ctx->cluster)
+        shoal_cluster_note_eval(ctx->cluster, &ctx->t, rows, shoal_time_s() - t_eval);
+    return rc;
 }
 
 int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
@@ -715,30 +896,25 @@ int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
     const struct shoal_model_config *c = &ctx->model->cfg;
     if (n <= 0)
         return shoal_err_set(err, SHOAL_EINVAL, "no tokens to evaluate");
-    if (n > ctx->n_ctx - ctx->n_past)
-        return shoal_err_set(err, SHOAL_ERANGE,
-                             "sequence of %lld tokens (%lld cached + %lld new) exceeds "
-                             "the context of %lld tokens (raise --ctx, at most "
-                             "max_position_embeddings=%lld)",
-                             (long long)(ctx->n_past + n), (long long)ctx->n_past,
-                             (long long)n, (long long)ctx->n_ctx,
-                             (long long)c->max_pos);
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->n_vocab)
-            return shoal_err_set(err, SHOAL_ERANGE,
-                                 "token id %d at position %lld is outside the "
-                                 "vocabulary [0, %lld)", tokens[i], (long long)i,
-                                 (long long)c->n_vocab);
+    const struct shoal_ctx_seg whole = {.seq = 0, .tokens = tokens, .n = n};
+    int rc = check_seg(ctx, &whole, err);
+    if (rc)
+        return rc;
     const double t_eval = shoal_time_s();
     for (int64_t done = 0; done < n; done += ctx->n_batch) {
         int64_t nb = n - done < ctx->n_batch ? n - done : ctx->n_batch;
         int last = done + nb == n;
-        float *lg = NULL;
+        struct shoal_ctx_seg sg = {.seq = 0, .tokens = tokens + done, .n = nb,
+                                   .all_logits = all_logits};
         if (logits && all_logits)
-            lg = logits + done * c->n_vocab;
+            sg.logits = logits + done * c->n_vocab;
         else if (logits && last)
-            lg = logits;
-        int rc = eval_batch(ctx, tokens + done, nb, lg, all_logits, err);
+            sg.logits = logits;
+        ctx->segs = &sg;
+        ctx->n_segs = 1;
+        rc = eval_step(ctx, err);
+        ctx->segs = NULL;
+        ctx->n_segs = 0;
         if (rc)
             return rc;
     }

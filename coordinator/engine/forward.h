@@ -8,10 +8,15 @@
  * from struct shoal_family (model_config.h).
  *
  * A prompt is evaluated as a matrix (prefill, in chunks of n_batch tokens);
- * decode feeds one token at a time. Logits bytes do not depend on the
- * thread count nor on how a sequence is chunked into batches... except that
- * prefill and decode may differ in the last bits, so tests compare like
- * with like.
+ * decode feeds one token at a time. A context may hold several sequences
+ * (n_seq KV slots, for `shoal serve`): one step then runs segments of
+ * several sequences together (decode tokens of some, prompt chunks of
+ * others) and each MoE layer's batch-union spans all of them. Every row is
+ * computed by code whose bits depend only on that row (linears, norms,
+ * router, experts: quant.h) and on its own sequence's cache (attention:
+ * kv.h), so a token's logits bytes do not depend on the thread count, on
+ * how its sequence is chunked, nor on which other sequences share its step
+ * (tests/unit/test_batching.c checks this bit for bit).
  *
  * Thread: a context belongs to one thread (it opens OpenMP regions).
  */
@@ -35,12 +40,14 @@ struct shoal_ctx_params {
                                 * (kv.h: rounded once when written) */
     struct shoal_cluster *cluster; /* routed experts run on it (cluster.h); borrowed,
                                     * outlives the context; NULL: in-process */
+    int64_t n_seq;     /* sequences (KV cache slots of n_ctx tokens each); 0 = 1 */
 };
 
 static inline struct shoal_ctx_params shoal_ctx_params_default(void)
 {
     return (struct shoal_ctx_params){.n_ctx = 0, .n_batch = 0,
-                                     .kv_dtype = SHOAL_DTYPE_F32, .cluster = NULL};
+                                     .kv_dtype = SHOAL_DTYPE_F32, .cluster = NULL,
+                                     .n_seq = 1};
 }
 
 /* Time spent per stage, seconds, accumulated over evals. */
@@ -71,23 +78,59 @@ void shoal_ctx_free(struct shoal_ctx *ctx);
  *   tokens  [n] i32 ids, borrowed; each must be in [0, n_vocab)
  *   logits  [n][n_vocab] f32 if all_logits, else [n_vocab] for the last
  *           token; written. May be NULL to skip the head.
- * Returns 0; -SHOAL_ERANGE with err set if a token id is out of range or
+ * Returns 0; SHOAL_ERANGE with err set if a token id is out of range or
  * the sequence would exceed n_ctx (nothing is appended then).
  * Thread: the context's thread. */
 int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
                    float *logits, int all_logits, struct shoal_err *err);
 
-/* Tokens currently in the KV cache. */
+/* One sequence's share of a multi-sequence step (shoal_ctx_eval_segs). */
+struct shoal_ctx_seg {
+    int64_t seq;            /* the sequence (KV slot), in [0, n_seq) */
+    const int32_t *tokens;  /* [n] i32 ids appended to it, borrowed */
+    int64_t n;              /* >= 1 */
+    float *logits;          /* [n][n_vocab] f32 if all_logits, else [n_vocab] of its
+                             * last token; written; NULL: no head for it */
+    int all_logits;
+};
+
+/* Run one step over several sequences: segment i appends its tokens to
+ * sequence segs[i].seq (at positions n_past(seq) ..). The rows of all
+ * segments form one batch (one batch-union per MoE layer); attention runs
+ * per segment over its own sequence. Each row's bits are those it would
+ * have with the sequence evaluated alone (shoal_ctx_eval), in any chunking.
+ * Returns 0; SHOAL_EINVAL with err set when n_segs < 1, the rows exceed
+ * n_batch, a seq is out of range or appears twice, or a segment is empty;
+ * SHOAL_ERANGE when a token id is out of range or a sequence would exceed
+ * n_ctx (nothing is appended then); an expert store / cluster error (the
+ * caches of the step's sequences may then hold part of the step: truncate
+ * them). Thread: the context's thread. */
+int shoal_ctx_eval_segs(struct shoal_ctx *ctx, const struct shoal_ctx_seg *segs, int n_segs,
+                        struct shoal_err *err);
+
+/* Tokens currently in the KV cache (of sequence 0 / of sequence seq). */
 int64_t shoal_ctx_n_past(const struct shoal_ctx *ctx);
+int64_t shoal_ctx_seq_n_past(const struct shoal_ctx *ctx, int64_t seq);
 int64_t shoal_ctx_n_ctx(const struct shoal_ctx *ctx);
+int64_t shoal_ctx_n_seq(const struct shoal_ctx *ctx);
+/* The largest step in rows (n_batch). */
+int64_t shoal_ctx_n_batch(const struct shoal_ctx *ctx);
 
 /* The KV cache's element type, and its bytes (K and V, every layer,
- * n_ctx tokens). */
+ * n_ctx tokens, every sequence). */
 enum shoal_dtype shoal_ctx_kv_dtype(const struct shoal_ctx *ctx);
 uint64_t shoal_ctx_kv_bytes(const struct shoal_ctx *ctx);
 
-/* Forget everything after the first n tokens (n <= n_past). */
+/* Forget everything after the first n tokens (n <= n_past) of sequence 0
+ * / of sequence seq. */
 void shoal_ctx_truncate(struct shoal_ctx *ctx, int64_t n);
+void shoal_ctx_seq_truncate(struct shoal_ctx *ctx, int64_t seq, int64_t n);
+
+/* Make sequence dst hold the first n cached tokens of sequence src (their
+ * KV rows copied, every layer; a shared prefix is then not evaluated
+ * again): afterwards n_past(dst) = n. n <= n_past(src); src == dst
+ * truncates. Programmer invariants (seqs in range). Thread: the context's. */
+void shoal_ctx_seq_copy(struct shoal_ctx *ctx, int64_t dst, int64_t src, int64_t n);
 
 const struct shoal_ctx_timings *shoal_ctx_timings(const struct shoal_ctx *ctx);
 
