@@ -15,12 +15,15 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: shoal serve [--model] [MODEL] [--host ADDR] [--port N] [--api-key FILE]\n"
-        "                   [options]\n"
+        "                   [--parallel N] [--queue N] [options]\n"
         "\n"
         "An OpenAI-compatible HTTP API: GET /health, GET /v1/models,\n"
         "POST /v1/completions, POST /v1/chat/completions (whole or streamed as\n"
-        "server-sent events). One request generates at a time; another meanwhile\n"
-        "gets 429 with Retry-After. Stop with Ctrl-C or SIGTERM.\n"
+        "server-sent events). Up to --parallel requests generate together, one KV\n"
+        "cache slot each, in shared engine steps (their experts are read once per\n"
+        "step); --queue more wait; beyond that a request gets 429 with Retry-After.\n"
+        "A request's tokens are the same alone or beside others. Stop with Ctrl-C or\n"
+        "SIGTERM (running requests end with what they have; queued ones get 503).\n"
         "\n");
     shoal_cli_usage_model(f);
     fprintf(f,
@@ -29,6 +32,10 @@ static void usage(FILE *f)
         "  --port N             TCP port (default 8080; 0: any free port, printed)\n"
         "  --api-key FILE       require 'Authorization: Bearer KEY', KEY the file's secret\n"
         "                       (at least 16 bytes; surrounding whitespace ignored)\n"
+        "  --parallel N         requests generating at once, each in its own KV slot of\n"
+        "                       --ctx tokens (default 4; 1..64); a slot keeps its tokens\n"
+        "                       after its request, for the next one with the same prefix\n"
+        "  --queue N            requests waiting for a slot (default 16; 0..4096)\n"
         "\n"
         "Defaults for what a request leaves out (each request may set its own):\n");
     shoal_gen_usage(f, 16, 0);
@@ -59,7 +66,7 @@ int shoal_cmd_serve(int argc, char **argv)
 {
     struct shoal_session_opts so = shoal_session_opts_default();
     struct shoal_serve_config cfg = {.host = "127.0.0.1", .port = 8080,
-                                     .max_body = SERVE_MAX_BODY};
+                                     .max_body = SERVE_MAX_BODY, .parallel = 4, .queue = 16};
     cfg.defaults = shoal_gen_opts_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -82,6 +89,7 @@ int shoal_cmd_serve(int argc, char **argv)
             return 0;
         }
         if (!strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--api-key") ||
+            !strcmp(a, "--parallel") || !strcmp(a, "--queue") ||
             !strcmp(a, "--test-token-delay")) {
             if (i + 1 >= argc) {
                 shoal_cli_error("%s needs a value", a);
@@ -97,6 +105,14 @@ int shoal_cmd_serve(int argc, char **argv)
                 if (shoal_cli_parse_i64(a, v, 0, 65535, &x))
                     return 2;
                 cfg.port = (int)x;
+            } else if (!strcmp(a, "--parallel")) {
+                if (shoal_cli_parse_i64(a, v, 1, 64, &x))
+                    return 2;
+                cfg.parallel = (int)x;
+            } else if (!strcmp(a, "--queue")) {
+                if (shoal_cli_parse_i64(a, v, 0, 4096, &x))
+                    return 2;
+                cfg.queue = (int)x;
             } else {
                 /* tests only: hold each request open this many ms per token */
                 if (shoal_cli_parse_i64(a, v, 0, 10000, &x))
@@ -121,6 +137,7 @@ int shoal_cmd_serve(int argc, char **argv)
     if (shoal_session_check_opts(&so) || shoal_serve_check_config(&cfg))
         return 2;
     int rc = 1;
+    so.n_seq = cfg.parallel;
     struct shoal_session *s = shoal_session_open(&so, &rc);
     if (!s)
         return rc;

@@ -22,6 +22,8 @@ struct shoal_session_opts {
     const char *model_dir;   /* NULL: the bundled model */
     int64_t n_ctx;           /* 0: default */
     int64_t n_batch;         /* --batch: prefill chunk in tokens; 0: default */
+    int64_t n_seq;           /* sequences the context holds (shoal serve --parallel);
+                              * 0: 1 */
     int kv;                  /* --kv: the KV cache's enum shoal_dtype (F32, F16,
                               * BF16); -1: the container's "kv", else F32 */
     int64_t threads;         /* 0: OpenMP default */
@@ -177,5 +179,52 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
 
 /* Drop the KV cache and history. */
 void shoal_session_reset(struct shoal_session *s);
+
+/* Append ids to the session's history (the tokens in its KV cache). */
+void shoal_session_history_push(struct shoal_session *s, const int32_t *ids, size_t n);
+
+/* ---- one sequence's generation (generate.c) ------------------------------
+ * What shoal_session_generate does after each evaluation, as a state
+ * machine a caller can drive for many sequences at once (shoal serve):
+ * sample from the sequence's logits, detokenize, stream (stop strings held
+ * back and cut), and decide whether the token is fed back. */
+struct shoal_gen;
+
+enum shoal_gen_action {
+    SHOAL_GEN_FEED = 0,     /* evaluate the token (with logits) and call next again */
+    SHOAL_GEN_FEED_LAST,    /* an end token: evaluate it without logits, then finish */
+    SHOAL_GEN_END,          /* finished (max tokens, stop string, context full, ...) */
+    SHOAL_GEN_ERROR,        /* err set (the detokenizer failed) */
+};
+
+/* A generation with options o (borrowed, outlive it; o->result, capture,
+ * on_token, on_text apply as for shoal_session_generate; echo, logits_out,
+ * ids_out and print_timings are the caller's), text to out unless a
+ * callback takes it. s: borrowed for its tokenizer and model. Owned by
+ * the caller; end it with shoal_gen_finish. Thread: one at a time. */
+struct shoal_gen *shoal_gen_create(const struct shoal_session *s,
+                                   const struct shoal_gen_opts *o, FILE *out);
+
+/* After the sequence's latest evaluation: sample from logits ([n_vocab]
+ * f32, modified: penalties), with history [n_history] the sequence's cached
+ * tokens (for the repetition penalty) and room the tokens its cache can
+ * still take. *id_out: the sampled token, or -1 when none was sampled
+ * (max_tokens reached before). Returns what the caller does next. */
+enum shoal_gen_action shoal_gen_next(struct shoal_gen *g, float *logits, const int32_t *history,
+                                     int64_t n_history, int64_t room, int32_t *id_out,
+                                     struct shoal_err *err);
+
+/* Mark the generation interrupted (no more tokens; reason
+ * SHOAL_STOP_INTERRUPTED unless it had already ended). */
+void shoal_gen_interrupt(struct shoal_gen *g);
+
+int64_t shoal_gen_n_generated(const struct shoal_gen *g);
+/* Why it ended, for the timings line ("max tokens", "end of sequence", ...). */
+const char *shoal_gen_why(const struct shoal_gen *g);
+
+/* Flush the detokenizer and what stop strings held back, fill o->result
+ * (reason SHOAL_STOP_ERROR when failed), free g. Returns the generated
+ * text as streamed (malloc'd, NUL-terminated; the caller frees). */
+char *shoal_gen_finish(struct shoal_gen *g, int failed);
 
 #endif

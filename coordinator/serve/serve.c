@@ -18,48 +18,12 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "serve_impl.h"
 #include "chat_template.h"
 #include "cli.h"
 #include "harmony.h"
 #include "util.h"
 #include "wire.h"
-
-enum job_state { JOB_QUEUED = 0, JOB_STARTED, JOB_DONE };
-
-/* One generating request, shared by its connection's thread and the
- * engine; every field below `req` is guarded by the server's mutex. */
-struct job {
-    struct shoal_api_request req;
-    char id[48];
-    int64_t created;
-    enum job_state state;
-    int failed;                 /* err holds why (before or while generating) */
-    struct shoal_api_error err;
-    volatile int cancel;        /* the client left or the server stops */
-    char *out;                  /* streaming: SSE bytes not yet sent */
-    size_t out_len, out_cap, out_sent;
-    char *text;                 /* whole: the generated text */
-    int64_t n_prompt, n_gen;
-    const char *finish;
-    int refs;                   /* connection thread + engine */
-};
-
-struct server {
-    struct shoal_session *s;
-    const struct shoal_serve_config *cfg;
-    struct shoal_chat_template *tmpl;   /* NULL: the model has none */
-    char *bos, *eos;
-    int32_t chat_stop_ids[8];
-    int n_chat_stop_ids;
-    int check_host;                     /* bound to loopback: Host must name it */
-    struct shoal_wire_key key;          /* key.set: Authorization required */
-    int64_t started_at;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;                  /* any job or server state change */
-    struct job *pending;                /* handed to the engine */
-    int busy;                           /* a job is pending or running */
-    int stopping;
-};
 
 /* per connection: the request body gathered so far */
 struct conn {
@@ -105,7 +69,7 @@ static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *ty
 
 /* ---- jobs ---- */
 
-static void job_unref(struct server *srv, struct job *j)
+void serve_job_unref(struct server *srv, struct job *j)
 {
     pthread_mutex_lock(&srv->mu);
     int last = --j->refs == 0;
@@ -118,8 +82,7 @@ static void job_unref(struct server *srv, struct job *j)
     free(j);
 }
 
-/* Append bytes to the job's stream queue; mutex held. */
-static void out_put(struct job *j, const char *p, size_t n)
+void serve_out_put(struct job *j, const char *p, size_t n)
 {
     if (j->out_len + n > j->out_cap) {
         j->out_cap = (j->out_len + n) * 2 + 256;
@@ -129,12 +92,11 @@ static void out_put(struct job *j, const char *p, size_t n)
     j->out_len += n;
 }
 
-/* Queue one server-sent event "data: json\n\n" (json freed); mutex held. */
-static void out_event(struct job *j, char *json)
+void serve_out_event(struct job *j, char *json)
 {
-    out_put(j, "data: ", 6);
-    out_put(j, json, strlen(json));
-    out_put(j, "\n\n", 2);
+    serve_out_put(j, "data: ", 6);
+    serve_out_put(j, json, strlen(json));
+    serve_out_put(j, "\n\n", 2);
     free(json);
 }
 
@@ -170,193 +132,6 @@ static void wait_tick(struct server *srv)
         ts.tv_nsec -= 1000000000L;
     }
     pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
-}
-
-/* ---- the engine side (the thread in shoal_serve_run) ---- */
-
-struct gen_ctx {
-    struct server *srv;
-    struct job *job;
-    int first;
-};
-
-static void on_text(void *user, const char *text, size_t n)
-{
-    struct gen_ctx *g = user;
-    struct job *j = g->job;
-    if (g->srv->cfg->token_delay_ms)
-        usleep(g->srv->cfg->token_delay_ms * 1000u);
-    if (!j->req.stream || !n)
-        return;
-    char *chunk = shoal_api_chunk_json(j->req.kind, j->id, j->created, g->srv->cfg->model_id, 0,
-                                       text, n, NULL);
-    pthread_mutex_lock(&g->srv->mu);
-    out_event(j, chunk);
-    pthread_cond_broadcast(&g->srv->cv);
-    pthread_mutex_unlock(&g->srv->mu);
-}
-
-/* The prompt tokens of a request; 0, or -1 with e set. */
-static int prompt_ids(struct server *srv, struct job *j, int32_t **ids, size_t *n,
-                      struct shoal_api_error *e)
-{
-    struct shoal_err err = {0};
-    struct shoal_session *s = srv->s;
-    char *rendered = NULL;
-    const char *text = j->req.prompt;
-    struct shoal_tokenize_params tp = {.add_special = 1, .parse_special = 1};
-    if (!s->tok)
-        return shoal_api_fail(e, 400, "invalid_request_error", NULL, NULL,
-                              "the model has no tokenizer (tokenizer.json or tiktoken.model)");
-    if (j->req.kind == SHOAL_API_CHAT) {
-        if (!srv->tmpl)
-            return shoal_api_fail(e, 400, "invalid_request_error", "messages", NULL,
-                                  "the model ships no chat template (tokenizer_config.json); "
-                                  "use /v1/completions");
-        struct shoal_chat_template_vars v = {.bos_token = srv->bos ? srv->bos : "",
-                                             .eos_token = srv->eos ? srv->eos : "",
-                                             .add_generation_prompt = 1,
-                                             .messages_json = j->req.messages_json};
-        if (shoal_chat_template_render(srv->tmpl, NULL, 0, &v, &rendered, &err))
-            return shoal_api_fail(e, 400, "invalid_request_error", "messages", NULL,
-                                  "chat template: %s", err.msg);
-        text = rendered;
-        tp.add_special = 0;   /* the template places BOS */
-    }
-    int rc = shoal_tokenizer_encode(s->tok, text, strlen(text), tp, ids, n, &err);
-    free(rendered);
-    if (rc)
-        return shoal_api_fail(e, 400, "invalid_request_error",
-                              j->req.kind == SHOAL_API_CHAT ? "messages" : "prompt", NULL,
-                              "%s", err.msg);
-    return 0;
-}
-
-static const char *finish_of(enum shoal_stop_reason r)
-{
-    return r == SHOAL_STOP_EOS || r == SHOAL_STOP_STRING ? "stop" : "length";
-}
-
-static void run_job(struct server *srv, struct job *j)
-{
-    struct shoal_session *s = srv->s;
-    const struct shoal_api_request *q = &j->req;
-    struct shoal_api_error e;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    const int64_t n_ctx = shoal_ctx_n_ctx(s->ctx);
-    int bad = prompt_ids(srv, j, &ids, &n, &e);
-    if (!bad && n == 0)
-        bad = shoal_api_fail(&e, 400, "invalid_request_error", NULL, NULL,
-                             "the prompt is empty (no tokens)");
-    if (!bad && (int64_t)n >= n_ctx)
-        bad = shoal_api_fail(&e, 400, "invalid_request_error",
-                             q->kind == SHOAL_API_CHAT ? "messages" : "prompt",
-                             "context_length_exceeded",
-                             "this model's context holds %lld tokens (--ctx) and one must be "
-                             "left for the reply; the prompt is %zu tokens",
-                             (long long)n_ctx, n);
-    if (bad) {
-        pthread_mutex_lock(&srv->mu);
-        j->err = e;
-        j->failed = 1;
-        j->state = JOB_DONE;
-        pthread_cond_broadcast(&srv->cv);
-        pthread_mutex_unlock(&srv->mu);
-        free(ids);
-        return;
-    }
-    /* keep the cached tokens this prompt starts with (at least one new
-     * token is evaluated, for fresh logits) */
-    int64_t keep = 0;
-    while (keep < s->n_history && keep < (int64_t)n - 1 && s->history[keep] == ids[keep])
-        keep++;
-    shoal_ctx_truncate(s->ctx, keep);
-    s->n_history = keep;
-
-    struct shoal_gen_opts go = srv->cfg->defaults;
-    struct shoal_sampler_params *sp = &go.sampling;
-    if (q->has_temperature) {
-        sp->temperature = (float)q->temperature;
-        sp->greedy = q->temperature <= 0;
-    }
-    if (q->has_top_p)
-        sp->top_p = (float)q->top_p;
-    if (q->has_top_k)
-        sp->top_k = q->top_k;
-    if (q->has_min_p)
-        sp->min_p = (float)q->min_p;
-    if (q->has_seed)
-        sp->seed = q->seed;
-    else if (!srv->cfg->seed_given)
-        randombytes_buf(&sp->seed, sizeof sp->seed);
-    int64_t room = n_ctx - (int64_t)n;
-    if (q->max_tokens >= 0)
-        go.max_tokens = q->max_tokens;
-    else if (!srv->cfg->max_tokens_given)
-        go.max_tokens = q->kind == SHOAL_API_COMPLETION ? 16 : room;
-    if (go.max_tokens > room)
-        go.max_tokens = room;
-    if (q->n_stop) {
-        go.n_stop = q->n_stop;
-        for (int k = 0; k < q->n_stop; k++)
-            go.stop[k] = q->stop[k];
-    }
-    if (q->kind == SHOAL_API_CHAT) {
-        memcpy(go.stop_ids, srv->chat_stop_ids, sizeof go.stop_ids);
-        go.n_stop_ids = srv->n_chat_stop_ids;
-    }
-    char *text = NULL;
-    struct shoal_gen_result res = {0};
-    struct gen_ctx g = {.srv = srv, .job = j, .first = 1};
-    go.echo = NULL;
-    go.logits_out = go.ids_out = NULL;
-    go.on_token = NULL;
-    go.on_text = on_text;
-    go.on_text_user = &g;
-    go.capture = &text;
-    go.result = &res;
-    go.print_timings = 1;   /* the per-request log line */
-
-    pthread_mutex_lock(&srv->mu);
-    j->n_prompt = (int64_t)n;
-    j->state = JOB_STARTED;
-    if (q->stream && q->kind == SHOAL_API_CHAT)
-        out_event(j, shoal_api_chunk_json(q->kind, j->id, j->created, srv->cfg->model_id, 1,
-                                          NULL, 0, NULL));
-    pthread_cond_broadcast(&srv->cv);
-    pthread_mutex_unlock(&srv->mu);
-
-    s->interrupt = &j->cancel;
-    int rc = shoal_session_generate(s, ids + keep, n - (size_t)keep, &go, NULL);
-    s->interrupt = NULL;
-    free(ids);
-    if (rc)
-        shoal_session_reset(s);   /* the cache may hold part of a step */
-
-    pthread_mutex_lock(&srv->mu);
-    j->n_gen = res.n_generated;
-    j->finish = finish_of(res.reason);
-    j->text = text;
-    if (rc) {
-        j->failed = 1;
-        shoal_api_fail(&j->err, 500, "server_error", NULL, NULL,
-                       "generation failed (the server's log says why)");
-    }
-    if (q->stream) {
-        if (rc)
-            out_event(j, shoal_api_error_json(&j->err));
-        else
-            out_event(j, shoal_api_chunk_json(q->kind, j->id, j->created, srv->cfg->model_id,
-                                              0, NULL, 0, j->finish));
-        if (!rc && q->include_usage)
-            out_event(j, shoal_api_usage_chunk_json(q->kind, j->id, j->created,
-                                                    srv->cfg->model_id, j->n_prompt, j->n_gen));
-        out_put(j, "data: [DONE]\n\n", 14);
-    }
-    j->state = JOB_DONE;
-    pthread_cond_broadcast(&srv->cv);
-    pthread_mutex_unlock(&srv->mu);
 }
 
 /* ---- the connection side ---- */
@@ -411,7 +186,7 @@ static void stream_free(void *cls)
 {
     struct stream *st = cls;
     st->job->cancel = 1;
-    job_unref(st->srv, st->job);
+    serve_job_unref(st->srv, st->job);
     free(st);
 }
 
@@ -426,7 +201,7 @@ static enum MHD_Result start_stream(struct server *srv, struct MHD_Connection *c
                                                                stream_read, st, stream_free);
     if (!r) {
         j->cancel = 1;
-        job_unref(srv, j);
+        serve_job_unref(srv, j);
         free(st);
         return MHD_NO;
     }
@@ -459,19 +234,27 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
     j->refs = 2;
 
     pthread_mutex_lock(&srv->mu);
-    if (srv->stopping || srv->busy) {
+    /* a slot is free or will be: the queue holds what the idle slots cannot */
+    const int idle = srv->cfg->parallel - srv->n_active;
+    if (srv->stopping || srv->n_queued - (idle > 0 ? idle : 0) >= srv->cfg->queue) {
         int stopping = srv->stopping;
         pthread_mutex_unlock(&srv->mu);
         j->refs = 1;
-        job_unref(srv, j);
+        serve_job_unref(srv, j);
         if (stopping)
             return fail(c, 503, "server_error", NULL, "the server is shutting down");
-        return fail(c, 429, "rate_limit_error", "busy",
-                    "the server is generating for another request (one at a time); "
-                    "retry after the Retry-After seconds");
+        char msg[200];
+        snprintf(msg, sizeof msg, "the server is busy: %d requests generating (--parallel) "
+                 "and %d queued (--queue); retry after the Retry-After seconds",
+                 srv->cfg->parallel, srv->cfg->queue);
+        return fail(c, 429, "rate_limit_error", "busy", msg);
     }
-    srv->busy = 1;
-    srv->pending = j;
+    if (srv->q_tail)
+        srv->q_tail->next = j;
+    else
+        srv->q_head = j;
+    srv->q_tail = j;
+    srv->n_queued++;
     pthread_cond_broadcast(&srv->cv);
     /* wait until the engine accepted the prompt (or refused it) */
     while (j->state == JOB_QUEUED) {
@@ -500,7 +283,7 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
                                            j->text, j->text ? strlen(j->text) : 0, j->finish,
                                            j->n_prompt, j->n_gen),
                    0);
-    job_unref(srv, j);
+    serve_job_unref(srv, j);
     return rc;
 }
 
@@ -665,9 +448,7 @@ static void *signal_thread(void *arg)
     int sig = 0;
     sigwait(&set, &sig);
     pthread_mutex_lock(&srv->mu);
-    srv->stopping = 1;
-    if (srv->pending)
-        srv->pending->cancel = 1;
+    srv->stopping = 1;   /* the engine answers queued jobs 503 and ends running ones */
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     return NULL;
@@ -785,36 +566,15 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
     have_sig_thread = 1;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "shoal serve: listening on http://%s%s%s:%u (model %s, context %lld "
-            "tokens%s)\n", strchr(cfg->host, ':') ? "[" : "", cfg->host,
+            "tokens x %lld slots, KV cache %.1f MiB, queue %d%s)\n",
+            strchr(cfg->host, ':') ? "[" : "", cfg->host,
             strchr(cfg->host, ':') ? "]" : "", di ? (unsigned)di->port : (unsigned)cfg->port,
             cfg->model_id, (long long)shoal_ctx_n_ctx(s->ctx),
+            (long long)shoal_ctx_n_seq(s->ctx),
+            (double)shoal_ctx_kv_bytes(s->ctx) / (1024.0 * 1024.0), cfg->queue,
             srv.key.set ? ", API key required" : "");
     fflush(stderr);
-    for (;;) {
-        pthread_mutex_lock(&srv.mu);
-        while (!srv.pending && !srv.stopping)
-            pthread_cond_wait(&srv.cv, &srv.mu);
-        struct job *j = srv.pending;
-        srv.pending = NULL;
-        if (!j) {
-            pthread_mutex_unlock(&srv.mu);
-            break;
-        }
-        if (srv.stopping) {
-            shoal_api_fail(&j->err, 503, "server_error", NULL, NULL,
-                           "the server is shutting down");
-            j->failed = 1;
-            j->state = JOB_DONE;
-            pthread_cond_broadcast(&srv.cv);
-        }
-        pthread_mutex_unlock(&srv.mu);
-        if (j->state != JOB_DONE)
-            run_job(&srv, j);
-        pthread_mutex_lock(&srv.mu);
-        srv.busy = 0;
-        pthread_mutex_unlock(&srv.mu);
-        job_unref(&srv, j);
-    }
+    serve_engine_run(&srv);
     fprintf(stderr, "shoal serve: stopping\n");
     rc = 0;
 out:

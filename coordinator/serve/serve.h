@@ -1,12 +1,12 @@
 /* serve: `shoal serve`, the OpenAI-compatible HTTP server (libmicrohttpd).
  *
  * Threads: libmicrohttpd runs a thread per connection; they parse and check
- * requests (api.h) and hand a generating request to the engine, which runs
- * on the calling thread (shoal_serve_run) and owns the session. One request
- * generates at a time: a second one meanwhile gets 429 with Retry-After.
- * The handoff is a job with its own output queue, so that continuous
- * batching (many jobs per engine step) can replace the one-job loop without
- * touching the HTTP side.
+ * requests (api.h) and queue a generating request as a job for the engine,
+ * which runs on the calling thread (shoal_serve_run) and owns the session.
+ * The engine (engine.c) runs up to `parallel` jobs at once, one KV slot
+ * each, all of them in every step (continuous batching); up to `queue`
+ * more wait, and beyond that a request gets 429 with Retry-After. A job
+ * carries its own output queue (SSE bytes) and cancel flag.
  */
 #ifndef SHOAL_SERVE_H
 #define SHOAL_SERVE_H
@@ -26,6 +26,9 @@ struct shoal_serve_config {
     int seed_given;            /* --seed given: requests without "seed" use it;
                                 * otherwise each draws a fresh one */
     size_t max_body;           /* request body bytes (larger: 413) */
+    int parallel;              /* requests generating at once: the session's context
+                                * must hold as many sequences (KV slots) */
+    int queue;                 /* requests waiting for a slot; more get 429 */
     unsigned token_delay_ms;   /* tests only: sleep after each token */
 };
 

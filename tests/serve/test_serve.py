@@ -310,7 +310,8 @@ def test_key_busy_cancel(shoal):
         kf.write("a-secret-key-of-some-length\n")
         kf.flush()
         os.chmod(kf.name, 0o600)
-        srv = Server(shoal, "--api-key", kf.name, "--test-token-delay", "30")
+        srv = Server(shoal, "--api-key", kf.name, "--test-token-delay", "30",
+                     "--parallel", "1", "--queue", "0")
         try:
             body = {"prompt": "ROMEO:", "max_tokens": 2, "temperature": 0}
             s, _, b = srv.post("/v1/completions", body)
@@ -324,7 +325,7 @@ def test_key_busy_cancel(shoal):
             s, _, b = srv.post("/v1/completions", body, headers=auth)
             check(s == 200 and json.loads(b)["choices"][0]["text"], "the right API key: 200")
             healthy(srv, "key errors (/health needs no key)")
-            # one request at a time: a second one meanwhile gets 429
+            # --parallel 1 --queue 0: a second request meanwhile gets 429
             c = srv.conn()
             c.request("POST", "/v1/completions", body=json.dumps(
                 {"prompt": "ROMEO:", "max_tokens": 200, "temperature": 0, "stream": True,
@@ -334,7 +335,7 @@ def test_key_busy_cancel(shoal):
             first = r.readline()
             check(first.startswith(b"data: "), "the first event arrives: %r" % first)
             s, h, b = srv.post("/v1/completions", body, headers=auth)
-            error_object(s, b, 429, "a second request while one generates")
+            error_object(s, b, 429, "a second request while one generates (--parallel 1, --queue 0)")
             check(h.get("retry-after") == "1", "429 carries Retry-After: %r" % h.get("retry-after"))
             s, h, b = srv.post("/v1/chat/completions",
                                {"messages": [{"role": "user", "content": "hi"}]}, headers=auth)

@@ -1,0 +1,357 @@
+/* generate: one sequence's generation state (sample, detokenize, stream,
+ * stop) as struct shoal_gen, and shoal_session_generate, the loop `shoal
+ * run` and `shoal chat` use over it. `shoal serve` drives many shoal_gen
+ * at once over one multi-sequence context (session.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "npy.h"
+#include "session.h"
+#include "util.h"
+
+void shoal_session_history_push(struct shoal_session *s, const int32_t *ids, size_t n)
+{
+    if (s->n_history + (int64_t)n > s->cap_history) {
+        s->cap_history = (s->n_history + (int64_t)n) * 2 + 64;
+        s->history = shoal_xrealloc(s->history, (size_t)s->cap_history * sizeof(int32_t));
+    }
+    memcpy(s->history + s->n_history, ids, n * sizeof(int32_t));
+    s->n_history += (int64_t)n;
+}
+
+static int is_eos(const struct shoal_session *s, const struct shoal_gen_opts *o,
+                  int32_t id)
+{
+    const struct shoal_model_config *c = &s->model->cfg;
+    for (int i = 0; i < o->n_stop_ids; i++)
+        if (o->stop_ids[i] == id)
+            return 1;
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == id)
+            return 1;
+    return s->tok && shoal_tokenizer_eos(s->tok) == id;
+}
+
+/* Text generated so far and how much of it was printed: a suffix that could
+ * still become a stop string is held back. */
+struct stream_state {
+    char *text;
+    size_t len, cap, printed;
+};
+
+static void stream_append(struct stream_state *st, const char *p, size_t n)
+{
+    if (st->len + n + 1 > st->cap) {
+        st->cap = (st->len + n + 1) * 2;
+        st->text = shoal_xrealloc(st->text, st->cap);
+    }
+    memcpy(st->text + st->len, p, n);
+    st->len += n;
+    st->text[st->len] = '\0';
+}
+
+/* Returns 1 if a stop string occurred (text is cut before it). Prints what
+ * is safe to print. */
+static int stream_emit(struct stream_state *st, const struct shoal_gen_opts *o,
+                       FILE *out, int final)
+{
+    size_t safe = st->len;
+    int stopped = 0;
+    for (int k = 0; k < o->n_stop; k++) {
+        const char *hit = strstr(st->text, o->stop[k]);
+        if (hit && (size_t)(hit - st->text) < safe) {
+            safe = (size_t)(hit - st->text);
+            stopped = 1;
+        }
+    }
+    if (!stopped && !final) {
+        /* hold back the longest suffix that is a proper prefix of a stop string */
+        for (int k = 0; k < o->n_stop; k++) {
+            size_t sl = strlen(o->stop[k]);
+            for (size_t l = sl - 1; l > 0; l--) {
+                if (l <= st->len && !memcmp(st->text + st->len - l, o->stop[k], l)) {
+                    if (st->len - l < safe)
+                        safe = st->len - l;
+                    break;
+                }
+            }
+        }
+    }
+    if (safe > st->printed) {
+        if (o->on_text) {
+            o->on_text(o->on_text_user, st->text + st->printed, safe - st->printed);
+        } else {
+            fwrite(st->text + st->printed, 1, safe - st->printed, out);
+            fflush(out);
+        }
+        st->printed = safe;
+    }
+    return stopped;
+}
+
+struct shoal_gen {
+    const struct shoal_session *s;   /* borrowed: tokenizer, model config */
+    const struct shoal_gen_opts *o;  /* borrowed */
+    FILE *out;
+    struct shoal_sampler *smp;
+    struct shoal_detok *dt;
+    struct stream_state st;
+    char *piece;
+    size_t piece_cap;
+    int64_t n_gen;
+    int32_t last_id;
+    enum shoal_stop_reason reason;
+    const char *why;
+    int ended;
+};
+
+struct shoal_gen *shoal_gen_create(const struct shoal_session *s, const struct shoal_gen_opts *o,
+                                   FILE *out)
+{
+    struct shoal_gen *g = shoal_xcalloc(1, sizeof *g);
+    g->s = s;
+    g->o = o;
+    g->out = out;
+    g->smp = shoal_sampler_create(o->sampling, s->model->cfg.n_vocab);
+    g->dt = s->tok ? shoal_detok_create(s->tok, 1) : NULL;
+    g->piece_cap = 1024;
+    if (s->tok && shoal_detok_out_max(s->tok) > g->piece_cap)
+        g->piece_cap = shoal_detok_out_max(s->tok);
+    g->piece = shoal_xmalloc(g->piece_cap);
+    g->last_id = -1;
+    g->reason = SHOAL_STOP_MAX_TOKENS;
+    g->why = "max tokens";
+    return g;
+}
+
+enum shoal_gen_action shoal_gen_next(struct shoal_gen *g, float *logits, const int32_t *history,
+                                     int64_t n_history, int64_t room, int32_t *id_out,
+                                     struct shoal_err *err)
+{
+    const struct shoal_gen_opts *o = g->o;
+    *id_out = -1;
+    if (g->ended || g->n_gen >= o->max_tokens) {
+        g->ended = 1;
+        return SHOAL_GEN_END;
+    }
+    const int32_t id = shoal_sampler_sample(g->smp, logits, history, n_history);
+    *id_out = id;
+    g->last_id = id;
+    g->n_gen++;
+    g->ended = 1;   /* unless it goes on below */
+    if (is_eos(g->s, o, id) && !o->ignore_eos) {
+        g->why = "end of sequence";
+        g->reason = SHOAL_STOP_EOS;
+        /* the end token is part of the turn: it goes into the cache */
+        return room > 0 ? SHOAL_GEN_FEED_LAST : SHOAL_GEN_END;
+    }
+    if (g->dt && id >= shoal_tokenizer_n_vocab(g->s->tok)) {
+        /* the model's vocabulary may be padded past the tokenizer's
+         * (OLMoE: 50304 vs 50280); such ids have no text */
+    } else if (g->dt) {
+        int n = shoal_detok_feed(g->dt, id, g->piece, g->piece_cap, err);
+        if (n < 0) {
+            g->reason = SHOAL_STOP_ERROR;
+            return SHOAL_GEN_ERROR;
+        }
+        if (o->on_token) {
+            if (o->on_token(o->on_token_user, id, g->piece, (size_t)n)) {
+                g->why = "stopped by the caller";
+                g->reason = SHOAL_STOP_STRING;
+                return SHOAL_GEN_END;
+            }
+        } else {
+            stream_append(&g->st, g->piece, (size_t)n);
+        }
+    } else {
+        int n = snprintf(g->piece, g->piece_cap, "[%d]", id);
+        stream_append(&g->st, g->piece, (size_t)n);
+    }
+    if (stream_emit(&g->st, o, g->out, 0)) {
+        g->why = "stop string";
+        g->reason = SHOAL_STOP_STRING;
+        return SHOAL_GEN_END;
+    }
+    if (g->n_gen == o->max_tokens)
+        return SHOAL_GEN_END;
+    if (room <= 0) {
+        g->why = "context full";
+        g->reason = SHOAL_STOP_CONTEXT_FULL;
+        return SHOAL_GEN_END;
+    }
+    g->ended = 0;
+    return SHOAL_GEN_FEED;
+}
+
+void shoal_gen_interrupt(struct shoal_gen *g)
+{
+    if (g->ended)
+        return;
+    g->ended = 1;
+    g->why = "interrupted";
+    g->reason = SHOAL_STOP_INTERRUPTED;
+}
+
+int64_t shoal_gen_n_generated(const struct shoal_gen *g) { return g->n_gen; }
+
+const char *shoal_gen_why(const struct shoal_gen *g) { return g->why; }
+
+char *shoal_gen_finish(struct shoal_gen *g, int failed)
+{
+    const struct shoal_gen_opts *o = g->o;
+    if (g->dt) {
+        int n = shoal_detok_flush(g->dt, g->piece, g->piece_cap);
+        if (n > 0 && o->on_token)
+            o->on_token(o->on_token_user, -1, g->piece, (size_t)n);
+        else if (n > 0)
+            stream_append(&g->st, g->piece, (size_t)n);
+    }
+    if (g->st.len)
+        stream_emit(&g->st, o, g->out, 1);
+    /* what the user saw: up to a stop string, if one was hit */
+    char *text = g->st.text ? g->st.text : shoal_xcalloc(1, 1);
+    text[g->st.printed] = '\0';
+    if (o->result) {
+        o->result->n_generated = g->n_gen;
+        o->result->last_id = g->last_id;
+        o->result->reason = failed ? SHOAL_STOP_ERROR : g->reason;
+    }
+    shoal_detok_destroy(g->dt);
+    shoal_sampler_free(g->smp);
+    free(g->piece);
+    free(g);
+    return text;
+}
+
+int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
+                           size_t n_prompt, const struct shoal_gen_opts *o,
+                           FILE *out)
+{
+    struct shoal_err err = {0};
+    const int64_t V = s->model->cfg.n_vocab;
+    const int64_t n_ctx = shoal_ctx_n_ctx(s->ctx);
+    const int64_t n_past = shoal_ctx_n_past(s->ctx);
+    if (n_prompt == 0) {
+        shoal_cli_error("the prompt is empty (no tokens)");
+        return -1;
+    }
+    if ((int64_t)n_prompt > n_ctx - n_past) {
+        shoal_cli_error("prompt of %zu tokens is longer than the context allows: "
+                        "%lld tokens (--ctx) with %lld already used",
+                        n_prompt, (long long)n_ctx, (long long)n_past);
+        return -1;
+    }
+    struct shoal_npy_writer npy = {0};
+    FILE *ids_f = NULL;
+    if (o->logits_out && shoal_npy_open(&npy, o->logits_out, V, &err)) {
+        shoal_cli_error("%s", err.msg);
+        return -1;
+    }
+    if (o->ids_out && !(ids_f = fopen(o->ids_out, "w"))) {
+        shoal_cli_error("cannot create '%s': %s", o->ids_out, strerror(errno));
+        shoal_npy_close(&npy, NULL);
+        return -1;
+    }
+    if (o->echo) {
+        /* the continuation reads on from the prompt, as in a terminal */
+        fputs(o->echo, out);
+        fflush(out);
+    }
+    struct shoal_gen *g = shoal_gen_create(s, o, out);
+    int rc = 0;
+    double t0 = shoal_time_s(), t_prefill = 0, t_first = 0, t_dec0 = 0;
+    if (shoal_ctx_eval(s->ctx, prompt, (int64_t)n_prompt, s->logits, 0, &err)) {
+        shoal_cli_error("%s", err.msg);
+        rc = -1;
+        goto done;
+    }
+    shoal_session_history_push(s, prompt, n_prompt);
+    t_prefill = shoal_time_s() - t0;
+    t_dec0 = shoal_time_s();
+    for (;;) {
+        if (s->interrupt && *s->interrupt) {
+            shoal_gen_interrupt(g);
+            break;
+        }
+        if (shoal_gen_n_generated(g) < o->max_tokens && o->logits_out &&
+            shoal_npy_append(&npy, s->logits, &err)) {
+            shoal_cli_error("%s", err.msg);
+            rc = -1;
+            break;
+        }
+        int32_t id;
+        const enum shoal_gen_action act =
+            shoal_gen_next(g, s->logits, s->history, s->n_history,
+                           n_ctx - shoal_ctx_n_past(s->ctx), &id, &err);
+        if (id >= 0 && shoal_gen_n_generated(g) == 1)
+            t_first = shoal_time_s() - t0;
+        if (id >= 0 && ids_f)
+            fprintf(ids_f, "%s%d", shoal_gen_n_generated(g) > 1 ? " " : "", id);
+        if (act == SHOAL_GEN_ERROR) {
+            shoal_cli_error("%s", err.msg);
+            rc = -1;
+            break;
+        }
+        if (act == SHOAL_GEN_END)
+            break;
+        float *lg = act == SHOAL_GEN_FEED ? s->logits : NULL;
+        if (shoal_ctx_eval(s->ctx, &id, 1, lg, 0, &err)) {
+            if (act == SHOAL_GEN_FEED_LAST)
+                break;   /* the end token stays out of the cache */
+            shoal_cli_error("%s", err.msg);
+            rc = -1;
+            break;
+        }
+        shoal_session_history_push(s, &id, 1);
+        if (act == SHOAL_GEN_FEED_LAST)
+            break;
+    }
+    const int64_t n_gen = shoal_gen_n_generated(g);
+    const char *why = shoal_gen_why(g);
+    char *text = shoal_gen_finish(g, rc != 0);
+    g = NULL;
+    double t_dec = shoal_time_s() - t_dec0;
+    if (o->print_timings && rc == 0) {
+        if (!o->on_text) {
+            fprintf(out, "\n");
+            fflush(out);
+        }
+        /* the first token comes from the prefill: a rate needs two */
+        char rate[32] = "n/a";
+        if (n_gen > 1 && t_dec > 0)
+            snprintf(rate, sizeof rate, "%.2f", (double)(n_gen - 1) / t_dec);
+        fprintf(stderr,
+                "shoal: prompt %zu tokens, prefill %.1f tok/s, TTFT %.1f ms | "
+                "decode %lld tokens, %s tok/s | stop: %s\n",
+                n_prompt, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0,
+                t_first * 1e3, (long long)n_gen, rate, why);
+    }
+    if (o->capture)
+        *o->capture = text;
+    else
+        free(text);
+done:
+    if (g) {
+        char *t = shoal_gen_finish(g, 1);
+        if (o->capture)
+            *o->capture = t;
+        else
+            free(t);
+    }
+    if (ids_f) {
+        fputc('\n', ids_f);
+        int bad = ferror(ids_f);
+        if ((fclose(ids_f) != 0 || bad) && rc == 0) {
+            shoal_cli_error("cannot write '%s': %s", o->ids_out, strerror(errno ? errno : EIO));
+            rc = -1;
+        }
+    }
+    if (o->logits_out && shoal_npy_close(&npy, &err) && rc == 0) {
+        shoal_cli_error("%s", err.msg);
+        rc = -1;
+    }
+    return rc;
+}

@@ -1,0 +1,530 @@
+/* engine: continuous batching for `shoal serve`.
+ *
+ * The context holds one KV slot per --parallel (forward.h: n_seq). Each
+ * engine step runs every active request together through
+ * shoal_ctx_eval_segs: one decode token of each request that is generating,
+ * and chunks of the prompts being prefilled in what is left of n_batch
+ * rows. Each MoE layer's batch-union spans all of them, so an expert routed
+ * by several users is read once and passes through the cache once. The
+ * rows' bits do not depend on their batch-mates (forward.h), so a request's
+ * tokens and logits are those it gets alone.
+ *
+ * Prefix reuse: a slot keeps its tokens after its request ends. A new
+ * request goes to the idle slot whose cached tokens share the longest
+ * prefix with its prompt (a conversation's next turn finds its history);
+ * when another slot, busy or idle, holds a longer prefix (a shared system
+ * prompt), its KV rows are copied (shoal_ctx_seq_copy) instead of being
+ * prefilled again.
+ *
+ * Thread: everything here runs on the engine thread (the one in
+ * shoal_serve_run), which owns the session; the jobs' shared fields are
+ * touched under srv->mu.
+ */
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chat_template.h"
+#include "serve_impl.h"
+#include "util.h"
+
+/* A request in a slot. */
+struct run {
+    struct server *srv;
+    struct job *job;
+    int64_t seq;                /* its slot */
+    struct shoal_gen_opts go;   /* borrowed by gen */
+    struct shoal_gen *gen;
+    struct shoal_gen_result res;
+    int32_t *prompt;            /* [n_prompt] */
+    int64_t n_prompt;
+    int32_t next;               /* decoding: the token to feed next */
+    int last;                   /* next is an end token: feed it without logits, then end */
+    float *logits;              /* [n_vocab] */
+    double t_start, t_first, t_prefilled;
+};
+
+/* A KV slot: the tokens its sequence holds in the cache. */
+struct slot {
+    int32_t *tokens;
+    int64_t n_tokens, cap;
+    struct run *run;            /* NULL: idle */
+    uint64_t last_used;
+};
+
+struct engine {
+    struct server *srv;
+    struct shoal_session *s;
+    int64_t n_seq, n_ctx, n_batch, n_vocab;
+    struct slot *slots;         /* [n_seq] */
+    uint64_t clock;
+    struct shoal_ctx_seg *segs; /* [n_seq] */
+    struct run **seg_run;       /* [n_seq] */
+};
+
+static void slot_push(struct slot *sl, const int32_t *ids, int64_t n)
+{
+    if (sl->n_tokens + n > sl->cap) {
+        sl->cap = (sl->n_tokens + n) * 2 + 64;
+        sl->tokens = shoal_xrealloc(sl->tokens, (size_t)sl->cap * sizeof(int32_t));
+    }
+    memcpy(sl->tokens + sl->n_tokens, ids, (size_t)n * sizeof(int32_t));
+    sl->n_tokens += n;
+}
+
+static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
+{
+    int64_t k = 0;
+    while (k < na && k < nb && a[k] == b[k])
+        k++;
+    return k;
+}
+
+/* ---- output (streamed chunks) ---- */
+
+static void on_text(void *user, const char *text, size_t n)
+{
+    struct run *r = user;
+    struct job *j = r->job;
+    if (!j->req.stream || !n)
+        return;
+    char *chunk = shoal_api_chunk_json(j->req.kind, j->id, j->created, r->srv->cfg->model_id, 0,
+                                       text, n, NULL);
+    pthread_mutex_lock(&r->srv->mu);
+    serve_out_event(j, chunk);
+    pthread_cond_broadcast(&r->srv->cv);
+    pthread_mutex_unlock(&r->srv->mu);
+}
+
+/* Mark a job done with error e (before it ran); mu not held. */
+static void job_fail(struct server *srv, struct job *j, const struct shoal_api_error *e)
+{
+    pthread_mutex_lock(&srv->mu);
+    j->err = *e;
+    j->failed = 1;
+    j->state = JOB_DONE;
+    pthread_cond_broadcast(&srv->cv);
+    pthread_mutex_unlock(&srv->mu);
+    serve_job_unref(srv, j);
+}
+
+/* The prompt tokens of a request; 0, or -1 with e set. */
+static int prompt_ids(struct server *srv, struct job *j, int32_t **ids, size_t *n,
+                      struct shoal_api_error *e)
+{
+    struct shoal_err err = {0};
+    struct shoal_session *s = srv->s;
+    char *rendered = NULL;
+    const char *text = j->req.prompt;
+    struct shoal_tokenize_params tp = {.add_special = 1, .parse_special = 1};
+    if (!s->tok)
+        return shoal_api_fail(e, 400, "invalid_request_error", NULL, NULL,
+                              "the model has no tokenizer (tokenizer.json or tiktoken.model)");
+    if (j->req.kind == SHOAL_API_CHAT) {
+        if (!srv->tmpl)
+            return shoal_api_fail(e, 400, "invalid_request_error", "messages", NULL,
+                                  "the model ships no chat template (tokenizer_config.json); "
+                                  "use /v1/completions");
+        struct shoal_chat_template_vars v = {.bos_token = srv->bos ? srv->bos : "",
+                                             .eos_token = srv->eos ? srv->eos : "",
+                                             .add_generation_prompt = 1,
+                                             .messages_json = j->req.messages_json};
+        if (shoal_chat_template_render(srv->tmpl, NULL, 0, &v, &rendered, &err))
+            return shoal_api_fail(e, 400, "invalid_request_error", "messages", NULL,
+                                  "chat template: %s", err.msg);
+        text = rendered;
+        tp.add_special = 0;   /* the template places BOS */
+    }
+    int rc = shoal_tokenizer_encode(s->tok, text, strlen(text), tp, ids, n, &err);
+    free(rendered);
+    if (rc)
+        return shoal_api_fail(e, 400, "invalid_request_error",
+                              j->req.kind == SHOAL_API_CHAT ? "messages" : "prompt", NULL,
+                              "%s", err.msg);
+    return 0;
+}
+
+/* The request's generation options: the server's defaults, then what the
+ * request sets. n: its prompt tokens. */
+static void gen_opts_of(struct run *r, int64_t n)
+{
+    struct server *srv = r->srv;
+    const struct shoal_api_request *q = &r->job->req;
+    const int64_t n_ctx = shoal_ctx_n_ctx(srv->s->ctx);
+    struct shoal_gen_opts *go = &r->go;
+    *go = srv->cfg->defaults;
+    struct shoal_sampler_params *sp = &go->sampling;
+    if (q->has_temperature) {
+        sp->temperature = (float)q->temperature;
+        sp->greedy = q->temperature <= 0;
+    }
+    if (q->has_top_p)
+        sp->top_p = (float)q->top_p;
+    if (q->has_top_k)
+        sp->top_k = q->top_k;
+    if (q->has_min_p)
+        sp->min_p = (float)q->min_p;
+    if (q->has_seed)
+        sp->seed = q->seed;
+    else if (!srv->cfg->seed_given)
+        randombytes_buf(&sp->seed, sizeof sp->seed);
+    const int64_t room = n_ctx - n;
+    if (q->max_tokens >= 0)
+        go->max_tokens = q->max_tokens;
+    else if (!srv->cfg->max_tokens_given)
+        go->max_tokens = q->kind == SHOAL_API_COMPLETION ? 16 : room;
+    if (go->max_tokens > room)
+        go->max_tokens = room;
+    if (q->n_stop) {
+        go->n_stop = q->n_stop;
+        for (int k = 0; k < q->n_stop; k++)
+            go->stop[k] = q->stop[k];
+    }
+    if (q->kind == SHOAL_API_CHAT) {
+        memcpy(go->stop_ids, srv->chat_stop_ids, sizeof go->stop_ids);
+        go->n_stop_ids = srv->n_chat_stop_ids;
+    }
+    go->echo = NULL;
+    go->logits_out = go->ids_out = NULL;
+    go->on_token = NULL;
+    go->on_text = on_text;
+    go->on_text_user = r;
+    go->capture = NULL;
+    go->result = &r->res;
+    go->print_timings = 0;
+}
+
+/* ---- admission ---- */
+
+/* The slot for a prompt: the idle one sharing the longest prefix with it,
+ * else the least recently used idle one; -1 when none is idle. */
+static int64_t pick_slot(const struct engine *en, const int32_t *ids, int64_t n)
+{
+    int64_t best = -1, best_len = -1;
+    for (int64_t i = 0; i < en->n_seq; i++) {
+        const struct slot *sl = &en->slots[i];
+        if (sl->run)
+            continue;
+        const int64_t k = common_prefix(sl->tokens, sl->n_tokens, ids, n);
+        if (k > best_len || (k == best_len && sl->last_used < en->slots[best].last_used)) {
+            best = i;
+            best_len = k;
+        }
+    }
+    return best;
+}
+
+/* Start job j in an idle slot: tokenize, check, reuse the longest cached
+ * prefix (its own slot's, or copied from another slot), create its
+ * generation. Returns the run, or NULL when j failed (answered). */
+static struct run *admit(struct engine *en, struct job *j)
+{
+    struct server *srv = en->srv;
+    struct shoal_session *s = en->s;
+    struct shoal_api_error e;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int bad = prompt_ids(srv, j, &ids, &n, &e);
+    if (!bad && n == 0)
+        bad = shoal_api_fail(&e, 400, "invalid_request_error", NULL, NULL,
+                             "the prompt is empty (no tokens)");
+    if (!bad && (int64_t)n >= en->n_ctx)
+        bad = shoal_api_fail(&e, 400, "invalid_request_error",
+                             j->req.kind == SHOAL_API_CHAT ? "messages" : "prompt",
+                             "context_length_exceeded",
+                             "this model's context holds %lld tokens (--ctx) and one must be "
+                             "left for the reply; the prompt is %zu tokens",
+                             (long long)en->n_ctx, n);
+    if (bad) {
+        free(ids);
+        job_fail(srv, j, &e);
+        return NULL;
+    }
+    const int64_t seq = pick_slot(en, ids, (int64_t)n);
+    struct slot *sl = &en->slots[seq];
+    /* keep what the cache holds of the prompt (at least one token is
+     * evaluated, for fresh logits) */
+    int64_t keep = common_prefix(sl->tokens, sl->n_tokens, ids, (int64_t)n - 1);
+    int64_t src = seq;
+    for (int64_t i = 0; i < en->n_seq; i++) {
+        const struct slot *o = &en->slots[i];
+        const int64_t k = common_prefix(o->tokens, o->n_tokens, ids, (int64_t)n - 1);
+        if (k > keep) {
+            keep = k;
+            src = i;
+        }
+    }
+    if (src != seq) {
+        shoal_ctx_seq_copy(s->ctx, seq, src, keep);
+        sl->n_tokens = 0;
+        slot_push(sl, en->slots[src].tokens, keep);
+    } else {
+        shoal_ctx_seq_truncate(s->ctx, seq, keep);
+        sl->n_tokens = keep;
+    }
+    struct run *r = shoal_xcalloc(1, sizeof *r);
+    r->srv = srv;
+    r->job = j;
+    r->seq = seq;
+    r->prompt = ids;
+    r->n_prompt = (int64_t)n;
+    r->logits = shoal_xcalloc((size_t)en->n_vocab, sizeof(float));
+    r->t_start = shoal_time_s();
+    gen_opts_of(r, (int64_t)n);
+    r->gen = shoal_gen_create(s, &r->go, NULL);
+    sl->run = r;
+    pthread_mutex_lock(&srv->mu);
+    j->n_prompt = (int64_t)n;
+    j->n_cached = keep;
+    j->state = JOB_STARTED;
+    srv->n_active++;
+    if (j->req.stream && j->req.kind == SHOAL_API_CHAT)
+        serve_out_event(j, shoal_api_chunk_json(j->req.kind, j->id, j->created,
+                                                srv->cfg->model_id, 1, NULL, 0, NULL));
+    pthread_cond_broadcast(&srv->cv);
+    pthread_mutex_unlock(&srv->mu);
+    return r;
+}
+
+/* ---- finishing ---- */
+
+static const char *finish_of(enum shoal_stop_reason r)
+{
+    return r == SHOAL_STOP_EOS || r == SHOAL_STOP_STRING ? "stop" : "length";
+}
+
+/* End run r (failed: a 500), complete its reply, free its slot. */
+static void finish(struct engine *en, struct run *r, int failed)
+{
+    struct server *srv = en->srv;
+    struct job *j = r->job;
+    const char *why = shoal_gen_why(r->gen);
+    char *text = shoal_gen_finish(r->gen, failed);
+    const int64_t n_gen = r->res.n_generated;
+    const double t_end = shoal_time_s();
+    if (!failed) {
+        /* the per-request line, as shoal run's timings line */
+        const int64_t n_new = r->n_prompt - j->n_cached;
+        const double t_pre = r->t_prefilled > r->t_start ? r->t_prefilled - r->t_start : 0;
+        char rate[32] = "n/a";
+        if (n_gen > 1 && t_end > r->t_first)
+            snprintf(rate, sizeof rate, "%.2f", (double)(n_gen - 1) / (t_end - r->t_first));
+        fprintf(stderr, "shoal: %s prompt %lld tokens (%lld cached), prefill %.1f tok/s, "
+                "TTFT %.1f ms | decode %lld tokens, %s tok/s | stop: %s\n", j->id,
+                (long long)r->n_prompt, (long long)j->n_cached,
+                t_pre > 0 ? (double)n_new / t_pre : 0.0,
+                r->t_first > 0 ? (r->t_first - r->t_start) * 1e3 : 0.0, (long long)n_gen, rate,
+                why);
+    }
+    pthread_mutex_lock(&srv->mu);
+    j->n_gen = n_gen;
+    j->finish = finish_of(r->res.reason);
+    if (failed) {
+        j->failed = 1;
+        shoal_api_fail(&j->err, 500, "server_error", NULL, NULL,
+                       "generation failed (the server's log says why)");
+    }
+    if (j->req.stream) {
+        if (failed)
+            serve_out_event(j, shoal_api_error_json(&j->err));
+        else
+            serve_out_event(j, shoal_api_chunk_json(j->req.kind, j->id, j->created,
+                                                    srv->cfg->model_id, 0, NULL, 0, j->finish));
+        if (!failed && j->req.include_usage)
+            serve_out_event(j, shoal_api_usage_chunk_json(j->req.kind, j->id, j->created,
+                                                          srv->cfg->model_id, j->n_prompt,
+                                                          j->n_gen));
+        serve_out_put(j, "data: [DONE]\n\n", 14);
+        free(text);
+    } else {
+        j->text = text;
+    }
+    j->state = JOB_DONE;
+    srv->n_active--;
+    pthread_cond_broadcast(&srv->cv);
+    pthread_mutex_unlock(&srv->mu);
+    serve_job_unref(srv, j);
+    struct slot *sl = &en->slots[r->seq];
+    sl->run = NULL;
+    sl->last_used = ++en->clock;
+    free(r->prompt);
+    free(r->logits);
+    free(r);
+}
+
+/* ---- the step ---- */
+
+/* Build this step's segments: one decode token of every generating run,
+ * then prompt chunks (oldest first) in the rows left. Returns the count. */
+static int build_step(struct engine *en)
+{
+    int ns = 0;
+    int64_t room = en->n_batch;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t i = 0; i < en->n_seq && room > 0; i++) {
+            struct slot *sl = &en->slots[i];
+            struct run *r = sl->run;
+            if (!r)
+                continue;
+            const int64_t todo = r->n_prompt - sl->n_tokens;   /* prompt left */
+            const int prefill = todo > 0;
+            if (prefill != pass)
+                continue;
+            struct shoal_ctx_seg *g = &en->segs[ns];
+            g->seq = i;
+            g->all_logits = 0;
+            if (prefill) {
+                g->tokens = r->prompt + sl->n_tokens;
+                g->n = todo < room ? todo : room;
+                g->logits = g->n == todo ? r->logits : NULL;
+            } else {
+                g->tokens = &r->next;
+                g->n = 1;
+                g->logits = r->last ? NULL : r->logits;
+            }
+            en->seg_run[ns++] = r;
+            room -= g->n;
+        }
+    }
+    return ns;
+}
+
+/* After a step: take each run's logits through its generation. */
+static void after_step(struct engine *en, int ns)
+{
+    struct shoal_err err = {0};
+    const double now = shoal_time_s();
+    for (int k = 0; k < ns; k++) {
+        struct run *r = en->seg_run[k];
+        struct slot *sl = &en->slots[r->seq];
+        const struct shoal_ctx_seg *g = &en->segs[k];
+        slot_push(sl, g->tokens, g->n);
+        if (r->last) {
+            finish(en, r, 0);   /* the end token is in the cache */
+            continue;
+        }
+        if (!g->logits)
+            continue;           /* a prompt chunk before the last */
+        if (!r->t_prefilled)
+            r->t_prefilled = now;
+        int32_t id;
+        const enum shoal_gen_action act =
+            shoal_gen_next(r->gen, r->logits, sl->tokens, sl->n_tokens,
+                           en->n_ctx - sl->n_tokens, &id, &err);
+        if (id >= 0 && !r->t_first)
+            r->t_first = now;
+        if (act == SHOAL_GEN_ERROR) {
+            fprintf(stderr, "shoal: %s: %s\n", r->job->id, err.msg);
+            finish(en, r, 1);
+        } else if (act == SHOAL_GEN_END) {
+            finish(en, r, 0);
+        } else {
+            r->next = id;
+            r->last = act == SHOAL_GEN_FEED_LAST;
+        }
+    }
+}
+
+/* Cancelled runs end now (their slot is free for the next request); when
+ * the server stops, every run ends with what it has. */
+static void reap(struct engine *en, int stopping)
+{
+    for (int64_t i = 0; i < en->n_seq; i++) {
+        struct run *r = en->slots[i].run;
+        if (r && (r->job->cancel || stopping)) {
+            shoal_gen_interrupt(r->gen);
+            finish(en, r, 0);
+        }
+    }
+}
+
+/* Queued jobs into idle slots; cancelled queued jobs are dropped. When the
+ * server stops, queued jobs get 503. Returns the number of runs. */
+static int admit_all(struct engine *en, int stopping)
+{
+    struct server *srv = en->srv;
+    for (;;) {
+        int64_t idle = -1;
+        for (int64_t i = 0; i < en->n_seq && idle < 0; i++)
+            if (!en->slots[i].run)
+                idle = i;
+        pthread_mutex_lock(&srv->mu);
+        struct job *j = (idle >= 0 || stopping) ? srv->q_head : NULL;
+        if (j) {
+            srv->q_head = j->next;
+            if (!srv->q_head)
+                srv->q_tail = NULL;
+            srv->n_queued--;
+        }
+        pthread_mutex_unlock(&srv->mu);
+        if (!j)
+            break;
+        if (stopping) {
+            struct shoal_api_error e;
+            shoal_api_fail(&e, 503, "server_error", NULL, NULL, "the server is shutting down");
+            job_fail(srv, j, &e);
+        } else if (j->cancel) {
+            struct shoal_api_error e;
+            shoal_api_fail(&e, 499, "invalid_request_error", NULL, NULL,
+                           "the client closed the connection");
+            job_fail(srv, j, &e);
+        } else {
+            admit(en, j);
+        }
+    }
+    int n = 0;
+    for (int64_t i = 0; i < en->n_seq; i++)
+        n += en->slots[i].run != NULL;
+    return n;
+}
+
+void serve_engine_run(struct server *srv)
+{
+    struct engine en = {.srv = srv, .s = srv->s};
+    struct shoal_ctx *ctx = srv->s->ctx;
+    en.n_seq = shoal_ctx_n_seq(ctx);
+    en.n_ctx = shoal_ctx_n_ctx(ctx);
+    en.n_batch = shoal_ctx_n_batch(ctx);
+    en.n_vocab = srv->s->model->cfg.n_vocab;
+    en.slots = shoal_xcalloc((size_t)en.n_seq, sizeof *en.slots);
+    en.segs = shoal_xcalloc((size_t)en.n_seq, sizeof *en.segs);
+    en.seg_run = shoal_xcalloc((size_t)en.n_seq, sizeof *en.seg_run);
+    struct shoal_err err = {0};
+    for (;;) {
+        pthread_mutex_lock(&srv->mu);
+        int stopping = srv->stopping;
+        pthread_mutex_unlock(&srv->mu);
+        reap(&en, stopping);
+        int n_runs = admit_all(&en, stopping);
+        if (n_runs == 0) {
+            pthread_mutex_lock(&srv->mu);
+            while (!srv->q_head && !srv->stopping)
+                pthread_cond_wait(&srv->cv, &srv->mu);
+            const int done = srv->stopping && !srv->q_head;
+            pthread_mutex_unlock(&srv->mu);
+            if (done)
+                break;
+            continue;
+        }
+        const int ns = build_step(&en);
+        if (shoal_ctx_eval_segs(ctx, en.segs, ns, &err)) {
+            /* nothing was appended (positions advance only after a whole
+             * step): the step's requests fail, their slots stay usable */
+            fprintf(stderr, "shoal: %s\n", err.msg);
+            for (int k = 0; k < ns; k++)
+                finish(&en, en.seg_run[k], 1);
+            continue;
+        }
+        after_step(&en, ns);
+        if (srv->cfg->token_delay_ms)
+            usleep(srv->cfg->token_delay_ms * 1000u);
+    }
+    for (int64_t i = 0; i < en.n_seq; i++)
+        free(en.slots[i].tokens);
+    free(en.slots);
+    free(en.segs);
+    free(en.seg_run);
+}
