@@ -44,7 +44,8 @@ static void usage(FILE *f)
         "  chat; without --seed: a fresh seed per request)\n"
         "\n"
         "Engine flags as for 'shoal run': --ctx, --kv, --batch, --isa, --threads, -v.\n"
-        "  --test-token-delay MS  tests only: sleep MS after each generated token\n"
+        "  --test-token-delay MS  tests only: sleep MS after each engine step\n"
+        "  --test-logits-dir DIR  tests only: each request's logits to DIR/<id>.npy\n"
         "\nExpert store (shoal containers only):\n");
     shoal_session_usage_store(f);
 }
@@ -90,7 +91,7 @@ int shoal_cmd_serve(int argc, char **argv)
         }
         if (!strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--api-key") ||
             !strcmp(a, "--parallel") || !strcmp(a, "--queue") ||
-            !strcmp(a, "--test-token-delay")) {
+            !strcmp(a, "--test-token-delay") || !strcmp(a, "--test-logits-dir")) {
             if (i + 1 >= argc) {
                 shoal_cli_error("%s needs a value", a);
                 return 2;
@@ -101,6 +102,8 @@ int shoal_cmd_serve(int argc, char **argv)
                 cfg.host = v;
             } else if (!strcmp(a, "--api-key")) {
                 cfg.api_key_path = v;
+            } else if (!strcmp(a, "--test-logits-dir")) {
+                cfg.test_logits_dir = v;
             } else if (!strcmp(a, "--port")) {
                 if (shoal_cli_parse_i64(a, v, 0, 65535, &x))
                     return 2;

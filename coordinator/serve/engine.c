@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "chat_template.h"
+#include "npy.h"
 #include "serve_impl.h"
 #include "util.h"
 
@@ -45,6 +46,9 @@ struct run {
     int last;                   /* next is an end token: feed it without logits, then end */
     float *logits;              /* [n_vocab] */
     double t_start, t_first, t_prefilled;
+    int max_mates;              /* the most requests one of its steps ran */
+    struct shoal_npy_writer npy;/* --test-logits-dir: the logits of each sampled token */
+    int npy_open;
 };
 
 /* A KV slot: the tokens its sequence holds in the cache. */
@@ -275,6 +279,17 @@ static struct run *admit(struct engine *en, struct job *j)
     r->t_start = shoal_time_s();
     gen_opts_of(r, (int64_t)n);
     r->gen = shoal_gen_create(s, &r->go, NULL);
+    if (srv->cfg->test_logits_dir) {   /* as shoal run --logits-out */
+        struct shoal_err err = {0};
+        char *path = shoal_path_join(srv->cfg->test_logits_dir, j->id);
+        path = shoal_xrealloc(path, strlen(path) + 5);
+        strcat(path, ".npy");
+        if (shoal_npy_open(&r->npy, path, en->n_vocab, &err) == 0)
+            r->npy_open = 1;
+        else
+            fprintf(stderr, "shoal: %s\n", err.msg);
+        free(path);
+    }
     sl->run = r;
     pthread_mutex_lock(&srv->mu);
     j->n_prompt = (int64_t)n;
@@ -305,6 +320,11 @@ static void finish(struct engine *en, struct run *r, int failed)
     char *text = shoal_gen_finish(r->gen, failed);
     const int64_t n_gen = r->res.n_generated;
     const double t_end = shoal_time_s();
+    if (r->npy_open) {   /* complete before the reply is */
+        struct shoal_err err = {0};
+        if (shoal_npy_close(&r->npy, &err))
+            fprintf(stderr, "shoal: %s\n", err.msg);
+    }
     if (!failed) {
         /* the per-request line, as shoal run's timings line */
         const int64_t n_new = r->n_prompt - j->n_cached;
@@ -313,11 +333,11 @@ static void finish(struct engine *en, struct run *r, int failed)
         if (n_gen > 1 && t_end > r->t_first)
             snprintf(rate, sizeof rate, "%.2f", (double)(n_gen - 1) / (t_end - r->t_first));
         fprintf(stderr, "shoal: %s prompt %lld tokens (%lld cached), prefill %.1f tok/s, "
-                "TTFT %.1f ms | decode %lld tokens, %s tok/s | stop: %s\n", j->id,
-                (long long)r->n_prompt, (long long)j->n_cached,
+                "TTFT %.1f ms | decode %lld tokens, %s tok/s | stop: %s | batched with up "
+                "to %d\n", j->id, (long long)r->n_prompt, (long long)j->n_cached,
                 t_pre > 0 ? (double)n_new / t_pre : 0.0,
                 r->t_first > 0 ? (r->t_first - r->t_start) * 1e3 : 0.0, (long long)n_gen, rate,
-                why);
+                why, r->max_mates - 1 > 0 ? r->max_mates - 1 : 0);
     }
     pthread_mutex_lock(&srv->mu);
     j->n_gen = n_gen;
@@ -389,6 +409,9 @@ static int build_step(struct engine *en)
             room -= g->n;
         }
     }
+    for (int k = 0; k < ns; k++)
+        if (en->seg_run[k]->max_mates < ns)
+            en->seg_run[k]->max_mates = ns;
     return ns;
 }
 
@@ -410,6 +433,12 @@ static void after_step(struct engine *en, int ns)
             continue;           /* a prompt chunk before the last */
         if (!r->t_prefilled)
             r->t_prefilled = now;
+        if (r->npy_open && shoal_gen_n_generated(r->gen) < r->go.max_tokens &&
+            shoal_npy_append(&r->npy, r->logits, &err)) {
+            fprintf(stderr, "shoal: %s\n", err.msg);
+            finish(en, r, 1);
+            continue;
+        }
         int32_t id;
         const enum shoal_gen_action act =
             shoal_gen_next(r->gen, r->logits, sl->tokens, sl->n_tokens,

@@ -42,10 +42,10 @@ def check(cond, what):
 
 
 class Server:
-    def __init__(self, shoal, *extra):
+    def __init__(self, shoal, *extra, model=MODEL):
         self.err = tempfile.TemporaryFile(mode="w+")
         env = dict(os.environ, OMP_WAIT_POLICY="passive")
-        self.p = subprocess.Popen([shoal, "serve", "--model", MODEL, "--port", "0",
+        self.p = subprocess.Popen([shoal, "serve", "--model", model, "--port", "0",
                                    "--threads", "2", *extra],
                                   stdout=subprocess.DEVNULL, stderr=self.err, env=env)
         self.port = None
@@ -94,9 +94,9 @@ class Server:
         return rc
 
 
-def shoal_run(shoal, prompt, max_tokens, *extra, greedy=True):
+def shoal_run(shoal, prompt, max_tokens, *extra, greedy=True, model=MODEL):
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
-    r = subprocess.run([shoal, "run", "--model", MODEL, "--no-echo", "--prompt", prompt,
+    r = subprocess.run([shoal, "run", "--model", model, "--no-echo", "--prompt", prompt,
                         "--max-tokens", str(max_tokens), "--threads", "2", *extra] +
                        (["--greedy"] if greedy else []),
                        capture_output=True, env=env, timeout=120)
