@@ -149,13 +149,39 @@ static int get_messages(json_t *root, struct shoal_api_request *r, struct shoal_
     return r->messages_json ? 0 : bad(e, "messages", "'messages' cannot be serialized");
 }
 
+/* "prompt": [id, ...] (or [[id, ...]]): token ids, as OpenAI accepts them.
+ * Returns 1 when p is such a list (r filled, or e set and -1), 0 when not. */
+static int get_prompt_tokens(json_t *p, struct shoal_api_request *r, struct shoal_api_error *e)
+{
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_array(json_array_get(p, 0)))
+        p = json_array_get(p, 0);   /* [[ids]]: one prompt */
+    if (!json_is_array(p) || json_array_size(p) == 0 || !json_is_integer(json_array_get(p, 0)))
+        return 0;
+    const size_t n = json_array_size(p);
+    r->prompt_tokens = shoal_xcalloc(n, sizeof(int32_t));
+    size_t i;
+    json_t *v;
+    json_array_foreach(p, i, v) {
+        const json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (id < 0 || id > INT32_MAX)
+            return bad(e, "prompt", "prompt[%zu] must be a token id (an integer >= 0)", i);
+        r->prompt_tokens[i] = (int32_t)id;
+    }
+    r->n_prompt_tokens = n;
+    return 1;
+}
+
 static int get_prompt(json_t *root, struct shoal_api_request *r, struct shoal_api_error *e)
 {
     json_t *p = json_object_get(root, "prompt");
+    const int toks = get_prompt_tokens(p, r, e);
+    if (toks)
+        return toks < 0 ? -1 : 0;
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
         p = json_array_get(p, 0);   /* ["text"]: one prompt */
     if (!json_is_string(p))
-        return bad(e, "prompt", "'prompt' must be a string (one prompt per request)");
+        return bad(e, "prompt", "'prompt' must be a string or a list of token ids (one "
+                   "prompt per request)");
     r->prompt = shoal_xstrdup(json_string_value(p));
     if (strlen(r->prompt) != json_string_length(p))
         return bad(e, "prompt", "'prompt' holds a NUL character");
@@ -229,6 +255,7 @@ void shoal_api_request_free(struct shoal_api_request *r)
 {
     free(r->model);
     free(r->prompt);
+    free(r->prompt_tokens);
     free(r->messages_json);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);

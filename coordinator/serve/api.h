@@ -39,7 +39,10 @@ int shoal_api_fail(struct shoal_api_error *e, int status, const char *type,
 struct shoal_api_request {
     enum shoal_api_kind kind;
     char *model;              /* "model" as given, or NULL */
-    char *prompt;             /* completions: the prompt text */
+    char *prompt;             /* completions: the prompt text (NULL when given as ids) */
+    int32_t *prompt_tokens;   /* completions: the prompt as token ids [n_prompt_tokens],
+                               * or NULL; each >= 0 (the engine checks the vocabulary) */
+    size_t n_prompt_tokens;
     char *messages_json;      /* chat: the "messages" array as JSON, each
                                * content given as a list of text parts
                                * joined into one string */

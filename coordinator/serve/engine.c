@@ -124,6 +124,19 @@ static int prompt_ids(struct server *srv, struct job *j, int32_t **ids, size_t *
     char *rendered = NULL;
     const char *text = j->req.prompt;
     struct shoal_tokenize_params tp = {.add_special = 1, .parse_special = 1};
+    if (j->req.prompt_tokens) {   /* token ids: no tokenizer needed */
+        const int64_t V = s->model->cfg.n_vocab;
+        for (size_t i = 0; i < j->req.n_prompt_tokens; i++)
+            if (j->req.prompt_tokens[i] >= V)
+                return shoal_api_fail(e, 400, "invalid_request_error", "prompt", NULL,
+                                      "prompt[%zu] is token %d: expected an id below the "
+                                      "vocabulary's %lld", i, j->req.prompt_tokens[i],
+                                      (long long)V);
+        *n = j->req.n_prompt_tokens;
+        *ids = shoal_xcalloc(*n ? *n : 1, sizeof(int32_t));
+        memcpy(*ids, j->req.prompt_tokens, *n * sizeof(int32_t));
+        return 0;
+    }
     if (!s->tok)
         return shoal_api_fail(e, 400, "invalid_request_error", NULL, NULL,
                               "the model has no tokenizer (tokenizer.json or tiktoken.model)");

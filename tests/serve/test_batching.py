@@ -8,7 +8,8 @@ deepseek_v3 with MLA attention, gpt_oss with attention sinks, sliding
 windows and biased experts):
 
   - shoal run --greedy --logits-out: each prompt alone, the reference;
-  - shoal serve --test-logits-dir: the same prompt alone through the API,
+  - shoal serve --test-logits-dir: the same prompt alone through the API
+    (as text, and as a list of token ids),
     then the four prompts at once (two of them streamed, one sharing a long
     prefix with another so its KV rows are copied from that slot), then again
     at --parallel 2 --batch 8 (prompt chunks of 8 rows beside decode rows,
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -50,6 +52,13 @@ def reference(shoal, model, tmp, prompt, i, extra=(), greedy=True):
                         greedy=greedy, model=model)
     with open(path, "rb") as f:
         return text, f.read()
+
+
+def token_ids(shoal, model, text):
+    r = subprocess.run([shoal, "tokenize", "--model", model, "--text", text,
+                        "--parse-special"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [int(t) for t in r.stdout.split()]
 
 
 def ask(srv, logits_dir, prompt, stream=False, sampling=None):
@@ -111,6 +120,10 @@ def check_model(shoal, name, model, tmp):
         try:
             what = "%s %s" % (name, label)
             same(ask(srv, logits_dir, PROMPTS[0]), refs[0], what + ", alone")
+            ids = token_ids(shoal, model, PROMPTS[0])
+            same(ask(srv, logits_dir, ids), refs[0], what + ", the prompt as token ids")
+            s, _, b = srv.post("/v1/completions", {"prompt": ids[:3] + [10 ** 6]})
+            ts.error_object(s, b, 400, what + ", a token id past the vocabulary", param="prompt")
             got = together(srv, logits_dir, [(p, k % 2 == 1) for k, p in enumerate(PROMPTS)])
             for k in range(len(PROMPTS)):
                 same(got[k], refs[k], "%s, prompt %d beside 3 others%s" %
