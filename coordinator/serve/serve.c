@@ -189,7 +189,7 @@ static void on_text(void *user, const char *text, size_t n)
     if (!j->req.stream || !n)
         return;
     char *chunk = shoal_api_chunk_json(j->req.kind, j->id, j->created, g->srv->cfg->model_id, 0,
-                                       text, n, NULL);
+                                       text, n, NULL, NULL);
     pthread_mutex_lock(&g->srv->mu);
     out_event(j, chunk);
     pthread_cond_broadcast(&g->srv->cv);
@@ -323,7 +323,7 @@ static void run_job(struct server *srv, struct job *j)
     j->state = JOB_STARTED;
     if (q->stream && q->kind == SHOAL_API_CHAT)
         out_event(j, shoal_api_chunk_json(q->kind, j->id, j->created, srv->cfg->model_id, 1,
-                                          NULL, 0, NULL));
+                                          NULL, 0, NULL, NULL));
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
 
@@ -348,7 +348,7 @@ static void run_job(struct server *srv, struct job *j)
             out_event(j, shoal_api_error_json(&j->err));
         else
             out_event(j, shoal_api_chunk_json(q->kind, j->id, j->created, srv->cfg->model_id,
-                                              0, NULL, 0, j->finish));
+                                              0, NULL, 0, j->finish, NULL));
         if (!rc && q->include_usage)
             out_event(j, shoal_api_usage_chunk_json(q->kind, j->id, j->created,
                                                     srv->cfg->model_id, j->n_prompt, j->n_gen));
@@ -498,7 +498,7 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
         rc = reply(c, MHD_HTTP_OK,
                    shoal_api_response_json(j->req.kind, j->id, j->created, srv->cfg->model_id,
                                            j->text, j->text ? strlen(j->text) : 0, j->finish,
-                                           j->n_prompt, j->n_gen),
+                                           j->n_prompt, j->n_gen, NULL),
                    0);
     job_unref(srv, j);
     return rc;
