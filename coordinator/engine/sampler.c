@@ -18,6 +18,11 @@ struct shoal_sampler {
     struct cand *c;      /* [n_vocab] */
     float *prob;         /* [n_vocab] */
     uint8_t *seen;       /* [n_vocab] */
+    /* presence/frequency penalties (NULL when both are 0): how often each
+     * token was returned, and the distinct ones in the order first seen */
+    uint32_t *count;     /* [n_vocab] */
+    int32_t *distinct;   /* [n_distinct] */
+    int64_t n_distinct;
 };
 
 struct shoal_sampler *shoal_sampler_create(struct shoal_sampler_params p,
@@ -30,6 +35,10 @@ struct shoal_sampler *shoal_sampler_create(struct shoal_sampler_params p,
     s->c = shoal_xcalloc((size_t)n_vocab, sizeof *s->c);
     s->prob = shoal_xcalloc((size_t)n_vocab, sizeof *s->prob);
     s->seen = shoal_xcalloc((size_t)n_vocab, 1);
+    if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+        s->count = shoal_xcalloc((size_t)n_vocab, sizeof *s->count);
+        s->distinct = shoal_xcalloc((size_t)n_vocab, sizeof *s->distinct);
+    }
     return s;
 }
 
@@ -40,6 +49,8 @@ void shoal_sampler_free(struct shoal_sampler *s)
     free(s->c);
     free(s->prob);
     free(s->seen);
+    free(s->count);
+    free(s->distinct);
     free(s);
 }
 
@@ -104,6 +115,25 @@ static void select_top(struct cand *c, int64_t V, int64_t k)
     qsort(c, (size_t)k, sizeof *c, cmp_cand);
 }
 
+/* OpenAI's presence and frequency penalties over the tokens returned so far */
+static void penalize_returned(const struct shoal_sampler *s, float *logits)
+{
+    for (int64_t i = 0; i < s->n_distinct; i++) {
+        int32_t id = s->distinct[i];
+        logits[id] -= s->p.presence_penalty + s->p.frequency_penalty * (float)s->count[id];
+    }
+}
+
+static void count_returned(struct shoal_sampler *s, int32_t id)
+{
+    if (!s->count)
+        return;
+    if (s->count[id]++ == 0)
+        s->distinct[s->n_distinct++] = id;
+}
+
+static int32_t pick(struct shoal_sampler *s, float *logits);
+
 int32_t shoal_sampler_sample(struct shoal_sampler *s, float *logits,
                              const int32_t *history, int64_t n_history)
 {
@@ -124,6 +154,18 @@ int32_t shoal_sampler_sample(struct shoal_sampler *s, float *logits,
             if (history[i] >= 0 && history[i] < V)
                 s->seen[history[i]] = 0;
     }
+    if (s->count)
+        penalize_returned(s, logits);
+    int32_t id = pick(s, logits);
+    count_returned(s, id);
+    return id;
+}
+
+/* greedy, or temperature -> top-k -> top-p -> min-p -> a draw */
+static int32_t pick(struct shoal_sampler *s, float *logits)
+{
+    const int64_t V = s->n_vocab;
+    const struct shoal_sampler_params *p = &s->p;
     if (p->greedy || p->temperature <= 0.0f) {
         int64_t best = 0;
         for (int64_t i = 1; i < V; i++)

@@ -1,7 +1,8 @@
-/* sampler: picks the next token from logits: repetition penalty, then
- * greedy (argmax, lowest id on ties) or temperature -> top-k -> top-p ->
- * min-p -> a draw from a seeded generator. The same seed, logits and
- * history give the same token on every machine.
+/* sampler: picks the next token from logits: repetition penalty, then the
+ * presence and frequency penalties, then greedy (argmax, lowest id on ties)
+ * or temperature -> top-k -> top-p -> min-p -> a draw from a seeded
+ * generator. The same seed, logits and history give the same token on
+ * every machine.
  * Thread: a sampler belongs to one thread.
  */
 #ifndef SHOAL_SAMPLER_H
@@ -17,6 +18,14 @@ struct shoal_sampler_params {
     float min_p;             /* 0 = off */
     float repeat_penalty;    /* 1 = off; HF semantics: logit>0 ? /p : *p */
     int64_t repeat_last_n;   /* how many recent tokens the penalty sees; -1 all */
+    /* OpenAI's penalties, 0 = off (the API allows -2..2): before the
+     * temperature, on the greedy path too,
+     *   logit[t] -= presence_penalty * (count[t] > 0) + frequency_penalty * count[t]
+     * where count[t] is how often this sampler has returned t: the tokens
+     * of this completion so far, not the prompt's (as OpenAI counts; unlike
+     * repeat_penalty, which sees the history). */
+    float presence_penalty;
+    float frequency_penalty;
     uint64_t seed;
 };
 
@@ -35,9 +44,11 @@ struct shoal_sampler *shoal_sampler_create(struct shoal_sampler_params p,
                                            int64_t n_vocab);
 void shoal_sampler_free(struct shoal_sampler *s);
 
-/* Pick a token.
+/* Pick a token, and count it for the presence/frequency penalties (one
+ * sampler per completion).
  *   logits   [n_vocab] f32, modified in place (penalties applied)
- *   history  [n_history] i32 previous tokens (prompt + generated), borrowed
+ *   history  [n_history] i32 previous tokens (prompt + generated), borrowed;
+ *            only the repetition penalty reads it
  * Returns the token id. Thread: the sampler's. */
 int32_t shoal_sampler_sample(struct shoal_sampler *s, float *logits,
                              const int32_t *history, int64_t n_history);

@@ -384,6 +384,10 @@ void shoal_gen_usage(FILE *f, long long max_tokens, int run_only)
         "  --min-p P            drop tokens below P x the top probability (default 0.05)\n"
         "  --repeat-penalty R   penalise recent tokens (default 1.0 = off)\n"
         "  --repeat-last-n N    window of the penalty (default 64)\n"
+        "  --presence-penalty P subtract P from the logit of a token already generated\n"
+        "  --frequency-penalty F\n"
+        "                       subtract F x the times it was generated (both -2..2,\n"
+        "                       default 0 = off; OpenAI's, over this completion)\n"
         "  --seed S             sampling seed (default 24301)\n"
         "  --stop STR           stop when STR is generated (repeatable)\n"
         "  --ignore-eos         keep generating past end-of-sequence tokens\n", max_tokens);
@@ -415,6 +419,7 @@ int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
     }
     static const char *valued[] = {"--max-tokens", "--temp", "--top-k", "--top-p",
                                    "--min-p", "--repeat-penalty", "--repeat-last-n",
+                                   "--presence-penalty", "--frequency-penalty",
                                    "--seed", "--stop", "--logits-out", "--ids-out"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
@@ -453,6 +458,10 @@ int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
         if (shoal_cli_parse_i64(a, val, -1, (long long)1 << 31, &v))
             return -1;
         sp->repeat_last_n = v;
+    } else if (!strcmp(a, "--presence-penalty") || !strcmp(a, "--frequency-penalty")) {
+        if (shoal_cli_parse_f64(a, val, -2, 2, &d))
+            return -1;
+        *(a[2] == 'p' ? &sp->presence_penalty : &sp->frequency_penalty) = (float)d;
     } else if (!strcmp(a, "--seed")) {
         if (shoal_cli_parse_i64(a, val, 0, INT64_MAX, &v))
             return -1;

@@ -100,6 +100,31 @@ static int get_stop(json_t *root, struct shoal_api_request *r, struct shoal_api_
     return 0;
 }
 
+/* chat: "logprobs": bool, "top_logprobs": 0..20 (only with logprobs true);
+ * completions: "logprobs": 0..5, the number of alternatives. */
+static int get_logprobs(json_t *root, struct shoal_api_request *r, struct shoal_api_error *e)
+{
+    int has;
+    long long v = 0;
+    if (r->kind == SHOAL_API_COMPLETION) {
+        if (get_int(root, "logprobs", 0, 5, &has, &v, e))
+            return -1;
+        r->logprobs = has;
+        r->top_logprobs = (int)v;
+        return 0;
+    }
+    json_t *lp = json_object_get(root, "logprobs");
+    if (lp && !json_is_null(lp) && !json_is_boolean(lp))
+        return bad(e, "logprobs", "'logprobs' must be true or false");
+    r->logprobs = json_is_true(lp);
+    if (get_int(root, "top_logprobs", 0, 20, &has, &v, e))
+        return -1;
+    if (has && !r->logprobs)
+        return bad(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r->top_logprobs = (int)v;
+    return 0;
+}
+
 /* content: a string, null, or a list of {"type": "text", "text": ...}
  * parts; a list becomes the joined string in place. */
 static int flatten_content(json_t *msg, size_t idx, struct shoal_api_error *e)
@@ -243,7 +268,12 @@ int shoal_api_parse_request(enum shoal_api_kind kind, const char *body, size_t l
     if (get_int(root, "seed", INT64_MIN, INT64_MAX, &r->has_seed, &v, e))
         goto out;
     r->seed = (uint64_t)v;
-    if (get_stop(root, r, e))
+    if (get_number(root, "presence_penalty", -2, 2, &r->has_presence_penalty,
+                   &r->presence_penalty, e) ||
+        get_number(root, "frequency_penalty", -2, 2, &r->has_frequency_penalty,
+                   &r->frequency_penalty, e))
+        goto out;
+    if (get_stop(root, r, e) || get_logprobs(root, r, e))
         goto out;
     rc = 0;
 out:
@@ -318,19 +348,102 @@ static json_t *finish_json(const char *finish)
     return finish ? json_string(finish) : json_null();
 }
 
+/* -inf and NaN are not JSON numbers: OpenAI writes -9999.0 */
+static json_t *logprob_json(float lp)
+{
+    return json_real(isfinite(lp) ? (double)lp : -9999.0);
+}
+
+static json_t *bytes_json(const char *text, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer((unsigned char)text[i]));
+    return a;
+}
+
+/* {"token", "logprob", "bytes"} of chat's logprobs */
+static json_t *chat_token_json(const char *text, size_t n, float lp)
+{
+    return json_pack("{sososo}", "token", text_json(text, n), "logprob", logprob_json(lp),
+                     "bytes", bytes_json(text, n));
+}
+
+/* chat: {"content": [{"token", "logprob", "bytes", "top_logprobs"}], "refusal": null} */
+static json_t *chat_logprobs_json(const struct shoal_api_logprobs *lp)
+{
+    json_t *content = json_array();
+    for (size_t i = 0; i < lp->n_tokens; i++) {
+        const struct shoal_api_token_logprob *t = &lp->tokens[i];
+        json_t *tok = chat_token_json(t->text, t->n, t->logprob);
+        json_t *top = json_array();
+        for (int k = 0; k < t->n_top; k++)
+            json_array_append_new(top, chat_token_json(t->top[k].text, t->top[k].n,
+                                                       t->top[k].logprob));
+        json_object_set_new(tok, "top_logprobs", top);
+        json_array_append_new(content, tok);
+    }
+    return json_pack("{sosn}", "content", content, "refusal");
+}
+
+/* Unicode characters in text [n]: the bytes that do not continue a UTF-8
+ * sequence */
+static int64_t n_chars(const char *text, size_t n)
+{
+    int64_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ((unsigned char)text[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"} */
+static json_t *completion_logprobs_json(const struct shoal_api_logprobs *lp)
+{
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(),
+           *offsets = json_array();
+    int64_t at = lp->text_offset;
+    for (size_t i = 0; i < lp->n_tokens; i++) {
+        const struct shoal_api_token_logprob *t = &lp->tokens[i];
+        json_array_append_new(tokens, text_json(t->text, t->n));
+        json_array_append_new(lps, logprob_json(t->logprob));
+        json_t *top = json_object();
+        for (int k = 0; k < t->n_top; k++) {
+            json_t *key = text_json(t->top[k].text, t->top[k].n);
+            const char *ks = json_string_value(key);
+            /* keys are C strings: a NUL inside ends them (as a repeat does) */
+            if (!json_object_get(top, ks))
+                json_object_set_new(top, ks, logprob_json(t->top[k].logprob));
+            json_decref(key);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offsets, json_integer(at));
+        at += n_chars(t->text, t->n);
+    }
+    return json_pack("{sosososo}", "tokens", tokens, "token_logprobs", lps, "top_logprobs",
+                     tops, "text_offset", offsets);
+}
+
+static json_t *logprobs_json(enum shoal_api_kind kind, const struct shoal_api_logprobs *lp)
+{
+    if (!lp)
+        return json_null();
+    return kind == SHOAL_API_CHAT ? chat_logprobs_json(lp) : completion_logprobs_json(lp);
+}
+
 char *shoal_api_response_json(enum shoal_api_kind kind, const char *id, int64_t created,
                               const char *model, const char *text, size_t n,
-                              const char *finish, int64_t n_prompt, int64_t n_completion)
+                              const char *finish, int64_t n_prompt, int64_t n_completion,
+                              const struct shoal_api_logprobs *lp)
 {
     json_t *root = envelope(kind, 0, id, created, model);
     json_t *choice;
     if (kind == SHOAL_API_COMPLETION)
-        choice = json_pack("{sosisnso}", "text", text_json(text, n), "index", 0, "logprobs",
-                           "finish_reason", finish_json(finish));
+        choice = json_pack("{sosisoso}", "text", text_json(text, n), "index", 0, "logprobs",
+                           logprobs_json(kind, lp), "finish_reason", finish_json(finish));
     else
-        choice = json_pack("{sis{ssso}snso}", "index", 0, "message", "role", "assistant",
-                           "content", text_json(text, n), "logprobs", "finish_reason",
-                           finish_json(finish));
+        choice = json_pack("{sis{ssso}soso}", "index", 0, "message", "role", "assistant",
+                           "content", text_json(text, n), "logprobs", logprobs_json(kind, lp),
+                           "finish_reason", finish_json(finish));
     json_object_set_new(root, "choices", json_pack("[o]", choice));
     json_object_set_new(root, "usage", usage_json(n_prompt, n_completion));
     return dump(root);
@@ -338,13 +451,13 @@ char *shoal_api_response_json(enum shoal_api_kind kind, const char *id, int64_t 
 
 char *shoal_api_chunk_json(enum shoal_api_kind kind, const char *id, int64_t created,
                            const char *model, int role, const char *text, size_t n,
-                           const char *finish)
+                           const char *finish, const struct shoal_api_logprobs *lp)
 {
     json_t *root = envelope(kind, 1, id, created, model);
     json_t *choice;
     if (kind == SHOAL_API_COMPLETION) {
-        choice = json_pack("{sosisnso}", "text", text_json(text, n), "index", 0, "logprobs",
-                           "finish_reason", finish_json(finish));
+        choice = json_pack("{sosisoso}", "text", text_json(text, n), "index", 0, "logprobs",
+                           logprobs_json(kind, lp), "finish_reason", finish_json(finish));
     } else {
         json_t *delta = json_object();
         if (role) {
@@ -353,8 +466,8 @@ char *shoal_api_chunk_json(enum shoal_api_kind kind, const char *id, int64_t cre
         } else if (text) {
             json_object_set_new(delta, "content", text_json(text, n));
         }
-        choice = json_pack("{sisosnso}", "index", 0, "delta", delta, "logprobs",
-                           "finish_reason", finish_json(finish));
+        choice = json_pack("{sisososo}", "index", 0, "delta", delta, "logprobs",
+                           logprobs_json(kind, lp), "finish_reason", finish_json(finish));
     }
     json_object_set_new(root, "choices", json_pack("[o]", choice));
     return dump(root);

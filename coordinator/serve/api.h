@@ -50,7 +50,15 @@ struct shoal_api_request {
     int include_usage;        /* "stream_options": {"include_usage": true} */
     int64_t max_tokens;       /* max_tokens or max_completion_tokens; -1: not given */
     int has_temperature, has_top_p, has_top_k, has_min_p, has_seed;
+    int has_presence_penalty, has_frequency_penalty;
     double temperature, top_p, min_p;
+    double presence_penalty, frequency_penalty;   /* -2..2, as OpenAI's */
+    /* Per-token log probabilities: chat "logprobs": true (with
+     * "top_logprobs": 0..20 alternatives, which needs logprobs true), or
+     * completions "logprobs": 0..5 (the number of alternatives). logprobs 0:
+     * none asked for. */
+    int logprobs;
+    int top_logprobs;
     int64_t top_k;
     uint64_t seed;
     char *stop[SHOAL_API_MAX_STOP];   /* "stop": a string or a list of them */
@@ -62,28 +70,70 @@ struct shoal_api_request {
  * with *req filled (free with shoal_api_request_free, also on failure), or
  * -1 with e set to a 400 naming the field: not JSON (or not UTF-8), not an
  * object, a field of the wrong type or out of range, no prompt/messages, a
- * message without a string role or with non-text content parts, n > 1. */
+ * message without a string role or with non-text content parts, n > 1,
+ * chat top_logprobs without logprobs: true. */
 int shoal_api_parse_request(enum shoal_api_kind kind, const char *body, size_t len,
                             struct shoal_api_request *req, struct shoal_api_error *e);
 
 void shoal_api_request_free(struct shoal_api_request *req);
 
+/* Log probabilities of generated tokens, for the response builders. All
+ * pointers are borrowed. A token's text is its bytes as the detokenizer
+ * gave them (a token may hold part of a UTF-8 sequence: its "token" string
+ * then shows U+FFFD where "bytes" keeps the real bytes). logprob: natural
+ * log of the token's probability under the distribution it was drawn from;
+ * -inf (or NaN) is written as -9999.0, as OpenAI does. */
+struct shoal_api_top_logprob {
+    const char *text;
+    size_t n;
+    float logprob;
+};
+
+struct shoal_api_token_logprob {
+    const char *text;                          /* [n] bytes */
+    size_t n;
+    float logprob;
+    const struct shoal_api_top_logprob *top;   /* [n_top] the likeliest alternatives,
+                                                * likeliest first (the chosen one may
+                                                * be among them) */
+    int n_top;
+};
+
+struct shoal_api_logprobs {
+    const struct shoal_api_token_logprob *tokens;   /* [n_tokens], in order */
+    size_t n_tokens;
+    /* completions' text_offset: where the first token starts, in Unicode
+     * characters of the completion text (0 for a whole response; for a
+     * chunk, the characters streamed before it). Each next token starts
+     * after the previous one's characters (its bytes that are not UTF-8
+     * continuation bytes). Chat ignores it. */
+    int64_t text_offset;
+};
+
 /* The response bytes; each a malloc'd NUL-terminated JSON text the caller
  * frees. id: "cmpl-..." or "chatcmpl-..."; created: Unix seconds; model:
  * the model's id; text [n] UTF-8 (invalid sequences become U+FFFD);
- * finish: "stop", "length" or NULL (not finished). */
+ * finish: "stop", "length" or NULL (not finished); lp: the log
+ * probabilities of the tokens the text (or chunk) holds, or NULL for
+ * "logprobs": null. Shapes: chat "logprobs": {"content": [{"token",
+ * "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}],
+ * "refusal": null}; completions "logprobs": {"tokens": [...],
+ * "token_logprobs": [...], "top_logprobs": [{token: logprob, ...}],
+ * "text_offset": [...]} (an alternative whose text repeats an earlier
+ * one's is left out of its object). */
 
 /* The whole response: a text_completion or a chat.completion, with usage. */
 char *shoal_api_response_json(enum shoal_api_kind kind, const char *id, int64_t created,
                               const char *model, const char *text, size_t n,
-                              const char *finish, int64_t n_prompt, int64_t n_completion);
+                              const char *finish, int64_t n_prompt, int64_t n_completion,
+                              const struct shoal_api_logprobs *lp);
 
 /* One streamed chunk (text_completion or chat.completion.chunk). Chat: role
  * set gives the first delta {"role": "assistant", "content": ""}; text NULL
  * with finish set gives the last, {"delta": {}}. */
 char *shoal_api_chunk_json(enum shoal_api_kind kind, const char *id, int64_t created,
                            const char *model, int role, const char *text, size_t n,
-                           const char *finish);
+                           const char *finish, const struct shoal_api_logprobs *lp);
 
 /* The closing usage chunk of a stream (stream_options.include_usage):
  * "choices": [] and "usage". */

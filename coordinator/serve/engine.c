@@ -20,6 +20,7 @@
  * shoal_serve_run), which owns the session; the jobs' shared fields are
  * touched under srv->mu.
  */
+#include <math.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,13 @@ struct run {
     float *logits;              /* [n_vocab] */
     double t_start, t_first, t_prefilled;
     int max_mates;              /* the most requests one of its steps ran */
+    char *pend;                 /* streamed text not yet sent (on_text), [n_pend] */
+    size_t n_pend, cap_pend;
+    int want_lp, n_top;         /* logprobs asked for, with n_top alternatives */
+    float *lp_logits;           /* [n_vocab] the logits a token is sampled from */
+    struct shoal_api_token_logprob *lp;   /* [n_lp] per generated token; owned text */
+    size_t n_lp, cap_lp, lp_sent;
+    int64_t chars_sent;         /* completion characters streamed (text_offset) */
     struct shoal_npy_writer npy;/* --test-logits-dir: the logits of each sampled token */
     int npy_open;
 };
@@ -89,18 +97,121 @@ static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
 
 /* ---- output (streamed chunks) ---- */
 
+/* The generation's text as it becomes safe to show (stop strings held
+ * back): kept until the step's token has its log probabilities, then sent
+ * by flush_text. */
 static void on_text(void *user, const char *text, size_t n)
 {
     struct run *r = user;
-    struct job *j = r->job;
-    if (!j->req.stream || !n)
+    if (!r->job->req.stream || !n)
         return;
+    if (r->n_pend + n > r->cap_pend) {
+        r->cap_pend = (r->n_pend + n) * 2 + 64;
+        r->pend = shoal_xrealloc(r->pend, r->cap_pend);
+    }
+    memcpy(r->pend + r->n_pend, text, n);
+    r->n_pend += n;
+}
+
+/* Unicode characters in text (bytes that are not UTF-8 continuations). */
+static int64_t utf8_chars(const char *text, size_t n)
+{
+    int64_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ((unsigned char)text[i] & 0xc0) != 0x80;
+    return c;
+}
+
+/* Stream what on_text kept as one chunk, with the log probabilities of the
+ * tokens not sent yet (all of them when final). */
+static void flush_text(struct run *r, int final)
+{
+    struct job *j = r->job;
+    if (!j->req.stream || (!r->n_pend && !(final && r->lp_sent < r->n_lp)))
+        return;
+    struct shoal_api_logprobs lp = {.tokens = r->lp + r->lp_sent,
+                                    .n_tokens = r->n_lp - r->lp_sent,
+                                    .text_offset = r->chars_sent};
     char *chunk = shoal_api_chunk_json(j->req.kind, j->id, j->created, r->srv->cfg->model_id, 0,
-                                       text, n, NULL);
+                                       r->pend ? r->pend : "", r->n_pend, NULL,
+                                       r->want_lp ? &lp : NULL);
+    r->lp_sent = r->n_lp;
+    r->chars_sent += utf8_chars(r->pend, r->n_pend);
+    r->n_pend = 0;
     pthread_mutex_lock(&r->srv->mu);
     serve_out_event(j, chunk);
     pthread_cond_broadcast(&r->srv->cv);
     pthread_mutex_unlock(&r->srv->mu);
+}
+
+/* The text of token id for logprobs (malloc'd, *n bytes): the detokenizer's
+ * for it alone, "[id]" without a tokenizer. */
+static char *token_text(const struct shoal_session *s, int32_t id, size_t *n)
+{
+    char *t = NULL;
+    if (s->tok && id < shoal_tokenizer_n_vocab(s->tok)) {
+        struct shoal_err err = {0};
+        t = shoal_tokenizer_decode(s->tok, &id, 1, 0, &err);
+    }
+    if (!t) {
+        t = shoal_xmalloc(24);
+        snprintf(t, 24, "[%d]", id);
+    }
+    *n = strlen(t);
+    return t;
+}
+
+/* Record the log probabilities of token id under logits [V] (the model's
+ * distribution: log-softmax of the logits, before penalties and
+ * temperature), with the n_top likeliest alternatives. */
+static void add_logprob(struct run *r, const struct shoal_session *s, const float *logits,
+                        int64_t V, int32_t id)
+{
+    float mx = logits[0];
+    for (int64_t i = 1; i < V; i++)
+        if (logits[i] > mx)
+            mx = logits[i];
+    double sum = 0;
+    for (int64_t i = 0; i < V; i++)
+        sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    int32_t top[20];
+    int nt = 0;
+    for (int64_t i = 0; i < V && r->n_top > 0; i++) {   /* insertion into the best n_top */
+        if (nt == r->n_top && logits[i] <= logits[top[nt - 1]])
+            continue;
+        int k = nt < r->n_top ? nt++ : nt - 1;
+        while (k > 0 && logits[top[k - 1]] < logits[i]) {
+            top[k] = top[k - 1];
+            k--;
+        }
+        top[k] = (int32_t)i;
+    }
+    if (r->n_lp == r->cap_lp) {
+        r->cap_lp = r->cap_lp * 2 + 16;
+        r->lp = shoal_xrealloc(r->lp, r->cap_lp * sizeof *r->lp);
+    }
+    struct shoal_api_token_logprob *t = &r->lp[r->n_lp++];
+    t->text = token_text(s, id, &t->n);
+    t->logprob = (float)(logits[id] - lse);
+    struct shoal_api_top_logprob *alt = shoal_xcalloc((size_t)(nt ? nt : 1), sizeof *alt);
+    for (int k = 0; k < nt; k++) {
+        alt[k].text = token_text(s, top[k], &alt[k].n);
+        alt[k].logprob = (float)(logits[top[k]] - lse);
+    }
+    t->top = alt;
+    t->n_top = nt;
+}
+
+void serve_logprobs_free(struct shoal_api_token_logprob *lp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (int k = 0; k < lp[i].n_top; k++)
+            free((char *)lp[i].top[k].text);
+        free((void *)lp[i].top);
+        free((char *)lp[i].text);
+    }
+    free(lp);
 }
 
 /* Mark a job done with error e (before it ran); mu not held. */
@@ -184,6 +295,10 @@ static void gen_opts_of(struct run *r, int64_t n)
         sp->top_k = q->top_k;
     if (q->has_min_p)
         sp->min_p = (float)q->min_p;
+    if (q->has_presence_penalty)
+        sp->presence_penalty = (float)q->presence_penalty;
+    if (q->has_frequency_penalty)
+        sp->frequency_penalty = (float)q->frequency_penalty;
     if (q->has_seed)
         sp->seed = q->seed;
     else if (!srv->cfg->seed_given)
@@ -292,6 +407,10 @@ static struct run *admit(struct engine *en, struct job *j)
     r->t_start = shoal_time_s();
     gen_opts_of(r, (int64_t)n);
     r->gen = shoal_gen_create(s, &r->go, NULL);
+    r->want_lp = j->req.logprobs;
+    r->n_top = j->req.top_logprobs;
+    if (r->want_lp)
+        r->lp_logits = shoal_xcalloc((size_t)en->n_vocab, sizeof(float));
     if (srv->cfg->test_logits_dir) {   /* as shoal run --logits-out */
         struct shoal_err err = {0};
         char *path = shoal_path_join(srv->cfg->test_logits_dir, j->id);
@@ -311,7 +430,7 @@ static struct run *admit(struct engine *en, struct job *j)
     srv->n_active++;
     if (j->req.stream && j->req.kind == SHOAL_API_CHAT)
         serve_out_event(j, shoal_api_chunk_json(j->req.kind, j->id, j->created,
-                                                srv->cfg->model_id, 1, NULL, 0, NULL));
+                                                srv->cfg->model_id, 1, NULL, 0, NULL, NULL));
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     return r;
@@ -331,6 +450,8 @@ static void finish(struct engine *en, struct run *r, int failed)
     struct job *j = r->job;
     const char *why = shoal_gen_why(r->gen);
     char *text = shoal_gen_finish(r->gen, failed);
+    if (!failed)
+        flush_text(r, 1);
     const int64_t n_gen = r->res.n_generated;
     const double t_end = shoal_time_s();
     if (r->npy_open) {   /* complete before the reply is */
@@ -365,7 +486,8 @@ static void finish(struct engine *en, struct run *r, int failed)
             serve_out_event(j, shoal_api_error_json(&j->err));
         else
             serve_out_event(j, shoal_api_chunk_json(j->req.kind, j->id, j->created,
-                                                    srv->cfg->model_id, 0, NULL, 0, j->finish));
+                                                    srv->cfg->model_id, 0, NULL, 0, j->finish,
+                                                    NULL));
         if (!failed && j->req.include_usage)
             serve_out_event(j, shoal_api_usage_chunk_json(j->req.kind, j->id, j->created,
                                                           srv->cfg->model_id, j->n_prompt,
@@ -374,6 +496,12 @@ static void finish(struct engine *en, struct run *r, int failed)
         free(text);
     } else {
         j->text = text;
+        if (r->want_lp) {   /* the connection thread builds the reply: a copy */
+            j->lp = r->lp;
+            j->n_lp = r->n_lp;
+            r->lp = NULL;
+            r->n_lp = 0;
+        }
     }
     j->state = JOB_DONE;
     srv->n_active--;
@@ -385,6 +513,9 @@ static void finish(struct engine *en, struct run *r, int failed)
     sl->last_used = ++en->clock;
     free(r->prompt);
     free(r->logits);
+    free(r->lp_logits);
+    free(r->pend);
+    serve_logprobs_free(r->lp, r->n_lp);
     free(r);
 }
 
@@ -452,10 +583,15 @@ static void after_step(struct engine *en, int ns)
             finish(en, r, 1);
             continue;
         }
+        if (r->want_lp)   /* the sampler applies penalties in place */
+            memcpy(r->lp_logits, r->logits, (size_t)en->n_vocab * sizeof(float));
         int32_t id;
         const enum shoal_gen_action act =
             shoal_gen_next(r->gen, r->logits, sl->tokens, sl->n_tokens,
                            en->n_ctx - sl->n_tokens, &id, &err);
+        if (r->want_lp && id >= 0 && act != SHOAL_GEN_FEED_LAST)
+            add_logprob(r, en->s, r->lp_logits, en->n_vocab, id);
+        flush_text(r, 0);
         if (id >= 0 && !r->t_first)
             r->t_first = now;
         if (act == SHOAL_GEN_ERROR) {

@@ -79,6 +79,7 @@ void serve_job_unref(struct server *srv, struct job *j)
     shoal_api_request_free(&j->req);
     free(j->out);
     free(j->text);
+    serve_logprobs_free(j->lp, j->n_lp);
     free(j);
 }
 
@@ -281,7 +282,9 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
         rc = reply(c, MHD_HTTP_OK,
                    shoal_api_response_json(j->req.kind, j->id, j->created, srv->cfg->model_id,
                                            j->text, j->text ? strlen(j->text) : 0, j->finish,
-                                           j->n_prompt, j->n_gen),
+                                           j->n_prompt, j->n_gen,
+                                           j->req.logprobs ? &(struct shoal_api_logprobs){
+                                               .tokens = j->lp, .n_tokens = j->n_lp} : NULL),
                    0);
     serve_job_unref(srv, j);
     return rc;

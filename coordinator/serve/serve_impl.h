@@ -36,6 +36,9 @@ struct job {
     int64_t n_prompt, n_gen;
     int64_t n_cached;           /* prompt tokens found in the KV cache (not prefilled) */
     const char *finish;
+    struct shoal_api_token_logprob *lp;   /* whole replies asking logprobs: [n_lp],
+                                           * owned (texts too) */
+    size_t n_lp;
     int refs;                   /* connection thread + engine */
     struct job *next;           /* the queue */
 };
@@ -66,6 +69,9 @@ void serve_out_event(struct job *j, char *json);
 
 /* Append raw bytes to the job's stream queue; mu held. */
 void serve_out_put(struct job *j, const char *p, size_t n);
+
+/* Free n token log probabilities and the texts they own (engine.c). */
+void serve_logprobs_free(struct shoal_api_token_logprob *lp, size_t n);
 
 /* The engine: runs on the thread of shoal_serve_run until srv->stopping
  * and every job is done. Admits queued jobs into the KV cache's slots and
