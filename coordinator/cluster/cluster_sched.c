@@ -494,6 +494,12 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
             pthread_mutex_unlock(&cl->mu);
             struct shoal_err e2 = {0};
             int lrc = L->local(L->user, il, sel, n_sel, &e2);
+            if (lrc >= 0) {
+                pthread_mutex_lock(&cl->mu);
+                for (int64_t j = 0; j < n_sel; j++)
+                    cl->last_exec[il * cl->n_expert + bu->expert[sel[j]]] = (uint8_t)cl->local;
+                pthread_mutex_unlock(&cl->mu);
+            }
             if (lrc < 0) {
                 /* another holder may take over; keep the store's message */
                 if (!local_err.code)
@@ -525,6 +531,11 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                     pthread_mutex_lock(&cl->mu);
                     cl->exec[x].hits += rs->cache_hits;      /* until its next StatusReply */
                     cl->exec[x].misses += rs->disk_reads;
+                    for (int64_t j = rq[i].first; j < rq[i].first + rq[i].n; j++) {
+                        const int64_t c = il * cl->n_expert + bu->expert[ord[j]];
+                        cl->remote_runs[c]++;
+                        cl->last_exec[c] = (uint8_t)x;
+                    }
                     pthread_mutex_unlock(&cl->mu);
                     /* the worker's own time; garbage counts as none */
                     double server = rs->queue_seconds + rs->read_seconds + rs->compute_seconds;
