@@ -140,8 +140,8 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
     }
     cl->remote_runs = shoal_xcalloc((size_t)(c->n_layer * c->n_expert) + 1,
                                     sizeof *cl->remote_runs);
-    cl->last_exec = shoal_xmalloc((size_t)(c->n_layer * c->n_expert) + 1);
-    memset(cl->last_exec, 0xff, (size_t)(c->n_layer * c->n_expert) + 1);
+    cl->last_worker = shoal_xmalloc((size_t)(c->n_layer * c->n_expert) + 1);
+    memset(cl->last_worker, 0xff, (size_t)(c->n_layer * c->n_expert) + 1);
     snprintf(cl->fingerprint, sizeof cl->fingerprint, "%016" PRIx64, m->ct->fingerprint);
     pthread_mutex_init(&cl->mu, NULL);
     pthread_condattr_t ca;
@@ -345,7 +345,7 @@ fail:
         }
         free(cl->is_moe);
         free(cl->remote_runs);
-        free(cl->last_exec);
+        free(cl->last_worker);
         free(cl->assign);
         free_snaps(cl);
         pthread_mutex_destroy(&cl->mu);
@@ -392,7 +392,7 @@ void shoal_cluster_destroy(struct shoal_cluster *cl)
     }
     free(cl->is_moe);
     free(cl->remote_runs);
-    free(cl->last_exec);
+    free(cl->last_worker);
     free(cl->assign);
     free_snaps(cl);
     free(cl->tokmap);
@@ -444,14 +444,14 @@ void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
 }
 
 void shoal_cluster_expert_use_get(struct shoal_cluster *cl, uint64_t *remote_runs,
-                                  uint8_t *last_exec)
+                                  uint8_t *last_worker)
 {
     const size_t n = (size_t)(cl->n_layer * cl->n_expert);
     pthread_mutex_lock(&cl->mu);
     if (remote_runs)
         memcpy(remote_runs, cl->remote_runs, n * sizeof *remote_runs);
-    if (last_exec)
-        memcpy(last_exec, cl->last_exec, n);
+    if (last_worker)
+        memcpy(last_worker, cl->last_worker, n);
     pthread_mutex_unlock(&cl->mu);
 }
 

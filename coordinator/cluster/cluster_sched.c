@@ -494,12 +494,6 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
             pthread_mutex_unlock(&cl->mu);
             struct shoal_err e2 = {0};
             int lrc = L->local(L->user, il, sel, n_sel, &e2);
-            if (lrc >= 0) {
-                pthread_mutex_lock(&cl->mu);
-                for (int64_t j = 0; j < n_sel; j++)
-                    cl->last_exec[il * cl->n_expert + bu->expert[sel[j]]] = (uint8_t)cl->local;
-                pthread_mutex_unlock(&cl->mu);
-            }
             if (lrc < 0) {
                 /* another holder may take over; keep the store's message */
                 if (!local_err.code)
@@ -534,7 +528,7 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                     for (int64_t j = rq[i].first; j < rq[i].first + rq[i].n; j++) {
                         const int64_t c = il * cl->n_expert + bu->expert[ord[j]];
                         cl->remote_runs[c]++;
-                        cl->last_exec[c] = (uint8_t)x;
+                        cl->last_worker[c] = (uint8_t)x;
                     }
                     pthread_mutex_unlock(&cl->mu);
                     /* the worker's own time; garbage counts as none */
