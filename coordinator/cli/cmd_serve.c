@@ -1,4 +1,6 @@
 /* shoal serve: the OpenAI-compatible HTTP API (coordinator/serve/). */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@ static void usage(FILE *f)
         "POST /v1/completions, POST /v1/chat/completions (whole or streamed as\n"
         "server-sent events). One request generates at a time; another meanwhile\n"
         "gets 429 with Retry-After. Stop with Ctrl-C or SIGTERM.\n"
+        "GET /metrics: Prometheus text; GET /: a live dashboard (docs/OPERATIONS.md).\n"
         "\n");
     shoal_cli_usage_model(f);
     fprintf(f,
@@ -120,6 +123,14 @@ int shoal_cmd_serve(int argc, char **argv)
 #else
     if (shoal_session_check_opts(&so) || shoal_serve_check_config(&cfg))
         return 2;
+    /* SIGINT/SIGTERM belong to serve's signal thread (shoal_serve_run):
+     * block them before the session starts threads of its own (a cluster's
+     * loop, I/O), which would otherwise take them and end the process */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     int rc = 1;
     struct shoal_session *s = shoal_session_open(&so, &rc);
     if (!s)
