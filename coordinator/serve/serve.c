@@ -21,6 +21,7 @@
 #include "chat_template.h"
 #include "cli.h"
 #include "harmony.h"
+#include "metrics.h"
 #include "util.h"
 #include "wire.h"
 
@@ -42,6 +43,8 @@ struct job {
     int64_t n_prompt, n_gen;
     const char *finish;
     int refs;                   /* connection thread + engine */
+    double t_recv, t_first;     /* dashboard: arrival, first token (shoal_time_s) */
+    int64_t n_cached, max_tokens;
 };
 
 struct server {
@@ -59,10 +62,12 @@ struct server {
     struct job *pending;                /* handed to the engine */
     int busy;                           /* a job is pending or running */
     int stopping;
+    struct shoal_serve_metrics *metrics;   /* /metrics and the dashboard */
 };
 
 /* per connection: the request body gathered so far */
 struct conn {
+    const char *url;            /* the metrics label of its path (static) */
     char *body;
     size_t len, cap;
     int too_large;
@@ -101,6 +106,32 @@ static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *ty
     struct shoal_api_error e;
     shoal_api_fail(&e, status, type, NULL, code, "%s", msg);
     return reply_error(c, &e);
+}
+
+/* A body that is not JSON: text (owned, freed) or a static asset. */
+static enum MHD_Result reply_typed(struct MHD_Connection *c, char *text,
+                                   const struct shoal_serve_asset *a, const char *type)
+{
+    struct MHD_Response *r;
+    if (a)
+        r = MHD_create_response_from_buffer(a->size, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+    else
+        r = MHD_create_response_from_buffer(text ? strlen(text) : 0, text,
+                                            MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, a ? a->content_type : type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    if (a) {
+        MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+        MHD_add_response_header(r, "Content-Security-Policy",
+                                "default-src 'self'; frame-ancestors 'none'");
+    }
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
 }
 
 /* ---- jobs ---- */
@@ -174,6 +205,47 @@ static void wait_tick(struct server *srv)
 
 /* ---- the engine side (the thread in shoal_serve_run) ---- */
 
+static const char *job_endpoint(const struct job *j)
+{
+    return j->req.kind == SHOAL_API_CHAT ? "/v1/chat/completions" : "/v1/completions";
+}
+
+/* The dashboard: post the engine's one job and sample the session
+ * (metrics.h). Thread: the engine. */
+static void note_job(struct server *srv, struct job *j, enum shoal_serve_job_state state,
+                     int64_t n_gen)
+{
+    const double now = shoal_time_s();
+    if (state == SHOAL_SERVE_JOB_DECODE && j->t_first == 0)
+        j->t_first = now;
+    struct shoal_serve_job_stat js = {.endpoint = job_endpoint(j), .state = state,
+                                      .n_prompt = j->n_prompt, .n_cached = j->n_cached,
+                                      .n_gen = n_gen, .max_tokens = j->max_tokens,
+                                      .t_received = j->t_recv};
+    snprintf(js.id, sizeof js.id, "%s", j->id);
+    if (n_gen > 1 && now > j->t_first)
+        js.tok_per_s = (double)(n_gen - 1) / (now - j->t_first);
+    shoal_serve_metrics_jobs(srv->metrics, &js, 1, 0, 1, 0);
+    shoal_serve_metrics_sample(srv->metrics, srv->s);
+}
+
+/* The engine is done with j (finish: "stop", "length", "cancelled" or
+ * "error"): its outcome, an empty snapshot, a sample. Thread: the engine. */
+static void note_done(struct server *srv, struct job *j, const char *finish)
+{
+    const double now = shoal_time_s();
+    struct shoal_serve_request_stat r = {
+        .id = j->id, .endpoint = job_endpoint(j), .status = j->failed ? j->err.status : 200,
+        .finish = finish, .n_prompt = j->n_prompt, .n_cached = j->n_cached,
+        .n_gen = j->n_gen, .ttft_s = j->t_first > 0 ? j->t_first - j->t_recv : 0,
+        .seconds = now - j->t_recv};
+    if (j->n_gen > 1 && now > j->t_first && j->t_first > 0)
+        r.tok_per_s = (double)(j->n_gen - 1) / (now - j->t_first);
+    shoal_serve_metrics_request(srv->metrics, &r);
+    shoal_serve_metrics_jobs(srv->metrics, NULL, 0, 0, 1, 0);
+    shoal_serve_metrics_sample(srv->metrics, srv->s);
+}
+
 struct gen_ctx {
     struct server *srv;
     struct job *job;
@@ -186,6 +258,7 @@ static void on_text(void *user, const char *text, size_t n)
     struct job *j = g->job;
     if (g->srv->cfg->token_delay_ms)
         usleep(g->srv->cfg->token_delay_ms * 1000u);
+    note_job(g->srv, j, SHOAL_SERVE_JOB_DECODE, g->srv->s->n_history - j->n_prompt + 1);
     if (!j->req.stream || !n)
         return;
     char *chunk = shoal_api_chunk_json(j->req.kind, j->id, j->created, g->srv->cfg->model_id, 0,
@@ -264,6 +337,7 @@ static void run_job(struct server *srv, struct job *j)
         pthread_cond_broadcast(&srv->cv);
         pthread_mutex_unlock(&srv->mu);
         free(ids);
+        note_done(srv, j, "error");
         return;
     }
     /* keep the cached tokens this prompt starts with (at least one new
@@ -320,6 +394,8 @@ static void run_job(struct server *srv, struct job *j)
 
     pthread_mutex_lock(&srv->mu);
     j->n_prompt = (int64_t)n;
+    j->n_cached = keep;
+    j->max_tokens = go.max_tokens;
     j->state = JOB_STARTED;
     if (q->stream && q->kind == SHOAL_API_CHAT)
         out_event(j, shoal_api_chunk_json(q->kind, j->id, j->created, srv->cfg->model_id, 1,
@@ -327,6 +403,7 @@ static void run_job(struct server *srv, struct job *j)
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
 
+    note_job(srv, j, SHOAL_SERVE_JOB_PREFILL, 0);
     s->interrupt = &j->cancel;
     int rc = shoal_session_generate(s, ids + keep, n - (size_t)keep, &go, NULL);
     s->interrupt = NULL;
@@ -357,6 +434,8 @@ static void run_job(struct server *srv, struct job *j)
     j->state = JOB_DONE;
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
+    note_done(srv, j, rc ? "error" : res.reason == SHOAL_STOP_INTERRUPTED ? "cancelled"
+                                                                         : j->finish);
 }
 
 /* ---- the connection side ---- */
@@ -456,6 +535,7 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
     for (size_t k = 0; k < sizeof rnd; k++)
         at += snprintf(j->id + at, sizeof j->id - (size_t)at, "%02x", rnd[k]);
     j->created = (int64_t)time(NULL);
+    j->t_recv = shoal_time_s();
     j->refs = 2;
 
     pthread_mutex_lock(&srv->mu);
@@ -556,6 +636,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     struct conn *cn = *con_cls;
     if (!cn) {
         cn = shoal_xcalloc(1, sizeof *cn);
+        cn->url = shoal_serve_metrics_endpoint(url);
         *con_cls = cn;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -596,6 +677,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             return fail(c, 405, "invalid_request_error", NULL, "/health takes GET");
         return reply(c, MHD_HTTP_OK, shoal_xstrdup("{\"status\":\"ok\"}"), 0);
     }
+    /* the dashboard's files are static and open; its data needs the key */
+    const struct shoal_serve_asset *asset = shoal_serve_asset_find(url);
+    if (asset)
+        return get ? reply_typed(c, NULL, asset, NULL)
+                   : fail(c, 405, "invalid_request_error", NULL, "the dashboard takes GET");
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                    MHD_HTTP_HEADER_AUTHORIZATION);
     if (!key_ok(srv, auth))
@@ -609,6 +695,23 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return reply(c, MHD_HTTP_OK, shoal_api_models_json(srv->cfg->model_id, srv->started_at),
                      0);
     }
+    if (!strcmp(url, "/metrics") || !strcmp(url, "/v1/dashboard/events")) {
+        if (!get)
+            return fail(c, 405, "invalid_request_error", NULL, "this endpoint takes GET");
+        if (url[1] == 'm')
+            return reply_typed(c, shoal_serve_metrics_prometheus(srv->metrics), NULL,
+                               "text/plain; version=0.0.4; charset=utf-8");
+        struct MHD_Response *r = shoal_serve_metrics_events(srv->metrics);
+        if (!r) {
+            char msg[100];
+            snprintf(msg, sizeof msg, "too many dashboards are watching (%d event streams at "
+                     "most)", SHOAL_SERVE_MAX_EVENT_STREAMS);
+            return fail(c, 429, "rate_limit_error", "busy", msg);
+        }
+        enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
     enum shoal_api_kind kind;
     if (!strcmp(url, "/v1/completions"))
         kind = SHOAL_API_COMPLETION;
@@ -617,7 +720,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     else
         return fail(c, 404, "invalid_request_error", "not_found",
                     "no such endpoint (GET /health, GET /v1/models, POST /v1/completions, "
-                    "POST /v1/chat/completions)");
+                    "POST /v1/chat/completions, GET /metrics, GET / the dashboard)");
     if (!post)
         return fail(c, 405, "invalid_request_error", NULL, "this endpoint takes POST");
     if (cn->too_large) {
@@ -642,11 +745,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)c;
     (void)toe;
+    struct server *srv = cls;
     struct conn *cn = *con_cls;
     if (cn) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+        shoal_serve_metrics_http(srv->metrics, cn->url, ci ? ci->http_status : 0);
         free(cn->body);
         free(cn);
         *con_cls = NULL;
@@ -749,6 +854,8 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
         return 1;
     pthread_mutex_init(&srv.mu, NULL);
     pthread_cond_init(&srv.cv, NULL);
+    srv.metrics = shoal_serve_metrics_create(cfg->model_id);
+    shoal_serve_metrics_sample(srv.metrics, s);
 
     /* SIGINT/SIGTERM go to the signal thread only (the mask is inherited
      * by every thread started from here on) */
@@ -818,8 +925,10 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
     fprintf(stderr, "shoal serve: stopping\n");
     rc = 0;
 out:
+    shoal_serve_metrics_stop(srv.metrics);   /* event streams end */
     if (d)
         MHD_stop_daemon(d);
+    shoal_serve_metrics_free(srv.metrics);
     if (have_sig_thread) {
         pthread_kill(sig_thread, SIGTERM);   /* no-op when it already returned */
         pthread_join(sig_thread, NULL);
