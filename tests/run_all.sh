@@ -72,6 +72,7 @@ step "peer limits: memory per unauthenticated peer, cancel on close, SIGTERM (gc
 step "command line: help, model paths, prompt files, bad input, chat, worker start line (gcc)" "$PY" tests/cli/test_cli.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "KV cache dtype: --kv, convert --kv, the manifest's kv field (gcc)" "$PY" tests/cli/test_kv.py --shoal build-test/coordinator/shoal
 step "shoal serve: OpenAI API vs shoal run, streaming, chat, errors, key, 429, disconnects (gcc)" "$PY" tests/serve/test_serve.py --shoal build-test/coordinator/shoal
+step "shoal serve: /metrics (Prometheus) and the dashboard in headless chromium (gcc)" "$PY" tests/serve/test_dashboard.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

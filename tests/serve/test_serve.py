@@ -42,10 +42,10 @@ def check(cond, what):
 
 
 class Server:
-    def __init__(self, shoal, *extra):
+    def __init__(self, shoal, *extra, model=MODEL):
         self.err = tempfile.TemporaryFile(mode="w+")
         env = dict(os.environ, OMP_WAIT_POLICY="passive")
-        self.p = subprocess.Popen([shoal, "serve", "--model", MODEL, "--port", "0",
+        self.p = subprocess.Popen([shoal, "serve", "--model", model, "--port", "0",
                                    "--threads", "2", *extra],
                                   stdout=subprocess.DEVNULL, stderr=self.err, env=env)
         self.port = None
