@@ -93,6 +93,7 @@ struct shoal_expert_store {
     int inflight;                            /* reads in flight, all sources */
     double busy_since;                       /* when inflight went 0 -> 1 */
     struct shoal_hot_set *hot;               /* routing counts, owned, or NULL */
+    uint64_t *use;                           /* [n_layer][n_expert][N_TIERS] demand acquires */
     struct shoal_expert_store_stats st;
 };
 
@@ -775,6 +776,7 @@ struct shoal_expert_store *shoal_expert_store_create(const struct shoal_containe
     s->held = shoal_xcalloc((size_t)ct->n_expert + 1, sizeof *s->held);
     s->held_kind = shoal_xcalloc((size_t)ct->n_expert + 1, sizeof *s->held_kind);
     s->hint_mark = shoal_xcalloc((size_t)total + 1, sizeof *s->hint_mark);
+    s->use = shoal_xcalloc((size_t)total * SHOAL_EXPERT_N_TIERS + 1, sizeof *s->use);
     s->hint_gen = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->hint_gen);
     s->hint_valid = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->hint_valid);
     s->layer_ready = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->layer_ready);
@@ -875,6 +877,7 @@ void shoal_expert_store_destroy(struct shoal_expert_store *s)
     free(s->hint_mark);
     free(s->hint_gen);
     free(s->hint_valid);
+    free(s->use);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -1037,11 +1040,12 @@ int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
     const int hinted = s->hint_valid[il];
     for (int64_t i = 0; i < m; i++) {
         struct entry *e = held[i];
+        uint64_t *use = s->use + (il * NE + ids[i]) * SHOAL_EXPERT_N_TIERS;
         switch ((enum held_kind)kind[i]) {
-        case HELD_PINNED: s->st.pinned_hits++; break;
-        case HELD_CACHED: s->st.cache_hits++; break;
-        case HELD_INFLIGHT: s->st.inflight_hits++; break;
-        case HELD_DISK: break;
+        case HELD_PINNED: s->st.pinned_hits++; use[SHOAL_EXPERT_TIER_PINNED]++; break;
+        case HELD_CACHED: s->st.cache_hits++; use[SHOAL_EXPERT_TIER_CACHE]++; break;
+        case HELD_INFLIGHT: s->st.inflight_hits++; use[SHOAL_EXPERT_TIER_CACHE]++; break;
+        case HELD_DISK: use[SHOAL_EXPERT_TIER_DISK]++; break;
         }
         if (e->prefetched) {
             s->st.prefetch_used++;
@@ -1243,5 +1247,14 @@ void shoal_expert_store_stats_get(const struct shoal_expert_store *s,
         if (s->src[i].inflight > 0)
             out->source[i].busy_seconds += now - s->src[i].busy_since;
     }
+    pthread_mutex_unlock(&w->mu);
+}
+
+void shoal_expert_store_use_get(const struct shoal_expert_store *s, uint64_t *out)
+{
+    struct shoal_expert_store *w = (struct shoal_expert_store *)s;   /* the lock only */
+    const size_t n = (size_t)(s->ct->n_layer * s->ct->n_expert) * SHOAL_EXPERT_N_TIERS;
+    pthread_mutex_lock(&w->mu);
+    memcpy(out, s->use, n * sizeof *out);
     pthread_mutex_unlock(&w->mu);
 }

@@ -222,6 +222,25 @@ void shoal_expert_store_learn(struct shoal_expert_store *s, int64_t il,
 void shoal_expert_store_stats_get(const struct shoal_expert_store *s,
                                   struct shoal_expert_store_stats *out);
 
+/* The tier that served a demand acquire, for the per-expert use counts. */
+enum shoal_expert_tier {
+    SHOAL_EXPERT_TIER_PINNED = 0,   /* the pinned hot-set */
+    SHOAL_EXPERT_TIER_CACHE,        /* the LRU (resident, or a prefetch read in flight) */
+    SHOAL_EXPERT_TIER_DISK,         /* read on demand (into the cache or staging) */
+    SHOAL_EXPERT_N_TIERS
+};
+
+/* Copy the demand acquires of every (layer, expert) by tier since create
+ * (the per-expert split of pinned_hits, cache_hits + inflight_hits and
+ * disk_reads; prefetch and pin reads are not acquires). Counted under the
+ * store's lock in acquire, one increment per expert of a batch; a getter
+ * copies n_layer * n_expert * SHOAL_EXPERT_N_TIERS counters (a dashboard
+ * polls it, e.g. once per engine step).
+ *   out  [n_layer][n_expert][SHOAL_EXPERT_N_TIERS] u64 (the container's
+ *        n_layer and n_expert; dense layers stay 0), written
+ * Thread: any (takes the lock). */
+void shoal_expert_store_use_get(const struct shoal_expert_store *s, uint64_t *out);
+
 /* Weighted rendezvous hashing: the source in [0, n) that owns key, the one
  * maximising -weights[i] / ln(u(key, seeds[i])) with u uniform in (0, 1)
  * from a 64-bit hash. A source's share of keys is proportional to its

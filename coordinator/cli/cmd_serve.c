@@ -1,4 +1,6 @@
 /* shoal serve: the OpenAI-compatible HTTP API (coordinator/serve/). */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@ static void usage(FILE *f)
         "step); --queue more wait; beyond that a request gets 429 with Retry-After.\n"
         "A request's tokens are the same alone or beside others. Stop with Ctrl-C or\n"
         "SIGTERM (running requests end with what they have; queued ones get 503).\n"
+        "GET /metrics: Prometheus text; GET /: a live dashboard (docs/OPERATIONS.md).\n"
         "\n");
     shoal_cli_usage_model(f);
     fprintf(f,
@@ -139,6 +142,14 @@ int shoal_cmd_serve(int argc, char **argv)
 #else
     if (shoal_session_check_opts(&so) || shoal_serve_check_config(&cfg))
         return 2;
+    /* SIGINT/SIGTERM belong to serve's signal thread (shoal_serve_run):
+     * block them before the session starts threads of its own (a cluster's
+     * loop, I/O), which would otherwise take them and end the process */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     int rc = 1;
     so.n_seq = cfg.parallel;
     struct shoal_session *s = shoal_session_open(&so, &rc);

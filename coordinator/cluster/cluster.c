@@ -138,6 +138,10 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
         cl->is_moe[il] = (uint8_t)shoal_layer_is_moe(c, il);
         cl->n_layer_moe += cl->is_moe[il];
     }
+    cl->remote_runs = shoal_xcalloc((size_t)(c->n_layer * c->n_expert) + 1,
+                                    sizeof *cl->remote_runs);
+    cl->last_worker = shoal_xmalloc((size_t)(c->n_layer * c->n_expert) + 1);
+    memset(cl->last_worker, 0xff, (size_t)(c->n_layer * c->n_expert) + 1);
     snprintf(cl->fingerprint, sizeof cl->fingerprint, "%016" PRIx64, m->ct->fingerprint);
     pthread_mutex_init(&cl->mu, NULL);
     pthread_condattr_t ca;
@@ -340,6 +344,8 @@ fail:
             free(cl->exec[i].assigned);
         }
         free(cl->is_moe);
+        free(cl->remote_runs);
+        free(cl->last_worker);
         free(cl->assign);
         free_snaps(cl);
         pthread_mutex_destroy(&cl->mu);
@@ -385,6 +391,8 @@ void shoal_cluster_destroy(struct shoal_cluster *cl)
         free(cl->exec[i].assigned);
     }
     free(cl->is_moe);
+    free(cl->remote_runs);
+    free(cl->last_worker);
     free(cl->assign);
     free_snaps(cl);
     free(cl->tokmap);
@@ -432,6 +440,18 @@ void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
         out->rtt_ms = x->rtt_ms;
         out->experts_held = x->experts_held;
     }
+    pthread_mutex_unlock(&cl->mu);
+}
+
+void shoal_cluster_expert_use_get(struct shoal_cluster *cl, uint64_t *remote_runs,
+                                  uint8_t *last_worker)
+{
+    const size_t n = (size_t)(cl->n_layer * cl->n_expert);
+    pthread_mutex_lock(&cl->mu);
+    if (remote_runs)
+        memcpy(remote_runs, cl->remote_runs, n * sizeof *remote_runs);
+    if (last_worker)
+        memcpy(last_worker, cl->last_worker, n);
     pthread_mutex_unlock(&cl->mu);
 }
 

@@ -170,6 +170,20 @@ int shoal_cluster_n_executors(struct shoal_cluster *cl);
 void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
                                   struct shoal_cluster_exec_stats *out);
 
+/* Where the workers ran routed experts (the batch-union placement, as it
+ * happened; the local store's share is in its own counters,
+ * shoal_expert_store_use_get): per (layer, expert), the runs completed by
+ * remote executors since create, and the index (as in
+ * shoal_cluster_exec_stats_get) of the worker that ran it last, 0xff when
+ * none has. Recorded by shoal_cluster_run_layer under the cluster's lock,
+ * once per answered request; the getter copies n_layer * n_expert * 9
+ * bytes under it.
+ *   remote_runs  [n_layer][n_expert] u64, written unless NULL
+ *   last_worker  [n_layer][n_expert] u8, written unless NULL
+ * Thread: any. */
+void shoal_cluster_expert_use_get(struct shoal_cluster *cl, uint64_t *remote_runs,
+                                  uint8_t *last_worker);
+
 /* Print one line per executor (requests, errors, reconnects, wire bytes,
  * RTT) on stderr: `shoal run --stats`. Thread: main. */
 void shoal_cluster_print_stats(struct shoal_cluster *cl);

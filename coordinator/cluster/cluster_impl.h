@@ -180,6 +180,9 @@ struct shoal_cluster {
     int n_decode, i_decode;
     double t_start;
     double net_s;                       /* estimated wire time, seconds */
+    uint64_t *remote_runs;              /* [n_layer][n_expert] runs done by workers */
+    uint8_t *last_worker;               /* [n_layer][n_expert] the worker of the last
+                                         * remote run, 0xff: none */
 
     /* [main] scratch of a layer step (step) and of a hint (hint) */
     struct cluster_snap *step, *hint;

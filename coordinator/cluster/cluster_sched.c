@@ -525,6 +525,11 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                     pthread_mutex_lock(&cl->mu);
                     cl->exec[x].hits += rs->cache_hits;      /* until its next StatusReply */
                     cl->exec[x].misses += rs->disk_reads;
+                    for (int64_t j = rq[i].first; j < rq[i].first + rq[i].n; j++) {
+                        const int64_t c = il * cl->n_expert + bu->expert[ord[j]];
+                        cl->remote_runs[c]++;
+                        cl->last_worker[c] = (uint8_t)x;
+                    }
                     pthread_mutex_unlock(&cl->mu);
                     /* the worker's own time; garbage counts as none */
                     double server = rs->queue_seconds + rs->read_seconds + rs->compute_seconds;

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "chat_template.h"
+#include "metrics.h"
 #include "npy.h"
 #include "serve_impl.h"
 #include "util.h"
@@ -73,6 +74,7 @@ struct engine {
     int64_t n_seq, n_ctx, n_batch, n_vocab;
     struct slot *slots;         /* [n_seq] */
     uint64_t clock;
+    double t_noted;             /* when note_jobs last posted */
     struct shoal_ctx_seg *segs; /* [n_seq] */
     struct run **seg_run;       /* [n_seq] */
 };
@@ -214,6 +216,30 @@ void serve_logprobs_free(struct shoal_api_token_logprob *lp, size_t n)
     free(lp);
 }
 
+/* ---- the dashboard and /metrics (metrics.h) ---- */
+
+static const char *job_endpoint(const struct job *j)
+{
+    return j->req.kind == SHOAL_API_CHAT ? "/v1/chat/completions" : "/v1/completions";
+}
+
+/* A generation ended (finish: "stop", "length", "cancelled" or "error"). */
+static void note_done(struct server *srv, struct job *j, const char *finish)
+{
+    const double now = shoal_time_s();
+    struct shoal_serve_request_stat st = {
+        .id = j->id, .endpoint = job_endpoint(j), .status = j->failed ? j->err.status : 200,
+        .finish = finish, .n_prompt = j->n_prompt, .n_cached = j->n_cached, .n_gen = j->n_gen,
+        .ttft_s = j->t_first > 0 ? j->t_first - j->t_recv : 0, .seconds = now - j->t_recv};
+    if (j->n_gen > 1 && j->t_first > 0 && now > j->t_first)
+        st.tok_per_s = (double)(j->n_gen - 1) / (now - j->t_first);
+    shoal_serve_metrics_request(srv->metrics, &st);
+}
+
+/* Post the jobs the engine holds (running, then queued) and sample the
+ * session; after a step at most every 50 ms (force: now). */
+static void note_jobs(struct engine *en, int force);
+
 /* Mark a job done with error e (before it ran); mu not held. */
 static void job_fail(struct server *srv, struct job *j, const struct shoal_api_error *e)
 {
@@ -223,6 +249,7 @@ static void job_fail(struct server *srv, struct job *j, const struct shoal_api_e
     j->state = JOB_DONE;
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
+    note_done(srv, j, j->cancel ? "cancelled" : "error");
     serve_job_unref(srv, j);
 }
 
@@ -426,6 +453,7 @@ static struct run *admit(struct engine *en, struct job *j)
     pthread_mutex_lock(&srv->mu);
     j->n_prompt = (int64_t)n;
     j->n_cached = keep;
+    j->max_tokens = r->go.max_tokens;
     j->state = JOB_STARTED;
     srv->n_active++;
     if (j->req.stream && j->req.kind == SHOAL_API_CHAT)
@@ -507,6 +535,7 @@ static void finish(struct engine *en, struct run *r, int failed)
     srv->n_active--;
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
+    note_done(srv, j, failed ? "error" : j->cancel ? "cancelled" : j->finish);
     serve_job_unref(srv, j);
     struct slot *sl = &en->slots[r->seq];
     sl->run = NULL;
@@ -593,7 +622,7 @@ static void after_step(struct engine *en, int ns)
             add_logprob(r, en->s, r->lp_logits, en->n_vocab, id);
         flush_text(r, 0);
         if (id >= 0 && !r->t_first)
-            r->t_first = now;
+            r->t_first = r->job->t_first = now;
         if (act == SHOAL_GEN_ERROR) {
             fprintf(stderr, "shoal: %s: %s\n", r->job->id, err.msg);
             finish(en, r, 1);
@@ -659,6 +688,51 @@ static int admit_all(struct engine *en, int stopping)
     return n;
 }
 
+static void note_jobs(struct engine *en, int force)
+{
+    struct server *srv = en->srv;
+    const double now = shoal_time_s();
+    if (!force && now - en->t_noted < 0.05)
+        return;
+    en->t_noted = now;
+    enum { MAX_SHOWN = 64 };
+    struct shoal_serve_job_stat js[MAX_SHOWN];
+    int n = 0, n_queued = 0;
+    for (int64_t i = 0; i < en->n_seq && n < MAX_SHOWN; i++) {
+        const struct run *r = en->slots[i].run;
+        if (!r)
+            continue;
+        const struct job *j = r->job;
+        struct shoal_serve_job_stat *s = &js[n++];
+        memset(s, 0, sizeof *s);
+        snprintf(s->id, sizeof s->id, "%s", j->id);
+        s->endpoint = job_endpoint(j);
+        s->state = en->slots[i].n_tokens < r->n_prompt ? SHOAL_SERVE_JOB_PREFILL
+                                                        : SHOAL_SERVE_JOB_DECODE;
+        s->n_prompt = r->n_prompt;
+        s->n_cached = j->n_cached;
+        s->n_gen = shoal_gen_n_generated(r->gen);
+        s->max_tokens = r->go.max_tokens;
+        s->t_received = j->t_recv;
+        if (s->n_gen > 1 && r->t_first > 0 && now > r->t_first)
+            s->tok_per_s = (double)(s->n_gen - 1) / (now - r->t_first);
+    }
+    pthread_mutex_lock(&srv->mu);
+    for (const struct job *j = srv->q_head; j; j = j->next, n_queued++) {
+        if (n == MAX_SHOWN)
+            continue;
+        struct shoal_serve_job_stat *s = &js[n++];
+        memset(s, 0, sizeof *s);
+        snprintf(s->id, sizeof s->id, "%s", j->id);
+        s->endpoint = job_endpoint(j);
+        s->state = SHOAL_SERVE_JOB_QUEUED;
+        s->t_received = j->t_recv;
+    }
+    pthread_mutex_unlock(&srv->mu);
+    shoal_serve_metrics_jobs(srv->metrics, js, n, n_queued, srv->cfg->parallel, srv->cfg->queue);
+    shoal_serve_metrics_sample(srv->metrics, en->s);
+}
+
 void serve_engine_run(struct server *srv)
 {
     struct engine en = {.srv = srv, .s = srv->s};
@@ -678,6 +752,7 @@ void serve_engine_run(struct server *srv)
         reap(&en, stopping);
         int n_runs = admit_all(&en, stopping);
         if (n_runs == 0) {
+            note_jobs(&en, 1);
             pthread_mutex_lock(&srv->mu);
             while (!srv->q_head && !srv->stopping)
                 pthread_cond_wait(&srv->cv, &srv->mu);
@@ -697,6 +772,7 @@ void serve_engine_run(struct server *srv)
             continue;
         }
         after_step(&en, ns);
+        note_jobs(&en, 0);
         if (srv->cfg->token_delay_ms)
             usleep(srv->cfg->token_delay_ms * 1000u);
     }

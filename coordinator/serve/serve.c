@@ -22,11 +22,13 @@
 #include "chat_template.h"
 #include "cli.h"
 #include "harmony.h"
+#include "metrics.h"
 #include "util.h"
 #include "wire.h"
 
 /* per connection: the request body gathered so far */
 struct conn {
+    const char *url;            /* the metrics label of its path (static) */
     char *body;
     size_t len, cap;
     int too_large;
@@ -65,6 +67,32 @@ static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *ty
     struct shoal_api_error e;
     shoal_api_fail(&e, status, type, NULL, code, "%s", msg);
     return reply_error(c, &e);
+}
+
+/* A body that is not JSON: text (owned, freed) or a static asset. */
+static enum MHD_Result reply_typed(struct MHD_Connection *c, char *text,
+                                   const struct shoal_serve_asset *a, const char *type)
+{
+    struct MHD_Response *r;
+    if (a)
+        r = MHD_create_response_from_buffer(a->size, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+    else
+        r = MHD_create_response_from_buffer(text ? strlen(text) : 0, text,
+                                            MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, a ? a->content_type : type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    if (a) {
+        MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+        MHD_add_response_header(r, "Content-Security-Policy",
+                                "default-src 'self'; frame-ancestors 'none'");
+    }
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
 }
 
 /* ---- jobs ---- */
@@ -232,6 +260,7 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
     for (size_t k = 0; k < sizeof rnd; k++)
         at += snprintf(j->id + at, sizeof j->id - (size_t)at, "%02x", rnd[k]);
     j->created = (int64_t)time(NULL);
+    j->t_recv = shoal_time_s();
     j->refs = 2;
 
     pthread_mutex_lock(&srv->mu);
@@ -342,6 +371,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     struct conn *cn = *con_cls;
     if (!cn) {
         cn = shoal_xcalloc(1, sizeof *cn);
+        cn->url = shoal_serve_metrics_endpoint(url);
         *con_cls = cn;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -382,6 +412,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             return fail(c, 405, "invalid_request_error", NULL, "/health takes GET");
         return reply(c, MHD_HTTP_OK, shoal_xstrdup("{\"status\":\"ok\"}"), 0);
     }
+    /* the dashboard's files are static and open; its data needs the key */
+    const struct shoal_serve_asset *asset = shoal_serve_asset_find(url);
+    if (asset)
+        return get ? reply_typed(c, NULL, asset, NULL)
+                   : fail(c, 405, "invalid_request_error", NULL, "the dashboard takes GET");
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                    MHD_HTTP_HEADER_AUTHORIZATION);
     if (!key_ok(srv, auth))
@@ -395,6 +430,23 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return reply(c, MHD_HTTP_OK, shoal_api_models_json(srv->cfg->model_id, srv->started_at),
                      0);
     }
+    if (!strcmp(url, "/metrics") || !strcmp(url, "/v1/dashboard/events")) {
+        if (!get)
+            return fail(c, 405, "invalid_request_error", NULL, "this endpoint takes GET");
+        if (url[1] == 'm')
+            return reply_typed(c, shoal_serve_metrics_prometheus(srv->metrics), NULL,
+                               "text/plain; version=0.0.4; charset=utf-8");
+        struct MHD_Response *r = shoal_serve_metrics_events(srv->metrics);
+        if (!r) {
+            char msg[100];
+            snprintf(msg, sizeof msg, "too many dashboards are watching (%d event streams at "
+                     "most)", SHOAL_SERVE_MAX_EVENT_STREAMS);
+            return fail(c, 429, "rate_limit_error", "busy", msg);
+        }
+        enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
     enum shoal_api_kind kind;
     if (!strcmp(url, "/v1/completions"))
         kind = SHOAL_API_COMPLETION;
@@ -403,7 +455,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     else
         return fail(c, 404, "invalid_request_error", "not_found",
                     "no such endpoint (GET /health, GET /v1/models, POST /v1/completions, "
-                    "POST /v1/chat/completions)");
+                    "POST /v1/chat/completions, GET /metrics, GET / the dashboard)");
     if (!post)
         return fail(c, 405, "invalid_request_error", NULL, "this endpoint takes POST");
     if (cn->too_large) {
@@ -428,11 +480,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)c;
     (void)toe;
+    struct server *srv = cls;
     struct conn *cn = *con_cls;
     if (cn) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+        shoal_serve_metrics_http(srv->metrics, cn->url, ci ? ci->http_status : 0);
         free(cn->body);
         free(cn);
         *con_cls = NULL;
@@ -533,6 +587,8 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
         return 1;
     pthread_mutex_init(&srv.mu, NULL);
     pthread_cond_init(&srv.cv, NULL);
+    srv.metrics = shoal_serve_metrics_create(cfg->model_id);
+    shoal_serve_metrics_sample(srv.metrics, s);
 
     /* SIGINT/SIGTERM go to the signal thread only (the mask is inherited
      * by every thread started from here on) */
@@ -581,8 +637,10 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
     fprintf(stderr, "shoal serve: stopping\n");
     rc = 0;
 out:
+    shoal_serve_metrics_stop(srv.metrics);   /* event streams end */
     if (d)
         MHD_stop_daemon(d);
+    shoal_serve_metrics_free(srv.metrics);
     if (have_sig_thread) {
         pthread_kill(sig_thread, SIGTERM);   /* no-op when it already returned */
         pthread_join(sig_thread, NULL);

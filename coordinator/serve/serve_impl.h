@@ -13,6 +13,7 @@
 #include "wire.h"
 
 struct shoal_chat_template;
+struct shoal_serve_metrics;
 
 enum job_state {
     JOB_QUEUED = 0,   /* waiting for a slot */
@@ -35,6 +36,8 @@ struct job {
     char *text;                 /* whole: the generated text */
     int64_t n_prompt, n_gen;
     int64_t n_cached;           /* prompt tokens found in the KV cache (not prefilled) */
+    int64_t max_tokens;         /* its limit, once admitted */
+    double t_recv, t_first;     /* arrival, first token (shoal_time_s; dashboard) */
     const char *finish;
     struct shoal_api_token_logprob *lp;   /* whole replies asking logprobs: [n_lp],
                                            * owned (texts too) */
@@ -59,6 +62,7 @@ struct server {
     int n_queued;
     int n_active;                       /* jobs in slots (engine's count, under mu) */
     int stopping;
+    struct shoal_serve_metrics *metrics;   /* /metrics and the dashboard (metrics.h) */
 };
 
 /* Drop a reference; the last frees the job. Thread: any (takes mu). */

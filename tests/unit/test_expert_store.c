@@ -377,6 +377,60 @@ Test(expert_store, pinned_hot_set_follows_counts_and_is_never_evicted, .timeout 
     rm_rf(F.dir);
 }
 
+/* use_get: the per-(layer, expert) split of the tier counters */
+Test(expert_store, use_counts_split_the_tier_counters_by_expert, .timeout = 60)
+{
+    make(1);   /* layer 1 dense: its counts stay 0 */
+    char *path = shoal_path_join(F.dir, "routing_counts.json");
+    struct shoal_hot_set *h = shoal_hot_set_open(path, F.ct.fingerprint, N_LAYER, N_EXPERT,
+                                                 SHOAL_HOT_SET_DECAY);
+    shoal_hot_set_add(h, 2, 5, 30);
+    cr_assert(eq(int, shoal_hot_set_save(h, NULL), 0));
+    shoal_hot_set_destroy(h);
+    struct shoal_expert_store_params p = params(BLOB, SHOAL_IO_PREAD, 2);
+    p.pin_bytes = BLOB;   /* pins (2,5) */
+    struct shoal_expert_store *s = open_store(p);
+    uint64_t use[N_LAYER][N_EXPERT][SHOAL_EXPERT_N_TIERS];
+    memset(use, 0xff, sizeof use);
+    shoal_expert_store_use_get(s, &use[0][0][0]);
+    for (int i = 0; i < N_LAYER * N_EXPERT * SHOAL_EXPERT_N_TIERS; i++)
+        cr_assert(eq(u64, (&use[0][0][0])[i], 0), "nothing acquired yet (pins are not)");
+    /* (0,1) disk then cache; (2,5) pinned twice; (0,2) disk, evicting (0,1);
+     * (0,1) disk again */
+    struct { int il, ie; } seq[] = {{0, 1}, {0, 1}, {2, 5}, {2, 5}, {0, 2}, {0, 1}};
+    struct shoal_expert_weights w;
+    struct shoal_err err = {0};
+    for (size_t k = 0; k < sizeof seq / sizeof seq[0]; k++) {
+        cr_assert(eq(int, shoal_expert_store_acquire(s, seq[k].il, seq[k].ie, &w, &err), 0),
+                  "%s", err.msg);
+        shoal_expert_store_release(s, seq[k].il, seq[k].ie);
+    }
+    shoal_expert_store_use_get(s, &use[0][0][0]);
+    cr_assert(eq(u64, use[0][1][SHOAL_EXPERT_TIER_DISK], 2));
+    cr_assert(eq(u64, use[0][1][SHOAL_EXPERT_TIER_CACHE], 1));
+    cr_assert(eq(u64, use[0][1][SHOAL_EXPERT_TIER_PINNED], 0));
+    cr_assert(eq(u64, use[2][5][SHOAL_EXPERT_TIER_PINNED], 2));
+    cr_assert(eq(u64, use[0][2][SHOAL_EXPERT_TIER_DISK], 1));
+    /* the per-expert counts add up to the store's totals */
+    uint64_t sum[SHOAL_EXPERT_N_TIERS] = {0};
+    for (int il = 0; il < N_LAYER; il++)
+        for (int ie = 0; ie < N_EXPERT; ie++)
+            for (int t = 0; t < SHOAL_EXPERT_N_TIERS; t++) {
+                sum[t] += use[il][ie][t];
+                if (il == 1)
+                    cr_assert(eq(u64, use[il][ie][t], 0), "dense layer");
+            }
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(eq(u64, sum[SHOAL_EXPERT_TIER_PINNED], st.pinned_hits));
+    cr_assert(eq(u64, sum[SHOAL_EXPERT_TIER_CACHE], st.cache_hits + st.inflight_hits));
+    cr_assert(eq(u64, sum[SHOAL_EXPERT_TIER_DISK], st.disk_reads));
+    cr_assert(eq(u64, sum[0] + sum[1] + sum[2], 6));
+    shoal_expert_store_destroy(s);
+    free(path);
+    rm_rf(F.dir);
+}
+
 Test(expert_store, nothing_routed_leaves_the_counts_file_alone, .timeout = 30)
 {
     make(0);
