@@ -650,7 +650,9 @@ a8_segment_any(float *pr, const uint8_t *qs, const float *dw, const int8_t *q, c
  * decode kernel are gone: on a cache-resident [768][2048] G=64 weight,
  * 2 threads, it ran ~5x the per-token path at 32 tokens. */
 #define A8G_T 8            /* tokens per register block */
-#define A8G_MIN_TOK 4      /* fewer tokens run the per-token path */
+#define A8G_MIN_TOK 6      /* fewer tokens run the per-token path: at 4 tokens it
+                            * ran ~51 GB/s x tok against the 4-token block's ~40
+                            * (kernel_bench, 2 threads, Zen 5); equal at 6 */
 #define A8G_MAXN 8192      /* columns: w16 holds 8 * n bytes on the stack */
 
 /* sum of u8 x s8 products of each 4-byte lane added to acc (vpdpbusd) */
