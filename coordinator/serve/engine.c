@@ -244,12 +244,13 @@ static void note_jobs(struct engine *en, int force);
 static void job_fail(struct server *srv, struct job *j, const struct shoal_api_error *e)
 {
     pthread_mutex_lock(&srv->mu);
+    const char *outcome = j->cancel ? "cancelled" : "error";   /* before the reply ends */
     j->err = *e;
     j->failed = 1;
     j->state = JOB_DONE;
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
-    note_done(srv, j, j->cancel ? "cancelled" : "error");
+    note_done(srv, j, outcome);
     serve_job_unref(srv, j);
 }
 
@@ -504,6 +505,8 @@ static void finish(struct engine *en, struct run *r, int failed)
     pthread_mutex_lock(&srv->mu);
     j->n_gen = n_gen;
     j->finish = finish_of(r->res.reason);
+    /* read before the reply completes: the connection's end sets cancel */
+    const char *outcome = failed ? "error" : j->cancel ? "cancelled" : j->finish;
     if (failed) {
         j->failed = 1;
         shoal_api_fail(&j->err, 500, "server_error", NULL, NULL,
@@ -535,7 +538,7 @@ static void finish(struct engine *en, struct run *r, int failed)
     srv->n_active--;
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
-    note_done(srv, j, failed ? "error" : j->cancel ? "cancelled" : j->finish);
+    note_done(srv, j, outcome);
     serve_job_unref(srv, j);
     struct slot *sl = &en->slots[r->seq];
     sl->run = NULL;
