@@ -113,6 +113,11 @@ void serve_job_unref(struct server *srv, struct job *j)
 
 void serve_out_put(struct job *j, const char *p, size_t n)
 {
+    /* a client that reads nothing while its request generates: beyond
+     * SERVE_MAX_UNSENT bytes queued (after what the sockets hold) the
+     * request is cancelled, so its queue and its slot are bounded */
+    if (j->out_len - j->out_sent > SERVE_MAX_UNSENT)
+        j->cancel = 1;
     if (j->out_len + n > j->out_cap) {
         j->out_cap = (j->out_len + n) * 2 + 256;
         j->out = shoal_xrealloc(j->out, j->out_cap);

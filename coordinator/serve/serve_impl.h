@@ -65,13 +65,19 @@ struct server {
     struct shoal_serve_metrics *metrics;   /* /metrics and the dashboard (metrics.h) */
 };
 
+/* Stream bytes a job may queue for a client that does not read them
+ * before the request is cancelled (serve_out_put). */
+#define SERVE_MAX_UNSENT ((size_t)4 << 20)
+
 /* Drop a reference; the last frees the job. Thread: any (takes mu). */
 void serve_job_unref(struct server *srv, struct job *j);
 
 /* Queue one server-sent event "data: json\n\n" (json freed); mu held. */
 void serve_out_event(struct job *j, char *json);
 
-/* Append raw bytes to the job's stream queue; mu held. */
+/* Append raw bytes to the job's stream queue; mu held. Past
+ * SERVE_MAX_UNSENT unsent bytes it sets j->cancel (the client is not
+ * reading). */
 void serve_out_put(struct job *j, const char *p, size_t n);
 
 /* Free n token log probabilities and the texts they own (engine.c). */
