@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <errno.h>
 
 #include "cli.h"
 #include "config.h"
@@ -39,6 +42,8 @@ static void usage(FILE *f)
         "                       --ctx tokens (default 4; 1..64); a slot keeps its tokens\n"
         "                       after its request, for the next one with the same prefix\n"
         "  --queue N            requests waiting for a slot (default 16; 0..4096)\n"
+        "  --slot-dir DIR       keep the slots' tokens and KV rows in DIR when stopping and\n"
+        "                       load them at start: conversations survive a restart\n"
         "\n"
         "Defaults for what a request leaves out (each request may set its own):\n");
     shoal_gen_usage(f, 16, 0);
@@ -93,7 +98,7 @@ int shoal_cmd_serve(int argc, char **argv)
             return 0;
         }
         if (!strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--api-key") ||
-            !strcmp(a, "--parallel") || !strcmp(a, "--queue") ||
+            !strcmp(a, "--parallel") || !strcmp(a, "--queue") || !strcmp(a, "--slot-dir") ||
             !strcmp(a, "--test-token-delay") || !strcmp(a, "--test-logits-dir")) {
             if (i + 1 >= argc) {
                 shoal_cli_error("%s needs a value", a);
@@ -105,6 +110,8 @@ int shoal_cmd_serve(int argc, char **argv)
                 cfg.host = v;
             } else if (!strcmp(a, "--api-key")) {
                 cfg.api_key_path = v;
+            } else if (!strcmp(a, "--slot-dir")) {
+                cfg.slot_dir = v;
             } else if (!strcmp(a, "--test-logits-dir")) {
                 cfg.test_logits_dir = v;
             } else if (!strcmp(a, "--port")) {
@@ -142,6 +149,14 @@ int shoal_cmd_serve(int argc, char **argv)
 #else
     if (shoal_session_check_opts(&so) || shoal_serve_check_config(&cfg))
         return 2;
+    struct stat sb;
+    errno = 0;
+    if (cfg.slot_dir && (stat(cfg.slot_dir, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
+                         access(cfg.slot_dir, W_OK | X_OK) != 0)) {
+        shoal_cli_error("serve: --slot-dir '%s': expected a writable directory (%s)",
+                        cfg.slot_dir, errno ? strerror(errno) : "not a directory");
+        return 2;
+    }
     /* SIGINT/SIGTERM belong to serve's signal thread (shoal_serve_run):
      * block them before the session starts threads of its own (a cluster's
      * loop, I/O), which would otherwise take them and end the process */

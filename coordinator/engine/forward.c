@@ -291,6 +291,20 @@ void shoal_ctx_seq_copy(struct shoal_ctx *ctx, int64_t dst, int64_t src, int64_t
     ctx->seq_past[dst] = n;
 }
 
+void *shoal_ctx_seq_kv(struct shoal_ctx *ctx, int64_t seq, int64_t il, int v,
+                       size_t *row_bytes)
+{
+    *row_bytes = (size_t)ctx->kv_row * ctx->kv_es;
+    void *base = v ? ctx->v_cache : ctx->k_cache;
+    return base ? (char *)base + kv_off(ctx, seq, il, 0) : NULL;
+}
+
+void shoal_ctx_seq_set_past(struct shoal_ctx *ctx, int64_t seq, int64_t n)
+{
+    if (seq >= 0 && seq < ctx->n_seq && n >= 0 && n <= ctx->n_ctx)
+        ctx->seq_past[seq] = n;
+}
+
 const struct shoal_ctx_timings *shoal_ctx_timings(const struct shoal_ctx *ctx)
 {
     return &ctx->t;

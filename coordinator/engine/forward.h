@@ -132,6 +132,19 @@ void shoal_ctx_seq_truncate(struct shoal_ctx *ctx, int64_t seq, int64_t n);
  * truncates. Programmer invariants (seqs in range). Thread: the context's. */
 void shoal_ctx_seq_copy(struct shoal_ctx *ctx, int64_t dst, int64_t src, int64_t n);
 
+/* The cache rows of sequence seq in layer il: K (v = 0) or V (v = 1; NULL
+ * for MLA, whose one row holds both), row j at j * *row_bytes bytes, n_ctx
+ * rows. For saving and restoring a sequence (shoal serve --slot-dir): rows
+ * 0 .. n_past(seq)-1 are valid. Programmer invariants (seq, il in range).
+ * Thread: the context's, between evaluations. */
+void *shoal_ctx_seq_kv(struct shoal_ctx *ctx, int64_t seq, int64_t il, int v,
+                       size_t *row_bytes);
+
+/* Declare rows 0 .. n-1 of sequence seq filled (by the caller, through
+ * shoal_ctx_seq_kv, with rows a context of the same model and KV dtype
+ * wrote): n_past(seq) = n. n in [0, n_ctx]. Thread: the context's. */
+void shoal_ctx_seq_set_past(struct shoal_ctx *ctx, int64_t seq, int64_t n);
+
 const struct shoal_ctx_timings *shoal_ctx_timings(const struct shoal_ctx *ctx);
 
 #endif

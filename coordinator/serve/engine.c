@@ -31,6 +31,7 @@
 #include "chat_template.h"
 #include "metrics.h"
 #include "npy.h"
+#include "slots.h"
 #include "serve_impl.h"
 #include "util.h"
 
@@ -748,6 +749,19 @@ void serve_engine_run(struct server *srv)
     en.segs = shoal_xcalloc((size_t)en.n_seq, sizeof *en.segs);
     en.seg_run = shoal_xcalloc((size_t)en.n_seq, sizeof *en.seg_run);
     struct shoal_err err = {0};
+    const uint64_t model_id = srv->cfg->slot_dir ? serve_slots_model_id(srv->s->model) : 0;
+    for (int64_t i = 0; srv->cfg->slot_dir && i < en.n_seq; i++) {
+        struct slot *sl = &en.slots[i];
+        int rc = serve_slots_load(srv->cfg->slot_dir, srv->s, model_id, i, &sl->tokens,
+                                  &sl->n_tokens, &err);
+        sl->cap = sl->n_tokens;
+        if (rc < 0)
+            fprintf(stderr, "shoal serve: --slot-dir: %s; slot %lld starts empty\n", err.msg,
+                    (long long)i);
+        else if (rc == 0)
+            fprintf(stderr, "shoal serve: slot %lld: %lld tokens from --slot-dir\n",
+                    (long long)i, (long long)sl->n_tokens);
+    }
     for (;;) {
         pthread_mutex_lock(&srv->mu);
         int stopping = srv->stopping;
@@ -779,8 +793,18 @@ void serve_engine_run(struct server *srv)
         if (srv->cfg->token_delay_ms)
             usleep(srv->cfg->token_delay_ms * 1000u);
     }
-    for (int64_t i = 0; i < en.n_seq; i++)
-        free(en.slots[i].tokens);
+    for (int64_t i = 0; i < en.n_seq; i++) {
+        const struct slot *sl = &en.slots[i];
+        if (srv->cfg->slot_dir && sl->n_tokens > 0) {
+            if (serve_slots_save(srv->cfg->slot_dir, srv->s, model_id, i, sl->tokens,
+                                 sl->n_tokens, &err))
+                fprintf(stderr, "shoal serve: --slot-dir: %s\n", err.msg);
+            else
+                fprintf(stderr, "shoal serve: slot %lld: %lld tokens saved\n", (long long)i,
+                        (long long)sl->n_tokens);
+        }
+        free(sl->tokens);
+    }
     free(en.slots);
     free(en.segs);
     free(en.seg_run);

@@ -29,6 +29,8 @@ struct shoal_serve_config {
     int parallel;              /* requests generating at once: the session's context
                                 * must hold as many sequences (KV slots) */
     int queue;                 /* requests waiting for a slot; more get 429 */
+    const char *slot_dir;      /* --slot-dir: slots saved at stop, loaded at start
+                                * (slots.h); NULL: none */
     unsigned token_delay_ms;   /* tests only: sleep after each engine step */
     const char *test_logits_dir; /* tests only: each request's logits rows (one per
                                 * sampled token) to DIR/<id>.npy, as shoal run

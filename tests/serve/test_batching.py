@@ -145,6 +145,61 @@ def check_model(shoal, name, model, tmp):
             check(srv.stop() == 0, name + ": serve exits 0 on SIGTERM")
 
 
+def check_slot_dir(shoal, tmp):
+    """--slot-dir: a restarted server finds the slots' KV rows again (the
+    same logits bytes, the prompt served from the cache); damaged or foreign
+    files are reported and skipped."""
+    model = ts.MODEL
+    ref = reference(shoal, model, tmp, PROMPTS[0], 20)
+    slots = tempfile.mkdtemp(dir=tmp)
+    logits_dir = tempfile.mkdtemp(dir=tmp)
+
+    def server(*extra):
+        return ts.Server(shoal, "--test-logits-dir", logits_dir, "--parallel", "2",
+                         "--slot-dir", slots, *extra)
+
+    srv = server()
+    same(ask(srv, logits_dir, PROMPTS[0]), ref, "--slot-dir: first server")
+    check(srv.stop() == 0, "--slot-dir: the first server exits 0")
+    check("slot 0: " in srv.log() and "tokens saved" in srv.log(),
+          "--slot-dir: the slot is saved at stop (%r)" % srv.log()[-300:])
+    path = os.path.join(slots, "slot-0.kv")
+    check(os.path.exists(path), "--slot-dir: slot-0.kv written")
+    srv = server()
+    try:
+        check(re.search(r"slot 0: \d+ tokens from --slot-dir", srv.log()),
+              "--slot-dir: the restarted server loads the slot (%r)" % srv.log()[-300:])
+        same(ask(srv, logits_dir, PROMPTS[0]), ref, "--slot-dir: after a restart")
+        cached = [int(m) for m in re.findall(r"tokens \((\d+) cached\)", srv.log())]
+        check(cached and cached[-1] >= 10,
+              "--slot-dir: the prompt came from the restored cache (%r)" % cached)
+    finally:
+        check(srv.stop() == 0, "--slot-dir: the second server exits 0")
+    with open(path, "r+b") as f:   # damage one KV byte
+        f.seek(os.path.getsize(path) - 20)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x40]))
+    srv = server()
+    try:
+        check("checksum mismatch" in srv.log() and "slot 0 starts empty" in srv.log(),
+              "--slot-dir: a damaged file is reported and skipped (%r)" % srv.log()[-400:])
+        same(ask(srv, logits_dir, PROMPTS[0]), ref, "--slot-dir: after a damaged file")
+    finally:
+        check(srv.stop() == 0, "--slot-dir: the third server exits 0")
+    tiny = os.path.join(tmp, "tiny", "deepseek_v3")
+    srv = ts.Server(shoal, "--slot-dir", slots, "--parallel", "2", model=tiny)
+    try:
+        check("written for another model" in srv.log(),
+              "--slot-dir: another model's file is refused (%r)" % srv.log()[-400:])
+    finally:
+        srv.stop()
+    r = subprocess.run([shoal, "serve", "--slot-dir", os.path.join(tmp, "nope")],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--slot-dir" in r.stderr and "writable directory" in r.stderr,
+          "--slot-dir: a missing directory is a usage error (%d, %r)" % (r.returncode, r.stderr))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
@@ -157,6 +212,7 @@ def main():
         gen_tiny.generate(tiny, only=["deepseek_v3", "gpt_oss"], verbose=False)
         for fam in ("deepseek_v3", "gpt_oss"):
             check_model(shoal, fam, os.path.join(tiny, fam), tmp)
+        check_slot_dir(shoal, tmp)
     print("test_batching: %d checks, %d failed" % (ts.CHECKS[0], len(ts.FAILS)))
     sys.exit(1 if ts.FAILS else 0)
 
