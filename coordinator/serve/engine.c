@@ -537,6 +537,9 @@ static void finish(struct engine *en, struct run *r, int failed)
     }
     j->state = JOB_DONE;
     srv->n_active--;
+    srv->mean_request_s = srv->mean_request_s > 0
+                              ? 0.8 * srv->mean_request_s + 0.2 * (t_end - r->t_start)
+                              : t_end - r->t_start;
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     note_done(srv, j, outcome);

@@ -273,6 +273,11 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
     const int idle = srv->cfg->parallel - srv->n_active;
     if (srv->stopping || srv->n_queued - (idle > 0 ? idle : 0) >= srv->cfg->queue) {
         int stopping = srv->stopping;
+        /* when a slot is likely free: the queue ahead, parallel at a time, at
+         * the recent mean request time */
+        const double wait = srv->mean_request_s * (double)(srv->n_queued + 1) /
+                            (double)(srv->cfg->parallel > 0 ? srv->cfg->parallel : 1);
+        const unsigned retry = wait < 1 ? 1u : wait > 3600 ? 3600u : (unsigned)(wait + 0.999);
         pthread_mutex_unlock(&srv->mu);
         j->refs = 1;
         serve_job_unref(srv, j);
@@ -282,7 +287,9 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
         snprintf(msg, sizeof msg, "the server is busy: %d requests generating (--parallel) "
                  "and %d queued (--queue); retry after the Retry-After seconds",
                  srv->cfg->parallel, srv->cfg->queue);
-        return fail(c, 429, "rate_limit_error", "busy", msg);
+        struct shoal_api_error e;
+        shoal_api_fail(&e, 429, "rate_limit_error", NULL, "busy", "%s", msg);
+        return reply(c, 429, shoal_api_error_json(&e), retry);
     }
     if (srv->q_tail)
         srv->q_tail->next = j;
