@@ -70,8 +70,8 @@ class Server:
         with open(self.logpath, errors="replace") as f:
             return f.read()
 
-    def bytes_read(self):
-        """Expert bytes read so far (the /metrics counter), or None."""
+    def counters(self):
+        """(expert bytes read, expert acquires) so far from /metrics, or Nones."""
         try:
             c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
             c.request("GET", "/metrics")
@@ -79,11 +79,13 @@ class Server:
             text = r.read().decode()
             c.close()
         except OSError:
-            return None
+            return None, None
         if r.status != 200:
-            return None
+            return None, None
         m = re.search(r"^shoal_expert_bytes_read_total(?:\{[^}]*\})? (\S+)$", text, re.M)
-        return float(m.group(1)) if m else None
+        acq = re.findall(r"^shoal_expert_acquires_total\{[^}]*\} (\S+)$", text, re.M)
+        return (float(m.group(1)) if m else None,
+                sum(float(x) for x in acq) if acq else None)
 
     def stop(self):
         """SIGTERM; returns the MB read its --stats line reports (or None)."""
@@ -167,18 +169,22 @@ def measure(shoal, model, n_streams, reqs, mode, args, workdir, max_tokens):
     try:
         loads = [sum(reqs, [])] if mode == "serial" else reqs
         for phase in ("cold", "warm"):
-            b0 = srv.bytes_read()
+            b0, a0 = srv.counters()
             res = run_load(srv.port, loads, max_tokens)
-            b1 = srv.bytes_read()
+            b1, a1 = srv.counters()
             res["bytes_read"] = (b1 - b0) if b0 is not None and b1 is not None else None
+            res["acquires"] = (a1 - a0) if a0 is not None and a1 is not None else None
             out[phase] = res
     finally:
         total = srv.stop()
     if out["cold"]["bytes_read"] is None and total is not None:
         out["cold"]["bytes_read_both_phases"] = total   # no /metrics: the --stats total
     for phase in out.values():
-        b = phase.get("bytes_read")
+        b, a = phase.get("bytes_read"), phase.get("acquires")
         phase["mb_per_token"] = b / 1e6 / phase["tokens"] if b is not None and phase["tokens"] else None
+        # routed experts acquired (each once per step and layer for all the
+        # rows routed to it) per generated token: the batch-union's sharing
+        phase["acquires_per_token"] = a / phase["tokens"] if a is not None and phase["tokens"] else None
     return out
 
 
@@ -222,9 +228,9 @@ def main():
     results = {"machine": machine, "model": model, "expert_bytes": expert_bytes,
                "cache_bytes": cache, "prompt_len": a.prompt_len, "max_tokens": a.max_tokens,
                "requests_per_stream": a.requests, "runs": []}
-    hdr = ("%-8s %-9s %-5s %9s %9s %9s %9s %8s" %
+    hdr = ("%-8s %-9s %-5s %9s %9s %9s %9s %9s %8s" %
            ("streams", "mode", "phase", "agg tok/s", "strm tok/s", "TTFT ms", "MB/token",
-            "requests"))
+            "acq/token", "requests"))
     print(hdr)
     for n in streams:
         reqs = [[[rng.randrange(vocab) for _ in range(a.prompt_len)]
@@ -237,21 +243,27 @@ def main():
             row[mode] = measure(shoal, model, n, reqs, mode, args, workdir, a.max_tokens)
             for phase in ("cold", "warm"):
                 r = row[mode][phase]
-                print("%-8d %-9s %-5s %9.2f %9s %9.0f %9s %8d" %
+                print("%-8d %-9s %-5s %9.2f %9s %9.0f %9s %9s %8d" %
                       (n, mode, phase, r["agg_tok_s"],
                        "%.2f" % r["stream_tok_s"] if r["stream_tok_s"] else "n/a",
                        r["ttft_ms"],
                        "%.2f" % r["mb_per_token"] if r["mb_per_token"] is not None else "n/a",
+                       "%.1f" % r["acquires_per_token"]
+                       if r["acquires_per_token"] is not None else "n/a",
                        r["requests"]), flush=True)
         for phase in ("cold", "warm"):
             s, t = row["serial"][phase], row["together"][phase]
             sp = benchlib.ratio(t["agg_tok_s"], s["agg_tok_s"])
             br = (benchlib.ratio(t["mb_per_token"], s["mb_per_token"])
                   if t["mb_per_token"] and s["mb_per_token"] else None)
+            ar = (benchlib.ratio(t["acquires_per_token"], s["acquires_per_token"])
+                  if t["acquires_per_token"] and s["acquires_per_token"] else None)
             row["speedup_" + phase] = sp
             row["bytes_ratio_" + phase] = br
-            print("  %d streams %s: %.2fx the aggregate tok/s of one at a time%s" %
-                  (n, phase, sp or 0, ", %.2fx the bytes per token" % br if br else ""))
+            row["acquires_ratio_" + phase] = ar
+            print("  %d streams %s: %.2fx the aggregate tok/s of one at a time%s%s" %
+                  (n, phase, sp or 0, ", %.2fx the bytes per token" % br if br else "",
+                   ", %.2fx the expert acquires per token" % ar if ar else ""))
         results["runs"].append(row)
     if a.json:
         with open(a.json, "w") as f:

@@ -75,6 +75,7 @@ struct engine {
     int64_t n_seq, n_ctx, n_batch, n_vocab;
     struct slot *slots;         /* [n_seq] */
     uint64_t clock;
+    int64_t rr;                 /* build_step's rotating first slot */
     double t_noted;             /* when note_jobs last posted */
     struct shoal_ctx_seg *segs; /* [n_seq] */
     struct run **seg_run;       /* [n_seq] */
@@ -558,13 +559,17 @@ static void finish(struct engine *en, struct run *r, int failed)
 /* ---- the step ---- */
 
 /* Build this step's segments: one decode token of every generating run,
- * then prompt chunks (oldest first) in the rows left. Returns the count. */
+ * then prompt chunks in the rows left, the slots visited from a start that
+ * rotates each step (so that none waits forever when the rows are fewer
+ * than the runs). Returns the count. */
 static int build_step(struct engine *en)
 {
     int ns = 0;
     int64_t room = en->n_batch;
+    en->rr = (en->rr + 1) % en->n_seq;
     for (int pass = 0; pass < 2; pass++) {
-        for (int64_t i = 0; i < en->n_seq && room > 0; i++) {
+        for (int64_t k = 0; k < en->n_seq && room > 0; k++) {
+            const int64_t i = (en->rr + k) % en->n_seq;
             struct slot *sl = &en->slots[i];
             struct run *r = sl->run;
             if (!r)
