@@ -74,6 +74,7 @@ step "KV cache dtype: --kv, convert --kv, the manifest's kv field (gcc)" "$PY" t
 step "shoal serve: OpenAI API vs shoal run, streaming, chat, errors, key, 429, disconnects (gcc)" "$PY" tests/serve/test_serve.py --shoal build-test/coordinator/shoal
 step "shoal serve under load: 8 streaming clients x 50 requests with disconnects, solo texts, RSS/fds flat, /metrics (gcc)" "$PY" tests/serve/test_load.py --shoal build-test/coordinator/shoal
 step "shoal serve batching: each request alone = beside 3 others = shoal run, tokens and logits bytes (bundled, deepseek_v3, gpt_oss) (gcc)" "$PY" tests/serve/test_batching.py --shoal build-test/coordinator/shoal
+step "shoal serve on a harmony model (gpt-oss vocabulary and template): analysis in reasoning_content, final in content, tool calls, streamed and whole (gcc)" "$PY" tests/serve/test_harmony_serve.py --shoal build-test/coordinator/shoal
 step "shoal serve with real clients: the OpenAI npm client vs shoal run, curl errors, slow clients (gcc; node part skips without deploy/install-deps.sh)" "$PY" tests/serve/test_clients.py --shoal build-test/coordinator/shoal
 step "shoal serve: /metrics (Prometheus) and the dashboard in headless chromium (gcc)" "$PY" tests/serve/test_dashboard.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 

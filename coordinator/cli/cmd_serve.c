@@ -54,6 +54,8 @@ static void usage(FILE *f)
         "Engine flags as for 'shoal run': --ctx, --kv, --batch, --isa, --threads, -v.\n"
         "  --test-token-delay MS  tests only: sleep MS after each engine step\n"
         "  --test-logits-dir DIR  tests only: each request's logits to DIR/<id>.npy\n"
+        "  --test-forced-tokens FILE  tests only: each request's first tokens are the ids\n"
+        "                       in FILE (read per request), whatever the logits\n"
         "\nExpert store (shoal containers only):\n");
     shoal_session_usage_store(f);
 }
@@ -99,7 +101,8 @@ int shoal_cmd_serve(int argc, char **argv)
         }
         if (!strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--api-key") ||
             !strcmp(a, "--parallel") || !strcmp(a, "--queue") || !strcmp(a, "--slot-dir") ||
-            !strcmp(a, "--test-token-delay") || !strcmp(a, "--test-logits-dir")) {
+            !strcmp(a, "--test-token-delay") || !strcmp(a, "--test-logits-dir") ||
+            !strcmp(a, "--test-forced-tokens")) {
             if (i + 1 >= argc) {
                 shoal_cli_error("%s needs a value", a);
                 return 2;
@@ -114,6 +117,8 @@ int shoal_cmd_serve(int argc, char **argv)
                 cfg.slot_dir = v;
             } else if (!strcmp(a, "--test-logits-dir")) {
                 cfg.test_logits_dir = v;
+            } else if (!strcmp(a, "--test-forced-tokens")) {
+                cfg.test_forced_tokens = v;
             } else if (!strcmp(a, "--port")) {
                 if (shoal_cli_parse_i64(a, v, 0, 65535, &x))
                     return 2;

@@ -430,20 +430,61 @@ static json_t *logprobs_json(enum shoal_api_kind kind, const struct shoal_api_lo
     return kind == SHOAL_API_CHAT ? chat_logprobs_json(lp) : completion_logprobs_json(lp);
 }
 
+/* The tool_calls array of m's tool call (delta: with "index": 0). */
+static json_t *tool_calls_json(const struct shoal_api_chat_parts *m, int delta)
+{
+    json_t *call = json_pack("{sssss{ssso}}", "id", m->tool_call_id ? m->tool_call_id : "",
+                             "type", "function", "function", "name", m->tool_name,
+                             "arguments", text_json(m->tool_args, m->n_tool_args));
+    if (delta)
+        json_object_set_new(call, "index", json_integer(0));
+    return json_pack("[o]", call);
+}
+
+/* A chat message (whole: with role, content null when absent) or delta
+ * of parts m. */
+static json_t *chat_message_json(const struct shoal_api_chat_parts *m, int delta)
+{
+    json_t *msg = json_object();
+    if (!delta)
+        json_object_set_new(msg, "role", json_string("assistant"));
+    if (m->content || !delta)
+        json_object_set_new(msg, "content", m->content ? text_json(m->content, m->n_content)
+                                                       : json_null());
+    if (m->reasoning)
+        json_object_set_new(msg, "reasoning_content", text_json(m->reasoning, m->n_reasoning));
+    if (m->tool_name)
+        json_object_set_new(msg, "tool_calls", tool_calls_json(m, delta));
+    return msg;
+}
+
 char *shoal_api_response_json(enum shoal_api_kind kind, const char *id, int64_t created,
                               const char *model, const char *text, size_t n,
                               const char *finish, int64_t n_prompt, int64_t n_completion,
                               const struct shoal_api_logprobs *lp)
 {
+    if (kind == SHOAL_API_CHAT)
+        return shoal_api_chat_response_json(
+            id, created, model,
+            &(struct shoal_api_chat_parts){.content = text ? text : "", .n_content = text ? n : 0},
+            finish, n_prompt, n_completion, lp);
     json_t *root = envelope(kind, 0, id, created, model);
-    json_t *choice;
-    if (kind == SHOAL_API_COMPLETION)
-        choice = json_pack("{sosisoso}", "text", text_json(text, n), "index", 0, "logprobs",
-                           logprobs_json(kind, lp), "finish_reason", finish_json(finish));
-    else
-        choice = json_pack("{sis{ssso}soso}", "index", 0, "message", "role", "assistant",
-                           "content", text_json(text, n), "logprobs", logprobs_json(kind, lp),
-                           "finish_reason", finish_json(finish));
+    json_t *choice = json_pack("{sosisoso}", "text", text_json(text, n), "index", 0, "logprobs",
+                               logprobs_json(kind, lp), "finish_reason", finish_json(finish));
+    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    json_object_set_new(root, "usage", usage_json(n_prompt, n_completion));
+    return dump(root);
+}
+
+char *shoal_api_chat_response_json(const char *id, int64_t created, const char *model,
+                                   const struct shoal_api_chat_parts *m, const char *finish,
+                                   int64_t n_prompt, int64_t n_completion,
+                                   const struct shoal_api_logprobs *lp)
+{
+    json_t *root = envelope(SHOAL_API_CHAT, 0, id, created, model);
+    json_t *choice = json_pack("{sisososo}", "index", 0, "message", chat_message_json(m, 0),
+                               "logprobs", logprobs_json(SHOAL_API_CHAT, lp), "finish_reason",
+                               finish_json(finish));
     json_object_set_new(root, "choices", json_pack("[o]", choice));
     json_object_set_new(root, "usage", usage_json(n_prompt, n_completion));
     return dump(root);
@@ -453,22 +494,34 @@ char *shoal_api_chunk_json(enum shoal_api_kind kind, const char *id, int64_t cre
                            const char *model, int role, const char *text, size_t n,
                            const char *finish, const struct shoal_api_logprobs *lp)
 {
+    if (kind == SHOAL_API_CHAT && !role)
+        return shoal_api_chat_chunk_json(
+            id, created, model,
+            text ? &(struct shoal_api_chat_parts){.content = text, .n_content = n} : NULL,
+            finish, lp);
     json_t *root = envelope(kind, 1, id, created, model);
     json_t *choice;
     if (kind == SHOAL_API_COMPLETION) {
         choice = json_pack("{sosisoso}", "text", text_json(text, n), "index", 0, "logprobs",
                            logprobs_json(kind, lp), "finish_reason", finish_json(finish));
-    } else {
-        json_t *delta = json_object();
-        if (role) {
-            json_object_set_new(delta, "role", json_string("assistant"));
-            json_object_set_new(delta, "content", json_string(""));
-        } else if (text) {
-            json_object_set_new(delta, "content", text_json(text, n));
-        }
+    } else {   /* the first delta */
+        json_t *delta = json_pack("{ssss}", "role", "assistant", "content", "");
         choice = json_pack("{sisososo}", "index", 0, "delta", delta, "logprobs",
                            logprobs_json(kind, lp), "finish_reason", finish_json(finish));
     }
+    json_object_set_new(root, "choices", json_pack("[o]", choice));
+    return dump(root);
+}
+
+char *shoal_api_chat_chunk_json(const char *id, int64_t created, const char *model,
+                                const struct shoal_api_chat_parts *d, const char *finish,
+                                const struct shoal_api_logprobs *lp)
+{
+    json_t *root = envelope(SHOAL_API_CHAT, 1, id, created, model);
+    json_t *choice = json_pack("{sisososo}", "index", 0, "delta",
+                               d ? chat_message_json(d, 1) : json_object(), "logprobs",
+                               logprobs_json(SHOAL_API_CHAT, lp), "finish_reason",
+                               finish_json(finish));
     json_object_set_new(root, "choices", json_pack("[o]", choice));
     return dump(root);
 }

@@ -135,6 +135,41 @@ char *shoal_api_chunk_json(enum shoal_api_kind kind, const char *id, int64_t cre
                            const char *model, int role, const char *text, size_t n,
                            const char *finish, const struct shoal_api_logprobs *lp);
 
+/* A chat reply in parts, for models whose replies have channels (gpt-oss's
+ * harmony format): the message "content" (the final answer), its
+ * "reasoning_content" (the analysis channel; the field vLLM, llama-server
+ * and DeepSeek's API use) and at most one tool call, in OpenAI's shape
+ * "tool_calls": [{"id", "type": "function", "function": {"name",
+ * "arguments"}}] (a streamed delta adds "index": 0). Pointers borrowed;
+ * text need not be NUL-terminated (invalid UTF-8 becomes U+FFFD). */
+struct shoal_api_chat_parts {
+    const char *content;        /* [n_content]; NULL: whole "content": null, a
+                                 * delta leaves it out */
+    size_t n_content;
+    const char *reasoning;      /* [n_reasoning]; NULL: no "reasoning_content" */
+    size_t n_reasoning;
+    const char *tool_name;      /* NUL-terminated; NULL: no tool call */
+    const char *tool_args;      /* [n_tool_args]: the arguments as the model wrote
+                                 * them (JSON text, not checked) */
+    size_t n_tool_args;
+    const char *tool_call_id;   /* NUL-terminated, e.g. "call_..." */
+};
+
+/* The whole chat.completion of a reply in parts: message {"role":
+ * "assistant", "content", "reasoning_content"?, "tool_calls"?}; the other
+ * arguments as shoal_api_response_json's (finish may be "tool_calls"). */
+char *shoal_api_chat_response_json(const char *id, int64_t created, const char *model,
+                                   const struct shoal_api_chat_parts *m, const char *finish,
+                                   int64_t n_prompt, int64_t n_completion,
+                                   const struct shoal_api_logprobs *lp);
+
+/* One chat.completion.chunk whose delta holds the parts d gives
+ * ({"content"}, {"reasoning_content"}, {"tool_calls"}, or several); d NULL
+ * gives {"delta": {}}. finish and lp as shoal_api_chunk_json's. */
+char *shoal_api_chat_chunk_json(const char *id, int64_t created, const char *model,
+                                const struct shoal_api_chat_parts *d, const char *finish,
+                                const struct shoal_api_logprobs *lp);
+
 /* The closing usage chunk of a stream (stream_options.include_usage):
  * "choices": [] and "usage". */
 char *shoal_api_usage_chunk_json(enum shoal_api_kind kind, const char *id, int64_t created,

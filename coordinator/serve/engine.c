@@ -16,6 +16,14 @@
  * prompt), its KV rows are copied (shoal_ctx_seq_copy) instead of being
  * prefilled again.
  *
+ * Harmony (gpt-oss): a chat reply on a harmony vocabulary is parsed per
+ * token (harmony.h, through the generation's on_token hook, as shoal chat
+ * does): the final channel's text (and a commentary message without a
+ * recipient, a preamble for the user) is the reply's "content", the
+ * analysis channel's (and any channel harmony does not define) its
+ * "reasoning_content", and a message ending in <|call|> with a recipient a
+ * tool call (finish_reason "tool_calls").
+ *
  * Thread: everything here runs on the engine thread (the one in
  * shoal_serve_run), which owns the session; the jobs' shared fields are
  * touched under srv->mu.
@@ -29,6 +37,7 @@
 #include <unistd.h>
 
 #include "chat_template.h"
+#include "harmony.h"
 #include "metrics.h"
 #include "npy.h"
 #include "slots.h"
@@ -50,8 +59,18 @@ struct run {
     float *logits;              /* [n_vocab] */
     double t_start, t_first, t_prefilled;
     int max_mates;              /* the most requests one of its steps ran */
-    char *pend;                 /* streamed text not yet sent (on_text), [n_pend] */
-    size_t n_pend, cap_pend;
+    /* The reply's text (on_text or, harmony, on_token): [OUT_CONTENT] the
+     * content, [OUT_REASONING] the harmony analysis; what is past sent[k]
+     * was not streamed yet. Without harmony only a streamed reply keeps it. */
+    struct outbuf {
+        char *p;
+        size_t n, cap, sent;
+    } out[2];
+    int harmony;                /* a chat reply in harmony's channels */
+    struct shoal_harmony h;     /* its parser */
+    int h_begun;                /* harmony: a message body began, none of its text seen */
+    int32_t *forced;            /* --test-forced-tokens: the first [n_forced] tokens */
+    size_t n_forced;
     int want_lp, n_top;         /* logprobs asked for, with n_top alternatives */
     float *lp_logits;           /* [n_vocab] the logits a token is sampled from */
     struct shoal_api_token_logprob *lp;   /* [n_lp] per generated token; owned text */
@@ -77,6 +96,8 @@ struct engine {
     uint64_t clock;
     int64_t rr;                 /* build_step's rotating first slot */
     double t_noted;             /* when note_jobs last posted */
+    int harmony;                /* the vocabulary is harmony's (gpt-oss) */
+    struct shoal_harmony_ids hids;
     struct shoal_ctx_seg *segs; /* [n_seq] */
     struct run **seg_run;       /* [n_seq] */
 };
@@ -101,20 +122,59 @@ static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int
 
 /* ---- output (streamed chunks) ---- */
 
+enum { OUT_CONTENT = 0, OUT_REASONING = 1 };
+
+static void out_add(struct outbuf *b, const char *text, size_t n)
+{
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 64;
+        b->p = shoal_xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, text, n);
+    b->n += n;
+}
+
 /* The generation's text as it becomes safe to show (stop strings held
  * back): kept until the step's token has its log probabilities, then sent
  * by flush_text. */
 static void on_text(void *user, const char *text, size_t n)
 {
     struct run *r = user;
-    if (!r->job->req.stream || !n)
-        return;
-    if (r->n_pend + n > r->cap_pend) {
-        r->cap_pend = (r->n_pend + n) * 2 + 64;
-        r->pend = shoal_xrealloc(r->pend, r->cap_pend);
+    if (r->job->req.stream && n)
+        out_add(&r->out[OUT_CONTENT], text, n);
+}
+
+/* Where the body text of h's current message goes: the content, the
+ * reasoning, or nowhere (-1: a tool call's arguments, kept by h). */
+static int harmony_out(const struct shoal_harmony *h)
+{
+    switch (h->channel) {
+    case SHOAL_HARMONY_FINAL:
+    case SHOAL_HARMONY_NONE:
+        return OUT_CONTENT;
+    case SHOAL_HARMONY_COMMENTARY:
+        return h->recipient[0] ? -1 : OUT_CONTENT;
+    default:
+        return OUT_REASONING;
     }
-    memcpy(r->pend + r->n_pend, text, n);
-    r->n_pend += n;
+}
+
+/* on_token of a harmony reply: parse, and keep the text of the channels
+ * shown (two messages of one field are joined by a newline). */
+static int on_harmony_token(void *user, int32_t id, const char *text, size_t n)
+{
+    struct run *r = user;
+    const enum shoal_harmony_event ev = shoal_harmony_feed(&r->h, id, text, n);
+    if (ev == SHOAL_HARMONY_EV_BEGIN)
+        r->h_begun = 1;
+    const int k = harmony_out(&r->h);
+    if (ev != SHOAL_HARMONY_EV_TEXT || !n || k < 0)
+        return 0;
+    if (r->h_begun && r->out[k].n)
+        out_add(&r->out[k], "\n", 1);
+    r->h_begun = 0;
+    out_add(&r->out[k], text, n);
+    return 0;
 }
 
 /* Unicode characters in text (bytes that are not UTF-8 continuations). */
@@ -126,22 +186,34 @@ static int64_t utf8_chars(const char *text, size_t n)
     return c;
 }
 
-/* Stream what on_text kept as one chunk, with the log probabilities of the
- * tokens not sent yet (all of them when final). */
+/* Stream what on_text (on_token) kept as one chunk, with the log
+ * probabilities of the tokens not sent yet (all of them when final). */
 static void flush_text(struct run *r, int final)
 {
     struct job *j = r->job;
-    if (!j->req.stream || (!r->n_pend && !(final && r->lp_sent < r->n_lp)))
+    struct outbuf *c = &r->out[OUT_CONTENT], *t = &r->out[OUT_REASONING];
+    const size_t nc = c->n - c->sent, nt = t->n - t->sent;
+    if (!j->req.stream || (!nc && !nt && !(final && r->lp_sent < r->n_lp)))
         return;
     struct shoal_api_logprobs lp = {.tokens = r->lp + r->lp_sent,
                                     .n_tokens = r->n_lp - r->lp_sent,
                                     .text_offset = r->chars_sent};
-    char *chunk = shoal_api_chunk_json(j->req.kind, j->id, j->created, r->srv->cfg->model_id, 0,
-                                       r->pend ? r->pend : "", r->n_pend, NULL,
-                                       r->want_lp ? &lp : NULL);
+    const char *ct = c->p ? c->p + c->sent : "";
+    char *chunk;
+    if (r->harmony)   /* a delta of what each field got (content "": logprobs only) */
+        chunk = shoal_api_chat_chunk_json(
+            j->id, j->created, r->srv->cfg->model_id,
+            &(struct shoal_api_chat_parts){.content = nc || !nt ? ct : NULL, .n_content = nc,
+                                           .reasoning = nt ? t->p + t->sent : NULL,
+                                           .n_reasoning = nt},
+            NULL, r->want_lp ? &lp : NULL);
+    else
+        chunk = shoal_api_chunk_json(j->req.kind, j->id, j->created, r->srv->cfg->model_id, 0,
+                                     ct, nc, NULL, r->want_lp ? &lp : NULL);
     r->lp_sent = r->n_lp;
-    r->chars_sent += utf8_chars(r->pend, r->n_pend);
-    r->n_pend = 0;
+    r->chars_sent += utf8_chars(ct, nc);
+    c->sent = c->n;
+    t->sent = t->n;
     pthread_mutex_lock(&r->srv->mu);
     serve_out_event(j, chunk);
     pthread_cond_broadcast(&r->srv->cv);
@@ -379,6 +451,32 @@ static int64_t pick_slot(const struct engine *en, const int32_t *ids, int64_t n)
     return best;
 }
 
+/* --test-forced-tokens: the ids in path become r's first tokens (an empty
+ * file: none; a file that does not read or parse, or an id outside the
+ * vocabulary: a line on stderr, none). */
+static void read_forced(struct run *r, const char *path, int64_t n_vocab)
+{
+    struct shoal_err err = {0};
+    char *txt = NULL;
+    size_t len;
+    if (shoal_read_file(path, (size_t)1 << 20, &txt, &len, &err)) {
+        fprintf(stderr, "shoal: %s\n", err.msg);
+        return;
+    }
+    if (txt[strspn(txt, " \t\r\n")] &&   /* an empty file forces nothing */
+        shoal_parse_id_list(txt, &r->forced, &r->n_forced) == 0)
+        for (size_t i = 0; i < r->n_forced; i++)
+            if (r->forced[i] >= n_vocab) {
+                fprintf(stderr, "shoal: %s: token %d is outside the vocabulary (%lld)\n",
+                        path, r->forced[i], (long long)n_vocab);
+                free(r->forced);
+                r->forced = NULL;
+                r->n_forced = 0;
+                break;
+            }
+    free(txt);
+}
+
 /* Start job j in an idle slot: tokenize, check, reuse the longest cached
  * prefix (its own slot's, or copied from another slot), create its
  * generation. Returns the run, or NULL when j failed (answered). */
@@ -389,7 +487,13 @@ static struct run *admit(struct engine *en, struct job *j)
     struct shoal_api_error e;
     int32_t *ids = NULL;
     size_t n = 0;
-    int bad = prompt_ids(srv, j, &ids, &n, &e);
+    const int harmony = en->harmony && j->req.kind == SHOAL_API_CHAT;
+    /* the harmony parser takes every token (on_token): no stop strings */
+    int bad = harmony && j->req.n_stop
+                  ? shoal_api_fail(&e, 400, "invalid_request_error", "stop", NULL,
+                                   "'stop' is not supported with this model's harmony format "
+                                   "(gpt-oss): its replies end at <|return|> or <|call|>")
+                  : prompt_ids(srv, j, &ids, &n, &e);
     if (!bad && n == 0)
         bad = shoal_api_fail(&e, 400, "invalid_request_error", NULL, NULL,
                              "the prompt is empty (no tokens)");
@@ -436,6 +540,16 @@ static struct run *admit(struct engine *en, struct job *j)
     r->logits = shoal_xcalloc((size_t)en->n_vocab, sizeof(float));
     r->t_start = shoal_time_s();
     gen_opts_of(r, (int64_t)n);
+    if (harmony) {
+        r->harmony = 1;
+        shoal_harmony_init(&r->h, &en->hids);
+        r->go.on_token = on_harmony_token;
+        r->go.on_token_user = r;
+        r->go.on_text = NULL;
+        r->go.n_stop = 0;   /* --stop of the server: not with on_token */
+    }
+    if (srv->cfg->test_forced_tokens)
+        read_forced(r, srv->cfg->test_forced_tokens, en->n_vocab);
     r->gen = shoal_gen_create(s, &r->go, NULL);
     r->want_lp = j->req.logprobs;
     r->n_top = j->req.top_logprobs;
@@ -474,6 +588,37 @@ static const char *finish_of(enum shoal_stop_reason r)
     return r == SHOAL_STOP_EOS || r == SHOAL_STOP_STRING ? "stop" : "length";
 }
 
+/* The harmony reply of r in parts (borrowing r's buffers): the content
+ * ("" when none; null beside a tool call), the reasoning when there is
+ * some, and when called the tool call, its name the recipient without
+ * "functions." and its id a fresh "call_<24 hex>" in call_id[32]. */
+static void harmony_parts(struct run *r, int called, struct shoal_api_chat_parts *m,
+                          char call_id[32])
+{
+    const struct outbuf *c = &r->out[OUT_CONTENT], *t = &r->out[OUT_REASONING];
+    memset(m, 0, sizeof *m);
+    m->content = c->n || !called ? (c->p ? c->p : "") : NULL;
+    m->n_content = c->n;
+    if (t->n) {
+        m->reasoning = t->p;
+        m->n_reasoning = t->n;
+    }
+    if (!called)
+        return;
+    const char *name = r->h.recipient;
+    if (!strncmp(name, "functions.", 10))
+        name += 10;
+    m->tool_name = name;
+    m->tool_args = r->h.call_args ? r->h.call_args : "";
+    m->n_tool_args = r->h.call_len;
+    unsigned char rnd[12];
+    randombytes_buf(rnd, sizeof rnd);
+    memcpy(call_id, "call_", 5);
+    for (int i = 0; i < 12; i++)
+        snprintf(call_id + 5 + 2 * i, 3, "%02x", rnd[i]);
+    m->tool_call_id = call_id;
+}
+
 /* End run r (failed: a 500), complete its reply, free its slot. */
 static void finish(struct engine *en, struct run *r, int failed)
 {
@@ -481,6 +626,10 @@ static void finish(struct engine *en, struct run *r, int failed)
     struct job *j = r->job;
     const char *why = shoal_gen_why(r->gen);
     char *text = shoal_gen_finish(r->gen, failed);
+    /* harmony: the end token (<|return|>, <|call|>) stopped the generation
+     * before on_token saw it */
+    const int called = r->harmony && !failed && r->res.reason == SHOAL_STOP_EOS &&
+                       shoal_harmony_feed(&r->h, r->res.last_id, "", 0) == SHOAL_HARMONY_EV_CALL;
     if (!failed)
         flush_text(r, 1);
     const int64_t n_gen = r->res.n_generated;
@@ -506,7 +655,7 @@ static void finish(struct engine *en, struct run *r, int failed)
     }
     pthread_mutex_lock(&srv->mu);
     j->n_gen = n_gen;
-    j->finish = finish_of(r->res.reason);
+    j->finish = called ? "tool_calls" : finish_of(r->res.reason);
     /* read before the reply completes: the connection's end sets cancel */
     const char *outcome = failed ? "error" : j->cancel ? "cancelled" : j->finish;
     if (failed) {
@@ -514,18 +663,35 @@ static void finish(struct engine *en, struct run *r, int failed)
         shoal_api_fail(&j->err, 500, "server_error", NULL, NULL,
                        "generation failed (the server's log says why)");
     }
+    struct shoal_api_chat_parts parts = {0};
+    char call_id[32];
+    if (r->harmony && !failed)
+        harmony_parts(r, called, &parts, call_id);
     if (j->req.stream) {
-        if (failed)
+        if (failed) {
             serve_out_event(j, shoal_api_error_json(&j->err));
-        else
+        } else {
+            if (called) {   /* the call in one delta, its arguments whole */
+                parts.content = parts.reasoning = NULL;   /* streamed already */
+                serve_out_event(j, shoal_api_chat_chunk_json(j->id, j->created,
+                                                             srv->cfg->model_id, &parts, NULL,
+                                                             NULL));
+            }
             serve_out_event(j, shoal_api_chunk_json(j->req.kind, j->id, j->created,
                                                     srv->cfg->model_id, 0, NULL, 0, j->finish,
                                                     NULL));
+        }
         if (!failed && j->req.include_usage)
             serve_out_event(j, shoal_api_usage_chunk_json(j->req.kind, j->id, j->created,
                                                           srv->cfg->model_id, j->n_prompt,
                                                           j->n_gen));
         serve_out_put(j, "data: [DONE]\n\n", 14);
+        free(text);
+    } else if (r->harmony && !failed) {
+        j->reply = shoal_api_chat_response_json(
+            j->id, j->created, srv->cfg->model_id, &parts, j->finish, j->n_prompt, j->n_gen,
+            r->want_lp ? &(struct shoal_api_logprobs){.tokens = r->lp, .n_tokens = r->n_lp}
+                       : NULL);
         free(text);
     } else {
         j->text = text;
@@ -551,7 +717,11 @@ static void finish(struct engine *en, struct run *r, int failed)
     free(r->prompt);
     free(r->logits);
     free(r->lp_logits);
-    free(r->pend);
+    for (int k = 0; k < 2; k++)
+        free(r->out[k].p);
+    if (r->harmony)
+        shoal_harmony_free(&r->h);
+    free(r->forced);
     serve_logprobs_free(r->lp, r->n_lp);
     free(r);
 }
@@ -626,6 +796,10 @@ static void after_step(struct engine *en, int ns)
         }
         if (r->want_lp)   /* the sampler applies penalties in place */
             memcpy(r->lp_logits, r->logits, (size_t)en->n_vocab * sizeof(float));
+        const int64_t k_gen = shoal_gen_n_generated(r->gen);
+        if ((size_t)k_gen < r->n_forced)   /* tests: only that token can be drawn */
+            for (int64_t i = 0; i < en->n_vocab; i++)
+                r->logits[i] = i == r->forced[k_gen] ? 0.0f : -1e30f;
         int32_t id;
         const enum shoal_gen_action act =
             shoal_gen_next(r->gen, r->logits, sl->tokens, sl->n_tokens,
@@ -753,6 +927,7 @@ void serve_engine_run(struct server *srv)
     en.n_ctx = shoal_ctx_n_ctx(ctx);
     en.n_batch = shoal_ctx_n_batch(ctx);
     en.n_vocab = srv->s->model->cfg.n_vocab;
+    en.harmony = srv->s->tok && shoal_harmony_ids_of(srv->s->tok, &en.hids);
     en.slots = shoal_xcalloc((size_t)en.n_seq, sizeof *en.slots);
     en.segs = shoal_xcalloc((size_t)en.n_seq, sizeof *en.segs);
     en.seg_run = shoal_xcalloc((size_t)en.n_seq, sizeof *en.seg_run);

@@ -163,7 +163,7 @@ void shoal_serve_metrics_http(struct shoal_serve_metrics *m, const char *url, un
 
 static const char *finish_label(const char *f)
 {
-    static const char *const known[] = {"stop", "length", "cancelled", "error"};
+    static const char *const known[] = {"stop", "length", "tool_calls", "cancelled", "error"};
     for (size_t k = 0; f && k < sizeof known / sizeof known[0]; k++)
         if (!strcmp(f, known[k]))
             return known[k];

@@ -56,7 +56,8 @@ struct shoal_serve_request_stat {
     const char *id;             /* borrowed */
     const char *endpoint;       /* borrowed */
     int status;                 /* 200, or the error's HTTP status */
-    const char *finish;         /* "stop", "length", "cancelled", "error"; borrowed */
+    const char *finish;         /* "stop", "length", "tool_calls", "cancelled", "error";
+                                 * borrowed */
     int64_t n_prompt, n_cached, n_gen;
     double ttft_s;              /* arrival to the first token (0: none) */
     double tok_per_s;           /* decode rate (0: fewer than two tokens) */

@@ -107,6 +107,7 @@ void serve_job_unref(struct server *srv, struct job *j)
     shoal_api_request_free(&j->req);
     free(j->out);
     free(j->text);
+    free(j->reply);
     serve_logprobs_free(j->lp, j->n_lp);
     free(j);
 }
@@ -319,7 +320,10 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
         rc = reply_error(c, &j->err);
     else if (j->cancel)
         rc = MHD_NO;   /* the client is gone: close */
-    else
+    else if (j->reply) {   /* built by the engine (harmony chat); reply() frees it */
+        rc = reply(c, MHD_HTTP_OK, j->reply, 0);
+        j->reply = NULL;
+    } else
         rc = reply(c, MHD_HTTP_OK,
                    shoal_api_response_json(j->req.kind, j->id, j->created, srv->cfg->model_id,
                                            j->text, j->text ? strlen(j->text) : 0, j->finish,

@@ -35,6 +35,10 @@ struct shoal_serve_config {
     const char *test_logits_dir; /* tests only: each request's logits rows (one per
                                 * sampled token) to DIR/<id>.npy, as shoal run
                                 * --logits-out writes them */
+    const char *test_forced_tokens; /* tests only: a file of token ids ("1 2 3"), read
+                                * when a request is admitted; the request's first
+                                * tokens are these ids, whatever the model's
+                                * logits (logprobs still report the model's) */
 };
 
 /* Check cfg before the model is opened: the host parses, and without an

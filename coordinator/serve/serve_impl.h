@@ -34,6 +34,8 @@ struct job {
     char *out;                  /* streaming: SSE bytes not yet sent */
     size_t out_len, out_cap, out_sent;
     char *text;                 /* whole: the generated text */
+    char *reply;                /* whole: the response JSON when the engine built it
+                                 * (a harmony chat reply in parts), else NULL */
     int64_t n_prompt, n_gen;
     int64_t n_cached;           /* prompt tokens found in the KV cache (not prefilled) */
     int64_t max_tokens;         /* its limit, once admitted */

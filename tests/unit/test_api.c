@@ -273,6 +273,100 @@ Test(api, completion_logprobs_shape)
     json_decref(root);
 }
 
+/* the string at key of o, or NULL */
+static const char *str_at(json_t *o, const char *key)
+{
+    return json_string_value(json_object_get(o, key));
+}
+
+Test(api, chat_parts_shape)
+{
+    /* a harmony reply: final text, analysis as reasoning_content, a tool call */
+    json_t *root;
+    struct shoal_api_chat_parts m = {.content = "Hi.xx", .n_content = 3,
+                                     .reasoning = "Think \xff", .n_reasoning = 7};
+    struct shoal_api_token_logprob tok = {"Hi", 2, -0.5f, NULL, 0};
+    json_t *c = choice_of(shoal_api_chat_response_json("chatcmpl-1", 5, "m", &m, "stop", 4, 9,
+                                                       &(struct shoal_api_logprobs){&tok, 1, 0}),
+                          &root);
+    json_t *msg = json_object_get(c, "message");
+    cr_assert(eq(str, (char *)str_at(msg, "role"), "assistant"));
+    cr_assert(eq(str, (char *)str_at(msg, "content"), "Hi."));
+    cr_assert(eq(str, (char *)str_at(msg, "reasoning_content"), "Think \xef\xbf\xbd"));
+    cr_assert_true(!json_object_get(msg, "tool_calls"));
+    cr_assert(eq(str, (char *)str_at(c, "finish_reason"), "stop"));
+    cr_assert(eq(sz, json_array_size(json_object_get(json_object_get(c, "logprobs"),
+                                                     "content")), 1));
+    cr_assert(eq(i64, json_integer_value(json_object_get(json_object_get(root, "usage"),
+                                                         "completion_tokens")), 9));
+    json_decref(root);
+    /* a tool call alone: content null, no reasoning_content */
+    m = (struct shoal_api_chat_parts){.tool_name = "get_weather", .tool_args = "{\"c\": 1}x",
+                                      .n_tool_args = 8, .tool_call_id = "call_7"};
+    c = choice_of(shoal_api_chat_response_json("chatcmpl-1", 5, "m", &m, "tool_calls", 4, 9,
+                                               NULL), &root);
+    msg = json_object_get(c, "message");
+    cr_assert_true(json_is_null(json_object_get(msg, "content")));
+    cr_assert_true(!json_object_get(msg, "reasoning_content"));
+    json_t *calls = json_object_get(msg, "tool_calls");
+    cr_assert(eq(sz, json_array_size(calls), 1));
+    json_t *call = json_array_get(calls, 0);
+    cr_assert(eq(str, (char *)str_at(call, "id"), "call_7"));
+    cr_assert(eq(str, (char *)str_at(call, "type"), "function"));
+    cr_assert_true(!json_object_get(call, "index"));
+    cr_assert(eq(str, (char *)str_at(json_object_get(call, "function"), "name"), "get_weather"));
+    cr_assert(eq(str, (char *)str_at(json_object_get(call, "function"), "arguments"),
+                 "{\"c\": 1}"));
+    cr_assert(eq(str, (char *)str_at(c, "finish_reason"), "tool_calls"));
+    json_decref(root);
+
+    /* deltas: only the fields given */
+    c = choice_of(shoal_api_chat_chunk_json("chatcmpl-1", 5, "m",
+                                            &(struct shoal_api_chat_parts){.reasoning = "So",
+                                                                           .n_reasoning = 2},
+                                            NULL, NULL), &root);
+    json_t *d = json_object_get(c, "delta");
+    cr_assert(eq(sz, json_object_size(d), 1));
+    cr_assert(eq(str, (char *)str_at(d, "reasoning_content"), "So"));
+    cr_assert_true(json_is_null(json_object_get(c, "finish_reason")));
+    cr_assert(eq(str, (char *)str_at(root, "object"), "chat.completion.chunk"));
+    json_decref(root);
+    c = choice_of(shoal_api_chat_chunk_json("chatcmpl-1", 5, "m", &m, NULL, NULL), &root);
+    d = json_object_get(c, "delta");
+    cr_assert(eq(sz, json_object_size(d), 1));
+    call = json_array_get(json_object_get(d, "tool_calls"), 0);
+    cr_assert(eq(i64, json_integer_value(json_object_get(call, "index")), 0));
+    cr_assert(eq(str, (char *)str_at(call, "id"), "call_7"));
+    cr_assert(eq(str, (char *)str_at(json_object_get(call, "function"), "arguments"),
+                 "{\"c\": 1}"));
+    json_decref(root);
+    c = choice_of(shoal_api_chat_chunk_json("chatcmpl-1", 5, "m", NULL, "tool_calls", NULL),
+                  &root);
+    cr_assert(eq(sz, json_object_size(json_object_get(c, "delta")), 0));
+    cr_assert(eq(str, (char *)str_at(c, "finish_reason"), "tool_calls"));
+    json_decref(root);
+    /* the plain builders keep their shapes: chat content as a delta, the
+     * first delta with the role */
+    c = choice_of(shoal_api_chunk_json(SHOAL_API_CHAT, "chatcmpl-1", 5, "m", 0, "ab", 1, NULL,
+                                       NULL), &root);
+    d = json_object_get(c, "delta");
+    cr_assert(eq(sz, json_object_size(d), 1));
+    cr_assert(eq(str, (char *)str_at(d, "content"), "a"));
+    json_decref(root);
+    c = choice_of(shoal_api_chunk_json(SHOAL_API_CHAT, "chatcmpl-1", 5, "m", 1, NULL, 0, NULL,
+                                       NULL), &root);
+    d = json_object_get(c, "delta");
+    cr_assert(eq(str, (char *)str_at(d, "role"), "assistant"));
+    cr_assert(eq(str, (char *)str_at(d, "content"), ""));
+    json_decref(root);
+    c = choice_of(shoal_api_response_json(SHOAL_API_CHAT, "chatcmpl-1", 5, "m", NULL, 0, "stop",
+                                          1, 0, NULL), &root);
+    msg = json_object_get(c, "message");
+    cr_assert(eq(str, (char *)str_at(msg, "content"), ""));
+    cr_assert(eq(sz, json_object_size(msg), 2));
+    json_decref(root);
+}
+
 Test(api, error_object_shape)
 {
     struct shoal_api_error e;
