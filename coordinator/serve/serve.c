@@ -486,8 +486,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         shoal_api_request_free(&req);
         return reply_error(c, &e);
     }
-    /* "model" may name anything: one model is served (clients often send
-     * their own default name) */
+    /* one model is served: "model" omitted or its id, as /v1/models lists it */
+    if (req.model && strcmp(req.model, srv->cfg->model_id)) {
+        shoal_api_fail(&e, 404, "invalid_request_error", "model", "model_not_found",
+                       "the model '%.200s' does not exist: this server serves '%s' "
+                       "(GET /v1/models)", req.model, srv->cfg->model_id);
+        shoal_api_request_free(&req);
+        return reply_error(c, &e);
+    }
     enum MHD_Result rc = generate(srv, c, &req);
     shoal_api_request_free(&req);
     return rc;

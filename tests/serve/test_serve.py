@@ -153,8 +153,9 @@ def test_basics(shoal, srv):
 def test_completions(shoal, srv):
     for prompt, n in (("ROMEO:", 40), ("To be, or not to be", 25)):
         want = shoal_run(shoal, prompt, n)
-        s, h, b = srv.post("/v1/completions", {"model": "x", "prompt": prompt, "max_tokens": n,
-                                               "temperature": 0, "unknown_field": [1, 2]})
+        s, h, b = srv.post("/v1/completions", {"model": "shakespeare-moe", "prompt": prompt,
+                                               "max_tokens": n, "temperature": 0,
+                                               "unknown_field": [1, 2]})
         check(s == 200 and h.get("content-type") == "application/json", "completions 200")
         r = json.loads(b)
         c = r["choices"][0]
@@ -283,6 +284,13 @@ def test_errors(shoal, srv):
     healthy(srv, "a 2 MiB body")
     s, _, b = srv.request("GET", "/v1/nothing")
     error_object(s, b, 404, "unknown path")
+    for path, body in (("/v1/completions", {"model": "gpt-4o", "prompt": "x"}),
+                       ("/v1/chat/completions",
+                        {"model": "llama", "messages": [{"role": "user", "content": "x"}]})):
+        s, _, b = srv.post(path, body)
+        error_object(s, b, 404, "an unknown model on " + path, param="model",
+                     code="model_not_found")
+    healthy(srv, "unknown models")
     s, _, b = srv.request("GET", "/v1/completions")
     error_object(s, b, 405, "GET on a POST endpoint")
     # DNS rebinding: a foreign Host header is refused
