@@ -42,6 +42,8 @@ static void usage(FILE *f)
         "                       --ctx tokens (default 4; 1..64); a slot keeps its tokens\n"
         "                       after its request, for the next one with the same prefix\n"
         "  --queue N            requests waiting for a slot (default 16; 0..4096)\n"
+        "  --kv-budget SIZE     bytes the KV cache of all slots may take (e.g. 2G); the\n"
+        "                       context per slot (--ctx) is lowered to fit\n"
         "  --slot-dir DIR       keep the slots' tokens and KV rows in DIR when stopping and\n"
         "                       load them at start: conversations survive a restart\n"
         "\n"
@@ -101,6 +103,7 @@ int shoal_cmd_serve(int argc, char **argv)
         }
         if (!strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--api-key") ||
             !strcmp(a, "--parallel") || !strcmp(a, "--queue") || !strcmp(a, "--slot-dir") ||
+            !strcmp(a, "--kv-budget") ||
             !strcmp(a, "--test-token-delay") || !strcmp(a, "--test-logits-dir") ||
             !strcmp(a, "--test-forced-tokens")) {
             if (i + 1 >= argc) {
@@ -115,6 +118,9 @@ int shoal_cmd_serve(int argc, char **argv)
                 cfg.api_key_path = v;
             } else if (!strcmp(a, "--slot-dir")) {
                 cfg.slot_dir = v;
+            } else if (!strcmp(a, "--kv-budget")) {
+                if (shoal_cli_parse_size(a, v, &so.kv_budget))
+                    return 2;
             } else if (!strcmp(a, "--test-logits-dir")) {
                 cfg.test_logits_dir = v;
             } else if (!strcmp(a, "--test-forced-tokens")) {

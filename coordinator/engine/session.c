@@ -721,6 +721,29 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, int
         shoal_session_close(s);
         return NULL;
     }
+    if (o->kv_budget) {
+        /* n_seq slots of n_ctx tokens, each token's K and V rows in every layer */
+        const struct shoal_model_config *c = &s->model->cfg;
+        const unsigned long long per_token = (unsigned long long)c->n_layer *
+            (unsigned long long)shoal_kv_elems_per_token(c) * shoal_dtype_size(cp.kv_dtype);
+        const unsigned long long slots = (unsigned long long)(cp.n_seq > 0 ? cp.n_seq : 1);
+        const long long fit = (long long)(o->kv_budget / (slots * per_token));
+        const long long want = cp.n_ctx > 0 ? cp.n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
+        if (fit < 2) {
+            shoal_cli_error("--kv-budget %llu bytes holds %lld tokens per sequence (%llu "
+                            "sequences x %llu bytes per token, %s); expected at least 2",
+                            o->kv_budget, fit, slots, per_token,
+                            shoal_kv_dtype_name(cp.kv_dtype));
+            *status = 2;
+            shoal_session_close(s);
+            return NULL;
+        }
+        if (fit < want) {
+            fprintf(stderr, "shoal: --kv-budget: context %lld tokens per sequence (of %lld) "
+                    "for %llu sequences\n", fit, want, slots);
+            cp.n_ctx = fit;
+        }
+    }
     s->ctx = shoal_ctx_create(s->model, cp, &err);
     if (!s->ctx) {
         shoal_cli_error("%s", err.msg);

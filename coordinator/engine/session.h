@@ -24,6 +24,9 @@ struct shoal_session_opts {
     int64_t n_batch;         /* --batch: prefill chunk in tokens; 0: default */
     int64_t n_seq;           /* sequences the context holds (shoal serve --parallel);
                               * 0: 1 */
+    unsigned long long kv_budget; /* shoal serve --kv-budget: bytes the KV cache of all
+                              * n_seq sequences may take; the context per sequence is
+                              * lowered to fit. 0: none */
     int kv;                  /* --kv: the KV cache's enum shoal_dtype (F32, F16,
                               * BF16); -1: the container's "kv", else F32 */
     int64_t threads;         /* 0: OpenMP default */

@@ -394,6 +394,29 @@ def test_usage_errors(shoal):
     check(r.returncode == 0 and "/v1/chat/completions" in r.stdout, "serve --help")
 
 
+def test_kv_budget(shoal):
+    """--kv-budget: the slots' context is lowered to fit the bytes."""
+    # the bundled model: 4 layers x 2 x 128 f32 = 4096 bytes per token
+    srv = Server(shoal, "--parallel", "4", "--kv-budget", "1M")
+    try:
+        check("context 64 tokens x 4 slots, KV cache 1.0 MiB" in srv.log(),
+              "--kv-budget 1M at --parallel 4: 64 tokens per slot (%r)" % srv.log()[-300:])
+        s, _, b = srv.post("/v1/completions", {"prompt": "ROMEO: " * 40, "max_tokens": 2})
+        e = error_object(s, b, 400, "a prompt over the budget's context",
+                         code="context_length_exceeded")
+        check(e is not None and "64 tokens" in e.get("message", ""),
+              "the error names the 64-token context: %r" % (e or {}).get("message"))
+        s, _, b = srv.post("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 2})
+        check(s == 200, "a short prompt is served within the budget")
+    finally:
+        check(srv.stop() == 0, "--kv-budget: exits 0")
+    r = subprocess.run([shoal, "serve", "--port", "0", "--kv-budget", "10K"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--kv-budget" in r.stderr and "at least 2" in r.stderr,
+          "--kv-budget below 2 tokens a slot: exit 2, one line (%d, %r)" % (r.returncode,
+                                                                          r.stderr))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
@@ -410,6 +433,7 @@ def main():
         rc = srv.stop()
         check(rc == 0, "SIGTERM stops the server with status 0 (%d)" % rc)
     test_key_busy_cancel(shoal)
+    test_kv_budget(shoal)
     print("test_serve: %d checks, %d failed" % (CHECKS[0], len(FAILS)))
     return 1 if FAILS else 0
 
