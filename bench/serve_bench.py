@@ -15,10 +15,11 @@ and warm (the same requests again on the same server). Every request
 streams (SSE) a prompt of --prompt-len random token ids (its own seed) and
 --max-tokens greedy tokens. Printed per configuration: aggregate tok/s
 (generated tokens / wall time), per-stream tok/s (median over requests of
-decode tokens / decode time), TTFT (median), and expert bytes read per
-generated token (the server's /metrics counter, else its --stats line);
-then the ratio of together to serial aggregate tok/s and of their bytes per
-token. The speedup is measured against the same engine in the same run:
+decode tokens / decode time), TTFT (median), expert bytes read and expert
+acquires per generated token (the server's /metrics counters; an acquire is
+one expert of one layer step for all the rows routed to it, so acquires per
+token measure the batch-union's sharing); then the ratios of together to
+serial: aggregate tok/s, bytes and acquires per token. The speedup is measured against the same engine in the same run:
 the goal (issue 15) is >= 2.5x at 4 streams, with fewer bytes per token.
 
 usage: bench/serve_bench.py --shoal build/coordinator/shoal [--model DIR | --gb 2]
