@@ -89,6 +89,9 @@ step "shoal-worker protocol (ASan+UBSan)" "$PY" tests/cluster/test_worker.py --w
 step "peer limits (ASan+UBSan)" "$PY" tests/cluster/test_peer_limits.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe
 step "cluster (ASan+UBSan)" "$PY" tests/cluster/test_cluster.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 step "cluster more (ASan+UBSan)" "$PY" tests/cluster/test_cluster_more.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
+step "shoal serve (ASan+UBSan)" "$PY" tests/serve/test_serve.py --shoal build-asan/coordinator/shoal
+# a small quarantine, so that the load test's RSS check sees the heap, not ASan's freed-memory hold
+ASAN_OPTIONS=$ASAN_OPTIONS:quarantine_size_mb=1 step "shoal serve under load (ASan+UBSan)" "$PY" tests/serve/test_load.py --shoal build-asan/coordinator/shoal
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 CC=clang step "build clang, no liburing, -Werror" setup build-clang --werror -Dliburing=disabled
