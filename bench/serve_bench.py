@@ -201,6 +201,8 @@ def main():
     ap.add_argument("--cache-frac", type=float, default=0.25,
                     help="expert cache as a fraction of the expert bytes")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--serve-args", default="",
+                    help="more shoal serve flags, e.g. '--pin 200M' (space-separated)")
     ap.add_argument("--json")
     ap.add_argument("--workdir")
     a = ap.parse_args()
@@ -219,6 +221,7 @@ def main():
     args = ["--expert-cache", str(cache), "--direct", "on", "--stats"]
     if a.threads:
         args += ["--threads", str(a.threads)]
+    args += a.serve_args.split()
     with open(os.path.join(model, "config.json")) as f:
         vocab = json.load(f)["vocab_size"]
     streams = [int(x) for x in a.streams.split(",")]
