@@ -386,9 +386,7 @@ static json_t *chat_logprobs_json(const struct shoal_api_logprobs *lp)
     return json_pack("{sosn}", "content", content, "refusal");
 }
 
-/* Unicode characters in text [n]: the bytes that do not continue a UTF-8
- * sequence */
-static int64_t n_chars(const char *text, size_t n)
+int64_t shoal_api_n_chars(const char *text, size_t n)
 {
     int64_t c = 0;
     for (size_t i = 0; i < n; i++)
@@ -417,7 +415,7 @@ static json_t *completion_logprobs_json(const struct shoal_api_logprobs *lp)
         }
         json_array_append_new(tops, top);
         json_array_append_new(offsets, json_integer(at));
-        at += n_chars(t->text, t->n);
+        at += shoal_api_n_chars(t->text, t->n);
     }
     return json_pack("{sosososo}", "tokens", tokens, "token_logprobs", lps, "top_logprobs",
                      tops, "text_offset", offsets);

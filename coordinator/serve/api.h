@@ -178,6 +178,10 @@ char *shoal_api_usage_chunk_json(enum shoal_api_kind kind, const char *id, int64
 /* GET /v1/models: a list holding the one model served. */
 char *shoal_api_models_json(const char *model, int64_t created);
 
+/* Unicode characters in text [n] (the bytes that do not continue a UTF-8
+ * sequence): completions' text_offset unit. Thread: any. */
+int64_t shoal_api_n_chars(const char *text, size_t n);
+
 /* The error object of e. */
 char *shoal_api_error_json(const struct shoal_api_error *e);
 

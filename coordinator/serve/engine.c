@@ -177,15 +177,6 @@ static int on_harmony_token(void *user, int32_t id, const char *text, size_t n)
     return 0;
 }
 
-/* Unicode characters in text (bytes that are not UTF-8 continuations). */
-static int64_t utf8_chars(const char *text, size_t n)
-{
-    int64_t c = 0;
-    for (size_t i = 0; i < n; i++)
-        c += ((unsigned char)text[i] & 0xc0) != 0x80;
-    return c;
-}
-
 /* Stream what on_text (on_token) kept as one chunk, with the log
  * probabilities of the tokens not sent yet (all of them when final). */
 static void flush_text(struct run *r, int final)
@@ -211,7 +202,7 @@ static void flush_text(struct run *r, int final)
         chunk = shoal_api_chunk_json(j->req.kind, j->id, j->created, r->srv->cfg->model_id, 0,
                                      ct, nc, NULL, r->want_lp ? &lp : NULL);
     r->lp_sent = r->n_lp;
-    r->chars_sent += utf8_chars(ct, nc);
+    r->chars_sent += shoal_api_n_chars(ct, nc);
     c->sent = c->n;
     t->sent = t->n;
     pthread_mutex_lock(&r->srv->mu);
