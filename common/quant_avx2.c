@@ -559,21 +559,15 @@ half_sums(const uint8_t *qs, const int8_t *q, int64_t hh, int64_t nh, int tail, 
     return _mm256_madd_epi16(s16, ones);
 }
 
-/* The sums of 8 consecutive groups from half h0 on (HP = 8 * G / 64
- * halves; lane l of half c is its columns 8l .. 8l+7, so a group is 4
- * lanes (G=32), a half (64) or two halves (128)), in group order. Exact
- * integer sums in any order; the reduction is vphaddd without a vpermq
- * after each level (the earlier tree's), with one cross-lane fix-up at the end:
- * 4 instructions per 4 halves at G=32 (6 before), 9 per 8 at G=64 (14),
- * 17 per 16 at G=128 (30). */
-static inline __attribute__((always_inline)) __m256i
-groups8(const uint8_t *qs, const int8_t *q, int64_t h0, const int HP, int64_t nh, int tail,
-        int prefetch)
+/* The 8 group sums of HP half-sum vectors v (HP = 8 * G / 64 halves; lane
+ * l of half c is its columns 8l .. 8l+7, so a group is 4 lanes (G=32), a
+ * half (64) or two halves (128)), in group order. Exact integer sums in
+ * any order; the reduction is vphaddd without a vpermq after each level
+ * (the earlier tree's), with one cross-lane fix-up at the end: 4
+ * instructions per 4 halves at G=32 (6 before), 9 per 8 at G=64 (14), 17
+ * per 16 at G=128 (30). */
+static inline __attribute__((always_inline)) __m256i groups8_reduce(__m256i v[16], const int HP)
 {
-    __m256i v[16];
-#pragma GCC unroll 16
-    for (int c = 0; c < HP; c++)
-        v[c] = half_sums(qs, q, h0 + c, nh, tail, prefetch);
     if (HP == 4) {
         /* g: low = each half's lanes 0-3 (groups 2c), high = lanes 4-7 (2c+1) */
         const __m256i g = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]),
@@ -594,37 +588,225 @@ groups8(const uint8_t *qs, const int8_t *q, int64_t h0, const int HP, int64_t nh
                             _mm256_permute2x128_si256(g0, g1, 0x31));
 }
 
-/* isum[g] for every group g < n_group of one row against one token (before
- * the -8 offset: the caller subtracts sx); isum holds n_group rounded up to
- * 8 entries (the lanes past n_group are written with sums of zeros). */
-static inline __attribute__((always_inline)) void
-row_isums_hp(int32_t *isum, const uint8_t *qs, const int8_t *q, int64_t nh, int tail,
-             int64_t n_group, const int HP, int prefetch)
+/* groups8_reduce over the halves h0 .. h0+HP-1, any of which may be past
+ * the row or partial (half_sums' checks) */
+static inline __attribute__((always_inline)) __m256i
+groups8(const uint8_t *qs, const int8_t *q, int64_t h0, const int HP, int64_t nh, int tail,
+        int prefetch)
 {
-    for (int64_t g0 = 0, h0 = 0; g0 < n_group; g0 += 8, h0 += HP)
-        _mm256_storeu_si256((__m256i *)(void *)(isum + g0),
-                            groups8(qs, q, h0, HP, nh, tail, prefetch));
+    __m256i v[16];
+#pragma GCC unroll 16
+    for (int c = 0; c < HP; c++)
+        v[c] = half_sums(qs, q, h0 + c, nh, tail, prefetch);
+    return groups8_reduce(v, HP);
 }
 
-static void row_isums(int32_t *isum, const uint8_t *qs, const int8_t *q, int64_t nh, int tail,
-                      int G, int64_t n_group, int prefetch)
+/* ---- INT4A8 matvec: 8 rows side by side, lanes are rows ------------------
+ * A block of 8 rows advances group by group. For each group, each row's
+ * 16-bit partial sums (s16: word m = the group's columns 4m .. 4m+3 of one
+ * half, nibble * activation, |word| <= 4 * 15 * 127 = 7620) are reduced
+ * ACROSS the 8 rows by vphaddw / vpmaddwd trees whose last step leaves lane
+ * i = row i's exact group sum, so the f32 chains acc + (d * dx) *
+ * (float)(isum - sx) of the 8 rows advance one lane each in group order
+ * (the scalar chain's operations) with no transpose of the sums. 16-bit
+ * levels stay below 2^15: two vphaddw levels over 7620 (G=32, 64) reach
+ * 30480; G=128 adds its two halves first (15240) and takes one. Exact
+ * integers, the scalar table's bits. */
+
+/* s16 of one half at p against its activation chunk e (evens at e, odds at
+ * e + 64); PF: prefetch A8_PF ahead of p */
+static inline __attribute__((always_inline)) __m256i half_s16(const uint8_t *p, const int8_t *e,
+                                                              const int PF)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    if (PF)
+        _mm_prefetch((const char *)p + A8_PF, _MM_HINT_T0);
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    const __m256i lo = _mm256_and_si256(b, m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+    return _mm256_add_epi16(
+        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(const void *)e)),
+        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(const void *)(e + 64))));
+}
+
+/* half_s16 of half hh of a row whose quants are qs (nh halves, the last of
+ * tail bytes). CHECK 0: the half is whole and inside the row. CHECK 1: a
+ * partial last half goes through a zeroed copy (the activation's columns
+ * past the row are 0), a half past the row is 0. */
+static inline __attribute__((always_inline)) __m256i
+half_s16_at(const uint8_t *qs, const int8_t *q, int64_t hh, int64_t nh, int tail, const int PF,
+            const int CHECK)
+{
+    const int8_t *e = q + 128 * (hh >> 1) + 32 * (hh & 1);
+    if (!CHECK || hh < nh - 1 || (hh == nh - 1 && tail == 32))
+        return half_s16(qs + 32 * (size_t)hh, e, PF);
+    if (hh >= nh)
+        return _mm256_setzero_si256();
+    _Alignas(32) uint8_t buf[32] = {0};
+    memcpy(buf, qs + 32 * (size_t)hh, (size_t)tail);
+    return half_s16(buf, e, 0);
+}
+
+/* Two vphaddw levels over 8 s16 vectors: per 128-bit lane, words 2k and
+ * 2k+1 are partial sums of vector k (low lane: vectors 0-3 of x[0..3],
+ * then of x[4..7] in *hi) */
+static inline __attribute__((always_inline)) void hadd16x8(const __m256i x[8], __m256i *lo,
+                                                           __m256i *hi)
+{
+    *lo = _mm256_hadd_epi16(_mm256_hadd_epi16(x[0], x[1]), _mm256_hadd_epi16(x[2], x[3]));
+    *hi = _mm256_hadd_epi16(_mm256_hadd_epi16(x[4], x[5]), _mm256_hadd_epi16(x[6], x[7]));
+}
+
+/* G=64 (one half per group) and G=128 (two): lane i = row i's sum of x[i]'s
+ * 16 words (|word| <= 15240) */
+static inline __attribute__((always_inline)) __m256i rows8_sum(const __m256i x[8], const int G)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i m0, m1;
+    if (G == 64) {
+        __m256i k0, k1;
+        hadd16x8(x, &k0, &k1);                     /* |word| <= 30480 */
+        m0 = _mm256_madd_epi16(k0, ones);          /* lane: rows 0-3 (this lane's half) */
+        m1 = _mm256_madd_epi16(k1, ones);          /* rows 4-7 */
+    } else {
+        __m256i h[4];
+        for (int k = 0; k < 4; k++)                /* |word| <= 30480 */
+            h[k] = _mm256_madd_epi16(_mm256_hadd_epi16(x[2 * k], x[2 * k + 1]), ones);
+        m0 = _mm256_hadd_epi32(h[0], h[1]);
+        m1 = _mm256_hadd_epi32(h[2], h[3]);
+    }
+    return _mm256_add_epi32(_mm256_permute2x128_si256(m0, m1, 0x20),
+                            _mm256_permute2x128_si256(m0, m1, 0x31));
+}
+
+/* G=32 (two groups per half, words 0-7 and 8-15): *ga lane i = row i's
+ * first group, *gb its second */
+static inline __attribute__((always_inline)) void rows8_sum2(const __m256i x[8], __m256i *ga,
+                                                             __m256i *gb)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i k0, k1;
+    hadd16x8(x, &k0, &k1);
+    const __m256i m0 = _mm256_madd_epi16(k0, ones), m1 = _mm256_madd_epi16(k1, ones);
+    *ga = _mm256_permute2x128_si256(m0, m1, 0x20);
+    *gb = _mm256_permute2x128_si256(m0, m1, 0x31);
+}
+
+/* One chain step: acc + (d * dx) * (float)(isum - sx), lanes = rows */
+static inline __attribute__((always_inline)) __m256 chain8(__m256 acc, __m256i isum, __m256 d,
+                                                           float dx, int32_t sx)
+{
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, _mm256_set1_epi32(sx)));
+    return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), f));
+}
+
+/* The scales of groups g0 .. g0+7 of the 8 rows at base, transposed: dd[j]
+ * lane i = row i's d[g0 + j]. Lanes of groups past n_group are never used:
+ * they hold the row's next bytes (its quants) when those 32 bytes lie
+ * inside the row, else 0. */
+static inline __attribute__((always_inline)) void scales8(__m256 dd[8], const uint8_t *base,
+                                                          size_t row_bytes, int64_t g0,
+                                                          int64_t n_group)
+{
+    __m256i v[8];
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *p = base + (size_t)i * row_bytes + 4 * (size_t)g0;
+        if (4 * (size_t)(g0 + 8) <= row_bytes) {
+            v[i] = _mm256_loadu_si256((const __m256i *)(const void *)p);
+        } else {
+            _Alignas(32) float buf[8] = {0};
+            memcpy(buf, p, (size_t)(n_group - g0) * sizeof(float));
+            v[i] = _mm256_load_si256((const __m256i *)(const void *)buf);
+        }
+    }
+    transpose8_epi32(v);
+    for (int j = 0; j < 8; j++)
+        dd[j] = _mm256_castsi256_ps(v[j]);
+}
+
+/* The s16 of group g (G=64, 128) or of the half holding groups g, g+1
+ * (G=32) for the 8 rows qs[] into x[] (half_s16_at's CHECK) */
+static inline __attribute__((always_inline)) void
+group_s16x8(__m256i x[8], const uint8_t *const qs[8], const int8_t *q, int64_t g, int64_t nh,
+            int tail, const int G, const int PF, const int CHECK)
+{
+    const int64_t hh = G == 32 ? g / 2 : G == 64 ? g : 2 * g;
+    for (int i = 0; i < 8; i++) {
+        x[i] = half_s16_at(qs[i], q, hh, nh, tail, PF && (hh & 1) == 0, CHECK);
+        if (G == 128)                              /* |word| <= 15240 */
+            x[i] = _mm256_add_epi16(x[i], half_s16_at(qs[i], q, hh + 1, nh, tail, 0, CHECK));
+    }
+}
+
+/* One group step of rows8_a8: group g (G=32: groups g and g+1 when j + 1 <
+ * cnt) into the chains acc */
+static inline __attribute__((always_inline)) __m256
+rows8_step(__m256 acc, const uint8_t *const qs[8], const int8_t *q, const float *dx,
+           const int32_t *sx, const __m256 dd[8], int64_t g0, int j, int cnt, int64_t nh,
+           int tail, const int G, const int PF, const int CHECK)
+{
+    const int64_t g = g0 + j;
+    __m256i x[8];
+    group_s16x8(x, qs, q, g, nh, tail, G, PF, CHECK);
+    if (G == 32) {
+        __m256i ga, gb;
+        rows8_sum2(x, &ga, &gb);
+        acc = chain8(acc, ga, dd[j], dx[g], sx[g]);
+        if (j + 1 < cnt)
+            acc = chain8(acc, gb, dd[j + 1], dx[g + 1], sx[g + 1]);
+        return acc;
+    }
+    return chain8(acc, rows8_sum(x, G), dd[j], dx[g], sx[g]);
+}
+
+/* y[i] (i < 8) = the canonical INT4A8 dot of token q/dx/sx with rows base,
+ * base + row_bytes, ... (G compile-time; PF: prefetch the weights). The
+ * groups whose halves are all whole (the first g_full) skip half_s16_at's
+ * checks, in a loop of their own. */
+static inline __attribute__((always_inline)) void
+rows8_a8(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q, const float *dx,
+         const int32_t *sx, int64_t n_group, int64_t nh, int tail, const int G, const int PF)
+{
+    const uint8_t *qs[8];
+    for (int i = 0; i < 8; i++)
+        qs[i] = base + (size_t)i * row_bytes + 4 * (size_t)n_group;
+    const int64_t n_whole = tail == 32 ? nh : nh - 1;      /* whole halves */
+    const int64_t g_full = G == 32 ? 2 * n_whole : G == 64 ? n_whole : n_whole / 2;
+    const int step = G == 32 ? 2 : 1;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t g0 = 0; g0 < n_group; g0 += 8) {
+        __m256 dd[8];
+        scales8(dd, base, row_bytes, g0, n_group);
+        const int cnt = n_group - g0 < 8 ? (int)(n_group - g0) : 8;
+        /* groups g0 + j, j < jf, are whole (G=32: jf even) */
+        const int jf = g_full - g0 >= cnt ? cnt : g_full > g0 ? (int)(g_full - g0) : 0;
+        int j = 0;
+        for (; j + step <= jf; j += step)
+            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, PF, 0);
+        for (; j < cnt; j += step)
+            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, PF, 1);
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
+static void rows8_a8_any(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q,
+                         const float *dx, const int32_t *sx, int64_t n_group, int64_t nh,
+                         int tail, int G, int pf)
 {
     if (G == 32)
-        row_isums_hp(isum, qs, q, nh, tail, n_group, 4, prefetch);
+        pf ? rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 32, 1)
+           : rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 32, 0);
     else if (G == 64)
-        row_isums_hp(isum, qs, q, nh, tail, n_group, 8, prefetch);
+        pf ? rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 64, 1)
+           : rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 64, 0);
     else
-        row_isums_hp(isum, qs, q, nh, tail, n_group, 16, prefetch);
+        pf ? rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 128, 1)
+           : rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 128, 0);
 }
 
-/* Rows in blocks of 8: each row's integer group sums go to isum[row][],
- * then an 8 x 8 transpose makes each lane a row, and the 8 rows' f32
- * chains acc + (d * dx) * (float)(isum - sx) advance side by side in group
- * order (one lane per row: the scalar chain), instead of one long scalar
- * chain per row; remainder rows, and rows of more than A8_MAXG groups, run
- * the chain in scalar. Same bits as the scalar table. */
-#define A8_MAXG 256
-
+/* Rows in blocks of 8 (rows8_a8, the weights prefetched on the first
+ * token); remainder rows run the chain in scalar over groups8's sums. Same
+ * bits as the scalar table. */
 static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_tok,
                          const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
 {
@@ -636,47 +818,12 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
     const int64_t n_group = (n + G - 1) / G, nh = (n + 63) / 64;
     /* packed bytes of the last half: 32, or fewer when n % 64 != 0 */
     const int tail = n % 64 ? (int)((n % 64 + 1) / 2) : 32;
-    if (n_group <= A8_MAXG) {
-        _Alignas(32) int32_t isum[8][A8_MAXG];
-        _Alignas(32) float d8[8][A8_MAXG];
-        const int64_t n_group8 = (n_group + 7) & ~(int64_t)7;
-        for (int i = 0; i < 8; i++) {
-            /* the lanes past n_group of the last 8 groups are moved, never added */
-            memset(&isum[i][n_group], 0, (size_t)(n_group8 - n_group) * sizeof(int32_t));
-            memset(&d8[i][n_group], 0, (size_t)(n_group8 - n_group) * sizeof(float));
-        }
-        for (; r0 + 8 <= r1; r0 += 8) {
-            const uint8_t *base = (const uint8_t *)w->data + (size_t)r0 * row_bytes;
-            for (int i = 0; i < 8; i++)
-                memcpy(d8[i], base + (size_t)i * row_bytes, (size_t)n_group * sizeof(float));
-            for (int64_t t = 0; t < n_tok; t++) {
-                const int8_t *q = a->q + t * a->q_stride;
-                const float *dx = a->d + t * a->n_group;
-                const int32_t *sx = a->s + t * a->n_group;
-                for (int i = 0; i < 8; i++)
-                    row_isums(isum[i], base + (size_t)i * row_bytes + 4 * (size_t)n_group, q, nh,
-                              tail, G, n_group, t == 0);
-                __m256 acc = _mm256_setzero_ps();
-                for (int64_t g0 = 0; g0 < n_group; g0 += 8) {
-                    __m256i c[8], dd[8];
-                    for (int i = 0; i < 8; i++) {
-                        c[i] = _mm256_load_si256((const __m256i *)(const void *)&isum[i][g0]);
-                        dd[i] = _mm256_load_si256((const __m256i *)(const void *)&d8[i][g0]);
-                    }
-                    transpose8_epi32(c);
-                    transpose8_epi32(dd);
-                    const int cnt = n_group - g0 < 8 ? (int)(n_group - g0) : 8;
-                    for (int j = 0; j < cnt; j++) {
-                        const __m256 f = _mm256_cvtepi32_ps(
-                            _mm256_sub_epi32(c[j], _mm256_set1_epi32(sx[g0 + j])));
-                        const __m256 dw = _mm256_mul_ps(_mm256_castsi256_ps(dd[j]),
-                                                        _mm256_set1_ps(dx[g0 + j]));
-                        acc = _mm256_add_ps(acc, _mm256_mul_ps(dw, f));
-                    }
-                }
-                _mm256_storeu_ps(y + t * w->rows + r0, acc);
-            }
-        }
+    for (; r0 + 8 <= r1; r0 += 8) {
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)r0 * row_bytes;
+        for (int64_t t = 0; t < n_tok; t++)
+            rows8_a8_any(y + t * w->rows + r0, base, row_bytes, a->q + t * a->q_stride,
+                         a->d + t * a->n_group, a->s + t * a->n_group, n_group, nh, tail, G,
+                         t == 0);
     }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;

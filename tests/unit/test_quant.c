@@ -884,6 +884,75 @@ Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
     cr_assert(eq(int, shoal_quant_linear_a8(y1, y1, 1, &bad), SHOAL_EINVAL));
 }
 
+/* bit-exact at the integer extremes: weight bytes whose nibbles are all 15
+ * (q = 7) or all 0 (q = -8, never written by the quantizer but read as -8)
+ * against activations that quantize to +-127 everywhere, so every partial
+ * sum a kernel keeps in 16 bits is at its largest magnitude (4 * 15 * 127
+ * per vpmaddubsw pair sum, 8 * 15 * 127 after one horizontal add); a
+ * wrapped or saturated partial sum changes the result. Every table, every
+ * G, decode and batch paths, 16 rows (two 8-row blocks). */
+Test(quant, a8_linear_bits_at_integer_extremes)
+{
+    const int64_t rows = 16, cols = 1024;
+    const int64_t toks[] = {1, 3, 8};
+    const uint8_t wbytes[] = {0xff, 0x00, 0x0f, 0xf0};
+    const float xval[] = {3.0f, -3.0f};
+    enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
+    const int n_isa = 1 + simd_isas(isas + 1);
+    float *x = malloc((size_t)(8 * cols) * 4);
+    float *got = malloc((size_t)(8 * rows) * 4), *want = malloc((size_t)(8 * rows) * 4);
+    int compared = 0;
+    for (size_t ig = 0; ig < 3; ig++)
+        for (size_t iw = 0; iw < sizeof wbytes; iw++)
+            for (size_t ix = 0; ix < 2; ix++) {
+                const int G = groups[ig];
+                const size_t rb = shoal_quant_row_bytes(SHOAL_QUANT_INT4, cols, G);
+                const int64_t n_group = cols / G;
+                uint8_t *wq = malloc(rb * (size_t)rows);
+                for (int64_t r = 0; r < rows; r++) {
+                    uint8_t *row = wq + (size_t)r * rb;
+                    for (int64_t g = 0; g < n_group; g++) {
+                        const float d = 0.5f + 0.25f * (float)((r + g) % 3);
+                        memcpy(row + 4 * g, &d, 4);
+                    }
+                    memset(row + 4 * n_group, wbytes[iw], rb - 4 * (size_t)n_group);
+                }
+                /* a constant per token: every group's max|x| is that value, so
+                 * every activation quantizes to +-127 */
+                for (int64_t t = 0; t < 8; t++)
+                    for (int64_t c = 0; c < cols; c++)
+                        x[t * cols + c] = xval[ix] * (float)(1 + t);
+                for (int64_t t = 0; t < 8; t++)
+                    for (int64_t r = 0; r < rows; r++)
+                        want[t * rows + r] =
+                            shoal_quant_dot_a8(G, x + t * cols, wq + (size_t)r * rb, cols);
+                /* not a degenerate zero: |group sum| is 32 * 127 or more */
+                cr_assert(fabsf(want[0]) > 100.0f, "G=%d byte %02x: %g", G, wbytes[iw], want[0]);
+                struct shoal_quant_weight w = {SHOAL_QUANT_INT4, G, rows, cols, wq};
+                for (int ii = 0; ii < n_isa; ii++)
+                    for (size_t in = 0; in < sizeof toks / sizeof toks[0]; in++) {
+                        const int64_t n_tok = toks[in];
+                        use_isa(isas[ii]);
+                        memset(got, 0xff, (size_t)(n_tok * rows) * 4);
+                        cr_assert(eq(int, shoal_quant_linear_a8(got, x, n_tok, &w), 0));
+                        for (int64_t e = 0; e < n_tok * rows; e++)
+                            cr_assert(eq(u32, bits(got[e]), bits(want[e])),
+                                      "%s G=%d byte %02x x=%g n_tok=%lld t=%lld r=%lld: %.9g vs "
+                                      "reference %.9g",
+                                      shoal_quant_ops_name(), G, wbytes[iw], xval[ix],
+                                      (long long)n_tok, (long long)(e / rows),
+                                      (long long)(e % rows), got[e], want[e]);
+                        compared++;
+                    }
+                free(wq);
+            }
+    use_isa(SHOAL_QUANT_ISA_SCALAR);
+    cr_assert(eq(int, compared, 3 * 4 * 2 * n_isa * 3));
+    free(x);
+    free(got);
+    free(want);
+}
+
 /* bit-exact: rows wider than a stack tile (on-the-fly scalar path) equal
  * every table's rows over a heap-quantized input */
 Test(quant, a8_wide_rows_equal_table_rows)
