@@ -4,7 +4,7 @@
  *
  *   kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]
  *                [--types int4,int8,int4a8,mxfp4] [--shape N_EMBD,N_FF] [--tokens T]
- *                [--json FILE]
+ *                [--isa LIST] [--rounds R] [--json FILE]
  *
  * A pool of --pool-mb MiB (default 1024, far beyond the last-level cache;
  * at least 64) holds expert-shaped quantized matrices: w_gate and w_up
@@ -28,7 +28,14 @@
  *
  * The RAM probe (shoal bench's: read, copy, triad, best of 5) runs before
  * and after, each kernel table in its own child process, so no OpenMP pool
- * exists when a probe forks. GB = 1e9 bytes. Prints a table; --json writes
+ * exists when a probe forks. --rounds R (default 1) repeats the tables R
+ * times with a probe between rounds: each table's rate in a round is set
+ * against the better of the probes on either side of it (the same
+ * bandwidth the machine gave at that moment, on a host whose neighbours
+ * come and go), and the table prints the median over rounds of the rate
+ * and of that ratio, with the ratio's range. --isa LIST (names as `shoal
+ * run --isa` spells them) times only those tables; each is still checked
+ * against the scalar bits. GB = 1e9 bytes. Prints a table; --json writes
  * every figure (the file is opened before anything runs). Exit 0; 1 on a
  * bit difference, a failed probe or child, or memory that cannot be
  * allocated; 2 on bad arguments. Thread: main. */
@@ -221,6 +228,104 @@ static int run_table(void *user, json_t **out)
     return same ? 0 : 1;
 }
 
+/* The smallest key of every probe (0 when none measured). */
+static double probe_min(const json_t *probes, const char *key)
+{
+    double lo = 0;
+    size_t i;
+    const json_t *p;
+    json_array_foreach(probes, i, p)
+    {
+        const double v = json_real_value(json_object_get(p, key));
+        if (v > 0 && (lo == 0 || v < lo))
+            lo = v;
+    }
+    return lo;
+}
+
+/* The better key of probes p0 and p0 + 1: the bandwidth beside one round. */
+static double probe_best(const json_t *probes, size_t p0, const char *key)
+{
+    const double a = json_real_value(json_object_get(json_array_get(probes, p0), key));
+    const double b = json_real_value(json_object_get(json_array_get(probes, p0 + 1), key));
+    return a > b ? a : b;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median of v[0 .. n-1] (n >= 1; sorts v) */
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One line per (type, table) over its rounds: median rate and ratios, the
+ * read ratio's range; the same under res "summary". */
+static void print_medians(const json_t *runs, json_t *res)
+{
+    json_t *summary = json_array();
+    const size_t n = json_array_size(runs);
+    double *g = shoal_xmalloc((n ? n : 1) * sizeof(double)), *vr = shoal_xmalloc((n ? n : 1) * sizeof(double));
+    double *vc = shoal_xmalloc((n ? n : 1) * sizeof(double)), *vt = shoal_xmalloc((n ? n : 1) * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        const json_t *ri = json_array_get(runs, i);
+        const char *type = json_string_value(json_object_get(ri, "type"));
+        const char *kern = json_string_value(json_object_get(ri, "kernels"));
+        int seen = 0;
+        for (size_t j = 0; j < i && !seen; j++) {
+            const json_t *rj = json_array_get(runs, j);
+            seen = !strcmp(type, json_string_value(json_object_get(rj, "type"))) &&
+                   !strcmp(kern, json_string_value(json_object_get(rj, "kernels")));
+        }
+        if (seen)
+            continue;
+        size_t m = 0;
+        int same = 1;
+        double lo = 0, hi = 0;
+        for (size_t j = i; j < n; j++) {
+            const json_t *rj = json_array_get(runs, j);
+            if (strcmp(type, json_string_value(json_object_get(rj, "type"))) ||
+                strcmp(kern, json_string_value(json_object_get(rj, "kernels"))))
+                continue;
+            g[m] = json_real_value(json_object_get(rj, "weight_gbs"));
+            vr[m] = json_real_value(json_object_get(rj, "vs_ram_read"));
+            vc[m] = json_real_value(json_object_get(rj, "vs_ram_copy"));
+            vt[m] = json_real_value(json_object_get(rj, "vs_ram_triad"));
+            same &= json_is_true(json_object_get(rj, "bits_equal_scalar"));
+            lo = m == 0 || vr[m] < lo ? vr[m] : lo;
+            hi = m == 0 || vr[m] > hi ? vr[m] : hi;
+            m++;
+        }
+        const double mg = median(g, m), mr = median(vr, m), mc = median(vc, m),
+                     mt = median(vt, m);
+        char range[32];
+        snprintf(range, sizeof range, "%.2f-%.2f", lo, hi);
+        printf("%-6s %-8s %10.2f %12.2f %15s %12.2f %13.2f %s\n", type, kern, mg, mr, range, mc,
+               mt, same ? "same" : "DIFFERENT");
+        json_t *o = json_object();
+        json_object_set_new(o, "type", json_string(type));
+        json_object_set_new(o, "kernels", json_string(kern));
+        json_object_set_new(o, "rounds", json_integer((json_int_t)m));
+        json_object_set_new(o, "weight_gbs_median", json_real(mg));
+        json_object_set_new(o, "vs_ram_read_median", json_real(mr));
+        json_object_set_new(o, "vs_ram_read_min", json_real(lo));
+        json_object_set_new(o, "vs_ram_read_max", json_real(hi));
+        json_object_set_new(o, "vs_ram_copy_median", json_real(mc));
+        json_object_set_new(o, "vs_ram_triad_median", json_real(mt));
+        json_array_append_new(summary, o);
+    }
+    free(g);
+    free(vr);
+    free(vc);
+    free(vt);
+    json_object_set_new(res, "summary", summary);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]\n"
@@ -236,6 +341,10 @@ static void usage(FILE *f)
                "                     each once (default int4,int8)\n"
                "  --shape E,F        expert n_embd,n_ff, 8 .. 65536 each (default 2048,768)\n"
                "  --tokens T         tokens per linear, 1 .. 512 (default 1: decode)\n"
+               "  --isa LIST         kernel tables to time, comma-separated, e.g. avx2,avx512\n"
+               "                     (default: every table this CPU runs, scalar first)\n"
+               "  --rounds R         1 .. 50 rounds of every table, a RAM probe between\n"
+               "                     rounds; figures are medians over rounds (default 1)\n"
                "  --json FILE        every figure as JSON\n"
                "Memory: the pool + 1.5 GiB for the RAM probe.\n");
 }
@@ -255,7 +364,8 @@ static int arg_int(const char *flag, const char *v, long long lo, long long hi, 
 static int is_flag(const char *a)
 {
     static const char *const flags[] = {"--threads", "--pool-mb", "--seconds", "--group",
-                                        "--types", "--shape", "--tokens", "--json"};
+                                        "--types", "--shape", "--tokens", "--json",
+                                        "--isa", "--rounds"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(a, flags[i]))
             return 1;
@@ -267,6 +377,8 @@ int main(int argc, char **argv)
     const long n_cpu = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
     const long long ram_mb = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / 1048576;
     int64_t threads = 0, pool_mb = 1024, group = 64, n_embd = 2048, n_ff = 768, n_tok = 1;
+    int64_t rounds = 1;
+    const char *isa_arg = NULL;
     double seconds = 2.0;
     const char *types = "int4,int8", *json_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -292,6 +404,10 @@ int main(int argc, char **argv)
             rc = arg_int(a, v, 64, ram_mb > 256 ? ram_mb / 2 : 128, &pool_mb);
         else if (!strcmp(a, "--tokens"))
             rc = arg_int(a, v, 1, 512, &n_tok);
+        else if (!strcmp(a, "--rounds"))
+            rc = arg_int(a, v, 1, 50, &rounds);
+        else if (!strcmp(a, "--isa"))
+            isa_arg = v;
         else if (!strcmp(a, "--group")) {
             long long g;
             if (shoal_parse_i64(v, 32, 128, &g) != 0 || !shoal_quant_group_ok((int)g)) {
@@ -370,6 +486,48 @@ int main(int argc, char **argv)
                 return 2;
             }
     }
+    /* the tables: every one this CPU runs, or --isa's (each once, runnable) */
+    const enum shoal_quant_isa all_isas[] = {SHOAL_QUANT_ISA_SCALAR, SHOAL_QUANT_ISA_AVX2,
+                                             SHOAL_QUANT_ISA_AVX512BW, SHOAL_QUANT_ISA_AVX512,
+                                             SHOAL_QUANT_ISA_NEON,
+                                             SHOAL_QUANT_ISA_NEON_DOTPROD,
+                                             SHOAL_QUANT_ISA_NEON_I8MM};
+    enum shoal_quant_isa isas[sizeof all_isas / sizeof all_isas[0]];
+    int n_isa = 0;
+    if (!isa_arg) {
+        for (size_t k = 0; k < sizeof all_isas / sizeof all_isas[0]; k++)
+            if (shoal_quant_init(all_isas[k], NULL) == 0)   /* built in and this CPU */
+                isas[n_isa++] = all_isas[k];
+    } else {
+        char buf[128];
+        const size_t il = strlen(isa_arg);
+        int bad = il == 0 || il >= sizeof buf || isa_arg[0] == ',' || isa_arg[il - 1] == ',' ||
+                  strstr(isa_arg, ",,") != NULL;
+        snprintf(buf, sizeof buf, "%s", isa_arg);
+        for (char *save = NULL, *t = bad ? NULL : strtok_r(buf, ",", &save); t && !bad;
+             t = strtok_r(NULL, ",", &save)) {
+            enum shoal_quant_isa q;
+            if (shoal_quant_isa_parse(t, &q) != 0 || q == SHOAL_QUANT_ISA_AUTO) {
+                fprintf(stderr, "kernel_bench: --isa: unknown table '%s'; expected a list of "
+                                "%s other than auto\n", t, shoal_quant_isa_list());
+                return 2;
+            }
+            if (shoal_quant_init(q, NULL) != 0) {
+                fprintf(stderr, "kernel_bench: --isa: this CPU (or build) cannot run '%s'\n", t);
+                return 2;
+            }
+            for (int k = 0; k < n_isa; k++)
+                bad |= isas[k] == q;
+            if (n_isa < (int)(sizeof isas / sizeof isas[0]))
+                isas[n_isa++] = q;
+        }
+        if (bad) {
+            fprintf(stderr, "kernel_bench: --isa expects table names, each once, "
+                            "comma-separated; got '%s'\n", isa_arg);
+            return 2;
+        }
+    }
+    shoal_quant_init(SHOAL_QUANT_ISA_SCALAR, NULL);
     /* the output file first: a run is not wasted on a path that fails */
     FILE *json_f = NULL;
     if (json_path) {
@@ -391,9 +549,12 @@ int main(int argc, char **argv)
     json_t *res = json_object();
     json_object_set_new(res, "machine", shoal_bench_machine("."));
     json_object_set_new(res, "load_start", shoal_bench_loadavg());
+    json_object_set_new(res, "rounds", json_integer(rounds));
     const struct shoal_bench_ram_params rp = {.threads = (int)threads, .array_mib = 512, .reps = 5};
+    /* probes[k]: the one before round k of all types' rounds (the last: the end) */
+    json_t *probes = json_array();
     json_t *ram0 = shoal_bench_ram(&rp);
-    json_object_set_new(res, "ram_start", ram0);
+    json_array_append_new(probes, ram0);
     json_t *runs = json_array();
     int failed = 0;
     for (int it = 0; it < n_types; it++) {
@@ -429,59 +590,64 @@ int main(int argc, char **argv)
         }
         for (int64_t e = 1; e < b.n_expert; e++)
             memcpy(b.pool + (size_t)e * b.expert_bytes, b.pool, b.expert_bytes);
-        const enum shoal_quant_isa isas[] = {SHOAL_QUANT_ISA_SCALAR, SHOAL_QUANT_ISA_AVX2,
-                                             SHOAL_QUANT_ISA_AVX512BW, SHOAL_QUANT_ISA_AVX512,
-                                             SHOAL_QUANT_ISA_NEON,
-                                             SHOAL_QUANT_ISA_NEON_DOTPROD,
-                                             SHOAL_QUANT_ISA_NEON_I8MM};
-        for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
-            if (shoal_quant_init(isas[k], NULL) != 0)
-                continue;   /* not built in or not this CPU */
-            shoal_quant_init(SHOAL_QUANT_ISA_SCALAR, NULL);
-            b.isa = isas[k];
-            struct shoal_err err = {0};
-            json_t *r = shoal_bench_fork_json(run_table, &b, &err);
-            if (!r) {
-                fprintf(stderr, "kernel_bench: %s %s: %s\n", tnames[tlist[it]],
-                        shoal_quant_isa_name(isas[k]), err.msg);
-                failed = 1;
-                continue;
+        for (int64_t round = 0; round < rounds; round++) {
+            if (round > 0 || it > 0)
+                json_array_append_new(probes, shoal_bench_ram(&rp));
+            for (int k = 0; k < n_isa; k++) {
+                b.isa = isas[k];
+                struct shoal_err err = {0};
+                json_t *r = shoal_bench_fork_json(run_table, &b, &err);
+                if (!r) {
+                    fprintf(stderr, "kernel_bench: %s %s: %s\n", tnames[tlist[it]],
+                            shoal_quant_isa_name(isas[k]), err.msg);
+                    failed = 1;
+                    continue;
+                }
+                json_object_set_new(r, "type", json_string(tnames[tlist[it]]));
+                json_object_set_new(r, "group", json_integer(b.group));
+                json_object_set_new(r, "round", json_integer(round));
+                json_object_set_new(r, "probe_before",
+                                    json_integer((json_int_t)json_array_size(probes) - 1));
+                json_object_set_new(r, "pool_bytes", json_integer((json_int_t)((size_t)b.n_expert *
+                                                                               b.expert_bytes)));
+                json_object_set_new(r, "expert_bytes", json_integer((json_int_t)b.expert_bytes));
+                if (!json_is_true(json_object_get(r, "bits_equal_scalar"))) {
+                    fprintf(stderr, "kernel_bench: %s %s: output differs from the scalar "
+                                    "kernels\n", tnames[tlist[it]],
+                            shoal_quant_isa_name(isas[k]));
+                    failed = 1;
+                }
+                json_array_append_new(runs, r);
             }
-            json_object_set_new(r, "type", json_string(tnames[tlist[it]]));
-            json_object_set_new(r, "group", json_integer(b.group));
-            json_object_set_new(r, "pool_bytes",
-                                json_integer((json_int_t)((size_t)b.n_expert * b.expert_bytes)));
-            json_object_set_new(r, "expert_bytes", json_integer((json_int_t)b.expert_bytes));
-            if (!json_is_true(json_object_get(r, "bits_equal_scalar"))) {
-                fprintf(stderr, "kernel_bench: %s %s: output differs from the scalar kernels\n",
-                        tnames[tlist[it]], shoal_quant_isa_name(isas[k]));
-                failed = 1;
-            }
-            json_array_append_new(runs, r);
         }
         free(b.pool);
     }
     json_t *ram1 = shoal_bench_ram(&rp);
-    json_object_set_new(res, "ram_end", ram1);
+    json_array_append_new(probes, ram1);
+    json_object_set_new(res, "ram_start", json_incref(ram0));
+    json_object_set_new(res, "ram_end", json_incref(ram1));
+    json_object_set_new(res, "ram_probes", probes);
     json_object_set_new(res, "load_end", shoal_bench_loadavg());
     json_object_set_new(res, "runs", runs);
-    /* the limit: the better of the two probes, so the ratio is not flattered */
+    /* the limit: the better of the probes, so the ratio is not flattered;
+     * over the whole run for the header, around each round for the ratios */
     double read = 0, copy = 0, triad = 0;
-    const json_t *probes[2] = {ram0, ram1};
-    for (int k = 0; k < 2; k++) {
-        const double r = json_real_value(json_object_get(probes[k], "read_gbs"));
-        const double t = json_real_value(json_object_get(probes[k], "triad_gbs"));
-        const double c = json_real_value(json_object_get(probes[k], "copy_gbs"));
+    size_t pi;
+    json_t *pr;
+    json_array_foreach(probes, pi, pr)
+    {
+        if (json_object_get(pr, "error")) {
+            fprintf(stderr, "kernel_bench: RAM probe %zu failed: %s\n", pi,
+                    json_string_value(json_object_get(pr, "error")));
+            failed = 1;
+        }
+        const double r = json_real_value(json_object_get(pr, "read_gbs"));
+        const double t = json_real_value(json_object_get(pr, "triad_gbs"));
+        const double c = json_real_value(json_object_get(pr, "copy_gbs"));
         copy = c > copy ? c : copy;
         read = r > read ? r : read;
         triad = t > triad ? t : triad;
     }
-    for (int k = 0; k < 2; k++)
-        if (json_object_get(probes[k], "error")) {
-            fprintf(stderr, "kernel_bench: RAM probe (%s) failed: %s\n", k ? "end" : "start",
-                    json_string_value(json_object_get(probes[k], "error")));
-            failed = 1;
-        }
     json_object_set_new(res, "ram_read_gbs", json_real(read));
     json_object_set_new(res, "ram_copy_gbs", json_real(copy));
     json_object_set_new(res, "ram_triad_gbs", json_real(triad));
@@ -492,25 +658,41 @@ int main(int argc, char **argv)
            cpu ? cpu : "?", threads ? (int)threads : omp_get_max_threads(), (long)n_ff,
            (long)n_embd, (long)n_embd, (long)n_ff, (long)group, (long)pool_mb, (long)n_tok,
            n_tok > 1 ? "s" : "");
-    printf("RAM (best of start/end): read %.1f GB/s, copy %.1f GB/s, triad %.1f GB/s\n", read,
-           copy, triad);
-    printf("%-6s %-8s %10s %12s %12s %13s %s\n", "type", "kernels",
-           n_tok > 1 ? "GB/s x tok" : "GB/s", "vs RAM read", "vs RAM copy", "vs RAM triad",
-           "bits vs scalar");
+    if (rounds == 1) {
+        printf("RAM (best probe; each table against the better probe beside it): read %.1f "
+               "GB/s, copy %.1f GB/s, triad %.1f GB/s\n", read, copy, triad);
+        printf("%-6s %-8s %10s %12s %12s %13s %s\n", "type", "kernels",
+               n_tok > 1 ? "GB/s x tok" : "GB/s", "vs RAM read", "vs RAM copy", "vs RAM triad",
+               "bits vs scalar");
+    } else {
+        printf("RAM read, %zu probes: %.1f .. %.1f GB/s; each round's rate against the better "
+               "probe beside it; medians over %ld rounds\n", json_array_size(probes),
+               probe_min(probes, "read_gbs"), read, (long)rounds);
+        printf("%-6s %-8s %10s %12s %15s %12s %13s %s\n", "type", "kernels",
+               n_tok > 1 ? "GB/s x tok" : "GB/s", "vs RAM read", "(range)", "vs RAM copy",
+               "vs RAM triad", "bits vs scalar");
+    }
     size_t i;
     json_t *r;
     json_array_foreach(runs, i, r)
     {
+        /* this round's probes: the one before it and the next one */
+        const size_t p0 = (size_t)json_integer_value(json_object_get(r, "probe_before"));
         const double g = json_real_value(json_object_get(r, "weight_gbs"));
-        json_object_set_new(r, "vs_ram_read", json_real(read > 0 ? g / read : 0));
-        json_object_set_new(r, "vs_ram_copy", json_real(copy > 0 ? g / copy : 0));
-        json_object_set_new(r, "vs_ram_triad", json_real(triad > 0 ? g / triad : 0));
-        printf("%-6s %-8s %10.2f %12.2f %12.2f %13.2f %s\n",
-               json_string_value(json_object_get(r, "type")),
-               json_string_value(json_object_get(r, "kernels")), g, read > 0 ? g / read : 0,
-               copy > 0 ? g / copy : 0, triad > 0 ? g / triad : 0,
-               json_is_true(json_object_get(r, "bits_equal_scalar")) ? "same" : "DIFFERENT");
+        const double rr = probe_best(probes, p0, "read_gbs"), rc = probe_best(probes, p0, "copy_gbs"),
+                     rt = probe_best(probes, p0, "triad_gbs");
+        json_object_set_new(r, "vs_ram_read", json_real(rr > 0 ? g / rr : 0));
+        json_object_set_new(r, "vs_ram_copy", json_real(rc > 0 ? g / rc : 0));
+        json_object_set_new(r, "vs_ram_triad", json_real(rt > 0 ? g / rt : 0));
+        if (rounds == 1)
+            printf("%-6s %-8s %10.2f %12.2f %12.2f %13.2f %s\n",
+                   json_string_value(json_object_get(r, "type")),
+                   json_string_value(json_object_get(r, "kernels")), g, rr > 0 ? g / rr : 0,
+                   rc > 0 ? g / rc : 0, rt > 0 ? g / rt : 0,
+                   json_is_true(json_object_get(r, "bits_equal_scalar")) ? "same" : "DIFFERENT");
     }
+    if (rounds > 1)
+        print_medians(runs, res);
     if (json_f && (json_dumpf(res, json_f, JSON_INDENT(1)) != 0 || fclose(json_f) != 0)) {
         fprintf(stderr, "kernel_bench: --json: writing '%s' failed: %s\n", json_path,
                 strerror(errno));

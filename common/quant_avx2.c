@@ -760,13 +760,19 @@ rows8_step(__m256 acc, const uint8_t *const qs[8], const int8_t *q, const float 
 }
 
 /* y[i] (i < 8) = the canonical INT4A8 dot of token q/dx/sx with rows base,
- * base + row_bytes, ... (G compile-time; PF: prefetch the weights). The
- * groups whose halves are all whole (the first g_full) skip half_s16_at's
- * checks, in a loop of their own. */
+ * base + row_bytes, ... (G compile-time). The groups whose halves are all
+ * whole (the first g_full) skip half_s16_at's checks, in a loop of their
+ * own. PF: prefetch the next block's pf_bytes at pf, spread over this
+ * block's group steps (the hardware prefetcher does not follow 8
+ * interleaved row streams that restart at every matrix). */
 static inline __attribute__((always_inline)) void
 rows8_a8(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q, const float *dx,
-         const int32_t *sx, int64_t n_group, int64_t nh, int tail, const int G, const int PF)
+         const int32_t *sx, int64_t n_group, int64_t nh, int tail, const int G, const int PF,
+         const uint8_t *pf, size_t pf_bytes)
 {
+    const int64_t n_steps = G == 32 ? (n_group + 1) / 2 : n_group;
+    const size_t pf_step = PF ? (pf_bytes / (size_t)n_steps + 63) & ~(size_t)63 : 0;
+    size_t pf_at = 0;
     const uint8_t *qs[8];
     for (int i = 0; i < 8; i++)
         qs[i] = base + (size_t)i * row_bytes + 4 * (size_t)n_group;
@@ -781,27 +787,31 @@ rows8_a8(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q, const
         /* groups g0 + j, j < jf, are whole (G=32: jf even) */
         const int jf = g_full - g0 >= cnt ? cnt : g_full > g0 ? (int)(g_full - g0) : 0;
         int j = 0;
-        for (; j + step <= jf; j += step)
-            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, PF, 0);
+        for (; j + step <= jf; j += step) {
+            if (PF)
+                for (size_t e = pf_at + pf_step; pf_at < e; pf_at += 64)
+                    _mm_prefetch((const char *)pf + pf_at, _MM_HINT_T0);
+            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 0, 0);
+        }
         for (; j < cnt; j += step)
-            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, PF, 1);
+            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 0, 1);
     }
     _mm256_storeu_ps(y, acc);
 }
 
 static void rows8_a8_any(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q,
                          const float *dx, const int32_t *sx, int64_t n_group, int64_t nh,
-                         int tail, int G, int pf)
+                         int tail, int G, const uint8_t *pf, size_t pf_bytes)
 {
+#define ROWS8(G_, PF_) rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, G_, PF_, pf, \
+                                pf_bytes)
     if (G == 32)
-        pf ? rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 32, 1)
-           : rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 32, 0);
+        pf_bytes ? ROWS8(32, 1) : ROWS8(32, 0);
     else if (G == 64)
-        pf ? rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 64, 1)
-           : rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 64, 0);
+        pf_bytes ? ROWS8(64, 1) : ROWS8(64, 0);
     else
-        pf ? rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 128, 1)
-           : rows8_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 128, 0);
+        pf_bytes ? ROWS8(128, 1) : ROWS8(128, 0);
+#undef ROWS8
 }
 
 /* Rows in blocks of 8 (rows8_a8, the weights prefetched on the first
@@ -818,12 +828,22 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
     const int64_t n_group = (n + G - 1) / G, nh = (n + 63) / 64;
     /* packed bytes of the last half: 32, or fewer when n % 64 != 0 */
     const int tail = n % 64 ? (int)((n % 64 + 1) / 2) : 32;
+    /* prefetch distance: k blocks of 8 rows, at least A8_PF bytes */
+    const int64_t k = ((int64_t)A8_PF + 8 * (int64_t)row_bytes - 1) / (8 * (int64_t)row_bytes);
+    if (r0 + 8 <= r1) {   /* the first k blocks: the later ones are prefetched k blocks before */
+        const int64_t ahead = r1 - r0 < 8 * k ? r1 - r0 : 8 * k;
+        for (size_t o = 0; o < (size_t)ahead * row_bytes; o += 64)
+            _mm_prefetch((const char *)w->data + (size_t)r0 * row_bytes + o, _MM_HINT_T0);
+    }
     for (; r0 + 8 <= r1; r0 += 8) {
         const uint8_t *base = (const uint8_t *)w->data + (size_t)r0 * row_bytes;
+        /* block k ahead, or what rows are left of it (never past r1) */
+        const int64_t pr0 = r0 + 8 * k;
+        const int64_t npf = pr0 >= r1 ? 0 : r1 - pr0 < 8 ? r1 - pr0 : 8;
         for (int64_t t = 0; t < n_tok; t++)
             rows8_a8_any(y + t * w->rows + r0, base, row_bytes, a->q + t * a->q_stride,
                          a->d + t * a->n_group, a->s + t * a->n_group, n_group, nh, tail, G,
-                         t == 0);
+                         base + 8 * k * row_bytes, t == 0 ? (size_t)npf * row_bytes : 0);
     }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
