@@ -4,7 +4,9 @@
 A short run (int4, 64 MiB pool, a fraction of a second per table, 1 and 3
 tokens per linear) must exit 0 and write a JSON in which every kernel table
 this CPU runs (scalar first) gave the scalar bits, ran at least one pass
-and a positive rate, and both RAM probes measured something. Bad arguments
+and a positive rate, and both RAM probes measured something. --isa and
+--rounds time only the named tables once per round, with a probe between
+rounds, and summarize each table by the median and range of its rounds. Bad arguments
 must get one line on stderr naming the flag and exit 2 before anything
 runs, and an unwritable --json path must be refused up front. Asserts
 behaviour, never speed.
@@ -56,7 +58,38 @@ def main():
                   "tokens=%d: RAM probes measured (read %.1f, triad %.1f GB/s)" % (
                       tokens, res.get("ram_read_gbs", 0), res.get("ram_triad_gbs", 0)))
             check(("GB/s x tok" in r.stdout) == (tokens > 1), "tokens=%d: the table's unit" % tokens)
-        bad = [(["--group", "48"], "--group"), (["--types", "int4,int4"], "--types"),
+        # --isa and --rounds: only the named tables, each once per round, a
+        # probe between rounds, one summary per table
+        out = os.path.join(tmp, "kbr.json")
+        r = subprocess.run([a.bench, "--types", "int4a8", "--pool-mb", "64", "--seconds", "0.05",
+                            "--isa", "scalar", "--rounds", "3", "--json", out],
+                           capture_output=True, text=True, timeout=300, env=env)
+        check(r.returncode == 0, "--isa scalar --rounds 3: exit 0 (got %d: %s)" % (
+            r.returncode, r.stderr.strip()[-300:]))
+        if r.returncode == 0:
+            res = json.load(open(out))
+            runs = res.get("runs", [])
+            check([x.get("kernels") for x in runs] == ["scalar"] * 3 and
+                  [x.get("round") for x in runs] == [0, 1, 2],
+                  "--rounds 3: scalar timed in rounds 0, 1, 2 (%s)" % (
+                      [(x.get("kernels"), x.get("round")) for x in runs]))
+            check(len(res.get("ram_probes", [])) == 4 and
+                  all(p.get("read_gbs", 0) > 0 for p in res.get("ram_probes", [])),
+                  "--rounds 3: 4 RAM probes, each measured")
+            summ = res.get("summary", [])
+            ratios = sorted(x.get("vs_ram_read", 0) for x in runs)
+            check(len(summ) == 1 and summ[0].get("rounds") == 3 and
+                  abs(summ[0].get("vs_ram_read_median", -1) - ratios[1]) < 1e-12 and
+                  summ[0].get("vs_ram_read_min") == ratios[0] and
+                  summ[0].get("vs_ram_read_max") == ratios[2],
+                  "--rounds 3: the summary is the median and range of the rounds' ratios")
+            check("(range)" in r.stdout and
+                  sum(l.startswith("int4a8 ") for l in r.stdout.splitlines()) == 1,
+                  "--rounds 3: one printed line per table, with the range")
+        bad = [(["--group", "48"], "--group"),
+               (["--isa", "bogus"], "--isa"), (["--isa", "scalar,scalar"], "--isa"),
+               (["--isa", "auto"], "--isa"), (["--isa", ""], "--isa"),
+               (["--rounds", "0"], "--rounds"), (["--rounds", "51"], "--rounds"), (["--types", "int4,int4"], "--types"),
                (["--types", ""], "--types"), (["--pool-mb", "1"], "--pool-mb"),
                (["--shape", "2048"], "--shape"), (["--shape", " 2048,768"], "--shape"),
                (["--shape", "2048,768x"], "--shape"), (["--types", "int4a8,int4a8"], "--types"),
