@@ -54,6 +54,11 @@ def main():
                       x.get("weight_gbs", 0) > 0 and x.get("tokens") == tokens,
                       "tokens=%d %s: scalar bits, %s passes, %.3f GB/s" % (
                           tokens, x.get("kernels"), x.get("passes"), x.get("weight_gbs", 0)))
+                # the fastest pass is at least the mean of all passes
+                check(x.get("best_pass_gbs", 0) >= x.get("weight_gbs", 1) * (1 - 1e-9),
+                      "tokens=%d %s: best pass %.3f >= mean %.3f GB/s" % (
+                          tokens, x.get("kernels"), x.get("best_pass_gbs", 0),
+                          x.get("weight_gbs", 0)))
             check(res.get("ram_read_gbs", 0) > 0 and res.get("ram_triad_gbs", 0) > 0,
                   "tokens=%d: RAM probes measured (read %.1f, triad %.1f GB/s)" % (
                       tokens, res.get("ram_read_gbs", 0), res.get("ram_triad_gbs", 0)))
