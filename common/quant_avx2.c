@@ -381,10 +381,11 @@ static void linear_rows_avx2(float *y, const float *x, int64_t n_tok,
 /* ---- INT4A8 (quant.h): the AVX-512 scheme on 64-column halves ------------
  * (quant_avx512.c explains it). A 32-byte load is 64 columns; its low
  * nibbles are the even columns, found at the activation chunk's 32 * half,
- * its high nibbles the odd ones at 64 + 32 * half. vphaddd trees make the
- * group sums (groups8). A partial last half (width not a multiple of 64)
- * goes through a zeroed copy. Exact integers, the f32 combine in group
- * order: the scalar table's bits. */
+ * its high nibbles the odd ones at 64 + 32 * half. A decode token runs 8
+ * rows side by side (rows8_a8 below); the rows left over, fewer than 8, take
+ * a row's group sums from vphaddd trees (groups8). A partial last half
+ * (width not a multiple of 64) goes through a zeroed copy. Exact integers,
+ * the f32 combine in group order: the scalar table's bits. */
 
 #define A8_PF 16384
 
@@ -614,13 +615,10 @@ groups8(const uint8_t *qs, const int8_t *q, int64_t h0, const int HP, int64_t nh
  * integers, the scalar table's bits. */
 
 /* s16 of one half at p against its activation chunk e (evens at e, odds at
- * e + 64); PF: prefetch A8_PF ahead of p */
-static inline __attribute__((always_inline)) __m256i half_s16(const uint8_t *p, const int8_t *e,
-                                                              const int PF)
+ * e + 64) */
+static inline __attribute__((always_inline)) __m256i half_s16(const uint8_t *p, const int8_t *e)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    if (PF)
-        _mm_prefetch((const char *)p + A8_PF, _MM_HINT_T0);
     const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)p);
     const __m256i lo = _mm256_and_si256(b, m4);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
@@ -634,17 +632,16 @@ static inline __attribute__((always_inline)) __m256i half_s16(const uint8_t *p, 
  * partial last half goes through a zeroed copy (the activation's columns
  * past the row are 0), a half past the row is 0. */
 static inline __attribute__((always_inline)) __m256i
-half_s16_at(const uint8_t *qs, const int8_t *q, int64_t hh, int64_t nh, int tail, const int PF,
-            const int CHECK)
+half_s16_at(const uint8_t *qs, const int8_t *q, int64_t hh, int64_t nh, int tail, const int CHECK)
 {
     const int8_t *e = q + 128 * (hh >> 1) + 32 * (hh & 1);
     if (!CHECK || hh < nh - 1 || (hh == nh - 1 && tail == 32))
-        return half_s16(qs + 32 * (size_t)hh, e, PF);
+        return half_s16(qs + 32 * (size_t)hh, e);
     if (hh >= nh)
         return _mm256_setzero_si256();
     _Alignas(32) uint8_t buf[32] = {0};
     memcpy(buf, qs + 32 * (size_t)hh, (size_t)tail);
-    return half_s16(buf, e, 0);
+    return half_s16(buf, e);
 }
 
 /* Two vphaddw levels over 8 s16 vectors: per 128-bit lane, words 2k and
@@ -728,13 +725,13 @@ static inline __attribute__((always_inline)) void scales8(__m256 dd[8], const ui
  * (G=32) for the 8 rows qs[] into x[] (half_s16_at's CHECK) */
 static inline __attribute__((always_inline)) void
 group_s16x8(__m256i x[8], const uint8_t *const qs[8], const int8_t *q, int64_t g, int64_t nh,
-            int tail, const int G, const int PF, const int CHECK)
+            int tail, const int G, const int CHECK)
 {
     const int64_t hh = G == 32 ? g / 2 : G == 64 ? g : 2 * g;
     for (int i = 0; i < 8; i++) {
-        x[i] = half_s16_at(qs[i], q, hh, nh, tail, PF && (hh & 1) == 0, CHECK);
+        x[i] = half_s16_at(qs[i], q, hh, nh, tail, CHECK);
         if (G == 128)                              /* |word| <= 15240 */
-            x[i] = _mm256_add_epi16(x[i], half_s16_at(qs[i], q, hh + 1, nh, tail, 0, CHECK));
+            x[i] = _mm256_add_epi16(x[i], half_s16_at(qs[i], q, hh + 1, nh, tail, CHECK));
     }
 }
 
@@ -743,11 +740,11 @@ group_s16x8(__m256i x[8], const uint8_t *const qs[8], const int8_t *q, int64_t g
 static inline __attribute__((always_inline)) __m256
 rows8_step(__m256 acc, const uint8_t *const qs[8], const int8_t *q, const float *dx,
            const int32_t *sx, const __m256 dd[8], int64_t g0, int j, int cnt, int64_t nh,
-           int tail, const int G, const int PF, const int CHECK)
+           int tail, const int G, const int CHECK)
 {
     const int64_t g = g0 + j;
     __m256i x[8];
-    group_s16x8(x, qs, q, g, nh, tail, G, PF, CHECK);
+    group_s16x8(x, qs, q, g, nh, tail, G, CHECK);
     if (G == 32) {
         __m256i ga, gb;
         rows8_sum2(x, &ga, &gb);
@@ -762,9 +759,9 @@ rows8_step(__m256 acc, const uint8_t *const qs[8], const int8_t *q, const float 
 /* y[i] (i < 8) = the canonical INT4A8 dot of token q/dx/sx with rows base,
  * base + row_bytes, ... (G compile-time). The groups whose halves are all
  * whole (the first g_full) skip half_s16_at's checks, in a loop of their
- * own. PF: prefetch the next block's pf_bytes at pf, spread over this
- * block's group steps (the hardware prefetcher does not follow 8
- * interleaved row streams that restart at every matrix). */
+ * own. PF: prefetch the pf_bytes at pf (a block at least A8_PF ahead),
+ * spread over this block's whole group steps (the hardware prefetcher does
+ * not follow 8 interleaved row streams that restart at every matrix). */
 static inline __attribute__((always_inline)) void
 rows8_a8(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q, const float *dx,
          const int32_t *sx, int64_t n_group, int64_t nh, int tail, const int G, const int PF,
@@ -791,10 +788,10 @@ rows8_a8(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q, const
             if (PF)
                 for (size_t e = pf_at + pf_step; pf_at < e; pf_at += 64)
                     _mm_prefetch((const char *)pf + pf_at, _MM_HINT_T0);
-            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 0, 0);
+            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 0);
         }
         for (; j < cnt; j += step)
-            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 0, 1);
+            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 1);
     }
     _mm256_storeu_ps(y, acc);
 }
