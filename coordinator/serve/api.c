@@ -174,6 +174,39 @@ static int get_messages(json_t *root, struct shoal_api_request *r, struct shoal_
     return r->messages_json ? 0 : bad(e, "messages", "'messages' cannot be serialized");
 }
 
+/* Chat template variables: "chat_template_kwargs" (an object: its members,
+ * e.g. {"enable_thinking": false}, as llama-server and vLLM take them) and
+ * "tools" (a list of objects; null or [] is none), which overrides a
+ * kwargs member of that name. */
+static int get_template_vars(json_t *root, struct shoal_api_request *r,
+                             struct shoal_api_error *e)
+{
+    json_t *kw = json_object_get(root, "chat_template_kwargs");
+    json_t *tools = json_object_get(root, "tools");
+    if (kw && !json_is_null(kw) && !json_is_object(kw))
+        return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (tools && !json_is_null(tools) && !json_is_array(tools))
+        return bad(e, "tools", "'tools' must be a list of tool objects");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        if (!json_is_object(t))
+            return bad(e, "tools", "tools[%zu] must be an object ({\"type\": \"function\", "
+                       "\"function\": {...}})", i);
+    }
+    const int has_kw = json_is_object(kw) && json_object_size(kw) > 0;
+    const int has_tools = json_is_array(tools) && json_array_size(tools) > 0;
+    if (!has_kw && !has_tools)
+        return 0;
+    json_t *v = has_kw ? json_deep_copy(kw) : json_object();
+    if (has_tools)
+        json_object_set(v, "tools", tools);
+    r->template_vars_json = json_dumps(v, JSON_COMPACT);
+    json_decref(v);
+    return r->template_vars_json ? 0
+                                 : bad(e, "tools", "the template variables cannot be serialized");
+}
+
 /* "prompt": [id, ...] (or [[id, ...]]): token ids, as OpenAI accepts them.
  * Returns 1 when p is such a list (r filled, or e set and -1), 0 when not. */
 static int get_prompt_tokens(json_t *p, struct shoal_api_request *r, struct shoal_api_error *e)
@@ -237,7 +270,8 @@ int shoal_api_parse_request(enum shoal_api_kind kind, const char *body, size_t l
     }
     if (json_is_string(model))
         r->model = shoal_xstrdup(json_string_value(model));
-    if (kind == SHOAL_API_CHAT ? get_messages(root, r, e) : get_prompt(root, r, e))
+    if (kind == SHOAL_API_CHAT ? get_messages(root, r, e) || get_template_vars(root, r, e)
+                               : get_prompt(root, r, e))
         goto out;
     json_t *stream = json_object_get(root, "stream");
     if (stream && !json_is_null(stream) && !json_is_boolean(stream)) {
@@ -287,6 +321,7 @@ void shoal_api_request_free(struct shoal_api_request *r)
     free(r->prompt);
     free(r->prompt_tokens);
     free(r->messages_json);
+    free(r->template_vars_json);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     memset(r, 0, sizeof *r);

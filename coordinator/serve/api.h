@@ -46,6 +46,12 @@ struct shoal_api_request {
     char *messages_json;      /* chat: the "messages" array as JSON, each
                                * content given as a list of text parts
                                * joined into one string */
+    char *template_vars_json; /* chat: a JSON object of extra chat template
+                               * variables, or NULL: "chat_template_kwargs"'s
+                               * members and "tools" (a list of objects,
+                               * OpenAI's {"type": "function", "function":
+                               * {...}} as given), as transformers'
+                               * apply_chat_template(tools=..., **kwargs) */
     int stream;               /* "stream": true */
     int include_usage;        /* "stream_options": {"include_usage": true} */
     int64_t max_tokens;       /* max_tokens or max_completion_tokens; -1: not given */

@@ -352,7 +352,8 @@ static int prompt_ids(struct server *srv, struct job *j, int32_t **ids, size_t *
         struct shoal_chat_template_vars v = {.bos_token = srv->bos ? srv->bos : "",
                                              .eos_token = srv->eos ? srv->eos : "",
                                              .add_generation_prompt = 1,
-                                             .messages_json = j->req.messages_json};
+                                             .messages_json = j->req.messages_json,
+                                             .extra_json = j->req.template_vars_json};
         if (shoal_chat_template_render(srv->tmpl, NULL, 0, &v, &rendered, &err))
             return shoal_api_fail(e, 400, "invalid_request_error", "messages", NULL,
                                   "chat template: %s", err.msg);

@@ -28,6 +28,9 @@ ids in FILE, the tokenization of a harmony reply. Checks:
     reasoning so far;
   - "stop" on a harmony chat request: 400 naming "stop"; the server keeps
     serving;
+  - "tools" and "chat_template_kwargs" reach the template: prompt_tokens
+    equals jinja2's rendering of the same request, with and without them;
+    a bad value is a 400 naming the field;
   - /v1/completions on the same model is not parsed (the markers give no
     text, the channels run together), as before.
 
@@ -235,6 +238,62 @@ def test_tool_call(h):
               "streamed: finish_reason tool_calls")
 
 
+TOOLS = [{"type": "function",
+          "function": {"name": "get_weather", "description": "The weather in a city.",
+                       "parameters": {"type": "object",
+                                      "properties": {"city": {"type": "string"}},
+                                      "required": ["city"]}}}]
+
+
+def test_tools(h):
+    """"tools" and "chat_template_kwargs" reach the chat template: the
+    prompt has as many tokens as jinja2's rendering of the same request
+    (transformers' apply_chat_template(tools=..., **kwargs)), and more with
+    the tool than without; a bad value is a 400 naming the field."""
+    import test_chat_template_jinja as tj
+    if tj.jinja2 is None:
+        print("SKIP tools: python3-jinja2 is not installed")
+        return
+    env = tj.make_env()
+    with open(os.path.join(FIXTURES, "gpt-oss-20b.chat_template.jinja")) as f:
+        src = f.read()
+    msgs = [{"role": "user", "content": "What is 2+2?"}]
+    counts = {}
+    for name, tools, kw in (("none", None, None), ("tools", TOOLS, None),
+                            ("tools + reasoning_effort", TOOLS, {"reasoning_effort": "high"}),
+                            ("empty tools", [], None)):
+        extra = dict(kw or {})
+        extra["tools"] = tools or None
+        text, err = tj.jinja_render(env, src, msgs, "<|startoftext|>", "<|return|>", True, extra)
+        check(err is None, "%s: jinja2 renders the request (%s)" % (name, err))
+        if err:
+            continue
+        want = len(ids_of(h.shoal, h.model, text))
+        h.force(FINAL)
+        body = {}
+        if tools is not None:
+            body["tools"] = tools
+        if kw is not None:
+            body["chat_template_kwargs"] = kw
+        r = h.chat(name, **body)
+        if r:
+            got = r["usage"]["prompt_tokens"]
+            counts[name] = got
+            check(got == want, "%s: prompt_tokens %d == jinja2's rendering, %d tokens" % (
+                name, got, want))
+    if len(counts) == 4:
+        check(counts["tools"] > counts["none"] and counts["empty tools"] == counts["none"] and
+              counts["tools + reasoning_effort"] != counts["tools"],
+              "the tool and the kwargs change the prompt, [] does not (%r)" % counts)
+    for field, value in (("tools", {"type": "function"}), ("tools", [1]),
+                         ("chat_template_kwargs", [1]), ("chat_template_kwargs", "x")):
+        s, _, b = h.srv.post("/v1/chat/completions",
+                             {"messages": msgs, field: value, "max_tokens": 2})
+        err = json.loads(b).get("error", {}) if s == 400 else {}
+        check(s == 400 and field in (err.get("message") or "") and err.get("param") == field,
+              "%s %r: 400 naming it (%d %r)" % (field, value, s, b[:200]))
+
+
 def test_refusals_and_completions(h):
     s, _, b = h.srv.post("/v1/chat/completions",
                          {"messages": [{"role": "user", "content": "Hi"}], "stop": ["x"]})
@@ -267,6 +326,7 @@ def main():
             h = Harmony(shoal, model, srv, forced)
             test_channels(h)
             test_tool_call(h)
+            test_tools(h)
             test_refusals_and_completions(h)
         finally:
             check(srv.stop() == 0, "serve exits 0 on SIGTERM")
