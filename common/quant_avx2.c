@@ -786,13 +786,17 @@ rows8_a8(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q, const
         int j = 0;
         for (; j + step <= jf; j += step) {
             if (PF)
-                for (size_t e = pf_at + pf_step; pf_at < e; pf_at += 64)
+                for (size_t e = pf_at + pf_step < pf_bytes ? pf_at + pf_step : pf_bytes;
+                     pf_at < e; pf_at += 64)
                     _mm_prefetch((const char *)pf + pf_at, _MM_HINT_T0);
             acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 0);
         }
         for (; j < cnt; j += step)
             acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 1);
     }
+    if (PF)   /* what the whole groups did not cover (rows with a partial last group) */
+        for (; pf_at < pf_bytes; pf_at += 64)
+            _mm_prefetch((const char *)pf + pf_at, _MM_HINT_T0);
     _mm256_storeu_ps(y, acc);
 }
 
@@ -837,10 +841,12 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
         /* block k ahead, or what rows are left of it (never past r1) */
         const int64_t pr0 = r0 + 8 * k;
         const int64_t npf = pr0 >= r1 ? 0 : r1 - pr0 < 8 ? r1 - pr0 : 8;
+        /* the pointer is formed only inside the rows (no arithmetic past them) */
+        const uint8_t *pf = npf ? (const uint8_t *)w->data + (size_t)pr0 * row_bytes : NULL;
         for (int64_t t = 0; t < n_tok; t++)
             rows8_a8_any(y + t * w->rows + r0, base, row_bytes, a->q + t * a->q_stride,
                          a->d + t * a->n_group, a->s + t * a->n_group, n_group, nh, tail, G,
-                         base + 8 * k * row_bytes, t == 0 ? (size_t)npf * row_bytes : 0);
+                         pf, t == 0 ? (size_t)npf * row_bytes : 0);
     }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
