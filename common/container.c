@@ -1301,7 +1301,8 @@ static int bind_slot(const struct shoal_weight_slot *s, void *user)
                              ct->manifest_path, s->name, shoal_dtype_name(t->w.dtype));
     *s->w = t->w;
     /* FP8: scales and codes checked once here (dense tensors stay resident;
-     * experts are checked by the store as they are read) */
+     * experts are checked by the store as they are read); MXFP4 exponents
+     * and int8 / int4 group scales likewise */
     if (t->w.dtype == SHOAL_DTYPE_FP8) {
         struct shoal_err e = {0};
         if (shoal_fp8_check(&t->w, 1, s->name, &e))
@@ -1310,6 +1311,12 @@ static int bind_slot(const struct shoal_weight_slot *s, void *user)
     if (t->w.dtype == SHOAL_DTYPE_MXFP4) {
         struct shoal_err e = {0};
         if (shoal_mxfp4_check(&t->w, s->name, &e))
+            return shoal_err_set(b->err, e.code, "'%s': %s", ct->dense_path, e.msg);
+    }
+    /* int8 / int4: every group scale finite (once here, as FP8's) */
+    if (shoal_dtype_is_quant(t->w.dtype)) {
+        struct shoal_err e = {0};
+        if (shoal_weight_check_scales(&t->w, s->name, &e))
             return shoal_err_set(b->err, e.code, "'%s': %s", ct->dense_path, e.msg);
     }
     return 0;

@@ -323,18 +323,21 @@ static void on_read(struct shoal_io_req *req)
                      "offset %" PRIu64 ": xxh64 %016" PRIx64 ", manifest %016" PRIx64,
                      s->src[si].path, (long long)e->il, (long long)e->ie, off, h, want);
         } else if (ct->experts_dtype == SHOAL_DTYPE_FP8 ||
-                   ct->experts_dtype == SHOAL_DTYPE_MXFP4) {
+                   ct->experts_dtype == SHOAL_DTYPE_MXFP4 ||
+                   shoal_dtype_is_quant(ct->experts_dtype)) {
             /* the bytes are the file's; a file whose writer let a NaN code
-             * through (not shoal convert, which refuses them) is refused at
-             * the first read of the expert */
+             * or a non-finite int8/int4 group scale through (not shoal
+             * convert, which never writes one) is refused at the first
+             * read of the expert */
             struct shoal_expert_weights v;
             shoal_container_expert_views(ct, e->blob, &v);
             const struct shoal_weight *w[3] = {&v.w_gate, &v.w_up, &v.w_down};
             struct shoal_err fe = {0};
             for (int c = 0; c < 3 && !code; c++) {
                 const char *cn = c == 0 ? "w_gate" : c == 1 ? "w_up" : "w_down";
-                code = ct->experts_dtype == SHOAL_DTYPE_FP8 ? shoal_fp8_check(w[c], 1, cn, &fe)
-                                                            : shoal_mxfp4_check(w[c], cn, &fe);
+                code = ct->experts_dtype == SHOAL_DTYPE_FP8     ? shoal_fp8_check(w[c], 1, cn, &fe)
+                       : ct->experts_dtype == SHOAL_DTYPE_MXFP4 ? shoal_mxfp4_check(w[c], cn, &fe)
+                                                                : shoal_weight_check_scales(w[c], cn, &fe);
             }
             if (code)
                 snprintf(msg, sizeof msg, "'%.200s' layer %lld expert %lld: %.250s",

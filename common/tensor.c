@@ -3,6 +3,7 @@
 #include <math.h>
 #include <strings.h>
 
+#include "err.h"
 #include "quant.h"
 
 const char *shoal_dtype_name(enum shoal_dtype t)
@@ -43,6 +44,30 @@ size_t shoal_weight_row_bytes(const struct shoal_weight *w)
     if (w->dtype == SHOAL_DTYPE_MXFP4)
         return (size_t)w->cols / 2;
     return (size_t)w->cols * shoal_dtype_size(w->dtype);
+}
+
+int shoal_weight_check_scales(const struct shoal_weight *w, const char *name,
+                              struct shoal_err *err)
+{
+    if (!shoal_dtype_is_quant(w->dtype) || w->group <= 0)
+        return 0;
+    const int64_t n_group = (w->cols + w->group - 1) / w->group;
+    for (int64_t r = 0; r < w->rows; r++) {
+        const uint8_t *row = shoal_weight_row(w, r);
+        for (int64_t g = 0; g < n_group; g++) {
+            uint32_t u;
+            memcpy(&u, row + 4 * (size_t)g, sizeof u);
+            if (((u >> 23) & 0xffu) == 0xffu) {   /* exponent all ones: inf or NaN */
+                float d;
+                memcpy(&d, &u, sizeof d);
+                return shoal_err_set(err, SHOAL_EFORMAT,
+                                     "tensor '%s': group scale (row %lld, group %lld) is %g; "
+                                     "expected a finite f32", name, (long long)r, (long long)g,
+                                     (double)d);
+            }
+        }
+    }
+    return 0;
 }
 
 void shoal_weight_row_to_f32(float *dst, const struct shoal_weight *w, int64_t r)

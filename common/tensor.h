@@ -169,6 +169,22 @@ static inline const void *shoal_weight_row(const struct shoal_weight *w,
     return (const char *)w->data + (size_t)r * shoal_weight_row_bytes(w);
 }
 
+struct shoal_err;
+
+/* Check that every group scale of a grouped int8 / int4 weight (dtype INT8,
+ * INT4 or INT4A8: quant.h's row layout, an f32 scale per group) is finite.
+ * The quantizer never writes another, but a file's bytes are the file's: a
+ * NaN or infinite scale would make the kernels' outputs NaN with a sign
+ * that differs between ISAs (contract 1) instead of a clear error
+ * (contract 3). Reads rows * ceil(cols / group) scales; other dtypes pass.
+ *   name   the tensor's name for the message (borrowed)
+ * Returns 0, or SHOAL_EFORMAT with err set: "tensor 'NAME': group scale
+ * (row R, group G) is nan; expected a finite f32". Allocates nothing, opens
+ * no parallel region (the expert store calls it on its I/O threads).
+ * Thread: any. */
+int shoal_weight_check_scales(const struct shoal_weight *w, const char *name,
+                              struct shoal_err *err);
+
 /* A view of rows [r0, r0 + n) of a 2-D weight w (borrowed: the view reads
  * w's bytes), usable wherever w is. Returns 0, or -1 when the rows cannot
  * be a weight of their own: out of range, or an FP8 weight whose r0 is not

@@ -275,6 +275,54 @@ def test_isa(shoal, tmp):
 
 # ------------------------------------------------------------------ bad input
 
+def test_bad_scales(shoal, tmp):
+    """A non-finite int8 / int4 group scale in a container's trunk is a
+    one-line error naming the tensor, the row and the group when the model
+    is loaded (contract 3), not NaN logits whose sign would differ between
+    ISAs. (The routed experts' check, at the store's first read, is
+    tests/unit/test_expert_store.c's: a poked expert needs its xxh64 and the
+    manifest's fingerprint rewritten.) The dense tensors' xxh64 is checked
+    by convert and shard, not by run, so a poked scale reaches the check."""
+    import json
+    import struct
+    ct = os.path.join(tmp, "scales-ct")
+    r = run([shoal, "convert", MODEL, ct, "--experts", "int4a8", "--dense", "int8",
+             "--group", "32"])
+    if r.returncode != 0:
+        result("bad scales: convert", False, show(r))
+        return
+    with open(os.path.join(ct, "shoal.json")) as f:
+        man = json.load(f)
+    args = [shoal, "run", "--model", ct, "--tokens", "813,58,285", "--max-tokens", "2",
+            "--greedy"]
+    r = run(args)
+    result("bad scales: the container runs before it is poked", r.returncode == 0, show(r))
+    # blk.0.attn_q row 5, group 2 (INT8 [hidden][hidden], G=32)
+    t = [x for x in man["dense"]["tensors"] if x["name"] == "blk.0.attn_q"][0]
+    cols, group = t["shape"][1], t["group"]
+    n_group = (cols + group - 1) // group
+    row_bytes = (4 * n_group + cols + 3) // 4 * 4
+    dense = os.path.join(ct, "dense.bin")
+    at = t["offset"] + 5 * row_bytes + 4 * 2
+    for value, name in ((float("nan"), "nan"), (float("-inf"), "-inf")):
+        with open(dense, "r+b") as f:
+            f.seek(at)
+            old = f.read(4)
+            f.seek(at)
+            f.write(struct.pack("<f", value))
+        r = run(args)
+        err = r.stderr.strip()
+        result("bad scales: %s in blk.0.attn_q's scales: one line naming it, exit 1" % name,
+               r.returncode == 1 and len(err.splitlines()) == 1 and "'blk.0.attn_q'" in err and
+               "group scale (row 5, group 2) is %s" % name in err and
+               "expected a finite f32" in err and not r.stdout.strip(), show(r))
+        with open(dense, "r+b") as f:
+            f.seek(at)
+            f.write(old)
+    r = run(args)
+    result("bad scales: restored, it runs again", r.returncode == 0, show(r))
+
+
 def test_bad_input(shoal, tmp):
     gguf = os.path.join(tmp, "vocab.gguf")
     with open(gguf, "wb") as f:
@@ -599,6 +647,7 @@ def main():
         test_prompt_sources(shoal, tmp)
         test_isa(shoal, tmp)
         test_bad_input(shoal, tmp)
+        test_bad_scales(shoal, tmp)
         test_chat(shoal)
         test_chat_typeahead(shoal)
         if os.path.exists(worker) and os.path.isdir(ct):

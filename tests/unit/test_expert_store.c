@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include "expert_store.h"
+#include "quant.h"
 #include "hot_set.h"
 #include "log.h"
 #include "util.h"
@@ -564,6 +565,70 @@ Test(expert_store, checksum_mismatch_names_file_layer_expert_offset, .timeout = 
     cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 2, ids, 1, w, &err), 1));
     check_bytes(&w[0], 2, 5);
     shoal_expert_store_release_batch(s, 2, ids, 1);
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+/* contract 3: an int4 expert whose group scale is not finite (a file's
+ * bytes; shoal convert never writes one) is refused at its first read, after
+ * its xxh64 passed, naming the layer, the expert, the component, the row and
+ * the group; the other experts still serve */
+Test(expert_store, nonfinite_int4_scale_is_refused_naming_where, .timeout = 30)
+{
+    make(0);
+    /* the components as INT4A8 [16][64], G=32: rows of 2 scales + 32 bytes */
+    const size_t rb = shoal_quant_row_bytes(SHOAL_QUANT_INT4, 64, 32);
+    F.ct.experts_dtype = SHOAL_DTYPE_INT4A8;
+    F.ct.experts_group = 32;
+    for (int c = 0; c < 3; c++)
+        F.ct.comp[c] = (struct shoal_expert_component){.dtype = SHOAL_DTYPE_INT4A8,
+                                                       .group = 32, .rows = 16, .cols = 64,
+                                                       .offset = (uint64_t)c * 2048,
+                                                       .bytes = 16 * rb};
+    /* layer 1's blobs: random quants, every scale 1.0f, then expert 3's
+     * w_up row 7 group 1 NaN and expert 5's w_down row 0 group 0 -inf; the
+     * manifest's xxh64 of each updated */
+    const float one = 1.0f, nan = NAN, ninf = -INFINITY;
+    FILE *fp = fopen(F.path, "r+b");
+    cr_assert(fp != NULL);
+    for (int ie = 0; ie < N_EXPERT; ie++) {
+        static unsigned char b[BLOB];
+        fill_blob(b, 1, ie);
+        for (int c = 0; c < 3; c++)
+            for (int r = 0; r < 16; r++)
+                for (int g = 0; g < 2; g++)
+                    memcpy(b + c * 2048 + r * rb + 4 * g, &one, 4);
+        if (ie == 3)
+            memcpy(b + 1 * 2048 + 7 * rb + 4 * 1, &nan, 4);
+        if (ie == 5)
+            memcpy(b + 2 * 2048, &ninf, 4);
+        F.xxh[1 * N_EXPERT + ie] = XXH64(b, BLOB, 0);
+        cr_assert(eq(int, fseek(fp, (long)shoal_container_expert_offset(&F.ct, 1, ie), SEEK_SET),
+                     0));
+        cr_assert(eq(sz, fwrite(b, 1, BLOB, fp), BLOB));
+    }
+    fclose(fp);
+    struct shoal_expert_store *s = open_store(params(UINT64_MAX, SHOAL_IO_PREAD, 2));
+    struct shoal_expert_weights w[2];
+    struct shoal_err err = {0};
+    int32_t ids[2] = {2, 3};
+    cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 1, ids, 2, w, &err), SHOAL_EFORMAT));
+    cr_assert(strstr(err.msg, "layer 1 expert 3") != NULL, "%s", err.msg);
+    cr_assert(strstr(err.msg, "tensor 'w_up': group scale (row 7, group 1) is nan; expected a "
+                              "finite f32") != NULL, "%s", err.msg);
+    cr_assert(strstr(err.msg, "checksum") == NULL, "%s", err.msg);
+    int32_t five = 5;
+    err = (struct shoal_err){0};   /* shoal_err_set keeps the first error */
+    cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 1, &five, 1, w, &err), SHOAL_EFORMAT));
+    cr_assert(strstr(err.msg, "layer 1 expert 5") != NULL &&
+              strstr(err.msg, "tensor 'w_down': group scale (row 0, group 0) is -inf") != NULL,
+              "%s", err.msg);
+    /* a finite expert of the same layer still serves (nothing held after the errors) */
+    err = (struct shoal_err){0};
+    cr_assert(ge(int, shoal_expert_store_acquire_batch(s, 1, ids, 1, w, &err), 0), "%s",
+              err.msg);
+    cr_assert(eq(int, w[0].w_up.dtype, SHOAL_DTYPE_INT4A8));
+    shoal_expert_store_release_batch(s, 1, ids, 1);
     shoal_expert_store_destroy(s);
     rm_rf(F.dir);
 }
