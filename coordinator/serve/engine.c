@@ -96,6 +96,7 @@ struct engine {
     uint64_t clock;
     int64_t rr;                 /* build_step's rotating first slot */
     double t_noted;             /* when note_jobs last posted */
+    int jobs_changed;           /* a run started or ended since note_jobs last posted */
     int harmony;                /* the vocabulary is harmony's (gpt-oss) */
     struct shoal_harmony_ids hids;
     struct shoal_ctx_seg *segs; /* [n_seq] */
@@ -302,7 +303,11 @@ static void note_done(struct server *srv, struct job *j, const char *finish)
 }
 
 /* Post the jobs the engine holds (running, then queued) and sample the
- * session; after a step at most every 50 ms (force: now). */
+ * session; after a step at most every 50 ms, unless a run started or ended
+ * (force: now). So /metrics never shows fewer running requests than the
+ * engine holds: a run that started and ended between two timed posts
+ * would otherwise be invisible, and a client that saw "0 running" could
+ * read the finish counters before that run's outcome was counted. */
 static void note_jobs(struct engine *en, int force);
 
 /* Mark a job done with error e (before it ran); mu not held. */
@@ -559,6 +564,7 @@ static struct run *admit(struct engine *en, struct job *j)
         free(path);
     }
     sl->run = r;
+    en->jobs_changed = 1;
     pthread_mutex_lock(&srv->mu);
     j->n_prompt = (int64_t)n;
     j->n_cached = keep;
@@ -705,6 +711,7 @@ static void finish(struct engine *en, struct run *r, int failed)
     serve_job_unref(srv, j);
     struct slot *sl = &en->slots[r->seq];
     sl->run = NULL;
+    en->jobs_changed = 1;
     sl->last_used = ++en->clock;
     free(r->prompt);
     free(r->logits);
@@ -870,9 +877,10 @@ static void note_jobs(struct engine *en, int force)
 {
     struct server *srv = en->srv;
     const double now = shoal_time_s();
-    if (!force && now - en->t_noted < 0.05)
+    if (!force && !en->jobs_changed && now - en->t_noted < 0.05)
         return;
     en->t_noted = now;
+    en->jobs_changed = 0;
     enum { MAX_SHOWN = 64 };
     struct shoal_serve_job_stat js[MAX_SHOWN];
     int n = 0, n_queued = 0;
@@ -943,6 +951,8 @@ void serve_engine_run(struct server *srv)
         pthread_mutex_unlock(&srv->mu);
         reap(&en, stopping);
         int n_runs = admit_all(&en, stopping);
+        if (en.jobs_changed)   /* before a new run's first token can reach its client */
+            note_jobs(&en, 1);
         if (n_runs == 0) {
             note_jobs(&en, 1);
             pthread_mutex_lock(&srv->mu);

@@ -168,12 +168,18 @@ def main():
               "all %d requests completed or were dropped by their client (%d + %d)" %
               (a.clients * a.requests, completed, dropped))
         check(dropped > 0, "some clients disconnected (%d)" % dropped)
-        # the server settles: cancelled runs end at the next step
+        # the server settles: cancelled runs end at the next step, and every
+        # request's outcome is counted (a dropped client can be done before
+        # the server has noticed; the gauges count a run from its admission)
         deadline = time.time() + 30
         while time.time() < deadline:
             m1 = metrics(srv)
+            n_fin = sum(metric(m1, "shoal_generations_total", finish=f) -
+                        metric(m0, "shoal_generations_total", finish=f)
+                        for f in ("stop", "length", "cancelled", "error"))
             if metric(m1, "shoal_requests_running") == 0 and \
-                    metric(m1, "shoal_requests_queued") == 0:
+                    metric(m1, "shoal_requests_queued") == 0 and \
+                    n_fin >= a.clients * a.requests:
                 break
             time.sleep(0.2)
         check(metric(m1, "shoal_requests_running") == 0 and
