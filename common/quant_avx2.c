@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "prefetch_x86.h"
 #include "quant.h"
 
 #define QUANT_GROUP_MAX 128
@@ -349,7 +350,7 @@ static void linear_rows_avx2(float *y, const float *x, int64_t n_tok,
                 if (t == 0 && r + 8 <= r1)
                     for (size_t o = 0; o < 4 * row_bytes; o += 64)
                         _mm_prefetch((const char *)base + (size_t)(r + 4) * row_bytes + o,
-                                     _MM_HINT_T0);
+                                     SHOAL_PF_WEIGHTS);
                 const uint8_t *rows[4] = {base + (size_t)r * row_bytes,
                                           base + (size_t)(r + 1) * row_bytes,
                                           base + (size_t)(r + 2) * row_bytes,
@@ -542,7 +543,7 @@ half_sums(const uint8_t *qs, const int8_t *q, int64_t hh, int64_t nh, int tail, 
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const uint8_t *p = qs + 32 * (size_t)hh;
     if (prefetch && (hh & 1) == 0)
-        _mm_prefetch((const char *)p + A8_PF, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + A8_PF, SHOAL_PF_WEIGHTS);
     __m256i b;
     if (hh == nh - 1 && tail < 32) {
         uint8_t buf[32] = {0};
@@ -788,7 +789,7 @@ rows8_a8(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q, const
             if (PF)
                 for (size_t e = pf_at + pf_step < pf_bytes ? pf_at + pf_step : pf_bytes;
                      pf_at < e; pf_at += 64)
-                    _mm_prefetch((const char *)pf + pf_at, _MM_HINT_T0);
+                    _mm_prefetch((const char *)pf + pf_at, SHOAL_PF_WEIGHTS);
             acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 0);
         }
         for (; j < cnt; j += step)
@@ -796,7 +797,7 @@ rows8_a8(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q, const
     }
     if (PF)   /* what the whole groups did not cover (rows with a partial last group) */
         for (; pf_at < pf_bytes; pf_at += 64)
-            _mm_prefetch((const char *)pf + pf_at, _MM_HINT_T0);
+            _mm_prefetch((const char *)pf + pf_at, SHOAL_PF_WEIGHTS);
     _mm256_storeu_ps(y, acc);
 }
 
@@ -834,7 +835,7 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
     if (r0 + 8 <= r1) {   /* the first k blocks: the later ones are prefetched k blocks before */
         const int64_t ahead = r1 - r0 < 8 * k ? r1 - r0 : 8 * k;
         for (size_t o = 0; o < (size_t)ahead * row_bytes; o += 64)
-            _mm_prefetch((const char *)w->data + (size_t)r0 * row_bytes + o, _MM_HINT_T0);
+            _mm_prefetch((const char *)w->data + (size_t)r0 * row_bytes + o, SHOAL_PF_WEIGHTS);
     }
     for (; r0 + 8 <= r1; r0 += 8) {
         const uint8_t *base = (const uint8_t *)w->data + (size_t)r0 * row_bytes;
@@ -910,7 +911,7 @@ static void fp8_decode(float *dst, const uint8_t *q, int64_t n)
     for (; i + 16 <= n; i += 16) {
         __m256 lo, hi;
         if ((i & 63) == 0)   /* the weight stream, 4 KiB ahead (as the int4 rows) */
-            _mm_prefetch((const char *)q + i + 4096, _MM_HINT_T0);
+            _mm_prefetch((const char *)q + i + 4096, SHOAL_PF_WEIGHTS);
         e4m3x16(q + i, &lo, &hi);
         _mm256_storeu_ps(dst + i, lo);
         _mm256_storeu_ps(dst + i + 8, hi);

@@ -41,6 +41,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "prefetch_x86.h"
 #include "quant.h"
 
 /* This file is built twice (common/meson.build): with VBMI for
@@ -180,7 +181,7 @@ static inline void prefetch_next(const uint8_t *pf, size_t pf_bytes, size_t pf_s
                                  size_t *pf_at)
 {
     for (size_t o = *pf_at; o < *pf_at + pf_step && o < pf_bytes; o += 64)
-        _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+        _mm_prefetch((const char *)pf + o, SHOAL_PF_WEIGHTS);
     *pf_at += pf_step;
 }
 
@@ -514,7 +515,7 @@ a8_chunks(__m512i *v, const uint8_t *qs, const int8_t *q, int64_t c0, int NC, in
         }
         const uint8_t *p = qs + 64 * (size_t)(c0 + c);
         if (prefetch)
-            _mm_prefetch((const char *)p + A8_PF, _MM_HINT_T0);
+            _mm_prefetch((const char *)p + A8_PF, SHOAL_PF_WEIGHTS);
         const __m512i b = c == nc - 1 && tail < 64
                               ? _mm512_maskz_loadu_epi8((__mmask64)((1ull << tail) - 1ull), p)
                               : _mm512_loadu_si512(p);
@@ -804,7 +805,7 @@ static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_
                 const uint8_t *row = (const uint8_t *)w->data + (size_t)(rb + i) * row_bytes;
                 if (t == 0)
                     for (size_t off = 0; off < 4 * (size_t)n_group; off += 64)
-                        _mm_prefetch((const char *)row + off + A8_PF, _MM_HINT_T0);
+                        _mm_prefetch((const char *)row + off + A8_PF, SHOAL_PF_WEIGHTS);
                 for (int64_t c0 = 0; c0 < nck; c0 += A8_SEG) {
                     const int nc = nck - c0 < A8_SEG ? (int)(nck - c0) : A8_SEG;
                     const int64_t g0 = c0 * 128 / G;

@@ -10,6 +10,8 @@
  * (quant_avx2.c) and AVX-512 (quant_avx512.c, a 16-entry vpermt2ps
  * decode), the same bits. Needs AVX2. */
 
+#include "prefetch_x86.h"
+
 /* the 8 lanes s[k % 8] of one block: ((0 + p0) + p8) + p16) + p24 per lane */
 static inline __m256 mx_block_lanes(const float *x, const __m256 w[4])
 {
@@ -69,8 +71,8 @@ static float mx_row_dot(const float *x, const uint8_t *q, const uint8_t *e, int6
     float acc = 0.0f;
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
-        _mm_prefetch((const char *)q + 16 * b + 4096, _MM_HINT_T0);
-        _mm_prefetch((const char *)q + 16 * b + 4096 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)q + 16 * b + 4096, SHOAL_PF_WEIGHTS);
+        _mm_prefetch((const char *)q + 16 * b + 4096 + 64, SHOAL_PF_WEIGHTS);
         __m256 v[8];
         for (int k = 0; k < 8; k++) {
             __m256 w[4];
@@ -108,8 +110,8 @@ static void mx_row_dot_n(const float *x, const uint8_t *q0, size_t qs, const uin
         float prod[MX_NR][8];
         for (int r = 0; r < MX_NR; r++) {
             const uint8_t *q = q0 + r * qs, *e = e0 + r * es;
-            _mm_prefetch((const char *)q + 16 * b + 4096, _MM_HINT_T0);
-            _mm_prefetch((const char *)q + 16 * b + 4096 + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)q + 16 * b + 4096, SHOAL_PF_WEIGHTS);
+            _mm_prefetch((const char *)q + 16 * b + 4096 + 64, SHOAL_PF_WEIGHTS);
             __m256 v[8];
             for (int k = 0; k < 8; k++) {
                 __m256 w[4];
