@@ -951,10 +951,11 @@ void serve_engine_run(struct server *srv)
         pthread_mutex_unlock(&srv->mu);
         reap(&en, stopping);
         int n_runs = admit_all(&en, stopping);
-        if (en.jobs_changed)   /* before a new run's first token can reach its client */
+        /* idle, or a run started or ended: post now (before a new run's
+         * first token can reach its client) */
+        if (n_runs == 0 || en.jobs_changed)
             note_jobs(&en, 1);
         if (n_runs == 0) {
-            note_jobs(&en, 1);
             pthread_mutex_lock(&srv->mu);
             while (!srv->q_head && !srv->stopping)
                 pthread_cond_wait(&srv->cv, &srv->mu);
