@@ -389,6 +389,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         cn = shoal_xcalloc(1, sizeof *cn);
         cn->url = shoal_serve_metrics_endpoint(url);
         *con_cls = cn;
+        pthread_mutex_lock(&srv->mu);
+        srv->n_requests++;
+        pthread_mutex_unlock(&srv->mu);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > srv->cfg->max_body)
@@ -512,7 +515,29 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
         free(cn->body);
         free(cn);
         *con_cls = NULL;
+        pthread_mutex_lock(&srv->mu);
+        srv->n_requests--;
+        pthread_cond_broadcast(&srv->cv);
+        pthread_mutex_unlock(&srv->mu);
     }
+}
+
+/* After the engine stopped: wait until every request begun has had its
+ * reply sent (the 503s and the partial replies the engine just wrote are
+ * sent by the connection threads), at most SERVE_DRAIN_S seconds (a client
+ * that reads nothing). New requests meanwhile get 503. */
+#define SERVE_DRAIN_S 10
+static void drain(struct server *srv)
+{
+    const double until = shoal_time_s() + SERVE_DRAIN_S;
+    pthread_mutex_lock(&srv->mu);
+    while (srv->n_requests > 0 && shoal_time_s() < until)
+        wait_tick(srv);
+    const int left = srv->n_requests;
+    pthread_mutex_unlock(&srv->mu);
+    if (left > 0)
+        fprintf(stderr, "shoal serve: %d replies not sent after %d s; closing them\n", left,
+                SERVE_DRAIN_S);
 }
 
 /* ---- start, the engine loop, stop ---- */
@@ -657,9 +682,11 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
     fflush(stderr);
     serve_engine_run(&srv);
     fprintf(stderr, "shoal serve: stopping\n");
+    shoal_serve_metrics_stop(srv.metrics);   /* event streams end */
+    drain(&srv);
     rc = 0;
 out:
-    shoal_serve_metrics_stop(srv.metrics);   /* event streams end */
+    shoal_serve_metrics_stop(srv.metrics);
     if (d)
         MHD_stop_daemon(d);
     shoal_serve_metrics_free(srv.metrics);

@@ -63,6 +63,9 @@ struct server {
     struct job *q_head, *q_tail;        /* queued for a slot, oldest first */
     int n_queued;
     int n_active;                       /* jobs in slots (engine's count, under mu) */
+    int n_requests;                     /* requests begun and not yet completed (their
+                                         * replies not yet sent; under mu): a stop
+                                         * waits for them */
     double mean_request_s;              /* admission to end, moving mean (Retry-After) */
     int stopping;
     struct shoal_serve_metrics *metrics;   /* /metrics and the dashboard (metrics.h) */

@@ -417,6 +417,67 @@ def test_kv_budget(shoal):
                                                                           r.stderr))
 
 
+def test_stop_replies(shoal):
+    """SIGTERM with requests running and queued: every client gets its reply
+    (a partial 200 ending in finish_reason "length", or 503), none an empty
+    or cut-off one (the daemon stopped before they were sent)."""
+    srv = Server(shoal, "--parallel", "2", "--test-token-delay", "20")
+    out = {}
+
+    def whole(k):
+        try:
+            out[k] = srv.post("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 200,
+                                                  "temperature": 0})
+        except Exception as e:   # noqa: BLE001 (an empty reply)
+            out[k] = ("error", {}, repr(e).encode())
+
+    def stream(k):
+        try:
+            c = srv.conn()
+            c.request("POST", "/v1/completions", body=json.dumps(
+                {"prompt": "ROMEO:", "max_tokens": 200, "stream": True}),
+                headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            out[k] = (r.status, {}, r.read())
+            c.close()
+        except Exception as e:   # noqa: BLE001 (a cut-off body)
+            out[k] = ("error", {}, repr(e).encode())
+
+    ts = [threading.Thread(target=whole, args=(k,)) for k in range(5)]
+    ts += [threading.Thread(target=stream, args=(k,)) for k in range(5, 8)]
+    for t in ts:
+        t.start()
+    time.sleep(1.0)
+    rc = srv.stop()
+    for t in ts:
+        t.join(60)
+    check(rc == 0, "SIGTERM with 8 requests in flight: exit 0 (%d)" % rc)
+    n_partial = 0
+    for k in range(8):
+        s, _, b = out.get(k, ("missing", {}, b""))
+        if s == 503:
+            e = json.loads(b).get("error", {})
+            check(e.get("type") == "server_error" and "shutting down" in e.get("message", ""),
+                  "request %d: 503 says the server is shutting down: %r" % (k, b[:200]))
+        elif s == 200 and k < 5:
+            j = json.loads(b)
+            n_partial += 1
+            check(j["choices"][0]["finish_reason"] == "length" and
+                  j["usage"]["completion_tokens"] < 200,
+                  "request %d: a running whole request ends early with 'length': %r" %
+                  (k, b[:200]))
+        elif s == 200:
+            ev = sse_events(b)
+            n_partial += 1
+            check(ev and ev[-1] == "[DONE]" and any(
+                '"finish_reason":"length"' in e.replace(" ", "") for e in ev),
+                  "request %d: a running stream ends with 'length' and [DONE]" % k)
+        else:
+            check(False, "request %d got no reply at the stop: %r %r" % (k, s, b[:200]))
+    check(n_partial >= 1, "at the stop, the running requests end with what they have "
+          "(%d partial replies)" % n_partial)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
@@ -434,6 +495,7 @@ def main():
         check(rc == 0, "SIGTERM stops the server with status 0 (%d)" % rc)
     test_key_busy_cancel(shoal)
     test_kv_budget(shoal)
+    test_stop_replies(shoal)
     print("test_serve: %d checks, %d failed" % (CHECKS[0], len(FAILS)))
     return 1 if FAILS else 0
 
