@@ -241,12 +241,13 @@ int shoal_cmd_detokenize(int argc, char **argv)
     }
     struct shoal_err err = {0};
     int rc = 0;
-    char *text = shoal_tokenizer_decode(tok, ids, n_ids, !special, &err);
+    size_t n_text = 0;
+    char *text = shoal_tokenizer_decode_len(tok, ids, n_ids, !special, &n_text, &err);
     if (!text) {
         shoal_cli_error("%s", err.msg);
         rc = 1;
     } else {
-        fwrite(text, 1, strlen(text), stdout);
+        fwrite(text, 1, n_text, stdout);
         if (newline)
             fputc('\n', stdout);
         if (fflush(stdout) != 0 || ferror(stdout)) {

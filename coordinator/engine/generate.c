@@ -199,7 +199,7 @@ int64_t shoal_gen_n_generated(const struct shoal_gen *g) { return g->n_gen; }
 
 const char *shoal_gen_why(const struct shoal_gen *g) { return g->why; }
 
-char *shoal_gen_finish(struct shoal_gen *g, int failed)
+char *shoal_gen_finish(struct shoal_gen *g, int failed, size_t *n_text)
 {
     const struct shoal_gen_opts *o = g->o;
     if (g->dt) {
@@ -214,6 +214,8 @@ char *shoal_gen_finish(struct shoal_gen *g, int failed)
     /* what the user saw: up to a stop string, if one was hit */
     char *text = g->st.text ? g->st.text : shoal_xcalloc(1, 1);
     text[g->st.printed] = '\0';
+    if (n_text)
+        *n_text = g->st.text ? g->st.printed : 0;
     if (o->result) {
         o->result->n_generated = g->n_gen;
         o->result->last_id = g->last_id;
@@ -311,7 +313,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
     }
     const int64_t n_gen = shoal_gen_n_generated(g);
     const char *why = shoal_gen_why(g);
-    char *text = shoal_gen_finish(g, rc != 0);
+    char *text = shoal_gen_finish(g, rc != 0, NULL);
     g = NULL;
     double t_dec = shoal_time_s() - t_dec0;
     if (o->print_timings && rc == 0) {
@@ -335,7 +337,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         free(text);
 done:
     if (g) {
-        char *t = shoal_gen_finish(g, 1);
+        char *t = shoal_gen_finish(g, 1, NULL);
         if (o->capture)
             *o->capture = t;
         else

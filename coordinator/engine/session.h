@@ -227,7 +227,9 @@ const char *shoal_gen_why(const struct shoal_gen *g);
 
 /* Flush the detokenizer and what stop strings held back, fill o->result
  * (reason SHOAL_STOP_ERROR when failed), free g. Returns the generated
- * text as streamed (malloc'd, NUL-terminated; the caller frees). */
-char *shoal_gen_finish(struct shoal_gen *g, int failed);
+ * text as streamed (malloc'd, NUL-terminated; the caller frees); *n_text
+ * (when not NULL) is its length in bytes, which counts the NUL bytes a
+ * model can generate (a byte-level token for byte 0). */
+char *shoal_gen_finish(struct shoal_gen *g, int failed, size_t *n_text);
 
 #endif

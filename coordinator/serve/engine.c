@@ -219,13 +219,13 @@ static char *token_text(const struct shoal_session *s, int32_t id, size_t *n)
     char *t = NULL;
     if (s->tok && id < shoal_tokenizer_n_vocab(s->tok)) {
         struct shoal_err err = {0};
-        t = shoal_tokenizer_decode(s->tok, &id, 1, 0, &err);
+        t = shoal_tokenizer_decode_len(s->tok, &id, 1, 0, n, &err);
     }
     if (!t) {
         t = shoal_xmalloc(24);
         snprintf(t, 24, "[%d]", id);
+        *n = strlen(t);
     }
-    *n = strlen(t);
     return t;
 }
 
@@ -623,7 +623,8 @@ static void finish(struct engine *en, struct run *r, int failed)
     struct server *srv = en->srv;
     struct job *j = r->job;
     const char *why = shoal_gen_why(r->gen);
-    char *text = shoal_gen_finish(r->gen, failed);
+    size_t n_text = 0;
+    char *text = shoal_gen_finish(r->gen, failed, &n_text);
     /* harmony: the end token (<|return|>, <|call|>) stopped the generation
      * before on_token saw it */
     const int called = r->harmony && !failed && r->res.reason == SHOAL_STOP_EOS &&
@@ -693,6 +694,7 @@ static void finish(struct engine *en, struct run *r, int failed)
         free(text);
     } else {
         j->text = text;
+        j->text_len = n_text;
         if (r->want_lp) {   /* the connection thread builds the reply: a copy */
             j->lp = r->lp;
             j->n_lp = r->n_lp;

@@ -326,7 +326,7 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
     } else
         rc = reply(c, MHD_HTTP_OK,
                    shoal_api_response_json(j->req.kind, j->id, j->created, srv->cfg->model_id,
-                                           j->text, j->text ? strlen(j->text) : 0, j->finish,
+                                           j->text, j->text_len, j->finish,
                                            j->n_prompt, j->n_gen,
                                            j->req.logprobs ? &(struct shoal_api_logprobs){
                                                .tokens = j->lp, .n_tokens = j->n_lp} : NULL),

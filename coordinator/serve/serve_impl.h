@@ -33,7 +33,9 @@ struct job {
     volatile int cancel;        /* the client left */
     char *out;                  /* streaming: SSE bytes not yet sent */
     size_t out_len, out_cap, out_sent;
-    char *text;                 /* whole: the generated text */
+    char *text;                 /* whole: the generated text, text_len bytes (it can
+                                 * hold NUL bytes: a token for byte 0) */
+    size_t text_len;
     char *reply;                /* whole: the response JSON when the engine built it
                                  * (a harmony chat reply in parts), else NULL */
     int64_t n_prompt, n_gen;

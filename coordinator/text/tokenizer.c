@@ -1507,6 +1507,13 @@ char *shoal_tokenizer_decode(const struct shoal_tokenizer *tok,
                              const int32_t *ids, size_t n_ids,
                              int skip_special, struct shoal_err *err)
 {
+    return shoal_tokenizer_decode_len(tok, ids, n_ids, skip_special, NULL, err);
+}
+
+char *shoal_tokenizer_decode_len(const struct shoal_tokenizer *tok,
+                                 const int32_t *ids, size_t n_ids,
+                                 int skip_special, size_t *len, struct shoal_err *err)
+{
     struct shoal_detok *d = shoal_detok_create(tok, skip_special);
     size_t cap = shoal_detok_out_max(tok);
     char *piece = shoal_xmalloc(cap);
@@ -1525,6 +1532,8 @@ char *shoal_tokenizer_decode(const struct shoal_tokenizer *tok,
     if (n > 0)
         buf_add(&res, piece, (size_t)n);
     res.p[res.len] = '\0';
+    if (len)
+        *len = res.len;
 done:
     free(piece);
     shoal_detok_destroy(d);

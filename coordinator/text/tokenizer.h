@@ -159,7 +159,16 @@ int shoal_detok_flush(struct shoal_detok *d, char *out, size_t out_cap);
 
 /* Decode a whole sequence into a newly allocated NUL-terminated string
  * (owned by the caller, free()); the same text the stream would produce.
- * Returns NULL with err set on a bad id. Thread: any. */
+ * The text can hold NUL bytes of its own (byte-level vocabularies have a
+ * token for byte 0): *len (when len is not NULL) is its length in bytes,
+ * the terminator not counted. Returns NULL with err set on a bad id.
+ * Thread: any. */
+char *shoal_tokenizer_decode_len(const struct shoal_tokenizer *tok,
+                                 const int32_t *ids, size_t n_ids,
+                                 int skip_special, size_t *len, struct shoal_err *err);
+
+/* shoal_tokenizer_decode_len without the length (text up to its first
+ * NUL). */
 char *shoal_tokenizer_decode(const struct shoal_tokenizer *tok,
                              const int32_t *ids, size_t n_ids,
                              int skip_special, struct shoal_err *err);

@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "config.h"
+#include "config.h"
 #include "gguf.h"
 #include "tokenizer.h"
 #include "unicode.h"
@@ -1487,6 +1488,39 @@ Test(tokenizer_cli, detokenize_accepts_spaces_and_commas, .init = cli_setup,
     cr_assert(eq(int, run_cmd(shoal_cmd_detokenize, a1), 0));
     cr_assert(eq(int, run_cmd(shoal_cmd_detokenize, a2), 0));
     cr_assert_stdout_eq_str("abc abc\nabc abc");
+}
+
+/* Byte-level vocabularies have a token for byte 0 (the bundled model's id
+ * 0, "\u0100"): decoded text can hold NUL bytes, and its length must count
+ * them (a NUL once cut serve's whole replies and detokenize's output). */
+Test(tokenizer, decode_len_counts_nul_bytes)
+{
+    struct shoal_tokenizer *t =
+        load_ok(SHOAL_SOURCE_ROOT "/models/shakespeare-moe/tokenizer.json");
+    const int32_t ids[] = {72, 0, 414, 0, 111};   /* H \0 ell \0 o */
+    struct shoal_err err = {0};
+    size_t n = 99;
+    char *s = shoal_tokenizer_decode_len(t, ids, 5, 0, &n, &err);
+    cr_assert_not_null(s, "%s", err.msg);
+    cr_assert(eq(sz, n, 7));
+    cr_assert(eq(int, memcmp(s, "H\0ell\0o", 8), 0), "decoded bytes differ");
+    free(s);
+    s = shoal_tokenizer_decode(t, ids, 5, 0, &err);   /* the string form: up to the NUL */
+    cr_assert(eq(str, s, "H"));
+    free(s);
+    shoal_tokenizer_destroy(t);
+}
+
+Test(tokenizer_cli, detokenize_writes_nul_bytes, .init = cli_setup, .fini = rm_tmpdir)
+{
+    const char *args[] = {"detokenize", "--model", SHOAL_SOURCE_ROOT "/models/shakespeare-moe",
+                          "--ids", "72,0,414", "-n", NULL};
+    cr_assert(eq(int, run_cmd(shoal_cmd_detokenize, args), 0));
+    FILE *f = cr_get_redirected_stdout();
+    char buf[16];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    cr_assert(eq(sz, n, 5));
+    cr_assert(eq(int, memcmp(buf, "H\0ell", 5), 0), "detokenize's bytes differ");
 }
 
 Test(tokenizer_cli, bad_usage_exits_2_and_bad_files_exit_1,
