@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "sampler.h"
 #include "session.h"
 #include "util.h"
 
@@ -139,6 +140,15 @@ int shoal_cmd_perplexity(int argc, char **argv)
                 if (pos + 1 >= W)
                     break;
                 const float *l = logits + t * V;
+                const int64_t bad = shoal_logits_nonfinite(l, V);
+                if (bad >= 0) {
+                    shoal_cli_error("perplexity: window %lld, position %lld: the model's "
+                                    "logits hold %s at vocabulary index %lld: its weights or "
+                                    "activations are not finite (a damaged or mis-converted "
+                                    "model file?)", (long long)w + 1, (long long)pos,
+                                    isnan(l[bad]) ? "NaN" : "inf", (long long)bad);
+                    goto done;
+                }
                 double mx = l[0];
                 for (int64_t v = 1; v < V; v++)
                     if (l[v] > mx)

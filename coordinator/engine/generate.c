@@ -3,6 +3,7 @@
  * run` and `shoal chat` use over it. `shoal serve` drives many shoal_gen
  * at once over one multi-sequence context (session.h). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,18 @@ enum shoal_gen_action shoal_gen_next(struct shoal_gen *g, float *logits, const i
     if (g->ended || g->n_gen >= o->max_tokens) {
         g->ended = 1;
         return SHOAL_GEN_END;
+    }
+    const int64_t bad = shoal_logits_nonfinite(logits, g->s->model->cfg.n_vocab);
+    if (bad >= 0) {
+        g->ended = 1;
+        g->why = "error";
+        g->reason = SHOAL_STOP_ERROR;
+        shoal_err_set(err, SHOAL_ERANGE, "the model's logits for generated token %lld hold "
+                      "%s at vocabulary index %lld: its weights or activations are not "
+                      "finite (a damaged or mis-converted model file?)",
+                      (long long)g->n_gen + 1, isnan(logits[bad]) ? "NaN" : "inf",
+                      (long long)bad);
+        return SHOAL_GEN_ERROR;
     }
     const int32_t id = shoal_sampler_sample(g->smp, logits, history, n_history);
     *id_out = id;

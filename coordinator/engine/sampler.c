@@ -134,6 +134,21 @@ static void count_returned(struct shoal_sampler *s, int32_t id)
 
 static int32_t pick(struct shoal_sampler *s, float *logits);
 
+int64_t shoal_logits_nonfinite(const float *logits, int64_t n)
+{
+    /* x * 0 is 0 for a finite x and NaN for NaN or +-inf: the sum is NaN
+     * exactly when some value is not finite (no early exit: it vectorizes) */
+    float z = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        z += logits[i] * 0.0f;
+    if (z == 0.0f)
+        return -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(logits[i]))
+            return i;
+    return -1;
+}
+
 int32_t shoal_sampler_sample(struct shoal_sampler *s, float *logits,
                              const int32_t *history, int64_t n_history)
 {

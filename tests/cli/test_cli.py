@@ -323,6 +323,42 @@ def test_bad_scales(shoal, tmp):
     result("bad scales: restored, it runs again", r.returncode == 0, show(r))
 
 
+def test_nan_weights(shoal, tmp):
+    """NaN weights in a checkpoint (bf16 0x7fff written over part of
+    layers.0's q_proj) give NaN logits: run and perplexity stop with one
+    line saying so and exit 1, where they printed NUL bytes and
+    'perplexity nan' with exit 0."""
+    import json
+    import struct
+    bad = os.path.join(tmp, "nan-model")
+    shutil.copytree(MODEL, bad)
+    path = os.path.join(bad, "model.safetensors")
+    with open(path, "r+b") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        t = json.loads(f.read(n))["model.layers.0.self_attn.q_proj.weight"]
+        if t["dtype"] != "BF16":
+            result("NaN weights: q_proj is bf16", False, t["dtype"])
+            return
+        f.seek(8 + n + t["data_offsets"][0])
+        f.write(b"\xff\x7f" * 128)
+    r = run([shoal, "run", "--model", bad, "--prompt", "hi", "--max-tokens", "3", "--no-echo"])
+    err = r.stderr.strip()
+    result("NaN weights: run stops on NaN logits, exit 1",
+           r.returncode == 1 and "logits for generated token 1 hold NaN" in err and
+           "not finite" in err and not r.stdout.strip(), show(r))
+    text = os.path.join(tmp, "nan.txt")
+    with open(text, "w") as f:
+        f.write("ROMEO: hello there my friend how are you\n")
+    r = run([shoal, "perplexity", "--model", bad, "--file", text, "--ctx", "8"])
+    result("NaN weights: perplexity stops on NaN logits, exit 1",
+           r.returncode == 1 and "window 1, position 0" in r.stderr and
+           "hold NaN" in r.stderr and not r.stdout.strip(), show(r))
+    r = run([shoal, "perplexity", "--model", MODEL, "--file", text, "--ctx", "8"])
+    result("NaN weights: the intact model's perplexity is finite",
+           r.returncode == 0 and r.stdout.startswith("perplexity ") and
+           "nan" not in r.stdout, show(r))
+
+
 def test_bad_input(shoal, tmp):
     gguf = os.path.join(tmp, "vocab.gguf")
     with open(gguf, "wb") as f:
@@ -648,6 +684,7 @@ def main():
         test_isa(shoal, tmp)
         test_bad_input(shoal, tmp)
         test_bad_scales(shoal, tmp)
+        test_nan_weights(shoal, tmp)
         test_chat(shoal)
         test_chat_typeahead(shoal)
         if os.path.exists(worker) and os.path.isdir(ct):

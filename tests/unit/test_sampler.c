@@ -1,5 +1,6 @@
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -239,4 +240,33 @@ Test(sampler, frequency_penalty_applies_before_the_draw)
 {
     cr_assert(eq(int, max_gap(20.0f), 1));
     cr_assert(max_gap(0.0f) > 1, "the control draw never drifted: the test would prove nothing");
+}
+
+/* shoal_logits_nonfinite: the first NaN or +-inf at any position of a
+ * vector whose length is not a multiple of the vector width, -1 when all
+ * are finite (the largest finite floats included). */
+Test(sampler, logits_nonfinite_finds_the_first_bad_value)
+{
+    enum { N = 1003 };
+    float *l = malloc(N * sizeof *l);
+    for (int i = 0; i < N; i++)
+        l[i] = (i % 2 ? 1 : -1) * (i % 7 == 0 ? 3.4028235e38f : (float)i * 0.37f);
+    cr_assert(eq(i64, shoal_logits_nonfinite(l, N), -1));
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    const int at[4] = {0, 17, 500, N - 1};
+    for (int b = 0; b < 3; b++)
+        for (int k = 0; k < 4; k++) {
+            const float keep = l[at[k]];
+            l[at[k]] = bad[b];
+            cr_assert(eq(i64, shoal_logits_nonfinite(l, N), at[k]), "value %d at %d", b, at[k]);
+            if (at[k] < N - 1) {   /* a later bad value too: the first is reported */
+                const float last = l[N - 1];
+                l[N - 1] = NAN;
+                cr_assert(eq(i64, shoal_logits_nonfinite(l, N), at[k]));
+                l[N - 1] = last;
+            }
+            l[at[k]] = keep;
+        }
+    cr_assert(eq(i64, shoal_logits_nonfinite(l, N), -1));
+    free(l);
 }
