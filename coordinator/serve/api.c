@@ -175,9 +175,10 @@ static int get_messages(json_t *root, struct shoal_api_request *r, struct shoal_
 }
 
 /* Chat template variables: "chat_template_kwargs" (an object: its members,
- * e.g. {"enable_thinking": false}, as llama-server and vLLM take them) and
- * "tools" (a list of objects; null or [] is none), which overrides a
- * kwargs member of that name. */
+ * e.g. {"enable_thinking": false}, as llama-server and vLLM take them;
+ * "messages" and "add_generation_prompt" are refused) and "tools" (a list
+ * of objects; null or [] is none), which overrides a kwargs member of that
+ * name. */
 static int get_template_vars(json_t *root, struct shoal_api_request *r,
                              struct shoal_api_error *e)
 {
@@ -187,6 +188,13 @@ static int get_template_vars(json_t *root, struct shoal_api_request *r,
         return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
     if (tools && !json_is_null(tools) && !json_is_array(tools))
         return bad(e, "tools", "'tools' must be a list of tool objects");
+    /* the render's own variables: as transformers' apply_chat_template,
+     * whose named arguments a kwarg cannot repeat */
+    static const char *const own[] = {"messages", "add_generation_prompt"};
+    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
+        if (json_is_object(kw) && json_object_get(kw, own[k]))
+            return bad(e, "chat_template_kwargs", "'chat_template_kwargs' cannot set '%s': "
+                       "the server sets it from the request", own[k]);
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {

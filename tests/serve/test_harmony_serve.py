@@ -286,7 +286,9 @@ def test_tools(h):
               counts["tools + reasoning_effort"] != counts["tools"],
               "the tool and the kwargs change the prompt, [] does not (%r)" % counts)
     for field, value in (("tools", {"type": "function"}), ("tools", [1]),
-                         ("chat_template_kwargs", [1]), ("chat_template_kwargs", "x")):
+                         ("chat_template_kwargs", [1]), ("chat_template_kwargs", "x"),
+                         ("chat_template_kwargs", {"messages": "evil"}),
+                         ("chat_template_kwargs", {"add_generation_prompt": False})):
         s, _, b = h.srv.post("/v1/chat/completions",
                              {"messages": msgs, field: value, "max_tokens": 2})
         err = json.loads(b).get("error", {}) if s == 400 else {}
