@@ -1,4 +1,5 @@
 /* shoal: the coordinator command line. Dispatches to subcommands. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -94,8 +95,18 @@ int main(int argc, char **argv)
     shoal_quant_init(SHOAL_QUANT_ISA_AUTO, NULL);
     shoal_kv_init(SHOAL_KV_ISA_AUTO, NULL);
     const struct subcommand *c = find(argv[1]);
-    if (c)
-        return c->fn(argc - 1, argv + 1);
+    if (c) {
+        int rc = c->fn(argc - 1, argv + 1);
+        /* what a command printed must have reached stdout (a full disk, a
+         * closed pipe): otherwise the run did not do what it said */
+        errno = 0;
+        if ((fflush(stdout) != 0 || ferror(stdout)) && rc == 0) {
+            shoal_cli_error("%s: cannot write the output: %s", argv[1],
+                            errno ? strerror(errno) : "write error");
+            rc = 1;
+        }
+        return rc;
+    }
     unknown(argv[1]);
     return 2;
 }

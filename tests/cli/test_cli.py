@@ -323,6 +323,30 @@ def test_bad_scales(shoal, tmp):
     result("bad scales: restored, it runs again", r.returncode == 0, show(r))
 
 
+def test_stdout_full(shoal, tmp):
+    """Output that cannot be written (stdout on a full device) is an error,
+    exit 1, for every command that prints its result there; run, chat,
+    plan, inspect and perplexity exited 0."""
+    if not os.path.exists("/dev/full"):
+        result("stdout full: /dev/full exists", False, "no /dev/full")
+        return
+    text = os.path.join(tmp, "full.txt")
+    with open(text, "w") as f:
+        f.write("ROMEO: hello there my friend how are you\n")
+    cmds = [["run", "--prompt", "ROMEO:", "--max-tokens", "3"],
+            ["plan", os.path.join(MODEL, "config.json")],
+            ["perplexity", "--file", text, "--ctx", "8"],
+            ["tokenize", "--text", "ROMEO:"]]
+    for cmd in cmds:
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([shoal] + cmd, stdout=full, stderr=subprocess.PIPE, text=True,
+                               timeout=TIMEOUT, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
+        err = r.stderr.strip().splitlines()
+        result("stdout full: %s exits 1 saying it cannot write" % cmd[0],
+               r.returncode == 1 and err and "cannot write" in err[-1] and no_crash(r),
+               "rc=%d err=%r" % (r.returncode, r.stderr[-300:]))
+
+
 def test_nan_weights(shoal, tmp):
     """NaN weights in a checkpoint (bf16 0x7fff written over part of
     layers.0's q_proj) give NaN logits: run and perplexity stop with one
@@ -685,6 +709,7 @@ def main():
         test_bad_input(shoal, tmp)
         test_bad_scales(shoal, tmp)
         test_nan_weights(shoal, tmp)
+        test_stdout_full(shoal, tmp)
         test_chat(shoal)
         test_chat_typeahead(shoal)
         if os.path.exists(worker) and os.path.isdir(ct):
