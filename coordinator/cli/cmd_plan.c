@@ -27,7 +27,8 @@ static void plan_usage(void)
            "  --dense T            the trunk's dtype (default as --experts)\n"
            "  --group G            quantization group of int8/int4 (default 64)\n"
            "  --ram SIZE           RAM of the machine (e.g. 24G; binary units)\n"
-           "  --ctx N              tokens of KV cache to budget (default 4096)\n"
+           "  --ctx N              tokens of KV cache to budget (default: as run sizes its\n"
+           "                       cache, max_position_embeddings up to 4096)\n"
            "  --kv T               the KV cache dtype, f32 (default), f16 or bf16\n"
            "  --workers N          split the experts over N expert workers\n"
            "  --hit-rate R         expert cache hit rate for the disk reads (default 0.9)\n"
@@ -139,7 +140,7 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
     else
         printf("KV cache     %s per token (%s K and V, as shoal's cache stores them)\n",
                H(o->kv_bytes_per_token), shoal_kv_dtype_name(p->kv_dtype));
-    printf("KV budget    %s for %lld tokens\n", H(o->kv_budget_bytes), (long long)p->ctx);
+    printf("KV budget    %s for %lld tokens\n", H(o->kv_budget_bytes), (long long)o->ctx);
     if (p->ram) {
         printf("RAM %-8s trunk %s + KV %s leaves %s for the expert cache", H(p->ram),
                H(o->trunk_bytes), H(o->kv_budget_bytes), H(o->cache_bytes));
@@ -199,7 +200,7 @@ static void print_json(const struct shoal_plan *o, const struct shoal_plan_param
     json_object_set_new(j, "kv_bytes_per_token", I(o->kv_bytes_per_token));
     json_object_set_new(j, "kv_mla_bytes_per_token", I(o->kv_mla_bytes_per_token));
     json_object_set_new(j, "kv_per_head_bytes_per_token", I(o->kv_per_head_bytes_per_token));
-    json_object_set_new(j, "ctx", I(p->ctx));
+    json_object_set_new(j, "ctx", I(o->ctx));
     json_object_set_new(j, "kv", json_string(shoal_kv_dtype_name(p->kv_dtype)));
     json_object_set_new(j, "kv_budget_bytes", I(o->kv_budget_bytes));
     json_object_set_new(j, "hit_rate", json_real(p->hit_rate));
@@ -225,13 +226,55 @@ static void print_json(const struct shoal_plan *o, const struct shoal_plan_param
     json_decref(j);
 }
 
+/* A container directory (DIR/shoal.json) plans the dtypes it was converted
+ * to: its experts' dtype and group, the dtype of its first attention
+ * tensor for the trunk, its KV dtype; each only where the command line did
+ * not choose. Anything missing or unreadable leaves the defaults. */
+static void container_defaults(const char *dir, struct shoal_plan_params *p, int set_experts,
+                               int set_dense, int set_group, int set_kv)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return;
+    char *man = shoal_path_join(dir, "shoal.json");
+    json_t *m = json_load_file(man, 0, NULL);
+    free(man);
+    if (!m)
+        return;
+    enum shoal_dtype t;
+    json_t *ex = json_object_get(m, "experts");
+    const char *ed = json_string_value(json_object_get(ex, "dtype"));
+    if (!set_experts && ed && shoal_dtype_parse(ed, &t) == 0)
+        p->experts_dtype = t;
+    json_t *g = json_object_get(ex, "group");
+    if (!set_group && json_is_integer(g) &&
+        (json_integer_value(g) == 32 || json_integer_value(g) == 64 ||
+         json_integer_value(g) == 128))
+        p->group = (int)json_integer_value(g);
+    size_t i;
+    json_t *tn;
+    json_array_foreach(json_object_get(json_object_get(m, "dense"), "tensors"), i, tn) {
+        const char *name = json_string_value(json_object_get(tn, "name"));
+        const char *dd = json_string_value(json_object_get(tn, "dtype"));
+        if (name && dd && strstr(name, "attn_q") && shoal_dtype_parse(dd, &t) == 0) {
+            if (!set_dense)
+                p->dense_dtype = t;
+            break;
+        }
+    }
+    const char *kv = json_string_value(json_object_get(m, "kv"));
+    if (!set_kv && kv)
+        shoal_kv_dtype_parse(kv, &p->kv_dtype);
+    json_decref(m);
+}
+
 int shoal_cmd_plan(int argc, char **argv)
 {
     struct shoal_plan_params p = {.experts_dtype = SHOAL_DTYPE_BF16,
                                   .dense_dtype = SHOAL_DTYPE_BF16, .group = 64,
-                                  .hit_rate = 0.9, .ctx = 4096};
+                                  .hit_rate = 0.9};
     const char *model = NULL;
-    int as_json = 0, set_experts = 0, set_dense = 0;
+    int as_json = 0, set_experts = 0, set_dense = 0, set_group = 0, set_kv = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -270,7 +313,7 @@ int shoal_cmd_plan(int argc, char **argv)
         case 0: bad = shoal_cli_take_path("plan", "model", v, &model) < 0; break;
         case 1: bad = shoal_cli_parse_dtype(a, v, &p.experts_dtype); set_experts = 1; break;
         case 2: bad = shoal_cli_parse_dtype(a, v, &p.dense_dtype); set_dense = 1; break;
-        case 3: bad = shoal_cli_parse_group(a, v, &p.group); break;
+        case 3: bad = shoal_cli_parse_group(a, v, &p.group); set_group = 1; break;
         case 4:
             bad = shoal_cli_parse_size(a, v, &sz);
             if (!bad && (sz == 0 || sz > (1ull << 60))) {
@@ -282,7 +325,7 @@ int shoal_cmd_plan(int argc, char **argv)
         case 5: bad = shoal_cli_parse_i64(a, v, 1, 1ll << 24, &n); p.ctx = n; break;
         case 6: bad = shoal_cli_parse_i64(a, v, 1, 4096, &n); p.workers = (int)n; break;
         case 7: bad = shoal_cli_parse_f64(a, v, 0, 1, &p.hit_rate); break;
-        case 8: bad = shoal_cli_parse_kv(a, v, &p.kv_dtype); break;
+        case 8: bad = shoal_cli_parse_kv(a, v, &p.kv_dtype); set_kv = 1; break;
         }
         if (bad)
             return 2;
@@ -313,6 +356,8 @@ int shoal_cmd_plan(int argc, char **argv)
     if (json_is_string(qm) && !strcmp(json_string_value(qm), "mxfp4") && !set_experts)
         p.experts_dtype = SHOAL_DTYPE_MXFP4;
     json_decref(root);
+    /* a container: the dtypes it holds (over the checkpoint's above) */
+    container_defaults(model, &p, set_experts, set_dense, set_group, set_kv);
     struct shoal_err err = {0};
     struct shoal_plan o;
     if (shoal_plan_config(text, len, what, &p, &o, &err)) {

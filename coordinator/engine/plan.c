@@ -14,7 +14,7 @@
 
 /* The architecture the sizes need, from either config parser. */
 struct arch {
-    int64_t V, E, L, n_mtp;
+    int64_t V, E, L, n_mtp, max_pos;
     int tie;
     int mla;
     int64_t H, Hkv, hd;               /* GQA */
@@ -33,7 +33,7 @@ struct arch {
 
 static void from_config(const struct shoal_model_config *c, struct arch *a)
 {
-    a->V = c->n_vocab, a->E = c->n_embd, a->L = c->n_layer;
+    a->V = c->n_vocab, a->E = c->n_embd, a->L = c->n_layer, a->max_pos = c->max_pos;
     a->tie = c->tie_embeddings;
     a->H = c->n_head, a->Hkv = c->n_head_kv, a->hd = c->head_dim;
     if (c->qk_norm == SHOAL_QK_NORM_HEAD)
@@ -291,7 +291,9 @@ int shoal_plan_config(const char *json, size_t len, const char *what,
     } else {
         o->kv_bytes_per_token = 2 * (uint64_t)a->L * (uint64_t)a->Hkv * (uint64_t)a->hd * kv_es;
     }
-    o->kv_budget_bytes = (uint64_t)p->ctx * o->kv_bytes_per_token;
+    /* as the engine sizes its cache when --ctx is not given */
+    o->ctx = p->ctx > 0 ? p->ctx : a->max_pos > 0 && a->max_pos < 4096 ? a->max_pos : 4096;
+    o->kv_budget_bytes = (uint64_t)o->ctx * o->kv_bytes_per_token;
 
     o->token_expert_bytes = (uint64_t)a->n_used * o->expert_blob_bytes * n_moe;
     o->token_disk_bytes = (uint64_t)((1.0 - p->hit_rate) * (double)o->token_expert_bytes + 0.5);

@@ -29,7 +29,9 @@ struct shoal_plan_params {
     uint64_t ram;                     /* bytes of RAM; 0 = not given */
     int workers;                      /* 0 = in-process */
     double hit_rate;                  /* expert cache hit rate, 0..1 */
-    int64_t ctx;                      /* tokens of KV cache budgeted */
+    int64_t ctx;                      /* tokens of KV cache budgeted; 0: the
+                                       * engine's default, min(max_position_embeddings,
+                                       * 4096) */
     enum shoal_dtype kv_dtype;        /* the cache's elements: F32 (0, the
                                        * default), F16 or BF16 (--kv) */
 };
@@ -67,6 +69,7 @@ struct shoal_plan {
     uint64_t kv_per_head_bytes_per_token; /* MLA: K (nope + rope) and V of every head,
                                      as a decompressed cache would hold them; 0 otherwise */
     int64_t kv_lora_rank, qk_rope_head_dim;
+    int64_t ctx;                  /* tokens budgeted (params' ctx, or its default) */
     uint64_t kv_budget_bytes;     /* ctx x kv_bytes_per_token */
     /* per token */
     uint64_t token_expert_bytes;  /* top-k x blob x MoE layers */

@@ -110,6 +110,13 @@ def test_plan(shoal):
           got["f16"].get("kv") == "f16")
     result("plan --kv f16/bf16 budgets half of f32's KV bytes", ok,
            str({k: (v.get("kv"), v.get("kv_bytes_per_token")) for k, v in got.items()}))
+    # without --ctx, the cache run would make: max_position_embeddings (256
+    # for the bundled model) when below 4096
+    r = run([shoal, "plan", MODEL, "--json"])
+    j = json.loads(r.stdout) if r.returncode == 0 else {}
+    result("plan without --ctx budgets the model's 256 positions, as run's cache",
+           j.get("ctx") == 256 and j.get("kv_budget_bytes") == 256 * j.get("kv_bytes_per_token", -1),
+           str({k: j.get(k) for k in ("ctx", "kv_budget_bytes", "kv_bytes_per_token")}))
     r = run([shoal, "plan", MODEL, "--kv", "f8"])
     ok, why = one_line_error(r, "--kv", "'f8'")
     result("plan --kv f8: one line, exit 2", ok, why)
@@ -148,6 +155,24 @@ def test_convert(shoal, tmp, got):
              "--kv", "f32"])
     result("run -v --kv f32: the f32 bytes", r.returncode == 0 and "KV f32 1.0 MiB," in r.stderr,
            r.stderr)
+
+    # plan on a container: the dtypes it holds, so its bytes are the files'
+    ct4 = os.path.join(tmp, "ct-int4")
+    r = run([shoal, "convert", MODEL, ct4, "--experts", "int4a8", "--dense", "int8",
+             "--group", "32", "--kv", "bf16"])
+    if r.returncode == 0:
+        r = run([shoal, "plan", ct4, "--json"])
+        j = json.loads(r.stdout) if r.returncode == 0 else {}
+        m = manifest(ct4)
+        result("plan on an int4a8/int8 container plans its dtypes, group and KV dtype",
+               j.get("experts_dtype") == "INT4A8" and j.get("dense_dtype") == "INT8" and
+               j.get("group") == 32 and j.get("kv") == "bf16" and
+               j.get("expert_bytes") == m["experts"]["blob_bytes"],
+               "%r vs blob %r" % ({k: j.get(k) for k in ("experts_dtype", "dense_dtype",
+                                                         "group", "kv", "expert_bytes")},
+                                  m["experts"].get("blob_bytes")))
+    else:
+        result("convert --experts int4a8 --dense int8", False, r.stderr.strip())
 
     ct32 = os.path.join(tmp, "ct-f32")
     r = run([shoal, "convert", MODEL, ct32])
