@@ -53,7 +53,7 @@ int shoal_wire_key_load(const char *path, struct shoal_wire_key *key, struct sho
         sodium_memzero(text, len);
         free(text);
         return shoal_err_set(err, SHOAL_EINVAL,
-                             "cluster key file '%s' holds %zu bytes of secret, expected at "
+                             "key file '%s' holds %zu bytes of secret, expected at "
                              "least 16 (make one with: head -c 32 /dev/urandom | base64 > %s)",
                              path, e - b, path);
     }
@@ -63,7 +63,7 @@ int shoal_wire_key_load(const char *path, struct shoal_wire_key *key, struct sho
     key->set = 1;
     struct stat st;
     if (stat(path, &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))
-        shoal_log(SHOAL_LOG_WARN, "wire", "cluster key file '%s' is readable by group or others "
+        shoal_log(SHOAL_LOG_WARN, "wire", "key file '%s' is readable by group or others "
                        "(mode %03o); chmod 600 it", path, (unsigned)(st.st_mode & 0777));
     return 0;
 }

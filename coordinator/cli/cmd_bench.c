@@ -480,7 +480,10 @@ static json_t *load_limits(const char *path, const json_t *model)
     json_error_t jerr;
     json_t *j = json_load_file(path, 0, &jerr);
     if (!j) {
-        shoal_cli_error("bench: --limits %s: %s (line %d)", path, jerr.text, jerr.line);
+        if (jerr.line < 0)   /* not opened or not read: no line to name */
+            shoal_cli_error("bench: --limits %s: %s", path, jerr.text);
+        else
+            shoal_cli_error("bench: --limits %s: %s (line %d)", path, jerr.text, jerr.line);
         return NULL;
     }
     json_t *lim = json_object_get(j, "limits");

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -121,6 +122,8 @@ int shoal_cmd_convert(int argc, char **argv)
                         src ? "DST" : "SRC");
         goto out;
     }
+    if (shoal_cli_check_model_dir(src, 1))
+        goto out;   /* a missing or non-directory SRC: a usage error, exit 2 */
     rc = 1;
     struct shoal_err err = {0};
     struct shoal_model *m = shoal_model_load(src, &err);
@@ -194,6 +197,12 @@ int shoal_cmd_inspect(int argc, char **argv)
     }
     if (!dir) {
         shoal_cli_error("inspect: usage: shoal inspect DIR [--verify]");
+        return 2;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        shoal_cli_error("inspect: '%s' does not exist (expected a shoal container "
+                        "directory)", dir);
         return 2;
     }
     if (!shoal_container_is(dir)) {

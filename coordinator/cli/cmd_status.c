@@ -234,6 +234,14 @@ int shoal_cmd_status(int argc, char **argv)
         }
     }
     struct shoal_err err = {0};
+    {   /* a malformed address is a usage error, not an unreachable coordinator */
+        struct sockaddr_storage ss;
+        socklen_t sl;
+        if (shoal_wire_parse_addr(addr, &ss, &sl, &err)) {
+            shoal_cli_error("status: --coordinator: %s", err.msg);
+            return 2;
+        }
+    }
     struct shoal_wire_key key = {0};
     if (key_path && shoal_wire_key_load(key_path, &key, &err) < 0) {
         shoal_cli_error("%s", err.msg);

@@ -1649,8 +1649,12 @@ int shoal_cmd_synth(int argc, char **argv)
     if (config_path) {
         tmpl = json_load_file(config_path, 0, &jerr);
         if (!tmpl) {
-            shoal_cli_error("synth: cannot read --config '%s': %s (line %d)", config_path,
-                            jerr.text, jerr.line);
+            if (jerr.line < 0)   /* not opened or not read: no line to name */
+                shoal_cli_error("synth: cannot read --config '%s': %s", config_path,
+                                jerr.text);
+            else
+                shoal_cli_error("synth: cannot read --config '%s': %s (line %d)", config_path,
+                                jerr.text, jerr.line);
             return 2;
         }
     } else if (!fam) {

@@ -65,8 +65,11 @@ static int load_messages(const char *path, struct msgs *ms)
     json_error_t jerr;
     json_t *j = json_load_file(path, 0, &jerr);
     if (!j) {
-        shoal_cli_error("template: --messages '%s': line %d: %s", path, jerr.line,
-                        jerr.text);
+        if (jerr.line < 0)   /* not opened or not read: no line to name */
+            shoal_cli_error("template: --messages '%s': %s", path, jerr.text);
+        else
+            shoal_cli_error("template: --messages '%s': line %d: %s", path, jerr.line,
+                            jerr.text);
         return -1;
     }
     int rc = -1;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "tokenizer.h"
@@ -57,8 +58,18 @@ static const char *flag_value(int argc, char **argv, int *i)
     return argv[++*i];
 }
 
-static struct shoal_tokenizer *load(const char *model)
+/* The tokenizer of model (a directory, tokenizer.json, tiktoken.model or
+ * .gguf); NULL after the error line. *usage: 1 when the path does not
+ * exist (exit 2, as for the other commands' --model). */
+static struct shoal_tokenizer *load(const char *model, int *usage)
 {
+    struct stat st;
+    *usage = stat(model, &st) != 0;
+    if (*usage) {
+        shoal_cli_error("tokenizer: '%s' does not exist (expected a model directory or a "
+                        "tokenizer file)", model);
+        return NULL;
+    }
     struct shoal_err err = {0};
     struct shoal_tokenizer *tok = shoal_tokenizer_load(model, &err);
     if (!tok)
@@ -106,10 +117,11 @@ int shoal_cmd_tokenize(int argc, char **argv)
         return read_rc;
     if (text)
         len = strlen(text);
-    struct shoal_tokenizer *tok = load(model ? model : shoal_cli_default_model());
+    int usage = 0;
+    struct shoal_tokenizer *tok = load(model ? model : shoal_cli_default_model(), &usage);
     if (!tok) {
         free(buf);
-        return 1;
+        return usage ? 2 : 1;
     }
     struct shoal_err err = {0};
     int32_t *ids = NULL;
@@ -234,10 +246,11 @@ int shoal_cmd_detokenize(int argc, char **argv)
         return ids_arg ? 2 : 1;
     }
     free(buf);
-    struct shoal_tokenizer *tok = load(model ? model : shoal_cli_default_model());
+    int usage = 0;
+    struct shoal_tokenizer *tok = load(model ? model : shoal_cli_default_model(), &usage);
     if (!tok) {
         free(ids);
-        return 1;
+        return usage ? 2 : 1;
     }
     struct shoal_err err = {0};
     int rc = 0;

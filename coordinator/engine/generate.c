@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "npy.h"
@@ -241,6 +242,18 @@ char *shoal_gen_finish(struct shoal_gen *g, int failed, size_t *n_text)
     return text;
 }
 
+/* An error in the middle of the output: on a terminal, the text printed so
+ * far (the echoed prompt, tokens) ends its line first, so the error starts
+ * its own (in a pipe stdout's bytes stay exactly the text). */
+static void gen_fail(FILE *out, const char *msg)
+{
+    if (out && isatty(fileno(out))) {
+        fputc('\n', out);
+        fflush(out);
+    }
+    shoal_cli_error("%s", msg);
+}
+
 int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
                            size_t n_prompt, const struct shoal_gen_opts *o,
                            FILE *out)
@@ -279,7 +292,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
     int rc = 0;
     double t0 = shoal_time_s(), t_prefill = 0, t_first = 0, t_dec0 = 0;
     if (shoal_ctx_eval(s->ctx, prompt, (int64_t)n_prompt, s->logits, 0, &err)) {
-        shoal_cli_error("%s", err.msg);
+        gen_fail(out, err.msg);
         rc = -1;
         goto done;
     }
@@ -293,7 +306,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         }
         if (shoal_gen_n_generated(g) < o->max_tokens && o->logits_out &&
             shoal_npy_append(&npy, s->logits, &err)) {
-            shoal_cli_error("%s", err.msg);
+            gen_fail(out, err.msg);
             rc = -1;
             break;
         }
@@ -306,7 +319,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         if (id >= 0 && ids_f)
             fprintf(ids_f, "%s%d", shoal_gen_n_generated(g) > 1 ? " " : "", id);
         if (act == SHOAL_GEN_ERROR) {
-            shoal_cli_error("%s", err.msg);
+            gen_fail(out, err.msg);
             rc = -1;
             break;
         }
@@ -316,7 +329,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         if (shoal_ctx_eval(s->ctx, &id, 1, lg, 0, &err)) {
             if (act == SHOAL_GEN_FEED_LAST)
                 break;   /* the end token stays out of the cache */
-            shoal_cli_error("%s", err.msg);
+            gen_fail(out, err.msg);
             rc = -1;
             break;
         }

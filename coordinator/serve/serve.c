@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sodium.h>
 #include <stdint.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -542,6 +543,19 @@ static void drain(struct server *srv)
 
 /* ---- start, the engine loop, stop ---- */
 
+/* libmicrohttpd's own messages (a port in use, a connection it closed) as
+ * one line each with the server's prefix, not bare on stderr */
+static void http_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    fprintf(stderr, "shoal serve: http: %s\n", line);
+}
+
 static void *signal_thread(void *arg)
 {
     struct server *srv = arg;
@@ -651,6 +665,7 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
         flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, handle, &srv,
+        MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,   /* first: it covers the others */
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_NOTIFY_COMPLETED, completed, &srv,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,

@@ -393,9 +393,17 @@ def test_bad_input(shoal, tmp):
            r.returncode == 2 and len(err.splitlines()) == 1 and "does not exist" not in err and
            "GGUF" in err and "Hugging Face checkpoint directory" in err and
            "shoal container" in err and "tokenize" in err, show(r))
-    r = run([shoal, "run", "--model", os.path.join(tmp, "nothing-here"), "--prompt", "hi"])
-    result("run --model (missing): exit 2", r.returncode == 2 and "does not exist" in r.stderr,
-           show(r))
+    nothing = os.path.join(tmp, "nothing-here")
+    for cmd in (["run", "--model", nothing, "--prompt", "hi"],
+                ["tokenize", "--model", nothing, "--text", "hi"],
+                ["detokenize", "--model", nothing, "--ids", "1"],
+                ["inspect", nothing], ["convert", nothing, os.path.join(tmp, "out-ct")],
+                ["plan", nothing]):
+        r = run([shoal] + cmd)
+        err = r.stderr.strip()
+        result("%s with a missing model path: one line, exit 2" % cmd[0],
+               r.returncode == 2 and len(err.splitlines()) == 1 and "does not exist" in err and
+               nothing in err, show(r))
     r = run([shoal, "run", "--model", MODEL, "--ctx", "100000", "--tokens", "1"])
     result("--ctx above the model's maximum: exit 2",
            r.returncode == 2 and "100000" in r.stderr and str(N_CTX) in r.stderr, show(r))

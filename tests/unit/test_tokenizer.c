@@ -1547,7 +1547,8 @@ Test(tokenizer_cli, bad_usage_exits_2_and_bad_files_exit_1,
                              "/nonexistent/in.txt", NULL};
     const char *out_of_vocab[] = {"detokenize", "--model", tmpdir, "--ids",
                                   "5 999", NULL};
-    cr_assert(eq(int, run_cmd(shoal_cmd_tokenize, no_model), 1));
+    /* a missing model path is a usage error, as for run, convert and inspect */
+    cr_assert(eq(int, run_cmd(shoal_cmd_tokenize, no_model), 2));
     /* a missing input file is a usage error, as for run and perplexity */
     cr_assert(eq(int, run_cmd(shoal_cmd_tokenize, no_file), 2));
     cr_assert(eq(int, run_cmd(shoal_cmd_detokenize, out_of_vocab), 1));
