@@ -766,9 +766,15 @@ static int rep_child(void *user, json_t **out)
     for (int64_t p = 0; p < np; p++)
         longest = n[p] > longest ? n[p] : longest;
     if (longest + o->gen > shoal_ctx_n_ctx(s->ctx)) {
-        shoal_cli_error("bench: a prompt of %lld tokens + %lld generated exceeds the context "
-                        "(%lld); pass --ctx", (long long)longest, o->gen,
-                        (long long)shoal_ctx_n_ctx(s->ctx));
+        const int64_t max_pos = s->model->cfg.max_pos;
+        if (max_pos > 0 && longest + o->gen > max_pos)
+            shoal_cli_error("bench: a prompt of %lld tokens + %lld generated exceeds the "
+                            "model's max_position_embeddings (%lld); lower --prompt-len or "
+                            "--gen", (long long)longest, o->gen, (long long)max_pos);
+        else
+            shoal_cli_error("bench: a prompt of %lld tokens + %lld generated exceeds the "
+                            "context (%lld); pass --ctx", (long long)longest, o->gen,
+                            (long long)shoal_ctx_n_ctx(s->ctx));
         jset(r, "error", json_string("prompt + --gen longer than the context"));
         rc = 1;
         goto done;

@@ -121,6 +121,10 @@ int shoal_cmd_serve(int argc, char **argv)
             } else if (!strcmp(a, "--kv-budget")) {
                 if (shoal_cli_parse_size(a, v, &so.kv_budget))
                     return 2;
+                if (so.kv_budget == 0) {   /* 0 would read as "no budget" */
+                    shoal_cli_error("--kv-budget expects a size above 0 such as 2G, got '%s'", v);
+                    return 2;
+                }
             } else if (!strcmp(a, "--test-logits-dir")) {
                 cfg.test_logits_dir = v;
             } else if (!strcmp(a, "--test-forced-tokens")) {
