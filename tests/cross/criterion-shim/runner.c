@@ -194,6 +194,24 @@ void cr_redirect_stderr(void)
     redirect(2);
 }
 
+FILE *cr_get_redirected_stdout(void)
+{
+    /* a copy of what was captured, read from its start (the capture's own
+     * offset is stdout's and stays where writes go) */
+    if (!captured[1])
+        return NULL;
+    fflush(stdout);
+    FILE *copy = tmpfile();
+    if (!copy)
+        return NULL;
+    char buf[4096];
+    ssize_t n;
+    for (off_t at = 0; (n = pread(fileno(captured[1]), buf, sizeof buf, at)) > 0; at += n)
+        fwrite(buf, 1, (size_t)n, copy);
+    rewind(copy);
+    return copy;
+}
+
 int crs_stream_eq_str(int fd, const char *want)
 {
     if (!captured[fd])
