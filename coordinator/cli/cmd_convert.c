@@ -1,4 +1,5 @@
 /* shoal convert / shoal inspect: make and examine containers. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,8 +202,11 @@ int shoal_cmd_inspect(int argc, char **argv)
     }
     struct stat st;
     if (stat(dir, &st) != 0) {
-        shoal_cli_error("inspect: '%s' does not exist (expected a shoal container "
-                        "directory)", dir);
+        if (errno == ENOENT || errno == ENOTDIR)
+            shoal_cli_error("inspect: '%s' does not exist (expected a shoal container "
+                            "directory)", dir);
+        else
+            shoal_cli_error("inspect: '%s': %s", dir, strerror(errno));
         return 2;
     }
     if (!shoal_container_is(dir)) {

@@ -132,6 +132,8 @@ int shoal_cmd_perplexity(int argc, char **argv)
         for (int64_t off = 0; off < W; off += B) {
             int64_t nb = W - off < B ? W - off : B;
             if (shoal_ctx_eval(s->ctx, win + off, nb, logits, 1, &err)) {
+                if (progress && w > 0)   /* off the \r progress line */
+                    fputc('\n', stderr);
                 shoal_cli_error("%s", err.msg);
                 goto done;
             }
@@ -142,6 +144,8 @@ int shoal_cmd_perplexity(int argc, char **argv)
                 const float *l = logits + t * V;
                 const int64_t bad = shoal_logits_nonfinite(l, V);
                 if (bad >= 0) {
+                    if (progress && w > 0)   /* off the \r progress line */
+                        fputc('\n', stderr);
                     shoal_cli_error("perplexity: window %lld, position %lld: the model's "
                                     "logits hold %s at vocabulary index %lld: its weights or "
                                     "activations are not finite (a damaged or mis-converted "

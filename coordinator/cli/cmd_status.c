@@ -234,11 +234,14 @@ int shoal_cmd_status(int argc, char **argv)
         }
     }
     struct shoal_err err = {0};
-    {   /* a malformed address is a usage error, not an unreachable coordinator */
-        struct sockaddr_storage ss;
-        socklen_t sl;
-        if (shoal_wire_parse_addr(addr, &ss, &sl, &err)) {
-            shoal_cli_error("status: --coordinator: %s", err.msg);
+    {   /* no HOST:PORT shape is a usage error (a name that does not resolve is
+         * the connect's error, exit 1: DNS may be down for a while) */
+        const char *colon = strrchr(addr, ':');
+        char *end = NULL;
+        const long port = colon ? strtol(colon + 1, &end, 10) : 0;
+        if (!colon || colon == addr || !colon[1] || *end || port < 1 || port > 65535) {
+            shoal_cli_error("status: --coordinator '%s': expected HOST:PORT (e.g. "
+                            "127.0.0.1:7077, [::1]:7077)", addr);
             return 2;
         }
     }

@@ -66,8 +66,11 @@ static struct shoal_tokenizer *load(const char *model, int *usage)
     struct stat st;
     *usage = stat(model, &st) != 0;
     if (*usage) {
-        shoal_cli_error("tokenizer: '%s' does not exist (expected a model directory or a "
-                        "tokenizer file)", model);
+        if (errno == ENOENT || errno == ENOTDIR)
+            shoal_cli_error("tokenizer: '%s' does not exist (expected a model directory or "
+                            "a tokenizer file)", model);
+        else
+            shoal_cli_error("tokenizer: '%s': %s", model, strerror(errno));
         return NULL;
     }
     struct shoal_err err = {0};

@@ -42,7 +42,24 @@ static int is_eos(const struct shoal_session *s, const struct shoal_gen_opts *o,
 struct stream_state {
     char *text;
     size_t len, cap, printed;
+    int write_errno;   /* the output could not be written: why (EIO if unknown) */
 };
+
+/* The first occurrence of needle [m] in hay [n] (bytes: generated text can
+ * hold NUL bytes, so not strstr), or NULL. */
+static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t m)
+{
+    if (m == 0 || m > n)
+        return m == 0 ? hay : NULL;
+    for (const char *p = hay, *end = hay + n - m + 1; p < end; p++) {
+        p = memchr(p, (unsigned char)needle[0], (size_t)(end - p));
+        if (!p)
+            return NULL;
+        if (!memcmp(p, needle, m))
+            return p;
+    }
+    return NULL;
+}
 
 static void stream_append(struct stream_state *st, const char *p, size_t n)
 {
@@ -63,7 +80,7 @@ static int stream_emit(struct stream_state *st, const struct shoal_gen_opts *o,
     size_t safe = st->len;
     int stopped = 0;
     for (int k = 0; k < o->n_stop; k++) {
-        const char *hit = strstr(st->text, o->stop[k]);
+        const char *hit = find_bytes(st->text, st->len, o->stop[k], strlen(o->stop[k]));
         if (hit && (size_t)(hit - st->text) < safe) {
             safe = (size_t)(hit - st->text);
             stopped = 1;
@@ -86,8 +103,11 @@ static int stream_emit(struct stream_state *st, const struct shoal_gen_opts *o,
         if (o->on_text) {
             o->on_text(o->on_text_user, st->text + st->printed, safe - st->printed);
         } else {
-            fwrite(st->text + st->printed, 1, safe - st->printed, out);
-            fflush(out);
+            errno = 0;
+            if ((fwrite(st->text + st->printed, 1, safe - st->printed, out) !=
+                     safe - st->printed || fflush(out) != 0 || ferror(out)) &&
+                !st->write_errno)
+                st->write_errno = errno ? errno : EIO;
         }
         st->printed = safe;
     }
@@ -184,7 +204,15 @@ enum shoal_gen_action shoal_gen_next(struct shoal_gen *g, float *logits, const i
         int n = snprintf(g->piece, g->piece_cap, "[%d]", id);
         stream_append(&g->st, g->piece, (size_t)n);
     }
-    if (stream_emit(&g->st, o, g->out, 0)) {
+    const int stopped = stream_emit(&g->st, o, g->out, 0);
+    if (g->st.write_errno) {   /* a full disk, a closed pipe: the text is lost */
+        g->why = "error";
+        g->reason = SHOAL_STOP_ERROR;
+        shoal_err_set(err, SHOAL_EIO, "cannot write the output: %s",
+                      strerror(g->st.write_errno));
+        return SHOAL_GEN_ERROR;
+    }
+    if (stopped) {
         g->why = "stop string";
         g->reason = SHOAL_STOP_STRING;
         return SHOAL_GEN_END;
@@ -245,9 +273,9 @@ char *shoal_gen_finish(struct shoal_gen *g, int failed, size_t *n_text)
 /* An error in the middle of the output: on a terminal, the text printed so
  * far (the echoed prompt, tokens) ends its line first, so the error starts
  * its own (in a pipe stdout's bytes stay exactly the text). */
-static void gen_fail(FILE *out, const char *msg)
+static void gen_fail(FILE *out, int printed, const char *msg)
 {
-    if (out && isatty(fileno(out))) {
+    if (printed && out && isatty(fileno(out))) {
         fputc('\n', out);
         fflush(out);
     }
@@ -292,7 +320,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
     int rc = 0;
     double t0 = shoal_time_s(), t_prefill = 0, t_first = 0, t_dec0 = 0;
     if (shoal_ctx_eval(s->ctx, prompt, (int64_t)n_prompt, s->logits, 0, &err)) {
-        gen_fail(out, err.msg);
+        gen_fail(out, (o->echo && *o->echo) || g->st.printed > 0, err.msg);
         rc = -1;
         goto done;
     }
@@ -306,7 +334,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         }
         if (shoal_gen_n_generated(g) < o->max_tokens && o->logits_out &&
             shoal_npy_append(&npy, s->logits, &err)) {
-            gen_fail(out, err.msg);
+            gen_fail(out, (o->echo && *o->echo) || g->st.printed > 0, err.msg);
             rc = -1;
             break;
         }
@@ -319,7 +347,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         if (id >= 0 && ids_f)
             fprintf(ids_f, "%s%d", shoal_gen_n_generated(g) > 1 ? " " : "", id);
         if (act == SHOAL_GEN_ERROR) {
-            gen_fail(out, err.msg);
+            gen_fail(out, (o->echo && *o->echo) || g->st.printed > 0, err.msg);
             rc = -1;
             break;
         }
@@ -329,7 +357,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         if (shoal_ctx_eval(s->ctx, &id, 1, lg, 0, &err)) {
             if (act == SHOAL_GEN_FEED_LAST)
                 break;   /* the end token stays out of the cache */
-            gen_fail(out, err.msg);
+            gen_fail(out, (o->echo && *o->echo) || g->st.printed > 0, err.msg);
             rc = -1;
             break;
         }

@@ -1,7 +1,9 @@
 #include "sampler.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels.h"
 #include "util.h"
@@ -136,16 +138,23 @@ static int32_t pick(struct shoal_sampler *s, float *logits);
 
 int64_t shoal_logits_nonfinite(const float *logits, int64_t n)
 {
-    /* x * 0 is 0 for a finite x and NaN for NaN or +-inf: the sum is NaN
-     * exactly when some value is not finite (no early exit: it vectorizes) */
-    float z = 0.0f;
-    for (int64_t i = 0; i < n; i++)
-        z += logits[i] * 0.0f;
-    if (z == 0.0f)
+    /* NaN and +-inf are the floats whose exponent bits are all ones: tested
+     * on the bits (no float compare a -ffinite-math-only build could fold
+     * away), ORed with no early exit so the pass vectorizes */
+    uint32_t any = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &logits[i], sizeof u);
+        any |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    if (!any)
         return -1;
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(logits[i]))
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &logits[i], sizeof u);
+        if ((u & 0x7f800000u) == 0x7f800000u)
             return i;
+    }
     return -1;
 }
 

@@ -46,8 +46,8 @@ void shoal_sampler_free(struct shoal_sampler *s);
 
 /* The first index of logits [n] (f32) that is NaN or infinite, or -1 when
  * every value is finite. A damaged model file (a NaN weight) or an overflow
- * shows here before any token is drawn from it. One pass, vectorized:
- * about 10 us for 150 K logits. Thread: any. */
+ * shows here before any token is drawn from it. One pass over the bits,
+ * vectorized. Thread: any. */
 int64_t shoal_logits_nonfinite(const float *logits, int64_t n);
 
 /* Pick a token, and count it for the presence/frequency penalties (one

@@ -426,6 +426,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                  host ? host : "(none)");
         return fail(c, 403, "invalid_request_error", "forbidden_host", msg);
     }
+    pthread_mutex_lock(&srv->mu);
+    const int stopping = srv->stopping;
+    pthread_mutex_unlock(&srv->mu);
+    if (stopping)   /* every endpoint, /health too: a balancer sends no more */
+        return fail(c, 503, "server_error", NULL, "the server is shutting down");
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/health")) {
         if (!get)

@@ -450,6 +450,11 @@ def test_nul_bytes(shoal):
                                                "stream": True})
         text = "".join(json.loads(e)["choices"][0]["text"] for e in sse_events(b)[:-1])
         check(text == "H\0ell\0o", "a stream carries the same text: %r" % text)
+        # a stop string past a NUL byte is found (it was searched as a C string)
+        s, _, b = srv.post("/v1/completions", {"prompt": "hi", "max_tokens": 5, "stop": "ell"})
+        c = (json.loads(b).get("choices") or [{}])[0] if s == 200 else {}
+        check(c.get("text") == "H\0" and c.get("finish_reason") == "stop",
+              "a stop string after a NUL byte ends the text before it: %r" % b[:300])
     finally:
         check(srv.stop() == 0, "NUL bytes: exits 0")
         os.unlink(forced)
@@ -458,9 +463,12 @@ def test_nul_bytes(shoal):
 def test_stop_replies(shoal):
     """SIGTERM with requests running and queued: every client gets its reply
     (a partial 200 ending in finish_reason "length", or 503), none an empty
-    or cut-off one (the daemon stopped before they were sent)."""
+    or cut-off one (the daemon stopped before they were sent). While the
+    stop waits for a half-sent request, every endpoint, /health included,
+    answers 503."""
     srv = Server(shoal, "--parallel", "2", "--test-token-delay", "20")
     out = {}
+    streaming = threading.Event()
 
     def whole(k):
         try:
@@ -476,19 +484,42 @@ def test_stop_replies(shoal):
                 {"prompt": "ROMEO:", "max_tokens": 200, "stream": True}),
                 headers={"Content-Type": "application/json"})
             r = c.getresponse()
-            out[k] = (r.status, {}, r.read())
+            first = r.readline()
+            if first.startswith(b"data: {"):
+                streaming.set()
+            out[k] = (r.status, {}, first + r.read())
             c.close()
         except Exception as e:   # noqa: BLE001 (a cut-off body)
             out[k] = ("error", {}, repr(e).encode())
 
-    ts = [threading.Thread(target=whole, args=(k,)) for k in range(5)]
-    ts += [threading.Thread(target=stream, args=(k,)) for k in range(5, 8)]
+    # a request whose body never completes holds the stop open (at most 10 s)
+    held = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    held.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+    ts = [threading.Thread(target=stream, args=(k,)) for k in range(5, 8)]
+    ts += [threading.Thread(target=whole, args=(k,)) for k in range(5)]
     for t in ts:
         t.start()
-    time.sleep(1.0)
-    rc = srv.stop()
+    check(streaming.wait(60), "a stream is generating before the stop")
+    time.sleep(0.2)   # the whole requests are queued or running by now
+    srv.p.terminate()
+    health = None
+    t0 = time.time()
+    while time.time() - t0 < 8 and health != 503:
+        try:
+            health = srv.request("GET", "/health")[0]
+        except Exception:   # noqa: BLE001 (not stopping yet, or gone)
+            health = None
+        time.sleep(0.05)
+    check(health == 503, "while the stop waits, /health answers 503 (%r)" % health)
     for t in ts:
         t.join(60)
+    held.close()
+    try:
+        rc = srv.p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        srv.p.kill()
+        rc = srv.p.wait()
     check(rc == 0, "SIGTERM with 8 requests in flight: exit 0 (%d)" % rc)
     n_partial = 0
     for k in range(8):

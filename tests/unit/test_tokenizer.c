@@ -17,7 +17,6 @@
 
 #include "cli.h"
 #include "config.h"
-#include "config.h"
 #include "gguf.h"
 #include "tokenizer.h"
 #include "unicode.h"
@@ -1517,8 +1516,10 @@ Test(tokenizer_cli, detokenize_writes_nul_bytes, .init = cli_setup, .fini = rm_t
                           "--ids", "72,0,414", "-n", NULL};
     cr_assert(eq(int, run_cmd(shoal_cmd_detokenize, args), 0));
     FILE *f = cr_get_redirected_stdout();
+    cr_assert_not_null(f);
     char buf[16];
     size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
     cr_assert(eq(sz, n, 5));
     cr_assert(eq(int, memcmp(buf, "H\0ell", 5), 0), "detokenize's bytes differ");
 }
