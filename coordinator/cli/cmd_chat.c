@@ -639,6 +639,8 @@ int shoal_cmd_chat(int argc, char **argv)
             conv_clear(&conv, conv.n - 1);
             free(cache_text);
             cache_text = NULL;
+            if (ferror(stdout))
+                break;   /* the replies cannot be shown: no use asking on */
             continue;
         }
         if (interrupted)
