@@ -142,15 +142,13 @@ int shoal_cmd_perplexity(int argc, char **argv)
                 if (pos + 1 >= W)
                     break;
                 const float *l = logits + t * V;
-                const int64_t bad = shoal_logits_nonfinite(l, V);
-                if (bad >= 0) {
+                char what[96];
+                snprintf(what, sizeof what, "perplexity: window %lld, position %lld: the "
+                         "model's logits", (long long)w + 1, (long long)pos);
+                if (shoal_logits_check(l, V, what, &err)) {
                     if (progress && w > 0)   /* off the \r progress line */
                         fputc('\n', stderr);
-                    shoal_cli_error("perplexity: window %lld, position %lld: the model's "
-                                    "logits hold %s at vocabulary index %lld: its weights or "
-                                    "activations are not finite (a damaged or mis-converted "
-                                    "model file?)", (long long)w + 1, (long long)pos,
-                                    isnan(l[bad]) ? "NaN" : "inf", (long long)bad);
+                    shoal_cli_error("%s", err.msg);
                     goto done;
                 }
                 double mx = l[0];

@@ -3,7 +3,6 @@
  * run` and `shoal chat` use over it. `shoal serve` drives many shoal_gen
  * at once over one multi-sequence context (session.h). */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,16 +158,13 @@ enum shoal_gen_action shoal_gen_next(struct shoal_gen *g, float *logits, const i
         g->ended = 1;
         return SHOAL_GEN_END;
     }
-    const int64_t bad = shoal_logits_nonfinite(logits, g->s->model->cfg.n_vocab);
-    if (bad >= 0) {
+    char what[64];
+    snprintf(what, sizeof what, "the model's logits for generated token %lld",
+             (long long)g->n_gen + 1);
+    if (shoal_logits_check(logits, g->s->model->cfg.n_vocab, what, err)) {
         g->ended = 1;
         g->why = "error";
         g->reason = SHOAL_STOP_ERROR;
-        shoal_err_set(err, SHOAL_ERANGE, "the model's logits for generated token %lld hold "
-                      "%s at vocabulary index %lld: its weights or activations are not "
-                      "finite (a damaged or mis-converted model file?)",
-                      (long long)g->n_gen + 1, isnan(logits[bad]) ? "NaN" : "inf",
-                      (long long)bad);
         return SHOAL_GEN_ERROR;
     }
     const int32_t id = shoal_sampler_sample(g->smp, logits, history, n_history);
@@ -271,10 +267,11 @@ char *shoal_gen_finish(struct shoal_gen *g, int failed, size_t *n_text)
 }
 
 /* An error in the middle of the output: on a terminal, the text printed so
- * far (the echoed prompt, tokens) ends its line first, so the error starts
- * its own (in a pipe stdout's bytes stay exactly the text). */
-static void gen_fail(FILE *out, int printed, const char *msg)
+ * far (the echoed prompt, g's tokens) ends its line first, so the error
+ * starts its own (in a pipe stdout's bytes stay exactly the text). */
+static void gen_fail(const struct shoal_gen *g, FILE *out, const char *msg)
 {
+    const int printed = (g->o->echo && *g->o->echo) || g->st.printed > 0;
     if (printed && out && isatty(fileno(out))) {
         fputc('\n', out);
         fflush(out);
@@ -320,7 +317,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
     int rc = 0;
     double t0 = shoal_time_s(), t_prefill = 0, t_first = 0, t_dec0 = 0;
     if (shoal_ctx_eval(s->ctx, prompt, (int64_t)n_prompt, s->logits, 0, &err)) {
-        gen_fail(out, (o->echo && *o->echo) || g->st.printed > 0, err.msg);
+        gen_fail(g, out, err.msg);
         rc = -1;
         goto done;
     }
@@ -334,7 +331,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         }
         if (shoal_gen_n_generated(g) < o->max_tokens && o->logits_out &&
             shoal_npy_append(&npy, s->logits, &err)) {
-            gen_fail(out, (o->echo && *o->echo) || g->st.printed > 0, err.msg);
+            gen_fail(g, out, err.msg);
             rc = -1;
             break;
         }
@@ -347,7 +344,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         if (id >= 0 && ids_f)
             fprintf(ids_f, "%s%d", shoal_gen_n_generated(g) > 1 ? " " : "", id);
         if (act == SHOAL_GEN_ERROR) {
-            gen_fail(out, (o->echo && *o->echo) || g->st.printed > 0, err.msg);
+            gen_fail(g, out, err.msg);
             rc = -1;
             break;
         }
@@ -357,7 +354,7 @@ int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
         if (shoal_ctx_eval(s->ctx, &id, 1, lg, 0, &err)) {
             if (act == SHOAL_GEN_FEED_LAST)
                 break;   /* the end token stays out of the cache */
-            gen_fail(out, (o->echo && *o->echo) || g->st.printed > 0, err.msg);
+            gen_fail(g, out, err.msg);
             rc = -1;
             break;
         }

@@ -158,6 +158,17 @@ int64_t shoal_logits_nonfinite(const float *logits, int64_t n)
     return -1;
 }
 
+int shoal_logits_check(const float *logits, int64_t n, const char *what,
+                       struct shoal_err *err)
+{
+    const int64_t bad = shoal_logits_nonfinite(logits, n);
+    if (bad < 0)
+        return 0;
+    return shoal_err_set(err, SHOAL_ERANGE, "%s hold %s at vocabulary index %lld: its weights "
+                         "or activations are not finite (a damaged or mis-converted model "
+                         "file?)", what, isnan(logits[bad]) ? "NaN" : "inf", (long long)bad);
+}
+
 int32_t shoal_sampler_sample(struct shoal_sampler *s, float *logits,
                              const int32_t *history, int64_t n_history)
 {

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "err.h"
+
 struct shoal_sampler_params {
     int greedy;              /* 1: argmax (other knobs but the penalty ignored) */
     float temperature;       /* <= 0 behaves as greedy */
@@ -49,6 +51,13 @@ void shoal_sampler_free(struct shoal_sampler *s);
  * shows here before any token is drawn from it. One pass over the bits,
  * vectorized. Thread: any. */
 int64_t shoal_logits_nonfinite(const float *logits, int64_t n);
+
+/* 0 when logits [n] are all finite; else SHOAL_ERANGE with err = "<what>
+ * hold NaN|inf at vocabulary index I: its weights or activations are not
+ * finite (...)", what naming the logits (e.g. "the model's logits for
+ * generated token 3"). Thread: any. */
+int shoal_logits_check(const float *logits, int64_t n, const char *what,
+                       struct shoal_err *err);
 
 /* Pick a token, and count it for the presence/frequency penalties (one
  * sampler per completion).
