@@ -212,8 +212,16 @@ static int run_table(void *user, json_t **out)
                 for (int64_t e = 0; e < b->n_expert; e++) {
                     struct shoal_quant_weight w[3];
                     expert_weights(b, e, w);
+                    struct shoal_quant_weight wn[3];
+                    expert_weights(b, e + 1 < b->n_expert ? e + 1 : 0, wn);
+                    if (b->a8)
+                        shoal_quant_prefetch_next(&w[1], ith, nth);
                     part(y, x, b->n_tok, &w[0], ith, nth);
+                    if (b->a8)
+                        shoal_quant_prefetch_next(&w[2], ith, nth);
                     part(yu, x, b->n_tok, &w[1], ith, nth);
+                    if (b->a8)
+                        shoal_quant_prefetch_next(&wn[0], ith, nth);
                     part(yd, h, b->n_tok, &w[2], ith, nth);
                 }
             }

@@ -1,6 +1,7 @@
 #include "expert_ffn.h"
 
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "kernels.h"
@@ -100,24 +101,41 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
         whole = jobs[k].n == jobs[0].n && jobs[k].w->w_gate.rows == jobs[0].w->w_gate.rows &&
                 jobs[k].w->w_down.rows == jobs[0].w->w_down.rows &&
                 jobs[k].w->w_gate.dtype == jobs[0].w->w_gate.dtype;
+    _Atomic int64_t claim = 0;   /* the next expert not yet taken (whole experts) */
 #pragma omp parallel
     {
         const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
         float *row = row_buf ? shoal_xmalloc((size_t)cols_max * sizeof(float)) : NULL;
         if (whole && nth > 1 && n_jobs >= nth) {
             /* experts handed out one at a time: a thread that wakes late
-             * (passive waits, a descheduled vCPU) takes fewer of them */
-#pragma omp for schedule(dynamic, 1) nowait
-            for (int64_t k = 0; k < n_jobs; k++) {
+             * (passive waits, a descheduled vCPU) takes fewer of them. A
+             * thread claims its next expert before its down projection,
+             * so the kernels prefetch that expert's gate rows while down
+             * finishes (the weight stream does not stall between experts) */
+            int64_t k = atomic_fetch_add(&claim, 1);
+            while (k < n_jobs) {
+                shoal_linear_prefetch_next(&jobs[k].w->w_down, 0, 1);
                 gate_up_silu(&jobs[k], 0, 1, row);
+                const int64_t k_next = atomic_fetch_add(&claim, 1);
+                shoal_linear_prefetch_next(k_next < n_jobs ? &jobs[k_next].w->w_gate : NULL, 0,
+                                           1);
                 down_part(&jobs[k], 0, 1, row);
+                k = k_next;
             }
         } else {
-            for (int64_t k = 0; k < n_jobs; k++)
+            /* each weight's share is followed by the next one's */
+            for (int64_t k = 0; k < n_jobs; k++) {
+                shoal_linear_prefetch_next(k + 1 < n_jobs ? &jobs[k + 1].w->w_gate
+                                                          : &jobs[0].w->w_down,
+                                           ith, nth);
                 gate_up_silu(&jobs[k], ith, nth, row);
+            }
 #pragma omp barrier
-            for (int64_t k = 0; k < n_jobs; k++)
+            for (int64_t k = 0; k < n_jobs; k++) {
+                shoal_linear_prefetch_next(k + 1 < n_jobs ? &jobs[k + 1].w->w_down : NULL, ith,
+                                           nth);
                 down_part(&jobs[k], ith, nth, row);
+            }
         }
         free(row);
     }

@@ -197,6 +197,16 @@ void shoal_softmax(float *x, int64_t n)
         x[i] *= inv;
 }
 
+void shoal_linear_prefetch_next(const struct shoal_weight *w, int ith, int nth)
+{
+    if (!w || w->dtype != SHOAL_DTYPE_INT4A8) {
+        shoal_quant_prefetch_next(NULL, ith, nth);
+        return;
+    }
+    const struct shoal_quant_weight q = {SHOAL_QUANT_INT4, w->group, w->rows, w->cols, w->data};
+    shoal_quant_prefetch_next(&q, ith, nth);
+}
+
 void shoal_linear_pair_part(float *y0, float *y1, const float *x, int64_t n_tok,
                             const struct shoal_weight *w0, const struct shoal_weight *w1,
                             int ith, int nth, float *row_buf)

@@ -68,6 +68,13 @@ void shoal_linear_pair_part(float *y0, float *y1, const float *x, int64_t n_tok,
                             const struct shoal_weight *w0, const struct shoal_weight *w1,
                             int ith, int nth, float *row_buf);
 
+/* The next linear this thread runs after the one it runs now reads w's
+ * rows share ith of nth: for an INT4A8 w, the current call's decode
+ * kernels prefetch its first bytes while they finish
+ * (shoal_quant_prefetch_next); any other w (or NULL) clears the hint.
+ * Performance only. Thread: one OpenMP thread (thread-local state). */
+void shoal_linear_prefetch_next(const struct shoal_weight *w, int ith, int nth);
+
 /* The even split of rows among nth threads: thread ith gets [*r0, *r1). */
 static inline void shoal_split_rows(int64_t rows, int ith, int nth, int64_t *r0, int64_t *r1)
 {

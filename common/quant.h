@@ -288,6 +288,12 @@ struct shoal_quant_act {
     int8_t *q;          /* [n_tok][q_stride] int8, chunk order */
     float *d;           /* [n_tok][n_group] f32 scales dx */
     int32_t *s;         /* [n_tok][n_group] 8 * sum of q per group */
+    /* the weight bytes this thread reads after these rows (NULL: none
+     * known): the decode kernels prefetch the first of them while they
+     * finish, so the stream does not stall between matrices. Performance
+     * only: no result depends on it. */
+    const uint8_t *next;
+    size_t next_bytes;
 };
 
 /* Bytes of q + d + s for one token of n elements (group G), as
@@ -327,6 +333,15 @@ void shoal_quant_linear_a8_part(float *y, const float *x, int64_t n_tok,
 void shoal_quant_linear_a8_many_part(float *const *y, const float *x, int64_t n_tok,
                                      const struct shoal_quant_weight *const *w, int n_w,
                                      int ith, int nth);
+
+/* The next INT4A8 linear this thread runs, after the one it runs now,
+ * reads w's rows share ith of nth (shoal_split_rows): the current call's
+ * decode kernels prefetch its first bytes while they finish, so the
+ * weight stream runs on across matrices and experts. The hint holds for
+ * the calling thread's next shoal_quant_linear_a8_part or _many_part call
+ * and is then cleared; w NULL clears it. Performance only: no result
+ * depends on it. Thread: compute (thread-local state). */
+void shoal_quant_prefetch_next(const struct shoal_quant_weight *w, int ith, int nth);
 
 /* The whole of shoal_quant_linear_a8_part in its own OpenMP region.
  * Returns 0, or SHOAL_EINVAL for a weight that is not INT4 with a valid

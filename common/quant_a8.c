@@ -86,10 +86,34 @@ void shoal_quant_a8_rows_scalar(float *y, const struct shoal_quant_act *a,
     }
 }
 
+/* shoal_quant_prefetch_next's hint: this thread's next weight bytes */
+static _Thread_local const uint8_t *next_p;
+static _Thread_local size_t next_n;
+
+/* Where share ith of nth of w's rows starts, and its bytes */
+static const uint8_t *share_at(const struct shoal_quant_weight *w, int ith, int nth, size_t *bytes)
+{
+    int64_t r0, r1;
+    shoal_split_rows(w->rows, ith, nth, &r0, &r1);
+    const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, w->cols, w->group);
+    *bytes = (size_t)(r1 - r0) * row_bytes;
+    return *bytes ? (const uint8_t *)w->data + (size_t)r0 * row_bytes : NULL;
+}
+
+void shoal_quant_prefetch_next(const struct shoal_quant_weight *w, int ith, int nth)
+{
+    next_n = 0;
+    next_p = w && w->data ? share_at(w, ith, nth, &next_n) : NULL;
+}
+
 void shoal_quant_linear_a8_many_part(float *const *y, const float *x, int64_t n_tok,
                                      const struct shoal_quant_weight *const *w, int n_w,
                                      int ith, int nth)
 {
+    const uint8_t *const hint = next_p;
+    const size_t hint_n = next_n;
+    next_p = NULL;
+    next_n = 0;
     if (n_tok < 1 || n_w < 1)
         return;
     int64_t r0[2], r1[2];   /* n_w <= 2: a documented invariant */
@@ -122,10 +146,23 @@ void shoal_quant_linear_a8_many_part(float *const *y, const float *x, int64_t n_
         a.s = (int32_t *)(a.d + nt * a.n_group);
         shoal_quant_act_quantize(&a, x + t0 * n, nt);
         /* the kernels index y[t * w->rows + r] from token t0's rows */
-        for (int k = 0; k < n_w; k++)
+        for (int k = 0; k < n_w; k++) {
+            /* what this thread reads next: the next weight's rows, the
+             * first weight again for the next tile, or the caller's hint */
+            a.next = NULL;
+            a.next_bytes = 0;
+            if (k + 1 < n_w)
+                a.next = share_at(w[k + 1], ith, nth, &a.next_bytes);
+            else if (t0 + nt < n_tok)
+                a.next = share_at(w[0], ith, nth, &a.next_bytes);
+            else if (hint) {
+                a.next = hint;
+                a.next_bytes = hint_n;
+            }
             if (r0[k] < r1[k])
                 shoal_quant_active_ops()->linear_rows_a8(y[k] + t0 * w[k]->rows, &a, nt, w[k],
                                                          r0[k], r1[k]);
+        }
     }
 }
 

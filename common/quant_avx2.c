@@ -837,6 +837,8 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
         for (size_t o = 0; o < (size_t)ahead * row_bytes; o += 64)
             _mm_prefetch((const char *)w->data + (size_t)r0 * row_bytes + o, SHOAL_PF_WEIGHTS);
     }
+    size_t next_at = 0;
+    const size_t next_end = a->next ? (a->next_bytes < A8_PF ? a->next_bytes : A8_PF) : 0;
     for (; r0 + 8 <= r1; r0 += 8) {
         const uint8_t *base = (const uint8_t *)w->data + (size_t)r0 * row_bytes;
         /* block k ahead, or what rows are left of it (never past r1) */
@@ -844,10 +846,17 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
         const int64_t npf = pr0 >= r1 ? 0 : r1 - pr0 < 8 ? r1 - pr0 : 8;
         /* the pointer is formed only inside the rows (no arithmetic past them) */
         const uint8_t *pf = npf ? (const uint8_t *)w->data + (size_t)pr0 * row_bytes : NULL;
+        size_t pf_bytes = (size_t)npf * row_bytes;
+        if (!npf && next_at < next_end) {
+            /* the last k blocks: the first A8_PF bytes of what comes next */
+            pf = a->next + next_at;
+            pf_bytes = next_end - next_at < 8 * row_bytes ? next_end - next_at : 8 * row_bytes;
+            next_at += pf_bytes;
+        }
         for (int64_t t = 0; t < n_tok; t++)
             rows8_a8_any(y + t * w->rows + r0, base, row_bytes, a->q + t * a->q_stride,
                          a->d + t * a->n_group, a->s + t * a->n_group, n_group, nh, tail, G,
-                         pf, t == 0 ? (size_t)npf * row_bytes : 0);
+                         pf, t == 0 ? pf_bytes : 0);
     }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;

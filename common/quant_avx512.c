@@ -791,6 +791,11 @@ static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_
      * block of fewer than 16; they are zeroed (no stale stack bytes) */
     float pr[16][A8_MAXG + 16];
     const int64_t n_group16 = (n_group + 15) & ~(int64_t)15;
+    /* the rows' prefetches run A8_PF past the row they read: those that
+     * fall past r1 go to the first A8_PF bytes of what this thread reads
+     * next (a->next), so the stream runs on into the next matrix */
+    const size_t share_end = (size_t)r1 * row_bytes;
+    const size_t next_end = a->next ? (a->next_bytes < A8_PF ? a->next_bytes : A8_PF) : 0;
     if (block == 16)
         for (int i = 0; i < 16; i++)
             memset(&pr[i][n_group], 0, (size_t)(n_group16 - n_group) * sizeof(float));
@@ -806,6 +811,15 @@ static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_
                 if (t == 0)
                     for (size_t off = 0; off < 4 * (size_t)n_group; off += 64)
                         _mm_prefetch((const char *)row + off + A8_PF, SHOAL_PF_WEIGHTS);
+                /* this row's window past the share: [lo, hi) of a->next */
+                const size_t ahead = (size_t)(rb + i + 1) * row_bytes + A8_PF;
+                if (t == 0 && next_end && ahead > share_end) {
+                    const size_t hi = ahead - share_end < next_end ? ahead - share_end : next_end;
+                    const size_t lo = ahead - share_end > row_bytes
+                                          ? (ahead - share_end - row_bytes) & ~(size_t)63 : 0;
+                    for (size_t o = lo; o < hi; o += 64)
+                        _mm_prefetch((const char *)a->next + o, SHOAL_PF_WEIGHTS);
+                }
                 for (int64_t c0 = 0; c0 < nck; c0 += A8_SEG) {
                     const int nc = nck - c0 < A8_SEG ? (int)(nck - c0) : A8_SEG;
                     const int64_t g0 = c0 * 128 / G;

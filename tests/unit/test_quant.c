@@ -993,6 +993,67 @@ Test(quant, a8_wide_rows_equal_table_rows)
     free(wq);
 }
 
+/* shoal_quant_prefetch_next is performance only: on every table, INT4A8
+ * outputs with a hint (the next weight, a weight smaller than the
+ * prefetch distance, the same weight again) are the bits of those
+ * without, at shapes whose last 8- and 16-row blocks take the hint and
+ * with leftover rows; thread shares 0 and 1 of 2 each take their own
+ * hint */
+Test(quant, prefetch_hints_change_no_bits)
+{
+    static const int64_t shape[][2] = {{40, 2048}, {20, 768}, {3, 200}, {64, 1024}};
+    const int G = 64;
+    struct shoal_quant_weight w[4];
+    uint8_t *wq[4];
+    for (int k = 0; k < 4; k++) {
+        const int64_t rows = shape[k][0], cols = shape[k][1];
+        float *wf = malloc((size_t)(rows * cols) * 4);
+        fill(wf, rows * cols, 40 + (unsigned)k);
+        const size_t mb = shoal_quant_matrix_bytes(SHOAL_QUANT_INT4, rows, cols, G);
+        wq[k] = malloc(mb);
+        cr_assert(eq(int, shoal_quant_quantize_matrix(SHOAL_QUANT_INT4, G, wq[k], mb, wf,
+                                                      SHOAL_DTYPE_F32, rows, cols, NULL), 0));
+        w[k] = (struct shoal_quant_weight){SHOAL_QUANT_INT4, G, rows, cols, wq[k]};
+        free(wf);
+    }
+    float *x = malloc(2 * 2048 * 4);
+    fill(x, 2 * 2048, 49);
+    enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
+    const int n_isa = 1 + simd_isas(isas + 1);
+    float want[2 * 64], got[2 * 64];
+    for (int ii = 0; ii < n_isa; ii++) {
+        use_isa(isas[ii]);
+        for (int k = 0; k < 4; k++)
+            for (int64_t n_tok = 1; n_tok <= 2; n_tok++)
+                for (int nth = 1; nth <= 2; nth++)
+                    for (int h = 0; h < 4; h++) {
+                        memset(want, 0, sizeof want);
+                        memset(got, 0, sizeof got);
+                        for (int ith = 0; ith < nth; ith++)
+                            shoal_quant_linear_a8_part(want, x, n_tok, &w[k], ith, nth);
+                        for (int ith = 0; ith < nth; ith++) {
+                            /* h: the next weight, the smallest, itself, none */
+                            shoal_quant_prefetch_next(h == 0   ? &w[(k + 1) % 4]
+                                                      : h == 1 ? &w[2]
+                                                      : h == 2 ? &w[k]
+                                                               : NULL,
+                                                      ith, nth);
+                            shoal_quant_linear_a8_part(got, x, n_tok, &w[k], ith, nth);
+                        }
+                        const int64_t n = n_tok * w[k].rows;
+                        for (int64_t i = 0; i < n; i++)
+                            cr_assert(eq(u32, bits(got[i]), bits(want[i])),
+                                      "%s shape %d n_tok %lld nth %d hint %d: y[%lld] %.9g vs "
+                                      "%.9g", shoal_quant_ops_name(), k, (long long)n_tok, nth,
+                                      h, (long long)i, got[i], want[i]);
+                    }
+    }
+    use_isa(SHOAL_QUANT_ISA_SCALAR);
+    for (int k = 0; k < 4; k++)
+        free(wq[k]);
+    free(x);
+}
+
 /* bit-exact: every table's activation quantizer (quant_act.c at the
  * baseline and with AVX2) writes the bytes of the scalar table's, over
  * widths with partial groups and chunks, every G, and inputs with zero
