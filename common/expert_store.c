@@ -13,7 +13,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "blob_arena.h"
 #include "hot_set.h"
 #include "quant.h"
 #include "log.h"
@@ -73,7 +72,6 @@ struct shoal_expert_store {
     double weight[SHOAL_EXPERT_STORE_MAX_SOURCES];    /* rendezvous weights */
     struct entry **slot;                     /* [n_layer * n_expert] pinned/cache entry or NULL */
     struct entry *head, *tail;               /* LRU of TIER_CACHE entries */
-    struct shoal_blob_arena *arena;          /* blob buffers in huge pages (NULL: malloc) */
     void *spare[4];                          /* recycled blob buffers (under mu) */
     int n_spare;
     struct entry **pinned;                   /* [n_pinned] */
@@ -180,9 +178,6 @@ static void lru_push_front(struct shoal_expert_store *s, struct entry *e)
  * holds mu. */
 static void *blob_get(struct shoal_expert_store *s)
 {
-    void *p = s->arena ? shoal_blob_arena_get(s->arena) : NULL;
-    if (p)
-        return p;
     if (s->n_spare > 0)
         return s->spare[--s->n_spare];
     return alloc_blob((size_t)s->ct->blob_bytes);
@@ -190,9 +185,7 @@ static void *blob_get(struct shoal_expert_store *s)
 
 static void blob_put(struct shoal_expert_store *s, void *blob)
 {
-    if (shoal_blob_arena_owns(s->arena, blob))
-        shoal_blob_arena_put(s->arena, blob);
-    else if (s->n_spare < (int)(sizeof s->spare / sizeof s->spare[0]))
+    if (s->n_spare < (int)(sizeof s->spare / sizeof s->spare[0]))
         s->spare[s->n_spare++] = blob;
     else
         free(blob);
@@ -200,7 +193,7 @@ static void blob_put(struct shoal_expert_store *s, void *blob)
 
 static void entry_free(struct entry *e)
 {
-    if (e->tier != TIER_STAGING && e->s && e->blob)
+    if (e->tier == TIER_CACHE && e->s && e->blob)
         blob_put(e->s, e->blob);
     else if (e->tier != TIER_STAGING)
         free(e->blob);
@@ -718,7 +711,7 @@ static int load_pinned(struct shoal_expert_store *s, struct shoal_err *err)
         const int64_t il = order[i] / ct->n_expert, ie = order[i] % ct->n_expert;
         if (!shoal_container_holds(ct, il, ie))
             continue;   /* a dense layer, or not in this shard */
-        void *blob = blob_get(s);
+        void *blob = alloc_blob((size_t)ct->blob_bytes);
         if (!blob) {
             rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64 " bytes for "
                                "pinned expert %lld of %lld (--pin)", ct->blob_bytes,
@@ -817,19 +810,6 @@ struct shoal_expert_store *shoal_expert_store_create(const struct shoal_containe
     s->n_staging = shoal_io_engine_queue_depth(s->io);
     s->staging_blob = shoal_xcalloc((size_t)s->n_staging, sizeof *s->staging_blob);
     s->staging_busy = shoal_xcalloc((size_t)s->n_staging, sizeof *s->staging_busy);
-    /* the most blobs alive at once: the cache's budget (or every expert
-     * held), the pinned set, the staging blobs */
-    int64_t n_held = 0;
-    for (int64_t il = 0; il < ct->n_layer; il++)
-        n_held += s->layer_held[il];
-    const uint64_t blob = ct->blob_bytes ? ct->blob_bytes : 1;
-    const uint64_t per_budget = p.cache_bytes / blob;
-    const int64_t cache_cap = p.cache_bytes == UINT64_MAX || per_budget > (uint64_t)n_held
-                                  ? n_held : (int64_t)per_budget;
-    const uint64_t per_pin = p.pin_bytes / blob;
-    const int64_t pin_cap = per_pin > (uint64_t)n_held ? n_held : (int64_t)per_pin;
-    s->arena = shoal_blob_arena_create((size_t)ct->blob_bytes,
-                                       cache_cap + pin_cap + s->n_staging);
 
     if (p.learn || p.pin_bytes >= ct->blob_bytes) {
         int in_ct = 0;
@@ -887,8 +867,7 @@ void shoal_expert_store_destroy(struct shoal_expert_store *s)
     for (int i = 0; i < s->n_spare; i++)
         free(s->spare[i]);
     for (int i = 0; i < s->n_staging; i++)
-        if (!shoal_blob_arena_owns(s->arena, s->staging_blob[i]))
-            free(s->staging_blob[i]);
+        free(s->staging_blob[i]);
     free(s->staging_blob);
     free(s->staging_busy);
     for (int i = 0; i < s->n_source; i++)
@@ -902,7 +881,6 @@ void shoal_expert_store_destroy(struct shoal_expert_store *s)
     free(s->hint_gen);
     free(s->hint_valid);
     free(s->use);
-    shoal_blob_arena_destroy(s->arena);   /* after every entry: the blobs lie in it */
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -939,7 +917,7 @@ static struct entry *new_entry(struct shoal_expert_store *s, int64_t il, int64_t
         if (s->staging_busy[k])
             continue;
         if (!s->staging_blob[k]) {
-            if (!(s->staging_blob[k] = blob_get(s))) {
+            if (!(s->staging_blob[k] = alloc_blob((size_t)ct->blob_bytes))) {
                 *rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64 " bytes "
                                     "for a staging blob", ct->blob_bytes);
                 return NULL;

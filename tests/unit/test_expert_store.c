@@ -15,7 +15,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "blob_arena.h"
 #include "expert_store.h"
 #include "quant.h"
 #include "hot_set.h"
@@ -797,52 +796,6 @@ Test(expert_store, weights_count_must_match_sources, .timeout = 30)
 /* ------------------------------------------------------------ rendezvous */
 
 #define N_KEYS 200000
-
-/* blob_arena: max_blobs distinct 4 KiB-aligned slots that do not overlap,
- * handed out lowest first, then NULL; a freed slot comes back first and
- * keeps its bytes; ownership by address; refusals */
-Test(blob_arena, slots_are_distinct_aligned_and_reused)
-{
-    const size_t blob = 10000;   /* not a multiple of 4096: slots round up */
-    struct shoal_blob_arena *a = shoal_blob_arena_create(blob, 5);
-    cr_assert_not_null(a, "create");
-    cr_assert(eq(sz, shoal_blob_arena_reserved(a), 5 * 12288));
-    unsigned char *p[5];
-    for (int i = 0; i < 5; i++) {
-        p[i] = shoal_blob_arena_get(a);
-        cr_assert_not_null(p[i], "slot %d", i);
-        cr_assert(eq(u64, (uint64_t)(uintptr_t)p[i] % 4096, 0), "slot %d aligned", i);
-        cr_assert(eq(int, p[i][0] | p[i][blob - 1], 0), "new slot %d is zero", i);
-        memset(p[i], 0x11 * (i + 1), blob);
-        cr_assert(eq(int, shoal_blob_arena_owns(a, p[i]) + shoal_blob_arena_owns(a, p[i] + blob - 1),
-                     2), "slot %d owned", i);
-        if (i)
-            cr_assert(p[i] >= p[i - 1] + blob, "slot %d after slot %d", i, i - 1);
-    }
-    cr_assert(eq(i64, shoal_blob_arena_in_use(a), 5));
-    cr_assert_null(shoal_blob_arena_get(a), "a sixth slot");
-    for (int i = 0; i < 5; i++)   /* no slot's bytes were overwritten by another's */
-        for (size_t k = 0; k < blob; k += 997)
-            cr_assert(eq(u8, p[i][k], (uint8_t)(0x11 * (i + 1))), "slot %d byte %zu", i, k);
-    shoal_blob_arena_put(a, p[3]);
-    shoal_blob_arena_put(a, p[1]);
-    cr_assert(eq(i64, shoal_blob_arena_in_use(a), 3));
-    cr_assert(eq(ptr, shoal_blob_arena_get(a), p[1]), "last freed first");
-    cr_assert(eq(u8, p[1][blob / 2], 0x22), "a reused slot keeps its bytes");
-    cr_assert(eq(ptr, shoal_blob_arena_get(a), p[3]));
-    cr_assert_null(shoal_blob_arena_get(a));
-    int stack = 0;
-    unsigned char *heap = malloc(16);
-    const int owned = shoal_blob_arena_owns(a, &stack) + shoal_blob_arena_owns(a, heap) +
-                      shoal_blob_arena_owns(NULL, p[0]) + shoal_blob_arena_owns(a, NULL);
-    cr_assert(eq(int, owned, 0), "foreign pointers are not slots");
-    free(heap);
-    shoal_blob_arena_destroy(a);
-    shoal_blob_arena_destroy(NULL);
-    cr_assert_null(shoal_blob_arena_create(0, 4), "zero-byte blobs");
-    cr_assert_null(shoal_blob_arena_create(4096, 0), "no blobs");
-    cr_assert_null(shoal_blob_arena_create(SIZE_MAX / 2, 4), "a range past size_t");
-}
 
 Test(rendezvous, shares_follow_the_weights)
 {
