@@ -13,10 +13,14 @@
  * per 32, the gpt-oss experts' format, random bytes). Each measurement is pass after pass over
  * the pool for --seconds (default 2, at least one pass; at most 10^6), every matrix a
  * linear of T tokens (default 1: the decode matvec; more: a prefill batch)
- * split by output rows over the OpenMP threads (default: all CPUs, at most
- * that many) in one parallel region, as shoal_expert_ffn_batch runs a
- * layer's batch-union; the gate/up outputs do not feed down here, so there
- * are no barriers to measure, only the kernel and the memory system. The
+ * on the OpenMP threads (default: all CPUs, at most that many) in one
+ * parallel region, as shoal_expert_ffn_batch runs a layer's batch-union:
+ * at one token each thread takes whole experts one at a time (the next
+ * one claimed before the down projection, its first rows prefetched by
+ * the INT4A8 kernels meanwhile: shoal_quant_prefetch_next), at more every
+ * matrix's output rows are split over the threads. The gate/up outputs do
+ * not feed down here, so there are no barriers to measure, only the kernel
+ * and the memory system. The
  * figure is weight bytes x tokens per second, over all passes; "best pass"
  * is the fastest single pass (a barrier between passes), the statistic the
  * RAM probe reports (its best of 5 reps), so "best pass/read" compares like
@@ -45,6 +49,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +190,8 @@ static int run_table(void *user, json_t **out)
         /* pass p ran from pt[p] to pt[p + 1] (a barrier at every pass
          * boundary: the best pass is timed as the probe's best rep is) */
         double *pt = shoal_xmalloc((size_t)(passes + 1) * sizeof(double));
+        /* whole experts per thread: pass p's next expert not yet taken */
+        _Atomic int64_t *claim = shoal_xcalloc((size_t)passes, sizeof *claim);
         const double t0 = shoal_time_s();
 #pragma omp parallel
         {
@@ -193,7 +200,49 @@ static int run_table(void *user, json_t **out)
             float *yu = y + b->n_tok * b->n_ff, *yd = y + 2 * b->n_tok * b->n_ff;
             void (*part)(float *, const float *, int64_t, const struct shoal_quant_weight *, int,
                          int) = b->a8 ? shoal_quant_linear_a8_part : shoal_quant_linear_part;
-            for (int64_t p = 0; p < passes && b->mx; p++) {
+            /* decode (one token) as shoal_expert_ffn_batch runs it: each
+             * thread takes whole experts, the next one claimed before its
+             * down projection (the INT4A8 kernels prefetch its gate rows
+             * meanwhile); a batch: every matrix's rows split over the
+             * threads */
+            const int whole = b->n_tok == 1 && nth > 1;
+            for (int64_t p = 0; p < passes && !b->mx && whole; p++) {
+#pragma omp barrier
+#pragma omp master
+                pt[p] = shoal_time_s();
+                int64_t e = atomic_fetch_add(&claim[p], 1);
+                while (e < b->n_expert) {
+                    struct shoal_quant_weight w[3], wn[3];
+                    expert_weights(b, e, w);
+                    if (b->a8)
+                        shoal_quant_prefetch_next(&w[1], 0, 1);
+                    part(y, x, 1, &w[0], 0, 1);
+                    if (b->a8)
+                        shoal_quant_prefetch_next(&w[2], 0, 1);
+                    part(yu, x, 1, &w[1], 0, 1);
+                    const int64_t e_next = atomic_fetch_add(&claim[p], 1);
+                    if (b->a8 && e_next < b->n_expert) {
+                        expert_weights(b, e_next, wn);
+                        shoal_quant_prefetch_next(&wn[0], 0, 1);
+                    }
+                    part(yd, h, 1, &w[2], 0, 1);
+                    e = e_next;
+                }
+            }
+            for (int64_t p = 0; p < passes && b->mx && whole; p++) {
+#pragma omp barrier
+#pragma omp master
+                pt[p] = shoal_time_s();
+                for (int64_t e = atomic_fetch_add(&claim[p], 1); e < b->n_expert;
+                     e = atomic_fetch_add(&claim[p], 1)) {
+                    struct shoal_weight m[3];
+                    expert_mx(b, e, m);
+                    shoal_mxfp4_linear_part(y, x, 1, &m[0], 0, 1);
+                    shoal_mxfp4_linear_part(yu, x, 1, &m[1], 0, 1);
+                    shoal_mxfp4_linear_part(yd, h, 1, &m[2], 0, 1);
+                }
+            }
+            for (int64_t p = 0; p < passes && b->mx && !whole; p++) {
 #pragma omp barrier
 #pragma omp master
                 pt[p] = shoal_time_s();
@@ -205,7 +254,7 @@ static int run_table(void *user, json_t **out)
                     shoal_mxfp4_linear_part(yd, h, b->n_tok, &m[2], ith, nth);
                 }
             }
-            for (int64_t p = 0; p < passes && !b->mx; p++) {
+            for (int64_t p = 0; p < passes && !b->mx && !whole; p++) {
 #pragma omp barrier
 #pragma omp master
                 pt[p] = shoal_time_s();
@@ -231,6 +280,7 @@ static int run_table(void *user, json_t **out)
             free(y);
         }
         dt = shoal_time_s() - t0;
+        free(claim);
         best_pass = 0;
         for (int64_t p = 0; p < passes; p++)
             if (best_pass == 0 || pt[p + 1] - pt[p] < best_pass)
