@@ -15,9 +15,9 @@
  * linear of T tokens (default 1: the decode matvec; more: a prefill batch)
  * on the OpenMP threads (default: all CPUs, at most that many) in one
  * parallel region, as shoal_expert_ffn_batch runs a layer's batch-union:
- * at one token each thread takes whole experts one at a time (the next
- * one claimed before the down projection, its first rows prefetched by
- * the INT4A8 kernels meanwhile: shoal_quant_prefetch_next), at more every
+ * at one token each thread takes whole experts one at a time (during the
+ * down projection the INT4A8 kernels prefetch the first rows of the first
+ * expert not yet taken: shoal_quant_prefetch_next), at more every
  * matrix's output rows are split over the threads. The gate/up outputs do
  * not feed down here, so there are no barriers to measure, only the kernel
  * and the memory system. The
@@ -201,17 +201,16 @@ static int run_table(void *user, json_t **out)
             void (*part)(float *, const float *, int64_t, const struct shoal_quant_weight *, int,
                          int) = b->a8 ? shoal_quant_linear_a8_part : shoal_quant_linear_part;
             /* decode (one token) as shoal_expert_ffn_batch runs it: each
-             * thread takes whole experts, the next one claimed before its
-             * down projection (the INT4A8 kernels prefetch its gate rows
-             * meanwhile); a batch: every matrix's rows split over the
-             * threads */
+             * thread takes whole experts, and prefetches the gate rows of
+             * the first one not yet taken during its down projection; a
+             * batch: every matrix's rows split over the threads */
             const int whole = b->n_tok == 1 && nth > 1;
             for (int64_t p = 0; p < passes && !b->mx && whole; p++) {
 #pragma omp barrier
 #pragma omp master
                 pt[p] = shoal_time_s();
-                int64_t e = atomic_fetch_add(&claim[p], 1);
-                while (e < b->n_expert) {
+                for (int64_t e = atomic_fetch_add(&claim[p], 1); e < b->n_expert;
+                     e = atomic_fetch_add(&claim[p], 1)) {
                     struct shoal_quant_weight w[3], wn[3];
                     expert_weights(b, e, w);
                     if (b->a8)
@@ -220,13 +219,12 @@ static int run_table(void *user, json_t **out)
                     if (b->a8)
                         shoal_quant_prefetch_next(&w[2], 0, 1);
                     part(yu, x, 1, &w[1], 0, 1);
-                    const int64_t e_next = atomic_fetch_add(&claim[p], 1);
+                    const int64_t e_next = atomic_load(&claim[p]);
                     if (b->a8 && e_next < b->n_expert) {
                         expert_weights(b, e_next, wn);
                         shoal_quant_prefetch_next(&wn[0], 0, 1);
                     }
                     part(yd, h, 1, &w[2], 0, 1);
-                    e = e_next;
                 }
             }
             for (int64_t p = 0; p < passes && b->mx && whole; p++) {

@@ -108,19 +108,20 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
         float *row = row_buf ? shoal_xmalloc((size_t)cols_max * sizeof(float)) : NULL;
         if (whole && nth > 1 && n_jobs >= nth) {
             /* experts handed out one at a time: a thread that wakes late
-             * (passive waits, a descheduled vCPU) takes fewer of them. A
-             * thread claims its next expert before its down projection,
-             * so the kernels prefetch that expert's gate rows while down
-             * finishes (the weight stream does not stall between experts) */
-            int64_t k = atomic_fetch_add(&claim, 1);
-            while (k < n_jobs) {
+             * (passive waits, a descheduled vCPU) takes fewer of them.
+             * While a thread's down projection finishes, the kernels
+             * prefetch the gate rows of the first expert nobody has taken
+             * yet (the weight stream does not stall between experts); it
+             * is not claimed before it is taken, so a thread is never
+             * left idle while another holds two */
+            for (int64_t k = atomic_fetch_add(&claim, 1); k < n_jobs;
+                 k = atomic_fetch_add(&claim, 1)) {
                 shoal_linear_prefetch_next(&jobs[k].w->w_down, 0, 1);
                 gate_up_silu(&jobs[k], 0, 1, row);
-                const int64_t k_next = atomic_fetch_add(&claim, 1);
+                const int64_t k_next = atomic_load(&claim);
                 shoal_linear_prefetch_next(k_next < n_jobs ? &jobs[k_next].w->w_gate : NULL, 0,
                                            1);
                 down_part(&jobs[k], 0, 1, row);
-                k = k_next;
             }
         } else {
             /* each weight's share is followed by the next one's */
