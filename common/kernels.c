@@ -48,6 +48,8 @@ void shoal_linear_many(const struct shoal_linear_job *jobs, int n_jobs)
         const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
         for (int k = 0; k < n_jobs; k++) {
             const struct shoal_linear_job *j = &jobs[k];
+            /* the next job's rows are prefetched while this one finishes */
+            shoal_linear_prefetch_next(k + 1 < n_jobs ? jobs[k + 1].w : NULL, ith, nth);
             shoal_linear_part(j->y, j->x, j->n_tok, j->w, ith, nth, NULL);
             if (bias_f32[k]) {
                 const int64_t rows = j->w->rows;
