@@ -65,14 +65,20 @@ void shoal_linear_many(const struct shoal_linear_job *jobs, int n_jobs)
         free(bias_f32[k]);
 }
 
+/* A quantized (INT8, INT4, INT4A8) weight as the quant kernels take it */
+static struct shoal_quant_weight as_quant(const struct shoal_weight *w)
+{
+    return (struct shoal_quant_weight){
+        .type = w->dtype == SHOAL_DTYPE_INT8 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4,
+        .group = w->group, .rows = w->rows, .cols = w->cols, .data = w->data};
+}
+
 void shoal_linear_part(float *y, const float *x, int64_t n_tok,
                        const struct shoal_weight *w, int ith, int nth, float *row_buf)
 {
     const int64_t rows = w->rows, cols = w->cols;
     if (shoal_dtype_is_quant(w->dtype)) {
-        struct shoal_quant_weight qw = {
-            .type = w->dtype == SHOAL_DTYPE_INT8 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4,
-            .group = w->group, .rows = rows, .cols = cols, .data = w->data};
+        const struct shoal_quant_weight qw = as_quant(w);
         if (w->dtype == SHOAL_DTYPE_INT4A8)
             shoal_quant_linear_a8_part(y, x, n_tok, &qw, ith, nth);
         else
@@ -205,7 +211,7 @@ void shoal_linear_prefetch_next(const struct shoal_weight *w, int ith, int nth)
         shoal_quant_prefetch_next(NULL, ith, nth);
         return;
     }
-    const struct shoal_quant_weight q = {SHOAL_QUANT_INT4, w->group, w->rows, w->cols, w->data};
+    const struct shoal_quant_weight q = as_quant(w);
     shoal_quant_prefetch_next(&q, ith, nth);
 }
 
@@ -215,10 +221,7 @@ void shoal_linear_pair_part(float *y0, float *y1, const float *x, int64_t n_tok,
 {
     if (w0->dtype == SHOAL_DTYPE_INT4A8 && w1->dtype == SHOAL_DTYPE_INT4A8 &&
         w0->cols == w1->cols && w0->group == w1->group) {
-        const struct shoal_quant_weight q0 = {SHOAL_QUANT_INT4, w0->group, w0->rows, w0->cols,
-                                              w0->data};
-        const struct shoal_quant_weight q1 = {SHOAL_QUANT_INT4, w1->group, w1->rows, w1->cols,
-                                              w1->data};
+        const struct shoal_quant_weight q0 = as_quant(w0), q1 = as_quant(w1);
         float *const y[2] = {y0, y1};
         const struct shoal_quant_weight *const w[2] = {&q0, &q1};
         shoal_quant_linear_a8_many_part(y, x, n_tok, w, 2, ith, nth);

@@ -142,10 +142,9 @@ int shoal_cmd_perplexity(int argc, char **argv)
                 if (pos + 1 >= W)
                     break;
                 const float *l = logits + t * V;
-                char what[96];
-                snprintf(what, sizeof what, "perplexity: window %lld, position %lld: the "
-                         "model's logits", (long long)w + 1, (long long)pos);
-                if (shoal_logits_check(l, V, what, &err)) {
+                if (shoal_logits_check(l, V, &err, "perplexity: window %lld, position %lld: "
+                                       "the model's logits", (long long)w + 1,
+                                       (long long)pos)) {
                     if (progress && w > 0)   /* off the \r progress line */
                         fputc('\n', stderr);
                     shoal_cli_error("%s", err.msg);

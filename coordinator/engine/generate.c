@@ -158,10 +158,9 @@ enum shoal_gen_action shoal_gen_next(struct shoal_gen *g, float *logits, const i
         g->ended = 1;
         return SHOAL_GEN_END;
     }
-    char what[64];
-    snprintf(what, sizeof what, "the model's logits for generated token %lld",
-             (long long)g->n_gen + 1);
-    if (shoal_logits_check(logits, g->s->model->cfg.n_vocab, what, err)) {
+    if (shoal_logits_check(logits, g->s->model->cfg.n_vocab, err,
+                           "the model's logits for generated token %lld",
+                           (long long)g->n_gen + 1)) {
         g->ended = 1;
         g->why = "error";
         g->reason = SHOAL_STOP_ERROR;

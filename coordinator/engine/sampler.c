@@ -1,7 +1,9 @@
 #include "sampler.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,34 +138,41 @@ static void count_returned(struct shoal_sampler *s, int32_t id)
 
 static int32_t pick(struct shoal_sampler *s, float *logits);
 
+/* 1 for NaN and +-inf: all exponent bits set */
+static inline uint32_t nonfinite_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (u & 0x7f800000u) == 0x7f800000u;
+}
+
 int64_t shoal_logits_nonfinite(const float *logits, int64_t n)
 {
     /* NaN and +-inf are the floats whose exponent bits are all ones: tested
      * on the bits (no float compare a -ffinite-math-only build could fold
      * away), ORed with no early exit so the pass vectorizes */
     uint32_t any = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &logits[i], sizeof u);
-        any |= (u & 0x7f800000u) == 0x7f800000u;
-    }
+    for (int64_t i = 0; i < n; i++)
+        any |= nonfinite_bits(logits[i]);
     if (!any)
         return -1;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &logits[i], sizeof u);
-        if ((u & 0x7f800000u) == 0x7f800000u)
+    for (int64_t i = 0; i < n; i++)
+        if (nonfinite_bits(logits[i]))
             return i;
-    }
     return -1;
 }
 
-int shoal_logits_check(const float *logits, int64_t n, const char *what,
-                       struct shoal_err *err)
+int shoal_logits_check(const float *logits, int64_t n, struct shoal_err *err,
+                       const char *what_fmt, ...)
 {
     const int64_t bad = shoal_logits_nonfinite(logits, n);
     if (bad < 0)
         return 0;
+    char what[160];
+    va_list ap;
+    va_start(ap, what_fmt);
+    vsnprintf(what, sizeof what, what_fmt, ap);
+    va_end(ap);
     return shoal_err_set(err, SHOAL_ERANGE, "%s hold %s at vocabulary index %lld: its weights "
                          "or activations are not finite (a damaged or mis-converted model "
                          "file?)", what, isnan(logits[bad]) ? "NaN" : "inf", (long long)bad);

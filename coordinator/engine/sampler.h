@@ -54,10 +54,11 @@ int64_t shoal_logits_nonfinite(const float *logits, int64_t n);
 
 /* 0 when logits [n] are all finite; else SHOAL_ERANGE with err = "<what>
  * hold NaN|inf at vocabulary index I: its weights or activations are not
- * finite (...)", what naming the logits (e.g. "the model's logits for
+ * finite (...)", what (printf format what_fmt and its arguments, formatted
+ * only on failure) naming the logits (e.g. "the model's logits for
  * generated token 3"). Thread: any. */
-int shoal_logits_check(const float *logits, int64_t n, const char *what,
-                       struct shoal_err *err);
+int shoal_logits_check(const float *logits, int64_t n, struct shoal_err *err,
+                       const char *what_fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Pick a token, and count it for the presence/frequency penalties (one
  * sampler per completion).
