@@ -4,7 +4,7 @@
  *
  *   kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]
  *                [--types int4,int8,int4a8,mxfp4] [--shape N_EMBD,N_FF] [--tokens T]
- *                [--isa LIST] [--rounds R] [--json FILE]
+ *                [--isa LIST] [--rounds R] [--paired-read on|off] [--json FILE]
  *
  * A pool of --pool-mb MiB (default 1024, far beyond the last-level cache;
  * at least 64) holds expert-shaped quantized matrices: w_gate and w_up
@@ -26,8 +26,18 @@
  * RAM probe reports (its best of 5 reps), so "best pass/read" compares like
  * with like on a host whose bandwidth swings.
  *
+ * Paired read (--paired-read on, the default): before every kernel pass the
+ * same threads read the whole pool once with the RAM probe's read loop
+ * (x ^= bits of every 8 bytes, each thread a contiguous share), timed
+ * between barriers. "paired read" is the median over passes of the
+ * kernel pass's rate over the read just before it: the RAM bandwidth of
+ * that moment, on the same bytes, pages and threads, where the probes run
+ * seconds away in another process on a host whose bandwidth swings 2-3x
+ * within minutes. The reads take time besides --seconds (about as long
+ * again); the kernel figures count only the kernel passes.
+ *
  * Memory: the pool plus the RAM probe's 3 x 512 MiB (run alone, in a child
- * process). A default run takes about 12 s here (2 vCPUs).
+ * process). A default run takes about 20 s here (2 vCPUs).
  *
  * Before the timing, every table's output over one whole expert is compared
  * with the scalar reference byte for byte (DESIGN contract 1); a difference
@@ -74,6 +84,7 @@ struct bench {
     uint8_t *pool;
     double seconds;
     int threads;
+    int paired;              /* a read of the whole pool before every pass */
 };
 
 /* xorshift32 in [-1, 1) */
@@ -158,6 +169,36 @@ static void expert_once(const struct bench *b, int64_t e, const float *x, const 
     lin(y + 2 * b->n_ff, h, 1, &w[2]);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median of v[0 .. n-1] (n >= 1; sorts v) */
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The RAM probe's read kernel (x ^= bits of every 8 bytes: bench_probe.c's
+ * read, the same loop and flags) over thread ith's share of the pool, in
+ * one pass: the paired read of --paired (see run_table). Returns the XOR,
+ * kept so the loads are not dropped. Thread: any, on its own share. */
+static uint64_t read_share(const uint8_t *pool, size_t bytes, int ith, int nth)
+{
+    const size_t n = bytes / 8, lo = n * (size_t)ith / (size_t)nth,
+                 hi = n * (size_t)(ith + 1) / (size_t)nth;
+    uint64_t x = 0;
+    for (size_t i = lo; i < hi; i++) {
+        uint64_t u;
+        memcpy(&u, pool + 8 * i, sizeof u);
+        x ^= u;
+    }
+    return x;
+}
+
 /* Child: check this table's bits against scalar on expert 0, then time
  * passes over the pool. */
 static int run_table(void *user, json_t **out)
@@ -186,16 +227,21 @@ static int run_table(void *user, json_t **out)
      * took at least half of --seconds, else enough passes for --seconds */
     int64_t passes = 1;
     double dt = 0, best_pass = 0;
+    /* per kernel pass: its rate over the read just before it, and that read */
+    double *ratio = NULL, *read_gbs = NULL;
+    const size_t pool_bytes = (size_t)b->n_expert * b->expert_bytes;
+    uint64_t xor_all = 0;
     for (int round = 0; round < 2; round++) {
         /* pass p ran from pt[p] to pt[p + 1] (a barrier at every pass
          * boundary: the best pass is timed as the probe's best rep is) */
         double *pt = shoal_xmalloc((size_t)(passes + 1) * sizeof(double));
+        double *rs = shoal_xmalloc((size_t)(passes + 1) * sizeof(double));
         /* whole experts per thread: pass p's next expert not yet taken */
         _Atomic int64_t *claim = shoal_xcalloc((size_t)passes, sizeof *claim);
-        const double t0 = shoal_time_s();
 #pragma omp parallel
         {
             const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
+            uint64_t xr = 0;
             float *y = shoal_xmalloc((size_t)b->n_tok * ny * sizeof(float));
             float *yu = y + b->n_tok * b->n_ff, *yd = y + 2 * b->n_tok * b->n_ff;
             void (*part)(float *, const float *, int64_t, const struct shoal_quant_weight *, int,
@@ -207,6 +253,12 @@ static int run_table(void *user, json_t **out)
             const int whole = b->n_tok == 1 && nth > 1;
             for (int64_t p = 0; p < passes && !b->mx && whole; p++) {
 #pragma omp barrier
+#pragma omp master
+                rs[p] = shoal_time_s();
+                if (b->paired) {
+                    xr ^= read_share(b->pool, pool_bytes, ith, nth);
+#pragma omp barrier
+                }
 #pragma omp master
                 pt[p] = shoal_time_s();
                 for (int64_t e = atomic_fetch_add(&claim[p], 1); e < b->n_expert;
@@ -230,6 +282,12 @@ static int run_table(void *user, json_t **out)
             for (int64_t p = 0; p < passes && b->mx && whole; p++) {
 #pragma omp barrier
 #pragma omp master
+                rs[p] = shoal_time_s();
+                if (b->paired) {
+                    xr ^= read_share(b->pool, pool_bytes, ith, nth);
+#pragma omp barrier
+                }
+#pragma omp master
                 pt[p] = shoal_time_s();
                 for (int64_t e = atomic_fetch_add(&claim[p], 1); e < b->n_expert;
                      e = atomic_fetch_add(&claim[p], 1)) {
@@ -243,6 +301,12 @@ static int run_table(void *user, json_t **out)
             for (int64_t p = 0; p < passes && b->mx && !whole; p++) {
 #pragma omp barrier
 #pragma omp master
+                rs[p] = shoal_time_s();
+                if (b->paired) {
+                    xr ^= read_share(b->pool, pool_bytes, ith, nth);
+#pragma omp barrier
+                }
+#pragma omp master
                 pt[p] = shoal_time_s();
                 for (int64_t e = 0; e < b->n_expert; e++) {
                     struct shoal_weight m[3];
@@ -254,6 +318,12 @@ static int run_table(void *user, json_t **out)
             }
             for (int64_t p = 0; p < passes && !b->mx && !whole; p++) {
 #pragma omp barrier
+#pragma omp master
+                rs[p] = shoal_time_s();
+                if (b->paired) {
+                    xr ^= read_share(b->pool, pool_bytes, ith, nth);
+#pragma omp barrier
+                }
 #pragma omp master
                 pt[p] = shoal_time_s();
                 for (int64_t e = 0; e < b->n_expert; e++) {
@@ -274,16 +344,29 @@ static int run_table(void *user, json_t **out)
             }
 #pragma omp barrier
 #pragma omp master
-            pt[passes] = shoal_time_s();
+            rs[passes] = shoal_time_s();
+#pragma omp atomic
+            xor_all ^= xr;
             free(y);
         }
-        dt = shoal_time_s() - t0;
         free(claim);
+        /* kernel pass p: pt[p] .. rs[p + 1]; its paired read: rs[p] .. pt[p] */
+        dt = 0;
         best_pass = 0;
-        for (int64_t p = 0; p < passes; p++)
-            if (best_pass == 0 || pt[p + 1] - pt[p] < best_pass)
-                best_pass = pt[p + 1] - pt[p];
+        free(ratio);
+        free(read_gbs);
+        ratio = shoal_xmalloc((size_t)passes * sizeof(double));
+        read_gbs = shoal_xmalloc((size_t)passes * sizeof(double));
+        for (int64_t p = 0; p < passes; p++) {
+            const double tk = rs[p + 1] - pt[p], tr = pt[p] - rs[p];
+            dt += tk;
+            if (best_pass == 0 || tk < best_pass)
+                best_pass = tk;
+            ratio[p] = tk > 0 ? (double)b->n_tok * tr / tk : 0;
+            read_gbs[p] = tr > 0 ? (double)pool_bytes / tr / 1e9 : 0;
+        }
         free(pt);
+        free(rs);
         if (round == 0) {
             if (dt >= b->seconds / 2)
                 break;
@@ -302,6 +385,13 @@ static int run_table(void *user, json_t **out)
     json_object_set_new(o, "best_pass_gbs",
                         json_real((double)b->n_expert * (double)b->expert_bytes * (double)b->n_tok /
                                   1e9 / (best_pass > 0 ? best_pass : dt)));
+    if (b->paired) {
+        json_object_set_new(o, "paired_read_gbs_median", json_real(median(read_gbs, (size_t)passes)));
+        json_object_set_new(o, "vs_paired_read_median", json_real(median(ratio, (size_t)passes)));
+        json_object_set_new(o, "read_xor", json_integer((json_int_t)(xor_all & 0xffff)));
+    }
+    free(ratio);
+    free(read_gbs);
     free(x);
     free(h);
     free(want);
@@ -332,19 +422,6 @@ static double probe_best(const json_t *probes, size_t p0, const char *key)
     return a > b ? a : b;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* median of v[0 .. n-1] (n >= 1; sorts v) */
-static double median(double *v, size_t n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* One line per (type, table) over its rounds: median rate and ratios, the
  * read ratio's range; the same under res "summary". */
 static void print_medians(const json_t *runs, json_t *res)
@@ -354,6 +431,8 @@ static void print_medians(const json_t *runs, json_t *res)
     double *g = shoal_xmalloc((n ? n : 1) * sizeof(double)), *vr = shoal_xmalloc((n ? n : 1) * sizeof(double));
     double *vc = shoal_xmalloc((n ? n : 1) * sizeof(double)), *vt = shoal_xmalloc((n ? n : 1) * sizeof(double));
     double *vb = shoal_xmalloc((n ? n : 1) * sizeof(double));
+    double *vp = shoal_xmalloc((n ? n : 1) * sizeof(double));
+    int has_vp = 1;
     for (size_t i = 0; i < n; i++) {
         const json_t *ri = json_array_get(runs, i);
         const char *type = json_string_value(json_object_get(ri, "type"));
@@ -379,17 +458,21 @@ static void print_medians(const json_t *runs, json_t *res)
             vc[m] = json_real_value(json_object_get(rj, "vs_ram_copy"));
             vt[m] = json_real_value(json_object_get(rj, "vs_ram_triad"));
             vb[m] = json_real_value(json_object_get(rj, "best_pass_vs_ram_read"));
+            vp[m] = json_real_value(json_object_get(rj, "vs_paired_read_median"));
+            has_vp &= json_object_get(rj, "vs_paired_read_median") != NULL;
             same &= json_is_true(json_object_get(rj, "bits_equal_scalar"));
             lo = m == 0 || vr[m] < lo ? vr[m] : lo;
             hi = m == 0 || vr[m] > hi ? vr[m] : hi;
             m++;
         }
         const double mg = median(g, m), mr = median(vr, m), mc = median(vc, m),
-                     mt = median(vt, m), mb = median(vb, m);
-        char range[32];
+                     mt = median(vt, m), mb = median(vb, m), mp = median(vp, m);
+        char range[32], pr_s[32] = "-";
         snprintf(range, sizeof range, "%.2f-%.2f", lo, hi);
-        printf("%-6s %-8s %10.2f %12.2f %15s %12.2f %13.2f %15.2f %s\n", type, kern, mg, mr, range,
-               mc, mt, mb, same ? "same" : "DIFFERENT");
+        if (has_vp)
+            snprintf(pr_s, sizeof pr_s, "%.2f", mp);
+        printf("%-6s %-8s %10.2f %12.2f %15s %12.2f %13.2f %15.2f %12s %s\n", type, kern, mg, mr,
+               range, mc, mt, mb, pr_s, same ? "same" : "DIFFERENT");
         json_t *o = json_object();
         json_object_set_new(o, "type", json_string(type));
         json_object_set_new(o, "kernels", json_string(kern));
@@ -401,6 +484,8 @@ static void print_medians(const json_t *runs, json_t *res)
         json_object_set_new(o, "vs_ram_copy_median", json_real(mc));
         json_object_set_new(o, "vs_ram_triad_median", json_real(mt));
         json_object_set_new(o, "best_pass_vs_ram_read_median", json_real(mb));
+        if (has_vp)
+            json_object_set_new(o, "vs_paired_read_median", json_real(mp));
         json_array_append_new(summary, o);
     }
     free(g);
@@ -408,6 +493,7 @@ static void print_medians(const json_t *runs, json_t *res)
     free(vc);
     free(vt);
     free(vb);
+    free(vp);
     json_object_set_new(res, "summary", summary);
 }
 
@@ -415,7 +501,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]\n"
                "                    [--types int4,int8,int4a8,mxfp4] [--shape N_EMBD,N_FF]\n"
-               "                    [--tokens T]\n"
+               "                    [--tokens T] [--isa LIST] [--rounds R] [--paired-read on|off]\n"
                "                    [--json FILE]\n"
                "  --threads N        OpenMP threads, 1 .. online CPUs (default: all)\n"
                "  --pool-mb MB       weights in RAM, 64 .. half the RAM (default 1024)\n"
@@ -430,6 +516,9 @@ static void usage(FILE *f)
                "                     (default: every table this CPU runs, scalar first)\n"
                "  --rounds R         1 .. 50 rounds of every table, a RAM probe between\n"
                "                     rounds; figures are medians over rounds (default 1)\n"
+               "  --paired-read on|off  read the whole pool with the RAM probe's read loop\n"
+               "                     before every kernel pass, on the same threads, and set\n"
+               "                     each pass against the read just before it (default on)\n"
                "  --json FILE        every figure as JSON\n"
                "Memory: the pool + 1.5 GiB for the RAM probe.\n");
 }
@@ -450,7 +539,7 @@ static int is_flag(const char *a)
 {
     static const char *const flags[] = {"--threads", "--pool-mb", "--seconds", "--group",
                                         "--types", "--shape", "--tokens", "--json",
-                                        "--isa", "--rounds"};
+                                        "--isa", "--rounds", "--paired-read"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(a, flags[i]))
             return 1;
@@ -463,6 +552,7 @@ int main(int argc, char **argv)
     const long long ram_mb = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / 1048576;
     int64_t threads = 0, pool_mb = 1024, group = 64, n_embd = 2048, n_ff = 768, n_tok = 1;
     int64_t rounds = 1;
+    int paired = 1;
     const char *isa_arg = NULL;
     double seconds = 2.0;
     const char *types = "int4,int8", *json_path = NULL;
@@ -493,6 +583,13 @@ int main(int argc, char **argv)
             rc = arg_int(a, v, 1, 50, &rounds);
         else if (!strcmp(a, "--isa"))
             isa_arg = v;
+        else if (!strcmp(a, "--paired-read")) {
+            paired = !strcmp(v, "on");
+            if (!paired && strcmp(v, "off")) {
+                fprintf(stderr, "kernel_bench: --paired-read expects on or off, got '%s'\n", v);
+                rc = -1;
+            }
+        }
         else if (!strcmp(a, "--group")) {
             long long g;
             if (shoal_parse_i64(v, 32, 128, &g) != 0 || !shoal_quant_group_ok((int)g)) {
@@ -646,7 +743,7 @@ int main(int argc, char **argv)
         struct bench b = {.type = tlist[it] == 1 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4,
                           .a8 = tlist[it] == 2, .mx = tlist[it] == 3, .group = (int)group,
                           .n_embd = n_embd, .n_ff = n_ff, .seconds = seconds,
-                          .threads = (int)threads};
+                          .threads = (int)threads, .paired = paired};
         b.m_up = b.mx ? (size_t)(n_ff * n_embd / 2 + n_ff * n_embd / 32)
                       : shoal_quant_matrix_bytes(b.type, n_ff, n_embd, b.group);
         b.m_down = b.mx ? b.m_up : shoal_quant_matrix_bytes(b.type, n_embd, n_ff, b.group);
@@ -746,16 +843,16 @@ int main(int argc, char **argv)
     if (rounds == 1) {
         printf("RAM (best probe; each table against the better probe beside it): read %.1f "
                "GB/s, copy %.1f GB/s, triad %.1f GB/s\n", read, copy, triad);
-        printf("%-6s %-8s %10s %12s %12s %13s %15s %s\n", "type", "kernels",
+        printf("%-6s %-8s %10s %12s %12s %13s %15s %12s %s\n", "type", "kernels",
                n_tok > 1 ? "GB/s x tok" : "GB/s", "vs RAM read", "vs RAM copy", "vs RAM triad",
-               "best pass/read", "bits vs scalar");
+               "best pass/read", "paired read", "bits vs scalar");
     } else {
         printf("RAM read, %zu probes: %.1f .. %.1f GB/s; each round's rate against the better "
                "probe beside it; medians over %ld rounds\n", json_array_size(probes),
                probe_min(probes, "read_gbs"), read, (long)rounds);
-        printf("%-6s %-8s %10s %12s %15s %12s %13s %15s %s\n", "type", "kernels",
+        printf("%-6s %-8s %10s %12s %15s %12s %13s %15s %12s %s\n", "type", "kernels",
                n_tok > 1 ? "GB/s x tok" : "GB/s", "vs RAM read", "(range)", "vs RAM copy",
-               "vs RAM triad", "best pass/read", "bits vs scalar");
+               "vs RAM triad", "best pass/read", "paired read", "bits vs scalar");
     }
     size_t i;
     json_t *r;
@@ -771,11 +868,15 @@ int main(int argc, char **argv)
         json_object_set_new(r, "vs_ram_triad", json_real(rt > 0 ? g / rt : 0));
         const double gb = json_real_value(json_object_get(r, "best_pass_gbs"));
         json_object_set_new(r, "best_pass_vs_ram_read", json_real(rr > 0 ? gb / rr : 0));
+        char pr_s[32] = "-";
+        const json_t *vp = json_object_get(r, "vs_paired_read_median");
+        if (vp)
+            snprintf(pr_s, sizeof pr_s, "%.2f", json_real_value(vp));
         if (rounds == 1)
-            printf("%-6s %-8s %10.2f %12.2f %12.2f %13.2f %15.2f %s\n",
+            printf("%-6s %-8s %10.2f %12.2f %12.2f %13.2f %15.2f %12s %s\n",
                    json_string_value(json_object_get(r, "type")),
                    json_string_value(json_object_get(r, "kernels")), g, rr > 0 ? g / rr : 0,
-                   rc > 0 ? g / rc : 0, rt > 0 ? g / rt : 0, rr > 0 ? gb / rr : 0,
+                   rc > 0 ? g / rc : 0, rt > 0 ? g / rt : 0, rr > 0 ? gb / rr : 0, pr_s,
                    json_is_true(json_object_get(r, "bits_equal_scalar")) ? "same" : "DIFFERENT");
     }
     if (rounds > 1)

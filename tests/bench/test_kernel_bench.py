@@ -4,7 +4,9 @@
 A short run (int4, 64 MiB pool, a fraction of a second per table, 1 and 3
 tokens per linear) must exit 0 and write a JSON in which every kernel table
 this CPU runs (scalar first) gave the scalar bits, ran at least one pass
-and a positive rate, and both RAM probes measured something. --isa and
+and a positive rate, both RAM probes measured something, and the paired
+read before every pass (default on; --paired-read off leaves it out) gave
+a rate and a ratio. --isa and
 --rounds time only the named tables once per round, with a probe between
 rounds, and summarize each table by the median and range of its rounds. Bad arguments
 must get one line on stderr naming the flag and exit 2 before anything
@@ -59,18 +61,29 @@ def main():
                       "tokens=%d %s: best pass %.3f >= mean %.3f GB/s" % (
                           tokens, x.get("kernels"), x.get("best_pass_gbs", 0),
                           x.get("weight_gbs", 0)))
+                # the paired read (default on): a read before every pass, measured
+                check(x.get("paired_read_gbs_median", 0) > 0 and
+                      x.get("vs_paired_read_median", 0) > 0,
+                      "tokens=%d %s: paired read %.3f GB/s, kernel %.3f of it" % (
+                          tokens, x.get("kernels"), x.get("paired_read_gbs_median", 0),
+                          x.get("vs_paired_read_median", 0)))
             check(res.get("ram_read_gbs", 0) > 0 and res.get("ram_triad_gbs", 0) > 0,
                   "tokens=%d: RAM probes measured (read %.1f, triad %.1f GB/s)" % (
                       tokens, res.get("ram_read_gbs", 0), res.get("ram_triad_gbs", 0)))
             check(("GB/s x tok" in r.stdout) == (tokens > 1), "tokens=%d: the table's unit" % tokens)
         # --isa and --rounds: only the named tables, each once per round, a
         # probe between rounds, one summary per table
-        out = os.path.join(tmp, "kbr.json")
-        r = subprocess.run([a.bench, "--types", "int4a8", "--pool-mb", "64", "--seconds", "0.05",
-                            "--isa", "scalar", "--rounds", "3", "--json", out],
-                           capture_output=True, text=True, timeout=300, env=env)
-        check(r.returncode == 0, "--isa scalar --rounds 3: exit 0 (got %d: %s)" % (
-            r.returncode, r.stderr.strip()[-300:]))
+        def short_run(name, args):
+            """A short scalar run with args; (completed process, JSON path)."""
+            out = os.path.join(tmp, name)
+            r = subprocess.run([a.bench, "--pool-mb", "64", "--seconds", "0.05", "--isa", "scalar",
+                                "--json", out] + args,
+                               capture_output=True, text=True, timeout=300, env=env)
+            check(r.returncode == 0, "%s: exit 0 (got %d: %s)" % (
+                " ".join(args), r.returncode, r.stderr.strip()[-300:]))
+            return r, out
+
+        r, out = short_run("kbr.json", ["--types", "int4a8", "--rounds", "3"])
         if r.returncode == 0:
             res = json.load(open(out))
             runs = res.get("runs", [])
@@ -88,10 +101,23 @@ def main():
                   summ[0].get("vs_ram_read_min") == ratios[0] and
                   summ[0].get("vs_ram_read_max") == ratios[2],
                   "--rounds 3: the summary is the median and range of the rounds' ratios")
-            check("(range)" in r.stdout and
+            pr = sorted(x.get("vs_paired_read_median", 0) for x in runs)
+            check(len(summ) == 1 and abs(summ[0].get("vs_paired_read_median", -1) - pr[1]) < 1e-12
+                  and pr[0] > 0,
+                  "--rounds 3: the summary's paired-read ratio is the median of the rounds'")
+            check("(range)" in r.stdout and "paired read" in r.stdout and
                   sum(l.startswith("int4a8 ") for l in r.stdout.splitlines()) == 1,
                   "--rounds 3: one printed line per table, with the range")
+        # --paired-read off: no read between passes, no paired figures
+        r, out = short_run("kboff.json", ["--types", "int4", "--paired-read", "off"])
+        if r.returncode == 0:
+            runs = json.load(open(out)).get("runs", [])
+            check(len(runs) == 1 and runs[0].get("weight_gbs", 0) > 0 and
+                  "vs_paired_read_median" not in runs[0] and
+                  "paired_read_gbs_median" not in runs[0],
+                  "--paired-read off: timed, without paired figures")
         bad = [(["--group", "48"], "--group"),
+               (["--paired-read", "yes"], "--paired-read"), (["--paired-read", ""], "--paired-read"),
                (["--isa", "bogus"], "--isa"), (["--isa", "scalar,scalar"], "--isa"),
                (["--isa", "auto"], "--isa"), (["--isa", ""], "--isa"),
                (["--rounds", "0"], "--rounds"), (["--rounds", "51"], "--rounds"), (["--types", "int4,int4"], "--types"),
