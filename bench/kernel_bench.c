@@ -33,8 +33,10 @@
  * kernel pass's rate over the read just before it: the RAM bandwidth of
  * that moment, on the same bytes, pages and threads, where the probes run
  * seconds away in another process on a host whose bandwidth swings 2-3x
- * within minutes. The reads take time besides --seconds (about as long
- * again); the kernel figures count only the kernel passes.
+ * within minutes. The reads take time besides --seconds (up to about as
+ * long again); the kernel figures count only the kernel passes. The read
+ * is handed out in 1 MiB chunks the threads claim, as the kernel's experts
+ * are.
  *
  * Memory: the pool plus the RAM probe's 3 x 512 MiB (run alone, in a child
  * process). A default run takes about 20 s here (2 vCPUs).
@@ -65,6 +67,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_stats.h"
 #include "bench_probe.h"
 #include "parse.h"
 #include "quant.h"
@@ -169,32 +172,27 @@ static void expert_once(const struct bench *b, int64_t e, const float *x, const 
     lin(y + 2 * b->n_ff, h, 1, &w[2]);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* median of v[0 .. n-1] (n >= 1; sorts v) */
-static double median(double *v, size_t n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+#define READ_CHUNK ((size_t)1 << 20)   /* bytes a thread claims at a time */
 
 /* The RAM probe's read kernel (x ^= bits of every 8 bytes: bench_probe.c's
- * read, the same loop and flags) over thread ith's share of the pool, in
- * one pass: the paired read of --paired (see run_table). Returns the XOR,
- * kept so the loads are not dropped. Thread: any, on its own share. */
-static uint64_t read_share(const uint8_t *pool, size_t bytes, int ith, int nth)
+ * read, the same loop and flags) over the pool's first `bytes` (a multiple
+ * of 8), in READ_CHUNK pieces each thread claims from *next (starting at
+ * 0) until none is left: the paired read of --paired-read (see run_table),
+ * balanced across threads as the kernel's claimed experts are, so a thread
+ * the host stalls slows both alike. Returns this thread's XOR, kept so the
+ * loads are not dropped. Thread: any, every thread of the team. */
+static uint64_t read_chunks(const uint8_t *pool, size_t bytes, _Atomic int64_t *next)
 {
-    const size_t n = bytes / 8, lo = n * (size_t)ith / (size_t)nth,
-                 hi = n * (size_t)(ith + 1) / (size_t)nth;
     uint64_t x = 0;
-    for (size_t i = lo; i < hi; i++) {
-        uint64_t u;
-        memcpy(&u, pool + 8 * i, sizeof u);
-        x ^= u;
+    for (size_t c = (size_t)atomic_fetch_add(next, 1); c * READ_CHUNK < bytes;
+         c = (size_t)atomic_fetch_add(next, 1)) {
+        const size_t lo = c * READ_CHUNK / 8,
+                     hi = (bytes - c * READ_CHUNK < READ_CHUNK ? bytes : (c + 1) * READ_CHUNK) / 8;
+        for (size_t i = lo; i < hi; i++) {
+            uint64_t u;
+            memcpy(&u, pool + 8 * i, sizeof u);
+            x ^= u;
+        }
     }
     return x;
 }
@@ -232,12 +230,20 @@ static int run_table(void *user, json_t **out)
     const size_t pool_bytes = (size_t)b->n_expert * b->expert_bytes;
     uint64_t xor_all = 0;
     for (int round = 0; round < 2; round++) {
-        /* pass p ran from pt[p] to pt[p + 1] (a barrier at every pass
-         * boundary: the best pass is timed as the probe's best rep is) */
+        /* kernel pass p ran from pt[p] to rs[p + 1], its paired read from
+         * rs[p] to pt[p] (a barrier at every boundary: the best pass is
+         * timed as the probe's best rep is). Each is the time the last
+         * thread reached that barrier (arr[thread][event]: event 2p before
+         * read p, 2p + 1 after it, 2 passes at the end), never one thread's
+         * clock after a barrier: a thread the host holds there would start
+         * the clock late while the others claim the work. */
+        const size_t n_ev = 2 * (size_t)passes + 1, max_th = (size_t)omp_get_max_threads();
+        double *arr = shoal_xcalloc(max_th * n_ev, sizeof(double));
         double *pt = shoal_xmalloc((size_t)(passes + 1) * sizeof(double));
         double *rs = shoal_xmalloc((size_t)(passes + 1) * sizeof(double));
         /* whole experts per thread: pass p's next expert not yet taken */
         _Atomic int64_t *claim = shoal_xcalloc((size_t)passes, sizeof *claim);
+        _Atomic int64_t *rclaim = shoal_xcalloc((size_t)passes, sizeof *rclaim);
 #pragma omp parallel
         {
             const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
@@ -252,15 +258,13 @@ static int run_table(void *user, json_t **out)
              * batch: every matrix's rows split over the threads */
             const int whole = b->n_tok == 1 && nth > 1;
             for (int64_t p = 0; p < passes && !b->mx && whole; p++) {
+                arr[(size_t)ith * n_ev + 2 * (size_t)p] = shoal_time_s();
 #pragma omp barrier
-#pragma omp master
-                rs[p] = shoal_time_s();
                 if (b->paired) {
-                    xr ^= read_share(b->pool, pool_bytes, ith, nth);
+                    xr ^= read_chunks(b->pool, pool_bytes / 8 * 8, &rclaim[p]);
+                    arr[(size_t)ith * n_ev + 2 * (size_t)p + 1] = shoal_time_s();
 #pragma omp barrier
                 }
-#pragma omp master
-                pt[p] = shoal_time_s();
                 for (int64_t e = atomic_fetch_add(&claim[p], 1); e < b->n_expert;
                      e = atomic_fetch_add(&claim[p], 1)) {
                     struct shoal_quant_weight w[3], wn[3];
@@ -280,15 +284,13 @@ static int run_table(void *user, json_t **out)
                 }
             }
             for (int64_t p = 0; p < passes && b->mx && whole; p++) {
+                arr[(size_t)ith * n_ev + 2 * (size_t)p] = shoal_time_s();
 #pragma omp barrier
-#pragma omp master
-                rs[p] = shoal_time_s();
                 if (b->paired) {
-                    xr ^= read_share(b->pool, pool_bytes, ith, nth);
+                    xr ^= read_chunks(b->pool, pool_bytes / 8 * 8, &rclaim[p]);
+                    arr[(size_t)ith * n_ev + 2 * (size_t)p + 1] = shoal_time_s();
 #pragma omp barrier
                 }
-#pragma omp master
-                pt[p] = shoal_time_s();
                 for (int64_t e = atomic_fetch_add(&claim[p], 1); e < b->n_expert;
                      e = atomic_fetch_add(&claim[p], 1)) {
                     struct shoal_weight m[3];
@@ -299,15 +301,13 @@ static int run_table(void *user, json_t **out)
                 }
             }
             for (int64_t p = 0; p < passes && b->mx && !whole; p++) {
+                arr[(size_t)ith * n_ev + 2 * (size_t)p] = shoal_time_s();
 #pragma omp barrier
-#pragma omp master
-                rs[p] = shoal_time_s();
                 if (b->paired) {
-                    xr ^= read_share(b->pool, pool_bytes, ith, nth);
+                    xr ^= read_chunks(b->pool, pool_bytes / 8 * 8, &rclaim[p]);
+                    arr[(size_t)ith * n_ev + 2 * (size_t)p + 1] = shoal_time_s();
 #pragma omp barrier
                 }
-#pragma omp master
-                pt[p] = shoal_time_s();
                 for (int64_t e = 0; e < b->n_expert; e++) {
                     struct shoal_weight m[3];
                     expert_mx(b, e, m);
@@ -317,15 +317,13 @@ static int run_table(void *user, json_t **out)
                 }
             }
             for (int64_t p = 0; p < passes && !b->mx && !whole; p++) {
+                arr[(size_t)ith * n_ev + 2 * (size_t)p] = shoal_time_s();
 #pragma omp barrier
-#pragma omp master
-                rs[p] = shoal_time_s();
                 if (b->paired) {
-                    xr ^= read_share(b->pool, pool_bytes, ith, nth);
+                    xr ^= read_chunks(b->pool, pool_bytes / 8 * 8, &rclaim[p]);
+                    arr[(size_t)ith * n_ev + 2 * (size_t)p + 1] = shoal_time_s();
 #pragma omp barrier
                 }
-#pragma omp master
-                pt[p] = shoal_time_s();
                 for (int64_t e = 0; e < b->n_expert; e++) {
                     struct shoal_quant_weight w[3];
                     expert_weights(b, e, w);
@@ -342,14 +340,26 @@ static int run_table(void *user, json_t **out)
                     part(yd, h, b->n_tok, &w[2], ith, nth);
                 }
             }
+            arr[(size_t)ith * n_ev + 2 * (size_t)passes] = shoal_time_s();
 #pragma omp barrier
-#pragma omp master
-            rs[passes] = shoal_time_s();
 #pragma omp atomic
             xor_all ^= xr;
             free(y);
         }
         free(claim);
+        free(rclaim);
+        for (int64_t p = 0; p <= passes; p++) {
+            rs[p] = pt[p] = 0;
+            for (size_t t = 0; t < max_th; t++) {
+                const double *a = arr + t * n_ev;
+                rs[p] = a[2 * p] > rs[p] ? a[2 * p] : rs[p];
+                if (p < passes)
+                    pt[p] = a[2 * p + 1] > pt[p] ? a[2 * p + 1] : pt[p];
+            }
+            if (p < passes && !b->paired)
+                pt[p] = rs[p];
+        }
+        free(arr);
         /* kernel pass p: pt[p] .. rs[p + 1]; its paired read: rs[p] .. pt[p] */
         dt = 0;
         best_pass = 0;
@@ -386,8 +396,8 @@ static int run_table(void *user, json_t **out)
                         json_real((double)b->n_expert * (double)b->expert_bytes * (double)b->n_tok /
                                   1e9 / (best_pass > 0 ? best_pass : dt)));
     if (b->paired) {
-        json_object_set_new(o, "paired_read_gbs_median", json_real(median(read_gbs, (size_t)passes)));
-        json_object_set_new(o, "vs_paired_read_median", json_real(median(ratio, (size_t)passes)));
+        json_object_set_new(o, "paired_read_gbs_median", json_real(bench_median(read_gbs, (size_t)passes)));
+        json_object_set_new(o, "vs_paired_read_median", json_real(bench_median(ratio, (size_t)passes)));
         json_object_set_new(o, "read_xor", json_integer((json_int_t)(xor_all & 0xffff)));
     }
     free(ratio);
@@ -432,7 +442,6 @@ static void print_medians(const json_t *runs, json_t *res)
     double *vc = shoal_xmalloc((n ? n : 1) * sizeof(double)), *vt = shoal_xmalloc((n ? n : 1) * sizeof(double));
     double *vb = shoal_xmalloc((n ? n : 1) * sizeof(double));
     double *vp = shoal_xmalloc((n ? n : 1) * sizeof(double));
-    int has_vp = 1;
     for (size_t i = 0; i < n; i++) {
         const json_t *ri = json_array_get(runs, i);
         const char *type = json_string_value(json_object_get(ri, "type"));
@@ -446,7 +455,8 @@ static void print_medians(const json_t *runs, json_t *res)
         if (seen)
             continue;
         size_t m = 0;
-        int same = 1;
+        int same = 1, has_vp = 1;
+        double vp_lo = 0, vp_hi = 0;
         double lo = 0, hi = 0;
         for (size_t j = i; j < n; j++) {
             const json_t *rj = json_array_get(runs, j);
@@ -460,13 +470,15 @@ static void print_medians(const json_t *runs, json_t *res)
             vb[m] = json_real_value(json_object_get(rj, "best_pass_vs_ram_read"));
             vp[m] = json_real_value(json_object_get(rj, "vs_paired_read_median"));
             has_vp &= json_object_get(rj, "vs_paired_read_median") != NULL;
+            vp_lo = m == 0 || vp[m] < vp_lo ? vp[m] : vp_lo;
+            vp_hi = m == 0 || vp[m] > vp_hi ? vp[m] : vp_hi;
             same &= json_is_true(json_object_get(rj, "bits_equal_scalar"));
             lo = m == 0 || vr[m] < lo ? vr[m] : lo;
             hi = m == 0 || vr[m] > hi ? vr[m] : hi;
             m++;
         }
-        const double mg = median(g, m), mr = median(vr, m), mc = median(vc, m),
-                     mt = median(vt, m), mb = median(vb, m), mp = median(vp, m);
+        const double mg = bench_median(g, m), mr = bench_median(vr, m), mc = bench_median(vc, m),
+                     mt = bench_median(vt, m), mb = bench_median(vb, m), mp = bench_median(vp, m);
         char range[32], pr_s[32] = "-";
         snprintf(range, sizeof range, "%.2f-%.2f", lo, hi);
         if (has_vp)
@@ -484,8 +496,11 @@ static void print_medians(const json_t *runs, json_t *res)
         json_object_set_new(o, "vs_ram_copy_median", json_real(mc));
         json_object_set_new(o, "vs_ram_triad_median", json_real(mt));
         json_object_set_new(o, "best_pass_vs_ram_read_median", json_real(mb));
-        if (has_vp)
+        if (has_vp) {
             json_object_set_new(o, "vs_paired_read_median", json_real(mp));
+            json_object_set_new(o, "vs_paired_read_min", json_real(vp_lo));
+            json_object_set_new(o, "vs_paired_read_max", json_real(vp_hi));
+        }
         json_array_append_new(summary, o);
     }
     free(g);
@@ -516,9 +531,9 @@ static void usage(FILE *f)
                "                     (default: every table this CPU runs, scalar first)\n"
                "  --rounds R         1 .. 50 rounds of every table, a RAM probe between\n"
                "                     rounds; figures are medians over rounds (default 1)\n"
-               "  --paired-read on|off  read the whole pool with the RAM probe's read loop\n"
-               "                     before every kernel pass, on the same threads, and set\n"
-               "                     each pass against the read just before it (default on)\n"
+               "  --paired-read V    on or off: read the whole pool with the RAM probe's read\n"
+               "                     loop before every kernel pass, on the same threads, and\n"
+               "                     set each pass against the read just before it (default on)\n"
                "  --json FILE        every figure as JSON\n"
                "Memory: the pool + 1.5 GiB for the RAM probe.\n");
 }

@@ -6,12 +6,16 @@ tokens per linear) must exit 0 and write a JSON in which every kernel table
 this CPU runs (scalar first) gave the scalar bits, ran at least one pass
 and a positive rate, both RAM probes measured something, and the paired
 read before every pass (default on; --paired-read off leaves it out) gave
-a rate and a ratio. --isa and
+a rate (no faster than 100x the probe) and a ratio; over one pass that
+ratio is exactly the kernel's rate over the read's. --isa and
 --rounds time only the named tables once per round, with a probe between
 rounds, and summarize each table by the median and range of its rounds. Bad arguments
 must get one line on stderr naming the flag and exit 2 before anything
 runs, and an unwritable --json path must be refused up front. Asserts
 behaviour, never speed.
+
+bench/load_order, built beside it, must read every byte in each of its
+four ways, print them and refuse bad arguments with exit 2.
 
 usage: test_kernel_bench.py --bench BUILD/bench/kernel_bench
 """
@@ -61,16 +65,23 @@ def main():
                       "tokens=%d %s: best pass %.3f >= mean %.3f GB/s" % (
                           tokens, x.get("kernels"), x.get("best_pass_gbs", 0),
                           x.get("weight_gbs", 0)))
-                # the paired read (default on): a read before every pass, measured
-                check(x.get("paired_read_gbs_median", 0) > 0 and
-                      x.get("vs_paired_read_median", 0) > 0,
-                      "tokens=%d %s: paired read %.3f GB/s, kernel %.3f of it" % (
-                          tokens, x.get("kernels"), x.get("paired_read_gbs_median", 0),
-                          x.get("vs_paired_read_median", 0)))
+                # the paired read (default on): a read before every pass,
+                # measured, no faster than 100x the best probe (a read that
+                # skipped the pool would be thousands of times faster)
+                pr, vp = x.get("paired_read_gbs_median", 0), x.get("vs_paired_read_median", 0)
+                ram = max(res.get("ram_read_gbs", 0), 1e-9)
+                check(0 < pr < 100 * ram and vp > 0 and x.get("read_xor") is not None,
+                      "tokens=%d %s: paired read %.3f GB/s (probe %.3f), kernel %.3f of it" % (
+                          tokens, x.get("kernels"), pr, ram, vp))
             check(res.get("ram_read_gbs", 0) > 0 and res.get("ram_triad_gbs", 0) > 0,
                   "tokens=%d: RAM probes measured (read %.1f, triad %.1f GB/s)" % (
                       tokens, res.get("ram_read_gbs", 0), res.get("ram_triad_gbs", 0)))
             check(("GB/s x tok" in r.stdout) == (tokens > 1), "tokens=%d: the table's unit" % tokens)
+            # every table's line ends "<paired ratio> same"
+            rows = [l.split() for l in r.stdout.splitlines() if l.startswith("int4 ")]
+            check(len(rows) == len(runs) and
+                  all(len(w) >= 2 and w[-1] == "same" and float(w[-2]) > 0 for w in rows),
+                  "tokens=%d: each printed line has the paired-read ratio" % tokens)
         # --isa and --rounds: only the named tables, each once per round, a
         # probe between rounds, one summary per table
         def short_run(name, args):
@@ -103,11 +114,23 @@ def main():
                   "--rounds 3: the summary is the median and range of the rounds' ratios")
             pr = sorted(x.get("vs_paired_read_median", 0) for x in runs)
             check(len(summ) == 1 and abs(summ[0].get("vs_paired_read_median", -1) - pr[1]) < 1e-12
-                  and pr[0] > 0,
+                  and pr[0] > 0 and summ[0].get("vs_paired_read_min") == pr[0] and
+                  summ[0].get("vs_paired_read_max") == pr[2],
                   "--rounds 3: the summary's paired-read ratio is the median of the rounds'")
             check("(range)" in r.stdout and "paired read" in r.stdout and
                   sum(l.startswith("int4a8 ") for l in r.stdout.splitlines()) == 1,
                   "--rounds 3: one printed line per table, with the range")
+        # one pass (--seconds 0.001: the calibration pass is the measurement):
+        # the paired ratio is then exactly the kernel's rate (x tokens) over
+        # the read's, the tokens counted once
+        r, out = short_run("kb1.json", ["--types", "int4", "--tokens", "3", "--seconds", "0.001"])
+        if r.returncode == 0:
+            x = (json.load(open(out)).get("runs") or [{}])[0]
+            pr, vp, g = (x.get(k, 0) for k in ("paired_read_gbs_median", "vs_paired_read_median",
+                                                "weight_gbs"))
+            check(x.get("passes") == 1 and pr > 0 and abs(vp - g / pr) <= 1e-6 * vp,
+                  "one pass at 3 tokens: paired ratio %.6f = kernel %.4f GB/s x tok / read %.4f "
+                  "GB/s (passes %s)" % (vp, g, pr, x.get("passes")))
         # --paired-read off: no read between passes, no paired figures
         r, out = short_run("kboff.json", ["--types", "int4", "--paired-read", "off"])
         if r.returncode == 0:
@@ -116,6 +139,9 @@ def main():
                   "vs_paired_read_median" not in runs[0] and
                   "paired_read_gbs_median" not in runs[0],
                   "--paired-read off: timed, without paired figures")
+            rows = [l.split() for l in r.stdout.splitlines() if l.startswith("int4 ")]
+            check(len(rows) == 1 and rows[0][-2:] == ["-", "same"],
+                  "--paired-read off: '-' where the paired ratio goes (%s)" % rows)
         bad = [(["--group", "48"], "--group"),
                (["--paired-read", "yes"], "--paired-read"), (["--paired-read", ""], "--paired-read"),
                (["--isa", "bogus"], "--isa"), (["--isa", "scalar,scalar"], "--isa"),
@@ -137,6 +163,27 @@ def main():
                   "%s: exit 2 before measuring, one line naming %s (rc %d: %s%s)" % (
                       " ".join(args), flag, r.returncode, r.stderr.strip()[:200],
                       "; stdout: " + r.stdout[:100] if r.stdout else ""))
+        # load_order (built beside kernel_bench): the four ways, each read
+        # every byte (it checks the XORs itself), seq against itself is 1
+        lo = os.path.join(os.path.dirname(a.bench), "load_order")
+        out = os.path.join(tmp, "lo.json")
+        r = subprocess.run([lo, "--pool-mb", "16", "--passes", "2", "--json", out],
+                           capture_output=True, text=True, timeout=300)
+        check(r.returncode == 0, "load_order: exit 0 (got %d: %s)" % (r.returncode,
+                                                                      r.stderr.strip()[-300:]))
+        if r.returncode == 0:
+            ways = json.load(open(out)).get("ways", {})
+            check(sorted(ways) == ["rows", "rows+pf", "seq", "seq+pf"] and
+                  all(w.get("gbs_median", 0) > 0 for w in ways.values()) and
+                  ways["seq"].get("vs_seq_median") == 1.0,
+                  "load_order: four ways measured, seq = 1.0 (%s)" % ways)
+        for args, flag in [(["--rows", "0"], "--rows"), (["--row-bytes", "100"], "--row-bytes"),
+                           (["--pool-mb"], "--pool-mb"), (["--bogus"], "--bogus")]:
+            r = subprocess.run([lo] + args, capture_output=True, text=True, timeout=60)
+            lines = [l for l in r.stderr.splitlines() if l.startswith("load_order:")]
+            check(r.returncode == 2 and len(lines) == 1 and flag in lines[0] and not r.stdout,
+                  "load_order %s: exit 2, one line naming %s (rc %d: %s)" % (
+                      " ".join(args), flag, r.returncode, r.stderr.strip()[:200]))
     print("%d failed" % len(FAILS))
     return 1 if FAILS else 0
 
