@@ -177,8 +177,18 @@ def main():
                   all(w.get("gbs_median", 0) > 0 for w in ways.values()) and
                   ways["seq"].get("vs_seq_median") == 1.0,
                   "load_order: four ways measured, seq = 1.0 (%s)" % ways)
+        # odd shapes: one row at a time, rows whose bytes are not whole 32s
+        for args in (["--rows", "1"], ["--rows", "3", "--row-bytes", "440"]):
+            r = subprocess.run([lo, "--pool-mb", "16", "--passes", "1"] + args,
+                               capture_output=True, text=True, timeout=300)
+            check(r.returncode == 0 and "rows+pf" in r.stdout,
+                  "load_order %s: every byte read (rc %d: %s)" % (" ".join(args), r.returncode,
+                                                                  r.stderr.strip()[-200:]))
         for args, flag in [(["--rows", "0"], "--rows"), (["--row-bytes", "100"], "--row-bytes"),
-                           (["--pool-mb"], "--pool-mb"), (["--bogus"], "--bogus")]:
+                           (["--pool-mb"], "--pool-mb"), (["--bogus"], "--bogus"),
+                           (["--json", "--passes", "1"], "--json"),
+                           (["--rows", "64", "--row-bytes", "1048576", "--pool-mb", "16"],
+                            "--pool-mb")]:
             r = subprocess.run([lo] + args, capture_output=True, text=True, timeout=60)
             lines = [l for l in r.stderr.splitlines() if l.startswith("load_order:")]
             check(r.returncode == 2 and len(lines) == 1 and flag in lines[0] and not r.stdout,
