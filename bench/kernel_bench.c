@@ -197,6 +197,25 @@ static uint64_t read_chunks(const uint8_t *pool, size_t bytes, _Atomic int64_t *
     return x;
 }
 
+/* The start of kernel pass p on every thread of the team: this thread's
+ * arrival at the pass's barrier into ev[2p], then (--paired-read) its
+ * share of the paired read, its arrival at the next barrier into ev[2p+1].
+ * ev: this thread's row of run_table's arrival times; next: pass p's read
+ * counter (starting at 0). Returns this thread's read XOR (0 without the
+ * read). Thread: every thread of the team, in step (it holds barriers). */
+static uint64_t pass_start(const struct bench *b, double *ev, int64_t p, _Atomic int64_t *next)
+{
+    uint64_t x = 0;
+    ev[2 * p] = shoal_time_s();
+#pragma omp barrier
+    if (b->paired) {
+        x = read_chunks(b->pool, (size_t)b->n_expert * b->expert_bytes / 8 * 8, next);
+        ev[2 * p + 1] = shoal_time_s();
+#pragma omp barrier
+    }
+    return x;
+}
+
 /* Child: check this table's bits against scalar on expert 0, then time
  * passes over the pool. */
 static int run_table(void *user, json_t **out)
@@ -258,13 +277,7 @@ static int run_table(void *user, json_t **out)
              * batch: every matrix's rows split over the threads */
             const int whole = b->n_tok == 1 && nth > 1;
             for (int64_t p = 0; p < passes && !b->mx && whole; p++) {
-                arr[(size_t)ith * n_ev + 2 * (size_t)p] = shoal_time_s();
-#pragma omp barrier
-                if (b->paired) {
-                    xr ^= read_chunks(b->pool, pool_bytes / 8 * 8, &rclaim[p]);
-                    arr[(size_t)ith * n_ev + 2 * (size_t)p + 1] = shoal_time_s();
-#pragma omp barrier
-                }
+                xr ^= pass_start(b, arr + (size_t)ith * n_ev, p, &rclaim[p]);
                 for (int64_t e = atomic_fetch_add(&claim[p], 1); e < b->n_expert;
                      e = atomic_fetch_add(&claim[p], 1)) {
                     struct shoal_quant_weight w[3], wn[3];
@@ -284,13 +297,7 @@ static int run_table(void *user, json_t **out)
                 }
             }
             for (int64_t p = 0; p < passes && b->mx && whole; p++) {
-                arr[(size_t)ith * n_ev + 2 * (size_t)p] = shoal_time_s();
-#pragma omp barrier
-                if (b->paired) {
-                    xr ^= read_chunks(b->pool, pool_bytes / 8 * 8, &rclaim[p]);
-                    arr[(size_t)ith * n_ev + 2 * (size_t)p + 1] = shoal_time_s();
-#pragma omp barrier
-                }
+                xr ^= pass_start(b, arr + (size_t)ith * n_ev, p, &rclaim[p]);
                 for (int64_t e = atomic_fetch_add(&claim[p], 1); e < b->n_expert;
                      e = atomic_fetch_add(&claim[p], 1)) {
                     struct shoal_weight m[3];
@@ -301,13 +308,7 @@ static int run_table(void *user, json_t **out)
                 }
             }
             for (int64_t p = 0; p < passes && b->mx && !whole; p++) {
-                arr[(size_t)ith * n_ev + 2 * (size_t)p] = shoal_time_s();
-#pragma omp barrier
-                if (b->paired) {
-                    xr ^= read_chunks(b->pool, pool_bytes / 8 * 8, &rclaim[p]);
-                    arr[(size_t)ith * n_ev + 2 * (size_t)p + 1] = shoal_time_s();
-#pragma omp barrier
-                }
+                xr ^= pass_start(b, arr + (size_t)ith * n_ev, p, &rclaim[p]);
                 for (int64_t e = 0; e < b->n_expert; e++) {
                     struct shoal_weight m[3];
                     expert_mx(b, e, m);
@@ -317,13 +318,7 @@ static int run_table(void *user, json_t **out)
                 }
             }
             for (int64_t p = 0; p < passes && !b->mx && !whole; p++) {
-                arr[(size_t)ith * n_ev + 2 * (size_t)p] = shoal_time_s();
-#pragma omp barrier
-                if (b->paired) {
-                    xr ^= read_chunks(b->pool, pool_bytes / 8 * 8, &rclaim[p]);
-                    arr[(size_t)ith * n_ev + 2 * (size_t)p + 1] = shoal_time_s();
-#pragma omp barrier
-                }
+                xr ^= pass_start(b, arr + (size_t)ith * n_ev, p, &rclaim[p]);
                 for (int64_t e = 0; e < b->n_expert; e++) {
                     struct shoal_quant_weight w[3];
                     expert_weights(b, e, w);
