@@ -757,6 +757,72 @@ rows8_step(__m256 acc, const uint8_t *const qs[8], const int8_t *q, const float 
     return chain8(acc, rows8_sum(x, G), dd[j], dx[g], sx[g]);
 }
 
+/* The s16 of half hh of the row at p (its quants) against activation
+ * chunk e, e + 64 (half_s16 with the chunk already loaded) */
+static inline __attribute__((always_inline)) __m256i half_s16_e(const uint8_t *p, __m256i e0,
+                                                                __m256i e1)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    const __m256i lo = _mm256_and_si256(b, m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, e0), _mm256_maddubs_epi16(hi, e1));
+}
+
+/* One whole group step of rows8_a8 (no checks: every half inside its row):
+ * the 8 rows are p, p + rb, p + 2 rb, p + r3 and p4 likewise (p: row 0's
+ * quants at half hh; r3 = 3 rb), so the addresses need 4 registers, not
+ * 8 pointers. The same sums and chain steps as rows8_step. */
+static inline __attribute__((always_inline)) __m256
+rows8_step_whole(__m256 acc, const uint8_t *p, const uint8_t *p4, size_t rb, size_t r3,
+                 const int8_t *q, int64_t hh, const float *dx, const int32_t *sx,
+                 const __m256 dd[8], int64_t g, int j, int cnt, const int G)
+{
+    const int8_t *e = q + 128 * (hh >> 1) + 32 * (hh & 1);
+    const __m256i e0 = _mm256_loadu_si256((const __m256i *)(const void *)e);
+    const __m256i e1 = _mm256_loadu_si256((const __m256i *)(const void *)(e + 64));
+    /* the rows8_sum / rows8_sum2 trees (the same integer sums), written
+     * pair by pair so few vectors are live at once and acc stays in a
+     * register */
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i m0, m1;
+    if (G == 128) {
+        /* halves hh (even) and hh + 1: chunks e and e + 32; |word| <= 15240 */
+        const __m256i f0 = _mm256_loadu_si256((const __m256i *)(const void *)(e + 32));
+        const __m256i f1 = _mm256_loadu_si256((const __m256i *)(const void *)(e + 96));
+#define H2(P) _mm256_add_epi16(half_s16_e(P, e0, e1), half_s16_e((P) + 32, f0, f1))
+#define PAIR(A, B) _mm256_madd_epi16(_mm256_hadd_epi16(H2(A), H2(B)), ones)
+        const __m256i h0 = PAIR(p, p + rb);
+        const __m256i h1 = PAIR(p + 2 * rb, p + r3);
+        m0 = _mm256_hadd_epi32(h0, h1);
+        const __m256i h2 = PAIR(p4, p4 + rb);
+        const __m256i h3 = PAIR(p4 + 2 * rb, p4 + r3);
+        m1 = _mm256_hadd_epi32(h2, h3);
+#undef PAIR
+#undef H2
+    } else {
+#define PAIR(A, B) _mm256_hadd_epi16(half_s16_e(A, e0, e1), half_s16_e(B, e0, e1))
+        const __m256i t0 = PAIR(p, p + rb);
+        const __m256i t1 = PAIR(p + 2 * rb, p + r3);
+        m0 = _mm256_madd_epi16(_mm256_hadd_epi16(t0, t1), ones);
+        const __m256i t2 = PAIR(p4, p4 + rb);
+        const __m256i t3 = PAIR(p4 + 2 * rb, p4 + r3);
+        m1 = _mm256_madd_epi16(_mm256_hadd_epi16(t2, t3), ones);
+#undef PAIR
+    }
+    if (G == 32) {   /* rows8_sum2: ga lane i = row i's first group, gb its second */
+        const __m256i ga = _mm256_permute2x128_si256(m0, m1, 0x20);
+        const __m256i gb = _mm256_permute2x128_si256(m0, m1, 0x31);
+        acc = chain8(acc, ga, dd[j], dx[g], sx[g]);
+        if (j + 1 < cnt)
+            acc = chain8(acc, gb, dd[j + 1], dx[g + 1], sx[g + 1]);
+        return acc;
+    }
+    const __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(m0, m1, 0x20),
+                                          _mm256_permute2x128_si256(m0, m1, 0x31));
+    return chain8(acc, isum, dd[j], dx[g], sx[g]);
+}
+
 /* y[i] (i < 8) = the canonical INT4A8 dot of token q/dx/sx with rows base,
  * base + row_bytes, ... (G compile-time). The groups whose halves are all
  * whole (the first g_full) skip half_s16_at's checks, in a loop of their
@@ -790,7 +856,10 @@ rows8_a8(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q, const
                 for (size_t e = pf_at + pf_step < pf_bytes ? pf_at + pf_step : pf_bytes;
                      pf_at < e; pf_at += 64)
                     _mm_prefetch((const char *)pf + pf_at, SHOAL_PF_WEIGHTS);
-            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 0);
+            const int64_t g = g0 + j;
+            const int64_t hh = G == 32 ? g / 2 : G == 64 ? g : 2 * g;
+            acc = rows8_step_whole(acc, qs[0] + 32 * (size_t)hh, qs[4] + 32 * (size_t)hh,
+                                   row_bytes, 3 * row_bytes, q, hh, dx, sx, dd, g, j, cnt, G);
         }
         for (; j < cnt; j += step)
             acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 1);

@@ -821,12 +821,13 @@ Test(quant, a8_nonfinite_input_gives_nan)
  * token for sdot), threads 1 and 3 (row ranges that do not start at a
  * multiple of 4), equals shoal_quant_dot_a8; widths that are and are not
  * multiples of 128 (a partial last chunk, odd widths, a partial last
- * group) */
+ * group); 8 rows of 33000 columns (over 256 groups at every G, a partial
+ * last group, batches past the GEMM paths' widths) */
 Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
 {
     const int64_t shapes[][2] = {{1, 128}, {3, 100}, {17, 256}, {5, 384}, {33, 768},
                                  {9, 2048}, {4, 1000}, {7, 2176}, {5, 77}, {6, 129},
-                                 {18, 192}, {3, 4000}};
+                                 {18, 192}, {3, 4000}, {8, 33000}};
     const int64_t toks[] = {1, 2, 3, 4, 5, 29, 30};   /* odd and even (token pairs) */
     const int threads[] = {1, 3};
     enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
@@ -877,7 +878,7 @@ Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
         }
     omp_set_num_threads(omp_get_num_procs());
     use_isa(SHOAL_QUANT_ISA_SCALAR);
-    cr_assert(eq(int, compared, 3 * 12 * n_isa * (int)(sizeof toks / sizeof toks[0]) * 2));
+    cr_assert(eq(int, compared, 3 * 13 * n_isa * (int)(sizeof toks / sizeof toks[0]) * 2));
     static uint8_t zeros[1024];
     float y1[4];
     struct shoal_quant_weight bad = {SHOAL_QUANT_INT8, 64, 4, 128, zeros};
