@@ -615,28 +615,33 @@ groups8(const uint8_t *qs, const int8_t *q, int64_t h0, const int HP, int64_t nh
  * 30480; G=128 adds its two halves first (15240) and takes one. Exact
  * integers, the scalar table's bits. */
 
-/* s16 of one half at p against its activation chunk e (evens at e, odds at
- * e + 64) */
-static inline __attribute__((always_inline)) __m256i half_s16(const uint8_t *p, const int8_t *e)
+/* s16 of one half at p against its activation chunk, loaded: e0 = the
+ * chunk's evens, e1 its odds */
+static inline __attribute__((always_inline)) __m256i half_s16_e(const uint8_t *p, __m256i e0,
+                                                                __m256i e1)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)p);
     const __m256i lo = _mm256_and_si256(b, m4);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
-    return _mm256_add_epi16(
-        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(const void *)e)),
-        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(const void *)(e + 64))));
+    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, e0), _mm256_maddubs_epi16(hi, e1));
+}
+
+/* half_s16_e with the chunk at e (evens at e, odds at e + 64) */
+static inline __attribute__((always_inline)) __m256i half_s16(const uint8_t *p, const int8_t *e)
+{
+    return half_s16_e(p, _mm256_loadu_si256((const __m256i *)(const void *)e),
+                      _mm256_loadu_si256((const __m256i *)(const void *)(e + 64)));
 }
 
 /* half_s16 of half hh of a row whose quants are qs (nh halves, the last of
- * tail bytes). CHECK 0: the half is whole and inside the row. CHECK 1: a
- * partial last half goes through a zeroed copy (the activation's columns
- * past the row are 0), a half past the row is 0. */
+ * tail bytes): a partial last half goes through a zeroed copy (the
+ * activation's columns past the row are 0), a half past the row is 0. */
 static inline __attribute__((always_inline)) __m256i
-half_s16_at(const uint8_t *qs, const int8_t *q, int64_t hh, int64_t nh, int tail, const int CHECK)
+half_s16_at(const uint8_t *qs, const int8_t *q, int64_t hh, int64_t nh, int tail)
 {
     const int8_t *e = q + 128 * (hh >> 1) + 32 * (hh & 1);
-    if (!CHECK || hh < nh - 1 || (hh == nh - 1 && tail == 32))
+    if (hh < nh - 1 || (hh == nh - 1 && tail == 32))
         return half_s16(qs + 32 * (size_t)hh, e);
     if (hh >= nh)
         return _mm256_setzero_si256();
@@ -723,29 +728,30 @@ static inline __attribute__((always_inline)) void scales8(__m256 dd[8], const ui
 }
 
 /* The s16 of group g (G=64, 128) or of the half holding groups g, g+1
- * (G=32) for the 8 rows qs[] into x[] (half_s16_at's CHECK) */
+ * (G=32) for the 8 rows qs[] into x[] (half_s16_at's checks) */
 static inline __attribute__((always_inline)) void
 group_s16x8(__m256i x[8], const uint8_t *const qs[8], const int8_t *q, int64_t g, int64_t nh,
-            int tail, const int G, const int CHECK)
+            int tail, const int G)
 {
     const int64_t hh = G == 32 ? g / 2 : G == 64 ? g : 2 * g;
     for (int i = 0; i < 8; i++) {
-        x[i] = half_s16_at(qs[i], q, hh, nh, tail, CHECK);
+        x[i] = half_s16_at(qs[i], q, hh, nh, tail);
         if (G == 128)                              /* |word| <= 15240 */
-            x[i] = _mm256_add_epi16(x[i], half_s16_at(qs[i], q, hh + 1, nh, tail, CHECK));
+            x[i] = _mm256_add_epi16(x[i], half_s16_at(qs[i], q, hh + 1, nh, tail));
     }
 }
 
-/* One group step of rows8_a8: group g (G=32: groups g and g+1 when j + 1 <
- * cnt) into the chains acc */
+/* One group step of rows8_a8 whose halves may be partial or past the row
+ * (the last groups; rows8_step_whole runs the others): group g (G=32:
+ * groups g and g+1 when j + 1 < cnt) into the chains acc */
 static inline __attribute__((always_inline)) __m256
 rows8_step(__m256 acc, const uint8_t *const qs[8], const int8_t *q, const float *dx,
            const int32_t *sx, const __m256 dd[8], int64_t g0, int j, int cnt, int64_t nh,
-           int tail, const int G, const int CHECK)
+           int tail, const int G)
 {
     const int64_t g = g0 + j;
     __m256i x[8];
-    group_s16x8(x, qs, q, g, nh, tail, G, CHECK);
+    group_s16x8(x, qs, q, g, nh, tail, G);
     if (G == 32) {
         __m256i ga, gb;
         rows8_sum2(x, &ga, &gb);
@@ -757,22 +763,11 @@ rows8_step(__m256 acc, const uint8_t *const qs[8], const int8_t *q, const float 
     return chain8(acc, rows8_sum(x, G), dd[j], dx[g], sx[g]);
 }
 
-/* The s16 of half hh of the row at p (its quants) against activation
- * chunk e, e + 64 (half_s16 with the chunk already loaded) */
-static inline __attribute__((always_inline)) __m256i half_s16_e(const uint8_t *p, __m256i e0,
-                                                                __m256i e1)
-{
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)p);
-    const __m256i lo = _mm256_and_si256(b, m4);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
-    return _mm256_add_epi16(_mm256_maddubs_epi16(lo, e0), _mm256_maddubs_epi16(hi, e1));
-}
-
 /* One whole group step of rows8_a8 (no checks: every half inside its row):
  * the 8 rows are p, p + rb, p + 2 rb, p + r3 and p4 likewise (p: row 0's
  * quants at half hh; r3 = 3 rb), so the addresses need 4 registers, not
- * 8 pointers. The same sums and chain steps as rows8_step. */
+ * 8 pointers. The same sums and chain steps as rows8_step without its
+ * checks. */
 static inline __attribute__((always_inline)) __m256
 rows8_step_whole(__m256 acc, const uint8_t *p, const uint8_t *p4, size_t rb, size_t r3,
                  const int8_t *q, int64_t hh, const float *dx, const int32_t *sx,
@@ -825,8 +820,8 @@ rows8_step_whole(__m256 acc, const uint8_t *p, const uint8_t *p4, size_t rb, siz
 
 /* y[i] (i < 8) = the canonical INT4A8 dot of token q/dx/sx with rows base,
  * base + row_bytes, ... (G compile-time). The groups whose halves are all
- * whole (the first g_full) skip half_s16_at's checks, in a loop of their
- * own. PF: prefetch the pf_bytes at pf (a block at least A8_PF ahead),
+ * whole (the first g_full) go through rows8_step_whole, in a loop of their
+ * own; the others through rows8_step's checks. PF: prefetch the pf_bytes at pf (a block at least A8_PF ahead),
  * spread over this block's whole group steps (the hardware prefetcher does
  * not follow 8 interleaved row streams that restart at every matrix). */
 static inline __attribute__((always_inline)) void
@@ -862,7 +857,7 @@ rows8_a8(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q, const
                                    row_bytes, 3 * row_bytes, q, hh, dx, sx, dd, g, j, cnt, G);
         }
         for (; j < cnt; j += step)
-            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G, 1);
+            acc = rows8_step(acc, qs, q, dx, sx, dd, g0, j, cnt, nh, tail, G);
     }
     if (PF)   /* what the whole groups did not cover (rows with a partial last group) */
         for (; pf_at < pf_bytes; pf_at += 64)
