@@ -411,6 +411,54 @@ static const struct shoal_quant_ops *ops_avx512(void)
     return NULL;
 }
 
+/* AMD family 19h (Zen 3, Zen 4; of them only Zen 4 has AVX-512), from
+ * CPUID leaf 1: base family 0xf plus extended family 0xa */
+static int cpu_is_amd_family_19h(void)
+{
+#if defined(__x86_64__)
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx) || ebx != 0x68747541u /* "Auth" */ ||
+        edx != 0x69746e65u /* "enti" */ || ecx != 0x444d4163u /* "cAMD" */)
+        return 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+        return 0;
+    const unsigned base = (eax >> 8) & 0xf, ext = (eax >> 20) & 0xff;
+    return base == 0xf && base + ext == 0x19;
+#else
+    return 0;
+#endif
+}
+
+#if defined(SHOAL_QUANT_HAVE_AVX512)
+/* avx512-zen4's INT4A8 rows: the avx2 matvec for decode, the avx512 GEMM
+ * for batches (the same bits either way) */
+static void rows_a8_avx512_zen4(float *y, const struct shoal_quant_act *a, int64_t n_tok,
+                                const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
+{
+    if (n_tok < SHOAL_QUANT_AVX512_GEMM_MIN_TOK)
+        shoal_quant_ops_avx2.linear_rows_a8(y, a, n_tok, w, r0, r1);
+    else
+        shoal_quant_ops_avx512.linear_rows_a8(y, a, n_tok, w, r0, r1);
+}
+
+/* the avx512 table but for rows_a8 (filled in once, by ops_avx512_zen4) */
+static struct shoal_quant_ops ops_zen4;
+#endif
+
+static const struct shoal_quant_ops *ops_avx512_zen4(void)
+{
+#if defined(SHOAL_QUANT_HAVE_AVX512)
+    if (!ops_avx512())
+        return NULL;
+    ops_zen4 = shoal_quant_ops_avx512;
+    ops_zen4.name = "avx512-zen4";
+    ops_zen4.linear_rows_a8 = rows_a8_avx512_zen4;
+    return &ops_zen4;
+#else
+    return NULL;
+#endif
+}
+
 /* AVX-512 F/BW/VL without VBMI */
 static const struct shoal_quant_ops *ops_avx512bw(void)
 {
@@ -485,6 +533,7 @@ static const char *const isa_names[] = {
     [SHOAL_QUANT_ISA_AVX512BW] = "avx512bw",
     [SHOAL_QUANT_ISA_NEON_DOTPROD] = "neon-dotprod",
     [SHOAL_QUANT_ISA_NEON_I8MM] = "neon-i8mm",
+    [SHOAL_QUANT_ISA_AVX512_ZEN4] = "avx512-zen4",
 };
 
 #define N_ISA ((int)(sizeof isa_names / sizeof isa_names[0]))
@@ -506,7 +555,7 @@ int shoal_quant_isa_parse(const char *name, enum shoal_quant_isa *isa)
 
 const char *shoal_quant_isa_list(void)
 {
-    return "auto|scalar|avx2|avx512|avx512bw|neon|neon-dotprod|neon-i8mm";
+    return "auto|scalar|avx2|avx512|avx512-zen4|avx512bw|neon|neon-dotprod|neon-i8mm";
 }
 
 int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
@@ -514,7 +563,7 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
     const struct shoal_quant_ops *ops = NULL;
     switch (isa) {
     case SHOAL_QUANT_ISA_AUTO:
-        ops = ops_avx512();
+        ops = cpu_is_amd_family_19h() ? ops_avx512_zen4() : ops_avx512();
         if (!ops)
             ops = ops_avx512bw();
         if (!ops)
@@ -533,6 +582,7 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
     case SHOAL_QUANT_ISA_NEON: ops = ops_neon(); break;
     case SHOAL_QUANT_ISA_AVX512: ops = ops_avx512(); break;
     case SHOAL_QUANT_ISA_AVX512BW: ops = ops_avx512bw(); break;
+    case SHOAL_QUANT_ISA_AVX512_ZEN4: ops = ops_avx512_zen4(); break;
     case SHOAL_QUANT_ISA_NEON_DOTPROD: ops = ops_neon_dotprod(); break;
     case SHOAL_QUANT_ISA_NEON_I8MM: ops = ops_neon_i8mm(); break;
     default: break;

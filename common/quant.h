@@ -463,9 +463,9 @@ void shoal_mxfp4_linear_part(float *y, const float *x, int64_t n_tok,
 /* ---- kernel selection ---------------------------------------------------- */
 
 enum shoal_quant_isa {
-    SHOAL_QUANT_ISA_AUTO = 0,   /* best the CPU supports: AVX-512 (VBMI),
-                                   AVX-512 BW, AVX2, NEON I8MM, NEON DotProd,
-                                   NEON, scalar */
+    SHOAL_QUANT_ISA_AUTO = 0,   /* best the CPU supports: AVX-512 (VBMI; on
+                                   Zen 4 avx512-zen4), AVX-512 BW, AVX2, NEON
+                                   I8MM, NEON DotProd, NEON, scalar */
     SHOAL_QUANT_ISA_SCALAR,     /* the reference (tests, debugging) */
     SHOAL_QUANT_ISA_AVX2,       /* x86-64 with AVX2 (built with -mavx2, no FMA) */
     SHOAL_QUANT_ISA_NEON,       /* aarch64 */
@@ -479,7 +479,21 @@ enum shoal_quant_isa {
     SHOAL_QUANT_ISA_NEON_I8MM,  /* aarch64 with DotProd and I8MM (smmla; Apple M2,
                                    Neoverse V1/N2 and later): INT4A8 batches two
                                    tokens x two rows per instruction */
+    SHOAL_QUANT_ISA_AVX512_ZEN4, /* "avx512-zen4": the avx512 table with the
+                                   avx2 INT4A8 decode matvec (batches of fewer
+                                   than SHOAL_QUANT_AVX512_GEMM_MIN_TOK tokens).
+                                   Zen 4 runs 512-bit instructions as two
+                                   256-bit halves; there the 8-row AVX2
+                                   matvec kept closer to the RAM read (0.80-0.86
+                                   of a paired read against 0.70-0.79,
+                                   docs/BENCHMARKS.md). AUTO picks it on AMD
+                                   family 19h with AVX-512 (Zen 4); it runs
+                                   wherever avx512 does. */
 };
+
+/* Tokens from which the avx512 table's INT4A8 kernel runs its register-
+ * blocked GEMM (fewer: the per-token decode path). */
+#define SHOAL_QUANT_AVX512_GEMM_MIN_TOK 6
 
 /* Choose the kernels once at start-up and log the choice (info, "quant").
  * Before the first call the scalar kernels are active; every table gives
@@ -490,7 +504,7 @@ enum shoal_quant_isa {
 int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err);
 
 /* Name of the active kernels: "scalar", "avx2", "avx512", "avx512bw",
- * "neon", "neon-dotprod" or "neon-i8mm".
+ * "avx512-zen4", "neon", "neon-dotprod" or "neon-i8mm".
  * Thread: any. */
 const char *shoal_quant_ops_name(void);
 

@@ -651,7 +651,7 @@ a8_segment_any(float *pr, const uint8_t *qs, const float *dw, const int8_t *q, c
  * decode kernel are gone: on a cache-resident [768][2048] G=64 weight,
  * 2 threads, it ran ~5x the per-token path at 32 tokens. */
 #define A8G_T 8            /* tokens per register block */
-#define A8G_MIN_TOK 6      /* fewer tokens run the per-token path: at 4 tokens it
+#define A8G_MIN_TOK SHOAL_QUANT_AVX512_GEMM_MIN_TOK /* fewer tokens run the per-token path: at 4 tokens it
                             * ran ~51 GB/s x tok against the 4-token block's ~40
                             * (kernel_bench, 2 threads, Zen 5); equal at 6 */
 #define A8G_MAXN 8192      /* columns: w16 holds 8 * n bytes on the stack */

@@ -1491,7 +1491,7 @@ static void synth_usage(FILE *f)
         "                       so it holds this run's routing)\n"
         "  --json FILE          write the results as JSON\n"
         "  --routing-out FILE   write per-layer target and achieved expert shares\n"
-        "  --isa auto|scalar|avx2|avx512|avx512bw|neon|neon-dotprod|neon-i8mm\n"
+        "  --isa auto|scalar|avx2|avx512|avx512-zen4|avx512bw|neon|neon-dotprod|neon-i8mm\n"
         "                       use these quant kernels instead of the best this CPU\n"
         "                       has (same bits, another speed)\n"
         "  --ctx N              context length (default: what the prompt and steps need)\n"

@@ -237,7 +237,7 @@ def test_isa(shoal, tmp):
            and "kv cache     f16, 2048 bytes per token" in r.stdout, show(r))
     ids = ",".join(str((i * 37 + 11) % 3000) for i in range(48))
     got = {}
-    for isa in ["auto", "avx512", "avx512bw", "avx2", "neon", "neon-dotprod", "neon-i8mm",
+    for isa in ["auto", "avx512", "avx512-zen4", "avx512bw", "avx2", "neon", "neon-dotprod", "neon-i8mm",
                 "scalar"]:
         out = os.path.join(tmp, "isa-%s.npy" % isa)
         r = run([shoal, "run", ct, "--isa", isa, "--tokens", ids, "--max-tokens", "6",

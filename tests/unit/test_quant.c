@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
@@ -103,12 +106,13 @@ static void use_isa(enum shoal_quant_isa isa)
 /* Every SIMD kernel table this build and CPU can run (not the scalar one),
  * so each is compared with the reference, not only the one AUTO picks.
  * Returns how many were written to isas[] (at most SIMD_ISA_MAX). */
-#define SIMD_ISA_MAX 6
+#define SIMD_ISA_MAX 7
 static int simd_isas(enum shoal_quant_isa isas[SIMD_ISA_MAX])
 {
     const enum shoal_quant_isa all[SIMD_ISA_MAX] = {
-        SHOAL_QUANT_ISA_AVX2, SHOAL_QUANT_ISA_AVX512, SHOAL_QUANT_ISA_AVX512BW,
-        SHOAL_QUANT_ISA_NEON, SHOAL_QUANT_ISA_NEON_DOTPROD, SHOAL_QUANT_ISA_NEON_I8MM};
+        SHOAL_QUANT_ISA_AVX2, SHOAL_QUANT_ISA_AVX512, SHOAL_QUANT_ISA_AVX512_ZEN4,
+        SHOAL_QUANT_ISA_AVX512BW, SHOAL_QUANT_ISA_NEON, SHOAL_QUANT_ISA_NEON_DOTPROD,
+        SHOAL_QUANT_ISA_NEON_I8MM};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (shoal_quant_init(all[i], NULL) == 0)
@@ -552,8 +556,14 @@ Test(quant, auto_selects_the_simd_kernels_of_this_cpu)
                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
                        __builtin_cpu_supports("avx512vnni");
 #if defined(SHOAL_QUANT_HAVE_AVX512)
+    /* AMD family 19h (Zen 4): the avx512 table with the avx2 decode */
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    __get_cpuid(0, &eax, &ebx, &ecx, &edx);
+    const int amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
+    __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+    const int zen4 = amd && ((eax >> 8) & 0xf) + ((eax >> 20) & 0xff) == 0x19;
     if (avx512 && __builtin_cpu_supports("avx2"))
-        cr_assert(eq(str, (char *)name, "avx512"));
+        cr_assert(eq(str, (char *)name, zen4 ? "avx512-zen4" : "avx512"));
     else
 #else
     (void)avx512;
@@ -580,7 +590,7 @@ Test(quant, isa_names_parse_back)
     const enum shoal_quant_isa all[] = {
         SHOAL_QUANT_ISA_AUTO, SHOAL_QUANT_ISA_SCALAR, SHOAL_QUANT_ISA_AVX2,
         SHOAL_QUANT_ISA_NEON, SHOAL_QUANT_ISA_AVX512, SHOAL_QUANT_ISA_AVX512BW,
-        SHOAL_QUANT_ISA_NEON_DOTPROD, SHOAL_QUANT_ISA_NEON_I8MM};
+        SHOAL_QUANT_ISA_NEON_DOTPROD, SHOAL_QUANT_ISA_NEON_I8MM, SHOAL_QUANT_ISA_AVX512_ZEN4};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
         const char *name = shoal_quant_isa_name(all[k]);
         enum shoal_quant_isa got = SHOAL_QUANT_ISA_AUTO;
