@@ -111,6 +111,10 @@ def parse_args(argv):
                     "1-minute load below this (default 1.0) ...")
     ap.add_argument("--load-wait", type=int, default=0, help="... for at most this many seconds "
                     "(default 0: record the load, wait not)")
+    ap.add_argument("--wait-policy", choices=("passive", "active", "unset"), default="passive",
+                    help="OMP_WAIT_POLICY of both engines (default passive, the issue's protocol; "
+                    "unset: each engine's own default, where llama.cpp's OpenMP threads spin "
+                    "between its many per-token barriers)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per engine run (default 1800)")
     ap.add_argument("--keep-bf16-gguf", action="store_true", help="keep the BF16 GGUF after "
                     "quantizing (default: removed, it is the size of the checkpoint)")
@@ -118,6 +122,8 @@ def parse_args(argv):
                     "default: ../shared/data/corpus, docs/, Debian copyright files)")
     ap.add_argument("--out", help="JSON result (default WORK/results/vs_llamacpp.json)")
     a = ap.parse_args(argv)
+    global WAIT_POLICY
+    WAIT_POLICY = a.wait_policy
     a.steps = [s.strip() for s in a.steps.split(",") if s.strip()]
     for s in a.steps:
         if s not in STEPS:
@@ -205,10 +211,17 @@ def need(path, step):
 # ---- running an engine ----------------------------------------------------------------
 
 
+WAIT_POLICY = "passive"   # --wait-policy: OMP_WAIT_POLICY of both engines ("unset": their defaults)
+
+
 def engine_env():
-    """Both engines get OMP_WAIT_POLICY=passive (a shared machine) and their own --threads."""
+    """Both engines get the same OMP_WAIT_POLICY (--wait-policy; passive by default,
+    a shared machine) and their own --threads."""
     e = dict(os.environ)
-    e["OMP_WAIT_POLICY"] = "passive"
+    if WAIT_POLICY == "unset":
+        e.pop("OMP_WAIT_POLICY", None)
+    else:
+        e["OMP_WAIT_POLICY"] = WAIT_POLICY
     e.pop("OMP_NUM_THREADS", None)
     return e
 
@@ -736,9 +749,9 @@ def print_report(a, res):
     print("\n## shoal vs llama.cpp (%s)" % time.strftime("%Y-%m-%d %H:%M"))
     m = res.get("machine", {})
     isa = "AVX-512" if m.get("avx512f") else "AVX2" if m.get("avx2") else "no AVX2"
-    print("machine: %s (%s), %s cores, %s GiB; threads %d each; alternations %d; load at start %s" % (
-        m.get("cpu"), isa, m.get("cores"), m.get("ram_gib"), a.threads, a.alternations,
-        res.get("load_start")))
+    print("machine: %s (%s), %s cores, %s GiB; threads %d each; OMP_WAIT_POLICY %s; alternations %d; "
+          "load at start %s" % (m.get("cpu"), isa, m.get("cores"), m.get("ram_gib"), a.threads,
+                                a.wait_policy, a.alternations, res.get("load_start")))
     print("shoal %s (%s); llama.cpp %s (%s)" % (res.get("shoal_commit"), a.shoal, res.get("llama_commit"),
                                                 a.llama_cpp))
     if bpw.get("params"):

@@ -12,6 +12,7 @@ benchmark does not rot); no llama.cpp needed for most of it.
     comes back from `shoal detokenize`, <|endoftext|> is the id training said;
   - the table's arithmetic (medians, ratios, bytes per decode token, runs
     over the memory limit left out) on made-up runs;
+  - --wait-policy sets (or, unset, removes) both engines' OMP_WAIT_POLICY;
   - with SHOAL_LLAMA_CPP=<a llama.cpp source tree> (its gguf-py only): the GGUF
     written has 3 + 12 x layers tensors with the expected shapes, types and
     tokenizer; without it that case is skipped, saying so.
@@ -85,6 +86,7 @@ def test_arguments(shoal, tmp):
         (["--llama-cpp", ok, "--dense", "int3"], "--dense"),
         (["--llama-cpp", ok, "--group", "48"], "--group"),
         (["--llama-cpp", ok, "--kv", "f8"], "--kv"),
+        (["--llama-cpp", ok, "--wait-policy", "spin"], "--wait-policy"),
         (["--llama-cpp", ok, "--work", os.path.join(ROOT, "pb")], "inside the repository"),
         (["--llama-cpp", ok, "--shoal", os.path.join(tmp, "noshoal")], "--shoal"),
         (["--llama-cpp", ok, "--steps", "warm"], "run --steps convert first"),
@@ -103,6 +105,26 @@ def test_arguments(shoal, tmp):
               "%s: exit 2, one line naming '%s' (rc %d: %s)" % (" ".join(args) or "no arguments", word,
                                                                r.returncode, lines))
     check(not os.path.exists(os.path.join(ROOT, "pb")), "nothing written inside the repository")
+
+
+def test_wait_policy():
+    """--wait-policy reaches both engines' environment: passive / active set
+    OMP_WAIT_POLICY, unset removes the caller's (each engine's own default)"""
+    keep = (vs_llamacpp.WAIT_POLICY, os.environ.get("OMP_WAIT_POLICY"))
+    try:
+        os.environ["OMP_WAIT_POLICY"] = "caller"
+        got = {}
+        for pol in ("passive", "active", "unset"):
+            vs_llamacpp.WAIT_POLICY = pol
+            got[pol] = vs_llamacpp.engine_env().get("OMP_WAIT_POLICY")
+        check(got == {"passive": "passive", "active": "active", "unset": None},
+              "--wait-policy: OMP_WAIT_POLICY of the engines (%s)" % got)
+    finally:
+        vs_llamacpp.WAIT_POLICY = keep[0]
+        if keep[1] is None:
+            os.environ.pop("OMP_WAIT_POLICY", None)
+        else:
+            os.environ["OMP_WAIT_POLICY"] = keep[1]
 
 
 def write_tiny(hf):
@@ -236,6 +258,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="shoal-vsll-") as tmp:
         test_arguments(a.shoal, tmp)
         test_summary()
+        test_wait_policy()
         tok = write_tiny(os.path.join(tmp, "hf"))
         n_prompt = test_shoal(a.shoal, tmp, tok)
         test_gguf(tmp, tok, n_prompt)
