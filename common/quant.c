@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -411,6 +412,18 @@ static const struct shoal_quant_ops *ops_avx512(void)
     return NULL;
 }
 
+/* 1 on a GenuineIntel CPU (CPUID leaf 0) */
+static int cpu_is_intel(void)
+{
+#if defined(__x86_64__)
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(0, &eax, &ebx, &ecx, &edx) && ebx == 0x756e6547u /* "Genu" */ &&
+           edx == 0x49656e69u /* "ineI" */ && ecx == 0x6c65746eu /* "ntel" */;
+#else
+    return 0;
+#endif
+}
+
 /* AMD family 19h (Zen 3, Zen 4; of them only Zen 4 has AVX-512), from
  * CPUID leaf 1: base family 0xf plus extended family 0xa */
 static int cpu_is_amd_family_19h(void)
@@ -593,8 +606,21 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
                              "in this build or on this CPU; active kernels "
                              "stay '%s'", shoal_quant_isa_name(isa), active_ops->name);
     active_ops = ops;
-    shoal_log(SHOAL_LOG_INFO, "quant", "kernels=%s requested=%s", ops->name,
-              shoal_quant_isa_name(isa));
+    const char *order = "";
+#if defined(SHOAL_QUANT_HAVE_AVX2)
+    /* the avx2 decode matvec's order (quant.h): SHOAL_AVX2_DECODE_ORDER, else
+     * one row after another on Intel, side by side elsewhere */
+    const char *env = getenv("SHOAL_AVX2_DECODE_ORDER");
+    const int seq = env && !strcmp(env, "seq") ? 1 : env && !strcmp(env, "rows") ? 0
+                                                                               : cpu_is_intel();
+    if (env && strcmp(env, "seq") && strcmp(env, "rows"))
+        shoal_log(SHOAL_LOG_WARN, "quant", "SHOAL_AVX2_DECODE_ORDER='%s': expected rows or seq; "
+                  "using %s (this CPU's)", env, seq ? "seq" : "rows");
+    shoal_quant_avx2_set_decode_order(seq);
+    order = seq ? " avx2-decode=seq" : " avx2-decode=rows";
+#endif
+    shoal_log(SHOAL_LOG_INFO, "quant", "kernels=%s requested=%s%s", ops->name,
+              shoal_quant_isa_name(isa), order);
     return 0;
 }
 

@@ -604,6 +604,16 @@ static inline int64_t shoal_quant_act_pos(int64_t i)
     return (i - j) + ((j & 1) ? 64 : 0) + (j >> 1);
 }
 
+/* The order in which the avx2 table's INT4A8 decode matvec reads a block
+ * of 8 rows: 0, side by side (32 bytes of each row per step, the 8-row
+ * trees; the faster on AMD Zen 4), or 1, one after another (each row a
+ * sequential stream, its group terms transposed 8 by 8; on an Intel Xeon
+ * 0.87-0.93 of a paired RAM read against 0.70-0.77 side by side,
+ * docs/BENCHMARKS.md). Same bits either way. shoal_quant_init sets it from
+ * the CPU's vendor (1 on Intel) unless SHOAL_AVX2_DECODE_ORDER is "rows"
+ * or "seq". Thread: main, not while kernels run. */
+void shoal_quant_avx2_set_decode_order(int seq);
+
 extern const struct shoal_quant_ops shoal_quant_ops_scalar;
 extern const struct shoal_quant_ops shoal_quant_ops_avx2;  /* x86-64 builds */
 extern const struct shoal_quant_ops shoal_quant_ops_avx512; /* x86-64, if the

@@ -880,6 +880,84 @@ static void rows8_a8_any(float *y, const uint8_t *base, size_t row_bytes, const 
 #undef ROWS8
 }
 
+/* the decode order (shoal_quant_avx2_set_decode_order): 0 rows side by
+ * side (rows8_a8), 1 one after another (rows8_seq_a8) */
+static int decode_seq;
+
+void shoal_quant_avx2_set_decode_order(int seq)
+{
+    decode_seq = seq != 0;
+}
+
+/* ---- INT4A8 matvec: 8 rows one after another ------------------------------
+ * The same 8 outputs as rows8_a8, reading each row front to back (one
+ * sequential stream, as the avx512 table does): pass 1 takes a row's exact
+ * group sums 8 groups at a time (groups8, its halves prefetched A8_PF
+ * ahead) and stores each group's term (d * dx) * (float)(isum - sx); pass 2
+ * transposes 8 groups of the 8 rows and adds the terms in group order, one
+ * lane per row: acc + term, the scalar chain's operations. Rows of at most
+ * SEQ_MAXG groups. */
+#define SEQ_MAXG 256
+
+static inline __attribute__((always_inline)) void
+rows8_seq_a8(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q, const float *dx,
+             const int32_t *sx, int64_t n_group, int64_t nh, int tail, const int G, int prefetch)
+{
+    const int HP = 8 * G / 64;                  /* halves per 8 groups */
+    _Alignas(32) float tm[8][SEQ_MAXG];
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *row = base + (size_t)i * row_bytes;
+        const uint8_t *qs = row + 4 * (size_t)n_group;
+        for (int64_t g0 = 0, h0 = 0; g0 < n_group; g0 += 8, h0 += HP) {
+            const __m256i is = HP == 4    ? groups8(qs, q, h0, 4, nh, tail, prefetch)
+                               : HP == 8 ? groups8(qs, q, h0, 8, nh, tail, prefetch)
+                                         : groups8(qs, q, h0, 16, nh, tail, prefetch);
+            __m256 d, vdx;
+            __m256i vsx;
+            if (g0 + 8 <= n_group) {
+                d = _mm256_loadu_ps((const float *)(const void *)(row + 4 * (size_t)g0));
+                vdx = _mm256_loadu_ps(dx + g0);
+                vsx = _mm256_loadu_si256((const __m256i *)(const void *)(sx + g0));
+            } else {   /* the last groups: lanes past n_group are 0 */
+                _Alignas(32) float bd[8] = {0}, bx[8] = {0};
+                _Alignas(32) int32_t bs[8] = {0};
+                const size_t nb = (size_t)(n_group - g0) * 4;
+                memcpy(bd, row + 4 * (size_t)g0, nb);
+                memcpy(bx, dx + g0, nb);
+                memcpy(bs, sx + g0, nb);
+                d = _mm256_load_ps(bd);
+                vdx = _mm256_load_ps(bx);
+                vsx = _mm256_load_si256((const __m256i *)(const void *)bs);
+            }
+            const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(is, vsx));
+            _mm256_store_ps(&tm[i][g0], _mm256_mul_ps(_mm256_mul_ps(d, vdx), f));
+        }
+    }
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t g0 = 0; g0 < n_group; g0 += 8) {
+        __m256i c[8];
+        for (int i = 0; i < 8; i++)
+            c[i] = _mm256_load_si256((const __m256i *)(const void *)&tm[i][g0]);
+        transpose8_epi32(c);                    /* c[j] lane i = row i's term g0 + j */
+        const int cnt = n_group - g0 < 8 ? (int)(n_group - g0) : 8;
+        for (int j = 0; j < cnt; j++)
+            acc = _mm256_add_ps(acc, _mm256_castsi256_ps(c[j]));
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
+static void rows8_seq_any(float *y, const uint8_t *base, size_t row_bytes, const int8_t *q,
+                          const float *dx, const int32_t *sx, int64_t n_group, int64_t nh,
+                          int tail, int G, int prefetch)
+{
+    if (G == 32)
+        rows8_seq_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 32, prefetch);
+    else if (G == 64)
+        rows8_seq_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 64, prefetch);
+    else
+        rows8_seq_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 128, prefetch);
+}
+
 /* Rows in blocks of 8 (rows8_a8, the weights prefetched on the first
  * token); remainder rows run the chain in scalar over groups8's sums. Same
  * bits as the scalar table. */
@@ -903,6 +981,7 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
     }
     size_t next_at = 0;
     const size_t next_end = a->next ? (a->next_bytes < A8_PF ? a->next_bytes : A8_PF) : 0;
+    const int seq_order = decode_seq;
     for (; r0 + 8 <= r1; r0 += 8) {
         const uint8_t *base = (const uint8_t *)w->data + (size_t)r0 * row_bytes;
         /* block k ahead, or what rows are left of it (never past r1) */
@@ -916,6 +995,13 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
             pf = a->next + next_at;
             pf_bytes = next_end - next_at < 8 * row_bytes ? next_end - next_at : 8 * row_bytes;
             next_at += pf_bytes;
+        }
+        if (seq_order && n_group <= SEQ_MAXG) {
+            for (int64_t t = 0; t < n_tok; t++)
+                rows8_seq_any(y + t * w->rows + r0, base, row_bytes, a->q + t * a->q_stride,
+                              a->d + t * a->n_group, a->s + t * a->n_group, n_group, nh, tail,
+                              G, t == 0);
+            continue;
         }
         for (int64_t t = 0; t < n_tok; t++)
             rows8_a8_any(y + t * w->rows + r0, base, row_bytes, a->q + t * a->q_stride,
