@@ -412,14 +412,18 @@ static const struct shoal_quant_ops *ops_avx512(void)
     return NULL;
 }
 
-/* 1 on a GenuineIntel CPU (CPUID leaf 0) */
-static int cpu_is_intel(void)
+/* 1 when CPUID leaf 0's vendor string is v ("GenuineIntel", "AuthenticAMD") */
+static int cpu_vendor_is(const char *v)
 {
 #if defined(__x86_64__)
-    unsigned eax, ebx, ecx, edx;
-    return __get_cpuid(0, &eax, &ebx, &ecx, &edx) && ebx == 0x756e6547u /* "Genu" */ &&
-           edx == 0x49656e69u /* "ineI" */ && ecx == 0x6c65746eu /* "ntel" */;
+    unsigned eax, r[3];   /* ebx, edx, ecx: the string's order */
+    char s[13] = {0};
+    if (!__get_cpuid(0, &eax, &r[0], &r[2], &r[1]))
+        return 0;
+    memcpy(s, r, 12);
+    return strcmp(s, v) == 0;
 #else
+    (void)v;
     return 0;
 #endif
 }
@@ -430,10 +434,7 @@ static int cpu_is_amd_family_19h(void)
 {
 #if defined(__x86_64__)
     unsigned eax, ebx, ecx, edx;
-    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx) || ebx != 0x68747541u /* "Auth" */ ||
-        edx != 0x69746e65u /* "enti" */ || ecx != 0x444d4163u /* "cAMD" */)
-        return 0;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+    if (!cpu_vendor_is("AuthenticAMD") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx))
         return 0;
     const unsigned base = (eax >> 8) & 0xf, ext = (eax >> 20) & 0xff;
     return base == 0xf && base + ext == 0x19;
@@ -612,7 +613,7 @@ int shoal_quant_init(enum shoal_quant_isa isa, struct shoal_err *err)
      * one row after another on Intel, side by side elsewhere */
     const char *env = getenv("SHOAL_AVX2_DECODE_ORDER");
     const int seq = env && !strcmp(env, "seq") ? 1 : env && !strcmp(env, "rows") ? 0
-                                                                               : cpu_is_intel();
+                                                                               : cpu_vendor_is("GenuineIntel");
     if (env && strcmp(env, "seq") && strcmp(env, "rows"))
         shoal_log(SHOAL_LOG_WARN, "quant", "SHOAL_AVX2_DECODE_ORDER='%s': expected rows or seq; "
                   "using %s (this CPU's)", env, seq ? "seq" : "rows");

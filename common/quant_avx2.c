@@ -981,9 +981,16 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
     }
     size_t next_at = 0;
     const size_t next_end = a->next ? (a->next_bytes < A8_PF ? a->next_bytes : A8_PF) : 0;
-    const int seq_order = decode_seq;
+    const int seq_order = decode_seq && n_group <= SEQ_MAXG;
     for (; r0 + 8 <= r1; r0 += 8) {
         const uint8_t *base = (const uint8_t *)w->data + (size_t)r0 * row_bytes;
+        if (seq_order) {   /* its own prefetches, along each row */
+            for (int64_t t = 0; t < n_tok; t++)
+                rows8_seq_any(y + t * w->rows + r0, base, row_bytes, a->q + t * a->q_stride,
+                              a->d + t * a->n_group, a->s + t * a->n_group, n_group, nh, tail,
+                              G, t == 0);
+            continue;
+        }
         /* block k ahead, or what rows are left of it (never past r1) */
         const int64_t pr0 = r0 + 8 * k;
         const int64_t npf = pr0 >= r1 ? 0 : r1 - pr0 < 8 ? r1 - pr0 : 8;
@@ -995,13 +1002,6 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
             pf = a->next + next_at;
             pf_bytes = next_end - next_at < 8 * row_bytes ? next_end - next_at : 8 * row_bytes;
             next_at += pf_bytes;
-        }
-        if (seq_order && n_group <= SEQ_MAXG) {
-            for (int64_t t = 0; t < n_tok; t++)
-                rows8_seq_any(y + t * w->rows + r0, base, row_bytes, a->q + t * a->q_stride,
-                              a->d + t * a->n_group, a->s + t * a->n_group, n_group, nh, tail,
-                              G, t == 0);
-            continue;
         }
         for (int64_t t = 0; t < n_tok; t++)
             rows8_a8_any(y + t * w->rows + r0, base, row_bytes, a->q + t * a->q_stride,
