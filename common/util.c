@@ -97,6 +97,19 @@ double shoal_time_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+int shoal_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, unsigned ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return pthread_cond_timedwait(cv, mu, &ts);
+}
+
 char *shoal_path_join(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);

@@ -5,6 +5,7 @@
 #ifndef SHOAL_UTIL_H
 #define SHOAL_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,10 @@ int shoal_pwrite_all(int fd, const void *buf, size_t n, uint64_t off,
 
 /* Monotonic clock in seconds. Thread: any. */
 double shoal_time_s(void);
+
+/* Wait on cv for at most ms milliseconds (mu held, as for
+ * pthread_cond_timedwait, whose result it returns). Thread: mu's holder. */
+int shoal_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, unsigned ms);
 
 /* Join dir and name into a newly allocated path (owned by the caller). */
 char *shoal_path_join(const char *dir, const char *name);

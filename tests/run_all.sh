@@ -72,7 +72,8 @@ step "peer limits: memory per unauthenticated peer, cancel on close, SIGTERM (gc
 step "command line: help, model paths, prompt files, bad input, chat, worker start line (gcc)" "$PY" tests/cli/test_cli.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "KV cache dtype: --kv, convert --kv, the manifest's kv field (gcc)" "$PY" tests/cli/test_kv.py --shoal build-test/coordinator/shoal
 step "shoal serve: OpenAI API vs shoal run, streaming, chat, errors, key, 429, disconnects (gcc)" "$PY" tests/serve/test_serve.py --shoal build-test/coordinator/shoal
-step "shoal serve under load: 8 streaming clients x 50 requests with disconnects, solo texts, RSS/fds flat, /metrics (gcc)" "$PY" tests/serve/test_load.py --shoal build-test/coordinator/shoal
+step "shoal serve against slow clients: 220 slow sockets, head deadline, body rate, per-address cap, eviction (gcc)" "$PY" tests/serve/test_slow_clients.py --shoal build-test/coordinator/shoal
+step "shoal serve under load: 8 streaming clients x 50 requests with disconnects beside 200 slow sockets, solo texts, RSS/fds flat, /metrics (gcc)" "$PY" tests/serve/test_load.py --shoal build-test/coordinator/shoal
 step "shoal serve batching: each request alone = beside 3 others = shoal run, tokens and logits bytes (bundled, deepseek_v3, gpt_oss) (gcc)" "$PY" tests/serve/test_batching.py --shoal build-test/coordinator/shoal
 step "shoal serve on a harmony model (gpt-oss vocabulary and template): analysis in reasoning_content, final in content, tool calls, streamed and whole (gcc)" "$PY" tests/serve/test_harmony_serve.py --shoal build-test/coordinator/shoal
 step "shoal serve with real clients: the OpenAI npm client vs shoal run, curl errors, slow clients (gcc; node part skips without deploy/install-deps.sh)" "$PY" tests/serve/test_clients.py --shoal build-test/coordinator/shoal
@@ -92,6 +93,7 @@ step "cluster more (ASan+UBSan)" "$PY" tests/cluster/test_cluster_more.py --shoa
 step "shoal serve (ASan+UBSan)" "$PY" tests/serve/test_serve.py --shoal build-asan/coordinator/shoal
 # a small quarantine, so that the load test's RSS check sees the heap, not ASan's freed-memory hold
 ASAN_OPTIONS=$ASAN_OPTIONS:quarantine_size_mb=1 step "shoal serve under load (ASan+UBSan)" "$PY" tests/serve/test_load.py --shoal build-asan/coordinator/shoal
+step "shoal serve against slow clients (ASan+UBSan)" "$PY" tests/serve/test_slow_clients.py --shoal build-asan/coordinator/shoal
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 CC=clang step "build clang, no liburing, -Werror" setup build-clang --werror -Dliburing=disabled

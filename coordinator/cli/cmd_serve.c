@@ -15,6 +15,10 @@
 #include "util.h"
 
 #define SERVE_MAX_BODY ((size_t)1 << 20)
+#define SERVE_CONNS 64               /* --max-connections' least default */
+#define SERVE_STREAMS 16             /* dashboards' event streams (SHOAL_SERVE_MAX_EVENT_STREAMS) */
+#define SERVE_HEADER_TIMEOUT_S 30.0  /* --header-timeout's default */
+#define SERVE_MIN_BODY_RATE 1024.0   /* bytes/s a request body averages after its grace */
 
 static void usage(FILE *f)
 {
@@ -46,6 +50,14 @@ static void usage(FILE *f)
         "                       context per slot (--ctx) is lowered to fit\n"
         "  --slot-dir DIR       keep the slots' tokens and KV rows in DIR when stopping and\n"
         "                       load them at start: conversations survive a restart\n"
+        "  --max-connections N  HTTP connections at once (default 64, or more when\n"
+        "                       --parallel + --queue need it; 1..4096); a client that\n"
+        "                       has not sent a whole request yet is closed to make room\n"
+        "  --max-connections-per-address N  from one IPv4 address or IPv6 /64\n"
+        "                       (default: half of --max-connections)\n"
+        "  --header-timeout S   seconds a request head may take, from the connection's\n"
+        "                       start or its previous reply (default 30; 1..3600); a body\n"
+        "                       must then average 1 KiB/s after as many seconds\n"
         "\n"
         "Defaults for what a request leaves out (each request may set its own):\n");
     shoal_gen_usage(f, 16, 0);
@@ -103,7 +115,8 @@ int shoal_cmd_serve(int argc, char **argv)
         }
         if (!strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--api-key") ||
             !strcmp(a, "--parallel") || !strcmp(a, "--queue") || !strcmp(a, "--slot-dir") ||
-            !strcmp(a, "--kv-budget") ||
+            !strcmp(a, "--kv-budget") || !strcmp(a, "--max-connections") ||
+            !strcmp(a, "--max-connections-per-address") || !strcmp(a, "--header-timeout") ||
             !strcmp(a, "--test-token-delay") || !strcmp(a, "--test-logits-dir") ||
             !strcmp(a, "--test-forced-tokens")) {
             if (i + 1 >= argc) {
@@ -141,6 +154,18 @@ int shoal_cmd_serve(int argc, char **argv)
                 if (shoal_cli_parse_i64(a, v, 0, 4096, &x))
                     return 2;
                 cfg.queue = (int)x;
+            } else if (!strcmp(a, "--max-connections")) {
+                if (shoal_cli_parse_i64(a, v, 1, 4096, &x))
+                    return 2;
+                cfg.conns.max = (int)x;
+            } else if (!strcmp(a, "--max-connections-per-address")) {
+                if (shoal_cli_parse_i64(a, v, 1, 4096, &x))
+                    return 2;
+                cfg.conns.per_addr = (int)x;
+            } else if (!strcmp(a, "--header-timeout")) {
+                if (shoal_cli_parse_i64(a, v, 1, 3600, &x))
+                    return 2;
+                cfg.conns.head_s = (double)x;
             } else {
                 /* tests only: hold each request open this many ms per token */
                 if (shoal_cli_parse_i64(a, v, 0, 10000, &x))
@@ -157,6 +182,21 @@ int shoal_cmd_serve(int argc, char **argv)
                         "'shoal run' only");
         return 2;
     }
+    if (cfg.conns.max == 0) {   /* room for every request that may be in flight */
+        const int need = cfg.parallel + cfg.queue + SERVE_STREAMS + 16;
+        cfg.conns.max = need > SERVE_CONNS ? need : SERVE_CONNS;
+    }
+    if (cfg.conns.per_addr == 0)
+        cfg.conns.per_addr = cfg.conns.max > 1 ? cfg.conns.max / 2 : 1;
+    if (cfg.conns.per_addr > cfg.conns.max) {
+        shoal_cli_error("serve: --max-connections-per-address %d is more than "
+                        "--max-connections %d", cfg.conns.per_addr, cfg.conns.max);
+        return 2;
+    }
+    if (cfg.conns.head_s == 0)
+        cfg.conns.head_s = SERVE_HEADER_TIMEOUT_S;
+    cfg.conns.body_grace_s = cfg.conns.head_s;
+    cfg.conns.body_rate = SERVE_MIN_BODY_RATE;
 #if !HAVE_SERVE
     shoal_cli_error("serve: this shoal was built without libmicrohttpd (install "
                     "libmicrohttpd-dev or Homebrew's libmicrohttpd and rebuild)");

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "cluster.h"
+#include "conns.h"
 #include "expert_store.h"
 #include "util.h"
 
@@ -68,6 +69,8 @@ struct shoal_serve_metrics {
     int have_cluster;
     int n_exec;
     struct shoal_cluster_exec_stats exec[SHOAL_CLUSTER_MAX_EXECUTORS];
+
+    struct serve_conns *conns;            /* borrowed; NULL: none */
     struct shoal_ctx_timings t;
     int64_t n_layer, n_expert;
     uint8_t *moe;                         /* [n_layer] */
@@ -346,6 +349,13 @@ static void exec_labels(FILE *f, int i, const char *address)
     fputs("\"}", f);
 }
 
+void shoal_serve_metrics_conns(struct shoal_serve_metrics *m, struct serve_conns *conns)
+{
+    pthread_mutex_lock(&m->mu);
+    m->conns = conns;
+    pthread_mutex_unlock(&m->mu);
+}
+
 char *shoal_serve_metrics_prometheus(struct shoal_serve_metrics *m)
 {
     char *buf = NULL;
@@ -397,6 +407,23 @@ char *shoal_serve_metrics_prometheus(struct shoal_serve_metrics *m)
     fprintf(f, "shoal_tokens_per_second %.3f\n", tps);
     family(f, "shoal_dashboard_streams", "gauge", "Open /v1/dashboard/events streams.");
     fprintf(f, "shoal_dashboard_streams %d\n", m->n_streams);
+    if (m->conns) {
+        const struct serve_conns_stats cs = serve_conns_stats(m->conns);
+        family(f, "shoal_http_connections", "gauge", "HTTP connections open now.");
+        fprintf(f, "shoal_http_connections %d\n", cs.open);
+        family(f, "shoal_http_connections_closed_total", "counter",
+               "HTTP connections the server closed by its limits: evicted for a new one, "
+               "refused (every slot answering a request), head_timeout (request head not "
+               "whole in time), body_slow (body below the minimum rate).");
+        fprintf(f, "shoal_http_connections_closed_total{reason=\"evicted\"} %" PRIu64 "\n",
+                cs.evicted);
+        fprintf(f, "shoal_http_connections_closed_total{reason=\"refused\"} %" PRIu64 "\n",
+                cs.refused);
+        fprintf(f, "shoal_http_connections_closed_total{reason=\"head_timeout\"} %" PRIu64
+                "\n", cs.head_timeout);
+        fprintf(f, "shoal_http_connections_closed_total{reason=\"body_slow\"} %" PRIu64 "\n",
+                cs.body_slow);
+    }
 
     if (m->have_store) {
         const struct shoal_expert_store_stats *s = &m->store;

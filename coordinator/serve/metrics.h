@@ -31,6 +31,7 @@
 #define SHOAL_SERVE_EVENT_PERIOD_MS 1000   /* one snapshot per stream per period */
 
 struct shoal_serve_metrics;
+struct serve_conns;
 
 enum shoal_serve_job_state {
     SHOAL_SERVE_JOB_QUEUED = 0,
@@ -104,6 +105,10 @@ void shoal_serve_metrics_jobs(struct shoal_serve_metrics *m,
  * lock (and 9 bytes per expert under the cluster's). Thread: the engine
  * (the session's owner), after an engine step, never during one. */
 void shoal_serve_metrics_sample(struct shoal_serve_metrics *m, struct shoal_session *s);
+
+/* Report the HTTP connection table's counters (conns.h; borrowed: it must
+ * outlive m's renderers) in /metrics. Thread: any. */
+void shoal_serve_metrics_conns(struct shoal_serve_metrics *m, struct serve_conns *conns);
 
 /* Render the Prometheus text exposition (version 0.0.4, HELP and TYPE
  * lines for every family). Returns a malloc'd NUL-terminated string owned

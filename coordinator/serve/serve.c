@@ -22,6 +22,7 @@
 #include "serve_impl.h"
 #include "chat_template.h"
 #include "cli.h"
+#include "conns.h"
 #include "harmony.h"
 #include "metrics.h"
 #include "util.h"
@@ -160,14 +161,7 @@ static int peer_gone(int fd)
 /* Wait on the server's condition for up to 100 ms; mutex held. */
 static void wait_tick(struct server *srv)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
+    shoal_cond_wait_ms(&srv->cv, &srv->mu, 100);
 }
 
 /* ---- the connection side ---- */
@@ -390,6 +384,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         cn = shoal_xcalloc(1, sizeof *cn);
         cn->url = shoal_serve_metrics_endpoint(url);
         *con_cls = cn;
+        serve_conns_head(srv->conns, c);   /* the head is whole: the body's rate applies */
         pthread_mutex_lock(&srv->mu);
         srv->n_requests++;
         pthread_mutex_unlock(&srv->mu);
@@ -401,6 +396,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     if (*upload_data_size) {
         size_t k = *upload_data_size;
+        serve_conns_body(srv->conns, c, k);
         if (!cn->too_large && cn->len + k > srv->cfg->max_body) {
             cn->too_large = 1;
             free(cn->body);
@@ -418,6 +414,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_data_size = 0;
         return MHD_YES;
     }
+    serve_conns_busy(srv->conns, c);   /* the request is whole: never evicted now */
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
     if (!host_ok(srv, host)) {
         char msg[200];
@@ -514,6 +511,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)toe;
     struct server *srv = cls;
     struct conn *cn = *con_cls;
+    serve_conns_idle(srv->conns, c);   /* the next request head's deadline starts */
     if (cn) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
@@ -525,6 +523,25 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
         srv->n_requests--;
         pthread_cond_broadcast(&srv->cv);
         pthread_mutex_unlock(&srv->mu);
+    }
+}
+
+/* libmicrohttpd's connection start and end (its listening thread): the
+ * connection table's limits (conns.h) */
+static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code)
+{
+    (void)socket_context;
+    struct server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *addr =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        serve_conns_started(srv->conns, c, fd ? fd->connect_fd : -1,
+                            addr ? addr->client_addr : NULL);
+    } else {
+        serve_conns_closed(srv->conns, c);
     }
 }
 
@@ -655,6 +672,13 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
     pthread_cond_init(&srv.cv, NULL);
     srv.metrics = shoal_serve_metrics_create(cfg->model_id);
     shoal_serve_metrics_sample(srv.metrics, s);
+    srv.conns = serve_conns_create(&cfg->conns);
+    if (!srv.conns) {
+        shoal_cli_error("serve: cannot start a thread");
+        shoal_serve_metrics_free(srv.metrics);
+        return 1;
+    }
+    shoal_serve_metrics_conns(srv.metrics, srv.conns);
 
     /* SIGINT/SIGTERM go to the signal thread only (the mask is inherited
      * by every thread started from here on) */
@@ -673,7 +697,11 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
         MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,   /* first: it covers the others */
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_NOTIFY_COMPLETED, completed, &srv,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+        MHD_OPTION_NOTIFY_CONNECTION, conn_notify, &srv,
+        /* the table (conns.h) holds cfg->conns.max; libmicrohttpd's own
+         * limit leaves room for the connections it evicted and has not
+         * closed yet, so a new client always reaches the table */
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * cfg->conns.max + 16),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
         MHD_OPTION_END);
@@ -710,6 +738,7 @@ out:
     if (d)
         MHD_stop_daemon(d);
     shoal_serve_metrics_free(srv.metrics);
+    serve_conns_free(srv.conns);
     if (have_sig_thread) {
         pthread_kill(sig_thread, SIGTERM);   /* no-op when it already returned */
         pthread_join(sig_thread, NULL);

@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 
+#include "conns.h"
 #include "session.h"
 
 struct shoal_serve_config {
@@ -29,6 +30,10 @@ struct shoal_serve_config {
     int parallel;              /* requests generating at once: the session's context
                                 * must hold as many sequences (KV slots) */
     int queue;                 /* requests waiting for a slot; more get 429 */
+    struct serve_conns_limits conns; /* HTTP connections: how many, per address,
+                                * and the deadlines of a request head and body
+                                * (conns.h; --max-connections,
+                                * --max-connections-per-address, --header-timeout) */
     const char *slot_dir;      /* --slot-dir: slots saved at stop, loaded at start
                                 * (slots.h); NULL: none */
     unsigned token_delay_ms;   /* tests only: sleep after each engine step */

@@ -14,6 +14,7 @@
 
 struct shoal_chat_template;
 struct shoal_serve_metrics;
+struct serve_conns;
 
 enum job_state {
     JOB_QUEUED = 0,   /* waiting for a slot */
@@ -71,6 +72,7 @@ struct server {
     double mean_request_s;              /* admission to end, moving mean (Retry-After) */
     int stopping;
     struct shoal_serve_metrics *metrics;   /* /metrics and the dashboard (metrics.h) */
+    struct serve_conns *conns;          /* the HTTP connections and their limits (conns.h) */
 };
 
 /* Stream bytes a job may queue for a client that does not read them

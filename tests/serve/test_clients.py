@@ -10,7 +10,7 @@
     server still serving after each
   - slow clients: one that sends part of its headers and then nothing, one
     that sends headers announcing a body and then nothing: the server closes
-    both after its idle timeout (60 s) and serves the others meanwhile; one
+    both after its head deadline or body grace (30 s) and serves the others meanwhile; one
     that opens a stream and reads nothing (a small receive buffer): others
     are served, and closing it leaves the server serving
 

@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """shoal serve under load: 8 concurrent streaming clients x 50 requests
 each (the bundled model, --parallel 4, so requests also queue), with random
-disconnects.
+disconnects, beside 200 slow sockets that trickle request heads a byte
+every 2 s and reconnect when closed (slowloris.py; --slow-sockets 0: none).
 
   - every completed response equals its prompt's solo run (shoal run
     --greedy, the same max_tokens), streamed or whole;
   - a client that disconnects mid-stream cancels only its own request;
   - no slot or memory leak: after the load the server answers as before,
     its RSS is within 16 MiB of what it was after a first warm-up round and
-    its open file descriptors are as many as before;
+    its open file descriptors other than sockets are as many as before (the
+    slow sockets come and go; the server holds at most its
+    --max-connections of them);
   - /metrics agrees with what the clients saw: generations by finish reason
     (the completed ones, the cancelled ones), completion tokens at least the
     sum of the completed usage counts, no request running or queued at the
     end.
 
 usage: test_load.py --shoal build-test/coordinator/shoal [--clients 8] [--requests 50]
+                    [--slow-sockets 200]
 """
 import argparse
 import http.client
@@ -29,6 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import test_serve as ts  # noqa: E402
+from slowloris import SlowSockets  # noqa: E402
 from test_serve import check  # noqa: E402
 
 PROMPTS = ["ROMEO:", "JULIET:", "KING HENRY:", "First Citizen:\nBefore we proceed",
@@ -44,7 +49,16 @@ def rss_kib(pid):
 
 
 def n_fds(pid):
-    return len(os.listdir("/proc/%d/fd" % pid))
+    """(descriptors other than sockets, sockets) of process pid"""
+    other = sockets = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            is_socket = os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("socket:")
+        except OSError:
+            continue   # closed meanwhile
+        sockets += is_socket
+        other += not is_socket
+    return other, sockets
 
 
 def metrics(srv):
@@ -144,12 +158,15 @@ def main():
     ap.add_argument("--shoal", required=True)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--requests", type=int, default=50)
+    ap.add_argument("--slow-sockets", type=int, default=200)
     a = ap.parse_args()
     shoal = os.path.abspath(a.shoal)
     refs = [ts.shoal_run(shoal, p, MAX_TOKENS) for p in PROMPTS]
     check(len(set(refs)) > 5, "the prompts' solo runs differ: %r" % refs)
     srv = ts.Server(shoal, "--parallel", "4", "--queue", "64", "--test-token-delay", "2")
+    slow = SlowSockets(srv.port, a.slow_sockets)
     try:
+        slow.start()
         pid = srv.p.pid
         # warm-up round: the allocator's and the slots' high-water marks
         warm = round_of(srv.port, refs, a.clients, 4, 0.2, 1)
@@ -205,16 +222,24 @@ def main():
         check(rss1 - rss0 < 16 * 1024,
               "RSS flat: %d KiB after warm-up, %d KiB after %d requests" %
               (rss0, rss1, a.clients * a.requests))
-        check(fds1 <= fds0, "open fds flat: %d before, %d after" % (fds0, fds1))
+        check(fds1[0] <= fds0[0], "open fds other than sockets flat: %d before, %d after" %
+              (fds0[0], fds1[0]))
+        # --max-connections (100 here: --parallel + --queue + 32), twice for
+        # those closed and not yet reaped, the listener, the cluster's none
+        check(fds1[1] <= 2 * 100 + 16 + 1, "sockets bounded beside %d slow sockets: %d" %
+              (a.slow_sockets, fds1[1]))
         # and it still serves, the same text
         s, _, b = srv.post("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": MAX_TOKENS,
                                                "temperature": 0})
         check(s == 200 and json.loads(b)["choices"][0]["text"] == refs[0],
               "after the load a request gives its solo text")
         print("load: %d requests (%d completed, %d dropped) in %.1f s, RSS %d -> %d KiB, "
-              "fds %d -> %d" % (a.clients * a.requests, completed, dropped, wall, rss0, rss1,
-                                fds0, fds1))
+              "fds %d -> %d, sockets %d -> %d; beside %d slow sockets (%d opened, %d closed "
+              "by the server)" % (a.clients * a.requests, completed, dropped, wall, rss0, rss1,
+                                  fds0[0], fds1[0], fds0[1], fds1[1], a.slow_sockets,
+                                  slow.opened, slow.closed))
     finally:
+        slow.stop()
         check(srv.stop() == 0, "serve exits 0 on SIGTERM")
     print("test_load: %d checks, %d failed" % (ts.CHECKS[0], len(ts.FAILS)))
     sys.exit(1 if ts.FAILS else 0)
