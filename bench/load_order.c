@@ -25,7 +25,7 @@
  *               current block's 32-byte steps (the matvec spreads them over
  *               its group steps, and prefetches the first blocks up front)
  * The prefetches go into L2 (__builtin_prefetch locality 2: prefetcht1 on
- * x86-64, common/prefetch_x86.h's choice). Prints, for each way, the
+ * x86-64, common/kernels/isa/prefetch_x86.h's choice). Prints, for each way, the
  * median GB/s over passes and the median of its per-pass ratio to seq (GB
  * = 1e9 bytes); --json writes them too. Each way's XOR must equal a plain
  * loop's over the bytes that way reads (seq: the whole lines, rows: every

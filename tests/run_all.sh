@@ -14,7 +14,7 @@ PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 JOBS=${SHOAL_JOBS:-2}
 # No OpenMP wait policy here: shoal and shoal-worker choose one that holds
-# on a loaded machine themselves (common/omp_env.h), and the tests run what
+# on a loaded machine themselves (common/base/omp_env.h), and the tests run what
 # users get; the unit tests get the same values from meson (tests/meson.build).
 passed=0
 failed=0

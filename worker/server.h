@@ -3,7 +3,7 @@
  * (--join) and all protocol state; the compute thread (exec.h) runs the
  * batch-unions and hands replies back through a uv_async.
  *
- * Per connection: a frame reader, the handshake (common/wire.h; the worker
+ * Per connection: a frame reader, the handshake (common/net/wire.h; the worker
  * is the acceptor on its listener and the connector on --join), then
  * dispatch. A connection that has not finished the handshake within the
  * deadline is closed. Only a coordinator may send ExpertRequest and

@@ -34,7 +34,7 @@ struct shoal_session_opts {
     unsigned long long expert_cache;  /* bytes; ~0 = unlimited (containers) */
     int direct;                       /* O_DIRECT expert reads (containers) */
     int stats;                        /* print expert store stats at close */
-    /* expert store v2 (containers; see common/expert_store.h) */
+    /* expert store v2 (containers; see common/store/expert_store.h) */
     int io;                           /* enum shoal_io_kind: --io auto|pread|uring */
     int queue_depth;                  /* --queue-depth N, reads in flight (default 8) */
     int prefetch;                     /* --prefetch on|off (default on) */

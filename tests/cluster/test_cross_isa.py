@@ -47,7 +47,7 @@ def main():
         print("SKIP cross-ISA cluster: needs %s and qemu-aarch64-static" % a.arm_worker)
         return 0
     # the aarch64 worker runs under qemu-user: without binfmt_misc it cannot
-    # re-execute itself to apply shoal's wait policy (common/omp_env.h), so
+    # re-execute itself to apply shoal's wait policy (common/base/omp_env.h), so
     # it is given here; the x86 coordinator sets its own
     env = dict(os.environ, GOMP_SPINCOUNT="1000")
     tmp = tempfile.mkdtemp(prefix="shoal-xisa-")

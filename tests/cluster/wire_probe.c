@@ -1,6 +1,6 @@
 /* wire_probe: sends crafted frames to a shoal-worker and checks what comes
  * back (tests/cluster/test_worker.py drives it). It speaks through
- * common/wire.h's blocking client, and writes raw bytes on the client's
+ * common/net/wire.h's blocking client, and writes raw bytes on the client's
  * socket for frames the client would refuse to build.
  *
  * Expert outputs are checked bit for bit against an independent
@@ -650,7 +650,7 @@ static int sc_backpressure(struct probe *p, int n)
     pthread_t t;
     pthread_create(&t, NULL, send_many, &s);
     /* at most 25 s: once the worker stops reading, the sender's blocked
-     * send gives up after 30 s (common/wire.c send_all), and a slow build
+     * send gives up after 30 s (common/net/wire.c send_all), and a slow build
      * (ASan, a loaded CI box: about 1.6 s a request) made the pause reach
      * that and the test fail with "send timed out" */
     double wait = 1.5 * per * n + 1.0;

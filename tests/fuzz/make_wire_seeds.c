@@ -1,6 +1,6 @@
 /* make_wire_seeds: writes the seed corpora of the wire fuzz targets
  * (tests/fuzz/corpus/wire_worker, wire_coordinator): real frames packed by
- * common/wire.c, as a coordinator, a worker or an observer sends them, with
+ * common/net/wire.c, as a coordinator, a worker or an observer sends them, with
  * the settings byte fuzz_wire.c reads in front.
  * Usage: make_wire_seeds CORPUS_DIR   (run by tests/fuzz/run.sh --seeds) */
 #include <stdio.h>

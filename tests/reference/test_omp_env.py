@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""shoal's own OpenMP wait policy (common/omp_env.h, issue 12 item 9).
+"""shoal's own OpenMP wait policy (common/base/omp_env.h, issue 12 item 9).
 
 With none of OMP_WAIT_POLICY, GOMP_SPINCOUNT, KMP_BLOCKTIME set, `shoal`
 and `shoal-worker` must run with a short bounded spin: libgomp (gcc builds)

@@ -18,7 +18,7 @@ at open; convert refuses to overwrite without --force and leaves no
 half-written output on failure.
 
 Runs use shoal's own OpenMP wait policy, the one users get (it holds on a
-loaded machine; common/omp_env.h).
+loaded machine; common/base/omp_env.h).
 
 Usage: /usr/bin/python3 tests/reference/test_store_contract.py --shoal BIN
 """

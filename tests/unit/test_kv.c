@@ -1,4 +1,4 @@
-/* Tests for common/kv.h (the KV cache dtypes and their attention kernels)
+/* Tests for common/kernels/kv.h (the KV cache dtypes and their attention kernels)
  * and for the forward pass with an f16 / bf16 KV cache (forward.h).
  *
  * Assert kinds (STYLE 35): "bit-exact" tests compare bytes with memcmp;

@@ -1,4 +1,4 @@
-/* Tests for common/parse.h: the flag value parsers both programs share. */
+/* Tests for common/base/parse.h: the flag value parsers both programs share. */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
 

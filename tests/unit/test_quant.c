@@ -1,4 +1,4 @@
-/* Tests for common/quant.h: layout, quantization, the canonical dot order,
+/* Tests for common/kernels/quant.h: layout, quantization, the canonical dot order,
  * and bit-exactness of the active SIMD kernels against the scalar ones.
  *
  * Assert kinds (STYLE 35): "bit-exact" tests compare bytes with memcmp /

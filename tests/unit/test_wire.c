@@ -1,4 +1,4 @@
-/* wire: framing, handshake, key and request validation (common/wire.h). */
+/* wire: framing, handshake, key and request validation (common/net/wire.h). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

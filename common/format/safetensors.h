@@ -73,4 +73,27 @@ size_t shoal_safetensors_count(const struct shoal_safetensors *st);
 struct shoal_st_tensor *shoal_safetensors_at(struct shoal_safetensors *st,
                                              size_t i);
 
+/* Bind an MXFP4 weight [rows][cols] to a checkpoint's `X_blocks` and
+ * `X_scales` U8 tensors as shipped, without copying: either one weight
+ * (blocks [rows][cols/32][16], scales [rows][cols/32]; index 0) or one
+ * expert's slice of all experts' (blocks [n][rows][cols/32][16], scales
+ * [n][rows][cols/32]; 0 <= index < n, as gpt-oss's mlp.experts.*_blocks).
+ * The leading dimensions of blocks and scales must agree.
+ *   w        written: dtype MXFP4, group 32, data and e8m0 pointing into
+ *            the tensors' bytes (borrowed: valid while they are mapped)
+ *   blocks, scales   borrowed safetensors entries (dtype "U8")
+ *   name     the weight's name for messages (borrowed; e.g. "X_blocks")
+ *   check_exponents  1: read the slice's exponents now (shoal_mxfp4_check);
+ *            0: leave them to a shoal_mxfp4_check before the weight's first
+ *            use (a 120 B checkpoint's exponents are 3.6 GB: the engine
+ *            checks each routed expert the first time it runs, as for FP8)
+ * Checks dtypes, shapes and byte counts (and the exponents as asked).
+ * Returns 0, or SHOAL_EFORMAT / SHOAL_ESHAPE / SHOAL_EINVAL with a one-line
+ * err naming the tensor, what was expected and what was found. Allocates
+ * nothing. Thread: any. */
+int shoal_mxfp4_bind(struct shoal_weight *w, const struct shoal_st_tensor *blocks,
+                     const struct shoal_st_tensor *scales, int64_t index, int64_t rows,
+                     int64_t cols, int check_exponents, const char *name,
+                     struct shoal_err *err);
+
 #endif

@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "quant.h"
 #include "util.h"
 
 #define MAX_HEADER_BYTES (256u << 20) /* a JSON header larger is refused */
@@ -479,4 +481,68 @@ struct shoal_safetensors *shoal_safetensors_open_dir(const char *dir,
         return NULL;
     }
     return st;
+}
+
+/* ---- MXFP4 weights (gpt-oss) ---- */
+
+/* "[a, b, c]" of a tensor's shape into buf */
+static const char *shape_str(const struct shoal_st_tensor *t, char *buf, size_t cap)
+{
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < t->n_dims && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (o < cap)
+        snprintf(buf + o, cap - o, "]");
+    return buf;
+}
+
+int shoal_mxfp4_bind(struct shoal_weight *w, const struct shoal_st_tensor *blocks,
+                     const struct shoal_st_tensor *scales, int64_t index, int64_t rows,
+                     int64_t cols, int check_exponents, const char *name,
+                     struct shoal_err *err)
+{
+    if (rows < 1 || cols < SHOAL_MXFP4_BLOCK || cols % SHOAL_MXFP4_BLOCK)
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "MXFP4 weight '%s': shape [%lld][%lld]; expected rows >= 1 and "
+                             "cols a positive multiple of %d", name, (long long)rows,
+                             (long long)cols, SHOAL_MXFP4_BLOCK);
+    const struct shoal_st_tensor *t[2] = {blocks, scales};
+    for (int k = 0; k < 2; k++)
+        if (strcmp(t[k]->dtype_name, "U8"))
+            return shoal_err_set(err, SHOAL_EFORMAT,
+                                 "MXFP4 tensor '%s' in '%s' has dtype %s; expected U8 (%s)",
+                                 t[k]->name, t[k]->file, t[k]->dtype_name,
+                                 k ? "E8M0 exponents" : "packed E2M1 pairs");
+    const int64_t nb = cols / SHOAL_MXFP4_BLOCK;
+    /* blocks [(n,) rows, nb, 16], scales [(n,) rows, nb] */
+    const int lead = blocks->n_dims - 3;
+    int ok = (lead == 0 || lead == 1) && scales->n_dims == lead + 2 &&
+             blocks->shape[lead] == rows && blocks->shape[lead + 1] == nb &&
+             blocks->shape[lead + 2] == 16 && scales->shape[lead] == rows &&
+             scales->shape[lead + 1] == nb && (lead == 0 || blocks->shape[0] == scales->shape[0]);
+    const int64_t n = ok && lead ? blocks->shape[0] : 1;
+    if (!ok) {
+        char b1[96], b2[96];
+        return shoal_err_set(err, SHOAL_ESHAPE,
+                             "MXFP4 weight '%s': '%s' has shape %s and '%s' %s; expected "
+                             "[(n,) %lld, %lld, 16] and [(n,) %lld, %lld]", name, blocks->name,
+                             shape_str(blocks, b1, sizeof b1), scales->name,
+                             shape_str(scales, b2, sizeof b2), (long long)rows, (long long)nb,
+                             (long long)rows, (long long)nb);
+    }
+    if (index < 0 || index >= n)
+        return shoal_err_set(err, SHOAL_EINVAL,
+                             "MXFP4 weight '%s': slice %lld of '%s'; expected 0..%lld", name,
+                             (long long)index, blocks->name, (long long)(n - 1));
+    const size_t qbytes = (size_t)rows * (size_t)(cols / 2), sbytes = (size_t)rows * (size_t)nb;
+    if (blocks->nbytes != (size_t)n * qbytes || scales->nbytes != (size_t)n * sbytes)
+        return shoal_err_set(err, SHOAL_ESHAPE,
+                             "MXFP4 weight '%s': '%s' has %zu bytes and '%s' %zu; expected "
+                             "%zu and %zu", name, blocks->name, blocks->nbytes, scales->name,
+                             scales->nbytes, (size_t)n * qbytes, (size_t)n * sbytes);
+    *w = (struct shoal_weight){.dtype = SHOAL_DTYPE_MXFP4, .rows = rows, .cols = cols,
+                               .group = SHOAL_MXFP4_BLOCK,
+                               .data = (const uint8_t *)blocks->data + (size_t)index * qbytes,
+                               .e8m0 = (const uint8_t *)scales->data + (size_t)index * sbytes};
+    return check_exponents ? shoal_mxfp4_check(w, scales->name, err) : 0;
 }

@@ -128,7 +128,7 @@
  * `sub[:, 1::2] = lut[blk >> 4]`, `ldexp(sub, scales - 127)`. shoal keeps the
  * bytes as they are (struct shoal_weight: data = the packed pairs, rows of
  * cols / 2 bytes; e8m0 = the exponents; group = 32), so a weight binds to
- * the mapped checkpoint without a copy (shoal_mxfp4_bind).
+ * the mapped checkpoint without a copy (shoal_mxfp4_bind, safetensors.h).
  *
  * Exponents: shoal accepts |e - 127| <= SHOAL_MXFP4_EMAX_DELTA (64), i.e.
  * block scales 2^-64 .. 2^64. E8M0's NaN (255) and anything outside the
@@ -418,30 +418,6 @@ extern const float shoal_mxfp4_e2m1_table[16];
  * naming its row, block and value). Allocates nothing, opens no parallel
  * region (the store calls it on its io threads). Thread: any. */
 int shoal_mxfp4_check(const struct shoal_weight *w, const char *name, struct shoal_err *err);
-
-struct shoal_st_tensor;
-/* Bind an MXFP4 weight [rows][cols] to a checkpoint's `X_blocks` and
- * `X_scales` U8 tensors as shipped, without copying: either one weight
- * (blocks [rows][cols/32][16], scales [rows][cols/32]; index 0) or one
- * expert's slice of all experts' (blocks [n][rows][cols/32][16], scales
- * [n][rows][cols/32]; 0 <= index < n, as gpt-oss's mlp.experts.*_blocks).
- * The leading dimensions of blocks and scales must agree.
- *   w        written: dtype MXFP4, group 32, data and e8m0 pointing into
- *            the tensors' bytes (borrowed: valid while they are mapped)
- *   blocks, scales   borrowed safetensors entries (dtype "U8")
- *   name     the weight's name for messages (borrowed; e.g. "X_blocks")
- *   check_exponents  1: read the slice's exponents now (shoal_mxfp4_check);
- *            0: leave them to a shoal_mxfp4_check before the weight's first
- *            use (a 120 B checkpoint's exponents are 3.6 GB: the engine
- *            checks each routed expert the first time it runs, as for FP8)
- * Checks dtypes, shapes and byte counts (and the exponents as asked).
- * Returns 0, or SHOAL_EFORMAT / SHOAL_ESHAPE / SHOAL_EINVAL with a one-line
- * err naming the tensor, what was expected and what was found. Allocates
- * nothing. Thread: any. */
-int shoal_mxfp4_bind(struct shoal_weight *w, const struct shoal_st_tensor *blocks,
-                     const struct shoal_st_tensor *scales, int64_t index, int64_t rows,
-                     int64_t cols, int check_exponents, const char *name,
-                     struct shoal_err *err);
 
 /* Row r of an MXFP4 weight as f32: dst[c] = v2(nibble) * 2^(e - 128), the
  * exact value (E2M1's -0 kept). dst [w->cols], written. Thread: any. */
