@@ -1,7 +1,7 @@
 #!/bin/sh
 # Cross-compile the unit tests for aarch64 and run them under qemu-user, so
 # that the NEON kernels and their bit-exactness against the scalar ones are
-# tested on an x86-64 machine (DESIGN.md section 7).
+# tested on an x86-64 machine (docs/DESIGN.md section 7).
 #
 #   tests/run_aarch64.sh [--no-install]
 #
