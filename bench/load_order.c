@@ -1,5 +1,5 @@
 /* load_order: how fast one core streams weight rows from RAM in the order
- * the decode matvec loads them, with no arithmetic (docs/BENCHMARKS.md,
+ * the decode matvec loads them, with no arithmetic (docs/BENCHMARKS_LOG.md,
  * "The kernel against a read of the same pool").
  *
  *   load_order [--pool-mb MB] [--passes N] [--rows R] [--row-bytes B]

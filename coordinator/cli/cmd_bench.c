@@ -7,7 +7,7 @@
  *   - cold means empty expert caches and a fresh allocator: in one
  *     process, glibc keeps the first run's freed expert blobs (its mmap
  *     threshold rises after the first free), which made later "cold" runs
- *     up to 2x faster in the store benchmark (BENCHMARKS.md, (c));
+ *     up to 2x faster in the store benchmark (docs/BENCHMARKS_LOG.md, (c));
  *   - peak RSS (getrusage in the child) is that repetition's alone, not
  *     the RAM probe's 1.5 GB or an earlier repetition's;
  *   - a crash in one repetition is reported, and the others still count.
