@@ -35,6 +35,14 @@
  * (malloc's own overhead counted) for a frame body of len bytes. */
 #define SHOAL_WIRE_UNPACK_FACTOR 4u
 #define SHOAL_WIRE_UNPACK_SLACK (64u << 10)
+/* Accepted connections held in their handshake at once (shoal_preauth),
+ * and of those from one source (shoal_wire_peer_group): the defaults of
+ * shoal-worker's and the coordinator's --max-unauthenticated and
+ * --max-unauthenticated-per-address, and the largest value either takes
+ * (each connection costs at most ~64 KiB: docs/PROTOCOL.md "Limits"). */
+#define SHOAL_WIRE_MAX_UNAUTH_DEFAULT 16
+#define SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT 4
+#define SHOAL_WIRE_MAX_UNAUTH_LIMIT 4096
 
 /* PeerInfo.caps bits */
 #define SHOAL_CAP_PREFETCH 1u
