@@ -55,6 +55,8 @@ struct opts {
     int max_unauth_per_addr;         /* --max-unauthenticated-per-address; 0: the
                                       * default, at most max_unauth */
     int stats;                       /* log the store's counters at exit */
+    const char *test_nan;            /* TEST ONLY: SHOAL_TEST_NAN_EXPERT, or NULL */
+    int64_t test_nan_layer, test_nan_expert;   /* -1: any */
     enum shoal_log_level log_level;
 };
 
@@ -260,6 +262,31 @@ static void parse_args(int argc, char **argv, struct opts *o)
                   o->max_unauth_per_addr, o->max_unauth);
 }
 
+/* TEST ONLY: SHOAL_TEST_NAN_EXPERT=LAYER:EXPERT (each an index or '*')
+ * makes this worker a faulty one for the coordinator's non-finite checks
+ * (exec.h test_nan; docs/OPERATIONS.md lists it). A bad value is a usage
+ * error (exit 2). */
+static void read_test_nan(struct opts *o)
+{
+    const char *v = getenv("SHOAL_TEST_NAN_EXPERT");
+    if (!v || !*v)
+        return;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", v);
+    char *colon = strchr(buf, ':');
+    long long il = -1, ie = -1;
+    if (colon)
+        *colon = 0;
+    if (!colon || strlen(v) >= sizeof buf ||
+        (strcmp(buf, "*") && shoal_parse_i64(buf, 0, INT32_MAX, &il) < 0) ||
+        (strcmp(colon + 1, "*") && shoal_parse_i64(colon + 1, 0, INT32_MAX, &ie) < 0))
+        die_usage("SHOAL_TEST_NAN_EXPERT expects LAYER:EXPERT (each an index or '*'), "
+                  "got '%s'", v);
+    o->test_nan = v;
+    o->test_nan_layer = il;
+    o->test_nan_expert = ie;
+}
+
 /* Refuse a non-loopback address without a cluster key (exit 2). */
 static void check_loopback(const char *flag, const char *addr, const struct shoal_wire_key *key)
 {
@@ -358,6 +385,7 @@ int main(int argc, char **argv)
                      .log_level = SHOAL_LOG_INFO};
     o.store.learn = 0;   /* routing is the coordinator's; a worker only serves */
     parse_args(argc, argv, &o);
+    read_test_nan(&o);
 
     struct shoal_err err = {0};
     struct shoal_wire_key key = {0};
@@ -507,6 +535,14 @@ int main(int argc, char **argv)
                                           .threads = o.threads,
                                           .notify = shoal_worker_server_notify,
                                           .notify_user = srv};
+    if (o.test_nan) {
+        xp.test_nan = 1;
+        xp.test_nan_layer = o.test_nan_layer;
+        xp.test_nan_expert = o.test_nan_expert;
+        shoal_log(SHOAL_LOG_WARN, "worker", "TEST ONLY: SHOAL_TEST_NAN_EXPERT=%s: the outputs "
+                  "of those experts get a NaN (a faulty worker); never set it outside tests",
+                  o.test_nan);
+    }
     exec = shoal_worker_exec_create(&xp, &err);
     if (!exec) {
         fail_line("%s", err.msg);

@@ -438,7 +438,7 @@ void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
     if (i >= 0 && i < cl->n_exec) {
         struct exec *x = &cl->exec[i];
         snprintf(out->address, sizeof out->address, "%s", x->addr);
-        out->state = shoal_cluster_state_name(x->state);
+        out->state = shoal_cluster_state_name(x);
         out->requests = x->requests;
         out->errors = x->errors;
         out->reconnects = x->reconnects;

@@ -164,7 +164,7 @@ const char *shoal_cluster_control_addr(const struct shoal_cluster *cl);
 /* Per-executor wire and request counters (plain data). */
 struct shoal_cluster_exec_stats {
     char address[128];
-    const char *state;          /* "up", "down", "joining"; static */
+    const char *state;          /* "up", "down", "joining", "draining", "faulty"; static */
     uint64_t requests, errors, reconnects;
     uint64_t bytes_sent, bytes_received;
     double rtt_ms;
