@@ -124,7 +124,12 @@ struct shoal_cluster_layer {
  * expert's rows into its slots of L->yg. A request that times out or whose
  * connection drops marks its executor down; one answered by an ErrorReply
  * is logged; either way its experts are re-run on other holders within the
- * step, until done or no holder is left.
+ * step, until done or no holder is left. An expert whose answer from a
+ * worker holds a NaN or an infinity is recomputed by another holder (the
+ * local store's answer and finite answers are trusted): the same bits are
+ * kept, other bits mark that worker faulty for the cluster's life (one
+ * warning; placement and hints skip it) and the recomputation is used;
+ * with no other holder up, the answer is kept with a warning.
  * Returns 0, or with err set: -SHOAL_ENOTFOUND "layer L expert E: no
  * holder left (down: ADDR (why), ...)", or the local store's error when no
  * other holder could take over. Never blocks past the deadlines.
