@@ -71,6 +71,7 @@ step "worker draining on SIGTERM (gcc)" "$PY" tests/cluster/test_drain.py --shoa
 step "peer limits: memory per unauthenticated peer, cancel on close, SIGTERM, handshake caps as flags (gcc)" "$PY" tests/cluster/test_peer_limits.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe
 [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
 step "command line: help, model paths, prompt files, bad input, chat, worker start line (gcc)" "$PY" tests/cli/test_cli.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+step "shoal run/chat stop signals: SIGTERM/SIGINT end at the next token (143/130), a second exits at once (gcc)" "$PY" tests/cli/test_signals.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "KV cache dtype: --kv, convert --kv, the manifest's kv field (gcc)" "$PY" tests/cli/test_kv.py --shoal build-test/coordinator/shoal
 step "shoal serve: OpenAI API vs shoal run, streaming, chat, errors, key, 429, disconnects (gcc)" "$PY" tests/serve/test_serve.py --shoal build-test/coordinator/shoal
 step "shoal serve under load: 8 streaming clients x 50 requests with disconnects, solo texts, RSS/fds flat, /metrics (gcc)" "$PY" tests/serve/test_load.py --shoal build-test/coordinator/shoal
@@ -91,6 +92,7 @@ step "peer limits (ASan+UBSan)" "$PY" tests/cluster/test_peer_limits.py --shoal 
 step "cluster (ASan+UBSan)" "$PY" tests/cluster/test_cluster.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 step "cluster faulty worker (ASan+UBSan)" "$PY" tests/cluster/test_faulty.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 step "cluster more (ASan+UBSan)" "$PY" tests/cluster/test_cluster_more.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
+step "shoal run/chat stop signals (ASan+UBSan)" "$PY" tests/cli/test_signals.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 step "shoal serve (ASan+UBSan)" "$PY" tests/serve/test_serve.py --shoal build-asan/coordinator/shoal
 # a small quarantine, so that the load test's RSS check sees the heap, not ASan's freed-memory hold
 ASAN_OPTIONS=$ASAN_OPTIONS:quarantine_size_mb=1 step "shoal serve under load (ASan+UBSan)" "$PY" tests/serve/test_load.py --shoal build-asan/coordinator/shoal
