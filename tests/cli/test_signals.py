@@ -20,7 +20,9 @@ then waits inside a layer for that worker's reply.
 4. chat (stdin a pipe, kept open) + SIGTERM during a reply: the reply ends
    " [stopped]", the session ends without reading on, exit 143;
 5. chat idle at its prompt + SIGTERM: exit 143 at once;
-6. chat + two SIGTERMs during a reply: dies at once.
+6. chat + two SIGTERMs during a reply: dies at once;
+7. chat + Ctrl-C (SIGINT) during a reply: the reply stops, the session
+   goes on (exit 0 at the end of input); two during one reply: dies.
 
 Usage: /usr/bin/python3 tests/cli/test_signals.py --shoal BIN --worker BIN
 """
@@ -105,11 +107,11 @@ def run_case(a, tmp, w, full, name, sigs):
     return rc, out, err, ids, n_logits, took
 
 
-def chat_case(a, tmp, w, name, sigs, idle=False):
-    """shoal chat on worker w, stdin a pipe kept open. Not idle: one message,
-    the worker stopped after the reply's first bytes, then sigs. Idle: sigs
-    while it waits for input. Returns (rc, out, err, exited while the
-    worker was stopped)."""
+def chat_case(a, tmp, w, name, sigs, idle=False, close_stdin=False):
+    """shoal chat on worker w, stdin a pipe kept open (close_stdin: closed
+    once the worker resumed). Not idle: one message, the worker stopped
+    after the reply's first bytes, then sigs. Idle: sigs while it waits for
+    input. Returns (rc, out, err, exited while the worker was stopped)."""
     errp = os.path.join(tmp, name + ".err")
     with open(errp, "w") as ef:
         p = subprocess.Popen([a.shoal, "chat", "--model", a.ct, "--workers", w.addr,
@@ -135,8 +137,14 @@ def chat_case(a, tmp, w, name, sigs, idle=False):
     early = wait_exit(p, 3.0)
     if not idle:
         resume(w)
+    if close_stdin and early is None:
+        time.sleep(0.5)
+        R("%s: still in its session after the reply" % name, p.poll() is None,
+          "rc=%s" % p.poll())
+        p.stdin.close()
     rc, out = reap(p, head)
-    p.stdin.close()
+    if not p.stdin.closed:
+        p.stdin.close()
     return rc, out, open(errp, errors="replace").read(), early is not None
 
 
@@ -189,6 +197,16 @@ def main():
           "rc=%s %s" % (rc, err[-400:]))
         R("chat + SIGTERM during a reply: the reply ends ' [stopped]'",
           out.rstrip("\n").endswith("[stopped]"), repr(out[-80:]))
+
+        rc, out, err, early = chat_case(a, tmp, w, "chat_int", [signal.SIGINT],
+                                        close_stdin=True)
+        R("chat + Ctrl-C during a reply: the reply ends ' [stopped]', the session goes on "
+          "to the end of input, exit 0", not early and rc == 0 and
+          out.rstrip("\n").endswith("[stopped]"), "rc=%s %r" % (rc, out[-80:]))
+
+        rc, out, err, early = chat_case(a, tmp, w, "chat_int2", [signal.SIGINT, signal.SIGINT])
+        R("chat + two Ctrl-Cs during one reply: it dies at once (by SIGINT)",
+          early and rc == -signal.SIGINT, "rc=%s %s" % (rc, err[-300:]))
 
         rc, out, err, early = chat_case(a, tmp, w, "chat_idle", [signal.SIGTERM], idle=True)
         R("chat idle at its prompt + SIGTERM: exit 143 at once", early and rc == 143,
