@@ -60,6 +60,7 @@ step "shoal template vs jinja2 (gcc)" "$PY" tests/reference/test_chat_template_j
 step "expert store memory bound (gcc; needs root)" "$PY" tests/reference/test_memory_bound.py --shoal build-test/coordinator/shoal
 step "shoal-worker protocol, bad frames, keys, churn (gcc)" "$PY" tests/cluster/test_worker.py --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe --shoal build-test/coordinator/shoal
 step "cluster: placements, failover, handshake errors, status (gcc)" "$PY" tests/cluster/test_cluster.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+step "cluster: non-finite outputs from a poisoned worker: recomputed, worker marked faulty, bits unchanged (gcc)" "$PY" tests/cluster/test_faulty.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "cluster: every family, netlab, restarts, 1000-step soak (gcc)" "$PY" tests/cluster/test_cluster_more.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "bench/sweep + shoal bench smoke (gcc)" "$PY" tests/bench/test_sweep_smoke.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "bench/omp_policy_bench.py smoke (gcc)" "$PY" tests/bench/test_omp_policy_bench.py --shoal build-test/coordinator/shoal
@@ -67,9 +68,10 @@ step "bench/vs_llamacpp.py smoke (gcc; GGUF case with SHOAL_LLAMA_CPP)" "$PY" te
 step "bench/kernel_bench smoke (gcc)" "$PY" tests/bench/test_kernel_bench.py --bench build-test/bench/kernel_bench
 step "README cluster quick start on the bundled checkpoint (gcc)" "$PY" tests/cluster/test_quickstart.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "worker draining on SIGTERM (gcc)" "$PY" tests/cluster/test_drain.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
-step "peer limits: memory per unauthenticated peer, cancel on close, SIGTERM (gcc)" "$PY" tests/cluster/test_peer_limits.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe
+step "peer limits: memory per unauthenticated peer, cancel on close, SIGTERM, handshake caps as flags (gcc)" "$PY" tests/cluster/test_peer_limits.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe
 [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
 step "command line: help, model paths, prompt files, bad input, chat, worker start line (gcc)" "$PY" tests/cli/test_cli.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+step "shoal run/chat stop signals: SIGTERM/SIGINT end at the next token (143/130), a second exits at once (gcc)" "$PY" tests/cli/test_signals.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
 step "KV cache dtype: --kv, convert --kv, the manifest's kv field (gcc)" "$PY" tests/cli/test_kv.py --shoal build-test/coordinator/shoal
 step "shoal serve: OpenAI API vs shoal run, streaming, chat, errors, key, 429, disconnects (gcc)" "$PY" tests/serve/test_serve.py --shoal build-test/coordinator/shoal
 step "shoal serve against slow clients: 220 slow sockets, head deadline, body rate, per-address cap, eviction (gcc)" "$PY" tests/serve/test_slow_clients.py --shoal build-test/coordinator/shoal
@@ -89,7 +91,9 @@ step "shoal's OpenMP wait default (ASan+UBSan)" "$PY" tests/reference/test_omp_e
 step "shoal-worker protocol (ASan+UBSan)" "$PY" tests/cluster/test_worker.py --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe --shoal build-asan/coordinator/shoal
 step "peer limits (ASan+UBSan)" "$PY" tests/cluster/test_peer_limits.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe
 step "cluster (ASan+UBSan)" "$PY" tests/cluster/test_cluster.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
+step "cluster faulty worker (ASan+UBSan)" "$PY" tests/cluster/test_faulty.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 step "cluster more (ASan+UBSan)" "$PY" tests/cluster/test_cluster_more.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
+step "shoal run/chat stop signals (ASan+UBSan)" "$PY" tests/cli/test_signals.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
 step "shoal serve (ASan+UBSan)" "$PY" tests/serve/test_serve.py --shoal build-asan/coordinator/shoal
 # a small quarantine, so that the load test's RSS check sees the heap, not ASan's freed-memory hold
 ASAN_OPTIONS=$ASAN_OPTIONS:quarantine_size_mb=1 step "shoal serve under load (ASan+UBSan)" "$PY" tests/serve/test_load.py --shoal build-asan/coordinator/shoal

@@ -232,6 +232,22 @@ static void reply_error(struct shoal_worker_job *job, int code, const char *msg)
      * and then the loop answers with its own short error */
 }
 
+/* TEST ONLY (exec.h test_nan): the first value of each poisoned expert's
+ * first row in the response becomes a NaN no kernel computes. */
+static void test_poison(const struct shoal_worker_exec *x, const Shoal__ExpertRequest *rq,
+                        uint8_t *out)
+{
+    const uint32_t nan_bits = SHOAL_WORKER_TEST_NAN_BITS;
+    size_t off = 0;
+    for (size_t i = 0; i < rq->n_experts; i++) {
+        const Shoal__ExpertRows *er = rq->experts[i];
+        if (er->n_rows > 0 && (x->p.test_nan_layer < 0 || x->p.test_nan_layer == rq->layer) &&
+            (x->p.test_nan_expert < 0 || x->p.test_nan_expert == er->expert))
+            memcpy(out + off, &nan_bits, sizeof nan_bits);
+        off += er->n_rows * (size_t)x->n_embd * sizeof(float);
+    }
+}
+
 /* Run one validated ExpertRequest (shoal_wire_check_request passed on the
  * loop thread) and leave its reply in job. */
 static void run_request(struct shoal_worker_exec *x, struct shoal_worker_job *job)
@@ -315,6 +331,8 @@ static void run_request(struct shoal_worker_exec *x, struct shoal_worker_job *jo
         i0 += m;
     }
     shoal_expert_store_stats_get(x->store, &s1);
+    if (x->p.test_nan)
+        test_poison(x, rq, out);
 
     Shoal__ExpertResponse rs = SHOAL__EXPERT_RESPONSE__INIT;
     rs.id = job->id;

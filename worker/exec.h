@@ -64,7 +64,16 @@ struct shoal_worker_exec_params {
     int threads;                            /* OpenMP threads of the kernels; 0: default */
     void (*notify)(void *user);             /* a request finished (compute thread) */
     void *notify_user;
+    /* TEST ONLY (a faulty worker for the coordinator's checks; main reads
+     * SHOAL_TEST_NAN_EXPERT): when test_nan is set, the first value of
+     * every output this worker computes for expert test_nan_expert of
+     * layer test_nan_layer (-1: any) is replaced by a NaN no kernel
+     * produces (bits SHOAL_WORKER_TEST_NAN_BITS). 0 in every real use. */
+    int test_nan;
+    int64_t test_nan_layer, test_nan_expert;
 };
+
+#define SHOAL_WORKER_TEST_NAN_BITS 0x7fc0bad0u
 
 /* What create measured (plain data). */
 struct shoal_worker_exec_info {

@@ -51,7 +51,12 @@ struct opts {
     struct shoal_expert_store_params store;
     int threads;
     int max_coordinators;            /* 0: the server's default */
+    int max_unauth;                  /* --max-unauthenticated */
+    int max_unauth_per_addr;         /* --max-unauthenticated-per-address; 0: the
+                                      * default, at most max_unauth */
     int stats;                       /* log the store's counters at exit */
+    const char *test_nan;            /* TEST ONLY: SHOAL_TEST_NAN_EXPERT, or NULL */
+    int64_t test_nan_layer, test_nan_expert;   /* -1: any */
     enum shoal_log_level log_level;
 };
 
@@ -109,10 +114,17 @@ static void usage(FILE *f)
         "  --prefetch on|off    act on the coordinator's prefetch hints (default on)\n"
         "  --threads N          compute threads (default: OpenMP's)\n"
         "  --max-coordinators N coordinators served at once; more are refused (default 8)\n"
+        "  --max-unauthenticated N  connections held in their handshake at once, each\n"
+        "                       at most ~64 KiB; a new one closes the least advanced\n"
+        "                       (default %d, at most %d)\n"
+        "  --max-unauthenticated-per-address N  of those, from one source address (an\n"
+        "                       IPv6 /64 counts as one; default %d)\n"
         "  --stats              log the expert store's counters at exit\n"
         "  -q, --quiet          log warnings and errors only\n"
         "  -v, --verbose        log debug lines too\n"
-        "  --version, --help\n");
+        "  --version, --help\n",
+        SHOAL_WIRE_MAX_UNAUTH_DEFAULT, SHOAL_WIRE_MAX_UNAUTH_LIMIT,
+        SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT);
 }
 
 static const char *need_value(int argc, char **argv, int i)
@@ -188,7 +200,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
             static const char *const valued[] = {
                 "--model", "--shard", "--listen", "--join", "--cluster-key", "--name",
                 "--expert-cache", "--pin", "--direct", "--prefetch", "--queue-depth",
-                "--threads", "--io", "--max-coordinators"};
+                "--threads", "--io", "--max-coordinators", "--max-unauthenticated",
+                "--max-unauthenticated-per-address"};
             int known = 0;
             for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
                 known |= !strcmp(a, valued[k]);
@@ -225,6 +238,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 o->threads = (int)parse_int_flag(a, v, 1, 1024);
             else if (!strcmp(a, "--max-coordinators"))
                 o->max_coordinators = (int)parse_int_flag(a, v, 1, 256);
+            else if (!strcmp(a, "--max-unauthenticated"))
+                o->max_unauth = (int)parse_int_flag(a, v, 1, SHOAL_WIRE_MAX_UNAUTH_LIMIT);
+            else if (!strcmp(a, "--max-unauthenticated-per-address"))
+                o->max_unauth_per_addr =
+                    (int)parse_int_flag(a, v, 1, SHOAL_WIRE_MAX_UNAUTH_LIMIT);
             else if (!strcmp(a, "--io")) {
                 if (shoal_io_kind_parse(v, &o->store.io.kind) < 0)
                     die_usage("--io expects pread, uring or auto, got '%s'", v);
@@ -235,6 +253,38 @@ static void parse_args(int argc, char **argv, struct opts *o)
     }
     if (!o->model)
         die_usage("--model DIR is required (see --help)");
+    if (!o->max_unauth_per_addr)
+        o->max_unauth_per_addr = o->max_unauth < SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT
+                                     ? o->max_unauth : SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT;
+    if (o->max_unauth_per_addr > o->max_unauth)
+        die_usage("--max-unauthenticated-per-address %d exceeds --max-unauthenticated %d "
+                  "(the share of one address is part of the whole)",
+                  o->max_unauth_per_addr, o->max_unauth);
+}
+
+/* TEST ONLY: SHOAL_TEST_NAN_EXPERT=LAYER:EXPERT (each an index or '*')
+ * makes this worker a faulty one for the coordinator's non-finite checks
+ * (exec.h test_nan; docs/OPERATIONS.md lists it). A bad value is a usage
+ * error (exit 2). */
+static void read_test_nan(struct opts *o)
+{
+    const char *v = getenv("SHOAL_TEST_NAN_EXPERT");
+    if (!v || !*v)
+        return;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", v);
+    char *colon = strchr(buf, ':');
+    long long il = -1, ie = -1;
+    if (colon)
+        *colon = 0;
+    if (!colon || strlen(v) >= sizeof buf ||
+        (strcmp(buf, "*") && shoal_parse_i64(buf, 0, INT32_MAX, &il) < 0) ||
+        (strcmp(colon + 1, "*") && shoal_parse_i64(colon + 1, 0, INT32_MAX, &ie) < 0))
+        die_usage("SHOAL_TEST_NAN_EXPERT expects LAYER:EXPERT (each an index or '*'), "
+                  "got '%s'", v);
+    o->test_nan = v;
+    o->test_nan_layer = il;
+    o->test_nan_expert = ie;
 }
 
 /* Refuse a non-loopback address without a cluster key (exit 2). */
@@ -330,10 +380,12 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
 #endif
     struct opts o = {.listen = "127.0.0.1:7070",
+                     .max_unauth = SHOAL_WIRE_MAX_UNAUTH_DEFAULT,
                      .store = shoal_expert_store_params_default(),
                      .log_level = SHOAL_LOG_INFO};
     o.store.learn = 0;   /* routing is the coordinator's; a worker only serves */
     parse_args(argc, argv, &o);
+    read_test_nan(&o);
 
     struct shoal_err err = {0};
     struct shoal_wire_key key = {0};
@@ -445,6 +497,8 @@ int main(int argc, char **argv)
     sp.coverage_len = cov_len;
     if (o.max_coordinators)
         sp.max_coordinators = o.max_coordinators;
+    sp.max_unauthenticated = o.max_unauth;
+    sp.max_unauth_per_ip = o.max_unauth_per_addr;
     srv = shoal_worker_server_create(&sp, &err);
     if (!srv) {
         fail_line("%s", err.msg);
@@ -481,6 +535,14 @@ int main(int argc, char **argv)
                                           .threads = o.threads,
                                           .notify = shoal_worker_server_notify,
                                           .notify_user = srv};
+    if (o.test_nan) {
+        xp.test_nan = 1;
+        xp.test_nan_layer = o.test_nan_layer;
+        xp.test_nan_expert = o.test_nan_expert;
+        shoal_log(SHOAL_LOG_WARN, "worker", "TEST ONLY: SHOAL_TEST_NAN_EXPERT=%s: the outputs "
+                  "of those experts get a NaN (a faulty worker); never set it outside tests",
+                  o.test_nan);
+    }
     exec = shoal_worker_exec_create(&xp, &err);
     if (!exec) {
         fail_line("%s", err.msg);

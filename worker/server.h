@@ -60,7 +60,8 @@ struct shoal_worker_server_params {
     int max_unauthenticated;           /* accepted connections in their handshake at once
                                         * (each costs <= ~64 KiB); a new one evicts the
                                         * one with the least progress */
-    int max_unauth_per_ip;             /* of those, from one source address */
+    int max_unauth_per_ip;             /* of those, from one source address (an IPv6
+                                        * /64: shoal_wire_peer_group) */
     int max_coordinators;              /* authenticated coordinators at once; more are
                                         * refused with an ErrorReply instead of Ready */
 };
@@ -72,8 +73,10 @@ static inline struct shoal_worker_server_params shoal_worker_server_params_defau
                                                .backpressure_bytes = 64ull << 20,
                                                .handshake_timeout_s = 5.0,
                                                .max_connections = 256,
-                                               .max_unauthenticated = 16,
-                                               .max_unauth_per_ip = 4,
+                                               .max_unauthenticated =
+                                                   SHOAL_WIRE_MAX_UNAUTH_DEFAULT,
+                                               .max_unauth_per_ip =
+                                                   SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT,
                                                .max_coordinators = 8};
 }
 

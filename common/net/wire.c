@@ -863,15 +863,61 @@ void shoal_preauth_free(struct shoal_preauth *p)
     memset(p, 0, sizeof *p);
 }
 
-/* "host:port" or "[v6]:port" -> host */
-static void preauth_host(char *dst, size_t n, const char *peer)
+char *shoal_wire_peer_group(const char *peer, char *dst, size_t n)
 {
-    const char *colon = strrchr(peer, ':');
-    size_t len = colon && colon != peer ? (size_t)(colon - peer) : strlen(peer);
+    if (n == 0)
+        return dst;
+    char host[INET6_ADDRSTRLEN + 8];
+    const char *h = peer, *end;
+    if (peer[0] == '[') {
+        /* "[v6]:port" or "[v6]" */
+        h = peer + 1;
+        end = strchr(h, ']');
+        if (!end)
+            end = h + strlen(h);
+    } else {
+        /* "v4:port", "v4", or a bare v6 without a port (more than one colon) */
+        const char *colon = strchr(peer, ':');
+        end = colon && !strchr(colon + 1, ':') ? colon : peer + strlen(peer);
+    }
+    size_t len = (size_t)(end - h);
+    struct in6_addr a6;
+    struct in_addr a4;
+    if (len < sizeof host) {
+        memcpy(host, h, len);
+        host[len] = 0;
+        char *pct = strchr(host, '%');   /* a zone ("fe80::1%eth0") is not part of it */
+        if (pct)
+            *pct = 0;
+        if (inet_pton(AF_INET, host, &a4) == 1) {
+            inet_ntop(AF_INET, &a4, dst, (socklen_t)n);
+            return dst;
+        }
+        if (inet_pton(AF_INET6, host, &a6) == 1) {
+            if (IN6_IS_ADDR_V4MAPPED(&a6)) {
+                memcpy(&a4, a6.s6_addr + 12, 4);
+                inet_ntop(AF_INET, &a4, dst, (socklen_t)n);
+                return dst;
+            }
+            /* one site usually holds a whole /64: its interface ids are free */
+            memset(a6.s6_addr + 8, 0, 8);
+            char net[INET6_ADDRSTRLEN];
+            inet_ntop(AF_INET6, &a6, net, sizeof net);
+            snprintf(dst, n, "%s/64", net);
+            return dst;
+        }
+    }
+    /* not an address (a name, "?"): the text before the port, as given */
     if (len >= n)
         len = n - 1;
-    memcpy(dst, peer, len);
+    memcpy(dst, h, len);
     dst[len] = 0;
+    return dst;
+}
+
+static void preauth_host(char *dst, size_t n, const char *peer)
+{
+    shoal_wire_peer_group(peer, dst, n);
 }
 
 /* progress: a connection whose hello was read, or that has bytes waiting

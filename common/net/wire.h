@@ -35,6 +35,14 @@
  * (malloc's own overhead counted) for a frame body of len bytes. */
 #define SHOAL_WIRE_UNPACK_FACTOR 4u
 #define SHOAL_WIRE_UNPACK_SLACK (64u << 10)
+/* Accepted connections held in their handshake at once (shoal_preauth),
+ * and of those from one source (shoal_wire_peer_group): the defaults of
+ * shoal-worker's and the coordinator's --max-unauthenticated and
+ * --max-unauthenticated-per-address, and the largest value either takes
+ * (each connection costs at most ~64 KiB: docs/PROTOCOL.md "Limits"). */
+#define SHOAL_WIRE_MAX_UNAUTH_DEFAULT 16
+#define SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT 4
+#define SHOAL_WIRE_MAX_UNAUTH_LIMIT 4096
 
 /* PeerInfo.caps bits */
 #define SHOAL_CAP_PREFETCH 1u
@@ -246,7 +254,9 @@ void shoal_handshake_adopt(struct shoal_handshake *hs, Shoal__Frame *f);
 /* ---- connections in their handshake ---- */
 
 /* The accepted connections that have not authenticated yet, at most cap of
- * them and at most per_ip from one source address. A new connection is
+ * them and at most per_ip from one source address (an IPv6 /64 counts as
+ * one address, an IPv4-mapped IPv6 address as its IPv4 one:
+ * shoal_wire_peer_group). A new connection is
  * never refused for want of a slot: the one that made the least progress
  * (silent before one with bytes waiting or a hello read; then the oldest)
  * is evicted, among the same address's when that address is at per_ip,
@@ -257,7 +267,7 @@ struct shoal_preauth_slot {
     void *conn;                          /* the owner's connection, borrowed */
     const struct shoal_handshake *hs;    /* its handshake (progress), borrowed */
     int fd;                              /* its socket (bytes waiting: progress), or -1 */
-    char ip[64];                         /* source address without the port */
+    char ip[64];                         /* its source (shoal_wire_peer_group) */
     uint64_t seq;                        /* admission order */
 };
 
@@ -283,6 +293,18 @@ void shoal_preauth_add(struct shoal_preauth *p, void *conn, const struct shoal_h
 
 /* Remove conn if present (authenticated or closed). Thread: the owner's. */
 void shoal_preauth_remove(struct shoal_preauth *p, const void *conn);
+
+/* The source a peer address counts against in the per-address share:
+ * peer "a.b.c.d:port" -> "a.b.c.d"; "[v6]:port" -> its /64 prefix,
+ * "2001:db8:1:2::/64" (the interface id and any zone dropped: one host
+ * picks any address of its /64); an IPv4-mapped "[::ffff:a.b.c.d]:port"
+ * -> "a.b.c.d". The port may be absent ("a.b.c.d", "[v6]", bare "v6").
+ * Text that is no address (a name, "?") keeps the part before the port.
+ *   peer  NUL-terminated, borrowed
+ *   dst   [n] bytes, written (truncated to n - 1 and terminated); a buffer
+ *         of INET6_ADDRSTRLEN + 4 holds any address's group
+ * Returns dst. Allocates nothing. Thread: any. */
+char *shoal_wire_peer_group(const char *peer, char *dst, size_t n);
 
 /* ---- addresses and sockets ---- */
 

@@ -13,6 +13,13 @@
  * reply ends at <|return|> or <|call|> (not at <|end|>, which closes the
  * analysis), and the conversation keeps the final text as the assistant's
  * content (the template drops past analysis).
+ * Signals: SIGINT stops the reply being generated (at the next token) and
+ * the session goes on; at the prompt it cancels the line. SIGTERM ends the
+ * reply being generated at the next token, as SIGINT does, then the
+ * session (exit status 143, nothing more is read); at the prompt it ends
+ * the session at once. A second signal while a reply is still stopping,
+ * or any after SIGTERM, exits at once (the process dies of it, the
+ * terminal's echo restored first) -- the discipline of shoal-worker.
  */
 #include <errno.h>
 #include <signal.h>
@@ -33,11 +40,20 @@
 #include <editline/readline.h>
 #endif
 
-static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t interrupted;   /* stop the reply, or cancel the line */
+static volatile sig_atomic_t terminated;    /* SIGTERM's number: end the session */
+static volatile sig_atomic_t generating;    /* a reply is being generated */
 
-static void on_sigint(int sig)
+static void die_of(int sig);
+
+/* SIGINT and SIGTERM: the first stops the reply at the next token; a
+ * second before it has stopped, or any after SIGTERM, exits at once. */
+static void on_stop(int sig)
 {
-    (void)sig;
+    if (terminated || (generating && interrupted))
+        die_of(sig);
+    if (sig == SIGTERM)
+        terminated = sig;
     interrupted = 1;
 }
 
@@ -87,8 +103,9 @@ static void tty_quiet_end(void)
     }
 }
 
-/* SIGTERM/SIGHUP while echo is off: restore it, then die of the signal. */
-static void on_fatal(int sig)
+/* Restore the terminal's echo if it is off, then die of sig (SIGHUP, or a
+ * second stop signal). Async-signal-safe. */
+static void die_of(int sig)
 {
     if (g_tty_quiet)
         tcsetattr(STDIN_FILENO, TCSANOW, &g_tty_saved);   /* async-signal-safe */
@@ -129,7 +146,9 @@ static void usage(FILE *f)
         "When the conversation outgrows the context, the oldest exchanges are dropped\n"
         "(with a note); a message that does not fit even alone is refused with the\n"
         "reason and the session goes on. Exit status: 0, also after a refused message;\n"
-        "1 if a reply failed; 2 for bad options (a system prompt that fills the context).\n"
+        "1 if a reply failed; 2 for bad options (a system prompt that fills the context);\n"
+        "143 after SIGTERM, which ends the reply being generated at the next token, then\n"
+        "the session. A second signal while a reply is stopping exits at once.\n"
         "\nExpert store (shoal containers only):\n");
     shoal_session_usage_store(f);
 }
@@ -513,24 +532,28 @@ int shoal_cmd_chat(int argc, char **argv)
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
+    sa.sa_handler = on_stop;   /* no SA_RESTART: a read at the prompt returns EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     s->interrupt = (volatile int *)&interrupted;
 
     int tty = isatty(0) && isatty(1);
     if (tty) {
-        sa.sa_handler = on_fatal;
-        sigaction(SIGTERM, &sa, NULL);
+        sa.sa_handler = die_of;
         sigaction(SIGHUP, &sa, NULL);
         fprintf(stderr, "shoal chat: %s (%s). /help lists the commands; Ctrl-C stops a "
                 "reply.\n", s->model->dir, s->model->cfg.family->model_type);
     }
     for (;;) {
         int was_int = 0;
-        char *line = read_line(tty, &was_int);
+        char *line = terminated ? NULL : read_line(tty, &was_int);
+        if (line && terminated) {   /* it came during the read: not sent */
+            free(line);
+            line = NULL;
+        }
         if (!line) {
-            if (was_int) {
+            if (was_int && !terminated) {
                 fputs("^C\n", stdout);
                 continue;
             }
@@ -600,10 +623,12 @@ int shoal_cmd_chat(int argc, char **argv)
             go.on_token = harmony_on_token;
             go.on_token_user = &ho;
         }
-        interrupted = 0;
+        interrupted = terminated != 0;
+        generating = 1;
         double t0 = shoal_time_s();
         tty_quiet_begin(tty);
         int grc = shoal_session_generate(s, t.ids + t.keep, t.n_ids - (size_t)t.keep, &go, stdout);
+        generating = 0;
         if (harmony) {
             /* the answer is the final channel's text; past analysis is
              * dropped by the template, so the cache is matched by tokens */
@@ -674,6 +699,8 @@ int shoal_cmd_chat(int argc, char **argv)
         free(t.prompt);
         free(t.ids);
     }
+    if (terminated)
+        rc = 128 + terminated;   /* the shell's status of a command SIGTERM ended */
 out:
     free(cache_text);
     conv_clear(&conv, 0);

@@ -1,5 +1,15 @@
-/* shoal run: generate text from a prompt, streamed token by token. */
+/* shoal run: generate text from a prompt, streamed token by token.
+ *
+ * Signals (the worker's discipline, worker/main.c): the first SIGINT or
+ * SIGTERM ends the generation cleanly at the next token: the text so far
+ * and the stats line are printed, --logits-out and --ids-out are closed
+ * whole, and the exit status is 128 + the signal's number (130, 143), as
+ * a shell reports a command a signal ended, so a script can tell the text
+ * is cut short. A signal during start-up (loading, prefill) ends it before
+ * the first token. A second signal exits at once: the process dies of it
+ * (its output files may then be incomplete). */
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +24,18 @@
 #include "util.h"
 
 #define MAX_PROMPT_BYTES ((size_t)1 << 30)
+
+static volatile sig_atomic_t g_stop;   /* the first stop signal's number, 0: none */
+
+static void on_stop(int sig)
+{
+    if (g_stop) {   /* the second: at once, as its default action */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_stop = sig;
+}
 
 static void usage(FILE *f)
 {
@@ -38,6 +60,9 @@ static void usage(FILE *f)
         "                       bits on every one): avx512, avx2, scalar, neon, ...\n"
         "  --threads N          compute threads (default: all cores)\n"
         "  -v, --verbose        print what was loaded (family, threads, context, kernels)\n"
+        "\nThe first SIGINT (Ctrl-C) or SIGTERM ends the generation at the next token (the\n"
+        "text so far and the stats line printed, exit status 130 or 143); a second one\n"
+        "exits at once.\n"
         "\nExpert store (shoal containers only):\n");
     shoal_session_usage_store(f);
 }
@@ -113,6 +138,13 @@ int shoal_cmd_run(int argc, char **argv)
     size_t n_ids = 0;
     if (tokens_arg && shoal_parse_id_list(tokens_arg, &ids, &n_ids) != 0)
         return 2;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sa.sa_flags = SA_RESTART;   /* the store's reads and the cluster's waits go on */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     int rc = 1;
     struct shoal_session *s = shoal_session_open(&so, &rc);
     if (!s) {
@@ -125,7 +157,10 @@ int shoal_cmd_run(int argc, char **argv)
         goto done;
     if (prompt && !no_echo)
         go.echo = prompt;   /* printed once the output files are open */
+    s->interrupt = (volatile int *)&g_stop;
     rc = shoal_session_generate(s, ids, n_ids, &go, stdout) == 0 ? 0 : 1;
+    if (rc == 0 && g_stop)
+        rc = 128 + g_stop;
 done:
     free(ids);
     free(text);

@@ -118,11 +118,18 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
                       SHOAL_CLUSTER_MAX_EXECUTORS - 1);
         return NULL;
     }
+    if (p->max_unauthenticated < 1 || p->max_unauthenticated > SHOAL_WIRE_MAX_UNAUTH_LIMIT ||
+        p->max_unauth_per_addr < 1 || p->max_unauth_per_addr > p->max_unauthenticated) {
+        shoal_err_set(err, SHOAL_EINVAL, "unauthenticated connections: %d at once and %d per "
+                      "address given, expected 1 <= per address <= at once <= %d",
+                      p->max_unauthenticated, p->max_unauth_per_addr,
+                      SHOAL_WIRE_MAX_UNAUTH_LIMIT);
+        return NULL;
+    }
     /* a peer that goes away must not kill the coordinator with SIGPIPE */
     signal(SIGPIPE, SIG_IGN);
     struct shoal_cluster *cl = shoal_xcalloc(1, sizeof *cl);
-    shoal_preauth_init(&cl->preauth, SHOAL_CLUSTER_MAX_UNAUTHENTICATED,
-                       SHOAL_CLUSTER_MAX_UNAUTH_PER_IP);
+    shoal_preauth_init(&cl->preauth, p->max_unauthenticated, p->max_unauth_per_addr);
     const struct shoal_model_config *c = &m->cfg;
     cl->model = m;
     cl->p = *p;
@@ -431,7 +438,7 @@ void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
     if (i >= 0 && i < cl->n_exec) {
         struct exec *x = &cl->exec[i];
         snprintf(out->address, sizeof out->address, "%s", x->addr);
-        out->state = shoal_cluster_state_name(x->state);
+        out->state = shoal_cluster_state_name(x);
         out->requests = x->requests;
         out->errors = x->errors;
         out->reconnects = x->reconnects;

@@ -32,13 +32,9 @@
 #include "forward.h"
 #include "model.h"
 #include "moe.h"
+#include "wire.h"
 
 #define SHOAL_CLUSTER_MAX_EXECUTORS 64
-/* accepted connections in their handshake (control and accept ports
- * together; each costs at most ~64 KiB, docs/PROTOCOL.md "Limits"), and of
- * those from one source address; a new one evicts the least advanced */
-#define SHOAL_CLUSTER_MAX_UNAUTHENTICATED 16
-#define SHOAL_CLUSTER_MAX_UNAUTH_PER_IP 4
 #define SHOAL_CLUSTER_CONTROL_DEFAULT "127.0.0.1:7077"
 
 struct shoal_cluster_params {
@@ -53,6 +49,13 @@ struct shoal_cluster_params {
     double connect_timeout_s;     /* wait for static workers at start (default 5) */
     double request_timeout_s;     /* deadline of one expert request (default 30) */
     uint64_t local_cache_bytes;   /* the local store's cache budget (status only) */
+    int max_unauthenticated;      /* accepted connections in their handshake at once
+                                   * (control and accept ports together; each costs
+                                   * at most ~64 KiB, docs/PROTOCOL.md "Limits"); a
+                                   * new one evicts the least advanced. 1..
+                                   * SHOAL_WIRE_MAX_UNAUTH_LIMIT */
+    int max_unauth_per_addr;      /* of those, from one source (an IPv6 /64:
+                                   * shoal_wire_peer_group); 1..max_unauthenticated */
 };
 
 static inline struct shoal_cluster_params shoal_cluster_params_default(void)
@@ -60,7 +63,11 @@ static inline struct shoal_cluster_params shoal_cluster_params_default(void)
     return (struct shoal_cluster_params){.local_experts = 1,
                                          .connect_timeout_s = 5.0,
                                          .request_timeout_s = 30.0,
-                                         .local_cache_bytes = UINT64_MAX};
+                                         .local_cache_bytes = UINT64_MAX,
+                                         .max_unauthenticated =
+                                             SHOAL_WIRE_MAX_UNAUTH_DEFAULT,
+                                         .max_unauth_per_addr =
+                                             SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT};
 }
 
 struct shoal_cluster;
@@ -75,7 +82,7 @@ struct shoal_cluster;
  * and the peers that are down.
  * Returns the cluster (owned by the caller) or NULL with err set:
  * -SHOAL_EINVAL (bad address, a non-loopback listener without a key,
- * not a container), -SHOAL_ENOTFOUND (an expert without a holder), -errno
+ * not a container, unauthenticated caps out of range), -SHOAL_ENOTFOUND (an expert without a holder), -errno
  * (bind/listen). Thread: main. */
 struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
                                            const struct shoal_cluster_params *p,
@@ -117,7 +124,12 @@ struct shoal_cluster_layer {
  * expert's rows into its slots of L->yg. A request that times out or whose
  * connection drops marks its executor down; one answered by an ErrorReply
  * is logged; either way its experts are re-run on other holders within the
- * step, until done or no holder is left.
+ * step, until done or no holder is left. An expert whose answer from a
+ * worker holds a NaN or an infinity is recomputed by another holder (the
+ * local store's answer and finite answers are trusted): the same bits are
+ * kept, other bits mark that worker faulty for the cluster's life (one
+ * warning; placement and hints skip it) and the recomputation is used;
+ * with no other holder up, the answer is kept with a warning.
  * Returns 0, or with err set: -SHOAL_ENOTFOUND "layer L expert E: no
  * holder left (down: ADDR (why), ...)", or the local store's error when no
  * other holder could take over. Never blocks past the deadlines.
@@ -157,7 +169,7 @@ const char *shoal_cluster_control_addr(const struct shoal_cluster *cl);
 /* Per-executor wire and request counters (plain data). */
 struct shoal_cluster_exec_stats {
     char address[128];
-    const char *state;          /* "up", "down", "joining"; static */
+    const char *state;          /* "up", "down", "joining", "draining", "faulty"; static */
     uint64_t requests, errors, reconnects;
     uint64_t bytes_sent, bytes_received;
     double rtt_ms;

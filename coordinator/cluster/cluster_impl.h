@@ -80,6 +80,12 @@ struct exec {
     uint64_t cache_used, cache_limit, hits, misses, bytes_read;
     double read_busy_seconds;
     uint32_t queue_depth;
+    int faulty;                  /* it returned non-finite expert outputs that another
+                                  * holder's recomputation did not reproduce: placement
+                                  * skips it for the cluster's life (its connection
+                                  * stays, for status) */
+    uint64_t unchecked;          /* its non-finite answers kept with no other holder up
+                                  * to recompute them */
     /* [loop] */
     struct conn *conn;           /* live connection or NULL */
     uv_timer_t reconnect;        /* STATIC */
@@ -211,7 +217,9 @@ void shoal_cluster_net_thread(void *arg);        /* runs the loop */
 /* Rendezvous seed of an executor: a hash of its address. */
 uint64_t shoal_cluster_addr_seed(const char *addr);
 
-const char *shoal_cluster_state_name(enum exec_state s);
+/* "up", "joining", "draining", "down", or "faulty" when x->faulty; static.
+ * Caller holds mu. */
+const char *shoal_cluster_state_name(const struct exec *x);
 
 /* Queue a message for the loop (takes ownership of m) and wake it.
  * Thread: main. */

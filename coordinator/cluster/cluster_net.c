@@ -72,9 +72,11 @@ double shoal_cluster_now(void)
     return shoal_time_s();
 }
 
-const char *shoal_cluster_state_name(enum exec_state s)
+const char *shoal_cluster_state_name(const struct exec *x)
 {
-    switch (s) {
+    if (x->faulty)
+        return "faulty";
+    switch (x->state) {
     case EXEC_UP: return "up";
     case EXEC_JOINING: return "joining";
     case EXEC_DRAINING: return "draining";
@@ -914,7 +916,7 @@ static void build_status(struct shoal_cluster *cl, uint64_t id, struct conn *c)
             e->last_seen_seconds = 0;
             continue;
         }
-        e->state = (char *)shoal_cluster_state_name(x->state);
+        e->state = (char *)shoal_cluster_state_name(x);
         e->cache_used = x->cache_used;
         e->cache_limit = x->cache_limit ? x->cache_limit : x->cache_bytes;
         uint64_t acq = x->hits + x->misses;

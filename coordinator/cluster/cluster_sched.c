@@ -37,7 +37,7 @@ static void snapshot(struct shoal_cluster *cl, struct cluster_snap *s, int64_t i
             if (st.bytes_read >= 8u << 20 && st.read_busy_seconds > 0.005)
                 x->disk_mbps_seen = (double)st.bytes_read / 1e6 / st.read_busy_seconds;
         }
-        s->up[i] = x->kind == EXEC_LOCAL || x->state == EXEC_UP;
+        s->up[i] = x->kind == EXEC_LOCAL || (x->state == EXEC_UP && !x->faulty);
         s->gen[i] = x->gen;
         s->max_frame[i] = x->max_frame ? x->max_frame : SHOAL_WIRE_MAX_FRAME_DEFAULT;
         s->rtt_s[i] = x->kind == EXEC_LOCAL ? 0.0 : x->rtt_ms / 1e3;
@@ -109,8 +109,8 @@ static int no_holder(struct shoal_cluster *cl, const struct step_state *ss, int6
         const char *why = NULL;
         if (ss->bad >> i & 1)
             why = ss->why[i];
-        else if (x->kind != EXEC_LOCAL && x->state != EXEC_UP)
-            why = x->last_error[0] ? x->last_error : shoal_cluster_state_name(x->state);
+        else if (x->kind != EXEC_LOCAL && (x->state != EXEC_UP || x->faulty))
+            why = x->last_error[0] ? x->last_error : shoal_cluster_state_name(x);
         else
             continue;
         int known = x->kind == EXEC_LOCAL ? 1 : x->holds != NULL;
@@ -126,11 +126,13 @@ static int no_holder(struct shoal_cluster *cl, const struct step_state *ss, int6
 }
 
 /* Place union entries todo[0..n) of layer il: weighted rendezvous over the
- * holders that are up and not excluded, then spill-over. Writes
- * cl->assign[u]. Returns 0 or -SHOAL_ENOTFOUND (no holder, err set). */
+ * holders that are up, not excluded and not in avoid[u] (bit x: x's answer
+ * for entry u is being checked), then spill-over. Writes cl->assign[u].
+ * Returns 0 or -SHOAL_ENOTFOUND (no holder, err set). */
 static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
-                 const struct step_state *ss, int64_t il, const struct shoal_batch_union *bu,
-                 const int64_t *todo, int64_t n, struct shoal_err *err)
+                 const struct step_state *ss, const uint64_t *avoid, int64_t il,
+                 const struct shoal_batch_union *bu, const int64_t *todo, int64_t n,
+                 struct shoal_err *err)
 {
     const int N = s->n;
     uint64_t seeds[SHOAL_CLUSTER_MAX_EXECUTORS];
@@ -142,7 +144,7 @@ static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
         const int64_t u = todo[i], ie = bu->expert[u];
         int nc = 0;
         for (int x = 0; x < N; x++)
-            if (s->up[x] && !(ss->bad >> x & 1) && holds(cl, s, x, ie)) {
+            if (s->up[x] && !((ss->bad | avoid[u]) >> x & 1) && holds(cl, s, x, ie)) {
                 cand[nc] = x;
                 seeds[nc] = cl->exec[x].seed;
                 weights[nc] = s->weight[x];
@@ -186,7 +188,8 @@ static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
             const double tm = t[m] - cost(cl, s, m, il, ie, rows) -
                               (cnt[m] == 1 ? s->rtt_s[m] : 0.0);
             for (int x = 0; x < N; x++) {
-                if (x == m || !s->up[x] || (ss->bad >> x & 1) || !holds(cl, s, x, ie))
+                if (x == m || !s->up[x] || ((ss->bad | avoid[u]) >> x & 1) ||
+                    !holds(cl, s, x, ie))
                     continue;
                 const double tx = t[x] + cost(cl, s, x, il, ie, rows) +
                                   (cnt[x] == 0 ? s->rtt_s[x] : 0.0);
@@ -432,6 +435,189 @@ static void exclude(struct step_state *ss, int x, const char *why)
     snprintf(ss->why[x], sizeof ss->why[x], "%.190s", why);
 }
 
+/* ------------------------------------------------------------ non-finite outputs */
+
+/* A NaN or an infinity in a worker's answer may be what the model computes
+ * (then every holder computes the same bits: contract 1) or a fault of
+ * that worker. So such an answer is recomputed by another holder before it
+ * is trusted: the local store's answer, and any finite answer, is taken as
+ * the truth, and every worker whose answer differs from it bit for bit is
+ * marked faulty; two workers whose non-finite answers agree are both
+ * right; with no other holder left, the answer is kept with a warning. */
+struct suspect {
+    int64_t u;                  /* union entry */
+    int x;                      /* the executor that answered */
+    float *rows;                /* [rows of u][n_embd] f32, its answer, owned */
+};
+
+struct checks {
+    uint64_t *avoid;            /* [n_used] bit x: x's answer for u is in question */
+    struct suspect *s;          /* [n], answers awaiting a recomputation */
+    int n, cap;
+};
+
+/* 1 when every value of entry u's rows in yg is finite (bit test: immune
+ * to -ffinite-math). */
+static int entry_finite(const struct shoal_cluster *cl, const struct shoal_cluster_layer *L,
+                        int64_t u)
+{
+    const struct shoal_batch_union *bu = L->bu;
+    for (int64_t j = bu->slot_begin[u]; j < bu->slot_begin[u + 1]; j++) {
+        const float *r = L->yg + bu->slots[j] * cl->n_embd;
+        uint32_t bad = 0;
+        for (int64_t e = 0; e < cl->n_embd; e++) {
+            uint32_t b;
+            memcpy(&b, &r[e], sizeof b);
+            bad |= (b & 0x7f800000u) == 0x7f800000u;
+        }
+        if (bad)
+            return 0;
+    }
+    return 1;
+}
+
+/* Copy entry u's rows out of yg (to == NULL: a new buffer, returned) or
+ * compare them with rows (returns 1 when bit-identical). */
+static float *entry_rows(const struct shoal_cluster *cl, const struct shoal_cluster_layer *L,
+                         int64_t u, const float *rows, int *same)
+{
+    const struct shoal_batch_union *bu = L->bu;
+    const int64_t E = cl->n_embd, b = bu->slot_begin[u], n = bu->slot_begin[u + 1] - b;
+    const size_t row_bytes = (size_t)E * sizeof(float);
+    float *copy = rows ? NULL : shoal_xmalloc((size_t)(n > 0 ? n : 1) * row_bytes);
+    if (same)
+        *same = 1;
+    for (int64_t j = 0; j < n; j++) {
+        const float *r = L->yg + bu->slots[b + j] * E;
+        if (copy)
+            memcpy(copy + j * E, r, row_bytes);
+        else if (memcmp(rows + j * E, r, row_bytes))
+            *same = 0;
+    }
+    return copy;
+}
+
+/* Worker x answered expert (il, ie) with non-finite values that by (an
+ * executor's address) computes otherwise: no more experts go to x. */
+static void mark_faulty(struct shoal_cluster *cl, int x, int64_t il, int64_t ie, int by)
+{
+    struct exec *e = &cl->exec[x];
+    char by_addr[sizeof e->addr];   /* fixed at creation */
+    snprintf(by_addr, sizeof by_addr, "%s", cl->exec[by].addr);
+    pthread_mutex_lock(&cl->mu);
+    const int first = !e->faulty;
+    e->faulty = 1;
+    e->errors++;
+    if (first)
+        snprintf(e->last_error, sizeof e->last_error, "faulty: layer %lld expert %lld: "
+                 "non-finite output that %.100s computes otherwise", (long long)il,
+                 (long long)ie, by_addr);
+    pthread_mutex_unlock(&cl->mu);
+    if (first)
+        shoal_log(SHOAL_LOG_WARN, "cluster", "worker %s is faulty: layer %lld expert %lld: its "
+                  "output holds non-finite values that %s computes otherwise; no more "
+                  "experts go there", e->addr, (long long)il, (long long)ie, by_addr);
+}
+
+static void checks_drop(struct checks *ck, int64_t u)
+{
+    for (int i = 0; i < ck->n;)
+        if (ck->s[i].u == u) {
+            free(ck->s[i].rows);
+            ck->s[i] = ck->s[--ck->n];
+        } else {
+            i++;
+        }
+}
+
+/* Executor y has just written entry u's rows into yg. Returns 1 when u
+ * must be computed again by another holder (its answer is now in
+ * question), else 0 (accepted). */
+static int check_answer(struct shoal_cluster *cl, const struct shoal_cluster_layer *L,
+                        struct checks *ck, int64_t u, int y)
+{
+    const int64_t il = L->il, ie = L->bu->expert[u];
+    int n_open = 0, agree = -1;
+    for (int i = 0; i < ck->n; i++)
+        if (ck->s[i].u == u)
+            n_open++;
+    const int trusted = y == cl->local || entry_finite(cl, L, u);
+    if (!n_open && trusted)
+        return 0;
+    if (!trusted)
+        for (int i = 0; i < ck->n && agree < 0; i++) {
+            int same;
+            if (ck->s[i].u == u && (entry_rows(cl, L, u, ck->s[i].rows, &same), same))
+                agree = i;
+        }
+    if (trusted || agree >= 0) {
+        /* the truth is in yg: every answer that differs came from a fault */
+        for (int i = 0; i < ck->n; i++) {
+            int same;
+            if (ck->s[i].u != u)
+                continue;
+            entry_rows(cl, L, u, ck->s[i].rows, &same);
+            if (!same)
+                mark_faulty(cl, ck->s[i].x, il, ie, y);
+            else
+                shoal_log(SHOAL_LOG_DEBUG, "cluster", "layer %lld expert %lld: %s computes "
+                          "the non-finite output of worker %s bit for bit: accepted",
+                          (long long)il, (long long)ie, cl->exec[y].addr,
+                          cl->exec[ck->s[i].x].addr);
+        }
+        checks_drop(ck, u);
+        return 0;
+    }
+    if (ck->n == ck->cap) {
+        ck->cap = ck->cap ? 2 * ck->cap : 8;
+        ck->s = shoal_xrealloc(ck->s, (size_t)ck->cap * sizeof *ck->s);
+    }
+    ck->s[ck->n++] = (struct suspect){.u = u, .x = y, .rows = entry_rows(cl, L, u, NULL, NULL)};
+    ck->avoid[u] |= 1ull << y;
+    shoal_log(SHOAL_LOG_DEBUG, "cluster", "layer %lld expert %lld: worker %s's output holds "
+              "non-finite values; recomputing it on another holder", (long long)il,
+              (long long)ie, cl->exec[y].addr);
+    return 1;
+}
+
+/* Entries of todo whose answer is in question and that no other holder
+ * can recompute now: the answer in yg stays, with a warning. Returns the
+ * new count of todo. */
+static int64_t accept_unchecked(struct shoal_cluster *cl, const struct shoal_cluster_layer *L,
+                                const struct cluster_snap *s, const struct step_state *ss,
+                                struct checks *ck, int64_t *todo, int64_t n_todo)
+{
+    int64_t o = 0;
+    for (int64_t i = 0; i < n_todo; i++) {
+        const int64_t u = todo[i], ie = L->bu->expert[u];
+        int first = -1, n_open = 0, other = 0;
+        for (int k = 0; k < ck->n; k++)
+            if (ck->s[k].u == u) {
+                first = first < 0 ? k : first;
+                n_open++;
+            }
+        for (int x = 0; x < s->n && n_open && !other; x++)
+            other = s->up[x] && !((ss->bad | ck->avoid[u]) >> x & 1) && holds(cl, s, x, ie);
+        if (!n_open || other) {
+            todo[o++] = u;
+            continue;
+        }
+        struct exec *e = &cl->exec[ck->s[first].x];
+        pthread_mutex_lock(&cl->mu);
+        const uint64_t k = ++e->unchecked;
+        pthread_mutex_unlock(&cl->mu);
+        /* a NaN spreads to every later layer: logged at 1, 2, 4, 8, ... */
+        if ((k & (k - 1)) == 0)
+            shoal_log(SHOAL_LOG_WARN, "cluster", "layer %lld expert %lld: worker %s's output "
+                      "holds non-finite values and no other holder is up to recompute it: "
+                      "accepted unchecked (%llu so far%s)", (long long)L->il, (long long)ie,
+                      e->addr, (unsigned long long)k,
+                      n_open > 1 ? "; other workers' answers differ" : "");
+        checks_drop(ck, u);
+    }
+    return o;
+}
+
 int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster_layer *L,
                             struct shoal_err *err)
 {
@@ -444,6 +630,7 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
     int64_t *sel = shoal_xmalloc((size_t)(nu > 0 ? nu : 1) * sizeof *sel);
     struct req rq[SHOAL_CLUSTER_MAX_EXECUTORS];
     struct shoal_err local_err = {0};
+    struct checks ck = {.avoid = shoal_xcalloc((size_t)(nu > 0 ? nu : 1), sizeof *ck.avoid)};
     int64_t n_todo = nu;
     int rc = 0, round = 0;
     double net_max = 0;
@@ -452,7 +639,9 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
         todo[u] = u;
     while (n_todo > 0) {
         snapshot(cl, s, il);
-        if ((rc = place(cl, s, ss, il, bu, todo, n_todo, err)) < 0)
+        if (ck.n > 0 && (n_todo = accept_unchecked(cl, L, s, ss, &ck, todo, n_todo)) == 0)
+            break;
+        if ((rc = place(cl, s, ss, ck.avoid, il, bu, todo, n_todo, err)) < 0)
             break;
         /* group the entries by executor: ord holds them executor by
          * executor, each group in ascending union order */
@@ -506,6 +695,9 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                 exclude(ss, cl->local, e2.msg);
                 for (int64_t j = 0; j < n_sel; j++)
                     todo[n_todo++] = sel[j];
+            } else {
+                for (int64_t j = 0; j < n_sel && ck.n > 0; j++)
+                    check_answer(cl, L, &ck, sel[j], cl->local);   /* trusted: settles */
             }
         }
         double until = shoal_cluster_now() + cl->p.request_timeout_s;
@@ -539,6 +731,9 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                     double net = (double)(p.recv_ns - rq[i].sent_ns) / 1e9 - server;
                     if (net > net_max)
                         net_max = net;
+                    for (int64_t j = rq[i].first; j < rq[i].first + rq[i].n; j++)
+                        if (check_answer(cl, L, &ck, ord[j], x))
+                            todo[n_todo++] = ord[j];
                 } else {
                     snprintf(why, sizeof why, "protocol error: %.260s", e2.msg);
                     shoal_cluster_mark_down(cl, x, rq[i].gen, why);
@@ -590,6 +785,10 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
     pthread_mutex_lock(&cl->mu);
     cl->net_s += net_max > 0 ? net_max : 0;
     pthread_mutex_unlock(&cl->mu);
+    for (int i = 0; i < ck.n; i++)
+        free(ck.s[i].rows);
+    free(ck.s);
+    free(ck.avoid);
     free(ss);
     free(todo);
     free(ord);

@@ -132,8 +132,15 @@ void shoal_session_usage_store(FILE *f)
         "  --cluster-key FILE   shared secret; without one every listener is loopback\n"
         "  --control ADDR:PORT|off  where `shoal status` connects (default %s)\n"
         "  --connect-timeout S  wait for static workers at start (default 5)\n"
-        "  --request-timeout S  deadline of one expert request (default 30)\n",
-        SHOAL_CLUSTER_CONTROL_DEFAULT);
+        "  --request-timeout S  deadline of one expert request (default 30)\n"
+        "  --max-unauthenticated N  connections held in their handshake at once on\n"
+        "                       --control and --accept-workers together, each at most\n"
+        "                       ~64 KiB; a new one closes the least advanced (default\n"
+        "                       %d, at most %d)\n"
+        "  --max-unauthenticated-per-address N  of those, from one source address (an\n"
+        "                       IPv6 /64 counts as one; default %d)\n",
+        SHOAL_CLUSTER_CONTROL_DEFAULT, SHOAL_WIRE_MAX_UNAUTH_DEFAULT,
+        SHOAL_WIRE_MAX_UNAUTH_LIMIT, SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT);
 }
 
 /* The cluster flags. Returns 1 or -1. */
@@ -162,6 +169,15 @@ static int parse_cluster_flag(struct shoal_session_opts *o, int argc, char **arg
         o->cluster_key = val;
     } else if (!strcmp(a, "--control")) {
         o->control = val;
+    } else if (!strcmp(a, "--max-unauthenticated") ||
+               !strcmp(a, "--max-unauthenticated-per-address")) {
+        long long n;
+        if (shoal_cli_parse_i64(a, val, 1, SHOAL_WIRE_MAX_UNAUTH_LIMIT, &n))
+            return -1;
+        if (!strcmp(a, "--max-unauthenticated"))
+            o->max_unauth = (int)n;
+        else
+            o->max_unauth_per_addr = (int)n;
     } else {
         if (shoal_cli_parse_f64(a, val, 0.05, 3600, &d))
             return -1;
@@ -223,12 +239,21 @@ static int split_workers(const struct shoal_session_opts *o, char *buf, size_t c
 int shoal_session_check_opts(const struct shoal_session_opts *o)
 {
     if (!shoal_session_is_cluster(o)) {
-        if (!o->local_experts || o->cluster_key || o->control) {
-            shoal_cli_error("--local-experts, --cluster-key and --control need --workers "
-                            "or --accept-workers");
+        if (!o->local_experts || o->cluster_key || o->control || o->max_unauth ||
+            o->max_unauth_per_addr) {
+            shoal_cli_error("--local-experts, --cluster-key, --control and "
+                            "--max-unauthenticated[-per-address] need --workers or "
+                            "--accept-workers");
             return -1;
         }
         return 0;
+    }
+    const int max_unauth = o->max_unauth ? o->max_unauth : SHOAL_WIRE_MAX_UNAUTH_DEFAULT;
+    if (o->max_unauth_per_addr > max_unauth) {
+        shoal_cli_error("--max-unauthenticated-per-address %d exceeds --max-unauthenticated "
+                        "%d (the share of one address is part of the whole)",
+                        o->max_unauth_per_addr, max_unauth);
+        return -1;
     }
     char buf[4096];
     const char *addrs[SHOAL_CLUSTER_MAX_EXECUTORS];
@@ -296,7 +321,8 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
     if (!strcmp(a, "--workers") || !strcmp(a, "--accept-workers") ||
         !strcmp(a, "--local-experts") || !strcmp(a, "--cluster-key") ||
         !strcmp(a, "--control") || !strcmp(a, "--connect-timeout") ||
-        !strcmp(a, "--request-timeout"))
+        !strcmp(a, "--request-timeout") || !strcmp(a, "--max-unauthenticated") ||
+        !strcmp(a, "--max-unauthenticated-per-address"))
         return parse_cluster_flag(o, argc, argv, i);
     if (!strcmp(a, "--io") || !strcmp(a, "--queue-depth") || !strcmp(a, "--prefetch") ||
         !strcmp(a, "--pin") || !strcmp(a, "--mirror") || !strcmp(a, "--mirror-weights"))
@@ -691,6 +717,11 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, int
         cp.connect_timeout_s = o->connect_timeout;
         cp.request_timeout_s = o->request_timeout;
         cp.local_cache_bytes = o->expert_cache;
+        if (o->max_unauth)
+            cp.max_unauthenticated = o->max_unauth;
+        cp.max_unauth_per_addr = o->max_unauth_per_addr ? o->max_unauth_per_addr
+                                 : cp.max_unauthenticated < cp.max_unauth_per_addr
+                                     ? cp.max_unauthenticated : cp.max_unauth_per_addr;
         s->cluster = shoal_cluster_create(s->model, &cp, &err);
         if (!s->cluster) {
             shoal_cli_error("%s", err.msg);

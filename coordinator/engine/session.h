@@ -55,6 +55,9 @@ struct shoal_session_opts {
                                        * (127.0.0.1:7077) in cluster mode */
     double connect_timeout;           /* --connect-timeout S (default 5) */
     double request_timeout;           /* --request-timeout S (default 30) */
+    int max_unauth;                   /* --max-unauthenticated N; 0: the default */
+    int max_unauth_per_addr;          /* --max-unauthenticated-per-address N; 0: the
+                                       * default, at most max_unauth */
 };
 
 struct shoal_gen_opts {

@@ -35,6 +35,11 @@ counts). Against a shoal-worker and a coordinator (`shoal chat` with
 10. SIGTERM: sent before the worker says it serves, and repeatedly during
    its drain and shutdown, the worker exits 0 every time, never killed by
    the signal.
+11. the handshake caps are flags (--max-unauthenticated and
+   --max-unauthenticated-per-address, defaults 16 and 4) on the worker and
+   the coordinator: silent connections from one address, then from five,
+   leave exactly the per-address share, then the whole cap, open (defaults
+   and other values); a bad value is a one-line usage error, exit 2.
 
 Usage: /usr/bin/python3 tests/cluster/test_peer_limits.py --shoal BIN --worker BIN --probe BIN
 """
@@ -498,6 +503,91 @@ def coordinator_part(a, tmp):
         R("coordinator: no sanitizer report", not reports, "\n".join(reports[:5]))
 
 
+def silent_open(addr, sources, per_source=30):
+    """per_source silent connections from each of 127.0.0.2 ..
+    127.0.0.(1 + sources), one source after the other; how many are still
+    open a second later (the rest were evicted)."""
+    host, port = addr.rsplit(":", 1)
+    socks = []
+    for i in range(sources):
+        for _ in range(per_source):
+            try:
+                socks.append(socket.create_connection(
+                    (host, int(port)), timeout=10, source_address=("127.0.0.%d" % (2 + i), 0)))
+            except OSError:
+                pass
+    time.sleep(1.0)
+    still = sum(is_open(s) for s in socks)
+    for s in socks:
+        s.close()
+    time.sleep(0.3)
+    return still
+
+
+def caps_check(name, addr, cap, per):
+    """From one address exactly per stay open; from five, exactly cap
+    (when 5 * per >= cap)."""
+    one = silent_open(addr, 1)
+    R("%s: silent connections from one address, %d held (its share)" % (name, per),
+      one == per, "%d open" % one)
+    five = silent_open(addr, 5)
+    want = min(cap, 5 * per)
+    R("%s: silent connections from five addresses, %d held (the cap)" % (name, want),
+      five == want, "%d open" % five)
+
+
+def caps_part(a, tmp):
+    """The handshake caps as flags, on the worker and on the coordinator
+    (its control and accept ports share one table)."""
+    for flags, cap, per in (([], 16, 4),
+                            (["--max-unauthenticated", "9",
+                              "--max-unauthenticated-per-address", "3"], 9, 3),
+                            (["--max-unauthenticated", "2"], 2, 2)):
+        label = " ".join(flags) or "defaults"
+        w = L.Worker(a.worker, tmp, "caps-w%d" % cap, a.ct, *flags, launch=popen)
+        try:
+            if R("worker starts (%s)" % label, w.wait_ready(), w.text()[-500:]):
+                caps_check("worker (%s)" % label, w.addr, cap, per)
+                probe_ok(a, w.addr, "worker (%s): serves a valid request after" % label,
+                         "valid")
+        finally:
+            R("worker (%s) exits 0" % label, w.stop() == 0)
+        errp = os.path.join(tmp, "caps-c%d.err" % cap)
+        with open(errp, "w") as errf:
+            chat = popen([a.shoal, "chat", "--model", a.ct, "--accept-workers",
+                          "127.0.0.1:0", "--control", "127.0.0.1:0", "--max-tokens", "4"]
+                         + flags, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                         stderr=errf)
+        L.procs.append(chat)
+        try:
+            addr = L.control_addr(errp, p=chat)
+            if R("coordinator starts (%s)" % label, addr, open(errp).read()[-500:]):
+                caps_check("coordinator control port (%s)" % label, addr, cap, per)
+                R("coordinator (%s): shoal status answers after" % label,
+                  L.query_status(a.shoal, addr, timeout=20)[0] == 0)
+            chat.stdin.close()
+            R("coordinator (%s) exits 0 at end of input" % label, chat.wait(timeout=120) == 0)
+        finally:
+            if chat.poll() is None:
+                chat.kill()
+                chat.wait()
+    bad = [(["--max-unauthenticated", "0"], "--max-unauthenticated"),
+           (["--max-unauthenticated", "4097"], "[1, 4096]"),
+           (["--max-unauthenticated-per-address", "x"], "--max-unauthenticated-per-address"),
+           (["--max-unauthenticated", "3", "--max-unauthenticated-per-address", "5"],
+            "exceeds --max-unauthenticated 3")]
+    for flags, want in bad:
+        for who, cmd in (("worker", [a.worker, "--model", a.ct, "--listen", "127.0.0.1:0"]),
+                         ("coordinator", [a.shoal, "run", "--model", a.ct, "--accept-workers",
+                                          "127.0.0.1:0", "--prompt", "x"])):
+            r = subprocess.run(cmd + flags, capture_output=True, text=True, timeout=60,
+                               env=env())
+            lines = r.stderr.strip().splitlines()
+            R("%s %s: one-line usage error, exit 2" % (who, " ".join(flags)),
+              r.returncode == 2 and len(lines) == 1 and want in lines[0],
+              "rc=%d %s" % (r.returncode, r.stderr[-300:]))
+
+
 def sigterm_part(a, tmp, runs=10):
     """SIGTERM as soon as the worker listens (before 'serving'), and
     SIGTERM as fast as they can be sent from 'serving' until it exits."""
@@ -547,7 +637,7 @@ def main():
     ap.add_argument("--shoal", required=True)
     ap.add_argument("--worker", required=True)
     ap.add_argument("--probe", required=True)
-    ap.add_argument("--only", choices=["worker", "coordinator", "sigterm"])
+    ap.add_argument("--only", choices=["worker", "coordinator", "sigterm", "caps"])
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="shoal-peer-limits-")
     a.ct = os.path.join(tmp, "c")
@@ -565,6 +655,8 @@ def main():
             coordinator_part(a, tmp)
         if a.only in (None, "sigterm"):
             sigterm_part(a, tmp)
+        if a.only in (None, "caps"):
+            caps_part(a, tmp)
     finally:
         L.kill_all()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -571,3 +571,56 @@ Test(wire, preauth_victims_come_from_the_address_holding_most_slots)
         shoal_handshake_free(&hs[i]);
     shoal_preauth_free(&p);
 }
+
+/* The per-address share groups sources as an attacker gets them: an IPv4
+ * address is one source, an IPv6 host picks any address of its /64 (so
+ * the /64 is one source), and an IPv4-mapped IPv6 peer is its IPv4 one. */
+Test(wire, peer_group_is_the_ipv4_address_or_the_ipv6_slash_64)
+{
+    static const char *const cases[][2] = {
+        {"10.0.0.9:5000", "10.0.0.9"},
+        {"10.0.0.9", "10.0.0.9"},
+        {"[2001:db8:1:2::1]:7070", "2001:db8:1:2::/64"},
+        {"[2001:db8:1:2:ffff:ffff:ffff:ffff]:1", "2001:db8:1:2::/64"},
+        {"[2001:db8:1:3::1]:7070", "2001:db8:1:3::/64"},
+        {"[2001:DB8:0001:0002:0:0:0:7]:1", "2001:db8:1:2::/64"},
+        {"2001:db8:1:2::99", "2001:db8:1:2::/64"},
+        {"[fe80::1%eth0]:7070", "fe80::/64"},
+        {"[::ffff:10.0.0.9]:5000", "10.0.0.9"},
+        {"[::1]:7070", "::/64"},
+        {"?", "?"},
+        {"host.example:7070", "host.example"},
+    };
+    char buf[64];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        cr_assert_str_eq(shoal_wire_peer_group(cases[i][0], buf, sizeof buf), cases[i][1],
+                         "peer %s: expected group %s, got %s", cases[i][0], cases[i][1], buf);
+    /* truncation keeps the buffer terminated */
+    char small[6];
+    cr_assert_str_eq(shoal_wire_peer_group("[2001:db8::1]:1", small, sizeof small), "2001:");
+}
+
+/* Three addresses of one /64 share one address's slots: at per_ip 2 the
+ * third evicts the first of them, while another /64 still finds room. */
+Test(wire, preauth_counts_an_ipv6_slash_64_as_one_address)
+{
+    struct shoal_preauth p;
+    shoal_preauth_init(&p, 8, 2);
+    struct shoal_handshake hs[4];
+    int conn[4];
+    for (int i = 0; i < 4; i++)
+        shoal_handshake_init(&hs[i], 0, SHOAL__ROLE__ROLE_WORKER, NULL, NULL, NULL, "peer");
+    shoal_preauth_add(&p, &conn[0], &hs[0], -1, "[2001:db8:1:2::a]:1");
+    shoal_preauth_add(&p, &conn[1], &hs[1], -1, "[2001:db8:1:2::b]:1");
+    cr_assert_eq(shoal_preauth_victim(&p, "[2001:db8:1:2::c]:1"), &conn[0],
+                 "a third address of the same /64 is over the share of 2");
+    cr_assert_null(shoal_preauth_victim(&p, "[2001:db8:1:3::c]:1"), "another /64 has room");
+    /* an IPv4-mapped peer and the plain IPv4 one are one source */
+    shoal_preauth_add(&p, &conn[2], &hs[2], -1, "[::ffff:10.0.0.9]:1");
+    shoal_preauth_add(&p, &conn[3], &hs[3], -1, "10.0.0.9:2");
+    cr_assert_eq(shoal_preauth_victim(&p, "10.0.0.9:3"), &conn[2],
+                 "10.0.0.9 holds 2 slots, one of them as ::ffff:10.0.0.9");
+    for (int i = 0; i < 4; i++)
+        shoal_handshake_free(&hs[i]);
+    shoal_preauth_free(&p);
+}
