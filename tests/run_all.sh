@@ -70,6 +70,7 @@ step "worker draining on SIGTERM (gcc)" "$PY" tests/cluster/test_drain.py --shoa
 step "peer limits: memory per unauthenticated peer, cancel on close, SIGTERM (gcc)" "$PY" tests/cluster/test_peer_limits.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe
 [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
 step "command line: help, model paths, prompt files, bad input, chat, worker start line (gcc)" "$PY" tests/cli/test_cli.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+step "tokenizer.json ids far past its token count: sparse tables, peak RSS bounded, real files still tokenize (gcc)" "$PY" tests/cli/test_tokenizer_ids.py --shoal build-test/coordinator/shoal
 step "KV cache dtype: --kv, convert --kv, the manifest's kv field (gcc)" "$PY" tests/cli/test_kv.py --shoal build-test/coordinator/shoal
 step "shoal serve: OpenAI API vs shoal run, streaming, chat, errors, key, 429, disconnects (gcc)" "$PY" tests/serve/test_serve.py --shoal build-test/coordinator/shoal
 step "shoal serve under load: 8 streaming clients x 50 requests with disconnects, solo texts, RSS/fds flat, /metrics (gcc)" "$PY" tests/serve/test_load.py --shoal build-test/coordinator/shoal
