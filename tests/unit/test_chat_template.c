@@ -418,6 +418,10 @@ Test(chat_template, repetition_of_empty_sequences_and_zero_times)
                   "[][0][[]][[]][][[]]");
     EXPECT_RENDER("{{ ([] * 2 + [7]) | first }} {{ ((3 * []) + (2 * [1])) | join(',') }}",
                   "7 1,1");
+    /* an empty sequence repeated 10^18 times is empty at once (the copy loop
+     * used to run 10^18 empty copies for a list) */
+    EXPECT_RENDER("{{ ([] * 1000000000000000000) | length }}|"
+                  "{{ ('' * 1000000000000000000) | length }}", "0|0");
 }
 
 /* ---- access and slicing ------------------------------------------------- */
