@@ -245,27 +245,34 @@ static int concat_str(struct shoal_ct_ctx *c, struct shoal_ct_str a,
     return 0;
 }
 
-/* seq * k for strings and lists. */
+/* seq * k for strings and lists: k copies of seq, empty when k <= 0 or seq
+ * is empty. An empty list has no items array (items NULL), so nothing is
+ * copied from an empty sequence. */
 static int repeat(struct shoal_ct_ctx *c, struct shoal_ct_val seq, int64_t k,
                   struct shoal_ct_val *out)
 {
-    size_t times = k > 0 ? (size_t)k : 0;
+    size_t times = k > 0 ? (size_t)k : 0, n;
     if (seq.kind == SHOAL_CT_STR) {
-        char *p = shoal_ct_alloc(c, times, seq.u.s.n + 1);
+        if (times == 0 || seq.u.s.n == 0) {
+            *out = shoal_ct_str_val("", 0);
+            return 0;
+        }
+        if (shoal_mul_overflow(times, seq.u.s.n, &n) || n == SIZE_MAX)
+            return shoal_ct_fail(c, SHOAL_ERANGE, "string repetition is too large");
+        char *p = shoal_ct_alloc(c, n + 1, 1);
         if (!p)
             return c->rc;
         for (size_t t = 0; t < times; t++)
             memcpy(p + t * seq.u.s.n, seq.u.s.p, seq.u.s.n);
-        *out = shoal_ct_str_val(p, times * seq.u.s.n);
+        *out = shoal_ct_str_val(p, n);
         return 0;
     }
-    size_t n;
     if (shoal_mul_overflow(times, seq.u.l->n, &n))
         return shoal_ct_fail(c, SHOAL_ERANGE, "list repetition is too large");
     struct shoal_ct_list *l = shoal_ct_list_new(c, n);
     if (!l)
         return c->rc;
-    for (size_t t = 0; t < times; t++)
+    for (size_t t = 0; n && t < times; t++)
         memcpy(l->items + t * seq.u.l->n, seq.u.l->items,
                seq.u.l->n * sizeof *l->items);
     *out = shoal_ct_list_val(l);

@@ -315,6 +315,9 @@ int shoal_ct_fail(struct shoal_ct_ctx *c, int code, const char *fmt, ...)
  * recorded (SHOAL_ERANGE past the memory limit, SHOAL_ENOMEM). */
 void *shoal_ct_alloc(struct shoal_ct_ctx *c, size_t count, size_t size);
 
+/* A list of n zeroed items from the render arena, or NULL with the error
+ * recorded. An empty list's items is NULL: never offset it or memcpy from or
+ * to it (undefined behaviour even for 0 bytes); guard on n. */
 struct shoal_ct_list *shoal_ct_list_new(struct shoal_ct_ctx *c, size_t n);
 struct shoal_ct_dict *shoal_ct_dict_new(struct shoal_ct_ctx *c, size_t cap);
 /* Insert or replace a string key (the key bytes are not copied). */

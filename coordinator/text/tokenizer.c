@@ -104,18 +104,56 @@ char *shoal_tok_memdup(const char *s, size_t n)
     return p;
 }
 
-struct shoal_tokenizer *shoal_tok_new(const char *name, size_t n_vocab)
+struct shoal_tokenizer *shoal_tok_new_sparse(const char *name, size_t n_dense,
+                                             const uint32_t *sparse_ids,
+                                             size_t n_sparse)
 {
     struct shoal_tokenizer *t = shoal_xcalloc(1, sizeof *t);
     t->name = shoal_xstrdup(name ? name : "(tokenizer)");
-    t->n_vocab = n_vocab;
-    t->vocab = shoal_xcalloc(n_vocab ? n_vocab : 1, sizeof *t->vocab);
-    for (size_t i = 0; i < n_vocab; i++)
+    t->n_dense = n_dense;
+    t->n_slots = n_dense + n_sparse;
+    t->n_vocab = n_sparse ? (size_t)sparse_ids[n_sparse - 1] + 1 : n_dense;
+    if (n_sparse) {
+        t->sparse_ids = shoal_xmalloc(n_sparse * sizeof *t->sparse_ids);
+        memcpy(t->sparse_ids, sparse_ids, n_sparse * sizeof *t->sparse_ids);
+    }
+    t->vocab = shoal_xcalloc(t->n_slots ? t->n_slots : 1, sizeof *t->vocab);
+    for (size_t i = 0; i < t->n_slots; i++)
         t->vocab[i].attr = SHOAL_TOK_UNUSED;
     t->unk_id = t->bos_id = t->eos_id = -1;
     for (int b = 0; b < 256; b++)
         t->byte_ids[b] = -1;
     return t;
+}
+
+struct shoal_tokenizer *shoal_tok_new(const char *name, size_t n_vocab)
+{
+    return shoal_tok_new_sparse(name, n_vocab, NULL, 0);
+}
+
+size_t shoal_tok_slot(const struct shoal_tokenizer *t, uint32_t id)
+{
+    if (id < t->n_dense)
+        return id;
+    size_t lo = 0, hi = t->n_slots - t->n_dense;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->sparse_ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < t->n_slots - t->n_dense && t->sparse_ids[lo] == id)
+        return t->n_dense + lo;
+    return SIZE_MAX;
+}
+
+const struct shoal_tok_entry *shoal_tok_sparse_entry(
+    const struct shoal_tokenizer *t, uint32_t id)
+{
+    static const struct shoal_tok_entry unused = {.attr = SHOAL_TOK_UNUSED};
+    size_t slot = shoal_tok_slot(t, id);
+    return slot == SIZE_MAX ? &unused : &t->vocab[slot];
 }
 
 uint32_t shoal_tok_blob_add(struct shoal_tokenizer *t, const char *s,
@@ -134,7 +172,12 @@ void shoal_tok_set(struct shoal_tokenizer *t, uint32_t id, const char *text,
                    size_t text_len, const char *piece, size_t piece_len,
                    float score, uint32_t attr)
 {
-    struct shoal_tok_entry *e = &t->vocab[id];
+    struct shoal_tok_entry *e = shoal_tok_entry_mut(t, id);
+    if (!e) {
+        fprintf(stderr, "shoal: internal error: tokenizer '%s' has no slot "
+                "for id %u\n", t->name, id);
+        abort();
+    }
     e->text_off = shoal_tok_blob_add(t, text, text_len);
     e->text_len = (uint32_t)text_len;
     if (piece == text && piece_len == text_len) {
@@ -149,12 +192,12 @@ void shoal_tok_set(struct shoal_tokenizer *t, uint32_t id, const char *text,
 
 static const char *entry_text(const struct shoal_tokenizer *t, uint32_t id)
 {
-    return t->blob + t->vocab[id].text_off;
+    return t->blob + shoal_tok_entry(t, id)->text_off;
 }
 
 static const char *entry_piece(const struct shoal_tokenizer *t, uint32_t id)
 {
-    return t->blob + t->vocab[id].piece_off;
+    return t->blob + shoal_tok_entry(t, id)->piece_off;
 }
 
 int32_t shoal_tok_lookup(const struct shoal_tokenizer *t, const char *s,
@@ -167,7 +210,7 @@ int32_t shoal_tok_lookup(const struct shoal_tokenizer *t, const char *s,
         uint32_t id = t->map[i];
         if (id == UINT32_MAX)
             return -1;
-        const struct shoal_tok_entry *e = &t->vocab[id];
+        const struct shoal_tok_entry *e = shoal_tok_entry(t, id);
         if (e->text_len == n && memcmp(t->blob + e->text_off, s, n) == 0)
             return (int32_t)id;
         i = (i + 1) & t->map_mask;
@@ -198,14 +241,15 @@ int shoal_tok_build_index(struct shoal_tokenizer *t, struct shoal_err *err)
                              "tokenizer '%s': token texts take %zu bytes; "
                              "at most 4 GiB supported",
                              t->name, t->blob_len);
-    size_t cap = pow2_at_least(t->n_vocab * 2 + 1);
+    size_t cap = pow2_at_least(t->n_slots * 2 + 1);
     free(t->map);
     t->map = shoal_xmalloc(cap * sizeof *t->map);
     memset(t->map, 0xFF, cap * sizeof *t->map);
     t->map_mask = cap - 1;
     t->max_piece_len = 0;
-    for (size_t id = 0; id < t->n_vocab; id++) {
-        const struct shoal_tok_entry *e = &t->vocab[id];
+    for (size_t slot = 0; slot < t->n_slots; slot++) {
+        const struct shoal_tok_entry *e = &t->vocab[slot];
+        uint32_t id = shoal_tok_slot_id(t, slot);
         if (e->piece_len > t->max_piece_len)
             t->max_piece_len = e->piece_len;
         if (!(e->attr & SHOAL_TOK_IN_MODEL) || e->text_len == 0)
@@ -214,7 +258,7 @@ int shoal_tok_build_index(struct shoal_tokenizer *t, struct shoal_err *err)
         size_t i = (size_t)hash_bytes(s, e->text_len) & t->map_mask;
         int dup = 0;
         while (t->map[i] != UINT32_MAX) {
-            const struct shoal_tok_entry *o = &t->vocab[t->map[i]];
+            const struct shoal_tok_entry *o = shoal_tok_entry(t, t->map[i]);
             if (o->text_len == e->text_len &&
                 memcmp(t->blob + o->text_off, s, e->text_len) == 0) {
                 dup = 1; /* keep the first (lowest) id */
@@ -223,7 +267,7 @@ int shoal_tok_build_index(struct shoal_tokenizer *t, struct shoal_err *err)
             i = (i + 1) & t->map_mask;
         }
         if (!dup)
-            t->map[i] = (uint32_t)id;
+            t->map[i] = id;
     }
 
     /* byte tokens: the raw byte (byte-level) or <0xXX> (byte fallback) */
@@ -246,15 +290,16 @@ int shoal_tok_build_index(struct shoal_tokenizer *t, struct shoal_err *err)
 
     /* added tokens, bucketed by first byte, longest first */
     free(t->added);
-    t->added = shoal_xmalloc((t->n_vocab ? t->n_vocab : 1) *
+    t->added = shoal_xmalloc((t->n_slots ? t->n_slots : 1) *
                              sizeof *t->added);
     t->n_added = 0;
     t->has_normalized_added = 0;
     struct added_key *keys =
-        shoal_xmalloc((t->n_vocab ? t->n_vocab : 1) * sizeof *keys);
+        shoal_xmalloc((t->n_slots ? t->n_slots : 1) * sizeof *keys);
     size_t n_keys = 0;
-    for (size_t id = 0; id < t->n_vocab; id++) {
-        const struct shoal_tok_entry *e = &t->vocab[id];
+    for (size_t slot = 0; slot < t->n_slots; slot++) {
+        const struct shoal_tok_entry *e = &t->vocab[slot];
+        uint32_t id = shoal_tok_slot_id(t, slot);
         if (e->piece_len == 0 ||
             !(e->attr & (SHOAL_TOK_CONTROL | SHOAL_TOK_USER_DEFINED |
                          SHOAL_TOK_UNKNOWN)))
@@ -273,7 +318,7 @@ int shoal_tok_build_index(struct shoal_tokenizer *t, struct shoal_err *err)
     size_t k = 0;
     for (int b = 0; b <= 256; b++) {
         while (k < t->n_added && b < 256 &&
-               (uint8_t)t->blob[t->vocab[t->added[k]].piece_off] < b)
+               (uint8_t)t->blob[shoal_tok_entry(t, t->added[k])->piece_off] < b)
             k++;
         t->added_first[b] = (uint32_t)(b == 256 ? t->n_added : k);
     }
@@ -438,6 +483,7 @@ void shoal_tokenizer_destroy(struct shoal_tokenizer *t)
     free(t->map);
     free(t->blob);
     free(t->vocab);
+    free(t->sparse_ids);
     free(t->name);
     free(t);
 }
@@ -672,7 +718,7 @@ static void partition(const struct shoal_tokenizer *t, const char *s,
         size_t hit_len = 0;
         for (uint32_t k = k0; k < k1; k++) {
             uint32_t id = t->added[k];
-            const struct shoal_tok_entry *e = &t->vocab[id];
+            const struct shoal_tok_entry *e = shoal_tok_entry(t, id);
             if (!!(e->attr & SHOAL_TOK_NORMALIZED) != !!normalized)
                 continue;
             if (!parse_special &&
@@ -693,7 +739,7 @@ static void partition(const struct shoal_tokenizer *t, const char *s,
             i++;
             continue;
         }
-        uint32_t attr = t->vocab[hit].attr;
+        uint32_t attr = shoal_tok_entry(t, (uint32_t)hit)->attr;
         size_t ms = i, me = i + hit_len;
         if (attr & SHOAL_TOK_LSTRIP)
             while (ms > last && is_space_byte(s[ms - 1]))
@@ -1178,7 +1224,7 @@ static void spm_try(const struct shoal_tokenizer *t, struct work *w,
     int32_t id = shoal_tok_lookup(t, s + sy[l].off, size);
     if (id < 0)
         return;
-    struct cand c = {((uint64_t)score_key(t->vocab[id].score) << 32) |
+    struct cand c = {((uint64_t)score_key(shoal_tok_entry(t, (uint32_t)id)->score) << 32) |
                          (uint32_t)l,
                      l, r, 0, (int32_t)size, id};
     heap_push(w, c);
@@ -1365,7 +1411,7 @@ int32_t shoal_tokenizer_token_id(const struct shoal_tokenizer *t,
     size_t n = strlen(text);
     /* added tokens first: their content is what a user writes */
     for (size_t k = 0; k < t->n_added; k++) {
-        const struct shoal_tok_entry *e = &t->vocab[t->added[k]];
+        const struct shoal_tok_entry *e = shoal_tok_entry(t, t->added[k]);
         if (e->piece_len == n && memcmp(t->blob + e->piece_off, text, n) == 0)
             return (int32_t)t->added[k];
     }
@@ -1376,7 +1422,8 @@ int shoal_tokenizer_is_special(const struct shoal_tokenizer *t, int32_t id)
 {
     if (id < 0 || (size_t)id >= t->n_vocab)
         return 0;
-    return (t->vocab[id].attr & (SHOAL_TOK_CONTROL | SHOAL_TOK_UNKNOWN)) != 0;
+    return (shoal_tok_entry(t, (uint32_t)id)->attr &
+            (SHOAL_TOK_CONTROL | SHOAL_TOK_UNKNOWN)) != 0;
 }
 
 int shoal_tokenizer_token_text(const struct shoal_tokenizer *t, int32_t id,
@@ -1385,7 +1432,7 @@ int shoal_tokenizer_token_text(const struct shoal_tokenizer *t, int32_t id,
     if (id < 0 || (size_t)id >= t->n_vocab)
         return SHOAL_ERANGE;
     *text = entry_text(t, (uint32_t)id);
-    *len = t->vocab[id].text_len;
+    *len = shoal_tok_entry(t, (uint32_t)id)->text_len;
     return 0;
 }
 
@@ -1427,7 +1474,7 @@ static void detok_piece(const struct shoal_detok *d, int32_t id,
                         const char **p, size_t *n)
 {
     const struct shoal_tokenizer *t = d->tok;
-    const struct shoal_tok_entry *e = &t->vocab[id];
+    const struct shoal_tok_entry *e = shoal_tok_entry(t, (uint32_t)id);
     *p = entry_piece(t, (uint32_t)id);
     *n = e->piece_len;
     if ((e->attr & SHOAL_TOK_UNUSED) ||

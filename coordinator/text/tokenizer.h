@@ -99,7 +99,9 @@ int shoal_tokenizer_encode(const struct shoal_tokenizer *tok, const char *text,
                            int32_t **ids, size_t *n_ids,
                            struct shoal_err *err);
 
-/* Number of token ids (the largest id + 1). Thread: any. */
+/* Number of token ids (the largest id + 1; ids the file does not name
+ * decode to nothing). Memory is sized by the file's tokens, not by this.
+ * Thread: any. */
 int32_t shoal_tokenizer_n_vocab(const struct shoal_tokenizer *tok);
 
 /* Special ids, or -1 when the tokenizer has none. Thread: any. */

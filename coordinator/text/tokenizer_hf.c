@@ -708,6 +708,20 @@ static int id_of(struct hf *h, json_t *v, const char *what, const char *tok,
     return 0;
 }
 
+/* Ids below 2 x the file's token count + HF_DENSE_SLACK are stored in a
+ * table indexed by id; the few above (a toy vocabulary with a model's
+ * special tokens at their real ids, e.g. gpt-oss's 199998..200018) in a
+ * sorted side table. Real files number their vocab 0..n-1 and put added
+ * tokens just above it, so they are all dense; one id near 2^24 in a small
+ * file costs one sparse entry instead of a 2^24-entry table. */
+#define HF_DENSE_SLACK 1024u
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static int load_vocab(struct hf *h, json_t *model, json_t *added)
 {
     json_t *vocab = json_object_get(model, "vocab");
@@ -746,7 +760,35 @@ static int load_vocab(struct hf *h, json_t *model, json_t *added)
         return FAIL(h, SHOAL_EFORMAT,
                     "tokenizer.json '%s': the vocabulary is empty", h->name);
 
-    struct shoal_tokenizer *t = shoal_tok_new(h->name, (size_t)max_id + 1);
+    /* the table by id stops at the dense limit; ids past it are sparse */
+    size_t n_tokens = json_object_size(vocab) +
+                      (json_is_array(added) ? json_array_size(added) : 0);
+    size_t n_dense = (size_t)max_id + 1, n_sparse = 0;
+    if (n_dense > 2 * n_tokens + HF_DENSE_SLACK)
+        n_dense = 2 * n_tokens + HF_DENSE_SLACK;
+    uint32_t *sparse = shoal_xmalloc((n_tokens ? n_tokens : 1) * sizeof *sparse);
+    json_object_foreach(vocab, key, v)
+    {
+        int_of(v, &id);
+        if ((size_t)id >= n_dense)
+            sparse[n_sparse++] = (uint32_t)id;
+    }
+    if (json_is_array(added))
+        json_array_foreach(added, i, v)
+        {
+            int_of(json_object_get(v, "id"), &id);
+            if ((size_t)id >= n_dense)
+                sparse[n_sparse++] = (uint32_t)id;
+        }
+    if (n_sparse)
+        qsort(sparse, n_sparse, sizeof *sparse, cmp_u32);
+    size_t n_distinct = 0;   /* an added token may repeat a vocab id */
+    for (size_t k = 0; k < n_sparse; k++)
+        if (n_distinct == 0 || sparse[n_distinct - 1] != sparse[k])
+            sparse[n_distinct++] = sparse[k];
+    struct shoal_tokenizer *t = shoal_tok_new_sparse(h->name, n_dense, sparse,
+                                                     n_distinct);
+    free(sparse);
     h->t = t;
     int byte_fallback = get_bool(model, "byte_fallback", 0);
     char *tmp = NULL;
@@ -755,7 +797,7 @@ static int load_vocab(struct hf *h, json_t *model, json_t *added)
     {
         size_t kl = strlen(key);
         int_of(v, &id);
-        if (t->vocab[id].attr != SHOAL_TOK_UNUSED) {
+        if (shoal_tok_entry(t, (uint32_t)id)->attr != SHOAL_TOK_UNUSED) {
             free(tmp);
             return FAIL(h, SHOAL_EFORMAT,
                         "tokenizer.json '%s': id %" JSON_INTEGER_FORMAT
@@ -809,7 +851,7 @@ static int load_vocab(struct hf *h, json_t *model, json_t *added)
                 attr |= SHOAL_TOK_SINGLE_WORD;
             if (get_bool(v, "normalized", !special))
                 attr |= SHOAL_TOK_NORMALIZED;
-            struct shoal_tok_entry *e = &t->vocab[id];
+            struct shoal_tok_entry *e = shoal_tok_entry_mut(t, (uint32_t)id);
             if (e->attr & SHOAL_TOK_IN_MODEL) {
                 /* also a model token: keep its model text, render and
                  * match it by the added content */
@@ -1065,8 +1107,8 @@ struct shoal_tokenizer *shoal_tok_load_hf(const char *json, size_t json_len,
     if ((rc = parse_normalizer(&h, json_object_get(root, "normalizer"))))
         goto fail;
     if (t->n_norm == 0) /* nothing to normalize: match everything raw */
-        for (size_t id = 0; id < t->n_vocab; id++)
-            t->vocab[id].attr &= ~(uint32_t)SHOAL_TOK_NORMALIZED;
+        for (size_t slot = 0; slot < t->n_slots; slot++)
+            t->vocab[slot].attr &= ~(uint32_t)SHOAL_TOK_NORMALIZED;
     if ((rc = shoal_tok_build_index(t, err)))
         goto fail;
     if ((rc = load_merges(&h, model)))

@@ -126,8 +126,18 @@ struct shoal_tokenizer {
     int32_t unk_id, bos_id, eos_id;  /* -1 when absent */
     int32_t byte_ids[256];           /* token of each byte, -1 if none */
 
-    size_t n_vocab;                  /* entries (largest id + 1) */
-    struct shoal_tok_entry *vocab;   /* [n_vocab] */
+    /* Ids 0..n_dense-1 index vocab directly (holes are SHOAL_TOK_UNUSED
+     * entries); the few ids past them a sparse tokenizer.json holds (a toy
+     * vocabulary with a model's special tokens at their real ids) are kept
+     * in sparse_ids, so the tables are sized by the file's entries, not by
+     * its largest id. Use shoal_tok_entry() for an id's entry. */
+    size_t n_vocab;                  /* id space: largest id + 1 */
+    size_t n_dense;                  /* ids stored at vocab[id] */
+    size_t n_slots;                  /* vocab entries: n_dense + sparse */
+    uint32_t *sparse_ids;            /* [n_slots - n_dense] ascending ids
+                                        >= n_dense; vocab[n_dense + k] is
+                                        sparse_ids[k]'s entry */
+    struct shoal_tok_entry *vocab;   /* [n_slots] */
     char *blob;                      /* text and piece bytes */
     size_t blob_len, blob_cap;
     uint32_t max_piece_len;          /* longest rendered piece, bytes */
@@ -159,13 +169,52 @@ struct shoal_tokenizer {
 
 /* --- building (used by the loaders) ------------------------------------ */
 
+/* A tokenizer of ids 0..n_vocab-1, every entry SHOAL_TOK_UNUSED until set. */
 struct shoal_tokenizer *shoal_tok_new(const char *name, size_t n_vocab);
+
+/* A tokenizer of ids 0..n_dense-1 and the n_sparse ids sparse_ids
+ * (ascending, distinct, each >= n_dense; copied): only those ids can be set,
+ * and n_vocab is the largest of them + 1. Memory is O(n_dense + n_sparse). */
+struct shoal_tokenizer *shoal_tok_new_sparse(const char *name, size_t n_dense,
+                                             const uint32_t *sparse_ids,
+                                             size_t n_sparse);
+
+/* The slot (vocab index) of id, or SIZE_MAX when the tokenizer has no entry
+ * for it (id >= n_vocab, or a sparse tokenizer's hole). */
+size_t shoal_tok_slot(const struct shoal_tokenizer *t, uint32_t id);
+
+/* The id whose entry is vocab[slot] (slot < n_slots). */
+static inline uint32_t shoal_tok_slot_id(const struct shoal_tokenizer *t,
+                                         size_t slot)
+{
+    return slot < t->n_dense ? (uint32_t)slot
+                             : t->sparse_ids[slot - t->n_dense];
+}
+
+/* The entry of id: an UNUSED entry (no text, renders as nothing) for an id
+ * the tokenizer has none for. Never NULL. */
+const struct shoal_tok_entry *shoal_tok_sparse_entry(
+    const struct shoal_tokenizer *t, uint32_t id);
+static inline const struct shoal_tok_entry *
+shoal_tok_entry(const struct shoal_tokenizer *t, uint32_t id)
+{
+    return id < t->n_dense ? &t->vocab[id] : shoal_tok_sparse_entry(t, id);
+}
+
+/* The entry of id to modify, or NULL when the tokenizer has none for it. */
+static inline struct shoal_tok_entry *
+shoal_tok_entry_mut(struct shoal_tokenizer *t, uint32_t id)
+{
+    size_t slot = shoal_tok_slot(t, id);
+    return slot == SIZE_MAX ? NULL : &t->vocab[slot];
+}
 
 /* Append bytes to the blob; returns their offset. */
 uint32_t shoal_tok_blob_add(struct shoal_tokenizer *t, const char *s,
                             size_t n);
 
-/* Set entry id (< n_vocab): text/piece bytes are copied. */
+/* Set entry id (one the tokenizer has: shoal_tok_slot(t, id) != SIZE_MAX;
+ * anything else is a loader's bug and aborts): text/piece bytes are copied. */
 void shoal_tok_set(struct shoal_tokenizer *t, uint32_t id, const char *text,
                    size_t text_len, const char *piece, size_t piece_len,
                    float score, uint32_t attr);

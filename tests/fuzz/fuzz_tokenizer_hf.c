@@ -4,8 +4,9 @@
  * UTF-8 validity), optionally NUL and a tokenizer_config.json; without a
  * NUL a fixed sentence is encoded. Memory is
  * bounded by a multiple of the input (JSON tree, the compiled pre-tokenizer
- * regexes) plus tables per id up to the largest id; the ids stay inside
- * the vocabulary. */
+ * regexes) plus tables per entry: ids below twice the file's token count +
+ * 1024 are indexed directly, the rest kept sparse, so an id near 2^24 in a
+ * small file costs one entry; the ids stay inside the vocabulary. */
 #include <stdint.h>
 #include <string.h>
 
@@ -13,7 +14,7 @@
 #include "tokenizer.h"
 #include "tokenizer_impl.h"
 
-#define PER_ID 64   /* bytes: an entry, its hash slots, its byte table share */
+#define PER_ID 64   /* bytes: an entry, its hash slots, its added-token share */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
 {
@@ -35,10 +36,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n)
                                                               (const char *)config, config_len,
                                                               "fuzz tokenizer.json", &err);
     struct fuzz_mem m = fuzz_mem_now();
-    /* ids index tables: a vocabulary of n_vocab ids (the largest id + 1, at
-     * most SHOAL_TOK_MAX_VOCAB) costs up to PER_ID bytes each whatever the
-     * file's size, so one large id in a small file is allowed that much */
-    const size_t n_vocab = tok ? (size_t)shoal_tokenizer_n_vocab(tok) : SHOAL_TOK_MAX_VOCAB;
+    /* the tables hold the directly indexed ids (up to 2 x tokens + 1024)
+     * and the sparse ones (at most the tokens): a token takes at least 5
+     * bytes of JSON ("":0,), so fewer than n + 1024 entries of PER_ID bytes,
+     * whatever the largest id */
+    const size_t n_vocab = n + 1024;
     fuzz_mem_check("tokenizer_hf", "load", m, n, 256 * n + 4 * FUZZ_MIB + PER_ID * n_vocab,
                    64 * n + 4 * FUZZ_MIB + PER_ID * n_vocab);
     if (!tok) {

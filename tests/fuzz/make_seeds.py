@@ -13,7 +13,8 @@ real files, cut small (the wire targets' seeds come from make_wire_seeds).
                  (norms, router) and their real bytes; a misaligned F32 and
                  an I64 tensor beside metadata
   model_config   tests/reference/configs/*.json and the bundled config.json
-  chat_template  tests/unit/fixtures/*.jinja with a conversation
+  chat_template  tests/unit/fixtures/*.jinja with a conversation, and the
+                 templates of bugs found (TEMPLATE_REGRESSIONS)
   container      shoal.json of the bundled model converted (int4 experts,
                  int8 dense) and of one of its two shards (--shoal SHOAL)
 
@@ -34,6 +35,13 @@ SHARED = os.path.normpath(os.path.join(ROOT, '..', 'shared', 'data'))
 CORPUS = os.path.join(HERE, 'corpus')
 MODEL = os.path.join(ROOT, 'models', 'shakespeare-moe')
 KEEP = 600
+
+# chat templates that once went wrong, kept as seeds (name, source)
+TEMPLATE_REGRESSIONS = [
+    # repeat() copied from an empty list's NULL items (UBSan, issue 28)
+    ('repeat-empty-list', b"{{ 3 * [] }}|{{ [] * 3 }}|{{ ([] * 2) | length }}"),
+    ('repeat-zero-times', b"{{ [1] * 0 }}|{{ 'ab' * 0 }}|{{ '' * 3 }}|{{ [1, 2] * -1 }}"),
+]
 
 TEXTS = [
     b"First Citizen:\nBefore we proceed any further, hear me speak.\n",
@@ -252,6 +260,8 @@ def main():
             src = open(os.path.join(fx, f), 'rb').read()
             write('chat_template', f[:-6], src + conv)
             write('chat_template', f[:-6] + '-default', src)
+    for name, src in TEMPLATE_REGRESSIONS:
+        write('chat_template', name, src)
 
     # container
     if args.shoal:

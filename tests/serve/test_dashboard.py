@@ -16,7 +16,10 @@ with one shoal-worker beside the local store when --worker is given.
     the heat map has n_layer rows of n_expert cells with non-zero ones,
     coloured by tier (and by worker when there is one); the request table
     shows the running request (decode) and, later, the finished ones; the
-    executors list shows the local store (and the worker). A screenshot
+    executors list shows the local store (and the worker); the time-per-step
+    bar has parts and its legend names them (attention ...) with
+    percentages, also for the bundled checkpoint, which has no expert store
+    (issue 28: the timings were drawn only with a store). A screenshot
     goes to --screenshot (docs/dashboard.png is one).
   - with --api-key: /metrics and the event stream need the key, the page
     and /health do not, and the page connects with /#key=KEY
@@ -304,6 +307,10 @@ DOM = """JSON.stringify({
     r => [r.dataset.id, r.dataset.state]),
   executors: [...document.querySelectorAll('#executors tbody tr[data-address]')].map(
     r => [r.dataset.address, r.dataset.state]),
+  timings: [...document.querySelectorAll('#timings > div')].map(
+    p => [p.title, parseFloat(p.style.width) || 0]),
+  timingsLegend: document.getElementById('timings-legend').textContent,
+  store: document.getElementById('store').textContent,
   conn: document.getElementById('conn').textContent,
   running: document.getElementById('c-running').textContent,
   keyform: !document.getElementById('keyform').hidden,
@@ -314,8 +321,29 @@ def dom(b):
     """The page's state (updates 0 while it is still loading)."""
     v = b.eval("(() => { try { return %s; } catch (e) { return null; } })()" % DOM)
     return json.loads(v) if v else {"updates": 0, "rows": [], "requests": [],
-                                    "executors": [], "conn": "", "running": "",
+                                    "executors": [], "timings": [], "timingsLegend": "",
+                                    "store": "", "conn": "", "running": "",
                                     "keyform": False}
+
+
+LEGEND_PART = re.compile(r"^(attention|routing|experts \(local\)|routed experts|network|"
+                         r"combine \+ head) (\d+)%$")
+
+
+def check_timings(d, where):
+    """The 'Time per step' bar has parts and its legend names them with percentages."""
+    parts = d["timings"]
+    check(len(parts) >= 2 and all(w > 0 for _, w in parts) and
+          abs(sum(w for _, w in parts) - 100) < 0.5,
+          "%s: the time-per-step bar has parts adding up to 100%%: %s" % (where, parts))
+    names = [p[0].split(":")[0] for p in parts]
+    check("attention" in names, "%s: the bar has an attention part: %s" % (where, names))
+    legend = d["timingsLegend"].split(", ") if d["timingsLegend"] else []
+    m = [LEGEND_PART.match(x) for x in legend]
+    check(legend and all(m) and "attention" in [x.group(1) for x in m] and
+          abs(sum(int(x.group(2)) for x in m) - 100) <= len(m),
+          "%s: the legend names the parts with percentages adding up to ~100: %r"
+          % (where, d["timingsLegend"]))
 
 
 def test_page(srv, tmp, cluster, screenshot):
@@ -355,6 +383,7 @@ def test_page(srv, tmp, cluster, screenshot):
         check(any(st == "decode" for _, st in d["requests"]),
               "the request table shows the running request in decode: %s" % d["requests"])
         check(d["running"].startswith("1"), "running: %r" % d["running"])
+        check_timings(d, "with an expert store")
         if screenshot:   # while it generates
             height = br.eval("document.documentElement.scrollHeight") or 860
             shot = br.call("Page.captureScreenshot", format="png",
@@ -442,6 +471,12 @@ def test_key(shoal, tmp):
                 check(d["updates"] >= 1 and d["conn"] == "live" and not d["keyform"],
                       "with /#key=KEY the page connects (%s)" % d["conn"])
                 check(len(d["rows"]) == 0, "a checkpoint: no heat map rows")
+                # no expert store, yet the step timings are drawn (they were
+                # not: renderStore returned before them)
+                check(d["store"] == "no expert store", "a checkpoint: %r" % d["store"])
+                d = wait_for(lambda: (lambda x: x if x["timings"] else None)(dom(br)),
+                             10, 0.2) or dom(br)
+                check_timings(d, "a checkpoint (no expert store)")
                 # SIGTERM with the dashboard connected
                 t0 = time.time()
                 rc = srv.stop()

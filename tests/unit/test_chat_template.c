@@ -404,6 +404,26 @@ Test(chat_template, repetition_of_strings_and_lists)
                   "ababab [1, 2, 1, 2] [] [1]");
 }
 
+/* An empty list or string repeated, or anything repeated zero or fewer
+ * times, is empty (as jinja2 renders it). An empty list holds no items
+ * array: repeating one used to copy from a null pointer (UBSan: "applying
+ * zero offset to null pointer" in repeat()); the build-asan unit run
+ * catches that. */
+Test(chat_template, repetition_of_empty_sequences_and_zero_times)
+{
+    EXPECT_RENDER("{{ ([] * 2) | length }}|{{ [1]*0 }}|{{ 'ab'*0 }}|{{3*[]}}|{{[]*3}}",
+                  "0|[]||[]|[]");
+    EXPECT_RENDER("[{{ '' * 3 }}][{{ ('' * 3) | length }}][{{ [[]] * 0 }}]"
+                  "[{{ [1, 2] * -1 }}][{{ 'ab' * -2 }}][{{ ([] * 3)[1:] }}]",
+                  "[][0][[]][[]][][[]]");
+    EXPECT_RENDER("{{ ([] * 2 + [7]) | first }} {{ ((3 * []) + (2 * [1])) | join(',') }}",
+                  "7 1,1");
+    /* an empty sequence repeated 10^18 times is empty at once (the copy loop
+     * used to run 10^18 empty copies for a list) */
+    EXPECT_RENDER("{{ ([] * 1000000000000000000) | length }}|"
+                  "{{ ('' * 1000000000000000000) | length }}", "0|0");
+}
+
 /* ---- access and slicing ------------------------------------------------- */
 
 Test(chat_template, subscript_and_attribute_access_on_messages)

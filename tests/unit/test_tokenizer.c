@@ -813,6 +813,58 @@ static const char tiny_json[] =
     "\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\" \":3,\"ab\":4,\"abc\":5,\" a\":6},"
     "\"merges\":[[\"a\",\"b\"],\"ab c\",[\" \",\"a\"]]}}";
 
+/* Ids far past the file's token count (a toy vocabulary with a model's
+ * special tokens at their real ids, or one id near 2^24) are kept in a
+ * sparse table: they encode, merge, decode and answer the id queries like
+ * dense ones, an id in the hole between is an empty, non-special token, and
+ * the id space still ends at the largest id. (The memory this saves is
+ * measured on a real process by tests/cli/test_tokenizer_ids.py.) */
+Test(tokenizer, sparse_ids_far_past_the_token_count_work)
+{
+    struct shoal_tokenizer *t = load_json_ok(
+        "{\"version\":\"1.0\",\"added_tokens\":["
+        "{\"id\":16000000,\"content\":\"<x>\",\"special\":true,\"normalized\":false},"
+        "{\"id\":12000000,\"content\":\"c\",\"special\":false,\"normalized\":false}],"
+        "\"normalizer\":null,\"pre_tokenizer\":null,\"post_processor\":null,"
+        "\"decoder\":null,\"model\":{\"type\":\"BPE\",\"unk_token\":null,"
+        "\"vocab\":{\"a\":0,\"b\":1,\"ab\":9000000,\"c\":12000000},"
+        "\"merges\":[\"a b\"]}}");
+    cr_assert(eq(i32, shoal_tokenizer_n_vocab(t), 16000001));
+    struct ids a = encs(t, "abc<x>ba", 0, 1);
+    expect_ids(a, "9000000 12000000 16000000 1 0", "'abc<x>ba'");
+    char *s = dec(t, a, 0);
+    cr_assert(eq(str, s, "abc<x>ba"));
+    free(s);
+    s = dec(t, a, 1);
+    cr_assert(eq(str, s, "abcba"));
+    free(s);
+    free(a.v);
+    cr_assert(eq(i32, shoal_tokenizer_token_id(t, "<x>"), 16000000));
+    cr_assert(eq(i32, shoal_tokenizer_token_id(t, "ab"), 9000000));
+    cr_assert(eq(int, shoal_tokenizer_is_special(t, 16000000), 1));
+    cr_assert(eq(int, shoal_tokenizer_is_special(t, 12000000), 0));
+    cr_assert(eq(int, shoal_tokenizer_is_special(t, 15000000), 0));
+    const char *text = NULL;
+    size_t len = 99;
+    cr_assert(eq(int, shoal_tokenizer_token_text(t, 9000000, &text, &len), 0));
+    cr_assert(eq(sz, len, 2));
+    cr_assert(eq(int, memcmp(text, "ab", 2), 0));
+    cr_assert(eq(int, shoal_tokenizer_token_text(t, 15000000, &text, &len), 0));
+    cr_assert(eq(sz, len, 0), "a hole has no text");
+    cr_assert(eq(int, shoal_tokenizer_token_text(t, 16000001, &text, &len),
+                 SHOAL_ERANGE));
+    int32_t hole[] = {0, 15000000, 1};
+    struct shoal_err err = {0};
+    s = shoal_tokenizer_decode(t, hole, 3, 0, &err);
+    cr_assert_not_null(s, "%s", err.msg);
+    cr_assert(eq(str, s, "ab"));
+    free(s);
+    int32_t past[] = {0, 16000001};
+    cr_assert_null(shoal_tokenizer_decode(t, past, 2, 0, &err));
+    cr_assert(eq(int, err.code, SHOAL_ERANGE));
+    shoal_tokenizer_destroy(t);
+}
+
 Test(tokenizer, bpe_merges_by_rank_within_pieces)
 {
     struct shoal_tokenizer *t = load_json_ok(tiny_json);

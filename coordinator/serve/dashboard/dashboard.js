@@ -109,7 +109,7 @@ function renderExecutors(d) {
 }
 
 function bar(el, parts) {
-  const sum = parts.reduce((a, p) => a + p.v, 0);
+  const sum = parts.reduce((a, p) => a + Math.max(0, p.v), 0);
   el.textContent = "";
   for (const p of parts) {
     if (!(p.v > 0) || !(sum > 0)) continue;
@@ -135,7 +135,17 @@ function renderStore(d) {
     ", disk " + fmtInt(s.disk) + " | read " + fmtBytes(s.bytes_read) + " (" + s.io_engine +
     ", " + s.queue_depth + " in flight) | RAM: pinned " + fmtBytes(s.pinned_bytes) +
     ", cache " + fmtBytes(s.cached_bytes) + " | stalled " + fmtSecs(s.stall_s);
+}
+
+// Where a decode step's time goes: every model has it, expert store or not
+// (a checkpoint runs its experts from RAM: "experts (local)").
+function renderTimings(d) {
   const t = d.timings;
+  if (!t) {
+    bar($("timings"), []);
+    $("timings-legend").textContent = "";
+    return;
+  }
   const parts = [{k: "attention", v: t.attention, c: "#8a9099"},
                  {k: "routing", v: t.routing, c: "#d4b84a"},
                  {k: "experts (local)", v: Math.max(0, t.experts - t.expert_wait), c: "var(--cache)"},
@@ -231,6 +241,7 @@ function render(d) {
   renderRequests(d);
   renderExecutors(d);
   renderStore(d);
+  renderTimings(d);
   renderHeat(d);
   document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
 }
