@@ -328,7 +328,7 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
         rc = reply(c, MHD_HTTP_OK,
                    shoal_api_response_json(j->req.kind, j->id, j->created, srv->cfg->model_id,
                                            j->text, j->text_len, j->finish,
-                                           j->n_prompt, j->n_gen,
+                                           serve_job_usage(j),
                                            j->req.logprobs ? &(struct shoal_api_logprobs){
                                                .tokens = j->lp, .n_tokens = j->n_lp} : NULL),
                    0);
@@ -455,6 +455,19 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return reply(c, MHD_HTTP_OK, shoal_api_models_json(srv->cfg->model_id, srv->started_at),
                      0);
     }
+    if (!strncmp(url, "/v1/models/", 11)) {   /* the SDKs' models.retrieve */
+        if (!get)
+            return fail(c, 405, "invalid_request_error", NULL, "/v1/models/ID takes GET");
+        if (strcmp(url + 11, srv->cfg->model_id)) {
+            struct shoal_api_error e;
+            shoal_api_fail(&e, 404, "invalid_request_error", "model", "model_not_found",
+                           "the model '%.200s' does not exist: this server serves '%s' "
+                           "(GET /v1/models)", url + 11, srv->cfg->model_id);
+            return reply_error(c, &e);
+        }
+        return reply(c, MHD_HTTP_OK, shoal_api_model_json(srv->cfg->model_id, srv->started_at),
+                     0);
+    }
     if (!strcmp(url, "/metrics") || !strcmp(url, "/v1/dashboard/events")) {
         if (!get)
             return fail(c, 405, "invalid_request_error", NULL, "this endpoint takes GET");
@@ -479,7 +492,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         kind = SHOAL_API_CHAT;
     else
         return fail(c, 404, "invalid_request_error", "not_found",
-                    "no such endpoint (GET /health, GET /v1/models, POST /v1/completions, "
+                    "no such endpoint (GET /health, GET /v1/models[/ID], POST /v1/completions, "
                     "POST /v1/chat/completions, GET /metrics, GET / the dashboard)");
     if (!post)
         return fail(c, 405, "invalid_request_error", NULL, "this endpoint takes POST");
