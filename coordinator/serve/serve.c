@@ -22,6 +22,7 @@
 #include "serve_impl.h"
 #include "chat_template.h"
 #include "cli.h"
+#include "cors.h"
 #include "harmony.h"
 #include "metrics.h"
 #include "util.h"
@@ -37,6 +38,21 @@ struct conn {
 
 /* ---- replies ---- */
 
+/* The request's Origin when --cors allows it, else NULL: set by handle()
+ * before it answers, read by the reply helpers below on the same thread
+ * within that call (libmicrohttpd calls handle() for one connection at a
+ * time on a thread, and a response's headers are set when it is made). */
+static _Thread_local const char *cors_origin;
+
+/* The CORS headers of an allowed origin on r (none when not allowed). */
+static void add_cors(struct MHD_Response *r)
+{
+    if (!cors_origin)
+        return;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, cors_origin);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Origin");
+}
+
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, char *json,
                              unsigned retry_after)
 {
@@ -47,6 +63,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, char *js
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    add_cors(r);
     if (retry_after) {
         char v[16];
         snprintf(v, sizeof v, "%u", retry_after);
@@ -86,12 +103,36 @@ static enum MHD_Result reply_typed(struct MHD_Connection *c, char *text,
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, a ? a->content_type : type);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_cors(r);
     if (a) {
         MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
         MHD_add_response_header(r, "Content-Security-Policy",
                                 "default-src 'self'; frame-ancestors 'none'");
     }
     enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* A CORS preflight (OPTIONS from an allowed origin): 204 with the methods
+ * and headers a page may use, the ones it asks for echoed when they are
+ * plain header names. No key needed: a browser sends none in a preflight. */
+static enum MHD_Result reply_preflight(struct MHD_Connection *c)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    const char *asked = MHD_lookup_connection_value(
+        c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCESS_CONTROL_REQUEST_HEADERS);
+    char headers[600] = "Authorization, Content-Type";
+    if (asked && *asked && shoal_serve_cors_headers_ok(asked))
+        snprintf(headers, sizeof headers, "Authorization, Content-Type, %s", asked);
+    add_cors(r);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_METHODS,
+                            "GET, POST, OPTIONS");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_HEADERS, headers);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_MAX_AGE, "3600");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
     MHD_destroy_response(r);
     return rc;
 }
@@ -243,6 +284,7 @@ static enum MHD_Result start_stream(struct server *srv, struct MHD_Connection *c
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_cors(r);
     enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return rc;
@@ -418,6 +460,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_data_size = 0;
         return MHD_YES;
     }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
+    cors_origin = shoal_serve_cors_allows(srv->cfg->cors, origin) ? origin : NULL;
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
     if (!host_ok(srv, host)) {
         char msg[200];
@@ -432,6 +476,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (stopping)   /* every endpoint, /health too: a balancer sends no more */
         return fail(c, 503, "server_error", NULL, "the server is shutting down");
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (cors_origin && !strcmp(method, "OPTIONS"))
+        return reply_preflight(c);
     if (!strcmp(url, "/health")) {
         if (!get)
             return fail(c, 405, "invalid_request_error", NULL, "/health takes GET");
@@ -481,6 +527,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                      "most)", SHOAL_SERVE_MAX_EVENT_STREAMS);
             return fail(c, 429, "rate_limit_error", "busy", msg);
         }
+        add_cors(r);
         enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         return rc;
@@ -637,6 +684,11 @@ int shoal_serve_check_config(const struct shoal_serve_config *cfg)
     char text[300];
     if (bind_addr(cfg, &ss, text, sizeof text))
         return -1;
+    char msg[400];
+    if (cfg->cors && shoal_serve_cors_check(cfg->cors, msg, sizeof msg)) {
+        shoal_cli_error("serve: %s", msg);
+        return -1;
+    }
     if (!cfg->api_key_path && !shoal_wire_addr_is_loopback(&ss)) {
         shoal_cli_error("serve: --host %s is not a loopback address: without --api-key the "
                         "server listens on loopback only", cfg->host);

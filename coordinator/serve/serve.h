@@ -29,6 +29,8 @@ struct shoal_serve_config {
     int parallel;              /* requests generating at once: the session's context
                                 * must hold as many sequences (KV slots) */
     int queue;                 /* requests waiting for a slot; more get 429 */
+    const char *cors;          /* --cors: origins a browser may call the API from,
+                                * comma-separated, or "*" (cors.h); NULL: none */
     const char *slot_dir;      /* --slot-dir: slots saved at stop, loaded at start
                                 * (slots.h); NULL: none */
     unsigned token_delay_ms;   /* tests only: sleep after each engine step */
@@ -41,8 +43,8 @@ struct shoal_serve_config {
                                 * logits (logprobs still report the model's) */
 };
 
-/* Check cfg before the model is opened: the host parses, and without an
- * API key it is a loopback address. Returns 0, or -1 after printing one
+/* Check cfg before the model is opened: the host parses, without an API
+ * key it is a loopback address, and --cors names origins. Returns 0, or -1 after printing one
  * usage error line. */
 int shoal_serve_check_config(const struct shoal_serve_config *cfg);
 
