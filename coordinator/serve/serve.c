@@ -38,10 +38,11 @@ struct conn {
 
 /* ---- replies ---- */
 
-/* The request's Origin when --cors allows it, else NULL: set by handle()
- * before it answers, read by the reply helpers below on the same thread
+/* The request's Origin when --cors allows it, else NULL: set at the top of
+ * every handle() call, read by the reply helpers below on the same thread
  * within that call (libmicrohttpd calls handle() for one connection at a
- * time on a thread, and a response's headers are set when it is made). */
+ * time on a thread, and a response's headers are set when it is made), so
+ * it never outlives the request whose header it points into. */
 static _Thread_local const char *cors_origin;
 
 /* The CORS headers of an allowed origin on r (none when not allowed). */
@@ -428,6 +429,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     (void)version;
     struct server *srv = cls;
     struct conn *cn = *con_cls;
+    /* every call: a reply made in it (any of them) sees this request's Origin */
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
+    cors_origin = shoal_serve_cors_allows(srv->cfg->cors, origin) ? origin : NULL;
     if (!cn) {
         cn = shoal_xcalloc(1, sizeof *cn);
         cn->url = shoal_serve_metrics_endpoint(url);
@@ -460,8 +464,6 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_data_size = 0;
         return MHD_YES;
     }
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
-    cors_origin = shoal_serve_cors_allows(srv->cfg->cors, origin) ? origin : NULL;
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
     if (!host_ok(srv, host)) {
         char msg[200];
