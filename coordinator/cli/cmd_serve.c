@@ -24,9 +24,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: shoal serve [--model] [MODEL] [--host ADDR] [--port N] [--api-key FILE]\n"
-        "                   [--parallel N] [--queue N] [options]\n"
+        "                   [--parallel N] [--queue N] [--cors ORIGIN[,ORIGIN]] [options]\n"
         "\n"
-        "An OpenAI-compatible HTTP API: GET /health, GET /v1/models,\n"
+        "An OpenAI-compatible HTTP API: GET /health, GET /v1/models[/ID],\n"
         "POST /v1/completions, POST /v1/chat/completions (whole or streamed as\n"
         "server-sent events). Up to --parallel requests generate together, one KV\n"
         "cache slot each, in shared engine steps (their experts are read once per\n"
@@ -48,6 +48,10 @@ static void usage(FILE *f)
         "  --queue N            requests waiting for a slot (default 16; 0..4096)\n"
         "  --kv-budget SIZE     bytes the KV cache of all slots may take (e.g. 2G); the\n"
         "                       context per slot (--ctx) is lowered to fit\n"
+        "  --cors ORIGINS       let browser pages of these origins call the API (CORS):\n"
+        "                       http://HOST[:PORT] or https://HOST[:PORT], separated by\n"
+        "                       commas, or * for any; preflights need no key (default:\n"
+        "                       none, no CORS headers)\n"
         "  --slot-dir DIR       keep the slots' tokens and KV rows in DIR when stopping and\n"
         "                       load them at start: conversations survive a restart\n"
         "  --max-connections N  HTTP connections at once (default 64, or more when\n"
@@ -115,7 +119,7 @@ int shoal_cmd_serve(int argc, char **argv)
         }
         if (!strcmp(a, "--host") || !strcmp(a, "--port") || !strcmp(a, "--api-key") ||
             !strcmp(a, "--parallel") || !strcmp(a, "--queue") || !strcmp(a, "--slot-dir") ||
-            !strcmp(a, "--kv-budget") || !strcmp(a, "--max-connections") ||
+            !strcmp(a, "--kv-budget") || !strcmp(a, "--cors") || !strcmp(a, "--max-connections") ||
             !strcmp(a, "--max-connections-per-address") || !strcmp(a, "--header-timeout") ||
             !strcmp(a, "--test-token-delay") || !strcmp(a, "--test-logits-dir") ||
             !strcmp(a, "--test-forced-tokens")) {
@@ -131,6 +135,8 @@ int shoal_cmd_serve(int argc, char **argv)
                 cfg.api_key_path = v;
             } else if (!strcmp(a, "--slot-dir")) {
                 cfg.slot_dir = v;
+            } else if (!strcmp(a, "--cors")) {
+                cfg.cors = v;
             } else if (!strcmp(a, "--kv-budget")) {
                 if (shoal_cli_parse_size(a, v, &so.kv_budget))
                     return 2;

@@ -125,24 +125,37 @@ static int get_logprobs(json_t *root, struct shoal_api_request *r, struct shoal_
     return 0;
 }
 
-/* content: a string, null, or a list of {"type": "text", "text": ...}
- * parts; a list becomes the joined string in place. */
+/* What a JSON value is (NULL: "missing"), for "expected ..., got ..." */
+static const char *kind_of(const json_t *v)
+{
+    static const char *const kinds[] = {
+        [JSON_OBJECT] = "an object", [JSON_ARRAY] = "a list", [JSON_STRING] = "a string",
+        [JSON_INTEGER] = "a number", [JSON_REAL] = "a number", [JSON_TRUE] = "true",
+        [JSON_FALSE] = "false", [JSON_NULL] = "null"};
+    return v ? kinds[json_typeof(v)] : "missing";
+}
+
+/* content: a string or a list of {"type": "text", "text": ...} parts; a
+ * list becomes the joined string in place. Null or missing is checked by
+ * the caller (check_message). */
 static int flatten_content(json_t *msg, size_t idx, struct shoal_api_error *e)
 {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu].content", idx);
     json_t *c = json_object_get(msg, "content");
     if (!c || json_is_null(c) || json_is_string(c))
         return 0;
     if (!json_is_array(c))
-        return bad(e, "messages", "messages[%zu].content must be a string or a list of "
-                   "text parts", idx);
+        return bad(e, param, "%s must be a string or a list of text parts, got %s", param,
+                   kind_of(c));
     size_t len = 0, i;
     json_t *part;
     json_array_foreach(c, i, part) {
         json_t *t = json_object_get(part, "text");
         const char *type = json_string_value(json_object_get(part, "type"));
         if (!type || strcmp(type, "text") || !json_is_string(t))
-            return bad(e, "messages", "messages[%zu].content[%zu] is not a text part "
-                       "({\"type\": \"text\", \"text\": ...}); only text is supported", idx, i);
+            return bad(e, param, "%s[%zu] is not a text part ({\"type\": \"text\", "
+                       "\"text\": ...}); only text is supported", param, i);
         len += json_string_length(t);
     }
     char *joined = shoal_xmalloc(len + 1);
@@ -157,21 +170,92 @@ static int flatten_content(json_t *msg, size_t idx, struct shoal_api_error *e)
     return 0;
 }
 
+/* The roles OpenAI's chat API takes ("function": its older form of "tool"). */
+static const char *const ROLES[] = {"system", "developer", "user", "assistant", "tool",
+                                    "function"};
+#define ROLES_TEXT "'system', 'developer', 'user', 'assistant', 'tool' or 'function'"
+
+/* messages[idx]: an object with one of ROLES and a content; only an
+ * assistant message with tool_calls (or function_call) may leave the
+ * content null or out (then it is set to null: what a template that reads
+ * tool calls tests, `message.content is none`). *null_content: 1 when so. */
+static int check_message(json_t *msg, size_t idx, int *null_content, struct shoal_api_error *e)
+{
+    char param[64];
+    *null_content = 0;
+    if (!json_is_object(msg)) {
+        snprintf(param, sizeof param, "messages[%zu]", idx);
+        return bad(e, param, "%s must be an object with a 'role' and a 'content', got %s",
+                   param, kind_of(msg));
+    }
+    snprintf(param, sizeof param, "messages[%zu].role", idx);
+    json_t *role = json_object_get(msg, "role");
+    if (!json_is_string(role))
+        return bad(e, param, "%s is %s: expected one of " ROLES_TEXT, param, kind_of(role));
+    const char *rs = json_string_value(role);
+    size_t k = 0;
+    while (k < sizeof ROLES / sizeof ROLES[0] && strcmp(rs, ROLES[k]))
+        k++;
+    if (k == sizeof ROLES / sizeof ROLES[0])
+        return bad(e, param, "%s is '%.64s': expected one of " ROLES_TEXT, param, rs);
+    json_t *calls = json_object_get(msg, "tool_calls");
+    if (calls && !json_is_null(calls)) {
+        snprintf(param, sizeof param, "messages[%zu].tool_calls", idx);
+        if (strcmp(rs, "assistant"))
+            return bad(e, param, "%s is set on a '%s' message: only an assistant message has "
+                       "tool calls", param, rs);
+        if (!json_is_array(calls))
+            return bad(e, param, "%s must be a list of tool calls, got %s", param,
+                       kind_of(calls));
+        size_t i;
+        json_t *call;
+        json_array_foreach(calls, i, call) {
+            if (!json_is_object(call))
+                return bad(e, param, "%s[%zu] must be an object ({\"id\", \"type\": "
+                           "\"function\", \"function\": {\"name\", \"arguments\"}}), got "
+                           "%s", param, i, kind_of(call));
+        }
+    }
+    json_t *c = json_object_get(msg, "content");
+    if (c && !json_is_null(c))
+        return flatten_content(msg, idx, e);
+    const int has_call = !strcmp(rs, "assistant") &&
+                         (json_array_size(calls) > 0 ||
+                          json_is_object(json_object_get(msg, "function_call")));
+    snprintf(param, sizeof param, "messages[%zu].content", idx);
+    if (!has_call)
+        return bad(e, param, "%s is %s: expected a string or a list of text parts (only an "
+                   "assistant message with tool_calls may leave it out)", param, kind_of(c));
+    if (!c)
+        json_object_set_new(msg, "content", json_null());
+    *null_content = 1;
+    return 0;
+}
+
 static int get_messages(json_t *root, struct shoal_api_request *r, struct shoal_api_error *e)
 {
     json_t *m = json_object_get(root, "messages");
     if (!json_is_array(m) || json_array_size(m) == 0)
         return bad(e, "messages", "'messages' must be a non-empty list of messages");
-    size_t i;
+    size_t i, n_null = 0;
     json_t *msg;
     json_array_foreach(m, i, msg) {
-        if (!json_is_object(msg) || !json_is_string(json_object_get(msg, "role")))
-            return bad(e, "messages", "messages[%zu] must be an object with a string 'role'", i);
-        if (flatten_content(msg, i, e))
+        int null_content;
+        if (check_message(msg, i, &null_content, e))
             return -1;
+        n_null += (size_t)null_content;
     }
     r->messages_json = json_dumps(m, JSON_COMPACT);
-    return r->messages_json ? 0 : bad(e, "messages", "'messages' cannot be serialized");
+    if (!r->messages_json)
+        return bad(e, "messages", "'messages' cannot be serialized");
+    if (!n_null)
+        return 0;
+    json_array_foreach(m, i, msg) {
+        if (json_is_null(json_object_get(msg, "content")))
+            json_object_set_new(msg, "content", json_string(""));
+    }
+    r->messages_json_empty = json_dumps(m, JSON_COMPACT);
+    return r->messages_json_empty ? 0 : bad(e, "messages", "'messages' cannot be serialized");
 }
 
 /* Chat template variables: "chat_template_kwargs" (an object: its members,
@@ -254,6 +338,33 @@ static int get_prompt(json_t *root, struct shoal_api_request *r, struct shoal_ap
     return 0;
 }
 
+/* What the server does not do yet, refused rather than ignored (a client
+ * asking for JSON must not get prose with 200): completions "echo": true,
+ * and a "response_format" other than {"type": "text"} (json_object and
+ * json_schema need constrained decoding). */
+static int check_unsupported(json_t *root, enum shoal_api_kind kind,
+                             struct shoal_api_error *e)
+{
+    json_t *echo = json_object_get(root, "echo");
+    if (kind == SHOAL_API_COMPLETION && echo && !json_is_null(echo) && !json_is_false(echo))
+        return bad(e, "echo", "'echo' is %s: only false is supported (the reply holds the "
+                   "completion without the prompt)", json_is_true(echo) ? "true" : kind_of(echo));
+    json_t *rf = json_object_get(root, "response_format");
+    if (!rf || json_is_null(rf))
+        return 0;
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (!json_is_object(rf) || !type)
+        return bad(e, "response_format", "'response_format' must be an object with a string "
+                   "'type' ({\"type\": \"text\"}), got %s", kind_of(rf));
+    if (!strcmp(type, "text"))
+        return 0;
+    if (!strcmp(type, "json_object") || !strcmp(type, "json_schema"))
+        return bad(e, "response_format", "'response_format' type '%s' is not supported: this "
+                   "server has no constrained decoding; only {\"type\": \"text\"}", type);
+    return bad(e, "response_format", "'response_format' type is '%.64s': expected 'text' "
+               "('json_object' and 'json_schema' are not supported)", type);
+}
+
 int shoal_api_parse_request(enum shoal_api_kind kind, const char *body, size_t len,
                             struct shoal_api_request *r, struct shoal_api_error *e)
 {
@@ -315,7 +426,7 @@ int shoal_api_parse_request(enum shoal_api_kind kind, const char *body, size_t l
         get_number(root, "frequency_penalty", -2, 2, &r->has_frequency_penalty,
                    &r->frequency_penalty, e))
         goto out;
-    if (get_stop(root, r, e) || get_logprobs(root, r, e))
+    if (get_stop(root, r, e) || get_logprobs(root, r, e) || check_unsupported(root, kind, e))
         goto out;
     rc = 0;
 out:
@@ -329,6 +440,7 @@ void shoal_api_request_free(struct shoal_api_request *r)
     free(r->prompt);
     free(r->prompt_tokens);
     free(r->messages_json);
+    free(r->messages_json_empty);
     free(r->template_vars_json);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
@@ -369,11 +481,12 @@ static char *dump(json_t *root)
     return s ? s : shoal_xstrdup("{}");
 }
 
-static json_t *usage_json(int64_t n_prompt, int64_t n_completion)
+static json_t *usage_json(struct shoal_api_usage u)
 {
-    return json_pack("{sIsIsI}", "prompt_tokens", (json_int_t)n_prompt, "completion_tokens",
-                     (json_int_t)n_completion, "total_tokens",
-                     (json_int_t)(n_prompt + n_completion));
+    return json_pack("{sIsIsIs{sI}}", "prompt_tokens", (json_int_t)u.n_prompt,
+                     "completion_tokens", (json_int_t)u.n_completion, "total_tokens",
+                     (json_int_t)(u.n_prompt + u.n_completion), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)u.n_cached);
 }
 
 static json_t *envelope(enum shoal_api_kind kind, int chunk, const char *id, int64_t created,
@@ -501,25 +614,25 @@ static json_t *chat_message_json(const struct shoal_api_chat_parts *m, int delta
 
 char *shoal_api_response_json(enum shoal_api_kind kind, const char *id, int64_t created,
                               const char *model, const char *text, size_t n,
-                              const char *finish, int64_t n_prompt, int64_t n_completion,
+                              const char *finish, struct shoal_api_usage usage,
                               const struct shoal_api_logprobs *lp)
 {
     if (kind == SHOAL_API_CHAT)
         return shoal_api_chat_response_json(
             id, created, model,
             &(struct shoal_api_chat_parts){.content = text ? text : "", .n_content = text ? n : 0},
-            finish, n_prompt, n_completion, lp);
+            finish, usage, lp);
     json_t *root = envelope(kind, 0, id, created, model);
     json_t *choice = json_pack("{sosisoso}", "text", text_json(text, n), "index", 0, "logprobs",
                                logprobs_json(kind, lp), "finish_reason", finish_json(finish));
     json_object_set_new(root, "choices", json_pack("[o]", choice));
-    json_object_set_new(root, "usage", usage_json(n_prompt, n_completion));
+    json_object_set_new(root, "usage", usage_json(usage));
     return dump(root);
 }
 
 char *shoal_api_chat_response_json(const char *id, int64_t created, const char *model,
                                    const struct shoal_api_chat_parts *m, const char *finish,
-                                   int64_t n_prompt, int64_t n_completion,
+                                   struct shoal_api_usage usage,
                                    const struct shoal_api_logprobs *lp)
 {
     json_t *root = envelope(SHOAL_API_CHAT, 0, id, created, model);
@@ -527,7 +640,7 @@ char *shoal_api_chat_response_json(const char *id, int64_t created, const char *
                                "logprobs", logprobs_json(SHOAL_API_CHAT, lp), "finish_reason",
                                finish_json(finish));
     json_object_set_new(root, "choices", json_pack("[o]", choice));
-    json_object_set_new(root, "usage", usage_json(n_prompt, n_completion));
+    json_object_set_new(root, "usage", usage_json(usage));
     return dump(root);
 }
 
@@ -568,18 +681,28 @@ char *shoal_api_chat_chunk_json(const char *id, int64_t created, const char *mod
 }
 
 char *shoal_api_usage_chunk_json(enum shoal_api_kind kind, const char *id, int64_t created,
-                                 const char *model, int64_t n_prompt, int64_t n_completion)
+                                 const char *model, struct shoal_api_usage usage)
 {
     json_t *root = envelope(kind, 1, id, created, model);
     json_object_set_new(root, "choices", json_array());
-    json_object_set_new(root, "usage", usage_json(n_prompt, n_completion));
+    json_object_set_new(root, "usage", usage_json(usage));
     return dump(root);
+}
+
+static json_t *model_object(const char *model, int64_t created)
+{
+    return json_pack("{sssssIss}", "id", model, "object", "model", "created",
+                     (json_int_t)created, "owned_by", "shoal");
 }
 
 char *shoal_api_models_json(const char *model, int64_t created)
 {
-    return dump(json_pack("{sss[{sssssIss}]}", "object", "list", "data", "id", model, "object",
-                          "model", "created", (json_int_t)created, "owned_by", "shoal"));
+    return dump(json_pack("{sss[o]}", "object", "list", "data", model_object(model, created)));
+}
+
+char *shoal_api_model_json(const char *model, int64_t created)
+{
+    return dump(model_object(model, created));
 }
 
 char *shoal_api_error_json(const struct shoal_api_error *e)

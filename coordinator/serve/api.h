@@ -17,6 +17,15 @@ enum shoal_api_kind {
     SHOAL_API_CHAT,             /* /v1/chat/completions: messages */
 };
 
+/* The token counts of a reply's "usage": prompt_tokens, completion_tokens,
+ * total_tokens and prompt_tokens_details.cached_tokens (n_cached: prompt
+ * tokens found in a slot's KV cache, not prefilled again). */
+struct shoal_api_usage {
+    int64_t n_prompt;
+    int64_t n_cached;
+    int64_t n_completion;
+};
+
 /* An error as OpenAI shapes it: {"error": {"message", "type", "param",
  * "code"}} with an HTTP status. */
 struct shoal_api_error {
@@ -45,7 +54,12 @@ struct shoal_api_request {
     size_t n_prompt_tokens;
     char *messages_json;      /* chat: the "messages" array as JSON, each
                                * content given as a list of text parts
-                               * joined into one string */
+                               * joined into one string; an assistant
+                               * message with tool_calls and no content has
+                               * "content": null */
+    char *messages_json_empty; /* chat: messages_json with each null content
+                               * as "" (for a template that cannot take
+                               * none), or NULL when no content is null */
     char *template_vars_json; /* chat: a JSON object of extra chat template
                                * variables, or NULL: "chat_template_kwargs"'s
                                * members and "tools" (a list of objects,
@@ -76,8 +90,12 @@ struct shoal_api_request {
  * with *req filled (free with shoal_api_request_free, also on failure), or
  * -1 with e set to a 400 naming the field: not JSON (or not UTF-8), not an
  * object, a field of the wrong type or out of range, no prompt/messages, a
- * message without a string role or with non-text content parts, n > 1,
- * chat top_logprobs without logprobs: true. */
+ * message whose role is not one of OpenAI's (system, developer, user,
+ * assistant, tool, function; param "messages[i].role"), a content that is
+ * null or missing except on an assistant message with tool_calls, or not
+ * text ("messages[i].content"), n > 1, chat top_logprobs without logprobs:
+ * true, and what is not served yet: completions "echo": true, a
+ * "response_format" other than {"type": "text"} (no constrained decoding). */
 int shoal_api_parse_request(enum shoal_api_kind kind, const char *body, size_t len,
                             struct shoal_api_request *req, struct shoal_api_error *e);
 
@@ -128,10 +146,12 @@ struct shoal_api_logprobs {
  * "text_offset": [...]} (an alternative whose text repeats an earlier
  * one's is left out of its object). */
 
-/* The whole response: a text_completion or a chat.completion, with usage. */
+/* The whole response: a text_completion or a chat.completion, with usage
+ * (usage: {"prompt_tokens", "completion_tokens", "total_tokens",
+ * "prompt_tokens_details": {"cached_tokens"}}). */
 char *shoal_api_response_json(enum shoal_api_kind kind, const char *id, int64_t created,
                               const char *model, const char *text, size_t n,
-                              const char *finish, int64_t n_prompt, int64_t n_completion,
+                              const char *finish, struct shoal_api_usage usage,
                               const struct shoal_api_logprobs *lp);
 
 /* One streamed chunk (text_completion or chat.completion.chunk). Chat: role
@@ -166,7 +186,7 @@ struct shoal_api_chat_parts {
  * arguments as shoal_api_response_json's (finish may be "tool_calls"). */
 char *shoal_api_chat_response_json(const char *id, int64_t created, const char *model,
                                    const struct shoal_api_chat_parts *m, const char *finish,
-                                   int64_t n_prompt, int64_t n_completion,
+                                   struct shoal_api_usage usage,
                                    const struct shoal_api_logprobs *lp);
 
 /* One chat.completion.chunk whose delta holds the parts d gives
@@ -179,10 +199,14 @@ char *shoal_api_chat_chunk_json(const char *id, int64_t created, const char *mod
 /* The closing usage chunk of a stream (stream_options.include_usage):
  * "choices": [] and "usage". */
 char *shoal_api_usage_chunk_json(enum shoal_api_kind kind, const char *id, int64_t created,
-                                 const char *model, int64_t n_prompt, int64_t n_completion);
+                                 const char *model, struct shoal_api_usage usage);
 
 /* GET /v1/models: a list holding the one model served. */
 char *shoal_api_models_json(const char *model, int64_t created);
+
+/* GET /v1/models/{id}: the model object as the list holds it, {"id",
+ * "object": "model", "created", "owned_by"}. */
+char *shoal_api_model_json(const char *model, int64_t created);
 
 /* Unicode characters in text [n] (the bytes that do not continue a UTF-8
  * sequence): completions' text_offset unit. Thread: any. */

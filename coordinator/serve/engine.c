@@ -359,7 +359,16 @@ static int prompt_ids(struct server *srv, struct job *j, int32_t **ids, size_t *
                                              .add_generation_prompt = 1,
                                              .messages_json = j->req.messages_json,
                                              .extra_json = j->req.template_vars_json};
-        if (shoal_chat_template_render(srv->tmpl, NULL, 0, &v, &rendered, &err))
+        int rc = shoal_chat_template_render(srv->tmpl, NULL, 0, &v, &rendered, &err);
+        if (rc == SHOAL_EINVAL && j->req.messages_json_empty) {
+            /* a null content (an assistant's tool calls) that the template
+             * cannot take as none, e.g. '...' + message['content']: as ""
+             * (minja's fallback for templates that need a content) */
+            v.messages_json = j->req.messages_json_empty;
+            err = (struct shoal_err){0};
+            rc = shoal_chat_template_render(srv->tmpl, NULL, 0, &v, &rendered, &err);
+        }
+        if (rc)
             return shoal_api_fail(e, 400, "invalid_request_error", "messages", NULL,
                                   "chat template: %s", err.msg);
         text = rendered;
@@ -682,13 +691,13 @@ static void finish(struct engine *en, struct run *r, int failed)
         }
         if (!failed && j->req.include_usage)
             serve_out_event(j, shoal_api_usage_chunk_json(j->req.kind, j->id, j->created,
-                                                          srv->cfg->model_id, j->n_prompt,
-                                                          j->n_gen));
+                                                          srv->cfg->model_id,
+                                                          serve_job_usage(j)));
         serve_out_put(j, "data: [DONE]\n\n", 14);
         free(text);
     } else if (r->harmony && !failed) {
         j->reply = shoal_api_chat_response_json(
-            j->id, j->created, srv->cfg->model_id, &parts, j->finish, j->n_prompt, j->n_gen,
+            j->id, j->created, srv->cfg->model_id, &parts, j->finish, serve_job_usage(j),
             r->want_lp ? &(struct shoal_api_logprobs){.tokens = r->lp, .n_tokens = r->n_lp}
                        : NULL);
         free(text);

@@ -23,6 +23,7 @@
 #include "chat_template.h"
 #include "cli.h"
 #include "conns.h"
+#include "cors.h"
 #include "harmony.h"
 #include "metrics.h"
 #include "util.h"
@@ -38,6 +39,22 @@ struct conn {
 
 /* ---- replies ---- */
 
+/* The request's Origin when --cors allows it, else NULL: set at the top of
+ * every handle() call, read by the reply helpers below on the same thread
+ * within that call (libmicrohttpd calls handle() for one connection at a
+ * time on a thread, and a response's headers are set when it is made), so
+ * it never outlives the request whose header it points into. */
+static _Thread_local const char *cors_origin;
+
+/* The CORS headers of an allowed origin on r (none when not allowed). */
+static void add_cors(struct MHD_Response *r)
+{
+    if (!cors_origin)
+        return;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, cors_origin);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Origin");
+}
+
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, char *json,
                              unsigned retry_after)
 {
@@ -48,6 +65,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, char *js
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    add_cors(r);
     if (retry_after) {
         char v[16];
         snprintf(v, sizeof v, "%u", retry_after);
@@ -87,12 +105,36 @@ static enum MHD_Result reply_typed(struct MHD_Connection *c, char *text,
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, a ? a->content_type : type);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_cors(r);
     if (a) {
         MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
         MHD_add_response_header(r, "Content-Security-Policy",
                                 "default-src 'self'; frame-ancestors 'none'");
     }
     enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* A CORS preflight (OPTIONS from an allowed origin): 204 with the methods
+ * and headers a page may use, the ones it asks for echoed when they are
+ * plain header names. No key needed: a browser sends none in a preflight. */
+static enum MHD_Result reply_preflight(struct MHD_Connection *c)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    const char *asked = MHD_lookup_connection_value(
+        c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCESS_CONTROL_REQUEST_HEADERS);
+    char headers[600] = "Authorization, Content-Type";
+    if (asked && *asked && shoal_serve_cors_headers_ok(asked))
+        snprintf(headers, sizeof headers, "Authorization, Content-Type, %s", asked);
+    add_cors(r);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_METHODS,
+                            "GET, POST, OPTIONS");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_HEADERS, headers);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_MAX_AGE, "3600");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
     MHD_destroy_response(r);
     return rc;
 }
@@ -237,6 +279,7 @@ static enum MHD_Result start_stream(struct server *srv, struct MHD_Connection *c
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    add_cors(r);
     enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return rc;
@@ -322,7 +365,7 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
         rc = reply(c, MHD_HTTP_OK,
                    shoal_api_response_json(j->req.kind, j->id, j->created, srv->cfg->model_id,
                                            j->text, j->text_len, j->finish,
-                                           j->n_prompt, j->n_gen,
+                                           serve_job_usage(j),
                                            j->req.logprobs ? &(struct shoal_api_logprobs){
                                                .tokens = j->lp, .n_tokens = j->n_lp} : NULL),
                    0);
@@ -380,6 +423,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     (void)version;
     struct server *srv = cls;
     struct conn *cn = *con_cls;
+    /* every call: a reply made in it (any of them) sees this request's Origin */
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
+    cors_origin = shoal_serve_cors_allows(srv->cfg->cors, origin) ? origin : NULL;
     if (!cn) {
         cn = shoal_xcalloc(1, sizeof *cn);
         cn->url = shoal_serve_metrics_endpoint(url);
@@ -429,6 +475,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (stopping)   /* every endpoint, /health too: a balancer sends no more */
         return fail(c, 503, "server_error", NULL, "the server is shutting down");
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (cors_origin && !strcmp(method, "OPTIONS"))
+        return reply_preflight(c);
     if (!strcmp(url, "/health")) {
         if (!get)
             return fail(c, 405, "invalid_request_error", NULL, "/health takes GET");
@@ -452,6 +500,19 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return reply(c, MHD_HTTP_OK, shoal_api_models_json(srv->cfg->model_id, srv->started_at),
                      0);
     }
+    if (!strncmp(url, "/v1/models/", 11)) {   /* the SDKs' models.retrieve */
+        if (!get)
+            return fail(c, 405, "invalid_request_error", NULL, "/v1/models/ID takes GET");
+        if (strcmp(url + 11, srv->cfg->model_id)) {
+            struct shoal_api_error e;
+            shoal_api_fail(&e, 404, "invalid_request_error", "model", "model_not_found",
+                           "the model '%.200s' does not exist: this server serves '%s' "
+                           "(GET /v1/models)", url + 11, srv->cfg->model_id);
+            return reply_error(c, &e);
+        }
+        return reply(c, MHD_HTTP_OK, shoal_api_model_json(srv->cfg->model_id, srv->started_at),
+                     0);
+    }
     if (!strcmp(url, "/metrics") || !strcmp(url, "/v1/dashboard/events")) {
         if (!get)
             return fail(c, 405, "invalid_request_error", NULL, "this endpoint takes GET");
@@ -465,6 +526,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                      "most)", SHOAL_SERVE_MAX_EVENT_STREAMS);
             return fail(c, 429, "rate_limit_error", "busy", msg);
         }
+        add_cors(r);
         enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         return rc;
@@ -476,7 +538,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         kind = SHOAL_API_CHAT;
     else
         return fail(c, 404, "invalid_request_error", "not_found",
-                    "no such endpoint (GET /health, GET /v1/models, POST /v1/completions, "
+                    "no such endpoint (GET /health, GET /v1/models[/ID], POST /v1/completions, "
                     "POST /v1/chat/completions, GET /metrics, GET / the dashboard)");
     if (!post)
         return fail(c, 405, "invalid_request_error", NULL, "this endpoint takes POST");
@@ -641,6 +703,11 @@ int shoal_serve_check_config(const struct shoal_serve_config *cfg)
     char text[300];
     if (bind_addr(cfg, &ss, text, sizeof text))
         return -1;
+    char msg[400];
+    if (cfg->cors && shoal_serve_cors_check(cfg->cors, msg, sizeof msg)) {
+        shoal_cli_error("serve: %s", msg);
+        return -1;
+    }
     if (!cfg->api_key_path && !shoal_wire_addr_is_loopback(&ss)) {
         shoal_cli_error("serve: --host %s is not a loopback address: without --api-key the "
                         "server listens on loopback only", cfg->host);

@@ -34,6 +34,8 @@ struct shoal_serve_config {
                                 * and the deadlines of a request head and body
                                 * (conns.h; --max-connections,
                                 * --max-connections-per-address, --header-timeout) */
+    const char *cors;          /* --cors: origins a browser may call the API from,
+                                * comma-separated, or "*" (cors.h); NULL: none */
     const char *slot_dir;      /* --slot-dir: slots saved at stop, loaded at start
                                 * (slots.h); NULL: none */
     unsigned token_delay_ms;   /* tests only: sleep after each engine step */
@@ -46,8 +48,8 @@ struct shoal_serve_config {
                                 * logits (logprobs still report the model's) */
 };
 
-/* Check cfg before the model is opened: the host parses, and without an
- * API key it is a loopback address. Returns 0, or -1 after printing one
+/* Check cfg before the model is opened: the host parses, without an API
+ * key it is a loopback address, and --cors names origins. Returns 0, or -1 after printing one
  * usage error line. */
 int shoal_serve_check_config(const struct shoal_serve_config *cfg);
 

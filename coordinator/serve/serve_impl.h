@@ -79,6 +79,13 @@ struct server {
  * before the request is cancelled (serve_out_put). */
 #define SERVE_MAX_UNSENT ((size_t)4 << 20)
 
+/* The usage counts of a job (prompt, cached, generated); mu held. */
+static inline struct shoal_api_usage serve_job_usage(const struct job *j)
+{
+    return (struct shoal_api_usage){.n_prompt = j->n_prompt, .n_cached = j->n_cached,
+                                    .n_completion = j->n_gen};
+}
+
 /* Drop a reference; the last frees the job. Thread: any (takes mu). */
 void serve_job_unref(struct server *srv, struct job *j);
 

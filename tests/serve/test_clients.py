@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """shoal serve with real clients, on the bundled model, one server with
---api-key:
+--api-key and --cors:
 
   - the official OpenAI client (npm `openai`, run with node):
     tests/serve/test_openai_client.mjs (completions and chat, whole and
     streamed, against shoal run; the client's 401/400/404 error classes)
   - curl: bad JSON 400, a missing key 401, a foreign Host header 403, an
     unknown path 404, a 10 MB body 413, each an OpenAI error object, and the
-    server still serving after each
+    server still serving after each; a browser's CORS preflight (OPTIONS
+    with Origin, no key) from the --cors origin is 204 with the
+    Access-Control-Allow-* headers, and a request from it carries
+    Access-Control-Allow-Origin; another origin gets none
   - slow clients: one that sends part of its headers and then nothing, one
     that sends headers announcing a body and then nothing: the server closes
     both after its head deadline or body grace (30 s) and serves the others meanwhile; one
@@ -38,6 +41,7 @@ import test_serve as ts  # noqa: E402  (Server, check, error_object, healthy)
 check = ts.check
 KEY = "a-key-for-the-client-tests"
 AUTH = {"Authorization": "Bearer " + KEY}
+PAGE = "http://localhost:5173"   # the --cors origin
 BODY = {"prompt": "ROMEO:", "max_tokens": 3, "temperature": 0}
 
 
@@ -127,6 +131,52 @@ def test_curl(srv):
               "curl: a completion after the error cases")
 
 
+def curl_headers(srv, path, *opts):
+    """(status, {lower-case header: value}) of curl on path."""
+    r = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-D", "-", "--max-time", "60"] +
+                       list(opts) + ["http://127.0.0.1:%d%s" % (srv.port, path)],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, "curl %s runs (%s)" % (path, r.stderr[:200]))
+    lines = r.stdout.replace("\r", "").split("\n")
+    status = int(lines[0].split()[1]) if lines and len(lines[0].split()) > 1 else 0
+    h = {}
+    for line in lines[1:]:
+        k, sep, v = line.partition(":")
+        if sep:
+            h[k.strip().lower()] = v.strip()
+    return status, h
+
+
+def test_curl_cors(srv):
+    """A browser's preflight and request, as curl sends them."""
+    if not shutil.which("curl"):
+        print("SKIP: curl not found (deploy/install-deps.sh installs it)", flush=True)
+        return
+    pre = ("-X", "OPTIONS", "-H", "Access-Control-Request-Method: POST",
+           "-H", "Access-Control-Request-Headers: authorization,content-type")
+    s, h = curl_headers(srv, "/v1/chat/completions", "-H", "Origin: " + PAGE, *pre)
+    check(s == 204 and h.get("access-control-allow-origin") == PAGE and
+          h.get("vary") == "Origin" and "POST" in h.get("access-control-allow-methods", "") and
+          {"authorization", "content-type"} <= {x.strip().lower() for x in h.get(
+              "access-control-allow-headers", "").split(",")} and
+          int(h.get("access-control-max-age", "0")) > 0,
+          "curl: a preflight from the --cors origin, without the key: 204 with the CORS "
+          "headers (%d %r)" % (s, h))
+    with tempfile.TemporaryDirectory() as d:
+        good = os.path.join(d, "good.json")
+        with open(good, "w") as f:
+            json.dump(BODY, f)
+        s, h = curl_headers(srv, "/v1/completions", "-H", "Origin: " + PAGE, "-H",
+                            "Authorization: Bearer " + KEY, "-H",
+                            "Content-Type: application/json", "--data-binary", "@" + good)
+        check(s == 200 and h.get("access-control-allow-origin") == PAGE and
+              h.get("vary") == "Origin",
+              "curl: a completion from the --cors origin carries its CORS headers (%r)" % h)
+    s, h = curl_headers(srv, "/v1/chat/completions", "-H", "Origin: http://evil.example", *pre)
+    check(s != 204 and not any(k.startswith("access-control-") for k in h),
+          "curl: a preflight from another origin gets no CORS headers (%d %r)" % (s, h))
+
+
 def idle_client(srv, payload, what, result):
     """Send payload, then nothing: record in result[what] the seconds until
     the server closes the connection (None: not within 150 s)."""
@@ -202,12 +252,13 @@ def main():
         kf.write(KEY + "\n")
         kf.flush()
         os.chmod(kf.name, 0o600)
-        srv = ts.Server(shoal, "--api-key", kf.name)
+        srv = ts.Server(shoal, "--api-key", kf.name, "--cors", PAGE)
         try:
             # the idle clients wait out the server's timeout while the rest runs
             threads, idle = start_idle_clients(srv)
             test_node(shoal, srv)
             test_curl(srv)
+            test_curl_cors(srv)
             test_stream_reads_nothing(srv)
             finish_idle_clients(srv, threads, idle)
         finally:

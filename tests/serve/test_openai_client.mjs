@@ -2,8 +2,9 @@
 // The official OpenAI client (npm package `openai`, pinned in
 // tests/serve/node/package.json, installed by deploy/install-deps.sh) against
 // a running `shoal serve` on the bundled model:
-//   - models.list names the model; models.retrieve of an unknown id is the
-//     client's NotFoundError
+//   - models.list names the model; models.retrieve gives the model object it
+//     lists; of an unknown id it is the client's NotFoundError (code
+//     model_not_found)
 //   - completions.create, whole and streamed: the greedy text equals
 //     `shoal run --greedy --no-echo`, usage and finish_reason as OpenAI's
 //   - chat.completions.create, whole and streamed (with include_usage): the
@@ -13,6 +14,11 @@
 //     code invalid_api_key); a bad field is its BadRequestError (400, param
 //     named); a prompt over the context is a BadRequestError with code
 //     context_length_exceeded
+//   - the API's edges (issue 28): a conversation whose assistant message has
+//     tool_calls and content null is served; a role OpenAI does not know, a
+//     response_format json_object/json_schema and completions echo: true are
+//     BadRequestErrors naming the field; a repeated prompt reports
+//     usage.prompt_tokens_details.cached_tokens, whole and streamed
 // Run by tests/serve/test_clients.py, which starts the server with --api-key.
 //
 // usage: node test_openai_client.mjs --base-url http://127.0.0.1:PORT
@@ -76,12 +82,18 @@ async function testModels() {
     const page = await client.models.list();
     check(page.data.length === 1 && page.data[0].id === MODEL_ID,
           `models.list names the model: ${JSON.stringify(page.data)}`);
+    const m = await client.models.retrieve(MODEL_ID);
+    check(m.id === MODEL_ID && m.object === 'model' && m.owned_by === page.data[0].owned_by &&
+          m.created === page.data[0].created,
+          `models.retrieve gives the listed model object: ${JSON.stringify(m)}`);
     try {
         await client.models.retrieve('no-such-model');
         check(false, 'models.retrieve of an unknown id fails');
     } catch (e) {
-        check(e instanceof OpenAI.NotFoundError && e.status === 404,
-              `models.retrieve of an unknown id: NotFoundError 404 (${e.constructor.name} ${e.status})`);
+        check(e instanceof OpenAI.NotFoundError && e.status === 404 &&
+              e.code === 'model_not_found' && /no-such-model/.test(e.message),
+              `models.retrieve of an unknown id: NotFoundError 404 model_not_found naming it ` +
+              `(${e.constructor.name} ${e.status} ${e.code}: ${e.message})`);
     }
 }
 
@@ -192,7 +204,7 @@ async function testErrors() {
     await expectError('messages without a role', OpenAI.BadRequestError, 400,
                       () => client.chat.completions.create({ model: MODEL_ID,
                                                              messages: [{ content: 'hi' }] }),
-                      (e) => check(e.param === 'messages', `400 param ${e.param}`));
+                      (e) => check(e.param === 'messages[0].role', `400 param ${e.param}`));
     await expectError('a prompt over the context', OpenAI.BadRequestError, 400,
                       () => client.completions.create({ ...body, prompt: 'ROMEO: '.repeat(300) }),
                       (e) => check(e.code === 'context_length_exceeded' && /256/.test(e.message),
@@ -201,8 +213,72 @@ async function testErrors() {
     check(r.choices[0].text.length > 0, 'the server serves after the client errors');
 }
 
+async function testToolCallNull() {
+    const call = { id: 'call_1', type: 'function',
+                   function: { name: 'get_weather', arguments: '{"city": "Paris"}' } };
+    const messages = [{ role: 'user', content: 'Weather in Paris?' },
+                      { role: 'assistant', content: null, tool_calls: [call] },
+                      { role: 'tool', tool_call_id: 'call_1', content: '18 C' }];
+    const r = await client.chat.completions.create({ model: MODEL_ID, messages, max_tokens: 3,
+                                                     temperature: 0 });
+    const same = await client.chat.completions.create({
+        model: MODEL_ID, max_tokens: 3, temperature: 0,
+        messages: [messages[0], { ...messages[1], content: '' }, messages[2]] });
+    check(r.choices[0].message.role === 'assistant' &&
+          r.usage.prompt_tokens === same.usage.prompt_tokens,
+          `a tool call with content null is served, as content "" in the bundled template ` +
+          `(${r.usage.prompt_tokens} vs ${same.usage.prompt_tokens} prompt tokens)`);
+}
+
+async function testRefusals() {
+    const chat = { model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 };
+    await expectError('role wizard', OpenAI.BadRequestError, 400,
+                      () => client.chat.completions.create(
+                          { ...chat, messages: [{ role: 'wizard', content: 'hi' }] }),
+                      (e) => check(e.param === 'messages[0].role' && /'wizard'/.test(e.message),
+                                   `400 names the role: param ${e.param}, ${e.message}`));
+    await expectError('a user message with content null', OpenAI.BadRequestError, 400,
+                      () => client.chat.completions.create(
+                          { ...chat, messages: [{ role: 'user', content: null }] }),
+                      (e) => check(e.param === 'messages[0].content',
+                                   `400 param ${e.param}: ${e.message}`));
+    for (const rf of [{ type: 'json_object' },
+                      { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } }])
+        await expectError(`response_format ${rf.type}`, OpenAI.BadRequestError, 400,
+                          () => client.chat.completions.create({ ...chat, response_format: rf }),
+                          (e) => check(e.param === 'response_format' &&
+                                       e.message.includes(rf.type),
+                                       `400 param ${e.param}: ${e.message}`));
+    await expectError('completions echo: true', OpenAI.BadRequestError, 400,
+                      () => client.completions.create({ model: MODEL_ID, prompt: 'ROMEO:',
+                                                        max_tokens: 2, echo: true }),
+                      (e) => check(e.param === 'echo', `400 param ${e.param}: ${e.message}`));
+    const text = await client.chat.completions.create({ ...chat, response_format: { type: 'text' } });
+    check(text.choices.length === 1, 'response_format text is served');
+}
+
+async function testCachedTokens() {
+    // a repeated prompt: its tokens come from the slot's KV cache
+    const prompt = 'JULIET: ' + 'O Romeo, Romeo, wherefore art thou Romeo? '.repeat(2);
+    await client.completions.create({ model: MODEL_ID, prompt, max_tokens: 2 });
+    const again = await client.completions.create({ model: MODEL_ID, prompt, max_tokens: 2 });
+    const n = again.usage.prompt_tokens_details?.cached_tokens;
+    check(n >= 10 && n < again.usage.prompt_tokens,
+          `a repeated prompt: usage.prompt_tokens_details.cached_tokens ${n} of ` +
+          `${again.usage.prompt_tokens}`);
+    const stream = await client.completions.create({ model: MODEL_ID, prompt, max_tokens: 2,
+                                                     stream: true,
+                                                     stream_options: { include_usage: true } });
+    let usage = null;
+    for await (const ch of stream)
+        usage = ch.usage ?? usage;
+    check(usage?.prompt_tokens_details?.cached_tokens >= 10,
+          `streamed: the usage chunk's cached_tokens: ${JSON.stringify(usage)}`);
+}
+
 for (const [name, fn] of [['models', testModels], ['completions', testCompletions],
-                          ['chat', testChat], ['errors', testErrors]]) {
+                          ['chat', testChat], ['errors', testErrors], ['tool call, content null', testToolCallNull],
+                          ['refusals', testRefusals], ['cached tokens', testCachedTokens]]) {
     try {
         await fn();
     } catch (e) {

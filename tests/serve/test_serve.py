@@ -13,6 +13,20 @@ library only (http.client, subprocess) on the bundled model.
     generates 429 with Retry-After; the server keeps serving after each
   - a client that disconnects cancels its generation
   - --host off loopback without --api-key is refused
+  - the API's edges (issue 28): an assistant message with tool_calls and
+    content null or left out is served (rendered as the template takes it:
+    none for DeepSeek-V3's template, which tests `content is none`, when
+    ../shared is there; "" for the bundled one, which adds strings); any
+    other null content is a 400 naming messages[i].content; a role OpenAI
+    does not know is a 400 naming messages[i].role; completions echo: true
+    and response_format json_object/json_schema are 400s naming the
+    parameter; GET /v1/models/ID gives the model object (an unknown id 404
+    model_not_found); usage.prompt_tokens_details.cached_tokens reports the
+    prompt tokens found in the KV cache (a repeated prompt, and after a
+    restart with --slot-dir, whole and streamed); --cors ORIGINS answers an
+    allowed Origin with Access-Control-Allow-Origin and Vary: Origin and its
+    preflights with 204 without a key, a disallowed one without CORS
+    headers; a bad --cors value is a one-line usage error
 
 usage: test_serve.py --shoal build-test/coordinator/shoal
 """
@@ -30,6 +44,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 FAILS = []
 CHECKS = [0]
 
@@ -144,6 +159,10 @@ def test_basics(shoal, srv):
     s, h, b = srv.request("GET", "/health")
     check(s == 200 and json.loads(b) == {"status": "ok"}, "/health")
     check("access-control-allow-origin" not in h, "no CORS header")
+    s, h, _ = srv.request("OPTIONS", "/v1/completions", headers={
+        "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST"})
+    check(s != 204 and not any(k.startswith("access-control-") for k in h),
+          "without --cors, a preflight gets no CORS headers (%d %r)" % (s, h))
     s, _, b = srv.request("GET", "/v1/models")
     m = json.loads(b)
     check(s == 200 and m["object"] == "list" and [d["id"] for d in m["data"]] == ["shakespeare-moe"],
@@ -260,7 +279,7 @@ def test_errors(shoal, srv):
     s, _, b = srv.post("/v1/completions", {"max_tokens": 3})
     error_object(s, b, 400, "no prompt", param="prompt")
     s, _, b = srv.post("/v1/chat/completions", {"messages": [{"content": "hi"}]})
-    error_object(s, b, 400, "a message without a role", param="messages")
+    error_object(s, b, 400, "a message without a role", param="messages[0].role")
     s, _, b = srv.post("/v1/completions", [1, 2])
     error_object(s, b, 400, "a body that is not an object")
     healthy(srv, "wrong types")
@@ -311,6 +330,286 @@ def test_errors(shoal, srv):
         check(r.status == 200, "Host %s is accepted" % host)
         c.close()
     healthy(srv, "the error cases")
+
+
+CALL = {"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+
+
+def tool_conversation(content=None, leave_out=False):
+    """A user turn, the assistant's tool call (its content given, null or
+    left out), the tool's answer."""
+    call = {"role": "assistant", "tool_calls": [CALL]}
+    if not leave_out:
+        call["content"] = content
+    return [{"role": "user", "content": "Weather in Paris?"}, call,
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}]
+
+
+def test_messages_checked(srv):
+    """Items 4 and 5: content null on an assistant's tool call is served;
+    other null contents and unknown roles are 400s naming the field."""
+    usage = {}
+    for what, msgs in (("content \"\"", tool_conversation("")),
+                       ("content null", tool_conversation(None)),
+                       ("content left out", tool_conversation(leave_out=True))):
+        s, _, b = srv.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2,
+                                                    "temperature": 0})
+        check(s == 200, "an assistant tool call with %s is served (%d %r)" % (what, s, b[:300]))
+        if s == 200:
+            usage[what] = json.loads(b)["usage"]["prompt_tokens"]
+    # the bundled template adds strings ('...' + message['content']): none as ""
+    check(len(set(usage.values())) == 1 and len(usage) == 3,
+          "content null or left out renders as \"\" in the bundled template (%r)" % usage)
+    msgs = tool_conversation(None)
+    msgs[2]["content"] = None
+    s, _, b = srv.post("/v1/chat/completions", {"messages": msgs})
+    e = error_object(s, b, 400, "a tool message with content null", param="messages[2].content")
+    msg = (e or {}).get("message", "")
+    check("messages[2].content is null" in msg and "unsupported operand" not in msg,
+          "the 400 says which content is null, not the template's internals: %r" % msg)
+    s, _, b = srv.post("/v1/chat/completions", {"messages": [{"role": "user"}]})
+    e = error_object(s, b, 400, "a user message without content", param="messages[0].content")
+    check("missing" in (e or {}).get("message", ""), "the 400 says the content is missing: %r"
+          % (e or {}).get("message"))
+    s, _, b = srv.post("/v1/chat/completions", {"messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": None}]})
+    error_object(s, b, 400, "an assistant message with content null and no tool_calls",
+                 param="messages[1].content")
+    s, _, b = srv.post("/v1/chat/completions", {"messages": [{"role": "wizard",
+                                                              "content": "hi"}]})
+    e = error_object(s, b, 400, "role wizard", param="messages[0].role")
+    msg = (e or {}).get("message", "")
+    check("'wizard'" in msg and "'assistant'" in msg and "'developer'" in msg,
+          "the 400 names the role and the roles accepted: %r" % msg)
+    for role in ("system", "developer", "user"):
+        s, _, b = srv.post("/v1/chat/completions", {"messages": [{"role": role,
+                                                                  "content": "hi"}],
+                                                    "max_tokens": 1})
+        check(s == 200, "role %s is accepted (%d %r)" % (role, s, b[:200]))
+    healthy(srv, "the message checks")
+
+
+def test_refused_params(srv):
+    """Item 6: what the server cannot do yet is refused, not ignored."""
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    s, _, b = srv.post("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 2, "echo": True})
+    e = error_object(s, b, 400, "completions echo: true", param="echo")
+    check("echo" in (e or {}).get("message", ""), "the echo 400 names it: %r" % (e or {}))
+    for rf in ({"type": "json_object"},
+               {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}):
+        s, _, b = srv.post("/v1/chat/completions", dict(chat, response_format=rf))
+        e = error_object(s, b, 400, "response_format " + rf["type"], param="response_format")
+        check(rf["type"] in (e or {}).get("message", ""),
+              "the response_format 400 names the type: %r" % (e or {}).get("message"))
+    s, _, b = srv.post("/v1/chat/completions", dict(chat, response_format={"type": "text"}))
+    check(s == 200, "response_format text is served (%d)" % s)
+    s, _, b = srv.post("/v1/completions", {"prompt": "ROMEO:", "max_tokens": 2, "echo": False})
+    check(s == 200, "echo: false is served (%d)" % s)
+    healthy(srv, "the refused parameters")
+
+
+def cached_of(usage):
+    return ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
+
+
+def logged_cached(srv):
+    return [int(m) for m in re.findall(r"tokens \((\d+) cached\)", srv.log())]
+
+
+def test_model_and_cached(srv):
+    """Item 7: GET /v1/models/ID; cached_tokens of a repeated prompt."""
+    s, _, b = srv.request("GET", "/v1/models")
+    listed = json.loads(b)["data"][0]
+    s, h, b = srv.request("GET", "/v1/models/shakespeare-moe")
+    check(s == 200 and h.get("content-type") == "application/json" and json.loads(b) == listed,
+          "GET /v1/models/shakespeare-moe is the listed model object (%d %r, %r)" %
+          (s, b[:200], listed))
+    s, _, b = srv.request("GET", "/v1/models/gpt-4o")
+    e = error_object(s, b, 404, "an unknown model id", param="model", code="model_not_found")
+    check("'gpt-4o'" in (e or {}).get("message", ""), "the 404 names the id: %r" % (e or {}))
+    s, _, b = srv.request("POST", "/v1/models/shakespeare-moe", {})
+    error_object(s, b, 405, "POST on /v1/models/ID")
+    prompt = "ROMEO: " + "But soft, what light through yonder window breaks? " * 2
+    first = json.loads(srv.post("/v1/completions", {"prompt": prompt, "max_tokens": 2})[2])
+    check(cached_of(first["usage"]) is not None, "usage holds prompt_tokens_details."
+          "cached_tokens: %r" % first["usage"])
+    again = json.loads(srv.post("/v1/completions", {"prompt": prompt, "max_tokens": 2})[2])
+    n = cached_of(again["usage"])
+    check(n is not None and n >= 10 and n < again["usage"]["prompt_tokens"] and
+          n == logged_cached(srv)[-1],
+          "a repeated prompt: cached_tokens %r, as the log says (%r), of %d" %
+          (n, logged_cached(srv)[-3:], again["usage"]["prompt_tokens"]))
+    s, _, b = srv.post("/v1/completions", {"prompt": prompt, "max_tokens": 2, "stream": True,
+                                           "stream_options": {"include_usage": True}})
+    u = json.loads(sse_events(b)[-2]).get("usage")
+    n = cached_of(u)
+    check(n is not None and n >= 10 and n == logged_cached(srv)[-1],
+          "streamed: the usage chunk's cached_tokens %r as the log's %r" %
+          (n, logged_cached(srv)[-1:]))
+
+
+def test_cached_after_restart(shoal, tmp):
+    """Item 7: a prompt a restarted server (--slot-dir) finds in the saved
+    slots reports cached_tokens, whole and streamed chat."""
+    body = {"messages": [{"role": "user", "content": "Speak of the moon and the stars."}],
+            "max_tokens": 4, "temperature": 0}
+    srv = Server(shoal, "--parallel", "2", "--slot-dir", tmp)
+    try:
+        s, _, b = srv.post("/v1/chat/completions", body)
+        check(s == 200 and cached_of(json.loads(b)["usage"]) == 0,
+              "a first prompt has no cached tokens: %r" % b[-200:])
+    finally:
+        check(srv.stop() == 0, "--slot-dir: the first server exits 0")
+    srv = Server(shoal, "--parallel", "2", "--slot-dir", tmp)
+    try:
+        s, _, b = srv.post("/v1/chat/completions", body)
+        u = json.loads(b)["usage"] if s == 200 else {}
+        n = cached_of(u)
+        check(n is not None and n >= 10 and logged_cached(srv) == [n],
+              "after a restart with --slot-dir: cached_tokens %r, as the log says (%r)" %
+              (n, logged_cached(srv)))
+        s, _, b = srv.post("/v1/chat/completions",
+                           dict(body, stream=True, stream_options={"include_usage": True}))
+        u = json.loads(sse_events(b)[-2]).get("usage")
+        check(cached_of(u) is not None and cached_of(u) >= 10 and
+              cached_of(u) == logged_cached(srv)[-1],
+              "streamed chat: the usage chunk's cached_tokens %r" % (u,))
+    finally:
+        check(srv.stop() == 0, "--slot-dir: the second server exits 0")
+
+
+def cors_request(srv, method, path, origin, body=None, headers=None):
+    h = {"Origin": origin} if origin else {}
+    h.update(headers or {})
+    return srv.request(method, path, body, headers=h)
+
+
+def test_cors(shoal):
+    """Item 8: --cors, with an API key (a preflight needs none)."""
+    page, other = "http://localhost:3000", "http://evil.example"
+    with tempfile.NamedTemporaryFile("w", suffix=".key") as kf:
+        kf.write("a-secret-key-of-some-length\n")
+        kf.flush()
+        os.chmod(kf.name, 0o600)
+        auth = {"Authorization": "Bearer a-secret-key-of-some-length"}
+        srv = Server(shoal, "--api-key", kf.name, "--cors", page + ",https://app.example:8443")
+        try:
+            pre = {"Access-Control-Request-Method": "POST",
+                   "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os"}
+            s, h, b = cors_request(srv, "OPTIONS", "/v1/chat/completions", page, headers=pre)
+            check(s == 204 and b == b"", "a preflight from an allowed origin: 204 without a key "
+                  "(%d %r)" % (s, b[:200]))
+            check(h.get("access-control-allow-origin") == page and h.get("vary") == "Origin",
+                  "the preflight allows the origin, Vary: Origin (%r)" % h)
+            methods = [m.strip() for m in h.get("access-control-allow-methods", "").split(",")]
+            allowed = [x.strip().lower()
+                       for x in h.get("access-control-allow-headers", "").split(",")]
+            check("POST" in methods and "GET" in methods, "Allow-Methods %r" % methods)
+            check({"authorization", "content-type", "x-stainless-os"} <= set(allowed),
+                  "Allow-Headers holds Authorization, Content-Type and the asked ones: %r" %
+                  allowed)
+            check(int(h.get("access-control-max-age", "0")) > 0, "Max-Age %r" %
+                  h.get("access-control-max-age"))
+            s, h, b = cors_request(srv, "OPTIONS", "/v1/models", "HTTPS://App.Example:8443")
+            check(s == 204 and h.get("access-control-allow-origin") == "HTTPS://App.Example:8443",
+                  "the second origin, in other case: 204 and allowed (%d %r)" % (s, h))
+            body = {"prompt": "ROMEO:", "max_tokens": 2, "temperature": 0}
+            s, h, b = cors_request(srv, "POST", "/v1/completions", page, body, auth)
+            check(s == 200 and h.get("access-control-allow-origin") == page and
+                  h.get("vary") == "Origin", "a completion for an allowed origin carries "
+                  "Access-Control-Allow-Origin and Vary (%d %r)" % (s, h))
+            s, h, b = cors_request(srv, "POST", "/v1/completions", page,
+                                   dict(body, stream=True), auth)
+            check(s == 200 and h.get("access-control-allow-origin") == page,
+                  "a stream for an allowed origin carries Access-Control-Allow-Origin (%r)" % h)
+            s, h, b = cors_request(srv, "POST", "/v1/completions", page, body)
+            error_object(s, b, 401, "an allowed origin without the key")
+            check(h.get("access-control-allow-origin") == page,
+                  "the 401 carries the CORS header, so the page can read it (%r)" % h)
+            s, h, b = cors_request(srv, "GET", "/v1/models", page, headers=auth)
+            check(s == 200 and h.get("access-control-allow-origin") == page, "/v1/models")
+            # a disallowed origin: no CORS header anywhere, no preflight answer
+            s, h, b = cors_request(srv, "OPTIONS", "/v1/chat/completions", other, headers=pre)
+            check(s != 204 and not any(k.startswith("access-control-") for k in h),
+                  "a preflight from another origin gets no CORS headers (%d %r)" % (s, h))
+            s, h, b = cors_request(srv, "POST", "/v1/completions", other, body, auth)
+            check(s == 200 and not any(k.startswith("access-control-") for k in h),
+                  "a request from another origin: served, no CORS headers (%r)" % h)
+            s, h, b = cors_request(srv, "POST", "/v1/completions", None, body, auth)
+            check(s == 200 and "access-control-allow-origin" not in h, "no Origin, no CORS")
+        finally:
+            check(srv.stop() == 0, "--cors: exits 0")
+    srv = Server(shoal, "--cors", "*")
+    try:
+        s, h, b = cors_request(srv, "OPTIONS", "/v1/completions", other)
+        check(s == 204 and h.get("access-control-allow-origin") == other,
+              "--cors '*': any origin is allowed (%d %r)" % (s, h))
+    finally:
+        check(srv.stop() == 0, "--cors '*': exits 0")
+    for bad in ("", "localhost:3000", "http://localhost:3000/", "http://a.example,,http://b",
+                "http://host:99999", "ftp://x"):
+        r = subprocess.run([shoal, "serve", "--port", "0", "--cors", bad],
+                           capture_output=True, text=True, timeout=60)
+        lines = r.stderr.strip().split("\n")
+        check(r.returncode == 2 and len(lines) == 1 and "--cors" in lines[0] and
+              "expected" in lines[0], "--cors %r: one usage line, exit 2 (%d %r)" %
+              (bad, r.returncode, r.stderr))
+
+
+def test_tool_call_template(shoal, tmp):
+    """Item 4 against a template that reads tool calls: DeepSeek-V3's tests
+    `message['content'] is none` to render an assistant's tool call. The
+    bundled model with that template: prompt_tokens equals jinja2's
+    rendering with content None (not with "")."""
+    cfg_path = os.path.join(SHARED, "tokenizers", "DeepSeek-V3-Base.tokenizer_config.json")
+    if not os.path.exists(cfg_path):
+        print("SKIP tool-call template: ../shared/data (DeepSeek-V3's chat template) is "
+              "absent", flush=True)
+        return
+    try:
+        import jinja2.sandbox
+    except ImportError:
+        print("SKIP tool-call template: python3-jinja2 is not installed", flush=True)
+        return
+    with open(cfg_path) as f:
+        template = json.load(f)["chat_template"]
+    model = os.path.join(tmp, "deepseek-template")
+    os.makedirs(model)
+    for name in os.listdir(MODEL):
+        if name != "tokenizer_config.json":
+            os.symlink(os.path.join(MODEL, name), os.path.join(model, name))
+    with open(os.path.join(MODEL, "tokenizer_config.json")) as f:
+        cfg = json.load(f)
+    cfg["chat_template"] = template
+    with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f)
+    bos = cfg.get("bos_token") or ""
+    bos = bos.get("content", "") if isinstance(bos, dict) else bos
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+    def n_tokens(msgs):
+        text = env.from_string(template).render(messages=msgs, bos_token=bos,
+                                                add_generation_prompt=True)
+        r = subprocess.run([shoal, "tokenize", "--model", model, "--no-bos", "--parse-special",
+                            "--text", text], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return len(r.stdout.split())
+
+    want_none = n_tokens(tool_conversation(None))
+    want_empty = n_tokens(tool_conversation(""))
+    check(want_none != want_empty, "DeepSeek-V3's template renders none and \"\" apart")
+    srv = Server(shoal, model=model)
+    try:
+        for what, msgs in (("null", tool_conversation(None)),
+                           ("left out", tool_conversation(leave_out=True))):
+            s, _, b = srv.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 1})
+            got = json.loads(b)["usage"]["prompt_tokens"] if s == 200 else None
+            check(got == want_none, "DeepSeek-V3's template, content %s: prompt_tokens %r == "
+                  "jinja2's rendering with None, %d (with \"\": %d; %d %r)" %
+                  (what, got, want_none, want_empty, s, b[:200]))
+    finally:
+        check(srv.stop() == 0, "the DeepSeek-template server exits 0")
 
 
 def test_key_busy_cancel(shoal):
@@ -559,6 +858,9 @@ def main():
         test_completions(shoal, srv)
         test_chat(shoal, srv)
         test_errors(shoal, srv)
+        test_messages_checked(srv)
+        test_refused_params(srv)
+        test_model_and_cached(srv)
     finally:
         rc = srv.stop()
         check(rc == 0, "SIGTERM stops the server with status 0 (%d)" % rc)
@@ -566,6 +868,11 @@ def main():
     test_kv_budget(shoal)
     test_stop_replies(shoal)
     test_nul_bytes(shoal)
+    test_cors(shoal)
+    with tempfile.TemporaryDirectory() as tmp:
+        test_cached_after_restart(shoal, tmp)
+    with tempfile.TemporaryDirectory() as tmp:
+        test_tool_call_template(shoal, tmp)
     print("test_serve: %d checks, %d failed" % (CHECKS[0], len(FAILS)))
     return 1 if FAILS else 0
 

@@ -12,6 +12,9 @@
 /* cr_assert of a call (a macro's parenthesis cannot start its argument) */
 #define cr_assert_true(x) cr_assert(eq(int, !!(x), 1), "%s", #x)
 
+#define USAGE(p, c, g) ((struct shoal_api_usage){.n_prompt = (p), .n_cached = (c), \
+                                                .n_completion = (g)})
+
 static int parse(enum shoal_api_kind kind, const char *body, struct shoal_api_request *r,
                  struct shoal_api_error *e)
 {
@@ -69,10 +72,67 @@ Test(api, chat_fields_are_parsed)
     cr_assert(r.logprobs == 1 && r.top_logprobs == 20);
     cr_assert(r.has_presence_penalty && r.presence_penalty == 2.0);
     shoal_api_request_free(&r);
-    cr_assert(eq(int, parse(SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\"}], "
+    cr_assert(eq(int, parse(SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
                             "\"logprobs\": false}", &r, &e), 0));
     cr_assert(r.logprobs == 0 && r.top_logprobs == 0);
     shoal_api_request_free(&r);
+}
+
+Test(api, null_content_of_a_tool_call_and_the_roles)
+{
+    struct shoal_api_request r;
+    struct shoal_api_error e;
+    /* an assistant message with tool_calls: content null or left out is
+     * none for the template, and "" in the fallback copy */
+    const char *body =
+        "{\"messages\": [{\"role\": \"developer\", \"content\": \"d\"}, {\"role\": \"user\", "
+        "\"content\": \"u\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+        "[{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", "
+        "\"arguments\": \"{}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", "
+        "\"content\": \"1\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"c2\"}]}],"
+        " \"response_format\": {\"type\": \"text\"}}";
+    cr_assert(eq(int, parse(SHOAL_API_CHAT, body, &r, &e), 0), "%s", e.message);
+    json_t *m = json_loads(r.messages_json, 0, NULL);
+    cr_assert_true(json_is_null(json_object_get(json_array_get(m, 2), "content")));
+    cr_assert_true(json_is_null(json_object_get(json_array_get(m, 4), "content")));
+    json_decref(m);
+    m = json_loads(r.messages_json_empty, 0, NULL);
+    cr_assert(eq(str, (char *)json_string_value(json_object_get(json_array_get(m, 4),
+                                                                "content")), ""));
+    json_decref(m);
+    shoal_api_request_free(&r);
+    cr_assert(eq(int, parse(SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", "
+                            "\"content\": \"x\"}]}", &r, &e), 0));
+    cr_assert_true(r.messages_json_empty == NULL);
+    shoal_api_request_free(&r);
+    cr_assert(eq(int, parse(SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"wizard\", "
+                            "\"content\": \"x\"}]}", &r, &e), -1));
+    cr_assert(strstr(e.message, "'wizard'") && strstr(e.message, "'assistant'"), "%s",
+              e.message);
+    shoal_api_request_free(&r);
+    cr_assert(eq(int, parse(SHOAL_API_COMPLETION, "{\"prompt\": \"x\", \"echo\": false}", &r,
+                            &e), 0));
+    shoal_api_request_free(&r);
+}
+
+Test(api, usage_and_the_model_object)
+{
+    char *text = shoal_api_usage_chunk_json(SHOAL_API_CHAT, "chatcmpl-1", 5, "m",
+                                            USAGE(10, 7, 3));
+    json_t *root = json_loads(text, 0, NULL);
+    free(text);
+    json_t *u = json_object_get(root, "usage");
+    cr_assert(eq(i64, json_integer_value(json_object_get(u, "total_tokens")), 13));
+    cr_assert(eq(i64, json_integer_value(json_object_get(json_object_get(
+                          u, "prompt_tokens_details"), "cached_tokens")), 7));
+    json_decref(root);
+    text = shoal_api_model_json("m", 42);
+    root = json_loads(text, 0, NULL);
+    free(text);
+    cr_assert(eq(str, (char *)json_string_value(json_object_get(root, "id")), "m"));
+    cr_assert(eq(str, (char *)json_string_value(json_object_get(root, "object")), "model"));
+    cr_assert(eq(i64, json_integer_value(json_object_get(root, "created")), 42));
+    json_decref(root);
 }
 
 struct bad_case {
@@ -109,15 +169,44 @@ Test(api, bad_requests_are_400s_naming_the_field)
         {SHOAL_API_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 6}", "logprobs"},
         {SHOAL_API_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": true}", "logprobs"},
         {SHOAL_API_CHAT, "{\"messages\": []}", "messages"},
-        {SHOAL_API_CHAT, "{\"messages\": [{\"content\": \"hi\"}]}", "messages"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"content\": \"hi\"}]}", "messages[0].role"},
+        {SHOAL_API_CHAT, "{\"messages\": [3]}", "messages[0]"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"hi\"}]}",
+         "messages[0].role"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, "
+                         "{\"role\": 7, \"content\": \"hi\"}]}", "messages[1].role"},
         {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
-                         "\"image_url\"}]}]}", "messages"},
-        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": 1}", "logprobs"},
-        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": true, "
+                         "\"image_url\"}]}]}", "messages[0].content"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}",
+         "messages[0].content"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": null}]}",
+         "messages[0].content"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", "messages[0].content"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, "
+                         "{\"role\": \"assistant\", \"content\": null}]}",
+         "messages[1].content"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": null, "
+                         "\"tool_calls\": []}]}", "messages[0].content"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": 1}]}",
+         "messages[0].tool_calls"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", "
+                         "\"tool_calls\": [{}]}]}", "messages[0].tool_calls"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                         "\"response_format\": {\"type\": \"json_object\"}}", "response_format"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                         "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+                         "{\"name\": \"a\", \"schema\": {}}}}", "response_format"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                         "\"response_format\": \"json\"}", "response_format"},
+        {SHOAL_API_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", "echo"},
+        {SHOAL_API_COMPLETION, "{\"prompt\": \"x\", \"response_format\": {\"type\": "
+                               "\"json_object\"}}", "response_format"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 1}", "logprobs"},
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, "
                          "\"top_logprobs\": 21}", "top_logprobs"},
-        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"top_logprobs\": 2}",
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}",
          "top_logprobs"},
-        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\"}], \"logprobs\": true, "
+        {SHOAL_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, "
                          "\"top_logprobs\": -1}", "top_logprobs"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -175,7 +264,7 @@ Test(api, chat_logprobs_shape)
     struct shoal_api_logprobs lp = {TOKS, 2, 0};
     json_t *root;
     json_t *c = choice_of(shoal_api_response_json(SHOAL_API_CHAT, "chatcmpl-1", 5, "m",
-                                                  "\xe2\x80\x99s", 4, "length", 3, 2, &lp),
+                                                  "\xe2\x80\x99s", 4, "length", USAGE(3, 0, 2), &lp),
                           &root);
     cr_assert(eq(str, (char *)json_string_value(json_object_get(json_object_get(c, "message"),
                                                                 "content")), "\xe2\x80\x99s"));
@@ -213,7 +302,7 @@ Test(api, chat_logprobs_shape)
     cr_assert_true(json_is_object(json_object_get(c, "delta")));
     json_decref(root);
     c = choice_of(shoal_api_response_json(SHOAL_API_CHAT, "chatcmpl-1", 5, "m", "x", 1, "stop",
-                                          1, 1, NULL), &root);
+                                          USAGE(1, 0, 1), NULL), &root);
     cr_assert_true(json_is_null(json_object_get(c, "logprobs")));
     json_decref(root);
 }
@@ -229,7 +318,7 @@ Test(api, completion_logprobs_shape)
     struct shoal_api_logprobs lp = {toks, 4, 5};
     json_t *root;
     json_t *c = choice_of(shoal_api_response_json(SHOAL_API_COMPLETION, "cmpl-1", 5, "m",
-                                                  "a\xc3\xa9" "bc", 5, "length", 2, 4, &lp),
+                                                  "a\xc3\xa9" "bc", 5, "length", USAGE(2, 0, 4), &lp),
                           &root);
     json_t *l = json_object_get(c, "logprobs");
     json_t *tokens = json_object_get(l, "tokens"), *lps = json_object_get(l, "token_logprobs"),
@@ -268,7 +357,7 @@ Test(api, completion_logprobs_shape)
     cr_assert(eq(str, (char *)json_string_value(json_object_get(c, "finish_reason")), "stop"));
     json_decref(root);
     c = choice_of(shoal_api_response_json(SHOAL_API_COMPLETION, "cmpl-1", 5, "m", "x", 1, "stop",
-                                          1, 1, NULL), &root);
+                                          USAGE(1, 0, 1), NULL), &root);
     cr_assert_true(json_is_null(json_object_get(c, "logprobs")));
     json_decref(root);
 }
@@ -286,7 +375,7 @@ Test(api, chat_parts_shape)
     struct shoal_api_chat_parts m = {.content = "Hi.xx", .n_content = 3,
                                      .reasoning = "Think \xff", .n_reasoning = 7};
     struct shoal_api_token_logprob tok = {"Hi", 2, -0.5f, NULL, 0};
-    json_t *c = choice_of(shoal_api_chat_response_json("chatcmpl-1", 5, "m", &m, "stop", 4, 9,
+    json_t *c = choice_of(shoal_api_chat_response_json("chatcmpl-1", 5, "m", &m, "stop", USAGE(4, 0, 9),
                                                        &(struct shoal_api_logprobs){&tok, 1, 0}),
                           &root);
     json_t *msg = json_object_get(c, "message");
@@ -303,7 +392,7 @@ Test(api, chat_parts_shape)
     /* a tool call alone: content null, no reasoning_content */
     m = (struct shoal_api_chat_parts){.tool_name = "get_weather", .tool_args = "{\"c\": 1}x",
                                       .n_tool_args = 8, .tool_call_id = "call_7"};
-    c = choice_of(shoal_api_chat_response_json("chatcmpl-1", 5, "m", &m, "tool_calls", 4, 9,
+    c = choice_of(shoal_api_chat_response_json("chatcmpl-1", 5, "m", &m, "tool_calls", USAGE(4, 0, 9),
                                                NULL), &root);
     msg = json_object_get(c, "message");
     cr_assert_true(json_is_null(json_object_get(msg, "content")));
@@ -360,7 +449,7 @@ Test(api, chat_parts_shape)
     cr_assert(eq(str, (char *)str_at(d, "content"), ""));
     json_decref(root);
     c = choice_of(shoal_api_response_json(SHOAL_API_CHAT, "chatcmpl-1", 5, "m", NULL, 0, "stop",
-                                          1, 0, NULL), &root);
+                                          USAGE(1, 0, 0), NULL), &root);
     msg = json_object_get(c, "message");
     cr_assert(eq(str, (char *)str_at(msg, "content"), ""));
     cr_assert(eq(sz, json_object_size(msg), 2));
