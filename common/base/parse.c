@@ -2,10 +2,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
+#include "util.h"
 
 int shoal_parse_size(const char *s, unsigned long long *out)
 {
@@ -47,5 +49,51 @@ int shoal_parse_i64(const char *s, long long lo, long long hi, long long *out)
     if (*end != '\0' || errno != 0 || v < lo || v > hi)
         return SHOAL_EINVAL;
     *out = v;
+    return 0;
+}
+
+int shoal_parse_id_list(const char *s, int32_t **ids, size_t *n, struct shoal_err *err)
+{
+    size_t cap = 16, cnt = 0;
+    int32_t *out = shoal_xmalloc(cap * sizeof *out);
+    const char *p = s;
+    for (;;) {
+        /* ids are separated by one comma and/or whitespace: "1,2", "1 2",
+         * "1, 2"; an empty item ("1,,2", ",1", "1,") is a typo, not nothing */
+        int commas = 0;
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n')
+            commas += *p++ == ',';
+        if (commas > 1 || (commas == 1 && (cnt == 0 || !*p))) {
+            free(out);
+            return shoal_err_set(err, SHOAL_EINVAL, "token list: an empty item near id %zu "
+                                 "(two commas in a row, or a comma at an end)", cnt + 1);
+        }
+        if (!*p)
+            break;
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX ||
+            (*end && *end != ',' && !isspace((unsigned char)*end))) {
+            int w = 0;   /* the item alone: up to the next separator */
+            while (p[w] && p[w] != ',' && !isspace((unsigned char)p[w]) && w < 40)
+                w++;
+            shoal_err_set(err, SHOAL_EINVAL, "token list: item %zu ('%.*s') is not a token "
+                          "id (a non-negative integer)", cnt + 1, w, p);
+            free(out);
+            return SHOAL_EINVAL;
+        }
+        if (cnt == cap) {
+            cap *= 2;
+            out = shoal_xrealloc(out, cap * sizeof *out);
+        }
+        out[cnt++] = (int32_t)v;
+        p = end;
+    }
+    if (cnt == 0) {
+        free(out);
+        return shoal_err_set(err, SHOAL_EINVAL, "token list is empty");
+    }
+    *ids = out;
+    *n = cnt;
     return 0;
 }

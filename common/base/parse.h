@@ -6,6 +6,11 @@
 #ifndef SHOAL_PARSE_H
 #define SHOAL_PARSE_H
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
 /* Parse a byte size: "0", "4096", "512K", "256M", "4G", "1T" (binary
  * multiples, optional "B"/"iB" suffix, fractions allowed: "1.5G"), or
  * "unlimited" (~0ull).
@@ -19,5 +24,12 @@ int shoal_parse_size(const char *s, unsigned long long *out);
  * Returns 0 or SHOAL_EINVAL (empty, leading white space, trailing
  * characters, out of range). */
 int shoal_parse_i64(const char *s, long long lo, long long hi, long long *out);
+
+/* Parse a token id list: "1,2,3", "1 2 3" or "1, 2" (ids 0..2^31-1; one
+ * comma and/or white space between them). *ids (newly allocated, the
+ * caller frees) of *n >= 1 ids, written on success only.
+ * Returns 0 or SHOAL_EINVAL with err naming the bad item (an empty item, a
+ * word that is not an id, an empty list). */
+int shoal_parse_id_list(const char *s, int32_t **ids, size_t *n, struct shoal_err *err);
 
 #endif

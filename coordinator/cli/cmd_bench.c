@@ -38,6 +38,7 @@
 #include "quant.h"
 #include "sampler.h"
 #include "session.h"
+#include "session_flags.h"
 #include "util.h"
 
 #define BENCH_SCHEMA "shoal-bench/1"
@@ -694,7 +695,7 @@ static int prompts_tokens(struct shoal_session *s, const struct bench_opts *o,
         size_t cnt = 0;
         int rc;
         if (!strncmp(line, "ids:", 4)) {
-            rc = shoal_parse_id_list(line + 4, &(*ids)[p], &cnt);
+            rc = shoal_cli_parse_id_list(line + 4, &(*ids)[p], &cnt);
             for (size_t i = 0; rc == 0 && i < cnt; i++)
                 if ((*ids)[p][i] >= V) {
                     shoal_cli_error("bench: %s: prompt %lld: token id %d is outside the "
@@ -707,7 +708,7 @@ static int prompts_tokens(struct shoal_session *s, const struct bench_opts *o,
                             "write it as 'ids: 1,2,3'", o->prompts_file, (long long)p + 1);
             rc = -1;
         } else {
-            rc = shoal_session_tokenize(s, line, 1, &(*ids)[p], &cnt);
+            rc = shoal_cli_tokenize(s, line, 1, &(*ids)[p], &cnt);
         }
         if (rc)
             return -1;
@@ -743,7 +744,7 @@ static int rep_child(void *user, json_t **out)
     jset(r, "load_before", shoal_bench_loadavg());
     double t_open0 = shoal_time_s();
     struct shoal_session_opts so = o->so;
-    struct shoal_session *s = shoal_session_open(&so, NULL);
+    struct shoal_session *s = shoal_cli_session_open(&so, NULL);
     if (!s) {
         jset(r, "error", json_string("the model did not open (see the error above)"));
         return 1;
@@ -918,7 +919,7 @@ done:
     XXH64_freeState(acc.ids_hash);
     json_decref(acc.prefill.wire);
     json_decref(acc.decode.wire);
-    shoal_session_close(s);
+    shoal_cli_session_close(s);
     return rc;
 }
 

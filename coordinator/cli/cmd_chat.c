@@ -34,6 +34,7 @@
 #include "harmony.h"
 #include "config.h"
 #include "session.h"
+#include "session_flags.h"
 #include "util.h"
 
 #if HAVE_LIBEDIT
@@ -452,13 +453,13 @@ int shoal_cmd_chat(int argc, char **argv)
     if (shoal_session_check_opts(&so))
         return 2;
     int open_rc;
-    struct shoal_session *s = shoal_session_open(&so, &open_rc);
+    struct shoal_session *s = shoal_cli_session_open(&so, &open_rc);
     if (!s)
         return open_rc;
     if (!s->tok) {
         shoal_cli_error("chat: model '%s' has no tokenizer (tokenizer.json or tiktoken.model)",
                         s->model->dir);
-        shoal_session_close(s);
+        shoal_cli_session_close(s);
         return 1;
     }
     struct shoal_err err = {0};
@@ -469,7 +470,7 @@ int shoal_cmd_chat(int argc, char **argv)
         free(cfg_path);
         free(bos);
         free(eos);
-        shoal_session_close(s);
+        shoal_cli_session_close(s);
         return 1;
     }
     free(cfg_path);
@@ -479,7 +480,7 @@ int shoal_cmd_chat(int argc, char **argv)
         free(src);
         free(bos);
         free(eos);
-        shoal_session_close(s);
+        shoal_cli_session_close(s);
         return 1;
     }
     /* Stop at the end-of-turn marker the template writes after a reply;
@@ -496,7 +497,7 @@ int shoal_cmd_chat(int argc, char **argv)
             free(src);
             free(bos);
             free(eos);
-            shoal_session_close(s);
+            shoal_cli_session_close(s);
             return 2;
         }
     }
@@ -627,7 +628,7 @@ int shoal_cmd_chat(int argc, char **argv)
         generating = 1;
         double t0 = shoal_time_s();
         tty_quiet_begin(tty);
-        int grc = shoal_session_generate(s, t.ids + t.keep, t.n_ids - (size_t)t.keep, &go, stdout);
+        int grc = shoal_cli_generate(s, t.ids + t.keep, t.n_ids - (size_t)t.keep, &go, stdout);
         generating = 0;
         if (harmony) {
             /* the answer is the final channel's text; past analysis is
@@ -709,6 +710,6 @@ out:
     free(src);
     free(bos);
     free(eos);
-    shoal_session_close(s);
+    shoal_cli_session_close(s);
     return rc;
 }

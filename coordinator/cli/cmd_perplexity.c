@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "sampler.h"
 #include "session.h"
+#include "session_flags.h"
 #include "util.h"
 
 static void usage(FILE *f)
@@ -95,7 +96,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
     if (read_rc)
         return read_rc;
     int open_rc;
-    struct shoal_session *s = shoal_session_open(&so, &open_rc);
+    struct shoal_session *s = shoal_cli_session_open(&so, &open_rc);
     if (!s) {
         free(text);
         return open_rc;
@@ -104,7 +105,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
     int32_t *ids = NULL;
     size_t n_ids = 0;
     float *logits = NULL;
-    if (shoal_session_tokenize(s, text, 0, &ids, &n_ids))
+    if (shoal_cli_tokenize(s, text, 0, &ids, &n_ids))
         goto done;
     const int64_t W = shoal_ctx_n_ctx(s->ctx);
     const int64_t V = s->model->cfg.n_vocab;
@@ -183,6 +184,6 @@ done:
     free(logits);
     free(ids);
     free(text);
-    shoal_session_close(s);
+    shoal_cli_session_close(s);
     return rc;
 }

@@ -20,6 +20,7 @@
 #include "npy.h"
 #include "sampler.h"
 #include "session.h"
+#include "session_flags.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -136,7 +137,7 @@ int shoal_cmd_run(int argc, char **argv)
     }
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    if (tokens_arg && shoal_parse_id_list(tokens_arg, &ids, &n_ids) != 0)
+    if (tokens_arg && shoal_cli_parse_id_list(tokens_arg, &ids, &n_ids) != 0)
         return 2;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -146,24 +147,24 @@ int shoal_cmd_run(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     int rc = 1;
-    struct shoal_session *s = shoal_session_open(&so, &rc);
+    struct shoal_session *s = shoal_cli_session_open(&so, &rc);
     if (!s) {
         free(ids);
         free(text);
         return rc;
     }
     rc = 1;
-    if (prompt && shoal_session_tokenize(s, prompt, !go.no_bos, &ids, &n_ids) != 0)
+    if (prompt && shoal_cli_tokenize(s, prompt, !go.no_bos, &ids, &n_ids) != 0)
         goto done;
     if (prompt && !no_echo)
         go.echo = prompt;   /* printed once the output files are open */
     s->interrupt = (volatile int *)&g_stop;
-    rc = shoal_session_generate(s, ids, n_ids, &go, stdout) == 0 ? 0 : 1;
+    rc = shoal_cli_generate(s, ids, n_ids, &go, stdout) == 0 ? 0 : 1;
     if (rc == 0 && g_stop)
         rc = 128 + g_stop;
 done:
     free(ids);
     free(text);
-    shoal_session_close(s);
+    shoal_cli_session_close(s);
     return rc;
 }

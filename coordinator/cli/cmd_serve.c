@@ -12,6 +12,7 @@
 #include "config.h"
 #include "serve.h"
 #include "session.h"
+#include "session_flags.h"
 #include "util.h"
 
 #define SERVE_MAX_BODY ((size_t)1 << 20)
@@ -208,8 +209,13 @@ int shoal_cmd_serve(int argc, char **argv)
                     "libmicrohttpd-dev or Homebrew's libmicrohttpd and rebuild)");
     return 1;
 #else
-    if (shoal_session_check_opts(&so) || shoal_serve_check_config(&cfg))
+    struct shoal_err err = {0};
+    if (shoal_session_check_opts(&so))
         return 2;
+    if (shoal_serve_check_config(&cfg, &err)) {
+        shoal_cli_error("%s", err.msg);
+        return 2;
+    }
     struct stat sb;
     errno = 0;
     if (cfg.slot_dir && (stat(cfg.slot_dir, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
@@ -228,14 +234,16 @@ int shoal_cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     int rc = 1;
     so.n_seq = cfg.parallel;
-    struct shoal_session *s = shoal_session_open(&so, &rc);
+    struct shoal_session *s = shoal_cli_session_open(&so, &rc);
     if (!s)
         return rc;
     char *id = model_id_of(s->model->dir);
     cfg.model_id = id;
-    rc = shoal_serve_run(s, &cfg);
+    rc = shoal_serve_run(s, &cfg, &err);
+    if (rc)
+        shoal_cli_error("%s", err.msg);
     free(id);
-    shoal_session_close(s);
+    shoal_cli_session_close(s);
     return rc;
 #endif
 }

@@ -53,6 +53,7 @@
 #include "quant.h"
 #include "sampler.h"
 #include "session.h"
+#include "session_flags.h"
 #include "util.h"
 
 #define DENSE_ALIGN 64
@@ -2304,7 +2305,7 @@ static int check_main(int argc, char **argv)
         free(pc);
     }
     int open_rc;
-    struct shoal_session *s = shoal_session_open(&so, &open_rc);
+    struct shoal_session *s = shoal_cli_session_open(&so, &open_rc);
     if (!s)
         return open_rc;
     struct shoal_err err = {0};
@@ -2398,7 +2399,7 @@ static int check_main(int argc, char **argv)
             distinct += !seen;
         }
         /* the session prints --stats at close; routing counts are saved then */
-        shoal_session_close(s);
+        shoal_cli_session_close(s);
         s = NULL;
         struct routing_summary rs;
         routing_compare(dir, routing_out, &rs);
@@ -2463,7 +2464,7 @@ static int check_main(int argc, char **argv)
             rc = 1;
     }
 out:
-    shoal_session_close(s);
+    shoal_cli_session_close(s);
     free(hist);
     free(logits);
     return rc;

@@ -1,15 +1,13 @@
 /* generate: one sequence's generation state (sample, detokenize, stream,
- * stop) as struct shoal_gen, and shoal_session_generate, the loop `shoal
- * run` and `shoal chat` use over it. `shoal serve` drives many shoal_gen
- * at once over one multi-sequence context (session.h). */
+ * stop) as struct shoal_gen. `shoal run` and `shoal chat` drive one
+ * (cli/generate_loop.c), `shoal serve` many at once over one
+ * multi-sequence context (session.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "npy.h"
 #include "session.h"
 #include "util.h"
 
@@ -233,6 +231,7 @@ void shoal_gen_interrupt(struct shoal_gen *g)
 }
 
 int64_t shoal_gen_n_generated(const struct shoal_gen *g) { return g->n_gen; }
+size_t shoal_gen_n_printed(const struct shoal_gen *g) { return g->st.printed; }
 
 const char *shoal_gen_why(const struct shoal_gen *g) { return g->why; }
 
@@ -263,147 +262,4 @@ char *shoal_gen_finish(struct shoal_gen *g, int failed, size_t *n_text)
     free(g->piece);
     free(g);
     return text;
-}
-
-/* An error in the middle of the output: on a terminal, the text printed so
- * far (the echoed prompt, g's tokens) ends its line first, so the error
- * starts its own (in a pipe stdout's bytes stay exactly the text). */
-static void gen_fail(const struct shoal_gen *g, FILE *out, const char *msg)
-{
-    const int printed = (g->o->echo && *g->o->echo) || g->st.printed > 0;
-    if (printed && out && isatty(fileno(out))) {
-        fputc('\n', out);
-        fflush(out);
-    }
-    shoal_cli_error("%s", msg);
-}
-
-int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
-                           size_t n_prompt, const struct shoal_gen_opts *o,
-                           FILE *out)
-{
-    struct shoal_err err = {0};
-    const int64_t V = s->model->cfg.n_vocab;
-    const int64_t n_ctx = shoal_ctx_n_ctx(s->ctx);
-    const int64_t n_past = shoal_ctx_n_past(s->ctx);
-    if (n_prompt == 0) {
-        shoal_cli_error("the prompt is empty (no tokens)");
-        return -1;
-    }
-    if ((int64_t)n_prompt > n_ctx - n_past) {
-        shoal_cli_error("prompt of %zu tokens is longer than the context allows: "
-                        "%lld tokens (--ctx) with %lld already used",
-                        n_prompt, (long long)n_ctx, (long long)n_past);
-        return -1;
-    }
-    struct shoal_npy_writer npy = {0};
-    FILE *ids_f = NULL;
-    if (o->logits_out && shoal_npy_open(&npy, o->logits_out, V, &err)) {
-        shoal_cli_error("%s", err.msg);
-        return -1;
-    }
-    if (o->ids_out && !(ids_f = fopen(o->ids_out, "w"))) {
-        shoal_cli_error("cannot create '%s': %s", o->ids_out, strerror(errno));
-        shoal_npy_close(&npy, NULL);
-        return -1;
-    }
-    if (o->echo) {
-        /* the continuation reads on from the prompt, as in a terminal */
-        fputs(o->echo, out);
-        fflush(out);
-    }
-    struct shoal_gen *g = shoal_gen_create(s, o, out);
-    int rc = 0;
-    double t0 = shoal_time_s(), t_prefill = 0, t_first = 0, t_dec0 = 0;
-    if (shoal_ctx_eval(s->ctx, prompt, (int64_t)n_prompt, s->logits, 0, &err)) {
-        gen_fail(g, out, err.msg);
-        rc = -1;
-        goto done;
-    }
-    shoal_session_history_push(s, prompt, n_prompt);
-    t_prefill = shoal_time_s() - t0;
-    t_dec0 = shoal_time_s();
-    for (;;) {
-        if (s->interrupt && *s->interrupt) {
-            shoal_gen_interrupt(g);
-            break;
-        }
-        if (shoal_gen_n_generated(g) < o->max_tokens && o->logits_out &&
-            shoal_npy_append(&npy, s->logits, &err)) {
-            gen_fail(g, out, err.msg);
-            rc = -1;
-            break;
-        }
-        int32_t id;
-        const enum shoal_gen_action act =
-            shoal_gen_next(g, s->logits, s->history, s->n_history,
-                           n_ctx - shoal_ctx_n_past(s->ctx), &id, &err);
-        if (id >= 0 && shoal_gen_n_generated(g) == 1)
-            t_first = shoal_time_s() - t0;
-        if (id >= 0 && ids_f)
-            fprintf(ids_f, "%s%d", shoal_gen_n_generated(g) > 1 ? " " : "", id);
-        if (act == SHOAL_GEN_ERROR) {
-            gen_fail(g, out, err.msg);
-            rc = -1;
-            break;
-        }
-        if (act == SHOAL_GEN_END)
-            break;
-        float *lg = act == SHOAL_GEN_FEED ? s->logits : NULL;
-        if (shoal_ctx_eval(s->ctx, &id, 1, lg, 0, &err)) {
-            if (act == SHOAL_GEN_FEED_LAST)
-                break;   /* the end token stays out of the cache */
-            gen_fail(g, out, err.msg);
-            rc = -1;
-            break;
-        }
-        shoal_session_history_push(s, &id, 1);
-        if (act == SHOAL_GEN_FEED_LAST)
-            break;
-    }
-    const int64_t n_gen = shoal_gen_n_generated(g);
-    const char *why = shoal_gen_why(g);
-    char *text = shoal_gen_finish(g, rc != 0, NULL);
-    g = NULL;
-    double t_dec = shoal_time_s() - t_dec0;
-    if (o->print_timings && rc == 0) {
-        if (!o->on_text) {
-            fprintf(out, "\n");
-            fflush(out);
-        }
-        /* the first token comes from the prefill: a rate needs two */
-        char rate[32] = "n/a";
-        if (n_gen > 1 && t_dec > 0)
-            snprintf(rate, sizeof rate, "%.2f", (double)(n_gen - 1) / t_dec);
-        fprintf(stderr,
-                "shoal: prompt %zu tokens, prefill %.1f tok/s, TTFT %.1f ms | "
-                "decode %lld tokens, %s tok/s | stop: %s\n",
-                n_prompt, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0,
-                t_first * 1e3, (long long)n_gen, rate, why);
-    }
-    if (o->capture)
-        *o->capture = text;
-    else
-        free(text);
-done:
-    if (g) {
-        char *t = shoal_gen_finish(g, 1, NULL);
-        if (o->capture)
-            *o->capture = t;
-        else
-            free(t);
-    }
-    if (ids_f) {
-        fputc('\n', ids_f);
-        int bad = ferror(ids_f);
-        if ((fclose(ids_f) != 0 || bad) && rc == 0) {
-            shoal_cli_error("cannot write '%s': %s", o->ids_out, strerror(errno ? errno : EIO));
-            rc = -1;
-        }
-    }
-    if (o->logits_out && shoal_npy_close(&npy, &err) && rc == 0) {
-        shoal_cli_error("%s", err.msg);
-        rc = -1;
-    }
-    return rc;
 }

@@ -115,39 +115,6 @@ struct shoal_gen_result {
 struct shoal_session_opts shoal_session_opts_default(void);
 struct shoal_gen_opts shoal_gen_opts_default(void);
 
-/* Try to consume argv[*i] (and its value) as a session flag (--model, --ctx,
- * --kv, --isa, --batch, --threads, --verbose, and the expert store's --expert-cache, --direct,
- * --stats, --io, --queue-depth, --prefetch, --pin, --mirror,
- * --mirror-weights). Returns 1 if consumed (advancing *i past a value),
- * 0 if not a session flag, -1 after printing a usage error. */
-int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
-                             char **argv, int *i);
-
-/* Print the expert store flags' help lines (for a subcommand's usage),
- * followed by the cluster flags'. */
-void shoal_session_usage_store(FILE *f);
-
-/* 1 when the options ask for a cluster (--workers or --accept-workers). */
-int shoal_session_is_cluster(const struct shoal_session_opts *o);
-
-/* Check the cluster flags once all are parsed: addresses parse, and
- * without --cluster-key every listener is a loopback address. Returns 0
- * or -1 after printing a one-line usage error (exit status 2). */
-int shoal_session_check_opts(const struct shoal_session_opts *o);
-
-/* Print the generation flags' help lines (sampling, --max-tokens with its
- * default max_tokens, --stop, ...; with run_only also the flags only
- * 'shoal run' takes: --no-bos, --logits-out and --ids-out). */
-void shoal_gen_usage(FILE *f, long long max_tokens, int run_only);
-
-/* Same for generation flags (sampling, --max-tokens, --stop, ...). */
-int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
-                         int *i);
-
-/* Parse "1,2,3" or "1 2 3" into a newly allocated array (caller frees).
- * Returns 0 or -1 after printing an error naming the bad item. */
-int shoal_parse_id_list(const char *s, int32_t **ids, size_t *n);
-
 struct shoal_session {
     struct shoal_model *model;          /* owned */
     struct shoal_tokenizer *tok;        /* owned; NULL if the model has none */
@@ -156,32 +123,42 @@ struct shoal_session {
     int64_t n_history, cap_history;
     float *logits;                      /* [n_vocab] scratch */
     volatile int *interrupt;            /* optional: set to stop a generation */
-    int stats;                          /* print expert store stats at close */
+    int stats;                          /* the opener's: print statistics at close
+                                         * (--stats; shoal_cli_session_close) */
     struct shoal_cluster *cluster;      /* owned; NULL unless --workers/--accept-workers */
-    char *cached_dir;                   /* owned; the cached container a cluster run
-                                           on a checkpoint uses, else NULL */
+    char *cached_dir;                   /* owned (set by the opener); the cached
+                                           container a cluster run on a checkpoint
+                                           uses, else NULL */
+    int64_t kv_budget_ctx_wanted;       /* the context per sequence the options asked
+                                         * for when --kv-budget lowered it, else 0 */
 };
 
-/* Open the model, tokenizer and context. Prints a one-line error and
- * returns NULL on failure; then *status (if not NULL) is the exit status
- * the command should end with: 2 for bad command-line input (no such
- * model path, a file where a directory is expected, --ctx above the
- * model's max_position_embeddings), 1 for anything else. */
-struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, int *status);
+/* 1 when the options ask for a cluster (--workers or --accept-workers). */
+int shoal_session_is_cluster(const struct shoal_session_opts *o);
+
+/* Open the model at dir (a checkpoint or a container; the options' model_dir
+ * is not read: the caller resolved it), its tokenizer, context and expert
+ * executors: the container's expert store, and with workers (n_workers
+ * "HOST:PORT" strings, borrowed for the call) or o->accept_workers the
+ * cluster. Sets the OpenMP thread count from o->threads. Prints nothing.
+ * Returns the session (owned; shoal_session_close), or NULL with err set
+ * (one line) and *status (if not NULL) the exit status it calls for: 2 when
+ * an option does not fit this model (--ctx above max_position_embeddings, a
+ * --kv-budget that holds under 2 tokens), 1 for anything else.
+ * Thread: main (opens OpenMP regions). */
+struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, const char *dir,
+                                         const char *const *workers, int n_workers,
+                                         int *status, struct shoal_err *err);
+
+/* Free the session and what it owns. Prints nothing (the --stats lines are
+ * the CLI's: shoal_cli_session_close). NULL is a no-op. */
 void shoal_session_close(struct shoal_session *s);
 
 /* Tokenize text (add_bos: add the tokenizer's BOS when it has one).
- * *ids owned by the caller. Returns 0 or -1 after printing an error. */
+ * *ids owned by the caller. Returns 0, or -1 with err set (no tokenizer,
+ * or the tokenizer's error). */
 int shoal_session_tokenize(struct shoal_session *s, const char *text,
-                           int add_bos, int32_t **ids, size_t *n_ids);
-
-/* Append prompt tokens to the session's context and generate, streaming
- * text to out. Tokens already in the cache are kept (chat turns).
- * Returns 0 (including a stop by EOS, stop string, max tokens, a full
- * context or an interrupt) or -1 after printing an error. */
-int shoal_session_generate(struct shoal_session *s, const int32_t *prompt,
-                           size_t n_prompt, const struct shoal_gen_opts *o,
-                           FILE *out);
+                           int add_bos, int32_t **ids, size_t *n_ids, struct shoal_err *err);
 
 /* Drop the KV cache and history. */
 void shoal_session_reset(struct shoal_session *s);
@@ -225,6 +202,8 @@ enum shoal_gen_action shoal_gen_next(struct shoal_gen *g, float *logits, const i
 void shoal_gen_interrupt(struct shoal_gen *g);
 
 int64_t shoal_gen_n_generated(const struct shoal_gen *g);
+/* Bytes of generated text streamed so far (to out or on_text). */
+size_t shoal_gen_n_printed(const struct shoal_gen *g);
 /* Why it ended, for the timings line ("max tokens", "end of sequence", ...). */
 const char *shoal_gen_why(const struct shoal_gen *g);
 

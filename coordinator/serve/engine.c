@@ -42,6 +42,7 @@
 #include "npy.h"
 #include "slots.h"
 #include "serve_impl.h"
+#include "parse.h"
 #include "util.h"
 
 /* A request in a slot. */
@@ -470,7 +471,9 @@ static void read_forced(struct run *r, const char *path, int64_t n_vocab)
         return;
     }
     if (txt[strspn(txt, " \t\r\n")] &&   /* an empty file forces nothing */
-        shoal_parse_id_list(txt, &r->forced, &r->n_forced) == 0)
+        shoal_parse_id_list(txt, &r->forced, &r->n_forced, &err) != 0)
+        fprintf(stderr, "shoal: %s: %s\n", path, err.msg);
+    else if (r->n_forced)
         for (size_t i = 0; i < r->n_forced; i++)
             if (r->forced[i] >= n_vocab) {
                 fprintf(stderr, "shoal: %s: token %d is outside the vocabulary (%lld)\n",

@@ -21,7 +21,6 @@
 #include "api.h"
 #include "serve_impl.h"
 #include "chat_template.h"
-#include "cli.h"
 #include "conns.h"
 #include "cors.h"
 #include "harmony.h"
@@ -657,8 +656,8 @@ static void *signal_thread(void *arg)
 }
 
 /* The chat template and the ids that end a reply (as shoal chat). Returns
- * 0, or -1 after printing an error (a template that does not parse). */
-static int load_chat(struct server *srv)
+ * 0, or -1 with out set (a template that does not parse). */
+static int load_chat(struct server *srv, struct shoal_err *out)
 {
     struct shoal_session *s = srv->s;
     struct shoal_err err = {0};
@@ -676,47 +675,49 @@ static int load_chat(struct server *srv)
     srv->tmpl = shoal_chat_template_parse(src, &err);
     free(src);
     if (!srv->tmpl) {
-        shoal_cli_error("serve: chat_template of '%s': %s", s->model->dir, err.msg);
+        shoal_err_set(out, SHOAL_EFORMAT, "serve: chat_template of '%s': %s", s->model->dir,
+                      err.msg);
         return -1;
     }
     srv->n_chat_stop_ids = shoal_chat_end_ids(s->tok, srv->chat_stop_ids, 8);
     return 0;
 }
 
-/* The address to bind: 0, or -1 after printing a usage error. */
+/* The address to bind: 0, or -1 with out set (a usage error). */
 static int bind_addr(const struct shoal_serve_config *cfg, struct sockaddr_storage *ss,
-                     char *text, size_t cap)
+                     char *text, size_t cap, struct shoal_err *out)
 {
     struct shoal_err err = {0};
     socklen_t len;
     snprintf(text, cap, strchr(cfg->host, ':') ? "[%s]:%d" : "%s:%d", cfg->host, cfg->port);
     if (shoal_wire_parse_addr(text, ss, &len, &err)) {
-        shoal_cli_error("serve: --host: %s", err.msg);
+        shoal_err_set(out, SHOAL_EINVAL, "serve: --host: %s", err.msg);
         return -1;
     }
     return 0;
 }
 
-int shoal_serve_check_config(const struct shoal_serve_config *cfg)
+int shoal_serve_check_config(const struct shoal_serve_config *cfg, struct shoal_err *err)
 {
     struct sockaddr_storage ss;
     char text[300];
-    if (bind_addr(cfg, &ss, text, sizeof text))
+    if (bind_addr(cfg, &ss, text, sizeof text, err))
         return -1;
     char msg[400];
     if (cfg->cors && shoal_serve_cors_check(cfg->cors, msg, sizeof msg)) {
-        shoal_cli_error("serve: %s", msg);
+        shoal_err_set(err, SHOAL_EINVAL, "serve: %s", msg);
         return -1;
     }
     if (!cfg->api_key_path && !shoal_wire_addr_is_loopback(&ss)) {
-        shoal_cli_error("serve: --host %s is not a loopback address: without --api-key the "
-                        "server listens on loopback only", cfg->host);
+        shoal_err_set(err, SHOAL_EINVAL, "serve: --host %s is not a loopback address: without "
+                      "--api-key the server listens on loopback only", cfg->host);
         return -1;
     }
     return 0;
 }
 
-int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cfg)
+int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cfg,
+                    struct shoal_err *out)
 {
     struct server srv;
     memset(&srv, 0, sizeof srv);
@@ -726,14 +727,14 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
     struct shoal_err err = {0};
     char addr_text[300];
     struct sockaddr_storage ss;
-    if (bind_addr(cfg, &ss, addr_text, sizeof addr_text))
+    if (bind_addr(cfg, &ss, addr_text, sizeof addr_text, out))
         return 1;
     srv.check_host = shoal_wire_addr_is_loopback(&ss);
     if (cfg->api_key_path && shoal_wire_key_load(cfg->api_key_path, &srv.key, &err)) {
-        shoal_cli_error("serve: --api-key: %s", err.msg);
+        shoal_err_set(out, SHOAL_EINVAL, "serve: --api-key: %s", err.msg);
         return 1;
     }
-    if (load_chat(&srv))
+    if (load_chat(&srv, out))
         return 1;
     pthread_mutex_init(&srv.mu, NULL);
     pthread_cond_init(&srv.cv, NULL);
@@ -741,7 +742,7 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
     shoal_serve_metrics_sample(srv.metrics, s);
     srv.conns = serve_conns_create(&cfg->conns);
     if (!srv.conns) {
-        shoal_cli_error("serve: cannot start a thread");
+        shoal_err_set(out, SHOAL_EIO, "serve: cannot start a thread");
         shoal_serve_metrics_free(srv.metrics);
         return 1;
     }
@@ -776,12 +777,12 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
     pthread_t sig_thread;
     int have_sig_thread = 0;
     if (!d) {
-        shoal_cli_error("serve: cannot listen on %s (in use, or not an address of this host)",
-                        addr_text);
+        shoal_err_set(out, SHOAL_EIO, "serve: cannot listen on %s (in use, or not an address "
+                      "of this host)", addr_text);
         goto out;
     }
     if (pthread_create(&sig_thread, NULL, signal_thread, &srv) != 0) {
-        shoal_cli_error("serve: cannot start a thread");
+        shoal_err_set(out, SHOAL_EIO, "serve: cannot start a thread");
         goto out;
     }
     have_sig_thread = 1;

@@ -49,15 +49,17 @@ struct shoal_serve_config {
 };
 
 /* Check cfg before the model is opened: the host parses, without an API
- * key it is a loopback address, and --cors names origins. Returns 0, or -1 after printing one
- * usage error line. */
-int shoal_serve_check_config(const struct shoal_serve_config *cfg);
+ * key it is a loopback address, and --cors names origins. Returns 0, or -1
+ * with err set (one line, a usage error). */
+int shoal_serve_check_config(const struct shoal_serve_config *cfg, struct shoal_err *err);
 
 /* Serve s (borrowed; generation happens on this thread) until SIGINT or
  * SIGTERM, then stop accepting, finish or cancel the running request and
- * return. Prints "shoal serve: listening on http://HOST:PORT ..." on stderr
- * once ready, and a line per request. Returns 0, or 1 after printing one
- * error line (cannot bind, unreadable key file, bad chat template). */
-int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cfg);
+ * return. Logs "shoal serve: listening on http://HOST:PORT ..." on stderr
+ * once ready, and a line per request (the server's log). Returns 0, or 1
+ * with err set (one line: cannot bind, unreadable key file, bad chat
+ * template). */
+int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cfg,
+                    struct shoal_err *err);
 
 #endif

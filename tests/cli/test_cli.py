@@ -98,8 +98,8 @@ def literals(text):
 def options_by_command():
     """The flags each command's parser compares argv against: the whole-string
     literals "--x" / "-x" of its source file, plus the shared session flags
-    (session.c) and generation flags (shoal_gen_parse_flag) where it calls those."""
-    sess = source("session.c")
+    (session_flags.c) and generation flags (shoal_gen_parse_flag) where it calls those."""
+    sess = source("session_flags.c")
     i = sess.index("int shoal_gen_parse_flag(")
     gen = literals(sess[i:sess.index("\n}\n", i)])
     session = literals(sess) - gen

@@ -1,0 +1,75 @@
+/* session_flags: the flags every generating command shares and the way a
+ * command opens, runs and closes a session (coordinator/cli/). The engine's
+ * session (session.h) takes parsed options and prints nothing; these parse
+ * argv, print usage lines and errors, and report. Thread: main. */
+#ifndef SHOAL_SESSION_FLAGS_H
+#define SHOAL_SESSION_FLAGS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "session.h"
+
+/* Try to consume argv[*i] (and its value) as a session flag (--model, --ctx,
+ * --kv, --isa, --batch, --threads, --verbose, and the expert store's --expert-cache, --direct,
+ * --stats, --io, --queue-depth, --prefetch, --pin, --mirror,
+ * --mirror-weights). Returns 1 if consumed (advancing *i past a value),
+ * 0 if not a session flag, -1 after printing a usage error. */
+int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
+                             char **argv, int *i);
+
+/* Print the expert store flags' help lines (for a subcommand's usage),
+ * followed by the cluster flags'. */
+void shoal_session_usage_store(FILE *f);
+
+/* Check the cluster flags once all are parsed: addresses parse, and
+ * without --cluster-key every listener is a loopback address. Returns 0
+ * or -1 after printing a one-line usage error (exit status 2). */
+int shoal_session_check_opts(const struct shoal_session_opts *o);
+
+/* Print the generation flags' help lines (sampling, --max-tokens with its
+ * default max_tokens, --stop, ...; with run_only also the flags only
+ * 'shoal run' takes: --no-bos, --logits-out and --ids-out). */
+void shoal_gen_usage(FILE *f, long long max_tokens, int run_only);
+
+/* Same for generation flags (sampling, --max-tokens, --stop, ...). */
+int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
+                         int *i);
+
+/* Parse "1,2,3" or "1 2 3" into a newly allocated array (caller frees;
+ * shoal_parse_id_list). Returns 0 or -1 after printing an error naming the
+ * bad item. */
+int shoal_cli_parse_id_list(const char *s, int32_t **ids, size_t *n);
+
+/* Append prompt tokens to the session's context and generate, streaming
+ * text to out, the timings line to stderr (o->print_timings) and the
+ * --logits-out/--ids-out files. Tokens already in the cache are kept (chat
+ * turns). Returns 0 (including a stop by EOS, stop string, max tokens, a
+ * full context or an interrupt) or -1 after printing an error. Thread: main
+ * (generate_loop.c). */
+int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
+                       size_t n_prompt, const struct shoal_gen_opts *o, FILE *out);
+
+/* Split the --workers lists into addrs (at most max, pointers into buf of
+ * cap bytes). Returns the count, or -1 after printing an error. */
+int shoal_cli_split_workers(const struct shoal_session_opts *o, char *buf, size_t cap,
+                            const char **addrs, int max);
+
+/* Open a session as the commands do: check the flags, resolve the model
+ * (the bundled one by default; a checkpoint given with --workers is
+ * converted once into the cache, saying so), open it (shoal_session_open),
+ * warn about store flags a checkpoint ignores, and with -v print what was
+ * loaded. Returns the session, or NULL after printing a one-line error, with
+ * *status (if not NULL) the exit status: 2 for bad command-line input (no
+ * such model path, a bad flag value), 1 for anything else. */
+struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o, int *status);
+
+/* Print the --stats lines (expert store, time per token, cluster) when the
+ * session was opened with --stats, then close it. NULL is a no-op. */
+void shoal_cli_session_close(struct shoal_session *s);
+
+/* shoal_session_tokenize, printing its error. Returns 0 or -1. */
+int shoal_cli_tokenize(struct shoal_session *s, const char *text, int add_bos, int32_t **ids,
+                       size_t *n_ids);
+
+#endif
