@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "expert_exec.h"
 #include "expert_ffn.h"
 #include "util.h"
 #include "wire.h"
@@ -248,6 +249,13 @@ static void test_poison(const struct shoal_worker_exec *x, const Shoal__ExpertRe
     }
 }
 
+/* expert_exec's hook: the hints that arrived meanwhile */
+static void exec_hints(void *user, int64_t i0)
+{
+    (void)i0;
+    run_hints(user);
+}
+
 /* Run one validated ExpertRequest (shoal_wire_check_request passed on the
  * loop thread) and leave its reply in job. */
 static void run_request(struct shoal_worker_exec *x, struct shoal_worker_job *job)
@@ -289,47 +297,35 @@ static void run_request(struct shoal_worker_exec *x, struct shoal_worker_job *jo
 
     struct shoal_expert_store_stats s0, s1;
     shoal_expert_store_stats_get(x->store, &s0);
+    /* gather each expert's rows at its own offset; its outputs go straight
+     * into the response, in request order */
     const uint8_t *hidden = rq->hidden.data;
     size_t pos = 0;
-    for (int64_t i0 = 0; i0 < n;) {
-        run_hints(x);
-        double t0 = shoal_time_s();
-        int m = shoal_expert_store_acquire_start(x->store, il, x->ids + i0, n - i0, &err);
-        if (m < 0) {
-            free(out);
-            reply_error(job, m, err.msg);
-            return;
-        }
-        run_hints(x);   /* the next layer's reads queue behind this layer's */
-        int rc = shoal_expert_store_acquire_wait(x->store, x->ew, &err);
-        if (rc < 0) {
-            free(out);
-            reply_error(job, rc, err.msg);
-            return;
-        }
-        double t1 = shoal_time_s();
-        t_read += t1 - t0;
-        /* gather each expert's rows at its own offset, run the acquired
-         * experts as one batch (one OpenMP region), outputs straight into
-         * the response in request order */
-        int64_t row = 0;
-        for (int64_t i = i0; i < i0 + m; i++) {
-            const Shoal__ExpertRows *er = rq->experts[i];
-            const int64_t cnt = (int64_t)er->n_rows;
-            float *xi = x->xg + row * E;
-            for (int64_t j = 0; j < cnt; j++)   /* the wire bytes need not be aligned */
-                memcpy(xi + j * E, hidden + (size_t)er->rows[j] * row_bytes, row_bytes);
-            x->jobs[i - i0] = (struct shoal_expert_ffn_job){
-                .out = (float *)(void *)(out + pos), .x = xi, .n = cnt, .w = &x->ew[i - i0],
-                .scratch = x->ffn + 2 * row * x->n_ff};
-            row += cnt;
-            pos += (size_t)cnt * row_bytes;
-        }
-        shoal_expert_ffn_batch(x->jobs, m);
-        shoal_expert_store_release_batch(x->store, il, x->ids + i0, m);
-        t_compute += shoal_time_s() - t1;
-        i0 += m;
+    int64_t row = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const Shoal__ExpertRows *er = rq->experts[i];
+        const int64_t cnt = (int64_t)er->n_rows;
+        float *xi = x->xg + row * E;
+        for (int64_t j = 0; j < cnt; j++)   /* the wire bytes need not be aligned */
+            memcpy(xi + j * E, hidden + (size_t)er->rows[j] * row_bytes, row_bytes);
+        x->jobs[i] = (struct shoal_expert_ffn_job){
+            .out = (float *)(void *)(out + pos), .x = xi, .n = cnt,
+            .scratch = x->ffn + 2 * row * x->n_ff};
+        row += cnt;
+        pos += (size_t)cnt * row_bytes;
     }
+    /* hints run before each batch's reads and queue behind them */
+    const struct shoal_expert_exec_hooks hooks = {.before_start = exec_hints,
+                                                  .started = exec_hints, .user = x};
+    struct shoal_expert_exec_times tm;
+    int rc = shoal_expert_exec_run(x->store, il, x->ids, n, x->jobs, x->ew, &hooks, &tm, &err);
+    if (rc < 0) {
+        free(out);
+        reply_error(job, rc, err.msg);
+        return;
+    }
+    t_read = tm.acquire;
+    t_compute = tm.compute;
     shoal_expert_store_stats_get(x->store, &s1);
     if (x->p.test_nan)
         test_poison(x, rq, out);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "expert_exec.h"
 #include "expert_ffn.h"
 #include "expert_store.h"
 #include "kernels.h"
@@ -520,30 +521,32 @@ static void prefetch_next(struct shoal_ctx *ctx, int64_t il, int64_t n)
     shoal_expert_store_hint(m->store, il + 1, ctx->pf_ids, n * K);
 }
 
-/* Run union entries i0 .. i0+nb-1 (sel[i] when sel, else i) as one batch:
- * gather each expert's rows of ctx->h into ctx->xg at its own slot range,
- * run the FFNs in one OpenMP region (shoal_expert_ffn_batch), and copy each
- * output row into its slot of ctx->yg. ew: the acquired views [nb] (store),
- * or NULL for resident experts L->experts[ids[i]]. */
-static void run_batch(struct shoal_ctx *ctx, const int64_t *sel, int64_t i0, int64_t nb,
-                      const struct shoal_expert_weights *ew,
-                      const struct shoal_layer_weights *L, const int32_t *ids)
+/* Gather union entries sel[0..n_sel) (sel NULL: 0..n_sel) for one run:
+ * each expert's rows of ctx->h into ctx->xg at its own slot range, and its
+ * FFN job (output into ctx->ob at that range, its own scratch) into
+ * ctx->jobs[i]; the weights are set by the caller. */
+static void gather(struct shoal_ctx *ctx, const int64_t *sel, int64_t n_sel)
 {
     const int64_t E = ctx->model->cfg.n_embd, K = ctx->model->cfg.n_expert_used;
     const struct shoal_batch_union *bu = &ctx->bu;
-    for (int64_t i = i0; i < i0 + nb; i++) {
+    for (int64_t i = 0; i < n_sel; i++) {
         const int64_t u = sel ? sel[i] : i;
         const int64_t b = bu->slot_begin[u], cnt = bu->slot_begin[u + 1] - b;
         for (int64_t j = 0; j < cnt; j++)
             memcpy(ctx->xg + (b + j) * E, ctx->h + (bu->slots[b + j] / K) * E,
                    (size_t)E * sizeof(float));
-        ctx->jobs[i - i0] = (struct shoal_expert_ffn_job){
+        ctx->jobs[i] = (struct shoal_expert_ffn_job){
             .out = ctx->ob + b * E, .x = ctx->xg + b * E, .n = cnt,
-            .w = ew ? &ew[i - i0] : &L->experts[ids[i]],
             .scratch = ctx->ffn + 2 * b * ctx->ff_max};
     }
-    shoal_expert_ffn_batch(ctx->jobs, nb);
-    for (int64_t i = i0; i < i0 + nb; i++) {
+}
+
+/* Copy each output row of entries sel[0..n_sel) into its slot of ctx->yg. */
+static void scatter(struct shoal_ctx *ctx, const int64_t *sel, int64_t n_sel)
+{
+    const int64_t E = ctx->model->cfg.n_embd;
+    const struct shoal_batch_union *bu = &ctx->bu;
+    for (int64_t i = 0; i < n_sel; i++) {
         const int64_t u = sel ? sel[i] : i;
         const int64_t b = bu->slot_begin[u], cnt = bu->slot_begin[u + 1] - b;
         for (int64_t j = 0; j < cnt; j++)
@@ -609,15 +612,24 @@ static int check_fp8_experts(struct shoal_ctx *ctx, int64_t il, const int32_t *i
     return 0;
 }
 
+/* expert_exec's hook: once the first batch's reads are in flight, the
+ * router lookahead's hints queue behind them */
+static void first_started(void *user, int64_t i0)
+{
+    struct shoal_ctx *ctx = user;
+    if (i0 == 0)
+        hint_local(ctx, ctx->cur_il, ctx->cur_n);
+}
+
 /* Compute union entries sel[0..n_sel) of layer il in-process (sel NULL:
  * all of them, n_sel = n_used). With an expert store the entries are
  * acquired at once (the store reads the missing experts in parallel; when
  * its budget cannot hold them all it hands back a prefix, computed and
- * released before the rest). Each expert's output goes to its own slots of
- * ctx->yg, so the acquire order cannot change the combine. Returns 0 or an
- * expert store error (err set). */
-static int run_experts(struct shoal_ctx *ctx, int64_t il, int64_t n, const int64_t *sel,
-                       int64_t n_sel, struct shoal_err *err)
+ * released before the rest: shoal_expert_exec_run). Each expert's output
+ * goes to its own slots of ctx->yg, so the acquire order cannot change the
+ * combine. Returns 0 or an expert store error (err set). */
+static int run_experts(struct shoal_ctx *ctx, int64_t il, const int64_t *sel, int64_t n_sel,
+                       struct shoal_err *err)
 {
     const struct shoal_model *m = ctx->model;
     const struct shoal_layer_weights *L = &m->layers[il];
@@ -627,30 +639,22 @@ static int run_experts(struct shoal_ctx *ctx, int64_t il, int64_t n, const int64
             ctx->sel_ids[i] = ctx->bu.expert[sel[i]];
         ids = ctx->sel_ids;
     }
-    for (int64_t i0 = 0; i0 < n_sel;) {
-        int64_t nb = n_sel - i0;
-        if (m->store) {
-            /* submit this layer's reads, queue the next layer's behind them,
-             * then wait for this layer's */
-            int rc = shoal_expert_store_acquire_start(m->store, il, ids + i0, nb, err);
-            if (rc < 0)
-                return rc;
-            nb = rc;
-            if (i0 == 0)
-                hint_local(ctx, il, n);
-            if ((rc = shoal_expert_store_acquire_wait(m->store, ctx->ew, err)) < 0)
-                return rc;
-        }
-        if (!m->store) {
-            int rc = check_fp8_experts(ctx, il, ids + i0, nb, err);
-            if (rc)
-                return rc;
-        }
-        run_batch(ctx, sel, i0, nb, m->store ? ctx->ew : NULL, L, ids);
-        if (m->store)
-            shoal_expert_store_release_batch(m->store, il, ids + i0, nb);
-        i0 += nb;
+    gather(ctx, sel, n_sel);
+    if (m->store) {
+        const struct shoal_expert_exec_hooks hooks = {.started = first_started, .user = ctx};
+        int rc = shoal_expert_exec_run(m->store, il, ids, n_sel, ctx->jobs, ctx->ew, &hooks,
+                                       NULL, err);
+        if (rc < 0)
+            return rc;
+    } else {
+        int rc = check_fp8_experts(ctx, il, ids, n_sel, err);
+        if (rc)
+            return rc;
+        for (int64_t i = 0; i < n_sel; i++)
+            ctx->jobs[i].w = &L->experts[ids[i]];
+        shoal_expert_ffn_batch(ctx->jobs, n_sel);
     }
+    scatter(ctx, sel, n_sel);
     return 0;
 }
 
@@ -660,7 +664,7 @@ static int cluster_local(void *user, int64_t il, const int64_t *sel, int64_t n_s
                          struct shoal_err *err)
 {
     struct shoal_ctx *ctx = user;
-    return run_experts(ctx, il, ctx->cur_n, sel, n_sel, err);
+    return run_experts(ctx, il, sel, n_sel, err);
 }
 
 static void cluster_after_send(void *user, int64_t n_local)
@@ -712,9 +716,9 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
 
     /* each distinct expert once, over all rows routed to it */
     int rc;
+    ctx->cur_il = il;
+    ctx->cur_n = n;
     if (ctx->cluster) {
-        ctx->cur_il = il;
-        ctx->cur_n = n;
         ctx->cur_prefetch = m->store && shoal_expert_store_wants_hints(m->store);
         struct shoal_cluster_layer cl = {.il = il, .n_tok = n, .k = K, .h = ctx->h,
                                          .bu = &ctx->bu, .yg = ctx->yg,
@@ -724,7 +728,7 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
         ctx->pf_pending = 0;
         ctx->t.network += shoal_cluster_take_network_s(ctx->cluster);
     } else {
-        rc = run_experts(ctx, il, n, NULL, ctx->bu.n_used, err);
+        rc = run_experts(ctx, il, NULL, ctx->bu.n_used, err);
     }
     if (rc < 0)
         return rc;
