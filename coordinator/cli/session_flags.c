@@ -580,13 +580,53 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
         dir = cached;
     struct shoal_err err = {0};
     const double t0 = shoal_time_s();
-    struct shoal_session *s = shoal_session_open(o, dir, addrs, n, status, &err);
+    *status = 1;
+    struct shoal_session *s = shoal_session_open(o, dir, status, &err);
     if (!s) {
         shoal_cli_error("%s", err.msg);
         free(cached);
         return NULL;
     }
     s->cached_dir = cached;
+    struct shoal_experts experts;
+    if (shoal_session_is_cluster(o)) {
+        if (!s->model->ct) {
+            shoal_cli_error("--workers/--accept-workers need a shoal container; '%s' is a "
+                            "Hugging Face directory (make one with: shoal convert)", dir);
+            shoal_session_close(s);
+            return NULL;
+        }
+        struct shoal_cluster_params cp = shoal_cluster_params_default();
+        cp.workers = addrs;
+        cp.n_workers = n;
+        cp.accept_addr = o->accept_workers;
+        cp.control_addr = !o->control ? SHOAL_CLUSTER_CONTROL_DEFAULT
+                          : strcmp(o->control, "off") ? o->control : NULL;
+        cp.control_explicit = o->control != NULL;
+        cp.local_experts = o->local_experts;
+        cp.key_path = o->cluster_key;
+        cp.connect_timeout_s = o->connect_timeout;
+        cp.request_timeout_s = o->request_timeout;
+        cp.local_cache_bytes = o->expert_cache;
+        if (o->max_unauth)
+            cp.max_unauthenticated = o->max_unauth;
+        cp.max_unauth_per_addr = o->max_unauth_per_addr ? o->max_unauth_per_addr
+                                 : cp.max_unauthenticated < cp.max_unauth_per_addr
+                                     ? cp.max_unauthenticated : cp.max_unauth_per_addr;
+        s->cluster = shoal_cluster_create(s->model, &cp, &err);
+        if (!s->cluster) {
+            shoal_cli_error("%s", err.msg);
+            shoal_session_close(s);
+            return NULL;
+        }
+        s->cluster_destroy = shoal_cluster_destroy;
+        experts = shoal_cluster_experts(s->cluster);
+    }
+    if (shoal_session_start(s, o, s->cluster ? &experts : NULL, status, &err)) {
+        shoal_cli_error("%s", err.msg);
+        shoal_session_close(s);
+        return NULL;
+    }
     s->stats = o->stats;
     if (!s->model->ct)
         warn_store_flags(o, dir);

@@ -132,6 +132,7 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
     shoal_preauth_init(&cl->preauth, p->max_unauthenticated, p->max_unauth_per_addr);
     const struct shoal_model_config *c = &m->cfg;
     cl->model = m;
+    cl->lx = shoal_local_experts_create(m, m->store);
     cl->p = *p;
     cl->local = -1;
     cl->t_start = shoal_cluster_now();
@@ -355,6 +356,7 @@ fail:
         free(cl->last_worker);
         free(cl->assign);
         free_snaps(cl);
+        shoal_local_experts_free(cl->lx);
         pthread_mutex_destroy(&cl->mu);
         pthread_cond_destroy(&cl->cond);
         free(cl);
@@ -406,6 +408,8 @@ void shoal_cluster_destroy(struct shoal_cluster *cl)
     free(cl->hidden);
     free(cl->rows);
     free(cl->rbuf);
+    shoal_local_experts_free(cl->lx);
+    free(cl->pf_local);
     shoal_preauth_free(&cl->preauth);
     pthread_mutex_destroy(&cl->mu);
     pthread_cond_destroy(&cl->cond);

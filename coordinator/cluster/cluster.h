@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "err.h"
-#include "forward.h"
+#include "experts.h"
 #include "model.h"
 #include "moe.h"
 #include "wire.h"
@@ -91,6 +91,15 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
 /* Stop the loop thread, close every connection, free everything. NULL is a
  * no-op. Workers are left running. Thread: main. */
 void shoal_cluster_destroy(struct shoal_cluster *cl);
+
+/* The cluster as an executor of routed experts (experts.h), for
+ * shoal_ctx_params.experts: each MoE layer step runs as
+ * shoal_cluster_run_layer, its local share on the cluster's local executor
+ * (the model's store), and the router lookahead is hinted to the executors
+ * placement would give the next layer's experts. max_rows keeps a step's
+ * request to one worker within half a wire frame. The cluster must outlive
+ * the contexts using it. Thread: main. */
+struct shoal_experts shoal_cluster_experts(struct shoal_cluster *cl);
 
 /* Compute the given batch-union entries with the local expert store into
  * their slots of yg (the caller's code, run on the calling thread).

@@ -197,6 +197,14 @@ struct shoal_cluster {
     float *hidden;                      /* [n_tok_max][n_embd] */
     uint32_t *rows;                     /* [n_slots_max] */
     int64_t n_tok_cap, n_slot_cap;
+
+    /* [main] as an executor (cluster_experts.c) */
+    struct shoal_local_experts *lx;     /* owned: the local share's executor */
+    const struct shoal_moe_step *cur_step;  /* the step in progress */
+    int cur_prefetch;                   /* 1: the local store wants hints */
+    int32_t *pf_local;                  /* [cap_pf] the lookahead's local share */
+    int64_t cap_pf, n_pf_local;
+    int pf_pending;                     /* 1: hint pf_local at the local acquire */
 };
 
 #define CLUSTER_HEARTBEAT_MS 1000   /* heartbeat period; status requests every 2nd */

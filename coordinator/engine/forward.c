@@ -6,14 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
-#include "expert_exec.h"
 #include "expert_ffn.h"
 #include "expert_store.h"
 #include "kernels.h"
 #include "kv.h"
 #include "log.h"
-#include "wire.h"
 #include "mla.h"
 #include "moe.h"
 #include "quant.h"
@@ -58,29 +55,19 @@ struct shoal_ctx {
     float *probs;     /* [3*n_expert] router scratch (shoal_router_select) */
     int32_t *ids;     /* [B][k] */
     float *weights;   /* [B][k] */
-    float *xg;        /* [B*k][n_embd] gathered expert inputs */
+    float *xg;        /* [B][n_embd] shared expert / dense MLP output */
     float *yg;        /* [B*k][n_embd] expert outputs, by slot */
-    float *ffn;       /* [2][B*k][n_ff_max] */
-    float *ob;        /* [B*k][E] expert outputs, by union slot (the batch FFN's) */
-    struct shoal_expert_ffn_job *jobs; /* [n_expert] one batch of the union */
-    int64_t ff_max;
+    float *ffn;       /* [2][B][n_ff_max] shared expert / dense MLP scratch */
     float *shg;       /* [B] shared expert gate logits */
-    struct shoal_expert_weights *ew;  /* [n_expert] views of the acquired batch */
     int32_t *pf_ids;  /* [B][k] router lookahead: the next layer's top-k */
     float *pf_weights;/* [B][k] (unused beyond the select) */
     struct shoal_batch_union bu;
     struct shoal_ctx_timings t;
-    /* cluster mode (DESIGN §5) */
-    struct shoal_cluster *cluster;    /* borrowed; NULL: in-process */
-    int32_t *sel_ids; /* [n_expert] expert ids of the local share of a union */
-    int32_t *pf_local;/* [B][k] the lookahead's experts placed on the local store */
-    int64_t n_pf_local;
-    int pf_pending;   /* 1: hint pf_local to the store at the next acquire */
-    uint8_t *fp8_ok;  /* [n_layer][n_expert] 1: the memory-mapped FP8 expert's codes
-                         were checked (Hugging Face directories; NULL until needed) */
+    /* the routed experts' executor (experts.h) */
+    struct shoal_experts experts;
+    struct shoal_local_experts *lx;   /* owned: the executor when none was given */
     int64_t cur_n;    /* rows of the layer step in progress */
     int64_t cur_il;   /* its layer */
-    int cur_prefetch; /* 1: compute the router lookahead for the cluster */
 };
 
 static float *alloc_f(int64_t n)
@@ -105,16 +92,15 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     ctx->n_ctx = p.n_ctx > 0 ? p.n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
     ctx->n_batch = p.n_batch > 0 ? p.n_batch : 256;
     ctx->n_seq = p.n_seq > 0 ? p.n_seq : 1;
-    if (p.cluster) {
-        /* a layer's request to one worker carries up to n_batch * top-k f32
-         * hidden rows, and oversized requests are not split: keep a chunk
-         * within half a wire frame (the bits do not depend on the chunk) */
-        const int64_t row = c->n_embd * c->n_expert_used * (int64_t)sizeof(float);
-        const int64_t cap = (int64_t)(SHOAL_WIRE_MAX_FRAME_DEFAULT / 2) / (row > 0 ? row : 1);
+    if (p.experts && p.experts->max_rows > 0) {
+        /* the executor takes at most max_rows rows a step (a worker request's
+         * frame: requests are not split); the bits do not depend on the chunk */
+        const int64_t K = c->n_expert_used > 0 ? c->n_expert_used : 1;
+        const int64_t cap = p.experts->max_rows / K;
         if (cap >= 1 && ctx->n_batch > cap) {
             shoal_log(SHOAL_LOG_INFO, "forward", "prefill chunk %lld tokens (was %lld): a "
-                      "worker request stays under %u MiB", (long long)cap,
-                      (long long)ctx->n_batch, SHOAL_WIRE_MAX_FRAME_DEFAULT / 2 >> 20);
+                      "step's routed rows stay within the executor's %lld", (long long)cap,
+                      (long long)ctx->n_batch, (long long)p.experts->max_rows);
             ctx->n_batch = cap;
         }
     }
@@ -176,20 +162,19 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     ctx->probs = alloc_f(3 * c->n_expert);
     ctx->ids = shoal_xcalloc((size_t)(B * K), sizeof(int32_t));
     ctx->weights = alloc_f(B * K);
-    ctx->xg = alloc_f(rows_max * E);
+    ctx->xg = alloc_f(B * E);
     ctx->yg = alloc_f(rows_max * E);
-    ctx->ffn = alloc_f(2 * rows_max * ff_max);
-    ctx->ob = alloc_f(rows_max * E);
-    ctx->jobs = shoal_xcalloc((size_t)(c->n_expert > 0 ? c->n_expert : 1), sizeof *ctx->jobs);
-    ctx->ff_max = ff_max;
+    ctx->ffn = alloc_f(2 * B * ff_max);
     ctx->shg = alloc_f(B);
-    ctx->ew = shoal_xcalloc((size_t)(c->n_expert > 0 ? c->n_expert : 1), sizeof *ctx->ew);
     ctx->pf_ids = shoal_xcalloc((size_t)(B * K), sizeof(int32_t));
     ctx->pf_weights = alloc_f(B * K);
     shoal_batch_union_init(&ctx->bu, c->n_expert, B * K);
-    ctx->cluster = p.cluster;
-    ctx->sel_ids = shoal_xcalloc((size_t)(c->n_expert > 0 ? c->n_expert : 1), sizeof(int32_t));
-    ctx->pf_local = shoal_xcalloc((size_t)(B * K), sizeof(int32_t));
+    if (p.experts) {
+        ctx->experts = *p.experts;
+    } else {
+        ctx->lx = shoal_local_experts_create(model, model->store);
+        ctx->experts = shoal_local_experts_iface(ctx->lx);
+    }
     return ctx;
 }
 
@@ -225,16 +210,11 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
     free(ctx->xg);
     free(ctx->yg);
     free(ctx->ffn);
-    free(ctx->ob);
-    free(ctx->jobs);
     free(ctx->shg);
-    free(ctx->ew);
     free(ctx->pf_ids);
     free(ctx->pf_weights);
-    free(ctx->sel_ids);
-    free(ctx->pf_local);
-    free(ctx->fp8_ok);
     shoal_batch_union_free(&ctx->bu);
+    shoal_local_experts_free(ctx->lx);
     free(ctx);
 }
 
@@ -500,204 +480,32 @@ static struct shoal_router router_of(struct shoal_ctx *ctx, int64_t il)
     return shoal_router_of(c, b->data ? ctx->rbias : NULL);
 }
 
-/* Router lookahead (DESIGN §3 step 5): apply layer il+1's router to the
- * rows that layer il routes (ctx->h [n][E]) and hint the store, so reads of
- * the experts il+1 is likely to use start while il computes. Only scratch
- * is written (ctx->router, ctx->probs, ctx->pf_*): the forward pass and its
- * logits are the same with or without it. */
-static void prefetch_next(struct shoal_ctx *ctx, int64_t il, int64_t n)
-{
-    const struct shoal_model *m = ctx->model;
-    const struct shoal_model_config *c = &m->cfg;
-    if (!m->store || il + 1 >= c->n_layer || !shoal_layer_is_moe(c, il + 1) ||
-        !shoal_expert_store_wants_hints(m->store) ||
-        shoal_expert_store_layer_resident(m->store, il + 1))
-        return;
-    const int64_t K = c->n_expert_used;
-    shoal_linear(ctx->router, ctx->h, n, &m->layers[il + 1].w_router, NULL); /* [n][NE] */
-    const struct shoal_router r = router_of(ctx, il + 1);
-    shoal_router_select(&r, ctx->router, n, ctx->probs, ctx->pf_ids,
-                        ctx->pf_weights);                            /* [n][K] */
-    shoal_expert_store_hint(m->store, il + 1, ctx->pf_ids, n * K);
-}
-
-/* Gather union entries sel[0..n_sel) (sel NULL: 0..n_sel) for one run:
- * each expert's rows of ctx->h into ctx->xg at its own slot range, and its
- * FFN job (output into ctx->ob at that range, its own scratch) into
- * ctx->jobs[i]; the weights are set by the caller. */
-static void gather(struct shoal_ctx *ctx, const int64_t *sel, int64_t n_sel)
-{
-    const int64_t E = ctx->model->cfg.n_embd, K = ctx->model->cfg.n_expert_used;
-    const struct shoal_batch_union *bu = &ctx->bu;
-    for (int64_t i = 0; i < n_sel; i++) {
-        const int64_t u = sel ? sel[i] : i;
-        const int64_t b = bu->slot_begin[u], cnt = bu->slot_begin[u + 1] - b;
-        for (int64_t j = 0; j < cnt; j++)
-            memcpy(ctx->xg + (b + j) * E, ctx->h + (bu->slots[b + j] / K) * E,
-                   (size_t)E * sizeof(float));
-        ctx->jobs[i] = (struct shoal_expert_ffn_job){
-            .out = ctx->ob + b * E, .x = ctx->xg + b * E, .n = cnt,
-            .scratch = ctx->ffn + 2 * b * ctx->ff_max};
-    }
-}
-
-/* Copy each output row of entries sel[0..n_sel) into its slot of ctx->yg. */
-static void scatter(struct shoal_ctx *ctx, const int64_t *sel, int64_t n_sel)
-{
-    const int64_t E = ctx->model->cfg.n_embd;
-    const struct shoal_batch_union *bu = &ctx->bu;
-    for (int64_t i = 0; i < n_sel; i++) {
-        const int64_t u = sel ? sel[i] : i;
-        const int64_t b = bu->slot_begin[u], cnt = bu->slot_begin[u + 1] - b;
-        for (int64_t j = 0; j < cnt; j++)
-            memcpy(ctx->yg + bu->slots[b + j] * E, ctx->ob + (b + j) * E,
-                   (size_t)E * sizeof(float));
-    }
-}
-
-/* Hint the store while the first acquire of layer il reads: in-process the
- * router lookahead itself; in a cluster the local share of it, computed
- * when the remote requests went out. */
-static void hint_local(struct shoal_ctx *ctx, int64_t il, int64_t n)
-{
-    if (!ctx->cluster) {
-        prefetch_next(ctx, il, n);
-    } else if (ctx->pf_pending) {
-        shoal_expert_store_hint(ctx->model->store, il + 1, ctx->pf_local, ctx->n_pf_local);
-        ctx->pf_pending = 0;
-    }
-}
-
-/* The first time a memory-mapped FP8 expert (a Hugging Face directory)
- * runs, check its codes: a NaN code is an error naming the tensor
- * (model.c checks the trunk at load; a container's experts are checked by
- * convert and when the store reads them). */
-static int check_fp8_experts(struct shoal_ctx *ctx, int64_t il, const int32_t *ids, int64_t nb,
-                             struct shoal_err *err)
-{
-    const struct shoal_model_config *c = &ctx->model->cfg;
-    const struct shoal_layer_weights *L = &ctx->model->layers[il];
-    for (int64_t i = 0; i < nb; i++) {
-        const struct shoal_expert_weights *e = &L->experts[ids[i]];
-        const int mx = e->w_gate.dtype == SHOAL_DTYPE_MXFP4;   /* gpt-oss as shipped */
-        if (e->w_gate.dtype != SHOAL_DTYPE_FP8 && e->w_up.dtype != SHOAL_DTYPE_FP8 &&
-            e->w_down.dtype != SHOAL_DTYPE_FP8 && !mx)
-            continue;
-        if (!ctx->fp8_ok)
-            ctx->fp8_ok = shoal_xcalloc((size_t)(c->n_layer * c->n_expert), 1);
-        uint8_t *ok = &ctx->fp8_ok[il * c->n_expert + ids[i]];
-        if (*ok)
-            continue;
-        const struct shoal_weight *w[3] = {&e->w_gate, &e->w_up, &e->w_down};
-        const char *hf[3] = {c->family->expert_gate, c->family->expert_up,
-                             c->family->expert_down};
-        for (int k = 0; k < 3; k++) {
-            if (w[k]->dtype != SHOAL_DTYPE_FP8 && w[k]->dtype != SHOAL_DTYPE_MXFP4)
-                continue;
-            char name[160];
-            if (mx)   /* gate and up are the even and odd rows of gate_up_proj */
-                snprintf(name, sizeof name, "model.layers.%lld.mlp.experts.%s_scales[%d]%s",
-                         (long long)il, hf[k], ids[i],
-                         k == 0 ? " (gate: its even rows)" : k == 1 ? " (up: its odd rows)" : "");
-            else
-                snprintf(name, sizeof name, "model.layers.%lld.%s.experts.%d.%s.weight",
-                         (long long)il, c->family->moe_prefix, ids[i], hf[k]);
-            int rc = w[k]->dtype == SHOAL_DTYPE_MXFP4 ? shoal_mxfp4_check(w[k], name, err)
-                                                      : shoal_fp8_check(w[k], 1, name, err);
-            if (rc)
-                return rc;
-        }
-        *ok = 1;
-    }
-    return 0;
-}
-
-/* expert_exec's hook: once the first batch's reads are in flight, the
- * router lookahead's hints queue behind them */
-static void first_started(void *user, int64_t i0)
-{
-    struct shoal_ctx *ctx = user;
-    if (i0 == 0)
-        hint_local(ctx, ctx->cur_il, ctx->cur_n);
-}
-
-/* Compute union entries sel[0..n_sel) of layer il in-process (sel NULL:
- * all of them, n_sel = n_used). With an expert store the entries are
- * acquired at once (the store reads the missing experts in parallel; when
- * its budget cannot hold them all it hands back a prefix, computed and
- * released before the rest: shoal_expert_exec_run). Each expert's output
- * goes to its own slots of ctx->yg, so the acquire order cannot change the
- * combine. Returns 0 or an expert store error (err set). */
-static int run_experts(struct shoal_ctx *ctx, int64_t il, const int64_t *sel, int64_t n_sel,
-                       struct shoal_err *err)
-{
-    const struct shoal_model *m = ctx->model;
-    const struct shoal_layer_weights *L = &m->layers[il];
-    const int32_t *ids = ctx->bu.expert;
-    if (sel) {
-        for (int64_t i = 0; i < n_sel; i++)
-            ctx->sel_ids[i] = ctx->bu.expert[sel[i]];
-        ids = ctx->sel_ids;
-    }
-    gather(ctx, sel, n_sel);
-    if (m->store) {
-        const struct shoal_expert_exec_hooks hooks = {.started = first_started, .user = ctx};
-        int rc = shoal_expert_exec_run(m->store, il, ids, n_sel, ctx->jobs, ctx->ew, &hooks,
-                                       NULL, err);
-        if (rc < 0)
-            return rc;
-    } else {
-        int rc = check_fp8_experts(ctx, il, ids, n_sel, err);
-        if (rc)
-            return rc;
-        for (int64_t i = 0; i < n_sel; i++)
-            ctx->jobs[i].w = &L->experts[ids[i]];
-        shoal_expert_ffn_batch(ctx->jobs, n_sel);
-    }
-    scatter(ctx, sel, n_sel);
-    return 0;
-}
-
-/* cluster callbacks (cluster.h): the local executor's share, and the
- * router lookahead once the layer's requests are out */
-static int cluster_local(void *user, int64_t il, const int64_t *sel, int64_t n_sel,
-                         struct shoal_err *err)
-{
-    struct shoal_ctx *ctx = user;
-    return run_experts(ctx, il, sel, n_sel, err);
-}
-
-static void cluster_after_send(void *user, int64_t n_local)
+/* The router lookahead (experts.h, struct shoal_moe_step): layer il+1's
+ * router on the rows layer il routes (ctx->h [n][E]), its top-k into
+ * ctx->pf_ids. Only scratch is written (ctx->router, ctx->probs, ctx->pf_*):
+ * the forward pass and its logits are the same with or without it. */
+static int64_t lookahead(void *user, const int32_t **ids)
 {
     struct shoal_ctx *ctx = user;
     const struct shoal_model *m = ctx->model;
     const struct shoal_model_config *c = &m->cfg;
-    const int64_t il = ctx->cur_il, n = ctx->cur_n;
-    ctx->pf_pending = 0;
-    if (!ctx->cur_prefetch || il + 1 >= c->n_layer || !shoal_layer_is_moe(c, il + 1))
-        return;
-    const int64_t K = c->n_expert_used;
+    const int64_t il = ctx->cur_il, n = ctx->cur_n, K = c->n_expert_used;
+    if (il + 1 >= c->n_layer || !shoal_layer_is_moe(c, il + 1))
+        return 0;
     shoal_linear(ctx->router, ctx->h, n, &m->layers[il + 1].w_router, NULL); /* [n][NE] */
     const struct shoal_router r = router_of(ctx, il + 1);
     shoal_router_select(&r, ctx->router, n, ctx->probs, ctx->pf_ids,
                         ctx->pf_weights);                            /* [n][K] */
-    ctx->n_pf_local = shoal_cluster_hint(ctx->cluster, il + 1, ctx->pf_ids, n * K,
-                                         ctx->pf_local);
-    if (ctx->n_pf_local == 0 || !shoal_cluster_local_experts(ctx->cluster) ||
-        !shoal_expert_store_wants_hints(m->store))
-        return;
-    if (n_local > 0)
-        ctx->pf_pending = 1;   /* between the local acquire's start and wait */
-    else
-        shoal_expert_store_hint(m->store, il + 1, ctx->pf_local, ctx->n_pf_local);
+    *ids = ctx->pf_ids;
+    return n * K;
 }
 
 /* Sparse MoE block on ctx->h [n][E]; result (routed + shared) in ctx->o.
- * The batch-union runs in-process (run_experts) or on the cluster
- * (shoal_cluster_run_layer); either way each expert's unweighted output
+ * The batch-union runs on the context's executor (experts.h: in-process, or
+ * the cluster's); either way each expert's unweighted output
  * lands in its own slots of ctx->yg and the combine is in route-rank
  * order, so the logits do not depend on where an expert ran. Returns 0 or
- * an expert store / cluster error (err set). */
+ * the executor's error (err set). */
 static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_err *err)
 {
     const struct shoal_model *m = ctx->model;
@@ -714,22 +522,15 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
         shoal_expert_store_learn(m->store, il, ctx->ids, n, K);
     double t1 = shoal_time_s();
 
-    /* each distinct expert once, over all rows routed to it */
-    int rc;
+    /* each distinct expert once, over all rows routed to it, on the executor */
     ctx->cur_il = il;
     ctx->cur_n = n;
-    if (ctx->cluster) {
-        ctx->cur_prefetch = m->store && shoal_expert_store_wants_hints(m->store);
-        struct shoal_cluster_layer cl = {.il = il, .n_tok = n, .k = K, .h = ctx->h,
-                                         .bu = &ctx->bu, .yg = ctx->yg,
-                                         .local = cluster_local,
-                                         .after_send = cluster_after_send, .user = ctx};
-        rc = shoal_cluster_run_layer(ctx->cluster, &cl, err);
-        ctx->pf_pending = 0;
-        ctx->t.network += shoal_cluster_take_network_s(ctx->cluster);
-    } else {
-        rc = run_experts(ctx, il, NULL, ctx->bu.n_used, err);
-    }
+    const struct shoal_moe_step st = {.il = il, .n_tok = n, .k = K, .h = ctx->h,
+                                      .bu = &ctx->bu, .yg = ctx->yg,
+                                      .lookahead = lookahead, .user = ctx};
+    int rc = ctx->experts.ops->run(ctx->experts.impl, &st, err);
+    if (ctx->experts.ops->take_network_s)
+        ctx->t.network += ctx->experts.ops->take_network_s(ctx->experts.impl);
     if (rc < 0)
         return rc;
     double t2 = shoal_time_s();
@@ -903,8 +704,8 @@ int shoal_ctx_eval_segs(struct shoal_ctx *ctx, const struct shoal_ctx_seg *segs,
     int rc = eval_step(ctx, err);
     ctx->segs = NULL;
     ctx->n_segs = 0;
-    if (!rc && ctx->cluster)
-        shoal_cluster_note_eval(ctx->cluster, &ctx->t, rows, shoal_time_s() - t_eval);
+    if (!rc && ctx->experts.ops->note_eval)
+        ctx->experts.ops->note_eval(ctx->experts.impl, &ctx->t, rows, shoal_time_s() - t_eval);
     return rc;
 }
 
@@ -936,7 +737,7 @@ int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
         if (rc)
             return rc;
     }
-    if (ctx->cluster)
-        shoal_cluster_note_eval(ctx->cluster, &ctx->t, n, shoal_time_s() - t_eval);
+    if (ctx->experts.ops->note_eval)
+        ctx->experts.ops->note_eval(ctx->experts.impl, &ctx->t, n, shoal_time_s() - t_eval);
     return 0;
 }

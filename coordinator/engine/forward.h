@@ -26,9 +26,9 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "experts.h"
 #include "model.h"
 
-struct shoal_cluster;
 
 struct shoal_ctx_params {
     int64_t n_ctx;     /* KV cache length in tokens; 0 = min(max_pos, 4096) */
@@ -38,30 +38,19 @@ struct shoal_ctx_params {
                           64 gave 4 and ran prefill at 0.5x) */
     enum shoal_dtype kv_dtype; /* KV cache elements: F32 (default), F16 or BF16
                                 * (kv.h: rounded once when written) */
-    struct shoal_cluster *cluster; /* routed experts run on it (cluster.h); borrowed,
-                                    * outlives the context; NULL: in-process */
+    const struct shoal_experts *experts; /* routed experts run on it (experts.h: the
+                                    * cluster's); borrowed, outlives the context;
+                                    * NULL: in-process, on the model's store or its
+                                    * resident experts */
     int64_t n_seq;     /* sequences (KV cache slots of n_ctx tokens each); 0 = 1 */
 };
 
 static inline struct shoal_ctx_params shoal_ctx_params_default(void)
 {
     return (struct shoal_ctx_params){.n_ctx = 0, .n_batch = 0,
-                                     .kv_dtype = SHOAL_DTYPE_F32, .cluster = NULL,
+                                     .kv_dtype = SHOAL_DTYPE_F32, .experts = NULL,
                                      .n_seq = 1};
 }
-
-/* Time spent per stage, seconds, accumulated over evals. */
-struct shoal_ctx_timings {
-    double attention;   /* norms, projections, RoPE, attention */
-    double routing;     /* router logits, top-k, batch-union */
-    double experts;     /* routed + shared expert FFNs, dense MLPs */
-    double combine;     /* weighted sum in route-rank order */
-    double head;        /* final norm + lm_head */
-    double expert_wait; /* of experts: the routed batch-unions, from placement to the
-                         * last output (local compute, remote replies, re-runs) */
-    double network;     /* of expert_wait: estimated time on the wire (reply time
-                         * minus the worker's own time, slowest executor per layer) */
-};
 
 struct shoal_ctx;
 

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
 #include "container.h"
 #include "expert_store.h"
 #include "kv.h"
@@ -42,7 +41,6 @@ int shoal_session_is_cluster(const struct shoal_session_opts *o)
 }
 
 struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, const char *dir,
-                                         const char *const *workers, int n_workers,
                                          int *status, struct shoal_err *err)
 {
     int dummy;
@@ -90,37 +88,6 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
             return NULL;
         }
     }
-    if (shoal_session_is_cluster(o)) {
-        if (!s->model->ct) {
-            shoal_err_set(err, SHOAL_EINVAL, "--workers/--accept-workers need a shoal "
-                          "container; '%s' is a Hugging Face directory (make one with: "
-                          "shoal convert)", dir);
-            shoal_session_close(s);
-            return NULL;
-        }
-        struct shoal_cluster_params cp = shoal_cluster_params_default();
-        cp.workers = workers;
-        cp.n_workers = n_workers;
-        cp.accept_addr = o->accept_workers;
-        cp.control_addr = !o->control ? SHOAL_CLUSTER_CONTROL_DEFAULT
-                          : strcmp(o->control, "off") ? o->control : NULL;
-        cp.control_explicit = o->control != NULL;
-        cp.local_experts = o->local_experts;
-        cp.key_path = o->cluster_key;
-        cp.connect_timeout_s = o->connect_timeout;
-        cp.request_timeout_s = o->request_timeout;
-        cp.local_cache_bytes = o->expert_cache;
-        if (o->max_unauth)
-            cp.max_unauthenticated = o->max_unauth;
-        cp.max_unauth_per_addr = o->max_unauth_per_addr ? o->max_unauth_per_addr
-                                 : cp.max_unauthenticated < cp.max_unauth_per_addr
-                                     ? cp.max_unauthenticated : cp.max_unauth_per_addr;
-        s->cluster = shoal_cluster_create(s->model, &cp, err);
-        if (!s->cluster) {
-            shoal_session_close(s);
-            return NULL;
-        }
-    }
     if (shoal_tokenizer_present(dir)) {   /* tokenizer.json, or Kimi-K2's tiktoken.model */
         s->tok = shoal_tokenizer_load(dir, err);
         if (!s->tok) {
@@ -128,11 +95,22 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
             return NULL;
         }
     }
+    return s;
+}
+
+int shoal_session_start(struct shoal_session *s, const struct shoal_session_opts *o,
+                        const struct shoal_experts *experts, int *status,
+                        struct shoal_err *err)
+{
+    int dummy;
+    if (!status)
+        status = &dummy;
+    *status = 1;
     struct shoal_ctx_params cp = shoal_ctx_params_default();
     cp.n_ctx = o->n_ctx;
     cp.n_batch = o->n_batch;
     cp.n_seq = o->n_seq;
-    cp.cluster = s->cluster;
+    cp.experts = experts;
     /* --kv, else the container's choice, else f32 */
     cp.kv_dtype = o->kv >= 0 ? (enum shoal_dtype)o->kv
                   : s->model->ct ? s->model->ct->kv_dtype : SHOAL_DTYPE_F32;
@@ -141,8 +119,7 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
                       "max_position_embeddings %lld; expected 1..%lld", (long long)cp.n_ctx,
                       (long long)s->model->cfg.max_pos, (long long)s->model->cfg.max_pos);
         *status = 2;   /* a bad flag value, known once the model is read */
-        shoal_session_close(s);
-        return NULL;
+        return -1;
     }
     if (o->kv_budget) {
         /* n_seq slots of n_ctx tokens, each token's K and V rows in every layer */
@@ -158,8 +135,7 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
                           "at least 2", o->kv_budget, fit, slots, per_token,
                           shoal_kv_dtype_name(cp.kv_dtype));
             *status = 2;
-            shoal_session_close(s);
-            return NULL;
+            return -1;
         }
         if (fit < want) {
             s->kv_budget_ctx_wanted = want;
@@ -167,12 +143,10 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
         }
     }
     s->ctx = shoal_ctx_create(s->model, cp, err);
-    if (!s->ctx) {
-        shoal_session_close(s);
-        return NULL;
-    }
+    if (!s->ctx)
+        return -1;
     s->logits = shoal_xcalloc((size_t)s->model->cfg.n_vocab, sizeof(float));
-    return s;
+    return 0;
 }
 
 void shoal_session_close(struct shoal_session *s)
@@ -180,7 +154,8 @@ void shoal_session_close(struct shoal_session *s)
     if (!s)
         return;
     shoal_ctx_free(s->ctx);
-    shoal_cluster_destroy(s->cluster);
+    if (s->cluster && s->cluster_destroy)   /* after the context that ran on it */
+        s->cluster_destroy(s->cluster);
     shoal_tokenizer_destroy(s->tok);
     shoal_model_free(s->model);
     free(s->history);

@@ -14,6 +14,8 @@
 #include "sampler.h"
 #include "tokenizer.h"
 
+struct shoal_cluster;
+
 #define SHOAL_MAX_STOP 16
 #define SHOAL_MAX_MIRRORS 7   /* SHOAL_EXPERT_STORE_MAX_SOURCES - 1 */
 #define SHOAL_MAX_WORKER_ARGS 16
@@ -125,7 +127,11 @@ struct shoal_session {
     volatile int *interrupt;            /* optional: set to stop a generation */
     int stats;                          /* the opener's: print statistics at close
                                          * (--stats; shoal_cli_session_close) */
-    struct shoal_cluster *cluster;      /* owned; NULL unless --workers/--accept-workers */
+    struct shoal_cluster *cluster;      /* the opener's cluster (--workers or
+                                         * --accept-workers, cluster.h), NULL: none;
+                                         * owned when cluster_destroy is set */
+    void (*cluster_destroy)(struct shoal_cluster *cl);   /* called at close, after the
+                                         * context, before the model is freed */
     char *cached_dir;                   /* owned (set by the opener); the cached
                                            container a cluster run on a checkpoint
                                            uses, else NULL */
@@ -137,18 +143,25 @@ struct shoal_session {
 int shoal_session_is_cluster(const struct shoal_session_opts *o);
 
 /* Open the model at dir (a checkpoint or a container; the options' model_dir
- * is not read: the caller resolved it), its tokenizer, context and expert
- * executors: the container's expert store, and with workers (n_workers
- * "HOST:PORT" strings, borrowed for the call) or o->accept_workers the
- * cluster. Sets the OpenMP thread count from o->threads. Prints nothing.
- * Returns the session (owned; shoal_session_close), or NULL with err set
- * (one line) and *status (if not NULL) the exit status it calls for: 2 when
- * an option does not fit this model (--ctx above max_position_embeddings, a
- * --kv-budget that holds under 2 tokens), 1 for anything else.
- * Thread: main (opens OpenMP regions). */
+ * is not read: the caller resolved it), its expert store (a container's,
+ * with the options' store settings) and its tokenizer. Sets the OpenMP
+ * thread count from o->threads. The session cannot evaluate until
+ * shoal_session_start. Prints nothing. Returns the session (owned;
+ * shoal_session_close), or NULL with err set (one line) and *status (if not
+ * NULL) 1. Thread: main. */
 struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, const char *dir,
-                                         const char *const *workers, int n_workers,
                                          int *status, struct shoal_err *err);
+
+/* Create the session's context: the KV cache for o's --ctx, --kv, --batch,
+ * --kv-budget and n_seq, its routed experts run by experts (copied; its impl,
+ * e.g. the cluster of shoal_cluster_experts, must outlive the session) or,
+ * NULL, by the model's own store or resident experts. Returns 0, or -1 with err set and
+ * *status (if not NULL) the exit status it calls for: 2 when an option does
+ * not fit this model (--ctx above max_position_embeddings, a --kv-budget
+ * that holds under 2 tokens), 1 otherwise. Thread: main. */
+int shoal_session_start(struct shoal_session *s, const struct shoal_session_opts *o,
+                        const struct shoal_experts *experts, int *status,
+                        struct shoal_err *err);
 
 /* Free the session and what it owns. Prints nothing (the --stats lines are
  * the CLI's: shoal_cli_session_close). NULL is a no-op. */
