@@ -48,6 +48,7 @@ reference() { # build dir
 }
 
 step "numpy reference self-test"  "$PY" tests/reference/selftest_ref.py
+step "source layers: no include of a later layer, no circle between folders" "$PY" tests/check_layers.py
 step "build gcc -Werror"          setup build-test --werror -Dbuildtype=release
 step "unit tests (gcc)"           unit build-test
 step "reference tests (gcc)"      reference build-test

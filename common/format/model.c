@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "container.h"
-#include "expert_store.h"
 #include "quant.h"
 #include "util.h"
 
@@ -495,13 +494,6 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
         shoal_model_alloc_layers(m);
         if (shoal_container_bind(m->ct, m, err))
             goto fail;
-        /* a default store; callers that decode set their own
-         * (shoal_model_set_store). It keeps no routing counts, so that a
-         * counts file is read, and its problems reported, once */
-        struct shoal_expert_store_params sp = shoal_expert_store_params_default();
-        sp.learn = 0;
-        if (shoal_model_set_store(m, &sp, err))
-            goto fail;
         return m;
     }
     char *cfg_path = shoal_path_join(dir, "config.json");
@@ -534,25 +526,10 @@ fail:
     return NULL;
 }
 
-int shoal_model_set_store(struct shoal_model *m,
-                          const struct shoal_expert_store_params *params,
-                          struct shoal_err *err)
-{
-    if (!m->ct)
-        return 0;
-    struct shoal_expert_store *s = shoal_expert_store_create(m->ct, *params, err);
-    if (!s)
-        return err ? err->code : SHOAL_EIO;
-    shoal_expert_store_destroy(m->store);
-    m->store = s;
-    return 0;
-}
-
 void shoal_model_free(struct shoal_model *m)
 {
     if (!m)
         return;
-    shoal_expert_store_destroy(m->store);
     shoal_container_close(m->ct);
     if (m->layers) {
         for (int64_t il = 0; il < m->cfg.n_layer; il++)

@@ -68,7 +68,9 @@ struct shoal_model {
     struct shoal_model_config cfg;
     struct shoal_safetensors *st;    /* owned: the mapping the views borrow (HF dir) */
     struct shoal_container *ct;      /* owned: the container the views borrow */
-    struct shoal_expert_store *store;/* owned: serves routed experts of a container */
+    struct shoal_expert_store *store;/* borrowed: serves a container's routed experts;
+                                      * set by whoever runs them (the session,
+                                      * expert_store.h), NULL until then */
     struct shoal_weight tok_embd;    /* [n_vocab][n_embd] */
     struct shoal_weight out_norm;    /* [n_embd] */
     struct shoal_weight lm_head;     /* [n_vocab][n_embd] (tok_embd when tied) */
@@ -151,22 +153,15 @@ void shoal_model_alloc_layers(struct shoal_model *m);
 
 /* Load the checkpoint in dir (borrowed path): a shoal container (shoal.json,
  * see container.h) or a Hugging Face directory (config.json + *.safetensors).
- * A container gets a default expert store that keeps no routing counts;
- * callers that decode set their own with shoal_model_set_store.
+ * A container's routed experts are not loaded: an expert store serves them
+ * (expert_store.h; the caller creates it and sets m->store).
  * Returns a model owned by the caller (shoal_model_free) or NULL with err
  * naming the file, tensor or field and what was expected vs found.
  * Thread: any. */
 struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err);
 
-/* Replace the expert store of a container model with one using params
- * (cache budget, O_DIRECT). No-op for a Hugging Face directory, whose
- * experts are memory-mapped. Returns 0 or a negative status with err set. */
-struct shoal_expert_store_params;
-int shoal_model_set_store(struct shoal_model *m,
-                          const struct shoal_expert_store_params *params,
-                          struct shoal_err *err);
-
-/* Free a model and unmap its weights; NULL is a no-op. */
+/* Free a model and unmap its weights (not its store, which it borrows);
+ * NULL is a no-op. */
 void shoal_model_free(struct shoal_model *m);
 
 #endif

@@ -189,6 +189,9 @@ int shoal_local_experts_run(struct shoal_local_experts *lx, const struct shoal_m
                                        NULL, err);
         if (rc < 0)
             return rc;
+    } else if (lx->model->ct) {
+        return shoal_err_set(err, SHOAL_EINVAL, "the container '%s' has no expert store: its "
+                             "routed experts are not in RAM (expert_store.h)", lx->model->dir);
     } else {
         int rc = check_fp8_experts(lx, st->il, ids, n_sel, err);
         if (rc)

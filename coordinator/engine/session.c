@@ -83,10 +83,12 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
         sp.source_weights = o->n_mirror_weights ? o->mirror_weights : NULL;
         sp.n_source_weights = o->n_mirror_weights;
         sp.counts_fallback_dir = cache_dir[0] ? cache_dir : NULL;
-        if (shoal_model_set_store(s->model, &sp, err)) {
+        s->store = shoal_expert_store_create(s->model->ct, sp, err);
+        if (!s->store) {
             shoal_session_close(s);
             return NULL;
         }
+        s->model->store = s->store;
     }
     if (shoal_tokenizer_present(dir)) {   /* tokenizer.json, or Kimi-K2's tiktoken.model */
         s->tok = shoal_tokenizer_load(dir, err);
@@ -157,6 +159,7 @@ void shoal_session_close(struct shoal_session *s)
     if (s->cluster && s->cluster_destroy)   /* after the context that ran on it */
         s->cluster_destroy(s->cluster);
     shoal_tokenizer_destroy(s->tok);
+    shoal_expert_store_destroy(s->store);
     shoal_model_free(s->model);
     free(s->history);
     free(s->logits);

@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "container.h"
+#include "expert_store.h"
 #include "forward.h"
 #include "model.h"
 #include "test_fs.h"
@@ -237,8 +238,12 @@ Test(batching, int4a8_container_through_the_store)
     shoal_model_free(src);
     struct shoal_model *m = shoal_model_load(dir, &err);
     cr_assert(m != NULL, "%s", err.msg);
-    cr_assert(m->store != NULL, "the container's experts come from a store");
+    struct shoal_expert_store_params sp = shoal_expert_store_params_default();
+    sp.learn = 0;
+    m->store = shoal_expert_store_create(m->ct, sp, &err);
+    cr_assert(m->store != NULL, "the container's experts come from a store: %s", err.msg);
     check_model(m, SHOAL_DTYPE_F16);
+    shoal_expert_store_destroy(m->store);
     shoal_model_free(m);
     cr_assert(eq(int, test_rm_rf(tmp), 0), "rm -rf %s: %s", tmp, strerror(errno));
 }
