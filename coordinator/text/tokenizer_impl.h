@@ -21,12 +21,14 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #include "err.h"
 #include "tokenizer.h"
+#include "util.h"
 
 /* Largest vocabulary accepted from a file (ids are checked against it). */
 #define SHOAL_TOK_MAX_VOCAB (1u << 24)
@@ -279,5 +281,49 @@ struct shoal_tokenizer *shoal_tok_load_tiktoken(const char *model,
 
 /* Kimi-K2's split regex (tokenization_kimi.py pat_str), in PCRE2 syntax. */
 extern const char shoal_tok_kimi_regex[];
+
+/* ---- small growable buffers (tokenizer.c, tokenizer_encode.c) ---- */
+
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+
+static inline void buf_reserve(struct buf *b, size_t extra)
+{
+    if (b->cap - b->len >= extra)
+        return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap - b->len < extra)
+        cap *= 2;
+    b->p = shoal_xrealloc(b->p, cap);
+    b->cap = cap;
+}
+
+static inline void buf_add(struct buf *b, const char *s, size_t n)
+{
+    buf_reserve(b, n + 1);
+    if (n)
+        memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
+struct ivec {
+    int32_t *v;
+    size_t n, cap;
+};
+
+static inline void ivec_push(struct ivec *a, int32_t x)
+{
+    if (a->n == a->cap) {
+        a->cap = a->cap ? 2 * a->cap : 64;
+        a->v = shoal_xrealloc(a->v, a->cap * sizeof *a->v);
+    }
+    a->v[a->n++] = x;
+}
+
+/* The merge of the pair (l, r), or NULL (tokenizer.c). */
+const struct shoal_tok_merge *shoal_tok_merge_find(const struct shoal_tokenizer *t,
+                                                  int32_t l, int32_t r);
 
 #endif
