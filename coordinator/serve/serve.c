@@ -138,46 +138,6 @@ static enum MHD_Result reply_preflight(struct MHD_Connection *c)
     return rc;
 }
 
-/* ---- jobs ---- */
-
-void serve_job_unref(struct server *srv, struct job *j)
-{
-    pthread_mutex_lock(&srv->mu);
-    int last = --j->refs == 0;
-    pthread_mutex_unlock(&srv->mu);
-    if (!last)
-        return;
-    shoal_api_request_free(&j->req);
-    free(j->out);
-    free(j->text);
-    free(j->reply);
-    serve_logprobs_free(j->lp, j->n_lp);
-    free(j);
-}
-
-void serve_out_put(struct job *j, const char *p, size_t n)
-{
-    /* a client that reads nothing while its request generates: beyond
-     * SERVE_MAX_UNSENT bytes queued (after what the sockets hold) the
-     * request is cancelled, so its queue and its slot are bounded */
-    if (j->out_len - j->out_sent > SERVE_MAX_UNSENT)
-        j->cancel = 1;
-    if (j->out_len + n > j->out_cap) {
-        j->out_cap = (j->out_len + n) * 2 + 256;
-        j->out = shoal_xrealloc(j->out, j->out_cap);
-    }
-    memcpy(j->out + j->out_len, p, n);
-    j->out_len += n;
-}
-
-void serve_out_event(struct job *j, char *json)
-{
-    serve_out_put(j, "data: ", 6);
-    serve_out_put(j, json, strlen(json));
-    serve_out_put(j, "\n\n", 2);
-    free(json);
-}
-
 /* 1 when the peer of fd has closed its end (or the socket failed).
  * Thread: the connection's own, which owns fd. */
 static int peer_gone(int fd)
@@ -257,7 +217,7 @@ static void stream_free(void *cls)
 {
     struct stream *st = cls;
     st->job->cancel = 1;
-    serve_job_unref(st->srv, st->job);
+    serve_job_unref(&st->srv->mu, st->job);
     free(st);
 }
 
@@ -272,7 +232,7 @@ static enum MHD_Result start_stream(struct server *srv, struct MHD_Connection *c
                                                                stream_read, st, stream_free);
     if (!r) {
         j->cancel = 1;
-        serve_job_unref(srv, j);
+        serve_job_unref(&srv->mu, j);
         free(st);
         return MHD_NO;
     }
@@ -309,16 +269,16 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
     pthread_mutex_lock(&srv->mu);
     /* a slot is free or will be: the queue holds what the idle slots cannot */
     const int idle = srv->cfg->parallel - srv->n_active;
-    if (srv->stopping || srv->n_queued - (idle > 0 ? idle : 0) >= srv->cfg->queue) {
+    if (srv->stopping || srv->queue.n - (idle > 0 ? idle : 0) >= srv->cfg->queue) {
         int stopping = srv->stopping;
         /* when a slot is likely free: the queue ahead, parallel at a time, at
          * the recent mean request time */
-        const double wait = srv->mean_request_s * (double)(srv->n_queued + 1) /
+        const double wait = srv->mean_request_s * (double)(srv->queue.n + 1) /
                             (double)(srv->cfg->parallel > 0 ? srv->cfg->parallel : 1);
         const unsigned retry = wait < 1 ? 1u : wait > 3600 ? 3600u : (unsigned)(wait + 0.999);
         pthread_mutex_unlock(&srv->mu);
         j->refs = 1;
-        serve_job_unref(srv, j);
+        serve_job_unref(&srv->mu, j);
         if (stopping)
             return fail(c, 503, "server_error", NULL, "the server is shutting down");
         char msg[200];
@@ -329,12 +289,7 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
         shoal_api_fail(&e, 429, "rate_limit_error", NULL, "busy", "%s", msg);
         return reply(c, 429, shoal_api_error_json(&e), retry);
     }
-    if (srv->q_tail)
-        srv->q_tail->next = j;
-    else
-        srv->q_head = j;
-    srv->q_tail = j;
-    srv->n_queued++;
+    job_queue_push(&srv->queue, j);
     pthread_cond_broadcast(&srv->cv);
     /* wait until the engine accepted the prompt (or refused it) */
     while (j->state == JOB_QUEUED) {
@@ -368,7 +323,7 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
                                            j->req.logprobs ? &(struct shoal_api_logprobs){
                                                .tokens = j->lp, .n_tokens = j->n_lp} : NULL),
                    0);
-    serve_job_unref(srv, j);
+    serve_job_unref(&srv->mu, j);
     return rc;
 }
 
@@ -796,7 +751,7 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
             (double)shoal_ctx_kv_bytes(s->ctx) / (1024.0 * 1024.0), cfg->queue,
             srv.key.set ? ", API key required" : "");
     fflush(stderr);
-    serve_engine_run(&srv);
+    serve_batcher_run(&srv);
     fprintf(stderr, "shoal serve: stopping\n");
     shoal_serve_metrics_stop(srv.metrics);   /* event streams end */
     drain(&srv);

@@ -3,7 +3,7 @@
  * Threads: libmicrohttpd runs a thread per connection; they parse and check
  * requests (api.h) and queue a generating request as a job for the engine,
  * which runs on the calling thread (shoal_serve_run) and owns the session.
- * The engine (engine.c) runs up to `parallel` jobs at once, one KV slot
+ * The batcher (batcher.c) runs up to `parallel` jobs at once, one KV slot
  * each, all of them in every step (continuous batching); up to `queue`
  * more wait, and beyond that a request gets 429 with Retry-After. A job
  * carries its own output queue (SSE bytes) and cancel flag.

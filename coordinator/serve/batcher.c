@@ -1,7 +1,7 @@
-/* engine: continuous batching for `shoal serve`.
+/* batcher: continuous batching for `shoal serve`.
  *
  * The context holds one KV slot per --parallel (forward.h: n_seq). Each
- * engine step runs every active request together through
+ * step runs every active request together through
  * shoal_ctx_eval_segs: one decode token of each request that is generating,
  * and chunks of the prompts being prefilled in what is left of n_batch
  * rows. Each MoE layer's batch-union spans all of them, so an expert routed
@@ -24,9 +24,9 @@
  * "reasoning_content", and a message ending in <|call|> with a recipient a
  * tool call (finish_reason "tool_calls").
  *
- * Thread: everything here runs on the engine thread (the one in
- * shoal_serve_run), which owns the session; the jobs' shared fields are
- * touched under srv->mu.
+ * Thread: everything here runs on the batcher's thread (the one in
+ * shoal_serve_run), which owns the session; the jobs' shared fields
+ * (jobs.h) are touched under srv->mu.
  */
 #include <math.h>
 #include <sodium.h>
@@ -272,17 +272,6 @@ static void add_logprob(struct run *r, const struct shoal_session *s, const floa
     t->n_top = nt;
 }
 
-void serve_logprobs_free(struct shoal_api_token_logprob *lp, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        for (int k = 0; k < lp[i].n_top; k++)
-            free((char *)lp[i].top[k].text);
-        free((void *)lp[i].top);
-        free((char *)lp[i].text);
-    }
-    free(lp);
-}
-
 /* ---- the dashboard and /metrics (metrics.h) ---- */
 
 static const char *job_endpoint(const struct job *j)
@@ -322,7 +311,7 @@ static void job_fail(struct server *srv, struct job *j, const struct shoal_api_e
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     note_done(srv, j, outcome);
-    serve_job_unref(srv, j);
+    serve_job_unref(&srv->mu, j);
 }
 
 /* The prompt tokens of a request; 0, or -1 with e set. */
@@ -722,7 +711,7 @@ static void finish(struct engine *en, struct run *r, int failed)
     pthread_cond_broadcast(&srv->cv);
     pthread_mutex_unlock(&srv->mu);
     note_done(srv, j, outcome);
-    serve_job_unref(srv, j);
+    serve_job_unref(&srv->mu, j);
     struct slot *sl = &en->slots[r->seq];
     sl->run = NULL;
     en->jobs_changed = 1;
@@ -858,13 +847,7 @@ static int admit_all(struct engine *en, int stopping)
             if (!en->slots[i].run)
                 idle = i;
         pthread_mutex_lock(&srv->mu);
-        struct job *j = (idle >= 0 || stopping) ? srv->q_head : NULL;
-        if (j) {
-            srv->q_head = j->next;
-            if (!srv->q_head)
-                srv->q_tail = NULL;
-            srv->n_queued--;
-        }
+        struct job *j = (idle >= 0 || stopping) ? job_queue_pop(&srv->queue) : NULL;
         pthread_mutex_unlock(&srv->mu);
         if (!j)
             break;
@@ -918,7 +901,7 @@ static void note_jobs(struct engine *en, int force)
             s->tok_per_s = (double)(s->n_gen - 1) / (now - r->t_first);
     }
     pthread_mutex_lock(&srv->mu);
-    for (const struct job *j = srv->q_head; j; j = j->next, n_queued++) {
+    for (const struct job *j = srv->queue.head; j; j = j->next, n_queued++) {
         if (n == MAX_SHOWN)
             continue;
         struct shoal_serve_job_stat *s = &js[n++];
@@ -933,7 +916,7 @@ static void note_jobs(struct engine *en, int force)
     shoal_serve_metrics_sample(srv->metrics, en->s);
 }
 
-void serve_engine_run(struct server *srv)
+void serve_batcher_run(struct server *srv)
 {
     struct engine en = {.srv = srv, .s = srv->s};
     struct shoal_ctx *ctx = srv->s->ctx;
@@ -971,9 +954,9 @@ void serve_engine_run(struct server *srv)
             note_jobs(&en, 1);
         if (n_runs == 0) {
             pthread_mutex_lock(&srv->mu);
-            while (!srv->q_head && !srv->stopping)
+            while (!srv->queue.head && !srv->stopping)
                 pthread_cond_wait(&srv->cv, &srv->mu);
-            const int done = srv->stopping && !srv->q_head;
+            const int done = srv->stopping && !srv->queue.head;
             pthread_mutex_unlock(&srv->mu);
             if (done)
                 break;
