@@ -83,7 +83,7 @@ LIT = re.compile(r'"(--[a-z0-9][a-z0-9-]*|-[a-zA-Z])"')
 
 def source(name):
     """A coordinator source file by name, whichever of its folders holds it."""
-    for sub in ("", "cli", "text", "engine", "cluster"):
+    for sub in ("", "cli", "bench", "text", "engine", "cluster"):
         path = os.path.join(ROOT, "coordinator", sub, name)
         if os.path.exists(path):
             with open(path, encoding="utf-8") as f:

@@ -43,6 +43,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "bench_tools.h"
 #include "cli.h"
 #include "config.h"
 #include "container.h"
