@@ -215,20 +215,12 @@ int shoal_container_write_shard(const struct shoal_container *ct, const char *ds
     if (!manifest)
         return shoal_err_set(err, SHOAL_EFORMAT, "'%s': malformed JSON at line %d: %s",
                              ct->manifest_path, jerr.line, jerr.text);
-    size_t dl = strlen(dst);
-    char *tmp = shoal_xmalloc(dl + 32);
-    snprintf(tmp, dl + 32, "%s.tmp-%ld", dst, (long)getpid());
-    shoal_container_rm_tree(tmp);
-    char *exp_path = shoal_path_join(tmp, "experts.bin");
-    char *manifest_path = shoal_path_join(tmp, "shoal.json");
+    char *tmp, *exp_path = NULL, *manifest_path = NULL;
     int fd = -1;
-    if (mkdir(tmp, 0755) != 0) {
-        int e = errno;
-        rc = shoal_err_set(err, -e, "cannot create '%s': %s", tmp, strerror(e));
-        free(tmp);
-        tmp = NULL;   /* not ours to remove */
-        goto fail;
-    }
+    if ((rc = shoal_container_make_tmp(dst, &tmp, err)))
+        goto fail;    /* tmp NULL: nothing of ours to remove */
+    exp_path = shoal_path_join(tmp, "experts.bin");
+    manifest_path = shoal_path_join(tmp, "shoal.json");
     json_t *ex = json_object_get(manifest, "experts");
     json_t *layers = json_object_get(ex, "layers");
     if (!json_is_array(layers)) {

@@ -339,6 +339,22 @@ void shoal_container_rm_tree(const char *dir)
     rmdir(dir);
 }
 
+int shoal_container_make_tmp(const char *dst, char **tmp, struct shoal_err *err)
+{
+    const size_t dl = strlen(dst);
+    *tmp = shoal_xmalloc(dl + 32);
+    snprintf(*tmp, dl + 32, "%s.tmp-%ld", dst, (long)getpid());
+    shoal_container_rm_tree(*tmp);
+    if (mkdir(*tmp, 0755) != 0) {
+        int e = errno;
+        int rc = shoal_err_set(err, -e, "cannot create '%s': %s", *tmp, strerror(e));
+        free(*tmp);
+        *tmp = NULL;
+        return rc;
+    }
+    return 0;
+}
+
 int shoal_container_sync_close(int fd, const char *path, int drop_cache,
                                struct shoal_err *err)
 {
@@ -465,16 +481,10 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     int rc0 = container_check_destination(src_dir, dst, p->force, err);
     if (rc0)
         return rc0;
-    size_t dl = strlen(dst);
-    char *tmp = shoal_xmalloc(dl + 32);
-    snprintf(tmp, dl + 32, "%s.tmp-%ld", dst, (long)getpid());
-    shoal_container_rm_tree(tmp);
-    if (mkdir(tmp, 0755) != 0) {
-        int e = errno;
-        int rc = shoal_err_set(err, -e, "cannot create '%s': %s", tmp, strerror(e));
-        free(tmp);
-        return rc;
-    }
+    char *tmp;
+    int rc1 = shoal_container_make_tmp(dst, &tmp, err);
+    if (rc1)
+        return rc1;
     struct writer wr = {.src = src, .p = p, .err = err, .fd_dense = -1, .fd_exp = -1,
                         .cur_layer = -1};
     shoal_container_layout_init(&wr.lay, &src->cfg);

@@ -13,8 +13,9 @@
  *   records           a dense tensor's and a layer's manifest entries, the
  *                     blob components' list, the manifest itself, and the
  *                     lines of canonical text the fingerprint hashes
- *   file steps        sync and close, write a JSON file, remove a
- *                     temporary directory, publish it under its name
+ *   file steps        a temporary directory beside the destination, sync
+ *                     and close, write a JSON file, remove the directory or
+ *                     publish it under its name
  *
  * Thread: any (one writer's structs on one thread).
  */
@@ -142,6 +143,11 @@ int shoal_container_sync_close(int fd, const char *path, int drop_cache,
 /* Write j to path (one-space indent, as every manifest) and fsync it.
  * Returns 0 or SHOAL_EIO with err naming path. */
 int shoal_container_write_json(json_t *j, const char *path, struct shoal_err *err);
+
+/* Create the temporary directory a writer fills beside dst (dst.tmp-PID,
+ * a stale one of that name removed first) into *tmp (malloc'd, the
+ * caller frees). Returns 0, or -errno with err set and *tmp NULL. */
+int shoal_container_make_tmp(const char *dst, char **tmp, struct shoal_err *err);
 
 /* Remove a (temporary) directory and the files in it (not sub-directories:
  * a container has none). Missing: nothing to do. */

@@ -465,16 +465,10 @@ int synth_write(struct synth *sy, const char *dst, int force, int argc, char **a
 {
     const char *model_type = sy->cfg.family->model_type;
     int rc = 0;
-    size_t dl = strlen(dst);
-    char *tmp = shoal_xmalloc(dl + 32);
-    snprintf(tmp, dl + 32, "%s.tmp-%ld", dst, (long)getpid());
-    shoal_container_rm_tree(tmp);
     json_t *manifest = NULL, *meta = NULL;
-    char *p_cfg = NULL, *p_meta = NULL, *p_man = NULL;
-    if (mkdir(tmp, 0755) != 0) {
-        int e = errno;
-        shoal_cli_error("synth: cannot create '%s': %s", tmp, strerror(e));
-        free(tmp);
+    char *tmp, *p_cfg = NULL, *p_meta = NULL, *p_man = NULL;
+    if (shoal_container_make_tmp(dst, &tmp, sy->err)) {
+        shoal_cli_error("synth: %s", sy->err->msg);
         return 1;
     }
     sy->dense_path = shoal_path_join(tmp, "dense.bin");
