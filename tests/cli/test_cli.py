@@ -114,7 +114,7 @@ def options_by_command():
                 {"--no-bos", "--logits-out", "--ids-out"},
         "perplexity": literals(source("cmd_perplexity.c")) | session,
         "bench": literals(source("cmd_bench.c")) | session,
-        "synth": literals(source("cmd_synth.c")) | session,
+        "synth": literals(source("cmd_synth.c")) | literals(source("synth_check.c")) | session,
         "convert": literals(conv[:j]),
         "inspect": literals(conv[j:]),
         "shard": literals(source("cmd_shard.c")),
