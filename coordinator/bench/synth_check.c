@@ -3,27 +3,18 @@
  * per-stage timings of a measured window and, for a synthetic container,
  * the achieved expert frequencies against synth.json's targets. */
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
-#include "bench_tools.h"
 #include "cli.h"
 #include "config.h"
-#include "container.h"
 #include "expert_store.h"
 #include "forward.h"
 #include "model.h"
-#include "moe.h"
 #include "quant.h"
 #include "sampler.h"
 #include "session.h"
