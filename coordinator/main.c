@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bench_tools.h"
 #include "cli.h"
 #include "config.h"
 #include "kv.h"

@@ -35,6 +35,7 @@ LAYERS = [
     ("coordinator/cluster", 9, "expert workers: connections, placement, failover"),
     ("coordinator/serve", 10, "the OpenAI-compatible HTTP API and its batcher"),
     ("coordinator/cli", 11, "the shoal commands: flags, output"),
+    ("coordinator/bench", 11.5, "shoal bench and shoal synth: probes, synthetic containers"),
     ("coordinator", 12, "main()"),
     ("worker", 10, "shoal-worker: serves experts over the wire"),
     ("bench", 12, "benchmarks"),
@@ -95,7 +96,7 @@ def main():
                     where = "%s:%d" % (os.path.join(d, f), n)
                     edges.setdefault((d, to), where)
                     if d in rank and to in rank and rank[to] > rank[d]:
-                        errors.append("%s includes \"%s\" of %s (rank %d) from %s (rank %d): "
+                        errors.append("%s includes \"%s\" of %s (rank %g) from %s (rank %g): "
                                       "a lower layer includes a higher one" %
                                       (where, m.group(1), to, rank[to], d, rank[d]))
     for (x, y), where in sorted(edges.items()):

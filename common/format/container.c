@@ -126,7 +126,7 @@ struct fp_walk {
 };
 
 
-/* The writer's canonical text (write_slot / container_fp_line), rebuilt from the
+/* The writer's canonical text (shoal_container_fp_*), rebuilt from the
  * manifest in walk order. */
 static int fp_slot(const struct shoal_weight_slot *s, void *user)
 {
@@ -134,8 +134,8 @@ static int fp_slot(const struct shoal_weight_slot *s, void *user)
     const struct shoal_container *ct = f->ct;
     if (s->kind == SHOAL_SLOT_EXPERT) {
         if (s->comp == ct->n_comp - 1 && ct->layer_offset[s->il] != UINT64_MAX)
-            container_fp_line(f->st, "expert %lld %lld %016" PRIx64 "\n", (long long)s->il,
-                    (long long)s->ie, ct->expert_xxh64[s->il * ct->n_expert + s->ie]);
+            shoal_container_fp_expert(f->st, s->il, s->ie,
+                                      ct->expert_xxh64[s->il * ct->n_expert + s->ie]);
         return 0;
     }
     const struct shoal_container_tensor *t = NULL;
@@ -145,9 +145,7 @@ static int fp_slot(const struct shoal_weight_slot *s, void *user)
         if (!strcmp(ct->dense[i].name, s->name))
             t = &ct->dense[i];
     if (t)
-        container_fp_line(f->st, "dense %s %s %lld %lld %d %016" PRIx64 "\n", s->name,
-                shoal_dtype_name(t->w.dtype), (long long)s->rows, (long long)s->cols,
-                recorded_group(t->w.dtype, t->w.group), t->xxh64);
+        shoal_container_fp_dense(f->st, s, t->w.dtype, t->w.group, t->xxh64);
     return 0;
 }
 
@@ -156,9 +154,8 @@ static uint64_t recompute_fingerprint(const struct shoal_container *ct,
 {
     struct fp_walk f = {.st = XXH64_createState(), .ct = ct};
     XXH64_reset(f.st, 0);
-    container_fp_line(f.st, "shoal-container %d %s experts %s %d %" PRIu64 "\n",
-            SHOAL_CONTAINER_VERSION, cfg->family->model_type,
-            shoal_dtype_name(ct->experts_dtype), ct->experts_group, ct->blob_bytes);
+    shoal_container_fp_head(f.st, cfg->family->model_type, ct->experts_dtype,
+                            ct->experts_group, ct->blob_bytes);
     struct shoal_model *m = shoal_xcalloc(1, sizeof *m);
     m->cfg = *cfg;
     shoal_model_alloc_layers(m);

@@ -1,5 +1,7 @@
 /* container: shoal's on-disk model format (docs/FORMAT.md), its streaming
- * writer (`shoal convert`) and its reader.
+ * writer (`shoal convert`) and its reader. The layout rules, records and
+ * file steps every writer shares (convert, shard, `shoal synth`) are in
+ * container_write.h.
  *
  * A container is a directory:
  *   shoal.json     manifest: format version, model_type, the verbatim

@@ -1,6 +1,7 @@
 /* container_impl: what the container's reader (container.c), writer
- * (container_write.c) and shard writer (container_shard.c) share. Internal
- * to common/format/. */
+ * (container_write.c), shard writer (container_shard.c) and layout rules
+ * (container_layout.c) share. Internal to common/format/; what writers
+ * outside it share too is public in container_write.h. */
 #ifndef SHOAL_CONTAINER_IMPL_H
 #define SHOAL_CONTAINER_IMPL_H
 
@@ -8,9 +9,10 @@
 #include <xxhash.h>
 
 #include "container.h"
+#include "container_write.h"
 #include "quant.h"
 
-#define DENSE_ALIGN 64
+#define DENSE_ALIGN SHOAL_CONTAINER_DENSE_ALIGN
 #define MAGIC_DENSE shoal_container_magic_dense
 #define MAGIC_EXPERTS shoal_container_magic_experts
 
@@ -52,13 +54,6 @@ static inline uint64_t get_u64(const unsigned char *p)
     return v;
 }
 
-/* The group the manifest and the fingerprint record: 0 for float dtypes. */
-static inline int recorded_group(enum shoal_dtype t, int group)
-{
-    return shoal_dtype_is_quant(t) || t == SHOAL_DTYPE_FP8 || t == SHOAL_DTYPE_MXFP4 ? group
-                                                                                      : 0;
-}
-
 /* 1 for the checkpoint-native dtypes shoal keeps but never makes. */
 static inline int native_only(enum shoal_dtype t)
 {
@@ -70,15 +65,12 @@ static inline int native_only(enum shoal_dtype t)
 void container_fp_line(XXH64_state_t *st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* The writers' file steps (container_write.c): copy a file; remove a
- * directory tree; fsync and close; rename a finished temporary directory
- * into place (replace: over an existing one); refuse a destination that
- * would destroy the source or an unrelated directory. Each returns 0 or
- * an error code with err set, as their definitions say. */
+/* The converter's and shard writer's file steps (container_write.c; the
+ * others every writer shares are in container_write.h): copy a file;
+ * refuse a destination that would destroy the source or an unrelated
+ * directory. Each returns 0 or an error code with err set, as their
+ * definitions say. */
 int container_copy_file(const char *from, const char *to, struct shoal_err *err);
-void container_rm_tree(const char *dir);
-int container_sync_close(int fd, const char *path, struct shoal_err *err);
-int container_publish_dir(const char *tmp, const char *dst, int replace, struct shoal_err *err);
 int container_check_destination(const char *src_dir, const char *dst, int force,
                                 struct shoal_err *err);
 

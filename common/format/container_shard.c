@@ -77,7 +77,7 @@ static int copy_dense(const struct shoal_container *ct, const char *path,
         close(fd);
         return rc;
     }
-    return container_sync_close(fd, path, err);
+    return shoal_container_sync_close(fd, path, 0, err);
 }
 
 /* Bytes of the regular files directly in dir. */
@@ -215,20 +215,12 @@ int shoal_container_write_shard(const struct shoal_container *ct, const char *ds
     if (!manifest)
         return shoal_err_set(err, SHOAL_EFORMAT, "'%s': malformed JSON at line %d: %s",
                              ct->manifest_path, jerr.line, jerr.text);
-    size_t dl = strlen(dst);
-    char *tmp = shoal_xmalloc(dl + 32);
-    snprintf(tmp, dl + 32, "%s.tmp-%ld", dst, (long)getpid());
-    container_rm_tree(tmp);
-    char *exp_path = shoal_path_join(tmp, "experts.bin");
-    char *manifest_path = shoal_path_join(tmp, "shoal.json");
+    char *tmp, *exp_path = NULL, *manifest_path = NULL;
     int fd = -1;
-    if (mkdir(tmp, 0755) != 0) {
-        int e = errno;
-        rc = shoal_err_set(err, -e, "cannot create '%s': %s", tmp, strerror(e));
-        free(tmp);
-        tmp = NULL;   /* not ours to remove */
-        goto fail;
-    }
+    if ((rc = shoal_container_make_tmp(dst, &tmp, err)))
+        goto fail;    /* tmp NULL: nothing of ours to remove */
+    exp_path = shoal_path_join(tmp, "experts.bin");
+    manifest_path = shoal_path_join(tmp, "shoal.json");
     json_t *ex = json_object_get(manifest, "experts");
     json_t *layers = json_object_get(ex, "layers");
     if (!json_is_array(layers)) {
@@ -252,7 +244,7 @@ int shoal_container_write_shard(const struct shoal_container *ct, const char *ds
         json_decref(held_json);
         goto fail;
     }
-    rc = container_sync_close(fd, exp_path, err);
+    rc = shoal_container_sync_close(fd, exp_path, 0, err);
     fd = -1;
     json_object_set_new(ex, "bytes", json_integer((json_int_t)end));
     json_t *weights = json_array();
@@ -294,7 +286,7 @@ int shoal_container_write_shard(const struct shoal_container *ct, const char *ds
         close(mfd);
     }
     uint64_t bytes = dir_bytes(tmp);
-    if ((rc = container_publish_dir(tmp, dst, p->force, err)))
+    if ((rc = shoal_container_publish_dir(tmp, dst, p->force, err)))
         goto fail;
     if (bytes_out)
         *bytes_out = bytes;
@@ -303,7 +295,7 @@ fail:
     if (fd >= 0)
         close(fd);
     if (tmp)
-        container_rm_tree(tmp);
+        shoal_container_rm_tree(tmp);
 done:
     json_decref(manifest);
     free(exp_path);

@@ -24,37 +24,17 @@
 #include "quant.h"
 #include "util.h"
 
-/* Target dtype of a slot for the chosen conversion (shoal_target_dtype).
- * FP8 keeps the source's precision: an FP8 tensor as it is (codes and block
- * scales), a dense tensor that is not FP8 in the source (DeepSeek's
- * embeddings, norms, routers) at its own dtype (F16, which containers do
- * not store, as F32: exact), since shoal never quantizes to FP8. MXFP4
- * likewise (gpt-oss's experts are MXFP4, its trunk BF16). */
+/* The dtype, group and bytes of a slot for this conversion
+ * (container_write.h). */
 static enum shoal_dtype target_dtype(const struct shoal_weight_slot *s,
                                      const struct shoal_convert_params *p)
 {
-    enum shoal_dtype t =
-        shoal_target_dtype(s->kind, s->cols, s->router, p->experts_dtype, p->dense_dtype);
-    if ((t == SHOAL_DTYPE_FP8 || t == SHOAL_DTYPE_MXFP4) && s->kind == SHOAL_SLOT_DENSE &&
-        s->w->dtype != t)
-        t = s->w->dtype == SHOAL_DTYPE_BF16 ? SHOAL_DTYPE_BF16 : SHOAL_DTYPE_F32;
-    return t;
+    return shoal_container_slot_dtype(s, p->experts_dtype, p->dense_dtype);
 }
 
-/* The group (FP8: block edge; MXFP4: 32) a tensor of dtype t is written
- * with. */
 static int target_group(enum shoal_dtype t, const struct shoal_convert_params *p)
 {
-    return t == SHOAL_DTYPE_FP8 ? SHOAL_FP8_BLOCK
-           : t == SHOAL_DTYPE_MXFP4 ? SHOAL_MXFP4_BLOCK : p->group;
-}
-
-static uint64_t target_bytes(const struct shoal_weight_slot *s, enum shoal_dtype t,
-                             int group)
-{
-    struct shoal_weight w = {.dtype = t, .rows = s->cols ? s->rows : 1,
-                             .cols = s->cols ? s->cols : s->rows, .group = group};
-    return (uint64_t)shoal_weight_bytes(&w);
+    return shoal_container_dtype_group(t, p->group);
 }
 
 /* ---- writer --------------------------------------------------------------- */
@@ -67,11 +47,7 @@ struct writer {
     char *dense_path, *exp_path;
     uint64_t dense_off;            /* next write offset in dense.bin */
     uint64_t exp_off;              /* next blob offset in experts.bin */
-    uint64_t blob_bytes;
-    uint64_t comp_off[6], comp_bytes[6];
-    enum shoal_dtype comp_dtype[6];
-    int comp_group[6];
-    int n_comp;                    /* shoal_expert_n_comp */
+    struct shoal_container_layout lay;  /* the expert blob's layout (pass 0) */
     json_t *tensors;               /* manifest dense tensor list */
     json_t *layers;                /* manifest expert layers */
     json_t *cur_layer_sums;        /* xxh64 list of the current layer */
@@ -234,20 +210,12 @@ static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
 }
 
 
-static json_t *shape_json(const struct shoal_weight_slot *s)
-{
-    return s->cols ? json_pack("[II]", (json_int_t)s->rows, (json_int_t)s->cols)
-                   : json_pack("[I]", (json_int_t)s->rows);
-}
-
 static int flush_layer(struct writer *wr)
 {
     if (wr->cur_layer >= 0 && wr->cur_layer_sums) {
-        json_t *l = json_pack("{s:I, s:I, s:o}", "layer", (json_int_t)wr->cur_layer,
-                              "offset", (json_int_t)(wr->exp_off -
-                                  json_array_size(wr->cur_layer_sums) * wr->blob_bytes),
-                              "xxh64", wr->cur_layer_sums);
-        json_array_append_new(wr->layers, l);
+        json_array_append_new(wr->layers, shoal_container_layer_entry(
+            wr->cur_layer, wr->exp_off - json_array_size(wr->cur_layer_sums) *
+                                             wr->lay.blob_bytes, wr->cur_layer_sums));
         wr->cur_layer_sums = NULL;
     }
     return 0;
@@ -260,7 +228,7 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
         return 0; /* optional and absent */
     enum shoal_dtype t = target_dtype(s, wr->p);
     const int group = target_group(t, wr->p);
-    uint64_t bytes = target_bytes(s, t, group);
+    uint64_t bytes = shoal_container_slot_bytes(s, t, group);
     if (wr->pass == 0) {
         if (native_only(t) && s->w->dtype != t)
             return shoal_err_set(wr->err, SHOAL_EUNSUPPORTED,
@@ -270,20 +238,7 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
                                  s->hf_name, shoal_dtype_name(s->w->dtype),
                                  shoal_dtype_name(t), shoal_dtype_name(t));
         wr->total += bytes;
-        if (s->kind == SHOAL_SLOT_EXPERT && s->il == 0 && s->ie == 0) {
-            /* lay out one blob from the first expert's shapes */
-        }
-        if (s->kind == SHOAL_SLOT_EXPERT && wr->blob_bytes == 0) {
-            wr->comp_off[s->comp] = s->comp ? align_up(wr->comp_off[s->comp - 1] +
-                                                       wr->comp_bytes[s->comp - 1],
-                                                       DENSE_ALIGN) : 0;
-            wr->comp_bytes[s->comp] = bytes;
-            wr->comp_dtype[s->comp] = t;
-            wr->comp_group[s->comp] = recorded_group(t, group);
-            if (s->comp == wr->n_comp - 1)
-                wr->blob_bytes = align_up(wr->comp_off[s->comp] + bytes,
-                                          SHOAL_CONTAINER_ALIGN);
-        }
+        shoal_container_layout_slot(&wr->lay, s, t, group, bytes);
         return 0;
     }
     int rc;
@@ -293,18 +248,9 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
         rc = write_tensor(wr, s, t, wr->fd_dense, wr->dense_path, off, &xxh);
         if (rc)
             return rc;
-        json_t *o = json_pack("{s:s, s:s, s:o, s:I, s:I, s:s}", "name", s->name,
-                              "dtype", shoal_dtype_name(t), "shape", shape_json(s),
-                              "offset", (json_int_t)off, "bytes", (json_int_t)bytes,
-                              "xxh64", "");
-        char hex[17];
-        snprintf(hex, sizeof hex, "%016" PRIx64, xxh);
-        json_object_set_new(o, "xxh64", json_string(hex));
-        if (recorded_group(t, group))
-            json_object_set_new(o, "group", json_integer(group));
-        json_array_append_new(wr->tensors, o);
-        container_fp_line(wr->fp, "dense %s %s %lld %lld %d %s\n", s->name, shoal_dtype_name(t),
-               (long long)s->rows, (long long)s->cols, recorded_group(t, group), hex);
+        json_array_append_new(wr->tensors, shoal_container_dense_entry(s, t, group, off, bytes,
+                                                                        xxh));
+        shoal_container_fp_dense(wr->fp, s, t, group, xxh);
         wr->dense_off = off + bytes;
     } else {
         if (s->il != wr->cur_layer) {
@@ -313,21 +259,21 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
             wr->cur_layer_sums = json_array();
         }
         if (s->comp == 0)
-            memset(wr->blob, 0, wr->blob_bytes);
-        rc = write_tensor(wr, s, t, -1, NULL, wr->comp_off[s->comp], &xxh);
+            memset(wr->blob, 0, wr->lay.blob_bytes);
+        rc = write_tensor(wr, s, t, -1, NULL, wr->lay.comp_off[s->comp], &xxh);
         if (rc)
             return rc;
-        if (s->comp == wr->n_comp - 1) {
-            uint64_t sum = XXH64(wr->blob, wr->blob_bytes, 0);
-            rc = shoal_pwrite_all(wr->fd_exp, wr->blob, wr->blob_bytes, wr->exp_off,
+        if (s->comp == wr->lay.n_comp - 1) {
+            uint64_t sum = XXH64(wr->blob, wr->lay.blob_bytes, 0);
+            rc = shoal_pwrite_all(wr->fd_exp, wr->blob, wr->lay.blob_bytes, wr->exp_off,
                            wr->exp_path, wr->err);
             if (rc)
                 return rc;
             char hex[17];
-            snprintf(hex, sizeof hex, "%016" PRIx64, sum);
+            shoal_container_hex(sum, hex);
             json_array_append_new(wr->cur_layer_sums, json_string(hex));
-            container_fp_line(wr->fp, "expert %lld %lld %s\n", (long long)s->il, (long long)s->ie, hex);
-            wr->exp_off += wr->blob_bytes;
+            shoal_container_fp_expert(wr->fp, s->il, s->ie, sum);
+            wr->exp_off += wr->lay.blob_bytes;
         }
     }
     /* the source pages are done with: keep RSS bounded on big checkpoints */
@@ -376,7 +322,7 @@ int container_copy_file(const char *from, const char *to, struct shoal_err *err)
     return rc;
 }
 
-void container_rm_tree(const char *dir)
+void shoal_container_rm_tree(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -393,18 +339,53 @@ void container_rm_tree(const char *dir)
     rmdir(dir);
 }
 
-int container_sync_close(int fd, const char *path, struct shoal_err *err)
+int shoal_container_make_tmp(const char *dst, char **tmp, struct shoal_err *err)
+{
+    const size_t dl = strlen(dst);
+    *tmp = shoal_xmalloc(dl + 32);
+    snprintf(*tmp, dl + 32, "%s.tmp-%ld", dst, (long)getpid());
+    shoal_container_rm_tree(*tmp);
+    if (mkdir(*tmp, 0755) != 0) {
+        int e = errno;
+        int rc = shoal_err_set(err, -e, "cannot create '%s': %s", *tmp, strerror(e));
+        free(*tmp);
+        *tmp = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+int shoal_container_sync_close(int fd, const char *path, int drop_cache,
+                               struct shoal_err *err)
 {
     int rc = 0;
     if (fsync(fd) != 0) {
         int e = errno;
         rc = shoal_err_set(err, -e, "cannot sync '%s': %s", path, strerror(e));
     }
+#ifdef POSIX_FADV_DONTNEED
+    if (drop_cache)
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+#else
+    (void)drop_cache;
+#endif
     if (close(fd) != 0 && !rc) {
         int e = errno;
         rc = shoal_err_set(err, -e, "cannot close '%s': %s", path, strerror(e));
     }
     return rc;
+}
+
+int shoal_container_write_json(json_t *j, const char *path, struct shoal_err *err)
+{
+    if (json_dump_file(j, path, JSON_INDENT(1)) != 0)
+        return shoal_err_set(err, SHOAL_EIO, "cannot write '%s'", path);
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return 0;
 }
 
 /* Rename the finished directory tmp to dst. With replace, an existing dst
@@ -413,7 +394,8 @@ int container_sync_close(int fd, const char *path, struct shoal_err *err)
  * that appeared while we wrote (another process converting the same
  * model) is left alone: rename() refuses to replace a non-empty directory,
  * so readers of that dst never see it vanish. */
-int container_publish_dir(const char *tmp, const char *dst, int replace, struct shoal_err *err)
+int shoal_container_publish_dir(const char *tmp, const char *dst, int replace,
+                                struct shoal_err *err)
 {
     int rc = 0;
     if (!replace) {
@@ -437,7 +419,7 @@ int container_publish_dir(const char *tmp, const char *dst, int replace, struct 
             rename(old, dst);
             rc = shoal_err_set(err, -e, "cannot publish '%s': %s", dst, strerror(e));
         } else {
-            container_rm_tree(old);
+            shoal_container_rm_tree(old);
         }
         free(old);
     } else if (rename(tmp, dst) != 0) {
@@ -499,18 +481,13 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     int rc0 = container_check_destination(src_dir, dst, p->force, err);
     if (rc0)
         return rc0;
-    size_t dl = strlen(dst);
-    char *tmp = shoal_xmalloc(dl + 32);
-    snprintf(tmp, dl + 32, "%s.tmp-%ld", dst, (long)getpid());
-    container_rm_tree(tmp);
-    if (mkdir(tmp, 0755) != 0) {
-        int e = errno;
-        int rc = shoal_err_set(err, -e, "cannot create '%s': %s", tmp, strerror(e));
-        free(tmp);
-        return rc;
-    }
+    char *tmp;
+    int rc1 = shoal_container_make_tmp(dst, &tmp, err);
+    if (rc1)
+        return rc1;
     struct writer wr = {.src = src, .p = p, .err = err, .fd_dense = -1, .fd_exp = -1,
-                        .cur_layer = -1, .n_comp = shoal_expert_n_comp(&src->cfg)};
+                        .cur_layer = -1};
+    shoal_container_layout_init(&wr.lay, &src->cfg);
     wr.dense_path = shoal_path_join(tmp, "dense.bin");
     wr.exp_path = shoal_path_join(tmp, "experts.bin");
     wr.tensors = json_array();
@@ -527,7 +504,7 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     if ((rc = shoal_model_walk(m, write_slot, &wr)))
         goto fail;
     const int egroup = target_group(p->experts_dtype, p);
-    wr.blob = shoal_xcalloc(1, wr.blob_bytes ? wr.blob_bytes : 1);
+    wr.blob = shoal_xcalloc(1, wr.lay.blob_bytes ? wr.lay.blob_bytes : 1);
     wr.fd_dense = open(wr.dense_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     wr.fd_exp = open(wr.exp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (wr.fd_dense < 0 || wr.fd_exp < 0) {
@@ -537,9 +514,8 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     }
     wr.dense_off = SHOAL_CONTAINER_HEADER_BYTES;
     wr.exp_off = SHOAL_CONTAINER_HEADER_BYTES;
-    container_fp_line(wr.fp, "shoal-container %d %s experts %s %d %" PRIu64 "\n",
-           SHOAL_CONTAINER_VERSION, src->cfg.family->model_type,
-           shoal_dtype_name(p->experts_dtype), egroup, wr.blob_bytes);
+    shoal_container_fp_head(wr.fp, src->cfg.family->model_type, p->experts_dtype, egroup,
+                            wr.lay.blob_bytes);
     wr.pass = 1;
     if ((rc = shoal_model_walk(m, write_slot, &wr)))
         goto fail;
@@ -556,10 +532,10 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
         (rc = shoal_container_write_header(wr.fd_exp, MAGIC_EXPERTS, wr.exp_off, fingerprint,
                            wr.exp_path, err)))
         goto fail;
-    rc = container_sync_close(wr.fd_dense, wr.dense_path, err);
+    rc = shoal_container_sync_close(wr.fd_dense, wr.dense_path, 0, err);
     wr.fd_dense = -1;
     if (!rc)
-        rc = container_sync_close(wr.fd_exp, wr.exp_path, err);
+        rc = shoal_container_sync_close(wr.fd_exp, wr.exp_path, 0, err);
     wr.fd_exp = -1;
     if (rc)
         goto fail;
@@ -591,41 +567,22 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
             goto fail;
         }
     }
-    char fph[17];
-    snprintf(fph, sizeof fph, "%016" PRIx64, fingerprint);
-    json_t *comps = json_array();
-    static const char *cn[6] = {"w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down"};
-    for (int c = 0; c < wr.n_comp && wr.blob_bytes; c++) {
-        json_t *jc = json_pack("{s:s, s:I, s:I}", "name", cn[c],
-                               "offset", (json_int_t)wr.comp_off[c],
-                               "bytes", (json_int_t)wr.comp_bytes[c]);
-        if (c >= 3)   /* the biases' own dtype (the weights': experts.dtype) */
-            json_object_set_new(jc, "dtype", json_string(shoal_dtype_name(wr.comp_dtype[c])));
-        json_array_append_new(comps, jc);
-    }
-    manifest = json_pack(
-        "{s:s, s:i, s:s, s:s, s:s, s:o, s:o, s:{s:s, s:I, s:o}, s:{s:s, s:I, s:s, s:i, s:I, s:I, s:I, s:o, s:o}}",
-        "format", "shoal-container", "version", SHOAL_CONTAINER_VERSION,
-        "model_type", src->cfg.family->model_type, "fingerprint", fph,
-        "kv", shoal_kv_dtype_name(p->kv_dtype),
-        "config", config, "files", files,
-        "dense", "file", "dense.bin", "bytes", (json_int_t)dense_bytes, "tensors", wr.tensors,
-        "experts", "file", "experts.bin", "bytes", (json_int_t)wr.exp_off,
-        "dtype", shoal_dtype_name(p->experts_dtype), "group", egroup,
-        "blob_bytes", (json_int_t)wr.blob_bytes,
-        "n_layer", (json_int_t)src->cfg.n_layer, "n_expert", (json_int_t)src->cfg.n_expert,
-        "components", comps, "layers", wr.layers);
+    const struct shoal_container_manifest_params mp = {
+        .model_type = src->cfg.family->model_type, .fingerprint = fingerprint,
+        .kv = shoal_kv_dtype_name(p->kv_dtype), .config = config, .files = files,
+        .tensors = wr.tensors, .layers = wr.layers, .dense_bytes = dense_bytes,
+        .experts_bytes = wr.exp_off, .experts_dtype = p->experts_dtype,
+        .experts_group = egroup, .cfg = &src->cfg};
+    manifest = shoal_container_manifest(&wr.lay, &mp);
+    json_decref(config);
     wr.tensors = wr.layers = NULL; /* owned by manifest now */
-    if (!manifest || json_dump_file(manifest, manifest_tmp, JSON_INDENT(1)) != 0) {
+    if (!manifest) {
         rc = shoal_err_set(err, SHOAL_EIO, "cannot write '%s'", manifest_tmp);
         goto fail;
     }
-    int mfd = open(manifest_tmp, O_RDONLY);
-    if (mfd >= 0) {
-        fsync(mfd);
-        close(mfd);
-    }
-    if ((rc = container_publish_dir(tmp, dst, p->force, err)))
+    if ((rc = shoal_container_write_json(manifest, manifest_tmp, err)))
+        goto fail;
+    if ((rc = shoal_container_publish_dir(tmp, dst, p->force, err)))
         goto fail;
     goto done;
 fail:
@@ -633,7 +590,7 @@ fail:
         close(wr.fd_dense);
     if (wr.fd_exp >= 0)
         close(wr.fd_exp);
-    container_rm_tree(tmp);
+    shoal_container_rm_tree(tmp);
 done:
     json_decref(manifest);
     json_decref(wr.tensors);

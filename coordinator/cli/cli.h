@@ -2,6 +2,8 @@
  * Each subcommand takes argv after the subcommand name (argv[0] is the
  * subcommand) and returns the process exit status (0 ok, 1 runtime error,
  * 2 usage error). User-facing output lives here, never in common/.
+ * (`shoal bench` and `shoal synth` live in coordinator/bench/, which uses
+ * these helpers: bench_tools.h.)
  * Thread: main.
  */
 #ifndef SHOAL_CLI_H
@@ -20,10 +22,8 @@ int shoal_cmd_detokenize(int argc, char **argv);
 int shoal_cmd_perplexity(int argc, char **argv);
 int shoal_cmd_convert(int argc, char **argv);
 int shoal_cmd_inspect(int argc, char **argv);
-int shoal_cmd_synth(int argc, char **argv);
 int shoal_cmd_status(int argc, char **argv);
 int shoal_cmd_shard(int argc, char **argv);
-int shoal_cmd_bench(int argc, char **argv);
 int shoal_cmd_template(int argc, char **argv);
 int shoal_cmd_plan(int argc, char **argv);
 

@@ -83,7 +83,7 @@ LIT = re.compile(r'"(--[a-z0-9][a-z0-9-]*|-[a-zA-Z])"')
 
 def source(name):
     """A coordinator source file by name, whichever of its folders holds it."""
-    for sub in ("", "cli", "text", "engine", "cluster"):
+    for sub in ("", "cli", "bench", "text", "engine", "cluster"):
         path = os.path.join(ROOT, "coordinator", sub, name)
         if os.path.exists(path):
             with open(path, encoding="utf-8") as f:
@@ -114,7 +114,7 @@ def options_by_command():
                 {"--no-bos", "--logits-out", "--ids-out"},
         "perplexity": literals(source("cmd_perplexity.c")) | session,
         "bench": literals(source("cmd_bench.c")) | session,
-        "synth": literals(source("cmd_synth.c")) | session,
+        "synth": literals(source("cmd_synth.c")) | literals(source("synth_check.c")) | session,
         "convert": literals(conv[:j]),
         "inspect": literals(conv[j:]),
         "shard": literals(source("cmd_shard.c")),

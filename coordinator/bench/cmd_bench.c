@@ -28,6 +28,7 @@
 #include "bench_cluster.h"
 #include "bench_commit.h"
 #include "bench_probe.h"
+#include "bench_tools.h"
 #include "cli.h"
 #include "config.h"
 #include "container.h"
