@@ -55,9 +55,10 @@ class Results:
             if self.quiet:
                 print("FAIL:", name, flush=True)
             else:
-                print("FAIL %s %s" % (name, detail), flush=True)
+                print(" ".join(w for w in ("FAIL", name, detail) if w), flush=True)
         elif not self.quiet:
-            print("PASS %s %s" % (name, detail.strip().split("\n")[0][:100]), flush=True)
+            short = detail.strip().split("\n")[0][:100]   # a pass's detail: its first line
+            print(" ".join(w for w in ("PASS", name, short) if w), flush=True)
         return ok
 
     def check(self, cond, what):
@@ -91,7 +92,7 @@ def env(extra=None, default=None):
     return e
 
 
-def run(cmd, timeout=300, env=None, env_default=None, text=True, **kw):
+def run(cmd, *, timeout=300, env=None, env_default=None, text=True, **kw):
     """subprocess.run with its output captured and a timeout; env: variables
     over the caller's environment, env_default: ones set where unset."""
     return subprocess.run(cmd, capture_output=True, text=text, timeout=timeout,
