@@ -12,11 +12,14 @@ A script in tests/DIR/ imports it with
 Cluster-only helpers (`shoal run` with its logits, status polling) stay in
 tests/cluster/clusterlib.py, which re-exports the pieces below it uses.
 """
+import http.client
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -225,3 +228,50 @@ class Worker:
             self.log.close()
         return self.p.returncode
 
+
+class Server:
+    """`shoal serve` on a free loopback port (--port 0, the port read back
+    from its "listening on" line), its stderr in a temporary file; raises
+    SystemExit with the log when it does not start within 60 s."""
+
+    def __init__(self, shoal, *extra, model=MODEL):
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.p = subprocess.Popen([shoal, "serve", "--model", model, "--port", "0",
+                                   "--threads", "2", *extra], stdout=subprocess.DEVNULL,
+                                  stderr=self.err, env=env({"OMP_WAIT_POLICY": "passive"}))
+        m = wait_for(self.log, r"listening on http://127\.0\.0\.1:(\d+)", self.p, 60)
+        self.port = int(m.group(1)) if m else None
+        if self.port is None:
+            raise SystemExit("shoal serve did not start:\n" + self.log())
+
+    def log(self):
+        self.err.seek(0)
+        return self.err.read()
+
+    def conn(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, raw=None):
+        """Returns (status, headers dict, body bytes)."""
+        c = self.conn()
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        out = (r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+        c.close()
+        return out
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def stop(self):
+        """SIGTERM (SIGKILL after 30 s); returns the exit status."""
+        self.p.terminate()
+        try:
+            rc = self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            rc = self.p.wait()
+        return rc
