@@ -183,13 +183,15 @@ def test_chat(shoal, srv):
     check(s == 200 and r["object"] == "chat.completion" and r["id"].startswith("chatcmpl-"),
           "chat shape")
     c = r["choices"][0]
+    content = c["message"]["content"]
     check(c["message"]["role"] == "assistant", "chat reply role")
     if c["finish_reason"] == "length":
-        check(c["message"]["content"] == want, "chat reply equals shoal run on the rendered "
-              "prompt:\n%r\n%r" % (c["message"]["content"], want))
-    else:
-        check(want.startswith(c["message"]["content"]), "chat reply (stopped) is a prefix of "
-              "shoal run's")
+        check(content == want, "chat reply equals shoal run on the rendered "
+              "prompt:\n%r\n%r" % (content, want))
+    else:   # an empty reply is a prefix of anything: not enough
+        check(c["finish_reason"] == "stop" and content and want.startswith(content),
+              "chat reply (stopped: %r) is a non-empty prefix of shoal run's:\n%r\n%r"
+              % (c["finish_reason"], content, want))
     # content as a list of text parts: the same prompt
     parts = [msgs[0], {"role": "user", "content": [{"type": "text", "text": "Speak of "},
                                                     {"type": "text", "text": "the moon."}]}]
