@@ -1,10 +1,26 @@
 #!/bin/bash
 # The whole test suite: what README's second command and CI run.
-#   1. gcc release build with -Werror: unit tests + reference model tests
-#   2. gcc ASan+UBSan debug build: unit tests + reference model tests
-#   3. clang build, liburing disabled (closest to macOS), -Werror: unit tests
-#   4. clang libFuzzer build: each fuzz target for a bounded number of runs
-#   5. aarch64 cross build of the unit tests, run under qemu-user (NEON)
+#
+#   tests/run_all.sh              every stage, in this order (CI: .ci/run)
+#   tests/run_all.sh STAGE...     the chosen stages only, still in this order
+#   tests/run_all.sh --list       the stage names, one a line
+#
+# Stages:
+#   gcc        gcc release build with -Werror (build-test): unit tests,
+#              reference model, CLI, cluster, serve and bench smoke tests
+#   asan       gcc ASan+UBSan debug build (build-asan): unit tests,
+#              reference model tests, cluster and serve tests
+#   clang      clang build, liburing disabled (closest to macOS), -Werror
+#              (build-clang): unit tests, the OpenMP wait default
+#   fuzz       clang libFuzzer build: each fuzz target for a bounded number
+#              of runs (tests/fuzz/run.sh)
+#   aarch64    aarch64 cross build of the unit tests (build-aarch64), run
+#              under qemu-user (NEON; tests/run_aarch64.sh)
+#   cross-isa  an aarch64 worker under qemu serving an x86 coordinator; needs
+#              build-test's shoal (built when missing) and build-aarch64 (from
+#              the aarch64 stage: run `tests/run_all.sh aarch64 cross-isa`)
+# A new stage: a function stage_NAME below and NAME in STAGES.
+# An unknown stage: a one-line error naming the stages, exit status 2.
 # Prints one closing line "tests: N passed, M failed" and exits non-zero on
 # any failure.
 set -u
@@ -19,6 +35,7 @@ JOBS=${SHOAL_JOBS:-2}
 passed=0
 failed=0
 failures=()
+STAGES="gcc asan clang fuzz aarch64 cross-isa"
 
 step() { # name, command...
     local name=$1; shift
@@ -47,79 +64,122 @@ reference() { # build dir
     "$PY" tests/reference/test_fp8.py --shoal "$1/coordinator/shoal"
 }
 
-step "numpy reference self-test"  "$PY" tests/reference/selftest_ref.py
-step "source layers: no include of a later layer, no circle between folders" "$PY" tests/check_layers.py
-step "build gcc -Werror"          setup build-test --werror -Dbuildtype=release
-step "unit tests (gcc)"           unit build-test
-step "reference tests (gcc)"      reference build-test
-step "container + expert store contract (gcc)" "$PY" tests/reference/test_store_contract.py --shoal build-test/coordinator/shoal
-step "shoal synth smoke (gcc)" "$PY" tests/reference/test_synth.py --shoal build-test/coordinator/shoal
-step "shoal's OpenMP wait default (gcc, libgomp)" "$PY" tests/reference/test_omp_env.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
-step "shoal shard (gcc)" "$PY" tests/reference/test_shard.py --shoal build-test/coordinator/shoal
-step "shoal plan vs convert/synth and the real configs (gcc)" "$PY" tests/reference/test_plan.py --shoal build-test/coordinator/shoal
-step "shoal template vs jinja2 (gcc)" "$PY" tests/reference/test_chat_template_jinja.py --shoal build-test/coordinator/shoal
-step "expert store memory bound (gcc; needs root)" "$PY" tests/reference/test_memory_bound.py --shoal build-test/coordinator/shoal
-step "shoal-worker protocol, bad frames, keys, churn (gcc)" "$PY" tests/cluster/test_worker.py --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe --shoal build-test/coordinator/shoal
-step "cluster: placements, failover, handshake errors, status (gcc)" "$PY" tests/cluster/test_cluster.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
-step "cluster: non-finite outputs from a poisoned worker: recomputed, worker marked faulty, bits unchanged (gcc)" "$PY" tests/cluster/test_faulty.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
-step "cluster: every family, netlab, restarts, 1000-step soak (gcc)" "$PY" tests/cluster/test_cluster_more.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
-step "bench/sweep + shoal bench smoke (gcc)" "$PY" tests/bench/test_sweep_smoke.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
-step "bench/omp_policy_bench.py smoke (gcc)" "$PY" tests/bench/test_omp_policy_bench.py --shoal build-test/coordinator/shoal
-step "bench/vs_llamacpp.py smoke (gcc; GGUF case with SHOAL_LLAMA_CPP)" "$PY" tests/bench/test_vs_llamacpp.py --shoal build-test/coordinator/shoal
-step "bench/kernel_bench smoke (gcc)" "$PY" tests/bench/test_kernel_bench.py --bench build-test/bench/kernel_bench
-step "README cluster quick start on the bundled checkpoint (gcc)" "$PY" tests/cluster/test_quickstart.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
-step "worker draining on SIGTERM (gcc)" "$PY" tests/cluster/test_drain.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
-step "peer limits: memory per unauthenticated peer, cancel on close, SIGTERM, handshake caps as flags (gcc)" "$PY" tests/cluster/test_peer_limits.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe
-[ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
-step "command line: help, model paths, prompt files, bad input, chat, worker start line (gcc)" "$PY" tests/cli/test_cli.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
-step "shoal run/chat stop signals: SIGTERM/SIGINT end at the next token (143/130), a second exits at once (gcc)" "$PY" tests/cli/test_signals.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
-step "tokenizer.json ids far past its token count: sparse tables, peak RSS bounded, real files still tokenize (gcc)" "$PY" tests/cli/test_tokenizer_ids.py --shoal build-test/coordinator/shoal
-step "KV cache dtype: --kv, convert --kv, the manifest's kv field (gcc)" "$PY" tests/cli/test_kv.py --shoal build-test/coordinator/shoal
-step "shoal serve: OpenAI API vs shoal run, streaming, chat, errors, key, 429, disconnects (gcc)" "$PY" tests/serve/test_serve.py --shoal build-test/coordinator/shoal
-step "shoal serve against slow clients: 220 slow sockets, head deadline, body rate, per-address cap, eviction (gcc)" "$PY" tests/serve/test_slow_clients.py --shoal build-test/coordinator/shoal
-step "shoal serve under load: 8 streaming clients x 50 requests with disconnects beside 200 slow sockets, solo texts, RSS/fds flat, /metrics (gcc)" "$PY" tests/serve/test_load.py --shoal build-test/coordinator/shoal
-step "shoal serve batching: each request alone = beside 3 others = shoal run, tokens and logits bytes (bundled, deepseek_v3, gpt_oss) (gcc)" "$PY" tests/serve/test_batching.py --shoal build-test/coordinator/shoal
-step "shoal serve on a harmony model (gpt-oss vocabulary and template): analysis in reasoning_content, final in content, tool calls, streamed and whole (gcc)" "$PY" tests/serve/test_harmony_serve.py --shoal build-test/coordinator/shoal
-step "shoal serve with real clients: the OpenAI npm client vs shoal run, curl errors, slow clients (gcc; node part skips without deploy/install-deps.sh)" "$PY" tests/serve/test_clients.py --shoal build-test/coordinator/shoal
-step "shoal serve: /metrics (Prometheus) and the dashboard in headless chromium (gcc)" "$PY" tests/serve/test_dashboard.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+stage_gcc() {
+    step "numpy reference self-test"  "$PY" tests/reference/selftest_ref.py
+    step "source layers: no include of a later layer, no circle between folders" "$PY" tests/check_layers.py
+    step "build gcc -Werror"          setup build-test --werror -Dbuildtype=release
+    step "unit tests (gcc)"           unit build-test
+    step "reference tests (gcc)"      reference build-test
+    step "container + expert store contract (gcc)" "$PY" tests/reference/test_store_contract.py --shoal build-test/coordinator/shoal
+    step "shoal synth smoke (gcc)" "$PY" tests/reference/test_synth.py --shoal build-test/coordinator/shoal
+    step "shoal's OpenMP wait default (gcc, libgomp)" "$PY" tests/reference/test_omp_env.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+    step "shoal shard (gcc)" "$PY" tests/reference/test_shard.py --shoal build-test/coordinator/shoal
+    step "shoal plan vs convert/synth and the real configs (gcc)" "$PY" tests/reference/test_plan.py --shoal build-test/coordinator/shoal
+    step "shoal template vs jinja2 (gcc)" "$PY" tests/reference/test_chat_template_jinja.py --shoal build-test/coordinator/shoal
+    step "expert store memory bound (gcc; needs root)" "$PY" tests/reference/test_memory_bound.py --shoal build-test/coordinator/shoal
+    step "shoal-worker protocol, bad frames, keys, churn (gcc)" "$PY" tests/cluster/test_worker.py --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe --shoal build-test/coordinator/shoal
+    step "cluster: placements, failover, handshake errors, status (gcc)" "$PY" tests/cluster/test_cluster.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+    step "cluster: non-finite outputs from a poisoned worker: recomputed, worker marked faulty, bits unchanged (gcc)" "$PY" tests/cluster/test_faulty.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+    step "cluster: every family, netlab, restarts, 1000-step soak (gcc)" "$PY" tests/cluster/test_cluster_more.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+    step "bench/sweep + shoal bench smoke (gcc)" "$PY" tests/bench/test_sweep_smoke.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+    step "bench/omp_policy_bench.py smoke (gcc)" "$PY" tests/bench/test_omp_policy_bench.py --shoal build-test/coordinator/shoal
+    step "bench/vs_llamacpp.py smoke (gcc; GGUF case with SHOAL_LLAMA_CPP)" "$PY" tests/bench/test_vs_llamacpp.py --shoal build-test/coordinator/shoal
+    step "bench/kernel_bench smoke (gcc)" "$PY" tests/bench/test_kernel_bench.py --bench build-test/bench/kernel_bench
+    step "README cluster quick start on the bundled checkpoint (gcc)" "$PY" tests/cluster/test_quickstart.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+    step "worker draining on SIGTERM (gcc)" "$PY" tests/cluster/test_drain.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+    step "peer limits: memory per unauthenticated peer, cancel on close, SIGTERM, handshake caps as flags (gcc)" "$PY" tests/cluster/test_peer_limits.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe
+    [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
+    step "command line: help, model paths, prompt files, bad input, chat, worker start line (gcc)" "$PY" tests/cli/test_cli.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+    step "shoal run/chat stop signals: SIGTERM/SIGINT end at the next token (143/130), a second exits at once (gcc)" "$PY" tests/cli/test_signals.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+    step "tokenizer.json ids far past its token count: sparse tables, peak RSS bounded, real files still tokenize (gcc)" "$PY" tests/cli/test_tokenizer_ids.py --shoal build-test/coordinator/shoal
+    step "KV cache dtype: --kv, convert --kv, the manifest's kv field (gcc)" "$PY" tests/cli/test_kv.py --shoal build-test/coordinator/shoal
+    step "shoal serve: OpenAI API vs shoal run, streaming, chat, errors, key, 429, disconnects (gcc)" "$PY" tests/serve/test_serve.py --shoal build-test/coordinator/shoal
+    step "shoal serve against slow clients: 220 slow sockets, head deadline, body rate, per-address cap, eviction (gcc)" "$PY" tests/serve/test_slow_clients.py --shoal build-test/coordinator/shoal
+    step "shoal serve under load: 8 streaming clients x 50 requests with disconnects beside 200 slow sockets, solo texts, RSS/fds flat, /metrics (gcc)" "$PY" tests/serve/test_load.py --shoal build-test/coordinator/shoal
+    step "shoal serve batching: each request alone = beside 3 others = shoal run, tokens and logits bytes (bundled, deepseek_v3, gpt_oss) (gcc)" "$PY" tests/serve/test_batching.py --shoal build-test/coordinator/shoal
+    step "shoal serve on a harmony model (gpt-oss vocabulary and template): analysis in reasoning_content, final in content, tool calls, streamed and whole (gcc)" "$PY" tests/serve/test_harmony_serve.py --shoal build-test/coordinator/shoal
+    step "shoal serve with real clients: the OpenAI npm client vs shoal run, curl errors, slow clients (gcc; node part skips without deploy/install-deps.sh)" "$PY" tests/serve/test_clients.py --shoal build-test/coordinator/shoal
+    step "shoal serve: /metrics (Prometheus) and the dashboard in headless chromium (gcc)" "$PY" tests/serve/test_dashboard.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+}
 
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-step "build gcc ASan+UBSan"       setup build-asan -Dbuildtype=debug -Db_sanitize=address,undefined
-step "unit tests (ASan+UBSan)"    unit build-asan
-step "reference tests (ASan+UBSan)" reference build-asan
-[ -f tests/golden/run_golden.py ] && step "bundled model golden + chat (ASan+UBSan)" "$PY" tests/golden/run_golden.py --shoal build-asan/coordinator/shoal --skip-perplexity
-step "shoal's OpenMP wait default (ASan+UBSan)" "$PY" tests/reference/test_omp_env.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
-step "shoal-worker protocol (ASan+UBSan)" "$PY" tests/cluster/test_worker.py --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe --shoal build-asan/coordinator/shoal
-step "peer limits (ASan+UBSan)" "$PY" tests/cluster/test_peer_limits.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe
-step "cluster (ASan+UBSan)" "$PY" tests/cluster/test_cluster.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
-step "cluster faulty worker (ASan+UBSan)" "$PY" tests/cluster/test_faulty.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
-step "cluster more (ASan+UBSan)" "$PY" tests/cluster/test_cluster_more.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
-step "shoal run/chat stop signals (ASan+UBSan)" "$PY" tests/cli/test_signals.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
-step "shoal serve (ASan+UBSan)" "$PY" tests/serve/test_serve.py --shoal build-asan/coordinator/shoal
-# a small quarantine, so that the load test's RSS check sees the heap, not ASan's freed-memory hold
-ASAN_OPTIONS=$ASAN_OPTIONS:quarantine_size_mb=1 step "shoal serve under load (ASan+UBSan)" "$PY" tests/serve/test_load.py --shoal build-asan/coordinator/shoal
-step "shoal serve against slow clients (ASan+UBSan)" "$PY" tests/serve/test_slow_clients.py --shoal build-asan/coordinator/shoal
-unset ASAN_OPTIONS UBSAN_OPTIONS
+stage_asan() {
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    step "build gcc ASan+UBSan"       setup build-asan -Dbuildtype=debug -Db_sanitize=address,undefined
+    step "unit tests (ASan+UBSan)"    unit build-asan
+    step "reference tests (ASan+UBSan)" reference build-asan
+    [ -f tests/golden/run_golden.py ] && step "bundled model golden + chat (ASan+UBSan)" "$PY" tests/golden/run_golden.py --shoal build-asan/coordinator/shoal --skip-perplexity
+    step "shoal's OpenMP wait default (ASan+UBSan)" "$PY" tests/reference/test_omp_env.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
+    step "shoal-worker protocol (ASan+UBSan)" "$PY" tests/cluster/test_worker.py --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe --shoal build-asan/coordinator/shoal
+    step "peer limits (ASan+UBSan)" "$PY" tests/cluster/test_peer_limits.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker --probe build-asan/tests/cluster/wire_probe
+    step "cluster (ASan+UBSan)" "$PY" tests/cluster/test_cluster.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
+    step "cluster faulty worker (ASan+UBSan)" "$PY" tests/cluster/test_faulty.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
+    step "cluster more (ASan+UBSan)" "$PY" tests/cluster/test_cluster_more.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
+    step "shoal run/chat stop signals (ASan+UBSan)" "$PY" tests/cli/test_signals.py --shoal build-asan/coordinator/shoal --worker build-asan/worker/shoal-worker
+    step "shoal serve (ASan+UBSan)" "$PY" tests/serve/test_serve.py --shoal build-asan/coordinator/shoal
+    # a small quarantine, so that the load test's RSS check sees the heap, not ASan's freed-memory hold
+    ASAN_OPTIONS=$ASAN_OPTIONS:quarantine_size_mb=1 step "shoal serve under load (ASan+UBSan)" "$PY" tests/serve/test_load.py --shoal build-asan/coordinator/shoal
+    step "shoal serve against slow clients (ASan+UBSan)" "$PY" tests/serve/test_slow_clients.py --shoal build-asan/coordinator/shoal
+    unset ASAN_OPTIONS UBSAN_OPTIONS
+}
 
-CC=clang step "build clang, no liburing, -Werror" setup build-clang --werror -Dliburing=disabled
-step "unit tests (clang)"         unit build-clang
-step "shoal's OpenMP wait default (clang, libomp)" "$PY" tests/reference/test_omp_env.py --shoal build-clang/coordinator/shoal --worker build-clang/worker/shoal-worker
+stage_clang() {
+    CC=clang step "build clang, no liburing, -Werror" setup build-clang --werror -Dliburing=disabled
+    step "unit tests (clang)"         unit build-clang
+    step "shoal's OpenMP wait default (clang, libomp)" "$PY" tests/reference/test_omp_env.py --shoal build-clang/coordinator/shoal --worker build-clang/worker/shoal-worker
+}
+
 # libFuzzer targets for every decoder of untrusted bytes (tests/fuzz/README.md),
 # a bounded number of executions each: about a minute in all
-step "fuzz targets, short run (clang ASan+UBSan+libFuzzer)" tests/fuzz/run.sh
+stage_fuzz() {
+    step "fuzz targets, short run (clang ASan+UBSan+libFuzzer)" tests/fuzz/run.sh
+}
 
 # aarch64 (Apple Silicon's ISA): cross-compiled unit tests under qemu-user,
 # so the NEON kernels are checked bit for bit against the scalar ones.
-step "unit tests (aarch64 under qemu, NEON)" tests/run_aarch64.sh
+stage_aarch64() {
+    step "unit tests (aarch64 under qemu, NEON)" tests/run_aarch64.sh
+}
+
 # the headline mix: an aarch64 (NEON) worker serving an x86 coordinator
 cross_isa() {
+    if [ ! -f build-aarch64/build.ninja ]; then
+        echo "cross-isa: build-aarch64 is not configured: run the aarch64 stage first" \
+             "(tests/run_all.sh aarch64 cross-isa)"
+        return 1
+    fi
+    if [ ! -x build-test/coordinator/shoal ]; then
+        echo "cross-isa: building build-test's shoal (the gcc stage's build)"
+        if [ -f build-test/build.ninja ]; then
+            ninja -C build-test -j"$JOBS" coordinator/shoal
+        else
+            setup build-test --werror -Dbuildtype=release
+        fi || return 1
+    fi
     ninja -C build-aarch64 -j"$JOBS" worker/shoal-worker >/dev/null &&
     "$PY" tests/cluster/test_cross_isa.py --shoal build-test/coordinator/shoal \
         --arm-worker build-aarch64/worker/shoal-worker
 }
-step "cluster across ISAs: aarch64 worker under qemu, x86 coordinator" cross_isa
+stage_cross_isa() {
+    step "cluster across ISAs: aarch64 worker under qemu, x86 coordinator" cross_isa
+}
 
+chosen=()
+for a in "$@"; do
+    case "$a" in
+    --list) printf '%s\n' $STAGES; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    esac
+    case " $STAGES " in
+    *" $a "*) chosen+=("$a") ;;
+    *) echo "run_all.sh: unknown stage '$a' (stages: $STAGES)" >&2; exit 2 ;;
+    esac
+done
+for s in $STAGES; do
+    case " ${chosen[*]:-$STAGES} " in
+    *" $s "*) "stage_${s//-/_}" ;;
+    esac
+done
 echo
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
 echo "tests: $passed passed, $failed failed"

@@ -26,13 +26,10 @@ import subprocess
 import sys
 import tempfile
 
-FAILS = []
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg)
-    if not cond:
-        FAILS.append(msg)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness as H  # noqa: E402  (tests/)
+result = H.Results()
+check = result.check
 
 
 def main():
@@ -194,8 +191,7 @@ def main():
             check(r.returncode == 2 and len(lines) == 1 and flag in lines[0] and not r.stdout,
                   "load_order %s: exit 2, one line naming %s (rc %d: %s)" % (
                       " ".join(args), flag, r.returncode, r.stderr.strip()[:200]))
-    print("%d failed" % len(FAILS))
-    return 1 if FAILS else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

@@ -17,14 +17,11 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 BENCH = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "omp_policy_bench.py")
-FAILS = []
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg)
-    if not cond:
-        FAILS.append(msg)
+result = H.Results()
+check = result.check
 
 
 def hogs_running():
@@ -74,8 +71,7 @@ def main():
         check(r.returncode == 2 and len(lines) == 1 and word in lines[0] and not r.stdout,
               "%s: exit 2, one line naming %s (rc %d: %s)" % (" ".join(args) or "bad --shoal",
                                                               word, r.returncode, lines))
-    print("%d failed" % len(FAILS))
-    return 1 if FAILS else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ usage: test_sweep_smoke.py --shoal BUILD/coordinator/shoal [--worker BUILD/worke
 """
 import argparse
 import csv
+import functools
 import json
 import os
 import shutil
@@ -28,14 +29,11 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import harness as H  # noqa: E402
 SWEEP = os.path.join(ROOT, "bench", "sweep")
-FAILS = []
-
-
-def check(cond, msg):
-    if not cond:
-        FAILS.append(msg)
-        print("FAIL: " + msg, file=sys.stderr)
+result = H.Results(quiet=True)
+check = result.check
 
 
 def close(a, b, rel=1e-6):
@@ -46,10 +44,9 @@ def num(s):
     return float(s) if s not in ("", None) else None
 
 
-def run(cmd, **kw):
-    env = dict(os.environ, OMP_WAIT_POLICY="passive", OMP_NUM_THREADS="2")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, **kw)
-    return r
+# output captured, 600 s, a passive OpenMP wait on 2 threads
+run = functools.partial(H.run, timeout=600,
+                        env={"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": "2"})
 
 
 def check_sweep(out, n_runs, grid_keys):
@@ -264,11 +261,7 @@ def main():
             print("kept %s" % tmp)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    if FAILS:
-        print("%d checks failed" % len(FAILS), file=sys.stderr)
-        return 1
-    print("sweep smoke: ok")
-    return 0
+    return result.summary("sweep smoke")
 
 
 if __name__ == "__main__":

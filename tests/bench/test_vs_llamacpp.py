@@ -29,22 +29,20 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BENCH = os.path.join(ROOT, "bench", "vs_llamacpp.py")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import moe_checkpoint as mc  # noqa: E402
 import vs_llamacpp  # noqa: E402
 
-FAILS = []
+result = H.Results()
+check = result.check
 TINY = mc.Shape(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=8, expert_ff=32,
                 top_k=2, vocab=320)
 TEXT = "Once upon a time, the river valley was quiet. The farmers built small villages of mud."
 
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg)
-    if not cond:
-        FAILS.append(msg)
 
 
 def sh(cmd, timeout=300):
@@ -262,8 +260,7 @@ def main():
         tok = write_tiny(os.path.join(tmp, "hf"))
         n_prompt = test_shoal(a.shoal, tmp, tok)
         test_gguf(tmp, tok, n_prompt)
-    print("%d failed" % len(FAILS))
-    return 1 if FAILS else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
 
 import argparse
+import functools
 import json
 import os
 import pty
@@ -42,30 +43,19 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
 import clusterlib  # noqa: E402  (kill_all: stopped processes are continued, then killed)
+import harness as H  # noqa: E402  (tests/, on the path through clusterlib)
 MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
 N_CTX = 256   # the bundled model's max_position_embeddings
 CRASH = ("Sanitizer", "Segmentation", "core dumped", "Aborted", "Traceback")
 
-passed = failed = 0
 TIMEOUT = 300
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("ok   %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, detail))
-    sys.stdout.flush()
+result = H.Results()
 
 
-def run(cmd, **kw):
-    env = dict(os.environ)
-    env.setdefault("OMP_WAIT_POLICY", "passive")
-    env.update(kw.pop("env", {}))
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, **kw)
+# output captured, TIMEOUT s, OMP_WAIT_POLICY passive unless the caller's says
+run = functools.partial(H.run, timeout=TIMEOUT, env_default={"OMP_WAIT_POLICY": "passive"})
 
 
 def show(r):
@@ -730,8 +720,7 @@ def main():
             result("worker start line", False, "no %s or no container" % worker)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

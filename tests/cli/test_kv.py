@@ -21,42 +21,32 @@ Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
 
 import argparse
+import functools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import harness as H  # noqa: E402
 MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
 TOKENS = "5,17,300,3,101,257,42,7,99,12"
 
-passed = failed = 0
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("ok   %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, detail))
+result = H.Results()
 
 
-def run(cmd, env_extra=None):
-    env = dict(os.environ)
-    env.setdefault("OMP_WAIT_POLICY", "passive")
-    if env_extra:
-        env.update(env_extra)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+# output captured, 300 s, OMP_WAIT_POLICY passive unless the caller's says
+run = functools.partial(H.run, env_default={"OMP_WAIT_POLICY": "passive"})
 
 
 def logits(shoal, model, tmp, tag, *extra, threads=None):
     out = os.path.join(tmp, tag + ".npy")
     r = run([shoal, "run", "--model", model, "--tokens", TOKENS, "--greedy", "--ignore-eos",
              "--max-tokens", "8", "--logits-out", out] + list(extra),
-            {"OMP_NUM_THREADS": str(threads)} if threads else None)
+            env={"OMP_NUM_THREADS": str(threads)} if threads else None)
     if r.returncode != 0:
         return None, r.stderr.strip()
     with open(out, "rb") as f:
@@ -214,8 +204,7 @@ def main():
         test_plan(shoal)
         if None not in got.values():
             test_convert(shoal, tmp, got)
-    print("%d passed, %d failed" % (passed, failed))
-    sys.exit(1 if failed else 0)
+    sys.exit(result.summary())
 
 
 if __name__ == "__main__":

@@ -28,22 +28,16 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
-SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared", "data", "tokenizers"))
+SHARED = H.shared("data", "tokenizers")
 CRASH_MARKERS = ("Sanitizer", "Segmentation", "core dumped", "Aborted", "Traceback")
 
-passed = failed = 0
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("ok    " + name)
-    else:
-        failed += 1
-        print("FAIL  " + name + ("\n      " + detail.replace("\n", "\n      ") if detail else ""))
+result = H.Results()
 
 
 def run(cmd, timeout):
@@ -151,8 +145,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="shoal-tokids-") as tmp:
         test_sparse_ids(shoal, tmp, a.timeout, a.max_rss_mb)
         test_real_files(shoal, tmp, a.timeout)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

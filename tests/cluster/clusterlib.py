@@ -1,7 +1,8 @@
 """Helpers shared by the multi-process cluster tests (tests/cluster/*.py):
-PASS/FAIL bookkeeping, the process registry that finally-blocks kill,
-shoal-worker processes with their logs, `shoal run` with its logits and
-ids, reading a pipe until a pattern, `shoal status --json` polling.
+`shoal run` with its logits and ids, reading a pipe until a pattern,
+`shoal status --json` polling; and, from tests/harness.py, PASS/FAIL
+bookkeeping, the process registry that finally-blocks kill, shoal-worker
+processes with their logs.
 
 Every process a helper starts is registered in `procs`; `kill_all()` kills
 the ones still running (SIGCONT first, so a SIGSTOPped one can die).
@@ -9,134 +10,23 @@ the ones still running (SIGCONT first, so a SIGSTOPped one can die).
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
+import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
+sys.path.insert(0, os.path.dirname(HERE))
+# the process registry, ports, workers and the recorder are tests/harness.py's
+from harness import (ROOT, MODEL, procs, env, kill_all, free_port,  # noqa: E402,F401
+                     Worker, run)
+import harness  # noqa: E402
 
-procs = []                # every process started here, for kill_all()
 sanitizer_reports = []    # names of runs whose stderr holds an ASan/UBSan report
 
 
-class Results:
-    """PASS/FAIL lines and their counts."""
-
-    def __init__(self):
-        self.passed = self.failed = self.skipped = 0
-
-    def __call__(self, name, ok, detail=""):
-        ok = bool(ok)
-        self.passed += ok
-        self.failed += not ok
-        if ok:   # the details of a pass: its first line, short
-            detail = str(detail).strip().split("\n")[0][:100]
-        print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
-        return ok
-
-    def skip(self, name, why):
-        self.skipped += 1
-        print("SKIP %s: %s" % (name, why), flush=True)
-
-    def summary(self):
-        print("%d passed, %d failed, %d skipped" % (self.passed, self.failed, self.skipped))
-        return 1 if self.failed else 0
-
-
-def env():
-    """The environment of every process: the caller's. The OpenMP wait
-    policy is shoal's own default (it holds on a shared machine), the one
-    users get."""
-    return dict(os.environ)
-
-
-def kill_all():
-    """Kill every registered process still running (SIGCONT first)."""
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.kill(p.pid, signal.SIGCONT)
-            except OSError:
-                pass
-            p.kill()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-
-
-def free_port(host="127.0.0.1"):
-    s = socket.socket()
-    s.bind((host, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class Worker:
-    """A shoal-worker process with its log in TMP/NAME.log.
-
-    listen: the --listen address (port 0 picks one; the bound address is
-    read back from the log by wait_ready). launch: how to start argv
-    (default subprocess.Popen; netlab's Host.popen puts it in a namespace).
-    """
-
-    def __init__(self, binary, tmp, name, model, *flags, listen="127.0.0.1:0", launch=None):
-        self.log_path = os.path.join(tmp, name + ".log")
-        self.log = open(self.log_path, "a")
-        self._skip = self.log.tell()  # a restarted worker appends to the same log
-        self.cmd = [binary, "--model", model, "--listen", listen] + list(flags)
-        launch = launch or subprocess.Popen
-        self.p = launch(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env())
-        procs.append(self.p)
-        self.addr = None
-
-    def wait_ready(self, timeout=60):
-        """Wait for the 'serving' line; returns the bound address or None."""
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            with open(self.log_path, "rb") as f:
-                f.seek(self._skip)
-                text = f.read().decode("utf-8", "replace")
-            m = re.search(r"listening on (\S+)", text)
-            if m and "serving " in text:
-                self.addr = m.group(1)
-                return self.addr
-            if self.p.poll() is not None:
-                return None
-            time.sleep(0.05)
-        return None
-
-    def text(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
-
-    def alive(self):
-        return self.p.poll() is None
-
-    def kill9(self):
-        self.p.kill()
-        self.p.wait()
-
-    def stop(self):
-        """SIGTERM (SIGKILL after 20 s); closes the log."""
-        if self.p.poll() is None:
-            try:
-                os.kill(self.p.pid, signal.SIGCONT)
-            except OSError:
-                pass
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        if not self.log.closed:
-            self.log.close()
-        return self.p.returncode
+def Results():
+    """PASS/FAIL lines and their counts; the summary counts skips too."""
+    return harness.Results(skips=True)
 
 
 def start_workers(binary, tmp, name, models, *flags, **kw):
@@ -295,6 +185,3 @@ def poll(fn, timeout, interval=0.2):
             return v, time.time() - t0
         time.sleep(interval)
 
-
-def run(cmd, timeout=300):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env())

@@ -43,19 +43,15 @@ sys.path.insert(0, HERE)
 import clusterlib as L  # noqa: E402
 from clusterlib import (MODEL, env, kill_all, read_until, free_port, same,  # noqa: E402,F401
                         detail, workers_flag, stop_workers)
+import harness as H  # noqa: E402  (tests/, on the path through clusterlib)
 
 PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?\nJULIET:\n"
 GEN = ["--max-tokens", "40", "--seed", "7", "--temp", "0.8", "--ignore-eos"]
-passed = failed = 0
 procs = L.procs                          # every process started, for kill_all()
 sanitizer_reports = L.sanitizer_reports  # coordinator runs with an ASan/UBSan report
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    passed += bool(ok)
-    failed += not ok
-    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
+result = H.Results()
 
 
 def start_workers(args, tmp, name, models, *flags):
@@ -504,8 +500,7 @@ def main():
             print("kept", tmp)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

@@ -23,14 +23,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clusterlib import MODEL, free_port  # noqa: E402
-passed = failed = 0
+import harness as H  # noqa: E402  (tests/, on the path through clusterlib)
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    passed += bool(ok)
-    failed += not ok
-    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
+result = H.Results()
 
 
 def wait_log(path, text, proc, timeout=30):
@@ -129,8 +125,7 @@ def main():
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

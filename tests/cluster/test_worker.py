@@ -36,17 +36,13 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
-passed = failed = 0
+sys.path.insert(0, os.path.dirname(HERE))
+import harness as H  # noqa: E402
+from harness import ROOT, MODEL  # noqa: E402,F401
 procs = []
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    passed += bool(ok)
-    failed += not ok
-    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail), flush=True)
+result = H.Results()
 
 
 def env():
@@ -73,17 +69,10 @@ class Worker:
 
     def wait_ready(self, timeout=60):
         """Wait for the 'serving' line; returns the bound address or None."""
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            text = self.text()
-            m = re.search(r"listening on (\S+)", text)
-            if m and "serving " in text:
-                self.addr = m.group(1)
-                return self.addr
-            if self.p.poll() is not None:
-                return None
-            time.sleep(0.05)
-        return None
+        m = H.wait_for(lambda: self.text() if "serving " in self.text() else "",
+                       r"listening on (\S+)", self.p, timeout)
+        self.addr = m.group(1) if m else None
+        return self.addr
 
     def text(self):
         with open(self.log_path) as f:
@@ -382,8 +371,7 @@ def main():
             print("kept", tmp)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

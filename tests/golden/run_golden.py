@@ -13,35 +13,26 @@ Usage: /usr/bin/python3 tests/golden/run_golden.py --shoal build/coordinator/sho
 Prints "N passed, M failed" last; exits non-zero on any failure.
 """
 import argparse
+import functools
 import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import harness as H  # noqa: E402
 MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
-SHARED = os.path.join(os.path.dirname(ROOT), "shared")
-
-passed = failed = skipped = 0
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("ok   %s %s" % (name, detail))
-    else:
-        failed += 1
-        print("FAIL %s %s" % (name, detail))
+result = H.Results(skips=True)
 
 
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+run = functools.partial(H.run, timeout=600)   # output captured
 
 
 def test_golden(shoal, tmp):
@@ -75,11 +66,9 @@ def test_golden(shoal, tmp):
 
 
 def test_perplexity(shoal, tmp):
-    global skipped
-    corpus = os.path.join(SHARED, "data", "corpus", "tinyshakespeare.txt")
-    if not os.path.exists(corpus):
-        skipped += 1
-        print("SKIP perplexity: %s not found (needs the shared data directory)" % corpus)
+    corpus = H.shared_or_skip("perplexity", "data", "corpus", "tinyshakespeare.txt",
+                              results=result)
+    if corpus is None:
         return
     with open(os.path.join(MODEL, "heldout.json"), encoding="utf-8") as f:
         h = json.load(f)
@@ -128,8 +117,7 @@ def main():
         else:
             test_perplexity(shoal, tmp)
         test_chat(shoal)
-    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
-    sys.exit(1 if failed else 0)
+    sys.exit(result.summary())
 
 
 if __name__ == "__main__":

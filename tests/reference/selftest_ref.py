@@ -22,16 +22,13 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 sys.path.insert(0, HERE)
 import gen_tiny  # noqa: E402
 import ref_numpy as R  # noqa: E402
 
-RESULTS = []
-
-
-def check(name, cond, detail=""):
-    RESULTS.append(bool(cond))
-    print(f"{'PASS' if cond else 'FAIL'} {name}" + (f": {detail}" if detail else ""))
+check = H.Results()   # check(name, cond, detail)
 
 
 def close(a, b, tol=1e-12):
@@ -298,9 +295,7 @@ def main():
                 check("tiny checkpoints generated", False, str(man["models"]))
     else:
         print("SKIP: ../shared/data/configs not found (model checks)")
-    n = sum(RESULTS)
-    print(f"{n} passed, {len(RESULTS) - n} failed")
-    return 0 if n == len(RESULTS) else 1
+    return check.summary()
 
 
 if __name__ == "__main__":

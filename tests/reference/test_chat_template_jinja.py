@@ -27,11 +27,12 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURES = os.path.join(ROOT, "tests", "unit", "fixtures")
-SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data", "tokenizers")
+SHARED = H.shared("data", "tokenizers")
 BUNDLED = os.path.join(ROOT, "models", "shakespeare-moe")
-passed = failed = 0
 
 try:
     import jinja2
@@ -41,11 +42,7 @@ except ImportError:
     jinja2 = None
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    passed += bool(ok)
-    failed += not ok
-    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail if not ok else ""))
+result = H.Results()
 
 
 def make_env():
@@ -454,8 +451,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_model_dirs(env, args.shoal, tmp)
         check_snippets(env, args.shoal, tmp)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

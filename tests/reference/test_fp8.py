@@ -31,6 +31,8 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 sys.path.insert(0, HERE)
 import gen_tiny  # noqa: E402
 import test_reference as T  # noqa: E402
@@ -61,13 +63,10 @@ def main():
     ap.add_argument("--configs", default=gen_tiny.DEFAULT_CONFIGS)
     a = ap.parse_args()
     shoal = os.path.abspath(a.shoal)
-    passed = failed = 0
+    result = H.Results()
 
     def report(ok, what, msg):
-        nonlocal passed, failed
-        print(f"{'PASS' if ok else 'FAIL'} {what}: {msg}")
-        passed += bool(ok)
-        failed += not ok
+        result(what, ok, msg)
 
     work = a.workdir or tempfile.mkdtemp(prefix="shoal-fp8-")
     os.makedirs(work, exist_ok=True)
@@ -77,8 +76,7 @@ def main():
         info = man["models"][NAME]
         if "skipped" in info:
             print(f"SKIP: {NAME}: {info['skipped']}")
-            print("0 passed, 0 failed")
-            return 0
+            return result.summary()
         src = os.path.join(work, "ckpt", NAME)
         out = os.path.join(work, "out")
         os.makedirs(out, exist_ok=True)
@@ -154,8 +152,7 @@ def main():
     finally:
         if not a.workdir:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

@@ -26,15 +26,12 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 MODEL = os.path.join(os.path.dirname(os.path.dirname(HERE)), "models", "shakespeare-moe")
 POLICY_KEYS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
-FAILS = []
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg, flush=True)
-    if not cond:
-        FAILS.append(msg)
+result = H.Results()
+check = result.check
 
 
 def env_with(**kw):
@@ -148,8 +145,7 @@ def main():
                     check(vals.get("GOMP_SPINCOUNT") == want, "%s: kept (%s)" % (tag, vals))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failed" % len(FAILS))
-    return 1 if FAILS else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

@@ -20,13 +20,14 @@ Usage: /usr/bin/python3 tests/reference/test_plan.py --shoal BIN
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
-CONFIGS = os.path.join(ROOT, "..", "shared", "data", "configs")
+CONFIGS = H.shared("data", "configs")
 BUNDLED = os.path.join(ROOT, "models", "shakespeare-moe")
 sys.path.insert(0, HERE)
 HEADER = 4096
@@ -62,18 +63,12 @@ TOLERANCE = 0.02
 RUNNABLE = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "kimi_k2",
             "glm4_moe", "gpt_oss"}
 
-passed = failed = 0
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    passed += bool(ok)
-    failed += not ok
-    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail))
+result = H.Results()
 
 
-def run(cmd):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+run = H.run   # output captured, 300 s
 
 
 def plan(shoal, model, *flags):
@@ -304,8 +299,7 @@ def main():
         test_synth(shoal, tmp)
         test_real(shoal)
         test_bad(shoal, tmp)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

@@ -22,27 +22,21 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
 HEADER = 4096
-passed = failed = 0
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    passed += bool(ok)
-    failed += not ok
-    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail if not ok else ""))
+result = H.Results()
 
 
-def run(cmd):
-    e = dict(os.environ)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=e)
+run = H.run   # output captured, 300 s
 
 
 def manifest(d):
@@ -263,8 +257,7 @@ def main():
                    "rc=%d %r" % (r.returncode, r.stderr))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

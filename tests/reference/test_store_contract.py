@@ -26,15 +26,15 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FAMILIES = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"]
 PROMPT = "17,300,3,101,257,42,7"
-passed = failed = skipped = 0
 
 
 
@@ -60,18 +60,10 @@ def dense4_layout(ct, dense):
         return False, "; ".join(bad[:3])
     return n4 > 0, "%d %s tensors" % (n4, want4)
 
-def result(name, ok, detail=""):
-    global passed, failed
-    passed += ok
-    failed += not ok
-    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail))
+result = H.Results(skips=True)
 
 
-def run(cmd, env=None):
-    e = dict(os.environ)
-    if env:
-        e.update(env)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=e)
+run = H.run   # output captured, 300 s
 
 
 def logits(shoal, model, out, *extra, env=None):
@@ -164,7 +156,6 @@ def mirror_checks(shoal, tmp, ct):
 
 
 def main():
-    global skipped
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
     a = ap.parse_args()
@@ -280,15 +271,12 @@ def main():
                 finally:
                     run(["umount", mnt])
             else:
-                skipped += 1
-                print("SKIP full-disk convert: cannot mount a tmpfs here")
+                result.skip("full-disk convert", "cannot mount a tmpfs here")
         else:
-            skipped += 1
-            print("SKIP full-disk convert: needs root to mount a small tmpfs")
+            result.skip("full-disk convert", "needs root to mount a small tmpfs")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
-    return 1 if failed else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

@@ -20,30 +20,24 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
-TRACE = os.path.join(ROOT, "..", "shared", "data", "traces", "allenai-OLMoE-routing",
-                     "expert_counts.json")
+TRACE = H.shared("data", "traces", "allenai-OLMoE-routing", "expert_counts.json")
 # small but every real feature: GQA, per-head q/k norm, 32 experts top-4
 SHAPE = ["--hidden", "128", "--moe-ff", "64", "--n-expert", "32", "--top-k", "4",
          "--layers", "2", "--vocab", "512", "--heads", "4", "--kv-heads", "2",
          "--head-dim", "32"]
-passed = failed = 0
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    passed += bool(ok)
-    failed += not ok
-    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail))
+result = H.Results()
 
 
-def run(cmd):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+run = H.run   # output captured, 300 s
 
 
 def fingerprint(d):
@@ -243,7 +237,7 @@ def new_families(shoal, tmp, trace):
 
 def real_configs(shoal, tmp, trace):
     """Every real config.json in ../shared/data/configs through synth --config."""
-    d = os.path.join(ROOT, "..", "shared", "data", "configs")
+    d = H.shared("data", "configs")
     if not os.path.isdir(d):
         print("note: ../shared/data/configs is absent; real configs not tried")
         return
@@ -294,5 +288,4 @@ if __name__ == "__main__":
         main()
     except Exception as e:  # a crash is a failure, reported like the others
         result("test harness", False, repr(e))
-    print("%d passed, %d failed" % (passed, failed))
-    sys.exit(1 if failed else 0)
+    sys.exit(result.summary())

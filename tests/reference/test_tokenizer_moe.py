@@ -57,20 +57,16 @@ except ImportError:  # pragma: no cover
     regex = None
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))   # tests/: harness
+import harness as H  # noqa: E402
 sys.path.insert(0, HERE)
 import gen_tiny  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURES = os.path.join(ROOT, "tests", "unit", "fixtures")
-CORPUS = os.path.join(os.path.dirname(ROOT), "shared", "data", "corpus",
-                      "tinyshakespeare.txt")
-passed = failed = 0
+CORPUS = H.shared("data", "corpus", "tinyshakespeare.txt")
 
 
-def result(name, ok, detail=""):
-    global passed, failed
-    passed += bool(ok)
-    failed += not ok
-    print("%s %s %s" % ("PASS" if ok else "FAIL", name, detail if not ok else ""))
+result = H.Results()
 
 
 # --- the families' pre-tokenizers (verbatim) --------------------------------
@@ -558,8 +554,7 @@ def main():
         check_gpt_oss(args.shoal, fams, vocab, ranks)
         check_kimi(args.shoal, kimi)
         check_bad_tiktoken(args.shoal, kimi, tmp)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return result.summary()
 
 
 if __name__ == "__main__":

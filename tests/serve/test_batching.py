@@ -215,8 +215,7 @@ def main():
         for fam in ("deepseek_v3", "gpt_oss"):
             check_model(shoal, fam, os.path.join(tiny, fam), tmp)
         check_slot_dir(shoal, tmp)
-    print("test_batching: %d checks, %d failed" % (ts.CHECKS[0], len(ts.FAILS)))
-    sys.exit(1 if ts.FAILS else 0)
+    sys.exit(ts.result.summary("test_batching"))
 
 
 if __name__ == "__main__":

@@ -264,8 +264,7 @@ def main():
         finally:
             rc = srv.stop()
             check(rc == 0, "SIGTERM stops the server with status 0 (%d)" % rc)
-    print("test_clients: %d checks, %d failed" % (ts.CHECKS[0], len(ts.FAILS)))
-    return 1 if ts.FAILS else 0
+    return ts.result.summary("test_clients")
 
 
 if __name__ == "__main__":

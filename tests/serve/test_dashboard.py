@@ -49,7 +49,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "cluster"))
-from test_serve import FAILS, CHECKS, MODEL, Server, check  # noqa: E402
+from test_serve import MODEL, Server, check, result  # noqa: E402
 from clusterlib import Worker  # noqa: E402
 
 N_LAYER, N_EXPERT = 4, 8   # models/shakespeare-moe/config.json
@@ -539,8 +539,7 @@ def main():
             if w:
                 w.stop()
         test_key(shoal, tmp)
-    print("test_dashboard: %d checks, %d failed" % (CHECKS[0], len(FAILS)))
-    return 1 if FAILS else 0
+    return result.summary("test_dashboard")
 
 
 if __name__ == "__main__":

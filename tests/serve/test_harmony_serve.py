@@ -332,10 +332,9 @@ def main():
             test_refusals_and_completions(h)
         finally:
             check(srv.stop() == 0, "serve exits 0 on SIGTERM")
-            if ts.FAILS:
+            if ts.result.failed:
                 print(srv.log()[-3000:])
-    print("test_harmony_serve: %d checks, %d failed" % (ts.CHECKS[0], len(ts.FAILS)))
-    sys.exit(1 if ts.FAILS else 0)
+    sys.exit(ts.result.summary("test_harmony_serve"))
 
 
 if __name__ == "__main__":

@@ -241,8 +241,7 @@ def main():
     finally:
         slow.stop()
         check(srv.stop() == 0, "serve exits 0 on SIGTERM")
-    print("test_load: %d checks, %d failed" % (ts.CHECKS[0], len(ts.FAILS)))
-    sys.exit(1 if ts.FAILS else 0)
+    sys.exit(ts.result.summary("test_load"))
 
 
 if __name__ == "__main__":

@@ -145,8 +145,9 @@ async function testChat() {
         check(c.message.content === want, 'chat.completions.create equals shoal run on the ' +
               `rendered prompt:\n${JSON.stringify(c.message.content)}\n${JSON.stringify(want)}`);
     else
-        check(c.finish_reason === 'stop' && want.startsWith(c.message.content),
-              `a chat reply that stopped (${c.finish_reason}) is a prefix of shoal run's`);
+        check(c.finish_reason === 'stop' && c.message.content && want.startsWith(c.message.content),
+              `a chat reply that stopped (${c.finish_reason}) is a non-empty prefix of shoal run's: ` +
+              JSON.stringify(c.message.content));
 
     const stream = await client.chat.completions.create({
         model: MODEL_ID, messages, max_tokens: 30, temperature: 0, stream: true,

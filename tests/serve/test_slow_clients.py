@@ -220,8 +220,7 @@ def main():
     test_bad_flags(shoal)
     test_limits(shoal)
     test_under_attack(shoal)
-    print("test_slow_clients: %d checks, %d failed" % (ts.CHECKS[0], len(ts.FAILS)))
-    return 1 if ts.FAILS else 0
+    return ts.result.summary("test_slow_clients")
 
 
 if __name__ == "__main__":
