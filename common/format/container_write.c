@@ -550,7 +550,7 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
         rc = shoal_err_set(err, SHOAL_EFORMAT, "cannot re-read config.json: %s", jerr.text);
         goto fail;
     }
-    json_t *files = json_object();
+    json_t *files = json_array();   /* FORMAT.md: the side files copied, a list */
     for (size_t i = 0; i < sizeof container_side_files / sizeof container_side_files[0]; i++) {
         char *from = shoal_path_join(src_dir, container_side_files[i]);
         if (shoal_exists(from)) {

@@ -14,6 +14,7 @@
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +237,16 @@ Test(batching, int4a8_container_through_the_store)
     cr_assert(eq(int, shoal_container_convert(src, MODEL_DIR, dir, &p, &err), 0), "%s",
               err.msg);
     shoal_model_free(src);
+    /* the manifest lists the side files it copied (docs/FORMAT.md "files") */
+    char manifest[160];
+    snprintf(manifest, sizeof manifest, "%s/shoal.json", dir);
+    json_error_t jerr;
+    json_t *man = json_load_file(manifest, 0, &jerr);
+    cr_assert(man != NULL, "%s", jerr.text);
+    const json_t *files = json_object_get(man, "files");
+    cr_assert(json_is_array(files) && json_array_size(files) >= 2, "files is a list");
+    cr_assert_str_eq(json_string_value(json_array_get(files, 0)), "config.json");
+    json_decref(man);
     struct shoal_model *m = shoal_model_load(dir, &err);
     cr_assert(m != NULL, "%s", err.msg);
     struct shoal_expert_store_params sp = shoal_expert_store_params_default();
