@@ -245,7 +245,7 @@ Test(batching, int4a8_container_through_the_store)
     cr_assert(man != NULL, "%s", jerr.text);
     const json_t *files = json_object_get(man, "files");
     cr_assert(json_is_array(files) && json_array_size(files) >= 2, "files is a list");
-    cr_assert_str_eq(json_string_value(json_array_get(files, 0)), "config.json");
+    cr_assert(eq(str, (char *)json_string_value(json_array_get(files, 0)), "config.json"));
     json_decref(man);
     struct shoal_model *m = shoal_model_load(dir, &err);
     cr_assert(m != NULL, "%s", err.msg);
