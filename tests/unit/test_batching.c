@@ -244,7 +244,8 @@ Test(batching, int4a8_container_through_the_store)
     json_t *man = json_load_file(manifest, 0, &jerr);
     cr_assert(man != NULL, "%s", jerr.text);
     const json_t *files = json_object_get(man, "files");
-    cr_assert(json_is_array(files) && json_array_size(files) >= 2, "files is a list");
+    const int is_list = json_is_array(files) && json_array_size(files) >= 2;
+    cr_assert(is_list, "files is a list of the side files");
     cr_assert(eq(str, (char *)json_string_value(json_array_get(files, 0)), "config.json"));
     json_decref(man);
     struct shoal_model *m = shoal_model_load(dir, &err);
