@@ -117,6 +117,51 @@ def test_convert(shoal, tmp):
            and p["n_moe_layer"] == 4 and p["n_expert"] == 8, e)
 
 
+def dense_default_line(help_text):
+    """The --dense entry of a usage text, its continuation lines joined."""
+    lines = help_text.splitlines()
+    for i, ln in enumerate(lines):
+        if ln.strip().startswith("--dense"):
+            out = [ln.strip()]
+            for nxt in lines[i + 1:]:
+                if not nxt.startswith(" " * 10) or nxt.strip().startswith("--"):
+                    break
+                out.append(nxt.strip())
+            return " ".join(out)
+    return ""
+
+
+def test_dense_default(shoal, tmp):
+    """Issue 32 item 1: with --experts int4a8 and no --dense, convert writes
+    a bf16 trunk, plan reports a bf16 trunk, and both --help texts say
+    --dense defaults to bf16 (they said "as --experts")."""
+    if not os.path.isdir(BUNDLED):
+        print("SKIP dense default: %s absent" % BUNDLED)
+        return
+    ct = os.path.join(tmp, "conv-int4a8-default")
+    r = run([shoal, "convert", BUNDLED, ct, "--experts", "int4a8"])
+    if r.returncode != 0:
+        result("convert --experts int4a8 (no --dense)", False, r.stderr.strip())
+        return
+    m = json.load(open(os.path.join(ct, "shoal.json")))
+    dtypes = sorted({t["dtype"] for t in m["dense"]["tensors"]})
+    result("convert --experts int4a8: every dense tensor BF16", dtypes == ["BF16"],
+           "dense dtypes %s" % dtypes)
+    for what in (ct, BUNDLED):
+        p, e = plan(shoal, what, "--experts", "int4a8")
+        result("plan %s --experts int4a8: dense BF16, as convert wrote" % os.path.basename(what),
+               p is not None and p["dense_dtype"] == "BF16",
+               e or "dense_dtype %s" % p["dense_dtype"])
+    check_container(shoal, "plan = convert (bundled, --experts int4a8, default --dense)", ct,
+                    ["--experts", "int4a8"])
+    for cmd in ("convert", "plan"):
+        h = run([shoal, cmd, "--help"])
+        line = dense_default_line(h.stdout)
+        result("%s --help: --dense defaults to bf16, as it behaves" % cmd,
+               h.returncode == 0 and "default bf16" in line and "as --experts" not in line,
+               "rc %d: %r" % (h.returncode, line))
+
+
 def test_fp8(shoal, tmp):
     """An FP8 checkpoint (DeepSeek-V3's layout, tiny) plans FP8 by default, as
     convert keeps it: the experts' bytes (codes, padding, 128x128 block
@@ -294,6 +339,7 @@ def main():
     shoal = os.path.abspath(a.shoal)
     with tempfile.TemporaryDirectory(prefix="shoal-plan-") as tmp:
         test_convert(shoal, tmp)
+        test_dense_default(shoal, tmp)
         test_fp8(shoal, tmp)
         test_gpt_oss(shoal, tmp)
         test_synth(shoal, tmp)
