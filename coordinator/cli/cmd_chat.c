@@ -141,7 +141,8 @@ static void usage(FILE *f)
         "  -v, --verbose        print what was loaded, and per turn the tokens prefilled\n"
         "                       and reused from the KV cache\n"
         "\n"
-        "One message per line (stdin may be a pipe). In the session:\n");
+        "One message per line (stdin may be a pipe: then each line is printed as\n"
+        "'> LINE' before its reply). In the session:\n");
     print_commands(f);
     fprintf(f,
         "When the conversation outgrows the context, the oldest exchanges are dropped\n"
@@ -540,6 +541,10 @@ int shoal_cmd_chat(int argc, char **argv)
     s->interrupt = (volatile int *)&interrupted;
 
     int tty = isatty(0) && isatty(1);
+    /* input that no terminal shows (a pipe, a file): each line is printed
+     * as the prompt would show it, so a transcript says which message each
+     * reply answers */
+    const int echo_input = !isatty(0);
     if (tty) {
         sa.sa_handler = die_of;
         sigaction(SIGHUP, &sa, NULL);
@@ -563,6 +568,10 @@ int shoal_cmd_chat(int argc, char **argv)
         if (!*line) {
             free(line);
             continue;
+        }
+        if (echo_input) {
+            printf("> %s\n", line);
+            fflush(stdout);
         }
         if (is_command(line)) {
             /* handled here, never sent to the model; trailing blanks allowed */

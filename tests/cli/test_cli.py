@@ -20,7 +20,8 @@ Cases (each failed on the code before issue 12's CLI work):
   chat:       a too-long --system is named with its token count and the context size
               (exit 2); a message that does not fit even alone is refused without
               dropping history and the session goes on (exit 0); /help and /foo stay
-              local; through a pty, text typed while a reply streams is not echoed into
+              local; piped messages show as '> message' before their replies (issue
+              32); through a pty, text typed while a reply streams is not echoed into
               it and stays typeahead for the next prompt
 Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
@@ -579,6 +580,14 @@ def test_chat(shoal):
     result("chat: /foo is an unknown command, not a message",
            "unknown command '/foo'" in r.stderr and "/quit takes no arguments" in r.stderr and
            len(t) == 1 and r.returncode == 0, "turns %s; %s" % (t, show(r)))
+
+    # piped input (issue 32 item 10): each message is printed as '> message'
+    # before its reply, so the transcript says which message a reply answers
+    r = chat(shoal, ["Good morrow, sir.", "What news?"], "--max-tokens", "8")
+    m = re.fullmatch(r"> Good morrow, sir\.\n(.*?\S.*?)\n> What news\?\n(.*?\S.*?)\n", r.stdout,
+                     re.S)
+    result("chat piped: each message shows as '> message' before its (non-empty) reply",
+           r.returncode == 0 and m is not None and len(turns(r.stderr)) == 2, show(r))
 
     # --print-prompt: each turn's prompt on stderr, the same bytes `shoal template` renders
     r = chat(shoal, ["Good morrow", "What news?"], "--system", "Be brief.", "--print-prompt")

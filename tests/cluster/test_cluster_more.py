@@ -218,7 +218,8 @@ def restart(args, tmp):
         victim = ws[1]
         chat.stdin.write(TURNS[0])
         chat.stdin.flush()
-        head = L.read_until(chat, rb"\S[\s\S]{11}", 60)
+        # past the piped message's '> ' line: into the reply
+        head = L.read_until(chat, rb"> [^\n]*\n[\s\S]*?\S[\s\S]{11}", 60)
         # the coordinator is stopped around the kill so it lands mid-decode
         os.kill(chat.pid, signal.SIGSTOP)
         victim.kill9()
