@@ -417,9 +417,26 @@ int shoal_cmd_synth(int argc, char **argv)
             sy.lay.blob_bytes);
     fprintf(stderr, "shoal: synth routing: trace %s (%s), router calibrated in %.2f s "
             "(Monte Carlo, %d tokens):", trace, domain, t_plan, MC_TOKENS);
-    for (int i = 0; i < sy.trace.n_src; i++)
-        fprintf(stderr, "%s trace layer %d worst inclusion error %.1f%%", i ? ";" : "",
-                sy.trace.src_layer[i], 100 * sy.calib_err[i]);
+    for (int i = 0; i < sy.trace.n_src; i++) {
+        /* the trace's layer is the traced model's (OLMoE has 16), not this
+         * one's: name both, and which of this model's layers follow it */
+        int64_t lo = -1, hi = -1;
+        for (int64_t il = 0; il < sy.cfg.n_layer; il++)
+            if (shoal_layer_is_moe(&sy.cfg, il) && sy.layer_src[il] == sy.trace.src_layer[i]) {
+                lo = lo < 0 ? il : lo;
+                hi = il;
+            }
+        fprintf(stderr, "%s %s ", i ? ";" : "", trace);
+        if (sy.trace.src_n_layer)
+            fprintf(stderr, "layer %d of %d ", sy.trace.src_layer[i], sy.trace.src_n_layer);
+        if (lo < 0)
+            fprintf(stderr, "(no layer here)");
+        else if (lo == hi)
+            fprintf(stderr, "(this model's layer %lld)", (long long)lo);
+        else
+            fprintf(stderr, "(this model's layers %lld-%lld)", (long long)lo, (long long)hi);
+        fprintf(stderr, " worst inclusion error %.1f%%", 100 * sy.calib_err[i]);
+    }
     if (sy.n_layer_fits)
         fprintf(stderr, "; group-limited router: refitted for each of %d MoE layers' expert "
                 "permutation, worst inclusion error %.1f%%", sy.n_layer_fits,

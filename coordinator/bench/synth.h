@@ -163,6 +163,7 @@ struct trace {
     const char *name;   /* olmoe, mixtral, uniform, zipf */
     int n_src;          /* source layers (1 for built-ins) */
     int src_layer[3];   /* trace layer index, e.g. 0 7 15 */
+    int src_n_layer;    /* the traced model's layers (OLMoE 16, Mixtral 32); 0: built in */
     double src_depth[3];/* relative depth of each in its model, 0..1 */
     double *shares[3];  /* [n_src][n_expert] stretched, sorted descending */
 };

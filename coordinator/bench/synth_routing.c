@@ -95,6 +95,7 @@ static int trace_load(struct trace *t, const char *name, const char *file, const
     /* the traced models' depth: OLMoE 16 layers, Mixtral 32 */
     double depth_den = !strcmp(name, "olmoe") ? 15.0 : 31.0;
     t->n_src = (int)json_array_size(layers);
+    t->src_n_layer = (int)depth_den + 1;
     double *acc = shoal_xcalloc((size_t)ne_src, sizeof *acc);
     for (int li = 0; li < t->n_src && !rc; li++) {
         int64_t L = json_integer_value(json_array_get(layers, (size_t)li));

@@ -19,6 +19,7 @@ Usage: /usr/bin/python3 tests/reference/test_synth.py --shoal BIN
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -38,6 +39,24 @@ result = H.Results()
 
 
 run = H.run   # output captured, 300 s
+
+
+def check_routing_line(err, n_layer, trace):
+    """Issue 32 item 8: the routing line named "trace layer 15" for a
+    2-layer model. Each calibrated trace layer must say whose layer it is
+    (the traced model's, "of 16") and which of this model's layers follow
+    it, all below n_layer."""
+    line = next((l for l in err.splitlines() if "synth routing:" in l), "")
+    segs = line.split("tokens): ", 1)[-1].split("; group-limited")[0].split("; ")
+    pat = re.compile(r"%s(?: layer (\d+) of (\d+))? \((?:this model's layers? (\d+)(?:-(\d+))?"
+                     r"|no layer here)\) worst inclusion error [\d.]+%%$" % re.escape(trace))
+    ms = [pat.match(sg) for sg in segs]
+    ok = bool(line) and all(ms) and all(
+        (m.group(1) is None or int(m.group(1)) < int(m.group(2))) and
+        all(int(x) < n_layer for x in m.group(3, 4) if x is not None) for m in ms) and \
+        any(m.group(3) is not None for m in ms)
+    result("synth's routing line names the trace's layers as the traced model's and this "
+           "model's layers (< %d) that follow each" % n_layer, ok, line)
 
 
 def fingerprint(d):
@@ -70,6 +89,7 @@ def main():
         result("synth writes a container", ok, "" if ok else r.stderr.strip()[-300:])
         if r.returncode != 0:
             return
+        check_routing_line(r.stderr, 2, trace[1])
         size = sum(os.path.getsize(os.path.join(m1, f)) for f in os.listdir(m1))
         result("container is a few MB", 1e6 <= size <= 8e6, "%d bytes" % size)
         result("no temporary directory left", not [f for f in os.listdir(tmp) if ".tmp-" in f])
