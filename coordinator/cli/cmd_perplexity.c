@@ -6,6 +6,7 @@
  * evaluate each window from an empty cache, and score tokens 1..n-1 of each
  * window from their prefix. loss = mean NLL in nats; perplexity = exp(loss).
  */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,9 @@ static void usage(FILE *f)
         "  --ctx N              window length in tokens (default: max_position_embeddings,\n"
         "                       at most 4096)\n"
         "  --max-windows N      score only the first N windows (default: all)\n"
-        "  --json               print the result as one JSON object\n"
+        "  --json               print the result as one JSON object: model, model_type,\n"
+        "                       file, loss, perplexity, window, n_windows, n_predictions,\n"
+        "                       tokens_per_second\n"
         "  --kv f32|f16|bf16    KV cache dtype (default: the container's, else f32)\n"
         "  --batch N            prefill chunk in tokens (default 256; the same bits at any)\n"
         "  --isa NAME           kernels to run (default: the best this CPU has; the same\n"
@@ -170,12 +173,23 @@ int shoal_cmd_perplexity(int argc, char **argv)
         fprintf(stderr, "\n");
     double loss = nll / (double)n_pred;
     double secs = shoal_time_s() - t0;
-    if (json)
-        printf("{\"file\": \"%s\", \"loss\": %.6f, \"perplexity\": %.6f, \"window\": %lld, "
-               "\"n_windows\": %lld, \"n_predictions\": %lld, \"tokens_per_second\": %.1f}\n",
-               file, loss, exp(loss), (long long)W, (long long)n_windows, (long long)n_pred,
-               (double)(n_windows * W) / secs);
-    else
+    if (json) {
+        /* which model scored the file, beside the file: a result is
+         * compared with others, and names are escaped (jansson) */
+        json_t *j = json_pack("{s:s, s:s, s:s, s:f, s:f, s:I, s:I, s:I, s:f}",
+                              "model", s->model->dir, "model_type",
+                              s->model->cfg.family->model_type, "file", file, "loss", loss,
+                              "perplexity", exp(loss), "window", (json_int_t)W, "n_windows",
+                              (json_int_t)n_windows, "n_predictions", (json_int_t)n_pred,
+                              "tokens_per_second", (double)(n_windows * W) / secs);
+        if (!j || json_dumpf(j, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10)) ||
+            putchar('\n') == EOF) {
+            json_decref(j);
+            shoal_cli_error("perplexity: cannot print the result as JSON");
+            goto done;
+        }
+        json_decref(j);
+    } else
         printf("perplexity %.4f (loss %.4f nats/token) over %lld predictions in %lld "
                "windows of %lld tokens; %.1f tok/s\n", exp(loss), loss, (long long)n_pred,
                (long long)n_windows, (long long)W, (double)(n_windows * W) / secs);
