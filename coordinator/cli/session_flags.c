@@ -659,6 +659,12 @@ static void print_store_stats(const struct shoal_expert_store *store)
     struct shoal_expert_store_stats st;
     shoal_expert_store_stats_get(store, &st);
     const uint64_t used = st.pinned_hits + st.cache_hits + st.inflight_hits + st.disk_reads;
+    if (used == 0 && st.bytes_read == 0 && st.prefetch_reads == 0) {
+        /* nothing to show (every expert ran on a worker): one line, not five of zeros */
+        fprintf(stderr, "shoal: experts: the local store acquired no experts and read "
+                "nothing\n");
+        return;
+    }
     fprintf(stderr, "shoal: experts: %llu acquired: pinned %llu (%.1f%%), cache %llu "
             "(%.1f%%), in-flight prefetch %llu (%.1f%%), disk %llu (%.1f%%, %llu staged)\n",
             (unsigned long long)used, (unsigned long long)st.pinned_hits,
@@ -701,12 +707,14 @@ void shoal_cli_session_close(struct shoal_session *s)
         return;
     if (s->stats && s->model && s->model->store)
         print_store_stats(s->model->store);
-    if (s->stats && s->ctx && s->n_history > 0) {
-        const struct shoal_ctx_timings *t = shoal_ctx_timings(s->ctx);
-        const double per = 1e3 / (double)s->n_history;
-        fprintf(stderr, "shoal: time per token over %lld tokens: attention %.3f ms, routing "
-                "%.3f ms, experts %.3f ms (routed %.3f ms, of it network %.3f ms), combine "
-                "%.3f ms, head %.3f ms\n", (long long)s->n_history, t->attention * per,
+    /* the times cover every token evaluated since the start (all of a
+     * chat's turns), not just those the KV cache holds now */
+    const struct shoal_ctx_timings *t = s->ctx ? shoal_ctx_timings(s->ctx) : NULL;
+    if (s->stats && t && t->tokens > 0) {
+        const double per = 1e3 / (double)t->tokens;
+        fprintf(stderr, "shoal: time per token over %lld tokens evaluated: attention %.3f ms, "
+                "routing %.3f ms, experts %.3f ms (routed %.3f ms, of it network %.3f ms), "
+                "combine %.3f ms, head %.3f ms\n", (long long)t->tokens, t->attention * per,
                 t->routing * per, t->experts * per, t->expert_wait * per, t->network * per,
                 t->combine * per, t->head * per);
     }

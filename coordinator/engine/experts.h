@@ -34,6 +34,8 @@ struct shoal_ctx_timings {
                          * last output (local compute, remote replies, re-runs) */
     double network;     /* of expert_wait: estimated time on the wire (reply time
                          * minus the worker's own time, slowest executor per layer) */
+    int64_t tokens;     /* token rows evaluated (prompt and generated, every
+                         * sequence): the window the times above cover */
 };
 
 /* One MoE layer step, handed to an executor. Borrowed for the call. */

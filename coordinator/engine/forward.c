@@ -624,6 +624,7 @@ static int eval_step(struct shoal_ctx *ctx, struct shoal_err *err)
             max_pos = past + sg->n;
     }
     shoal_rope_update(&ctx->rope, max_pos);
+    ctx->t.tokens += n;
     for (int64_t il = 0; il < c->n_layer; il++) {
         double t0 = shoal_time_s();
         attention_block(ctx, il, n);

@@ -627,6 +627,32 @@ def test_chat(shoal):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def test_stats_labels(shoal, ct, tmp):
+    """Issue 32 item 8: statistics say what they cover. chat's --stats at
+    exit: the time per token and the store's stall over the same tokens
+    (all the session evaluated, /reset or not; the time line used the KV
+    cache's current length); perplexity --json names the model."""
+    # a container, for the expert store's lines
+    r = run([shoal, "chat", "--model", ct, "--greedy", "--max-tokens", "4", "--stats"],
+            input="Good morrow, sir.\nWhat news?\n/reset\nSpeak again.\n")
+    store = re.search(r"stalled [\d.]+ ms/token over (\d+) tokens", r.stderr)
+    times = re.search(r"time per token over (\d+) tokens evaluated", r.stderr)
+    result("chat --stats: time per token and the store's stall cover the same tokens "
+           "(the whole session), labelled", r.returncode == 0 and store and times and
+           store.group(1) == times.group(1) and int(times.group(1)) > 0, show(r))
+    text = os.path.join(tmp, "ppl.txt")
+    with open(text, "w") as f:
+        f.write(open(os.path.join(MODEL, "MODEL_CARD.md")).read() * 2)
+    r = run([shoal, "perplexity", MODEL, "--file", text, "--max-windows", "1", "--json"])
+    try:
+        j = json.loads(r.stdout)
+    except ValueError:
+        j = {}
+    result("perplexity --json names the model and its type beside the file",
+           r.returncode == 0 and j.get("model") == MODEL and j.get("model_type") == "qwen3_moe"
+           and j.get("file") == text and j.get("n_windows") == 1, show(r))
+
+
 def test_chat_typeahead(shoal):
     """Through a pty: stop the process while a long reply streams, type, go
     on. The typed text must not show inside the reply, and it is kept: typed
@@ -721,6 +747,7 @@ def main():
         test_nan_weights(shoal, tmp)
         test_stdout_full(shoal, tmp)
         test_chat(shoal)
+        test_stats_labels(shoal, ct, tmp)
         test_chat_typeahead(shoal)
         if os.path.exists(worker) and os.path.isdir(ct):
             test_worker_compute(worker, ct, tmp)

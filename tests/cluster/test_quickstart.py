@@ -22,7 +22,8 @@ Checks:
   `--shard I/N:R` has R >= 2 and their experts add up to R times the model's;
 - the coordinator command finds the same cached container (no second
   conversion), the workers served requests (--stats; the local store
-  none), and the text, token ids and logits bytes equal the in-process run
+  none, and its --stats is one line saying so, not five of zeros), and the
+  text, token ids and logits bytes equal the in-process run
   on the checkpoint (`shoal run --prompt "ROMEO:"`) bit for bit;
 - the coordinator command again, with the worker that served most so far
   killed (-9) mid-run (the coordinator is paused with SIGSTOP around the
@@ -188,6 +189,10 @@ def main():
             local = re.search(r"executor 0 local: \S+, \d+ experts, (\d+) requests", g.err)
             result("the coordinator's own store served none (--local-experts off)",
                    local is None or local.group(1) == "0", g.err[-400:])
+            # issue 32 item 8: not five lines of zeros for a store that ran nothing
+            store = [l for l in g.err.splitlines() if l.startswith("shoal: experts:")]
+            result("--stats: the idle local store is one line saying so, not lines of zeros",
+                   len(store) == 1 and "no experts" in store[0], "\n".join(store))
             result("text, ids and logits equal the in-process run bit for bit",
                    same(g, base) and g.out == base.out, detail(g))
             # a worker killed mid-run: its experts go to their other holder
