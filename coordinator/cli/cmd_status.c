@@ -65,7 +65,10 @@ static void fmt_bytes(char *buf, size_t n, uint64_t b)
 
 static void print_table(const Shoal__ClusterStatus *cs, FILE *out)
 {
-    fprintf(out, "cluster %s  uptime %.0f s  %" PRIu64 " tokens  %.2f tok/s\n",
+    /* two windows: the tokens of the whole session, the rate of its last
+     * decode steps (tokens per second of engine time, batches included) */
+    fprintf(out, "cluster %s  uptime %.0f s  %" PRIu64 " tokens evaluated  decode %.2f tok/s "
+            "(last 32 steps)\n",
             str_or(cs->fingerprint, "?"), fin(cs->uptime_seconds), cs->tokens,
             fin(cs->tok_per_s));
     fprintf(out, "%-22s %-8s %9s %19s %6s %9s %8s %5s %9s %7s %9s\n", "executor", "state",

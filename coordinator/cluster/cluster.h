@@ -163,10 +163,11 @@ int64_t shoal_cluster_hint(struct shoal_cluster *cl, int64_t il, const int32_t *
                            int64_t n_ids, int32_t *local_ids);
 
 /* Record an evaluation for status: the context's accumulated timings
- * (borrowed, copied), the tokens it evaluated and its wall time in
- * seconds. Thread: main. */
+ * (borrowed, copied), the tokens it evaluated, whether it was a decode
+ * step (each row one sequence's next token; a batch of sequences counts
+ * too) and its wall time in seconds. Thread: main. */
 void shoal_cluster_note_eval(struct shoal_cluster *cl, const struct shoal_ctx_timings *t,
-                             int64_t n_tokens, double seconds);
+                             int64_t n_tokens, int decode, double seconds);
 
 /* 1 when the local store is one of the executors. Thread: any. */
 int shoal_cluster_local_experts(const struct shoal_cluster *cl);

@@ -84,9 +84,9 @@ static double take_network_s(void *impl)
 }
 
 static void note_eval(void *impl, const struct shoal_ctx_timings *t, int64_t n_tokens,
-                      double seconds)
+                      int decode, double seconds)
 {
-    shoal_cluster_note_eval(impl, t, n_tokens, seconds);
+    shoal_cluster_note_eval(impl, t, n_tokens, decode, seconds);
 }
 
 static const struct shoal_experts_ops cluster_ops = {

@@ -182,7 +182,8 @@ struct shoal_cluster {
     struct shoal_ctx_timings t;         /* last snapshot from the forward pass */
     uint64_t tokens;
     double tok_per_s;
-    double decode_s[32];                /* recent single-token eval times */
+    double decode_s[32];                /* recent decode steps' wall times */
+    int64_t decode_n[32];               /* and the tokens each made (its sequences) */
     int n_decode, i_decode;
     double t_start;
     double net_s;                       /* estimated wire time, seconds */

@@ -933,10 +933,12 @@ static void build_status(struct shoal_cluster *cl, uint64_t id, struct conn *c)
     cs.executors = esp;
     cs.tokens = cl->tokens;
     double tok = cl->tokens ? (double)cl->tokens : 1.0;
-    double dsum = 0;
-    for (int i = 0; i < cl->n_decode; i++)
+    double dsum = 0, dn = 0;
+    for (int i = 0; i < cl->n_decode; i++) {
         dsum += cl->decode_s[i];
-    cs.tok_per_s = dsum > 0 ? cl->n_decode / dsum : 0.0;
+        dn += (double)cl->decode_n[i];
+    }
+    cs.tok_per_s = dsum > 0 ? dn / dsum : 0.0;
     cs.attention_s = cl->t.attention / tok;
     cs.routing_s = cl->t.routing / tok;
     cs.expert_wait_s = cl->t.expert_wait / tok;

@@ -877,13 +877,17 @@ int64_t shoal_cluster_hint(struct shoal_cluster *cl, int64_t il, const int32_t *
 /* ------------------------------------------------------------ accounting */
 
 void shoal_cluster_note_eval(struct shoal_cluster *cl, const struct shoal_ctx_timings *t,
-                             int64_t n_tokens, double seconds)
+                             int64_t n_tokens, int decode, double seconds)
 {
     pthread_mutex_lock(&cl->mu);
     cl->t = *t;
     cl->tokens += (uint64_t)(n_tokens > 0 ? n_tokens : 0);
-    if (n_tokens == 1) {
+    /* a batch of sequences' next tokens is decode too (shoal serve with
+     * several requests): counting single-token steps only showed 0 tok/s
+     * while tokens flowed */
+    if (decode && n_tokens > 0) {
         cl->decode_s[cl->i_decode] = seconds;
+        cl->decode_n[cl->i_decode] = n_tokens;
         cl->i_decode = (cl->i_decode + 1) % (int)(sizeof cl->decode_s / sizeof cl->decode_s[0]);
         if (cl->n_decode < (int)(sizeof cl->decode_s / sizeof cl->decode_s[0]))
             cl->n_decode++;

@@ -64,9 +64,11 @@ struct shoal_experts_ops {
      * shoal_ctx_timings.network). NULL: none. */
     double (*take_network_s)(void *impl);
     /* An evaluation ended: the context's accumulated timings (borrowed),
-     * its tokens and wall seconds (status). NULL: not wanted. */
+     * its tokens, whether it was a decode step (every row one sequence's
+     * next token: one sequence or a batch of them) and its wall seconds
+     * (status). NULL: not wanted. */
     void (*note_eval)(void *impl, const struct shoal_ctx_timings *t, int64_t n_tokens,
-                      double seconds);
+                      int decode, double seconds);
 };
 
 /* An executor: its operations and their state. */

@@ -706,7 +706,8 @@ int shoal_ctx_eval_segs(struct shoal_ctx *ctx, const struct shoal_ctx_seg *segs,
     ctx->segs = NULL;
     ctx->n_segs = 0;
     if (!rc && ctx->experts.ops->note_eval)
-        ctx->experts.ops->note_eval(ctx->experts.impl, &ctx->t, rows, shoal_time_s() - t_eval);
+        ctx->experts.ops->note_eval(ctx->experts.impl, &ctx->t, rows, rows == n_segs,
+                                    shoal_time_s() - t_eval);
     return rc;
 }
 
@@ -739,6 +740,7 @@ int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
             return rc;
     }
     if (ctx->experts.ops->note_eval)
-        ctx->experts.ops->note_eval(ctx->experts.impl, &ctx->t, n, shoal_time_s() - t_eval);
+        ctx->experts.ops->note_eval(ctx->experts.impl, &ctx->t, n, n == 1,
+                                    shoal_time_s() - t_eval);
     return 0;
 }

@@ -21,7 +21,9 @@ Converts the bundled model into a container, shards it with `shoal shard`
 - a coordinator restart: the workers stay up and serve the next run;
 - workers that join (--accept-workers / shoal-worker --join);
 - `shoal status` (table and --json) against a `shoal chat` whose stdin the
-  test keeps open: one row per executor with its state and counters.
+  test keeps open: one row per executor with its state and counters; and
+  against a `shoal serve` decoding three requests per step: a decode rate
+  above 0 (it counted single-token steps only), each figure's window named.
 
 Usage: /usr/bin/python3 tests/cluster/test_cluster.py --shoal BIN --worker BIN
 """
@@ -452,6 +454,55 @@ def status(args, tmp):
            err.strip())
 
 
+def status_batched(args, tmp):
+    """Issue 32 item 8: `shoal status` showed 0.00 tok/s while `shoal serve`
+    decoded several requests per step (only single-token steps counted).
+    Three requests start together on a serve with one worker; while they
+    stream, status's decode rate is above 0, and the table's first line
+    says which window each figure covers."""
+    ws = start_workers(args, tmp, "sbatch", [args.ct])
+    srv = None
+    try:
+        control = "127.0.0.1:%d" % free_port()
+        # a pause after each step keeps the requests streaming while status asks
+        srv = H.Server(args.shoal, "--workers", ws[0].addr, "--local-experts", "off",
+                       "--control", control, "--test-token-delay", "20", model=args.ct)
+        go = threading.Barrier(3)
+        done = []
+
+        def one():
+            go.wait()
+            done.append(srv.post("/v1/completions", {"prompt": "ROMEO:",
+                                                     "max_tokens": 150})[0])
+        ts = [threading.Thread(target=one) for _ in range(3)]
+        for t in ts:
+            t.start()
+        st = None
+        t0 = time.time()
+        while time.time() - t0 < 60 and len(done) < 3:
+            st = L.status_json(args.shoal, control)
+            if st and st["tokens"] > 60:
+                break
+            time.sleep(0.1)
+        rc, table, _ = L.query_status(args.shoal, control)
+        for t in ts:
+            t.join(timeout=120)
+        result("status while serve decodes 3 requests a step: decode tok/s above 0",
+               st is not None and st["tok_per_s"] > 0,
+               "status %s; %d requests answered by the end" %
+               (json.dumps({k: st[k] for k in ("tokens", "tok_per_s")}) if st else None,
+                len(done)))
+        first = table.splitlines()[0] if table else ""
+        result("status: the first line labels its windows (tokens evaluated, decode tok/s "
+               "over the last steps)", rc == 0 and "tokens evaluated" in first and
+               re.search(r"decode [\d.]+ tok/s \(last \d+ steps\)", first) is not None, first)
+        result("the 3 requests succeed", done == [200, 200, 200], str(done))
+    finally:
+        if srv:
+            srv.stop()
+        stop_workers(ws)
+
+
 # ------------------------------------------------------------ main
 
 def main():
@@ -486,7 +537,7 @@ def main():
         result("stopped worker: its request timed out and moved",
                "timed out" in err or "no heartbeat" in err, err.strip()[-300:])
         for fn in (holder_lost, silent_worker, wrong_fingerprint, wrong_key, missing_holder, loopback_only,
-                   joining, status):
+                   joining, status, status_batched):
             try:
                 fn(args, tmp)
             except Exception as e:   # a broken scenario must not hide the others
