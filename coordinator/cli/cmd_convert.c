@@ -210,8 +210,10 @@ int shoal_cmd_inspect(int argc, char **argv)
         return 2;
     }
     if (!shoal_container_is(dir)) {
-        shoal_cli_error("inspect: '%s' has no shoal.json; not a shoal container (make one "
-                        "with 'shoal convert')", dir);
+        if (shoal_cli_check_model_dir(dir, 1))
+            return 2;   /* not a model at all: a usage error */
+        shoal_cli_error("inspect: '%s' is a Hugging Face checkpoint, not a shoal container "
+                        "(no shoal.json); make one with 'shoal convert %s DIR'", dir, dir);
         return 1;
     }
     struct shoal_err err = {0};
