@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include "kv.h"
+#include "log.h"
 #include "parse.h"
 #include "quant.h"
 
@@ -23,6 +24,7 @@ void shoal_cli_error(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    shoal_log_break();   /* streamed text that stands mid-line in stderr's file ends first */
     fprintf(stderr, "shoal: %s\n", buf);
 }
 
