@@ -149,6 +149,17 @@ int shoal_cmd_convert(int argc, char **argv)
     /* MXFP4 experts (gpt-oss) likewise stay MXFP4 unless --experts says */
     if (!set_experts && source_experts_dtype(m) == SHOAL_DTYPE_MXFP4)
         p.experts_dtype = SHOAL_DTYPE_MXFP4;
+    {
+        /* the container copies the checkpoint's tokenizer: say when there is none */
+        char *tj = shoal_path_join(src, "tokenizer.json");
+        char *tk = shoal_path_join(src, "tiktoken.model");
+        if (!shoal_exists(tj) && !shoal_exists(tk))
+            fprintf(stderr, "shoal: warning: convert: '%s' has no tokenizer.json or "
+                    "tiktoken.model: the container will have no tokenizer, so prompts "
+                    "must be given as --tokens IDS and the output shows token ids\n", src);
+        free(tj);
+        free(tk);
+    }
     struct progress pr = {.t0 = shoal_time_s(), .tty = isatty(2), .what = "convert"};
     p.progress = show_progress;
     p.progress_user = &pr;

@@ -253,9 +253,14 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
             cl->exec[i].reconnect_init = 1;
         }
     if (p->accept_addr) {
+        struct shoal_err e2 = {0};
         if (bind_listener(cl, &cl->accept_srv, p->accept_addr, "--accept-workers",
-                          cl->accept_bound, sizeof cl->accept_bound, err) < 0)
+                          cl->accept_bound, sizeof cl->accept_bound, &e2) < 0) {
+            shoal_err_set(err, e2.code, "%s%s", e2.msg, e2.code == UV_EADDRINUSE
+                          ? " (another coordinator holds it?); pass --accept-workers "
+                            "ADDR:PORT with a free port" : "");
             goto fail;
+        }
         cl->have_accept = 1;
     }
     if (p->control_addr) {
@@ -263,11 +268,13 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
         if (bind_listener(cl, &cl->control_srv, p->control_addr, "--control",
                           cl->control_bound, sizeof cl->control_bound, &e2) < 0) {
             if (p->control_explicit || e2.code == SHOAL_EINVAL) {
-                shoal_err_set(err, e2.code, "%s", e2.msg);
+                shoal_err_set(err, e2.code, "%s%s", e2.msg, e2.code == UV_EADDRINUSE
+                              ? " (another coordinator holds it?); pass --control off, or "
+                                "--control ADDR:PORT with a free port" : "");
                 goto fail;
             }
             fprintf(stderr, "shoal: warning: %s; `shoal status` is not served "
-                    "(--control ADDR:PORT picks another)\n", e2.msg);
+                    "(--control ADDR:PORT picks another; --control off drops it)\n", e2.msg);
         } else {
             cl->have_control = 1;
         }
