@@ -12,13 +12,12 @@ enum shoal_log_level shoal_log_level_current = SHOAL_LOG_WARN;
 static shoal_log_sink_fn sink_fn;
 static void *sink_user;
 
-/* the streamed text (shoal_log_text): where, whether it stands mid-line,
- * and whether it shares stderr's file; under text_mu with every line the
+/* the streamed text (shoal_log_text) when it shares stderr's file, else
+ * NULL, and whether it stands mid-line; under text_mu with every line the
  * default sink writes */
 static pthread_mutex_t text_mu = PTHREAD_MUTEX_INITIALIZER;
 static FILE *text_out;
 static int text_midline;
-static int text_shared;
 
 static int same_file(FILE *a, FILE *b)
 {
@@ -30,11 +29,11 @@ static int same_file(FILE *a, FILE *b)
 int shoal_log_text(FILE *out, const char *p, size_t n)
 {
     pthread_mutex_lock(&text_mu);
-    if (out != text_out) {
-        text_out = out;
-        text_shared = same_file(out, stderr);
+    /* kept only while it shares stderr's file (stdout, in practice): a
+     * FILE the caller closes later is never written to from here */
+    text_out = same_file(out, stderr) ? out : NULL;
+    if (!text_out)
         text_midline = 0;
-    }
     errno = 0;
     int rc = 0;
     if ((n && fwrite(p, 1, n, out) != n) || fflush(out) != 0 || ferror(out)) {
@@ -42,7 +41,7 @@ int shoal_log_text(FILE *out, const char *p, size_t n)
             errno = EIO;
         rc = -1;
     }
-    if (n)
+    if (n && text_out)
         text_midline = p[n - 1] != '\n';
     pthread_mutex_unlock(&text_mu);
     return rc;
@@ -51,7 +50,7 @@ int shoal_log_text(FILE *out, const char *p, size_t n)
 /* Caller holds text_mu. */
 static void break_line(void)
 {
-    if (text_out && text_midline && text_shared) {
+    if (text_out && text_midline) {
         fputc('\n', text_out);
         fflush(text_out);
         text_midline = 0;
