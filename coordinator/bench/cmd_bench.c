@@ -313,6 +313,17 @@ static int model_describe(const char *dir, struct bench_model *bm, json_t **out)
     json_t *m = json_object();
     jset(m, "dir", json_string(dir));
     if (!is_ct) {
+        /* a broken config.json fails here, before the limits' probes */
+        char *config = shoal_path_join(dir, "config.json");
+        struct shoal_model_config cfg;
+        const int bad = shoal_model_config_load(config, &cfg, &err);
+        free(config);
+        if (bad) {
+            shoal_cli_error("bench: %s", err.msg);
+            json_decref(m);
+            model_free(bm);
+            return -1;
+        }
         jset(m, "format", json_string("huggingface"));
         jset(m, "fingerprint", NULL);
         *out = m;
@@ -1233,11 +1244,11 @@ int shoal_cmd_bench(int argc, char **argv)
     int rc = parse(&o, argc, argv);
     if (rc)
         return rc == 1 ? 0 : 2;
-    if (!o.json_out)
-        fprintf(stderr, "shoal: bench: no --json OUT; the result is only printed\n");
     /* fail before measuring anything, not after minutes of runs */
     if (o.so.model_dir && shoal_cli_check_model_dir(o.so.model_dir, 1))
         return 2;
+    if (!o.json_out)
+        fprintf(stderr, "shoal: bench: no --json OUT; the result is only printed\n");
     if (o.json_out) {
         /* writable where it is, or creatable in its directory; nothing is
          * created yet, so a failed bench leaves no empty file behind */

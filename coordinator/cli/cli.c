@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include "kv.h"
+#include "log.h"
 #include "parse.h"
 #include "quant.h"
 
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "container.h"
 #include "util.h"
 
 void shoal_cli_error(const char *fmt, ...)
@@ -22,6 +24,7 @@ void shoal_cli_error(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    shoal_log_break();   /* streamed text that stands mid-line in stderr's file ends first */
     fprintf(stderr, "shoal: %s\n", buf);
 }
 
@@ -158,8 +161,16 @@ int shoal_cli_check_model_dir(const char *path, int given)
                         given ? "" : " (the bundled model; pass --model DIR)", accepts);
         return -1;
     }
-    if (S_ISDIR(st.st_mode))
-        return 0;
+    if (S_ISDIR(st.st_mode)) {
+        char config[4096];
+        snprintf(config, sizeof config, "%s/config.json", path);
+        if (shoal_container_is(path) || shoal_exists(config))
+            return 0;
+        shoal_cli_error("not a model directory: '%s' has neither config.json (a Hugging "
+                        "Face checkpoint) nor shoal.json (a shoal container, made by "
+                        "'shoal convert')", path);
+        return -1;
+    }
     const char *kind = "a file, not a directory";
     const char *use = "";
     if (ends_with(path, ".gguf")) {

@@ -104,10 +104,12 @@ struct shoal_cli_slot {
 int shoal_cli_assign_paths(const char *cmd, char **words, int n_words,
                            const struct shoal_cli_slot *slots, int n_slots);
 
-/* Check that path can be a --model of a generating command: a directory.
- * Returns 0, or -1 after printing one line that says what was found (no
- * such path; a file, naming what a .gguf or tokenizer.json is for) and
- * what --model accepts. given = 0: the bundled default. */
+/* Check that path can be a --model of a generating command: a directory
+ * that holds config.json (a checkpoint) or shoal.json (a container).
+ * Returns 0, or -1 (a usage error: exit 2) after printing one line that
+ * says what was found (no such path; a file, naming what a .gguf or
+ * tokenizer.json is for; "not a model directory") and what --model
+ * accepts. given = 0: the bundled default. */
 int shoal_cli_check_model_dir(const char *path, int given);
 
 #endif

@@ -32,6 +32,7 @@
 #include "chat_template.h"
 #include "cli.h"
 #include "harmony.h"
+#include "log.h"
 #include "config.h"
 #include "session.h"
 #include "session_flags.h"
@@ -679,9 +680,8 @@ int shoal_cmd_chat(int argc, char **argv)
             continue;
         }
         if (interrupted)
-            fputs(" [stopped]", stdout);
-        fputs("\n", stdout);
-        fflush(stdout);
+            shoal_log_text(stdout, " [stopped]", 10);
+        shoal_log_text(stdout, "\n", 1);
         tty_quiet_end();
         if (so.verbose)
             fprintf(stderr, "shoal: turn prefilled %lld new tokens (%lld reused from the "

@@ -151,6 +151,17 @@ int shoal_cmd_convert(int argc, char **argv)
     /* MXFP4 experts (gpt-oss) likewise stay MXFP4 unless --experts says */
     if (!set_experts && source_experts_dtype(m) == SHOAL_DTYPE_MXFP4)
         p.experts_dtype = SHOAL_DTYPE_MXFP4;
+    {
+        /* the container copies the checkpoint's tokenizer: say when there is none */
+        char *tj = shoal_path_join(src, "tokenizer.json");
+        char *tk = shoal_path_join(src, "tiktoken.model");
+        if (!shoal_exists(tj) && !shoal_exists(tk))
+            fprintf(stderr, "shoal: warning: convert: '%s' has no tokenizer.json or "
+                    "tiktoken.model: the container will have no tokenizer, so prompts "
+                    "must be given as --tokens IDS and the output shows token ids\n", src);
+        free(tj);
+        free(tk);
+    }
     struct progress pr = {.t0 = shoal_time_s(), .tty = isatty(2), .what = "convert"};
     p.progress = show_progress;
     p.progress_user = &pr;
@@ -212,8 +223,10 @@ int shoal_cmd_inspect(int argc, char **argv)
         return 2;
     }
     if (!shoal_container_is(dir)) {
-        shoal_cli_error("inspect: '%s' has no shoal.json; not a shoal container (make one "
-                        "with 'shoal convert')", dir);
+        if (shoal_cli_check_model_dir(dir, 1))
+            return 2;   /* not a model at all: a usage error */
+        shoal_cli_error("inspect: '%s' is a Hugging Face checkpoint, not a shoal container "
+                        "(no shoal.json); make one with 'shoal convert %s DIR'", dir, dir);
         return 1;
     }
     struct shoal_err err = {0};

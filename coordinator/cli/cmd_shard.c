@@ -287,8 +287,7 @@ int shoal_cmd_shard(int argc, char **argv)
             shoal_cli_error("shard: '%s' is a Hugging Face checkpoint, not a shoal container; "
                             "run 'shoal convert %s DIR' first and shard DIR", a.model, a.model);
         else
-            shoal_cli_error("shard: '%s' is not a shoal container (no shoal.json); make one "
-                            "with 'shoal convert'", a.model);
+            shoal_cli_check_model_dir(a.model, 1);   /* says what it is instead */
         free(cfg);
         free(a.weights);
         return 2;

@@ -60,7 +60,8 @@ static const char *flag_value(int argc, char **argv, int *i)
 
 /* The tokenizer of model (a directory, tokenizer.json, tiktoken.model or
  * .gguf); NULL after the error line. *usage: 1 when the path does not
- * exist (exit 2, as for the other commands' --model). */
+ * exist or is a directory with neither a tokenizer nor a model (exit 2, as
+ * for the other commands' --model). */
 static struct shoal_tokenizer *load(const char *model, int *usage)
 {
     struct stat st;
@@ -72,6 +73,25 @@ static struct shoal_tokenizer *load(const char *model, int *usage)
         else
             shoal_cli_error("tokenizer: '%s': %s", model, strerror(errno));
         return NULL;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        /* a directory with no tokenizer that is no model either: a wrong path */
+        static const char *const names[] = {"tokenizer.json", "tiktoken.model",
+                                            "config.json", "shoal.json"};
+        int any = 0;
+        for (size_t k = 0; k < sizeof names / sizeof names[0] && !any; k++) {
+            char *p = shoal_path_join(model, names[k]);
+            any = shoal_exists(p);
+            free(p);
+        }
+        if (!any) {
+            *usage = 1;
+            shoal_cli_error("not a model directory: '%s' has no tokenizer.json or "
+                            "tiktoken.model, nor config.json or shoal.json; expected a "
+                            "model directory, a tokenizer.json, a tiktoken.model or a .gguf",
+                            model);
+            return NULL;
+        }
     }
     struct shoal_err err = {0};
     struct shoal_tokenizer *tok = shoal_tokenizer_load(model, &err);

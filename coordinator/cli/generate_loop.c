@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "log.h"
 #include "npy.h"
 #include "session_flags.h"
 #include "util.h"
@@ -19,11 +20,9 @@
 static void gen_fail(const struct shoal_gen *g, const char *g_echo, FILE *out, const char *msg)
 {
     const int printed = (g_echo && *g_echo) || shoal_gen_n_printed(g) > 0;
-    if (printed && out && isatty(fileno(out))) {
-        fputc('\n', out);
-        fflush(out);
-    }
-    shoal_cli_error("%s", msg);
+    if (printed && out && isatty(fileno(out)))
+        shoal_log_text(out, "\n", 1);
+    shoal_cli_error("%s", msg);   /* on its own line also when out is stderr's pipe */
 }
 
 int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
@@ -56,8 +55,7 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
     }
     if (o->echo) {
         /* the continuation reads on from the prompt, as in a terminal */
-        fputs(o->echo, out);
-        fflush(out);
+        shoal_log_text(out, o->echo, strlen(o->echo));
     }
     struct shoal_gen *g = shoal_gen_create(s, o, out);
     int rc = 0;
@@ -114,10 +112,8 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
     g = NULL;
     double t_dec = shoal_time_s() - t_dec0;
     if (o->print_timings && rc == 0) {
-        if (!o->on_text) {
-            fprintf(out, "\n");
-            fflush(out);
-        }
+        if (!o->on_text)
+            shoal_log_text(out, "\n", 1);
         /* the first token comes from the prefill: a rate needs two */
         char rate[32] = "n/a";
         if (n_gen > 1 && t_dec > 0)

@@ -117,6 +117,9 @@ void shoal_session_usage_store(FILE *f)
         "  --accept-workers ADDR:PORT  let workers join (shoal-worker --join)\n"
         "  --local-experts on|off  the coordinator's own store executes experts too\n"
         "                       (default on)\n"
+        "  --local-fallback     when no worker of --workers is up after\n"
+        "                       --connect-timeout, run on the local experts alone\n"
+        "                       (a warning); without it that start fails (exit 1)\n"
         "  --cluster-key FILE   shared secret; without one every listener is loopback\n"
         "  --control ADDR:PORT|off  where `shoal status` connects (default %s)\n"
         "  --connect-timeout S  wait for static workers at start (default 5)\n"
@@ -220,14 +223,19 @@ int shoal_cli_split_workers(const struct shoal_session_opts *o, char *buf, size_
 int shoal_session_check_opts(const struct shoal_session_opts *o)
 {
     if (!shoal_session_is_cluster(o)) {
-        if (!o->local_experts || o->cluster_key || o->control || o->max_unauth ||
-            o->max_unauth_per_addr) {
-            shoal_cli_error("--local-experts, --cluster-key, --control and "
+        if (!o->local_experts || o->local_fallback || o->cluster_key || o->control ||
+            o->max_unauth || o->max_unauth_per_addr) {
+            shoal_cli_error("--local-experts, --local-fallback, --cluster-key, --control and "
                             "--max-unauthenticated[-per-address] need --workers or "
                             "--accept-workers");
             return -1;
         }
         return 0;
+    }
+    if (o->local_fallback && !o->local_experts) {
+        shoal_cli_error("--local-fallback runs the local experts, but --local-experts is "
+                        "off: drop one of them");
+        return -1;
     }
     const int max_unauth = o->max_unauth ? o->max_unauth : SHOAL_WIRE_MAX_UNAUTH_DEFAULT;
     if (o->max_unauth_per_addr > max_unauth) {
@@ -297,6 +305,10 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
     }
     if (!strcmp(a, "--stats")) {
         o->stats = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--local-fallback")) {
+        o->local_fallback = 1;
         return 1;
     }
     if (!strcmp(a, "--workers") || !strcmp(a, "--accept-workers") ||
@@ -604,6 +616,7 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
                           : strcmp(o->control, "off") ? o->control : NULL;
         cp.control_explicit = o->control != NULL;
         cp.local_experts = o->local_experts;
+        cp.local_fallback = o->local_fallback;
         cp.key_path = o->cluster_key;
         cp.connect_timeout_s = o->connect_timeout;
         cp.request_timeout_s = o->request_timeout;

@@ -253,9 +253,14 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
             cl->exec[i].reconnect_init = 1;
         }
     if (p->accept_addr) {
+        struct shoal_err e2 = {0};
         if (bind_listener(cl, &cl->accept_srv, p->accept_addr, "--accept-workers",
-                          cl->accept_bound, sizeof cl->accept_bound, err) < 0)
+                          cl->accept_bound, sizeof cl->accept_bound, &e2) < 0) {
+            shoal_err_set(err, e2.code, "%s%s", e2.msg, e2.code == UV_EADDRINUSE
+                          ? " (another coordinator holds it?); pass --accept-workers "
+                            "ADDR:PORT with a free port" : "");
             goto fail;
+        }
         cl->have_accept = 1;
     }
     if (p->control_addr) {
@@ -263,11 +268,13 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
         if (bind_listener(cl, &cl->control_srv, p->control_addr, "--control",
                           cl->control_bound, sizeof cl->control_bound, &e2) < 0) {
             if (p->control_explicit || e2.code == SHOAL_EINVAL) {
-                shoal_err_set(err, e2.code, "%s", e2.msg);
+                shoal_err_set(err, e2.code, "%s%s", e2.msg, e2.code == UV_EADDRINUSE
+                              ? " (another coordinator holds it?); pass --control off, or "
+                                "--control ADDR:PORT with a free port" : "");
                 goto fail;
             }
             fprintf(stderr, "shoal: warning: %s; `shoal status` is not served "
-                    "(--control ADDR:PORT picks another)\n", e2.msg);
+                    "(--control ADDR:PORT picks another; --control off drops it)\n", e2.msg);
         } else {
             cl->have_control = 1;
         }
@@ -308,9 +315,13 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
         }
         pthread_cond_timedwait(&cl->cond, &cl->mu, &ts);
     }
-    int n_up = 0, n_static = 0;
+    /* each static worker that is not up, and why */
+    int n_up = 0, n_static = 0, n_joined = 0, n_down = 0;
+    char why[SHOAL_CLUSTER_MAX_EXECUTORS][400];
     for (int i = 0; i < cl->n_exec; i++) {
         struct exec *x = &cl->exec[i];
+        if (x->kind == EXEC_JOINED && x->state != EXEC_DOWN)
+            n_joined++;
         if (x->kind != EXEC_STATIC)
             continue;
         n_static++;
@@ -318,14 +329,35 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
             n_up++;
             continue;
         }
+        char *w = why[n_down++];
         if (!x->resolved)
-            fprintf(stderr, "shoal: worker %s: not up after %.1f s: %s\n", x->addr,
-                    p->connect_timeout_s, x->last_error[0] ? x->last_error : "not connected");
+            snprintf(w, sizeof why[0], "%s: not up after %.1f s: %s", x->addr,
+                     p->connect_timeout_s, x->last_error[0] ? x->last_error : "not connected");
         else if (!strncmp(x->last_error, x->addr, strlen(x->addr)))
-            fprintf(stderr, "shoal: worker %s\n", x->last_error);   /* it names the address */
+            snprintf(w, sizeof why[0], "%s", x->last_error);   /* it names the address */
         else
-            fprintf(stderr, "shoal: worker %s: %s\n", x->addr, x->last_error);
+            snprintf(w, sizeof why[0], "%s: %s", x->addr, x->last_error);
     }
+    /* workers asked for and none came: the local store alone would carry the
+     * run, which the user did not ask for unless --local-fallback */
+    if (n_static > 0 && n_up == 0 && n_joined == 0 && cl->local >= 0 && !p->local_fallback) {
+        pthread_mutex_unlock(&cl->mu);
+        char all[SHOAL_ERR_MSG_MAX] = "";
+        size_t len = 0;
+        for (int i = 0; i < n_down && len < sizeof all; i++) {
+            int k = snprintf(all + len, sizeof all - len, "%s%s", i ? "; " : "", why[i]);
+            len += k > 0 ? (size_t)k : 0;
+        }
+        /* the hint first: a long list of workers is cut at the message's end */
+        shoal_err_set(err, SHOAL_ENOTFOUND, "no worker of --workers is up, and the local "
+                      "experts run alone only with --local-fallback: %s", all);
+        goto fail;
+    }
+    for (int i = 0; i < n_down; i++)
+        fprintf(stderr, "shoal: worker %s\n", why[i]);
+    if (n_static > 0 && n_up == 0 && n_joined == 0 && cl->local >= 0)
+        fprintf(stderr, "shoal: warning: no worker of --workers is up: the local experts "
+                "run alone (--local-fallback)\n");
     int rc = check_coverage(cl, err);
     pthread_mutex_unlock(&cl->mu);
     if (rc < 0)

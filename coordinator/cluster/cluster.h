@@ -45,6 +45,9 @@ struct shoal_cluster_params {
     int control_explicit;         /* 1: given by the user, a bind failure is fatal;
                                    * 0: the default, a bind failure is a warning */
     int local_experts;            /* 1: the coordinator's store is an executor */
+    int local_fallback;           /* 1: with local_experts, a start where no static
+                                   * worker came up goes on with the local store
+                                   * alone (a warning); 0: it fails */
     const char *key_path;         /* --cluster-key FILE, or NULL (loopback only) */
     double connect_timeout_s;     /* wait for static workers at start (default 5) */
     double request_timeout_s;     /* deadline of one expert request (default 30) */
@@ -79,10 +82,13 @@ struct shoal_cluster;
  * Each worker that failed (refused, wrong fingerprint or key, silent) is
  * reported on stderr with its address and why, in one line. Fails when an
  * expert of a MoE layer then has no holder, naming the layer, the expert
- * and the peers that are down.
+ * and the peers that are down; and, with workers given and the local store
+ * on, when none of them (nor a joiner) is up, naming each and why, unless
+ * local_fallback.
  * Returns the cluster (owned by the caller) or NULL with err set:
  * -SHOAL_EINVAL (bad address, a non-loopback listener without a key,
- * not a container, unauthenticated caps out of range), -SHOAL_ENOTFOUND (an expert without a holder), -errno
+ * not a container, unauthenticated caps out of range), -SHOAL_ENOTFOUND (an expert
+ * without a holder, no worker up), -errno
  * (bind/listen). Thread: main. */
 struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
                                            const struct shoal_cluster_params *p,

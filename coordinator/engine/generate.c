@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "session.h"
 #include "util.h"
 
@@ -100,9 +101,8 @@ static int stream_emit(struct stream_state *st, const struct shoal_gen_opts *o,
         if (o->on_text) {
             o->on_text(o->on_text_user, st->text + st->printed, safe - st->printed);
         } else {
-            errno = 0;
-            if ((fwrite(st->text + st->printed, 1, safe - st->printed, out) !=
-                     safe - st->printed || fflush(out) != 0 || ferror(out)) &&
+            /* through the log: a log line meanwhile starts its own line */
+            if (shoal_log_text(out, st->text + st->printed, safe - st->printed) &&
                 !st->write_errno)
                 st->write_errno = errno ? errno : EIO;
         }

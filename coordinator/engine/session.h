@@ -52,6 +52,8 @@ struct shoal_session_opts {
     int n_workers_args;
     const char *accept_workers;       /* --accept-workers ADDR:PORT */
     int local_experts;                /* --local-experts on|off (default on) */
+    int local_fallback;               /* --local-fallback: no worker up at start, the
+                                       * local experts run alone (else it fails) */
     const char *cluster_key;          /* --cluster-key FILE */
     const char *control;              /* --control ADDR:PORT|off; NULL: the default
                                        * (127.0.0.1:7077) in cluster mode */

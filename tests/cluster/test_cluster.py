@@ -15,8 +15,9 @@ Converts the bundled model into a container, shards it with `shoal shard`
   after --request-timeout and is re-run elsewhere, output identical;
 - clear one-line errors naming the peer, within the deadline (measured): a
   worker that never completes the handshake (a socket that accepts and stays
-  silent), a worker on another container (fingerprint), a wrong or missing
-  cluster key, shards that leave an expert without a holder;
+  silent), a worker on another container (fingerprint; with the local store
+  on too, unless --local-fallback), a wrong or missing cluster key, shards
+  that leave an expert without a holder;
 - a non-loopback listener without a key: exit 2, one line;
 - a coordinator restart: the workers stay up and serve the next run;
 - workers that join (--accept-workers / shoal-worker --join);
@@ -264,10 +265,16 @@ def wrong_fingerprint(args, tmp):
                detail(g))
         result("fingerprint mismatch reported, no hang (watchdog 60 s)", g.seconds < 60,
                "%.2f s" % g.seconds)
-        # with the local store on, the run goes on without it and says why
+        # with the local store on, the run fails all the same (no worker is up)
+        # unless --local-fallback: then it goes on without it and says why
         g = Gen(args, tmp, "fingerprint_local", args.ct, workers_flag(ws) + [
             "--control", "off", "--connect-timeout", "3"])
-        result("worker on another container, local store on: reported, run completes",
+        result("worker on another container, local store on: no worker up, exit 1",
+               g.rc == 1 and ws[0].addr in g.err and "fingerprint" in g.err and
+               "--local-fallback" in g.err, detail(g))
+        g = Gen(args, tmp, "fingerprint_fallback", args.ct, workers_flag(ws) + [
+            "--control", "off", "--connect-timeout", "3", "--local-fallback"])
+        result("worker on another container, --local-fallback: reported, run completes",
                g.rc == 0 and ws[0].addr in g.err and "fingerprint" in g.err, detail(g))
     finally:
         stop_workers(ws)
@@ -332,11 +339,12 @@ def loopback_only(args, tmp):
     e["XDG_CACHE_HOME"] = os.path.join(tmp, "xdg-cache")
     r = subprocess.run([args.shoal, "run", "--model", MODEL, "--prompt", "x", "--workers",
                         "127.0.0.1:1", "--control", "off", "--connect-timeout", "1",
-                        "--max-tokens", "1"],
+                        "--max-tokens", "1", "--local-fallback"],
                        capture_output=True, text=True, timeout=60, env=e)
     cached = os.listdir(os.path.join(e["XDG_CACHE_HOME"], "shoal"))
     result("--workers with a Hugging Face directory: converted once into the cache "
-           "with a notice (then the down worker is reported and local experts run)",
+           "with a notice (then the down worker is reported and, with --local-fallback, "
+           "local experts run)",
            r.returncode == 0 and "converting" in r.stderr and "127.0.0.1:1" in r.stderr
            and len(cached) == 1 and cached[0].endswith(".shoal"), r.stderr.strip())
 
