@@ -482,11 +482,13 @@ def _wait_ready(proc, logpath, timeout):
 
 
 class LoopbackWorkers:
-    """n shoal-worker processes on 127.0.0.1 (ports chosen by the kernel),
-    each with the full container. Use as a context manager; stop() is also
-    pushed on the Cleanup stack, so an interrupt stops them too."""
+    """n shoal-worker processes on 127.0.0.1 (ports chosen by the kernel, or
+    port_base + i for the i-th), each with the full container. Use as a
+    context manager; stop() is also pushed on the Cleanup stack, so an
+    interrupt stops them too."""
 
-    def __init__(self, worker, model, n, logdir, cleanup, flags=(), env=None, tag="w"):
+    def __init__(self, worker, model, n, logdir, cleanup, flags=(), env=None, tag="w",
+                 port_base=None):
         self.procs, self.addrs = [], []
         self.extra = []   # `shoal bench` flags the cluster needs
         os.makedirs(logdir, exist_ok=True)
@@ -495,7 +497,8 @@ class LoopbackWorkers:
         try:
             for i in range(n):
                 lp = os.path.join(logdir, "%s%d.log" % (tag, i))
-                cmd = [worker, "--model", model, "--listen", "127.0.0.1:0"] + list(flags)
+                cmd = [worker, "--model", model, "--listen", "127.0.0.1:%d" % (
+                    port_base + i if port_base else 0)] + list(flags)
                 with open(lp, "w") as lf:
                     lf.write("# %s\n" % " ".join(cmd))
                     lf.flush()
@@ -527,12 +530,13 @@ class NetnsWorkers(LoopbackWorkers):
     host by a veth pair (tests/cluster/netlab.py: host 10.B.I.1, worker
     10.B.I.2, B a free second octet), optionally with a tbf rate limit on both ends of each link
     (`--link-rate 1gbit`) and a cgroup-v1 blkio read throttle on the disk
-    (`--disk-bps N`), as in ../shared/TESTING.md. Needs root. A non-loopback
-    listener needs a cluster key: one is written to keyfile and passed to
+    (`--disk-bps N`), as in ../shared/TESTING.md. Each listens on port
+    7070 of its own address, or port_base + i for the i-th. Needs root. A
+    non-loopback listener needs a cluster key: one is written to keyfile and passed to
     both sides. Everything is undone by stop(), at exit and on signals."""
 
     def __init__(self, worker, model, n, logdir, cleanup, flags=(), env=None, rate=None,
-                 disk_bps=None, keyfile=None, tag="w"):
+                 disk_bps=None, keyfile=None, tag="w", port_base=None):
         sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
         import netlab
         ok, why = netlab.Lab.available()
@@ -551,7 +555,7 @@ class NetnsWorkers(LoopbackWorkers):
         try:
             for i in range(n):
                 h = self.lab.add_host("%s%d" % (tag.replace("-", ""), i), rate=rate)
-                addr = "%s:7070" % h.addr
+                addr = "%s:%d" % (h.addr, port_base + i if port_base else 7070)
                 lp = os.path.join(logdir, "%s%d.log" % (tag, i))
                 cmd = [worker, "--model", model, "--listen", addr, "--cluster-key",
                        keyfile] + list(flags)
