@@ -6,7 +6,15 @@ On a tiny synthetic container (`shoal synth`, built-in zipf routing, no
   1. a sweep over cache = 2 sizes x prefetch on/off, --repeat 1 --gen 4;
   2. with shoal-worker built, a sweep over workers = 0, 1 x local experts
      off, on on loopback (workers=0 local=off is skipped: no executor);
-  3. `shoal bench` refusing bad input with a one-line error.
+  3. `shoal bench` refusing bad input with a one-line error;
+  4. the summary's noise rule, on synthetic runs rewritten by `--report`
+     (no shoal needed): repeats that overlap name no winner, repeats
+     clearly apart name the best, one repeat names none and says to
+     repeat; summary.md, summary.json and configs.csv all say so and give
+     each configuration's min / median / max and relative spread;
+  5. --worker-port-base: the workers listen there, a bad value is one
+     line and exit 2; `bench/sweep --help` gives every option a
+     description and each option that takes a value its default.
 Checks that runs.jsonl, runs.csv, the plots and summary.md exist and hold
 sane values: every run succeeded, tok/s > 0, hit rates in [0, 1], the
 per-token stages add up to the total, the CSV's ratios equal figure / limit
@@ -47,6 +55,157 @@ def num(s):
 # output captured, 600 s, a passive OpenMP wait on 2 threads
 run = functools.partial(H.run, timeout=600,
                         env={"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": "2"})
+
+
+def synthetic_sweep(d, decode, ttft):
+    """A sweep directory as `bench/sweep` leaves it, with made-up runs:
+    decode / ttft: {cache value: [figure of each repeat]}."""
+    os.makedirs(d)
+    lim = os.path.join(d, "limits-start.json")
+    with open(lim, "w") as fh:
+        json.dump({"limits": {"ssd": {"mb_per_s": 1000.0}, "ram": {"read_gbs": 10.0,
+                                                                    "triad_gbs": 8.0}},
+                   "machine": {"cpu": "synthetic", "cores": 2, "ram_bytes": 2**33},
+                   "model": {"fingerprint": "0123456789abcdef"}}, fh)
+    n_rep = max(len(v) for v in decode.values())
+    meta = {"command": "bench/sweep synthetic", "grid": [["cache", list(decode)]],
+            "skipped": [], "limits_start": [[[None, None], lim]],
+            "args": {"state": "cold", "repeat": n_rep, "reps": 1, "gen": 4,
+                     "prompt_len": 8, "order": "alternate", "seed": 7, "netns": False,
+                     "link_rate": None, "disk_bps": None, "extra": []}}
+    with open(os.path.join(d, "sweep.json"), "w") as fh:
+        json.dump(meta, fh)
+    order = 0
+    with open(os.path.join(d, "runs.jsonl"), "w") as fh:
+        for rep in range(n_rep):
+            for c in decode:
+                if rep >= len(decode[c]):
+                    continue
+                res = {"commit": "synthetic", "generated_ids_xxh64": "00000000deadbeef",
+                       "summary": {"decode_tok_s": {"median": decode[c][rep]},
+                                   "ttft_ms": {"median": ttft[c][rep]},
+                                   "ms_per_token": {"median": 1000.0 / decode[c][rep]}},
+                       "sweep": {"config": {"cache": c}, "name": "cache=" + c,
+                                 "repeat": rep, "order": order, "rc": 0, "wall_s": 1.0,
+                                 "log": "none"}}
+                order += 1
+                fh.write(json.dumps(res) + "\n")
+
+
+def check_noise_rule(tmp):
+    """The summary names a best configuration only outside the noise."""
+    cases = {
+        # name: decode and TTFT of each repeat; the decode and TTFT winners
+        "overlap": ({"1M": [10.0, 12.0, 14.0], "4M": [11.0, 12.5, 13.0]},
+                    {"1M": [100.0, 110.0, 120.0], "4M": [105.0, 108.0, 125.0]}, None, None),
+        "apart": ({"1M": [10.0, 11.0, 12.0], "4M": [20.0, 21.0, 22.0]},
+                  {"1M": [300.0, 310.0, 320.0], "4M": [100.0, 101.0, 102.0]},
+                  "cache=4M", "cache=4M"),
+        "one-repeat": ({"1M": [10.0], "4M": [20.0]}, {"1M": [300.0], "4M": [100.0]},
+                       None, None),
+    }
+    for case, (decode, ttft, win, win_ttft) in cases.items():
+        d = os.path.join(tmp, "noise-" + case)
+        synthetic_sweep(d, decode, ttft)
+        r = run([sys.executable, SWEEP, "--report", d, "--no-plots"])
+        check(r.returncode == 0, "%s: --report exited %d: %s" % (case, r.returncode,
+                                                                 r.stderr[-1000:]))
+        md = open(os.path.join(d, "summary.md")).read() if r.returncode == 0 else ""
+        dec = [ln for ln in md.splitlines() if ln.startswith("- decode:")]
+        ttl = [ln for ln in md.splitlines() if ln.startswith("- time to first token:")]
+        sj, rows = {}, {}
+        try:
+            sj = json.load(open(os.path.join(d, "summary.json")))
+            rows = {x["config"]: x for x in csv.DictReader(open(os.path.join(d, "configs.csv")))}
+        except (OSError, ValueError) as e:
+            check(False, "%s: summary.json / configs.csv: %s" % (case, e))
+        rk = sj.get("rankings", {})
+        check(rk.get("decode", {}).get("winner") == win,
+              "%s: summary.json decode winner %s, expected %s" % (
+                  case, rk.get("decode", {}).get("winner"), win))
+        check(rk.get("ttft", {}).get("winner") == win_ttft,
+              "%s: summary.json TTFT winner %s, expected %s" % (
+                  case, rk.get("ttft", {}).get("winner"), win_ttft))
+        if win:
+            check(len(dec) == 1 and dec[0].startswith("- decode: **%s**" % win) and
+                  "no winner" not in dec[0],
+                  "%s: summary.md should name %s for decode: %s" % (case, win, dec))
+            check(len(ttl) == 1 and ttl[0].startswith("- time to first token: **%s**" %
+                                                      win_ttft),
+                  "%s: summary.md should name %s for TTFT: %s" % (case, win_ttft, ttl))
+            verdicts = [rows.get("cache=" + c, {}).get("decode_verdict") for c in ("4M", "1M")]
+            check(verdicts == ["winner", "beaten by the best"],
+                  "%s: configs.csv decode verdicts %s" % (case, verdicts))
+        else:
+            for ln in dec + ttl:
+                check("no winner" in ln and "**cache=" not in ln,
+                      "%s: summary.md names a winner inside the noise: %s" % (case, ln))
+            check(len(dec) == 1 and len(ttl) == 1, "%s: summary.md verdicts %s %s" % (
+                case, dec, ttl))
+            want = "one repeat" if case == "one-repeat" else "within the noise"
+            check(all(want in ln for ln in dec + ttl) and
+                  want in (rk.get("decode", {}).get("reason") or ""),
+                  "%s: the verdict does not say '%s': %s" % (case, want, dec + ttl))
+            if case == "one-repeat":
+                check(all("--repeat" in ln for ln in dec + ttl),
+                      "one repeat: no hint to repeat: %s" % dec)
+            else:
+                check(rk.get("decode", {}).get("within_noise") == ["cache=1M"],
+                      "overlap: within_noise %s" % rk.get("decode", {}).get("within_noise"))
+        # every configuration's spread of the ranked figure, in the JSON and the CSV
+        for c, xs in decode.items():
+            lo, hi, mid = min(xs), max(xs), sorted(xs)[len(xs) // 2]
+            j = next((x for x in sj.get("configurations", []) if x["config"] == "cache=" + c),
+                     {}).get("decode", {})
+            spread = j.get("rel_spread")
+            check((j.get("repeats"), j.get("min"), j.get("median"), j.get("max")) ==
+                  (len(xs), lo, mid, hi) and
+                  (close(spread, (hi - lo) / mid) if hi > lo else spread == 0),
+                  "%s cache=%s: summary.json decode spread %s, expected %s" % (case, c, j, xs))
+            row = rows.get("cache=" + c, {})
+            check(close(num(row.get("decode_tok_s_min")), lo) and
+                  close(num(row.get("decode_tok_s_max")), hi) and
+                  close(num(row.get("decode_tok_s")), mid) and
+                  num(row.get("decode_tok_s_n")) == len(xs),
+                  "%s cache=%s: configs.csv decode spread %s" % (case, c, row))
+        check("spread %" in md, "%s: summary.md's table lacks the spread column" % case)
+
+
+def check_options(model, shoal, tmp):
+    """Every option has help text (and its default); a bad --worker-port-base
+    is one line and exit 2."""
+    r = run([sys.executable, SWEEP, "--help"])
+    check(r.returncode == 0, "--help exited %d" % r.returncode)
+    text = r.stdout.split("\noptions:", 1)[-1]
+    entries, cur = [], None
+    for ln in text.splitlines():
+        if ln.startswith("  -"):
+            cur = [ln.strip()]
+            entries.append(cur)
+        elif cur is not None and ln.startswith("    "):
+            cur.append(ln.strip())
+    check(len(entries) >= 20, "--help lists %d options" % len(entries))
+    for e in entries:
+        opt = e[0].split()[0].rstrip(",")
+        if opt == "-h":
+            continue
+        # "--opt VALUE   what it does" on one line, or the text on the next lines
+        head = e[0].split("  ", 1)
+        desc = " ".join(([head[1].strip()] if len(head) > 1 else []) + e[1:]).strip()
+        check(desc != "", "bench/sweep --help: %s has no description" % opt)
+        takes_value = len(e[0].split("  ", 1)[0].split()) > 1
+        check(not takes_value or "default" in desc,
+              "bench/sweep --help: %s does not give its default: %s" % (opt, desc))
+    check("--worker-port-base" in r.stdout, "--help lacks --worker-port-base")
+    for bad in ("abc", "0", "65536", "-3", "65535"):
+        r = run([sys.executable, SWEEP, "--model", model, "--shoal", shoal, "--out",
+                 os.path.join(tmp, "badport"), "--worker-port-base", bad, "workers=0,2"])
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        check(r.returncode == 2 and len(lines) == 1 and
+              lines[0].startswith("bench/sweep: --worker-port-base"),
+              "--worker-port-base %s: exit %d, expected 2 and one line: %s" % (
+                  bad, r.returncode, r.stderr))
+    check(not os.path.exists(os.path.join(tmp, "badport")), "a refused sweep wrote --out")
 
 
 def check_sweep(out, n_runs, grid_keys):
@@ -143,6 +302,20 @@ def check_sweep(out, n_runs, grid_keys):
     for want in ("# Sweep summary", "## Limits", "## Best configuration", "read / fio",
                  "compute / RAM read", "generated tokens identical in every run: yes"):
         check(want in summary, "summary.md lacks '%s'" % want)
+    # one repeat per configuration: no winner, and the summary says why
+    for line in [ln for ln in summary.splitlines() if ln.startswith("- decode:")]:
+        check("no winner" in line and "one repeat" in line and "--repeat" in line,
+              "%s: one repeat, yet the summary says: %s" % (out, line))
+    try:
+        rk = json.load(open(os.path.join(out, "summary.json")))["rankings"]["decode"]
+        check(rk["winner"] is None and rk["best"] and "one repeat" in rk["reason"],
+              "%s: summary.json decode ranking %s" % (out, rk))
+        crows = list(csv.DictReader(open(os.path.join(out, "configs.csv"))))
+        check(len(crows) == len(set(r["config"] for r in rows)) and
+              all(r["decode_tok_s_n"] == "1" for r in crows),
+              "%s: configs.csv %s" % (out, crows))
+    except (OSError, KeyError, ValueError) as e:
+        check(False, "%s: summary.json / configs.csv: %r" % (out, e))
     v = next(iter(lims.values()))
     if v.get("ram_read_mb_s"):
         check("%.0f" % v["ram_read_mb_s"] in summary, "summary.md does not report the RAM limit")
@@ -175,6 +348,8 @@ def main():
         if r.returncode != 0:
             print("FAIL: shoal synth: %s" % r.stderr, file=sys.stderr)
             return 1
+        check_noise_rule(tmp)
+        check_options(model, shoal, tmp)
         common = ["--model", model, "--shoal", shoal, "--repeat", "1", "--gen", "4",
                   "--prompt-len", "8", "--fio-runtime", "1", "--ram-mb", "16"]
         out = os.path.join(tmp, "sweep")
@@ -188,12 +363,19 @@ def main():
                                           "shoal-worker")
         if os.access(worker, os.X_OK):
             out = os.path.join(tmp, "sweep-workers")
+            port = H.free_port()
             r = run([sys.executable, SWEEP] + common + ["--out", out, "--worker", worker,
+                                                        "--worker-port-base", str(port),
                                                         "workers=0,1", "local=off,on"])
             check(r.returncode == 0, "cluster sweep exited %d: %s" % (r.returncode,
                                                                       r.stderr[-2000:]))
             if r.returncode == 0:
                 rows = check_sweep(out, 3, ["workers", "local"])
+                wlogs = [p for p in os.listdir(os.path.join(out, "logs")) if "-w0" in p]
+                check(len(wlogs) == 2 and all(
+                    "--listen 127.0.0.1:%d " % port in open(os.path.join(out, "logs", p)).read()
+                    for p in wlogs), "--worker-port-base %d: workers %s did not listen there" % (
+                        port, wlogs))
                 for row in rows:
                     if row["workers"] == "1":
                         check((num(row.get("limit_link_mb_s")) or 0) > 0,
