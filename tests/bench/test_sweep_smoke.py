@@ -31,6 +31,7 @@ import csv
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -373,7 +374,8 @@ def main():
                 rows = check_sweep(out, 3, ["workers", "local"])
                 wlogs = [p for p in os.listdir(os.path.join(out, "logs")) if "-w0" in p]
                 check(len(wlogs) == 2 and all(
-                    "--listen 127.0.0.1:%d " % port in open(os.path.join(out, "logs", p)).read()
+                    re.search(r"listening on 127\.0\.0\.1:%d\b" % port,
+                              open(os.path.join(out, "logs", p)).read())
                     for p in wlogs), "--worker-port-base %d: workers %s did not listen there" % (
                         port, wlogs))
                 for row in rows:
