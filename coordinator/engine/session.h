@@ -184,7 +184,8 @@ void shoal_session_reset(struct shoal_session *s);
 void shoal_session_history_push(struct shoal_session *s, const int32_t *ids, size_t n);
 
 /* ---- one sequence's generation (generate.c) ------------------------------
- * What shoal_session_generate does after each evaluation, as a state
+ * What one prompt's generation does after each evaluation (shoal_cli_generate,
+ * cli/generate_loop.c), as a state
  * machine a caller can drive for many sequences at once (shoal serve):
  * sample from the sequence's logits, detokenize, stream (stop strings held
  * back and cut), and decide whether the token is fed back. */
@@ -198,7 +199,7 @@ enum shoal_gen_action {
 };
 
 /* A generation with options o (borrowed, outlive it; o->result, capture,
- * on_token, on_text apply as for shoal_session_generate; echo, logits_out,
+ * on_token, on_text apply as for shoal_cli_generate; echo, logits_out,
  * ids_out and print_timings are the caller's), text to out unless a
  * callback takes it. s: borrowed for its tokenizer and model. Owned by
  * the caller; end it with shoal_gen_finish. Thread: one at a time. */
