@@ -32,11 +32,14 @@ struct entry {
     int closing;          /* shut down here; waiting for serve_conns_closed */
 };
 
+struct keyed;
+
 struct serve_conns {
     struct serve_conns_limits lim;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct entry *e;
+    struct keyed *keyed;                  /* [cap] scratch of victim() */
     int n, cap;
     struct serve_conns_stats st;
     int stop;
@@ -132,28 +135,62 @@ static int worse(const struct entry *a, const struct entry *b)
     return a->since < b->since;
 }
 
+/* An open connection's address and its place in the table (victim()). */
+struct keyed {
+    struct addr_key k;
+    int i;
+};
+
+static int keyed_cmp(const void *pa, const void *pb)
+{
+    const struct keyed *a = pa, *b = pb;
+    if (a->k.family != b->k.family)
+        return a->k.family < b->k.family ? -1 : 1;
+    int c = memcmp(a->k.b, b->k.b, sizeof a->k.b);
+    if (c)
+        return c;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+/* The address holding the most open connections among those with one to
+ * give (ties: the one whose first evictable connection comes first in the
+ * table), into *most. Returns 0, or -1 when none can give one. Sorts the
+ * open connections' addresses: O(n log n) per new connection, so a table
+ * of thousands stays cheap under a flood (mu held). */
+static int most_held(struct serve_conns *t, struct addr_key *most)
+{
+    int n = 0;
+    for (int i = 0; i < t->n; i++)
+        if (!t->e[i].closing)
+            t->keyed[n++] = (struct keyed){t->e[i].addr, i};
+    qsort(t->keyed, (size_t)n, sizeof *t->keyed, keyed_cmp);
+    int best_n = -1, best_first = 0;
+    for (int r = 0; r < n;) {
+        int end = r, first = -1;
+        while (end < n && same_addr(&t->keyed[end].k, &t->keyed[r].k)) {
+            const int i = t->keyed[end].i;
+            if (evictable(&t->e[i]) && (first < 0 || i < first))
+                first = i;
+            end++;
+        }
+        if (first >= 0 && (end - r > best_n || (end - r == best_n && first < best_first))) {
+            best_n = end - r;
+            best_first = first;
+            *most = t->keyed[r].k;
+        }
+        r = end;
+    }
+    return best_n < 0 ? -1 : 0;
+}
+
 /* The connection to close for one from addr to fit, or NULL (mu held). */
 static struct entry *victim(struct serve_conns *t, const struct addr_key *addr, int same_full)
 {
     /* the table is full and addr has room: take from the address holding
      * the most open connections among those with one to give */
     struct addr_key most = {0};
-    int most_n = -1;
-    if (!same_full) {
-        for (int i = 0; i < t->n; i++) {
-            if (!evictable(&t->e[i]))
-                continue;
-            int c = 0;
-            for (int j = 0; j < t->n; j++)
-                c += !t->e[j].closing && same_addr(&t->e[j].addr, &t->e[i].addr);
-            if (c > most_n) {
-                most_n = c;
-                most = t->e[i].addr;
-            }
-        }
-        if (most_n < 0)
-            return NULL;
-    }
+    if (!same_full && most_held(t, &most))
+        return NULL;
     struct entry *v = NULL;
     for (int i = 0; i < t->n; i++) {
         struct entry *e = &t->e[i];
@@ -185,6 +222,7 @@ void serve_conns_started(struct serve_conns *t, const void *conn, int fd,
     if (t->n == t->cap) {
         t->cap = t->cap ? t->cap * 2 : 64;
         t->e = shoal_xrealloc(t->e, (size_t)t->cap * sizeof *t->e);
+        t->keyed = shoal_xrealloc(t->keyed, (size_t)t->cap * sizeof *t->keyed);
     }
     struct entry *e = &t->e[t->n++];
     memset(e, 0, sizeof *e);
@@ -319,5 +357,6 @@ void serve_conns_free(struct serve_conns *t)
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->mu);
     free(t->e);
+    free(t->keyed);
     free(t);
 }
