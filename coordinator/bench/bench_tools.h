@@ -16,6 +16,10 @@
  * (cmd_bench.c, bench_probe.h, bench_cluster.h); one JSON. */
 int shoal_cmd_bench(int argc, char **argv);
 
+/* shoal plan: will a model run on these machines, and how fast (engine/
+ * plan.h, plan_speed.h). Returns 0 (runs), 3 (does not fit), 2 (usage). */
+int shoal_cmd_plan(int argc, char **argv);
+
 /* shoal synth: a synthetic container of a real architecture's shapes
  * (synth.h), or with --check, a decode measured on one. */
 int shoal_cmd_synth(int argc, char **argv);

@@ -25,7 +25,6 @@ int shoal_cmd_inspect(int argc, char **argv);
 int shoal_cmd_status(int argc, char **argv);
 int shoal_cmd_shard(int argc, char **argv);
 int shoal_cmd_template(int argc, char **argv);
-int shoal_cmd_plan(int argc, char **argv);
 
 struct shoal_container;
 /* Print what a shard holds (index, replicas, weights, held experts per

@@ -296,27 +296,18 @@ int shoal_plan_config(const char *json, size_t len, const char *what,
     o->kv_budget_bytes = (uint64_t)o->ctx * o->kv_bytes_per_token;
 
     o->token_expert_bytes = (uint64_t)a->n_used * o->expert_blob_bytes * n_moe;
-    o->token_disk_bytes = (uint64_t)((1.0 - p->hit_rate) * (double)o->token_expert_bytes + 0.5);
-    if (p->ram) {
-        o->cache_bytes = (int64_t)p->ram - (int64_t)o->trunk_bytes - (int64_t)o->kv_budget_bytes;
-        uint64_t fit = o->cache_bytes > 0 ? (uint64_t)o->cache_bytes / o->expert_blob_bytes : 0;
-        uint64_t all = (uint64_t)a->n_expert * n_moe;
-        o->cache_experts = fit < all ? fit : all;
-    }
-    if (p->workers > 0) {
-        const int64_t per = (a->n_expert + p->workers - 1) / p->workers;
-        o->worker_experts_per_layer = per;
-        o->worker_expert_bytes = (uint64_t)per * n_moe * o->expert_blob_bytes;
-        /* on average 1/workers of the top-k in each MoE layer */
-        o->worker_token_bytes = (o->token_expert_bytes + (uint64_t)p->workers - 1) /
-                                (uint64_t)p->workers;
-        o->worker_token_disk_bytes = (uint64_t)((1.0 - p->hit_rate) *
-                                                (double)o->worker_token_bytes + 0.5);
-        if (p->ram) {
-            uint64_t fit = p->ram / o->expert_blob_bytes, all = (uint64_t)per * n_moe;
-            o->worker_cache_experts = fit < all ? fit : all;
-        }
-    }
+    /* a decode token reads every trunk tensor once, but of the embedding
+     * table only its own row */
+    const uint64_t embed_row = a->V ? o->part_bytes[SHOAL_PLAN_EMBED] / (uint64_t)a->V : 0;
+    o->token_trunk_bytes = o->trunk_bytes - o->part_bytes[SHOAL_PLAN_EMBED] + embed_row;
+    o->n_embd = a->E;
+    o->params_embed = (uint64_t)a->V * (uint64_t)a->E;
+    o->params_lm_head = o->params_embed;
+    /* per position of context: q.k and p.v, 2 FLOPs per multiply-add, per
+     * head (MLA absorbed: over the latent and the rope key) */
+    const int64_t qk = a->mla ? a->kv_lora + a->qk_rope : a->hd;
+    const int64_t vd = a->mla ? a->kv_lora : a->hd;
+    o->attn_flops_per_pos = (uint64_t)a->L * (uint64_t)a->H * 2u * (uint64_t)(qk + vd);
 out:
     free(a);
     json_decref(root);

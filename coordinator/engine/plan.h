@@ -26,9 +26,6 @@ struct shoal_plan_params {
     enum shoal_dtype experts_dtype;   /* int4a8|int4|int8|bf16|f32 */
     enum shoal_dtype dense_dtype;     /* int4a8|int4|int8|bf16|f32 */
     int group;                        /* 32, 64, 128 */
-    uint64_t ram;                     /* bytes of RAM; 0 = not given */
-    int workers;                      /* 0 = in-process */
-    double hit_rate;                  /* expert cache hit rate, 0..1 */
     int64_t ctx;                      /* tokens of KV cache budgeted; 0: the
                                        * engine's default, min(max_position_embeddings,
                                        * 4096) */
@@ -48,10 +45,15 @@ struct shoal_plan {
     int mla;                      /* multi-head latent attention */
     int64_t n_layer, n_moe_layer, n_mtp_layer;
     int64_t n_expert, n_expert_used, n_shared_expert;
+    int64_t n_embd;               /* hidden size: one activation row is n_embd floats */
     /* parameters (elements) */
     uint64_t params_trunk, params_expert_one, params_experts, params_mtp;
     uint64_t params_total;        /* trunk + experts, MTP layers excluded */
     uint64_t params_active;       /* trunk + top-k experts in every MoE layer */
+    uint64_t params_embed;        /* the embedding table (one row read per token) */
+    uint64_t params_lm_head;      /* the output projection (tied: the embeddings) */
+    uint64_t attn_flops_per_pos;  /* attention scores and values: FLOPs per token per
+                                     position of context, every layer (4 x heads x dims) */
     /* bytes as `shoal convert` writes them (no 64-byte/4 KiB padding in
      * the trunk; expert blobs padded as on disk) */
     uint64_t part_bytes[SHOAL_PLAN_N_PART];
@@ -73,14 +75,8 @@ struct shoal_plan {
     uint64_t kv_budget_bytes;     /* ctx x kv_bytes_per_token */
     /* per token */
     uint64_t token_expert_bytes;  /* top-k x blob x MoE layers */
-    uint64_t token_disk_bytes;    /* at hit_rate */
-    /* RAM: what is left for the expert cache (ram given) */
-    int64_t cache_bytes;          /* ram - trunk - KV budget; may be < 0 */
-    uint64_t cache_experts;       /* experts that fit */
-    /* workers: each holds ceil(n_expert / workers) experts per MoE layer */
-    int64_t worker_experts_per_layer;
-    uint64_t worker_expert_bytes, worker_token_bytes, worker_token_disk_bytes;
-    uint64_t worker_cache_experts;
+    uint64_t token_trunk_bytes;   /* trunk bytes a decode token reads: all of it but
+                                     the embedding table, of which one row */
 };
 
 /* Plan the model whose config.json text is json (len bytes; `what` names
