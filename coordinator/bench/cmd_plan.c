@@ -1,6 +1,7 @@
 /* shoal plan: will a model run on these machines, and how fast: sizes from
  * its config.json alone (engine/plan.h), the verdict, memory and tok/s
  * (engine/plan_speed.h), --measure through bench_probe.h. */
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -620,6 +621,8 @@ static json_t *speed_json(const struct plan_ctx *c, const struct shoal_plan_spee
         json_object_set_new(j, "prefill_tok_s", json_real(s->prefill_tps));
         json_object_set_new(j, "decode", time_json(&s->decode));
         json_object_set_new(j, "prefill", time_json(&s->prefill));
+        json_object_set_new(j, "prefill_cold_tok_s", json_real(s->prefill_cold_tps));
+        json_object_set_new(j, "prefill_cold", time_json(&s->prefill_cold));
     }
     json_object_set_new(j, "advice", c->advice[0] ? json_pack("{s:s, s:f}", "change", c->advice,
                                                              "decode_tok_s", c->advice_tps)
@@ -670,9 +673,10 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
     if (e->n_machine > 1)
         printf(", %s and %.0f round trips on the wire", H(s->token_link_bytes), s->round_trips);
     printf("\n");
-    printf("prefill      %.2f s for %lld tokens: compute %.2f, disk %.2f, link %.2f s\n",
-           s->prefill.total, (long long)e->prompt, s->prefill.compute, s->prefill.disk,
-           s->prefill.link);
+    printf("prefill      %.2f s for %lld tokens: compute %.2f, disk %.2f, link %.2f s; the first "
+           "prompt, caches empty: %.3g tok/s (bound: %s)\n", s->prefill.total,
+           (long long)e->prompt, s->prefill.compute, s->prefill.disk, s->prefill.link,
+           s->prefill_cold_tps, s->prefill_cold.bound);
     if (c->assumed_mem || c->assumed_disk || c->assumed_flops ||
         (c->assumed_link && e->n_machine > 1)) {
         printf("assumed     ");
@@ -690,7 +694,21 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
         printf("help most    %s: decode %.3g tok/s (%+.0f %%)\n", c->advice, c->advice_tps,
                100 * (c->advice_tps / s->decode_tps - 1));
     const struct shoal_plan_mem *m0 = &s->mem[0];
-    printf("run with     shoal run %s", c->model);
+    struct stat st;
+    char *man = shoal_path_join(c->model, "shoal.json");
+    int container = stat(man, &st) == 0;
+    free(man);
+    if (!container) {
+        char ex[16], de[16];
+        snprintf(ex, sizeof ex, "%s", shoal_dtype_name(c->p->experts_dtype));
+        snprintf(de, sizeof de, "%s", shoal_dtype_name(c->p->dense_dtype));
+        for (char *q = ex; *q; q++)
+            *q = (char)tolower((unsigned char)*q);
+        for (char *q = de; *q; q++)
+            *q = (char)tolower((unsigned char)*q);
+        printf("convert      shoal convert %s DIR --experts %s --dense %s\n", c->model, ex, de);
+    }
+    printf("run with     shoal run %s", container ? c->model : "DIR");
     if (m0->serves)
         printf(" --expert-cache %lluM --direct on",
                (unsigned long long)(m0->cache >> 20));
@@ -886,7 +904,7 @@ int shoal_cmd_plan(int argc, char **argv)
      * values were not given */
     if (measure) {
         fprintf(stderr, "shoal: plan: measuring this machine (RAM read, GEMM, disk)...\n");
-        struct shoal_bench_ram_params rp = {.threads = 0, .array_mib = 256, .reps = 3};
+        struct shoal_bench_ram_params rp = {.threads = 0, .array_mib = 512, .reps = 5};
         json_t *rj = shoal_bench_ram(&rp);
         double rd = json_number_value(json_object_get(rj, "read_gbs")) * 1e9;
         json_decref(rj);

@@ -124,6 +124,63 @@ static void set_bound(struct shoal_plan_time *t)
     t->bound = c[best].name;
 }
 
+/* The prefill of env->prompt tokens into f: per MoE layer the batch-union
+ * of experts (item i used with probability 1 - (1 - r_i)^P) read once,
+ * its misses from disk (hit NULL: every one) overlapping the compute, which
+ * reads the cached part from RAM and runs each routed row at the GEMM rate
+ * times SHOAL_PLAN_PREFILL_EFF; the trunk's rows likewise on machine 0,
+ * attention's scores and values at a quarter of that rate. */
+static void prefill(const struct shoal_plan *o, const struct shoal_plan_env *env,
+                    const struct shoal_plan_machine *mc, int first, int S, const double *rate,
+                    const double *hit, size_t n, struct shoal_plan_time *f)
+{
+    const int M = env->n_machine;
+    const int64_t L = o->n_moe_layer, E = o->n_expert, k = o->n_expert_used;
+    const double blob = (double)o->expert_blob_bytes, eff = SHOAL_PLAN_DECODE_EFF;
+    const double geff = SHOAL_PLAN_PREFILL_EFF, row_bytes = 4.0 * (double)o->n_embd;
+    const double P = (double)env->prompt;
+    double trunk_params = (double)o->params_trunk - (double)o->params_embed -
+                          (double)o->params_lm_head;   /* the head runs for the last row */
+    if (trunk_params < 0)
+        trunk_params = 0;
+    f->compute = (2.0 * P * trunk_params + 2.0 * (double)o->params_lm_head) /
+                 (mc[0].flops * geff) +
+                 (double)o->attn_flops_per_pos * P * P / 2 / (mc[0].flops * geff / 4);
+    f->fixed = (double)o->n_layer * SHOAL_PLAN_LAYER_S * 4;
+    for (int64_t l = 0; l < L; l++) {
+        double worst = 0, wc = 0, wd = 0, wl = 0, wire = 0;
+        for (int m = first; m < M; m++) {
+            double U = 0, miss = 0;
+            for (int64_t i = 0; i < E; i++) {
+                double u = 1 - pow(1 - rate[l * E + i], P);
+                U += u;
+                miss += u * (1 - (hit ? hit[(size_t)m * n + (size_t)(l * E + i)] : 0));
+            }
+            U /= S, miss /= S;
+            double tdisk = miss * blob / mc[m].disk_bw +
+                           (miss > 0.01 ? SHOAL_PLAN_DISK_LATENCY_S : 0);
+            double tcomp = (U - miss) * blob / (mc[m].mem_bw * eff) +
+                           2.0 * P * (double)k / S * (double)o->params_expert_one /
+                           (mc[m].flops * geff);
+            double rtt = m > 0 ? env->link_rtt : 0;
+            if (m > 0)
+                wire += P * row_bytes * (1 - pow(1 - 1.0 / S, (double)k)) +
+                        P * (double)k / S * row_bytes;
+            double t = fmax(tdisk, tcomp) + rtt;
+            if (t > worst) {
+                worst = t, wl = rtt;
+                wc = tdisk > tcomp ? 0 : tcomp;
+                wd = tdisk > tcomp ? tdisk : 0;
+            }
+        }
+        f->compute += wc;
+        f->disk += wd;
+        f->link += wl + (M > 1 ? wire / env->link_bw : 0);
+    }
+    f->total = f->ram + f->disk + f->link + f->compute + f->fixed;
+    set_bound(f);
+}
+
 #define SAMPLES 512
 
 int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params *p,
@@ -303,46 +360,16 @@ int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params 
     out->round_trips = trips;
     out->decode_tps = d->total > 0 ? 1.0 / d->total : 0;
 
-    /* ---- prefill: env->prompt tokens at once ---- */
-    struct shoal_plan_time *f = &out->prefill;
-    const double P = (double)env->prompt;
-    double trunk_params = (double)(o->params_trunk - o->params_embed);
-    trunk_params -= (double)o->params_lm_head;       /* the head runs for the last row */
-    if (trunk_params < 0)
-        trunk_params = 0;
-    f->compute = (2.0 * P * trunk_params + 2.0 * (double)o->params_lm_head) / mc[0].flops +
-                 /* attention in f32: a quarter of the GEMM rate */
-                 (double)o->attn_flops_per_pos * P * P / 2 / (mc[0].flops / 4);
-    f->fixed = (double)o->n_layer * SHOAL_PLAN_LAYER_S * 4;
-    for (int64_t l = 0; l < L; l++) {
-        double worst = 0, wc = 0, wd = 0, wl = 0, wire = 0;
-        for (int m = first; m < M; m++) {
-            double U = 0, miss = 0;
-            for (int64_t i = 0; i < E; i++) {
-                double u = 1 - pow(1 - rate[l * E + i], P);
-                U += u;
-                miss += u * (1 - hit[(size_t)m * n + (size_t)(l * E + i)]);
-            }
-            U /= S, miss /= S;
-            double tdisk = miss * blob / mc[m].disk_bw + (miss > 0.01 ? SHOAL_PLAN_DISK_LATENCY_S : 0);
-            double tcomp = fmax(2.0 * P * (double)k / S * (double)o->params_expert_one / mc[m].flops,
-                                U * blob / (mc[m].mem_bw * eff));
-            double rtt = m > 0 ? env->link_rtt : 0;
-            if (m > 0)
-                wire += P * row_bytes * (1 - pow(1 - 1.0 / S, (double)k)) +
-                        P * (double)k / S * row_bytes;
-            double t = fmax(tdisk, tcomp) + rtt;
-            if (t > worst)
-                worst = t, wc = tdisk > tcomp ? 0 : tcomp, wd = tdisk > tcomp ? tdisk : 0,
-                wl = rtt;
-        }
-        f->compute += wc;
-        f->disk += wd;
-        f->link += wl + (M > 1 ? wire / env->link_bw : 0);
+    /* ---- prefill: env->prompt tokens at once, with the caches in their
+     * steady state and (cold) empty ---- */
+    for (int cold = 0; cold < 2; cold++) {
+        struct shoal_plan_time *f = cold ? &out->prefill_cold : &out->prefill;
+        prefill(o, env, mc, first, S, rate, cold ? NULL : hit, n, f);
+        if (cold)
+            out->prefill_cold_tps = f->total > 0 ? (double)env->prompt / f->total : 0;
+        else
+            out->prefill_tps = f->total > 0 ? (double)env->prompt / f->total : 0;
     }
-    f->total = f->ram + f->disk + f->link + f->compute + f->fixed;
-    set_bound(f);
-    out->prefill_tps = f->total > 0 ? P / f->total : 0;
     free(rate), free(hit), free(lhit);
     return 0;
 }

@@ -25,8 +25,9 @@
  *            the coordinator's link; with several machines a layer waits
  *            for the slowest one (expected over the routing by sampling);
  *   prefill  per MoE layer the prompt's batch-union of experts is read once
- *            and every routed row computed at the machine's GEMM rate; the
- *            trunk's rows likewise; reads of one layer overlap compute.
+ *            and every routed row computed at the machine's GEMM rate times
+ *            SHOAL_PLAN_PREFILL_EFF; the trunk's rows likewise; disk reads
+ *            overlap compute; steady-state caches, and empty ones (cold).
  *
  * Units: bytes, bytes per second, seconds, FLOP per second.
  * Thread: any (plain data; no global state).
@@ -44,6 +45,10 @@
  * of trunk, KV and experts read / RAM read bandwidth / time), measured by
  * `shoal bench --state warm` on the machines in docs/BENCHMARKS.md. */
 #define SHOAL_PLAN_DECODE_EFF 0.70
+/* Fraction of the GEMM probe's rate a prefill reaches on experts' and
+ * trunk rows (batches split over experts, activations quantized per
+ * row), measured by `shoal bench --prompt-len 512` beside the probe. */
+#define SHOAL_PLAN_PREFILL_EFF 0.75
 /* Fixed cost of one layer of a decode token (thread fork/join, norms,
  * RoPE, the combine), seconds. */
 #define SHOAL_PLAN_LAYER_S 25e-6
@@ -107,8 +112,10 @@ struct shoal_plan_speed {
     uint64_t token_link_bytes;             /* bytes on the wire per decode token */
     double round_trips;                    /* per decode token */
     struct shoal_plan_time decode;         /* one token at env.prompt of context */
-    struct shoal_plan_time prefill;        /* the whole prompt */
-    double decode_tps, prefill_tps;
+    struct shoal_plan_time prefill;        /* the whole prompt, caches in steady state */
+    struct shoal_plan_time prefill_cold;   /* the same with empty expert caches (the
+                                              first prompt after start) */
+    double decode_tps, prefill_tps, prefill_cold_tps;
 };
 
 /* Default curve: the share of routings that go to the hottest fraction x
