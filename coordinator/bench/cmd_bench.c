@@ -720,7 +720,7 @@ static int prompts_tokens(struct shoal_session *s, const struct bench_opts *o,
                             "write it as 'ids: 1,2,3'", o->prompts_file, (long long)p + 1);
             rc = -1;
         } else {
-            rc = shoal_cli_tokenize(s, line, 1, &(*ids)[p], &cnt);
+            rc = shoal_cli_tokenize(s, line, NULL, 1, &(*ids)[p], &cnt);
         }
         if (rc)
             return -1;

@@ -154,7 +154,8 @@ int shoal_cmd_run(int argc, char **argv)
         return rc;
     }
     rc = 1;
-    if (prompt && shoal_cli_tokenize(s, prompt, !go.no_bos, &ids, &n_ids) != 0)
+    if (prompt && shoal_cli_tokenize(s, prompt, "give the prompt as --tokens IDS", !go.no_bos,
+                                     &ids, &n_ids) != 0)
         goto done;
     if (prompt && !no_echo)
         go.echo = prompt;   /* printed once the output files are open */

@@ -736,12 +736,12 @@ void shoal_cli_session_close(struct shoal_session *s)
     shoal_session_close(s);
 }
 
-int shoal_cli_tokenize(struct shoal_session *s, const char *text, int add_bos, int32_t **ids,
-                       size_t *n_ids)
+int shoal_cli_tokenize(struct shoal_session *s, const char *text, const char *hint,
+                       int add_bos, int32_t **ids, size_t *n_ids)
 {
     struct shoal_err err = {0};
     if (shoal_session_tokenize(s, text, add_bos, ids, n_ids, &err)) {
-        shoal_cli_error("%s", err.msg);
+        shoal_cli_error("%s%s%s", err.msg, hint ? "; " : "", hint ? hint : "");
         return -1;
     }
     return 0;

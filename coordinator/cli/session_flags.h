@@ -68,8 +68,10 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
  * session was opened with --stats, then close it. NULL is a no-op. */
 void shoal_cli_session_close(struct shoal_session *s);
 
-/* shoal_session_tokenize, printing its error. Returns 0 or -1. */
-int shoal_cli_tokenize(struct shoal_session *s, const char *text, int add_bos, int32_t **ids,
-                       size_t *n_ids);
+/* shoal_session_tokenize, printing its error, followed by "; " and hint
+ * when hint is not NULL: what the command accepts instead of text, in its
+ * own flags (run: --tokens IDS). Returns 0 or -1. */
+int shoal_cli_tokenize(struct shoal_session *s, const char *text, const char *hint,
+                       int add_bos, int32_t **ids, size_t *n_ids);
 
 #endif
