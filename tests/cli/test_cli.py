@@ -432,7 +432,7 @@ def test_bad_input(shoal, tmp):
     result("detokenize --ids '[813, 58,285 105]' (a JSON list, spaces) still reads",
            r.returncode == 0 and r.stdout == "ROMEO: hi\n", show(r))
     addr = "127.0.0.1:1"
-    r = run([shoal, "status", "--coordinator", addr, "--timeout", "2"])
+    r = run([shoal, "status", "--control", addr, "--timeout", "2"])
     result("status without a coordinator names the address once",
            r.returncode == 1 and r.stderr.count(addr) == 1 and "cannot reach" in r.stderr, show(r))
     text = os.path.join(tmp, "play.txt")

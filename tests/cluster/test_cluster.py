@@ -439,7 +439,7 @@ def status(args, tmp):
             time.sleep(0.3)
         result("status: a killed worker shows down with its last error", down, out[:600])
         # the watch mode refreshes until interrupted
-        wp = subprocess.Popen([args.shoal, "status", "--coordinator", addr, "--watch", "0.2"],
+        wp = subprocess.Popen([args.shoal, "status", "--control", addr, "--watch", "0.2"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
         procs.append(wp)
         time.sleep(1.5)
