@@ -231,6 +231,12 @@ static int parse(struct bench_opts *o, int argc, char **argv)
                 return 2;
             if (r > 0)
                 continue;
+            if (!strcmp(a, "--max-tokens")) {
+                /* run's cap is another concept: a measured run has a fixed length */
+                shoal_cli_error("bench: --max-tokens is not a bench option: each prompt "
+                                "generates exactly --gen N tokens, EOS ignored");
+                return 2;
+            }
             shoal_cli_error("bench: unknown option '%s' (see 'shoal bench --help')", a);
             return 2;
         }
