@@ -91,6 +91,7 @@ stage_gcc() {
     [ -f tests/golden/run_golden.py ] && step "bundled model golden (gcc)" "$PY" tests/golden/run_golden.py --shoal build-test/coordinator/shoal
     step "command line: help, model paths, prompt files, bad input, chat, worker start line (gcc)" "$PY" tests/cli/test_cli.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
     step "a new user's first hour: no worker up fails unless --local-fallback, log lines off the streamed text, 'not a model directory', convert without a tokenizer, a busy control port (gcc)" "$PY" tests/cli/test_first_hour.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
+    step "one name and one meaning per flag across commands: hints name accepted flags, positional model, shard --shards, status --control, one --max-tokens default, bench's default model (gcc)" "$PY" tests/cli/test_flag_names.py --shoal build-test/coordinator/shoal
     step "shoal run/chat stop signals: SIGTERM/SIGINT end at the next token (143/130), a second exits at once (gcc)" "$PY" tests/cli/test_signals.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
     step "tokenizer.json ids far past its token count: sparse tables, peak RSS bounded, real files still tokenize (gcc)" "$PY" tests/cli/test_tokenizer_ids.py --shoal build-test/coordinator/shoal
     step "KV cache dtype: --kv, convert --kv, the manifest's kv field (gcc)" "$PY" tests/cli/test_kv.py --shoal build-test/coordinator/shoal

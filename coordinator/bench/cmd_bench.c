@@ -153,7 +153,7 @@ static char *command_line(int argc, char **argv)
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: shoal bench [--model] DIR [engine and cluster flags] [options] [--json OUT]\n"
+        "usage: shoal bench [--model] [DIR] [engine and cluster flags] [options] [--json OUT]\n"
         "\n"
         "Measures one configuration: TTFT, prefill and decode tok/s (median and spread\n"
         "over --reps runs, each in a fresh process), time per token by stage, expert\n"
@@ -163,7 +163,8 @@ static void usage(FILE *f)
         "experts.bin, and a STREAM-like RAM probe (docs/BENCHMARKS.md).\n"
         "\n"
         "  --model DIR, DIR     a shoal container (or a Hugging Face directory: no store\n"
-        "                       figures, no fio)\n"
+        "                       figures, no fio); default: the bundled model, as 'shoal\n"
+        "                       run'\n"
         "  --prompts FILE       one prompt per line: text (models with a tokenizer) or\n"
         "                       'ids: 1,2,3'; '#' lines are skipped (default: random ids)\n"
         "  --prompt-len N       tokens of each random prompt (default 32)\n"
@@ -231,6 +232,12 @@ static int parse(struct bench_opts *o, int argc, char **argv)
                 return 2;
             if (r > 0)
                 continue;
+            if (!strcmp(a, "--max-tokens")) {
+                /* run's cap is another concept: a measured run has a fixed length */
+                shoal_cli_error("bench: --max-tokens is not a bench option: each prompt "
+                                "generates exactly --gen N tokens, EOS ignored");
+                return 2;
+            }
             shoal_cli_error("bench: unknown option '%s' (see 'shoal bench --help')", a);
             return 2;
         }
@@ -272,11 +279,6 @@ static int parse(struct bench_opts *o, int argc, char **argv)
         }
         if (bad)
             return 2;
-    }
-    if (!o->so.model_dir) {
-        shoal_cli_error("bench: --model DIR is required (usage: shoal bench [--model] DIR "
-                        "[flags] [--json OUT])");
-        return 2;
     }
     return shoal_session_check_opts(&o->so) ? 2 : 0;
 }
@@ -720,7 +722,7 @@ static int prompts_tokens(struct shoal_session *s, const struct bench_opts *o,
                             "write it as 'ids: 1,2,3'", o->prompts_file, (long long)p + 1);
             rc = -1;
         } else {
-            rc = shoal_cli_tokenize(s, line, 1, &(*ids)[p], &cnt);
+            rc = shoal_cli_tokenize(s, line, NULL, 1, &(*ids)[p], &cnt);
         }
         if (rc)
             return -1;
@@ -1244,8 +1246,12 @@ int shoal_cmd_bench(int argc, char **argv)
     int rc = parse(&o, argc, argv);
     if (rc)
         return rc == 1 ? 0 : 2;
-    /* fail before measuring anything, not after minutes of runs */
-    if (o.so.model_dir && shoal_cli_check_model_dir(o.so.model_dir, 1))
+    /* no model given: the bundled one, as run; and fail before measuring
+     * anything, not after minutes of runs */
+    const int model_given = o.so.model_dir != NULL;
+    if (!model_given)
+        o.so.model_dir = shoal_cli_default_model();
+    if (shoal_cli_check_model_dir(o.so.model_dir, model_given))
         return 2;
     if (!o.json_out)
         fprintf(stderr, "shoal: bench: no --json OUT; the result is only printed\n");

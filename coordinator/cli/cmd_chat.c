@@ -131,7 +131,7 @@ static void usage(FILE *f)
         "                       (the chain of thought), each message on a line of its\n"
         "                       own starting '[analysis] ', dim on a terminal; hidden\n"
         "                       by default (the final channel is the answer)\n");
-    shoal_gen_usage(f, 128, 0);
+    shoal_gen_usage(f, SHOAL_GEN_USAGE_CHAT);
     fprintf(f,
         "  --ctx N              context length in tokens (default min(max_position_embeddings, 4096))\n"
         "  --kv f32|f16|bf16    KV cache dtype (default: the container's, else f32)\n"
@@ -408,7 +408,6 @@ int shoal_cmd_chat(int argc, char **argv)
 {
     struct shoal_session_opts so = shoal_session_opts_default();
     struct shoal_gen_opts go = shoal_gen_opts_default();
-    go.max_tokens = 128;
     const char *system_msg = NULL;
     int print_prompt = 0, show_reasoning = 0;
     for (int i = 1; i < argc; i++) {

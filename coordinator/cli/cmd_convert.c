@@ -158,7 +158,8 @@ int shoal_cmd_convert(int argc, char **argv)
         if (!shoal_exists(tj) && !shoal_exists(tk))
             fprintf(stderr, "shoal: warning: convert: '%s' has no tokenizer.json or "
                     "tiktoken.model: the container will have no tokenizer, so prompts "
-                    "must be given as --tokens IDS and the output shows token ids\n", src);
+                    "must be token ids ('shoal run --tokens IDS') and the output shows "
+                    "token ids\n", src);
         free(tj);
         free(tk);
     }

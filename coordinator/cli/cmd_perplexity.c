@@ -108,7 +108,8 @@ int shoal_cmd_perplexity(int argc, char **argv)
     int32_t *ids = NULL;
     size_t n_ids = 0;
     float *logits = NULL;
-    if (shoal_cli_tokenize(s, text, 0, &ids, &n_ids))
+    if (shoal_cli_tokenize(s, text, "perplexity scores a text, so it needs one", 0, &ids,
+                           &n_ids))
         goto done;
     const int64_t W = shoal_ctx_n_ctx(s->ctx);
     const int64_t V = s->model->cfg.n_vocab;

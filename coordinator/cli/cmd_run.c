@@ -52,7 +52,7 @@ static void usage(FILE *f)
         "                       bytes exactly (a final newline included)\n"
         "  --tokens IDS         prompt as comma-separated token ids\n"
         "  --no-echo            do not print the prompt text before the continuation\n");
-    shoal_gen_usage(f, 256, 1);
+    shoal_gen_usage(f, SHOAL_GEN_USAGE_RUN);
     fprintf(f,
         "  --ctx N              context length in tokens (default min(max_position_embeddings, 4096))\n"
         "  --kv f32|f16|bf16    KV cache dtype (default: the container's, else f32)\n"
@@ -154,7 +154,8 @@ int shoal_cmd_run(int argc, char **argv)
         return rc;
     }
     rc = 1;
-    if (prompt && shoal_cli_tokenize(s, prompt, !go.no_bos, &ids, &n_ids) != 0)
+    if (prompt && shoal_cli_tokenize(s, prompt, "give the prompt as --tokens IDS", !go.no_bos,
+                                     &ids, &n_ids) != 0)
         goto done;
     if (prompt && !no_echo)
         go.echo = prompt;   /* printed once the output files are open */

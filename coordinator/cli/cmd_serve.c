@@ -65,10 +65,8 @@ static void usage(FILE *f)
         "                       must then average 1 KiB/s after as many seconds\n"
         "\n"
         "Defaults for what a request leaves out (each request may set its own):\n");
-    shoal_gen_usage(f, 16, 0);
+    shoal_gen_usage(f, SHOAL_GEN_USAGE_SERVE);
     fprintf(f,
-        "  (without --max-tokens: 16 for /v1/completions, the rest of the context for\n"
-        "  chat; without --seed: a fresh seed per request)\n"
         "\n"
         "Engine flags as for 'shoal run': --ctx, --kv, --batch, --isa, --threads, -v.\n"
         "  --test-token-delay MS  tests only: sleep MS after each engine step\n"

@@ -2,7 +2,7 @@
  * worker, so that each machine stores only its share of the experts
  * (docs/FORMAT.md "Shards").
  *
- *   shoal shard --model DIR --workers N [--replicas R] [--weights w1,...]
+ *   shoal shard --model DIR --shards N [--replicas R] [--weights w1,...]
  *               [--with-dense] [--force] --out OUT
  *
  * Expert (il, ie) goes to its R holders by weighted rendezvous hashing
@@ -30,15 +30,15 @@
 
 struct shard_args {
     const char *model, *out;
-    int workers, replicas;
-    double *weights;      /* [workers] or NULL (equal) */
+    int shards, replicas;
+    double *weights;      /* [shards] or NULL (equal) */
     int n_weights;
     int with_dense, force;
 };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: shoal shard [--model] DIR --workers N [--replicas R] "
+    fprintf(f, "usage: shoal shard [--model] DIR --shards N [--replicas R] "
                "[--weights w1,w2,...] [--with-dense] [--force] [--out] OUT\n\n"
                "Writes OUT/worker-0 .. OUT/worker-(N-1), one partial container per worker\n"
                "holding its share of the experts (R holders per expert, shares in proportion\n"
@@ -46,11 +46,11 @@ static void usage(FILE *f)
                "DIR must be a shoal container (make one with 'shoal convert').\n"
                "  --model DIR, DIR  the container to shard\n"
                "  --out OUT, OUT    where the shards and placement.json go\n"
-               "  --workers N       how many shards (one per worker)\n"
-               "  --replicas R    holders per expert, 1..N (default 1)\n"
-               "  --weights LIST  N positive numbers, e.g. disk or RAM sizes (default equal)\n"
-               "  --with-dense    copy dense.bin too (a shard without it serves experts only)\n"
-               "  --force         replace existing shards and placement.json\n");
+               "  --shards N        how many shards (one per worker)\n"
+               "  --replicas R      holders per expert, 1..N (default 1)\n"
+               "  --weights LIST    N positive numbers, e.g. disk or RAM sizes (default equal)\n"
+               "  --with-dense      copy dense.bin too (a shard without it serves experts only)\n"
+               "  --force           replace existing shards and placement.json\n");
 }
 
 /* "3,1,1" -> [3, 1, 1]; every item a positive finite number. */
@@ -92,8 +92,8 @@ static int parse_weights(const char *s, struct shard_args *a)
 /* Returns 0, 1 after --help (exit 0), or -1 after a one-line error (exit 2). */
 static int parse_args(int argc, char **argv, struct shard_args *a)
 {
-    long long workers = 0, replicas = 1;
-    int have_workers = 0;
+    long long shards = 0, replicas = 1;
+    int have_shards = 0;
     const char *weights = NULL;
     char *words[2];
     int n_words = 0;
@@ -115,7 +115,14 @@ static int parse_args(int argc, char **argv, struct shard_args *a)
             words[n_words++] = argv[i];   /* [--model] DIR [--out] OUT */
             continue;
         }
-        if (strcmp(f, "--model") && strcmp(f, "--out") && strcmp(f, "--workers") &&
+        if (!strcmp(f, "--workers")) {
+            /* --workers is a list of worker addresses in run, chat, serve and
+             * bench: here the same name for a count would be a second meaning */
+            shoal_cli_error("shard: --workers is a list of worker addresses in run/chat/"
+                            "serve/bench; the number of shards is --shards N");
+            return -1;
+        }
+        if (strcmp(f, "--model") && strcmp(f, "--out") && strcmp(f, "--shards") &&
             strcmp(f, "--replicas") && strcmp(f, "--weights")) {
             shoal_cli_error("shard: unknown %s '%s' (see 'shoal shard --help')",
                             f[0] == '-' ? "option" : "argument", f);
@@ -132,10 +139,10 @@ static int parse_args(int argc, char **argv, struct shard_args *a)
             a->out = v;
         } else if (!strcmp(f, "--weights")) {
             weights = v;
-        } else if (!strcmp(f, "--workers")) {
-            if (shoal_cli_parse_i64("--workers", v, 1, SHARD_MAX_WORKERS, &workers))
+        } else if (!strcmp(f, "--shards")) {
+            if (shoal_cli_parse_i64("--shards", v, 1, SHARD_MAX_WORKERS, &shards))
                 return -1;
-            have_workers = 1;
+            have_shards = 1;
         } else if (shoal_cli_parse_i64("--replicas", v, 1, SHARD_MAX_WORKERS, &replicas)) {
             return -1;
         }
@@ -147,28 +154,28 @@ static int parse_args(int argc, char **argv, struct shard_args *a)
         shoal_cli_error("shard: --model DIR is required (the container to shard)");
         return -1;
     }
-    if (!have_workers) {
-        shoal_cli_error("shard: --workers N is required");
+    if (!have_shards) {
+        shoal_cli_error("shard: --shards N is required (how many shards, one per worker)");
         return -1;
     }
     if (!a->out) {
         shoal_cli_error("shard: --out DIR is required (where worker-0 .. worker-%lld go)",
-                        workers - 1);
+                        shards - 1);
         return -1;
     }
-    if (replicas > workers) {
-        shoal_cli_error("shard: --replicas %lld exceeds --workers %lld; expected 1..%lld",
-                        replicas, workers, workers);
+    if (replicas > shards) {
+        shoal_cli_error("shard: --replicas %lld exceeds --shards %lld; expected 1..%lld",
+                        replicas, shards, shards);
         return -1;
     }
-    a->workers = (int)workers;
+    a->shards = (int)shards;
     a->replicas = (int)replicas;
     if (weights) {
         if (parse_weights(weights, a))
             return -1;
-        if (a->n_weights != a->workers) {
-            shoal_cli_error("shard: --weights has %d values for %d workers; expected one per "
-                            "worker", a->n_weights, a->workers);
+        if (a->n_weights != a->shards) {
+            shoal_cli_error("shard: --weights has %d values for --shards %d; expected one "
+                            "per shard", a->n_weights, a->shards);
             return -1;
         }
     }
@@ -190,8 +197,8 @@ static int check_outputs(const struct shard_args *a)
         shoal_cli_error("shard: --out '%s' exists and is not a directory", a->out);
         return -1;
     }
-    for (int i = 0; i <= a->workers; i++) {
-        char *p = i < a->workers ? shard_dir(a->out, i)
+    for (int i = 0; i <= a->shards; i++) {
+        char *p = i < a->shards ? shard_dir(a->out, i)
                                  : shoal_path_join(a->out, "placement.json");
         int exists = shoal_exists(p);
         if (exists && !a->force)
@@ -217,7 +224,7 @@ static int write_placement(const struct shard_args *a, const struct shoal_contai
     char fp[17];
     snprintf(fp, sizeof fp, "%016" PRIx64, ct->fingerprint);
     json_t *weights = json_array(), *shards = json_array(), *layers = json_array();
-    for (int i = 0; i < a->workers; i++) {
+    for (int i = 0; i < a->shards; i++) {
         json_array_append_new(weights, json_real(a->weights ? a->weights[i] : 1.0));
         char name[32];
         snprintf(name, sizeof name, "worker-%d", i);
@@ -240,7 +247,7 @@ static int write_placement(const struct shard_args *a, const struct shoal_contai
     }
     json_t *root = json_pack("{s:s, s:i, s:s, s:s, s:i, s:i, s:o, s:b, s:o, s:o}",
                              "format", "shoal-placement", "version", 1, "fingerprint", fp,
-                             "model", ct->dir, "workers", a->workers, "replicas", a->replicas,
+                             "model", ct->dir, "workers", a->shards, "replicas", a->replicas,
                              "weights", weights, "dense", a->with_dense != 0,
                              "shards", shards, "experts", layers);
     char *path = shoal_path_join(a->out, "placement.json");
@@ -319,7 +326,7 @@ int shoal_cmd_shard(int argc, char **argv)
 
     /* placement: every expert's holders, then each worker's held set */
     const int64_t NE = ct->n_expert, total = ct->n_layer * NE;
-    const int W = a.workers, R = a.replicas;
+    const int W = a.shards, R = a.replicas;
     int *holders = shoal_xcalloc((size_t)total * (size_t)R + 1, sizeof *holders);
     int *n_holders = shoal_xcalloc((size_t)total + 1, sizeof *n_holders);
     uint8_t *held = shoal_xcalloc((size_t)total * (size_t)W + 1, 1);
@@ -364,7 +371,7 @@ int shoal_cmd_shard(int argc, char **argv)
         rc = 1;
     }
     if (!rc) {
-        printf("sharded %s (fingerprint %016" PRIx64 ") for %d workers, %d replica%s, in "
+        printf("sharded %s (fingerprint %016" PRIx64 ") into %d shards, %d replica%s, in "
                "%.1f s\n", a.model, ct->fingerprint, W, R, R == 1 ? "" : "s",
                shoal_time_s() - t0);
         printf("%-6s %-10s %8s %7s %10s\n", "worker", "weight", "experts", "share", "GB");
@@ -423,7 +430,7 @@ void shoal_cli_print_shard(const struct shoal_container *ct)
 {
     if (!ct->shard.count)
         return;
-    printf("shard        index %d of %d workers, %d replica%s per expert, weights",
+    printf("shard        index %d of %d shards, %d replica%s per expert, weights",
            ct->shard.index, ct->shard.count, ct->shard.replicas,
            ct->shard.replicas == 1 ? "" : "s");
     for (int i = 0; i < ct->shard.count; i++)

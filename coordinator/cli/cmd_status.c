@@ -28,10 +28,11 @@ static void on_sigint(int sig)
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: shoal status [--coordinator ADDR:PORT] [--json] [--watch [SECONDS]]\n"
+        "usage: shoal status [--control ADDR:PORT] [--json] [--watch [SECONDS]]\n"
         "                    [--cluster-key FILE] [--timeout SECONDS]\n"
         "\n"
-        "  --coordinator ADDR   the coordinator's control port (default %s)\n"
+        "  --control ADDR:PORT  the coordinator's control port, the address its own\n"
+        "                       --control listens on (default %s)\n"
         "  --json               one JSON object per query instead of the table\n"
         "  --watch [SECONDS]    refresh every SECONDS (default 2) until Ctrl-C\n"
         "  --cluster-key FILE   the cluster's key, when the coordinator has one\n"
@@ -218,14 +219,19 @@ int shoal_cmd_status(int argc, char **argv)
                 if (shoal_cli_parse_f64(a, argv[++i], 0.1, 3600, &every))
                     return 2;
             }
-        } else if (!strcmp(a, "--coordinator") || !strcmp(a, "--cluster-key") ||
+        } else if (!strcmp(a, "--coordinator")) {
+            /* one name for one address: run, chat and serve listen on --control */
+            shoal_cli_error("status: --coordinator is now --control ADDR:PORT (the address "
+                            "given to run/chat/serve --control)");
+            return 2;
+        } else if (!strcmp(a, "--control") || !strcmp(a, "--cluster-key") ||
                    !strcmp(a, "--timeout")) {
             if (i + 1 >= argc) {
                 shoal_cli_error("%s needs a value", a);
                 return 2;
             }
             const char *v = argv[++i];
-            if (!strcmp(a, "--coordinator"))
+            if (!strcmp(a, "--control"))
                 addr = v;
             else if (!strcmp(a, "--cluster-key"))
                 key_path = v;
@@ -243,7 +249,7 @@ int shoal_cmd_status(int argc, char **argv)
         char *end = NULL;
         const long port = colon ? strtol(colon + 1, &end, 10) : 0;
         if (!colon || colon == addr || !colon[1] || *end || port < 1 || port > 65535) {
-            shoal_cli_error("status: --coordinator '%s': expected HOST:PORT (e.g. "
+            shoal_cli_error("status: --control '%s': expected HOST:PORT (e.g. "
                             "127.0.0.1:7077, [::1]:7077)", addr);
             return 2;
         }
@@ -268,14 +274,14 @@ int shoal_cmd_status(int argc, char **argv)
         size_t al = strlen(addr);
         if (!strncmp(why, addr, al) && !strncmp(why + al, ": ", 2))
             why += al + 2;
-        shoal_cli_error("cannot reach a coordinator at %s: %s (is 'shoal run' or 'shoal "
-                        "chat' running with --workers or --accept-workers? its --control "
-                        "port is %s unless set; give it with --coordinator)", addr, why,
+        shoal_cli_error("cannot reach a coordinator at %s: %s (is 'shoal run', 'chat' "
+                        "or 'serve' running with --workers or --accept-workers? its --control "
+                        "port is %s unless set; give the same --control here)", addr, why,
                         SHOAL_CLUSTER_CONTROL_DEFAULT);
         return 1;
     }
     if (c.hs.peer_role != SHOAL__ROLE__ROLE_COORDINATOR) {
-        shoal_cli_error("%s is a shoal %s, not a coordinator: give --coordinator the "
+        shoal_cli_error("%s is a shoal %s, not a coordinator: give --control the "
                         "address of its --control port (default 127.0.0.1:7077)", addr,
                         shoal_wire_role_name(c.hs.peer_role));
         shoal_wire_client_close(&c);

@@ -19,13 +19,13 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: shoal template [--model DIR] [--system TEXT] [--user TEXT]\n"
+        "usage: shoal template [--model] [DIR] [--system TEXT] [--user TEXT]\n"
         "                      [--assistant TEXT] ... [--add-generation-prompt]\n"
         "\n"
         "Render the model's chat template for the given conversation and print\n"
         "the prompt exactly as 'shoal chat' tokenizes it (no newline is added).\n"
         "\n"
-        "  --model DIR              checkpoint directory or shoal container\n"
+        "  --model DIR, DIR         checkpoint directory or shoal container\n"
         "                           (default: the bundled model)\n"
         "  --system, --user, --assistant, --tool TEXT\n"
         "                           a message with that role; repeat them, in order\n"
@@ -122,8 +122,12 @@ int shoal_cmd_template(int argc, char **argv)
         int takes_value = r < 4 || !strcmp(a, "--model") || !strcmp(a, "--vars") ||
                           !strcmp(a, "--messages") || !strcmp(a, "--template");
         if (!takes_value) {
-            shoal_cli_error("template: unknown option '%s' (see 'shoal template "
-                            "--help')", a);
+            const int p = shoal_cli_take_path("template", "model", a, &model);
+            if (p > 0)
+                continue;
+            if (p == 0)
+                shoal_cli_error("template: unknown option '%s' (see 'shoal template "
+                                "--help')", a);
             goto out;
         }
         if (i + 1 >= argc) {
@@ -133,8 +137,14 @@ int shoal_cmd_template(int argc, char **argv)
         const char *v = argv[++i];
         if (r < 4)
             msgs_push(&ms, roles[r][1], v);
-        else if (!strcmp(a, "--model"))
+        else if (!strcmp(a, "--model")) {
+            if (model) {
+                shoal_cli_error("template: --model '%s': the model is already '%s' (give "
+                                "it once, as --model DIR or as a path)", v, model);
+                goto out;
+            }
             model = v;
+        }
         else if (!strcmp(a, "--vars"))
             vars_json = v;
         else if (!strcmp(a, "--template"))

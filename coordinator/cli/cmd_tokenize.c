@@ -15,37 +15,52 @@
 static void tokenize_usage(FILE *f)
 {
     fprintf(f,
-            "usage: shoal tokenize [--model PATH] (--text T | --file F) "
+            "usage: shoal tokenize [--model] [PATH] (--text T | --file F) "
             "[--no-bos] [--parse-special]\n"
             "\n"
             "Print the token ids of a text on one line, space-separated.\n"
-            "  --model PATH     checkpoint directory, tokenizer.json or "
-            ".gguf file\n"
-            "                   (default: %s)\n"
-            "  --text T         the text to encode\n"
-            "  --file F         encode the bytes of file F ('-' = stdin)\n"
-            "  --no-bos         do not add BOS (or other template tokens)\n"
-            "  --parse-special  turn special-token text such as \"<s>\" "
-            "into its id\n",
+            "  --model PATH, PATH  checkpoint directory, tokenizer.json or .gguf file\n"
+            "                      (default: %s)\n"
+            "  --text T            the text to encode\n"
+            "  --file F            encode the bytes of file F ('-' = stdin)\n"
+            "  --no-bos            do not add BOS (or other template tokens)\n"
+            "  --parse-special     turn special-token text such as \"<s>\" into its id\n",
             shoal_cli_default_model());
 }
 
 static void detokenize_usage(FILE *f)
 {
     fprintf(f,
-            "usage: shoal detokenize [--model PATH] (--ids IDS | --file F) "
+            "usage: shoal detokenize [--model] [PATH] (--ids IDS | --file F) "
             "[--special] [-n]\n"
             "\n"
             "Print the text of token ids (followed by a newline unless -n).\n"
-            "  --model PATH  checkpoint directory, tokenizer.json or .gguf "
-            "file\n"
-            "                (default: %s)\n"
-            "  --ids IDS     ids separated by spaces or commas: \"1 2 3\", "
-            "1,2,3\n"
-            "  --file F      read the ids from file F ('-' = stdin)\n"
-            "  --special     render special tokens (BOS, EOS, ...) too\n"
-            "  -n            no trailing newline\n",
+            "  --model PATH, PATH  checkpoint directory, tokenizer.json or .gguf file\n"
+            "                      (default: %s)\n"
+            "  --ids IDS           ids separated by spaces or commas: \"1 2 3\", 1,2,3\n"
+            "  --file F            read the ids from file F ('-' = stdin)\n"
+            "  --special           render special tokens (BOS, EOS, ...) too\n"
+            "  -n                  no trailing newline\n",
             shoal_cli_default_model());
+}
+
+/* Take the model path, given as --model PATH (set) or as a plain word a.
+ * Returns 1 when taken, 0 when a is a flag, -1 after a usage error: a
+ * second path, whose hint names the command's input flags (a user who
+ * typed 'tokenize MODEL "some text"' meant --text). */
+static int take_model(const char *cmd, const char *input_flags, const char *a, int flag,
+                      const char **model)
+{
+    if (!flag && a[0] == '-' && a[1] != '\0')
+        return 0;
+    if (*model) {
+        shoal_cli_error("%s: unexpected %s '%s': the model is already '%s' (give it once, "
+                        "as a path or with --model; the input is %s)", cmd,
+                        flag ? "--model" : "argument", a, *model, input_flags);
+        return -1;
+    }
+    *model = a;
+    return 1;
 }
 
 /* Fetch the value of flag argv[*i]; prints the usage error itself. */
@@ -110,7 +125,8 @@ int shoal_cmd_tokenize(int argc, char **argv)
             tokenize_usage(stdout);
             return 0;
         } else if (!strcmp(a, "--model")) {
-            if (!(model = flag_value(argc, argv, &i)))
+            const char *v = flag_value(argc, argv, &i);
+            if (!v || take_model("tokenize", "--text T or --file F", v, 1, &model) < 0)
                 return 2;
         } else if (!strcmp(a, "--text")) {
             if (!(text = flag_value(argc, argv, &i)))
@@ -123,10 +139,14 @@ int shoal_cmd_tokenize(int argc, char **argv)
         } else if (!strcmp(a, "--parse-special")) {
             p.parse_special = 1;
         } else {
-            shoal_cli_error("tokenize: unknown option '%s'; see 'shoal "
-                            "tokenize --help'",
-                            a);
-            return 2;
+            int r = take_model("tokenize", "--text T or --file F", a, 0, &model);
+            if (r < 0)
+                return 2;
+            if (r == 0) {
+                shoal_cli_error("tokenize: unknown option '%s' (see 'shoal tokenize --help')",
+                                a);
+                return 2;
+            }
         }
     }
     if (!!text == !!file) {
@@ -227,7 +247,8 @@ int shoal_cmd_detokenize(int argc, char **argv)
             detokenize_usage(stdout);
             return 0;
         } else if (!strcmp(a, "--model")) {
-            if (!(model = flag_value(argc, argv, &i)))
+            const char *v = flag_value(argc, argv, &i);
+            if (!v || take_model("detokenize", "--ids IDS or --file F", v, 1, &model) < 0)
                 return 2;
         } else if (!strcmp(a, "--ids")) {
             if (!(ids_arg = flag_value(argc, argv, &i)))
@@ -240,10 +261,14 @@ int shoal_cmd_detokenize(int argc, char **argv)
         } else if (!strcmp(a, "-n")) {
             newline = 0;
         } else {
-            shoal_cli_error("detokenize: unknown option '%s'; see 'shoal "
-                            "detokenize --help'",
-                            a);
-            return 2;
+            int r = take_model("detokenize", "--ids IDS or --file F", a, 0, &model);
+            if (r < 0)
+                return 2;
+            if (r == 0) {
+                shoal_cli_error("detokenize: unknown option '%s' (see 'shoal detokenize "
+                                "--help')", a);
+                return 2;
+            }
         }
     }
     if (!!ids_arg == !!file) {

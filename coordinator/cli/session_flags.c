@@ -392,10 +392,17 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
     return 1;
 }
 
-void shoal_gen_usage(FILE *f, long long max_tokens, int run_only)
+void shoal_gen_usage(FILE *f, enum shoal_gen_usage_cmd cmd)
 {
+    if (cmd == SHOAL_GEN_USAGE_SERVE)
+        fprintf(f,
+            "  --max-tokens N       tokens a request generates when it gives no max_tokens\n"
+            "                       (default: 16 for /v1/completions, as OpenAI's API; the\n"
+            "                       rest of the context for /v1/chat/completions)\n");
+    else
+        fprintf(f, "  --max-tokens N       tokens to generate (default %lld)\n",
+                (long long)shoal_gen_opts_default().max_tokens);
     fprintf(f,
-        "  --max-tokens N       tokens to generate (default %lld)\n"
         "  --greedy             argmax decoding\n"
         "  --temp T             temperature (default 0.8; 0 = greedy)\n"
         "  --top-k K            keep the K most likely tokens (default 40, 0 = off)\n"
@@ -407,11 +414,18 @@ void shoal_gen_usage(FILE *f, long long max_tokens, int run_only)
         "  --presence-penalty P subtract P from the logit of a token already generated\n"
         "  --frequency-penalty F\n"
         "                       subtract F x the times it was generated (both -2..2,\n"
-        "                       default 0 = off; OpenAI's, over this completion)\n"
-        "  --seed S             sampling seed (default 24301)\n"
+        "                       default 0 = off; OpenAI's, over this completion)\n");
+    if (cmd == SHOAL_GEN_USAGE_SERVE)
+        fprintf(f,
+            "  --seed S             the seed of a request that gives none (default: a fresh\n"
+            "                       seed per request)\n");
+    else
+        fprintf(f, "  --seed S             sampling seed (default %llu)\n",
+                (unsigned long long)shoal_gen_opts_default().sampling.seed);
+    fprintf(f,
         "  --stop STR           stop when STR is generated (repeatable)\n"
-        "  --ignore-eos         keep generating past end-of-sequence tokens\n", max_tokens);
-    if (run_only)
+        "  --ignore-eos         keep generating past end-of-sequence tokens\n");
+    if (cmd == SHOAL_GEN_USAGE_RUN)
         fprintf(f,
             "  --no-bos             do not add the tokenizer's BOS token\n"
             "  --logits-out F.npy   write the f32 logits of every step, [steps][vocab]\n"
@@ -736,12 +750,12 @@ void shoal_cli_session_close(struct shoal_session *s)
     shoal_session_close(s);
 }
 
-int shoal_cli_tokenize(struct shoal_session *s, const char *text, int add_bos, int32_t **ids,
-                       size_t *n_ids)
+int shoal_cli_tokenize(struct shoal_session *s, const char *text, const char *hint,
+                       int add_bos, int32_t **ids, size_t *n_ids)
 {
     struct shoal_err err = {0};
     if (shoal_session_tokenize(s, text, add_bos, ids, n_ids, &err)) {
-        shoal_cli_error("%s", err.msg);
+        shoal_cli_error("%s%s%s", err.msg, hint ? "; " : "", hint ? hint : "");
         return -1;
     }
     return 0;

@@ -27,10 +27,17 @@ void shoal_session_usage_store(FILE *f);
  * or -1 after printing a one-line usage error (exit status 2). */
 int shoal_session_check_opts(const struct shoal_session_opts *o);
 
+/* Which command's generation flags shoal_gen_usage prints. */
+enum shoal_gen_usage_cmd {
+    SHOAL_GEN_USAGE_RUN,    /* and the flags only run takes: --no-bos, --logits-out, --ids-out */
+    SHOAL_GEN_USAGE_CHAT,
+    SHOAL_GEN_USAGE_SERVE,  /* --max-tokens is the default of a request without max_tokens */
+};
+
 /* Print the generation flags' help lines (sampling, --max-tokens with its
- * default max_tokens, --stop, ...; with run_only also the flags only
- * 'shoal run' takes: --no-bos, --logits-out and --ids-out). */
-void shoal_gen_usage(FILE *f, long long max_tokens, int run_only);
+ * default, --stop, ...). run and chat print the one default of
+ * shoal_gen_opts_default(); serve prints its per-request defaults. */
+void shoal_gen_usage(FILE *f, enum shoal_gen_usage_cmd cmd);
 
 /* Same for generation flags (sampling, --max-tokens, --stop, ...). */
 int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
@@ -68,8 +75,10 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
  * session was opened with --stats, then close it. NULL is a no-op. */
 void shoal_cli_session_close(struct shoal_session *s);
 
-/* shoal_session_tokenize, printing its error. Returns 0 or -1. */
-int shoal_cli_tokenize(struct shoal_session *s, const char *text, int add_bos, int32_t **ids,
-                       size_t *n_ids);
+/* shoal_session_tokenize, printing its error, followed by "; " and hint
+ * when hint is not NULL: what the command accepts instead of text, in its
+ * own flags (run: --tokens IDS). Returns 0 or -1. */
+int shoal_cli_tokenize(struct shoal_session *s, const char *text, const char *hint,
+                       int add_bos, int32_t **ids, size_t *n_ids);
 
 #endif

@@ -178,7 +178,7 @@ int shoal_session_tokenize(struct shoal_session *s, const char *text,
 {
     if (!s->tok)
         return shoal_err_set(err, SHOAL_EINVAL, "model '%s' has no tokenizer (tokenizer.json "
-                             "or tiktoken.model); pass --tokens instead", s->model->dir);
+                             "or tiktoken.model)", s->model->dir);
     struct shoal_tokenize_params tp = {.add_special = add_bos, .parse_special = 1};
     return shoal_tokenizer_encode(s->tok, text, strlen(text), tp, ids, n_ids, err) ? -1 : 0;
 }

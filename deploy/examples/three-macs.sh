@@ -32,7 +32,7 @@ fi
 # 2. One shard per worker. This Mac keeps the whole container: it holds
 #    every expert too, so the cluster survives a worker going down, and the
 #    coordinator places each expert by measured bandwidth among its holders.
-shoal shard --model "$MODEL" --workers 2 --weights "$WEIGHTS" --out "$OUT"
+shoal shard --model "$MODEL" --shards 2 --weights "$WEIGHTS" --out "$OUT"
 
 # 3. Ship each worker its shard and the key, and start it under launchd.
 i=0

@@ -104,12 +104,15 @@ def options_by_command():
         "chat": (literals(source("cmd_chat.c")) | session | gen) -
                 {"--no-bos", "--logits-out", "--ids-out"},
         "perplexity": literals(source("cmd_perplexity.c")) | session,
-        "bench": literals(source("cmd_bench.c")) | session,
+        # names a command refuses with a hint to its own flag (one name, one
+        # meaning: tests/cli/test_flag_names.py): bench --max-tokens (--gen),
+        # shard --workers (--shards), status --coordinator (--control)
+        "bench": (literals(source("cmd_bench.c")) | session) - {"--max-tokens"},
         "synth": literals(source("cmd_synth.c")) | literals(source("synth_check.c")) | session,
         "convert": literals(conv[:j]),
         "inspect": literals(conv[j:]),
-        "shard": literals(source("cmd_shard.c")),
-        "status": literals(source("cmd_status.c")),
+        "shard": literals(source("cmd_shard.c")) - {"--workers"},
+        "status": literals(source("cmd_status.c")) - {"--coordinator"},
         "tokenize": literals(tok[:k]),
         "detokenize": literals(tok[k:]),
     }
@@ -176,8 +179,8 @@ def test_paths(shoal, tmp):
     result("convert --out DST SRC", r3.returncode == 0, show(r3))
     a, b = run([shoal, "inspect", ct1]), run([shoal, "inspect", "--model", ct1])
     result("inspect --model DIR = inspect DIR", a.returncode == 0 and a.stdout == b.stdout, show(b))
-    r = run([shoal, "shard", ct1, "--workers", "2", os.path.join(tmp, "sh1")])
-    result("shard DIR --workers N OUT", r.returncode == 0 and
+    r = run([shoal, "shard", ct1, "--shards", "2", os.path.join(tmp, "sh1")])
+    result("shard DIR --shards N OUT", r.returncode == 0 and
            os.path.isdir(os.path.join(tmp, "sh1", "worker-1")), show(r))
     # --trace zipf: no ../shared needed
     r = run([shoal, "synth", "--out", os.path.join(tmp, "syn"), "--gb", "0.002",
@@ -429,7 +432,7 @@ def test_bad_input(shoal, tmp):
     result("detokenize --ids '[813, 58,285 105]' (a JSON list, spaces) still reads",
            r.returncode == 0 and r.stdout == "ROMEO: hi\n", show(r))
     addr = "127.0.0.1:1"
-    r = run([shoal, "status", "--coordinator", addr, "--timeout", "2"])
+    r = run([shoal, "status", "--control", addr, "--timeout", "2"])
     result("status without a coordinator names the address once",
            r.returncode == 1 and r.stderr.count(addr) == 1 and "cannot reach" in r.stderr, show(r))
     text = os.path.join(tmp, "play.txt")

@@ -225,7 +225,7 @@ def not_a_model(a, tmp):
         ("bench", ["bench", "--model", d]),
         ("synth --check", ["synth", "--check", "--model", d]),
         ("inspect", ["inspect", d]),
-        ("shard", ["shard", "--model", d, "--workers", "2", "--out", out]),
+        ("shard", ["shard", "--model", d, "--shards", "2", "--out", out]),
         ("convert SRC", ["convert", d, out]),
         ("tokenize", ["tokenize", "--model", d, "--text", "x"]),
         ("detokenize", ["detokenize", "--model", d, "--ids", "1"]),

@@ -150,8 +150,8 @@ def control_addr(err_path, timeout=60, p=None):
 
 
 def query_status(shoal, addr, *flags, timeout=60):
-    """`shoal status --coordinator ADDR [flags]`: (rc, stdout, stderr)."""
-    r = subprocess.run([shoal, "status", "--coordinator", addr] + list(flags),
+    """`shoal status --control ADDR [flags]`: (rc, stdout, stderr)."""
+    r = subprocess.run([shoal, "status", "--control", addr] + list(flags),
                        capture_output=True, text=True, timeout=timeout, env=env())
     return r.returncode, r.stdout, r.stderr
 

@@ -439,7 +439,7 @@ def status(args, tmp):
             time.sleep(0.3)
         result("status: a killed worker shows down with its last error", down, out[:600])
         # the watch mode refreshes until interrupted
-        wp = subprocess.Popen([args.shoal, "status", "--coordinator", addr, "--watch", "0.2"],
+        wp = subprocess.Popen([args.shoal, "status", "--control", addr, "--watch", "0.2"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
         procs.append(wp)
         time.sleep(1.5)
@@ -527,9 +527,9 @@ def main():
         args.sh2 = os.path.join(tmp, "sh2")
         for cmd in ([args.shoal, "convert", MODEL, args.ct],
                     [args.shoal, "convert", MODEL, args.other, "--experts", "int8"],
-                    [args.shoal, "shard", "--model", args.ct, "--workers", "3", "--out",
+                    [args.shoal, "shard", "--model", args.ct, "--shards", "3", "--out",
                      args.sh1],
-                    [args.shoal, "shard", "--model", args.ct, "--workers", "3", "--replicas",
+                    [args.shoal, "shard", "--model", args.ct, "--shards", "3", "--replicas",
                      "2", "--out", args.sh2]):
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env())
             if r.returncode != 0:

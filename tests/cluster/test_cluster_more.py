@@ -77,7 +77,7 @@ def setup(cmd):
 
 
 def shard(args, ct, out, n, replicas=1):
-    setup([args.shoal, "shard", "--model", ct, "--workers", str(n), "--replicas",
+    setup([args.shoal, "shard", "--model", ct, "--shards", str(n), "--replicas",
            str(replicas), "--out", out])
     return [os.path.join(out, "worker-%d" % i) for i in range(n)]
 

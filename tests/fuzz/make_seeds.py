@@ -270,7 +270,7 @@ def main():
             env = dict(os.environ, ASAN_OPTIONS='detect_leaks=0')
             subprocess.run([args.shoal, 'convert', MODEL, full, '--experts', 'int4',
                             '--dense', 'int8'], check=True, env=env, stdout=subprocess.DEVNULL)
-            subprocess.run([args.shoal, 'shard', '--model', full, '--workers', '2', '--out',
+            subprocess.run([args.shoal, 'shard', '--model', full, '--shards', '2', '--out',
                             os.path.join(tmp, 'shards')], check=True, env=env,
                            stdout=subprocess.DEVNULL)
             shutil.copy(os.path.join(full, 'shoal.json'),

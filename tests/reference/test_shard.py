@@ -64,7 +64,7 @@ def blob(d, m, layer, ie):
 
 
 def check_sharding(shoal, full, out, workers, replicas, tag):
-    r = run([shoal, "shard", "--model", full, "--workers", str(workers), "--replicas",
+    r = run([shoal, "shard", "--model", full, "--shards", str(workers), "--replicas",
              str(replicas), "--out", out])
     result("%s: shard exits 0" % tag, r.returncode == 0, r.stderr.strip())
     if r.returncode != 0:
@@ -167,7 +167,7 @@ def main():
         result("synth a 4 x 128-expert container", r.returncode == 0, r.stderr.strip())
         if r.returncode == 0:
             out = os.path.join(tmp, "w311")
-            r = run([shoal, "shard", "--model", syn, "--workers", "3", "--weights", "3,1,1",
+            r = run([shoal, "shard", "--model", syn, "--shards", "3", "--weights", "3,1,1",
                      "--out", out])
             result("weights 3,1,1: shard exits 0", r.returncode == 0, r.stderr.strip())
             if r.returncode == 0:
@@ -183,7 +183,7 @@ def main():
 
         # --with-dense, and a coordinator on a shard without dense tensors
         out = os.path.join(tmp, "dense")
-        r = run([shoal, "shard", "--model", full, "--workers", "2", "--with-dense", "--out", out])
+        r = run([shoal, "shard", "--model", full, "--shards", "2", "--with-dense", "--out", out])
         ok = r.returncode == 0
         if ok:
             with open(os.path.join(full, "dense.bin"), "rb") as f1, \
@@ -199,12 +199,12 @@ def main():
 
         # existing outputs need --force
         out = os.path.join(tmp, "r1")
-        r = run([shoal, "shard", "--model", full, "--workers", "3", "--out", out])
+        r = run([shoal, "shard", "--model", full, "--shards", "3", "--out", out])
         result("existing shards are refused without --force",
                one_line_exit2(r) and "--force" in r.stderr, r.stderr.strip())
-        r = run([shoal, "shard", "--model", full, "--workers", "3", "--out", out, "--force"])
+        r = run([shoal, "shard", "--model", full, "--shards", "3", "--out", out, "--force"])
         result("--force replaces them", r.returncode == 0, r.stderr.strip())
-        r = run([shoal, "shard", "--model", os.path.join(out, "worker-0"), "--workers", "2",
+        r = run([shoal, "shard", "--model", os.path.join(out, "worker-0"), "--shards", "2",
                  "--out", os.path.join(tmp, "sos")])
         result("a shard cannot be sharded again", r.returncode == 2 and
                "shard the full container" in r.stderr, r.stderr.strip())
@@ -221,7 +221,7 @@ def main():
             f.seek(off)
             f.write(bytes([c[0] ^ 0xFF]))
         out = os.path.join(tmp, "badout")
-        r = run([shoal, "shard", "--model", bad, "--workers", "2", "--replicas", "2",
+        r = run([shoal, "shard", "--model", bad, "--shards", "2", "--replicas", "2",
                  "--out", out])
         left = [x for x in os.listdir(out) if ".tmp-" in x] if os.path.isdir(out) else []
         result("a damaged source blob is named and leaves no temporary directory",
@@ -231,22 +231,22 @@ def main():
         # bad inputs: exit 2, one line, nothing written
         bad_out = os.path.join(tmp, "never")
         cases = [
-            ("--workers 0", ["--model", full, "--workers", "0", "--out", bad_out]),
-            ("--replicas 0", ["--model", full, "--workers", "3", "--replicas", "0",
+            ("--shards 0", ["--model", full, "--shards", "0", "--out", bad_out]),
+            ("--replicas 0", ["--model", full, "--shards", "3", "--replicas", "0",
                               "--out", bad_out]),
-            ("--replicas > --workers", ["--model", full, "--workers", "3", "--replicas", "4",
+            ("--replicas > --shards", ["--model", full, "--shards", "3", "--replicas", "4",
                                         "--out", bad_out]),
-            ("2 weights for 3 workers", ["--model", full, "--workers", "3", "--weights", "1,2",
+            ("2 weights for 3 shards", ["--model", full, "--shards", "3", "--weights", "1,2",
                                          "--out", bad_out]),
-            ("a zero weight", ["--model", full, "--workers", "3", "--weights", "1,0,1",
+            ("a zero weight", ["--model", full, "--shards", "3", "--weights", "1,0,1",
                                "--out", bad_out]),
-            ("a negative weight", ["--model", full, "--workers", "2", "--weights", "1,-2",
+            ("a negative weight", ["--model", full, "--shards", "2", "--weights", "1,-2",
                                    "--out", bad_out]),
-            ("a weight that is not a number", ["--model", full, "--workers", "2",
+            ("a weight that is not a number", ["--model", full, "--shards", "2",
                                                "--weights", "1,abc", "--out", bad_out]),
-            ("--out missing", ["--model", full, "--workers", "2"]),
-            ("--workers missing", ["--model", full, "--out", bad_out]),
-            ("a Hugging Face directory", ["--model", MODEL, "--workers", "2", "--out", bad_out]),
+            ("--out missing", ["--model", full, "--shards", "2"]),
+            ("--shards missing", ["--model", full, "--out", bad_out]),
+            ("a Hugging Face directory", ["--model", MODEL, "--shards", "2", "--out", bad_out]),
         ]
         for name, args in cases:
             r = run([shoal, "shard"] + args)

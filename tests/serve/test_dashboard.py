@@ -513,7 +513,7 @@ def main():
             # two shards, each expert on one: the server's store holds one
             # (with the dense weights), the worker the other, so both run
             # experts whatever placement measures
-            r = subprocess.run([shoal, "shard", ct, "--workers", "2", "--with-dense", "--out",
+            r = subprocess.run([shoal, "shard", ct, "--shards", "2", "--with-dense", "--out",
                                 os.path.join(tmp, "shards")], capture_output=True, text=True,
                                timeout=300)
             check(r.returncode == 0, "shard the container: " + r.stderr[-300:])
