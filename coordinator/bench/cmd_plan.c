@@ -442,16 +442,23 @@ static double measure_flops(enum shoal_dtype dt, int group)
 
 /* ---- routing skew from routing counts ---- */
 
-/* shares [n_moe_layer][n_expert] from a routing_counts.json (hot_set.h);
- * rows of zero counts (dense layers, or never routed) are skipped and
+/* shares [n_moe_layer][n_expert] from a routing_counts.json (hot_set.h:
+ * "counts", one row per layer) or a synthetic container's synth.json (its
+ * layers' "target_share", the frequencies its router was built to give);
+ * rows that sum to zero (dense layers, or never routed) are skipped and
  * missing MoE layers take the default curve. Returns the array (owned) or
  * NULL with *why set when the file does not fit this model. */
 static double *load_shares(const char *path, const struct shoal_plan *o, const char **why)
 {
     json_t *r = json_load_file(path, 0, NULL);
-    json_t *counts = json_object_get(r, "counts");
-    if (!r || !json_is_array(counts)) {
-        *why = "not a routing_counts.json (no \"counts\")";
+    json_t *rows = json_object_get(r, "counts");
+    int synth = 0;
+    if (!json_is_array(rows) && json_is_array(json_object_get(r, "layers"))) {
+        rows = json_object_get(r, "layers");
+        synth = 1;
+    }
+    if (!r || !json_is_array(rows)) {
+        *why = "neither a routing_counts.json (\"counts\") nor a synth.json (\"layers\")";
         json_decref(r);
         return NULL;
     }
@@ -460,9 +467,11 @@ static double *load_shares(const char *path, const struct shoal_plan *o, const c
     int64_t l = 0;
     size_t i;
     json_t *row;
-    json_array_foreach(counts, i, row) {
+    json_array_foreach(rows, i, row) {
+        if (synth)
+            row = json_object_get(row, "target_share");
         if (!json_is_array(row) || (int64_t)json_array_size(row) != E) {
-            *why = "its rows do not have n_expert counts";
+            *why = "its rows do not have n_expert values";
             free(sh);
             json_decref(r);
             return NULL;
@@ -878,27 +887,36 @@ int shoal_cmd_plan(int argc, char **argv)
     }
     c.o = &o;
     c.model = model;
-    /* the routing skew: --routing, the container's counts, or the curve */
+    /* the routing skew: --routing, the container's counts, a synthetic
+     * container's target shares, or the curve */
     double *shares = NULL;
     c.skew = "default curve fitted to OLMoE routing traces";
     struct stat st;
-    char *rpath = routing ? shoal_xstrdup(routing)
-                : stat(model, &st) == 0 && S_ISDIR(st.st_mode)
-                    ? shoal_path_join(model, "routing_counts.json") : NULL;
-    if (rpath && (routing || shoal_exists(rpath))) {
+    int isdir = stat(model, &st) == 0 && S_ISDIR(st.st_mode);
+    const char *const own[2] = {"routing_counts.json", "synth.json"};
+    const char *const own_what[2] = {"the container's routing counts",
+                                     "the synthetic container's target shares"};
+    for (int w = routing ? -1 : 0; w < (isdir ? 2 : 0) && !shares; w++) {
+        char *rpath = w < 0 ? shoal_xstrdup(routing) : shoal_path_join(model, own[w]);
+        if (w >= 0 && !shoal_exists(rpath)) {
+            free(rpath);
+            continue;
+        }
         const char *why = NULL;
         shares = load_shares(rpath, &o, &why);
-        if (!shares && routing) {
+        if (!shares && w < 0) {
             shoal_cli_error("plan: --routing %s: %s", routing, why ? why : "unreadable");
             free(rpath), free(text), free(what);
             return 2;
         }
         if (shares)
-            c.skew = routing ? "--routing counts" : "the container's routing counts";
-        else if (!as_json)
+            c.skew = w < 0 ? "the --routing file" : own_what[w];
+        else
             fprintf(stderr, "shoal: plan: %s not used: %s\n", rpath, why);
+        free(rpath);
+        if (w < 0)
+            break;
     }
-    free(rpath);
     c.env.shares = shares;
     /* --measure: this machine's RAM, GEMM rate and disk, for machines whose
      * values were not given */
