@@ -416,7 +416,7 @@ static int parse_tensors(struct src *s, struct shoal_gguf *g,
         char what[256];
         snprintf(what, sizeof what, "gguf '%s': tensor '%s'", s->name, t->name);
         if ((rc = shoal_ggml_nbytes(t->type, t->ne, t->n_dims, what, &t->nbytes, s->err)))
-            return rc == SHOAL_ERANGE || rc == SHOAL_ESHAPE ? SHOAL_EFORMAT : rc;
+            return rc;
     }
     return 0;
 }

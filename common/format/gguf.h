@@ -97,7 +97,8 @@ struct shoal_gguf_tensor {
  * tensor whose bytes pass the end of the file or whose offset is not
  * aligned (the message names the file, the field or tensor, and expected
  * vs found), -SHOAL_EUNSUPPORTED for an unknown version, value type or
- * ggml type. Thread: any. */
+ * ggml type, -SHOAL_ESHAPE for a row that is not whole blocks of its type,
+ * -SHOAL_ERANGE for a byte count past 2^63. Thread: any. */
 struct shoal_gguf *shoal_gguf_open(const char *path, struct shoal_err *err);
 
 /* Parse a GGUF image held in memory (the same checks; data is copied as
