@@ -26,6 +26,12 @@ int shoal_cmd_status(int argc, char **argv);
 int shoal_cmd_shard(int argc, char **argv);
 int shoal_cmd_template(int argc, char **argv);
 
+/* `shoal inspect FILE.gguf` (cmd_inspect_gguf.c): the GGUF model at path
+ * (a single file or any file of a split set) as a table, or JSON when json
+ * is nonzero. Returns the exit status (0, or 1 after printing the reader's
+ * error). */
+int shoal_cli_inspect_gguf(const char *path, int json);
+
 struct shoal_container;
 /* Print what a shard holds (index, replicas, weights, held experts per
  * layer as id ranges, dense or not) for `shoal inspect`; prints nothing

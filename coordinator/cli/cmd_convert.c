@@ -179,21 +179,45 @@ out:
     return rc;
 }
 
+/* 1 if path ends in ".gguf" or its first bytes are GGUF's magic. */
+static int is_gguf(const char *path)
+{
+    size_t n = strlen(path);
+    if (n >= 5 && !strcmp(path + n - 5, ".gguf"))
+        return 1;
+    FILE *f = fopen(path, "rb");
+    char magic[4] = {0};
+    int yes = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
+    if (f)
+        fclose(f);
+    return yes;
+}
+
 int shoal_cmd_inspect(int argc, char **argv)
 {
     const char *dir = NULL;
-    int verify = 0;
+    int verify = 0, json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: shoal inspect [--model] DIR [--verify]\n\n"
-                   "Describes a shoal container or shard.\n\n"
+            printf("usage: shoal inspect [--model] DIR [--verify]\n"
+                   "       shoal inspect [--model] FILE.gguf [--json]\n\n"
+                   "Describes a shoal container or shard, or a GGUF model file.\n\n"
                    "  --model DIR, DIR     the container (made by 'shoal convert', 'shoal shard'\n"
                    "                       or 'shoal synth')\n"
-                   "  --verify             check every checksum\n");
+                   "  --verify             check every checksum (containers)\n"
+                   "  --model FILE.gguf    a GGUF file, or any file of a split set\n"
+                   "                       (NAME-00001-of-0000N.gguf): its architecture, tensor\n"
+                   "                       groups with their ggml types and bytes, the bytes of\n"
+                   "                       one expert, and what shoal can do with each type\n"
+                   "  --json               GGUF only: the same as one JSON object\n");
             return 0;
         }
         if (!strcmp(argv[i], "--verify")) {
             verify = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--json")) {
+            json = 1;
             continue;
         }
         if (!strcmp(argv[i], "--model")) {
@@ -218,9 +242,21 @@ int shoal_cmd_inspect(int argc, char **argv)
     if (stat(dir, &st) != 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             shoal_cli_error("inspect: '%s' does not exist (expected a shoal container "
-                            "directory)", dir);
+                            "directory or a .gguf file)", dir);
         else
             shoal_cli_error("inspect: '%s': %s", dir, strerror(errno));
+        return 2;
+    }
+    if (S_ISREG(st.st_mode) && is_gguf(dir)) {
+        if (verify) {
+            shoal_cli_error("inspect: --verify is for shoal containers; a GGUF file has no "
+                            "checksums");
+            return 2;
+        }
+        return shoal_cli_inspect_gguf(dir, json);
+    }
+    if (json) {
+        shoal_cli_error("inspect: --json is for GGUF files so far; '%s' is not one", dir);
         return 2;
     }
     if (!shoal_container_is(dir)) {

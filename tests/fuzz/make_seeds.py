@@ -9,6 +9,8 @@ real files, cut small (the wire targets' seeds come from make_wire_seeds).
                  (and once NUL and the bundled tokenizer_config.json)
   gguf_vocab     llama.cpp's ggml-vocab-{llama-spm,gpt-2}.gguf (shared data)
                  cut the same way, then "\\0TEXT:" and a text
+  gguf           small GGUF files with tensors of several ggml types (F32,
+                 Q8_0, Q4_K, Q6_K, IQ2_XXS, IQ1_S, MXFP4) and random bytes
   safetensors    the bundled model.safetensors with only its small tensors
                  (norms, router) and their real bytes; a misaligned F32 and
                  an I64 tensor beside metadata
@@ -153,6 +155,36 @@ def gguf_write(version, kv):
     return bytes(out)
 
 
+def gguf_with_tensors(align):
+    """A GGUF with an architecture key and one small tensor per type:
+    (name, ggml type, block size, bytes per block, dims)."""
+    import random
+    rnd = random.Random(align)
+    tensors = [('token_embd.weight', 0, 1, 4, [32, 2]),
+               ('blk.0.attn_q.weight', 8, 32, 34, [64, 2]),
+               ('blk.0.ffn_gate_exps.weight', 12, 256, 144, [256, 1, 2]),
+               ('blk.0.ffn_down_shexp.weight', 14, 256, 210, [256, 1]),
+               ('blk.0.ffn_up_exps.weight', 16, 256, 66, [256, 1, 2]),
+               ('blk.1.ffn_down_exps.weight', 19, 256, 50, [256, 1, 2]),
+               ('blk.1.ffn_gate_exps.weight', 39, 32, 17, [64, 1, 2])]
+    kv = [(b'general.architecture', 8, b'qwen3moe'), (b'general.alignment', 4, align)]
+    out = bytearray(gguf_write(3, kv))
+    struct.pack_into('<Q', out, 8, len(tensors))
+    off, data = 0, bytearray()
+    for name, t, bs, ts, dims in tensors:
+        n = 1
+        for d in dims:
+            n *= d
+        nbytes = n // bs * ts
+        out.extend(struct.pack('<Q', len(name)) + name.encode() + struct.pack('<I', len(dims)))
+        out.extend(struct.pack('<%dQ' % len(dims), *dims) + struct.pack('<IQ', t, off))
+        blob = bytearray(rnd.getrandbits(8) for _ in range(nbytes))
+        data.extend(blob + b'\0' * (-nbytes % align))
+        off += nbytes + (-nbytes % align)
+    out.extend(b'\0' * (-len(out) % align))
+    return bytes(out + data)
+
+
 def cut_gguf(path):
     version, _, kv = gguf_read(open(path, 'rb').read())
     toks = None
@@ -222,6 +254,10 @@ def main():
         g = cut_gguf(path)
         for i, text in enumerate(TEXTS[:2]):
             write('gguf_vocab', f'{name}-{i}', g + b'\0TEXT:' + text)
+
+    # gguf: tensors of several types, random data, 32- and 64-byte alignment
+    for align in (32, 64):
+        write('gguf', f'tensors-{align}', gguf_with_tensors(align))
 
     # safetensors
     b = open(os.path.join(MODEL, 'model.safetensors'), 'rb').read()

@@ -1,11 +1,19 @@
-/* gguf: a small, defensive reader for GGUF files (versions 2 and 3).
+/* gguf: a small, defensive reader for GGUF files (versions 2 and 3), the
+ * container llama.cpp's models ship in; shoal's one GGUF parser (the
+ * tokenizer's vocabulary and the model's tensors both come through it).
  *
  * Reads the header, every metadata key/value pair and the tensor
- * descriptors; never the tensor data (its absolute file offset is given so
- * a caller can map it). Every count and length read from the file is
- * checked against the bytes that remain before anything is allocated, so a
- * truncated or hostile file yields an error, never a crash or a huge
- * allocation.
+ * descriptors with buffered reads; never the tensor data (each tensor's
+ * absolute file offset and byte count are given so a caller can map or
+ * pread it). Every count and length read from the file is checked against
+ * the bytes that remain before it is used, and arrays grow only as their
+ * entries are read, so a truncated or hostile file yields an error, never
+ * a crash or an allocation sized by a count in the file. The header (all
+ * bytes before the data section) may be at most SHOAL_GGUF_MAX_HEADER_BYTES.
+ * Each tensor's type must be a ggml type (ggml_types.h), its ne[0] a
+ * multiple of the type's block, its offset a multiple of the alignment and
+ * its bytes (ggml_types.h's shoal_ggml_nbytes) inside the file; tensor
+ * names and keys are unique.
  *
  * Byte layout (all integers little-endian):
  *   u32 magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
@@ -15,7 +23,13 @@
  *   padding to general.alignment (default 32), then the data section
  * where str = u64 length + bytes (no terminator), and a value is a scalar
  * of the given type, a str, or an array: u32 element type | u64 count |
- * elements (arrays of arrays are refused).
+ * elements (arrays of arrays are refused). The format's own description:
+ * ggml/docs/gguf.md in llama.cpp; ggml/src/gguf.cpp is its reader.
+ *
+ * Split files (llama.cpp's gguf-split): NAME-00001-of-00003.gguf ... each
+ * a complete GGUF holding some of the tensors, with metadata split.no
+ * (u16, 0-based), split.count (u16) and, in the first, split.tensors.count
+ * (i32); shoal_gguf_files_open() opens all of them from any one.
  *
  * Thread: a loaded struct shoal_gguf is read-only; any thread may query it.
  */
@@ -45,6 +59,9 @@ enum shoal_gguf_type {
 };
 
 #define SHOAL_GGUF_MAX_DIMS 4
+/* The most bytes the metadata and tensor descriptors may span; real files
+ * use a few MB (a 256k-token vocabulary is ~10 MB). */
+#define SHOAL_GGUF_MAX_HEADER_BYTES ((uint64_t)256 << 20)
 
 struct shoal_gguf;
 
@@ -65,19 +82,23 @@ struct shoal_gguf_tensor {
     uint32_t n_dims;                  /* 1..SHOAL_GGUF_MAX_DIMS */
     uint64_t ne[SHOAL_GGUF_MAX_DIMS]; /* elements per dim, innermost first;
                                          unused dims are 1 */
-    uint32_t type;                    /* ggml type id, unchecked */
+    uint32_t type;                    /* ggml type id (enum
+                                         shoal_ggml_type), a known one */
     uint64_t offset;                  /* absolute file offset, bytes;
-                                         checked to be aligned and inside
-                                         the file, but the tensor's byte
-                                         size is not (this reader has no
-                                         ggml type table) */
+                                         aligned, and offset + nbytes is
+                                         inside the file */
+    uint64_t nbytes;                  /* bytes of data: ne[0] / block *
+                                         type_size * ne[1] * ne[2] * ne[3] */
 };
 
 /* Open and parse path. Returns a handle owned by the caller (free with
  * shoal_gguf_close), or NULL with err set: -errno for open/read failures,
- * -SHOAL_EFORMAT for a bad magic, truncation or an impossible count (the
- * message names the file, the field and its offset), -SHOAL_EUNSUPPORTED
- * for an unknown version or value type. Thread: any. */
+ * -SHOAL_EFORMAT for a bad magic, truncation, an impossible count, a
+ * tensor whose bytes pass the end of the file or whose offset is not
+ * aligned (the message names the file, the field or tensor, and expected
+ * vs found), -SHOAL_EUNSUPPORTED for an unknown version, value type or
+ * ggml type, -SHOAL_ESHAPE for a row that is not whole blocks of its type,
+ * -SHOAL_ERANGE for a byte count past 2^63. Thread: any. */
 struct shoal_gguf *shoal_gguf_open(const char *path, struct shoal_err *err);
 
 /* Parse a GGUF image held in memory (the same checks; data is copied as
@@ -96,6 +117,10 @@ uint64_t shoal_gguf_n_kv(const struct shoal_gguf *g);
 uint64_t shoal_gguf_n_tensors(const struct shoal_gguf *g);
 /* Absolute file offset of the (aligned) data section. Thread: any. */
 uint64_t shoal_gguf_data_offset(const struct shoal_gguf *g);
+/* general.alignment (default 32), bytes. Thread: any. */
+uint64_t shoal_gguf_alignment(const struct shoal_gguf *g);
+/* The file's (or memory image's) size in bytes. Thread: any. */
+uint64_t shoal_gguf_file_size(const struct shoal_gguf *g);
 
 /* Index of key, or -1 if absent (linear search). Thread: any. */
 int64_t shoal_gguf_find(const struct shoal_gguf *g, const char *key);
@@ -133,5 +158,41 @@ int shoal_gguf_tensor(const struct shoal_gguf *g, uint64_t i,
 /* Name of a value type ("uint32", "string", ...); static string.
  * Thread: any. */
 const char *shoal_gguf_type_name(enum shoal_gguf_type t);
+
+/* ---- split files --------------------------------------------------------- */
+
+/* Parse a split file name "PREFIX-NNNNN-of-MMMMM.gguf" (5 digits each, as
+ * gguf-split writes them). Returns 0 and writes *prefix_len (bytes of path
+ * before "-NNNNN"), *no (1-based) and *count; -SHOAL_ENOTFOUND if path
+ * does not have that form (or no is 0 or above count). Thread: any. */
+int shoal_gguf_split_name(const char *path, size_t *prefix_len, uint32_t *no,
+                          uint32_t *count);
+
+/* One GGUF model: a single file, or every file of a split set. */
+struct shoal_gguf_files;
+
+/* Open path, and when its split.count is above 1, the set's other files
+ * (named from path's prefix by shoal_gguf_split_name). Checks that file i
+ * (0-based) says split.no = i and every file the same split.count, that
+ * tensor names are unique across the set, and that the first file's
+ * split.tensors.count (when present) equals the set's tensor count.
+ * Returns a handle owned by the caller (shoal_gguf_files_close), or NULL
+ * with err set: shoal_gguf_open's errors for any file (naming it), or
+ * -SHOAL_EFORMAT for an inconsistent set, naming the file and the key with
+ * expected vs found. Thread: any. */
+struct shoal_gguf_files *shoal_gguf_files_open(const char *path,
+                                               struct shoal_err *err);
+
+/* Free; NULL is a no-op. Thread: any. */
+void shoal_gguf_files_close(struct shoal_gguf_files *f);
+
+/* Number of files (1 when not split). Thread: any. */
+uint32_t shoal_gguf_files_count(const struct shoal_gguf_files *f);
+
+/* File i (0 <= i < count, in split order) and its path; borrowed, valid
+ * until shoal_gguf_files_close. NULL when i is out of range. Thread: any. */
+const struct shoal_gguf *shoal_gguf_files_get(const struct shoal_gguf_files *f,
+                                              uint32_t i);
+const char *shoal_gguf_files_path(const struct shoal_gguf_files *f, uint32_t i);
 
 #endif

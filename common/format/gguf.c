@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ggml_types.h"
 #include "util.h"
 
 #define GGUF_DEFAULT_ALIGNMENT 32
@@ -35,24 +36,32 @@ struct gguf_tensor {
     uint64_t ne[SHOAL_GGUF_MAX_DIMS];
     uint32_t type;
     uint64_t offset; /* relative to the data section while parsing */
+    uint64_t nbytes; /* bytes of data (ggml_types.h) */
 };
 
 struct shoal_gguf {
     uint32_t version;
     uint64_t n_kv;
-    struct gguf_kv *kv;        /* [n_kv] */
+    struct gguf_kv *kv;        /* [n_kv] (capacity cap_kv) */
     uint64_t n_tensors;
-    struct gguf_tensor *tensors; /* [n_tensors] */
-    uint64_t alignment;
-    uint64_t data_offset;
+    struct gguf_tensor *tensors; /* [n_tensors] (capacity cap_tensors) */
+    uint64_t cap_kv, cap_tensors;
+    uint64_t alignment;        /* bytes */
+    uint64_t data_offset;      /* absolute, bytes */
+    uint64_t file_size;        /* bytes */
 };
 
-/* A bounded byte source: a FILE or a memory image. */
+/* A bounded byte source: a FILE or a memory image. The header (metadata
+ * and tensor descriptors) is parsed within limit = min(file size,
+ * SHOAL_GGUF_MAX_HEADER_BYTES) bytes; every allocation is made for entries
+ * already read (arrays grow as they are read), so memory stays a small
+ * multiple of the header bytes actually read, whatever a count claims. */
 struct src {
     FILE *f;
     const uint8_t *mem;
-    uint64_t pos;  /* bytes consumed */
-    uint64_t size; /* total bytes */
+    uint64_t pos;   /* bytes consumed */
+    uint64_t size;  /* the parse limit, bytes */
+    uint64_t file_size; /* total bytes */
     const char *name;
     struct shoal_err *err;
 };
@@ -66,6 +75,13 @@ static int host_is_le(void)
 /* Check that n more bytes exist before reading (or allocating for) them. */
 static int need(struct src *s, uint64_t n, const char *what)
 {
+    if (n > s->size - s->pos && s->size < s->file_size)
+        return shoal_err_set(s->err, SHOAL_EFORMAT,
+                             "gguf '%s': %s at offset %" PRIu64 " (%" PRIu64
+                             " bytes) passes the header limit of %" PRIu64
+                             " bytes; the metadata and tensor descriptors of a "
+                             "GGUF file are expected to be far smaller",
+                             s->name, what, s->pos, n, s->size);
     if (n > s->size - s->pos)
         return shoal_err_set(s->err, SHOAL_EFORMAT,
                              "gguf '%s': truncated at offset %" PRIu64
@@ -140,6 +156,19 @@ static int rd_str(struct src *s, char **out, uint64_t *len, const char *what)
     return 0;
 }
 
+/* Make room for entry i of an array that grows as entries are read
+ * (capacity doubles), so a count in the file never sizes an allocation. */
+static void *grow(void *p, uint64_t *cap, uint64_t i, size_t elem)
+{
+    if (i < *cap)
+        return p;
+    uint64_t c = *cap ? *cap * 2 : 16;
+    p = shoal_xrealloc(p, (size_t)c * elem);
+    memset((char *)p + (size_t)*cap * elem, 0, (size_t)(c - *cap) * elem);
+    *cap = c;
+    return p;
+}
+
 static size_t type_size(enum shoal_gguf_type t)
 {
     switch (t) {
@@ -210,8 +239,7 @@ static int rd_string_array(struct src *s, struct gguf_kv *kv)
                              " bytes left",
                              s->name, kv->key, n, s->pos,
                              (s->size - s->pos) / 8, s->size - s->pos);
-    uint64_t *offs = shoal_xmalloc((size_t)(n ? n : 1) * sizeof *offs);
-    kv->str_lens = shoal_xmalloc((size_t)(n ? n : 1) * sizeof *kv->str_lens);
+    uint64_t *offs = NULL, cap_offs = 0, cap_lens = 0;
     size_t cap = 4096, len = 0;
     char *blob = shoal_xmalloc(cap);
     int rc = 0;
@@ -220,6 +248,8 @@ static int rd_string_array(struct src *s, struct gguf_kv *kv)
         if ((rc = rd_u64(s, &sl, "array string length")) ||
             (rc = need(s, sl, "array string")))
             break;
+        offs = grow(offs, &cap_offs, i, sizeof *offs);
+        kv->str_lens = grow(kv->str_lens, &cap_lens, i, sizeof *kv->str_lens);
         if (cap - len < sl + 1) {
             while (cap - len < sl + 1)
                 cap *= 2;
@@ -238,10 +268,35 @@ static int rd_string_array(struct src *s, struct gguf_kv *kv)
         return rc;
     }
     kv->blob = blob;
+    if (!kv->str_lens)
+        kv->str_lens = shoal_xmalloc(sizeof *kv->str_lens);
     kv->strs = shoal_xmalloc((size_t)(n ? n : 1) * sizeof *kv->strs);
     for (uint64_t i = 0; i < n; i++)
         kv->strs[i] = blob + offs[i];
     free(offs);
+    return 0;
+}
+
+/* Read a numeric array's n elements of es bytes, growing the buffer as
+ * they are read (1 MiB at a time), never by the count alone. */
+static int rd_numeric_array(struct src *s, struct gguf_kv *kv, size_t es)
+{
+    uint64_t bytes = kv->n * es, done = 0, cap = 0; /* n * es <= bytes left */
+    int rc = 0;
+    while (done < bytes) {
+        uint64_t chunk = bytes - done < ((uint64_t)1 << 20) ? bytes - done : (uint64_t)1 << 20;
+        if (done + chunk > cap) {
+            cap = done + chunk > cap * 2 ? done + chunk : cap * 2;
+            if (cap > bytes)
+                cap = bytes;
+            kv->data = shoal_xrealloc(kv->data, (size_t)cap);
+        }
+        if ((rc = rd(s, (char *)kv->data + done, chunk, kv->key)))
+            return rc;
+        done += chunk;
+    }
+    if (!kv->data)
+        kv->data = shoal_xmalloc(1);
     return 0;
 }
 
@@ -272,9 +327,7 @@ static int rd_value(struct src *s, struct gguf_kv *kv)
                                  s->name, kv->key, kv->n,
                                  shoal_gguf_type_name(kv->arr_type), s->pos,
                                  s->size - s->pos);
-        size_t bytes = (size_t)kv->n * es;
-        kv->data = shoal_xmalloc(bytes ? bytes : 1);
-        if ((rc = rd(s, kv->data, bytes, kv->key)))
+        if ((rc = rd_numeric_array(s, kv, es)))
             return rc;
         if (!host_is_le() && es > 1)
             swap_elems(kv->data, kv->n, es);
@@ -330,9 +383,8 @@ static int parse_tensors(struct src *s, struct shoal_gguf *g,
                              " bytes left",
                              s->name, n_tensors, (s->size - s->pos) / 24,
                              s->size - s->pos);
-    g->tensors = shoal_xcalloc((size_t)(n_tensors ? n_tensors : 1),
-                               sizeof *g->tensors);
     for (uint64_t i = 0; i < n_tensors; i++) {
+        g->tensors = grow(g->tensors, &g->cap_tensors, i, sizeof *g->tensors);
         struct gguf_tensor *t = &g->tensors[i];
         g->n_tensors = i + 1; /* so close() frees what was read */
         if ((rc = rd_str(s, &t->name, NULL, "tensor name")) ||
@@ -361,8 +413,36 @@ static int parse_tensors(struct src *s, struct shoal_gguf *g,
         if ((rc = rd_u32(s, &t->type, "tensor type")) ||
             (rc = rd_u64(s, &t->offset, "tensor offset")))
             return rc;
+        char what[256];
+        snprintf(what, sizeof what, "gguf '%s': tensor '%s'", s->name, t->name);
+        if ((rc = shoal_ggml_nbytes(t->type, t->ne, t->n_dims, what, &t->nbytes, s->err)))
+            return rc;
     }
     return 0;
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+    return strcmp(((const struct gguf_tensor *)a)->name,
+                  ((const struct gguf_tensor *)b)->name);
+}
+
+/* Tensor names must be unique (as ggml's gguf reader requires). */
+static int check_unique_tensors(struct src *s, const struct shoal_gguf *g)
+{
+    if (g->n_tensors < 2)
+        return 0;
+    struct gguf_tensor *c = shoal_xmalloc((size_t)g->n_tensors * sizeof *c);
+    memcpy(c, g->tensors, (size_t)g->n_tensors * sizeof *c);
+    qsort(c, (size_t)g->n_tensors, sizeof *c, cmp_tensor_name);
+    int rc = 0;
+    for (uint64_t i = 1; i < g->n_tensors && rc == 0; i++)
+        if (strcmp(c[i - 1].name, c[i].name) == 0)
+            rc = shoal_err_set(s->err, SHOAL_EFORMAT,
+                               "gguf '%s': duplicate tensor name '%s'", s->name,
+                               c[i].name);
+    free(c);
+    return rc;
 }
 
 static int cmp_key_ptr(const void *a, const void *b)
@@ -432,8 +512,8 @@ static struct shoal_gguf *parse(struct src *s)
                       s->size - s->pos);
         goto fail;
     }
-    g->kv = shoal_xcalloc((size_t)(n_kv ? n_kv : 1), sizeof *g->kv);
     for (uint64_t i = 0; i < n_kv; i++) {
+        g->kv = grow(g->kv, &g->cap_kv, i, sizeof *g->kv);
         struct gguf_kv *kv = &g->kv[i];
         uint32_t type;
         g->n_kv = i + 1;
@@ -467,22 +547,39 @@ static struct shoal_gguf *parse(struct src *s)
         }
         g->alignment = kv->v.u;
     }
-    if (parse_tensors(s, g, n_tensors))
+    if (parse_tensors(s, g, n_tensors) || check_unique_tensors(s, g))
         goto fail;
     uint64_t pad = (g->alignment - s->pos % g->alignment) % g->alignment;
     g->data_offset = s->pos + pad;
+    g->file_size = s->file_size;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         struct gguf_tensor *t = &g->tensors[i];
-        /* Data may be absent (vocab-only files have no tensors at all);
-         * an offset must still land inside the file and be aligned. */
-        if (t->offset % g->alignment != 0 ||
-            g->data_offset > s->size ||
-            t->offset > s->size - g->data_offset) {
+        /* Every tensor's bytes [data_offset + offset, + nbytes) lie inside
+         * the file (a vocab-only file has no tensors at all). */
+        if (t->offset % g->alignment != 0) {
             shoal_err_set(err, SHOAL_EFORMAT,
                           "gguf '%s': tensor '%s' data offset %" PRIu64
-                          " is unaligned (alignment %" PRIu64
-                          ") or past the end of the %" PRIu64 "-byte file",
-                          s->name, t->name, t->offset, g->alignment, s->size);
+                          " is not a multiple of the alignment %" PRIu64,
+                          s->name, t->name, t->offset, g->alignment);
+            goto fail;
+        }
+        if (g->data_offset > s->file_size ||
+            t->offset > s->file_size - g->data_offset) {
+            shoal_err_set(err, SHOAL_EFORMAT,
+                          "gguf '%s': tensor '%s' data offset %" PRIu64
+                          " is past the end of the %" PRIu64
+                          "-byte file (data section at %" PRIu64 ")",
+                          s->name, t->name, t->offset, s->file_size, g->data_offset);
+            goto fail;
+        }
+        if (t->nbytes > s->file_size - g->data_offset - t->offset) {
+            shoal_err_set(err, SHOAL_EFORMAT,
+                          "gguf '%s': tensor '%s' (%s) needs %" PRIu64
+                          " bytes at file offset %" PRIu64 "; only %" PRIu64
+                          " are left in the %" PRIu64 "-byte file (truncated?)",
+                          s->name, t->name, shoal_ggml_type_name(t->type), t->nbytes,
+                          g->data_offset + t->offset,
+                          s->file_size - g->data_offset - t->offset, s->file_size);
             goto fail;
         }
         t->offset += g->data_offset;
@@ -516,8 +613,10 @@ struct shoal_gguf *shoal_gguf_open(const char *path, struct shoal_err *err)
                       path);
         return NULL;
     }
-    struct src s = {.f = f, .size = (uint64_t)st.st_size, .name = path,
+    struct src s = {.f = f, .file_size = (uint64_t)st.st_size, .name = path,
                     .err = err};
+    s.size = s.file_size < SHOAL_GGUF_MAX_HEADER_BYTES ? s.file_size
+                                                       : SHOAL_GGUF_MAX_HEADER_BYTES;
     struct shoal_gguf *g = parse(&s);
     fclose(f);
     return g;
@@ -527,8 +626,10 @@ struct shoal_gguf *shoal_gguf_open_mem(const void *data, size_t size,
                                        const char *name,
                                        struct shoal_err *err)
 {
-    struct src s = {.mem = data, .size = size,
+    struct src s = {.mem = data, .file_size = size,
                     .name = name ? name : "(memory)", .err = err};
+    s.size = s.file_size < SHOAL_GGUF_MAX_HEADER_BYTES ? s.file_size
+                                                       : SHOAL_GGUF_MAX_HEADER_BYTES;
     return parse(&s);
 }
 
@@ -542,6 +643,8 @@ uint64_t shoal_gguf_data_offset(const struct shoal_gguf *g)
 {
     return g->data_offset;
 }
+uint64_t shoal_gguf_alignment(const struct shoal_gguf *g) { return g->alignment; }
+uint64_t shoal_gguf_file_size(const struct shoal_gguf *g) { return g->file_size; }
 
 int64_t shoal_gguf_find(const struct shoal_gguf *g, const char *key)
 {
@@ -673,5 +776,6 @@ int shoal_gguf_tensor(const struct shoal_gguf *g, uint64_t i,
     memcpy(out->ne, t->ne, sizeof out->ne);
     out->type = t->type;
     out->offset = t->offset;
+    out->nbytes = t->nbytes;
     return 0;
 }

@@ -1,0 +1,42 @@
+/* ggml_types_impl: what ggml_types.c, ggml_dequant.c and ggml_grids.c share
+ * (not a public header: include ggml_types.h).
+ *
+ * One scalar reference dequantization per type (the shoal_ggml_dequant_fn
+ * contract of ggml_types.h: one block of type_size bytes in, block_size
+ * floats out), and the IQ types' codebooks. Thread: any. */
+#ifndef SHOAL_GGML_TYPES_IMPL_H
+#define SHOAL_GGML_TYPES_IMPL_H
+
+#include <stdint.h>
+
+#define SHOAL_GGML_QK_K 256 /* super-block of the K-quants and IQ types */
+
+void shoal_ggml_dequant_f32(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_f16(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_bf16(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_q4_0(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_q4_1(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_q5_0(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_q5_1(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_q8_0(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_q2_k(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_q3_k(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_q4_k(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_q5_k(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_q6_k(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_iq4_nl(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_iq4_xs(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_mxfp4(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_iq2_xxs(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_iq3_xxs(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_iq1_s(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_iq1_m(const uint8_t *src, float *dst);
+
+/* Codebooks (ggml_grids.c): entry i of ggml-common.h's table, one code of
+ * 2 (iq2xxs, iq1s) or 3 (iq3xxs) bits per element, element 0 in the low
+ * bits (ggml_grids.c says where the values come from). */
+extern const uint16_t shoal_ggml_iq2xxs_codes[256];
+extern const uint16_t shoal_ggml_iq3xxs_codes[256];
+extern const uint16_t shoal_ggml_iq1s_codes[2048];
+
+#endif
