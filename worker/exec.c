@@ -314,9 +314,12 @@ static void run_request(struct shoal_worker_exec *x, struct shoal_worker_job *jo
         row += cnt;
         pos += (size_t)cnt * row_bytes;
     }
-    /* hints run before each batch's reads and queue behind them */
-    const struct shoal_expert_exec_hooks hooks = {.before_start = exec_hints,
-                                                  .started = exec_hints, .user = x};
+    /* hints (the next layer's experts) run once this batch's reads are in
+     * flight, so their reads queue behind them: run before, a prefill's
+     * whole next-layer union went to the disk ahead of the layer the
+     * coordinator waits for (1.5x its time on a throttled disk, and, in a
+     * small cache, evictions of prefetches before their use) */
+    const struct shoal_expert_exec_hooks hooks = {.started = exec_hints, .user = x};
     struct shoal_expert_exec_times tm;
     int rc = shoal_expert_exec_run(x->store, il, x->ids, n, x->jobs, x->ew, &hooks, &tm, &err);
     if (rc < 0) {
@@ -388,10 +391,11 @@ static void *thread_main(void *arg)
             pthread_mutex_unlock(&x->mu);
             break;
         }
-        int have_hint = x->h_head != NULL;
-        struct shoal_worker_job *job = have_hint ? NULL : list_pop(&x->q_head, &x->q_tail);
+        /* a queued request before queued hints: its reads go first and
+         * the hints run behind them (run_request's started hook) */
+        struct shoal_worker_job *job = list_pop(&x->q_head, &x->q_tail);
         pthread_mutex_unlock(&x->mu);
-        if (have_hint) {
+        if (!job) {
             run_hints(x);
             continue;
         }

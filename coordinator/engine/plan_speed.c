@@ -146,7 +146,7 @@ static void prefill(const struct shoal_plan *o, const struct shoal_plan_env *env
     f->compute = (2.0 * P * trunk_params + 2.0 * (double)o->params_lm_head) /
                  (mc[0].flops * geff) +
                  (double)o->attn_flops_per_pos * P * P / 2 / (mc[0].flops * geff / 4);
-    f->fixed = (double)o->n_layer * SHOAL_PLAN_LAYER_S * 4;
+    f->fixed = (double)o->n_layer * SHOAL_PLAN_LAYER_S * 4 + SHOAL_PLAN_PREFILL_START_S;
     for (int64_t l = 0; l < L; l++) {
         double worst = 0, wc = 0, wd = 0, wl = 0, wire = 0;
         for (int m = first; m < M; m++) {
@@ -301,7 +301,8 @@ int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params 
         }
         out->mem[m].hit = asked > 0 ? got / asked : 1;
         hit_num += out->mem[m].hit / S;
-        disk_bytes += (1 - out->mem[m].hit) * (double)o->token_expert_bytes / S;
+        disk_bytes += SHOAL_PLAN_MISS_COST * (1 - out->mem[m].hit) *
+                      (double)o->token_expert_bytes / S;
     }
     out->hit = S ? hit_num : 1;
     out->token_disk_bytes = (uint64_t)(disk_bytes + 0.5);
@@ -313,9 +314,10 @@ int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params 
               (double)env->prompt * (double)o->kv_bytes_per_token) / (mc[0].mem_bw * eff);
     d->fixed = (double)o->n_layer * SHOAL_PLAN_LAYER_S;
     uint64_t seed = 0x9e3779b97f4a7c15ull;
+    double disk_m[SHOAL_PLAN_MAX_MACHINES] = {0};
     double link_bytes = 0, trips = 0;
     for (int64_t l = 0; l < L; l++) {
-        double s_ram = 0, s_disk = 0, s_link = 0;
+        double s_ram = 0, s_link = 0;
         for (int s = 0; s < SAMPLES; s++) {
             double tm[SHOAL_PLAN_MAX_MACHINES] = {0}, td[SHOAL_PLAN_MAX_MACHINES] = {0};
             int cnt[SHOAL_PLAN_MAX_MACHINES] = {0}, miss[SHOAL_PLAN_MAX_MACHINES] = {0};
@@ -324,36 +326,39 @@ int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params 
                 if (m >= M)
                     m = M - 1;
                 cnt[m]++;
+                tm[m] += SHOAL_PLAN_EXPERT_S;
                 if (rng_unit(&seed) < lhit[l * M + m]) {
                     tm[m] += blob / (mc[m].mem_bw * eff);
                 } else {
-                    td[m] += blob / mc[m].disk_bw;
+                    td[m] += SHOAL_PLAN_MISS_COST * blob / mc[m].disk_bw;
                     miss[m] = 1;
                 }
             }
-            double worst = 0, wr = 0, wd = 0, wl = 0, wire = 0;
+            /* RAM and the round trip: the layer waits for the slowest
+             * machine; disk reads run on across layers (the lookahead's
+             * prefetch keeps each disk busy), so they add up per machine */
+            double worst = 0, wl = 0, wire = 0;
             for (int m = first; m < M; m++) {
                 if (!cnt[m])
                     continue;
-                double lat = miss[m] ? SHOAL_PLAN_DISK_LATENCY_S : 0;
+                disk_m[m] += (td[m] + (miss[m] ? SHOAL_PLAN_DISK_LATENCY_S : 0)) / SAMPLES;
                 double rtt = m > 0 ? env->link_rtt : 0;
                 if (m > 0) {
                     wire += (1.0 + cnt[m]) * row_bytes;
                     trips += 1.0 / SAMPLES;
                 }
-                double t = tm[m] + td[m] + lat + rtt;
-                if (t > worst)
-                    worst = t, wr = tm[m], wd = td[m] + lat, wl = rtt;
+                if (tm[m] + rtt > worst)
+                    worst = tm[m] + rtt, wl = rtt;
             }
             link_bytes += wire / SAMPLES;
-            s_ram += wr;
-            s_disk += wd;
+            s_ram += worst - wl;
             s_link += wl + (M > 1 ? wire / env->link_bw : 0);
         }
         d->ram += s_ram / SAMPLES;
-        d->disk += s_disk / SAMPLES;
         d->link += s_link / SAMPLES;
     }
+    for (int m = first; m < M; m++)
+        d->disk = fmax(d->disk, disk_m[m]);
     d->total = d->ram + d->disk + d->link + d->compute + d->fixed;
     set_bound(d);
     out->token_link_bytes = (uint64_t)(link_bytes + 0.5);

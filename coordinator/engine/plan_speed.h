@@ -19,11 +19,16 @@
  *            0/7/15, five domains; SHOAL_PLAN_SKEW below);
  *   decode   trunk, KV and cached experts read at the RAM bandwidth times
  *            the efficiency shoal's warm token reaches (SHOAL_PLAN_DECODE_EFF),
- *            misses read from disk at its rate plus one latency per layer
- *            that misses, a fixed cost per layer, and for each MoE layer
+ *            misses read from disk at its rate (times SHOAL_PLAN_MISS_COST,
+ *            the prefetch reads that go unused) plus one latency per layer
+ *            that misses, a fixed cost per layer and per routed expert, and
+ *            for each MoE layer
  *            served over the network one round trip plus the bytes through
  *            the coordinator's link; with several machines a layer waits
- *            for the slowest one (expected over the routing by sampling);
+ *            for the slowest one's RAM reads and round trip (expected over
+ *            the routing by sampling), while disk reads run on across
+ *            layers (the prefetch keeps each disk busy): the busiest disk's
+ *            total counts;
  *   prefill  per MoE layer the prompt's batch-union of experts is read once
  *            and every routed row computed at the machine's GEMM rate times
  *            SHOAL_PLAN_PREFILL_EFF; the trunk's rows likewise; disk reads
@@ -44,7 +49,7 @@
 /* Fraction of the RAM-read bound a warm shoal decode token reaches (bytes
  * of trunk, KV and experts read / RAM read bandwidth / time), measured by
  * `shoal bench --state warm` on the machines in docs/BENCHMARKS.md. */
-#define SHOAL_PLAN_DECODE_EFF 0.70
+#define SHOAL_PLAN_DECODE_EFF 0.75
 /* Fraction of the GEMM probe's rate a prefill reaches on experts' and
  * trunk rows (batches split over experts, activations quantized per
  * row), measured by `shoal bench --prompt-len 512` beside the probe. */
@@ -52,6 +57,19 @@
 /* Fixed cost of one layer of a decode token (thread fork/join, norms,
  * RoPE, the combine), seconds. */
 #define SHOAL_PLAN_LAYER_S 25e-6
+/* Fixed cost of one routed expert in a decode token (the store's acquire
+ * and release, three matvecs' fork/join), seconds: what makes a model of
+ * small experts slower than its bytes say (bench/plan_check, 0.4 GB). */
+#define SHOAL_PLAN_EXPERT_S 15e-6
+/* Disk reads per expert miss in decode: the router lookahead's prefetch
+ * also reads experts that go unused, 1 / precision of them (precision 86 %
+ * measured with small caches); decode with --prefetch off ran 15 % faster
+ * on a throttled disk (docs/BENCHMARKS_LOG.md). */
+#define SHOAL_PLAN_MISS_COST 1.15
+/* One-time cost in the first prompt of a process (first touch of the
+ * activation scratch and the KV cache, the OpenMP pool), seconds:
+ * measured 30-110 ms beside the model of a 64-token prefill. */
+#define SHOAL_PLAN_PREFILL_START_S 0.05
 /* Latency of one random expert read on an SSD, seconds. */
 #define SHOAL_PLAN_DISK_LATENCY_S 100e-6
 /* The expert store's default reads in flight: its staging holds as many
