@@ -25,7 +25,7 @@ static void plan_usage(void)
 {
     printf("usage: shoal plan [--model] MODEL [--ram SIZE[,SIZE...]] [--machines N]\n"
            "                  [--disk RATE[,...]] [--mem-bw RATE[,...]] [--flops RATE[,...]]\n"
-           "                  [--link RATE] [--rtt TIME] [--coordinator-experts on|off]\n"
+           "                  [--link RATE[,...]] [--rtt TIME] [--coordinator-experts on|off]\n"
            "                  [--measure] [--prompt N] [--ctx N] [--reserve SIZE]\n"
            "                  [--routing FILE] [--experts T] [--dense T] [--group G]\n"
            "                  [--kv T] [--json]\n\n"
@@ -48,8 +48,9 @@ static void plan_usage(void)
            "  --mem-bw RATE[,...]  RAM read bandwidth, e.g. 60GB/s (default 50GB/s)\n"
            "  --flops RATE[,...]   GEMM rate at the experts' dtype, e.g. 300G (FLOP/s;\n"
            "                       default 300G)\n"
-           "  --link RATE          each machine's network link: 1gbit, 2.5gbit, 10gbit,\n"
-           "                       100mbit, or bytes such as 1.25GB/s (default 1gbit)\n"
+           "  --link RATE[,...]    each machine's network link, each way: 1gbit, 2.5gbit,\n"
+           "                       10gbit, 100mbit, or bytes such as 1.25GB/s (default\n"
+           "                       1gbit); machine 1's carries every worker's traffic\n"
            "  --rtt TIME           its round trip, e.g. 0.2ms, 2ms (default 0.2ms)\n"
            "  --coordinator-experts on|off  machine 1's own store serves experts too, as\n"
            "                       'shoal run --local-experts on' (default on)\n"
@@ -353,7 +354,7 @@ static int parse_time(const char *flag, const char *v, double *out)
 
 /* A comma-separated list of one value kind into vals[]; returns the count,
  * or -1 after an error line. */
-enum list_kind { L_SIZE, L_RATE, L_FLOPS };
+enum list_kind { L_SIZE, L_RATE, L_LINK, L_FLOPS };
 
 static int parse_list(const char *flag, const char *v, enum list_kind kind, double *vals)
 {
@@ -374,8 +375,8 @@ static int parse_list(const char *flag, const char *v, enum list_kind kind, doub
             if (parse_size_unit(flag, t, &sz))
                 return -1;
             vals[n++] = (double)sz;
-        } else if (kind == L_RATE) {
-            if (parse_rate(flag, t, 0, &vals[n++]))
+        } else if (kind == L_RATE || kind == L_LINK) {
+            if (parse_rate(flag, t, kind == L_LINK, &vals[n++]))
                 return -1;
         } else if (parse_flops(t, &vals[n++])) {
             return -1;
@@ -563,8 +564,9 @@ static void advise(struct plan_ctx *c, const struct shoal_plan_speed *base)
     if (e0->n_machine > 1) {
         cands[nc].env = *e0;
         cands[nc].env.link_bw *= 10;
-        snprintf(cands[nc].what, 128, "a link 10x as fast (%.3g Gbit/s)",
-                 cands[nc].env.link_bw * 8 / 1e9);
+        for (int m = 0; m < e0->n_machine; m++)
+            cands[nc].env.m[m].link_bw *= 10;
+        snprintf(cands[nc].what, 128, "links 10x as fast");
         nc++;
     }
     double best = base->decode_tps;
@@ -609,6 +611,10 @@ static json_t *speed_json(const struct plan_ctx *c, const struct shoal_plan_spee
     if (c->env.n_machine > 1)
         json_object_set_new(j, "link", json_pack("{s:f, s:f}", "bytes_per_s", c->env.link_bw,
                                                  "rtt_s", c->env.link_rtt));
+    for (int m = 0; m < s->n_machine && c->env.n_machine > 1; m++)
+        json_object_set_new(json_array_get(ms, (size_t)m), "link_bw",
+                            json_real(c->env.m[m].link_bw > 0 ? c->env.m[m].link_bw
+                                                              : c->env.link_bw));
     json_t *as = json_array();
     if (c->assumed_mem)
         json_array_append_new(as, json_string("mem_bw"));
@@ -646,9 +652,13 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
     printf("machines     %d: machine 1 runs the coordinator%s", e->n_machine,
            e->coordinator_experts ? (e->n_machine > 1 ? " and serves experts too" : " and its "
                                      "expert store") : ", the others serve the experts");
-    if (e->n_machine > 1)
-        printf("; links %.3g Gbit/s, %.2f ms round trip", e->link_bw * 8 / 1e9,
-               e->link_rtt * 1e3);
+    if (e->n_machine > 1) {
+        printf("; links");
+        for (int m = 0; m < e->n_machine; m++)
+            printf("%s %.3g", m ? "," : "",
+                   (e->m[m].link_bw > 0 ? e->m[m].link_bw : e->link_bw) * 8 / 1e9);
+        printf(" Gbit/s, %.2f ms round trip", e->link_rtt * 1e3);
+    }
     printf("\n");
     for (int m = 0; m < s->n_machine; m++) {
         const struct shoal_plan_mem *mm = &s->mem[m];
@@ -740,8 +750,9 @@ int shoal_cmd_plan(int argc, char **argv)
     int as_json = 0, measure = 0, set_experts = 0, set_dense = 0, set_group = 0, set_kv = 0;
     long long machines = 0;
     double ram[SHOAL_PLAN_MAX_MACHINES], disk[SHOAL_PLAN_MAX_MACHINES],
-        mem[SHOAL_PLAN_MAX_MACHINES], flops[SHOAL_PLAN_MAX_MACHINES];
-    int n_ram = 0, n_disk = 0, n_mem = 0, n_flops = 0, set_link = 0;
+        mem[SHOAL_PLAN_MAX_MACHINES], flops[SHOAL_PLAN_MAX_MACHINES],
+        link[SHOAL_PLAN_MAX_MACHINES];
+    int n_ram = 0, n_disk = 0, n_mem = 0, n_flops = 0, n_link = 0, set_link = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -798,7 +809,7 @@ int shoal_cmd_plan(int argc, char **argv)
         case 8: bad = (n_disk = parse_list(a, v, L_RATE, disk)) < 0; break;
         case 9: bad = (n_mem = parse_list(a, v, L_RATE, mem)) < 0; break;
         case 10: bad = (n_flops = parse_list(a, v, L_FLOPS, flops)) < 0; break;
-        case 11: bad = parse_rate(a, v, 1, &c.env.link_bw); set_link = 1; break;
+        case 11: bad = (n_link = parse_list(a, v, L_LINK, link)) < 0; set_link = 1; break;
         case 12: bad = parse_time(a, v, &c.env.link_rtt); break;
         case 13:
             if (!strcmp(v, "on") || !strcmp(v, "off"))
@@ -828,12 +839,12 @@ int shoal_cmd_plan(int argc, char **argv)
     /* the machine count: --machines, or the longest list; every list has
      * one value (for all) or one per machine */
     int M = machines ? (int)machines : 1;
-    const int lens[4] = {n_ram, n_disk, n_mem, n_flops};
-    const char *const lflag[4] = {"--ram", "--disk", "--mem-bw", "--flops"};
-    for (int i = 0; i < 4; i++)
+    const int lens[5] = {n_ram, n_disk, n_mem, n_flops, n_link};
+    const char *const lflag[5] = {"--ram", "--disk", "--mem-bw", "--flops", "--link"};
+    for (int i = 0; i < 5; i++)
         if (!machines && lens[i] > M)
             M = lens[i];
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (lens[i] > 1 && lens[i] != M) {
             shoal_cli_error("plan: %s lists %d machines but there are %d (%s); give one value "
                             "for all or one per machine", lflag[i], lens[i], M,
@@ -853,6 +864,7 @@ int shoal_cmd_plan(int argc, char **argv)
         c.env.m[m].disk_bw = n_disk ? disk[n_disk > 1 ? m : 0] : 0;
         c.env.m[m].mem_bw = n_mem ? mem[n_mem > 1 ? m : 0] : 0;
         c.env.m[m].flops = n_flops ? flops[n_flops > 1 ? m : 0] : 0;
+        c.env.m[m].link_bw = n_link ? link[n_link > 1 ? m : 0] : 0;
     }
     char *text = NULL, *what = NULL;
     size_t len = 0;

@@ -124,6 +124,20 @@ static void set_bound(struct shoal_plan_time *t)
     t->bound = c[best].name;
 }
 
+/* Seconds the wire takes for one exchange: send[m] bytes out to and
+ * recv[m] back from each remote machine m, each over its own link and all
+ * through the coordinator's (machine 0), both full duplex. */
+static double wire_time(const struct shoal_plan_machine *mc, int first, int M,
+                        const double *send, const double *recv)
+{
+    double t = 0, ss = 0, sr = 0;
+    for (int m = first > 0 ? first : 1; m < M; m++) {
+        t = fmax(t, fmax(send[m], recv[m]) / mc[m].link_bw);
+        ss += send[m], sr += recv[m];
+    }
+    return fmax(t, fmax(ss, sr) / mc[0].link_bw);
+}
+
 /* The prefill of env->prompt tokens into f: per MoE layer the batch-union
  * of experts (item i used with probability 1 - (1 - r_i)^P) read once,
  * its misses from disk (hit NULL: every one) overlapping the compute, which
@@ -148,7 +162,8 @@ static void prefill(const struct shoal_plan *o, const struct shoal_plan_env *env
                  (double)o->attn_flops_per_pos * P * P / 2 / (mc[0].flops * geff / 4);
     f->fixed = (double)o->n_layer * SHOAL_PLAN_LAYER_S * 4 + SHOAL_PLAN_PREFILL_START_S;
     for (int64_t l = 0; l < L; l++) {
-        double worst = 0, wc = 0, wd = 0, wl = 0, wire = 0;
+        double worst = 0, wc = 0, wd = 0, wl = 0;
+        double send[SHOAL_PLAN_MAX_MACHINES] = {0}, recv[SHOAL_PLAN_MAX_MACHINES] = {0};
         for (int m = first; m < M; m++) {
             double U = 0, miss = 0;
             for (int64_t i = 0; i < E; i++) {
@@ -163,9 +178,10 @@ static void prefill(const struct shoal_plan *o, const struct shoal_plan_env *env
                            2.0 * P * (double)k / S * (double)o->params_expert_one /
                            (mc[m].flops * geff);
             double rtt = m > 0 ? env->link_rtt : 0;
-            if (m > 0)
-                wire += P * row_bytes * (1 - pow(1 - 1.0 / S, (double)k)) +
-                        P * (double)k / S * row_bytes;
+            if (m > 0) {
+                send[m] = P * row_bytes * (1 - pow(1 - 1.0 / S, (double)k));
+                recv[m] = P * (double)k / S * row_bytes;
+            }
             double t = fmax(tdisk, tcomp) + rtt;
             if (t > worst) {
                 worst = t, wl = rtt;
@@ -175,7 +191,7 @@ static void prefill(const struct shoal_plan *o, const struct shoal_plan_env *env
         }
         f->compute += wc;
         f->disk += wd;
-        f->link += wl + (M > 1 ? wire / env->link_bw : 0);
+        f->link += wl + (M > 1 ? wire_time(mc, first, M, send, recv) : 0);
     }
     f->total = f->ram + f->disk + f->link + f->compute + f->fixed;
     set_bound(f);
@@ -211,6 +227,8 @@ int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params 
             mc[m].disk_bw = DEF_DISK_BW;
         if (mc[m].flops <= 0)
             mc[m].flops = DEF_FLOPS;
+        if (mc[m].link_bw <= 0)
+            mc[m].link_bw = env->link_bw;
     }
     out->n_machine = M;
     out->fits = 1;
@@ -338,13 +356,16 @@ int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params 
              * machine; disk reads run on across layers (the lookahead's
              * prefetch keeps each disk busy), so they add up per machine */
             double worst = 0, wl = 0, wire = 0;
+            double send[SHOAL_PLAN_MAX_MACHINES] = {0}, recv[SHOAL_PLAN_MAX_MACHINES] = {0};
             for (int m = first; m < M; m++) {
                 if (!cnt[m])
                     continue;
                 disk_m[m] += (td[m] + (miss[m] ? SHOAL_PLAN_DISK_LATENCY_S : 0)) / SAMPLES;
                 double rtt = m > 0 ? env->link_rtt : 0;
                 if (m > 0) {
-                    wire += (1.0 + cnt[m]) * row_bytes;
+                    send[m] = row_bytes;
+                    recv[m] = cnt[m] * row_bytes;
+                    wire += send[m] + recv[m];
                     trips += 1.0 / SAMPLES;
                 }
                 if (tm[m] + rtt > worst)
@@ -352,7 +373,7 @@ int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params 
             }
             link_bytes += wire / SAMPLES;
             s_ram += worst - wl;
-            s_link += wl + (M > 1 ? wire / env->link_bw : 0);
+            s_link += wl + (M > 1 ? wire_time(mc, first, M, send, recv) : 0);
         }
         d->ram += s_ram / SAMPLES;
         d->link += s_link / SAMPLES;

@@ -23,8 +23,9 @@
  *            the prefetch reads that go unused) plus one latency per layer
  *            that misses, a fixed cost per layer and per routed expert, and
  *            for each MoE layer
- *            served over the network one round trip plus the bytes through
- *            the coordinator's link; with several machines a layer waits
+ *            served over the network one round trip plus the bytes at the
+ *            slower of each worker's link and the coordinator's, which
+ *            carries them all (full duplex: the larger direction counts); with several machines a layer waits
  *            for the slowest one's RAM reads and round trip (expected over
  *            the routing by sampling), while disk reads run on across
  *            layers (the prefetch keeps each disk busy): the busiest disk's
@@ -82,13 +83,17 @@ struct shoal_plan_machine {
     double mem_bw;         /* RAM read bandwidth, bytes/s */
     double disk_bw;        /* random expert-sized reads at queue depth, bytes/s */
     double flops;          /* expert GEMM rate at the experts' dtype, FLOP/s */
+    double link_bw;        /* its network link, bytes/s each way (full duplex);
+                              0: env.link_bw. Machine 0's carries every
+                              worker's traffic */
 };
 
 struct shoal_plan_env {
     int n_machine;                         /* 1 .. SHOAL_PLAN_MAX_MACHINES */
     struct shoal_plan_machine m[SHOAL_PLAN_MAX_MACHINES]; /* [0]: the coordinator */
     uint64_t reserve;                      /* bytes kept for the OS on every machine */
-    double link_bw;                        /* bytes/s of each machine's link */
+    double link_bw;                        /* bytes/s of a machine's link where its
+                                              own link_bw is 0 */
     double link_rtt;                       /* round trip, seconds */
     int coordinator_experts;               /* 1: the coordinator's store serves experts
                                               too (--local-experts on) */

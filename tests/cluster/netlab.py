@@ -115,9 +115,12 @@ class Lab:
             signal.signal(signal.SIGTERM, self._old_term)
         return False
 
-    def add_host(self, name, rate=None):
+    def add_host(self, name, rate=None, burst="256kb"):
         """A namespace linked to the root namespace; rate like '1gbit'
-        limits both directions with tbf."""
+        limits both directions with tbf, which lets `burst` bytes (tc's
+        units) through at the veth's own speed before the rate holds: a
+        small burst makes each message wait for the rate as a real link's
+        serialization does."""
         h = Host(self, len(self.hosts) + 1, name)
         self.hosts.append(h)
         _run("ip", "netns", "add", h.ns)
@@ -130,9 +133,9 @@ class Lab:
         _run(*h.argv(["ip", "link", "set", "lo", "up"]))
         if rate:
             _run("tc", "qdisc", "add", "dev", h.veth_root, "root", "tbf", "rate", rate,
-                 "burst", "256kb", "latency", "50ms")
+                 "burst", burst, "latency", "50ms")
             _run(*h.argv(["tc", "qdisc", "add", "dev", h.veth_host, "root", "tbf", "rate",
-                          rate, "burst", "256kb", "latency", "50ms"]))
+                          rate, "burst", burst, "latency", "50ms"]))
         return h
 
     def _cgroup(self, controller, name):
