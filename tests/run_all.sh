@@ -75,6 +75,7 @@ stage_gcc() {
     step "shoal's OpenMP wait default (gcc, libgomp)" "$PY" tests/reference/test_omp_env.py --shoal build-test/coordinator/shoal --worker build-test/worker/shoal-worker
     step "shoal shard (gcc)" "$PY" tests/reference/test_shard.py --shoal build-test/coordinator/shoal
     step "shoal plan vs convert/synth and the real configs (gcc)" "$PY" tests/reference/test_plan.py --shoal build-test/coordinator/shoal
+    step "shoal plan: verdict, exit 3, units, memory per machine, derived hit rate vs a simulated LRU, the default skew curve (gcc)" "$PY" tests/reference/test_plan_speed.py --shoal build-test/coordinator/shoal
     step "shoal template vs jinja2 (gcc)" "$PY" tests/reference/test_chat_template_jinja.py --shoal build-test/coordinator/shoal
     step "expert store memory bound (gcc; needs root)" "$PY" tests/reference/test_memory_bound.py --shoal build-test/coordinator/shoal
     step "shoal-worker protocol, bad frames, keys, churn (gcc)" "$PY" tests/cluster/test_worker.py --worker build-test/worker/shoal-worker --probe build-test/tests/cluster/wire_probe --shoal build-test/coordinator/shoal

@@ -37,49 +37,90 @@ void shoal_plan_default_shares(int64_t n_expert, double *out)
                  skew_at((double)i / (double)n_expert);
 }
 
+/* xorshift64*: the sampled expected maxima are the same on every run */
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+static double rng_unit(uint64_t *s)
+{
+    return (double)(rng_next(s) >> 11) / 9007199254740992.0;
+}
+
 double shoal_plan_lru_hit(const double *r, int64_t n, double c, double *item_hit)
 {
     double rsum = 0;
     for (int64_t i = 0; i < n; i++)
         rsum += r[i];
-    if (c >= (double)n || rsum <= 0) {
+    const int64_t cap = (int64_t)c;
+    if (cap >= n || rsum <= 0 || cap <= 0) {
+        double h = cap >= n || rsum <= 0 ? 1 : 0;
         for (int64_t i = 0; item_hit && i < n; i++)
-            item_hit[i] = 1;
-        return 1;
-    }
-    if (c <= 0) {
-        for (int64_t i = 0; item_hit && i < n; i++)
-            item_hit[i] = 0;
-        return 0;
-    }
-    /* sum_i (1 - exp(-r_i T)) grows from 0 to n with T: bisect on log T */
-    double lo = 1e-12 / (rsum / (double)n), hi = lo;
-    for (;;) {
-        double s = 0;
-        for (int64_t i = 0; i < n; i++)
-            s += 1 - exp(-r[i] * hi);
-        if (s >= c || hi > 1e300)
-            break;
-        lo = hi;
-        hi *= 4;
-    }
-    for (int it = 0; it < 100; it++) {
-        double mid = sqrt(lo * hi), s = 0;
-        for (int64_t i = 0; i < n; i++)
-            s += 1 - exp(-r[i] * mid);
-        if (s < c)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    double T = sqrt(lo * hi), hit = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double h = 1 - exp(-r[i] * T);
-        if (item_hit)
             item_hit[i] = h;
-        hit += r[i] * h;
+        return h;
     }
-    return hit / rsum;
+    /* an LRU of cap items, asked token by token in the engine's order
+     * (item i with probability r[i], layer after layer): a warm-up of three
+     * fills, then about 300 000 asks counted */
+    int64_t *prev = malloc((size_t)n * sizeof *prev), *next = malloc((size_t)n * sizeof *next);
+    uint8_t *in = calloc((size_t)n, 1);
+    double *asks = calloc((size_t)n, sizeof *asks), *hits = calloc((size_t)n, sizeof *hits);
+    if (!prev || !next || !in || !asks || !hits) {
+        free(prev), free(next), free(in), free(asks), free(hits);
+        return -1;
+    }
+    int64_t head = -1, tail = -1, size = 0;
+    const int64_t warm = 3 * (int64_t)ceil((double)cap / rsum) + 20;
+    int64_t count = (int64_t)ceil(300000.0 / rsum);
+    count = count < 200 ? 200 : count > 100000 ? 100000 : count;
+    uint64_t seed = 0x2545f4914f6cdd1dull;
+    for (int64_t t = 0; t < warm + count; t++) {
+        for (int64_t i = 0; i < n; i++) {
+            if (rng_unit(&seed) >= r[i])
+                continue;
+            if (t >= warm) {
+                asks[i] += 1;
+                hits[i] += in[i];
+            }
+            if (in[i]) {                       /* to the front */
+                if (head == i)
+                    continue;
+                next[prev[i]] = next[i];
+                if (next[i] >= 0)
+                    prev[next[i]] = prev[i];
+                else
+                    tail = prev[i];
+            } else {
+                in[i] = 1;
+                if (++size > cap) {            /* evict the tail */
+                    int64_t v = tail;
+                    tail = prev[v];
+                    next[tail] = -1;
+                    in[v] = 0;
+                    size--;
+                }
+            }
+            prev[i] = -1;
+            next[i] = head;
+            if (head >= 0)
+                prev[head] = i;
+            head = i;
+            if (tail < 0)
+                tail = i;
+        }
+    }
+    double h = 0, a = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (item_hit)
+            item_hit[i] = asks[i] > 0 ? hits[i] / asks[i] : 0;
+        h += hits[i], a += asks[i];
+    }
+    free(prev), free(next), free(in), free(asks), free(hits);
+    return a > 0 ? h / a : 0;
 }
 
 /* Per machine defaults when a field is 0: a desktop of 2025 (dual-channel
@@ -94,20 +135,6 @@ static uint64_t default_reserve(uint64_t ram)
     uint64_t r = ram / 10;
     uint64_t lo = 1ull << 30, hi = 8ull << 30;
     return r < lo ? lo : r > hi ? hi : r;
-}
-
-/* xorshift64*: the sampled expected maxima are the same on every run */
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
-}
-
-static double rng_unit(uint64_t *s)
-{
-    return (double)(rng_next(s) >> 11) / 9007199254740992.0;
 }
 
 static void set_bound(struct shoal_plan_time *t)
@@ -306,7 +333,10 @@ int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params 
         /* an even split: this machine sees a random 1/S of every layer,
          * which its cache holds as the whole set would hold S times it */
         double c = (double)out->mem[m].cache_experts * S;
-        shoal_plan_lru_hit(rate, (int64_t)n, c, hit + (size_t)m * n);
+        if (shoal_plan_lru_hit(rate, (int64_t)n, c, hit + (size_t)m * n) < 0) {
+            free(rate), free(hit), free(lhit);
+            return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
+        }
         double asked = 0, got = 0;
         for (int64_t l = 0; l < L; l++) {
             double la = 0, lg = 0;

@@ -7,12 +7,12 @@
  *            experts gives the rest of its RAM to the expert cache, minus
  *            the store's staging (queue depth x one expert);
  *   hits     the cache is an LRU (expert_store.h); its hit rate follows
- *            from the cache's share of the experts and the routing skew
- *            by Che's approximation (H. Che, Y. Tung, Z. Wang, "Hierarchical
- *            Web caching systems: modeling, design and experimental
- *            results", IEEE JSAC 20(7), 2002): item i, asked at rate r_i,
- *            is in the cache with probability 1 - exp(-r_i T), where T
- *            solves sum_i (1 - exp(-r_i T)) = cache size in items;
+ *            from the cache's share of the experts and the routing skew by
+ *            simulating that LRU, token by token and layer after layer in
+ *            the engine's order, each expert asked with probability
+ *            n_expert_used x its share (Che's closed form, H. Che et al.,
+ *            IEEE JSAC 20(7), 2002, was 0.09 high when the cache holds about
+ *            one token's experts: tests/reference/test_plan_speed.py);
  *   skew     each MoE layer's expert shares: the container's own routing
  *            counts when given, else one curve fitted to the real routing
  *            traces in ../shared/data (OLMoE-1B-7B, 64 experts top-8, layers
@@ -149,9 +149,12 @@ extern const double SHOAL_PLAN_SKEW[17];
  * (out[n_expert], sums to 1). Thread: any. */
 void shoal_plan_default_shares(int64_t n_expert, double *out);
 
-/* Expected LRU hit rate of items asked at rates r[n] (any positive unit)
- * with a cache of c items (Che's approximation); per-item probabilities
- * in item_hit[n] when not NULL. c >= n gives 1. Thread: any. */
+/* Expected LRU hit rate of items each asked with probability r[n] (0..1)
+ * per token, in index order, with a cache of c items: a simulated LRU
+ * (fixed seed: the same figure every call; about 300 000 asks after a
+ * warm-up). Per-item hit rates in item_hit[n] when not NULL (0 for an item
+ * never asked). c >= n gives 1. Returns the rate, or -1 without memory.
+ * Thread: any. */
 double shoal_plan_lru_hit(const double *r, int64_t n, double c, double *item_hit);
 
 /* Predict o (sized with p) on env. Returns 0 with out filled (a model that
