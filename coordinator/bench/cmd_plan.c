@@ -717,6 +717,7 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
     char *man = shoal_path_join(c->model, "shoal.json");
     int container = stat(man, &st) == 0;
     free(man);
+    int isdir = stat(c->model, &st) == 0 && S_ISDIR(st.st_mode);
     if (!container) {
         char ex[16], de[16];
         snprintf(ex, sizeof ex, "%s", shoal_dtype_name(c->p->experts_dtype));
@@ -725,19 +726,24 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
             *q = (char)tolower((unsigned char)*q);
         for (char *q = de; *q; q++)
             *q = (char)tolower((unsigned char)*q);
-        printf("convert      shoal convert %s DIR --experts %s --dense %s\n", c->model, ex, de);
+        printf("convert      shoal convert %s DIR --experts %s --dense %s\n",
+               isdir ? c->model : "CHECKPOINT", ex, de);
     }
-    printf("run with     shoal run %s", container ? c->model : "DIR");
-    if (m0->serves)
-        printf(" --expert-cache %lluM --direct on",
+    const char *dir = container ? c->model : "DIR";
+    if (e->n_machine == 1) {
+        printf("run with     shoal run %s --expert-cache %lluM --direct on\n", dir,
                (unsigned long long)(m0->cache >> 20));
-    if (e->n_machine > 1) {
-        printf(" --workers HOST:PORT,...%s", e->coordinator_experts ? "" : " --local-experts off");
-        printf("\n             (each worker: shoal-worker --model SHARD --expert-cache %lluM "
-               "--direct on; 'shoal shard --shards %d' makes the shards)",
-               (unsigned long long)(s->mem[s->n_machine - 1].cache >> 20), s->n_serving);
+        return;
     }
-    printf("\n");
+    const int nw = e->n_machine - 1;
+    printf("run with     machine 1: shoal run %s", dir);
+    if (m0->serves)
+        printf(" --expert-cache %lluM --direct on", (unsigned long long)(m0->cache >> 20));
+    printf(" --workers HOST2:7070%s%s\n", nw > 1 ? ",..." : "",
+           e->coordinator_experts ? "" : " --local-experts off");
+    printf("             machine I+1 (I = 1..%d): shoal-worker --model %s --shard %s/%d "
+           "--expert-cache %lluM --direct on --listen ADDR:7070\n", nw, dir,
+           nw > 1 ? "I-1" : "0", nw, (unsigned long long)(s->mem[s->n_machine - 1].cache >> 20));
 }
 
 int shoal_cmd_plan(int argc, char **argv)

@@ -50,7 +50,7 @@
 /* Fraction of the RAM-read bound a warm shoal decode token reaches (bytes
  * of trunk, KV and experts read / RAM read bandwidth / time), measured by
  * `shoal bench --state warm` on the machines in docs/BENCHMARKS.md. */
-#define SHOAL_PLAN_DECODE_EFF 0.75
+#define SHOAL_PLAN_DECODE_EFF 0.85
 /* Fraction of the GEMM probe's rate a prefill reaches on experts' and
  * trunk rows (batches split over experts, activations quantized per
  * row), measured by `shoal bench --prompt-len 512` beside the probe. */
