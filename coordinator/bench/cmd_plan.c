@@ -741,9 +741,13 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
         printf(" --expert-cache %lluM --direct on", (unsigned long long)(m0->cache >> 20));
     printf(" --workers HOST2:7070%s%s\n", nw > 1 ? ",..." : "",
            e->coordinator_experts ? "" : " --local-experts off");
-    printf("             machine I+1 (I = 1..%d): shoal-worker --model %s --shard %s/%d "
-           "--expert-cache %lluM --direct on --listen ADDR:7070\n", nw, dir,
-           nw > 1 ? "I-1" : "0", nw, (unsigned long long)(s->mem[s->n_machine - 1].cache >> 20));
+    const unsigned long long wc = (unsigned long long)(s->mem[s->n_machine - 1].cache >> 20);
+    if (nw == 1)
+        printf("             machine 2: shoal-worker --model %s --expert-cache %lluM --direct on "
+               "--listen ADDR:7070\n", dir, wc);
+    else
+        printf("             machine I+1 (I = 1..%d): shoal-worker --model %s --shard I-1/%d "
+               "--expert-cache %lluM --direct on --listen ADDR:7070\n", nw, dir, nw, wc);
 }
 
 int shoal_cmd_plan(int argc, char **argv)
