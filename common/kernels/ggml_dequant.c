@@ -199,19 +199,6 @@ void shoal_ggml_dequant_q3_k(const uint8_t *src, float *dst)
     }
 }
 
-/* The 6-bit scale and min of sub-block j < 8 of Q4_K and Q5_K, packed in
- * 12 bytes (ggml-quants.c get_scale_min_k4). */
-static void scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
-{
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0x0F) | (q[j - 4] >> 6) << 4;
-        *m = (q[j + 4] >> 4) | (q[j] >> 6) << 4;
-    }
-}
-
 /* Q4_K, 144 bytes: d f16 @0 | dmin f16 @2 | scales[12] @4 | qs[128] @16.
  * 8 sub-blocks of 32: sub-block 2k is the low nibbles of qs[32k..32k+31],
  * 2k + 1 their high nibbles; y = (d * sc) * q - dmin * m. */
@@ -221,7 +208,7 @@ void shoal_ggml_dequant_q4_k(const uint8_t *src, float *dst)
     const uint8_t *scales = src + 4, *qs = src + 16;
     for (int ib = 0; ib < 8; ib++) {
         int sc, m;
-        scale_min_k4(ib, scales, &sc, &m);
+        shoal_ggml_scale_min_k4(ib, scales, &sc, &m);
         const float d1 = d * (float)sc, m1 = dmin * (float)m;
         const uint8_t *q = qs + 32 * (ib / 2);
         const int shift = 4 * (ib % 2);
@@ -239,7 +226,7 @@ void shoal_ggml_dequant_q5_k(const uint8_t *src, float *dst)
     const uint8_t *scales = src + 4, *qh = src + 16, *qs = src + 48;
     for (int ib = 0; ib < 8; ib++) {
         int sc, m;
-        scale_min_k4(ib, scales, &sc, &m);
+        shoal_ggml_scale_min_k4(ib, scales, &sc, &m);
         const float d1 = d * (float)sc, m1 = dmin * (float)m;
         const uint8_t *q = qs + 32 * (ib / 2);
         const int shift = 4 * (ib % 2);

@@ -1,4 +1,5 @@
-/* ggml_types_impl: what ggml_types.c, ggml_dequant.c and ggml_grids.c share
+/* ggml_types_impl: what ggml_types.c, ggml_dequant.c and ggml_grids.c share,
+ * and the dot products (ggml_dot.c, isa/ggml_avx2.c) read
  * (not a public header: include ggml_types.h).
  *
  * One scalar reference dequantization per type (the shoal_ggml_dequant_fn
@@ -10,6 +11,19 @@
 #include <stdint.h>
 
 #define SHOAL_GGML_QK_K 256 /* super-block of the K-quants and IQ types */
+
+/* The 6-bit scale and min of sub-block j < 8 of Q4_K and Q5_K, packed in
+ * the block's 12 scale bytes q (ggml-quants.c get_scale_min_k4). */
+static inline void shoal_ggml_scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0x0F) | (q[j - 4] >> 6) << 4;
+        *m = (q[j + 4] >> 4) | (q[j] >> 6) << 4;
+    }
+}
 
 void shoal_ggml_dequant_f32(const uint8_t *src, float *dst);
 void shoal_ggml_dequant_f16(const uint8_t *src, float *dst);

@@ -498,12 +498,15 @@ int shoal_quant_isa_parse(const char *name, enum shoal_quant_isa *isa);
 const char *shoal_quant_isa_list(void);
 
 struct shoal_quant_ops;
+struct shoal_ggml_act;      /* ggml_dot.h */
+struct shoal_ggml_matrix;
 /* The active table (shoal_quant_init's choice). Thread: any. */
 const struct shoal_quant_ops *shoal_quant_active_ops(void);
 
 /* ---- backend table (for quant*.c and tests) -------------------------------
- * One per ISA file; all members are required. The ISA files may assume that
- * their arguments are valid (checked in quant.c). */
+ * One per ISA file; all members are required unless marked (optional).
+ * The ISA files may assume that their arguments are valid (checked in
+ * quant.c and ggml_dot.c). */
 struct shoal_quant_ops {
     const char *name;
     /* canonical dot product, as shoal_quant_dot */
@@ -531,6 +534,11 @@ struct shoal_quant_ops {
      * MXFP4 weight w (the MXFP4 canonical order) */
     void (*mxfp4_rows)(float *y, const float *x, int64_t n_tok, const struct shoal_weight *w,
                        int64_t r0, int64_t r1);
+    /* (optional) ggml-typed weights (ggml_dot.h): y[t][r] for tokens
+     * t < n_tok of the quantized activations a and rows r0 <= r < r1 of w,
+     * the ggml_dot.h canonical order; NULL: shoal_ggml_rows_scalar */
+    void (*ggml_rows)(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
+                      const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);
 };
 
 /* The FP8 rows of the scalar table (quant_fp8.c), the AVX2 table

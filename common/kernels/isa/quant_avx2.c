@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "ggml_dot.h"
 #include "prefetch_x86.h"
 #include "quant.h"
 
@@ -1043,6 +1044,7 @@ const struct shoal_quant_ops shoal_quant_ops_avx2 = {
     .fp8_rows = shoal_fp8_rows_avx2,
     .fp8_dequant_row = shoal_fp8_dequant_row_avx2,
     .mxfp4_rows = shoal_mxfp4_rows_avx2,
+    .ggml_rows = shoal_ggml_rows_avx2,
 };
 
 /* ---- FP8 (quant.h "FP8") --------------------------------------------------- */

@@ -41,6 +41,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "ggml_dot.h"
 #include "prefetch_x86.h"
 #include "quant.h"
 
@@ -868,6 +869,7 @@ const struct shoal_quant_ops OPS_TABLE = {
     .fp8_rows = shoal_fp8_rows_avx2,   /* the AVX2 rows: decode-bound at 8 lanes */
     .fp8_dequant_row = shoal_fp8_dequant_row_avx2,
     .mxfp4_rows = MXFP4_ROWS_FN,
+    .ggml_rows = shoal_ggml_rows_avx2,  /* ggml_avx2.c: no AVX-512 ggml rows yet */
 };
 
 /* ---- MXFP4 (quant.h "MXFP4") ----------------------------------------------- */

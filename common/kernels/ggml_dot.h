@@ -1,0 +1,168 @@
+/* ggml_dot: dot products and linear layers over ggml-typed weights as a GGUF
+ * file ships them (Q8_0, Q4_K, Q6_K), against int8-quantized activations.
+ *
+ * Owns the activation format each weight type is paired with, the
+ * canonical order of its dot product, the scalar reference, and the driver
+ * that splits a matrix's rows over threads. The SIMD rows sit in the
+ * active quant ops table (struct shoal_quant_ops member ggml_rows;
+ * ggml_avx2.c); every one gives the scalar reference's bits (DESIGN
+ * contract 1): the result does not depend on the thread count, the batch
+ * size or the ISA. It is shoal's order, not ggml's: llama.cpp's kernels
+ * sum in another order and round activations to f16 scales, so their
+ * bits differ from these (by the usual few ulps of a reordered sum).
+ *
+ * ## Weights (ggml/src/ggml-common.h block layouts; ggml_dequant.c reads them)
+ *
+ * A matrix [rows][cols] is rows rows of cols / block_size blocks back to
+ * back (no padding); cols is a multiple of the block size (32 for Q8_0,
+ * 256 for the K-quants).
+ *   Q8_0  34 bytes / 32:  d f16 | q[32] int8;          w = d * q
+ *   Q4_K 144 bytes / 256: d f16 | dmin f16 | scales[12] (8 pairs of 6-bit
+ *         sc, m; get_scale_min_k4) | qs[128] (sub-block 2k: low nibbles of
+ *         qs[32k..], 2k+1: high nibbles), 8 sub-blocks of 32;
+ *         w = (d * sc[j]) * q - dmin * m[j], q in 0..15
+ *   Q6_K 210 bytes / 256: ql[128] | qh[64] | sc[16] int8 | d f16, 16
+ *         sub-blocks of 16; w = (d * sc[j]) * (q - 32), q in 0..63
+ *
+ * ## Activations (struct shoal_ggml_act), quantized once per token
+ *
+ * x [n] f32 is cut into activation blocks of B elements: B = 32 for Q8_0
+ * (ggml's Q8_0 x Q8_0 pairing), B = 256 for the K-quants (ggml's Q8_K).
+ * Each block is quantized by quant.h's INT8 rule (shoal_quant_act_group_base):
+ *
+ *     amax = max |x[i]| over the block;  dx = amax / 127.0f  (one f32 division)
+ *     qx[i] = rne(x[i] / dx) clamped to [-127, 127]  (rne: ties to even),
+ *             0 for every i when dx is 0; dx = NaN and qx = 0 when amax is
+ *             not finite (a NaN or infinity in x makes the results NaN)
+ *
+ * dx stays f32 (ggml rounds Q8_0's and Q8_1's to f16; shoal does not). For
+ * the K-quants, bsum[k] = sum of qx over elements 16k .. 16k+15 (int16,
+ * |bsum| <= 2032) is kept with the block: Q4_K's mins and the SIMD form of
+ * Q6_K's -32 need them.
+ *
+ * ## Canonical dot product of token x with row r (every table, bit for bit)
+ *
+ * Integer sums are exact (int32 bounds below), so any ISA reaches them in
+ * any order; only the f32 steps are ordered. Every * + - is one IEEE f32
+ * operation rounded to nearest (no FMA: -ffp-contract=off, and the SIMD
+ * files use separate mul/add/sub), (float)i is int32 -> f32 rounded to
+ * nearest, and f16 scales become f32 exactly.
+ *
+ *   acc = 0.0f
+ *   for each weight block b in order (b = 0 .. cols / block_size - 1):
+ *     Q8_0 (activation block b, same 32 elements):
+ *       isum = sum_i q[i] * qx[i]                       |isum| <= 32*128*127
+ *       acc  = acc + (d * dx[b]) * (float)isum
+ *     Q4_K (activation block b, same 256 elements):
+ *       isum = sum_j sc[j] * (sum_{i in j} q[i] * qx[i])  |isum| <= 8*63*32*15*127
+ *       msum = sum_j m[j] * (sum_{i in j} qx[i])          |msum| <= 8*63*32*127
+ *       acc  = acc + ((d * dx[b]) * (float)isum - (dmin * dx[b]) * (float)msum)
+ *     Q6_K (activation block b, same 256 elements):
+ *       isum = sum_j sc[j] * (sum_{i in j} (q[i] - 32) * qx[i])
+ *                                                       |isum| <= 16*128*16*32*127
+ *       acc  = acc + (d * dx[b]) * (float)isum
+ *   return acc
+ *
+ * (the parentheses are the order: in Q4_K both products, then their
+ * difference, then the add to acc). One add per block in a chain keeps
+ * the f32 rounding to one per 32 or 256 weights; SIMD runs rows (matvec)
+ * or rows x tokens (GEMM) in lanes, never reorders a chain.
+ *
+ * Thread: every function may be called from any thread; the _part and
+ * _rows functions are compute-thread work (no allocation, no locks, no
+ * logging). shoal_ggml_linear opens its own OpenMP region.
+ */
+#ifndef SHOAL_GGML_DOT_H
+#define SHOAL_GGML_DOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "ggml_types.h"
+
+/* A borrowed view of a ggml-typed matrix [rows][cols] (layout above). */
+struct shoal_ggml_matrix {
+    enum shoal_ggml_type type;  /* Q8_0, Q4_K or Q6_K (shoal_ggml_dot_supported) */
+    int64_t rows;               /* output features */
+    int64_t cols;               /* input features, a multiple of the block size */
+    const void *data;           /* borrowed, rows * cols / block_size * type_size bytes */
+};
+
+/* One or more tokens' activations quantized for a weight type (above).
+ * Buffers are borrowed from the caller (shoal_ggml_act_bytes per token). */
+struct shoal_ggml_act {
+    enum shoal_ggml_type type;  /* the weight type it pairs with */
+    int64_t n;                  /* elements per token */
+    int64_t n_blk;              /* activation blocks per token: n / B */
+    int8_t *q;                  /* [n_tok][n] int8 qx */
+    float *d;                   /* [n_tok][n_blk] f32 dx */
+    int16_t *bsum;              /* [n_tok][n / 16] sums of 16 qx (K-quants; NULL for Q8_0) */
+};
+
+/* 1 if type has a dot product here (Q8_0, Q4_K, Q6_K), else 0. Thread: any. */
+int shoal_ggml_dot_supported(uint32_t type);
+
+/* Elements per activation block of a weight type: 32 (Q8_0), 256 (K-quants),
+ * 0 if unsupported. Thread: any. */
+int64_t shoal_ggml_act_block(uint32_t type);
+
+/* Bytes of q + d + bsum for one token of n elements (n a multiple of the
+ * type's block size), 0 for an unsupported type or a bad n. Thread: any. */
+size_t shoal_ggml_act_bytes(uint32_t type, int64_t n);
+
+/* Point a's buffers into buf for n_tok tokens of n elements (q first, then
+ * d, then bsum; buf 4-byte aligned, n_tok * shoal_ggml_act_bytes() bytes,
+ * borrowed by a). Programmer invariants, not checked. Thread: any. */
+void shoal_ggml_act_init(struct shoal_ggml_act *a, enum shoal_ggml_type type, int64_t n,
+                         int64_t n_tok, void *buf);
+
+/* Quantize x [n_tok][a->n] f32 (borrowed) into a by the rule above.
+ * Deterministic (scalar), allocates nothing. Thread: any. */
+void shoal_ggml_act_quantize(struct shoal_ggml_act *a, const float *x, int64_t n_tok);
+
+/* Canonical dot product of token it of a with one row of a->type and
+ * a->n elements (row: a->n / block_size blocks, borrowed), straight from
+ * the definition above (the reference the tests hold every table to).
+ * Arguments are programmer invariants. Thread: any. */
+float shoal_ggml_dot(const struct shoal_ggml_act *a, int64_t it, const void *row);
+
+/* Check a matrix view against the bytes behind it: a supported type, rows
+ * >= 1, cols >= 1 and a multiple of the block size, data set, and at least
+ * rows * row bytes in data_bytes. Returns 0, SHOAL_EUNSUPPORTED (a type
+ * without a dot product here), SHOAL_ESHAPE (shape or too few bytes) or
+ * SHOAL_EINVAL (data NULL), with err naming expected vs found.
+ * Thread: any. */
+int shoal_ggml_matrix_check(const struct shoal_ggml_matrix *w, size_t data_bytes,
+                            struct shoal_err *err);
+
+/* y = x . W^T, thread ith of nth's share of W's rows (shoal_split_rows:
+ * an even split, remainder to the first threads). Each thread quantizes x
+ * itself into a 64 KiB stack tile (tokens in tiles; one token wider than
+ * the tile, above about 57 K columns, goes row by row through
+ * shoal_ggml_dot), so there is no barrier and nothing is allocated. Every
+ * y element is the canonical dot, computed by one thread: the same bits at
+ * any thread count, batch size and ISA.
+ *   y  [n_tok][w->rows] f32, written (this share's columns only)
+ *   x  [n_tok][w->cols] f32, borrowed
+ *   w  borrowed, checked once with shoal_ggml_matrix_check
+ * Arguments are programmer invariants. Thread: compute. */
+void shoal_ggml_linear_part(float *y, const float *x, int64_t n_tok,
+                            const struct shoal_ggml_matrix *w, int ith, int nth);
+
+/* The whole of shoal_ggml_linear_part in its own OpenMP region, after
+ * checking the arguments. Returns 0, SHOAL_EUNSUPPORTED (type), SHOAL_ESHAPE
+ * (cols not a multiple of the block size, rows < 1) or SHOAL_EINVAL
+ * (n_tok < 0, NULL pointers); y is untouched on error. Thread: main. */
+int shoal_ggml_linear(float *y, const float *x, int64_t n_tok,
+                      const struct shoal_ggml_matrix *w);
+
+/* ---- rows kernels (the ops tables' ggml_rows member) ---------------------
+ * y[t * w->rows + r] for tokens t < n_tok of a and rows r0 <= r < r1.
+ * Arguments valid (checked by the callers above). */
+void shoal_ggml_rows_scalar(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
+                            const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);
+void shoal_ggml_rows_avx2(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
+                          const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);
+
+#endif
