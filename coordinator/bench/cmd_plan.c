@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,7 +37,9 @@ static void plan_usage(void)
            "change that would help most, and the flags to run it with. Sizes are those of\n"
            "the container 'shoal convert' writes. docs/OPERATIONS.md says how it predicts\n"
            "and how close it came to measured runs.\n\n"
-           "  --model MODEL        a checkpoint or container directory, or a config.json\n"
+           "  --model MODEL        a checkpoint or container directory, a config.json, or a\n"
+           "                       GGUF file (any file of a split set), planned at the\n"
+           "                       types it ships in\n"
            "  --ram SIZE[,...]     RAM of each machine, with a unit (64G, 512M); one value\n"
            "                       for all, or one per machine (machine 1 runs the\n"
            "                       coordinator). Default: this machine's RAM\n"
@@ -137,7 +140,7 @@ static const char *const part_names[SHOAL_PLAN_N_PART] = {
     "embeddings", "lm_head", "attention", "routers", "shared_experts", "dense_layers", "norms"};
 
 static void print_text(const struct shoal_plan *o, const struct shoal_plan_params *p,
-                       const char *what)
+                       const char *what, const char *types)
 {
     struct human_bufs hb = {.n = 0};
     printf("model        %s (%s): %lld layers (%lld MoE)", o->model_type, what,
@@ -152,9 +155,12 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
            o->params_active / 1e9);
     if (o->params_mtp)
         printf(", %.2f B with the MTP layers", (o->params_total + o->params_mtp) / 1e9);
-    printf("\ndtypes       experts %s, dense %s, group %d (1-D tensors f32 when quantized)",
-           shoal_dtype_name(p->experts_dtype), shoal_dtype_name(p->dense_dtype), p->group);
-    if (p->experts_dtype == SHOAL_DTYPE_FP8 || p->dense_dtype == SHOAL_DTYPE_FP8)
+    if (types)
+        printf("\ndtypes       %s", types);
+    else
+        printf("\ndtypes       experts %s, dense %s, group %d (1-D tensors f32 when quantized)",
+               shoal_dtype_name(p->experts_dtype), shoal_dtype_name(p->dense_dtype), p->group);
+    if (!types && (p->experts_dtype == SHOAL_DTYPE_FP8 || p->dense_dtype == SHOAL_DTYPE_FP8))
         printf("; FP8 in %dx%d blocks as the checkpoint ships it (embeddings, lm_head, "
                "routers and norms BF16)", SHOAL_FP8_BLOCK, SHOAL_FP8_BLOCK);
     printf("\n");
@@ -163,11 +169,17 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
         if (o->part_bytes[i])
             printf(" %s %s%s", part_names[i], H(o->part_bytes[i]),
                    i + 1 < SHOAL_PLAN_N_PART ? "," : "");
-    printf("\nexperts      %s on disk: %lld x %lld experts x %llu bytes (%s; weights %llu "
-           "bytes, 4 KiB-aligned blob as convert writes it)\n", H(o->experts_bytes),
-           (long long)o->n_moe_layer, (long long)o->n_expert,
-           (unsigned long long)o->expert_blob_bytes, H(o->expert_blob_bytes),
-           (unsigned long long)o->expert_weight_bytes);
+    if (types)
+        printf("\nexperts      %s in the file: %lld x %lld experts x %llu bytes (%s: its slices "
+               "of the layer's gate, up and down tensors)\n", H(o->experts_bytes),
+               (long long)o->n_moe_layer, (long long)o->n_expert,
+               (unsigned long long)o->expert_blob_bytes, H(o->expert_blob_bytes));
+    else
+        printf("\nexperts      %s on disk: %lld x %lld experts x %llu bytes (%s; weights %llu "
+               "bytes, 4 KiB-aligned blob as convert writes it)\n", H(o->experts_bytes),
+               (long long)o->n_moe_layer, (long long)o->n_expert,
+               (unsigned long long)o->expert_blob_bytes, H(o->expert_blob_bytes),
+               (unsigned long long)o->expert_weight_bytes);
     if (o->mtp_bytes)
         printf("MTP          %s on disk, never loaded\n", H(o->mtp_bytes));
     if (o->mla)
@@ -183,7 +195,7 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
 }
 
 static void print_json(const struct shoal_plan *o, const struct shoal_plan_params *p,
-                       const char *what, json_t *speed)
+                       const char *what, const char *types, json_t *speed)
 {
     json_t *parts = json_object();
     for (int i = 0; i < SHOAL_PLAN_N_PART; i++)
@@ -221,6 +233,11 @@ static void print_json(const struct shoal_plan *o, const struct shoal_plan_param
     json_object_set_new(j, "token_expert_bytes", I(o->token_expert_bytes));
     json_object_set_new(j, "token_trunk_bytes", I(o->token_trunk_bytes));
     json_object_set_new(j, "speed", speed);
+    if (types) {   /* a GGUF: the types it ships, not convert's */
+        json_object_set_new(j, "gguf_types", json_string(types));
+        json_object_set_new(j, "experts_dtype", json_string("as shipped"));
+        json_object_set_new(j, "dense_dtype", json_string("as shipped"));
+    }
 #undef I
     char *s = json_dumps(j, JSON_INDENT(1));
     printf("%s\n", s);
@@ -512,6 +529,7 @@ struct plan_ctx {
     struct shoal_plan_env env;
     int assumed_mem, assumed_disk, assumed_flops, assumed_link;
     const char *skew;         /* where the routing skew came from */
+    const char *types;        /* a GGUF's types line, or NULL */
     const char *model;
     char advice[256];
     double advice_tps;
@@ -713,6 +731,11 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
         printf("help most    %s: decode %.3g tok/s (%+.0f %%)\n", c->advice, c->advice_tps,
                100 * (c->advice_tps / s->decode_tps - 1));
     const struct shoal_plan_mem *m0 = &s->mem[0];
+    if (c->types) {
+        printf("note         shoal does not run GGUF files yet (issue 30): these figures are "
+               "for the file as shipped, once it does\n");
+        return;
+    }
     struct stat st;
     char *man = shoal_path_join(c->model, "shoal.json");
     int container = stat(man, &st) == 0;
@@ -748,6 +771,20 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
     else
         printf("             machine I+1 (I = 1..%d): shoal-worker --model %s --shard I-1/%d "
                "--expert-cache %lluM --direct on --listen ADDR:7070\n", nw, dir, nw, wc);
+}
+
+/* A GGUF file: its name ends in .gguf or its first bytes are "GGUF". */
+static int is_gguf(const char *path)
+{
+    size_t n = strlen(path);
+    if (n > 5 && !strcasecmp(path + n - 5, ".gguf"))
+        return 1;
+    FILE *f = fopen(path, "rb");
+    char m[4] = {0};
+    int yes = f && fread(m, 1, 4, f) == 4 && !memcmp(m, "GGUF", 4);
+    if (f)
+        fclose(f);
+    return yes;
 }
 
 int shoal_cmd_plan(int argc, char **argv)
@@ -878,7 +915,26 @@ int shoal_cmd_plan(int argc, char **argv)
     }
     char *text = NULL, *what = NULL;
     size_t len = 0;
-    int rc = load_config(model, &text, &len, &what);
+    int rc = 0;
+    struct shoal_err err = {0};
+    struct shoal_plan o;
+    char types[512] = "";
+    if (is_gguf(model)) {
+        /* a GGUF: every tensor at its shipped type; the dtype flags do not
+         * apply (contract 2: precision belongs to the model file) */
+        if (set_experts || set_dense || set_group) {
+            shoal_cli_error("plan: %s is a GGUF: its tensors are planned at the types they "
+                            "ship in; --experts, --dense and --group do not apply", model);
+            return 2;
+        }
+        if (shoal_plan_gguf(model, &p, &o, types, sizeof types, &err)) {
+            shoal_cli_error("plan: %s", err.msg);
+            return 2;
+        }
+        what = shoal_xstrdup(model);
+        goto planned;
+    }
+    rc = load_config(model, &text, &len, &what);
     if (rc) {
         free(what);
         return rc;
@@ -899,15 +955,15 @@ int shoal_cmd_plan(int argc, char **argv)
     json_decref(root);
     /* a container: the dtypes it holds (over the checkpoint's above) */
     container_defaults(model, &p, set_experts, set_dense, set_group, set_kv);
-    struct shoal_err err = {0};
-    struct shoal_plan o;
     if (shoal_plan_config(text, len, what, &p, &o, &err)) {
         shoal_cli_error("plan: %s", err.msg);
         free(text);
         free(what);
         return 2;
     }
+planned:
     c.o = &o;
+    c.types = types[0] ? types : NULL;
     c.model = model;
     /* the routing skew: --routing, the container's counts, a synthetic
      * container's target shares, or the curve */
@@ -990,9 +1046,9 @@ int shoal_cmd_plan(int argc, char **argv)
     } else {
         advise(&c, sp);
         if (as_json) {
-            print_json(&o, &p, what, speed_json(&c, sp));
+            print_json(&o, &p, what, c.types, speed_json(&c, sp));
         } else {
-            print_text(&o, &p, what);
+            print_text(&o, &p, what, c.types);
             print_speed(&c, sp);
         }
         rc = sp->fits ? 0 : 3;

@@ -17,6 +17,7 @@
 #ifndef SHOAL_PLAN_H
 #define SHOAL_PLAN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "err.h"
@@ -86,5 +87,19 @@ struct shoal_plan {
 int shoal_plan_config(const char *json, size_t len, const char *what,
                       const struct shoal_plan_params *p, struct shoal_plan *out,
                       struct shoal_err *err);
+
+/* Plan a GGUF file or split set (any one file of it; plan_gguf.c): every
+ * tensor at its shipped type, sizes from the tensor descriptors, the
+ * architecture from its metadata ({arch}.block_count, embedding_length,
+ * expert_count, expert_used_count, attention.head_count[_kv],
+ * key_length, kv_lora_rank, rope.dimension_count, context_length); one
+ * expert's bytes are its slices of the layer's *_exps tensors (no
+ * padding); runnable = 0 (shoal does not run GGUF files yet). types gets
+ * a line of the types' shares ("as shipped: experts Q4_K 100 %; trunk
+ * ..."), types_len bytes. Returns 0, or a negative status with err naming
+ * the file: not a GGUF, no architecture, not a mixture of experts.
+ * Thread: any. */
+int shoal_plan_gguf(const char *path, const struct shoal_plan_params *p, struct shoal_plan *o,
+                    char *types, size_t types_len, struct shoal_err *err);
 
 #endif

@@ -13,7 +13,11 @@
    LRU) against an LRU written here, request by request, with the same
    per-expert rates, at caches of 1/8 to 3/4 of the experts: within 0.03.
    (Che's closed form, which the planner used first, was 0.09 high at 1/8.)
-4. The default skew curve (plan_speed.c SHOAL_PLAN_SKEW) is the mean Lorenz
+4. A GGUF file is planned at the types it ships in: its experts' bytes are
+   its *_exps tensors' (one expert: its slices), the trunk the rest, the
+   architecture from its metadata; --experts does not apply; it says shoal
+   does not run GGUF files yet.
+5. The default skew curve (plan_speed.c SHOAL_PLAN_SKEW) is the mean Lorenz
    curve of the OLMoE routing traces in ../shared/data, recomputed here
    (skipped when ../shared is absent).
 
@@ -215,6 +219,46 @@ def test_che(shoal, tmp):
                "plan %.4f, simulated %.4f" % (got, sim))
 
 
+def test_gguf(shoal, tmp):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
+    import test_inspect_gguf as G   # its GGUF writer
+    tensors = G.model_tensors()
+    kvs = G.KVS + [G.kv_u32("qwen3moe.embedding_length", G.N_EMBD),
+                   G.kv_u32("qwen3moe.expert_used_count", 2),
+                   G.kv_u32("qwen3moe.attention.head_count", 4),
+                   G.kv_u32("qwen3moe.attention.head_count_kv", 1),
+                   G.kv_u32("qwen3moe.attention.key_length", 64),
+                   G.kv_u32("qwen3moe.context_length", 512)]
+    path = os.path.join(tmp, "tiny-Q4_K_M.gguf")
+    G.write(path, G.gguf(tensors, kvs))
+    exps = sum(G.nbytes(t, d) for n, t, d in tensors if "_exps." in n)
+    trunk = sum(G.nbytes(t, d) for n, t, d in tensors if "_exps." not in n)
+    rc, j, err = plan_json(shoal, path, "--ram", "8G")
+    ok = j is not None and rc == 0
+    result("a GGUF plans: exit 0, its experts' and trunk's bytes as shipped",
+           ok and j["experts_bytes"] == exps and j["resident_bytes"] == trunk
+           and j["expert_bytes"] == -(-exps // (2 * G.N_EXPERT)) and j["n_moe_layer"] == 2
+           and j["n_expert"] == G.N_EXPERT and j["n_expert_used"] == 2 and not j["runnable"],
+           "rc %d %s" % (rc, err.strip() or {k: j.get(k) for k in (
+               "experts_bytes", "resident_bytes", "expert_bytes", "runnable")} if j else err))
+    result("  its KV per token from the metadata (2 x layers x kv heads x key_length x 4)",
+           ok and j["kv_bytes_per_token"] == 2 * 2 * 1 * 64 * 4 and j["ctx"] == 512,
+           j and (j["kv_bytes_per_token"], j["ctx"]))
+    result("  its types line names the shipped types", ok and "Q4_K" in j.get("gguf_types", "")
+           and "IQ2_XXS" in j["gguf_types"] and "Q8_0" in j["gguf_types"], j and j.get("gguf_types"))
+    r = plan(shoal, path, "--ram", "8G")
+    result("  the text says shoal does not run GGUF files yet", r.returncode == 0
+           and "does not run GGUF" in r.stdout and "as shipped" in r.stdout, r.stdout[-300:])
+    r = plan(shoal, path, "--experts", "int4a8")
+    result("  --experts on a GGUF: exit 2, one line", r.returncode == 2
+           and "do not apply" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr)
+    bad = os.path.join(tmp, "vocab.gguf")
+    G.write(bad, G.gguf([], [G.kv_str("general.name", "no arch")]))
+    r = plan(shoal, bad)
+    result("  a GGUF without an architecture: exit 2, one line", r.returncode == 2
+           and "general.architecture" in r.stderr, r.stderr)
+
+
 def test_skew_curve():
     if not os.path.exists(TRACES):
         result.skip("default skew curve", "%s absent (the shared data set)" % TRACES)
@@ -254,6 +298,7 @@ def main():
         test_first_hour(a.shoal)
         test_monotonic(a.shoal)
         test_che(a.shoal, tmp)
+        test_gguf(a.shoal, tmp)
         test_skew_curve()
     return result.summary()
 
