@@ -410,7 +410,11 @@ int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params 
     }
     for (int m = first; m < M; m++)
         d->disk = fmax(d->disk, disk_m[m]);
-    d->total = d->ram + d->disk + d->link + d->compute + d->fixed;
+    /* the disks read on while RAM, compute and the wire work (the
+     * lookahead's prefetch): the longer of the two, plus the part the
+     * prefetch does not reach (its misses are read on demand) */
+    const double rest = d->ram + d->link + d->compute + d->fixed;
+    d->total = fmax(d->disk, rest) + SHOAL_PLAN_OVERLAP_LOSS * fmin(d->disk, rest);
     set_bound(d);
     out->token_link_bytes = (uint64_t)(link_bytes + 0.5);
     out->round_trips = trips;

@@ -29,7 +29,7 @@
  *            for the slowest one's RAM reads and round trip (expected over
  *            the routing by sampling), while disk reads run on across
  *            layers (the prefetch keeps each disk busy): the busiest disk's
- *            total counts;
+ *            total overlaps the rest (SHOAL_PLAN_OVERLAP_LOSS);
  *   prefill  per MoE layer the prompt's batch-union of experts is read once
  *            and every routed row computed at the machine's GEMM rate times
  *            SHOAL_PLAN_PREFILL_EFF; the trunk's rows likewise; disk reads
@@ -67,6 +67,12 @@
  * measured with small caches); decode with --prefetch off ran 15 % faster
  * on a throttled disk (docs/BENCHMARKS_LOG.md). */
 #define SHOAL_PLAN_MISS_COST 1.15
+/* Decode's disk reads overlap its RAM, compute and wire time (the router
+ * lookahead prefetches the next layer's experts): a token takes the longer
+ * of the two plus this share of the shorter, the experts the lookahead
+ * misses (recall 80-85 % measured) being read on demand. With 100 Mbit
+ * links, a worker's disk-bound decode matched the same cache in-process. */
+#define SHOAL_PLAN_OVERLAP_LOSS 0.2
 /* One-time cost in the first prompt of a process (first touch of the
  * activation scratch and the KV cache, the OpenMP pool), seconds:
  * measured 30-110 ms beside the model of a 64-token prefill. */
