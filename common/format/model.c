@@ -487,6 +487,11 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
 {
     struct shoal_model *m = shoal_xcalloc(1, sizeof *m);
     m->dir = shoal_xstrdup(dir);
+    if (shoal_model_is_gguf(dir)) {
+        if (shoal_model_gguf_load(m, dir, err))
+            goto fail;
+        return m;
+    }
     if (shoal_container_is(dir)) {
         m->ct = shoal_container_open(dir, &m->cfg, err);
         if (!m->ct)
@@ -537,6 +542,7 @@ void shoal_model_free(struct shoal_model *m)
         free(m->layers);
     }
     shoal_safetensors_close(m->st);
+    shoal_model_gguf_free(m->gguf);
     for (size_t i = 0; i < m->n_owned; i++)
         free(m->owned[i]);
     free(m->owned);

@@ -63,11 +63,14 @@ struct shoal_layer_weights {
 
 struct shoal_container;
 struct shoal_expert_store;
+struct shoal_gguf;
+struct shoal_model_gguf;   /* a GGUF file (set) and its read-only mappings (model_gguf.c) */
 
 struct shoal_model {
     struct shoal_model_config cfg;
     struct shoal_safetensors *st;    /* owned: the mapping the views borrow (HF dir) */
     struct shoal_container *ct;      /* owned: the container the views borrow */
+    struct shoal_model_gguf *gguf;   /* owned: the GGUF file(s) the views borrow */
     struct shoal_expert_store *store;/* borrowed: serves a container's routed experts;
                                       * set by whoever runs them (the session,
                                       * expert_store.h), NULL until then */
@@ -75,7 +78,7 @@ struct shoal_model {
     struct shoal_weight out_norm;    /* [n_embd] */
     struct shoal_weight lm_head;     /* [n_vocab][n_embd] (tok_embd when tied) */
     struct shoal_layer_weights *layers; /* [n_layer] */
-    char *dir;                       /* checkpoint directory */
+    char *dir;                       /* checkpoint directory (or GGUF file) */
     void **owned;                    /* buffers the views above may borrow (gpt_oss
                                         experts cut from stacked tensors) */
     size_t n_owned;
@@ -152,7 +155,12 @@ int shoal_model_walk(struct shoal_model *m,
 void shoal_model_alloc_layers(struct shoal_model *m);
 
 /* Load the checkpoint in dir (borrowed path): a shoal container (shoal.json,
- * see container.h) or a Hugging Face directory (config.json + *.safetensors).
+ * see container.h), a Hugging Face directory (config.json + *.safetensors),
+ * or a GGUF file or any file of a split set (shoal_model_is_gguf; today
+ * architecture qwen3moe with F32, F16, BF16 tensors and Q8_0, Q4_K, Q6_K
+ * matrices, memory-mapped as shipped: docs/MODELS.md "GGUF files"; a
+ * metadata key under its architecture's prefix that shoal does not read is
+ * refused, SHOAL_EUNSUPPORTED, as is another architecture or tensor type).
  * A container's routed experts are not loaded: an expert store serves them
  * (expert_store.h; the caller creates it and sets m->store).
  * Returns a model owned by the caller (shoal_model_free) or NULL with err
@@ -163,5 +171,20 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err);
 /* Free a model and unmap its weights (not its store, which it borrows);
  * NULL is a no-op. */
 void shoal_model_free(struct shoal_model *m);
+
+/* 1 if path is a regular file that ends in ".gguf" or starts with GGUF's
+ * magic, else 0 (the model is then loaded as one; a bad one gives the GGUF
+ * reader's error). Thread: any. */
+int shoal_model_is_gguf(const char *path);
+
+/* The first file of a GGUF model (its metadata: architecture, vocabulary),
+ * borrowed for the model's lifetime; NULL for any other model. Thread: any. */
+const struct shoal_gguf *shoal_model_gguf_meta(const struct shoal_model *m);
+
+/* model_gguf.c's part of shoal_model_load and shoal_model_free: bind m (cfg,
+ * layers, views) from the GGUF at path; m->gguf is set even on error, for
+ * shoal_model_free. Returns 0 or a negative status with err set. */
+int shoal_model_gguf_load(struct shoal_model *m, const char *path, struct shoal_err *err);
+void shoal_model_gguf_free(struct shoal_model_gguf *g);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ggml_dot.h"
 #include "quant.h"
 #include "util.h"
 
@@ -91,6 +92,12 @@ void shoal_linear_part(float *y, const float *x, int64_t n_tok,
     }
     if (w->dtype == SHOAL_DTYPE_MXFP4) {
         shoal_mxfp4_linear_part(y, x, n_tok, w, ith, nth);
+        return;
+    }
+    if (w->dtype == SHOAL_DTYPE_GGML) {   /* a GGUF file's Q8_0 / Q4_K / Q6_K */
+        const struct shoal_ggml_matrix gm = {.type = (enum shoal_ggml_type)w->ggml_type,
+                                             .rows = rows, .cols = cols, .data = w->data};
+        shoal_ggml_linear_part(y, x, n_tok, &gm, ith, nth);
         return;
     }
     int64_t r0, r1;

@@ -4,6 +4,7 @@
 #include <strings.h>
 
 #include "err.h"
+#include "ggml_types.h"
 #include "quant.h"
 
 const char *shoal_dtype_name(enum shoal_dtype t)
@@ -17,6 +18,7 @@ const char *shoal_dtype_name(enum shoal_dtype t)
     case SHOAL_DTYPE_INT4A8: return "INT4A8";
     case SHOAL_DTYPE_FP8: return "FP8";
     case SHOAL_DTYPE_MXFP4: return "MXFP4";
+    case SHOAL_DTYPE_GGML: return "GGML";
     default: return "?";
     }
 }
@@ -24,7 +26,7 @@ const char *shoal_dtype_name(enum shoal_dtype t)
 int shoal_dtype_parse(const char *name, enum shoal_dtype *t)
 {
     for (int i = 0; i < SHOAL_DTYPE_COUNT; i++) {
-        if (!strcasecmp(name, shoal_dtype_name((enum shoal_dtype)i))) {
+        if (i != SHOAL_DTYPE_GGML && !strcasecmp(name, shoal_dtype_name((enum shoal_dtype)i))) {
             *t = (enum shoal_dtype)i;
             return 0;
         }
@@ -43,6 +45,10 @@ size_t shoal_weight_row_bytes(const struct shoal_weight *w)
         return shoal_quant_row_bytes(qtype(w->dtype), w->cols, w->group);
     if (w->dtype == SHOAL_DTYPE_MXFP4)
         return (size_t)w->cols / 2;
+    if (w->dtype == SHOAL_DTYPE_GGML) {
+        const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(w->ggml_type);
+        return ti ? (size_t)w->cols / ti->block_size * ti->type_size : 0;
+    }
     return (size_t)w->cols * shoal_dtype_size(w->dtype);
 }
 
@@ -79,6 +85,8 @@ void shoal_weight_row_to_f32(float *dst, const struct shoal_weight *w, int64_t r
         shoal_fp8_dequantize_row(dst, w, r);
     else if (w->dtype == SHOAL_DTYPE_MXFP4)
         shoal_mxfp4_dequantize_row(dst, w, r);
+    else if (w->dtype == SHOAL_DTYPE_GGML)   /* types and shapes checked at load */
+        shoal_ggml_dequant_row(w->ggml_type, row, dst, (uint64_t)w->cols, NULL);
     else
         shoal_to_f32(dst, row, w->dtype, (size_t)w->cols);
 }

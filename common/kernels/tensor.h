@@ -25,6 +25,10 @@ enum shoal_dtype {
     SHOAL_DTYPE_MXFP4 = 7,  /* OCP MXFP4: E2M1 pairs with one E8M0 exponent
                                per 32 values of a row (quant.h "MXFP4";
                                2-D only, cols a multiple of 32) */
+    SHOAL_DTYPE_GGML = 8,   /* a ggml-typed matrix as a GGUF file ships it
+                               (w->ggml_type: Q8_0, Q4_K or Q6_K, ggml_dot.h;
+                               2-D only). Never in a container: not a name
+                               shoal_dtype_parse accepts */
     SHOAL_DTYPE_COUNT
 };
 
@@ -42,11 +46,12 @@ static inline size_t shoal_dtype_size(enum shoal_dtype t)
 }
 
 /* Name: "F32", "F16", "BF16" (as safetensors spells them), "INT8", "INT4",
- * "INT4A8", "FP8", "MXFP4".
+ * "INT4A8", "FP8", "MXFP4", "GGML".
  * Static string. */
 const char *shoal_dtype_name(enum shoal_dtype t);
 
-/* Parse a name as written by shoal_dtype_name (case-insensitive).
+/* Parse a name as written by shoal_dtype_name (case-insensitive), except
+ * "GGML" (a GGUF tensor's type is its ggml type, never a file's dtype name).
  * Returns 0 and sets *t, or -1. */
 int shoal_dtype_parse(const char *name, enum shoal_dtype *t);
 
@@ -71,6 +76,9 @@ struct shoal_weight {
     int row_step;       /* MXFP4 only: row r is row r * row_step of the tensor data
                            and e8m0 point into (gpt-oss's gate and up: the even and
                            odd rows of gate_up_proj); 0 or 1: rows back to back */
+    uint32_t ggml_type; /* GGML only: enum shoal_ggml_type (ggml_types.h), one with
+                           a dot product (shoal_ggml_dot_supported); rows are
+                           cols / block blocks back to back */
 };
 
 /* Row r of an MXFP4 weight: its packed pairs and its exponents. Thread: any. */
@@ -146,7 +154,8 @@ uint16_t shoal_f32_to_f16(float f);
 void shoal_to_f32(float *dst, const void *src, enum shoal_dtype t, size_t n);
 
 /* Bytes of one row of w (quantized rows include their scales; an MXFP4
- * row is its cols / 2 packed bytes, the exponents live apart in e8m0). */
+ * row is its cols / 2 packed bytes, the exponents live apart in e8m0; a
+ * GGML row is its cols / block_size blocks). */
 size_t shoal_weight_row_bytes(const struct shoal_weight *w);
 
 /* Bytes of the whole weight (FP8: codes, padding and block scales; MXFP4:
@@ -194,7 +203,8 @@ int shoal_weight_rows_view(const struct shoal_weight *w, int64_t r0, int64_t n,
                            struct shoal_weight *out);
 
 /* Row r of w converted to f32 (dequantized for quantized dtypes, FP8,
- * whose w->scale must be set, and MXFP4, whose w->e8m0 must be set).
+ * whose w->scale must be set, MXFP4, whose w->e8m0 must be set, and GGML,
+ * by its type's scalar reference, ggml_types.h).
  *   dst [w->cols] f32, written. Thread: any. */
 void shoal_weight_row_to_f32(float *dst, const struct shoal_weight *w, int64_t r);
 

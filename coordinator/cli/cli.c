@@ -115,8 +115,9 @@ void shoal_cli_usage_model(FILE *f)
     fprintf(f,
         "  --model DIR, DIR     the model: a Hugging Face checkpoint directory\n"
         "                       (config.json, *.safetensors, tokenizer.json) or a shoal\n"
-        "                       container (made by 'shoal convert'); default: the\n"
-        "                       bundled model, %s\n", shoal_cli_default_model());
+        "                       container (made by 'shoal convert'), or a GGUF file\n"
+        "                       (qwen3moe; docs/MODELS.md); default: the bundled\n"
+        "                       model, %s\n", shoal_cli_default_model());
 }
 
 int shoal_cli_take_path(const char *cmd, const char *what, const char *a,
@@ -175,8 +176,9 @@ int shoal_cli_check_model_dir(const char *path, int given)
     const char *use = "";
     if (ends_with(path, ".gguf")) {
         kind = "a GGUF file";
-        use = "; shoal reads a .gguf file only as a vocabulary, for 'shoal tokenize' "
-              "and 'shoal detokenize'";
+        use = "; shoal runs a .gguf file (run, chat, perplexity, serve; docs/MODELS.md) "
+              "and reads its vocabulary ('shoal tokenize', 'shoal detokenize'), but this "
+              "command does not take one";
     } else if (ends_with(path, "tokenizer.json")) {
         kind = "a tokenizer file";
         use = "; a tokenizer.json alone serves 'shoal tokenize' and 'shoal detokenize'";

@@ -521,7 +521,8 @@ int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
 /* A Hugging Face directory is loaded whole into RAM: name the expert-store
  * flags the user gave (those that differ from the defaults), which only
  * containers use, rather than dropping them silently. */
-static void warn_store_flags(const struct shoal_session_opts *o, const char *dir)
+static void warn_store_flags(const struct shoal_session_opts *o, const char *dir,
+                             const char *kind)
 {
     const struct shoal_session_opts d = shoal_session_opts_default();
     const struct {
@@ -546,10 +547,9 @@ static void warn_store_flags(const struct shoal_session_opts *o, const char *dir
         }
     if (n)
         shoal_log(SHOAL_LOG_WARN, "store",
-                  "%s %s only to shoal containers; '%s' is a Hugging Face directory, "
-                  "loaded whole into RAM, so %s ignored (make a container with: shoal "
-                  "convert)", given, n > 1 ? "apply" : "applies", dir,
-                  n > 1 ? "they are" : "it is");
+                  "%s %s only to shoal containers; '%s' is %s, so %s ignored (make a "
+                  "container with: shoal convert)", given, n > 1 ? "apply" : "applies", dir,
+                  kind, n > 1 ? "they are" : "it is");
 }
 
 /* Workers serve containers, so a cluster run on a Hugging Face checkpoint
@@ -591,8 +591,17 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
     if (shoal_session_check_opts(o))
         return NULL;
     const char *dir = o->model_dir ? o->model_dir : shoal_cli_default_model();
-    if (shoal_cli_check_model_dir(dir, o->model_dir != NULL))
+    const int gguf = shoal_model_is_gguf(dir);
+    if (!gguf && shoal_cli_check_model_dir(dir, o->model_dir != NULL))
         return NULL;
+    if (gguf && shoal_session_is_cluster(o)) {
+        /* workers serve shoal containers, and shoal does not convert GGUF
+         * files (yet): the run stays in this process */
+        shoal_cli_error("--workers/--accept-workers need a shoal container; '%s' is a GGUF "
+                        "file, which shoal runs in this process only (run it without "
+                        "--workers and --accept-workers)", dir);
+        return NULL;
+    }
     char buf[4096];
     const char *addrs[SHOAL_CLUSTER_MAX_EXECUTORS];
     int n = shoal_cli_split_workers(o, buf, sizeof buf, addrs, SHOAL_CLUSTER_MAX_EXECUTORS - 1);
@@ -656,7 +665,8 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
     }
     s->stats = o->stats;
     if (!s->model->ct)
-        warn_store_flags(o, dir);
+        warn_store_flags(o, dir, gguf ? "a GGUF file, memory-mapped"
+                                      : "a Hugging Face directory, loaded whole into RAM");
     if (s->kv_budget_ctx_wanted)
         fprintf(stderr, "shoal: --kv-budget: context %lld tokens per sequence (of %lld) "
                 "for %llu sequences\n", (long long)shoal_ctx_n_ctx(s->ctx),

@@ -11,6 +11,7 @@
 
 #include "container.h"
 #include "expert_store.h"
+#include "gguf.h"
 #include "kv.h"
 #include "log.h"
 #include "quant.h"
@@ -52,6 +53,13 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
     struct shoal_session *s = shoal_xcalloc(1, sizeof *s);
     s->model = shoal_model_load(dir, err);
     if (!s->model) {
+        /* a GGUF file shoal cannot run (architecture, key, tensor type, shape)
+         * is bad input, like a bad flag; an I/O error stays 1 */
+        const int c = err ? err->code : 0;
+        if (shoal_model_is_gguf(dir) &&
+            (c == SHOAL_EFORMAT || c == SHOAL_EUNSUPPORTED || c == SHOAL_ENOTFOUND ||
+             c == SHOAL_ERANGE || c == SHOAL_ESHAPE))
+            *status = 2;
         free(s);
         return NULL;
     }
@@ -90,7 +98,16 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
         }
         s->model->store = s->store;
     }
-    if (shoal_tokenizer_present(dir)) {   /* tokenizer.json, or Kimi-K2's tiktoken.model */
+    const struct shoal_gguf *meta = shoal_model_gguf_meta(s->model);
+    if (meta) {   /* a GGUF file: its own vocabulary, when it has one */
+        if (shoal_gguf_find(meta, "tokenizer.ggml.tokens") >= 0) {
+            s->tok = shoal_tokenizer_load_gguf(meta, dir, err);
+            if (!s->tok) {
+                shoal_session_close(s);
+                return NULL;
+            }
+        }
+    } else if (shoal_tokenizer_present(dir)) {   /* tokenizer.json, or Kimi-K2's tiktoken.model */
         s->tok = shoal_tokenizer_load(dir, err);
         if (!s->tok) {
             shoal_session_close(s);
@@ -178,7 +195,8 @@ int shoal_session_tokenize(struct shoal_session *s, const char *text,
 {
     if (!s->tok)
         return shoal_err_set(err, SHOAL_EINVAL, "model '%s' has no tokenizer (tokenizer.json "
-                             "or tiktoken.model)", s->model->dir);
+                             "or tiktoken.model; a GGUF file: tokenizer.ggml.tokens)",
+                             s->model->dir);
     struct shoal_tokenize_params tp = {.add_special = add_bos, .parse_special = 1};
     return shoal_tokenizer_encode(s->tok, text, strlen(text), tp, ids, n_ids, err) ? -1 : 0;
 }

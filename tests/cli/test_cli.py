@@ -12,7 +12,8 @@ Cases (each failed on the code before issue 12's CLI work):
   paths:      every command takes its model positionally and as --model (convert,
               shard and synth their output as --out too), with the same result
   prompt:     run --file F and --prompt - (stdin) give what --prompt TEXT gives
-  bad input:  run --model x.gguf says what a model is (exit 2); --ctx above the
+  bad input:  run --model x.gguf without an architecture says what runs, convert
+              x.gguf what a model is (exit 2); --ctx above the
               model's maximum exits 2; --tokens 1,abc,3 names 'abc'; status without a
               coordinator names its address once; perplexity into a pipe writes no '\\r'
   worker:     the start line's compute figure, beside a CPU hog with OpenMP's default
@@ -386,7 +387,12 @@ def test_bad_input(shoal, tmp):
         f.write(b"GGUF\x03\x00\x00\x00" + b"\x00" * 16)
     r = run([shoal, "run", "--model", gguf, "--prompt", "hi"])
     err = r.stderr.strip()
-    result("run --model x.gguf: says what a model is, exit 2",
+    result("run --model x.gguf without an architecture: says what runs, exit 2",
+           r.returncode == 2 and len(err.splitlines()) == 1 and "does not exist" not in err and
+           "general.architecture" in err and "qwen3moe" in err, show(r))
+    r = run([shoal, "convert", gguf, os.path.join(tmp, "from-gguf")])
+    err = r.stderr.strip()
+    result("convert x.gguf: says what a model is, exit 2",
            r.returncode == 2 and len(err.splitlines()) == 1 and "does not exist" not in err and
            "GGUF" in err and "Hugging Face checkpoint directory" in err and
            "shoal container" in err and "tokenize" in err, show(r))
