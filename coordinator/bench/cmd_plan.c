@@ -732,8 +732,14 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
                100 * (c->advice_tps / s->decode_tps - 1));
     const struct shoal_plan_mem *m0 = &s->mem[0];
     if (c->types) {
-        printf("note         shoal does not run GGUF files yet (issue 30): these figures are "
-               "for the file as shipped, once it does\n");
+        if (!c->o->runnable)
+            printf("note         shoal does not run this GGUF yet (it runs qwen3moe files of "
+                   "F32/F16/BF16/Q8_0/Q4_K/Q6_K tensors: docs/MODELS.md); these figures are "
+                   "for the file as shipped, once it does\n");
+        else
+            printf("run with     shoal run %s (its experts are read through the page cache, "
+                   "not the expert store yet: the cache is what RAM the OS has free)\n",
+                   c->model);
         return;
     }
     struct stat st;

@@ -94,7 +94,8 @@ int shoal_plan_config(const char *json, size_t len, const char *what,
  * expert_count, expert_used_count, attention.head_count[_kv],
  * key_length, kv_lora_rank, rope.dimension_count, context_length); one
  * expert's bytes are its slices of the layer's *_exps tensors (no
- * padding); runnable = 0 (shoal does not run GGUF files yet). types gets
+ * padding); runnable = 1 where `shoal run` takes the file today
+ * (qwen3moe of F32/F16/BF16/Q8_0/Q4_K/Q6_K tensors). types gets
  * a line of the types' shares ("as shipped: experts Q4_K 100 %; trunk
  * ..."), types_len bytes. Returns 0, or a negative status with err naming
  * the file: not a GGUF, no architecture, not a mixture of experts.

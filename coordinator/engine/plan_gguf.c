@@ -106,13 +106,17 @@ int shoal_plan_gguf(const char *path, const struct shoal_plan_params *p, struct 
     uint8_t moe[SHOAL_MAX_LAYERS] = {0};
     uint64_t exp_bytes = 0, exp_elems = 0, n_type_bytes[64] = {0};
     uint64_t trunk_type_bytes[64] = {0};
-    int have_output = 0;
+    int have_output = 0, types_run = 1;
     for (uint32_t f = 0; f < shoal_gguf_files_count(fs); f++) {
         const struct shoal_gguf *g = shoal_gguf_files_get(fs, f);
         for (uint64_t i = 0; i < shoal_gguf_n_tensors(g); i++) {
             struct shoal_gguf_tensor t;
             if (shoal_gguf_tensor(g, i, &t) != 0)
                 continue;
+            /* the types `shoal run FILE.gguf` computes today (model_gguf.c) */
+            types_run &= t.type == SHOAL_GGML_TYPE_F32 || t.type == SHOAL_GGML_TYPE_F16 ||
+                         t.type == SHOAL_GGML_TYPE_BF16 || t.type == SHOAL_GGML_TYPE_Q8_0 ||
+                         t.type == SHOAL_GGML_TYPE_Q4_K || t.type == SHOAL_GGML_TYPE_Q6_K;
             int il = -1;
             if (sscanf(t.name, "blk.%d.", &il) != 1)
                 il = -1;
@@ -144,7 +148,9 @@ int shoal_plan_gguf(const char *path, const struct shoal_plan_params *p, struct 
     }
     if (!have_output)
         o->params_lm_head = o->params_embed;   /* tied */
-    o->runnable = 0;                            /* shoal runs GGUF files from issue 30 on */
+    /* what `shoal run` takes today: qwen3moe with these types, experts read
+     * through the page cache (docs/MODELS.md "GGUF files") */
+    o->runnable = !strcmp(a, "qwen3moe") && types_run;
     o->n_layer = L;
     o->n_expert = NE;
     o->n_expert_used = K;

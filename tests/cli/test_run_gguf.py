@@ -253,6 +253,15 @@ def test_exact(shoal, tmp, tensors, kvs, ref):
             r2, got2 = shoal_run(shoal, path, os.path.join(tmp, label + "-t1.npy"),
                                  "--threads", "1")
             result("bf16 GGUF: the same bytes at --threads 1", same_bytes(got2, ref), show(r2))
+            # shoal plan says it runs, with the bytes it ships
+            p = H.run([shoal, "plan", path, "--json"])
+            j = json.loads(p.stdout) if p.returncode == 0 else {}
+            exps = sum(x.size * 2 for n, x, t in typed(tensors, matrix) if "_exps." in n)
+            result("bf16 GGUF: shoal plan says shoal runs it, 4 MoE layers of 8 experts",
+                   j.get("runnable") is True and j.get("n_moe_layer") == 4
+                   and j.get("n_expert") == 8 and j.get("experts_bytes") == exps,
+                   p.stderr.strip() or {k: j.get(k) for k in ("runnable", "n_moe_layer",
+                                                               "experts_bytes")})
 
 
 def cosines(a, b):
