@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "ggml_types.h"
 #include "gguf.h"
+#include "quant.h"
 
 /* Tensor groups, in the order printed. */
 enum group {
@@ -118,11 +119,30 @@ static void add_tensor(struct summary *s, const struct shoal_gguf_tensor *t)
     s->expert_bytes[il] += t->nbytes / (uint64_t)ne_exp;
 }
 
-/* What shoal does with a type today: no ggml type runs in the engine yet
- * (issue 30); some have a scalar reference dequantization. */
-static const char *type_status(const struct shoal_ggml_type_info *t)
+/* Whether `shoal run` computes with type id today (model_gguf.c): F32,
+ * F16 and BF16 as shoal's own dtypes, Q8_0, Q4_K and Q6_K through
+ * ggml_dot.h's kernels. */
+static int type_runs(uint32_t id)
 {
-    return t->dequant ? "dequant reference only (not run natively yet)"
+    return id == SHOAL_GGML_TYPE_F32 || id == SHOAL_GGML_TYPE_F16 ||
+           id == SHOAL_GGML_TYPE_BF16 || id == SHOAL_GGML_TYPE_Q8_0 ||
+           id == SHOAL_GGML_TYPE_Q4_K || id == SHOAL_GGML_TYPE_Q6_K;
+}
+
+/* What shoal does with a type today, on this CPU's kernels (the quantized
+ * types have AVX2 kernels; AVX-512 tables use them; NEON runs the scalar
+ * reference). */
+static const char *type_status(uint32_t id, const struct shoal_ggml_type_info *t)
+{
+    if (type_runs(id)) {
+        if (id == SHOAL_GGML_TYPE_F32 || id == SHOAL_GGML_TYPE_F16 ||
+            id == SHOAL_GGML_TYPE_BF16)
+            return "runs";
+        return strncmp(shoal_quant_ops_name(), "avx", 3) ? "runs (scalar kernels: no SIMD ones "
+                                                           "for it on this CPU yet)"
+                                                         : "runs (AVX2 kernels)";
+    }
+    return t->dequant ? "dequant reference only (does not run yet)"
                       : "not supported (no dequantization yet)";
 }
 
@@ -229,9 +249,17 @@ static void print_table(const char *path, const struct shoal_gguf_files *f,
         if (s->type[t].tensors)
             printf("%-8s %8" PRIu64 " %16" PRIu64 "  %s\n", shoal_ggml_type_name((uint32_t)t),
                    s->type[t].tensors, s->type[t].bytes,
-                   type_status(shoal_ggml_type_info((uint32_t)t)));
-    printf("\nshoal cannot run GGUF models yet (issue 30): 'shoal run' refuses them; this "
-           "lists what the file holds.\n");
+                   type_status((uint32_t)t, shoal_ggml_type_info((uint32_t)t)));
+    int all_run = 1;
+    for (int t = 0; t < SHOAL_GGML_TYPE_COUNT; t++)
+        if (s->type[t].tensors && !type_runs((uint32_t)t))
+            all_run = 0;
+    if (arch && !strcmp(arch, "qwen3moe") && all_run)
+        printf("\nshoal run takes this file (qwen3moe; its experts are read through the page "
+               "cache, not the expert store yet: docs/MODELS.md).\n");
+    else
+        printf("\nshoal run does not take this file yet: it runs qwen3moe GGUF files of F32, "
+               "F16, BF16, Q8_0, Q4_K and Q6_K tensors (docs/MODELS.md).\n");
 }
 
 static void print_json(const char *path, const struct shoal_gguf_files *f,
@@ -300,7 +328,7 @@ static void print_json(const char *path, const struct shoal_gguf_files *f,
         json_object_set_new(o, "id", json_integer(t));
         json_object_set_new(o, "tensors", json_integer((json_int_t)s->type[t].tensors));
         json_object_set_new(o, "bytes", json_integer((json_int_t)s->type[t].bytes));
-        json_object_set_new(o, "native", json_false());
+        json_object_set_new(o, "native", json_boolean(type_runs((uint32_t)t)));
         json_object_set_new(o, "dequant_reference", json_boolean(ti->dequant != NULL));
         json_array_append_new(types, o);
     }
@@ -313,6 +341,8 @@ static void print_json(const char *path, const struct shoal_gguf_files *f,
 int shoal_cli_inspect_gguf(const char *path, int json)
 {
     struct shoal_err err = {0};
+    shoal_quant_init(SHOAL_QUANT_ISA_AUTO, &err);   /* the kernels it would run with */
+    err = (struct shoal_err){0};
     struct shoal_gguf_files *f = shoal_gguf_files_open(path, &err);
     if (!f) {
         shoal_cli_error("%s", err.msg);
