@@ -31,7 +31,8 @@ static void plan_usage(void)
            "                  [--routing FILE] [--experts T] [--dense T] [--group G]\n"
            "                  [--kv T] [--json]\n\n"
            "Says whether a model runs on these machines and how fast, from its config.json\n"
-           "alone (nothing else is read): the verdict (exit 0: runs, 3: does not fit, with\n"
+           "(no weights are read; --measure, --routing and a container's routing counts\n"
+           "are): the verdict (exit 0: runs, 3: does not fit, with\n"
            "the first reason), memory per machine (trunk, KV, reserve, expert cache),\n"
            "predicted decode and prefill tok/s with the bound that sets each, the one\n"
            "change that would help most, and the flags to run it with. Sizes are those of\n"
@@ -67,9 +68,9 @@ static void plan_usage(void)
            "                       keeps beside a container) for the expert skew; a\n"
            "                       container's own file is used when present; else a curve\n"
            "                       fitted to real routing traces\n"
-           "  --experts T          routed experts' dtype: int4a8|int4|int8|bf16|f32 (default\n"
-           "                       bf16, as convert; fp8 for an FP8 checkpoint, mxfp4 for\n"
-           "                       gpt-oss, as they ship)\n"
+           "  --experts T          routed experts' dtype: int4a8|int4|int8|bf16|f32|fp8|mxfp4\n"
+           "                       (default bf16, as convert; fp8 for an FP8 checkpoint,\n"
+           "                       mxfp4 for gpt-oss, as they ship)\n"
            "  --dense T            the trunk's dtype (default bf16 whatever --experts is, as\n"
            "                       convert; fp8 for an FP8 checkpoint)\n"
            "  --group G            quantization group of int8/int4 (default 64)\n"
@@ -151,8 +152,12 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
     if (o->n_shared_expert)
         printf(" + %lld shared", (long long)o->n_shared_expert);
     printf("%s\n", o->mla ? ", MLA" : "");
-    printf("parameters   %.2f B total (%.2f B per token)", o->params_total / 1e9,
-           o->params_active / 1e9);
+    if (o->params_total >= 1e9)
+        printf("parameters   %.2f B total (%.2f B per token)", o->params_total / 1e9,
+               o->params_active / 1e9);
+    else
+        printf("parameters   %.2f M total (%.2f M per token)", o->params_total / 1e6,
+               o->params_active / 1e6);
     if (o->params_mtp)
         printf(", %.2f B with the MTP layers", (o->params_total + o->params_mtp) / 1e9);
     if (types)
@@ -303,8 +308,9 @@ static int parse_size_unit(const char *flag, const char *v, uint64_t *out)
     unsigned long long sz;
     size_t n = strlen(v);
     if (!n || !strchr("kKmMgGtTB", v[n - 1]) || shoal_parse_size(v, &sz) || sz == ~0ull ||
-        sz > (1ull << 60)) {
-        shoal_cli_error("plan: %s '%s': expected a size with a unit, e.g. 64G or 512M", flag, v);
+        sz == 0 || sz > (1ull << 60)) {
+        shoal_cli_error("plan: %s '%s': expected a size above 0 with a unit, e.g. 64G or 512M",
+                        flag, v);
         return -1;
     }
     *out = sz;
@@ -530,6 +536,7 @@ struct plan_ctx {
     int assumed_mem, assumed_disk, assumed_flops, assumed_link;
     const char *skew;         /* where the routing skew came from */
     const char *types;        /* a GGUF's types line, or NULL */
+    int measured;             /* --measure ran */
     const char *model;
     char advice[256];
     double advice_tps;
@@ -663,6 +670,13 @@ static json_t *speed_json(const struct plan_ctx *c, const struct shoal_plan_spee
     return j;
 }
 
+/* A rate with 3 significant digits, never in exponent form. */
+static const char *rate3(char *buf, double v)
+{
+    snprintf(buf, 32, v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : v >= 1 ? "%.2f" : "%.3g", v);
+    return buf;
+}
+
 static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed *s)
 {
     struct human_bufs hb = {.n = 0};
@@ -698,37 +712,48 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
             printf("would help   %s\n", c->advice);
         return;
     }
-    printf("verdict      runs: decode %.3g tok/s (bound: %s), prefill %.3g tok/s over a "
-           "%lld-token prompt (bound: %s)\n", s->decode_tps, s->decode.bound, s->prefill_tps,
-           (long long)e->prompt, s->prefill.bound);
-    printf("decode       %.1f ms a token at %lld tokens of context: RAM %.1f, disk %.1f, link "
-           "%.1f, per-layer %.1f ms\n", s->decode.total * 1e3, (long long)e->prompt,
-           s->decode.ram * 1e3, s->decode.disk * 1e3, s->decode.link * 1e3,
-           s->decode.fixed * 1e3);
+    char t1[32], t2[32], t3[32];
+    printf("verdict      runs: decode %s tok/s (bound: %s), prefill %s tok/s over a "
+           "%lld-token prompt (bound: %s)\n", rate3(t1, s->decode_tps), s->decode.bound,
+           rate3(t2, s->prefill_tps), (long long)e->prompt, s->prefill.bound);
+    printf("decode       %.1f ms a token at %lld tokens of context: disk %.1f ms overlapping "
+           "RAM %.1f + link %.1f + per-layer %.1f ms\n", s->decode.total * 1e3,
+           (long long)e->prompt, s->decode.disk * 1e3, s->decode.ram * 1e3,
+           s->decode.link * 1e3, s->decode.fixed * 1e3);
     printf("             hit rate %.1f %% (LRU, routing skew: %s); %s a token from disk",
            100 * s->hit, c->skew, H(s->token_disk_bytes));
     if (e->n_machine > 1)
         printf(", %s and %.0f round trips on the wire", H(s->token_link_bytes), s->round_trips);
     printf("\n");
     printf("prefill      %.2f s for %lld tokens: compute %.2f, disk %.2f, link %.2f s; the first "
-           "prompt, caches empty: %.3g tok/s (bound: %s)\n", s->prefill.total,
+           "prompt, caches empty: %s tok/s (bound: %s)\n", s->prefill.total,
            (long long)e->prompt, s->prefill.compute, s->prefill.disk, s->prefill.link,
-           s->prefill_cold_tps, s->prefill_cold.bound);
+           rate3(t3, s->prefill_cold_tps), s->prefill_cold.bound);
     if (c->assumed_mem || c->assumed_disk || c->assumed_flops ||
         (c->assumed_link && e->n_machine > 1)) {
         printf("assumed     ");
-        if (c->assumed_mem)
-            printf(" RAM read %.0f GB/s,", (e->m[0].mem_bw > 0 ? e->m[0].mem_bw : 50e9) / 1e9);
-        if (c->assumed_disk)
+        char flags[96] = "";
+        if (c->assumed_mem) {
+            printf(" RAM read %.0f GB/s,", 50.0);
+            strcat(flags, " --mem-bw,");
+        }
+        if (c->assumed_disk) {
             printf(" disk %.1f GB/s,", 3.0);
-        if (c->assumed_flops)
+            strcat(flags, " --disk,");
+        }
+        if (c->assumed_flops) {
             printf(" GEMM %.0f GFLOP/s,", 300.0);
-        if (c->assumed_link && e->n_machine > 1)
+            strcat(flags, " --flops,");
+        }
+        if (c->assumed_link && e->n_machine > 1) {
             printf(" link 1 Gbit/s,");
-        printf(" the defaults: give --mem-bw, --disk, --flops, --link, or --measure here\n");
+            strcat(flags, " --link,");
+        }
+        printf(" the defaults: give%s%s\n", flags,
+               c->measured ? " (--measure could not probe these here)" : " or --measure here");
     }
     if (c->advice[0])
-        printf("help most    %s: decode %.3g tok/s (%+.0f %%)\n", c->advice, c->advice_tps,
+        printf("help most    %s: decode %s tok/s (%+.0f %%)\n", c->advice, rate3(t1, c->advice_tps),
                100 * (c->advice_tps / s->decode_tps - 1));
     const struct shoal_plan_mem *m0 = &s->mem[0];
     if (c->types) {
@@ -737,9 +762,9 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
                    "F32/F16/BF16/Q8_0/Q4_K/Q6_K tensors: docs/MODELS.md); these figures are "
                    "for the file as shipped, once it does\n");
         else
-            printf("run with     shoal run %s (its experts are read through the page cache, "
-                   "not the expert store yet: the cache is what RAM the OS has free)\n",
-                   c->model);
+            printf("run with     shoal run %s --prompt TEXT (or --tokens IDS without a vocabulary "
+                   "in the file; its experts are read through the page cache, not the expert "
+                   "store yet: the cache is what RAM the OS has free)\n", c->model);
         return;
     }
     struct stat st;
@@ -760,12 +785,12 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
     }
     const char *dir = container ? c->model : "DIR";
     if (e->n_machine == 1) {
-        printf("run with     shoal run %s --expert-cache %lluM --direct on\n", dir,
+        printf("run with     shoal run %s --prompt TEXT --expert-cache %lluM --direct on\n", dir,
                (unsigned long long)(m0->cache >> 20));
         return;
     }
     const int nw = e->n_machine - 1;
-    printf("run with     machine 1: shoal run %s", dir);
+    printf("run with     machine 1: shoal run %s --prompt TEXT", dir);
     if (m0->serves)
         printf(" --expert-cache %lluM --direct on", (unsigned long long)(m0->cache >> 20));
     printf(" --workers HOST2:7070%s%s\n", nw > 1 ? ",..." : "",
@@ -801,6 +826,7 @@ int shoal_cmd_plan(int argc, char **argv)
                                           .link_bw = 1e9 / 8, .link_rtt = 0.2e-3}};
     const char *model = NULL, *routing = NULL;
     int as_json = 0, measure = 0, set_experts = 0, set_dense = 0, set_group = 0, set_kv = 0;
+    int set_prompt = 0;
     long long machines = 0;
     double ram[SHOAL_PLAN_MAX_MACHINES], disk[SHOAL_PLAN_MAX_MACHINES],
         mem[SHOAL_PLAN_MAX_MACHINES], flops[SHOAL_PLAN_MAX_MACHINES],
@@ -872,7 +898,11 @@ int shoal_cmd_plan(int argc, char **argv)
                 bad = 1;
             }
             break;
-        case 14: bad = shoal_cli_parse_i64(a, v, 1, 1ll << 24, &n); c.env.prompt = n; break;
+        case 14:
+            bad = shoal_cli_parse_i64(a, v, 1, 1ll << 24, &n);
+            c.env.prompt = n;
+            set_prompt = 1;
+            break;
         case 15: {
             uint64_t r;
             bad = parse_size_unit(a, v, &r);
@@ -968,6 +998,18 @@ int shoal_cmd_plan(int argc, char **argv)
         return 2;
     }
 planned:
+    /* the prompt fits the KV budget: the default shrinks to it, a --prompt
+     * beyond it is a contradiction */
+    if (c.env.prompt > o.ctx) {
+        if (set_prompt) {
+            shoal_cli_error("plan: --prompt %lld exceeds the KV cache budget of %lld tokens "
+                            "(--ctx)", (long long)c.env.prompt, (long long)o.ctx);
+            free(text);
+            free(what);
+            return 2;
+        }
+        c.env.prompt = o.ctx;
+    }
     c.o = &o;
     c.types = types[0] ? types : NULL;
     c.model = model;
@@ -1034,9 +1076,15 @@ planned:
             if (!n_disk && dk > 0)
                 c.env.m[m].disk_bw = dk;
         }
-        fprintf(stderr, "shoal: plan: measured RAM read %.1f GB/s, GEMM %.0f GFLOP/s%s, disk "
-                "%s\n", rd / 1e9, fl / 1e9, fl > 0 ? "" : " (no probe for this dtype)",
-                dk > 0 ? "measured" : "not measured (no experts.bin here)");
+        char gemm[64];
+        if (fl > 0)
+            snprintf(gemm, sizeof gemm, "GEMM %.0f GFLOP/s", fl / 1e9);
+        else
+            snprintf(gemm, sizeof gemm, "GEMM not measured (no probe for %s experts)",
+                     c.types ? "GGUF" : shoal_dtype_name(p.experts_dtype));
+        fprintf(stderr, "shoal: plan: measured RAM read %.1f GB/s, %s, disk %s\n", rd / 1e9,
+                gemm, dk > 0 ? "measured" : "not measured (no experts.bin here)");
+        c.measured = 1;
         if (dk > 0)
             fprintf(stderr, "shoal: plan: disk %.2f GB/s (fio random reads of one expert)\n",
                     dk / 1e9);

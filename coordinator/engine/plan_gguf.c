@@ -197,9 +197,12 @@ int shoal_plan_gguf(const char *path, const struct shoal_plan_params *p, struct 
             int first = 1;
             for (int t = 0; t < 64 && n < types_len; t++)
                 if (tb[t]) {
-                    n += (size_t)snprintf(types + n, types_len - n, "%s %s %.0f %%",
+                {
+                    double pct = 100.0 * (double)tb[t] / (double)(tot ? tot : 1);
+                    n += (size_t)snprintf(types + n, types_len - n, "%s %s %s%.0f %%",
                                           first ? "" : ",", shoal_ggml_type_name((uint32_t)t),
-                                          100.0 * (double)tb[t] / (double)(tot ? tot : 1));
+                                          pct < 0.5 ? "<" : "", pct < 0.5 ? 1.0 : pct);
+                }
                     first = 0;
                 }
         }

@@ -17,7 +17,10 @@
    its *_exps tensors' (one expert: its slices), the trunk the rest, the
    architecture from its metadata; --experts does not apply; it says
    whether shoal runs it (this one has IQ2_XXS and MXFP4 experts: not yet).
-5. The default skew curve (plan_speed.c SHOAL_PLAN_SKEW) is the mean Lorenz
+5. docs/OPERATIONS.md's DeepSeek-V3 example: its command, run on the real
+   config, prints the lines the doc shows (from `machines` on), and its
+   16G figures are the plan's.
+6. The default skew curve (plan_speed.c SHOAL_PLAN_SKEW) is the mean Lorenz
    curve of the OLMoE routing traces in ../shared/data, recomputed here
    (skipped when ../shared is absent).
 
@@ -261,6 +264,31 @@ def test_gguf(shoal, tmp):
            and "general.architecture" in r.stderr, r.stderr)
 
 
+def test_doc_example(shoal):
+    ds = os.path.join(CONFIGS, "DeepSeek-V3-Base.json")
+    if not os.path.exists(ds):
+        result.skip("OPERATIONS.md example", "%s absent" % ds)
+        return
+    doc = open(os.path.join(ROOT, "docs", "OPERATIONS.md")).read()
+    m = re.search(r"\$ shoal plan DeepSeek-V3-Base\.json (.*?)\n\.\.\.\n(.*?)```", doc, re.S)
+    if not result("OPERATIONS.md holds the DeepSeek-V3 plan example", m is not None):
+        return
+    args = m.group(1).replace("\\\n", " ").split()
+    r = plan(shoal, ds, *args)
+    want = m.group(2).strip().splitlines()
+    got = r.stdout[r.stdout.find("machines "):].strip().splitlines()
+    diff = [(w, g) for w, g in zip(want, got) if w != g]
+    result("the example's output is what `shoal plan %s` prints" % " ".join(args),
+           r.returncode == 0 and len(want) == len(got) and not diff,
+           "first difference: %s" % str(diff[:1] or (len(want), len(got))))
+    r16 = plan(shoal, ds, *[a if a != "64G" else "16G" for a in args])
+    line = [l for l in r16.stdout.splitlines() if l.startswith("verdict")]
+    said = re.search(r"`(does not fit: machine 1[^`]*)`", doc)
+    result("its 16G sentence is the plan's verdict (exit 3)",
+           r16.returncode == 3 and said and line and line[0].endswith(said.group(1).replace("\n", " ")),
+           "%s | %s" % (line, said and said.group(1)))
+
+
 def test_skew_curve():
     if not os.path.exists(TRACES):
         result.skip("default skew curve", "%s absent (the shared data set)" % TRACES)
@@ -301,6 +329,7 @@ def main():
         test_monotonic(a.shoal)
         test_che(a.shoal, tmp)
         test_gguf(a.shoal, tmp)
+        test_doc_example(a.shoal)
         test_skew_curve()
     return result.summary()
 
