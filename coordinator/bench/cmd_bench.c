@@ -1364,11 +1364,16 @@ int shoal_cmd_bench(int argc, char **argv)
         if (json_object_get(r, "error"))
             fprintf(stderr, "shoal: bench: rep %lld failed: %s\n", rep + 1,
                     json_string_value(json_object_get(r, "error")));
-        else
+        else {
+            /* no store (a Hugging Face directory): no hit rate to show */
+            char hit[32] = "no expert store";
+            if (isfinite(jget(f, "hit_rate")))
+                snprintf(hit, sizeof hit, "hit rate %.1f%%", 100 * jget(f, "hit_rate"));
             fprintf(stderr, "shoal: bench: rep %lld/%lld: TTFT %.1f ms, prefill %.2f tok/s, "
-                    "decode %.2f tok/s, hit rate %.1f%%, peak RSS %.0f MB\n", rep + 1, o.reps,
-                    jget(f, "ttft_ms"), jget(f, "prefill_tok_s"), jget(f, "decode_tok_s"),
-                    100 * jget(f, "hit_rate"), jget(f, "peak_rss_mb"));
+                    "decode %.2f tok/s, %s, peak RSS %.0f MB\n", rep + 1, o.reps,
+                    jget(f, "ttft_ms"), jget(f, "prefill_tok_s"), jget(f, "decode_tok_s"), hit,
+                    jget(f, "peak_rss_mb"));
+        }
         json_array_append_new(runs, r);
     }
     size_t i;
