@@ -319,6 +319,9 @@ int shoal_cmd_inspect(int argc, char **argv)
     printf("\n");
     printf("expert bytes %" PRIu64 " (%.1f MB)\n", expert_bytes, expert_bytes / 1e6);
     shoal_cli_print_shard(ct);
+    if (ct->shard.count && !ct->shard.has_dense && ct->n_dense)
+        printf("dense        the manifest's %zu tensors (their bytes are in the full "
+               "container's dense.bin, not in this shard):\n", ct->n_dense);
     size_t shown = 0;
     for (size_t i = 0; i < ct->n_dense && shown < 6; i++, shown++) {
         const struct shoal_container_tensor *t = &ct->dense[i];
