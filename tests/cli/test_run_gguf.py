@@ -32,6 +32,10 @@ Cases:
             multiple of 256) and every other matrix Q6_K (token_embd and
             the router included): the same bytes at --threads 1 and 2,
             cosine 0.98 to the BF16 run while the tokens agree
+  scales:   a NaN or infinite f16 block scale (d, dmin) in a Q6_K trunk
+            matrix: exit 2 at load, one line naming tensor, block, value;
+            in a Q4_K or Q8_0 expert: the same line (and the expert) the
+            first time it runs, exit 1
   vocab:    the file's own vocabulary (tokenizer.ggml.*, from the bundled
             tokenizer.json) gives the checkpoint's text for --prompt
   bad:      another architecture, a missing key, a key shoal does not read,
@@ -299,9 +303,10 @@ def encode(x, typ):
     raise ValueError(typ)
 
 
-def write_gguf(path, kvs, tensors, align=32):
+def write_gguf(path, kvs, tensors, align=32, poison=None):
     """tensors: [(name, array, ggml type name)]; ne is the array's shape
-    reversed (innermost first)."""
+    reversed (innermost first). poison: {name: (byte offset in the tensor's
+    data, u16)}, an f16 written over the encoded bytes there."""
     out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
     for k in kvs:
         out += k
@@ -310,7 +315,11 @@ def write_gguf(path, kvs, tensors, align=32):
         ne = list(reversed(x.shape))
         out += s_(name) + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
         out += struct.pack("<IQ", GGML[typ], len(data))
-        data += encode(x, typ)
+        blob = bytearray(encode(x, typ))
+        if poison and name in poison:
+            off, h = poison[name]
+            blob[off:off + 2] = struct.pack("<H", h)
+        data += blob
         data += b"\0" * (-len(data) % align)
     out += b"\0" * (-len(out) % align)
     with open(path, "wb") as f:
@@ -479,6 +488,38 @@ def test_k_quants(shoal, tmp, tensors, kvs, ref):
     check_quantized(shoal, tmp, "q4_k-q6_k", path, ref, 0.98)
 
 
+def test_bad_scales(shoal, tmp, tensors, kvs):
+    """A non-finite f16 block scale: in a trunk matrix it is refused at load
+    (exit 2); in an expert the first time the expert runs (scanning every
+    expert at load would read every page of the file), a one-line error
+    (exit 1, as any error found while generating). Layer 0's experts all
+    run for these tokens (each of the 8 was tried)."""
+    t = [(n, x, "Q8_0" if "ffn_down_exps" in n else typ)
+         for n, x, typ in typed(tensors, matrix_type="Q6_K", expert_type="Q4_K")]
+    gate_blocks = 192 * 1      # an expert's gate: 192 rows of one Q4_K block
+    down_blocks = 256 * 6      # an expert's down: 256 rows of six Q8_0 blocks
+    cases = [
+        ("a NaN d in a Q6_K trunk matrix", {"blk.1.attn_k.weight": (5 * 210 + 208, 0x7E00)},
+         2, ["blk.1.attn_k.weight", "Q6_K block 5 ", "d = nan"]),
+        ("an infinite dmin in a Q4_K expert",
+         {"blk.0.ffn_gate_exps.weight": ((3 * gate_blocks + 7) * 144 + 2, 0x7C00)},
+         1, ["blk.0.ffn_gate_exps.weight", "Q4_K block %d " % (3 * gate_blocks + 7),
+             "dmin = inf", "expert 3"]),
+        ("a -inf d in a Q8_0 expert",
+         {"blk.0.ffn_down_exps.weight": ((5 * down_blocks + 11) * 34, 0xFC00)},
+         1, ["blk.0.ffn_down_exps.weight", "Q8_0 block %d " % (5 * down_blocks + 11),
+             "d = -inf", "expert 5"]),
+    ]
+    for i, (name, poison, code, needles) in enumerate(cases):
+        path = os.path.join(tmp, "bad-scale-%d.gguf" % i)
+        write_gguf(path, kvs, t, poison=poison)
+        r = H.run([shoal, "run", path] + ARGS, timeout=60)
+        lines = (r.stderr or "").strip().splitlines()
+        result("bad scale (%s): exit %d, one line naming %s" % (name, code, ", ".join(needles)),
+               r.returncode == code and len(lines) == 1 and
+               all(n in lines[0] for n in needles), show(r))
+
+
 def vocab_kvs():
     """The bundled tokenizer.json (byte-level BPE) as tokenizer.ggml.* keys, as
     convert_hf_to_gguf.py writes a gpt2-style vocabulary."""
@@ -573,6 +614,7 @@ def main():
         test_exact(shoal, tmp, tensors, kvs, ref)
         test_q8_0(shoal, tmp, tensors, kvs, ref)
         test_k_quants(shoal, tmp, tensors, kvs, ref)
+        test_bad_scales(shoal, tmp, tensors, kvs)
         test_vocab(shoal, tmp, tensors, kvs)
         test_bad(shoal, tmp, tensors, cfg)
     sys.exit(result.summary())
