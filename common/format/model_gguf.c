@@ -466,6 +466,15 @@ static int bind_from_gguf(const struct shoal_weight_slot *s, void *user)
     w->cols = s->cols ? s->cols : s->rows;
     /* an expert is its contiguous n_out x n_in slice of the stacked tensor */
     w->data = t->data + (expert ? (size_t)s->ie * (size_t)(t->d.nbytes / want[2]) : 0);
+    /* every block scale finite: the trunk's here, once; an expert's the
+     * first time it runs (experts_local.c), since scanning them all here
+     * would touch every page of the file (a block is 34 to 210 bytes) */
+    if (w->dtype == SHOAL_DTYPE_GGML && !expert) {
+        struct shoal_err e = {0};
+        const uint64_t n_blk = t->d.nbytes / shoal_ggml_type_info(t->d.type)->type_size;
+        if (shoal_ggml_check_scales(t->d.type, t->data, n_blk, name, 0, &e))
+            return shoal_err_set(b->err, e.code, "'%s': %s", t->file, e.msg);
+    }
     return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "ggml_types_impl.h"
+#include "tensor.h"
 
 #define QK_K SHOAL_GGML_QK_K
 
@@ -130,5 +131,33 @@ int shoal_ggml_dequant_row(uint32_t id, const void *src, float *dst,
     const uint8_t *p = src;
     for (uint64_t i = 0; i < n / t->block_size; i++)
         t->dequant(p + i * t->type_size, dst + i * t->block_size);
+    return 0;
+}
+
+int shoal_ggml_check_scales(uint32_t id, const void *src, uint64_t n_blocks, const char *what,
+                            uint64_t block0, struct shoal_err *err)
+{
+    /* the byte offsets of a block's f16 scales, -1: none */
+    int off[2] = {-1, -1};
+    switch (id) {
+    case SHOAL_GGML_TYPE_Q8_0: off[0] = 0; break;
+    case SHOAL_GGML_TYPE_Q4_K:
+    case SHOAL_GGML_TYPE_Q5_K: off[0] = 0, off[1] = 2; break;
+    case SHOAL_GGML_TYPE_Q6_K: off[0] = 208; break;
+    default: return 0;
+    }
+    static const char *const name[2] = {"d", "dmin"};
+    const size_t size = shoal_ggml_type_info(id)->type_size;
+    const uint8_t *p = src;
+    for (uint64_t b = 0; b < n_blocks; b++, p += size)
+        for (int k = 0; k < 2 && off[k] >= 0; k++) {
+            const uint16_t h = (uint16_t)(p[off[k]] | p[off[k] + 1] << 8);
+            if ((h & 0x7C00u) == 0x7C00u)   /* exponent all ones: inf or NaN */
+                return shoal_err_set(err, SHOAL_EFORMAT,
+                                     "tensor '%s': %s block %" PRIu64 " has scale %s = %g "
+                                     "(f16 0x%04x); expected a finite f16",
+                                     what, shoal_ggml_type_name(id), block0 + b, name[k],
+                                     (double)shoal_f16_to_f32(h), (unsigned)h);
+        }
     return 0;
 }

@@ -113,4 +113,17 @@ int shoal_ggml_nbytes(uint32_t id, const uint64_t *ne, uint32_t n_dims,
 int shoal_ggml_dequant_row(uint32_t id, const void *src, float *dst,
                            uint64_t n, struct shoal_err *err);
 
+/* Check the f16 block scales of n_blocks blocks of type id at src: d (and
+ * dmin, where the type has one) of every Q8_0, Q4_K, Q5_K and Q6_K block
+ * must be finite, since one NaN or infinite scale makes every dot product
+ * with its row NaN (the byte layouts: ggml_dot.h, ggml_dequant.c).
+ *   src    [n_blocks * type_size] bytes, borrowed
+ *   what   the tensor's name for the message, borrowed
+ *   block0 the index of src's first block in the tensor (for the message)
+ * Returns 0 (also for a type without f16 scales here), or -SHOAL_EFORMAT
+ * with err naming the tensor, the block index in it, which scale and its
+ * value. Reads 2 or 4 bytes per block; allocates nothing. Thread: any. */
+int shoal_ggml_check_scales(uint32_t id, const void *src, uint64_t n_blocks, const char *what,
+                            uint64_t block0, struct shoal_err *err);
+
 #endif

@@ -8,6 +8,7 @@
 #include "expert_exec.h"
 #include "expert_ffn.h"
 #include "experts.h"
+#include "ggml_types.h"
 #include "quant.h"
 #include "util.h"
 
@@ -22,7 +23,8 @@ struct shoal_local_experts {
     struct shoal_expert_weights *ew;      /* [n_expert] views of an acquired batch */
     int32_t *sel_ids;                     /* [n_expert] ids of a selection */
     uint8_t *fp8_ok;                      /* [n_layer][n_expert] 1: the memory-mapped
-                                           * FP8/MXFP4 expert's codes were checked */
+                                           * FP8/MXFP4 expert's codes (a GGUF's
+                                           * block scales) were checked */
     /* the step in progress (the iface's hook) */
     const struct shoal_moe_step *st;
 };
@@ -111,11 +113,31 @@ static void scatter(struct shoal_local_experts *lx, const struct shoal_moe_step 
     }
 }
 
+/* An expert's ggml-typed matrix k (0 gate, 1 up, 2 down) of a GGUF file:
+ * its block scales finite, the message naming the stacked tensor and the
+ * block's index in it */
+static int check_ggml_expert(const struct shoal_weight *w, int64_t il, int32_t ie, int k,
+                             struct shoal_err *err)
+{
+    static const char *const exps[3] = {"gate", "up", "down"};
+    const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(w->ggml_type);
+    const uint64_t n_blk = (uint64_t)w->rows * (uint64_t)w->cols / ti->block_size;
+    char name[96];
+    snprintf(name, sizeof name, "blk.%lld.ffn_%s_exps.weight", (long long)il, exps[k]);
+    struct shoal_err e = {0};
+    if (shoal_ggml_check_scales(w->ggml_type, w->data, n_blk, name, (uint64_t)ie * n_blk, &e))
+        return shoal_err_set(err, e.code, "%s (in expert %d)", e.msg, (int)ie);
+    return 0;
+}
+
 /* The first time a memory-mapped FP8 or MXFP4 expert (a Hugging Face
- * directory) runs, check its codes: a NaN code is an error naming the
- * tensor (model.c checks the trunk at load; a container's experts are
- * checked by convert and when the store reads them). */
-static int check_fp8_experts(struct shoal_local_experts *lx, int64_t il, const int32_t *ids,
+ * directory) or ggml-typed one (a GGUF file) runs, check its codes or
+ * block scales: a NaN code or a non-finite scale is an error naming the
+ * tensor (model.c and model_gguf.c check the trunk at load; a container's
+ * experts are checked by convert and when the store reads them). Checking
+ * a GGUF's experts here rather than at load keeps the load from reading
+ * every page of the file. */
+static int check_mapped_experts(struct shoal_local_experts *lx, int64_t il, const int32_t *ids,
                              int64_t nb, struct shoal_err *err)
 {
     const struct shoal_model_config *c = &lx->model->cfg;
@@ -123,8 +145,10 @@ static int check_fp8_experts(struct shoal_local_experts *lx, int64_t il, const i
     for (int64_t i = 0; i < nb; i++) {
         const struct shoal_expert_weights *e = &L->experts[ids[i]];
         const int mx = e->w_gate.dtype == SHOAL_DTYPE_MXFP4;   /* gpt-oss as shipped */
+        const int gg = e->w_gate.dtype == SHOAL_DTYPE_GGML || e->w_up.dtype == SHOAL_DTYPE_GGML ||
+                       e->w_down.dtype == SHOAL_DTYPE_GGML;
         if (e->w_gate.dtype != SHOAL_DTYPE_FP8 && e->w_up.dtype != SHOAL_DTYPE_FP8 &&
-            e->w_down.dtype != SHOAL_DTYPE_FP8 && !mx)
+            e->w_down.dtype != SHOAL_DTYPE_FP8 && !mx && !gg)
             continue;
         if (!lx->fp8_ok)
             lx->fp8_ok = shoal_xcalloc((size_t)(c->n_layer * c->n_expert), 1);
@@ -135,6 +159,12 @@ static int check_fp8_experts(struct shoal_local_experts *lx, int64_t il, const i
         const char *hf[3] = {c->family->expert_gate, c->family->expert_up,
                              c->family->expert_down};
         for (int k = 0; k < 3; k++) {
+            if (w[k]->dtype == SHOAL_DTYPE_GGML) {
+                int rc = check_ggml_expert(w[k], il, ids[i], k, err);
+                if (rc)
+                    return rc;
+                continue;
+            }
             if (w[k]->dtype != SHOAL_DTYPE_FP8 && w[k]->dtype != SHOAL_DTYPE_MXFP4)
                 continue;
             char name[160];
@@ -193,7 +223,7 @@ int shoal_local_experts_run(struct shoal_local_experts *lx, const struct shoal_m
         return shoal_err_set(err, SHOAL_EINVAL, "the container '%s' has no expert store: its "
                              "routed experts are not in RAM (expert_store.h)", lx->model->dir);
     } else {
-        int rc = check_fp8_experts(lx, st->il, ids, n_sel, err);
+        int rc = check_mapped_experts(lx, st->il, ids, n_sel, err);
         if (rc)
             return rc;
         for (int64_t i = 0; i < n_sel; i++)

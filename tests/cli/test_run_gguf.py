@@ -23,6 +23,19 @@ Cases:
   q8_0-all: every matrix Q8_0, token_embd included (the embedding row
             dequantized, the tied lm_head through the Q8_0 kernel): the
             same checks
+  k-quants: the Q4_K and Q6_K writers below (per 32 / 16 elements min-max
+            and amax scales, packed as ggml's quantize_row_q{4,6}_K_ref
+            pack them) checked first: the test's decoder gives gguf-py's
+            floats on tests/data/gguf's vectors, and it decodes the
+            writers' blocks to within one step of their input. Then a file
+            with Q4_K experts (ffn_down_exps Q8_0: 192 columns are not a
+            multiple of 256) and every other matrix Q6_K (token_embd and
+            the router included): the same bytes at --threads 1 and 2,
+            cosine 0.98 to the BF16 run while the tokens agree
+  scales:   a NaN or infinite f16 block scale (d, dmin) in a Q6_K trunk
+            matrix: exit 2 at load, one line naming tensor, block, value;
+            in a Q4_K or Q8_0 expert: the same line (and the expert) the
+            first time it runs, exit 1
   vocab:    the file's own vocabulary (tokenizer.ggml.*, from the bundled
             tokenizer.json) gives the checkpoint's text for --prompt
   bad:      another architecture, a missing key, a key shoal does not read,
@@ -49,7 +62,7 @@ result = H.Results()
 MODEL = H.MODEL
 ARGS = ["--tokens", "1,2,3", "--max-tokens", "16", "--greedy"]
 
-GGML = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "BF16": 30}
+GGML = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q6_K": 14, "BF16": 30}
 
 
 # ---- reading the checkpoint ------------------------------------------------
@@ -152,6 +165,126 @@ def q8_0_bytes(x):
     return blocks.tobytes()
 
 
+def _f16(b, off):
+    """The f16 at byte off of each block row of b [n][size] uint8, as f32."""
+    return b[:, off:off + 2].copy().view("<f2").astype(np.float32)[:, 0]
+
+
+def _scale_min_k4(scales, j):
+    """ggml's get_scale_min_k4 over scales [n][12] uint8: (sc, m) [n] int."""
+    s = scales.astype(np.int32)
+    if j < 4:
+        return s[:, j] & 63, s[:, j + 4] & 63
+    return ((s[:, j + 4] & 0x0F) | (s[:, j - 4] >> 6) << 4,
+            (s[:, j + 4] >> 4) | (s[:, j] >> 6) << 4)
+
+
+def q4_k_decode(raw):
+    """Q4_K blocks -> float32 [n][256], ggml_dequant.c's rule step for step
+    (d1 = d * sc, m1 = dmin * m, y = d1 * q - m1, each one f32 operation)."""
+    b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 144)
+    d, dmin, qs = _f16(b, 0), _f16(b, 2), b[:, 16:]
+    y = np.empty((len(b), 256), dtype=np.float32)
+    for ib in range(8):
+        sc, m = _scale_min_k4(b[:, 4:16], ib)
+        d1, m1 = d * sc.astype(np.float32), dmin * m.astype(np.float32)
+        q = (qs[:, 32 * (ib // 2):32 * (ib // 2) + 32] >> (4 * (ib % 2))) & 0x0F
+        y[:, 32 * ib:32 * ib + 32] = d1[:, None] * q.astype(np.float32) - m1[:, None]
+    return y
+
+
+def q6_k_decode(raw):
+    """Q6_K blocks -> float32 [n][256] (ggml_dequant.c's rule)."""
+    b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 210)
+    ql, qh = b[:, :128].astype(np.int32), b[:, 128:192].astype(np.int32)
+    sc = b[:, 192:208].view(np.int8).astype(np.float32)
+    d = _f16(b, 208)
+    y = np.empty((len(b), 256), dtype=np.float32)
+    for h in range(2):
+        for r in range(4):
+            for half in range(2):
+                l = np.arange(16 * half, 16 * half + 16)
+                lo = (ql[:, 64 * h + l + 32 * (r % 2)] >> (4 * (r // 2))) & 0x0F
+                hi = (qh[:, 32 * h + l] >> (2 * r)) & 3
+                ds = d * sc[:, 8 * h + half + 2 * r]
+                y[:, 128 * h + 32 * r + l] = ds[:, None] * ((lo | hi << 4) - 32).astype(np.float32)
+    return y
+
+
+def _rint_clip(v, lo, hi):
+    return np.clip(np.floor(v + np.float32(0.5)), lo, hi).astype(np.int32)
+
+
+def q4_k_bytes(x):
+    """Q4_K blocks of x (rows a multiple of 256; ggml-common.h block_q4_K).
+    Per sub-block of 32: range [min(x, 0), max(x)] in 15 steps; the 6-bit
+    scales and mins relative to d = max scale / 63 and dmin = max min / 63
+    (f16), packed as ggml's quantize_row_q4_K_ref packs them; q from the
+    f16-rounded d and dmin, so the decode is the nearest level."""
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 8, 32)
+    lo = np.minimum(x.min(axis=2), 0)
+    scale = (x.max(axis=2) - lo) / np.float32(15)
+    d = (scale.max(axis=1) / np.float32(63)).astype("<f2")
+    dmin = ((-lo).max(axis=1) / np.float32(63)).astype("<f2")
+    d32, dmin32 = d.astype(np.float32), dmin.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = _rint_clip(np.where(d32[:, None] > 0, scale / d32[:, None], 0), 0, 63)
+        m = _rint_clip(np.where(dmin32[:, None] > 0, -lo / dmin32[:, None], 0), 0, 63)
+        d1 = d32[:, None] * sc.astype(np.float32)
+        m1 = dmin32[:, None] * m.astype(np.float32)
+        q = _rint_clip(np.where(d1[:, :, None] > 0, (x + m1[:, :, None]) / d1[:, :, None], 0),
+                       0, 15)
+    n = len(x)
+    scales = np.zeros((n, 12), dtype=np.int32)
+    for j in range(8):
+        if j < 4:
+            scales[:, j] = sc[:, j]
+            scales[:, j + 4] = m[:, j]
+        else:
+            scales[:, j + 4] = (sc[:, j] & 0xF) | (m[:, j] & 0xF) << 4
+            scales[:, j - 4] |= (sc[:, j] >> 4) << 6
+            scales[:, j] |= (m[:, j] >> 4) << 6
+    qs = np.zeros((n, 128), dtype=np.int32)
+    for j in range(4):
+        qs[:, 32 * j:32 * j + 32] = q[:, 2 * j] | q[:, 2 * j + 1] << 4
+    blocks = np.zeros(n, dtype=[("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12),
+                                ("qs", "u1", 128)])
+    blocks["d"], blocks["dmin"] = d, dmin
+    blocks["scales"], blocks["qs"] = scales, qs
+    return blocks.tobytes()
+
+
+def q6_k_bytes(x):
+    """Q6_K blocks of x (block_q6_K): per sub-block of 16 a scale amax / 31,
+    as an int8 relative to d = max scale / 127 (f16); q = round(x / (d *
+    sc)) in -32..31, stored + 32 and packed as ggml's quantize_row_q6_K_ref
+    packs them."""
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 16, 16)
+    scale = np.abs(x).max(axis=2) / np.float32(31)
+    d = (scale.max(axis=1) / np.float32(127)).astype("<f2")
+    d32 = d.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = _rint_clip(np.where(d32[:, None] > 0, scale / d32[:, None], 0), 0, 127)
+        ds = d32[:, None] * sc.astype(np.float32)
+        q = _rint_clip(np.where(ds[:, :, None] > 0, x / ds[:, :, None], 0), -32, 31) + 32
+    n = len(x)
+    L = q.reshape(n, 256)
+    ql = np.zeros((n, 128), dtype=np.int32)
+    qh = np.zeros((n, 64), dtype=np.int32)
+    for h in range(2):
+        j = 128 * h
+        for r in range(2):   # ql[l] holds elements l and l + 64, ql[l + 32] l + 32 and l + 96
+            ql[:, 64 * h + 32 * r:64 * h + 32 * r + 32] = \
+                (L[:, j + 32 * r:j + 32 * r + 32] & 0xF) | \
+                (L[:, j + 32 * r + 64:j + 32 * r + 96] & 0xF) << 4
+        qh[:, 32 * h:32 * h + 32] = sum((L[:, j + 32 * r:j + 32 * r + 32] >> 4) << (2 * r)
+                                        for r in range(4))
+    blocks = np.zeros(n, dtype=[("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16),
+                                ("d", "<f2")])
+    blocks["ql"], blocks["qh"], blocks["scales"], blocks["d"] = ql, qh, sc, d
+    return blocks.tobytes()
+
+
 def encode(x, typ):
     if typ == "F32":
         return np.ascontiguousarray(x, dtype="<f4").tobytes()
@@ -161,14 +294,19 @@ def encode(x, typ):
         return bf16_bytes(x)
     if typ == "Q8_0":
         return q8_0_bytes(x)
+    if typ == "Q4_K":
+        return q4_k_bytes(x)
+    if typ == "Q6_K":
+        return q6_k_bytes(x)
     if typ == "Q5_0":   # only its size matters (a type shoal refuses)
         return bytes(x.size // 32 * 22)
     raise ValueError(typ)
 
 
-def write_gguf(path, kvs, tensors, align=32):
+def write_gguf(path, kvs, tensors, align=32, poison=None):
     """tensors: [(name, array, ggml type name)]; ne is the array's shape
-    reversed (innermost first)."""
+    reversed (innermost first). poison: {name: (byte offset in the tensor's
+    data, u16)}, an f16 written over the encoded bytes there."""
     out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
     for k in kvs:
         out += k
@@ -177,7 +315,11 @@ def write_gguf(path, kvs, tensors, align=32):
         ne = list(reversed(x.shape))
         out += s_(name) + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
         out += struct.pack("<IQ", GGML[typ], len(data))
-        data += encode(x, typ)
+        blob = bytearray(encode(x, typ))
+        if poison and name in poison:
+            off, h = poison[name]
+            blob[off:off + 2] = struct.pack("<H", h)
+        data += blob
         data += b"\0" * (-len(data) % align)
     out += b"\0" * (-len(out) % align)
     with open(path, "wb") as f:
@@ -268,31 +410,114 @@ def cosines(a, b):
     return [float(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y))) for x, y in zip(a, b)]
 
 
-def test_q8_0(shoal, tmp, tensors, kvs, ref):
+def check_quantized(shoal, tmp, label, path, ref, min_cos):
+    """A quantized file's run: the same logits bytes at --threads 1 and 2,
+    greedy tokens following ref's, each step up to the first differing token
+    (which saw the same context) within cosine min_cos of ref's logits."""
     ref_tok = [int(np.argmax(x)) for x in ref]
+    r1, a = shoal_run(shoal, path, os.path.join(tmp, label + "-1.npy"), "--threads", "1")
+    r2, b = shoal_run(shoal, path, os.path.join(tmp, label + "-2.npy"), "--threads", "2")
+    result("%s GGUF: runs (16 greedy steps)" % label,
+           r1.returncode == 0 and a is not None and a.shape == ref.shape, show(r1))
+    if a is None or a.shape != ref.shape:
+        return
+    result("%s GGUF: the same logits bytes at --threads 1 and 2" % label,
+           same_bytes(a, b), show(r2))
+    tok = [int(np.argmax(x)) for x in a]
+    agree = 0
+    while agree < len(tok) and tok[agree] == ref_tok[agree]:
+        agree += 1
+    cos = cosines(a[:agree + 1], ref[:agree + 1])
+    result("%s GGUF: greedy tokens follow the BF16 run (%d of 16 agree), each such "
+           "step's logits within cosine %g (min %.5f)" % (label, agree, min_cos, min(cos)),
+           agree >= 4 and min(cos) > min_cos, "tokens %s vs %s" % (tok, ref_tok))
+    result("%s GGUF: not the BF16 bytes (the quantized weights are used)" % label,
+           a.tobytes() != ref.tobytes())
+
+
+def test_q8_0(shoal, tmp, tensors, kvs, ref):
     for label, kinds in (("q8_0", dict(matrix_type="BF16", expert_type="Q8_0")),
                          ("q8_0-all", dict(matrix_type="Q8_0"))):
         path = os.path.join(tmp, "shakespeare-%s.gguf" % label)
         write_gguf(path, kvs, typed(tensors, **kinds))
-        r1, a = shoal_run(shoal, path, os.path.join(tmp, label + "-1.npy"), "--threads", "1")
-        r2, b = shoal_run(shoal, path, os.path.join(tmp, label + "-2.npy"), "--threads", "2")
-        result("%s GGUF: runs (16 greedy steps)" % label,
-               r1.returncode == 0 and a is not None and a.shape == ref.shape, show(r1))
-        if a is None or a.shape != ref.shape:
-            continue
-        result("%s GGUF: the same logits bytes at --threads 1 and 2" % label,
-               same_bytes(a, b), show(r2))
-        tok = [int(np.argmax(x)) for x in a]
-        agree = 0
-        while agree < len(tok) and tok[agree] == ref_tok[agree]:
-            agree += 1
-        # the steps up to the first differing token saw the same context
-        cos = cosines(a[:agree + 1], ref[:agree + 1])
-        result("%s GGUF: greedy tokens follow the BF16 run (%d of 16 agree), each such "
-               "step's logits within cosine 0.99 (min %.5f)" % (label, agree, min(cos)),
-               agree >= 4 and min(cos) > 0.99, "tokens %s vs %s" % (tok, ref_tok))
-        result("%s GGUF: not the BF16 bytes (the quantized weights are used)" % label,
-               a.tobytes() != ref.tobytes())
+        check_quantized(shoal, tmp, label, path, ref, 0.99)
+
+
+def test_k_quantizers():
+    """The Q4_K and Q6_K writers: the decoder above is gguf-py's (bit for bit
+    on tests/data/gguf's vectors), and it gives back each input within one
+    quantization step of its block."""
+    data = os.path.join(os.path.dirname(HERE), "data", "gguf")
+    rng = np.random.default_rng(30)
+    x = (rng.standard_normal((64, 512)) * 0.05).astype(np.float32)
+    x[3, :256] = np.abs(x[3, :256])     # a block without negatives (min 0)
+    x[5, 256:] = 0                      # an all-zero block
+    result("K-quant writer input: not all equal", np.unique(x).size > 1000)
+    for name, size, enc, dec in (("q4_k", 144, q4_k_bytes, q4_k_decode),
+                                 ("q6_k", 210, q6_k_bytes, q6_k_decode)):
+        with open(os.path.join(data, name + ".bin"), "rb") as f:
+            raw = f.read()
+        n = len(raw) // (size + 1024)
+        want = np.frombuffer(raw[n * size:], dtype="<f4").reshape(n, 256)
+        result("%s: the test's decoder gives gguf-py's floats for its %d blocks" % (name, n),
+               n > 0 and dec(raw[:n * size]).tobytes() == want.tobytes())
+        blob = enc(x)
+        blk = x.reshape(-1, 256)
+        y = dec(blob)
+        if name == "q4_k":   # one step: the widest sub-block's range / 15
+            sub = blk.reshape(-1, 8, 32)
+            step = (sub.max(axis=2) - np.minimum(sub.min(axis=2), 0)).max(axis=1) / 15
+        else:                # one step: the largest sub-block's amax / 31
+            step = np.abs(blk.reshape(-1, 16, 16)).max(axis=2).max(axis=1) / 31
+        err = np.abs(y - blk).max(axis=1)
+        result("%s: the writer's %d blocks (%d bytes) decode within one step of the input "
+               "(worst %.3f step)" % (name, len(blk), len(blob), float(np.max(err / np.maximum(
+                   step, 1e-30)))),
+               len(blob) == len(blk) * size and bool(np.all(err <= step)) and
+               not np.any(y[11]), "")   # x[5, 256:] is block 11
+
+
+def test_k_quants(shoal, tmp, tensors, kvs, ref):
+    """Q4_K experts (gate and up; down has 192 columns, not a multiple of
+    256, so Q8_0 as llama-quantize falls back for such rows), every other
+    matrix Q6_K, token_embd and the router included."""
+    path = os.path.join(tmp, "shakespeare-q4_k.gguf")
+    t = [(n, x, "Q8_0" if "ffn_down_exps" in n else typ)
+         for n, x, typ in typed(tensors, matrix_type="Q6_K", expert_type="Q4_K")]
+    write_gguf(path, kvs, t)
+    check_quantized(shoal, tmp, "q4_k-q6_k", path, ref, 0.98)
+
+
+def test_bad_scales(shoal, tmp, tensors, kvs):
+    """A non-finite f16 block scale: in a trunk matrix it is refused at load
+    (exit 2); in an expert the first time the expert runs (scanning every
+    expert at load would read every page of the file), a one-line error
+    (exit 1, as any error found while generating). Layer 0's experts all
+    run for these tokens (each of the 8 was tried)."""
+    t = [(n, x, "Q8_0" if "ffn_down_exps" in n else typ)
+         for n, x, typ in typed(tensors, matrix_type="Q6_K", expert_type="Q4_K")]
+    gate_blocks = 192 * 1      # an expert's gate: 192 rows of one Q4_K block
+    down_blocks = 256 * 6      # an expert's down: 256 rows of six Q8_0 blocks
+    cases = [
+        ("a NaN d in a Q6_K trunk matrix", {"blk.1.attn_k.weight": (5 * 210 + 208, 0x7E00)},
+         2, ["blk.1.attn_k.weight", "Q6_K block 5 ", "d = nan"]),
+        ("an infinite dmin in a Q4_K expert",
+         {"blk.0.ffn_gate_exps.weight": ((3 * gate_blocks + 7) * 144 + 2, 0x7C00)},
+         1, ["blk.0.ffn_gate_exps.weight", "Q4_K block %d " % (3 * gate_blocks + 7),
+             "dmin = inf", "expert 3"]),
+        ("a -inf d in a Q8_0 expert",
+         {"blk.0.ffn_down_exps.weight": ((5 * down_blocks + 11) * 34, 0xFC00)},
+         1, ["blk.0.ffn_down_exps.weight", "Q8_0 block %d " % (5 * down_blocks + 11),
+             "d = -inf", "expert 5"]),
+    ]
+    for i, (name, poison, code, needles) in enumerate(cases):
+        path = os.path.join(tmp, "bad-scale-%d.gguf" % i)
+        write_gguf(path, kvs, t, poison=poison)
+        r = H.run([shoal, "run", path] + ARGS, timeout=60)
+        lines = (r.stderr or "").strip().splitlines()
+        result("bad scale (%s): exit %d, one line naming %s" % (name, code, ", ".join(needles)),
+               r.returncode == code and len(lines) == 1 and
+               all(n in lines[0] for n in needles), show(r))
 
 
 def vocab_kvs():
@@ -379,6 +604,7 @@ def main():
     result("the writer's input: every checkpoint tensor mapped once",
            sum(1 for n in st if ".experts." not in n) + 3 * cfg["num_hidden_layers"] ==
            len(tensors) and all(np.any(x != 0) for _, x in tensors))
+    test_k_quantizers()
     with tempfile.TemporaryDirectory(prefix="shoal-run-gguf-") as tmp:
         r, ref = shoal_run(shoal, MODEL, os.path.join(tmp, "ref.npy"))
         if not result("the checkpoint's own run", r.returncode == 0 and ref is not None,
@@ -387,6 +613,8 @@ def main():
         kvs = metadata(cfg)
         test_exact(shoal, tmp, tensors, kvs, ref)
         test_q8_0(shoal, tmp, tensors, kvs, ref)
+        test_k_quants(shoal, tmp, tensors, kvs, ref)
+        test_bad_scales(shoal, tmp, tensors, kvs)
         test_vocab(shoal, tmp, tensors, kvs)
         test_bad(shoal, tmp, tensors, cfg)
     sys.exit(result.summary())
