@@ -9,7 +9,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bench_probe.h"
@@ -292,13 +291,6 @@ static void container_defaults(const char *dir, struct shoal_plan_params *p, int
     json_decref(m);
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ---- values with units ---- */
 
 /* A size with a unit (K, M, G, T, binary): a bare number is refused, since
@@ -445,7 +437,7 @@ static double measure_flops(enum shoal_dtype dt, int group)
             int a8 = dt == SHOAL_DTYPE_INT4A8;
             double best = 0;
             for (int rep = 0; rep < 5; rep++) {
-                double t0 = now_s();
+                double t0 = shoal_time_s();
                 int n = 0;
                 do {
                     if (a8)
@@ -453,8 +445,8 @@ static double measure_flops(enum shoal_dtype dt, int group)
                     else
                         shoal_quant_linear(y, x, tok, &qw);
                     n++;
-                } while (now_s() - t0 < 0.06);
-                double r = 2.0 * (double)(rows * cols * tok) * n / (now_s() - t0);
+                } while (shoal_time_s() - t0 < 0.06);
+                double r = 2.0 * (double)(rows * cols * tok) * n / (shoal_time_s() - t0);
                 best = r > best ? r : best;
             }
             rate = best;

@@ -333,7 +333,11 @@ int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params 
         /* an even split: this machine sees a random 1/S of every layer,
          * which its cache holds as the whole set would hold S times it */
         double c = (double)out->mem[m].cache_experts * S;
-        if (shoal_plan_lru_hit(rate, (int64_t)n, c, hit + (size_t)m * n) < 0) {
+        /* a machine caching as many experts as the one before it (identical
+         * workers) has its hit rates: the simulation is not run again */
+        if (m > first && out->mem[m].cache_experts == out->mem[m - 1].cache_experts)
+            memcpy(hit + (size_t)m * n, hit + (size_t)(m - 1) * n, n * sizeof *hit);
+        else if (shoal_plan_lru_hit(rate, (int64_t)n, c, hit + (size_t)m * n) < 0) {
             free(rate), free(hit), free(lhit);
             return shoal_err_set(err, SHOAL_ENOMEM, "out of memory");
         }
