@@ -116,6 +116,15 @@ void shoal_container_close(struct shoal_container *ct)
     free(ct->manifest_path);
     free(ct->dense_path);
     free(ct->experts_path);
+    if (ct->gguf) {
+        for (uint32_t i = 0; i < ct->gguf->n_file; i++)
+            free(ct->gguf->files[i]);
+        free(ct->gguf->files);
+        free(ct->gguf->range);
+        free(ct->gguf->tmpl);
+        free(ct->gguf->blob_bytes);
+        free(ct->gguf);
+    }
     free(ct);
 }
 

@@ -89,6 +89,34 @@ struct shoal_expert_component {
     uint64_t bytes;
 };
 
+/* Routed experts read in place from the files of a GGUF set (model_gguf.c,
+ * container_gguf.c) rather than from a container's experts.bin. A layer's
+ * experts are llama.cpp's stacked tensors (blk.N.ffn_{gate,up,down}_exps,
+ * ne = {n_in, n_out, n_expert}: the expert index slowest), so component c
+ * of expert ie is the one range [base + ie * bytes, + bytes) of its file.
+ * GGUF offsets are only 32-byte aligned: each range is read whole pages
+ * around it ([align_down(off), align_up(off + bytes)), always, buffered
+ * or O_DIRECT alike) into its own part of the expert's buffer, and the
+ * view starts off % SHOAL_CONTAINER_ALIGN into that part. A GGUF carries
+ * no checksums: a read is checked for length and, for ggml-typed
+ * matrices, finite block scales. */
+struct shoal_expert_range {
+    uint32_t file;     /* index into shoal_container_gguf.files */
+    uint64_t base;     /* file offset of expert 0's bytes */
+    uint64_t bytes;    /* one expert's bytes (the stride); 0: no such component */
+    uint64_t buf_off;  /* where its pages start in the expert's buffer */
+};
+
+struct shoal_container_gguf {
+    uint32_t n_file;
+    char **files;                         /* [n_file] paths, owned */
+    struct shoal_expert_range *range;     /* [n_layer][6] w_gate, w_up, w_down, b_gate,
+                                           * b_up, b_down */
+    struct shoal_expert_weights *tmpl;    /* [n_layer] dtype and shape of each component
+                                           * (data NULL) */
+    uint64_t *blob_bytes;                 /* [n_layer] an expert's buffer; 0: dense layer */
+};
+
 /* An opened container (read side). Plain data, owned by the opener. */
 struct shoal_container {
     char *dir;
@@ -134,6 +162,9 @@ struct shoal_container {
         double *weights;        /* [count] placement weights (owned) */
         int has_dense;          /* 1 when dense.bin is present (--with-dense) */
     } shard;
+    /* experts read from a GGUF set instead of experts_path (blob_bytes is
+     * then the largest layer's buffer); NULL for a shoal container */
+    struct shoal_container_gguf *gguf;
 };
 
 /* Open and validate a container directory (path borrowed): manifest
@@ -185,6 +216,55 @@ static inline uint64_t shoal_container_expert_offset(const struct shoal_containe
 void shoal_container_expert_views(const struct shoal_container *ct,
                                   const void *blob,
                                   struct shoal_expert_weights *e);
+
+/* Bytes of the buffer one expert of layer il is read into: blob_bytes, or
+ * a GGUF layer's own (0 for a dense layer). Thread: any. */
+static inline uint64_t shoal_container_blob_bytes(const struct shoal_container *ct, int64_t il)
+{
+    return ct->gguf ? ct->gguf->blob_bytes[il] : ct->blob_bytes;
+}
+
+/* One read of an expert: len bytes at file offset off of file `file`
+ * (0: experts_path; a GGUF: index into gguf->files) into the expert's
+ * buffer at buf_off. */
+struct shoal_expert_read {
+    uint32_t file;
+    uint64_t off, len, buf_off;
+    uint64_t need;       /* bytes from off that hold the expert (len: a container's);
+                          * the rest of the last page may lie past the end of the file */
+    int comp;            /* the component it holds (GGUF), -1: the whole blob */
+};
+
+/* The reads that bring expert (il, ie) (held) into a buffer of
+ * shoal_container_blob_bytes(ct, il) bytes: one for a container, one per
+ * component for a GGUF (4 KiB aligned: an O_DIRECT read needs no more).
+ *   out  [6] written; returns how many. Thread: any. */
+int shoal_container_expert_reads(const struct shoal_container *ct, int64_t il, int64_t ie,
+                                 struct shoal_expert_read *out);
+
+/* shoal_container_expert_views for expert (il, ie) of any container,
+ * GGUF included (whose views depend on the expert). Thread: any. */
+void shoal_container_expert_views_at(const struct shoal_container *ct, int64_t il, int64_t ie,
+                                     const void *blob, struct shoal_expert_weights *e);
+
+/* Check a GGUF expert's component as read (rd from
+ * shoal_container_expert_reads, its bytes at blob + rd->buf_off): every
+ * ggml block scale finite. Returns 0 or SHOAL_EFORMAT with err naming the
+ * tensor (blk.N.ffn_gate_exps.weight), the block, its value and the
+ * expert. Thread: any (an io thread). */
+int shoal_container_gguf_check(const struct shoal_container *ct, int64_t il, int64_t ie,
+                               const struct shoal_expert_read *rd, const void *blob,
+                               struct shoal_err *err);
+
+/* A container over the routed experts of a loaded GGUF model m (borrowed;
+ * its expert views must point into the mappings of m's files, as
+ * model_gguf.c binds them): no dense section, every expert held, each
+ * read in place from the GGUF files. dir is the first file's path;
+ * fingerprint hashes the expert layout and the files' sizes. Returns it
+ * (owned by the caller: shoal_container_close) or NULL with err (a layer
+ * whose experts are not evenly strided in one file). Thread: main. */
+struct shoal_container *shoal_container_from_gguf(const struct shoal_model *m,
+                                                  struct shoal_err *err);
 
 /* Parameters of one shard written by shoal_container_write_shard. */
 struct shoal_shard_params {

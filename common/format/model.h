@@ -187,4 +187,15 @@ const struct shoal_gguf *shoal_model_gguf_meta(const struct shoal_model *m);
 int shoal_model_gguf_load(struct shoal_model *m, const char *path, struct shoal_err *err);
 void shoal_model_gguf_free(struct shoal_model_gguf *g);
 
+/* The files of a GGUF model's set (0 for any other model) and the path of
+ * file i (borrowed for the model's lifetime). Thread: any. */
+uint32_t shoal_model_gguf_n_files(const struct shoal_model *m);
+const char *shoal_model_gguf_path(const struct shoal_model *m, uint32_t i);
+
+/* Where p lies in a GGUF model's mappings: *file its file's index in the
+ * set, *off its byte offset in that file. Returns 0, or SHOAL_ENOTFOUND
+ * when p is in none of them. Thread: any. */
+int shoal_model_gguf_locate(const struct shoal_model *m, const void *p, uint32_t *file,
+                            uint64_t *off);
+
 #endif

@@ -90,6 +90,32 @@ const struct shoal_gguf *shoal_model_gguf_meta(const struct shoal_model *m)
     return m && m->gguf ? shoal_gguf_files_get(m->gguf->files, 0) : NULL;
 }
 
+uint32_t shoal_model_gguf_n_files(const struct shoal_model *m)
+{
+    return m && m->gguf ? m->gguf->n_files : 0;
+}
+
+const char *shoal_model_gguf_path(const struct shoal_model *m, uint32_t i)
+{
+    return m && m->gguf && i < m->gguf->n_files ? shoal_gguf_files_path(m->gguf->files, i)
+                                                : NULL;
+}
+
+int shoal_model_gguf_locate(const struct shoal_model *m, const void *p, uint32_t *file,
+                            uint64_t *off)
+{
+    const struct shoal_model_gguf *g = m ? m->gguf : NULL;
+    for (uint32_t i = 0; g && i < g->n_files; i++) {
+        const uint8_t *b = g->maps[i], *q = p;
+        if (b && q >= b && q < b + g->map_len[i]) {
+            *file = i;
+            *off = (uint64_t)(q - b);
+            return 0;
+        }
+    }
+    return SHOAL_ENOTFOUND;
+}
+
 void shoal_model_gguf_free(struct shoal_model_gguf *g)
 {
     if (!g)

@@ -31,9 +31,15 @@ enum entry_state { ENTRY_LOADING, ENTRY_READY, ENTRY_FAILED };
 enum entry_tier { TIER_PINNED, TIER_CACHE, TIER_STAGING };
 
 struct entry {
-    struct shoal_io_req req;        /* the read in flight (user_data = this entry) */
+    struct shoal_io_req req[6];     /* the reads in flight (user_data = this entry):
+                                     * one blob, or a GGUF expert's components */
+    struct shoal_expert_read rd[6]; /* what each reads (container.h) */
+    int n_req, pending;             /* reads of this attempt; not completed yet */
+    int rd_code;                    /* first failure among them, 0 */
+    char *rd_msg;                   /* its message (owned) or NULL */
     struct shoal_expert_store *s;
-    void *blob;                     /* [blob_bytes], 4 KiB aligned; staging: the pool's */
+    void *blob;                     /* [bytes], 4 KiB aligned; staging: the pool's */
+    uint64_t bytes;                 /* the buffer's size (shoal_container_blob_bytes) */
     int64_t il, ie;
     enum entry_state state;
     enum entry_tier tier;
@@ -73,6 +79,7 @@ struct shoal_expert_store {
     struct entry **slot;                     /* [n_layer * n_expert] pinned/cache entry or NULL */
     struct entry *head, *tail;               /* LRU of TIER_CACHE entries */
     void *spare[4];                          /* recycled blob buffers (under mu) */
+    uint64_t spare_bytes[4];                 /* their sizes */
     int n_spare;
     struct entry **pinned;                   /* [n_pinned] */
     int64_t n_pinned;
@@ -93,6 +100,8 @@ struct shoal_expert_store {
     int inflight;                            /* reads in flight, all sources */
     double busy_since;                       /* when inflight went 0 -> 1 */
     struct shoal_hot_set *hot;               /* routing counts, owned, or NULL */
+    int *gfd;                                /* [gguf->n_file] a GGUF's files (gfd[0] is
+                                              * src[0].fd), or NULL */
     uint64_t *use;                           /* [n_layer][n_expert][N_TIERS] demand acquires */
     struct shoal_expert_store_stats st;
 };
@@ -176,28 +185,41 @@ static void lru_push_front(struct shoal_expert_store *s, struct entry *e)
  * 858 -> 2121 MB/s for one O_DIRECT read at a time). At most 4 spare
  * buffers are kept, so the memory bound grows by at most 4 blobs. Caller
  * holds mu. */
-static void *blob_get(struct shoal_expert_store *s)
+static void *blob_get(struct shoal_expert_store *s, uint64_t bytes)
 {
-    if (s->n_spare > 0)
-        return s->spare[--s->n_spare];
-    return alloc_blob((size_t)s->ct->blob_bytes);
+    for (int i = s->n_spare - 1; i >= 0; i--) {
+        if (s->spare_bytes[i] != bytes)
+            continue;   /* a GGUF's layers may differ in size */
+        void *b = s->spare[i];
+        s->n_spare--;
+        s->spare[i] = s->spare[s->n_spare];
+        s->spare_bytes[i] = s->spare_bytes[s->n_spare];
+        return b;
+    }
+    return alloc_blob((size_t)bytes);
 }
 
-static void blob_put(struct shoal_expert_store *s, void *blob)
+static void blob_put(struct shoal_expert_store *s, void *blob, uint64_t bytes)
 {
-    if (s->n_spare < (int)(sizeof s->spare / sizeof s->spare[0]))
-        s->spare[s->n_spare++] = blob;
-    else
-        free(blob);
+    const int cap = (int)(sizeof s->spare / sizeof s->spare[0]);
+    if (s->n_spare == cap) {   /* the oldest goes */
+        free(s->spare[0]);
+        memmove(s->spare, s->spare + 1, (size_t)(cap - 1) * sizeof *s->spare);
+        memmove(s->spare_bytes, s->spare_bytes + 1, (size_t)(cap - 1) * sizeof *s->spare_bytes);
+        s->n_spare--;
+    }
+    s->spare[s->n_spare] = blob;
+    s->spare_bytes[s->n_spare++] = bytes;
 }
 
 static void entry_free(struct entry *e)
 {
     if (e->tier == TIER_CACHE && e->s && e->blob)
-        blob_put(e->s, e->blob);
+        blob_put(e->s, e->blob, e->bytes);
     else if (e->tier != TIER_STAGING)
         free(e->blob);
     free(e->failed_msg);
+    free(e->rd_msg);
     free(e);
 }
 
@@ -207,7 +229,7 @@ static void cache_drop(struct shoal_expert_store *s, struct entry *e, int evicti
     lru_unlink(s, e);
     s->slot[e->il * s->ct->n_expert + e->ie] = NULL;
     s->layer_ready[e->il] -= e->state == ENTRY_READY;
-    s->st.cached_bytes -= s->ct->blob_bytes;
+    s->st.cached_bytes -= e->bytes;
     s->st.cached_experts--;
     if (eviction) {
         s->st.evictions++;
@@ -281,19 +303,37 @@ static void submit_read(struct shoal_expert_store *s, struct entry *e, int si)
     e->src = si;
     e->tried |= 1u << si;
     e->state = ENTRY_LOADING;
-    e->req = (struct shoal_io_req){.fd = s->src[si].fd, .buf = e->blob,
-                                   .len = (size_t)ct->blob_bytes,
-                                   .off = shoal_container_expert_offset(ct, e->il, e->ie),
-                                   .cb = on_read, .user_data = e};
-    double now = shoal_time_s();
-    source_start(s, si, now);
-    struct shoal_err err = {0};
-    if (shoal_io_engine_submit(s->io, &e->req, &err)) {
-        source_done(s, si, now);
-        char msg[2 * SHOAL_ERR_MSG_MAX];
-        snprintf(msg, sizeof msg, "cannot read '%s' layer %lld expert %lld: %s",
-                 s->src[si].path, (long long)e->il, (long long)e->ie, err.msg);
-        entry_fail(e, err.code, msg);
+    e->n_req = shoal_container_expert_reads(ct, e->il, e->ie, e->rd);
+    e->pending = e->n_req;
+    for (int k = 0; k < e->n_req; k++) {
+        const struct shoal_expert_read *rd = &e->rd[k];
+        e->req[k] = (struct shoal_io_req){.fd = s->gfd ? s->gfd[rd->file] : s->src[si].fd,
+                                          .buf = (char *)e->blob + rd->buf_off,
+                                          .len = (size_t)rd->len, .off = rd->off,
+                                          .min_len = rd->need < rd->len ? rd->need : 0,
+                                          .cb = on_read, .user_data = e};
+        double now = shoal_time_s();
+        source_start(s, si, now);
+        struct shoal_err err = {0};
+        if (shoal_io_engine_submit(s->io, &e->req[k], &err)) {
+            source_done(s, si, now);
+            char msg[2 * SHOAL_ERR_MSG_MAX];
+            snprintf(msg, sizeof msg, "cannot read '%s' layer %lld expert %lld: %s",
+                     s->src[si].path, (long long)e->il, (long long)e->ie, err.msg);
+            /* the parts submitted complete on their own; the entry fails then */
+            e->pending -= e->n_req - k;
+            if (!e->rd_code) {
+                e->rd_code = err.code;
+                e->rd_msg = shoal_xstrdup(msg);
+            }
+            if (e->pending == 0) {
+                entry_fail(e, e->rd_code, e->rd_msg);
+                free(e->rd_msg);
+                e->rd_msg = NULL;
+                e->rd_code = 0;
+            }
+            return;
+        }
     }
 }
 
@@ -304,7 +344,30 @@ static void start_read(struct shoal_expert_store *s, struct entry *e)
     submit_read(s, e, si);
 }
 
-/* Completion, on an io thread: verify, then publish or retry elsewhere. */
+/* A GGUF component's read (rd, into e's buffer): long enough to hold the
+ * expert's bytes (the page-rounded tail may run past the end of the
+ * file) and every block scale finite. Returns 0 or a status with msg. */
+static int verify_part(struct shoal_expert_store *s, struct entry *e,
+                       const struct shoal_expert_read *rd, int64_t result, char *msg,
+                       size_t cap)
+{
+    const struct shoal_container *ct = s->ct;
+    if (result < 0 || (uint64_t)result < rd->need) {
+        const int code = result < 0 ? (int)result : SHOAL_EIO;
+        snprintf(msg, cap, "cannot read '%s' layer %lld expert %lld at offset %" PRIu64 ": %s",
+                 ct->gguf->files[rd->file], (long long)e->il, (long long)e->ie, rd->off,
+                 code == SHOAL_EIO ? "unexpected end of file" : shoal_strerror(code));
+        return code;
+    }
+    struct shoal_err fe = {0};
+    const int code = shoal_container_gguf_check(ct, e->il, e->ie, rd, e->blob, &fe);
+    if (code)
+        snprintf(msg, cap, "'%.200s': %.300s", ct->gguf->files[rd->file], fe.msg);
+    return code;
+}
+
+/* Completion of one read, on an io thread: verify it; the last of an
+ * entry's reads publishes the entry or retries it elsewhere. */
 static void on_read(struct shoal_io_req *req)
 {
     struct entry *e = req->user_data;
@@ -314,7 +377,30 @@ static void on_read(struct shoal_io_req *req)
     const uint64_t off = req->off;
     char msg[SHOAL_ERR_MSG_MAX] = "";
     int code = 0;
-    if (req->result == (int64_t)ct->blob_bytes) {
+    if (ct->gguf) {
+        const struct shoal_expert_read *rd = &e->rd[req - e->req];
+        code = verify_part(s, e, rd, req->result, msg, sizeof msg);
+        pthread_mutex_lock(&s->mu);
+        if (code && !e->rd_code) {
+            e->rd_code = code;
+            e->rd_msg = shoal_xstrdup(msg);
+        }
+        if (!code) {
+            s->src[si].st.bytes_read += rd->len;
+            s->st.bytes_read += rd->len;
+        }
+        if (--e->pending > 0) {
+            source_done(s, si, shoal_time_s());
+            pthread_mutex_unlock(&s->mu);
+            return;
+        }
+        code = e->rd_code;
+        snprintf(msg, sizeof msg, "%s", e->rd_msg ? e->rd_msg : "");
+        free(e->rd_msg);
+        e->rd_msg = NULL;
+        e->rd_code = 0;
+        pthread_mutex_unlock(&s->mu);
+    } else if (req->result == (int64_t)ct->blob_bytes) {
         uint64_t h = XXH64(e->blob, (size_t)ct->blob_bytes, 0);
         uint64_t want = ct->expert_xxh64[e->il * ct->n_expert + e->ie];
         if (h != want) {
@@ -356,8 +442,10 @@ static void on_read(struct shoal_io_req *req)
     struct source *src = &s->src[si];
     if (!code) {
         src->st.reads++;
-        src->st.bytes_read += ct->blob_bytes;
-        s->st.bytes_read += ct->blob_bytes;
+        if (!ct->gguf) {
+            src->st.bytes_read += ct->blob_bytes;
+            s->st.bytes_read += ct->blob_bytes;
+        }
         e->state = ENTRY_READY;
         if (e->tier != TIER_STAGING)
             s->layer_ready[e->il]++;
@@ -551,6 +639,27 @@ static void close_source(struct source *src)
     free(src->path);
 }
 
+/* A GGUF set's files, each opened like the source (O_DIRECT when asked
+ * and allowed); the first is the source itself. */
+static int open_gguf_files(struct shoal_expert_store *s, struct shoal_err *err)
+{
+    const struct shoal_container_gguf *g = s->ct->gguf;
+    if (!g)
+        return 0;
+    s->gfd = shoal_xcalloc(g->n_file, sizeof *s->gfd);
+    s->gfd[0] = s->src[0].fd;
+    for (uint32_t i = 1; i < g->n_file; i++)
+        s->gfd[i] = -1;
+    for (uint32_t i = 1; i < g->n_file; i++) {
+        struct source f = {.path = g->files[i]};
+        int rc = open_source(&f, s->p.direct, err);
+        if (rc)
+            return rc;
+        s->gfd[i] = f.fd;
+    }
+    return 0;
+}
+
 static int same_file(int a, int b)
 {
     struct stat x, y;
@@ -696,37 +805,40 @@ static int load_pinned(struct shoal_expert_store *s, struct shoal_err *err)
     const struct shoal_container *ct = s->ct;
     const int64_t total = ct->n_layer * ct->n_expert;
     const int64_t n_held = count_held(ct);
-    int64_t want = (int64_t)(s->p.pin_bytes / ct->blob_bytes);
-    if (want > n_held)
-        want = n_held;
-    if (want <= 0)
+    if (n_held <= 0)
         return 0;
     int64_t *order = shoal_xmalloc((size_t)total * sizeof *order);
     shoal_hot_set_rank(s->hot, order);
-    s->pinned = shoal_xcalloc((size_t)want, sizeof *s->pinned);
+    s->pinned = shoal_xcalloc((size_t)n_held, sizeof *s->pinned);
     double t0 = shoal_time_s();
     int rc = 0;
     pthread_mutex_lock(&s->mu);
-    for (int64_t i = 0; i < total && s->n_pinned < want; i++) {
+    /* the hottest held experts while they fit the budget (a GGUF's layers
+     * may differ in size: the first that does not fit ends it) */
+    for (int64_t i = 0; i < total; i++) {
         const int64_t il = order[i] / ct->n_expert, ie = order[i] % ct->n_expert;
         if (!shoal_container_holds(ct, il, ie))
             continue;   /* a dense layer, or not in this shard */
-        void *blob = alloc_blob((size_t)ct->blob_bytes);
+        const uint64_t bytes = shoal_container_blob_bytes(ct, il);
+        if (s->st.pinned_bytes + bytes > s->p.pin_bytes)
+            break;
+        void *blob = alloc_blob((size_t)bytes);
         if (!blob) {
             rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64 " bytes for "
-                               "pinned expert %lld of %lld (--pin)", ct->blob_bytes,
-                               (long long)s->n_pinned + 1, (long long)want);
+                               "pinned expert %lld (--pin %" PRIu64 " bytes)", bytes,
+                               (long long)s->n_pinned + 1, s->p.pin_bytes);
             break;
         }
         struct entry *e = shoal_xcalloc(1, sizeof *e);
         e->s = s;
         e->blob = blob;
+        e->bytes = bytes;
         e->il = il;
         e->ie = ie;
         e->tier = TIER_PINNED;
         s->pinned[s->n_pinned++] = e;
         s->slot[order[i]] = e;
-        s->st.pinned_bytes += ct->blob_bytes;
+        s->st.pinned_bytes += bytes;
         s->st.pinned_experts++;
         start_read(s, e);
     }
@@ -791,7 +903,13 @@ struct shoal_expert_store *shoal_expert_store_create(const struct shoal_containe
         if (ct->layer_offset[il] != UINT64_MAX)
             s->first_moe = il;
 
-    if (add_source(s, ct->dir, ct->experts_path, err))
+    if (ct->gguf && p.n_mirror > 0) {
+        shoal_err_set(err, SHOAL_EUNSUPPORTED, "--mirror: '%s' is a GGUF file, whose experts "
+                      "are read from the file itself; mirrors are copies of a shoal "
+                      "container's experts.bin (shoal convert)", ct->dir);
+        goto fail;
+    }
+    if (add_source(s, ct->dir, ct->experts_path, err) || open_gguf_files(s, err))
         goto fail;
     if (p.source_weights)
         s->weight[0] = p.source_weights[0];
@@ -813,8 +931,9 @@ struct shoal_expert_store *shoal_expert_store_create(const struct shoal_containe
 
     if (p.learn || p.pin_bytes >= ct->blob_bytes) {
         int in_ct = 0;
-        char *path = shoal_hot_set_path(ct->dir, p.counts_fallback_dir, ct->fingerprint,
-                                        &in_ct);
+        /* a GGUF's directory may hold other models: its counts go to the cache */
+        char *path = shoal_hot_set_path(ct->gguf ? NULL : ct->dir, p.counts_fallback_dir,
+                                        ct->fingerprint, &in_ct);
         s->hot = shoal_hot_set_open(path, ct->fingerprint, ct->n_layer, ct->n_expert,
                                     SHOAL_HOT_SET_DECAY);
         if (!path)
@@ -870,6 +989,10 @@ void shoal_expert_store_destroy(struct shoal_expert_store *s)
         free(s->staging_blob[i]);
     free(s->staging_blob);
     free(s->staging_busy);
+    for (uint32_t i = 1; s->gfd && i < s->ct->gguf->n_file; i++)
+        if (s->gfd[i] >= 0)
+            close(s->gfd[i]);
+    free(s->gfd);
     for (int i = 0; i < s->n_source; i++)
         close_source(&s->src[i]);
     free(s->slot);
@@ -895,20 +1018,22 @@ static struct entry *new_entry(struct shoal_expert_store *s, int64_t il, int64_t
                                int *rc, struct shoal_err *err)
 {
     const struct shoal_container *ct = s->ct;
+    const uint64_t bytes = shoal_container_blob_bytes(ct, il);
     *rc = 0;
-    if (make_room(s, ct->blob_bytes, -1)) {
-        void *blob = blob_get(s);
+    if (make_room(s, bytes, -1)) {
+        void *blob = blob_get(s, bytes);
         if (!blob) {
             *rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64 " bytes for "
-                                "expert %lld of layer %lld", ct->blob_bytes, (long long)ie,
+                                "expert %lld of layer %lld", bytes, (long long)ie,
                                 (long long)il);
             return NULL;
         }
         struct entry *e = shoal_xcalloc(1, sizeof *e);
-        *e = (struct entry){.s = s, .blob = blob, .il = il, .ie = ie, .tier = TIER_CACHE};
+        *e = (struct entry){.s = s, .blob = blob, .bytes = bytes, .il = il, .ie = ie,
+                            .tier = TIER_CACHE};
         lru_push_front(s, e);
         s->slot[il * ct->n_expert + ie] = e;
-        s->st.cached_bytes += ct->blob_bytes;
+        s->st.cached_bytes += bytes;
         s->st.cached_experts++;
         note_peak(s);
         return e;
@@ -927,8 +1052,8 @@ static struct entry *new_entry(struct shoal_expert_store *s, int64_t il, int64_t
         }
         s->staging_busy[k] = 1;
         struct entry *e = shoal_xcalloc(1, sizeof *e);
-        *e = (struct entry){.s = s, .blob = s->staging_blob[k], .il = il, .ie = ie,
-                            .tier = TIER_STAGING, .staging_ix = k};
+        *e = (struct entry){.s = s, .blob = s->staging_blob[k], .bytes = ct->blob_bytes,
+                            .il = il, .ie = ie, .tier = TIER_STAGING, .staging_ix = k};
         s->st.staged_reads++;
         return e;
     }
@@ -1107,7 +1232,7 @@ int shoal_expert_store_acquire_wait(struct shoal_expert_store *s,
     }
     pthread_mutex_unlock(&s->mu);
     for (int64_t i = 0; i < m; i++)
-        shoal_container_expert_views(ct, held[i]->blob, &out[i]);
+        shoal_container_expert_views_at(ct, held[i]->il, held[i]->ie, held[i]->blob, &out[i]);
     return 0;
 }
 
@@ -1200,17 +1325,17 @@ void shoal_expert_store_hint(struct shoal_expert_store *s, int64_t il, const int
         if (e)
             cache_drop(s, e, 0);
         void *blob = NULL;
-        if (!make_room(s, ct->blob_bytes, il) ||
-            !(blob = blob_get(s))) {
+        const uint64_t bytes = shoal_container_blob_bytes(ct, il);
+        if (!make_room(s, bytes, il) || !(blob = blob_get(s, bytes))) {
             s->st.prefetch_dropped++;
             continue;
         }
         e = shoal_xcalloc(1, sizeof *e);
-        *e = (struct entry){.s = s, .blob = blob, .il = il, .ie = ie, .tier = TIER_CACHE,
-                            .prefetched = 1};
+        *e = (struct entry){.s = s, .blob = blob, .bytes = bytes, .il = il, .ie = ie,
+                            .tier = TIER_CACHE, .prefetched = 1};
         lru_push_front(s, e);
         s->slot[il * NE + ie] = e;
-        s->st.cached_bytes += ct->blob_bytes;
+        s->st.cached_bytes += bytes;
         s->st.cached_experts++;
         note_peak(s);
         s->st.prefetch_reads++;

@@ -28,7 +28,7 @@ char *shoal_hot_set_path(const char *container_dir, const char *fallback_dir,
                          uint64_t fingerprint, int *in_container)
 {
     *in_container = 0;
-    if (access(container_dir, W_OK) == 0) {
+    if (container_dir && access(container_dir, W_OK) == 0) {
         *in_container = 1;
         return shoal_path_join(container_dir, "routing_counts.json");
     }

@@ -30,7 +30,8 @@
 struct shoal_hot_set;
 
 /* Choose the sidecar path for a container.
- *   container_dir  borrowed; used when writable
+ *   container_dir  borrowed; used when writable; NULL: the fallback only
+ *                  (a GGUF file, whose directory may hold other models)
  *   fallback_dir   borrowed, may be NULL; created (mode 0700) on save
  * Returns a path owned by the caller (free()), or NULL when the container
  * directory is not writable and there is no fallback. *in_container is

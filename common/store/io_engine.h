@@ -14,7 +14,7 @@
  *
  * Async contract: if shoal_io_engine_submit() returns an error the
  * callback never runs; if it returns 0 the callback runs exactly once, on an
- * io thread, with req->result = req->len (every byte read), a negative
+ * io thread, with req->result = req->len (every byte read; see min_len), a negative
  * -errno from the read, -SHOAL_EIO at an unexpected end of file, or
  * -SHOAL_ECANCELED when the engine is destroyed before the read started.
  * Callbacks of different requests may run concurrently (pread pool); a
@@ -59,7 +59,13 @@ struct shoal_io_req {
     uint64_t off;                            /* file offset, bytes */
     void (*cb)(struct shoal_io_req *req);    /* completion, exactly once (see above) */
     void *user_data;                         /* for the callback */
-    int64_t result;                          /* out: len, or a negative status */
+    size_t min_len;                          /* 0: every byte; else a short read (the end
+                                              * of the file) that has brought at least
+                                              * min_len bytes ends the read, result the
+                                              * bytes read (a page-rounded O_DIRECT read
+                                              * of a file's tail) */
+    int64_t result;                          /* out: len (or with min_len, the bytes
+                                              * read), or a negative status */
     struct shoal_io_req *next_;              /* private to the engine */
     size_t done_;                            /* private: bytes read so far */
 };

@@ -16,7 +16,9 @@ struct pool {
     int n;                /* threads started */
 };
 
-/* Read req in full. Returns len, -errno, or SHOAL_EIO at end of file. */
+/* Read req in full (or, with min_len, until a short read has brought
+ * min_len bytes). Returns the bytes read, -errno, or SHOAL_EIO at an end
+ * of file before that. */
 static int64_t read_all(struct shoal_io_req *req)
 {
     while (req->done_ < req->len) {
@@ -29,8 +31,10 @@ static int64_t read_all(struct shoal_io_req *req)
         if (r == 0)
             return SHOAL_EIO;
         req->done_ += (size_t)r;
+        if (req->min_len && req->done_ >= req->min_len)
+            break;
     }
-    return (int64_t)req->len;
+    return (int64_t)req->done_;
 }
 
 static void *worker(void *arg)

@@ -51,19 +51,20 @@ static void prep(struct uring *u, struct shoal_io_req *req)
 static void reap_one(struct uring *u, struct shoal_io_req *req, int res)
 {
     u->inflight--;
-    if (res == -EAGAIN || res == -EINTR || (res > 0 && req->done_ + (size_t)res < req->len)) {
-        if (res > 0)
-            req->done_ += (size_t)res;
+    if (res > 0)
+        req->done_ += (size_t)res;
+    const int enough = req->done_ >= req->len || (req->min_len && req->done_ >= req->min_len);
+    if (res == -EAGAIN || res == -EINTR || (res > 0 && !enough)) {
         req->next_ = u->retry;
         u->retry = req;
         return;
     }
     if (res < 0)
         shoal_io_engine_complete_(req, res);
-    else if (res == 0)
+    else if (res == 0 && !enough)
         shoal_io_engine_complete_(req, SHOAL_EIO);
     else
-        shoal_io_engine_complete_(req, (int64_t)req->len);
+        shoal_io_engine_complete_(req, (int64_t)req->done_);
 }
 
 static void *ring_thread(void *arg)

@@ -602,6 +602,11 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
                         "--workers and --accept-workers)", dir);
         return NULL;
     }
+    if (gguf && (o->n_mirror > 0 || o->n_mirror_weights > 0)) {
+        shoal_cli_error("--mirror: '%s' is a GGUF file, whose experts are read from the file "
+                        "itself; mirrors are copies of a shoal container's experts.bin", dir);
+        return NULL;
+    }
     char buf[4096];
     const char *addrs[SHOAL_CLUSTER_MAX_EXECUTORS];
     int n = shoal_cli_split_workers(o, buf, sizeof buf, addrs, SHOAL_CLUSTER_MAX_EXECUTORS - 1);
@@ -664,9 +669,8 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
         return NULL;
     }
     s->stats = o->stats;
-    if (!s->model->ct)
-        warn_store_flags(o, dir, gguf ? "a GGUF file, memory-mapped"
-                                      : "a Hugging Face directory, loaded whole into RAM");
+    if (!s->store)
+        warn_store_flags(o, dir, "a Hugging Face directory, loaded whole into RAM");
     if (s->kv_budget_ctx_wanted)
         fprintf(stderr, "shoal: --kv-budget: context %lld tokens per sequence (of %lld) "
                 "for %llu sequences\n", (long long)shoal_ctx_n_ctx(s->ctx),

@@ -63,7 +63,16 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
         free(s);
         return NULL;
     }
-    if (s->model->ct) {
+    if (shoal_model_gguf_meta(s->model) && s->model->cfg.n_expert > 0) {
+        /* a GGUF's experts are streamed from the file itself, like a container's */
+        s->gguf_experts = shoal_container_from_gguf(s->model, err);
+        if (!s->gguf_experts) {
+            shoal_session_close(s);
+            return NULL;
+        }
+    }
+    const struct shoal_container *ect = s->model->ct ? s->model->ct : s->gguf_experts;
+    if (ect) {
         if (o->n_mirror_weights && o->n_mirror_weights != 1 + o->n_mirror) {
             shoal_err_set(err, SHOAL_EINVAL, "--mirror-weights gives %d weights for %d "
                           "sources (the container first, then each --mirror)",
@@ -91,7 +100,7 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
         sp.source_weights = o->n_mirror_weights ? o->mirror_weights : NULL;
         sp.n_source_weights = o->n_mirror_weights;
         sp.counts_fallback_dir = cache_dir[0] ? cache_dir : NULL;
-        s->store = shoal_expert_store_create(s->model->ct, sp, err);
+        s->store = shoal_expert_store_create(ect, sp, err);
         if (!s->store) {
             shoal_session_close(s);
             return NULL;
@@ -177,6 +186,7 @@ void shoal_session_close(struct shoal_session *s)
         s->cluster_destroy(s->cluster);
     shoal_tokenizer_destroy(s->tok);
     shoal_expert_store_destroy(s->store);
+    shoal_container_close(s->gguf_experts);
     shoal_model_free(s->model);
     free(s->history);
     free(s->logits);

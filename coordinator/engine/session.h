@@ -121,8 +121,10 @@ struct shoal_gen_opts shoal_gen_opts_default(void);
 
 struct shoal_session {
     struct shoal_model *model;          /* owned */
-    struct shoal_expert_store *store;   /* owned: a container's routed experts (the
-                                         * model borrows it: model->store) */
+    struct shoal_expert_store *store;   /* owned: a container's or a GGUF file's routed
+                                         * experts (the model borrows it: model->store) */
+    struct shoal_container *gguf_experts;/* owned: a GGUF model's experts as the store
+                                         * reads them (container.h), else NULL */
     struct shoal_tokenizer *tok;        /* owned; NULL if the model has none */
     struct shoal_ctx *ctx;              /* owned */
     int32_t *history;                   /* [n_history] tokens in the KV cache */

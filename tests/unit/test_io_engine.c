@@ -125,14 +125,33 @@ Test(io_engine, uring_parallel_reads_land_correctly, .timeout = 60)
     parallel_reads(SHOAL_IO_URING, NULL);
 }
 
-static void errors_reach_callback(enum shoal_io_kind kind)
+/* A 2-deep engine of kind and the test file, open read-only in *fd. */
+static struct shoal_io_engine *engine_on_file(enum shoal_io_kind kind, int *fd)
 {
     make_file();
     struct shoal_err err = {0};
     struct shoal_io_engine *e = shoal_io_engine_create(
         (struct shoal_io_engine_params){.kind = kind, .queue_depth = 2}, &err);
     cr_assert(e != NULL);
-    int fd = open(path, O_RDONLY);
+    *fd = open(path, O_RDONLY);
+    return e;
+}
+
+/* Requests 0 and 1 called back once each; then close everything. */
+static void engine_done(struct shoal_io_engine *e, int fd)
+{
+    cr_assert(eq(int, calls[0], 1));
+    cr_assert(eq(int, calls[1], 1));
+    shoal_io_engine_destroy(e);
+    close(fd);
+    drop_file();
+}
+
+static void errors_reach_callback(enum shoal_io_kind kind)
+{
+    struct shoal_err err = {0};
+    int fd;
+    struct shoal_io_engine *e = engine_on_file(kind, &fd);
     static unsigned char b0[16], b1[4096];
     struct shoal_io_req bad_fd = {.fd = 1 << 20, .buf = b0, .len = sizeof b0, .off = 0,
                                   .cb = on_done, .user_data = (void *)0};
@@ -144,11 +163,7 @@ static void errors_reach_callback(enum shoal_io_kind kind)
     wait_done(2);
     cr_assert(eq(i64, bad_fd.result, -EBADF));
     cr_assert(eq(i64, past_eof.result, SHOAL_EIO), "a read past the end is an error, not short");
-    cr_assert(eq(int, calls[0], 1));
-    cr_assert(eq(int, calls[1], 1));
-    shoal_io_engine_destroy(e);
-    close(fd);
-    drop_file();
+    engine_done(e, fd);
 }
 
 Test(io_engine, pread_errors_reach_the_callback_once, .timeout = 30)
@@ -159,6 +174,40 @@ Test(io_engine, pread_errors_reach_the_callback_once, .timeout = 30)
 Test(io_engine, uring_errors_reach_the_callback_once, .timeout = 30)
 {
     errors_reach_callback(SHOAL_IO_URING);
+}
+
+/* min_len: a page-rounded read of a file's tail (a GGUF expert's last
+ * page) ends at the end of the file with the bytes it read, when they are
+ * enough; otherwise it is still an error */
+static void tail_reads(enum shoal_io_kind kind)
+{
+    struct shoal_err err = {0};
+    int fd;
+    struct shoal_io_engine *e = engine_on_file(kind, &fd);
+    static unsigned char b0[8192], b1[8192];
+    memset(b0, 0xee, sizeof b0);
+    struct shoal_io_req enough = {.fd = fd, .buf = b0, .len = sizeof b0, .off = FILE_BYTES - 4096,
+                                  .min_len = 4000, .cb = on_done, .user_data = (void *)0};
+    struct shoal_io_req short_ = {.fd = fd, .buf = b1, .len = sizeof b1, .off = FILE_BYTES - 4096,
+                                  .min_len = 4097, .cb = on_done, .user_data = (void *)1};
+    cr_assert(eq(int, shoal_io_engine_submit(e, &enough, &err), 0));
+    cr_assert(eq(int, shoal_io_engine_submit(e, &short_, &err), 0));
+    wait_done(2);
+    cr_assert(eq(i64, enough.result, 4096), "the bytes up to the end of the file");
+    cr_assert(eq(int, memcmp(b0, pattern + FILE_BYTES - 4096, 4096), 0));
+    cr_assert(eq(int, b0[4096], 0xee), "nothing written past them");
+    cr_assert(eq(i64, short_.result, SHOAL_EIO), "fewer than min_len bytes is an error");
+    engine_done(e, fd);
+}
+
+Test(io_engine, pread_tail_read_ends_at_eof_with_min_len, .timeout = 30)
+{
+    tail_reads(SHOAL_IO_PREAD);
+}
+
+Test(io_engine, uring_tail_read_ends_at_eof_with_min_len, .timeout = 30)
+{
+    tail_reads(SHOAL_IO_URING);
 }
 
 Test(io_engine, bad_submit_fails_and_never_calls_back, .timeout = 30)

@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""A GGUF file's routed experts streamed through the expert store (issue 30):
+each expert's three ranges are read from the file itself, in whole pages
+around them (GGUF offsets are 32-byte aligned), with the cache, pins,
+prefetch, O_DIRECT and --stats that containers have.
+
+usage: /usr/bin/python3 tests/cli/test_gguf_stream.py --shoal build-test/coordinator/shoal
+
+The file is the bundled checkpoint written as a BF16 GGUF by
+tests/cli/test_run_gguf.py's writer, so the reference is the checkpoint's
+own run (the same weights through the same engine).
+
+Cases:
+  store:  the logits of 16 greedy steps are the checkpoint's bytes with the
+          store at its defaults, with O_DIRECT (io_uring and the pread
+          pool), with a cache of 1 MB (about three experts: every step reads
+          again, the last expert of the file included, whose page-rounded
+          read runs past the end of the file), with pinned experts, and with
+          prefetch off at queue depth 1
+  stats:  --stats names the GGUF file as the source; with the small cache
+          the store reads more bytes than the experts hold (evicted experts
+          are read again) and its peak expert memory stays within the cache,
+          the staging area and the pins
+  split:  a set of two files (layers 0-1 in the first, 2-3 in the second)
+          gives the same bytes, from either file's name
+  counts: routing counts go to $XDG_CACHE_HOME/shoal under the layout's
+          fingerprint, never next to the GGUF (its directory may hold other
+          models)
+  bad:    --mirror on a GGUF: one line saying why, exit 2
+Ends with "N passed, M failed"; exit status 1 if anything failed.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import harness as H  # noqa: E402
+import test_run_gguf as W  # noqa: E402  (the writer and the checkpoint's tensors)
+
+result = H.Results()
+ARGS = ["--tokens", "1,2,3", "--max-tokens", "16", "--greedy"]
+
+
+def run(shoal, model, out, *extra, env=None):
+    r = H.run([shoal, "run", model] + ARGS + ["--logits-out", out] + list(extra),
+              timeout=120, env=env)
+    return r, (np.load(out) if r.returncode == 0 and os.path.exists(out) else None)
+
+
+def same(a, b):
+    return a is not None and b is not None and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def stats_of(stderr):
+    """(bytes read in MB, peak MB, cache MB) from --stats' lines."""
+    read = re.search(r"experts: io \w+, queue depth \d+: ([\d.]+) MB read", stderr)
+    peak = re.search(r"peak ([\d.]+) MB", stderr)
+    return (float(read.group(1)) if read else -1.0, float(peak.group(1)) if peak else -1.0)
+
+
+def u16(key, val):
+    return W.s_(key) + struct.pack("<IH", 2, val)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shoal", required=True)
+    a = ap.parse_args()
+    shoal = os.path.abspath(a.shoal)
+    with open(os.path.join(W.MODEL, "config.json")) as f:
+        cfg = json.load(f)
+    st = W.read_safetensors(os.path.join(W.MODEL, "model.safetensors"))
+    tensors = W.typed(W.gguf_tensors(st, cfg["num_hidden_layers"], cfg["num_experts"]), "BF16")
+    kvs = W.metadata(cfg)
+    exp_mb = sum(x.size * 2 for n, x, t in tensors if "_exps." in n) / 1e6
+    with tempfile.TemporaryDirectory(prefix="shoal-gguf-stream-") as tmp:
+        env = dict(os.environ, XDG_CACHE_HOME=os.path.join(tmp, "cache"))
+        r, ref = run(shoal, W.MODEL, os.path.join(tmp, "ref.npy"), env=env)
+        if not result("the checkpoint's own run", r.returncode == 0 and ref is not None,
+                      W.show(r)):
+            sys.exit(result.summary())
+        gdir = os.path.join(tmp, "models")
+        os.makedirs(gdir)
+        path = os.path.join(gdir, "shakespeare-bf16.gguf")
+        W.write_gguf(path, kvs, tensors)
+
+        # store: every configuration gives the checkpoint's bytes
+        configs = [("defaults", []),
+                   ("O_DIRECT, io_uring", ["--direct", "on", "--io", "uring"]),
+                   ("O_DIRECT, pread pool", ["--direct", "on", "--io", "pread"]),
+                   ("a 1 MB cache, O_DIRECT", ["--expert-cache", "1MB", "--direct", "on"]),
+                   ("2 MB pinned, a 1 MB cache", ["--pin", "2MB", "--expert-cache", "1MB"]),
+                   ("prefetch off, queue depth 1", ["--prefetch", "off", "--queue-depth", "1",
+                                                    "--expert-cache", "1MB"])]
+        small = None
+        for i, (label, extra) in enumerate(configs):
+            r, got = run(shoal, path, os.path.join(tmp, "s%d.npy" % i), "--stats", *extra,
+                         env=env)
+            result("store, %s: the checkpoint's logits bytes" % label,
+                   r.returncode == 0 and same(got, ref), W.show(r))
+            if label.startswith("a 1 MB cache"):
+                small = r
+
+        # stats
+        r, _ = run(shoal, path, os.path.join(tmp, "st.npy"), "--stats", env=env)
+        result("--stats names the GGUF file as the store's source",
+               r.returncode == 0 and re.search(r"source 0 \S*/shakespeare-bf16\.gguf: ",
+                                               r.stderr) is not None,
+               r.stderr[-600:])
+        if small is not None:
+            read, peak = stats_of(small.stderr)
+            # 1 MB cache + 8 staging buffers of the largest expert (3 pages of slack each)
+            blob = max(x.size * 2 for n, x, t in tensors if "_exps." in n) / cfg["num_experts"]
+            bound = 1.0 + 8 * (3 * blob + 3 * 8192) / 1e6
+            result("a 1 MB cache reads evicted experts again: %.1f MB read > the %.1f MB the "
+                   "experts hold; peak %.2f MB <= %.2f MB" % (read, exp_mb, peak, bound),
+                   read > exp_mb and 0 < peak <= bound, small.stderr[-800:])
+
+        # split: layers 0-1 in file 1, the rest in file 2
+        first = [t for t in tensors if not t[0].startswith("blk.") or
+                 int(t[0].split(".")[1]) < 2]
+        second = [t for t in tensors if t not in first]
+        sdir = os.path.join(tmp, "split")
+        os.makedirs(sdir)
+        for i, part in enumerate((first, second)):
+            extra = [u16("split.no", i), u16("split.count", 2)]
+            if i == 0:
+                extra.append(W.kv("split.tensors.count", "i32", len(tensors)))
+            W.write_gguf(os.path.join(sdir, "m-%05d-of-00002.gguf" % (i + 1)),
+                         (kvs if i == 0 else []) + extra, part)
+        for i in (1, 2):
+            r, got = run(shoal, os.path.join(sdir, "m-%05d-of-00002.gguf" % i),
+                         os.path.join(tmp, "split%d.npy" % i), "--direct", "on",
+                         "--expert-cache", "1MB", env=env)
+            result("a split set from file %d of 2: the checkpoint's logits bytes" % i,
+                   r.returncode == 0 and same(got, ref), W.show(r))
+
+        # counts
+        counts = glob.glob(os.path.join(tmp, "cache", "shoal", "routing_counts-*.json"))
+        result("routing counts in $XDG_CACHE_HOME/shoal, none next to the GGUF",
+               len(counts) >= 1 and not os.path.exists(os.path.join(gdir, "routing_counts.json")),
+               "%s; %s" % (counts, os.listdir(gdir)))
+
+        # bad
+        r, _ = run(shoal, path, os.path.join(tmp, "bad.npy"), "--mirror", tmp, env=env)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        result("--mirror on a GGUF: one line naming --mirror and GGUF, exit 2",
+               r.returncode == 2 and len(lines) == 1 and "--mirror" in lines[0] and
+               "GGUF" in lines[0], W.show(r))
+    sys.exit(result.summary())
+
+
+if __name__ == "__main__":
+    main()
