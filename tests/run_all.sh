@@ -98,7 +98,7 @@ stage_gcc() {
     step "KV cache dtype: --kv, convert --kv, the manifest's kv field (gcc)" "$PY" tests/cli/test_kv.py --shoal build-test/coordinator/shoal
     step "shoal inspect FILE.gguf: groups, types, experts, split sets, bad files (gcc)" "$PY" tests/cli/test_inspect_gguf.py --shoal build-test/coordinator/shoal
     step "shoal run FILE.gguf (qwen3moe): BF16/F32 files give the checkpoint's logits bytes, Q8_0 experts within cosine 0.99 and Q4_K/Q6_K within 0.98, thread-count independent, its vocabulary, bad files exit 2 (gcc)" "$PY" tests/cli/test_run_gguf.py --shoal build-test/coordinator/shoal
-    step "a GGUF's experts streamed by the expert store: the checkpoint's logits bytes with O_DIRECT, uring/pread, a 1 MB cache, pins, a split set; counts in the cache dir; --mirror refused (gcc)" "$PY" tests/cli/test_gguf_stream.py --shoal build-test/coordinator/shoal
+    step "a GGUF's experts streamed by the expert store and served by shoal-workers: the checkpoint's logits bytes with O_DIRECT, uring/pread, a 1 MB cache, pins, a split set, 2 workers; counts in the cache dir; --mirror refused (gcc)" "$PY" tests/cli/test_gguf_stream.py --shoal build-test/coordinator/shoal
     step "shoal serve: OpenAI API vs shoal run, streaming, chat, errors, key, 429, disconnects (gcc)" "$PY" tests/serve/test_serve.py --shoal build-test/coordinator/shoal
     step "shoal serve against slow clients: 220 slow sockets, head deadline, body rate, per-address cap, eviction (gcc)" "$PY" tests/serve/test_slow_clients.py --shoal build-test/coordinator/shoal
     step "shoal serve under load: 8 streaming clients x 50 requests with disconnects beside 200 slow sockets, solo texts, RSS/fds flat, /metrics (gcc)" "$PY" tests/serve/test_load.py --shoal build-test/coordinator/shoal

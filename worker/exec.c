@@ -84,11 +84,45 @@ static struct shoal_worker_job *list_pop(struct shoal_worker_job **head,
 
 /* ------------------------------------------------------------ probes */
 
-/* Read up to 8 held blobs (at most 16 MiB) spread over the shard, O_DIRECT
- * where the file system allows it (the page cache would measure RAM).
- * Returns MB/s (0 when nothing could be measured) and leaves the last blob
- * read in *blob_out (owned by the caller) for the compute probe. */
-static double probe_disk(const struct shoal_container *ct, void **blob_out)
+/* Read len bytes at off of path into buf (4 KiB aligned), O_DIRECT where
+ * the file system allows it (the page cache would measure RAM), buffered
+ * otherwise; stop at the end of the file. Returns the bytes read. */
+static uint64_t probe_read(const char *path, void *buf, uint64_t len, uint64_t off)
+{
+    int fd = -1, direct = 0;
+#ifdef O_DIRECT
+    fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    direct = fd >= 0;
+#endif
+    if (fd < 0)
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    uint64_t done = 0;
+    while (fd >= 0 && done < len) {
+        ssize_t r = pread(fd, (char *)buf + done, (size_t)(len - done), (off_t)(off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && direct) {   /* O_DIRECT refused mid-way: measure buffered */
+            close(fd);
+            fd = open(path, O_RDONLY | O_CLOEXEC);
+            direct = 0;
+            continue;
+        }
+        if (r <= 0)
+            break;
+        done += (uint64_t)r;
+    }
+    if (fd >= 0)
+        close(fd);
+    return done;
+}
+
+/* Read up to 8 held experts (at most 16 MiB) spread over the shard, each
+ * as the store reads it (shoal_container_expert_reads: one blob, or a
+ * GGUF expert's matrices). Returns MB/s (0 when nothing could be
+ * measured) and leaves the last expert read in *blob_out (owned by the
+ * caller), which is expert (*il_out, *ie_out), for the compute probe. */
+static double probe_disk(const struct shoal_container *ct, void **blob_out, int64_t *il_out,
+                         int64_t *ie_out)
 {
     *blob_out = NULL;
     int64_t total = 0;
@@ -100,20 +134,11 @@ static double probe_disk(const struct shoal_container *ct, void **blob_out)
     int64_t n = (int64_t)((16u << 20) / ct->blob_bytes);
     n = n < 1 ? 1 : n > 8 ? 8 : n;
     n = n > total ? total : n;
-    int fd = -1, direct = 0;
-#ifdef O_DIRECT
-    fd = open(ct->experts_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    direct = fd >= 0;
-#endif
-    if (fd < 0)
-        fd = open(ct->experts_path, O_RDONLY | O_CLOEXEC);
     void *buf = NULL;
-    if (fd < 0 || posix_memalign(&buf, SHOAL_CONTAINER_ALIGN, (size_t)ct->blob_bytes)) {
-        if (fd >= 0)
-            close(fd);
+    if (posix_memalign(&buf, SHOAL_CONTAINER_ALIGN, (size_t)ct->blob_bytes))
         return 0;
-    }
     uint64_t bytes = 0;
+    int got_one = 0;
     double t0 = shoal_time_s();
     for (int64_t k = 0; k < n; k++) {
         int64_t want = k * total / n, seen = 0, il = 0, ie = 0;
@@ -124,33 +149,24 @@ static double probe_disk(const struct shoal_container *ct, void **blob_out)
         }
         break;
     found:;
-        uint64_t off = shoal_container_expert_offset(ct, il, ie);
-        size_t done = 0;
-        while (done < ct->blob_bytes) {
-            ssize_t r = pread(fd, (char *)buf + done, (size_t)ct->blob_bytes - done,
-                              (off_t)(off + done));
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0 && direct) {   /* O_DIRECT refused mid-way: measure buffered */
-                close(fd);
-                fd = open(ct->experts_path, O_RDONLY | O_CLOEXEC);
-                direct = 0;
-                if (fd < 0)
-                    break;
-                continue;
-            }
-            if (r <= 0)
-                break;
-            done += (size_t)r;
+        struct shoal_expert_read rd[6];
+        const int nr = shoal_container_expert_reads(ct, il, ie, rd);
+        int ok = 1;
+        for (int j = 0; j < nr && ok; j++) {
+            const char *path = ct->gguf ? ct->gguf->files[rd[j].file] : ct->experts_path;
+            const uint64_t got = probe_read(path, (char *)buf + rd[j].buf_off, rd[j].len,
+                                            rd[j].off);
+            ok = got >= rd[j].need;
+            bytes += got;
         }
-        if (done < ct->blob_bytes)
+        if (!ok)
             break;
-        bytes += done;
+        *il_out = il;
+        *ie_out = ie;
+        got_one = 1;
     }
     double dt = shoal_time_s() - t0;
-    if (fd >= 0)
-        close(fd);
-    if (bytes == 0) {
+    if (!got_one) {
         free(buf);
         return 0;
     }
@@ -158,14 +174,16 @@ static double probe_disk(const struct shoal_container *ct, void **blob_out)
     return (double)bytes / 1e6 / (dt > 1e-6 ? dt : 1e-6);
 }
 
-/* Expert bytes computed per second on one blob's weights, GB/s. */
-static double probe_compute(const struct shoal_container *ct, const void *blob)
+/* Expert bytes computed per second on expert (il, ie)'s weights in blob,
+ * GB/s. */
+static double probe_compute(const struct shoal_container *ct, const void *blob, int64_t il,
+                            int64_t ie)
 {
     if (!blob)
         return 0;
     struct shoal_expert_weights ew;
-    shoal_container_expert_views(ct, blob, &ew);
-    return shoal_expert_ffn_rate(&ew, ct->blob_bytes);
+    shoal_container_expert_views_at(ct, il, ie, blob, &ew);
+    return shoal_expert_ffn_rate(&ew, shoal_container_blob_bytes(ct, il));
 }
 
 /* ------------------------------------------------------------ requests */
@@ -365,8 +383,9 @@ static void *thread_main(void *arg)
     struct shoal_expert_store *store = shoal_expert_store_create(ct, x->p.store, &err);
     void *blob = NULL;
     if (store) {
-        x->info.disk_mbps = probe_disk(ct, &blob);
-        x->info.compute_gbps = probe_compute(ct, blob);
+        int64_t pil = 0, pie = 0;
+        x->info.disk_mbps = probe_disk(ct, &blob, &pil, &pie);
+        x->info.compute_gbps = probe_compute(ct, blob, pil, pie);
         free(blob);
         struct shoal_expert_store_stats st;
         shoal_expert_store_stats_get(store, &st);

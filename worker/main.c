@@ -91,12 +91,14 @@ static void die_usage(const char *fmt, ...)
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: shoal-worker --model DIR [options]\n\n"
+        "usage: shoal-worker --model DIR|FILE.gguf [options]\n\n"
         "Serves the routed experts of a shoal container (or a shard made by 'shoal shard')\n"
         "to a coordinator: each MoE layer's batch-union runs here with the same kernels.\n\n"
         "  --model DIR          the container or shard (make one with 'shoal convert');\n"
         "                       a Hugging Face checkpoint directory is converted once\n"
-        "                       into $XDG_CACHE_HOME/shoal (else ~/.cache/shoal)\n"
+        "                       into $XDG_CACHE_HOME/shoal (else ~/.cache/shoal); a GGUF\n"
+        "                       file (or any file of a split set) is served as it is,\n"
+        "                       its experts read from the file\n"
         "  --shard I/N[:R]      serve only worker I's share (0-based) of N workers,\n"
         "                       R holders per expert (default 1), by weighted rendezvous\n"
         "  --listen ADDR:PORT   where to accept the coordinator (default 127.0.0.1:7070;\n"
@@ -397,12 +399,14 @@ int main(int argc, char **argv)
     if (o.join)
         check_loopback("--join", o.join, &key);
 
-    if (!shoal_is_dir(o.model)) {
-        fail_line("--model '%s' does not exist or is not a directory", o.model);
+    const int gguf = shoal_model_is_gguf(o.model);
+    if (!gguf && !shoal_is_dir(o.model)) {
+        fail_line("--model '%s' does not exist or is neither a directory nor a GGUF file",
+                  o.model);
         return 2;
     }
     char *cached = NULL; /* the container converted from a checkpoint */
-    if (!shoal_container_is(o.model)) {
+    if (!gguf && !shoal_container_is(o.model)) {
         char config[4096];
         snprintf(config, sizeof config, "%s/config.json", o.model);
         if (!shoal_exists(config)) {
@@ -433,8 +437,21 @@ int main(int argc, char **argv)
         o.model = cached_path;
     }
     struct shoal_model_config cfg;
-    struct shoal_container *ct = shoal_container_open(o.model, &cfg, &err);
-    if (!ct) {
+    struct shoal_container *ct = NULL;
+    if (gguf) {
+        /* a GGUF file: its experts read from the file itself, as the
+         * coordinator's store reads them (container_gguf.c); the trunk's
+         * mapping is not needed once the layout is known */
+        struct shoal_model *m = shoal_model_load(o.model, &err);
+        ct = m ? shoal_container_from_gguf(m, &err) : NULL;
+        if (m)
+            cfg = m->cfg;   /* plain data (the family is static) */
+        shoal_model_free(m);
+        if (!ct) {
+            fail_line("%s", err.msg);
+            return err.code == SHOAL_EIO || err.code < 0 ? 1 : 2;
+        }
+    } else if (!(ct = shoal_container_open(o.model, &cfg, &err))) {
         fail_line("%s", err.msg);
         return 1;
     }

@@ -594,14 +594,6 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
     const int gguf = shoal_model_is_gguf(dir);
     if (!gguf && shoal_cli_check_model_dir(dir, o->model_dir != NULL))
         return NULL;
-    if (gguf && shoal_session_is_cluster(o)) {
-        /* workers serve shoal containers, and shoal does not convert GGUF
-         * files (yet): the run stays in this process */
-        shoal_cli_error("--workers/--accept-workers need a shoal container; '%s' is a GGUF "
-                        "file, which shoal runs in this process only (run it without "
-                        "--workers and --accept-workers)", dir);
-        return NULL;
-    }
     if (gguf && (o->n_mirror > 0 || o->n_mirror_weights > 0)) {
         shoal_cli_error("--mirror: '%s' is a GGUF file, whose experts are read from the file "
                         "itself; mirrors are copies of a shoal container's experts.bin", dir);
@@ -613,7 +605,7 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
     if (n < 0)
         return NULL;
     char *cached = NULL;
-    if (shoal_session_is_cluster(o) && !shoal_container_is(dir) &&
+    if (shoal_session_is_cluster(o) && !gguf && !shoal_container_is(dir) &&
         cluster_container(dir, &cached))
         return NULL;
     if (cached)
@@ -630,7 +622,7 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
     s->cached_dir = cached;
     struct shoal_experts experts;
     if (shoal_session_is_cluster(o)) {
-        if (!s->model->ct) {
+        if (!s->model->ct && !s->gguf_experts) {
             shoal_cli_error("--workers/--accept-workers need a shoal container; '%s' is a "
                             "Hugging Face directory (make one with: shoal convert)", dir);
             shoal_session_close(s);
@@ -649,6 +641,7 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
         cp.connect_timeout_s = o->connect_timeout;
         cp.request_timeout_s = o->request_timeout;
         cp.local_cache_bytes = o->expert_cache;
+        cp.ct = s->gguf_experts;   /* a GGUF's experts; NULL: the container's */
         if (o->max_unauth)
             cp.max_unauthenticated = o->max_unauth;
         cp.max_unauth_per_addr = o->max_unauth_per_addr ? o->max_unauth_per_addr

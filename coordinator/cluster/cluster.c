@@ -66,7 +66,7 @@ static int check_coverage(struct shoal_cluster *cl, struct shoal_err *err)
             for (int i = 0; i < cl->n_exec && !ok; i++) {
                 struct exec *x = &cl->exec[i];
                 if (x->kind == EXEC_LOCAL)
-                    ok = shoal_container_holds(cl->model->ct, il, ie);
+                    ok = shoal_container_holds(cl->ct, il, ie);
                 else
                     ok = x->state == EXEC_UP && x->holds &&
                          x->holds[il * cl->n_expert + ie];
@@ -108,7 +108,8 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
                                            const struct shoal_cluster_params *p,
                                            struct shoal_err *err)
 {
-    if (!m->ct || !m->store) {
+    const struct shoal_container *ct = p->ct ? p->ct : m->ct;
+    if (!ct || !m->store) {
         shoal_err_set(err, SHOAL_EINVAL, "a cluster needs a shoal container; '%s' is a Hugging "
                       "Face directory (make one with: shoal convert)", m->dir);
         return NULL;
@@ -140,7 +141,8 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
     cl->n_layer = c->n_layer;
     cl->n_expert = c->n_expert;
     cl->n_embd = c->n_embd;
-    cl->blob_bytes = m->ct->blob_bytes;
+    cl->ct = ct;
+    cl->blob_bytes = ct->blob_bytes;
     cl->is_moe = shoal_xcalloc((size_t)c->n_layer, 1);
     for (int64_t il = 0; il < c->n_layer; il++) {
         cl->is_moe[il] = (uint8_t)shoal_layer_is_moe(c, il);
@@ -150,7 +152,7 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
                                     sizeof *cl->remote_runs);
     cl->last_worker = shoal_xmalloc((size_t)(c->n_layer * c->n_expert) + 1);
     memset(cl->last_worker, 0xff, (size_t)(c->n_layer * c->n_expert) + 1);
-    snprintf(cl->fingerprint, sizeof cl->fingerprint, "%016" PRIx64, m->ct->fingerprint);
+    snprintf(cl->fingerprint, sizeof cl->fingerprint, "%016" PRIx64, ct->fingerprint);
     pthread_mutex_init(&cl->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -174,7 +176,7 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
     cl->info.n_embd = (uint32_t)c->n_embd;
     cl->info.cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
     cl->info.max_frame = SHOAL_WIRE_MAX_FRAME_DEFAULT;
-    cl->info.expert_dtype = (char *)shoal_dtype_name(m->ct->experts_dtype);
+    cl->info.expert_dtype = (char *)shoal_dtype_name(ct->experts_dtype);
     /* executors: local, then the static workers */
     if (p->local_experts) {
         struct exec *x = &cl->exec[cl->n_exec];
@@ -189,7 +191,7 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
         x->holds = shoal_xcalloc((size_t)(c->n_layer * c->n_expert), 1);
         for (int64_t il = 0; il < c->n_layer; il++)
             for (int64_t ie = 0; ie < c->n_expert; ie++)
-                if (cl->is_moe[il] && shoal_container_holds(m->ct, il, ie)) {
+                if (cl->is_moe[il] && shoal_container_holds(ct, il, ie)) {
                     x->holds[il * c->n_expert + ie] = 1;
                     x->experts_held++;
                 }
@@ -203,7 +205,7 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
                 struct shoal_expert_weights ew;
                 struct shoal_err e2 = {0};
                 if (shoal_expert_store_acquire(m->store, il, ie, &ew, &e2) == 0) {
-                    x->compute_gbps = shoal_expert_ffn_rate(&ew, m->ct->blob_bytes);
+                    x->compute_gbps = shoal_expert_ffn_rate(&ew, ct->blob_bytes);
                     shoal_expert_store_release(m->store, il, ie);
                 }
                 break;

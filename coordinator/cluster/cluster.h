@@ -59,6 +59,9 @@ struct shoal_cluster_params {
                                    * SHOAL_WIRE_MAX_UNAUTH_LIMIT */
     int max_unauth_per_addr;      /* of those, from one source (an IPv6 /64:
                                    * shoal_wire_peer_group); 1..max_unauthenticated */
+    const struct shoal_container *ct; /* the routed experts' container, borrowed: NULL
+                                   * for m->ct; a GGUF model's (the session's
+                                   * gguf_experts, container_gguf.c) */
 };
 
 static inline struct shoal_cluster_params shoal_cluster_params_default(void)
@@ -75,8 +78,8 @@ static inline struct shoal_cluster_params shoal_cluster_params_default(void)
 
 struct shoal_cluster;
 
-/* Start the cluster of a container model (m borrowed; m->ct and m->store
- * must be set and outlive the cluster). Loads the key, binds the listeners
+/* Start the cluster of a container model (m borrowed; m->store and the
+ * container, p->ct or else m->ct, must be set and outlive the cluster). Loads the key, binds the listeners
  * (without a key each must be a loopback address), starts the loop thread,
  * then waits up to connect_timeout_s for the static workers' handshakes.
  * Each worker that failed (refused, wrong fingerprint or key, silent) is

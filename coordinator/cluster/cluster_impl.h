@@ -134,6 +134,7 @@ struct out_msg {
 
 struct shoal_cluster {
     const struct shoal_model *model;    /* borrowed */
+    const struct shoal_container *ct;   /* borrowed: the experts' container */
     struct shoal_cluster_params p;      /* copy; strings borrowed */
     struct shoal_wire_key key;
     char fingerprint[17];

@@ -26,6 +26,10 @@ Cases:
   counts: routing counts go to $XDG_CACHE_HOME/shoal under the layout's
           fingerprint, never next to the GGUF (its directory may hold other
           models)
+  cluster: two shoal-workers serving halves of the same file (--shard 0/2
+          and 1/2) to a coordinator without local experts, then one worker
+          beside the coordinator's own store: the checkpoint's logits bytes,
+          both workers used
   bad:    --mirror on a GGUF: one line saying why, exit 2
 Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
@@ -70,6 +74,30 @@ def stats_of(stderr):
 
 def u16(key, val):
     return W.s_(key) + struct.pack("<IH", 2, val)
+
+
+def test_cluster(shoal, tmp, path, ref, env):
+    worker_bin = os.path.join(os.path.dirname(os.path.dirname(shoal)), "worker", "shoal-worker")
+    ws = [H.Worker(worker_bin, tmp, "w%d" % i, path, "--shard", "%d/2" % i) for i in range(2)]
+    try:
+        addrs = [w.wait_ready() for w in ws]
+        if not result("two shoal-workers serve the GGUF (--shard 0/2, 1/2)", all(addrs),
+                      " | ".join(w.text()[-300:] for w in ws)):
+            return
+        r, got = run(shoal, path, os.path.join(tmp, "c2.npy"), "--workers", ",".join(addrs),
+                     "--local-experts", "off", "--control", "off", "--stats", env=env)
+        used = re.findall(r"executor \d+ \S+: up, \d+ experts, (\d+) requests", r.stderr)
+        result("cluster of 2 workers on the GGUF, no local experts: the checkpoint's logits "
+               "bytes, both workers used (%s requests)" % used,
+               r.returncode == 0 and same(got, ref) and len(used) == 2 and
+               all(int(u) > 0 for u in used), W.show(r))
+        r, got = run(shoal, path, os.path.join(tmp, "c1.npy"), "--workers", addrs[0],
+                     "--control", "off", "--direct", "on", "--expert-cache", "1MB", env=env)
+        result("cluster of the local store and 1 worker: the checkpoint's logits bytes",
+               r.returncode == 0 and same(got, ref), W.show(r))
+    finally:
+        for w in ws:
+            w.stop()
 
 
 def main():
@@ -150,6 +178,8 @@ def main():
         result("routing counts in $XDG_CACHE_HOME/shoal, none next to the GGUF",
                len(counts) >= 1 and not os.path.exists(os.path.join(gdir, "routing_counts.json")),
                "%s; %s" % (counts, os.listdir(gdir)))
+
+        test_cluster(shoal, tmp, path, ref, env)
 
         # bad
         r, _ = run(shoal, path, os.path.join(tmp, "bad.npy"), "--mirror", tmp, env=env)

@@ -40,8 +40,8 @@ Cases:
             tokenizer.json) gives the checkpoint's text for --prompt
   bad:      another architecture, a missing key, a key shoal does not read,
             a tensor of a type shoal does not run, a wrong shape, an
-            unexpected tensor: exit 2, one line naming what; --workers on a
-            GGUF: exit 2
+            unexpected tensor: exit 2, one line naming what (workers
+            serving a GGUF: tests/cli/test_gguf_stream.py)
 Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
 
@@ -583,13 +583,6 @@ def test_bad(shoal, tmp, tensors, cfg):
         result("bad GGUF (%s): exit 2, one line naming %s" % (name, ", ".join(needles)),
                r.returncode == 2 and len(lines) == 1 and all(n in lines[0] for n in needles),
                show(r))
-    path = os.path.join(tmp, "ok.gguf")
-    write_gguf(path, metadata(cfg), base)
-    r = H.run([shoal, "run", path, "--workers", "127.0.0.1:1"] + ARGS, timeout=60)
-    lines = (r.stderr or "").strip().splitlines()
-    result("--workers on a GGUF: exit 2, one line saying why",
-           r.returncode == 2 and len(lines) == 1 and "GGUF" in lines[0] and
-           "--workers" in lines[0], show(r))
 
 
 def main():
