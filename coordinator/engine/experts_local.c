@@ -23,8 +23,9 @@ struct shoal_local_experts {
     struct shoal_expert_weights *ew;      /* [n_expert] views of an acquired batch */
     int32_t *sel_ids;                     /* [n_expert] ids of a selection */
     uint8_t *fp8_ok;                      /* [n_layer][n_expert] 1: the memory-mapped
-                                           * FP8/MXFP4 expert's codes (a GGUF's
-                                           * block scales) were checked */
+                                           * FP8/MXFP4 expert's codes (or ggml block
+                                           * scales, for a GGUF model run without
+                                           * its store) were checked */
     /* the step in progress (the iface's hook) */
     const struct shoal_moe_step *st;
 };
