@@ -152,7 +152,7 @@ static void usage(FILE *f)
         "1 if a reply failed; 2 for bad options (a system prompt that fills the context);\n"
         "143 after SIGTERM, which ends the reply being generated at the next token, then\n"
         "the session. A second signal while a reply is stopping exits at once.\n"
-        "\nExpert store (shoal containers only):\n");
+        "\nExpert store (shoal containers and GGUF files):\n");
     shoal_session_usage_store(f);
 }
 

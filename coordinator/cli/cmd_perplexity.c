@@ -42,7 +42,7 @@ static void usage(FILE *f)
         "  -v, --verbose        print what was loaded (family, threads, context, kernels)\n"
         "\n"
         "Progress goes to stderr, one updating line, only when stderr is a terminal.\n"
-        "\nExpert store (shoal containers only):\n");
+        "\nExpert store (shoal containers and GGUF files):\n");
     shoal_session_usage_store(f);
 }
 

@@ -64,7 +64,7 @@ static void usage(FILE *f)
         "\nThe first SIGINT (Ctrl-C) or SIGTERM ends the generation at the next token (the\n"
         "text so far and the stats line printed, exit status 130 or 143); a second one\n"
         "exits at once.\n"
-        "\nExpert store (shoal containers only):\n");
+        "\nExpert store (shoal containers and GGUF files):\n");
     shoal_session_usage_store(f);
 }
 

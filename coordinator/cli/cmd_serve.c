@@ -73,7 +73,7 @@ static void usage(FILE *f)
         "  --test-logits-dir DIR  tests only: each request's logits to DIR/<id>.npy\n"
         "  --test-forced-tokens FILE  tests only: each request's first tokens are the ids\n"
         "                       in FILE (read per request), whatever the logits\n"
-        "\nExpert store (shoal containers only):\n");
+        "\nExpert store (shoal containers and GGUF files):\n");
     shoal_session_usage_store(f);
 }
 

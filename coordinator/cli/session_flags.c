@@ -110,7 +110,7 @@ void shoal_session_usage_store(FILE *f)
         "  --mirror-weights W0,W1,...  read shares: the container, then each mirror\n"
         "                       (default: measured at start)\n"
         "  --stats              print expert store statistics at exit\n"
-        "\nCluster (a shoal container; a checkpoint is converted, see --workers):\n"
+        "\nCluster (a shoal container or a GGUF file; a checkpoint is converted):\n"
         "  --workers HOST:PORT,...  static shoal-worker processes (repeatable); a\n"
         "                       checkpoint --model is converted once into\n"
         "                       $XDG_CACHE_HOME/shoal (else ~/.cache/shoal)\n"
