@@ -255,8 +255,8 @@ static void print_table(const char *path, const struct shoal_gguf_files *f,
         if (s->type[t].tensors && !type_runs((uint32_t)t))
             all_run = 0;
     if (arch && !strcmp(arch, "qwen3moe") && all_run)
-        printf("\nshoal run takes this file (qwen3moe; its experts are read through the page "
-               "cache, not the expert store yet: docs/MODELS.md).\n");
+        printf("\nshoal run takes this file (qwen3moe; its experts are streamed from the file "
+               "by the expert store: docs/MODELS.md).\n");
     else
         printf("\nshoal run does not take this file yet: it runs qwen3moe GGUF files of F32, "
                "F16, BF16, Q8_0, Q4_K and Q6_K tensors (docs/MODELS.md).\n");
