@@ -5,6 +5,10 @@
  * windows of exactly --ctx tokens (the final partial window is dropped),
  * evaluate each window from an empty cache, and score tokens 1..n-1 of each
  * window from their prefix. loss = mean NLL in nats; perplexity = exp(loss).
+ * --score-from N scores only the tokens after position N of each window
+ * (the predictions made at positions N..n-2): llama.cpp's llama-perplexity
+ * scores the second half of each chunk, N = ctx / 2, so that a comparison
+ * with it on the same GGUF file uses its protocol.
  */
 #include <jansson.h>
 #include <math.h>
@@ -31,9 +35,12 @@ static void usage(FILE *f)
         "  --ctx N              window length in tokens (default: max_position_embeddings,\n"
         "                       at most 4096)\n"
         "  --max-windows N      score only the first N windows (default: all)\n"
+        "  --score-from N       score only the predictions made at positions N.. of\n"
+        "                       each window (default 0: all; llama-perplexity's\n"
+        "                       protocol is N = ctx / 2)\n"
         "  --json               print the result as one JSON object: model, model_type,\n"
-        "                       file, loss, perplexity, window, n_windows, n_predictions,\n"
-        "                       tokens_per_second\n"
+        "                       file, loss, perplexity, window, score_from, n_windows,\n"
+        "                       n_predictions, tokens_per_second\n"
         "  --kv f32|f16|bf16    KV cache dtype (default: the container's, else f32)\n"
         "  --batch N            prefill chunk in tokens (default 256; the same bits at any)\n"
         "  --isa NAME           kernels to run (default: the best this CPU has; the same\n"
@@ -50,7 +57,7 @@ int shoal_cmd_perplexity(int argc, char **argv)
 {
     struct shoal_session_opts so = shoal_session_opts_default();
     const char *file = NULL;
-    long long max_windows = -1;
+    long long max_windows = -1, score_from = 0;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -67,12 +74,18 @@ int shoal_cmd_perplexity(int argc, char **argv)
             json = 1;
             continue;
         }
-        if ((!strcmp(a, "--file") || !strcmp(a, "--max-windows")) && i + 1 >= argc) {
+        if ((!strcmp(a, "--file") || !strcmp(a, "--max-windows") ||
+             !strcmp(a, "--score-from")) && i + 1 >= argc) {
             shoal_cli_error("%s needs a value", a);
             return 2;
         }
         if (!strcmp(a, "--file")) {
             file = argv[++i];
+            continue;
+        }
+        if (!strcmp(a, "--score-from")) {
+            if (shoal_cli_parse_i64(a, argv[++i], 0, (long long)1 << 40, &score_from))
+                return 2;
             continue;
         }
         if (!strcmp(a, "--max-windows")) {
@@ -113,6 +126,13 @@ int shoal_cmd_perplexity(int argc, char **argv)
         goto done;
     const int64_t W = shoal_ctx_n_ctx(s->ctx);
     const int64_t V = s->model->cfg.n_vocab;
+    if (score_from > W - 2) {
+        shoal_cli_error("perplexity: --score-from %lld leaves nothing to score in a window of "
+                        "%lld tokens; expected 0..%lld", score_from, (long long)W,
+                        (long long)(W - 2));
+        rc = 2;
+        goto done;
+    }
     int64_t n_windows = (int64_t)n_ids / W;
     if (max_windows > 0 && n_windows > max_windows)
         n_windows = max_windows;
@@ -146,6 +166,8 @@ int shoal_cmd_perplexity(int argc, char **argv)
                 int64_t pos = off + t;
                 if (pos + 1 >= W)
                     break;
+                if (pos < score_from)
+                    continue;
                 const float *l = logits + t * V;
                 if (shoal_logits_check(l, V, &err, "perplexity: window %lld, position %lld: "
                                        "the model's logits", (long long)w + 1,
@@ -177,10 +199,11 @@ int shoal_cmd_perplexity(int argc, char **argv)
     if (json) {
         /* which model scored the file, beside the file: a result is
          * compared with others, and names are escaped (jansson) */
-        json_t *j = json_pack("{s:s, s:s, s:s, s:f, s:f, s:I, s:I, s:I, s:f}",
+        json_t *j = json_pack("{s:s, s:s, s:s, s:f, s:f, s:I, s:I, s:I, s:I, s:f}",
                               "model", s->model->dir, "model_type",
                               s->model->cfg.family->model_type, "file", file, "loss", loss,
-                              "perplexity", exp(loss), "window", (json_int_t)W, "n_windows",
+                              "perplexity", exp(loss), "window", (json_int_t)W, "score_from",
+                              (json_int_t)score_from, "n_windows",
                               (json_int_t)n_windows, "n_predictions", (json_int_t)n_pred,
                               "tokens_per_second", (double)(n_windows * W) / secs);
         if (!j || json_dumpf(j, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10)) ||

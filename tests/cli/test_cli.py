@@ -660,6 +660,22 @@ def test_stats_labels(shoal, ct, tmp):
     result("perplexity --json names the model and its type beside the file",
            r.returncode == 0 and j.get("model") == MODEL and j.get("model_type") == "qwen3_moe"
            and j.get("file") == text and j.get("n_windows") == 1, show(r))
+    # llama-perplexity's protocol: only the second half of each window scored
+    r2 = run([shoal, "perplexity", MODEL, "--file", text, "--max-windows", "2", "--ctx", "64",
+              "--score-from", "32", "--json"])
+    r3 = run([shoal, "perplexity", MODEL, "--file", text, "--max-windows", "2", "--ctx", "64",
+              "--json"])
+    try:
+        j2, j3 = json.loads(r2.stdout), json.loads(r3.stdout)
+    except ValueError:
+        j2, j3 = {}, {}
+    result("perplexity --score-from 32 --ctx 64: 2 x 31 predictions (not 2 x 63), another "
+           "loss", r2.returncode == 0 and j2.get("n_predictions") == 62 and
+           j2.get("score_from") == 32 and j3.get("n_predictions") == 126 and
+           j2.get("loss") != j3.get("loss"), show(r2))
+    r = run([shoal, "perplexity", MODEL, "--file", text, "--ctx", "64", "--score-from", "63"])
+    result("perplexity --score-from 63 --ctx 64: nothing to score, exit 2, naming 0..62",
+           r.returncode == 2 and "0..62" in r.stderr, show(r))
 
 
 def test_chat_typeahead(shoal):
