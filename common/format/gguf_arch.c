@@ -397,6 +397,75 @@ static double mscale_from_log_mul(double log_mul);
 /* llama.cpp's expert_gating_func values (gguf-py ExpertGatingFuncType). */
 enum { GATING_SOFTMAX = 1, GATING_SIGMOID = 2 };
 
+static const char *const glm4moe_keys[] = {
+    "block_count", "context_length", "embedding_length", "feed_forward_length",
+    "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
+    "attention.key_length", "attention.value_length", "rope.freq_base",
+    "rope.dimension_count", "expert_count", "expert_used_count", "expert_feed_forward_length",
+    "expert_shared_count", "leading_dense_block_count", "expert_gating_func",
+    "expert_weights_scale", "expert_weights_norm", "expert_group_count",
+    "expert_group_used_count", "nextn_predict_layers",
+};
+
+/* llama.cpp's LLM_ARCH_GLM4_MOE (GLM-4.5 / 4.5-Air / 4.6; conversion/glm.py
+ * Glm4MoeModel, src/models/glm4-moe.cpp): block_count counts the
+ * nextn_predict_layers MTP layers after the decoder (their blk.N tensors
+ * are left mapped, never run); q/k unpermuted (NEOX, rotate_half) over
+ * rope.dimension_count of each head (partial_rotary_factor = that / head
+ * size); q/k/v biases and per-head QK-norm when the file has them;
+ * DeepSeek-V3's sigmoid router with exp_probs_b (expert_gating_func must say
+ * sigmoid), groups, expert_weights_norm (absent: false) and
+ * expert_weights_scale (absent: 1); leading dense layers. */
+static int glm4moe_config(struct shoal_gguf_meta *mt)
+{
+    int rc = KEYS(glm4moe_keys);
+    if (rc)
+        return rc;
+    json_t *c = mt->cfg;
+    json_object_set_new(c, "model_type", json_string("glm4_moe"));
+    int64_t n_embd = 0, n_head = 0, n_head_kv = 0, n_expert = 0, hd = 0, n_block = 0;
+    int64_t nextn = 0, gating = GATING_SIGMOID, groups = 1, x = 0;
+    REQ(rc = meta_trunk(mt, &n_embd, &n_head, &n_head_kv));
+    REQ(rc = meta_int(mt, "block_count", 1, 1, SHOAL_MAX_LAYERS, NULL, &n_block));
+    REQ(rc = meta_int(mt, "nextn_predict_layers", 0, 0, 16, "num_nextn_predict_layers", &nextn));
+    if (nextn >= n_block)
+        return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s.nextn_predict_layers %lld leaves "
+                             "no decoder layer of block_count %lld", mt->path, mt->arch,
+                             (long long)nextn, (long long)n_block);
+    json_object_set_new(c, "num_hidden_layers", json_integer((json_int_t)(n_block - nextn)));
+    REQ(rc = meta_int(mt, "feed_forward_length", 0, 1, 1 << 22, "intermediate_size", NULL));
+    REQ(rc = meta_experts(mt, "n_routed_experts", "moe_intermediate_size", &n_expert));
+    REQ(rc = meta_int(mt, "expert_shared_count", 1, 0, 1 << 10, "n_shared_experts", NULL));
+    REQ(rc = meta_int(mt, "leading_dense_block_count", 0, 0, SHOAL_MAX_LAYERS,
+                      "first_k_dense_replace", NULL));
+    REQ(rc = meta_int(mt, "expert_gating_func", 0, GATING_SOFTMAX, GATING_SIGMOID, NULL,
+                      &gating));
+    if (gating != GATING_SIGMOID)
+        return shoal_err_set(mt->err, SHOAL_EUNSUPPORTED, "%s: %s.expert_gating_func is %lld; "
+                             "expected 2 (sigmoid, GLM-4.5's router)", mt->path, mt->arch,
+                             (long long)gating);
+    REQ(rc = meta_int(mt, "expert_group_count", 0, 1, n_expert, "n_group", &groups));
+    REQ(rc = meta_int(mt, "expert_group_used_count", 0, 1, groups, "topk_group", &x));
+    int norm = 0;
+    REQ(rc = meta_bool(mt, "expert_weights_norm", &norm));
+    json_object_set_new(c, "norm_topk_prob", json_boolean(norm));
+    REQ(rc = meta_f64(mt, "expert_weights_scale", 0, 0, 1e6, "routed_scaling_factor", NULL));
+    REQ(rc = meta_head_dim(mt, n_embd, n_head, n_head_kv, &hd));
+    json_object_set_new(c, "head_dim", json_integer((json_int_t)hd));
+    int64_t rope = hd / 2;   /* the converter's default partial_rotary_factor 0.5 */
+    REQ(rc = meta_int(mt, "rope.dimension_count", 0, 2, hd, NULL, &rope));
+    json_object_set_new(c, "partial_rotary_factor", json_real((double)rope / (double)hd));
+    const uint8_t *d;
+    const char *f;
+    json_object_set_new(c, "attention_bias", json_boolean(
+                            mt->lk->find(mt->lk->ctx, "blk.0.attn_q.bias", 0, &d, &f) != NULL));
+    json_object_set_new(c, "use_qk_norm", json_boolean(
+                            mt->lk->find(mt->lk->ctx, "blk.0.attn_q_norm.weight", 0, &d, &f)
+                            != NULL));
+    return meta_vocab(mt);
+}
+
+
 /* llama.cpp's LLM_ARCH_DEEPSEEK2 (DeepSeek-V2/V2-Lite/V2.5, V3/R1, Kimi-K2;
  * conversion/deepseek.py DeepseekV2Model, src/models/deepseek2.cpp).
  *   MLA: the converter writes the MQA view, head_count_kv 1, key_length
@@ -529,6 +598,7 @@ static const struct shoal_gguf_arch archs[] = {
     {"deepseek2", deepseek2_config},
     {"qwen2moe", qwen2moe_config},
     {"olmoe", olmoe_config},
+    {"glm4moe", glm4moe_config},
 };
 
 const struct shoal_gguf_arch *shoal_gguf_arch_find(const char *name)
@@ -541,7 +611,7 @@ const struct shoal_gguf_arch *shoal_gguf_arch_find(const char *name)
 
 const char *shoal_gguf_arch_list(void)
 {
-    return "qwen3moe, deepseek2, qwen2moe, olmoe";
+    return "qwen3moe, deepseek2, qwen2moe, olmoe, glm4moe";
 }
 
 /* ---- tensor names -------------------------------------------------------- */
@@ -709,6 +779,16 @@ static int bind_kv_b(const struct shoal_weight_slot *s, struct shoal_model *m,
     m->owned = shoal_xrealloc(m->owned, (m->n_owned + 1) * sizeof *m->owned);
     m->owned[m->n_owned++] = out;
     return 0;
+}
+
+int shoal_gguf_arch_unbound_ok(const char *name, const struct shoal_model_config *cfg)
+{
+    char *end = NULL;
+    if (cfg->n_nextn <= 0 || strncmp(name, "blk.", 4))
+        return 0;
+    const long long il = strtoll(name + 4, &end, 10);
+    return end != name + 4 && *end == '.' && il >= cfg->n_layer &&
+           il < cfg->n_layer + cfg->n_nextn;
 }
 
 int shoal_gguf_arch_bind_other(const struct shoal_weight_slot *s, struct shoal_model *m,

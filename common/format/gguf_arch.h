@@ -6,7 +6,7 @@
  * put back in the Hugging Face layout shoal computes with.
  *
  * Architectures: qwen3moe, deepseek2 (DeepSeek-V2/V3/R1, Kimi-K2), qwen2moe,
- * olmoe. A key under "ARCH." that the architecture does not read is refused
+ * olmoe, glm4moe. A key under "ARCH." that the architecture does not read is refused
  * (it could change the computation), never ignored.
  *
  * Thread: any (load time, one thread per model). */
@@ -72,5 +72,10 @@ void shoal_gguf_arch_tensor_name(const struct shoal_weight_slot *s, char *buf, s
 int shoal_gguf_arch_bind_other(const struct shoal_weight_slot *s, struct shoal_model *m,
                                const struct shoal_gguf_lookup *lk, const char *path,
                                struct shoal_err *err);
+
+/* 1 if tensor `name` may stay unbound: a layer blk.N of the MTP layers
+ * (cfg->n_nextn of them) that follow the decoder's cfg->n_layer, kept
+ * mapped and never run; else 0. Thread: any. */
+int shoal_gguf_arch_unbound_ok(const char *name, const struct shoal_model_config *cfg);
 
 #endif

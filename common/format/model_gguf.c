@@ -328,7 +328,7 @@ int shoal_model_gguf_load(struct shoal_model *m, const char *path, struct shoal_
     if (m->cfg.tie_embeddings)
         m->lm_head = m->tok_embd;
     for (size_t i = 0; i < g->n_t; i++)
-        if (!g->t[i].used)
+        if (!g->t[i].used && !shoal_gguf_arch_unbound_ok(g->t[i].d.name, &m->cfg))
             return shoal_err_set(err, SHOAL_EFORMAT, "unexpected tensor '%s' in '%s': not "
                                  "part of a %s model with this metadata",
                                  g->t[i].d.name, g->t[i].file, g->arch);

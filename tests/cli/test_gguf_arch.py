@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """`shoal run FILE.gguf` for the llama.cpp architectures beyond qwen3moe
-(issue 30): deepseek2, qwen2moe, olmoe.
+(issue 30): deepseek2, qwen2moe, olmoe, glm4moe.
 
 usage: /usr/bin/python3 tests/cli/test_gguf_arch.py --shoal build-test/coordinator/shoal
 
@@ -30,6 +30,9 @@ Cases:
   deepseek2 kimi:    Kimi-K2 (one group, x2.827, rope theta 5e4 YaRN x32)
   qwen2moe:          Qwen1.5-MoE (q/k/v biases, shared expert + sigmoid gate)
   olmoe:             OLMoE (q/k RMSNorm over the whole projection)
+  glm4moe:           GLM-4.5-Air (q/k/v biases, partial rotary, sigmoid
+                     router, a leading dense layer, an MTP layer kept in the
+                     file as blk.3.*), and GLM-4.5's QK-norm with 2 groups x2.5
   bad:               a missing key, a key shoal does not read, a wrong shape
                      of attn_k_b: exit 2 with one line naming it
 Ends with "N passed, M failed"; exit status 1 if anything failed.
@@ -81,14 +84,19 @@ LAYER = {
     "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
     "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
 }
+# the MTP layers' own tensors (glm4moe keeps them, as blk.N.nextn.*)
+NEXTN = {"eh_proj.weight": "nextn.eh_proj.weight", "enorm.weight": "nextn.enorm.weight",
+         "hnorm.weight": "nextn.hnorm.weight",
+         "shared_head.norm.weight": "nextn.shared_head_norm.weight"}
 TOP = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
        "lm_head.weight": "output.weight"}
 
 
-def gguf_tensors(st, cfg, split_kv_b):
+def gguf_tensors(st, cfg, split_kv_b, keep_mtp=False):
     """[(llama.cpp name, f32 array)] as the converter's modify_tensors gives
     them: experts stacked per layer (ne {n_in, n_out, n_expert}), MTP layers
-    skipped (DeepseekV2Model.skip_mtp), and with split_kv_b kv_b_proj cut as
+    skipped (DeepseekV2Model.skip_mtp) or with keep_mtp kept (Glm4MoeModel),
+    and with split_kv_b kv_b_proj cut as
     DeepseekV2Model does: view(n_head, nope + v, kvl), split, k_b transposed."""
     L = cfg["num_hidden_layers"]
     out, experts = [], {}
@@ -98,7 +106,10 @@ def gguf_tensors(st, cfg, split_kv_b):
             continue
         m = re.match(r"model\.layers\.(\d+)\.(.*)$", name)
         il, rest = int(m.group(1)), m.group(2)
-        if il >= L:
+        if il >= L and not keep_mtp:
+            continue
+        if il >= L and rest in NEXTN:
+            out.append(("blk.%d.%s" % (il, NEXTN[rest]), x))
             continue
         e = re.match(r"mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$", rest)
         if e:
@@ -211,6 +222,31 @@ def olmoe_kvs(c):
     return k + [("olmoe.attention.layer_norm_rms_epsilon", "f32", 1e-5)]
 
 
+def glm4moe_kvs(c):
+    """Glm4MoeModel.set_gguf_parameters: block_count counts the MTP layers."""
+    c = dict(c, num_hidden_layers=c["num_hidden_layers"] + c.get("num_nextn_predict_layers", 0))
+    a = "glm4moe."
+    k = base_kvs("glm4moe", c)
+    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    k += [(a + "rope.dimension_count", "u32", int(hd * c.get("partial_rotary_factor", 0.5))),
+          (a + "expert_count", "u32", c["n_routed_experts"]),
+          (a + "expert_feed_forward_length", "u32", c["moe_intermediate_size"]),
+          (a + "expert_shared_count", "u32", c["n_shared_experts"]),
+          (a + "leading_dense_block_count", "u32", c["first_k_dense_replace"]),
+          (a + "expert_gating_func", "u32", 2)]
+    if c.get("routed_scaling_factor") is not None:
+        k.append((a + "expert_weights_scale", "f32", c["routed_scaling_factor"]))
+    if c.get("norm_topk_prob") is not None:
+        k.append((a + "expert_weights_norm", "bool", c["norm_topk_prob"]))
+    if c.get("num_nextn_predict_layers") is not None:
+        k.append((a + "nextn_predict_layers", "u32", c["num_nextn_predict_layers"]))
+    # the writer keeps the last value of a key written twice
+    last = {}
+    for x in k:
+        last[x[0]] = x
+    return list(last.values())
+
+
 # name -> (gen_tiny spec, metadata(cfg), kv_b_proj split)
 CASES = {
     "deepseek2 legacy": ("deepseek_v2", lambda c: deepseek2_kvs(c, False), False),
@@ -220,6 +256,8 @@ CASES = {
     "deepseek2 kimi": ("kimi_k2", lambda c: deepseek2_kvs(c, True), True),
     "qwen2moe": ("qwen2_moe", qwen2moe_kvs, False),
     "olmoe": ("olmoe", olmoe_kvs, False),
+    "glm4moe": ("glm4_moe", glm4moe_kvs, False),
+    "glm4moe qk-norm": ("glm4_moe_qknorm", glm4moe_kvs, False),
 }
 
 
@@ -242,7 +280,7 @@ def check_case(shoal, tmp, label, d, make_kvs, split):
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
     st = read_safetensors(os.path.join(d, "model.safetensors"))
-    tensors = gguf_tensors(st, cfg, split)
+    tensors = gguf_tensors(st, cfg, split, keep_mtp=cfg["model_type"] == "glm4_moe")
     path = os.path.join(tmp, label.replace(" ", "-") + ".gguf")
     write(path, cfg, tensors, make_kvs(cfg))
     r0, ref = shoal_run(shoal, d, os.path.join(tmp, label + "-ref.npy"))
