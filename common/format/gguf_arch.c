@@ -377,6 +377,42 @@ static int olmoe_config(struct shoal_gguf_meta *mt)
     return meta_vocab(mt);
 }
 
+static const char *const llama_keys[] = {
+    "block_count", "context_length", "embedding_length", "feed_forward_length",
+    "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
+    "attention.key_length", "attention.value_length", "rope.freq_base",
+    "rope.dimension_count", "expert_count", "expert_used_count", "vocab_size",
+};
+
+/* llama.cpp's LLM_ARCH_LLAMA with experts: Mixtral (conversion/llama.py
+ * LlamaModel, src/models/llama.cpp). The experts are feed_forward_length
+ * wide, top-k renormalised (MixtralSparseMoeBlock), RoPE over the whole
+ * head. A llama file without expert_count is a dense model, which shoal
+ * does not run. The converter permutes q_proj / k_proj rows per head
+ * (LlamaModel.permute) for llama.cpp's rotation of adjacent pairs; shoal
+ * rotates the halves (rotate_half) of the checkpoint's rows, so
+ * shoal_gguf_arch_bound puts the rows back (llama_unpermute). */
+static int llama_config(struct shoal_gguf_meta *mt)
+{
+    int rc = KEYS(llama_keys);
+    if (rc)
+        return rc;
+    json_t *c = mt->cfg;
+    json_object_set_new(c, "model_type", json_string("mixtral"));
+    int64_t n_embd = 0, n_head = 0, n_head_kv = 0, n_expert = 0, hd = 0;
+    REQ(rc = meta_trunk(mt, &n_embd, &n_head, &n_head_kv));
+    REQ(rc = meta_experts(mt, "num_local_experts", NULL, &n_expert));
+    REQ(rc = meta_int(mt, "feed_forward_length", 1, 1, 1 << 22, "intermediate_size", NULL));
+    REQ(rc = meta_head_dim(mt, n_embd, n_head, n_head_kv, &hd));
+    json_object_set_new(c, "head_dim", json_integer((json_int_t)hd));
+    if (hd % 2)
+        return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s head size %lld is odd; the "
+                             "converter's q/k permutation pairs rows", mt->path, mt->arch,
+                             (long long)hd);
+    REQ(rc = meta_rope_dim(mt, hd, "the head size (shoal runs llama with full rotary)"));
+    return meta_vocab(mt);
+}
+
 /* ---- deepseek2 ---------------------------------------------------------- */
 
 static const char *const deepseek2_keys[] = {
@@ -599,6 +635,7 @@ static const struct shoal_gguf_arch archs[] = {
     {"qwen2moe", qwen2moe_config},
     {"olmoe", olmoe_config},
     {"glm4moe", glm4moe_config},
+    {"llama", llama_config},
 };
 
 const struct shoal_gguf_arch *shoal_gguf_arch_find(const char *name)
@@ -611,7 +648,7 @@ const struct shoal_gguf_arch *shoal_gguf_arch_find(const char *name)
 
 const char *shoal_gguf_arch_list(void)
 {
-    return "qwen3moe, deepseek2, qwen2moe, olmoe, glm4moe";
+    return "qwen3moe, deepseek2, qwen2moe, olmoe, glm4moe, llama (with experts: Mixtral)";
 }
 
 /* ---- tensor names -------------------------------------------------------- */
@@ -778,6 +815,43 @@ static int bind_kv_b(const struct shoal_weight_slot *s, struct shoal_model *m,
     w->data = out;
     m->owned = shoal_xrealloc(m->owned, (m->n_owned + 1) * sizeof *m->owned);
     m->owned[m->n_owned++] = out;
+    return 0;
+}
+
+/* Undo LlamaModel.permute on w (n_head heads of hd rows): the file's row
+ * h*hd + 2i + s is the checkpoint's row h*hd + s*hd/2 + i (s = 0, 1). Rows
+ * move whole, in the type they ship in, into a buffer m owns. */
+static int llama_unpermute(struct shoal_weight *w, int64_t n_head, struct shoal_model *m)
+{
+    const int64_t hd = w->rows / n_head;
+    size_t row = (size_t)w->cols * shoal_dtype_size(w->dtype);
+    if (w->dtype == SHOAL_DTYPE_GGML) {
+        const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(w->ggml_type);
+        row = (size_t)w->cols / ti->block_size * ti->type_size;
+    }
+    uint8_t *out = shoal_xmalloc((size_t)w->rows * row);
+    const uint8_t *in = w->data;
+    for (int64_t h = 0; h < n_head; h++)
+        for (int64_t i = 0; i < hd / 2; i++)
+            for (int64_t s = 0; s < 2; s++)
+                memcpy(out + (size_t)(h * hd + s * hd / 2 + i) * row,
+                       in + (size_t)(h * hd + 2 * i + s) * row, row);
+    w->data = out;
+    m->owned = shoal_xrealloc(m->owned, (m->n_owned + 1) * sizeof *m->owned);
+    m->owned[m->n_owned++] = out;
+    return 0;
+}
+
+int shoal_gguf_arch_bound(const char *arch, const struct shoal_weight_slot *s,
+                          struct shoal_model *m)
+{
+    if (strcmp(arch, "llama") || s->kind == SHOAL_SLOT_EXPERT)
+        return 0;
+    const size_t n = strlen(s->name);
+    if (n > 7 && !strcmp(s->name + n - 7, ".attn_q"))
+        return llama_unpermute(s->w, m->cfg.n_head, m);
+    if (n > 7 && !strcmp(s->name + n - 7, ".attn_k"))
+        return llama_unpermute(s->w, m->cfg.n_head_kv, m);
     return 0;
 }
 

@@ -6,7 +6,7 @@
  * put back in the Hugging Face layout shoal computes with.
  *
  * Architectures: qwen3moe, deepseek2 (DeepSeek-V2/V3/R1, Kimi-K2), qwen2moe,
- * olmoe, glm4moe. A key under "ARCH." that the architecture does not read is refused
+ * olmoe, glm4moe, llama with experts (Mixtral). A key under "ARCH." that the architecture does not read is refused
  * (it could change the computation), never ignored.
  *
  * Thread: any (load time, one thread per model). */
@@ -72,6 +72,14 @@ void shoal_gguf_arch_tensor_name(const struct shoal_weight_slot *s, char *buf, s
 int shoal_gguf_arch_bind_other(const struct shoal_weight_slot *s, struct shoal_model *m,
                                const struct shoal_gguf_lookup *lk, const char *path,
                                struct shoal_err *err);
+
+/* After slot s of a general.architecture `arch` model is bound as a view
+ * of its tensor: llama's q_proj / k_proj rows, which the converter
+ * permuted per head (LlamaModel.permute), are put back in the checkpoint's
+ * order, into a buffer m owns. Returns 0 (allocation failure aborts).
+ * Thread: any. */
+int shoal_gguf_arch_bound(const char *arch, const struct shoal_weight_slot *s,
+                          struct shoal_model *m);
 
 /* 1 if tensor `name` may stay unbound: a layer blk.N of the MTP layers
  * (cfg->n_nextn of them) that follow the decoder's cfg->n_layer, kept

@@ -304,7 +304,7 @@ static int bind_from_gguf(const struct shoal_weight_slot *s, void *user)
         if (shoal_ggml_check_scales(t->d.type, t->data, n_blk, name, 0, &e))
             return shoal_err_set(b->err, e.code, "'%s': %s", t->file, e.msg);
     }
-    return 0;
+    return shoal_gguf_arch_bound(b->arch, s, b->m);
 }
 
 int shoal_model_gguf_load(struct shoal_model *m, const char *path, struct shoal_err *err)

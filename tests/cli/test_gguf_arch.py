@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """`shoal run FILE.gguf` for the llama.cpp architectures beyond qwen3moe
-(issue 30): deepseek2, qwen2moe, olmoe, glm4moe.
+(issue 30): deepseek2, qwen2moe, olmoe, glm4moe and llama with experts (Mixtral).
 
 usage: /usr/bin/python3 tests/cli/test_gguf_arch.py --shoal build-test/coordinator/shoal
 
@@ -33,6 +33,8 @@ Cases:
   glm4moe:           GLM-4.5-Air (q/k/v biases, partial rotary, sigmoid
                      router, a leading dense layer, an MTP layer kept in the
                      file as blk.3.*), and GLM-4.5's QK-norm with 2 groups x2.5
+  llama (Mixtral):   GQA 4:1, q/k rows permuted by the converter for
+                     llama.cpp's pairwise rotation (shoal puts them back)
   bad:               a missing key, a key shoal does not read, a wrong shape
                      of attn_k_b: exit 2 with one line naming it
 Ends with "N passed, M failed"; exit status 1 if anything failed.
@@ -73,6 +75,7 @@ LAYER = {
     "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight",
     "self_attn.kv_b_proj.weight": "attn_kv_b.weight",
     "mlp.gate.weight": "ffn_gate_inp.weight",
+    "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
     "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
@@ -92,11 +95,18 @@ TOP = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "o
        "lm_head.weight": "output.weight"}
 
 
-def gguf_tensors(st, cfg, split_kv_b, keep_mtp=False):
+def permute(w, n_head):
+    """LlamaModel.permute: per head, rows (half s, i) -> (i, half s)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]) \
+        .swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_tensors(st, cfg, split_kv_b, keep_mtp=False, permute_qk=False):
     """[(llama.cpp name, f32 array)] as the converter's modify_tensors gives
     them: experts stacked per layer (ne {n_in, n_out, n_expert}), MTP layers
     skipped (DeepseekV2Model.skip_mtp) or with keep_mtp kept (Glm4MoeModel),
-    and with split_kv_b kv_b_proj cut as
+    with permute_qk q/k rows permuted as LlamaModel.permute does, and with
+    split_kv_b kv_b_proj cut as
     DeepseekV2Model does: view(n_head, nope + v, kvl), split, k_b transposed."""
     L = cfg["num_hidden_layers"]
     out, experts = [], {}
@@ -111,10 +121,15 @@ def gguf_tensors(st, cfg, split_kv_b, keep_mtp=False):
         if il >= L and rest in NEXTN:
             out.append(("blk.%d.%s" % (il, NEXTN[rest]), x))
             continue
-        e = re.match(r"mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$", rest)
+        e = re.match(r"(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|"
+                     r"down_proj|w1|w3|w2)\.weight$", rest)
         if e:
-            experts.setdefault((il, e.group(2)), {})[int(e.group(1))] = x
+            w = {"w1": "gate", "w3": "up", "w2": "down"}.get(e.group(2), e.group(2)[:-5])
+            experts.setdefault((il, w), {})[int(e.group(1))] = x
             continue
+        if permute_qk and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
+            n = cfg["num_attention_heads"] if "q_proj" in rest else cfg["num_key_value_heads"]
+            x = permute(x, n)
         if rest == "self_attn.kv_b_proj.weight" and split_kv_b:
             H_, nope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
             kvb = x.reshape(H_, nope + v, x.shape[-1])
@@ -247,6 +262,14 @@ def glm4moe_kvs(c):
     return list(last.values())
 
 
+def llama_kvs(c):
+    """LlamaModel.set_gguf_parameters (Mixtral: experts intermediate_size
+    wide, written as feed_forward_length)."""
+    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    return base_kvs("llama", c) + [("llama.vocab_size", "u32", c["vocab_size"]),
+                                   ("llama.rope.dimension_count", "u32", hd)]
+
+
 # name -> (gen_tiny spec, metadata(cfg), kv_b_proj split)
 CASES = {
     "deepseek2 legacy": ("deepseek_v2", lambda c: deepseek2_kvs(c, False), False),
@@ -258,6 +281,7 @@ CASES = {
     "olmoe": ("olmoe", olmoe_kvs, False),
     "glm4moe": ("glm4_moe", glm4moe_kvs, False),
     "glm4moe qk-norm": ("glm4_moe_qknorm", glm4moe_kvs, False),
+    "llama (Mixtral)": ("mixtral", llama_kvs, False),
 }
 
 
@@ -279,20 +303,31 @@ def write(path, cfg, tensors, kvs):
 def check_case(shoal, tmp, label, d, make_kvs, split):
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
-    st = read_safetensors(os.path.join(d, "model.safetensors"))
-    tensors = gguf_tensors(st, cfg, split, keep_mtp=cfg["model_type"] == "glm4_moe")
+    st = {}
+    for fn in sorted(os.listdir(d)):
+        if fn.endswith(".safetensors"):
+            st.update(read_safetensors(os.path.join(d, fn)))
+    permute_qk = cfg["model_type"] == "mixtral"
+    tensors = gguf_tensors(st, cfg, split, keep_mtp=cfg["model_type"] == "glm4_moe",
+                           permute_qk=permute_qk)
     path = os.path.join(tmp, label.replace(" ", "-") + ".gguf")
     write(path, cfg, tensors, make_kvs(cfg))
     r0, ref = shoal_run(shoal, d, os.path.join(tmp, label + "-ref.npy"))
     r1, got = shoal_run(shoal, path, os.path.join(tmp, label + "-gguf.npy"))
     if not result("%s: the checkpoint runs" % label, ref is not None, show(r0)):
-        return tensors, cfg
+        return tensors, cfg, None
     diff = "" if got is None or got.shape != ref.shape else \
         "max |diff| %g" % float(np.max(np.abs(got - ref)))
     result("%s GGUF: 16 greedy steps' logits are the checkpoint's bytes" % label,
            got is not None and got.shape == ref.shape and got.tobytes() == ref.tobytes(),
            show(r1) + " " + diff)
-    return tensors, cfg
+    if permute_qk:   # the permutation matters: the file without it computes otherwise
+        plain = gguf_tensors(st, cfg, split)
+        write(path, cfg, plain, make_kvs(cfg))
+        r2, got2 = shoal_run(shoal, path, os.path.join(tmp, label + "-plain.npy"))
+        result("%s GGUF with q/k not permuted: other logits (shoal undoes the permutation)"
+               % label, got2 is not None and got2.tobytes() != ref.tobytes(), show(r2))
+    return tensors, cfg, ref
 
 
 def check_bad(shoal, tmp, tensors, cfg):
@@ -332,7 +367,7 @@ def main():
             if "seed" not in m:
                 result("%s: gen_tiny wrote %s" % (label, spec), False, json.dumps(m))
                 continue
-            t, c = check_case(shoal, tmp, label, os.path.join(tmp, "ckpt", spec), make_kvs,
+            t, c, _ = check_case(shoal, tmp, label, os.path.join(tmp, "ckpt", spec), make_kvs,
                               split)
             if label == "deepseek2 split":
                 split_ds = (t, c)

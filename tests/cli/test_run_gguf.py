@@ -481,7 +481,7 @@ def test_bad(shoal, tmp, tensors, cfg):
     wrong = [(n, x[:, :-32] if n == "blk.1.attn_k.weight" else x, t) for n, x, t in base]
     stray = base + [("blk.0.ffn_gate_shexp.weight", base[3][1], "BF16")]
     cases = [
-        ("another architecture", metadata(cfg, arch="llama"), base, ["'llama'", "qwen3moe"]),
+        ("another architecture", metadata(cfg, arch="gemma3"), base, ["'gemma3'", "qwen3moe"]),
         ("a missing key", metadata(cfg, drop=("qwen3moe.expert_count",)), base,
          ["qwen3moe.expert_count", "missing"]),
         ("a key shoal does not read", metadata(cfg, extra=[
