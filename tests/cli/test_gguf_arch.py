@@ -35,6 +35,7 @@ Cases:
                      file as blk.3.*), and GLM-4.5's QK-norm with 2 groups x2.5
   llama (Mixtral):   GQA 4:1, q/k rows permuted by the converter for
                      llama.cpp's pairwise rotation (shoal puts them back)
+  kv_b F16:          the split deepseek2 file with attn_k_b / attn_v_b F16
   bad:               a missing key, a key shoal does not read, a wrong shape
                      of attn_k_b: exit 2 with one line naming it
 Ends with "N passed, M failed"; exit status 1 if anything failed.
@@ -294,10 +295,12 @@ def show(r):
     return "exit %d: %s" % (r.returncode, (r.stderr or "").strip()[-400:])
 
 
-def write(path, cfg, tensors, kvs):
+def write(path, cfg, tensors, kvs, types=None):
+    """types: {name: ggml type} for tensors not F32."""
     eos = cfg.get("eos_token_id")
     extra = [("tokenizer.ggml.eos_token_id", "u32", eos)] if isinstance(eos, int) else []
-    write_gguf(path, [kv(*k) for k in kvs + extra], [(n, x, "F32") for n, x in tensors])
+    write_gguf(path, [kv(*k) for k in kvs + extra],
+               [(n, x, (types or {}).get(n, "F32")) for n, x in tensors])
 
 
 def check_case(shoal, tmp, label, d, make_kvs, split):
@@ -328,6 +331,21 @@ def check_case(shoal, tmp, label, d, make_kvs, split):
         result("%s GGUF with q/k not permuted: other logits (shoal undoes the permutation)"
                % label, got2 is not None and got2.tobytes() != ref.tobytes(), show(r2))
     return tensors, cfg, ref
+
+
+def check_f16_kv_b(shoal, tmp, tensors, cfg, ref):
+    """attn_k_b / attn_v_b in F16: the interleave copies 2-byte elements;
+    the run follows the F32 file's tokens, logits within F16's rounding."""
+    path = os.path.join(tmp, "kv_b-f16.gguf")
+    f16 = {n: "F16" for n, _ in tensors if "attn_k_b" in n or "attn_v_b" in n}
+    write(path, cfg, tensors, deepseek2_kvs(cfg, True), f16)
+    r, got = shoal_run(shoal, path, os.path.join(tmp, "kv_b-f16.npy"))
+    ok = got is not None and got.shape == ref.shape
+    diff = float(np.max(np.abs(got - ref))) if ok else float("inf")
+    result("deepseek2 split, attn_k_b/attn_v_b F16: the F32 run's tokens, max |diff| %.3g "
+           "< 0.05 of logits up to %.1f" % (diff, float(np.abs(ref).max())),
+           ok and diff < 0.05 and got.tobytes() != ref.tobytes() and
+           [int(np.argmax(x)) for x in got] == [int(np.argmax(x)) for x in ref], show(r))
 
 
 def check_bad(shoal, tmp, tensors, cfg):
@@ -367,10 +385,12 @@ def main():
             if "seed" not in m:
                 result("%s: gen_tiny wrote %s" % (label, spec), False, json.dumps(m))
                 continue
-            t, c, _ = check_case(shoal, tmp, label, os.path.join(tmp, "ckpt", spec), make_kvs,
+            t, c, ref = check_case(shoal, tmp, label, os.path.join(tmp, "ckpt", spec), make_kvs,
                               split)
             if label == "deepseek2 split":
                 split_ds = (t, c)
+                if ref is not None:
+                    check_f16_kv_b(shoal, tmp, t, c, ref)
         if split_ds:
             check_bad(shoal, tmp, *split_ds)
     sys.exit(result.summary())
