@@ -56,7 +56,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import harness as H  # noqa: E402
-from gguf_writer import encode_float, kv, read_safetensors  # noqa: E402
+from gguf_writer import encode_float, kv, read_safetensors, s_  # noqa: E402,F401
 import gguf_writer  # noqa: E402
 
 result = H.Results()
