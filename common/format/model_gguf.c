@@ -5,10 +5,8 @@
  * read-only mapping of the file at the type it ships in (docs/MODELS.md
  * "GGUF files").
  *
- * Today: architecture qwen3moe (llama.cpp's name for Qwen3-MoE; its
- * converter, convert_hf_to_gguf.py Qwen3MoeModel < Qwen2MoeModel, writes
- * q_proj / k_proj unpermuted: llama.cpp rotates qwen3moe in the NEOX
- * layout, transformers' rotate_half, as shoal does), tensors of type F32,
+ * Architectures: those of gguf_arch.c (which keys each reads, its tensor
+ * names, the tensors its converter reshapes), tensors of type F32,
  * F16, BF16 (shoal's own dtypes, the same row-major [n_out][n_in] bytes) and
  * Q8_0, Q4_K, Q6_K matrices (SHOAL_DTYPE_GGML, ggml_dot.h).
  *
@@ -30,6 +28,7 @@
 #include "ggml_dot.h"
 #include "ggml_types.h"
 #include "gguf.h"
+#include "gguf_arch.h"
 #include "util.h"
 
 /* One tensor of the set, where its bytes are mapped. */
@@ -47,26 +46,7 @@ struct shoal_model_gguf {
     size_t *map_len;                 /* [n_files] bytes */
     struct gtensor *t;               /* [n_t], sorted by name */
     size_t n_t;
-};
-
-/* An architecture shoal runs: its llama.cpp name, shoal's family, and the
- * metadata keys (after "ARCH.") it reads; any other key under "ARCH." is
- * refused, since it could change the computation. */
-struct arch {
-    const char *name;         /* general.architecture */
-    const char *model_type;   /* shoal_family model_type */
-};
-
-static const struct arch archs[] = {
-    {"qwen3moe", "qwen3_moe"},
-};
-
-static const char *const qwen3moe_keys[] = {
-    "block_count", "context_length", "embedding_length", "feed_forward_length",
-    "expert_feed_forward_length", "expert_count", "expert_used_count",
-    "attention.head_count", "attention.head_count_kv", "attention.key_length",
-    "attention.value_length", "attention.layer_norm_rms_epsilon", "rope.freq_base",
-    "rope.dimension_count", "vocab_size", "expert_weights_norm",
+    const char *arch;                /* general.architecture, borrowed from files */
 };
 
 int shoal_model_is_gguf(const char *path)
@@ -192,169 +172,17 @@ static int map_files(struct shoal_model_gguf *g, struct shoal_err *err)
 
 /* ---- metadata -> config ------------------------------------------------- */
 
-struct meta {
-    const struct shoal_gguf *g;
-    const char *path;
-    const char *arch;
-    json_t *cfg;          /* the config.json equivalent being built */
-    struct shoal_err *err;
-};
-
-/* A getter's rc for key: 1 when absent and not required, the "required
- * key is missing" error when absent and required, else rc. */
-static int found(struct meta *mt, const char *key, int rc, int required)
+/* gguf_arch.h's lookup over the set's tensors. */
+static const struct shoal_gguf_tensor *lookup(void *ctx, const char *name, int mark_used,
+                                              const uint8_t **data, const char **file)
 {
-    if (rc != SHOAL_ENOTFOUND)
-        return rc;
-    if (!required)
-        return 1;
-    return shoal_err_set(mt->err, SHOAL_ENOTFOUND, "%s: required key '%s' is missing (a %s "
-                         "model needs it)", mt->path, key, mt->arch);
-}
-
-/* Integer key ARCH.suffix in [lo, hi] into cfg[hf_key] (hf_key NULL: into
- * *out only). Returns 0, 1 when absent and not required, or an error. */
-static int meta_int(struct meta *mt, const char *suffix, int required, int64_t lo, int64_t hi,
-                    const char *hf_key, int64_t *out)
-{
-    char key[160];
-    snprintf(key, sizeof key, "%s.%s", mt->arch, suffix);
-    int64_t v = 0;
-    const int rc = found(mt, key, shoal_gguf_get_int(mt->g, key, &v, mt->err), required);
-    if (rc)
-        return rc;
-    if (v < lo || v > hi)
-        return shoal_err_set(mt->err, SHOAL_ERANGE, "%s: key '%s' is %lld; expected %lld to "
-                             "%lld", mt->path, key, (long long)v, (long long)lo, (long long)hi);
-    if (hf_key)
-        json_object_set_new(mt->cfg, hf_key, json_integer((json_int_t)v));
-    if (out)
-        *out = v;
-    return 0;
-}
-
-/* Float key ARCH.suffix in (lo, hi] into cfg[hf_key]. */
-static int meta_f64(struct meta *mt, const char *suffix, int required, double lo, double hi,
-                    const char *hf_key)
-{
-    char key[160];
-    snprintf(key, sizeof key, "%s.%s", mt->arch, suffix);
-    double v = 0;
-    const int rc = found(mt, key, shoal_gguf_get_f64(mt->g, key, &v, mt->err), required);
-    if (rc)
-        return rc;
-    if (!(v > lo && v <= hi))
-        return shoal_err_set(mt->err, SHOAL_ERANGE, "%s: key '%s' is %g; expected a value in "
-                             "(%g, %g]", mt->path, key, v, lo, hi);
-    json_object_set_new(mt->cfg, hf_key, json_real(v));
-    return 0;
-}
-
-/* Refuse a key under "ARCH." that shoal does not read. */
-static int check_keys(struct meta *mt, const char *const *known, size_t n_known)
-{
-    const size_t al = strlen(mt->arch);
-    for (uint64_t i = 0; i < shoal_gguf_n_kv(mt->g); i++) {
-        const char *k = shoal_gguf_key(mt->g, i);
-        if (strncmp(k, mt->arch, al) || k[al] != '.')
-            continue;   /* general.*, tokenizer.*, split.*: not the computation */
-        size_t j = 0;
-        while (j < n_known && strcmp(k + al + 1, known[j]))
-            j++;
-        if (j == n_known)
-            return shoal_err_set(mt->err, SHOAL_EUNSUPPORTED, "%s: metadata key '%s' is not "
-                                 "one shoal understands for %s; refused rather than ignored "
-                                 "(it could change the computation)", mt->path, k, mt->arch);
-    }
-    return 0;
-}
-
-/* qwen3moe metadata (llama.cpp's llm_load_hparams for LLM_ARCH_QWEN3MOE) as
- * a qwen3_moe config.json: every layer MoE, top-k renormalised (llama.cpp's
- * graph does, as norm_topk_prob = true; ARCH.expert_weights_norm when given),
- * RoPE default (NEOX layout) with no scaling keys. */
-static int qwen3moe_config(struct meta *mt, struct shoal_model_gguf *g)
-{
-    int rc = check_keys(mt, qwen3moe_keys, sizeof qwen3moe_keys / sizeof qwen3moe_keys[0]);
-    if (rc)
-        return rc;
-    json_t *c = mt->cfg;
-    json_object_set_new(c, "model_type", json_string("qwen3_moe"));
-    json_object_set_new(c, "hidden_act", json_string("silu"));
-    json_object_set_new(c, "decoder_sparse_step", json_integer(1));
-    json_object_set_new(c, "mlp_only_layers", json_array());
-    int64_t n_embd = 0, n_head = 0, n_head_kv = 0, n_expert = 0, k = 0, hd = 0, vd = 0, x = 0;
-    const int64_t BIG = (int64_t)1 << 31;
-#define REQ(s) do { if ((s) < 0) return -1; } while (0)
-    REQ(rc = meta_int(mt, "block_count", 1, 1, SHOAL_MAX_LAYERS, "num_hidden_layers", NULL));
-    REQ(rc = meta_int(mt, "context_length", 1, 1, BIG, "max_position_embeddings", NULL));
-    REQ(rc = meta_int(mt, "embedding_length", 1, 1, 1 << 20, "hidden_size", &n_embd));
-    REQ(rc = meta_int(mt, "feed_forward_length", 0, 1, 1 << 22, "intermediate_size", NULL));
-    REQ(rc = meta_int(mt, "expert_feed_forward_length", 1, 1, 1 << 22,
-                      "moe_intermediate_size", NULL));
-    REQ(rc = meta_int(mt, "expert_count", 1, 1, 1 << 16, "num_experts", &n_expert));
-    REQ(rc = meta_int(mt, "expert_used_count", 1, 1, n_expert, "num_experts_per_tok", &k));
-    REQ(rc = meta_int(mt, "attention.head_count", 1, 1, 1 << 16, "num_attention_heads",
-                      &n_head));
-    n_head_kv = n_head;
-    REQ(rc = meta_int(mt, "attention.head_count_kv", 0, 1, 1 << 16, "num_key_value_heads",
-                      &n_head_kv));
-    if (n_head % n_head_kv)
-        return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s.attention.head_count %lld is not "
-                             "a multiple of %s.attention.head_count_kv %lld", mt->path,
-                             mt->arch, (long long)n_head, mt->arch, (long long)n_head_kv);
-    hd = n_embd / n_head;   /* llama.cpp's default n_embd_head_k */
-    REQ(rc = meta_int(mt, "attention.key_length", 0, 2, 1 << 16, "head_dim", &hd));
-    if (rc == 1)
-        json_object_set_new(c, "head_dim", json_integer((json_int_t)hd));
-    vd = hd;
-    REQ(rc = meta_int(mt, "attention.value_length", 0, 1, 1 << 16, NULL, &vd));
-    if (vd != hd)
-        return shoal_err_set(mt->err, SHOAL_EUNSUPPORTED, "%s: %s.attention.value_length %lld "
-                             "differs from key_length %lld; shoal runs %s with one head size",
-                             mt->path, mt->arch, (long long)vd, (long long)hd, mt->arch);
-    x = hd;
-    REQ(rc = meta_int(mt, "rope.dimension_count", 0, 1, 1 << 16, NULL, &x));
-    if (x != hd)
-        return shoal_err_set(mt->err, SHOAL_EUNSUPPORTED, "%s: %s.rope.dimension_count %lld "
-                             "differs from the head size %lld; shoal runs %s with full "
-                             "rotary", mt->path, mt->arch, (long long)x, (long long)hd,
-                             mt->arch);
-    REQ(rc = meta_f64(mt, "attention.layer_norm_rms_epsilon", 1, 0, 1, "rms_norm_eps"));
-    REQ(rc = meta_f64(mt, "rope.freq_base", 0, 0, 1e30, "rope_theta"));
-    int norm = 1;
-    char key[160];
-    snprintf(key, sizeof key, "%s.expert_weights_norm", mt->arch);
-    rc = shoal_gguf_get_bool(mt->g, key, &norm, mt->err);
-    if (rc && rc != SHOAL_ENOTFOUND)
-        return -1;
-    json_object_set_new(c, "norm_topk_prob", json_boolean(norm));
-
-    /* the vocabulary is token_embd's rows; output.weight absent: tied */
-    struct gtensor *te = find_tensor(g, "token_embd.weight");
-    if (!te)
-        return shoal_err_set(mt->err, SHOAL_ENOTFOUND, "%s: missing tensor 'token_embd.weight' "
-                             "(a %s model needs it)", mt->path, mt->arch);
-    if (te->d.n_dims != 2)
-        return shoal_err_set(mt->err, SHOAL_ESHAPE, "%s: tensor 'token_embd.weight' has %u "
-                             "dims; expected 2 (ne = {n_embd, n_vocab})", mt->path,
-                             te->d.n_dims);
-    json_object_set_new(c, "vocab_size", json_integer((json_int_t)te->d.ne[1]));
-    REQ(rc = meta_int(mt, "vocab_size", 0, (int64_t)te->d.ne[1], (int64_t)te->d.ne[1], NULL,
-                      NULL));
-    json_object_set_new(c, "tie_word_embeddings", json_boolean(!find_tensor(g, "output.weight")));
-    static const char *const ids[2][2] = {{"tokenizer.ggml.bos_token_id", "bos_token_id"},
-                                          {"tokenizer.ggml.eos_token_id", "eos_token_id"}};
-    for (int i = 0; i < 2; i++) {
-        int64_t id = -1;
-        rc = shoal_gguf_get_int(mt->g, ids[i][0], &id, mt->err);
-        if (rc == 0 && id >= 0 && id < BIG)
-            json_object_set_new(c, ids[i][1], json_integer((json_int_t)id));
-        else if (rc && rc != SHOAL_ENOTFOUND)
-            return -1;
-    }
-#undef REQ
-    return 0;
+    struct gtensor *t = find_tensor(ctx, name);
+    if (!t)
+        return NULL;
+    t->used |= mark_used;
+    *data = t->data;
+    *file = t->file;
+    return &t->d;
 }
 
 /* general.architecture -> cfg (through shoal_model_config_parse). */
@@ -367,19 +195,20 @@ static int load_config(struct shoal_model *m, struct shoal_model_gguf *g, const 
     int rc = shoal_gguf_get_str(g0, "general.architecture", &name, &len, err);
     if (rc == SHOAL_ENOTFOUND || (!rc && len == 0))
         return shoal_err_set(err, SHOAL_EFORMAT, "%s: GGUF file without general.architecture; "
-                             "shoal runs GGUF files of: qwen3moe (docs/MODELS.md)", path);
+                             "shoal runs GGUF files of: %s (docs/MODELS.md)", path,
+                             shoal_gguf_arch_list());
     if (rc)
         return rc;
-    const struct arch *a = NULL;
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        if (!strcmp(archs[i].name, name))
-            a = &archs[i];
+    const struct shoal_gguf_arch *a = shoal_gguf_arch_find(name);
     if (!a)
         return shoal_err_set(err, SHOAL_EUNSUPPORTED, "%s: GGUF architecture '%s' is not "
-                             "runnable yet; shoal runs GGUF files of: qwen3moe (docs/MODELS.md)",
-                             path, name);
-    struct meta mt = {.g = g0, .path = path, .arch = a->name, .cfg = json_object(), .err = err};
-    rc = qwen3moe_config(&mt, g);
+                             "runnable yet; shoal runs GGUF files of: %s (docs/MODELS.md)",
+                             path, name, shoal_gguf_arch_list());
+    g->arch = a->name;
+    const struct shoal_gguf_lookup lk = {.ctx = g, .find = lookup};
+    struct shoal_gguf_meta mt = {.g = g0, .path = path, .arch = a->name, .cfg = json_object(),
+                                 .lk = &lk, .err = err};
+    rc = a->config(&mt);
     char *text = rc ? NULL : json_dumps(mt.cfg, JSON_REAL_PRECISION(17));
     json_decref(mt.cfg);
     if (rc)
@@ -400,39 +229,9 @@ struct bind_g {
     const char *path;                /* the file named in messages, borrowed */
     const char *arch;                /* general.architecture, borrowed */
     const struct shoal_model_config *cfg;
+    struct shoal_model *m;           /* owns what gguf_arch.c rebuilds */
     struct shoal_err *err;
 };
-
-/* llama.cpp's name of slot s (its tensor holds every expert of the layer
- * for an expert slot). */
-static void gguf_name(const struct shoal_weight_slot *s, char *buf, size_t cap)
-{
-    static const char *const exps[3] = {"gate", "up", "down"};
-    if (s->kind == SHOAL_SLOT_EXPERT) {
-        snprintf(buf, cap, "blk.%lld.ffn_%s_exps.weight", (long long)s->il, exps[s->comp]);
-        return;
-    }
-    if (!strcmp(s->name, "tok_embd")) {
-        snprintf(buf, cap, "token_embd.weight");
-        return;
-    }
-    if (!strcmp(s->name, "out_norm")) {
-        snprintf(buf, cap, "output_norm.weight");
-        return;
-    }
-    if (!strcmp(s->name, "lm_head")) {
-        snprintf(buf, cap, "output.weight");
-        return;
-    }
-    /* "blk.N.<short>": the short names are llama.cpp's, but the router */
-    const char *sfx = strchr(s->name + 4, '.');
-    sfx = sfx ? sfx + 1 : s->name;
-    if (!strcmp(sfx, "router"))
-        sfx = "ffn_gate_inp";
-    const size_t n = strlen(sfx);
-    const int bias = n > 5 && !strcmp(sfx + n - 5, ".bias");
-    snprintf(buf, cap, "blk.%lld.%s%s", (long long)s->il, sfx, bias ? "" : ".weight");
-}
 
 static void fmt_ne(char *buf, size_t cap, const uint64_t *ne, uint32_t n)
 {
@@ -450,9 +249,13 @@ static int bind_from_gguf(const struct shoal_weight_slot *s, void *user)
     struct shoal_weight *w = s->w;
     memset(w, 0, sizeof *w);
     char name[200];
-    gguf_name(s, name, sizeof name);
+    shoal_gguf_arch_tensor_name(s, name, sizeof name);
     struct gtensor *t = find_tensor(b->g, name);
     if (!t) {
+        const struct shoal_gguf_lookup lk = {.ctx = b->g, .find = lookup};
+        const int rc = shoal_gguf_arch_bind_other(s, b->m, &lk, b->path, b->err);
+        if (rc != 1)
+            return rc;
         if (!s->required)
             return 0;
         return shoal_err_set(b->err, SHOAL_ENOTFOUND, "missing tensor '%s' in '%s' (a %s "
@@ -501,7 +304,7 @@ static int bind_from_gguf(const struct shoal_weight_slot *s, void *user)
         if (shoal_ggml_check_scales(t->d.type, t->data, n_blk, name, 0, &e))
             return shoal_err_set(b->err, e.code, "'%s': %s", t->file, e.msg);
     }
-    return 0;
+    return shoal_gguf_arch_bound(b->arch, s, b->m);
 }
 
 int shoal_model_gguf_load(struct shoal_model *m, const char *path, struct shoal_err *err)
@@ -517,16 +320,17 @@ int shoal_model_gguf_load(struct shoal_model *m, const char *path, struct shoal_
     if (rc)
         return rc;
     shoal_model_alloc_layers(m);
-    struct bind_g b = {.g = g, .path = path, .arch = "qwen3moe", .cfg = &m->cfg, .err = err};
+    struct bind_g b = {.g = g, .path = path, .arch = g->arch, .cfg = &m->cfg, .m = m,
+                       .err = err};
     rc = shoal_model_walk(m, bind_from_gguf, &b);
     if (rc)
         return rc;
     if (m->cfg.tie_embeddings)
         m->lm_head = m->tok_embd;
     for (size_t i = 0; i < g->n_t; i++)
-        if (!g->t[i].used)
+        if (!g->t[i].used && !shoal_gguf_arch_unbound_ok(g->t[i].d.name, &m->cfg))
             return shoal_err_set(err, SHOAL_EFORMAT, "unexpected tensor '%s' in '%s': not "
-                                 "part of a qwen3moe model with this metadata",
-                                 g->t[i].d.name, g->t[i].file);
+                                 "part of a %s model with this metadata",
+                                 g->t[i].d.name, g->t[i].file, g->arch);
     return 0;
 }

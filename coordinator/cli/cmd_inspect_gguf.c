@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "ggml_types.h"
 #include "gguf.h"
+#include "gguf_arch.h"
 #include "quant.h"
 
 /* Tensor groups, in the order printed. */
@@ -254,12 +255,13 @@ static void print_table(const char *path, const struct shoal_gguf_files *f,
     for (int t = 0; t < SHOAL_GGML_TYPE_COUNT; t++)
         if (s->type[t].tensors && !type_runs((uint32_t)t))
             all_run = 0;
-    if (arch && !strcmp(arch, "qwen3moe") && all_run)
-        printf("\nshoal run takes this file (qwen3moe; its experts are streamed from the file "
-               "by the expert store: docs/MODELS.md).\n");
+    if (arch && shoal_gguf_arch_find(arch) && all_run)
+        printf("\nshoal run takes this file (%s; its experts are streamed from the file by "
+               "the expert store: docs/MODELS.md).\n", arch);
     else
-        printf("\nshoal run does not take this file yet: it runs qwen3moe GGUF files of F32, "
-               "F16, BF16, Q8_0, Q4_K and Q6_K tensors (docs/MODELS.md).\n");
+        printf("\nshoal run does not take this file yet: it runs GGUF files of %s with F32, "
+               "F16, BF16, Q8_0, Q4_K and Q6_K tensors (docs/MODELS.md).\n",
+               shoal_gguf_arch_list());
 }
 
 static void print_json(const char *path, const struct shoal_gguf_files *f,

@@ -10,6 +10,7 @@
 
 #include "ggml_types.h"
 #include "gguf.h"
+#include "gguf_arch.h"
 #include "model_config.h"
 
 static int64_t meta_int(const struct shoal_gguf *g, const char *arch, const char *key,
@@ -148,9 +149,9 @@ int shoal_plan_gguf(const char *path, const struct shoal_plan_params *p, struct 
     }
     if (!have_output)
         o->params_lm_head = o->params_embed;   /* tied */
-    /* what `shoal run` takes today: qwen3moe with these types, experts read
-     * through the page cache (docs/MODELS.md "GGUF files") */
-    o->runnable = !strcmp(a, "qwen3moe") && types_run;
+    /* what `shoal run` takes today: an architecture of gguf_arch.h with
+     * these types (docs/MODELS.md "GGUF files") */
+    o->runnable = shoal_gguf_arch_find(a) && types_run;
     o->n_layer = L;
     o->n_expert = NE;
     o->n_expert_used = K;

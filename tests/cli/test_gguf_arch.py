@@ -1,0 +1,400 @@
+#!/usr/bin/python3
+"""`shoal run FILE.gguf` for the llama.cpp architectures beyond qwen3moe
+(issue 30): deepseek2, qwen2moe, olmoe, glm4moe and llama with experts (Mixtral).
+
+usage: /usr/bin/python3 tests/cli/test_gguf_arch.py --shoal build-test/coordinator/shoal
+
+For each case a tiny random checkpoint of the family (tests/reference/
+gen_tiny.py, F32) is written as a GGUF with F32 tensors the way llama.cpp's
+converter writes that family (convert_hf_to_gguf.py and conversion/<family>.py
+in the llama.cpp snapshot: TextModel.set_gguf_parameters plus the model
+class's own keys; its modify_tensors' names, expert stacking and reshapes),
+and `shoal run` on the checkpoint directory and on the GGUF must give the
+same logits bytes for 16 greedy steps (the weights are the same f32 values,
+reshaped back exactly; the float keys are f32 roundings of the config's, which
+shoal computes with in f32, and yarn_log_multiplier = f32(0.1 x
+mscale_all_dim) is read back as the shortest decimal that rounds to it).
+
+Cases:
+  deepseek2 legacy:  DeepSeek-V2-Lite (no q-LoRA, softmax greedy, 2 shared
+                     experts, YaRN x40 with mscale 0.707, a leading dense
+                     layer) as older converters wrote it: attn_kv_b whole,
+                     head_count_kv n_head, key/value_length the real heads
+  deepseek2 split:   the same checkpoint as the converter writes it today:
+                     attn_k_b (transposed) + attn_v_b, head_count_kv 1,
+                     key_length kv_lora_rank + rope, *_mla the real heads
+  deepseek2 grouped: DeepSeek-V2's group_limited_greedy, 4 groups, x16
+  deepseek2 v3:      DeepSeek-V3 (q-LoRA, sigmoid noaux_tc with exp_probs_b,
+                     4 groups / top 2, norm, a leading dense layer, MTP
+                     layers in the checkpoint that the converter skips)
+  deepseek2 kimi:    Kimi-K2 (one group, x2.827, rope theta 5e4 YaRN x32)
+  qwen2moe:          Qwen1.5-MoE (q/k/v biases, shared expert + sigmoid gate)
+  olmoe:             OLMoE (q/k RMSNorm over the whole projection)
+  glm4moe:           GLM-4.5-Air (q/k/v biases, partial rotary, sigmoid
+                     router, a leading dense layer, an MTP layer kept in the
+                     file as blk.3.*), and GLM-4.5's QK-norm with 2 groups x2.5
+  llama (Mixtral):   GQA 4:1, q/k rows permuted by the converter for
+                     llama.cpp's pairwise rotation (shoal puts them back)
+  kv_b F16:          the split deepseek2 file with attn_k_b / attn_v_b F16
+  bad:               a missing key, a key shoal does not read, a wrong shape
+                     of attn_k_b: exit 2 with one line naming it
+Ends with "N passed, M failed"; exit status 1 if anything failed.
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "reference"))
+import harness as H  # noqa: E402
+from gguf_writer import kv, read_safetensors, write_gguf  # noqa: E402
+import gen_tiny  # noqa: E402
+
+result = H.Results()
+ARGS = ["--tokens", ",".join(map(str, gen_tiny.PROMPT)), "--max-tokens", "16", "--greedy"]
+
+# HF layer tensor suffix -> llama.cpp's (gguf-py tensor_mapping.py)
+LAYER = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "self_attn.q_a_proj.weight": "attn_q_a.weight",
+    "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
+    "self_attn.q_b_proj.weight": "attn_q_b.weight",
+    "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+    "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight",
+    "self_attn.kv_b_proj.weight": "attn_kv_b.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+    "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+}
+# the MTP layers' own tensors (glm4moe keeps them, as blk.N.nextn.*)
+NEXTN = {"eh_proj.weight": "nextn.eh_proj.weight", "enorm.weight": "nextn.enorm.weight",
+         "hnorm.weight": "nextn.hnorm.weight",
+         "shared_head.norm.weight": "nextn.shared_head_norm.weight"}
+TOP = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+       "lm_head.weight": "output.weight"}
+
+
+def permute(w, n_head):
+    """LlamaModel.permute: per head, rows (half s, i) -> (i, half s)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]) \
+        .swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_tensors(st, cfg, split_kv_b, keep_mtp=False, permute_qk=False):
+    """[(llama.cpp name, f32 array)] as the converter's modify_tensors gives
+    them: experts stacked per layer (ne {n_in, n_out, n_expert}), MTP layers
+    skipped (DeepseekV2Model.skip_mtp) or with keep_mtp kept (Glm4MoeModel),
+    with permute_qk q/k rows permuted as LlamaModel.permute does, and with
+    split_kv_b kv_b_proj cut as
+    DeepseekV2Model does: view(n_head, nope + v, kvl), split, k_b transposed."""
+    L = cfg["num_hidden_layers"]
+    out, experts = [], {}
+    for name, x in st.items():
+        if name in TOP:
+            out.append((TOP[name], x))
+            continue
+        m = re.match(r"model\.layers\.(\d+)\.(.*)$", name)
+        il, rest = int(m.group(1)), m.group(2)
+        if il >= L and not keep_mtp:
+            continue
+        if il >= L and rest in NEXTN:
+            out.append(("blk.%d.%s" % (il, NEXTN[rest]), x))
+            continue
+        e = re.match(r"(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|"
+                     r"down_proj|w1|w3|w2)\.weight$", rest)
+        if e:
+            w = {"w1": "gate", "w3": "up", "w2": "down"}.get(e.group(2), e.group(2)[:-5])
+            experts.setdefault((il, w), {})[int(e.group(1))] = x
+            continue
+        if permute_qk and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
+            n = cfg["num_attention_heads"] if "q_proj" in rest else cfg["num_key_value_heads"]
+            x = permute(x, n)
+        if rest == "self_attn.kv_b_proj.weight" and split_kv_b:
+            H_, nope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+            kvb = x.reshape(H_, nope + v, x.shape[-1])
+            out.append(("blk.%d.attn_k_b.weight" % il,
+                        np.ascontiguousarray(kvb[:, :nope, :].transpose(0, 2, 1))))
+            out.append(("blk.%d.attn_v_b.weight" % il, np.ascontiguousarray(kvb[:, nope:, :])))
+            continue
+        out.append(("blk.%d.%s" % (il, LAYER[rest]), x))
+    for (il, w), d in sorted(experts.items()):
+        out.append(("blk.%d.ffn_%s_exps.weight" % (il, w), np.stack([d[i] for i in sorted(d)])))
+    return out
+
+
+def base_kvs(arch, c):
+    """TextModel.set_gguf_parameters for config c (a dict)."""
+    a = arch + "."
+    k = [("general.architecture", "str", arch), ("general.name", "str", "tiny-" + arch),
+         (a + "block_count", "u32", c["num_hidden_layers"]),
+         (a + "context_length", "u32", c["max_position_embeddings"]),
+         (a + "embedding_length", "u32", c["hidden_size"])]
+    if "intermediate_size" in c:
+        k.append((a + "feed_forward_length", "u32", c["intermediate_size"]))
+    k.append((a + "attention.head_count", "u32", c["num_attention_heads"]))
+    if "num_key_value_heads" in c:
+        k.append((a + "attention.head_count_kv", "u32", c["num_key_value_heads"]))
+    rs = c.get("rope_scaling") or {}
+    rtype = rs.get("rope_type", rs.get("type"))
+    if rtype == "yarn":
+        k += [(a + "rope.scaling.type", "str", "yarn"),
+              (a + "rope.scaling.factor", "f32", rs["factor"]),
+              (a + "rope.scaling.original_context_length", "u32",
+               rs["original_max_position_embeddings"])]
+        for hf, ll in (("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow")):
+            if hf in rs:
+                k.append((a + "rope.scaling." + ll, "f32", rs[hf]))
+    if "rope_theta" in c:
+        k.append((a + "rope.freq_base", "f32", c["rope_theta"]))
+    if c.get("rms_norm_eps") is not None:
+        k.append((a + "attention.layer_norm_rms_epsilon", "f32", c["rms_norm_eps"]))
+    n_exp = c.get("num_local_experts", c.get("num_experts", c.get("n_routed_experts")))
+    k += [(a + "expert_count", "u32", n_exp),
+          (a + "expert_used_count", "u32", c["num_experts_per_tok"])]
+    if c.get("n_group") is not None:
+        k.append((a + "expert_group_count", "u32", c["n_group"]))
+    if c.get("topk_group") is not None:
+        k.append((a + "expert_group_used_count", "u32", c["topk_group"]))
+    if c.get("scoring_func") is not None:
+        k.append((a + "expert_gating_func", "u32", {"softmax": 1, "sigmoid": 2}[c["scoring_func"]]))
+    if c.get("head_dim") is not None:
+        k += [(a + "attention.key_length", "u32", c["head_dim"]),
+              (a + "attention.value_length", "u32", c["head_dim"])]
+    return k
+
+
+def deepseek2_kvs(c, split_kv_b):
+    """DeepseekV2Model.set_gguf_parameters (num_key_value_heads set to 1
+    first); without split_kv_b the older converter's MHA view."""
+    c = dict(c)
+    if split_kv_b:
+        c["num_key_value_heads"] = 1
+    c.setdefault("rms_norm_eps", 1e-6)
+    k = base_kvs("deepseek2", c)
+    a = "deepseek2."
+    kvl, rope = c["kv_lora_rank"], c["qk_rope_head_dim"]
+    k += [(a + "leading_dense_block_count", "u32", c.get("first_k_dense_replace") or 0),
+          (a + "vocab_size", "u32", c["vocab_size"])]
+    if c.get("q_lora_rank") is not None:
+        k.append((a + "attention.q_lora_rank", "u32", c["q_lora_rank"]))
+    k.append((a + "attention.kv_lora_rank", "u32", kvl))
+    if split_kv_b:
+        k += [(a + "attention.key_length", "u32", kvl + rope),
+              (a + "attention.value_length", "u32", kvl),
+              (a + "attention.key_length_mla", "u32", c["qk_nope_head_dim"] + rope),
+              (a + "attention.value_length_mla", "u32", c["v_head_dim"])]
+    else:
+        k += [(a + "attention.key_length", "u32", c["qk_nope_head_dim"] + rope),
+              (a + "attention.value_length", "u32", c["v_head_dim"])]
+    k += [(a + "expert_feed_forward_length", "u32", c["moe_intermediate_size"]),
+          (a + "expert_shared_count", "u32", c.get("n_shared_experts", 0))]
+    if c.get("routed_scaling_factor") is not None:
+        k.append((a + "expert_weights_scale", "f32", c["routed_scaling_factor"]))
+    if c.get("norm_topk_prob"):
+        k.append((a + "expert_weights_norm", "bool", True))
+    k.append((a + "rope.dimension_count", "u32", rope))
+    rs = c.get("rope_scaling") or {}
+    if rs.get("mscale_all_dim") is not None:
+        k.append((a + "rope.scaling.yarn_log_multiplier", "f32", 0.1 * rs["mscale_all_dim"]))
+    return k
+
+
+def qwen2moe_kvs(c):
+    """Qwen2MoeModel.set_gguf_parameters."""
+    return base_kvs("qwen2moe", c) + [
+        ("qwen2moe.expert_feed_forward_length", "u32", c["moe_intermediate_size"]),
+        ("qwen2moe.expert_shared_feed_forward_length", "u32",
+         c["shared_expert_intermediate_size"])]
+
+
+def olmoe_kvs(c):
+    """OlmoeModel.set_gguf_parameters: the base keys (the experts' width is
+    OLMoE's intermediate_size, feed_forward_length, which llama.cpp's olmoe
+    reads as n_ff), then the rms epsilon again as 1e-5 (the writer keeps the
+    last value of a key written twice)."""
+    k = [x for x in base_kvs("olmoe", c) if x[0] != "olmoe.attention.layer_norm_rms_epsilon"]
+    return k + [("olmoe.attention.layer_norm_rms_epsilon", "f32", 1e-5)]
+
+
+def glm4moe_kvs(c):
+    """Glm4MoeModel.set_gguf_parameters: block_count counts the MTP layers."""
+    c = dict(c, num_hidden_layers=c["num_hidden_layers"] + c.get("num_nextn_predict_layers", 0))
+    a = "glm4moe."
+    k = base_kvs("glm4moe", c)
+    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    k += [(a + "rope.dimension_count", "u32", int(hd * c.get("partial_rotary_factor", 0.5))),
+          (a + "expert_count", "u32", c["n_routed_experts"]),
+          (a + "expert_feed_forward_length", "u32", c["moe_intermediate_size"]),
+          (a + "expert_shared_count", "u32", c["n_shared_experts"]),
+          (a + "leading_dense_block_count", "u32", c["first_k_dense_replace"]),
+          (a + "expert_gating_func", "u32", 2)]
+    if c.get("routed_scaling_factor") is not None:
+        k.append((a + "expert_weights_scale", "f32", c["routed_scaling_factor"]))
+    if c.get("norm_topk_prob") is not None:
+        k.append((a + "expert_weights_norm", "bool", c["norm_topk_prob"]))
+    if c.get("num_nextn_predict_layers") is not None:
+        k.append((a + "nextn_predict_layers", "u32", c["num_nextn_predict_layers"]))
+    # the writer keeps the last value of a key written twice
+    last = {}
+    for x in k:
+        last[x[0]] = x
+    return list(last.values())
+
+
+def llama_kvs(c):
+    """LlamaModel.set_gguf_parameters (Mixtral: experts intermediate_size
+    wide, written as feed_forward_length)."""
+    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    return base_kvs("llama", c) + [("llama.vocab_size", "u32", c["vocab_size"]),
+                                   ("llama.rope.dimension_count", "u32", hd)]
+
+
+# name -> (gen_tiny spec, metadata(cfg), kv_b_proj split)
+CASES = {
+    "deepseek2 legacy": ("deepseek_v2", lambda c: deepseek2_kvs(c, False), False),
+    "deepseek2 split": ("deepseek_v2", lambda c: deepseek2_kvs(c, True), True),
+    "deepseek2 grouped": ("deepseek_v2_grouped", lambda c: deepseek2_kvs(c, True), True),
+    "deepseek2 v3": ("deepseek_v3", lambda c: deepseek2_kvs(c, True), True),
+    "deepseek2 kimi": ("kimi_k2", lambda c: deepseek2_kvs(c, True), True),
+    "qwen2moe": ("qwen2_moe", qwen2moe_kvs, False),
+    "olmoe": ("olmoe", olmoe_kvs, False),
+    "glm4moe": ("glm4_moe", glm4moe_kvs, False),
+    "glm4moe qk-norm": ("glm4_moe_qknorm", glm4moe_kvs, False),
+    "llama (Mixtral)": ("mixtral", llama_kvs, False),
+}
+
+
+def shoal_run(shoal, model, out):
+    r = H.run([shoal, "run", model] + ARGS + ["--logits-out", out], timeout=120)
+    return r, (np.load(out) if r.returncode == 0 and os.path.exists(out) else None)
+
+
+def show(r):
+    return "exit %d: %s" % (r.returncode, (r.stderr or "").strip()[-400:])
+
+
+def write(path, cfg, tensors, kvs, types=None):
+    """types: {name: ggml type} for tensors not F32."""
+    eos = cfg.get("eos_token_id")
+    extra = [("tokenizer.ggml.eos_token_id", "u32", eos)] if isinstance(eos, int) else []
+    write_gguf(path, [kv(*k) for k in kvs + extra],
+               [(n, x, (types or {}).get(n, "F32")) for n, x in tensors])
+
+
+def check_case(shoal, tmp, label, d, make_kvs, split):
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    st = {}
+    for fn in sorted(os.listdir(d)):
+        if fn.endswith(".safetensors"):
+            st.update(read_safetensors(os.path.join(d, fn)))
+    permute_qk = cfg["model_type"] == "mixtral"
+    tensors = gguf_tensors(st, cfg, split, keep_mtp=cfg["model_type"] == "glm4_moe",
+                           permute_qk=permute_qk)
+    path = os.path.join(tmp, label.replace(" ", "-") + ".gguf")
+    write(path, cfg, tensors, make_kvs(cfg))
+    r0, ref = shoal_run(shoal, d, os.path.join(tmp, label + "-ref.npy"))
+    r1, got = shoal_run(shoal, path, os.path.join(tmp, label + "-gguf.npy"))
+    if not result("%s: the checkpoint runs" % label, ref is not None, show(r0)):
+        return tensors, cfg, None
+    diff = "" if got is None or got.shape != ref.shape else \
+        "max |diff| %g" % float(np.max(np.abs(got - ref)))
+    result("%s GGUF: 16 greedy steps' logits are the checkpoint's bytes" % label,
+           got is not None and got.shape == ref.shape and got.tobytes() == ref.tobytes(),
+           show(r1) + " " + diff)
+    if permute_qk:   # the permutation matters: the file without it computes otherwise
+        plain = gguf_tensors(st, cfg, split)
+        write(path, cfg, plain, make_kvs(cfg))
+        r2, got2 = shoal_run(shoal, path, os.path.join(tmp, label + "-plain.npy"))
+        result("%s GGUF with q/k not permuted: other logits (shoal undoes the permutation)"
+               % label, got2 is not None and got2.tobytes() != ref.tobytes(), show(r2))
+    return tensors, cfg, ref
+
+
+def check_f16_kv_b(shoal, tmp, tensors, cfg, ref):
+    """attn_k_b / attn_v_b in F16: the interleave copies 2-byte elements;
+    the run follows the F32 file's tokens, logits within F16's rounding."""
+    path = os.path.join(tmp, "kv_b-f16.gguf")
+    f16 = {n: "F16" for n, _ in tensors if "attn_k_b" in n or "attn_v_b" in n}
+    write(path, cfg, tensors, deepseek2_kvs(cfg, True), f16)
+    r, got = shoal_run(shoal, path, os.path.join(tmp, "kv_b-f16.npy"))
+    ok = got is not None and got.shape == ref.shape
+    diff = float(np.max(np.abs(got - ref))) if ok else float("inf")
+    result("deepseek2 split, attn_k_b/attn_v_b F16: the F32 run's tokens, max |diff| %.3g "
+           "< 0.05 of logits up to %.1f" % (diff, float(np.abs(ref).max())),
+           ok and diff < 0.05 and got.tobytes() != ref.tobytes() and
+           [int(np.argmax(x)) for x in got] == [int(np.argmax(x)) for x in ref], show(r))
+
+
+def check_bad(shoal, tmp, tensors, cfg):
+    kvs = deepseek2_kvs(cfg, True)
+    wrong = [(n, x[:, :-1, :] if n == "blk.1.attn_k_b.weight" else x) for n, x in tensors]
+    cases = [
+        ("a missing key", [k for k in kvs if k[0] != "deepseek2.attention.kv_lora_rank"],
+         tensors, ["deepseek2.attention.kv_lora_rank", "missing"]),
+        ("a key shoal does not read", kvs + [("deepseek2.rope.scaling.yarn_ext_factor", "f32",
+                                              1.0)],
+         tensors, ["deepseek2.rope.scaling.yarn_ext_factor", "refused"]),
+        ("a wrong attn_k_b shape", kvs, wrong, ["blk.1.attn_k_b.weight", "shape"]),
+        ("attn_v_b missing", kvs, [t for t in tensors if t[0] != "blk.0.attn_v_b.weight"],
+         ["blk.0.attn_v_b.weight", "attn_kv_b"]),
+    ]
+    for i, (name, k, t, needles) in enumerate(cases):
+        path = os.path.join(tmp, "bad-%d.gguf" % i)
+        write(path, cfg, t, k)
+        r = H.run([shoal, "run", path] + ARGS, timeout=60)
+        lines = (r.stderr or "").strip().splitlines()
+        result("bad deepseek2 GGUF (%s): exit 2, one line naming %s" % (name, ", ".join(needles)),
+               r.returncode == 2 and len(lines) == 1 and all(n in lines[0] for n in needles),
+               show(r))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shoal", required=True)
+    a = ap.parse_args()
+    shoal = os.path.abspath(a.shoal)
+    specs = sorted({c[0] for c in CASES.values()})
+    with tempfile.TemporaryDirectory(prefix="shoal-gguf-arch-") as tmp:
+        man, _ = gen_tiny.generate(os.path.join(tmp, "ckpt"), only=specs, verbose=False)
+        split_ds = None
+        for label, (spec, make_kvs, split) in CASES.items():
+            m = man["models"].get(spec, {})
+            if "seed" not in m:
+                result("%s: gen_tiny wrote %s" % (label, spec), False, json.dumps(m))
+                continue
+            t, c, ref = check_case(shoal, tmp, label, os.path.join(tmp, "ckpt", spec), make_kvs,
+                              split)
+            if label == "deepseek2 split":
+                split_ds = (t, c)
+                if ref is not None:
+                    check_f16_kv_b(shoal, tmp, t, c, ref)
+        if split_ds:
+            check_bad(shoal, tmp, *split_ds)
+    sys.exit(result.summary())
+
+
+if __name__ == "__main__":
+    main()
