@@ -62,7 +62,7 @@ result = H.Results()
 MODEL = H.MODEL
 ARGS = ["--tokens", "1,2,3", "--max-tokens", "16", "--greedy"]
 
-GGML = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q6_K": 14, "BF16": 30}
+GGML = {"F32": 0, "F16": 1, "Q8_0": 8, "Q8_1": 9, "Q4_K": 12, "Q6_K": 14, "BF16": 30}
 
 
 # ---- reading the checkpoint ------------------------------------------------
@@ -298,8 +298,8 @@ def encode(x, typ):
         return q4_k_bytes(x)
     if typ == "Q6_K":
         return q6_k_bytes(x)
-    if typ == "Q5_0":   # only its size matters (a type shoal refuses)
-        return bytes(x.size // 32 * 22)
+    if typ == "Q8_1":   # only its size matters (a type shoal refuses)
+        return bytes(x.size // 32 * 36)
     raise ValueError(typ)
 
 
@@ -560,7 +560,7 @@ def test_vocab(shoal, tmp, tensors, kvs):
 
 def test_bad(shoal, tmp, tensors, cfg):
     base = typed(tensors, "BF16")
-    q5 = [(n, x, "Q5_0" if n == "blk.2.ffn_down_exps.weight" else t) for n, x, t in base]
+    q8_1 = [(n, x, "Q8_1" if n == "blk.2.ffn_down_exps.weight" else t) for n, x, t in base]
     wrong = [(n, x[:, :-32] if n == "blk.1.attn_k.weight" else x, t) for n, x, t in base]
     stray = base + [("blk.0.ffn_gate_shexp.weight", base[3][1], "BF16")]
     cases = [
@@ -570,8 +570,8 @@ def test_bad(shoal, tmp, tensors, cfg):
         ("a key shoal does not read", metadata(cfg, extra=[
             ("qwen3moe.rope.scaling.type", "str", "yarn")]), base,
          ["qwen3moe.rope.scaling.type"]),
-        ("a tensor type shoal does not run", metadata(cfg), q5,
-         ["blk.2.ffn_down_exps.weight", "Q5_0", "not runnable"]),
+        ("a tensor type shoal does not run", metadata(cfg), q8_1,
+         ["blk.2.ffn_down_exps.weight", "Q8_1", "not runnable"]),
         ("a wrong shape", metadata(cfg), wrong, ["blk.1.attn_k.weight", "shape"]),
         ("an unexpected tensor", metadata(cfg), stray, ["blk.0.ffn_gate_shexp.weight"]),
     ]

@@ -1,5 +1,7 @@
-/* ggml_avx2: ggml_dot.h's rows kernels (Q8_0, Q4_K, Q6_K against int8
- * activations) with AVX2, built with -mavx2 -mf16c and without FMA.
+/* ggml_avx2: ggml_dot.h's rows kernels (Q8_0, Q4_K, Q6_K, and the
+ * integer-form types: Q2_K, Q3_K, Q5_K, the IQ types, MXFP4, Q4_0 ..
+ * Q5_1) against int8 activations with AVX2, built with -mavx2 -mf16c and
+ * without FMA.
  *
  * Same bits as shoal_ggml_rows_scalar: eight rows run side by side, lane i
  * of every f32 vector is row i's chain of ggml_dot.h's canonical order, so
@@ -71,6 +73,13 @@ static void store_rows(float *y, int64_t rows, int64_t t, int64_t r, int nr, __m
         y[t * rows + r + i] = l[i];
 }
 
+/* the nt chains of a tile of tokens, each starting at 0.0f */
+static inline void zero_acc(__m256 *acc, int64_t nt)
+{
+    for (int64_t t = 0; t < nt; t++)
+        acc[t] = _mm256_setzero_ps();
+}
+
 /* ---- Q8_0 ------------------------------------------------------------------ */
 
 static void rows8_q8_0(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
@@ -79,8 +88,7 @@ static void rows8_q8_0(float *y, const struct shoal_ggml_act *a, int64_t t0, int
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[TOK_TILE];
-    for (int64_t t = 0; t < nt; t++)
-        acc[t] = _mm256_setzero_ps();
+    zero_acc(acc, nt);
     for (int64_t b = 0; b < a->n_blk; b++) {
         const size_t off = (size_t)b * 34;
         const __m256 dw = f16x8(p, off);
@@ -201,8 +209,7 @@ static void rows8_k(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_
     const int64_t n16 = a->n / 16;
     struct kblock k;
     __m256 acc[TOK_TILE];
-    for (int64_t t = 0; t < nt; t++)
-        acc[t] = _mm256_setzero_ps();
+    zero_acc(acc, nt);
     for (int64_t b = 0; b < a->n_blk; b++) {
         if (q6)
             unpack_q6_k(&k, p, b);
@@ -240,12 +247,105 @@ static void rows8_k(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_
         store_rows(y, w->rows, t0 + t, r, nr, acc[t]);
 }
 
+/* ---- the integer-form types (ggml_dot.h's shoal_ggml_iblock) ------------ */
+
+struct iblock8 {
+    __m256i ca[8][8];   /* [row][32-element register] |c| as unsigned bytes */
+    __m256i cs[8][8];   /* [row][register] c, for its signs */
+    __m256i sc[8][8];   /* [row][register] int16 scale of each 16-bit product:
+                           the first 16 elements' in the low 128 bits */
+    __m256i corr[8];    /* [pair k] lanes rows: pair16(m[2k], m[2k+1]) */
+    __m256 d, dmin;     /* lanes rows: D and DMIN */
+    int has_min;        /* the type's (shoal_ggml_iblock has_min) */
+};
+
+/* Block b of eight rows, each decoded by the scalar shoal_ggml_iblock_decode
+ * (the reference's own integers; the SIMD part is the sums). nreg: 32-element
+ * registers a block (1 or 8). */
+static void unpack_iform(struct iblock8 *k, enum shoal_ggml_type type, const uint8_t *const p[8],
+                         size_t off, int nreg)
+{
+    struct shoal_ggml_iblock ib;
+    float d[8], dmin[8];
+    int32_t corr[8][8];
+    for (int i = 0; i < 8; i++) {
+        shoal_ggml_iblock_decode(type, p[i] + off, &ib);
+        for (int j = 0; j < nreg; j++) {
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(ib.c + 32 * j));
+            k->cs[i][j] = c;
+            k->ca[i][j] = _mm256_abs_epi8(c);
+            k->sc[i][j] = _mm256_set_m128i(_mm_set1_epi16(ib.sc[2 * j + 1]),
+                                           _mm_set1_epi16(ib.sc[2 * j]));
+            corr[j][i] = pair16(ib.m[2 * j], ib.m[2 * j + 1]);
+        }
+        d[i] = ib.d;
+        dmin[i] = ib.dmin;
+    }
+    k->has_min = ib.has_min;
+    for (int j = 0; j < nreg; j++)
+        k->corr[j] = _mm256_loadu_si256((const __m256i *)corr[j]);
+    k->d = _mm256_loadu_ps(d);
+    k->dmin = _mm256_loadu_ps(dmin);
+}
+
+/* lanes rows: isum = sum_k sc[k] * (sum over the 16s of c * qx); each
+ * vpmaddubsw pair |c| * qx stays within 2 * 127 * 127 */
+static inline __m256i iblock_isum(const struct iblock8 *k, const int8_t *x, int nreg)
+{
+    __m256i xv[8], s[8];
+    for (int j = 0; j < nreg; j++)
+        xv[j] = _mm256_loadu_si256((const __m256i *)(x + 32 * j));
+    for (int i = 0; i < 8; i++) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int j = 0; j < nreg; j++)
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(
+                _mm256_maddubs_epi16(k->ca[i][j], _mm256_sign_epi8(xv[j], k->cs[i][j])),
+                k->sc[i][j]));
+        s[i] = acc;
+    }
+    return hsum_rows8(s);
+}
+
+static void rows8_iform(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
+                        const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
+                        size_t type_size, int64_t r, int nr)
+{
+    const int B = (int)(a->n / a->n_blk), nreg = B / 32;
+    const int64_t n16 = a->n / 16;
+    struct iblock8 k;
+    __m256 acc[TOK_TILE];
+    zero_acc(acc, nt);
+    for (int64_t b = 0; b < a->n_blk; b++) {
+        unpack_iform(&k, w->type, p, (size_t)b * type_size, nreg);
+        for (int64_t t = 0; t < nt; t++) {
+            const int64_t tt = t0 + t;
+            const __m256i isum = iblock_isum(&k, a->q + tt * a->n + (int64_t)B * b, nreg);
+            const __m256 dx = _mm256_set1_ps(a->d[tt * a->n_blk + b]);
+            const __m256 ta = _mm256_mul_ps(_mm256_mul_ps(k.d, dx), _mm256_cvtepi32_ps(isum));
+            if (!k.has_min) {
+                acc[t] = _mm256_add_ps(acc[t], ta);
+                continue;
+            }
+            /* msum = sum_k m[k] * bsum[k], two 16s a vpmaddwd pair */
+            const int16_t *bs = a->bsum + tt * n16 + (int64_t)(B / 16) * b;
+            __m256i msum = _mm256_setzero_si256();
+            for (int j = 0; j < nreg; j++)
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(
+                    k.corr[j], _mm256_set1_epi32(pair16(bs[2 * j], bs[2 * j + 1]))));
+            const __m256 tb = _mm256_mul_ps(_mm256_mul_ps(k.dmin, dx), _mm256_cvtepi32_ps(msum));
+            acc[t] = _mm256_add_ps(acc[t], _mm256_sub_ps(ta, tb));
+        }
+    }
+    for (int64_t t = 0; t < nt; t++)
+        store_rows(y, w->rows, t0 + t, r, nr, acc[t]);
+}
+
 void shoal_ggml_rows_avx2(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
                           const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1)
 {
-    /* bytes per row (ggml_types.c's sizes; this library links before it) */
-    const size_t rb = w->type == SHOAL_GGML_TYPE_Q8_0 ? (size_t)(w->cols / 32) * 34
-                    : (size_t)(w->cols / QK_K) * (w->type == SHOAL_GGML_TYPE_Q4_K ? 144 : 210);
+    /* bytes per block and per row (ggml_types.c's sizes) */
+    const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(w->type);
+    const size_t rb = (size_t)(w->cols / ti->block_size) * ti->type_size;
     for (int64_t r = r0; r < r1; r += 8) {
         const int nr = r1 - r < 8 ? (int)(r1 - r) : 8;
         const uint8_t *p[8];
@@ -255,8 +355,10 @@ void shoal_ggml_rows_avx2(float *y, const struct shoal_ggml_act *a, int64_t n_to
             const int64_t nt = n_tok - t0 < TOK_TILE ? n_tok - t0 : TOK_TILE;
             if (w->type == SHOAL_GGML_TYPE_Q8_0)
                 rows8_q8_0(y, a, t0, nt, w, p, r, nr);
-            else
+            else if (w->type == SHOAL_GGML_TYPE_Q4_K || w->type == SHOAL_GGML_TYPE_Q6_K)
                 rows8_k(y, a, t0, nt, w, p, r, nr);
+            else
+                rows8_iform(y, a, t0, nt, w, p, ti->type_size, r, nr);
         }
     }
 }
