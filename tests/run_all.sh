@@ -97,7 +97,7 @@ stage_gcc() {
     step "tokenizer.json ids far past its token count: sparse tables, peak RSS bounded, real files still tokenize (gcc)" "$PY" tests/cli/test_tokenizer_ids.py --shoal build-test/coordinator/shoal
     step "KV cache dtype: --kv, convert --kv, the manifest's kv field (gcc)" "$PY" tests/cli/test_kv.py --shoal build-test/coordinator/shoal
     step "shoal inspect FILE.gguf: groups, types, experts, split sets, bad files (gcc)" "$PY" tests/cli/test_inspect_gguf.py --shoal build-test/coordinator/shoal
-    step "shoal run FILE.gguf (qwen3moe): BF16/F32 files give the checkpoint's logits bytes, Q8_0 experts within cosine 0.99 and Q4_K/Q6_K within 0.98, thread-count independent, its vocabulary, bad files exit 2 (gcc)" "$PY" tests/cli/test_run_gguf.py --shoal build-test/coordinator/shoal
+    step "shoal run FILE.gguf (qwen3moe): BF16/F32 files give the checkpoint's logits bytes, Q8_0 experts within cosine 0.99 and Q4_K/Q6_K within 0.98, random Q2_K..IQ1_S/MXFP4 experts within 0.9999 of their F32 decoding, thread-count independent, its vocabulary, bad files exit 2 (gcc)" "$PY" tests/cli/test_run_gguf.py --shoal build-test/coordinator/shoal
     step "shoal serve: OpenAI API vs shoal run, streaming, chat, errors, key, 429, disconnects (gcc)" "$PY" tests/serve/test_serve.py --shoal build-test/coordinator/shoal
     step "shoal serve against slow clients: 220 slow sockets, head deadline, body rate, per-address cap, eviction (gcc)" "$PY" tests/serve/test_slow_clients.py --shoal build-test/coordinator/shoal
     step "shoal serve under load: 8 streaming clients x 50 requests with disconnects beside 200 slow sockets, solo texts, RSS/fds flat, /metrics (gcc)" "$PY" tests/serve/test_load.py --shoal build-test/coordinator/shoal
