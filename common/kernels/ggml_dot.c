@@ -159,10 +159,12 @@ static uint32_t le32_at(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* ggml-common.h kvalues_iq4nl and kvalues_mxfp4 (E2M1 times 2) */
-static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                        1,    13,   25,  38,  53,  69,  89,  113};
-static const int8_t mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+const int8_t shoal_ggml_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                           1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t shoal_ggml_mxfp4_values[16] = {0,  1,  2,  3,  4,  6,  8,  12,
+                                           0, -1, -2, -3, -4, -6, -8, -12};
+#define iq4nl_values shoal_ggml_iq4nl_values
+#define mxfp4_values shoal_ggml_mxfp4_values
 
 /* the sign byte of an IQ2/IQ3 group of 8: 7 stored bits, the 8th making the
  * count of negatives even (ggml-common.h ksigns_iq2xs) */
@@ -196,77 +198,134 @@ static void set_sc(struct shoal_ggml_iblock *ib, int k16, int n16, int v)
         ib->sc[k] = (int16_t)v;
 }
 
-void shoal_ggml_iblock_decode(enum shoal_ggml_type type, const uint8_t *blk,
+void shoal_ggml_iblock_scales(enum shoal_ggml_type type, const uint8_t *blk,
                               struct shoal_ggml_iblock *ib)
 {
     memset(ib->m, 0, sizeof ib->m);
     ib->dmin = 0.0f;
     ib->has_min = 0;
     switch (type) {
-    case SHOAL_GGML_TYPE_Q2_K: {
-        const uint8_t *sc = blk, *qs = blk + 16;
-        for (int e = 0; e < QK_K; e++)
-            ib->c[e] = (int8_t)((qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3);
+    case SHOAL_GGML_TYPE_Q2_K:
         for (int k = 0; k < 16; k++) {
-            ib->sc[k] = sc[k] & 0x0F;
-            ib->m[k] = sc[k] >> 4;
+            ib->sc[k] = blk[k] & 0x0F;
+            ib->m[k] = blk[k] >> 4;
         }
         ib->d = f16_at(blk + 80);
         ib->dmin = f16_at(blk + 82);
         ib->has_min = 1;
         break;
-    }
     case SHOAL_GGML_TYPE_Q3_K: {
-        const uint8_t *hm = blk, *qs = blk + 32, *sc = blk + 96;
-        for (int e = 0; e < QK_K; e++) {
-            const int h = e / 128, s = (e / 32) % 4, l = e % 32;
-            const int q = (qs[32 * h + l] >> (2 * s)) & 3;
-            ib->c[e] = (int8_t)((hm[l] >> (4 * h + s)) & 1 ? q : q - 4);
-        }
+        const uint8_t *sc = blk + 96;
         for (int k = 0; k < 16; k++)
             ib->sc[k] = (int16_t)((((sc[k % 8] >> (4 * (k / 8))) & 0x0F) |
                                    ((sc[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32);
         ib->d = f16_at(blk + 108);
         break;
     }
-    case SHOAL_GGML_TYPE_Q5_K: {
-        const uint8_t *qh = blk + 16, *qs = blk + 48;
+    case SHOAL_GGML_TYPE_Q5_K:
         for (int j = 0; j < 8; j++) {
             int sc, m;
             shoal_ggml_scale_min_k4(j, blk + 4, &sc, &m);
             set_sc(ib, 2 * j, 2, sc);
             ib->m[2 * j] = ib->m[2 * j + 1] = (int16_t)m;
-            for (int l = 0; l < 32; l++)
-                ib->c[32 * j + l] = (int8_t)(((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F) |
-                                             ((qh[l] >> j) & 1) << 4);
         }
         ib->d = f16_at(blk);
         ib->dmin = f16_at(blk + 2);
         ib->has_min = 1;
         break;
-    }
     case SHOAL_GGML_TYPE_IQ4_XS: {
         const unsigned sh = (unsigned)(blk[2] | blk[3] << 8);
-        for (int j = 0; j < 8; j++) {
-            const int ls = ((blk[4 + j / 2] >> (4 * (j % 2))) & 0x0F) |
-                           (int)((sh >> (2 * j)) & 3) << 4;
-            set_sc(ib, 2 * j, 2, ls - 32);
-            nibbles32(blk + 8 + 16 * j, iq4nl_values, 0, ib->c + 32 * j);
-        }
+        for (int j = 0; j < 8; j++)
+            set_sc(ib, 2 * j, 2, (((blk[4 + j / 2] >> (4 * (j % 2))) & 0x0F) |
+                                  (int)((sh >> (2 * j)) & 3) << 4) - 32);
         ib->d = f16_at(blk);
         break;
     }
-    case SHOAL_GGML_TYPE_IQ4_NL:
-        nibbles32(blk + 2, iq4nl_values, 0, ib->c);
+    case SHOAL_GGML_TYPE_IQ2_XXS:
+    case SHOAL_GGML_TYPE_IQ3_XXS:   /* a 4-bit s in the top of each group's u32 */
+        for (int j = 0; j < 8; j++)
+            set_sc(ib, 2 * j, 2,
+                   (int)(2 * (le32_at(type == SHOAL_GGML_TYPE_IQ2_XXS ? blk + 6 + 8 * j
+                                                                      : blk + 66 + 4 * j) >> 28) +
+                         1));
+        ib->d = f16_at(blk) * (type == SHOAL_GGML_TYPE_IQ2_XXS ? 0.125f : 0.25f);
+        break;
+    case SHOAL_GGML_TYPE_IQ1_S:
+        for (int j = 0; j < 8; j++)
+            set_sc(ib, 2 * j, 2, (int)(2 * ((blk[35 + 2 * j] >> 4) & 7) + 1));
+        ib->d = f16_at(blk) * 0.125f;
+        break;
+    case SHOAL_GGML_TYPE_IQ1_M: {
+        unsigned sc[4];
+        for (int i = 0; i < 4; i++)
+            sc[i] = (unsigned)(blk[48 + 2 * i] | blk[49 + 2 * i] << 8);
+        for (int k = 0; k < 16; k++)   /* 3 bits per 16 elements, 4 per u16 */
+            ib->sc[k] = (int16_t)(2 * ((sc[k / 4] >> (3 * (k % 4))) & 7) + 1);
+        const uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                          ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+        ib->d = shoal_f16_to_f32(dbits) * 0.125f;
+        break;
+    }
+    case SHOAL_GGML_TYPE_MXFP4: {
+        /* 2^(e - 128) from its bits, as ggml_e8m0_to_fp32_half builds it */
+        const unsigned e = blk[0];
+        const uint32_t bits = e < 2 ? UINT32_C(0x00200000) << e : (uint32_t)(e - 1) << 23;
+        memcpy(&ib->d, &bits, sizeof ib->d);
+        set_sc(ib, 0, 2, 1);
+        break;
+    }
+    default:   /* IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1 */
         set_sc(ib, 0, 2, 1);
         ib->d = f16_at(blk);
+        if (type == SHOAL_GGML_TYPE_Q4_1 || type == SHOAL_GGML_TYPE_Q5_1) {
+            ib->m[0] = ib->m[1] = 1;
+            ib->dmin = -f16_at(blk + 2);
+            ib->has_min = 1;
+        }
+        break;
+    }
+}
+
+void shoal_ggml_iblock_decode(enum shoal_ggml_type type, const uint8_t *blk,
+                              struct shoal_ggml_iblock *ib)
+{
+    shoal_ggml_iblock_scales(type, blk, ib);
+    switch (type) {
+    case SHOAL_GGML_TYPE_Q2_K: {
+        const uint8_t *qs = blk + 16;
+        for (int e = 0; e < QK_K; e++)
+            ib->c[e] = (int8_t)((qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3);
+        break;
+    }
+    case SHOAL_GGML_TYPE_Q3_K: {
+        const uint8_t *hm = blk, *qs = blk + 32;
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, s = (e / 32) % 4, l = e % 32;
+            const int q = (qs[32 * h + l] >> (2 * s)) & 3;
+            ib->c[e] = (int8_t)((hm[l] >> (4 * h + s)) & 1 ? q : q - 4);
+        }
+        break;
+    }
+    case SHOAL_GGML_TYPE_Q5_K: {
+        const uint8_t *qh = blk + 16, *qs = blk + 48;
+        for (int j = 0; j < 8; j++)
+            for (int l = 0; l < 32; l++)
+                ib->c[32 * j + l] = (int8_t)(((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F) |
+                                             ((qh[l] >> j) & 1) << 4);
+        break;
+    }
+    case SHOAL_GGML_TYPE_IQ4_XS:
+        for (int j = 0; j < 8; j++)
+            nibbles32(blk + 8 + 16 * j, iq4nl_values, 0, ib->c + 32 * j);
+        break;
+    case SHOAL_GGML_TYPE_IQ4_NL:
+        nibbles32(blk + 2, iq4nl_values, 0, ib->c);
         break;
     case SHOAL_GGML_TYPE_IQ2_XXS: {
         static const int8_t values[4] = {8, 25, 43, 0};
         for (int j = 0; j < 8; j++) {
             const uint8_t *g = blk + 2 + 8 * j;
             const uint32_t b = le32_at(g + 4);
-            set_sc(ib, 2 * j, 2, (int)(2 * (b >> 28) + 1));
             for (int l = 0; l < 4; l++) {
                 const unsigned code = shoal_ggml_iq2xxs_codes[g[l]];
                 const unsigned signs = ksigns((b >> (7 * l)) & 127u);
@@ -276,7 +335,6 @@ void shoal_ggml_iblock_decode(enum shoal_ggml_type type, const uint8_t *blk,
                 }
             }
         }
-        ib->d = f16_at(blk) * 0.125f;
         break;
     }
     case SHOAL_GGML_TYPE_IQ3_XXS: {
@@ -284,7 +342,6 @@ void shoal_ggml_iblock_decode(enum shoal_ggml_type type, const uint8_t *blk,
         const uint8_t *qs = blk + 2;
         for (int j = 0; j < 8; j++) {
             const uint32_t b = le32_at(blk + 66 + 4 * j);
-            set_sc(ib, 2 * j, 2, (int)(2 * (b >> 28) + 1));
             for (int l = 0; l < 4; l++) {
                 const unsigned signs = ksigns((b >> (7 * l)) & 127u);
                 for (int i = 0; i < 8; i++) {
@@ -294,61 +351,35 @@ void shoal_ggml_iblock_decode(enum shoal_ggml_type type, const uint8_t *blk,
                 }
             }
         }
-        ib->d = f16_at(blk) * 0.25f;
         break;
     }
     case SHOAL_GGML_TYPE_IQ1_S: {
         const uint8_t *qs = blk + 2;
         for (int j = 0; j < 8; j++) {
             const unsigned qh = (unsigned)(blk[34 + 2 * j] | blk[35 + 2 * j] << 8);
-            set_sc(ib, 2 * j, 2, (int)(2 * ((qh >> 12) & 7) + 1));
-            const int delta = qh & 0x8000 ? -1 : 1;
             for (int l = 0; l < 4; l++)
-                iq1_codes(qs[4 * j + l] | ((qh >> (3 * l)) & 7) << 8, delta,
+                iq1_codes(qs[4 * j + l] | ((qh >> (3 * l)) & 7) << 8, qh & 0x8000 ? -1 : 1,
                           ib->c + 32 * j + 8 * l);
         }
-        ib->d = f16_at(blk) * 0.125f;
         break;
     }
     case SHOAL_GGML_TYPE_IQ1_M: {
         const uint8_t *qs = blk, *qh = blk + 32;
-        unsigned sc[4];
-        for (int i = 0; i < 4; i++)
-            sc[i] = (unsigned)(blk[48 + 2 * i] | blk[49 + 2 * i] << 8);
-        const uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
-                                          ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
         for (int j = 0; j < 8; j++)
             for (int l = 0; l < 4; l++) {
                 const unsigned nib = (qh[2 * j + l / 2] >> (4 * (l % 2))) & 0x0F;
-                const unsigned s = (sc[j / 2] >> (6 * (j % 2) + 3 * (l / 2))) & 7;
-                ib->sc[2 * j + l / 2] = (int16_t)(2 * s + 1);
                 iq1_codes(qs[4 * j + l] | (nib & 7) << 8, nib & 0x08 ? -1 : 1,
                           ib->c + 32 * j + 8 * l);
             }
-        ib->d = shoal_f16_to_f32(dbits) * 0.125f;
         break;
     }
-    case SHOAL_GGML_TYPE_MXFP4: {
-        /* 2^(e - 128) from its bits, as ggml_e8m0_to_fp32_half builds it */
-        const unsigned e = blk[0];
-        const uint32_t bits = e < 2 ? UINT32_C(0x00200000) << e : (uint32_t)(e - 1) << 23;
-        memcpy(&ib->d, &bits, sizeof ib->d);
+    case SHOAL_GGML_TYPE_MXFP4:
         nibbles32(blk + 1, mxfp4_values, 0, ib->c);
-        set_sc(ib, 0, 2, 1);
         break;
-    }
     case SHOAL_GGML_TYPE_Q4_0:
-        nibbles32(blk + 2, NULL, -8, ib->c);
-        set_sc(ib, 0, 2, 1);
-        ib->d = f16_at(blk);
-        break;
     case SHOAL_GGML_TYPE_Q4_1:
-        nibbles32(blk + 4, NULL, 0, ib->c);
-        set_sc(ib, 0, 2, 1);
-        ib->m[0] = ib->m[1] = 1;
-        ib->d = f16_at(blk);
-        ib->dmin = -f16_at(blk + 2);
-        ib->has_min = 1;
+        nibbles32(blk + (type == SHOAL_GGML_TYPE_Q4_0 ? 2 : 4), NULL,
+                  type == SHOAL_GGML_TYPE_Q4_0 ? -8 : 0, ib->c);
         break;
     case SHOAL_GGML_TYPE_Q5_0:
     case SHOAL_GGML_TYPE_Q5_1: {
@@ -357,13 +388,6 @@ void shoal_ggml_iblock_decode(enum shoal_ggml_type type, const uint8_t *blk,
         nibbles32(blk + (q51 ? 8 : 6), NULL, 0, ib->c);
         for (int j = 0; j < 32; j++)
             ib->c[j] = (int8_t)(ib->c[j] + (int)((qh >> j) & 1u) * 16 - (q51 ? 0 : 16));
-        set_sc(ib, 0, 2, 1);
-        ib->d = f16_at(blk);
-        if (q51) {
-            ib->m[0] = ib->m[1] = 1;
-            ib->dmin = -f16_at(blk + 2);
-            ib->has_min = 1;
-        }
         break;
     }
     default:

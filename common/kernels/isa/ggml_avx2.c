@@ -12,6 +12,12 @@
  * stays inside int16 (vpmaddubsw pairs: at most 2 * 128 * 127 = 32512 for
  * Q8_0 with |w| as the unsigned side, 2 * 63 * 127 for Q6_K) and int32.
  *
+ * The integer-form types (ggml_dot.h): Q5_K, Q2_K, Q3_K, IQ4_XS, IQ4_NL
+ * and MXFP4 codes are unpacked with shifts, masks and vpshufb (the
+ * codebooks); the grid types and Q4_0 .. Q5_1 take the codes from the
+ * scalar shoal_ggml_iblock_decode. Codes are signed: vpmaddubsw takes |c|
+ * and qx with c's sign (vpsignb), |c| * 127 * 2 fits int16.
+ *
  * Batches: a block of eight rows is unpacked once (K-quants: nibbles and
  * 6-bit codes to bytes, scales to int16 vectors) into a 4 KiB buffer and
  * used for every token of the call, up to TOK_TILE tokens at a time, the
@@ -259,9 +265,83 @@ struct iblock8 {
     int has_min;        /* the type's (shoal_ggml_iblock has_min) */
 };
 
-/* Block b of eight rows, each decoded by the scalar shoal_ggml_iblock_decode
- * (the reference's own integers; the SIMD part is the sums). nreg: 32-element
- * registers a block (1 or 8). */
+/* the bits of each byte of v shifted down by n, masked with mask (shifts of
+ * 16-bit lanes: the mask keeps each byte's own bits) */
+static inline __m256i bits8(__m256i v, int n, int mask)
+{
+    return _mm256_and_si256(_mm256_srli_epi16(v, n), _mm256_set1_epi8((char)mask));
+}
+
+/* 32 codes from 16 bytes of nibbles (low nibbles elements 0..15, high
+ * 16..31) through a 16-entry int8 table */
+static inline __m256i nibbles_lut(const uint8_t *qs, const int8_t *table)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(0x0F);
+    const __m128i lut = _mm_loadu_si128((const __m128i *)table);
+    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(v, m4));
+    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* The codes of one block of the types unpacked with SIMD here into c
+ * (ggml_dot.h's table, the same integers as shoal_ggml_iblock_decode), the
+ * scales, mins and D, DMIN into ib (its c untouched). Returns 0 for the
+ * other types (they use the scalar decode). */
+static int unpack_codes(enum shoal_ggml_type type, const uint8_t *blk, __m256i c[8],
+                        struct shoal_ggml_iblock *ib)
+{
+    switch (type) {
+    case SHOAL_GGML_TYPE_Q5_K: {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+        for (int j = 0; j < 8; j++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 48 + 32 * (j / 2)));
+            c[j] = _mm256_or_si256(bits8(v, 4 * (j % 2), 0x0F),
+                                   _mm256_slli_epi16(bits8(qh, j, 1), 4));
+        }
+        break;
+    }
+    case SHOAL_GGML_TYPE_Q2_K:
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * h));
+            for (int s = 0; s < 4; s++)
+                c[4 * h + s] = bits8(v, 2 * s, 3);
+        }
+        break;
+    case SHOAL_GGML_TYPE_Q3_K: {
+        /* q | 4 * hmask bit, minus 4 */
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)blk), four = _mm256_set1_epi8(4);
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 32 + 32 * h));
+            for (int s = 0; s < 4; s++)
+                c[4 * h + s] = _mm256_sub_epi8(
+                    _mm256_or_si256(bits8(v, 2 * s, 3),
+                                    _mm256_slli_epi16(bits8(hm, 4 * h + s, 1), 2)), four);
+        }
+        break;
+    }
+    case SHOAL_GGML_TYPE_IQ4_XS:
+        for (int j = 0; j < 8; j++)
+            c[j] = nibbles_lut(blk + 8 + 16 * j, shoal_ggml_iq4nl_values);
+        break;
+    case SHOAL_GGML_TYPE_IQ4_NL:
+        c[0] = nibbles_lut(blk + 2, shoal_ggml_iq4nl_values);
+        break;
+    case SHOAL_GGML_TYPE_MXFP4:
+        c[0] = nibbles_lut(blk + 1, shoal_ggml_mxfp4_values);
+        break;
+    default:
+        return 0;
+    }
+    /* scales, mins and D: the scalar decode's, with its codes discarded
+     * (cheap next to the codes for these types' layouts) */
+    shoal_ggml_iblock_scales(type, blk, ib);
+    return 1;
+}
+
+/* Block b of eight rows: the codes unpacked with SIMD (unpack_codes) or
+ * decoded by the scalar shoal_ggml_iblock_decode (the reference's own
+ * integers; the SIMD part is then the sums). nreg: 32-element registers a
+ * block (1 or 8). */
 static void unpack_iform(struct iblock8 *k, enum shoal_ggml_type type, const uint8_t *const p[8],
                          size_t off, int nreg)
 {
@@ -269,9 +349,14 @@ static void unpack_iform(struct iblock8 *k, enum shoal_ggml_type type, const uin
     float d[8], dmin[8];
     int32_t corr[8][8];
     for (int i = 0; i < 8; i++) {
-        shoal_ggml_iblock_decode(type, p[i] + off, &ib);
+        __m256i cv[8];
+        if (!unpack_codes(type, p[i] + off, cv, &ib)) {
+            shoal_ggml_iblock_decode(type, p[i] + off, &ib);
+            for (int j = 0; j < nreg; j++)
+                cv[j] = _mm256_loadu_si256((const __m256i *)(ib.c + 32 * j));
+        }
         for (int j = 0; j < nreg; j++) {
-            const __m256i c = _mm256_loadu_si256((const __m256i *)(ib.c + 32 * j));
+            const __m256i c = cv[j];
             k->cs[i][j] = c;
             k->ca[i][j] = _mm256_abs_epi8(c);
             k->sc[i][j] = _mm256_set_m128i(_mm_set1_epi16(ib.sc[2 * j + 1]),
