@@ -242,8 +242,8 @@ def test_gguf(shoal, tmp):
            ok and j["experts_bytes"] == exps and j["resident_bytes"] == trunk
            and j["expert_bytes"] == -(-exps // (2 * G.N_EXPERT)) and j["n_moe_layer"] == 2
            and j["n_expert"] == G.N_EXPERT and j["n_expert_used"] == 2
-           # IQ2_XXS and MXFP4 experts: shoal does not run this one yet
-           and not j["runnable"],
+           # IQ2_XXS and MXFP4 experts: types shoal runs (ggml_dot.h)
+           and j["runnable"],
            "rc %d %s" % (rc, err.strip() or {k: j.get(k) for k in (
                "experts_bytes", "resident_bytes", "expert_bytes", "runnable")} if j else err))
     result("  its KV per token from the metadata (2 x layers x kv heads x key_length x 4)",
