@@ -11,7 +11,7 @@ import struct
 
 import numpy as np
 
-GGML = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q6_K": 14, "BF16": 30}
+GGML = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q8_1": 9, "Q4_K": 12, "Q6_K": 14, "BF16": 30}
 
 
 def read_safetensors(path):
@@ -78,14 +78,15 @@ def encode_float(x, typ):
 
 def write_gguf(path, kvs, tensors, align=32, poison=None, encode=encode_float):
     """tensors: [(name, array, ggml type name)], each encoded by
-    encode(array, type) -> bytes. poison: {name: (byte offset in the
+    encode(array, type) -> bytes (an array may also be a pair (array, its
+    bytes as written), for encode to return). poison: {name: (byte offset in the
     tensor's data, u16)}, an f16 written over the encoded bytes there."""
     out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
     for k in kvs:
         out += k
     data = bytearray()
     for name, x, typ in tensors:
-        ne = list(reversed(x.shape))
+        ne = list(reversed((x[0] if isinstance(x, tuple) else x).shape))
         out += s_(name) + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
         out += struct.pack("<IQ", GGML[typ], len(data))
         blob = bytearray(encode(x, typ))

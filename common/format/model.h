@@ -157,8 +157,9 @@ void shoal_model_alloc_layers(struct shoal_model *m);
 /* Load the checkpoint in dir (borrowed path): a shoal container (shoal.json,
  * see container.h), a Hugging Face directory (config.json + *.safetensors),
  * or a GGUF file or any file of a split set (shoal_model_is_gguf; the
- * architectures of gguf_arch.h, with F32, F16, BF16 tensors and Q8_0, Q4_K, Q6_K
- * matrices, memory-mapped as shipped: docs/MODELS.md "GGUF files"; a
+ * architectures of gguf_arch.h, with F32, F16, BF16 tensors and matrices of
+ * the types with a dot product (shoal_ggml_dot_supported), memory-mapped as
+ * shipped: docs/MODELS.md "GGUF files"; a
  * metadata key under its architecture's prefix that shoal does not read is
  * refused, SHOAL_EUNSUPPORTED, as is another architecture or tensor type).
  * A container's routed experts are not loaded: an expert store serves them

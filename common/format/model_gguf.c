@@ -8,7 +8,8 @@
  * Architectures: those of gguf_arch.c (which keys each reads, its tensor
  * names, the tensors its converter reshapes), tensors of type F32,
  * F16, BF16 (shoal's own dtypes, the same row-major [n_out][n_in] bytes) and
- * Q8_0, Q4_K, Q6_K matrices (SHOAL_DTYPE_GGML, ggml_dot.h).
+ * matrices of the types ggml_dot.h has dot products for (SHOAL_DTYPE_GGML;
+ * shoal_ggml_dot_supported: Q8_0, the K-quants, IQ types, MXFP4, ...).
  *
  * GGUF dims are innermost first: a [n_out][n_in] weight is ne = {n_in,
  * n_out}; a layer's experts ffn_{gate,up,down}_exps are ne = {n_in, n_out,
@@ -283,10 +284,10 @@ static int bind_from_gguf(const struct shoal_weight_slot *s, void *user)
     default:
         if (!s->cols || !shoal_ggml_dot_supported(t->d.type))
             return shoal_err_set(b->err, SHOAL_EUNSUPPORTED, "tensor '%s' in '%s' has type "
-                                 "%s: not runnable yet (shoal runs F32, F16, BF16%s)", name,
+                                 "%s: not runnable yet (shoal runs F32, F16, BF16%s%s)", name,
                                  t->file, shoal_ggml_type_name(t->d.type),
-                                 s->cols ? ", Q8_0, Q4_K and Q6_K matrices"
-                                         : " for a 1-D tensor");
+                                 s->cols ? " and matrices of " : " for a 1-D tensor",
+                                 s->cols ? shoal_ggml_dot_types() : "");
         w->dtype = SHOAL_DTYPE_GGML;
         w->ggml_type = t->d.type;
         break;

@@ -2,9 +2,10 @@
  * canonical dot products, and the per-thread driver. The SIMD rows live in
  * isa/ggml_avx2.c (the quant ops table's ggml_rows member).
  *
- * Block layouts: ggml/src/ggml-common.h block_q8_0, block_q4_K and
- * block_q6_K, read byte by byte (little-endian, any alignment) as
- * ggml_dequant.c reads them.
+ * Block layouts: ggml/src/ggml-common.h's block_* structs, read byte by
+ * byte (little-endian, any alignment) as ggml_dequant.c reads them; the
+ * other types' integer form (shoal_ggml_iblock_decode) regroups
+ * ggml_dequant.c's formulas (ggml-quants.c dequantize_row_*) exactly.
  */
 #include <omp.h>
 #include <stdint.h>
@@ -19,17 +20,45 @@
 #define QK_K 256
 #define ACT_TILE_BYTES (64 * 1024)   /* the stack tile each thread quantizes into */
 
+int shoal_ggml_iform(uint32_t type)
+{
+    switch (type) {
+    case SHOAL_GGML_TYPE_Q2_K: case SHOAL_GGML_TYPE_Q3_K: case SHOAL_GGML_TYPE_Q5_K:
+    case SHOAL_GGML_TYPE_IQ4_XS: case SHOAL_GGML_TYPE_IQ4_NL:
+    case SHOAL_GGML_TYPE_IQ2_XXS: case SHOAL_GGML_TYPE_IQ3_XXS:
+    case SHOAL_GGML_TYPE_IQ1_S: case SHOAL_GGML_TYPE_IQ1_M: case SHOAL_GGML_TYPE_MXFP4:
+    case SHOAL_GGML_TYPE_Q4_0: case SHOAL_GGML_TYPE_Q4_1:
+    case SHOAL_GGML_TYPE_Q5_0: case SHOAL_GGML_TYPE_Q5_1:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 int shoal_ggml_dot_supported(uint32_t type)
 {
     return type == SHOAL_GGML_TYPE_Q8_0 || type == SHOAL_GGML_TYPE_Q4_K ||
-           type == SHOAL_GGML_TYPE_Q6_K;
+           type == SHOAL_GGML_TYPE_Q6_K || shoal_ggml_iform(type);
+}
+
+const char *shoal_ggml_dot_types(void)
+{
+    return "Q8_0, Q4_K, Q6_K, Q2_K, Q3_K, Q5_K, IQ4_XS, IQ4_NL, IQ2_XXS, IQ3_XXS, "
+           "IQ1_S, IQ1_M, MXFP4, Q4_0, Q4_1, Q5_0 and Q5_1";
 }
 
 int64_t shoal_ggml_act_block(uint32_t type)
 {
     if (!shoal_ggml_dot_supported(type))
         return 0;
-    return type == SHOAL_GGML_TYPE_Q8_0 ? 32 : QK_K;
+    return (int64_t)shoal_ggml_type_info(type)->block_size;
+}
+
+/* whether the activations keep bsum (the mins; Q6_K's SIMD -32) */
+static int act_has_bsum(uint32_t type)
+{
+    return shoal_ggml_act_block(type) == QK_K || type == SHOAL_GGML_TYPE_Q4_1 ||
+           type == SHOAL_GGML_TYPE_Q5_1;
 }
 
 size_t shoal_ggml_act_bytes(uint32_t type, int64_t n)
@@ -37,7 +66,7 @@ size_t shoal_ggml_act_bytes(uint32_t type, int64_t n)
     const int64_t B = shoal_ggml_act_block(type);
     if (B == 0 || n < 1 || n % B != 0 || n > INT64_MAX / 4)
         return 0;
-    const size_t bsum = B == QK_K ? (size_t)(n / 16) * sizeof(int16_t) : 0;
+    const size_t bsum = act_has_bsum(type) ? (size_t)(n / 16) * sizeof(int16_t) : 0;
     /* q padded to 4 bytes so d is aligned (n is a multiple of 32 anyway) */
     return (size_t)n + (size_t)(n / B) * sizeof(float) + bsum;
 }
@@ -51,7 +80,7 @@ void shoal_ggml_act_init(struct shoal_ggml_act *a, enum shoal_ggml_type type, in
     a->n_blk = n / B;
     a->q = buf;
     a->d = (float *)((uint8_t *)buf + (size_t)(n_tok * n));
-    a->bsum = B == QK_K ? (int16_t *)(a->d + n_tok * a->n_blk) : NULL;
+    a->bsum = act_has_bsum(type) ? (int16_t *)(a->d + n_tok * a->n_blk) : NULL;
 }
 
 void shoal_ggml_act_quantize(struct shoal_ggml_act *a, const float *x, int64_t n_tok)
@@ -123,6 +152,271 @@ static float term_q6_k(const uint8_t *blk, const int8_t *q, float dx)
     return (f16_at(blk + 208) * dx) * (float)isum;
 }
 
+/* ---- the integer form (ggml_dot.h's table; layouts: ggml_dequant.c) ------ */
+
+static uint32_t le32_at(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+const int8_t shoal_ggml_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                           1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t shoal_ggml_mxfp4_values[16] = {0,  1,  2,  3,  4,  6,  8,  12,
+                                           0, -1, -2, -3, -4, -6, -8, -12};
+#define iq4nl_values shoal_ggml_iq4nl_values
+#define mxfp4_values shoal_ggml_mxfp4_values
+
+/* the sign byte of an IQ2/IQ3 group of 8: 7 stored bits, the 8th making the
+ * count of negatives even (ggml-common.h ksigns_iq2xs) */
+static unsigned ksigns(unsigned i7)
+{
+    return i7 | (unsigned)__builtin_parity(i7) << 7;
+}
+
+/* nibbles of qs[16] as 32 codes: j < 16 the low nibble of qs[j], j + 16 its
+ * high one (Q4_0's order), each through map (NULL: the nibble) plus off */
+static void nibbles32(const uint8_t *qs, const int8_t *map, int off, int8_t *c)
+{
+    for (int j = 0; j < 16; j++) {
+        const int lo = qs[j] & 0x0F, hi = qs[j] >> 4;
+        c[j] = (int8_t)((map ? map[lo] : lo) + off);
+        c[j + 16] = (int8_t)((map ? map[hi] : hi) + off);
+    }
+}
+
+/* the 8 codes of IQ1 grid entry idx: 8 g + delta, g = its 2-bit value - 1 */
+static void iq1_codes(unsigned idx, int delta, int8_t *c)
+{
+    const unsigned code = shoal_ggml_iq1s_codes[idx];
+    for (int i = 0; i < 8; i++)
+        c[i] = (int8_t)(8 * ((int)((code >> (2 * i)) & 3) - 1) + delta);
+}
+
+static void set_sc(struct shoal_ggml_iblock *ib, int k16, int n16, int v)
+{
+    for (int k = k16; k < k16 + n16; k++)
+        ib->sc[k] = (int16_t)v;
+}
+
+void shoal_ggml_iblock_scales(enum shoal_ggml_type type, const uint8_t *blk,
+                              struct shoal_ggml_iblock *ib)
+{
+    memset(ib->m, 0, sizeof ib->m);
+    ib->dmin = 0.0f;
+    ib->has_min = 0;
+    switch (type) {
+    case SHOAL_GGML_TYPE_Q2_K:
+        for (int k = 0; k < 16; k++) {
+            ib->sc[k] = blk[k] & 0x0F;
+            ib->m[k] = blk[k] >> 4;
+        }
+        ib->d = f16_at(blk + 80);
+        ib->dmin = f16_at(blk + 82);
+        ib->has_min = 1;
+        break;
+    case SHOAL_GGML_TYPE_Q3_K: {
+        const uint8_t *sc = blk + 96;
+        for (int k = 0; k < 16; k++)
+            ib->sc[k] = (int16_t)((((sc[k % 8] >> (4 * (k / 8))) & 0x0F) |
+                                   ((sc[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32);
+        ib->d = f16_at(blk + 108);
+        break;
+    }
+    case SHOAL_GGML_TYPE_Q5_K:
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            shoal_ggml_scale_min_k4(j, blk + 4, &sc, &m);
+            set_sc(ib, 2 * j, 2, sc);
+            ib->m[2 * j] = ib->m[2 * j + 1] = (int16_t)m;
+        }
+        ib->d = f16_at(blk);
+        ib->dmin = f16_at(blk + 2);
+        ib->has_min = 1;
+        break;
+    case SHOAL_GGML_TYPE_IQ4_XS: {
+        const unsigned sh = (unsigned)(blk[2] | blk[3] << 8);
+        for (int j = 0; j < 8; j++)
+            set_sc(ib, 2 * j, 2, (((blk[4 + j / 2] >> (4 * (j % 2))) & 0x0F) |
+                                  (int)((sh >> (2 * j)) & 3) << 4) - 32);
+        ib->d = f16_at(blk);
+        break;
+    }
+    case SHOAL_GGML_TYPE_IQ2_XXS:
+    case SHOAL_GGML_TYPE_IQ3_XXS:   /* a 4-bit s in the top of each group's u32 */
+        for (int j = 0; j < 8; j++)
+            set_sc(ib, 2 * j, 2,
+                   (int)(2 * (le32_at(type == SHOAL_GGML_TYPE_IQ2_XXS ? blk + 6 + 8 * j
+                                                                      : blk + 66 + 4 * j) >> 28) +
+                         1));
+        ib->d = f16_at(blk) * (type == SHOAL_GGML_TYPE_IQ2_XXS ? 0.125f : 0.25f);
+        break;
+    case SHOAL_GGML_TYPE_IQ1_S:
+        for (int j = 0; j < 8; j++)
+            set_sc(ib, 2 * j, 2, (int)(2 * ((blk[35 + 2 * j] >> 4) & 7) + 1));
+        ib->d = f16_at(blk) * 0.125f;
+        break;
+    case SHOAL_GGML_TYPE_IQ1_M: {
+        unsigned sc[4];
+        for (int i = 0; i < 4; i++)
+            sc[i] = (unsigned)(blk[48 + 2 * i] | blk[49 + 2 * i] << 8);
+        for (int k = 0; k < 16; k++)   /* 3 bits per 16 elements, 4 per u16 */
+            ib->sc[k] = (int16_t)(2 * ((sc[k / 4] >> (3 * (k % 4))) & 7) + 1);
+        const uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                          ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+        ib->d = shoal_f16_to_f32(dbits) * 0.125f;
+        break;
+    }
+    case SHOAL_GGML_TYPE_MXFP4: {
+        /* 2^(e - 128) from its bits, as ggml_e8m0_to_fp32_half builds it */
+        const unsigned e = blk[0];
+        const uint32_t bits = e < 2 ? UINT32_C(0x00200000) << e : (uint32_t)(e - 1) << 23;
+        memcpy(&ib->d, &bits, sizeof ib->d);
+        set_sc(ib, 0, 2, 1);
+        break;
+    }
+    default:   /* IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1 */
+        set_sc(ib, 0, 2, 1);
+        ib->d = f16_at(blk);
+        if (type == SHOAL_GGML_TYPE_Q4_1 || type == SHOAL_GGML_TYPE_Q5_1) {
+            ib->m[0] = ib->m[1] = 1;
+            ib->dmin = -f16_at(blk + 2);
+            ib->has_min = 1;
+        }
+        break;
+    }
+}
+
+void shoal_ggml_iblock_decode(enum shoal_ggml_type type, const uint8_t *blk,
+                              struct shoal_ggml_iblock *ib)
+{
+    shoal_ggml_iblock_scales(type, blk, ib);
+    switch (type) {
+    case SHOAL_GGML_TYPE_Q2_K: {
+        const uint8_t *qs = blk + 16;
+        for (int e = 0; e < QK_K; e++)
+            ib->c[e] = (int8_t)((qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3);
+        break;
+    }
+    case SHOAL_GGML_TYPE_Q3_K: {
+        const uint8_t *hm = blk, *qs = blk + 32;
+        for (int e = 0; e < QK_K; e++) {
+            const int h = e / 128, s = (e / 32) % 4, l = e % 32;
+            const int q = (qs[32 * h + l] >> (2 * s)) & 3;
+            ib->c[e] = (int8_t)((hm[l] >> (4 * h + s)) & 1 ? q : q - 4);
+        }
+        break;
+    }
+    case SHOAL_GGML_TYPE_Q5_K: {
+        const uint8_t *qh = blk + 16, *qs = blk + 48;
+        for (int j = 0; j < 8; j++)
+            for (int l = 0; l < 32; l++)
+                ib->c[32 * j + l] = (int8_t)(((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F) |
+                                             ((qh[l] >> j) & 1) << 4);
+        break;
+    }
+    case SHOAL_GGML_TYPE_IQ4_XS:
+        for (int j = 0; j < 8; j++)
+            nibbles32(blk + 8 + 16 * j, iq4nl_values, 0, ib->c + 32 * j);
+        break;
+    case SHOAL_GGML_TYPE_IQ4_NL:
+        nibbles32(blk + 2, iq4nl_values, 0, ib->c);
+        break;
+    case SHOAL_GGML_TYPE_IQ2_XXS: {
+        static const int8_t values[4] = {8, 25, 43, 0};
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *g = blk + 2 + 8 * j;
+            const uint32_t b = le32_at(g + 4);
+            for (int l = 0; l < 4; l++) {
+                const unsigned code = shoal_ggml_iq2xxs_codes[g[l]];
+                const unsigned signs = ksigns((b >> (7 * l)) & 127u);
+                for (int i = 0; i < 8; i++) {
+                    const int v = values[(code >> (2 * i)) & 3];
+                    ib->c[32 * j + 8 * l + i] = (int8_t)((signs >> i) & 1 ? -v : v);
+                }
+            }
+        }
+        break;
+    }
+    case SHOAL_GGML_TYPE_IQ3_XXS: {
+        static const int8_t values[8] = {4, 12, 20, 28, 36, 44, 52, 62};
+        const uint8_t *qs = blk + 2;
+        for (int j = 0; j < 8; j++) {
+            const uint32_t b = le32_at(blk + 66 + 4 * j);
+            for (int l = 0; l < 4; l++) {
+                const unsigned signs = ksigns((b >> (7 * l)) & 127u);
+                for (int i = 0; i < 8; i++) {
+                    const unsigned code = shoal_ggml_iq3xxs_codes[qs[8 * j + 2 * l + i / 4]];
+                    const int v = values[(code >> (3 * (i % 4))) & 7];
+                    ib->c[32 * j + 8 * l + i] = (int8_t)((signs >> i) & 1 ? -v : v);
+                }
+            }
+        }
+        break;
+    }
+    case SHOAL_GGML_TYPE_IQ1_S: {
+        const uint8_t *qs = blk + 2;
+        for (int j = 0; j < 8; j++) {
+            const unsigned qh = (unsigned)(blk[34 + 2 * j] | blk[35 + 2 * j] << 8);
+            for (int l = 0; l < 4; l++)
+                iq1_codes(qs[4 * j + l] | ((qh >> (3 * l)) & 7) << 8, qh & 0x8000 ? -1 : 1,
+                          ib->c + 32 * j + 8 * l);
+        }
+        break;
+    }
+    case SHOAL_GGML_TYPE_IQ1_M: {
+        const uint8_t *qs = blk, *qh = blk + 32;
+        for (int j = 0; j < 8; j++)
+            for (int l = 0; l < 4; l++) {
+                const unsigned nib = (qh[2 * j + l / 2] >> (4 * (l % 2))) & 0x0F;
+                iq1_codes(qs[4 * j + l] | (nib & 7) << 8, nib & 0x08 ? -1 : 1,
+                          ib->c + 32 * j + 8 * l);
+            }
+        break;
+    }
+    case SHOAL_GGML_TYPE_MXFP4:
+        nibbles32(blk + 1, mxfp4_values, 0, ib->c);
+        break;
+    case SHOAL_GGML_TYPE_Q4_0:
+    case SHOAL_GGML_TYPE_Q4_1:
+        nibbles32(blk + (type == SHOAL_GGML_TYPE_Q4_0 ? 2 : 4), NULL,
+                  type == SHOAL_GGML_TYPE_Q4_0 ? -8 : 0, ib->c);
+        break;
+    case SHOAL_GGML_TYPE_Q5_0:
+    case SHOAL_GGML_TYPE_Q5_1: {
+        const int q51 = type == SHOAL_GGML_TYPE_Q5_1;
+        const uint32_t qh = le32_at(blk + (q51 ? 4 : 2));
+        nibbles32(blk + (q51 ? 8 : 6), NULL, 0, ib->c);
+        for (int j = 0; j < 32; j++)
+            ib->c[j] = (int8_t)(ib->c[j] + (int)((qh >> j) & 1u) * 16 - (q51 ? 0 : 16));
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* The term of an integer-form block: ggml_dot.h's "every other type" */
+static float term_iform(enum shoal_ggml_type type, const uint8_t *blk, const int8_t *q,
+                        float dx)
+{
+    struct shoal_ggml_iblock ib;
+    shoal_ggml_iblock_decode(type, blk, &ib);
+    const int n16 = (int)shoal_ggml_type_info(type)->block_size / 16;
+    int32_t isum = 0, msum = 0;
+    for (int k = 0; k < n16; k++) {
+        int32_t s = 0, xs = 0;
+        for (int i = 16 * k; i < 16 * k + 16; i++) {
+            s += ib.c[i] * q[i];
+            xs += q[i];
+        }
+        isum += ib.sc[k] * s;
+        msum += ib.m[k] * xs;
+    }
+    if (!ib.has_min)
+        return (ib.d * dx) * (float)isum;
+    return (ib.d * dx) * (float)isum - (ib.dmin * dx) * (float)msum;
+}
+
 /* The term of weight block blk (type) against its activation block's qx
  * (the 32 or 256 elements the weight block covers) and scale dx */
 static float term(enum shoal_ggml_type type, const uint8_t *blk, const int8_t *q, float dx)
@@ -130,7 +424,8 @@ static float term(enum shoal_ggml_type type, const uint8_t *blk, const int8_t *q
     switch (type) {
     case SHOAL_GGML_TYPE_Q8_0: return term_q8_0(blk, q, dx);
     case SHOAL_GGML_TYPE_Q4_K: return term_q4_k(blk, q, dx);
-    default:                   return term_q6_k(blk, q, dx);
+    case SHOAL_GGML_TYPE_Q6_K: return term_q6_k(blk, q, dx);
+    default:                   return term_iform(type, blk, q, dx);
     }
 }
 
@@ -184,8 +479,9 @@ int shoal_ggml_matrix_check(const struct shoal_ggml_matrix *w, size_t data_bytes
     if (!shoal_ggml_dot_supported(w->type))
         return shoal_err_set(err, SHOAL_EUNSUPPORTED,
                              "ggml matrix: type %s (id %u) has no dot product here; "
-                             "expected Q8_0, Q4_K or Q6_K",
-                             shoal_ggml_type_name(w->type), (unsigned)w->type);
+                             "expected one of %s",
+                             shoal_ggml_type_name(w->type), (unsigned)w->type,
+                             shoal_ggml_dot_types());
     const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(w->type);
     if (w->rows < 1 || w->cols < 1 || w->cols % ti->block_size != 0)
         return shoal_err_set(err, SHOAL_ESHAPE,

@@ -1,5 +1,8 @@
 /* ggml_dot: dot products and linear layers over ggml-typed weights as a GGUF
- * file ships them (Q8_0, Q4_K, Q6_K), against int8-quantized activations.
+ * file ships them, against int8-quantized activations: Q8_0, Q4_K, Q6_K,
+ * and in an integer form shared by the rest (below) Q2_K, Q3_K, Q5_K,
+ * IQ4_XS, IQ4_NL, IQ2_XXS, IQ3_XXS, IQ1_S, IQ1_M, MXFP4, Q4_0, Q4_1, Q5_0
+ * and Q5_1 (shoal_ggml_dot_supported).
  *
  * Owns the activation format each weight type is paired with, the
  * canonical order of its dot product, the scalar reference, and the driver
@@ -23,11 +26,38 @@
  *         w = (d * sc[j]) * q - dmin * m[j], q in 0..15
  *   Q6_K 210 bytes / 256: ql[128] | qh[64] | sc[16] int8 | d f16, 16
  *         sub-blocks of 16; w = (d * sc[j]) * (q - 32), q in 0..63
+ * The other types' layouts: ggml_dequant.c, one comment per type.
+ *
+ * ## Integer form of the other types (struct shoal_ggml_iblock)
+ *
+ * Every other supported type's block of 32 or 256 weights is, exactly,
+ *     w[i] = D * sc[i / 16] * c[i] - DMIN * m[i / 16]
+ * with int8 codes c, int16 scales sc and mins m per 16 elements, and two
+ * f32 block scales D and DMIN (0 and m = 0 for types without a min):
+ *   Q2_K    c = q 0..3;       sc, m = the 4-bit nibbles; D = d, DMIN = dmin
+ *   Q3_K    c = q - 4 (hmask bit clear) or q, -4..3; sc = 6-bit - 32; D = d
+ *   Q5_K    c = q 0..31;      sc, m = Q4_K's 6-bit pair of the 32; D = d, DMIN = dmin
+ *   IQ4_XS  c = kvalues_iq4nl[nibble] (-127..113); sc = 6-bit - 32; D = d
+ *   IQ4_NL  c = kvalues_iq4nl[nibble]; sc = 1; D = d (blocks of 32)
+ *   IQ2_XXS c = +-{8, 25, 43} (grid, signs); sc = 2 s + 1 per 32; D = d * 0.125f
+ *   IQ3_XXS c = +-{4 .. 62} (grid, signs);   sc = 2 s + 1 per 32; D = d * 0.25f
+ *   IQ1_S   c = 8 g + 1 or 8 g - 1 (g in -1..1 from the grid, the sign of
+ *           the group's delta): +-1, +-7, +-9; sc = 2 s + 1 per 32; D = d * 0.125f
+ *   IQ1_M   as IQ1_S with a delta sign per 8 and sc = 2 s + 1 per 16; D = d * 0.125f
+ *   MXFP4   c = 2 * E2M1 value (-12..12, ggml's kvalues_mxfp4); sc = 1;
+ *           D = 2^(e - 128) (ggml_e8m0_to_fp32_half; blocks of 32)
+ *   Q4_0    c = q - 8;  Q5_0 c = q - 16; sc = 1; D = d (blocks of 32)
+ *   Q4_1    c = q;      Q5_1 c = q;      sc = 1; D = d, DMIN = -m, m = 1
+ *           (blocks of 32; w = d * q + m)
+ * (d, dmin, m: the block's f16 scales; the products by 0.125f and 0.25f
+ * are exact.) Each line is ggml_dequant.c's formula regrouped with exact
+ * rationals: e.g. IQ1_S's d * (2 s + 1) * (g +- 1/8).
  *
  * ## Activations (struct shoal_ggml_act), quantized once per token
  *
- * x [n] f32 is cut into activation blocks of B elements: B = 32 for Q8_0
- * (ggml's Q8_0 x Q8_0 pairing), B = 256 for the K-quants (ggml's Q8_K).
+ * x [n] f32 is cut into activation blocks of B elements: B = 32 for the
+ * types of blocks of 32 (Q8_0, IQ4_NL, MXFP4, Q4_0, Q4_1, Q5_0, Q5_1:
+ * ggml's Q8_0 / Q8_1 pairing), B = 256 for the others (ggml's Q8_K).
  * Each block is quantized by quant.h's INT8 rule (shoal_quant_act_group_base):
  *
  *     amax = max |x[i]| over the block;  dx = amax / 127.0f  (one f32 division)
@@ -36,9 +66,9 @@
  *             not finite (a NaN or infinity in x makes the results NaN)
  *
  * dx stays f32 (ggml rounds Q8_0's and Q8_1's to f16; shoal does not). For
- * the K-quants, bsum[k] = sum of qx over elements 16k .. 16k+15 (int16,
- * |bsum| <= 2032) is kept with the block: Q4_K's mins and the SIMD form of
- * Q6_K's -32 need them.
+ * B = 256 and for Q4_1 and Q5_1, bsum[k] = sum of qx over elements
+ * 16k .. 16k+15 (int16, |bsum| <= 2032) is kept with the block: the mins
+ * and the SIMD form of Q6_K's -32 need them.
  *
  * ## Canonical dot product of token x with row r (every table, bit for bit)
  *
@@ -61,10 +91,18 @@
  *       isum = sum_j sc[j] * (sum_{i in j} (q[i] - 32) * qx[i])
  *                                                       |isum| <= 16*128*16*32*127
  *       acc  = acc + (d * dx[b]) * (float)isum
+ *     every other type (activation block b, the same 32 or 256 elements):
+ *       isum = sum_k sc[k] * (sum_{i in k} c[i] * qx[i])  (k: the 16s)
+ *       msum = sum_k m[k] * (sum_{i in k} qx[i])   (types with a min only)
+ *       no min:   acc = acc + (D * dx[b]) * (float)isum
+ *       with min: acc = acc + ((D * dx[b]) * (float)isum - (DMIN * dx[b]) * (float)msum)
+ *       bounds: |c| <= 127, |sc| <= 63, |m| <= 63, so |isum| <= 256 *
+ *       127 * 127 * 63 < 2^31 and |msum| <= 256 * 127 * 63
  *   return acc
  *
  * (the parentheses are the order: in Q4_K both products, then their
- * difference, then the add to acc). One add per block in a chain keeps
+ * difference, then the add to acc; Q4_1's DMIN = -m makes the difference
+ * the sum (d*dx)*isum + (m*dx)*msum, bit for bit). One add per block in a chain keeps
  * the f32 rounding to one per 32 or 256 weights; SIMD runs rows (matvec)
  * or rows x tokens (GEMM) in lanes, never reorders a chain.
  *
@@ -83,7 +121,7 @@
 
 /* A borrowed view of a ggml-typed matrix [rows][cols] (layout above). */
 struct shoal_ggml_matrix {
-    enum shoal_ggml_type type;  /* Q8_0, Q4_K or Q6_K (shoal_ggml_dot_supported) */
+    enum shoal_ggml_type type;  /* a type with a dot product (shoal_ggml_dot_supported) */
     int64_t rows;               /* output features */
     int64_t cols;               /* input features, a multiple of the block size */
     const void *data;           /* borrowed, rows * cols / block_size * type_size bytes */
@@ -97,14 +135,19 @@ struct shoal_ggml_act {
     int64_t n_blk;              /* activation blocks per token: n / B */
     int8_t *q;                  /* [n_tok][n] int8 qx */
     float *d;                   /* [n_tok][n_blk] f32 dx */
-    int16_t *bsum;              /* [n_tok][n / 16] sums of 16 qx (K-quants; NULL for Q8_0) */
+    int16_t *bsum;              /* [n_tok][n / 16] sums of 16 qx (B = 256, Q4_1,
+                                   Q5_1; NULL for the others) */
 };
 
-/* 1 if type has a dot product here (Q8_0, Q4_K, Q6_K), else 0. Thread: any. */
+/* 1 if type has a dot product here (the list above), else 0. Thread: any. */
 int shoal_ggml_dot_supported(uint32_t type);
 
-/* Elements per activation block of a weight type: 32 (Q8_0), 256 (K-quants),
- * 0 if unsupported. Thread: any. */
+/* The supported types' names, "Q8_0, Q4_K, ..." (for messages). Static
+ * string. Thread: any. */
+const char *shoal_ggml_dot_types(void);
+
+/* Elements per activation block of a weight type: 32 (blocks of 32), 256
+ * (blocks of 256), 0 if unsupported. Thread: any. */
 int64_t shoal_ggml_act_block(uint32_t type);
 
 /* Bytes of q + d + bsum for one token of n elements (n a multiple of the
@@ -156,6 +199,37 @@ void shoal_ggml_linear_part(float *y, const float *x, int64_t n_tok,
  * (n_tok < 0, NULL pointers); y is untouched on error. Thread: main. */
 int shoal_ggml_linear(float *y, const float *x, int64_t n_tok,
                       const struct shoal_ggml_matrix *w);
+
+/* ---- the integer form (the rows kernels share it) ------------------------ */
+
+/* One block of a type in integer form (above): w[i] = D * sc[i / 16] *
+ * c[i] - DMIN * m[i / 16] for i < the type's block size (32 or 256; the
+ * entries past it are unused). */
+struct shoal_ggml_iblock {
+    int8_t c[256];      /* codes, |c| <= 127 */
+    int16_t sc[16];     /* scale of each 16 elements, |sc| <= 63 */
+    int16_t m[16];      /* min of each 16 elements, 0..63 (0 without a min) */
+    float d, dmin;      /* D and DMIN, f32 (DMIN 0 without a min) */
+    int has_min;        /* 1 for Q2_K, Q5_K, Q4_1, Q5_1 */
+};
+
+/* 1 if type is one of the integer-form types (all supported ones but
+ * Q8_0, Q4_K and Q6_K), else 0. Thread: any. */
+int shoal_ggml_iform(uint32_t type);
+
+/* The scales, mins, D, DMIN and has_min of one block blk of an
+ * integer-form type into *ib (ib->c untouched): the part of
+ * shoal_ggml_iblock_decode that the SIMD rows keep when they unpack the
+ * codes themselves. Thread: any (compute). */
+void shoal_ggml_iblock_scales(enum shoal_ggml_type type, const uint8_t *blk,
+                              struct shoal_ggml_iblock *ib);
+
+/* Decode one block blk (type_size bytes, any alignment, borrowed) of an
+ * integer-form type into *ib, straight from the table above (scalar; the
+ * scalar reference and the SIMD rows both read it). type must satisfy
+ * shoal_ggml_iform. Thread: any (compute). */
+void shoal_ggml_iblock_decode(enum shoal_ggml_type type, const uint8_t *blk,
+                              struct shoal_ggml_iblock *ib);
 
 /* ---- rows kernels (the ops tables' ggml_rows member) ---------------------
  * y[t * w->rows + r] for tokens t < n_tok of a and rows r0 <= r < r1.

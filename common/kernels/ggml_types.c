@@ -137,21 +137,48 @@ int shoal_ggml_dequant_row(uint32_t id, const void *src, float *dst,
 int shoal_ggml_check_scales(uint32_t id, const void *src, uint64_t n_blocks, const char *what,
                             uint64_t block0, struct shoal_err *err)
 {
-    /* the byte offsets of a block's f16 scales, -1: none */
+    /* the byte offsets of a block's f16 scales (-1: none) and their names */
     int off[2] = {-1, -1};
+    const char *name[2] = {"d", "dmin"};
     switch (id) {
-    case SHOAL_GGML_TYPE_Q8_0: off[0] = 0; break;
-    case SHOAL_GGML_TYPE_Q4_K:
-    case SHOAL_GGML_TYPE_Q5_K: off[0] = 0, off[1] = 2; break;
+    case SHOAL_GGML_TYPE_Q8_0: case SHOAL_GGML_TYPE_Q4_0: case SHOAL_GGML_TYPE_Q5_0:
+    case SHOAL_GGML_TYPE_IQ4_NL: case SHOAL_GGML_TYPE_IQ4_XS: case SHOAL_GGML_TYPE_IQ2_XXS:
+    case SHOAL_GGML_TYPE_IQ3_XXS: case SHOAL_GGML_TYPE_IQ1_S:
+        off[0] = 0;
+        break;
+    case SHOAL_GGML_TYPE_Q4_1: case SHOAL_GGML_TYPE_Q5_1:
+        off[0] = 0, off[1] = 2, name[1] = "m";
+        break;
+    case SHOAL_GGML_TYPE_Q4_K: case SHOAL_GGML_TYPE_Q5_K: off[0] = 0, off[1] = 2; break;
+    case SHOAL_GGML_TYPE_Q2_K: off[0] = 80, off[1] = 82; break;
+    case SHOAL_GGML_TYPE_Q3_K: off[0] = 108; break;
     case SHOAL_GGML_TYPE_Q6_K: off[0] = 208; break;
+    case SHOAL_GGML_TYPE_IQ1_M: case SHOAL_GGML_TYPE_MXFP4: break;   /* below */
     default: return 0;
     }
-    static const char *const name[2] = {"d", "dmin"};
     const size_t size = shoal_ggml_type_info(id)->type_size;
     const uint8_t *p = src;
-    for (uint64_t b = 0; b < n_blocks; b++, p += size)
-        for (int k = 0; k < 2 && off[k] >= 0; k++) {
-            const uint16_t h = (uint16_t)(p[off[k]] | p[off[k] + 1] << 8);
+    for (uint64_t b = 0; b < n_blocks; b++, p += size) {
+        if (id == SHOAL_GGML_TYPE_MXFP4) {
+            if (p[0] == 0xFF)   /* E8M0's NaN (ggml reads it as 2^127) */
+                return shoal_err_set(err, SHOAL_EFORMAT,
+                                     "tensor '%s': MXFP4 block %" PRIu64 " has scale e = 255 "
+                                     "(E8M0 NaN); expected an exponent 0..254",
+                                     what, block0 + b);
+            continue;
+        }
+        for (int k = 0; k < 2; k++) {
+            uint16_t h;
+            if (id == SHOAL_GGML_TYPE_IQ1_M) {   /* d: the top nibbles of 4 u16 at 48 */
+                if (k > 0)
+                    break;
+                h = (uint16_t)(p[49] >> 4 | (p[51] & 0xF0) | (p[53] >> 4) << 8 |
+                               (p[55] & 0xF0) << 8);
+            } else if (off[k] >= 0) {
+                h = (uint16_t)(p[off[k]] | p[off[k] + 1] << 8);
+            } else {
+                break;
+            }
             if ((h & 0x7C00u) == 0x7C00u)   /* exponent all ones: inf or NaN */
                 return shoal_err_set(err, SHOAL_EFORMAT,
                                      "tensor '%s': %s block %" PRIu64 " has scale %s = %g "
@@ -159,5 +186,6 @@ int shoal_ggml_check_scales(uint32_t id, const void *src, uint64_t n_blocks, con
                                      what, shoal_ggml_type_name(id), block0 + b, name[k],
                                      (double)shoal_f16_to_f32(h), (unsigned)h);
         }
+    }
     return 0;
 }

@@ -113,16 +113,19 @@ int shoal_ggml_nbytes(uint32_t id, const uint64_t *ne, uint32_t n_dims,
 int shoal_ggml_dequant_row(uint32_t id, const void *src, float *dst,
                            uint64_t n, struct shoal_err *err);
 
-/* Check the f16 block scales of n_blocks blocks of type id at src: d (and
- * dmin, where the type has one) of every Q8_0, Q4_K, Q5_K and Q6_K block
- * must be finite, since one NaN or infinite scale makes every dot product
+/* Check the block scales of n_blocks blocks of type id at src: the f16 d
+ * (and dmin or m, where the type has one) of every Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q8_0, Q2_K .. Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ3_XXS, IQ1_S and IQ1_M
+ * block must be finite, and an MXFP4 block's E8M0 exponent must not be
+ * 255 (its NaN), since one NaN or infinite scale makes every dot product
  * with its row NaN (the byte layouts: ggml_dot.h, ggml_dequant.c).
  *   src    [n_blocks * type_size] bytes, borrowed
  *   what   the tensor's name for the message, borrowed
  *   block0 the index of src's first block in the tensor (for the message)
- * Returns 0 (also for a type without f16 scales here), or -SHOAL_EFORMAT
- * with err naming the tensor, the block index in it, which scale and its
- * value. Reads 2 or 4 bytes per block; allocates nothing. Thread: any. */
+ * Returns 0 (also for a type without scales checked here), or
+ * -SHOAL_EFORMAT with err naming the tensor, the block index in it, which
+ * scale and its value. Reads 1 to 8 bytes per block; allocates nothing.
+ * Thread: any. */
 int shoal_ggml_check_scales(uint32_t id, const void *src, uint64_t n_blocks, const char *what,
                             uint64_t block0, struct shoal_err *err);
 

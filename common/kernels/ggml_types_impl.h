@@ -53,4 +53,9 @@ extern const uint16_t shoal_ggml_iq2xxs_codes[256];
 extern const uint16_t shoal_ggml_iq3xxs_codes[256];
 extern const uint16_t shoal_ggml_iq1s_codes[2048];
 
+/* ggml-common.h kvalues_iq4nl and kvalues_mxfp4 (E2M1 times 2), as the dot
+ * products' integer codes (ggml_dot.c) */
+extern const int8_t shoal_ggml_iq4nl_values[16];
+extern const int8_t shoal_ggml_mxfp4_values[16];
+
 #endif

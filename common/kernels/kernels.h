@@ -56,7 +56,8 @@ void shoal_linear_many(const struct shoal_linear_job *jobs, int n_jobs);
  * computed by the same code as shoal_linear, so the bits do not depend on
  * nth. A non-f32, non-quant W uses a row buffer of cols floats from
  * row_buf (caller-owned, one per thread) when not NULL, else allocates.
- * A GGML W (a GGUF file's Q8_0, Q4_K, Q6_K) runs shoal_ggml_linear_part
+ * A GGML W (a GGUF file's Q8_0, K-quant, IQ, MXFP4, ... matrix) runs
+ * shoal_ggml_linear_part
  * (ggml_dot.h: int8 activations, its canonical order; no row buffer).
  * Thread: one OpenMP thread of the caller's region. */
 void shoal_linear_part(float *y, const float *x, int64_t n_tok,

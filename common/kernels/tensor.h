@@ -26,7 +26,7 @@ enum shoal_dtype {
                                per 32 values of a row (quant.h "MXFP4";
                                2-D only, cols a multiple of 32) */
     SHOAL_DTYPE_GGML = 8,   /* a ggml-typed matrix as a GGUF file ships it
-                               (w->ggml_type: Q8_0, Q4_K or Q6_K, ggml_dot.h;
+                               (w->ggml_type: shoal_ggml_dot_supported, ggml_dot.h;
                                2-D only). Never in a container: not a name
                                shoal_dtype_parse accepts */
     SHOAL_DTYPE_COUNT

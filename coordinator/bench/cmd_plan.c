@@ -748,15 +748,10 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
         printf("help most    %s: decode %s tok/s (%+.0f %%)\n", c->advice, rate3(t1, c->advice_tps),
                100 * (c->advice_tps / s->decode_tps - 1));
     const struct shoal_plan_mem *m0 = &s->mem[0];
-    if (c->types) {
-        if (!c->o->runnable)
-            printf("note         shoal does not run this GGUF yet (it runs qwen3moe files of "
-                   "F32/F16/BF16/Q8_0/Q4_K/Q6_K tensors: docs/MODELS.md); these figures are "
-                   "for the file as shipped, once it does\n");
-        else
-            printf("run with     shoal run %s --prompt TEXT (or --tokens IDS without a vocabulary "
-                   "in the file; its experts are read through the page cache, not the expert "
-                   "store yet: the cache is what RAM the OS has free)\n", c->model);
+    if (c->types && !c->o->runnable) {
+        printf("note         shoal does not run this GGUF yet (an architecture or a tensor type "
+               "it does not run: 'shoal inspect %s' says which; docs/MODELS.md); these "
+               "figures are for the file as shipped, once it does\n", c->model);
         return;
     }
     struct stat st;
@@ -764,7 +759,7 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
     int container = stat(man, &st) == 0;
     free(man);
     int isdir = stat(c->model, &st) == 0 && S_ISDIR(st.st_mode);
-    if (!container) {
+    if (!container && !c->types) {   /* a GGUF runs as it is: its experts streamed */
         char ex[16], de[16];
         snprintf(ex, sizeof ex, "%s", shoal_dtype_name(c->p->experts_dtype));
         snprintf(de, sizeof de, "%s", shoal_dtype_name(c->p->dense_dtype));
@@ -775,7 +770,7 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
         printf("convert      shoal convert %s DIR --experts %s --dense %s\n",
                isdir ? c->model : "CHECKPOINT", ex, de);
     }
-    const char *dir = container ? c->model : "DIR";
+    const char *dir = container || c->types ? c->model : "DIR";
     if (e->n_machine == 1) {
         printf("run with     shoal run %s --prompt TEXT --expert-cache %lluM --direct on\n", dir,
                (unsigned long long)(m0->cache >> 20));

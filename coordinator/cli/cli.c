@@ -116,7 +116,7 @@ void shoal_cli_usage_model(FILE *f)
         "  --model DIR, DIR     the model: a Hugging Face checkpoint directory\n"
         "                       (config.json, *.safetensors, tokenizer.json) or a shoal\n"
         "                       container (made by 'shoal convert'), or a GGUF file\n"
-        "                       (qwen3moe; docs/MODELS.md); default: the bundled\n"
+        "                       (docs/MODELS.md \"GGUF files\"); default: the bundled\n"
         "                       model, %s\n", shoal_cli_default_model());
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ggml_dot.h"
 #include "ggml_types.h"
 #include "gguf.h"
 #include "gguf_arch.h"
@@ -121,13 +122,12 @@ static void add_tensor(struct summary *s, const struct shoal_gguf_tensor *t)
 }
 
 /* Whether `shoal run` computes with type id today (model_gguf.c): F32,
- * F16 and BF16 as shoal's own dtypes, Q8_0, Q4_K and Q6_K through
- * ggml_dot.h's kernels. */
+ * F16 and BF16 as shoal's own dtypes, the types with a dot product
+ * (shoal_ggml_dot_supported) through ggml_dot.h's kernels. */
 static int type_runs(uint32_t id)
 {
     return id == SHOAL_GGML_TYPE_F32 || id == SHOAL_GGML_TYPE_F16 ||
-           id == SHOAL_GGML_TYPE_BF16 || id == SHOAL_GGML_TYPE_Q8_0 ||
-           id == SHOAL_GGML_TYPE_Q4_K || id == SHOAL_GGML_TYPE_Q6_K;
+           id == SHOAL_GGML_TYPE_BF16 || shoal_ggml_dot_supported(id);
 }
 
 /* What shoal does with a type today, on this CPU's kernels (the quantized
@@ -260,8 +260,8 @@ static void print_table(const char *path, const struct shoal_gguf_files *f,
                "the expert store: docs/MODELS.md).\n", arch);
     else
         printf("\nshoal run does not take this file yet: it runs GGUF files of %s with F32, "
-               "F16, BF16, Q8_0, Q4_K and Q6_K tensors (docs/MODELS.md).\n",
-               shoal_gguf_arch_list());
+               "F16 and BF16 tensors and matrices of %s (docs/MODELS.md).\n",
+               shoal_gguf_arch_list(), shoal_ggml_dot_types());
 }
 
 static void print_json(const char *path, const struct shoal_gguf_files *f,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ggml_dot.h"
 #include "ggml_types.h"
 #include "gguf.h"
 #include "gguf_arch.h"
@@ -116,8 +117,7 @@ int shoal_plan_gguf(const char *path, const struct shoal_plan_params *p, struct 
                 continue;
             /* the types `shoal run FILE.gguf` computes today (model_gguf.c) */
             types_run &= t.type == SHOAL_GGML_TYPE_F32 || t.type == SHOAL_GGML_TYPE_F16 ||
-                         t.type == SHOAL_GGML_TYPE_BF16 || t.type == SHOAL_GGML_TYPE_Q8_0 ||
-                         t.type == SHOAL_GGML_TYPE_Q4_K || t.type == SHOAL_GGML_TYPE_Q6_K;
+                         t.type == SHOAL_GGML_TYPE_BF16 || shoal_ggml_dot_supported(t.type);
             int il = -1;
             if (sscanf(t.name, "blk.%d.", &il) != 1)
                 il = -1;

@@ -32,6 +32,13 @@ Cases:
             multiple of 256) and every other matrix Q6_K (token_embd and
             the router included): the same bytes at --threads 1 and 2,
             cosine 0.98 to the BF16 run while the tokens agree
+  random types: the experts as random valid blocks of Q5_K, Q2_K, Q3_K,
+            IQ4_XS, IQ2_XXS, IQ3_XXS, IQ1_S (gate, up) and IQ4_NL, MXFP4
+            (down), a type per layer, in two files; the test's decoders
+            of those types give gguf-py's floats on tests/data/gguf's
+            vectors first. Each file: the same bytes at --threads 1 and 2,
+            greedy tokens and cosine 0.9999 to the file of the same
+            weights decoded to F32 (only the activations' int8 differs)
   scales:   a NaN or infinite f16 block scale (d, dmin) in a Q6_K trunk
             matrix: exit 2 at load, one line naming tensor, block, value;
             in a Q4_K or Q8_0 expert: the same line (and the expert) the
@@ -62,6 +69,9 @@ import gguf_writer  # noqa: E402
 result = H.Results()
 MODEL = H.MODEL
 ARGS = ["--tokens", "1,2,3", "--max-tokens", "16", "--greedy"]
+
+from gguf_writer import GGML  # noqa: E402  (extended below with the types of the mixes)
+
 
 # ---- reading the checkpoint ------------------------------------------------
 
@@ -149,6 +159,189 @@ def q6_k_decode(raw):
     return y
 
 
+# ---- decoders of the types written as random blocks (issue 30) --------------
+# Each is ggml_dequant.c's rule, one f32 operation per step in its order, so
+# it gives gguf-py's floats bit for bit (checked on tests/data/gguf's vectors
+# in test_decoders); the IQ grids are gguf-py's, read from that folder.
+
+DATA = os.path.join(os.path.dirname(HERE), "data", "gguf")
+KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10,
+                          1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float32)
+KVALUES_MXFP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12],
+                         dtype=np.float32)
+
+
+def _grid(name, width):
+    with open(os.path.join(DATA, "grid_%s.i8" % name), "rb") as f:
+        return np.frombuffer(f.read(), dtype=np.int8).reshape(-1, width).astype(np.float32)
+
+
+def _blocks(raw, size):
+    return np.frombuffer(raw, dtype=np.uint8).reshape(-1, size)
+
+
+def _u32(b, off):
+    return b[:, off:off + 4].copy().view("<u4")[:, 0].astype(np.int64)
+
+
+def _signs(bits7):
+    """[n] 7 stored sign bits -> [n][8] +-1 (the 8th bit: even parity)"""
+    bits = (bits7[:, None] >> np.arange(7)) & 1
+    allb = np.concatenate([bits, bits.sum(axis=1, keepdims=True) & 1], axis=1)
+    return np.where(allb == 1, np.float32(-1), np.float32(1))
+
+
+def q5_k_decode(raw):
+    b = _blocks(raw, 176)
+    d, dmin, qh, qs = _f16(b, 0), _f16(b, 2), b[:, 16:48], b[:, 48:]
+    y = np.empty((len(b), 256), dtype=np.float32)
+    for ib in range(8):
+        sc, m = _scale_min_k4(b[:, 4:16], ib)
+        d1, m1 = d * sc.astype(np.float32), dmin * m.astype(np.float32)
+        q = ((qs[:, 32 * (ib // 2):32 * (ib // 2) + 32] >> (4 * (ib % 2))) & 0x0F) | \
+            ((qh >> ib) & 1) << 4
+        y[:, 32 * ib:32 * ib + 32] = d1[:, None] * q.astype(np.float32) - m1[:, None]
+    return y
+
+
+def q2_k_decode(raw):
+    b = _blocks(raw, 84)
+    sc, qs, d, dmin = b[:, :16], b[:, 16:80], _f16(b, 80), _f16(b, 82)
+    y = np.empty((len(b), 256), dtype=np.float32)
+    for e0 in range(0, 256, 16):
+        h, s, l = e0 // 128, (e0 // 32) % 4, e0 % 32
+        dl = d * (sc[:, e0 // 16] & 0x0F).astype(np.float32)
+        ml = dmin * (sc[:, e0 // 16] >> 4).astype(np.float32)
+        q = (qs[:, 32 * h + l:32 * h + l + 16] >> (2 * s)) & 3
+        y[:, e0:e0 + 16] = dl[:, None] * q.astype(np.float32) - ml[:, None]
+    return y
+
+
+def q3_k_decode(raw):
+    b = _blocks(raw, 110)
+    hm, qs, sc, d = b[:, :32], b[:, 32:96], b[:, 96:108].astype(np.int32), _f16(b, 108)
+    y = np.empty((len(b), 256), dtype=np.float32)
+    for e0 in range(0, 256, 16):
+        i, h, s, l = e0 // 16, e0 // 128, (e0 // 32) % 4, e0 % 32
+        lo = (sc[:, i % 8] >> (4 * (i // 8))) & 0x0F
+        hi = (sc[:, 8 + i % 4] >> (2 * (i // 4))) & 3
+        dl = d * ((lo | hi << 4) - 32).astype(np.float32)
+        q = ((qs[:, 32 * h + l:32 * h + l + 16] >> (2 * s)) & 3).astype(np.int32)
+        q = np.where((hm[:, l:l + 16] >> (4 * h + s)) & 1, q, q - 4)
+        y[:, e0:e0 + 16] = dl[:, None] * q.astype(np.float32)
+    return y
+
+
+def iq4_nl_decode(raw):
+    b = _blocks(raw, 18)
+    d, qs = _f16(b, 0), b[:, 2:]
+    return np.concatenate([d[:, None] * KVALUES_IQ4NL[qs & 0x0F],
+                           d[:, None] * KVALUES_IQ4NL[qs >> 4]], axis=1)
+
+
+def iq4_xs_decode(raw):
+    b = _blocks(raw, 136)
+    d, sh, sl, qs = _f16(b, 0), b[:, 2].astype(np.int32) | b[:, 3].astype(np.int32) << 8, \
+        b[:, 4:8].astype(np.int32), b[:, 8:]
+    y = np.empty((len(b), 256), dtype=np.float32)
+    for ib in range(8):
+        ls = ((sl[:, ib // 2] >> (4 * (ib % 2))) & 0x0F) | ((sh >> (2 * ib)) & 3) << 4
+        dl = d * (ls - 32).astype(np.float32)
+        q = qs[:, 16 * ib:16 * ib + 16]
+        y[:, 32 * ib:32 * ib + 16] = dl[:, None] * KVALUES_IQ4NL[q & 0x0F]
+        y[:, 32 * ib + 16:32 * ib + 32] = dl[:, None] * KVALUES_IQ4NL[q >> 4]
+    return y
+
+
+def iq2_xxs_decode(raw):
+    b, grid = _blocks(raw, 66), _grid("iq2_xxs", 8)
+    d = _f16(b, 0)
+    y = np.empty((len(b), 256), dtype=np.float32)
+    for ib in range(8):
+        bits = _u32(b, 2 + 8 * ib + 4)
+        db = d * (np.float32(0.5) + (bits >> 28).astype(np.float32)) * np.float32(0.25)
+        for l in range(4):
+            v = db[:, None] * grid[b[:, 2 + 8 * ib + l]]
+            y[:, 32 * ib + 8 * l:32 * ib + 8 * l + 8] = v * _signs((bits >> (7 * l)) & 127)
+    return y
+
+
+def iq3_xxs_decode(raw):
+    b, grid = _blocks(raw, 98), _grid("iq3_xxs", 4)
+    d, qs = _f16(b, 0), b[:, 2:66]
+    y = np.empty((len(b), 256), dtype=np.float32)
+    for ib in range(8):
+        bits = _u32(b, 66 + 4 * ib)
+        db = d * (np.float32(0.5) + (bits >> 28).astype(np.float32)) * np.float32(0.5)
+        for l in range(4):
+            g = np.concatenate([grid[qs[:, 8 * ib + 2 * l]], grid[qs[:, 8 * ib + 2 * l + 1]]],
+                               axis=1)
+            y[:, 32 * ib + 8 * l:32 * ib + 8 * l + 8] = \
+                db[:, None] * g * _signs((bits >> (7 * l)) & 127)
+    return y
+
+
+def iq1_s_decode(raw):
+    b, grid = _blocks(raw, 50), _grid("iq1_s", 8)
+    d, qs = _f16(b, 0), b[:, 2:34].astype(np.int64)
+    y = np.empty((len(b), 256), dtype=np.float32)
+    for ib in range(8):
+        qh = b[:, 34 + 2 * ib].astype(np.int64) | b[:, 35 + 2 * ib].astype(np.int64) << 8
+        dl = d * (2 * ((qh >> 12) & 7) + 1).astype(np.float32)
+        delta = np.where(qh & 0x8000, np.float32(-0.125), np.float32(0.125))
+        for l in range(4):
+            g = grid[qs[:, 4 * ib + l] | ((qh >> (3 * l)) & 7) << 8]
+            y[:, 32 * ib + 8 * l:32 * ib + 8 * l + 8] = dl[:, None] * (g + delta[:, None])
+    return y
+
+
+def mxfp4_decode(raw):
+    b = _blocks(raw, 17)
+    e = b[:, 0].astype(np.uint32)
+    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << 23).astype(np.uint32)
+    d, qs = bits.view(np.float32), b[:, 1:]
+    return np.concatenate([KVALUES_MXFP4[qs & 0x0F] * d[:, None],
+                           KVALUES_MXFP4[qs >> 4] * d[:, None]], axis=1)
+
+
+# type: (bytes a block, elements, decoder, the block scales' f16 offsets
+# (MXFP4: its E8M0 byte))
+RANDOM_TYPES = {"Q5_K": (176, 256, q5_k_decode, (0, 2)), "Q2_K": (84, 256, q2_k_decode, (80, 82)),
+                "Q3_K": (110, 256, q3_k_decode, (108,)),
+                "IQ4_XS": (136, 256, iq4_xs_decode, (0,)), "IQ4_NL": (18, 32, iq4_nl_decode, (0,)),
+                "IQ2_XXS": (66, 256, iq2_xxs_decode, (0,)),
+                "IQ3_XXS": (98, 256, iq3_xxs_decode, (0,)),
+                "IQ1_S": (50, 256, iq1_s_decode, (0,)), "MXFP4": (17, 32, mxfp4_decode, None)}
+GGML.update({"Q2_K": 10, "Q3_K": 11, "Q5_K": 13, "IQ2_XXS": 16, "IQ3_XXS": 18, "IQ1_S": 19,
+             "IQ4_NL": 20, "IQ4_XS": 23, "MXFP4": 39})
+
+
+def random_blocks(typ, like, rng):
+    """Random valid blocks of typ for a tensor shaped like `like`, their
+    scales set so the decoded weights' RMS is about like's: random codes
+    with every f16 scale 1 decoded, then every scale c (w is linear in d and
+    dmin together); MXFP4's exponent the nearest power of two. Returns the
+    bytes and their decoding (float32, like's shape)."""
+    size, bs, dec, offs = RANDOM_TYPES[typ]
+    n = like.size // bs
+    b = rng.integers(0, 256, size=(n, size), dtype=np.uint8)
+    target = float(np.sqrt(np.mean(np.square(like, dtype=np.float64))))
+    if offs is None:
+        b[:, 0] = 127   # scale 2^-1
+        rms = float(np.sqrt(np.mean(np.square(dec(b.tobytes()), dtype=np.float64))))
+        b[:, 0] = int(np.clip(127 + np.round(np.log2(target / rms)), 2, 250))
+    else:
+        one = np.frombuffer(np.float16(1).astype("<f2").tobytes(), dtype=np.uint8)
+        for off in offs:
+            b[:, off:off + 2] = one
+        rms = float(np.sqrt(np.mean(np.square(dec(b.tobytes()), dtype=np.float64))))
+        c = np.frombuffer(np.float16(target / rms).astype("<f2").tobytes(), dtype=np.uint8)
+        for off in offs:
+            b[:, off:off + 2] = c
+    raw = b.tobytes()
+    return raw, dec(raw).reshape(like.shape)
+
+
 def _rint_clip(v, lo, hi):
     return np.clip(np.floor(v + np.float32(0.5)), lo, hi).astype(np.int32)
 
@@ -224,6 +417,8 @@ def q6_k_bytes(x):
 
 
 def encode(x, typ):
+    if isinstance(x, tuple):   # (array, its bytes as written)
+        return x[1]
     if typ in ("F32", "F16", "BF16"):
         return encode_float(x, typ)
     if typ == "Q8_0":
@@ -232,14 +427,14 @@ def encode(x, typ):
         return q4_k_bytes(x)
     if typ == "Q6_K":
         return q6_k_bytes(x)
-    if typ == "Q5_0":   # only its size matters (a type shoal refuses)
-        return bytes(x.size // 32 * 22)
+    if typ == "Q8_1":   # only its size matters (a type shoal refuses)
+        return bytes(x.size // 32 * 36)
     raise ValueError(typ)
 
 
 def write_gguf(path, kvs, tensors, align=32, poison=None):
-    """tensors: [(name, array, ggml type name)] (gguf_writer.write_gguf with
-    this test's quantizers)."""
+    """tensors: [(name, array or (array, its bytes), ggml type name)]
+    (gguf_writer.write_gguf with this test's quantizers)."""
     gguf_writer.write_gguf(path, kvs, tensors, align, poison, encode)
 
 
@@ -346,7 +541,7 @@ def check_quantized(shoal, tmp, label, path, ref, min_cos):
         agree += 1
     cos = cosines(a[:agree + 1], ref[:agree + 1])
     result("%s GGUF: greedy tokens follow the BF16 run (%d of 16 agree), each such "
-           "step's logits within cosine %g (min %.5f)" % (label, agree, min_cos, min(cos)),
+           "step's logits within cosine %g (min %.7f)" % (label, agree, min_cos, min(cos)),
            agree >= 4 and min(cos) > min_cos, "tokens %s vs %s" % (tok, ref_tok))
     result("%s GGUF: not the BF16 bytes (the quantized weights are used)" % label,
            a.tobytes() != ref.tobytes())
@@ -403,6 +598,56 @@ def test_k_quants(shoal, tmp, tensors, kvs, ref):
          for n, x, typ in typed(tensors, matrix_type="Q6_K", expert_type="Q4_K")]
     write_gguf(path, kvs, t)
     check_quantized(shoal, tmp, "q4_k-q6_k", path, ref, 0.98)
+
+
+def test_decoders():
+    """The decoders of the types written as random blocks give gguf-py's
+    floats for tests/data/gguf's vectors."""
+    for typ, (size, bs, dec, _) in RANDOM_TYPES.items():
+        with open(os.path.join(DATA, typ.lower() + ".bin"), "rb") as f:
+            raw = f.read()
+        n = len(raw) // (size + 4 * bs)
+        want = np.frombuffer(raw[n * size:], dtype="<f4").reshape(n, bs)
+        got = dec(raw[:n * size])
+        result("%s: the test's decoder gives gguf-py's floats for its %d blocks" % (typ, n),
+               n > 0 and got.tobytes() == want.tobytes())
+
+
+# Two files of random expert blocks, a type per layer: gate and up (256
+# columns) of the 256-element types, down (192 columns) of the 32-element ones
+MIXES = (("k-mix", ("Q5_K", "Q2_K", "Q3_K", "IQ4_XS"), ("IQ4_NL", "MXFP4")),
+         ("iq-mix", ("IQ2_XXS", "IQ3_XXS", "IQ1_S", "IQ2_XXS"), ("MXFP4", "IQ4_NL")))
+
+
+def test_random_types(shoal, tmp, tensors, kvs):
+    """Experts of random valid blocks of each new type (the rest BF16): the
+    same bytes at --threads 1 and 2 and within cosine 0.9999 of a file with
+    the same weights decoded to F32 by the test's own decoders."""
+    rng = np.random.default_rng(301)
+    for label, gate_up, down in MIXES:
+        typed_t, ref_t = [], []
+        for n, x, t in typed(tensors, matrix_type="BF16"):
+            if "_exps." in n:
+                il = int(n.split(".")[1])
+                t = down[il % 2] if "ffn_down_exps" in n else gate_up[il % len(gate_up)]
+                raw, y = random_blocks(t, x, rng)
+                typed_t.append((n, (x, raw), t))
+                ref_t.append((n, y, "F32"))
+            else:
+                typed_t.append((n, x, t))
+                ref_t.append((n, x, t))
+        path, ref_path = (os.path.join(tmp, "%s%s.gguf" % (label, s)) for s in ("", "-f32"))
+        write_gguf(path, kvs, typed_t)
+        write_gguf(ref_path, kvs, ref_t)
+        r, ref = shoal_run(shoal, ref_path, os.path.join(tmp, label + "-f32.npy"))
+        if not result("%s: the F32 file of the decoded weights runs" % label,
+                      r.returncode == 0 and ref is not None, show(r)):
+            continue
+        # the same weights on both sides: only the int8 activations differ
+        # (a correct run measures 1 - cos ~ 4e-6; one layer's IQ1_S delta
+        # sign flipped gives 3.5e-4), so tighter than the 0.98 of issue 30
+        check_quantized(shoal, tmp, "%s (%s experts)" % (label, ", ".join(gate_up + down)),
+                        path, ref, 0.9999)
 
 
 def test_bad_scales(shoal, tmp, tensors, kvs):
@@ -477,7 +722,7 @@ def test_vocab(shoal, tmp, tensors, kvs):
 
 def test_bad(shoal, tmp, tensors, cfg):
     base = typed(tensors, "BF16")
-    q5 = [(n, x, "Q5_0" if n == "blk.2.ffn_down_exps.weight" else t) for n, x, t in base]
+    q8_1 = [(n, x, "Q8_1" if n == "blk.2.ffn_down_exps.weight" else t) for n, x, t in base]
     wrong = [(n, x[:, :-32] if n == "blk.1.attn_k.weight" else x, t) for n, x, t in base]
     stray = base + [("blk.0.ffn_gate_shexp.weight", base[3][1], "BF16")]
     cases = [
@@ -487,8 +732,8 @@ def test_bad(shoal, tmp, tensors, cfg):
         ("a key shoal does not read", metadata(cfg, extra=[
             ("qwen3moe.rope.scaling.type", "str", "yarn")]), base,
          ["qwen3moe.rope.scaling.type"]),
-        ("a tensor type shoal does not run", metadata(cfg), q5,
-         ["blk.2.ffn_down_exps.weight", "Q5_0", "not runnable"]),
+        ("a tensor type shoal does not run", metadata(cfg), q8_1,
+         ["blk.2.ffn_down_exps.weight", "Q8_1", "not runnable"]),
         ("a wrong shape", metadata(cfg), wrong, ["blk.1.attn_k.weight", "shape"]),
         ("an unexpected tensor", metadata(cfg), stray, ["blk.0.ffn_gate_shexp.weight"]),
     ]
@@ -515,6 +760,7 @@ def main():
            sum(1 for n in st if ".experts." not in n) + 3 * cfg["num_hidden_layers"] ==
            len(tensors) and all(np.any(x != 0) for _, x in tensors))
     test_k_quantizers()
+    test_decoders()
     with tempfile.TemporaryDirectory(prefix="shoal-run-gguf-") as tmp:
         r, ref = shoal_run(shoal, MODEL, os.path.join(tmp, "ref.npy"))
         if not result("the checkpoint's own run", r.returncode == 0 and ref is not None,
@@ -524,6 +770,7 @@ def main():
         test_exact(shoal, tmp, tensors, kvs, ref)
         test_q8_0(shoal, tmp, tensors, kvs, ref)
         test_k_quants(shoal, tmp, tensors, kvs, ref)
+        test_random_types(shoal, tmp, tensors, kvs)
         test_bad_scales(shoal, tmp, tensors, kvs)
         test_vocab(shoal, tmp, tensors, kvs)
         test_bad(shoal, tmp, tensors, cfg)

@@ -242,8 +242,8 @@ def test_gguf(shoal, tmp):
            ok and j["experts_bytes"] == exps and j["resident_bytes"] == trunk
            and j["expert_bytes"] == -(-exps // (2 * G.N_EXPERT)) and j["n_moe_layer"] == 2
            and j["n_expert"] == G.N_EXPERT and j["n_expert_used"] == 2
-           # IQ2_XXS and MXFP4 experts: shoal does not run this one yet
-           and not j["runnable"],
+           # IQ2_XXS and MXFP4 experts: types shoal runs (ggml_dot.h)
+           and j["runnable"],
            "rc %d %s" % (rc, err.strip() or {k: j.get(k) for k in (
                "experts_bytes", "resident_bytes", "expert_bytes", "runnable")} if j else err))
     result("  its KV per token from the metadata (2 x layers x kv heads x key_length x 4)",
@@ -252,8 +252,10 @@ def test_gguf(shoal, tmp):
     result("  its types line names the shipped types", ok and "Q4_K" in j.get("gguf_types", "")
            and "IQ2_XXS" in j["gguf_types"] and "Q8_0" in j["gguf_types"], j and j.get("gguf_types"))
     r = plan(shoal, path, "--ram", "8G")
-    result("  the text says shoal does not run this GGUF yet", r.returncode == 0
-           and "does not run this GGUF" in r.stdout and "as shipped" in r.stdout, r.stdout[-300:])
+    result("  the text's run line: shoal run on the file itself, its experts streamed "
+           "(--expert-cache, --direct on), no convert line", r.returncode == 0
+           and ("shoal run %s --prompt TEXT --expert-cache " % path) in r.stdout
+           and "--direct on" in r.stdout and "shoal convert" not in r.stdout, r.stdout[-300:])
     r = plan(shoal, path, "--experts", "int4a8")
     result("  --experts on a GGUF: exit 2, one line", r.returncode == 2
            and "do not apply" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr)

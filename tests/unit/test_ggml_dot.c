@@ -13,6 +13,7 @@
 #include <criterion/new/assert.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,9 +22,16 @@
 #include "quant.h"
 #include "tensor.h"
 
-static const enum shoal_ggml_type types[] = {SHOAL_GGML_TYPE_Q8_0, SHOAL_GGML_TYPE_Q4_K,
-                                             SHOAL_GGML_TYPE_Q6_K};
+/* the first three have their own kernels; the rest share the integer form */
+static const enum shoal_ggml_type types[] = {
+    SHOAL_GGML_TYPE_Q8_0,    SHOAL_GGML_TYPE_Q4_K,    SHOAL_GGML_TYPE_Q6_K,
+    SHOAL_GGML_TYPE_Q5_K,    SHOAL_GGML_TYPE_Q2_K,    SHOAL_GGML_TYPE_Q3_K,
+    SHOAL_GGML_TYPE_IQ4_XS,  SHOAL_GGML_TYPE_IQ4_NL,  SHOAL_GGML_TYPE_IQ2_XXS,
+    SHOAL_GGML_TYPE_IQ3_XXS, SHOAL_GGML_TYPE_IQ1_S,   SHOAL_GGML_TYPE_MXFP4,
+    SHOAL_GGML_TYPE_IQ1_M,   SHOAL_GGML_TYPE_Q4_0,    SHOAL_GGML_TYPE_Q4_1,
+    SHOAL_GGML_TYPE_Q5_0,    SHOAL_GGML_TYPE_Q5_1};
 #define N_TYPES (sizeof types / sizeof *types)
+#define N_OWN_KERNEL 3
 
 /* ---- generators ------------------------------------------------------------ */
 
@@ -49,12 +57,32 @@ static void put_f16(uint8_t *p, float v)
     p[1] = (uint8_t)(h >> 8);
 }
 
+/* The f16 d of an IQ1_M block: the top nibbles of its four u16 scales */
+static void put_iq1_m_d(uint8_t *blk, float v)
+{
+    const uint16_t h = shoal_f32_to_f16(v);
+    for (int i = 0; i < 4; i++)
+        blk[49 + 2 * i] = (uint8_t)((blk[49 + 2 * i] & 0x0F) | ((h >> (4 * i)) & 0x0F) << 4);
+}
+
+/* An extreme f16 block scale: 0, the largest f16, the smallest and the
+ * largest subnormal */
+static float extreme_f16(void)
+{
+    static const float v[4] = {0.0f, 65504.0f, 0x1p-24f, 0x3FFp-24f};
+    return v[rng_u32() % 4];
+}
+
 /* A random matrix of type, rows x cols, with realistic scales (f16 d of a
- * few 1e-3, random codes and 6-bit / int8 sub-block scales). pow2: the
- * scales are powers of two (every product exact). Owned by the caller. */
-static uint8_t *make_matrix(enum shoal_ggml_type type, int64_t rows, int64_t cols, int pow2,
+ * few 1e-3, random codes and sub-block scales; every byte pattern of the
+ * codes is a valid block). mode 1: the scales are powers of two (every
+ * product exact; Q8_0, Q4_K, Q6_K only); mode 2: one block in eight gets
+ * an extreme scale (extreme_f16; MXFP4 exponents 0, 1, 2, 254). Owned by
+ * the caller. */
+static uint8_t *make_matrix(enum shoal_ggml_type type, int64_t rows, int64_t cols, int mode,
                             size_t *bytes)
 {
+    const int pow2 = mode == 1;
     const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(type);
     const int64_t nb = rows * (cols / ti->block_size);
     *bytes = (size_t)nb * ti->type_size;
@@ -64,24 +92,52 @@ static uint8_t *make_matrix(enum shoal_ggml_type type, int64_t rows, int64_t col
         m[i] = (uint8_t)rng_u32();
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *blk = m + (size_t)b * ti->type_size;
-        const float d = pow2 ? 0x1p-8f : rng_f(0.0005f, 0.004f);
-        const float dmin = pow2 ? 0x1p-9f : rng_f(0.0005f, 0.004f);
+        const int extreme = mode == 2 && rng_u32() % 8 == 0;
+        float d = pow2 ? 0x1p-8f : rng_f(0.0005f, 0.004f);
+        float dmin = pow2 ? 0x1p-9f : rng_f(0.0005f, 0.004f);
+        if (extreme) {
+            d = extreme_f16();
+            dmin = extreme_f16();
+        }
         switch (type) {
         case SHOAL_GGML_TYPE_Q8_0:
-            put_f16(blk, d * 4);
+            put_f16(blk, extreme ? d : d * 4);
             break;
         case SHOAL_GGML_TYPE_Q4_K:
+        case SHOAL_GGML_TYPE_Q5_K:
             put_f16(blk, d);
             put_f16(blk + 2, dmin);
             if (pow2)   /* every sc and m <= 7 (see the exact test) */
                 for (int k = 0; k < 12; k++)
                     blk[4 + k] &= k < 8 ? 0x07 : 0x77;
             break;
-        default:   /* Q6_K: int8 sub-block scales, full range kept (-128 included) */
+        case SHOAL_GGML_TYPE_Q6_K:   /* int8 sub-block scales, full range kept (-128 included) */
             put_f16(blk + 208, d);
             if (pow2)   /* sc in [-4, 3] */
                 for (int k = 0; k < 16; k++)
                     blk[192 + k] = (uint8_t)((int)(rng_u32() % 8) - 4);
+            break;
+        case SHOAL_GGML_TYPE_Q2_K:
+            put_f16(blk + 80, d);
+            put_f16(blk + 82, dmin);
+            break;
+        case SHOAL_GGML_TYPE_Q3_K:
+            put_f16(blk + 108, d);
+            break;
+        case SHOAL_GGML_TYPE_Q4_1:
+        case SHOAL_GGML_TYPE_Q5_1:   /* m: the block's minimum, negative */
+            put_f16(blk, d);
+            put_f16(blk + 2, extreme ? dmin : -8 * dmin);
+            break;
+        case SHOAL_GGML_TYPE_IQ1_M:
+            put_iq1_m_d(blk, d);
+            break;
+        case SHOAL_GGML_TYPE_MXFP4:   /* 2^(e - 128): weights up to 12 * 2^-7 */
+            blk[0] = extreme ? (uint8_t)((const int[]){0, 1, 2, 254}[rng_u32() % 4])
+                             : (uint8_t)(115 + rng_u32() % 6);
+            break;
+        default:   /* d f16 at 0: Q4_0, Q5_0, IQ4_NL, IQ4_XS, IQ2_XXS, IQ3_XXS, IQ1_S */
+            put_f16(blk, d);
             break;
         }
     }
@@ -158,9 +214,13 @@ static double ref64(const struct shoal_ggml_act *a, int64_t it, const void *row,
  *    one more: at most 4u (|A_b| + |B_b|) to first order; the chain's
  *    n_blk - 1 adds each within u of a partial sum <= tmag =
  *    sum_b (|A_b| + |B_b|). So |S - E| <= (n_blk + 3) u tmag.
- *  - tmag: for Q8_0 and Q6_K |A_b| <= its block's sum of |W X| (B = 0);
- *    for Q4_K A's weights are W + dmin*m, so tmag <= mag + 2 * mins with
- *    mins = sum |dmin m_j X_i|.
+ *  - tmag: for the types without a min |A_b| <= its block's sum of
+ *    |W X| (B = 0); for those with one (Q4_K, Q5_K, Q2_K, Q4_1, Q5_1) A's
+ *    weights are W + DMIN*m, so tmag <= mag + 2 * mins with
+ *    mins = sum |DMIN m_j X_i|.
+ *  - the other types' W are exact or round once as Q4_K's: the products
+ *    of an f16 d, a scale of at most 6 bits and a code of at most 7 bits
+ *    fit f32's 24 (ggml_dequant.c's formulas).
  * The bound is u * (mag + (n_blk + 4) * tmag) (one n_blk of slack for
  * second-order terms and float64's own rounding). */
 static double ref_bound(const struct shoal_ggml_act *a, int64_t it, const void *row, double mag)
@@ -181,6 +241,19 @@ static double ref_bound(const struct shoal_ggml_act *a, int64_t it, const void *
             }
         }
         tmag = mag + 2 * mins;   /* |A| <= |W X| + |B| */
+    } else if (shoal_ggml_iform(a->type)) {
+        const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(a->type);
+        const int64_t B = ti->block_size;
+        const uint8_t *p = row;
+        double mins = 0;
+        for (int64_t b = 0; b < a->n_blk; b++, p += ti->type_size) {
+            struct shoal_ggml_iblock ib;
+            shoal_ggml_iblock_decode(a->type, p, &ib);
+            for (int64_t i = 0; i < B; i++)
+                mins += fabs((double)ib.dmin * ib.m[i / 16] * a->d[it * a->n_blk + b] *
+                             a->q[it * a->n + B * b + i]);
+        }
+        tmag = mag + 2 * mins;
     }
     return u * (mag + (double)(a->n_blk + 4) * tmag);
 }
@@ -194,13 +267,14 @@ struct gcase {
     struct shoal_ggml_matrix m;
 };
 
+/* mode: make_matrix's (1 also makes grid activations) */
 static void case_make(struct gcase *c, enum shoal_ggml_type type, int64_t rows, int64_t n,
-                      int64_t n_tok, uint64_t seed, int exact)
+                      int64_t n_tok, uint64_t seed, int mode)
 {
     rng_seed(seed);
-    c->w = make_matrix(type, rows, n, exact, &c->bytes);
+    c->w = make_matrix(type, rows, n, mode, &c->bytes);
     c->rb = c->bytes / (size_t)rows;
-    c->x = make_x(n_tok, n, exact);
+    c->x = make_x(n_tok, n, mode == 1);
     act_make(&c->ab, type, c->x, n_tok, n);
     c->m = (struct shoal_ggml_matrix){type, rows, n, c->w};
 }
@@ -251,8 +325,9 @@ Test(ggml_dot, scalar_dot_exact_when_every_step_is_exact)
 {
     /* power-of-two scales and grid activations (dx = 2^-3, qx = k): each
      * weight and term is a short dyadic number and every partial sum fits
-     * f32's 24 bits, so the scalar order and float64 give the same value */
-    for (size_t ti = 0; ti < N_TYPES; ti++) {
+     * f32's 24 bits, so the scalar order and float64 give the same value
+     * (Q8_0, Q4_K, Q6_K: their generator keeps the sums that small) */
+    for (size_t ti = 0; ti < N_OWN_KERNEL; ti++) {
         const uint64_t seed = 200 + ti;
         const int64_t n = 512, rows = 5, n_tok = 2;
         struct gcase c;
@@ -310,7 +385,7 @@ Test(ggml_dot, every_isa_thread_split_and_batch_gives_the_reference_bits, .timeo
                     const uint64_t seed = 1000 + 100 * ti + 10 * ci + ri;
                     const int64_t n = cols[ci], rows = rows_list[ri], max_tok = 70;
                     struct gcase c;
-                    case_make(&c, types[ti], rows, n, max_tok, seed, 0);
+                    case_make(&c, types[ti], rows, n, max_tok, seed, 2);   /* extremes */
                     cr_assert(eq(int, shoal_ggml_matrix_check(&c.m, c.bytes, NULL), 0));
                     /* the reference: shoal_ggml_dot of each (token, row) */
                     float *want = malloc((size_t)(max_tok * rows) * sizeof *want);
@@ -380,10 +455,11 @@ Test(ggml_dot, bad_types_and_shapes_are_refused)
     float x[2 * 512] = {0}, y[16];
     struct shoal_err err = {0};
 
-    struct shoal_ggml_matrix m = {SHOAL_GGML_TYPE_Q4_0, 2, 32, buf};
+    struct shoal_ggml_matrix m = {SHOAL_GGML_TYPE_TQ2_0, 2, 256, buf};
     cr_assert(eq(int, shoal_ggml_linear(y, x, 1, &m), SHOAL_EUNSUPPORTED));
     cr_assert(eq(int, shoal_ggml_matrix_check(&m, sizeof buf, &err), SHOAL_EUNSUPPORTED));
-    cr_assert(strstr(err.msg, "Q4_0") != NULL, "message: %s", err.msg);
+    cr_assert(strstr(err.msg, "TQ2_0") != NULL && strstr(err.msg, "IQ2_XXS") != NULL,
+              "message: %s", err.msg);
 
     m = (struct shoal_ggml_matrix){(enum shoal_ggml_type)4, 2, 32, buf};  /* removed id */
     cr_assert(eq(int, shoal_ggml_linear(y, x, 1, &m), SHOAL_EUNSUPPORTED));
@@ -415,7 +491,79 @@ Test(ggml_dot, bad_types_and_shapes_are_refused)
     cr_assert(eq(int, shoal_ggml_matrix_check(&m, sizeof buf, NULL), 0));
 
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q4_K, 100), 0));
-    cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q4_0, 256), 0));
+    cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_TQ1_0, 256), 0));
+    cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_IQ4_NL, 64), 64 + 8));
+    cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q4_1, 64), 64 + 8 + 8));
+    cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_IQ1_S, 256), 256 + 4 + 32));
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q4_K, 256), 256 + 4 + 32));
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q8_0, 64), 64 + 8));
+}
+
+/* ---- (d) non-finite block scales are refused (shoal_ggml_check_scales) ------- */
+
+Test(ggml_dot, every_dot_type_refuses_a_non_finite_scale)
+{
+    /* where each type's f16 scales are: byte offsets of d and (-1: none)
+     * dmin / m; IQ1_M's d is spread over four nibbles, MXFP4's is E8M0 */
+    static const struct {
+        enum shoal_ggml_type type;
+        int off[2];
+        const char *name[2];
+    } cases[] = {
+        {SHOAL_GGML_TYPE_Q8_0, {0, -1}, {"d"}},     {SHOAL_GGML_TYPE_Q4_K, {0, 2}, {"d", "dmin"}},
+        {SHOAL_GGML_TYPE_Q6_K, {208, -1}, {"d"}},   {SHOAL_GGML_TYPE_Q5_K, {0, 2}, {"d", "dmin"}},
+        {SHOAL_GGML_TYPE_Q2_K, {80, 82}, {"d", "dmin"}}, {SHOAL_GGML_TYPE_Q3_K, {108, -1}, {"d"}},
+        {SHOAL_GGML_TYPE_IQ4_XS, {0, -1}, {"d"}},   {SHOAL_GGML_TYPE_IQ4_NL, {0, -1}, {"d"}},
+        {SHOAL_GGML_TYPE_IQ2_XXS, {0, -1}, {"d"}},  {SHOAL_GGML_TYPE_IQ3_XXS, {0, -1}, {"d"}},
+        {SHOAL_GGML_TYPE_IQ1_S, {0, -1}, {"d"}},    {SHOAL_GGML_TYPE_Q4_0, {0, -1}, {"d"}},
+        {SHOAL_GGML_TYPE_Q5_0, {0, -1}, {"d"}},     {SHOAL_GGML_TYPE_Q4_1, {0, 2}, {"d", "m"}},
+        {SHOAL_GGML_TYPE_Q5_1, {0, 2}, {"d", "m"}},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const enum shoal_ggml_type type = cases[ci].type;
+        const char *tn = shoal_ggml_type_name(type);
+        size_t bytes;
+        rng_seed(4000 + ci);
+        uint8_t *m = make_matrix(type, 1, 4 * shoal_ggml_type_info(type)->block_size, 0, &bytes);
+        const size_t ts = shoal_ggml_type_info(type)->type_size;
+        cr_assert(eq(int, shoal_ggml_check_scales(type, m, 4, "w", 0, NULL), 0), "%s", tn);
+        for (int k = 0; k < 2 && cases[ci].off[k] >= 0; k++) {
+            static const uint16_t bad[3] = {0x7C00, 0xFC00, 0x7E00};   /* inf, -inf, NaN */
+            for (int bi = 0; bi < 3; bi++) {
+                uint8_t *p = m + 2 * ts + (size_t)cases[ci].off[k];
+                const uint8_t save[2] = {p[0], p[1]};
+                p[0] = (uint8_t)bad[bi];
+                p[1] = (uint8_t)(bad[bi] >> 8);
+                struct shoal_err err = {0};
+                cr_assert(eq(int, shoal_ggml_check_scales(type, m, 4, "blk.0.w", 10, &err),
+                             SHOAL_EFORMAT), "%s %s 0x%04x", tn, cases[ci].name[k], bad[bi]);
+                char want[64];
+                snprintf(want, sizeof want, "%s block 12 has scale %s = ", tn, cases[ci].name[k]);
+                cr_assert(strstr(err.msg, want) && strstr(err.msg, "blk.0.w"), "message: %s",
+                          err.msg);
+                p[0] = save[0];
+                p[1] = save[1];
+            }
+        }
+        free(m);
+    }
+    /* IQ1_M: d from the top nibbles of the four u16 at 48 */
+    size_t bytes;
+    uint8_t *m = make_matrix(SHOAL_GGML_TYPE_IQ1_M, 1, 512, 0, &bytes);
+    cr_assert(eq(int, shoal_ggml_check_scales(SHOAL_GGML_TYPE_IQ1_M, m, 2, "w", 0, NULL), 0));
+    put_iq1_m_d(m + 56, INFINITY);
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_ggml_check_scales(SHOAL_GGML_TYPE_IQ1_M, m, 2, "w", 0, &err),
+                 SHOAL_EFORMAT));
+    cr_assert(strstr(err.msg, "IQ1_M block 1 has scale d = inf") != NULL, "message: %s", err.msg);
+    free(m);
+    /* MXFP4: exponent 255 is E8M0's NaN; 254 is a (huge) finite scale */
+    uint8_t mx[3 * 17] = {0};
+    mx[0] = 254;
+    cr_assert(eq(int, shoal_ggml_check_scales(SHOAL_GGML_TYPE_MXFP4, mx, 3, "w", 0, NULL), 0));
+    mx[2 * 17] = 255;
+    err = (struct shoal_err){0};
+    cr_assert(eq(int, shoal_ggml_check_scales(SHOAL_GGML_TYPE_MXFP4, mx, 3, "w", 0, &err),
+                 SHOAL_EFORMAT));
+    cr_assert(strstr(err.msg, "MXFP4 block 2 has scale e = 255") != NULL, "message: %s", err.msg);
 }
