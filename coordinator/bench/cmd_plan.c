@@ -174,10 +174,10 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
             printf(" %s %s%s", part_names[i], H(o->part_bytes[i]),
                    i + 1 < SHOAL_PLAN_N_PART ? "," : "");
     if (types)
-        printf("\nexperts      %s in the file: %lld x %lld experts x %llu bytes (%s: its slices "
-               "of the layer's gate, up and down tensors)\n", H(o->experts_bytes),
-               (long long)o->n_moe_layer, (long long)o->n_expert,
-               (unsigned long long)o->expert_blob_bytes, H(o->expert_blob_bytes));
+        printf("\nexperts      %s in the file: %lld x %lld experts x %llu bytes (its slices of "
+               "the layer's gate, up and down tensors; read in whole pages into %s buffers)\n",
+               H(o->experts_bytes), (long long)o->n_moe_layer, (long long)o->n_expert,
+               (unsigned long long)o->expert_weight_bytes, H(o->expert_blob_bytes));
     else
         printf("\nexperts      %s on disk: %lld x %lld experts x %llu bytes (%s; weights %llu "
                "bytes, 4 KiB-aligned blob as convert writes it)\n", H(o->experts_bytes),

@@ -107,6 +107,8 @@ int shoal_plan_gguf(const char *path, const struct shoal_plan_params *p, struct 
      * slowest) apart from the trunk */
     uint8_t moe[SHOAL_MAX_LAYERS] = {0};
     uint64_t exp_bytes = 0, exp_elems = 0, n_type_bytes[64] = {0};
+    uint64_t exp_buf = 0;   /* the store's buffers (container_gguf.c): each slice
+                             * page-rounded, plus a page for where it falls */
     uint64_t trunk_type_bytes[64] = {0};
     int have_output = 0, types_run = 1;
     for (uint32_t f = 0; f < shoal_gguf_files_count(fs); f++) {
@@ -125,6 +127,8 @@ int shoal_plan_gguf(const char *path, const struct shoal_plan_params *p, struct 
                 if (il >= 0 && il < L)
                     moe[il] = 1;
                 exp_bytes += t.nbytes;
+                exp_buf += (uint64_t)NE * (((t.nbytes / (uint64_t)NE + 4095) & ~(uint64_t)4095) +
+                                           4096);
                 exp_elems += n_elements(&t);
                 n_type_bytes[t.type < 64 ? t.type : 63] += t.nbytes;
                 continue;
@@ -162,8 +166,11 @@ int shoal_plan_gguf(const char *path, const struct shoal_plan_params *p, struct 
     o->qk_rope_head_dim = rope;
     const uint64_t per = (uint64_t)o->n_moe_layer * (uint64_t)NE;
     /* one expert: its slices of the layer's gate, up and down (3 ranges in
-     * the file, not one blob); no padding */
-    o->expert_blob_bytes = o->expert_weight_bytes = (exp_bytes + per - 1) / per;
+     * the file, not one blob); the store reads each in whole pages into a
+     * buffer of expert_blob_bytes (what its cache and staging hold, and at
+     * most what a read brings) */
+    o->expert_weight_bytes = (exp_bytes + per - 1) / per;
+    o->expert_blob_bytes = (exp_buf + per - 1) / per;
     o->params_expert_one = exp_elems / per;
     o->experts_bytes = exp_bytes;
     o->params_experts = exp_elems;

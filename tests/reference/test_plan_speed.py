@@ -235,17 +235,23 @@ def test_gguf(shoal, tmp):
     path = os.path.join(tmp, "tiny-Q4_K_M.gguf")
     G.write(path, G.gguf(tensors, kvs))
     exps = sum(G.nbytes(t, d) for n, t, d in tensors if "_exps." in n)
+    # the store's buffer of one expert: each slice page-rounded, plus a page
+    # for where it falls in the file (container_gguf.c)
+    buf = sum(G.N_EXPERT * (-(-G.nbytes(t, d) // G.N_EXPERT // 4096) * 4096 + 4096)
+              for n, t, d in tensors if "_exps." in n)
     trunk = sum(G.nbytes(t, d) for n, t, d in tensors if "_exps." not in n)
     rc, j, err = plan_json(shoal, path, "--ram", "8G")
     ok = j is not None and rc == 0
     result("a GGUF plans: exit 0, its experts' and trunk's bytes as shipped",
            ok and j["experts_bytes"] == exps and j["resident_bytes"] == trunk
-           and j["expert_bytes"] == -(-exps // (2 * G.N_EXPERT)) and j["n_moe_layer"] == 2
+           and j["expert_weight_bytes"] == -(-exps // (2 * G.N_EXPERT))
+           and j["expert_bytes"] == -(-buf // (2 * G.N_EXPERT)) and j["n_moe_layer"] == 2
            and j["n_expert"] == G.N_EXPERT and j["n_expert_used"] == 2
            # IQ2_XXS and MXFP4 experts: types shoal runs (ggml_dot.h)
            and j["runnable"],
            "rc %d %s" % (rc, err.strip() or {k: j.get(k) for k in (
-               "experts_bytes", "resident_bytes", "expert_bytes", "runnable")} if j else err))
+               "experts_bytes", "resident_bytes", "expert_bytes", "expert_weight_bytes",
+               "runnable")} if j else err))
     result("  its KV per token from the metadata (2 x layers x kv heads x key_length x 4)",
            ok and j["kv_bytes_per_token"] == 2 * 2 * 1 * 64 * 4 and j["ctx"] == 512,
            j and (j["kv_bytes_per_token"], j["ctx"]))
