@@ -166,7 +166,7 @@ static char *command_line(int argc, char **argv)
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: shoal bench [--model] [DIR|FILE.gguf] [engine and cluster flags] [options] [--json OUT]\n"
+        "usage: shoal bench [--model] [DIR] [engine and cluster flags] [options] [--json OUT]\n"
         "\n"
         "Measures one configuration: TTFT, prefill and decode tok/s (median and spread\n"
         "over --reps runs, each in a fresh process), time per token by stage, expert\n"
