@@ -4,8 +4,10 @@ docs/BENCHMARKS.md, "vs llama.cpp").
 
 usage: vs_llamacpp.py --llama-cpp DIR [--shoal PATH] [--work DIR]
                       [--steps model,convert,warm,cold] [--alternations N]
-                      [--threads N] [--layers N] [--experts T] [--dense T]
-                      [--group G] [--kv T] [--out JSON] [more: --help]
+                      [--threads N] [--layers N] [--shape H,NH,NKV,HD,FF,NE,TOPK]
+                      [--experts T] [--dense T] [--group G] [--kv T]
+                      [--gguf TYPE] [--wait-policy unset|passive|active]
+                      [--out JSON] [more: --help]
 
 DIR is a llama.cpp source tree with a CPU build in DIR/build/bin
 (llama-bench, llama-completion, llama-quantize); gguf-py is imported from
@@ -17,17 +19,35 @@ Steps (each skips what the work directory already holds):
            (BF16 safetensors; bench/moe_checkpoint.py), WORK/hf-L<layers>
   convert  the same weights as GGUF (BF16, with DIR's gguf-py), then
            `llama-quantize Q4_0`; `shoal convert` with --experts/--dense/
-           --group/--kv; a few tokens from each engine as a smoke test
+           --group/--kv; a few tokens from each engine as a smoke test.
+           With --gguf TYPE: the BF16 GGUF quantized by `llama-quantize` to
+           TYPE instead, and no shoal container: both engines read that one
+           file (shoal streams its experts from it, docs/MODELS.md)
   warm     engines alternating, files in the page cache: decode after a
            128-token prompt and prefill of 128 and 512-token prompts
-           (shoal bench --state warm; llama-bench, Q4_0 repacked as usual)
+           (shoal bench --state warm; llama-bench, Q4_0 repacked as usual);
+           with --gguf, both on the TYPE file
   cold     engines alternating inside a memory cgroup at a half and a quarter
-           of the Q4_0 file, page cache dropped before every run, greedy and
-           sampled (temperature 1, top-k 40): shoal run --expert-cache
-           (limit - dense.bin - headroom) --direct on; llama-completion with
+           of llama.cpp's file (Q4_0, or --gguf's), page cache dropped before
+           every run, greedy and sampled (temperature 1, top-k 40): shoal run
+           --expert-cache (limit - resident trunk - headroom) --direct on, the
+           trunk being dense.bin or, with --gguf, the file's tensors other
+           than the routed experts (memory-mapped); llama-completion with
            mmap and --no-repack (its repack copies weights into anonymous
            memory, which the limit kills). Bytes read per decode token from
            a second, shorter run of each engine.
+
+--gguf TYPE is a llama-quantize type (Q4_K_M, Q8_0, Q6_K, ...), optionally
+followed by llama-quantize options for a mix, in one argument:
+--gguf 'Q4_K_M --tensor-type ffn_down_exps=q8_0'. The file is
+WORK/L<layers>[-<shape>]-<type>[-<hash of the options>].gguf; quantizing
+needs the BF16 GGUF (rewritten from the checkpoint when it was removed:
+--keep-bf16-gguf keeps it for the next type).
+
+Each engine runs at its own OpenMP default (--wait-policy unset, issue 31);
+--wait-policy passive gives both OMP_WAIT_POLICY=passive (issue 13's
+protocol, which handicaps llama.cpp: its threads meet at many barriers per
+token) and active both spinning.
 
 Prints each engine's min / median / max tok/s, the ratio of medians, bytes
 read per token, peak RSS and the 1-minute load average, and the bits per
@@ -37,6 +57,7 @@ Asserts nothing about speed; tests/bench/test_vs_llamacpp.py keeps it working.
 """
 import argparse
 import glob
+import hashlib
 import json
 import os
 import re
@@ -95,6 +116,13 @@ def parse_args(argv):
                     "(default: all cores)")
     ap.add_argument("--layers", type=int, default=12, help="layers of the model (default 12, the "
                     "issue's shape; fewer for a quick run)")
+    ap.add_argument("--shape", metavar="H,NH,NKV,HD,FF,NE,TOPK", help="hidden size, heads, KV heads, "
+                    "head dim, expert FFN size, experts, top-k (default: the issue's 2048,32,4,128,768,"
+                    "128,8; e.g. 256,4,2,64,256,16,4 for a quick run, rows of 256 so K-quants apply)")
+    ap.add_argument("--gguf", dest="gguf_type", metavar="TYPE", help="both engines read one GGUF, "
+                    "the BF16 one quantized by llama-quantize to TYPE (Q4_K_M, Q8_0, Q6_K, ...; "
+                    "llama-quantize options may follow in the same argument), instead of shoal "
+                    "its own container and llama.cpp Q4_0 (default: off)")
     for k, v in SHOAL_DTYPES.items():
         ap.add_argument("--" + k, default=v, help="shoal convert --%s (default %s)" % (k, v or "its own"))
     ap.add_argument("--gen", type=int, default=64, help="decode tokens per warm run (default 64)")
@@ -102,19 +130,21 @@ def parse_args(argv):
                     "decode is measured after the first)")
     ap.add_argument("--cold-gen", type=int, default=64, help="tokens per cold run (default 64; a "
                     "16-token run of each engine gives the bytes per decode token)")
-    ap.add_argument("--limits", default="half,quarter", help="cold memory limits, fractions of the "
-                    "Q4_0 file: half, quarter or a number (default half,quarter)")
+    ap.add_argument("--limits", default="half,quarter", help="cold memory limits, fractions of "
+                    "llama.cpp's file (Q4_0 or --gguf's): half, quarter or a number (default "
+                    "half,quarter)")
     ap.add_argument("--modes", default="greedy,sampled", help="cold decoding (default greedy,sampled)")
-    ap.add_argument("--headroom", default="384M", help="cold: the limit less dense.bin less this is "
-                    "shoal's --expert-cache (default 384M)")
+    ap.add_argument("--headroom", default="384M", help="cold: the limit less the resident trunk "
+                    "(dense.bin, or the GGUF's tensors other than the experts) less this is shoal's "
+                    "--expert-cache (default 384M)")
     ap.add_argument("--load-limit", type=float, default=1.0, help="before each step wait for a "
                     "1-minute load below this (default 1.0) ...")
     ap.add_argument("--load-wait", type=int, default=0, help="... for at most this many seconds "
                     "(default 0: record the load, wait not)")
-    ap.add_argument("--wait-policy", choices=("passive", "active", "unset"), default="passive",
-                    help="OMP_WAIT_POLICY of both engines (default passive, the issue's protocol; "
-                    "unset: each engine's own default, where llama.cpp's OpenMP threads spin "
-                    "between its many per-token barriers)")
+    ap.add_argument("--wait-policy", choices=("passive", "active", "unset"), default="unset",
+                    help="OMP_WAIT_POLICY of both engines (default unset: each engine's own default, "
+                    "where llama.cpp's OpenMP threads spin between its many per-token barriers "
+                    "(issue 31); passive: issue 13's protocol, which handicaps llama.cpp)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per engine run (default 1800)")
     ap.add_argument("--keep-bf16-gguf", action="store_true", help="keep the BF16 GGUF after "
                     "quantizing (default: removed, it is the size of the checkpoint)")
@@ -140,7 +170,9 @@ def parse_args(argv):
     if any(p < 1 for p in a.prefill):
         raise Usage("--prefill: %s, expected lengths >= 1" % a.prefill)
     if any(not 0 < f < 1 for _, f in a.limits):
-        raise Usage("--limits: %s, expected fractions of the Q4_0 file in (0, 1)" % [f for _, f in a.limits])
+        raise Usage("--limits: %s, expected fractions of llama.cpp's file in (0, 1)" % [f for _, f in a.limits])
+    a.shape_obj = parse_shape(a.shape, a.layers)
+    a.gguf_opts = parse_gguf_type(a.gguf_type) if a.gguf_type else None
     # shoal convert's choices, checked here: convert runs after the model step (an hour)
     for k, ok in (("experts", SHOAL_WEIGHT_DTYPES), ("dense", SHOAL_WEIGHT_DTYPES),
                   ("group", ("32", "64", "128")), ("kv", ("f32", "f16", "bf16"))):
@@ -163,6 +195,35 @@ def parse_args(argv):
         raise Usage("--work %s: inside the repository %s; the files are tens of GB" % (a.work, ROOT))
     a.out = a.out or os.path.join(a.work, "results", "vs_llamacpp.json")
     return a
+
+
+def parse_shape(text, layers):
+    """--shape H,NH,NKV,HD,FF,NE,TOPK (None: the issue's) -> mc.Shape (Usage if bad)."""
+    if text is None:
+        return mc.ISSUE_SHAPE(layers)
+    try:
+        v = [int(x) for x in text.split(",")]
+    except ValueError:
+        v = []
+    if len(v) != 7 or min(v) < 1 or v[6] > v[5] or v[1] % v[2]:
+        raise Usage("--shape: '%s', expected 7 positive integers H,NH,NKV,HD,FF,NE,TOPK with NKV "
+                    "dividing NH and TOPK <= NE" % text)
+    h, nh, nkv, hd, ff, ne, k = v
+    return mc.Shape(layers=layers, hidden=h, heads=nh, kv_heads=nkv, head_dim=hd, experts=ne,
+                    expert_ff=ff, top_k=k)
+
+
+def parse_gguf_type(text):
+    """--gguf 'TYPE [llama-quantize options]' -> (TYPE, [options]) (Usage if bad)."""
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise Usage("--gguf: '%s': %s" % (text, e))
+    if not words or not re.fullmatch(r"[A-Za-z0-9_]+", words[0]) or \
+            (len(words) > 1 and not words[1].startswith("-")):
+        raise Usage("--gguf: '%s', expected a llama-quantize type (Q4_K_M, Q8_0, Q6_K, ...) and "
+                    "then its options, e.g. 'Q4_K_M --tensor-type ffn_down_exps=q8_0'" % text)
+    return words[0], words[1:]
 
 
 def check_llama(a):
@@ -193,14 +254,44 @@ def import_gguf(llama_dir):
 
 
 def paths(a):
-    """Every file of the run, by role."""
+    """Every file of the run, by role; llama_model and shoal_model are what
+    each engine reads (with --gguf the same file, gguf)."""
     L = "L%d" % a.layers
+    if a.shape:
+        L += "-s" + a.shape.replace(",", "x")
     tag = "e%s-d%s-g%s%s" % (a.experts, a.dense, a.group, "-kv%s" % a.kv if a.kv else "")
-    return {"hf": os.path.join(a.work, "hf-" + L),
-            "bf16": os.path.join(a.work, "%s-bf16.gguf" % L),
-            "q4_0": os.path.join(a.work, "%s-q4_0.gguf" % L),
-            "shoal": os.path.join(a.work, "%s-%s.shoal" % (L, tag)),
-            "logs": os.path.join(os.path.dirname(a.out), "logs")}
+    p = {"hf": os.path.join(a.work, "hf-" + L),
+         "bf16": os.path.join(a.work, "%s-bf16.gguf" % L),
+         "q4_0": os.path.join(a.work, "%s-q4_0.gguf" % L),
+         "shoal": os.path.join(a.work, "%s-%s.shoal" % (L, tag)),
+         "gguf": None,
+         "logs": os.path.join(os.path.dirname(a.out), "logs")}
+    if a.gguf_opts:
+        typ, opts = a.gguf_opts
+        h = "-" + hashlib.sha1(" ".join(opts).encode()).hexdigest()[:8] if opts else ""
+        p["gguf"] = os.path.join(a.work, "%s-%s%s.gguf" % (L, typ.lower(), h))
+    p["llama_model"] = p["gguf"] or p["q4_0"]
+    p["shoal_model"] = p["gguf"] or p["shoal"]
+    return p
+
+
+def llama_label(a):
+    """What llama.cpp reads, in words: Q4_0, or --gguf's type (and options)."""
+    return a.gguf_type or "Q4_0"
+
+
+def need_models(a):
+    """Both engines' files, else Usage naming the step that makes them."""
+    p = paths(a)
+    need(p["llama_model"], "convert")
+    if not p["gguf"]:
+        need(os.path.join(p["shoal"], "shoal.json"), "convert")
+
+
+def gguf_trunk_bytes(gguf, path):
+    """Bytes of a GGUF's tensors other than the routed experts (*_exps): what a
+    GGUF run keeps memory-mapped beside its expert cache."""
+    return sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors if "_exps" not in t.name)
 
 
 def need(path, step):
@@ -211,12 +302,13 @@ def need(path, step):
 # ---- running an engine ----------------------------------------------------------------
 
 
-WAIT_POLICY = "passive"   # --wait-policy: OMP_WAIT_POLICY of both engines ("unset": their defaults)
+WAIT_POLICY = "unset"   # --wait-policy: OMP_WAIT_POLICY of both engines ("unset": their defaults)
 
 
 def engine_env():
-    """Both engines get the same OMP_WAIT_POLICY (--wait-policy; passive by default,
-    a shared machine) and their own --threads."""
+    """Both engines get the same OMP_WAIT_POLICY (--wait-policy: passive or
+    active), or (unset, the default) neither has one: each its own default;
+    and their own --threads."""
     e = dict(os.environ)
     if WAIT_POLICY == "unset":
         e.pop("OMP_WAIT_POLICY", None)
@@ -363,10 +455,10 @@ def step_model(a, res):
             tok, len(files), len(text) / 1e6, time.time() - t0))
         res["tokenizer"] = dict(tok, files=len(files), chars=len(text))
         t0 = time.time()
-        mc.write_hf_model(hf, mc.ISSUE_SHAPE(a.layers), 1234, tok["endoftext"], progress=benchlib.log)
+        mc.write_hf_model(hf, a.shape_obj, 1234, tok["endoftext"], progress=benchlib.log)
         res["model_write_s"] = round(time.time() - t0)
-    res["model"] = {"dir": hf, "shape": mc.ISSUE_SHAPE(a.layers).as_dict(),
-                    "params": mc.param_counts(mc.ISSUE_SHAPE(a.layers)),
+    res["model"] = {"dir": hf, "shape": a.shape_obj.as_dict(),
+                    "params": mc.param_counts(a.shape_obj),
                     "safetensors_bytes": os.path.getsize(st)}
 
 
@@ -374,19 +466,22 @@ def step_convert(a, res):
     p = paths(a)
     need(os.path.join(p["hf"], "model.safetensors"), "model")
     conv = res.setdefault("convert", {})
-    if not os.path.exists(p["q4_0"]):
+    if not os.path.exists(p["llama_model"]):
         if not os.path.exists(p["bf16"]):
             t0 = time.time()
             n = mc.write_gguf(p["hf"], p["bf16"], a.gguf, progress=benchlib.log)
             conv["gguf_bf16"] = {"tensors": n, "bytes": os.path.getsize(p["bf16"]), "s": round(time.time() - t0)}
-        r = run([a.bin["llama-quantize"], p["bf16"], p["q4_0"], "Q4_0", str(a.threads)],
+        typ, opts = a.gguf_opts or ("Q4_0", [])
+        r = run([a.bin["llama-quantize"]] + opts + [p["bf16"], p["llama_model"], typ, str(a.threads)],
                 logname(a, "quantize"), timeout=7200)
         if r["rc"] != 0:
-            raise RuntimeError("llama-quantize failed (%d): %s" % (r["rc"], r["err"].strip()[-300:]))
+            raise RuntimeError("llama-quantize %s failed (%d): %s" % (llama_label(a), r["rc"],
+                                                                      r["err"].strip()[-300:]))
         conv["quantize_s"] = r["wall_s"]
+        conv["quantize_cmd"] = r["cmd"]
         if not a.keep_bf16_gguf:
             os.unlink(p["bf16"])
-    if not os.path.exists(os.path.join(p["shoal"], "shoal.json")):
+    if not p["gguf"] and not os.path.exists(os.path.join(p["shoal"], "shoal.json")):
         cmd = [a.shoal, "convert", p["hf"], p["shoal"], "--force"]
         for k in SHOAL_DTYPES:
             if getattr(a, k):
@@ -396,35 +491,40 @@ def step_convert(a, res):
             raise RuntimeError("shoal convert failed (%d): %s" % (r["rc"], r["err"].strip()[-300:]))
         conv["shoal_convert_s"] = r["wall_s"]
     # smoke: each engine loads the model and generates (random weights: gibberish)
-    r1 = run([a.bin["llama-completion"], "-m", p["q4_0"], "-p", PROMPT, "-n", "4", "--ignore-eos",
+    r1 = run([a.bin["llama-completion"], "-m", p["llama_model"], "-p", PROMPT, "-n", "4", "--ignore-eos",
               "-t", str(a.threads), "--temp", "0", "-no-cnv", "--no-display-prompt"],
              logname(a, "smoke-llama"))
-    r2 = run([a.shoal, "run", "--model", p["shoal"], "--prompt", PROMPT, "--max-tokens", "4",
+    r2 = run([a.shoal, "run", "--model", p["shoal_model"], "--prompt", PROMPT, "--max-tokens", "4",
               "--ignore-eos", "--greedy", "--threads", str(a.threads), "--no-echo"],
              logname(a, "smoke-shoal"))
     conv["smoke"] = {"llama": dict(parse_llama_completion(r1["err"]), rc=r1["rc"]),
                      "shoal": dict(parse_shoal_run(r2["err"]), rc=r2["rc"])}
     benchlib.log("convert: smoke %s" % json.dumps(conv["smoke"]))
     if r1["rc"] != 0 or r2["rc"] != 0:
-        raise RuntimeError("smoke run failed: llama rc %d, shoal rc %d (logs in %s)" % (
-            r1["rc"], r2["rc"], paths(a)["logs"]))
+        raise RuntimeError("smoke run failed: llama rc %d, shoal rc %d (logs in %s)%s" % (
+            r1["rc"], r2["rc"], paths(a)["logs"], "; shoal: " + r2["err"].strip().splitlines()[-1]
+            if r2["rc"] != 0 and r2["err"].strip() else ""))
 
 
 def bits_per_weight(a, gguf):
     """File bytes x 8 / parameters of both models: all, experts, the rest."""
     p = paths(a)
-    pc = mc.param_counts(mc.ISSUE_SHAPE(a.layers))
+    pc = mc.param_counts(a.shape_obj)
     out = {"params": pc}
-    if os.path.exists(p["q4_0"]):
-        rd = gguf.GGUFReader(p["q4_0"])
+    if os.path.exists(p["llama_model"]):
+        rd = gguf.GGUFReader(p["llama_model"])
         ex = sum(int(t.n_bytes) for t in rd.tensors if "_exps" in t.name)
         rest = sum(int(t.n_bytes) for t in rd.tensors if "_exps" not in t.name)
         types = sorted({t.tensor_type.name for t in rd.tensors})
-        size = os.path.getsize(p["q4_0"])
-        out["llama"] = {"file": p["q4_0"], "bytes": size, "types": types,
-                        "bpw": 8 * size / pc["total"], "bpw_experts": 8 * ex / pc["experts"],
-                        "bpw_rest": 8 * rest / pc["dense"]}
-    if os.path.exists(os.path.join(p["shoal"], "shoal.json")):
+        ex_types = sorted({t.tensor_type.name for t in rd.tensors if "_exps" in t.name})
+        size = os.path.getsize(p["llama_model"])
+        out["llama"] = {"file": p["llama_model"], "bytes": size, "types": types,
+                        "experts_types": ex_types, "bpw": 8 * size / pc["total"],
+                        "bpw_experts": 8 * ex / pc["experts"], "bpw_rest": 8 * rest / pc["dense"]}
+        if p["gguf"]:   # one file for both
+            out["shoal"] = dict(out["llama"], experts_dtype="+".join(ex_types),
+                                dense_dtype=",".join(types), same_file=True)
+    if not p["gguf"] and os.path.exists(os.path.join(p["shoal"], "shoal.json")):
         ci = benchlib.container_info(p["shoal"])
         size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(p["shoal"], "*")) if os.path.isfile(f))
         man = json.load(open(os.path.join(p["shoal"], "shoal.json")))
@@ -441,7 +541,7 @@ def bits_per_weight(a, gguf):
 
 def warm_shoal(a, i, plen, gen):
     log = logname(a, "warm-%d-shoal-p%d" % (i, plen))
-    cmd = [a.shoal, "bench", "--model", paths(a)["shoal"], "--state", "warm", "--threads", str(a.threads),
+    cmd = [a.shoal, "bench", "--model", paths(a)["shoal_model"], "--state", "warm", "--threads", str(a.threads),
            "--prompt-len", str(plen), "--gen", str(gen), "--reps", "1", "--limits", "off",
            "--seed", "7", "--json", log + ".json"]
     r = run(cmd, log, timeout=a.timeout)
@@ -459,15 +559,13 @@ def warm_shoal(a, i, plen, gen):
 
 def warm_llama(a, i, args, tag):
     log = logname(a, "warm-%d-llama-%s" % (i, tag))
-    cmd = [a.bin["llama-bench"], "-m", paths(a)["q4_0"], "-t", str(a.threads), "-r", "1", "-o", "json"] + args
+    cmd = [a.bin["llama-bench"], "-m", paths(a)["llama_model"], "-t", str(a.threads), "-r", "1", "-o", "json"] + args
     r = run(cmd, log, timeout=a.timeout)
     return r, (parse_llama_bench(r["out"]) if r["rc"] == 0 else {})
 
 
 def step_warm(a, res):
-    p = paths(a)
-    need(p["q4_0"], "convert")
-    need(os.path.join(p["shoal"], "shoal.json"), "convert")
+    need_models(a)
     res["load_wait"]["warm"] = wait_load(a)
     d0 = a.prefill[0]
     runs = res["warm"] = []
@@ -552,16 +650,18 @@ def cold_cmd(a, eng, n, mode, cache):
     p = paths(a)
     samp = SAMPLING if mode == "sampled" else None
     if eng == "shoal":
-        return [a.shoal, "run", "--model", p["shoal"], "--expert-cache", cache, "--direct", "on",
+        return [a.shoal, "run", "--model", p["shoal_model"], "--expert-cache", cache, "--direct", "on",
                 "--prompt", PROMPT, "--max-tokens", str(n), "--ignore-eos", *(samp or ["--greedy"]),
                 "--threads", str(a.threads), "--stats", "--no-echo"]
-    return [a.bin["llama-completion"], "-m", p["q4_0"], "-p", PROMPT, "-n", str(n), "--ignore-eos",
+    return [a.bin["llama-completion"], "-m", p["llama_model"], "-p", PROMPT, "-n", str(n), "--ignore-eos",
             "-t", str(a.threads), *(samp or ["--temp", "0"]), "-no-cnv", "--no-warmup", "-c", "4096",
             "--no-display-prompt", "--no-repack"]
 
 
 def model_files(a):
     p = paths(a)
+    if p["gguf"]:
+        return [p["gguf"]]
     return [p["q4_0"]] + [os.path.join(p["shoal"], f) for f in ("experts.bin", "dense.bin")]
 
 
@@ -614,12 +714,12 @@ def cold_one(a, cg, eng, n, mode, cache, tag):
 
 def step_cold(a, res):
     p = paths(a)
-    need(p["q4_0"], "convert")
-    need(os.path.join(p["shoal"], "shoal.json"), "convert")
+    need_models(a)
     if os.geteuid() != 0:
         raise Usage("--steps cold: needs root (drop_caches, a memory cgroup)")
-    size = os.path.getsize(p["q4_0"])
-    dense = benchlib.container_info(p["shoal"])["dense_bytes"]
+    size = os.path.getsize(p["llama_model"])
+    dense = gguf_trunk_bytes(a.gguf, p["gguf"]) if p["gguf"] else \
+        benchlib.container_info(p["shoal"])["dense_bytes"]
     res["load_wait"]["cold"] = wait_load(a)
     for lname, frac in a.limits:
         limit = int(size * frac)
@@ -628,7 +728,8 @@ def step_cold(a, res):
         for mode in a.modes:
             key = "cold-%s-%s" % (lname, mode)
             sec = res.setdefault("cold", {})[key] = {"limit_bytes": limit, "fraction": frac,
-                                                      "mode": mode, "expert_cache": cache_s, "runs": []}
+                                                      "mode": mode, "expert_cache": cache_s,
+                                                      "trunk_bytes": dense, "runs": []}
             cg = Cgroup(limit)
             if CLEANUP:
                 CLEANUP.push("remove cgroup %s" % cg.path, cg.remove)
@@ -721,8 +822,8 @@ def summarize(a, res):
     for key, sec in (res.get("cold") or {}).items():
         runs = sec["runs"]
         bpt = {eng: decode_bytes_per_token(runs, eng) for eng in ("shoal", "llama")}
-        what = "cold, limit %.2f GiB (%s of Q4_0), %s" % (
-            sec["limit_bytes"] / 2**30, key.split("-")[1], sec["mode"])
+        what = "cold, limit %.2f GiB (%s of %s), %s" % (
+            sec["limit_bytes"] / 2**30, key.split("-")[1], llama_label(a), sec["mode"])
         rows.append(row("%s: decode" % what, runs, "decode_tok_s", bpt))
         rows.append(row("%s: prefill" % what, runs, "prefill_tok_s"))
         for r in rows[-2:]:
@@ -751,17 +852,23 @@ def print_report(a, res):
     isa = "AVX-512" if m.get("avx512f") else "AVX2" if m.get("avx2") else "no AVX2"
     print("machine: %s (%s), %s cores, %s GiB; threads %d each; OMP_WAIT_POLICY %s; alternations %d; "
           "load at start %s" % (m.get("cpu"), isa, m.get("cores"), m.get("ram_gib"), a.threads,
-                                a.wait_policy, a.alternations, res.get("load_start")))
+                                "unset (each engine's default)" if a.wait_policy == "unset" else a.wait_policy,
+                                a.alternations, res.get("load_start")))
     print("shoal %s (%s); llama.cpp %s (%s)" % (res.get("shoal_commit"), a.shoal, res.get("llama_commit"),
                                                 a.llama_cpp))
     if bpw.get("params"):
         pc = bpw["params"]
-        print("model: qwen3_moe, %d layers, %.2f B parameters (experts %.2f B)" % (
-            a.layers, pc["total"] / 1e9, pc["experts"] / 1e9))
+        print("model: qwen3_moe, %d layers%s, %.2f B parameters (experts %.2f B)" % (
+            a.layers, " of shape %s" % a.shape if a.shape else "", pc["total"] / 1e9, pc["experts"] / 1e9))
+    same = (bpw.get("shoal") or {}).get("same_file")
+    if same:
+        print("both engines read %s" % bpw["llama"]["file"])
     for eng, name in (("shoal", "shoal %s experts, %s dense" % (
             (bpw.get("shoal") or {}).get("experts_dtype"), (bpw.get("shoal") or {}).get("dense_dtype"))),
-            ("llama", "llama.cpp Q4_0 (%s)" % ",".join((bpw.get("llama") or {}).get("types", []))),):
+            ("llama", "llama.cpp %s (%s)" % (llama_label(a), ",".join((bpw.get("llama") or {}).get("types", []))))):
         b = bpw.get(eng)
+        if same and eng == "shoal":
+            continue
         if b:
             print("bits per weight, %s: %.2f all, %.2f experts, %.2f the rest (%.2f GB)" % (
                 name, b["bpw"], b["bpw_experts"], b["bpw_rest"], b["bytes"] / 1e9))
@@ -808,7 +915,7 @@ def main(argv=None):
     global CLEANUP
     CLEANUP = benchlib.Cleanup()
     res = {"schema": 1, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv[1:],
-           "args": {k: v for k, v in vars(a).items() if k not in ("gguf", "bin")},
+           "args": {k: v for k, v in vars(a).items() if k not in ("gguf", "bin", "shape_obj")},
            "machine": benchlib.machine_info(a.work), "load_wait": {}, "load_start": benchlib.loadavg()}
     r = benchlib.sh([a.shoal, "--version"])
     res["shoal_version"] = r.stdout.strip()

@@ -368,6 +368,26 @@ double shoal_bench_resident(const char *path)
     return frac;
 }
 
+/* One regular file p (stat sb) of shoal_bench_evict: its pages dropped
+ * with posix_fadvise unless the whole cache was (dropped), counted in
+ * *files; the largest file seen kept in largest[n] / *largest_size. */
+static void evict_file(const char *p, const struct stat *sb, int dropped, int *files,
+                       char *largest, size_t n, off_t *largest_size)
+{
+    if (!dropped) {
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            close(fd);
+            (*files)++;
+        }
+    }
+    if (sb->st_size > *largest_size) {
+        *largest_size = sb->st_size;
+        snprintf(largest, n, "%s", p);
+    }
+}
+
 json_t *shoal_bench_evict(const char *const *dirs, int n_dirs)
 {
     json_t *o = json_object();
@@ -391,27 +411,19 @@ json_t *shoal_bench_evict(const char *const *dirs, int n_dirs)
     char largest[PATH_MAX] = "";
     off_t largest_size = -1;
     for (int d = 0; d < n_dirs; d++) {
+        struct stat sb;
+        if (stat(dirs[d], &sb) == 0 && S_ISREG(sb.st_mode)) {   /* a file: itself */
+            evict_file(dirs[d], &sb, dropped, &files, largest, sizeof largest, &largest_size);
+            continue;
+        }
         DIR *dp = opendir(dirs[d]);
         if (!dp)
             continue;
         struct dirent *e;
         while ((e = readdir(dp))) {
             char *p = shoal_path_join(dirs[d], e->d_name);
-            struct stat sb;
-            if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) {
-                if (!dropped) {
-                    int fd = open(p, O_RDONLY | O_CLOEXEC);
-                    if (fd >= 0) {
-                        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-                        close(fd);
-                        files++;
-                    }
-                }
-                if (sb.st_size > largest_size) {
-                    largest_size = sb.st_size;
-                    snprintf(largest, sizeof largest, "%s", p);
-                }
-            }
+            if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+                evict_file(p, &sb, dropped, &files, largest, sizeof largest, &largest_size);
             free(p);
         }
         closedir(dp);
@@ -419,7 +431,7 @@ json_t *shoal_bench_evict(const char *const *dirs, int n_dirs)
     jset(o, "method", json_string(dropped ? "drop_caches" : "fadvise"));
     jset(o, "how", json_string(dropped ? "sync; echo 3 > /proc/sys/vm/drop_caches"
                                        : "sync; posix_fadvise(POSIX_FADV_DONTNEED) on every "
-                                         "file of the model directories"));
+                                         "file of the model (its directory's, or its GGUF files)"));
     if (!dropped) {
         jset(o, "why", json_string(why));
         jset(o, "files", json_integer(files));

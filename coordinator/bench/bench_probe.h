@@ -64,11 +64,11 @@ json_t *shoal_bench_loadavg(void);
 /* ---- cold state ---- */
 
 /* Make the files of the given directories cold in the page cache.
- *   dirs  [n_dirs] directory paths, borrowed
+ *   dirs  [n_dirs] directory paths, or regular files (a GGUF set's), borrowed
  * As root: sync, then write 3 to /proc/sys/vm/drop_caches (every clean
  * page of the machine). Otherwise, or if that write fails: sync and
  * posix_fadvise(POSIX_FADV_DONTNEED) on every regular file directly in
- * each directory (clean pages of those files only).
+ * each directory, and on each file given (clean pages of those files only).
  * Returns {"method": "drop_caches"|"fadvise", "why": ..., "files": N,
  * "resident_after": fraction of the largest file's pages still cached
  * (mincore), "seconds": ...}. Never fails. Thread: main. */

@@ -34,7 +34,10 @@
 #include "container.h"
 #include "expert_store.h"
 #include "forward.h"
+#include "ggml_types.h"
+#include "gguf.h"
 #include "kv.h"
+#include "model.h"
 #include "model_config.h"
 #include "quant.h"
 #include "sampler.h"
@@ -64,17 +67,27 @@ struct bench_opts {
     const char *json_out;         /* --json path or NULL */
 };
 
-/* the model, as the parent sees it without loading it */
+/* the model, as the parent sees it: a container or a Hugging Face
+ * directory without loading it; a GGUF file loaded once (memory-mapped,
+ * the trunk's block scales checked) for its expert layout, then closed */
 struct bench_model {
     int container;                /* 1: a shoal container; 0: a Hugging Face directory */
-    struct shoal_model_config cfg;/* from the manifest (containers) */
+    int gguf;                     /* 1: a GGUF file, its experts streamed from it */
+    struct shoal_model_config cfg;/* from the manifest (containers) or the GGUF */
     uint64_t fingerprint;
-    char *experts_path;           /* experts.bin (owned) */
-    uint64_t experts_size;        /* bytes of experts.bin */
-    uint64_t blob_bytes;          /* one expert's blob, bytes */
-    uint64_t first_blob;          /* offset of the first blob in experts.bin */
+    char *experts_path;           /* the file fio reads: experts.bin, or the GGUF file
+                                   * holding the most expert bytes (owned) */
+    uint64_t experts_size;        /* end of the region fio reads, bytes (experts.bin's size) */
+    uint64_t blob_bytes;          /* one fio request, bytes: an expert's blob, or a GGUF
+                                   * expert matrix's mean page-rounded read */
+    uint64_t first_blob;          /* start of the region fio reads, bytes */
+    uint64_t compute_bytes;       /* one expert's bytes the FFN reads (a GGUF: the mean
+                                   * over its MoE layers); 0: no expert store */
     int64_t n_moe_layer;
     const char *dtype;            /* expert dtype name, static */
+    char **files;                 /* [n_files] a GGUF set's files, evicted for a cold
+                                   * state (owned) */
+    int n_files;
     char *dir;                    /* owned */
 };
 
@@ -160,9 +173,11 @@ static void usage(FILE *f)
         "hit rate per tier, bytes read per source, prefetch precision and recall, peak\n"
         "RSS; and, in the same run, the limits they are printed against: fio random\n"
         "O_DIRECT reads of one expert at the engine's queue depth on the model's own\n"
-        "experts.bin, and a STREAM-like RAM probe (docs/BENCHMARKS.md).\n"
+        "experts.bin (a GGUF: of one expert matrix on the file itself), and a\n"
+        "STREAM-like RAM probe (docs/BENCHMARKS.md).\n"
         "\n"
-        "  --model DIR, DIR     a shoal container (or a Hugging Face directory: no store\n"
+        "  --model DIR, DIR     a shoal container, or a GGUF file (FILE.gguf, its experts\n"
+        "                       streamed from it), or a Hugging Face directory (no store\n"
         "                       figures, no fio); default: the bundled model, as 'shoal\n"
         "                       run'\n"
         "  --prompts FILE       one prompt per line: text (models with a tokenizer) or\n"
@@ -301,7 +316,180 @@ static const char *dtype_name(enum shoal_dtype t)
 static void model_free(struct bench_model *bm)
 {
     free(bm->experts_path);
+    for (int i = 0; i < bm->n_files; i++)
+        free(bm->files[i]);
+    free(bm->files);
     free(bm->dir);
+}
+
+/* The keys a container and a GGUF share: fingerprint, shape, experts' dtype. */
+static void model_shape_json(const struct bench_model *bm, json_t *m)
+{
+    char fp[32];
+    snprintf(fp, sizeof fp, "%016" PRIx64, bm->fingerprint);
+    jset(m, "fingerprint", json_string(fp));
+    jset(m, "model_type", json_string(bm->cfg.family->model_type));
+    jset(m, "n_layer", json_integer(bm->cfg.n_layer));
+    jset(m, "n_moe_layer", json_integer(bm->n_moe_layer));
+    jset(m, "n_expert", json_integer(bm->cfg.n_expert));
+    jset(m, "n_expert_used", json_integer(bm->cfg.n_expert_used));
+    jset(m, "n_embd", json_integer(bm->cfg.n_embd));
+    jset(m, "n_vocab", json_integer(bm->cfg.n_vocab));
+    jset(m, "experts_dtype", json_string(bm->dtype));
+}
+
+/* {"Q4_K": {"tensors": n, "bytes": b}, ...} of the tensors of a GGUF set,
+ * all of them or (experts) only the routed experts' stacked tensors;
+ * *bytes gets their total. */
+static json_t *gguf_types(const struct shoal_gguf_files *f, int experts, uint64_t *bytes)
+{
+    json_t *t = json_object();
+    *bytes = 0;
+    for (uint32_t i = 0; i < shoal_gguf_files_count(f); i++) {
+        const struct shoal_gguf *g = shoal_gguf_files_get(f, i);
+        for (uint64_t k = 0; k < shoal_gguf_n_tensors(g); k++) {
+            struct shoal_gguf_tensor d;
+            if (shoal_gguf_tensor(g, k, &d) || (experts && !strstr(d.name, "_exps.")))
+                continue;
+            const char *name = shoal_ggml_type_name(d.type);
+            json_t *e = json_object_get(t, name);
+            if (!e) {
+                e = json_pack("{s:I, s:I}", "tensors", (json_int_t)0, "bytes", (json_int_t)0);
+                json_object_set_new(t, name, e);
+            }
+            jset(e, "tensors", json_integer(json_integer_value(json_object_get(e, "tensors")) + 1));
+            jset(e, "bytes", json_integer(json_integer_value(json_object_get(e, "bytes")) +
+                                          (json_int_t)d.nbytes));
+            *bytes += d.nbytes;
+        }
+    }
+    return t;
+}
+
+/* model_describe for a GGUF file (or any file of a split set): its
+ * types, the expert layout the store reads (shoal_container_from_gguf:
+ * fingerprint, bytes per expert per layer, the reads), and the region
+ * of the file fio reads. The parent loads it once (no OpenMP: the load
+ * maps the files and checks the trunk's scales) and closes it. */
+static int describe_gguf(const char *path, struct bench_model *bm, json_t *m)
+{
+    struct shoal_err err = {0};
+    struct shoal_model *model = shoal_model_load(path, &err);
+    struct shoal_container *ct = model ? shoal_container_from_gguf(model, &err) : NULL;
+    struct shoal_gguf_files *f = ct ? shoal_gguf_files_open(path, &err) : NULL;
+    if (!f) {
+        shoal_cli_error("bench: %s", err.msg);
+        shoal_container_close(ct);
+        shoal_model_free(model);
+        return -1;
+    }
+    bm->gguf = 1;
+    bm->cfg = model->cfg;
+    bm->fingerprint = ct->fingerprint;
+    const struct shoal_container_gguf *g = ct->gguf;
+    bm->n_files = (int)g->n_file;
+    bm->files = shoal_xcalloc(g->n_file, sizeof *bm->files);
+    for (uint32_t i = 0; i < g->n_file; i++)
+        bm->files[i] = shoal_xstrdup(g->files[i]);
+    /* per MoE layer: one expert's bytes (the stride of its stacked
+     * tensors) and its buffer; per expert: the bytes its page-rounded
+     * reads bring in; per file: the expert bytes and their region */
+    uint64_t *file_bytes = shoal_xcalloc(g->n_file, sizeof *file_bytes);
+    uint64_t *lo = shoal_xcalloc(g->n_file, sizeof *lo), *hi = shoal_xcalloc(g->n_file, sizeof *hi);
+    for (uint32_t i = 0; i < g->n_file; i++)
+        lo[i] = UINT64_MAX;
+    double sum_layer = 0, sum_read = 0, n_read = 0, sum_comp_read = 0, n_comp_read = 0;
+    uint64_t max_layer = 0, max_read = 0, max_buf = 0;
+    for (int64_t il = 0; il < ct->n_layer; il++) {
+        if (ct->layer_offset[il] == UINT64_MAX)
+            continue;
+        bm->n_moe_layer++;
+        uint64_t layer = 0;
+        for (int c = 0; c < 6; c++) {
+            const struct shoal_expert_range *r = &g->range[il * 6 + c];
+            if (!r->bytes)
+                continue;
+            layer += r->bytes;
+            const uint64_t end = r->base + (uint64_t)ct->n_expert * r->bytes;
+            file_bytes[r->file] += end - r->base;
+            lo[r->file] = r->base < lo[r->file] ? r->base : lo[r->file];
+            hi[r->file] = end > hi[r->file] ? end : hi[r->file];
+        }
+        sum_layer += (double)layer;
+        max_layer = layer > max_layer ? layer : max_layer;
+        max_buf = g->blob_bytes[il] > max_buf ? g->blob_bytes[il] : max_buf;
+        for (int64_t ie = 0; ie < ct->n_expert; ie++) {
+            struct shoal_expert_read rd[6];
+            const int n = shoal_container_expert_reads(ct, il, ie, rd);
+            uint64_t got = 0;
+            for (int k = 0; k < n; k++) {
+                got += rd[k].len;
+                sum_comp_read += (double)rd[k].len;
+                n_comp_read++;
+            }
+            sum_read += (double)got;
+            n_read++;
+            max_read = got > max_read ? got : max_read;
+        }
+    }
+    uint32_t fb = 0;
+    for (uint32_t i = 1; i < g->n_file; i++)
+        fb = file_bytes[i] > file_bytes[fb] ? i : fb;
+    bm->experts_path = shoal_xstrdup(g->files[fb]);
+    bm->first_blob = lo[fb] == UINT64_MAX ? 0 : lo[fb] & ~(uint64_t)(SHOAL_CONTAINER_ALIGN - 1);
+    bm->experts_size = hi[fb];
+    /* fio's request: one expert matrix as the store reads it (whole 4 KiB
+     * pages around it), the mean over every expert of every layer */
+    const uint64_t page = SHOAL_CONTAINER_ALIGN;
+    bm->blob_bytes = n_comp_read > 0 ? ((uint64_t)(sum_comp_read / n_comp_read) + page / 2) /
+                                       page * page : 0;
+    if (bm->blob_bytes == 0 && n_comp_read > 0)
+        bm->blob_bytes = page;
+    bm->compute_bytes = bm->n_moe_layer ? (uint64_t)(sum_layer / (double)bm->n_moe_layer) : 0;
+    free(file_bytes);
+    free(lo);
+    free(hi);
+    uint64_t all_bytes = 0, exp_bytes = 0, file_size = 0;
+    json_t *types = gguf_types(f, 0, &all_bytes);
+    json_t *etypes = gguf_types(f, 1, &exp_bytes);
+    json_t *files = json_array();
+    for (uint32_t i = 0; i < shoal_gguf_files_count(f); i++) {
+        json_array_append_new(files, json_string(shoal_gguf_files_path(f, i)));
+        file_size += shoal_gguf_file_size(shoal_gguf_files_get(f, i));
+    }
+    /* one type for every expert matrix (a static name), or "mixed"
+     * (experts_types says which) */
+    bm->dtype = "mixed";
+    if (json_object_size(etypes) == 1) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(etypes, k, v)
+            bm->dtype = shoal_ggml_type_name((uint32_t)shoal_ggml_type_from_name(k));
+    }
+    const char *arch = NULL;
+    shoal_gguf_get_str(shoal_gguf_files_get(f, 0), "general.architecture", &arch, NULL, NULL);
+    jset(m, "format", json_string("gguf"));
+    jset(m, "files", files);
+    jset(m, "architecture", arch ? json_string(arch) : NULL);
+    model_shape_json(bm, m);
+    jset(m, "types", types);
+    jset(m, "experts_types", etypes);
+    /* a GGUF expert has no one blob: its matrices are read in place,
+     * and its size may differ from layer to layer (a mix of types) */
+    jset(m, "blob_bytes", NULL);
+    jset(m, "expert_bytes_mean", json_real(sum_layer / (double)(bm->n_moe_layer ? bm->n_moe_layer
+                                                                                 : 1)));
+    jset(m, "expert_bytes_max", json_integer((json_int_t)max_layer));
+    jset(m, "expert_read_bytes_mean", json_real(n_read > 0 ? sum_read / n_read : 0));
+    jset(m, "expert_read_bytes_max", json_integer((json_int_t)max_read));
+    jset(m, "expert_buffer_bytes_max", json_integer((json_int_t)max_buf));
+    jset(m, "experts_bytes", json_integer((json_int_t)exp_bytes));
+    jset(m, "experts_file_bytes", json_integer((json_int_t)file_size));
+    jset(m, "dense_bytes", json_integer((json_int_t)(all_bytes - exp_bytes)));
+    shoal_gguf_files_close(f);
+    shoal_container_close(ct);
+    shoal_model_free(model);
+    return 0;
 }
 
 static int model_describe(const char *dir, struct bench_model *bm, json_t **out)
@@ -314,6 +502,15 @@ static int model_describe(const char *dir, struct bench_model *bm, json_t **out)
     free(man);
     json_t *m = json_object();
     jset(m, "dir", json_string(dir));
+    if (shoal_model_is_gguf(dir)) {
+        if (describe_gguf(dir, bm, m)) {
+            json_decref(m);
+            model_free(bm);
+            return -1;
+        }
+        *out = m;
+        return 0;
+    }
     if (!is_ct) {
         /* a broken config.json fails here, before the limits' probes */
         char *config = shoal_path_join(dir, "config.json");
@@ -343,6 +540,7 @@ static int model_describe(const char *dir, struct bench_model *bm, json_t **out)
     bm->experts_path = shoal_xstrdup(ct->experts_path);
     bm->experts_size = ct->experts_size;
     bm->blob_bytes = ct->blob_bytes;
+    bm->compute_bytes = ct->blob_bytes;
     bm->first_blob = UINT64_MAX;
     for (int64_t il = 0; il < ct->n_layer; il++) {
         if (!shoal_layer_is_moe(&bm->cfg, il))
@@ -354,18 +552,8 @@ static int model_describe(const char *dir, struct bench_model *bm, json_t **out)
     if (bm->first_blob == UINT64_MAX)
         bm->first_blob = 0;
     bm->dtype = dtype_name(ct->experts_dtype);
-    char fp[32];
-    snprintf(fp, sizeof fp, "%016" PRIx64, ct->fingerprint);
     jset(m, "format", json_string(ct->shard.count ? "shoal container (shard)" : "shoal container"));
-    jset(m, "fingerprint", json_string(fp));
-    jset(m, "model_type", json_string(bm->cfg.family->model_type));
-    jset(m, "n_layer", json_integer(bm->cfg.n_layer));
-    jset(m, "n_moe_layer", json_integer(bm->n_moe_layer));
-    jset(m, "n_expert", json_integer(bm->cfg.n_expert));
-    jset(m, "n_expert_used", json_integer(bm->cfg.n_expert_used));
-    jset(m, "n_embd", json_integer(bm->cfg.n_embd));
-    jset(m, "n_vocab", json_integer(bm->cfg.n_vocab));
-    jset(m, "experts_dtype", json_string(bm->dtype));
+    model_shape_json(bm, m);
     jset(m, "blob_bytes", json_integer((json_int_t)bm->blob_bytes));
     jset(m, "experts_bytes", json_integer((json_int_t)(bm->n_moe_layer * bm->cfg.n_expert *
                                                        (int64_t)bm->blob_bytes)));
@@ -466,7 +654,7 @@ static json_t *measure_limits(const struct bench_opts *o, const struct bench_mod
     char when[32];
     iso_now(when, sizeof when);
     jset(lim, "measured", json_string(when));
-    if (bm->container) {
+    if (bm->container || bm->gguf) {
         struct shoal_bench_fio_params fp = {.path = bm->experts_path,
                                             .offset = bm->first_blob,
                                             .size = bm->experts_size - bm->first_blob,
@@ -476,7 +664,13 @@ static json_t *measure_limits(const struct bench_opts *o, const struct bench_mod
         fprintf(stderr, "shoal: bench: fio random O_DIRECT reads of %llu bytes at QD %d on "
                 "%s, %.0f s...\n", (unsigned long long)bm->blob_bytes, o->so.queue_depth,
                 bm->experts_path, o->fio_runtime);
-        jset(lim, "ssd", shoal_bench_fio(&fp));
+        json_t *ssd = shoal_bench_fio(&fp);
+        if (bm->gguf)
+            jset(ssd, "request", json_string(
+                "one expert matrix as the store reads it from the GGUF file (whole 4 KiB pages "
+                "around it; the mean over every expert), anywhere in the file's expert "
+                "region"));
+        jset(lim, "ssd", ssd);
     } else {
         jset(lim, "ssd", json_pack("{s:s}", "skipped", "not a shoal container (no experts.bin)"));
     }
@@ -843,8 +1037,8 @@ static int rep_child(void *user, json_t **out)
         jset(f, "ms_head", jnum(dt->head * per));
         jset(f, "ms_other", jnum((dec_s - staged) * per));
         const double ebytes = dec_n * (double)n_moe * (double)c->n_expert_used *
-                              (double)bm->blob_bytes;
-        jset(f, "expert_compute_mb_s", bm->container ?
+                              (double)bm->compute_bytes;
+        jset(f, "expert_compute_mb_s", bm->compute_bytes ?
              jnum(ebytes / 1e6 / compute) : NULL);
         jset(f, "peak_rss_mb", jnum(peak_rss_bytes() / 1e6));
         if (s->model->store) {
@@ -1251,8 +1445,16 @@ int shoal_cmd_bench(int argc, char **argv)
     const int model_given = o.so.model_dir != NULL;
     if (!model_given)
         o.so.model_dir = shoal_cli_default_model();
-    if (shoal_cli_check_model_dir(o.so.model_dir, model_given))
+    const int gguf = shoal_model_is_gguf(o.so.model_dir);
+    if (!gguf && shoal_cli_check_model_dir(o.so.model_dir, model_given))
         return 2;
+    if (gguf && (shoal_session_is_cluster(&o.so) || o.so.n_mirror > 0)) {
+        /* as 'shoal run' refuses them, but before the limits are measured */
+        shoal_cli_error("bench: '%s' is a GGUF file, whose experts are read from the file in "
+                        "this process: --workers, --accept-workers and --mirror need a shoal "
+                        "container", o.so.model_dir);
+        return 2;
+    }
     if (!o.json_out)
         fprintf(stderr, "shoal: bench: no --json OUT; the result is only printed\n");
     if (o.json_out) {
@@ -1340,7 +1542,10 @@ int shoal_cmd_bench(int argc, char **argv)
     json_t *runs = json_array();
     jset(res, "runs", runs);
     for (long long rep = 0; rep < o.reps; rep++) {
-        if (o.state == BENCH_COLD) {
+        if (o.state == BENCH_COLD && bm.gguf) {
+            json_array_append_new(evictions, shoal_bench_evict((const char *const *)bm.files,
+                                                               bm.n_files));
+        } else if (o.state == BENCH_COLD) {
             const char *dirs[1 + SHOAL_MAX_MIRRORS];
             int nd = 0;
             dirs[nd++] = o.so.model_dir;

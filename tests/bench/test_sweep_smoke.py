@@ -14,7 +14,15 @@ On a tiny synthetic container (`shoal synth`, built-in zipf routing, no
      each configuration's min / median / max and relative spread;
   5. --worker-port-base: the workers listen there, a bad value is one
      line and exit 2; `bench/sweep --help` gives every option a
-     description and each option that takes a value its default.
+     description and each option that takes a value its default;
+  6. `shoal bench` on a GGUF file (the bundled model written by
+     tests/cli/test_run_gguf.py's writer, Q4_K gate/up and Q8_0 down
+     experts, BF16 trunk): the model described as the file holds it (types
+     and bytes per type, expert bytes per layer, trunk bytes), fio on the
+     file itself, the limits file accepted by fingerprint, a cold run
+     evicting the file and reading experts from it, a warm run generating
+     the same ids (DESIGN contract 1), --workers and a truncated file
+     refused in one line.
 Checks that runs.jsonl, runs.csv, the plots and summary.md exist and hold
 sane values: every run succeeded, tok/s > 0, hit rates in [0, 1], the
 per-token stages add up to the total, the CSV's ratios equal figure / limit
@@ -209,6 +217,100 @@ def check_options(model, shoal, tmp):
     check(not os.path.exists(os.path.join(tmp, "badport")), "a refused sweep wrote --out")
 
 
+def check_gguf(shoal, tmp):
+    """`shoal bench --model FILE.gguf`: describe, limits, cold and warm."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
+    import test_run_gguf as G
+    cfg = json.load(open(os.path.join(G.MODEL, "config.json")))
+    st = G.read_safetensors(os.path.join(G.MODEL, "model.safetensors"))
+    L, E = cfg["num_hidden_layers"], cfg["num_experts"]
+    tensors = [(n, x, "Q8_0" if "ffn_down_exps" in n else t)
+               for n, x, t in G.typed(G.gguf_tensors(st, L, E), matrix_type="BF16",
+                                      expert_type="Q4_K")]
+    path = os.path.join(tmp, "bench.gguf")
+    G.write_gguf(path, G.metadata(cfg), tensors)
+    types, exps = {}, {}
+    for n, x, t in tensors:
+        nb = len(G.encode(x, t))
+        for d in (types, exps) if "_exps." in n else (types,):
+            e = d.setdefault(t, {"tensors": 0, "bytes": 0})
+            e["tensors"] += 1
+            e["bytes"] += nb
+    per_expert = sum(v["bytes"] for v in exps.values()) // (L * E)
+    common = ["--model", path, "--fio-runtime", "1", "--ram-mb", "16"]
+    lim = os.path.join(tmp, "gguf-limits.json")
+    r = run([shoal, "bench"] + common + ["--limits-only", "--json", lim])
+    check(r.returncode == 0, "bench --limits-only on a GGUF: exit %d: %s" % (r.returncode,
+                                                                          r.stderr[-1000:]))
+    if r.returncode != 0:
+        return
+    j = json.load(open(lim))
+    m = j["model"]
+    check(m["format"] == "gguf" and m["files"] == [path] and m["architecture"] == "qwen3moe" and
+          re.fullmatch(r"[0-9a-f]{16}", m["fingerprint"] or "") and m["n_moe_layer"] == L and
+          m["n_expert"] == E, "GGUF model described: %s" % {k: m.get(k) for k in (
+              "format", "files", "architecture", "fingerprint", "n_moe_layer", "n_expert")})
+    check(m["types"] == types and m["experts_types"] == exps and m["experts_dtype"] == "mixed",
+          "GGUF types %s and expert types %s, expected %s and %s" % (
+              m["types"], m["experts_types"], types, exps))
+    check(m["experts_bytes"] == sum(v["bytes"] for v in exps.values()) and
+          m["dense_bytes"] == sum(v["bytes"] for v in types.values()) - m["experts_bytes"] and
+          m["experts_file_bytes"] == os.path.getsize(path) and m["blob_bytes"] is None,
+          "GGUF bytes: experts %s, trunk %s, file %s" % (m["experts_bytes"], m["dense_bytes"],
+                                                         m["experts_file_bytes"]))
+    # every layer the same types: mean = max = one expert's bytes; its
+    # reads are whole 4 KiB pages around each of its 3 matrices
+    check(m["expert_bytes_mean"] == per_expert and m["expert_bytes_max"] == per_expert and
+          per_expert < m["expert_read_bytes_mean"] <= m["expert_read_bytes_max"] <=
+          per_expert + 3 * 2 * 4096 and m["expert_read_bytes_max"] % 4096 == 0,
+          "GGUF expert bytes %d per expert: %s" % (per_expert, {
+              k: v for k, v in m.items() if k.startswith("expert_")}))
+    ssd = j["limits"]["ssd"]
+    check(("fio" in (ssd.get("skipped") or "")) or
+          ((ssd.get("mb_per_s") or 0) > 0 and "--filename=%s " % path in ssd.get("cmd", "") and
+           ssd.get("bs", 0) % 4096 == 0 and 0 < ssd["bs"] < per_expert),
+          "fio on the GGUF file, one expert matrix per read: %s" % ssd)
+    ids = {}
+    for state in ("cold", "warm"):
+        jp = os.path.join(tmp, "gguf-%s.json" % state)
+        r = run([shoal, "bench"] + common + ["--state", state, "--reps", "1", "--gen", "4",
+                                             "--prompt-len", "8", "--limits", lim,
+                                             "--expert-cache", "1M", "--json", jp])
+        check(r.returncode == 0, "bench --state %s on a GGUF: exit %d: %s" % (
+            state, r.returncode, r.stderr[-1000:]))
+        if r.returncode != 0:
+            continue
+        j = json.load(open(jp))
+        f = j["runs"][0]["figures"]
+        ids[state] = j["generated_ids_xxh64"]
+        check(j["model"]["fingerprint"] == m["fingerprint"] and
+              0 <= f["hit_rate"] <= 1 and f["expert_compute_mb_s"] > 0 and
+              j["runs"][0]["store"]["disk_reads"] + j["runs"][0]["store"]["cache_hits"] > 0,
+              "GGUF %s run: fingerprint %s, figures %s" % (state, j["model"]["fingerprint"], f))
+        rat = j["ratios"]["expert_read_vs_ssd"]
+        if rat["ratio"] is not None:
+            check(close(rat["ratio"], rat["figure"] / rat["limit"]), "GGUF ratio %s" % rat)
+        if state == "cold":
+            ev = j["state"]["evictions"][0]
+            check(ev.get("resident_file") == path and f["expert_read_mb"] > 0,
+                  "GGUF cold: the file evicted (%s), experts read from it (%s MB)" % (
+                      ev, f["expert_read_mb"]))
+    check(len(ids) == 2 and ids["cold"] == ids["warm"],
+          "GGUF cold and warm runs generate the same ids: %s" % ids)
+    # refused before anything is measured: one line, exit 2 / 1, no JSON
+    bad = os.path.join(tmp, "truncated.gguf")
+    with open(path, "rb") as fi, open(bad, "wb") as fo:
+        fo.write(fi.read()[:os.path.getsize(path) // 2])
+    for args, code, word in ((["--model", path, "--workers", "127.0.0.1:1"], 2, "--workers"),
+                             (["--model", bad], 1, "truncated.gguf")):
+        jp = os.path.join(tmp, "gguf-bad.json")
+        r = run([shoal, "bench", "--json", jp] + args)
+        errs = [ln for ln in r.stderr.splitlines() if ln.startswith("shoal: ")]
+        check(r.returncode == code and len(errs) == 1 and word in errs[0] and
+              not os.path.exists(jp), "bench %s: exit %d (expected %d), one line naming '%s': %s"
+              % (" ".join(args[2:]) or args[1], r.returncode, code, word, r.stderr))
+
+
 def check_sweep(out, n_runs, grid_keys):
     # runs.jsonl: one full `shoal bench` JSON per run
     lines = open(os.path.join(out, "runs.jsonl")).read().splitlines()
@@ -351,6 +453,7 @@ def main():
             return 1
         check_noise_rule(tmp)
         check_options(model, shoal, tmp)
+        check_gguf(shoal, tmp)
         common = ["--model", model, "--shoal", shoal, "--repeat", "1", "--gen", "4",
                   "--prompt-len", "8", "--fio-runtime", "1", "--ram-mb", "16"]
         out = os.path.join(tmp, "sweep")

@@ -13,15 +13,24 @@ benchmark does not rot); no llama.cpp needed for most of it.
   - the table's arithmetic (medians, ratios, bytes per decode token, runs
     over the memory limit left out) on made-up runs;
   - --wait-policy sets (or, unset, removes) both engines' OMP_WAIT_POLICY;
+    unset is the default;
+  - --gguf TYPE: the file's name (type, hash of the llama-quantize options),
+    both engines' warm and cold commands on that one file, the cold step's
+    eviction of it; --shape names its own checkpoint;
   - with SHOAL_LLAMA_CPP=<a llama.cpp source tree> (its gguf-py only): the GGUF
     written has 3 + 12 x layers tensors with the expected shapes, types and
-    tokenizer; without it that case is skipped, saying so.
+    tokenizer; without it that case is skipped, saying so. With its CPU
+    build too: llama.cpp runs it, and the tool's convert and warm steps with
+    --gguf Q8_0 quantize it and run both engines on that file.
 Asserts behaviour, never speed.
 
 usage: test_vs_llamacpp.py --shoal BUILD/coordinator/shoal
 """
 import argparse
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +50,7 @@ result = H.Results()
 check = result.check
 TINY = mc.Shape(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, experts=8, expert_ff=32,
                 top_k=2, vocab=320)
+SHOAL = None   # --shoal, absolute
 TEXT = "Once upon a time, the river valley was quiet. The farmers built small villages of mud."
 
 
@@ -85,6 +95,11 @@ def test_arguments(shoal, tmp):
         (["--llama-cpp", ok, "--group", "48"], "--group"),
         (["--llama-cpp", ok, "--kv", "f8"], "--kv"),
         (["--llama-cpp", ok, "--wait-policy", "spin"], "--wait-policy"),
+        (["--llama-cpp", ok, "--gguf", "Q4_K_M ffn_down_exps=q8_0"], "--gguf"),
+        (["--llama-cpp", ok, "--gguf", "Q4-K"], "--gguf"),
+        (["--llama-cpp", ok, "--shape", "256,4,3,64,256,16,4"], "--shape"),
+        (["--llama-cpp", ok, "--shape", "256,4,2,64"], "--shape"),
+        (["--llama-cpp", ok, "--gguf", "Q8_0", "--steps", "cold"], "run --steps convert first"),
         (["--llama-cpp", ok, "--work", os.path.join(ROOT, "pb")], "inside the repository"),
         (["--llama-cpp", ok, "--shoal", os.path.join(tmp, "noshoal")], "--shoal"),
         (["--llama-cpp", ok, "--steps", "warm"], "run --steps convert first"),
@@ -123,6 +138,49 @@ def test_wait_policy():
             os.environ.pop("OMP_WAIT_POLICY", None)
         else:
             os.environ["OMP_WAIT_POLICY"] = keep[1]
+
+
+def test_gguf_mode(shoal, tmp):
+    """--gguf: one file for both engines, named by type and options; the
+    default wait policy is each engine's own (unset)."""
+    ok = os.path.join(tmp, "ok")
+    work = os.path.join(tmp, "work-gguf")
+    keep = vs_llamacpp.WAIT_POLICY
+    try:
+        base = ["--llama-cpp", ok, "--shoal", shoal, "--work", work, "--layers", "2"]
+        a = vs_llamacpp.parse_args(base)
+        check(a.wait_policy == "unset" and vs_llamacpp.WAIT_POLICY == "unset",
+              "--wait-policy defaults to unset (%s)" % a.wait_policy)
+        p = vs_llamacpp.paths(a)
+        check(p["gguf"] is None and p["llama_model"] == p["q4_0"] and p["shoal_model"] == p["shoal"],
+              "without --gguf: llama.cpp reads Q4_0, shoal its container (%s)" % p)
+        a = vs_llamacpp.parse_args(base + ["--gguf", "Q4_K_M --tensor-type ffn_down_exps=q8_0",
+                                           "--shape", "256,4,2,64,256,16,4", "--wait-policy", "passive"])
+        p = vs_llamacpp.paths(a)
+        name = os.path.basename(p["gguf"] or "")
+        check(a.gguf_opts == ("Q4_K_M", ["--tensor-type", "ffn_down_exps=q8_0"]) and
+              re.fullmatch(r"L2-s256x4x2x64x256x16x4-q4_k_m-[0-9a-f]{8}\.gguf", name) and
+              p["hf"].endswith("hf-L2-s256x4x2x64x256x16x4") and a.shape_obj.hidden == 256 and
+              a.shape_obj.experts == 16 and a.shape_obj.top_k == 4 and
+              vs_llamacpp.WAIT_POLICY == "passive",
+              "--gguf with options and --shape: %s, %s, %s" % (a.gguf_opts, name, p["hf"]))
+        a = vs_llamacpp.parse_args(base + ["--gguf", "Q8_0"])
+        p = vs_llamacpp.paths(a)
+        check(p["llama_model"] == p["shoal_model"] == p["gguf"] == os.path.join(work, "L2-q8_0.gguf") and
+              vs_llamacpp.model_files(a) == [p["gguf"]] and vs_llamacpp.llama_label(a) == "Q8_0",
+              "--gguf Q8_0: both engines and the eviction on %s (%s)" % (p["gguf"], p))
+        for mode in vs_llamacpp.MODES:
+            sc = vs_llamacpp.cold_cmd(a, "shoal", 8, mode, "64M")
+            lc = vs_llamacpp.cold_cmd(a, "llama", 8, mode, "64M")
+            check(sc[sc.index("--model") + 1] == p["gguf"] and "--direct" in sc and
+                  sc[sc.index("--expert-cache") + 1] == "64M" and lc[lc.index("-m") + 1] == p["gguf"] and
+                  "--no-repack" in lc, "cold %s: both engines on the GGUF: %s | %s" % (mode, sc, lc))
+    finally:
+        vs_llamacpp.WAIT_POLICY = keep
+        # parse_args imported the stub tree's empty gguf package: forget it,
+        # so that the GGUF case imports SHOAL_LLAMA_CPP's
+        sys.modules.pop("gguf", None)
+        sys.path[:] = [x for x in sys.path if x != os.path.join(ok, "gguf-py")]
 
 
 def write_tiny(hf):
@@ -216,8 +274,8 @@ def test_gguf(tmp, tok, n_prompt):
     check(len(toks.data) == TINY.vocab and bytes(pre.parts[pre.data[0]]).decode() == "qwen2",
           "GGUF vocabulary: %d tokens (padded from %d), pre-tokenizer qwen2" % (len(toks.data), tok["vocab"]))
     cli = os.path.join(tree, "build", "bin", "llama-completion")
-    if not os.access(cli, os.X_OK):
-        print("skip llama.cpp run of the GGUF: no %s" % cli)
+    if not all(os.access(os.path.join(tree, "build", "bin", b), os.X_OK) for b in vs_llamacpp.LLAMA_BINARIES):
+        print("skip llama.cpp runs of the GGUF: no %s" % os.path.join(tree, "build", "bin"))
         return
     r = sh([cli, "-m", out, "-p", TEXT, "-n", "4", "--ignore-eos", "-t", "2", "--temp", "0", "-no-cnv",
             "--no-display-prompt"])
@@ -225,6 +283,34 @@ def test_gguf(tmp, tok, n_prompt):
     check(r.returncode == 0 and st.get("prompt_tokens") == n_prompt,
           "llama.cpp runs the GGUF and reads the prompt as the same %d tokens: %s (rc %d: %s)" % (
               n_prompt, st, r.returncode, r.stderr.strip()[-300:] if r.returncode else ""))
+    test_gguf_steps(tree, tmp)
+
+
+def test_gguf_steps(tree, tmp):
+    """The tool's convert and warm steps with --gguf Q8_0 on the tiny
+    checkpoint: llama-quantize makes the file, both engines read it."""
+    work = os.path.join(tmp, "work-steps")
+    shape = "%d,%d,%d,%d,%d,%d,%d" % (TINY.hidden, TINY.heads, TINY.kv_heads, TINY.head_dim, TINY.expert_ff,
+                                      TINY.experts, TINY.top_k)
+    args = ["--llama-cpp", tree, "--shoal", SHOAL, "--work", work, "--layers", str(TINY.layers),
+            "--shape", shape, "--gguf", "Q8_0", "--alternations", "1", "--gen", "4", "--prefill", "8",
+            "--threads", "2", "--out", os.path.join(work, "r.json")]
+    p = vs_llamacpp.paths(vs_llamacpp.parse_args(args))
+    shutil.copytree(os.path.join(tmp, "hf"), p["hf"])
+    r = sh([sys.executable, BENCH, "--steps", "convert,warm"] + args, timeout=600)
+    res = json.load(open(os.path.join(work, "r.json"))) if os.path.exists(os.path.join(work, "r.json")) else {}
+    smoke = (res.get("convert") or {}).get("smoke") or {}
+    check(r.returncode == 0 and os.path.exists(p["gguf"]) and not os.path.exists(p["shoal"]) and
+          smoke.get("shoal", {}).get("rc") == 0 and smoke.get("llama", {}).get("rc") == 0,
+          "--gguf Q8_0 convert: %s made, no container, both engines ran it (rc %d: %s)" % (
+              p["gguf"], r.returncode, r.stderr.strip()[-400:]))
+    warm = res.get("warm") or []
+    check(len(warm) == 2 and all(w["rc"] == 0 and (w.get("decode_tok_s") or 0) > 0 for w in warm) and
+          all(p["gguf"] in c for w in warm for c in w["cmds"]) and
+          res["bits_per_weight"]["llama"]["experts_types"] == ["Q8_0"] and
+          res["bits_per_weight"]["shoal"]["same_file"],
+          "--gguf Q8_0 warm: both engines on %s: %s" % (p["gguf"], [
+              {k: w.get(k) for k in ("engine", "rc", "decode_tok_s", "cmds", "err_tail")} for w in warm]))
 
 
 def test_summary():
@@ -253,10 +339,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
     a = ap.parse_args()
+    global SHOAL
+    SHOAL = os.path.abspath(a.shoal)
     with tempfile.TemporaryDirectory(prefix="shoal-vsll-") as tmp:
         test_arguments(a.shoal, tmp)
         test_summary()
         test_wait_policy()
+        test_gguf_mode(os.path.abspath(a.shoal), tmp)
         tok = write_tiny(os.path.join(tmp, "hf"))
         n_prompt = test_shoal(a.shoal, tmp, tok)
         test_gguf(tmp, tok, n_prompt)
