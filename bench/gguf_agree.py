@@ -71,12 +71,14 @@ def prompts(text, n):
 
 
 def llama_ppl(a, model, textfile):
-    r = sh([a.bin("llama-perplexity"), "-m", model, "-f", textfile, "-c", "256", "-t",
-            str(a.threads), "--chunks", str(a.chunks)])
-    for line in r.stderr.splitlines():
-        if "Final estimate: PPL = " in line:
-            return float(line.split("PPL = ")[1].split()[0])
-    raise SystemExit("llama-perplexity on %s failed: %s" % (model, r.stderr[-500:]))
+    for attempt in range(2):   # a second try: one run here ended silently once
+        r = sh([a.bin("llama-perplexity"), "-m", model, "-f", textfile, "-c", "256", "-t",
+                str(a.threads), "--chunks", str(a.chunks)])
+        for line in (r.stderr + r.stdout).splitlines():
+            if "Final estimate: PPL = " in line:
+                return float(line.split("PPL = ")[1].split()[0])
+    raise SystemExit("llama-perplexity on %s failed (exit %d): %s" % (model, r.returncode,
+                                                                    r.stderr[-500:]))
 
 
 def shoal_ppl(a, model, textfile):

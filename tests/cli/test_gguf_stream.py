@@ -30,6 +30,9 @@ Cases:
           and 1/2) to a coordinator without local experts, then one worker
           beside the coordinator's own store: the checkpoint's logits bytes,
           both workers used
+  docs:   docs/OPERATIONS.md "Running a GGUF file": its file (tests/make_gguf.py
+          --type Q8_0) gives the lines the section shows for inspect, plan
+          and a run with a 1 MB cache
   bad:    --mirror on a GGUF: one line saying why, exit 2
 Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
@@ -98,6 +101,30 @@ def test_cluster(shoal, tmp, path, ref, env):
     finally:
         for w in ws:
             w.stop()
+
+
+def test_doc_example(shoal, tmp, env):
+    doc = open(os.path.join(H.ROOT, "docs", "OPERATIONS.md")).read()
+    sec = doc.split("## Running a GGUF file", 1)[-1].split("\n## ", 1)[0]
+    path = os.path.join(tmp, "shakespeare-q8_0.gguf")
+    r = H.run([sys.executable, os.path.join(H.ROOT, "tests", "make_gguf.py"), path, "--type",
+               "Q8_0"])
+    if not result("tests/make_gguf.py writes the section's file", r.returncode == 0, r.stderr):
+        return
+    want = [l for l in sec.splitlines() if l.startswith(("routed experts", "Q8_0  ", "shoal run takes",
+                                                          "experts      ", "run with     "))]
+    got = H.run([shoal, "inspect", path]).stdout + H.run([shoal, "plan", path, "--ram", "8G"],
+                                                         env=env).stdout
+    got = got.replace(path, "/tmp/shakespeare-q8_0.gguf")
+    missing = [l for l in want if l not in got.splitlines()]
+    result("OPERATIONS.md's inspect and plan lines (%d) are what the file gives" % len(want),
+           len(want) == 5 and not missing, "missing %s" % missing)
+    r = H.run([shoal, "run", path, "--prompt", "ROMEO:", "--max-tokens", "24", "--greedy",
+               "--expert-cache", "1M", "--direct", "on"], env=env, timeout=120)
+    text = re.search(r"--expert-cache 1M --direct on --stats\n(.*?)\n\.\.\.", sec, re.S)
+    result("OPERATIONS.md's run with a 1 MB cache prints its text",
+           r.returncode == 0 and text is not None and r.stdout.startswith(text.group(1)),
+           "%r vs %r" % (r.stdout[:80], text and text.group(1)))
 
 
 def main():
@@ -180,6 +207,7 @@ def main():
                "%s; %s" % (counts, os.listdir(gdir)))
 
         test_cluster(shoal, tmp, path, ref, env)
+        test_doc_example(shoal, tmp, env)
 
         # bad
         r, _ = run(shoal, path, os.path.join(tmp, "bad.npy"), "--mirror", tmp, env=env)
