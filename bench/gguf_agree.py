@@ -23,14 +23,16 @@ For each file:
   greedy      --prompts prompts (the first lines of held-out speeches),
               32 tokens each from both engines (llama-completion --temp 0,
               shoal run --greedy): the tokens they share before the first
-              difference, and there shoal's logit gap between its pick and
-              llama.cpp's (a near tie: two engines that round differently
-              may pick either)
+              difference of the tokens compared (the shorter text: an end of
+              text stops one), and there shoal's logit gap between its pick
+              and llama.cpp's (a near tie: two engines that round
+              differently may pick either)
 Prints a table and writes JSON (--out). Asserts nothing.
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -71,14 +73,17 @@ def prompts(text, n):
 
 
 def llama_ppl(a, model, textfile):
-    for attempt in range(2):   # a second try: one run here ended silently once
-        r = sh([a.bin("llama-perplexity"), "-m", model, "-f", textfile, "-c", "256", "-t",
-                str(a.threads), "--chunks", str(a.chunks)])
-        for line in (r.stderr + r.stdout).splitlines():
-            if "Final estimate: PPL = " in line:
-                return float(line.split("PPL = ")[1].split()[0])
-    raise SystemExit("llama-perplexity on %s failed (exit %d): %s" % (model, r.returncode,
-                                                                    r.stderr[-500:]))
+    # its running estimate after chunk N ("[N]ppl," on stdout) is the
+    # perplexity of the first N chunks; into a pipe the last lines it logs
+    # (the final estimate among them) are sometimes lost at exit, so it
+    # runs a pass (8 chunks) further
+    r = sh([a.bin("llama-perplexity"), "-m", model, "-f", textfile, "-c", "256", "-t",
+            str(a.threads), "--chunks", str(a.chunks + 8)])
+    m = re.search(r"\[%d\]([0-9.]+)," % a.chunks, r.stdout)
+    if r.returncode or not m:
+        raise SystemExit("llama-perplexity on %s failed (exit %d): %s" % (
+            model, r.returncode, (r.stdout + r.stderr)[-500:]))
+    return float(m.group(1))
 
 
 def shoal_ppl(a, model, textfile):
@@ -103,7 +108,8 @@ def shoal_tokens(a, model, text):
 
 
 def greedy(a, model, prompt, work):
-    """(shared tokens, shoal's logit gap at the first difference or None)."""
+    """(shared tokens, tokens compared: the shorter of the two texts, shoal's
+    logit gap at the first difference or None)."""
     lg = os.path.join(work, "logits.npy")
     ids = os.path.join(work, "ids.txt")
     r = sh([a.shoal, "run", model, "--prompt", prompt, "--max-tokens", str(N_GEN), "--greedy",
@@ -118,10 +124,11 @@ def greedy(a, model, prompt, work):
     k = 0
     while k < min(len(mine), len(theirs)) and mine[k] == theirs[k]:
         k += 1
-    if k >= min(len(mine), len(theirs)):
-        return k, None
+    n = min(len(mine), len(theirs))
+    if k >= n:
+        return k, n, None
     logits = np.load(lg)
-    return k, float(logits[k][mine[k]] - logits[k][theirs[k]])
+    return k, n, float(logits[k][mine[k]] - logits[k][theirs[k]])
 
 
 def main():
@@ -151,8 +158,8 @@ def main():
     imat = os.path.join(a.work, "imatrix.gguf")
     res = {"llama_cpp": a.llama_cpp, "chunks": a.chunks, "n_gen": N_GEN, "rows": []}
     print("%-8s %10s %10s %8s   %s" % ("type", "llama.cpp", "shoal", "ratio",
-                                         "greedy: shared tokens of %d (shoal's gap there)"
-                                         % N_GEN))
+                                         "greedy: tokens shared/compared (shoal's logit gap "
+                                         "at the first difference)"))
     for t in a.types.split(","):
         path = base if t == "BF16" else os.path.join(a.work, "shakespeare-%s.gguf" % t)
         if t != "BF16" and not os.path.exists(path):
@@ -171,10 +178,10 @@ def main():
         lp, sp = llama_ppl(a, path, textfile), shoal_ppl(a, path, textfile)
         gs = [greedy(a, path, p, a.work) for p in prompts(text, a.prompts)]
         row = {"type": t, "file": path, "llama_ppl": lp, "shoal_ppl": sp, "ratio": sp / lp,
-               "greedy": [{"shared": k, "gap": g} for k, g in gs]}
+               "greedy": [{"shared": k, "compared": n, "gap": g} for k, n, g in gs]}
         res["rows"].append(row)
         print("%-8s %10.4f %10.4f %8.4f   %s" % (t, lp, sp, sp / lp, " ".join(
-            "%d" % k if g is None else "%d(%.3f)" % (k, g) for k, g in gs)))
+            "%d/%d" % (k, n) if g is None else "%d/%d(%.3f)" % (k, n, g) for k, n, g in gs)))
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
