@@ -608,6 +608,120 @@ static int deepseek2_config(struct shoal_gguf_meta *mt)
     return meta_vocab(mt);
 }
 
+/* ---- gpt-oss ------------------------------------------------------------- */
+
+static const char *const gptoss_keys[] = {
+    "block_count", "context_length", "embedding_length", "feed_forward_length",
+    "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
+    "attention.key_length", "attention.value_length", "attention.sliding_window",
+    "attention.sliding_window_pattern", "rope.freq_base", "rope.freq_base_swa",
+    "rope.dimension_count", "rope.scaling.type", "rope.scaling.factor",
+    "rope.scaling.original_context_length", "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow", "expert_count", "expert_used_count",
+    "expert_feed_forward_length", "vocab_size",
+};
+
+/* Which layers attend through the window, as config layer_types:
+ * attention.sliding_window_pattern (llama.cpp's get_key_or_arr) a period
+ * P (absent: 2) with layer il windowed when il % P < P - 1 (P = 0: every
+ * layer; llama_hparams::set_swa_pattern), or an array of one bool per
+ * layer. */
+static int gptoss_layer_types(struct shoal_gguf_meta *mt, int64_t n_layer)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", mt->arch);
+    struct shoal_gguf_array arr = {0};
+    int64_t period = 2;
+    const int64_t at = shoal_gguf_find(mt->g, key);
+    const int is_arr = at >= 0 && shoal_gguf_kv_type(mt->g, (uint64_t)at) == SHOAL_GGUF_TYPE_ARRAY;
+    int rc;
+    if (is_arr)
+        REQ(rc = shoal_gguf_get_array(mt->g, key, &arr, mt->err));
+    else
+        REQ(rc = meta_int(mt, "attention.sliding_window_pattern", 0, 0, SHOAL_MAX_LAYERS, NULL,
+                          &period));
+    if (is_arr && ((arr.type != SHOAL_GGUF_TYPE_BOOL && arr.type != SHOAL_GGUF_TYPE_UINT8 &&
+                    arr.type != SHOAL_GGUF_TYPE_INT8) || arr.n != (uint64_t)n_layer))
+        return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: key '%s' is an array of %llu %s; "
+                             "expected a period or %lld bools (one per layer)", mt->path, key,
+                             (unsigned long long)arr.n, shoal_gguf_type_name(arr.type),
+                             (long long)n_layer);
+    json_t *lt = json_array();
+    for (int64_t il = 0; il < n_layer; il++) {
+        const int swa = is_arr ? ((const uint8_t *)arr.data)[il] != 0
+                               : period == 0 || il % period < period - 1;
+        json_array_append_new(lt, json_string(swa ? "sliding_attention" : "full_attention"));
+    }
+    json_object_set_new(mt->cfg, "layer_types", lt);
+    return 0;
+}
+
+/* llama.cpp's LLM_ARCH_OPENAI_MOE (gpt-oss-20b / 120b; conversion/gpt_oss.py
+ * GptOssModel, src/models/openai-moe.cpp) as shoal's gpt_oss family
+ * (transformers' modeling_gpt_oss.py):
+ *   attention: q/k/v/o biases (when the file has attn_q.bias), one sink
+ *   logit per head (attn_sinks.weight), q/k unpermuted (NEOX: rotate_half),
+ *   windowed layers per gptoss_layer_types over attention.sliding_window
+ *   tokens, one rope.freq_base (freq_base_swa, when given, must equal it);
+ *   post_attention_norm is the FFN's norm.
+ *   experts: expert_feed_forward_length wide (feed_forward_length, written
+ *   from the same intermediate_size, must agree), gate_up_proj split by the
+ *   converter into ffn_gate_exps (even rows) and ffn_up_exps (odd rows),
+ *   each with its bias; the router's bias ffn_gate_inp.bias; top-k of the
+ *   biased logits, softmax over those k (SOFTMAX_WEIGHT); the clamped
+ *   SwiGLU with llama.cpp's constants alpha 1.702 and limit 7.0
+ *   (LLM_FFN_SWIGLU_OAI_MOE: the file carries no limit; both released
+ *   models' swiglu_limit is 7.0).
+ *   YaRN: rope.scaling.* as the config's rope_scaling with truncate false,
+ *   the model's own rule (gpt-oss's config.json and OpenAI's reference
+ *   RotaryEmbedding leave the correction range unrounded); llama.cpp's
+ *   ggml_rope_yarn_corr_dims rounds it outward (floor / ceil), so its
+ *   rotation of the frequencies inside the ramp differs from the model's
+ *   and from shoal's. */
+static int gptoss_config(struct shoal_gguf_meta *mt)
+{
+    int rc = KEYS(gptoss_keys);
+    if (rc)
+        return rc;
+    json_t *c = mt->cfg;
+    json_object_set_new(c, "model_type", json_string("gpt_oss"));
+    int64_t n_embd = 0, n_head = 0, n_head_kv = 0, n_expert = 0, hd = 0, n_layer = 0;
+    int64_t ff = 0, ff_exp = 0, win = 0;
+    REQ(rc = meta_trunk(mt, &n_embd, &n_head, &n_head_kv));
+    REQ(rc = meta_int(mt, "block_count", 1, 1, SHOAL_MAX_LAYERS, NULL, &n_layer));
+    REQ(rc = meta_experts(mt, "num_local_experts", "intermediate_size", &n_expert));
+    REQ(rc = meta_int(mt, "expert_feed_forward_length", 1, 1, 1 << 22, NULL, &ff_exp));
+    ff = ff_exp;
+    REQ(rc = meta_int(mt, "feed_forward_length", 0, 1, 1 << 22, NULL, &ff));
+    if (ff != ff_exp)
+        return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s.feed_forward_length %lld differs "
+                             "from expert_feed_forward_length %lld; gpt-oss has one FFN width "
+                             "(intermediate_size)", mt->path, mt->arch, (long long)ff,
+                             (long long)ff_exp);
+    REQ(rc = meta_head_dim(mt, n_embd, n_head, n_head_kv, &hd));
+    json_object_set_new(c, "head_dim", json_integer((json_int_t)hd));
+    REQ(rc = meta_rope_dim(mt, hd, "the head size (gpt-oss rotates the whole head)"));
+    double base = 0, base_swa = 0;
+    REQ(rc = meta_f64(mt, "rope.freq_base", 1, 0, 1e30, NULL, &base));
+    REQ(rc = meta_f64(mt, "rope.freq_base_swa", 0, 0, 1e30, NULL, &base_swa));
+    if (!rc && base_swa != base)
+        return shoal_err_set(mt->err, SHOAL_EUNSUPPORTED, "%s: %s.rope.freq_base_swa %g differs "
+                             "from rope.freq_base %g; shoal runs gpt-oss with one RoPE base",
+                             mt->path, mt->arch, base_swa, base);
+    REQ(rc = meta_int(mt, "attention.sliding_window", 1, 1, BIG, "sliding_window", &win));
+    REQ(rc = gptoss_layer_types(mt, n_layer));
+    json_t *rs = NULL;
+    REQ(rc = meta_rope_scaling(mt, &rs));
+    if (rs && !strcmp(json_string_value(json_object_get(rs, "type")), "yarn"))
+        json_object_set_new(rs, "truncate", json_false());
+    json_object_set_new(c, "swiglu_limit", json_real(7.0));
+    const uint8_t *d;
+    const char *f;
+    json_object_set_new(c, "attention_bias", json_boolean(
+                            mt->lk->find(mt->lk->ctx, "blk.0.attn_q.bias", 0, &d, &f) != NULL));
+    return meta_vocab(mt);
+}
+
 #undef KEYS
 
 /* The shortest decimal m (1 to 9 significant digits) with f32(0.1 * m) ==
@@ -636,6 +750,7 @@ static const struct shoal_gguf_arch archs[] = {
     {"olmoe", olmoe_config},
     {"glm4moe", glm4moe_config},
     {"llama", llama_config},
+    {"gpt-oss", gptoss_config},
 };
 
 const struct shoal_gguf_arch *shoal_gguf_arch_find(const char *name)
@@ -648,16 +763,19 @@ const struct shoal_gguf_arch *shoal_gguf_arch_find(const char *name)
 
 const char *shoal_gguf_arch_list(void)
 {
-    return "qwen3moe, deepseek2, qwen2moe, olmoe, glm4moe, llama (with experts: Mixtral)";
+    return "qwen3moe, deepseek2, qwen2moe, olmoe, glm4moe, llama (with experts: Mixtral), "
+           "gpt-oss";
 }
 
 /* ---- tensor names -------------------------------------------------------- */
 
-void shoal_gguf_arch_tensor_name(const struct shoal_weight_slot *s, char *buf, size_t cap)
+void shoal_gguf_arch_tensor_name(const char *arch, const struct shoal_weight_slot *s,
+                                 char *buf, size_t cap)
 {
     static const char *const exps[3] = {"gate", "up", "down"};
-    if (s->kind == SHOAL_SLOT_EXPERT) {
-        snprintf(buf, cap, "blk.%lld.ffn_%s_exps.weight", (long long)s->il, exps[s->comp]);
+    if (s->kind == SHOAL_SLOT_EXPERT) {   /* comp 3..5: gpt-oss's biases */
+        snprintf(buf, cap, "blk.%lld.ffn_%s_exps.%s", (long long)s->il, exps[s->comp % 3],
+                 s->comp < 3 ? "weight" : "bias");
         return;
     }
     static const char *const top[][2] = {{"tok_embd", "token_embd"}, {"out_norm", "output_norm"},
@@ -675,8 +793,18 @@ void shoal_gguf_arch_tensor_name(const struct shoal_weight_slot *s, char *buf, s
         {"shexp.w_down", "ffn_down_shexp.weight"}, {"ffn.w_gate", "ffn_gate.weight"},
         {"ffn.w_up", "ffn_up.weight"}, {"ffn.w_down", "ffn_down.weight"},
     };
+    /* GptOssModel: post_attention_layernorm is ATTN_POST_NORM, the
+     * router's bias is ffn_gate_inp's */
+    static const char *const gptoss[][2] = {
+        {"ffn_norm", "post_attention_norm.weight"}, {"router_bias", "ffn_gate_inp.bias"},
+    };
     const char *sfx = strchr(s->name + 4, '.');
     sfx = sfx ? sfx + 1 : s->name;
+    for (size_t i = 0; !strcmp(arch, "gpt-oss") && i < sizeof gptoss / sizeof gptoss[0]; i++)
+        if (!strcmp(sfx, gptoss[i][0])) {
+            snprintf(buf, cap, "blk.%lld.%s", (long long)s->il, gptoss[i][1]);
+            return;
+        }
     for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
         if (!strcmp(sfx, layer[i][0])) {
             snprintf(buf, cap, "blk.%lld.%s", (long long)s->il, layer[i][1]);
@@ -845,6 +973,8 @@ static int llama_unpermute(struct shoal_weight *w, int64_t n_head, struct shoal_
 int shoal_gguf_arch_bound(const char *arch, const struct shoal_weight_slot *s,
                           struct shoal_model *m)
 {
+    if (s->kind == SHOAL_SLOT_EXPERT && s->comp == 0 && m->cfg.swiglu_limit > 0)
+        m->layers[s->il].experts[s->ie].swiglu_limit = (float)m->cfg.swiglu_limit;
     if (strcmp(arch, "llama") || s->kind == SHOAL_SLOT_EXPERT)
         return 0;
     const size_t n = strlen(s->name);
