@@ -178,6 +178,25 @@ static int meta_experts(struct shoal_gguf_meta *mt, const char *key_n_expert,
     return 0;
 }
 
+/* ARCH.nextn_predict_layers: the MTP layers block_count counts after the
+ * decoder (llama.cpp's n_layer_nextn; n_layer() = block_count - it), as
+ * config num_hidden_layers and num_nextn_predict_layers. Their blk.N
+ * tensors, when the file has them, stay mapped and are never run. */
+static int meta_nextn(struct shoal_gguf_meta *mt)
+{
+    int64_t n_block = 0, nextn = 0;
+    int rc;
+    REQ(rc = meta_int(mt, "block_count", 1, 1, SHOAL_MAX_LAYERS, NULL, &n_block));
+    REQ(rc = meta_int(mt, "nextn_predict_layers", 0, 0, 16, "num_nextn_predict_layers",
+                      &nextn));
+    if (nextn >= n_block)
+        return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s.nextn_predict_layers %lld leaves "
+                             "no decoder layer of block_count %lld", mt->path, mt->arch,
+                             (long long)nextn, (long long)n_block);
+    json_object_set_new(mt->cfg, "num_hidden_layers", json_integer((json_int_t)(n_block - nextn)));
+    return 0;
+}
+
 /* ARCH.rope.scaling.* (TextModel.set_gguf_parameters writes type "linear"
  * or "yarn", factor, original_context_length, yarn_beta_fast / slow) as
  * config rope_scaling, or nothing for type "none" / absent. *rs is the
@@ -212,6 +231,34 @@ static int meta_rope_scaling(struct shoal_gguf_meta *mt, json_t **rs)
         REQ(rc = meta_f64(mt, "rope.scaling.yarn_beta_slow", 0, -1e9, 1e9, NULL, &b));
         if (!rc)
             json_object_set_new(o, "beta_slow", json_real(b));
+        /* the converter's copies of rope_parameters' extrapolation_factor
+         * and attention_factor. llama.cpp's graphs of these architectures
+         * never read them: its YaRN mixes with ext_factor 1 (the whole
+         * ramp, as transformers and shoal do), so 1 is the only value
+         * that means what both compute; attention_factor is transformers'
+         * scale of cos and sin, kept as the checkpoint's (llama.cpp
+         * recomputes it from factor and mscale, which gives the same
+         * value unless the config chose another) */
+        REQ(rc = meta_f64(mt, "rope.scaling.yarn_ext_factor", 0, -1e9, 1e9, NULL, &b));
+        if (!rc && b != 1.0)
+            return shoal_err_set(mt->err, SHOAL_EUNSUPPORTED, "%s: %s.rope.scaling."
+                                 "yarn_ext_factor is %g; expected 1 (YaRN's whole ramp, the "
+                                 "only mix llama.cpp's %s graph and transformers compute)",
+                                 mt->path, mt->arch, b, mt->arch);
+        REQ(rc = meta_f64(mt, "rope.scaling.yarn_attn_factor", 0, 0, 1e9, NULL, &b));
+        if (!rc)
+            json_object_set_new(o, "attention_factor", json_real(b));
+    } else {
+        static const char *const yarn_only[] = {"yarn_beta_fast", "yarn_beta_slow",
+                                                "yarn_ext_factor", "yarn_attn_factor"};
+        for (size_t i = 0; i < sizeof yarn_only / sizeof yarn_only[0]; i++) {
+            char key[160];
+            snprintf(key, sizeof key, "%s.rope.scaling.%s", mt->arch, yarn_only[i]);
+            if (shoal_gguf_find(mt->g, key) >= 0)
+                return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s is given with "
+                                     "rope.scaling.type %s; expected yarn", mt->path, key,
+                                     type);
+        }
     }
     *rs = o;
     return 0;
@@ -426,6 +473,7 @@ static const char *const deepseek2_keys[] = {
     "expert_group_count", "expert_group_used_count", "rope.scaling.yarn_log_multiplier",
     "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
     "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+    "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor", "nextn_predict_layers",
 };
 
 static double mscale_from_log_mul(double log_mul);
@@ -459,16 +507,10 @@ static int glm4moe_config(struct shoal_gguf_meta *mt)
         return rc;
     json_t *c = mt->cfg;
     json_object_set_new(c, "model_type", json_string("glm4_moe"));
-    int64_t n_embd = 0, n_head = 0, n_head_kv = 0, n_expert = 0, hd = 0, n_block = 0;
-    int64_t nextn = 0, gating = GATING_SIGMOID, groups = 1, x = 0;
+    int64_t n_embd = 0, n_head = 0, n_head_kv = 0, n_expert = 0, hd = 0;
+    int64_t gating = GATING_SIGMOID, groups = 1, x = 0;
     REQ(rc = meta_trunk(mt, &n_embd, &n_head, &n_head_kv));
-    REQ(rc = meta_int(mt, "block_count", 1, 1, SHOAL_MAX_LAYERS, NULL, &n_block));
-    REQ(rc = meta_int(mt, "nextn_predict_layers", 0, 0, 16, "num_nextn_predict_layers", &nextn));
-    if (nextn >= n_block)
-        return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s.nextn_predict_layers %lld leaves "
-                             "no decoder layer of block_count %lld", mt->path, mt->arch,
-                             (long long)nextn, (long long)n_block);
-    json_object_set_new(c, "num_hidden_layers", json_integer((json_int_t)(n_block - nextn)));
+    REQ(rc = meta_nextn(mt));
     REQ(rc = meta_int(mt, "feed_forward_length", 0, 1, 1 << 22, "intermediate_size", NULL));
     REQ(rc = meta_experts(mt, "n_routed_experts", "moe_intermediate_size", &n_expert));
     REQ(rc = meta_int(mt, "expert_shared_count", 1, 0, 1 << 10, "n_shared_experts", NULL));
@@ -531,6 +573,7 @@ static int deepseek2_config(struct shoal_gguf_meta *mt)
     int64_t n_embd = 0, n_head = 0, n_head_kv = 0, n_expert = 0, rope = 0, kvl = 0;
     int64_t hk = 0, hv = 0, x = 0, gating = GATING_SOFTMAX, groups = 1;
     REQ(rc = meta_trunk(mt, &n_embd, &n_head, &n_head_kv));
+    REQ(rc = meta_nextn(mt));
     json_object_set_new(c, "num_key_value_heads", json_integer((json_int_t)n_head));
     if (n_head_kv != 1 && n_head_kv != n_head)
         return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s.attention.head_count_kv is %lld; "
@@ -617,7 +660,8 @@ static const char *const gptoss_keys[] = {
     "attention.sliding_window_pattern", "rope.freq_base", "rope.freq_base_swa",
     "rope.dimension_count", "rope.scaling.type", "rope.scaling.factor",
     "rope.scaling.original_context_length", "rope.scaling.yarn_beta_fast",
-    "rope.scaling.yarn_beta_slow", "expert_count", "expert_used_count",
+    "rope.scaling.yarn_beta_slow", "rope.scaling.yarn_ext_factor",
+    "rope.scaling.yarn_attn_factor", "expert_count", "expert_used_count",
     "expert_feed_forward_length", "vocab_size",
 };
 

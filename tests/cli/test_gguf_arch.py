@@ -55,10 +55,15 @@ Cases:
                      nibbles left in the checkpoint's order is off by ~130 %),
                      so greedy runs part at near ties of this random model.
                      Every case gives its own bytes again with the experts
-                     streamed through a 1 MB cache (the bias ranges)
+                     streamed through a 1 MB cache (the bias ranges).
+                     rope.scaling.yarn_attn_factor (with yarn_ext_factor 1)
+                     gives the checkpoint's run with that attention_factor
+  deepseek2 MTP:     V3 with its MTP layer kept (block_count counts it,
+                     nextn_predict_layers 1): mapped, never run
   kv_b F16:          the split deepseek2 file with attn_k_b / attn_v_b F16
-  bad:               a missing key, a key shoal does not read, a wrong shape
-                     of attn_k_b: exit 2 with one line naming it
+  bad:               a missing key, a key shoal does not read, yarn_ext_factor
+                     other than 1, a wrong shape of attn_k_b: exit 2 with one
+                     line naming it
 Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
 
@@ -207,10 +212,14 @@ def base_kvs(arch, c):
     return k
 
 
-def deepseek2_kvs(c, split_kv_b):
+def deepseek2_kvs(c, split_kv_b, nextn=False):
     """DeepseekV2Model.set_gguf_parameters (num_key_value_heads set to 1
-    first); without split_kv_b the older converter's MHA view."""
+    first); without split_kv_b the older converter's MHA view; with nextn
+    the MTP layers kept as DeepseekV32Model keeps them (block_count counts
+    them, nextn_predict_layers)."""
     c = dict(c)
+    if nextn:
+        c["num_hidden_layers"] += c["num_nextn_predict_layers"]
     if split_kv_b:
         c["num_key_value_heads"] = 1
     c.setdefault("rms_norm_eps", 1e-6)
@@ -240,6 +249,8 @@ def deepseek2_kvs(c, split_kv_b):
     rs = c.get("rope_scaling") or {}
     if rs.get("mscale_all_dim") is not None:
         k.append((a + "rope.scaling.yarn_log_multiplier", "f32", 0.1 * rs["mscale_all_dim"]))
+    if nextn:
+        k.append((a + "nextn_predict_layers", "u32", c["num_nextn_predict_layers"]))
     return k
 
 
@@ -300,6 +311,7 @@ CASES = {
     "deepseek2 grouped": ("deepseek_v2_grouped", lambda c: deepseek2_kvs(c, True), True),
     "deepseek2 v3": ("deepseek_v3", lambda c: deepseek2_kvs(c, True), True),
     "deepseek2 kimi": ("kimi_k2", lambda c: deepseek2_kvs(c, True), True),
+    "deepseek2 v3 MTP kept": ("deepseek_v3", lambda c: deepseek2_kvs(c, True, nextn=True), True),
     "qwen2moe": ("qwen2_moe", qwen2moe_kvs, False),
     "olmoe": ("olmoe", olmoe_kvs, False),
     "glm4moe": ("glm4_moe", glm4moe_kvs, False),
@@ -338,8 +350,8 @@ def check_case(shoal, tmp, label, d, make_kvs, split):
         if fn.endswith(".safetensors"):
             st.update(read_safetensors(os.path.join(d, fn)))
     permute_qk = cfg["model_type"] == "mixtral"
-    tensors = gguf_tensors(st, cfg, split, keep_mtp=cfg["model_type"] == "glm4_moe",
-                           permute_qk=permute_qk)
+    tensors = gguf_tensors(st, cfg, split, keep_mtp=cfg["model_type"] == "glm4_moe" or
+                           "MTP kept" in label, permute_qk=permute_qk)
     path = os.path.join(tmp, label.replace(" ", "-") + ".gguf")
     write(path, cfg, tensors, make_kvs(cfg))
     r0, ref = shoal_run(shoal, d, os.path.join(tmp, label + "-ref.npy"))
@@ -381,9 +393,12 @@ def check_bad(shoal, tmp, tensors, cfg):
     cases = [
         ("a missing key", [k for k in kvs if k[0] != "deepseek2.attention.kv_lora_rank"],
          tensors, ["deepseek2.attention.kv_lora_rank", "missing"]),
-        ("a key shoal does not read", kvs + [("deepseek2.rope.scaling.yarn_ext_factor", "f32",
+        ("a key shoal does not read", kvs + [("deepseek2.attention.temperature_scale", "f32",
                                               1.0)],
-         tensors, ["deepseek2.rope.scaling.yarn_ext_factor", "refused"]),
+         tensors, ["deepseek2.attention.temperature_scale", "refused"]),
+        ("yarn_ext_factor other than 1", kvs + [("deepseek2.rope.scaling.yarn_ext_factor",
+                                                 "f32", 0.5)],
+         tensors, ["deepseek2.rope.scaling.yarn_ext_factor", "expected 1"]),
         ("a wrong attn_k_b shape", kvs, wrong, ["blk.1.attn_k_b.weight", "shape"]),
         ("attn_v_b missing", kvs, [t for t in tensors if t[0] != "blk.0.attn_v_b.weight"],
          ["blk.0.attn_v_b.weight", "attn_kv_b"]),
@@ -570,6 +585,25 @@ def check_gptoss(shoal, tmp, ckpt):
         result("%s sliding_window_pattern %s: %s" % (label, what, "the checkpoint's bytes" if
                                                      same else "other logits"),
                got is not None and (got.tobytes() == ref.tobytes()) == same, show(r))
+    # YaRN's attention_factor as the converter writes it (yarn_attn_factor,
+    # with yarn_ext_factor 1): the checkpoint's scale of cos and sin
+    d = os.path.join(tmp, "gpt_oss-af")
+    gptoss_checkpoint(os.path.join(ckpt, "gpt_oss"), d, 7.0, False)
+    with open(os.path.join(d, "config.json")) as f:
+        c2 = json.load(f)
+    c2["rope_scaling"]["attention_factor"] = 1.25
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c2, f, indent=2)
+    r0, ref_af = shoal_run(shoal, d, os.path.join(tmp, "gpt_oss-af.npy"))
+    path = os.path.join(tmp, "gpt-oss-af.gguf")
+    write(path, cfg, tensors, gptoss_kvs(cfg, [
+        ("gpt-oss.rope.scaling.yarn_ext_factor", "f32", 1.0),
+        ("gpt-oss.rope.scaling.yarn_attn_factor", "f32", 1.25)]))
+    r1, got = shoal_run(shoal, path, os.path.join(tmp, "gpt-oss-af-gguf.npy"))
+    result("%s rope.scaling.yarn_attn_factor 1.25 (+ yarn_ext_factor 1): the bytes of the "
+           "checkpoint with attention_factor 1.25, not those without" % label,
+           ref_af is not None and got is not None and got.tobytes() == ref_af.tobytes() and
+           got.tobytes() != ref.tobytes(), show(r0) + " | " + show(r1))
     bad = [("freq_base_swa other than freq_base",
             [("gpt-oss.rope.freq_base_swa", "f32", 10000.0)],
             ["gpt-oss.rope.freq_base_swa", "freq_base"]),
