@@ -11,11 +11,13 @@ import struct
 
 import numpy as np
 
-GGML = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q8_1": 9, "Q4_K": 12, "Q6_K": 14, "BF16": 30}
+GGML = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q8_1": 9, "Q4_K": 12, "Q6_K": 14, "BF16": 30,
+        "MXFP4": 39}
 
 
 def read_safetensors(path):
-    """{name: float32 array} (BF16 widened exactly)."""
+    """{name: float32 array} (BF16 widened exactly; U8, MXFP4's blocks and
+    scales, as uint8)."""
     with open(path, "rb") as f:
         blob = f.read()
     n = struct.unpack("<Q", blob[:8])[0]
@@ -31,6 +33,8 @@ def read_safetensors(path):
             x = u.view(np.float32)
         elif d["dtype"] == "F32":
             x = np.frombuffer(raw, dtype="<f4").copy()
+        elif d["dtype"] == "U8":
+            x = np.frombuffer(raw, dtype=np.uint8).copy()
         else:
             raise SystemExit("unexpected dtype %s in %s" % (d["dtype"], path))
         out[name] = x.reshape(d["shape"])
@@ -44,7 +48,7 @@ def s_(x):
 
 def kv(key, typ, val):
     """One metadata pair; typ: u32, i32, f32, str, bool, or ("arr", elem) with
-    elem str or i32."""
+    elem str, i32 or bool."""
     out = s_(key)
     if typ == "u32":
         return out + struct.pack("<II", 4, val)
@@ -60,6 +64,8 @@ def kv(key, typ, val):
         return out + struct.pack("<IIQ", 9, 8, len(val)) + b"".join(s_(v) for v in val)
     if typ == ("arr", "i32"):
         return out + struct.pack("<IIQ", 9, 5, len(val)) + struct.pack("<%di" % len(val), *val)
+    if typ == ("arr", "bool"):
+        return out + struct.pack("<IIQ", 9, 7, len(val)) + bytes(1 if v else 0 for v in val)
     raise ValueError(typ)
 
 

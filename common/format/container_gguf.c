@@ -146,7 +146,7 @@ struct shoal_container *shoal_container_from_gguf(const struct shoal_model *m,
     ct->version = SHOAL_CONTAINER_VERSION;
     ct->kv_dtype = SHOAL_DTYPE_F32;
     ct->experts_dtype = SHOAL_DTYPE_GGML;
-    ct->n_comp = 3;
+    ct->n_comp = shoal_expert_n_comp(cfg);   /* its ranges: struct shoal_container_gguf */
     ct->n_layer = cfg->n_layer;
     ct->n_expert = cfg->n_expert;
     g->n_file = n_file;

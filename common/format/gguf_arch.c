@@ -178,6 +178,25 @@ static int meta_experts(struct shoal_gguf_meta *mt, const char *key_n_expert,
     return 0;
 }
 
+/* ARCH.nextn_predict_layers: the MTP layers block_count counts after the
+ * decoder (llama.cpp's n_layer_nextn; n_layer() = block_count - it), as
+ * config num_hidden_layers and num_nextn_predict_layers. Their blk.N
+ * tensors, when the file has them, stay mapped and are never run. */
+static int meta_nextn(struct shoal_gguf_meta *mt)
+{
+    int64_t n_block = 0, nextn = 0;
+    int rc;
+    REQ(rc = meta_int(mt, "block_count", 1, 1, SHOAL_MAX_LAYERS, NULL, &n_block));
+    REQ(rc = meta_int(mt, "nextn_predict_layers", 0, 0, 16, "num_nextn_predict_layers",
+                      &nextn));
+    if (nextn >= n_block)
+        return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s.nextn_predict_layers %lld leaves "
+                             "no decoder layer of block_count %lld", mt->path, mt->arch,
+                             (long long)nextn, (long long)n_block);
+    json_object_set_new(mt->cfg, "num_hidden_layers", json_integer((json_int_t)(n_block - nextn)));
+    return 0;
+}
+
 /* ARCH.rope.scaling.* (TextModel.set_gguf_parameters writes type "linear"
  * or "yarn", factor, original_context_length, yarn_beta_fast / slow) as
  * config rope_scaling, or nothing for type "none" / absent. *rs is the
@@ -212,6 +231,34 @@ static int meta_rope_scaling(struct shoal_gguf_meta *mt, json_t **rs)
         REQ(rc = meta_f64(mt, "rope.scaling.yarn_beta_slow", 0, -1e9, 1e9, NULL, &b));
         if (!rc)
             json_object_set_new(o, "beta_slow", json_real(b));
+        /* the converter's copies of rope_parameters' extrapolation_factor
+         * and attention_factor. llama.cpp's graphs of these architectures
+         * never read them: its YaRN mixes with ext_factor 1 (the whole
+         * ramp, as transformers and shoal do), so 1 is the only value
+         * that means what both compute; attention_factor is transformers'
+         * scale of cos and sin, kept as the checkpoint's (llama.cpp
+         * recomputes it from factor and mscale, which gives the same
+         * value unless the config chose another) */
+        REQ(rc = meta_f64(mt, "rope.scaling.yarn_ext_factor", 0, -1e9, 1e9, NULL, &b));
+        if (!rc && b != 1.0)
+            return shoal_err_set(mt->err, SHOAL_EUNSUPPORTED, "%s: %s.rope.scaling."
+                                 "yarn_ext_factor is %g; expected 1 (YaRN's whole ramp, the "
+                                 "only mix llama.cpp's %s graph and transformers compute)",
+                                 mt->path, mt->arch, b, mt->arch);
+        REQ(rc = meta_f64(mt, "rope.scaling.yarn_attn_factor", 0, 0, 1e9, NULL, &b));
+        if (!rc)
+            json_object_set_new(o, "attention_factor", json_real(b));
+    } else {
+        static const char *const yarn_only[] = {"yarn_beta_fast", "yarn_beta_slow",
+                                                "yarn_ext_factor", "yarn_attn_factor"};
+        for (size_t i = 0; i < sizeof yarn_only / sizeof yarn_only[0]; i++) {
+            char key[160];
+            snprintf(key, sizeof key, "%s.rope.scaling.%s", mt->arch, yarn_only[i]);
+            if (shoal_gguf_find(mt->g, key) >= 0)
+                return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s is given with "
+                                     "rope.scaling.type %s; expected yarn", mt->path, key,
+                                     type);
+        }
     }
     *rs = o;
     return 0;
@@ -426,6 +473,7 @@ static const char *const deepseek2_keys[] = {
     "expert_group_count", "expert_group_used_count", "rope.scaling.yarn_log_multiplier",
     "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
     "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+    "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor", "nextn_predict_layers",
 };
 
 static double mscale_from_log_mul(double log_mul);
@@ -459,16 +507,10 @@ static int glm4moe_config(struct shoal_gguf_meta *mt)
         return rc;
     json_t *c = mt->cfg;
     json_object_set_new(c, "model_type", json_string("glm4_moe"));
-    int64_t n_embd = 0, n_head = 0, n_head_kv = 0, n_expert = 0, hd = 0, n_block = 0;
-    int64_t nextn = 0, gating = GATING_SIGMOID, groups = 1, x = 0;
+    int64_t n_embd = 0, n_head = 0, n_head_kv = 0, n_expert = 0, hd = 0;
+    int64_t gating = GATING_SIGMOID, groups = 1, x = 0;
     REQ(rc = meta_trunk(mt, &n_embd, &n_head, &n_head_kv));
-    REQ(rc = meta_int(mt, "block_count", 1, 1, SHOAL_MAX_LAYERS, NULL, &n_block));
-    REQ(rc = meta_int(mt, "nextn_predict_layers", 0, 0, 16, "num_nextn_predict_layers", &nextn));
-    if (nextn >= n_block)
-        return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s.nextn_predict_layers %lld leaves "
-                             "no decoder layer of block_count %lld", mt->path, mt->arch,
-                             (long long)nextn, (long long)n_block);
-    json_object_set_new(c, "num_hidden_layers", json_integer((json_int_t)(n_block - nextn)));
+    REQ(rc = meta_nextn(mt));
     REQ(rc = meta_int(mt, "feed_forward_length", 0, 1, 1 << 22, "intermediate_size", NULL));
     REQ(rc = meta_experts(mt, "n_routed_experts", "moe_intermediate_size", &n_expert));
     REQ(rc = meta_int(mt, "expert_shared_count", 1, 0, 1 << 10, "n_shared_experts", NULL));
@@ -531,6 +573,7 @@ static int deepseek2_config(struct shoal_gguf_meta *mt)
     int64_t n_embd = 0, n_head = 0, n_head_kv = 0, n_expert = 0, rope = 0, kvl = 0;
     int64_t hk = 0, hv = 0, x = 0, gating = GATING_SOFTMAX, groups = 1;
     REQ(rc = meta_trunk(mt, &n_embd, &n_head, &n_head_kv));
+    REQ(rc = meta_nextn(mt));
     json_object_set_new(c, "num_key_value_heads", json_integer((json_int_t)n_head));
     if (n_head_kv != 1 && n_head_kv != n_head)
         return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s.attention.head_count_kv is %lld; "
@@ -608,6 +651,121 @@ static int deepseek2_config(struct shoal_gguf_meta *mt)
     return meta_vocab(mt);
 }
 
+/* ---- gpt-oss ------------------------------------------------------------- */
+
+static const char *const gptoss_keys[] = {
+    "block_count", "context_length", "embedding_length", "feed_forward_length",
+    "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
+    "attention.key_length", "attention.value_length", "attention.sliding_window",
+    "attention.sliding_window_pattern", "rope.freq_base", "rope.freq_base_swa",
+    "rope.dimension_count", "rope.scaling.type", "rope.scaling.factor",
+    "rope.scaling.original_context_length", "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow", "rope.scaling.yarn_ext_factor",
+    "rope.scaling.yarn_attn_factor", "expert_count", "expert_used_count",
+    "expert_feed_forward_length", "vocab_size",
+};
+
+/* Which layers attend through the window, as config layer_types:
+ * attention.sliding_window_pattern (llama.cpp's get_key_or_arr) a period
+ * P (absent: 2) with layer il windowed when il % P < P - 1 (P = 0: every
+ * layer; llama_hparams::set_swa_pattern), or an array of one bool per
+ * layer. */
+static int gptoss_layer_types(struct shoal_gguf_meta *mt, int64_t n_layer)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", mt->arch);
+    struct shoal_gguf_array arr = {0};
+    int64_t period = 2;
+    const int64_t at = shoal_gguf_find(mt->g, key);
+    const int is_arr = at >= 0 && shoal_gguf_kv_type(mt->g, (uint64_t)at) == SHOAL_GGUF_TYPE_ARRAY;
+    int rc;
+    if (is_arr)
+        REQ(rc = shoal_gguf_get_array(mt->g, key, &arr, mt->err));
+    else
+        REQ(rc = meta_int(mt, "attention.sliding_window_pattern", 0, 0, SHOAL_MAX_LAYERS, NULL,
+                          &period));
+    if (is_arr && ((arr.type != SHOAL_GGUF_TYPE_BOOL && arr.type != SHOAL_GGUF_TYPE_UINT8 &&
+                    arr.type != SHOAL_GGUF_TYPE_INT8) || arr.n != (uint64_t)n_layer))
+        return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: key '%s' is an array of %llu %s; "
+                             "expected a period or %lld bools (one per layer)", mt->path, key,
+                             (unsigned long long)arr.n, shoal_gguf_type_name(arr.type),
+                             (long long)n_layer);
+    json_t *lt = json_array();
+    for (int64_t il = 0; il < n_layer; il++) {
+        const int swa = is_arr ? ((const uint8_t *)arr.data)[il] != 0
+                               : period == 0 || il % period < period - 1;
+        json_array_append_new(lt, json_string(swa ? "sliding_attention" : "full_attention"));
+    }
+    json_object_set_new(mt->cfg, "layer_types", lt);
+    return 0;
+}
+
+/* llama.cpp's LLM_ARCH_OPENAI_MOE (gpt-oss-20b / 120b; conversion/gpt_oss.py
+ * GptOssModel, src/models/openai-moe.cpp) as shoal's gpt_oss family
+ * (transformers' modeling_gpt_oss.py):
+ *   attention: q/k/v/o biases (when the file has attn_q.bias), one sink
+ *   logit per head (attn_sinks.weight), q/k unpermuted (NEOX: rotate_half),
+ *   windowed layers per gptoss_layer_types over attention.sliding_window
+ *   tokens, one rope.freq_base (freq_base_swa, when given, must equal it);
+ *   post_attention_norm is the FFN's norm.
+ *   experts: expert_feed_forward_length wide (feed_forward_length, written
+ *   from the same intermediate_size, must agree), gate_up_proj split by the
+ *   converter into ffn_gate_exps (even rows) and ffn_up_exps (odd rows),
+ *   each with its bias; the router's bias ffn_gate_inp.bias; top-k of the
+ *   biased logits, softmax over those k (SOFTMAX_WEIGHT); the clamped
+ *   SwiGLU with llama.cpp's constants alpha 1.702 and limit 7.0
+ *   (LLM_FFN_SWIGLU_OAI_MOE: the file carries no limit; both released
+ *   models' swiglu_limit is 7.0).
+ *   YaRN: rope.scaling.* as the config's rope_scaling with truncate false,
+ *   the model's own rule (gpt-oss's config.json and OpenAI's reference
+ *   RotaryEmbedding leave the correction range unrounded); llama.cpp's
+ *   ggml_rope_yarn_corr_dims rounds it outward (floor / ceil), so its
+ *   rotation of the frequencies inside the ramp differs from the model's
+ *   and from shoal's. */
+static int gptoss_config(struct shoal_gguf_meta *mt)
+{
+    int rc = KEYS(gptoss_keys);
+    if (rc)
+        return rc;
+    json_t *c = mt->cfg;
+    json_object_set_new(c, "model_type", json_string("gpt_oss"));
+    int64_t n_embd = 0, n_head = 0, n_head_kv = 0, n_expert = 0, hd = 0, n_layer = 0;
+    int64_t ff = 0, ff_exp = 0, win = 0;
+    REQ(rc = meta_trunk(mt, &n_embd, &n_head, &n_head_kv));
+    REQ(rc = meta_int(mt, "block_count", 1, 1, SHOAL_MAX_LAYERS, NULL, &n_layer));
+    REQ(rc = meta_experts(mt, "num_local_experts", "intermediate_size", &n_expert));
+    REQ(rc = meta_int(mt, "expert_feed_forward_length", 1, 1, 1 << 22, NULL, &ff_exp));
+    ff = ff_exp;
+    REQ(rc = meta_int(mt, "feed_forward_length", 0, 1, 1 << 22, NULL, &ff));
+    if (ff != ff_exp)
+        return shoal_err_set(mt->err, SHOAL_EFORMAT, "%s: %s.feed_forward_length %lld differs "
+                             "from expert_feed_forward_length %lld; gpt-oss has one FFN width "
+                             "(intermediate_size)", mt->path, mt->arch, (long long)ff,
+                             (long long)ff_exp);
+    REQ(rc = meta_head_dim(mt, n_embd, n_head, n_head_kv, &hd));
+    json_object_set_new(c, "head_dim", json_integer((json_int_t)hd));
+    REQ(rc = meta_rope_dim(mt, hd, "the head size (gpt-oss rotates the whole head)"));
+    double base = 0, base_swa = 0;
+    REQ(rc = meta_f64(mt, "rope.freq_base", 1, 0, 1e30, NULL, &base));
+    REQ(rc = meta_f64(mt, "rope.freq_base_swa", 0, 0, 1e30, NULL, &base_swa));
+    if (!rc && base_swa != base)
+        return shoal_err_set(mt->err, SHOAL_EUNSUPPORTED, "%s: %s.rope.freq_base_swa %g differs "
+                             "from rope.freq_base %g; shoal runs gpt-oss with one RoPE base",
+                             mt->path, mt->arch, base_swa, base);
+    REQ(rc = meta_int(mt, "attention.sliding_window", 1, 1, BIG, "sliding_window", &win));
+    REQ(rc = gptoss_layer_types(mt, n_layer));
+    json_t *rs = NULL;
+    REQ(rc = meta_rope_scaling(mt, &rs));
+    if (rs && !strcmp(json_string_value(json_object_get(rs, "type")), "yarn"))
+        json_object_set_new(rs, "truncate", json_false());
+    json_object_set_new(c, "swiglu_limit", json_real(7.0));
+    const uint8_t *d;
+    const char *f;
+    json_object_set_new(c, "attention_bias", json_boolean(
+                            mt->lk->find(mt->lk->ctx, "blk.0.attn_q.bias", 0, &d, &f) != NULL));
+    return meta_vocab(mt);
+}
+
 #undef KEYS
 
 /* The shortest decimal m (1 to 9 significant digits) with f32(0.1 * m) ==
@@ -636,6 +794,7 @@ static const struct shoal_gguf_arch archs[] = {
     {"olmoe", olmoe_config},
     {"glm4moe", glm4moe_config},
     {"llama", llama_config},
+    {"gpt-oss", gptoss_config},
 };
 
 const struct shoal_gguf_arch *shoal_gguf_arch_find(const char *name)
@@ -648,16 +807,19 @@ const struct shoal_gguf_arch *shoal_gguf_arch_find(const char *name)
 
 const char *shoal_gguf_arch_list(void)
 {
-    return "qwen3moe, deepseek2, qwen2moe, olmoe, glm4moe, llama (with experts: Mixtral)";
+    return "qwen3moe, deepseek2, qwen2moe, olmoe, glm4moe, llama (with experts: Mixtral), "
+           "gpt-oss";
 }
 
 /* ---- tensor names -------------------------------------------------------- */
 
-void shoal_gguf_arch_tensor_name(const struct shoal_weight_slot *s, char *buf, size_t cap)
+void shoal_gguf_arch_tensor_name(const char *arch, const struct shoal_weight_slot *s,
+                                 char *buf, size_t cap)
 {
     static const char *const exps[3] = {"gate", "up", "down"};
-    if (s->kind == SHOAL_SLOT_EXPERT) {
-        snprintf(buf, cap, "blk.%lld.ffn_%s_exps.weight", (long long)s->il, exps[s->comp]);
+    if (s->kind == SHOAL_SLOT_EXPERT) {   /* comp 3..5: gpt-oss's biases */
+        snprintf(buf, cap, "blk.%lld.ffn_%s_exps.%s", (long long)s->il, exps[s->comp % 3],
+                 s->comp < 3 ? "weight" : "bias");
         return;
     }
     static const char *const top[][2] = {{"tok_embd", "token_embd"}, {"out_norm", "output_norm"},
@@ -675,8 +837,18 @@ void shoal_gguf_arch_tensor_name(const struct shoal_weight_slot *s, char *buf, s
         {"shexp.w_down", "ffn_down_shexp.weight"}, {"ffn.w_gate", "ffn_gate.weight"},
         {"ffn.w_up", "ffn_up.weight"}, {"ffn.w_down", "ffn_down.weight"},
     };
+    /* GptOssModel: post_attention_layernorm is ATTN_POST_NORM, the
+     * router's bias is ffn_gate_inp's */
+    static const char *const gptoss[][2] = {
+        {"ffn_norm", "post_attention_norm.weight"}, {"router_bias", "ffn_gate_inp.bias"},
+    };
     const char *sfx = strchr(s->name + 4, '.');
     sfx = sfx ? sfx + 1 : s->name;
+    for (size_t i = 0; !strcmp(arch, "gpt-oss") && i < sizeof gptoss / sizeof gptoss[0]; i++)
+        if (!strcmp(sfx, gptoss[i][0])) {
+            snprintf(buf, cap, "blk.%lld.%s", (long long)s->il, gptoss[i][1]);
+            return;
+        }
     for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
         if (!strcmp(sfx, layer[i][0])) {
             snprintf(buf, cap, "blk.%lld.%s", (long long)s->il, layer[i][1]);
@@ -845,6 +1017,8 @@ static int llama_unpermute(struct shoal_weight *w, int64_t n_head, struct shoal_
 int shoal_gguf_arch_bound(const char *arch, const struct shoal_weight_slot *s,
                           struct shoal_model *m)
 {
+    if (s->kind == SHOAL_SLOT_EXPERT && s->comp == 0 && m->cfg.swiglu_limit > 0)
+        m->layers[s->il].experts[s->ie].swiglu_limit = (float)m->cfg.swiglu_limit;
     if (strcmp(arch, "llama") || s->kind == SHOAL_SLOT_EXPERT)
         return 0;
     const size_t n = strlen(s->name);

@@ -6,7 +6,7 @@
  * put back in the Hugging Face layout shoal computes with.
  *
  * Architectures: qwen3moe, deepseek2 (DeepSeek-V2/V3/R1, Kimi-K2), qwen2moe,
- * olmoe, glm4moe, llama with experts (Mixtral). A key under "ARCH." that the architecture does not read is refused
+ * olmoe, glm4moe, llama with experts (Mixtral), gpt-oss. A key under "ARCH." that the architecture does not read is refused
  * (it could change the computation), never ignored.
  *
  * Thread: any (load time, one thread per model). */
@@ -56,11 +56,14 @@ const struct shoal_gguf_arch *shoal_gguf_arch_find(const char *name);
 /* "qwen3moe, deepseek2, ..." (static string). Thread: any. */
 const char *shoal_gguf_arch_list(void);
 
-/* llama.cpp's tensor name of walker slot s into buf (cap bytes): the
- * model's "token_embd.weight", a layer's "blk.N.attn_kv_a_mqa.weight",
- * "blk.N.exp_probs_b.bias", and a routed expert's stacked
- * "blk.N.ffn_gate_exps.weight". Thread: any. */
-void shoal_gguf_arch_tensor_name(const struct shoal_weight_slot *s, char *buf, size_t cap);
+/* llama.cpp's tensor name of walker slot s of a general.architecture
+ * `arch` model into buf (cap bytes): the model's "token_embd.weight", a
+ * layer's "blk.N.attn_kv_a_mqa.weight", "blk.N.exp_probs_b.bias" (gpt-oss:
+ * "blk.N.ffn_gate_inp.bias", its ffn_norm "blk.N.post_attention_norm.weight"),
+ * and a routed expert's stacked "blk.N.ffn_gate_exps.weight" (gpt-oss's
+ * bias components: "blk.N.ffn_gate_exps.bias"). Thread: any. */
+void shoal_gguf_arch_tensor_name(const char *arch, const struct shoal_weight_slot *s,
+                                 char *buf, size_t cap);
 
 /* Bind slot s when the file holds it in another form than its own name:
  * deepseek2's kv_b_proj as the converter's split attn_k_b ([n_head]
@@ -76,7 +79,9 @@ int shoal_gguf_arch_bind_other(const struct shoal_weight_slot *s, struct shoal_m
 /* After slot s of a general.architecture `arch` model is bound as a view
  * of its tensor: llama's q_proj / k_proj rows, which the converter
  * permuted per head (LlamaModel.permute), are put back in the checkpoint's
- * order, into a buffer m owns. Returns 0 (allocation failure aborts).
+ * order, into a buffer m owns; a routed expert of a model with a clamped
+ * SwiGLU (gpt-oss) gets m->cfg.swiglu_limit. Returns 0 (allocation failure
+ * aborts).
  * Thread: any. */
 int shoal_gguf_arch_bound(const char *arch, const struct shoal_weight_slot *s,
                           struct shoal_model *m);

@@ -250,7 +250,7 @@ static int bind_from_gguf(const struct shoal_weight_slot *s, void *user)
     struct shoal_weight *w = s->w;
     memset(w, 0, sizeof *w);
     char name[200];
-    shoal_gguf_arch_tensor_name(s, name, sizeof name);
+    shoal_gguf_arch_tensor_name(b->arch, s, name, sizeof name);
     struct gtensor *t = find_tensor(b->g, name);
     if (!t) {
         const struct shoal_gguf_lookup lk = {.ctx = b->g, .find = lookup};
@@ -264,9 +264,14 @@ static int bind_from_gguf(const struct shoal_weight_slot *s, void *user)
     }
     t->used = 1;
     const int expert = s->kind == SHOAL_SLOT_EXPERT;
+    /* a matrix ne {cols, rows}, a vector {rows}; an expert's stacked over
+     * n_expert (gpt-oss's expert biases: {rows, n_expert}) */
     uint64_t want[3] = {(uint64_t)(s->cols ? s->cols : s->rows), (uint64_t)s->rows,
                         (uint64_t)b->cfg->n_expert};
-    const uint32_t want_n = expert ? 3 : s->cols ? 2 : 1;
+    const uint32_t want_n = (s->cols ? 2 : 1) + (uint32_t)expert;
+    if (!s->cols)
+        want[1] = want[2];
+    const uint64_t n_stack = expert ? (uint64_t)b->cfg->n_expert : 1;
     int ok = t->d.n_dims == want_n;
     for (uint32_t i = 0; ok && i < want_n; i++)
         ok = t->d.ne[i] == want[i];
@@ -295,7 +300,7 @@ static int bind_from_gguf(const struct shoal_weight_slot *s, void *user)
     w->rows = s->cols ? s->rows : 1;
     w->cols = s->cols ? s->cols : s->rows;
     /* an expert is its contiguous n_out x n_in slice of the stacked tensor */
-    w->data = t->data + (expert ? (size_t)s->ie * (size_t)(t->d.nbytes / want[2]) : 0);
+    w->data = t->data + (size_t)(expert ? s->ie : 0) * (size_t)(t->d.nbytes / n_stack);
     /* every block scale finite: the trunk's here, once; an expert's the
      * first time it runs (experts_local.c), since scanning them all here
      * would touch every page of the file (a block is 34 to 210 bytes) */

@@ -464,17 +464,15 @@ int shoal_cmd_chat(int argc, char **argv)
         return 1;
     }
     struct shoal_err err = {0};
-    char *cfg_path = shoal_path_join(s->model->dir, "tokenizer_config.json");
     char *src = NULL, *bos = NULL, *eos = NULL;
-    if (shoal_chat_template_load_config(cfg_path, &src, &bos, &eos, &err) || !src) {
-        shoal_cli_error("chat: %s", err.code ? err.msg : "tokenizer_config.json has no chat_template");
-        free(cfg_path);
+    if (shoal_chat_template_load_model(s->model->dir, shoal_model_gguf_meta(s->model), &src,
+                                       &bos, &eos, &err) || !src) {
+        shoal_cli_error("chat: %s", err.code ? err.msg : "the model has no chat template");
         free(bos);
         free(eos);
         shoal_cli_session_close(s);
         return 1;
     }
-    free(cfg_path);
     struct shoal_chat_template *tmpl = shoal_chat_template_parse(src, &err);
     if (!tmpl) {
         shoal_cli_error("chat: chat_template of '%s': %s", s->model->dir, err.msg);

@@ -618,13 +618,12 @@ static int load_chat(struct server *srv, struct shoal_err *out)
     struct shoal_err err = {0};
     if (!s->tok)
         return 0;
-    char *cfg_path = shoal_path_join(s->model->dir, "tokenizer_config.json");
     char *src = NULL;
-    int rc = shoal_chat_template_load_config(cfg_path, &src, &srv->bos, &srv->eos, &err);
-    free(cfg_path);
+    int rc = shoal_chat_template_load_model(s->model->dir, shoal_model_gguf_meta(s->model),
+                                            &src, &srv->bos, &srv->eos, &err);
     if (rc || !src) {
         fprintf(stderr, "shoal serve: no chat template (%s); /v1/chat/completions will "
-                "refuse requests\n", err.code ? err.msg : "none in tokenizer_config.json");
+                "refuse requests\n", err.code ? err.msg : "none in the model");
         return 0;
     }
     srv->tmpl = shoal_chat_template_parse(src, &err);

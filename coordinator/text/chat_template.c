@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "chat_template_impl.h"
+#include "gguf.h"
 #include "util.h"
 
 /* ---- arena ------------------------------------------------------------ */
@@ -1207,6 +1208,22 @@ static int sibling_template(const char *path, char **out, struct shoal_err *err)
     return rc;
 }
 
+/* A loader's results into its out-parameters (bos / eos freed when the
+ * caller does not want them). */
+static void give_loaded(char *tmpl, char *bos, char *eos, char **template_source,
+                        char **bos_token, char **eos_token)
+{
+    *template_source = tmpl;
+    if (bos_token)
+        *bos_token = bos;
+    else
+        free(bos);
+    if (eos_token)
+        *eos_token = eos;
+    else
+        free(eos);
+}
+
 int shoal_chat_template_load_config(const char *tokenizer_config_path,
                                     char **template_source, char **bos_token,
                                     char **eos_token, struct shoal_err *err)
@@ -1274,15 +1291,7 @@ int shoal_chat_template_load_config(const char *tokenizer_config_path,
         goto fail;
     json_decref(root);
     free(text);
-    *template_source = tmpl;
-    if (bos_token)
-        *bos_token = bos;
-    else
-        free(bos);
-    if (eos_token)
-        *eos_token = eos;
-    else
-        free(eos);
+    give_loaded(tmpl, bos, eos, template_source, bos_token, eos_token);
     return 0;
 fail:
     free(eos);
@@ -1290,5 +1299,92 @@ fail:
     free(tmpl);
     json_decref(root);
     free(text);
+    return rc;
+}
+
+/* ---- GGUF metadata ------------------------------------------------------- */
+
+/* The text of the token whose id the integer key id_key holds, looked up
+ * in tokenizer.ggml.tokens, into *out (malloc'd; NULL when the key is
+ * absent). Returns 0 or a negative status with err set. */
+static int gguf_token_text(const struct shoal_gguf *g, const char *path, const char *id_key,
+                           char **out, struct shoal_err *err)
+{
+    int64_t id = -1;
+    int rc = shoal_gguf_get_int(g, id_key, &id, err);
+    *out = NULL;
+    if (rc == SHOAL_ENOTFOUND)
+        return 0;
+    if (rc)
+        return shoal_err_set(err, rc, "%s: %s", path, err->msg);
+    struct shoal_gguf_array a = {0};
+    rc = shoal_gguf_get_array(g, "tokenizer.ggml.tokens", &a, err);
+    if (rc == SHOAL_ENOTFOUND)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: %s is set but tokenizer.ggml.tokens "
+                             "is missing", path, id_key);
+    if (rc)
+        return shoal_err_set(err, rc, "%s: %s", path, err->msg);
+    if (a.type != SHOAL_GGUF_TYPE_STRING || !a.strs)
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: tokenizer.ggml.tokens holds %s; "
+                             "expected strings", path, shoal_gguf_type_name(a.type));
+    if (id < 0 || (uint64_t)id >= a.n)
+        return shoal_err_set(err, SHOAL_ERANGE, "%s: %s is %lld; expected a token id "
+                             "0 to %llu (tokenizer.ggml.tokens holds %llu)", path, id_key,
+                             (long long)id, (unsigned long long)(a.n ? a.n - 1 : 0),
+                             (unsigned long long)a.n);
+    const size_t len = a.str_lens ? (size_t)a.str_lens[id] : strlen(a.strs[id]);
+    if (memchr(a.strs[id], 0, len))
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: token %lld of tokenizer.ggml.tokens "
+                             "(%s) holds a NUL byte", path, (long long)id, id_key);
+    *out = shoal_xmalloc(len + 1);
+    memcpy(*out, a.strs[id], len);
+    (*out)[len] = 0;
+    return 0;
+}
+
+int shoal_chat_template_load_gguf(const struct shoal_gguf *g, const char *path,
+                                  char **template_source, char **bos_token,
+                                  char **eos_token, struct shoal_err *err)
+{
+    if (!g || !path || !template_source)
+        return shoal_err_set(err, SHOAL_EINVAL, "chat template GGUF: g, path and "
+                             "template_source must not be NULL");
+    const char *src = NULL;
+    size_t len = 0;
+    int rc = shoal_gguf_get_str(g, "tokenizer.chat_template", &src, &len, err);
+    if (rc == SHOAL_ENOTFOUND)
+        return shoal_err_set(err, SHOAL_ENOTFOUND, "%s: no 'tokenizer.chat_template' key "
+                             "in its metadata (a base model?)", path);
+    if (rc)
+        return shoal_err_set(err, rc, "%s: %s", path, err->msg);
+    if (memchr(src, 0, len))
+        return shoal_err_set(err, SHOAL_EFORMAT, "%s: tokenizer.chat_template holds a NUL "
+                             "byte", path);
+    char *bos = NULL, *eos = NULL;
+    if ((rc = gguf_token_text(g, path, "tokenizer.ggml.bos_token_id", &bos, err)) ||
+        (rc = gguf_token_text(g, path, "tokenizer.ggml.eos_token_id", &eos, err))) {
+        free(bos);
+        return rc;
+    }
+    char *tmpl = shoal_xmalloc(len + 1);
+    memcpy(tmpl, src, len);
+    tmpl[len] = 0;
+    give_loaded(tmpl, bos, eos, template_source, bos_token, eos_token);
+    return 0;
+}
+
+int shoal_chat_template_load_model(const char *model_path, const struct shoal_gguf *gguf,
+                                   char **template_source, char **bos_token,
+                                   char **eos_token, struct shoal_err *err)
+{
+    if (gguf)
+        return shoal_chat_template_load_gguf(gguf, model_path, template_source, bos_token,
+                                             eos_token, err);
+    if (!model_path)
+        return shoal_err_set(err, SHOAL_EINVAL, "chat template: model_path must not be NULL");
+    char *cfg = shoal_path_join(model_path, "tokenizer_config.json");
+    const int rc = shoal_chat_template_load_config(cfg, template_source, bos_token, eos_token,
+                                                   err);
+    free(cfg);
     return rc;
 }

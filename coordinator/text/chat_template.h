@@ -149,4 +149,34 @@ int shoal_chat_template_load_config(const char *tokenizer_config_path,
                                     char **template_source, char **bos_token,
                                     char **eos_token, struct shoal_err *err);
 
+struct shoal_gguf;
+
+/* The GGUF counterpart of shoal_chat_template_load_config: the template is
+ * the string tokenizer.chat_template (llama.cpp's converter writes the
+ * checkpoint's default template there; named extras under
+ * tokenizer.chat_template.NAME are not read), bos / eos the texts in
+ * tokenizer.ggml.tokens of the ids tokenizer.ggml.bos_token_id and
+ * eos_token_id (NULL when the id key is absent).
+ *   g      borrowed parsed GGUF metadata (gguf.h), the set's first file.
+ *   path   borrowed, named in messages.
+ * Same ownership and out-parameters as shoal_chat_template_load_config.
+ * Returns 0; SHOAL_ENOTFOUND when the file has no tokenizer.chat_template;
+ * SHOAL_EFORMAT for a key of the wrong type, a NUL byte in the template or
+ * token, an id set without tokenizer.ggml.tokens; SHOAL_ERANGE for an id
+ * past the vocabulary. Messages name path and the key. Thread: any. */
+int shoal_chat_template_load_gguf(const struct shoal_gguf *g, const char *path,
+                                  char **template_source, char **bos_token,
+                                  char **eos_token, struct shoal_err *err);
+
+/* The template of a model, as shoal chat and shoal serve read it: from
+ * its GGUF metadata when gguf is non-NULL (shoal_chat_template_load_gguf,
+ * model_path named in messages), else from model_path/tokenizer_config.json
+ * (shoal_chat_template_load_config, chat_template.jinja beside it).
+ *   model_path  borrowed: a checkpoint directory or the GGUF file.
+ *   gguf        borrowed GGUF metadata (shoal_model_gguf_meta), or NULL.
+ * Returns and ownership as those two. Thread: any. */
+int shoal_chat_template_load_model(const char *model_path, const struct shoal_gguf *gguf,
+                                   char **template_source, char **bos_token,
+                                   char **eos_token, struct shoal_err *err);
+
 #endif

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """`shoal run FILE.gguf` for the llama.cpp architectures beyond qwen3moe
-(issue 30): deepseek2, qwen2moe, olmoe, glm4moe and llama with experts (Mixtral).
+(issue 30): deepseek2, qwen2moe, olmoe, glm4moe, llama with experts (Mixtral)
+and gpt-oss.
 
 usage: /usr/bin/python3 tests/cli/test_gguf_arch.py --shoal build-test/coordinator/shoal
 
@@ -35,9 +36,34 @@ Cases:
                      file as blk.3.*), and GLM-4.5's QK-norm with 2 groups x2.5
   llama (Mixtral):   GQA 4:1, q/k rows permuted by the converter for
                      llama.cpp's pairwise rotation (shoal puts them back)
+  gpt-oss:           GptOssModel (conversion/gpt_oss.py): sinks, q/k/v/o
+                     biases, alternating windows, YaRN, the router's bias,
+                     gate_up_proj split into ffn_gate_exps (even rows) and
+                     ffn_up_exps (odd rows) with their biases, YaRN x32
+                     unrounded (the file has no truncate key; gpt-oss's
+                     config says false, which shoal keeps). A GGUF carries
+                     no swiglu_limit (llama.cpp's graph uses gpt-oss's 7.0),
+                     so the checkpoint is gen_tiny's at limit 7.0 with
+                     gate_up_proj x16 so that the clamp acts. F32 and BF16
+                     (--outtype bf16: routers, norms, sinks and biases F32)
+                     give the checkpoint's bytes; MXFP4 (the checkpoint's
+                     blocks repacked into ggml's block_mxfp4) runs through
+                     ggml_dot against int8 activations where the checkpoint
+                     runs MXFP4 against f32 ones: the prompt's logits within
+                     10 % (measured ~3 %; a GGUF of the same values
+                     dequantized to F32 matches to 5e-6, and one with the
+                     nibbles left in the checkpoint's order is off by ~130 %),
+                     so greedy runs part at near ties of this random model.
+                     Every case gives its own bytes again with the experts
+                     streamed through a 1 MB cache (the bias ranges).
+                     rope.scaling.yarn_attn_factor (with yarn_ext_factor 1)
+                     gives the checkpoint's run with that attention_factor
+  deepseek2 MTP:     V3 with its MTP layer kept (block_count counts it,
+                     nextn_predict_layers 1): mapped, never run
   kv_b F16:          the split deepseek2 file with attn_k_b / attn_v_b F16
-  bad:               a missing key, a key shoal does not read, a wrong shape
-                     of attn_k_b: exit 2 with one line naming it
+  bad:               a missing key, a key shoal does not read, yarn_ext_factor
+                     other than 1, a wrong shape of attn_k_b: exit 2 with one
+                     line naming it
 Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
 
@@ -45,6 +71,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -54,7 +81,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "reference"))
 import harness as H  # noqa: E402
-from gguf_writer import kv, read_safetensors, write_gguf  # noqa: E402
+from gguf_writer import encode_float, kv, read_safetensors, write_gguf  # noqa: E402
 import gen_tiny  # noqa: E402
 
 result = H.Results()
@@ -185,10 +212,14 @@ def base_kvs(arch, c):
     return k
 
 
-def deepseek2_kvs(c, split_kv_b):
+def deepseek2_kvs(c, split_kv_b, nextn=False):
     """DeepseekV2Model.set_gguf_parameters (num_key_value_heads set to 1
-    first); without split_kv_b the older converter's MHA view."""
+    first); without split_kv_b the older converter's MHA view; with nextn
+    the MTP layers kept as DeepseekV32Model keeps them (block_count counts
+    them, nextn_predict_layers)."""
     c = dict(c)
+    if nextn:
+        c["num_hidden_layers"] += c["num_nextn_predict_layers"]
     if split_kv_b:
         c["num_key_value_heads"] = 1
     c.setdefault("rms_norm_eps", 1e-6)
@@ -218,6 +249,8 @@ def deepseek2_kvs(c, split_kv_b):
     rs = c.get("rope_scaling") or {}
     if rs.get("mscale_all_dim") is not None:
         k.append((a + "rope.scaling.yarn_log_multiplier", "f32", 0.1 * rs["mscale_all_dim"]))
+    if nextn:
+        k.append((a + "nextn_predict_layers", "u32", c["num_nextn_predict_layers"]))
     return k
 
 
@@ -278,6 +311,7 @@ CASES = {
     "deepseek2 grouped": ("deepseek_v2_grouped", lambda c: deepseek2_kvs(c, True), True),
     "deepseek2 v3": ("deepseek_v3", lambda c: deepseek2_kvs(c, True), True),
     "deepseek2 kimi": ("kimi_k2", lambda c: deepseek2_kvs(c, True), True),
+    "deepseek2 v3 MTP kept": ("deepseek_v3", lambda c: deepseek2_kvs(c, True, nextn=True), True),
     "qwen2moe": ("qwen2_moe", qwen2moe_kvs, False),
     "olmoe": ("olmoe", olmoe_kvs, False),
     "glm4moe": ("glm4_moe", glm4moe_kvs, False),
@@ -295,12 +329,17 @@ def show(r):
     return "exit %d: %s" % (r.returncode, (r.stderr or "").strip()[-400:])
 
 
+def encode(x, typ):
+    """A float array as typ, or (shape array, bytes) as its bytes (MXFP4)."""
+    return x[1] if isinstance(x, tuple) else encode_float(x, typ)
+
+
 def write(path, cfg, tensors, kvs, types=None):
     """types: {name: ggml type} for tensors not F32."""
     eos = cfg.get("eos_token_id")
     extra = [("tokenizer.ggml.eos_token_id", "u32", eos)] if isinstance(eos, int) else []
     write_gguf(path, [kv(*k) for k in kvs + extra],
-               [(n, x, (types or {}).get(n, "F32")) for n, x in tensors])
+               [(n, x, (types or {}).get(n, "F32")) for n, x in tensors], encode=encode)
 
 
 def check_case(shoal, tmp, label, d, make_kvs, split):
@@ -311,8 +350,8 @@ def check_case(shoal, tmp, label, d, make_kvs, split):
         if fn.endswith(".safetensors"):
             st.update(read_safetensors(os.path.join(d, fn)))
     permute_qk = cfg["model_type"] == "mixtral"
-    tensors = gguf_tensors(st, cfg, split, keep_mtp=cfg["model_type"] == "glm4_moe",
-                           permute_qk=permute_qk)
+    tensors = gguf_tensors(st, cfg, split, keep_mtp=cfg["model_type"] == "glm4_moe" or
+                           "MTP kept" in label, permute_qk=permute_qk)
     path = os.path.join(tmp, label.replace(" ", "-") + ".gguf")
     write(path, cfg, tensors, make_kvs(cfg))
     r0, ref = shoal_run(shoal, d, os.path.join(tmp, label + "-ref.npy"))
@@ -354,9 +393,12 @@ def check_bad(shoal, tmp, tensors, cfg):
     cases = [
         ("a missing key", [k for k in kvs if k[0] != "deepseek2.attention.kv_lora_rank"],
          tensors, ["deepseek2.attention.kv_lora_rank", "missing"]),
-        ("a key shoal does not read", kvs + [("deepseek2.rope.scaling.yarn_ext_factor", "f32",
+        ("a key shoal does not read", kvs + [("deepseek2.attention.temperature_scale", "f32",
                                               1.0)],
-         tensors, ["deepseek2.rope.scaling.yarn_ext_factor", "refused"]),
+         tensors, ["deepseek2.attention.temperature_scale", "refused"]),
+        ("yarn_ext_factor other than 1", kvs + [("deepseek2.rope.scaling.yarn_ext_factor",
+                                                 "f32", 0.5)],
+         tensors, ["deepseek2.rope.scaling.yarn_ext_factor", "expected 1"]),
         ("a wrong attn_k_b shape", kvs, wrong, ["blk.1.attn_k_b.weight", "shape"]),
         ("attn_v_b missing", kvs, [t for t in tensors if t[0] != "blk.0.attn_v_b.weight"],
          ["blk.0.attn_v_b.weight", "attn_kv_b"]),
@@ -371,12 +413,218 @@ def check_bad(shoal, tmp, tensors, cfg):
                show(r))
 
 
+# ---- gpt-oss -----------------------------------------------------------------
+
+GPTOSS_LAYER = dict(LAYER, **{
+    "post_attention_layernorm.weight": "post_attention_norm.weight",   # ATTN_POST_NORM
+    "self_attn.o_proj.bias": "attn_output.bias",
+    "self_attn.sinks": "attn_sinks.weight",   # filter_tensors appends ".weight"
+    "mlp.router.weight": "ffn_gate_inp.weight", "mlp.router.bias": "ffn_gate_inp.bias",
+})
+GPTOSS_SCALE_LOG2 = 4   # gate_up_proj x 16: gate and up values past the limit 7
+
+
+def mxfp4_repack(blocks, scales):
+    """ggml's block_mxfp4 bytes [..., nb, 17] from the checkpoint's blocks
+    [..., nb, 16] (byte k: element 2k in the low nibble, 2k + 1 in the high)
+    and E8M0 scales [..., nb]: the scale byte, then qs[j] = code of element
+    j | code of element j + 16 << 4 (ggml-common.h; GptOssModel.repack_mxfp4
+    does this with its transform_nibble_layout)."""
+    codes = np.stack([blocks & 0x0F, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 32)
+    qs = codes[..., :16] | (codes[..., 16:] << 4)
+    return np.concatenate([scales[..., None], qs], axis=-1).astype(np.uint8)
+
+
+def gptoss_tensors(st):
+    """[(llama.cpp name, array or (shape array, MXFP4 bytes))] as
+    GptOssModel writes them: gate_up_proj (input-major [n, E, 2F])
+    transposed, rows 0::2 ffn_gate_exps and 1::2 ffn_up_exps, its bias split
+    the same way; down_proj transposed; MXFP4 blocks + scales repacked
+    (gate_up's rows split likewise), ne {n_in, n_out, n_expert}."""
+    out = []
+    for name, x in st.items():
+        if name in TOP:
+            out.append((TOP[name], x))
+            continue
+        m = re.match(r"model\.layers\.(\d+)\.(.*)$", name)
+        p, rest = "blk.%s." % m.group(1), m.group(2)
+        if rest == "mlp.experts.gate_up_proj":
+            w = x.transpose(0, 2, 1)
+            out += [(p + "ffn_gate_exps.weight", np.ascontiguousarray(w[:, 0::2])),
+                    (p + "ffn_up_exps.weight", np.ascontiguousarray(w[:, 1::2]))]
+        elif rest == "mlp.experts.gate_up_proj_bias":
+            out += [(p + "ffn_gate_exps.bias", np.ascontiguousarray(x[:, 0::2])),
+                    (p + "ffn_up_exps.bias", np.ascontiguousarray(x[:, 1::2]))]
+        elif rest == "mlp.experts.down_proj":
+            out.append((p + "ffn_down_exps.weight", np.ascontiguousarray(x.transpose(0, 2, 1))))
+        elif rest == "mlp.experts.down_proj_bias":
+            out.append((p + "ffn_down_exps.bias", x))
+        elif rest.endswith("_blocks"):
+            blk = mxfp4_repack(x, st[name[:-len("_blocks")] + "_scales"])
+            parts = ([("ffn_gate_exps", blk[:, 0::2]), ("ffn_up_exps", blk[:, 1::2])]
+                     if "gate_up" in rest else [("ffn_down_exps", blk)])
+            for n, b in parts:
+                shape = (b.shape[0], b.shape[1], b.shape[2] * 32)
+                out.append((p + n + ".weight", (np.broadcast_to(np.uint8(0), shape),
+                                                np.ascontiguousarray(b).tobytes())))
+        elif not rest.endswith("_scales"):
+            out.append((p + GPTOSS_LAYER[rest], x))
+    return out
+
+
+def gptoss_types(tensors, outtype):
+    """The converter's type per tensor for --outtype outtype (F32 or BF16):
+    1-D tensors, norms, routers (FFN_GATE_INP) and whatever is not a
+    '.weight' (biases) stay F32; MXFP4 stays MXFP4."""
+    types = {}
+    for n, x in tensors:
+        if isinstance(x, tuple):
+            types[n] = "MXFP4"
+        elif outtype == "F32" or x.ndim <= 1 or n.endswith("_norm.weight") or \
+                ".ffn_gate_inp." in n or not n.endswith(".weight"):
+            types[n] = "F32"
+        else:
+            types[n] = "BF16"
+    return types
+
+
+def gptoss_kvs(c, extra=()):
+    """GptOssModel.set_gguf_parameters: the base keys (YaRN from rope_scaling;
+    truncate is not written), sliding_window, expert_feed_forward_length."""
+    return base_kvs("gpt-oss", c) + [
+        ("gpt-oss.attention.sliding_window", "u32", c["sliding_window"]),
+        ("gpt-oss.expert_feed_forward_length", "u32", c["intermediate_size"])] + list(extra)
+
+
+def gptoss_checkpoint(src, dst, limit, bf16):
+    """gen_tiny's gpt-oss checkpoint src at swiglu_limit `limit` with
+    gate_up_proj and its bias x 2^GPTOSS_SCALE_LOG2 (exact: MXFP4 scales +4)."""
+    shutil.copytree(src, dst)
+    with open(os.path.join(dst, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["swiglu_limit"] = limit
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    st = read_safetensors(os.path.join(src, "model.safetensors"))
+    k = GPTOSS_SCALE_LOG2
+    tensors = []
+    for name, x in st.items():
+        if name.endswith(("gate_up_proj", "gate_up_proj_bias")):
+            x = x * np.float32(2 ** k)
+        elif name.endswith("gate_up_proj_scales"):
+            x = (x + k).astype(np.uint8)
+        if x.dtype == np.uint8 or not bf16:
+            tensors.append((name, x))
+        else:
+            tensors += gen_tiny.make_bf16([(name, x)])
+    gen_tiny.write_checkpoint(dst, tensors, 1)
+    return cfg, read_safetensors(os.path.join(dst, "model.safetensors"))
+
+
+def check_gptoss(shoal, tmp, ckpt):
+    label = "gpt-oss"
+    ref32 = None
+    for spec, outtype in (("gpt_oss", "F32"), ("gpt_oss_bf16", "BF16"),
+                          ("gpt_oss_mxfp4", "BF16")):
+        d = os.path.join(tmp, spec + "-7")
+        cfg, st = gptoss_checkpoint(os.path.join(ckpt, spec), d, 7.0, spec != "gpt_oss")
+        tensors = gptoss_tensors(st)
+        mx = spec.endswith("mxfp4")
+        kind = "MXFP4" if mx else outtype
+        path = os.path.join(tmp, "%s.gguf" % spec)
+        write(path, cfg, tensors, gptoss_kvs(cfg), gptoss_types(tensors, outtype))
+        r0, ref = shoal_run(shoal, d, os.path.join(tmp, spec + "-ref.npy"))
+        r1, got = shoal_run(shoal, path, os.path.join(tmp, spec + "-gguf.npy"))
+        if not result("%s %s: the checkpoint runs" % (label, kind), ref is not None, show(r0)):
+            continue
+        ok = got is not None and got.shape == ref.shape
+        diff = float(np.max(np.abs(got - ref))) if ok else float("inf")
+        if not mx:
+            result("%s %s GGUF: 16 greedy steps' logits are the checkpoint's bytes" %
+                   (label, kind), ok and got.tobytes() == ref.tobytes(),
+                   show(r1) + " max |diff| %g" % diff)
+        else:   # the first step only: later ones follow their own greedy tokens
+            top = float(np.abs(ref[0]).max())
+            d0 = float(np.max(np.abs(got[0] - ref[0]))) if ok else float("inf")
+            result("%s MXFP4 GGUF (ggml_dot, int8 activations): the prompt's logits within "
+                   "max |diff| %.3g < 0.1 x max |logit| %.2f (the checkpoint's nibble order "
+                   "left in place gives ~1.3x), the same first token" % (label, d0, top),
+                   ok and d0 < 0.1 * top and int(np.argmax(got[0])) == int(np.argmax(ref[0])),
+                   show(r1))
+        if got is not None:   # the streamed store picks up the expert biases
+            r2, got2 = H.run([shoal, "run", path] + ARGS + [
+                "--logits-out", os.path.join(tmp, spec + "-1mb.npy"), "--expert-cache", "1MB",
+                "--direct", "on"], timeout=120), None
+            if r2.returncode == 0:
+                got2 = np.load(os.path.join(tmp, spec + "-1mb.npy"))
+            result("%s %s GGUF, experts streamed through a 1 MB cache: the same bytes" %
+                   (label, kind), got2 is not None and got2.tobytes() == got.tobytes(),
+                   show(r2))
+        if spec == "gpt_oss":
+            ref32 = (cfg, tensors, ref)
+    if ref32 is None:
+        return
+    cfg, tensors, ref = ref32
+    # the clamp acts on these weights: the same checkpoint unclamped computes otherwise
+    d = os.path.join(tmp, "gpt_oss-big")
+    gptoss_checkpoint(os.path.join(ckpt, "gpt_oss"), d, 1e9, False)
+    r, big = shoal_run(shoal, d, os.path.join(tmp, "gpt_oss-big.npy"))
+    result("%s: swiglu_limit 1e9 gives other logits (the limit 7.0 clamps here)" % label,
+           big is not None and big.tobytes() != ref.tobytes(), show(r))
+    # the window pattern: llama.cpp's default period 2 written out, as a
+    # period and per layer; period 3 (layers 0 and 1 windowed) computes otherwise
+    L = cfg["num_hidden_layers"]
+    key = "gpt-oss.attention.sliding_window_pattern"
+    for what, extra, same in (
+            ("period 2", [(key, "u32", 2)], True),
+            ("per layer", [(key, ("arr", "bool"), [il % 2 == 0 for il in range(L)])], True),
+            ("period 3", [(key, "u32", 3)], False)):
+        path = os.path.join(tmp, "gpt-oss-swa.gguf")
+        write(path, cfg, tensors, gptoss_kvs(cfg, extra))
+        r, got = shoal_run(shoal, path, os.path.join(tmp, "gpt-oss-swa.npy"))
+        result("%s sliding_window_pattern %s: %s" % (label, what, "the checkpoint's bytes" if
+                                                     same else "other logits"),
+               got is not None and (got.tobytes() == ref.tobytes()) == same, show(r))
+    # YaRN's attention_factor as the converter writes it (yarn_attn_factor,
+    # with yarn_ext_factor 1): the checkpoint's scale of cos and sin
+    d = os.path.join(tmp, "gpt_oss-af")
+    gptoss_checkpoint(os.path.join(ckpt, "gpt_oss"), d, 7.0, False)
+    with open(os.path.join(d, "config.json")) as f:
+        c2 = json.load(f)
+    c2["rope_scaling"]["attention_factor"] = 1.25
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c2, f, indent=2)
+    r0, ref_af = shoal_run(shoal, d, os.path.join(tmp, "gpt_oss-af.npy"))
+    path = os.path.join(tmp, "gpt-oss-af.gguf")
+    write(path, cfg, tensors, gptoss_kvs(cfg, [
+        ("gpt-oss.rope.scaling.yarn_ext_factor", "f32", 1.0),
+        ("gpt-oss.rope.scaling.yarn_attn_factor", "f32", 1.25)]))
+    r1, got = shoal_run(shoal, path, os.path.join(tmp, "gpt-oss-af-gguf.npy"))
+    result("%s rope.scaling.yarn_attn_factor 1.25 (+ yarn_ext_factor 1): the bytes of the "
+           "checkpoint with attention_factor 1.25, not those without" % label,
+           ref_af is not None and got is not None and got.tobytes() == ref_af.tobytes() and
+           got.tobytes() != ref.tobytes(), show(r0) + " | " + show(r1))
+    bad = [("freq_base_swa other than freq_base",
+            [("gpt-oss.rope.freq_base_swa", "f32", 10000.0)],
+            ["gpt-oss.rope.freq_base_swa", "freq_base"]),
+           ("a swiglu limit key", [("gpt-oss.swiglu_clamp_exp", "f32", 7.0)],
+            ["gpt-oss.swiglu_clamp_exp", "refused"])]
+    for i, (name, extra, needles) in enumerate(bad):
+        path = os.path.join(tmp, "gpt-oss-bad-%d.gguf" % i)
+        write(path, cfg, tensors, gptoss_kvs(cfg, extra))
+        r = H.run([shoal, "run", path] + ARGS, timeout=60)
+        lines = (r.stderr or "").strip().splitlines()
+        result("bad gpt-oss GGUF (%s): exit 2, one line naming %s" % (name, ", ".join(needles)),
+               r.returncode == 2 and len(lines) == 1 and all(n in lines[0] for n in needles),
+               show(r))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
     a = ap.parse_args()
     shoal = os.path.abspath(a.shoal)
-    specs = sorted({c[0] for c in CASES.values()})
+    specs = sorted({c[0] for c in CASES.values()} | {"gpt_oss", "gpt_oss_bf16", "gpt_oss_mxfp4"})
     with tempfile.TemporaryDirectory(prefix="shoal-gguf-arch-") as tmp:
         man, _ = gen_tiny.generate(os.path.join(tmp, "ckpt"), only=specs, verbose=False)
         split_ds = None
@@ -393,6 +641,7 @@ def main():
                     check_f16_kv_b(shoal, tmp, t, c, ref)
         if split_ds:
             check_bad(shoal, tmp, *split_ds)
+        check_gptoss(shoal, tmp, os.path.join(tmp, "ckpt"))
     sys.exit(result.summary())
 
 
