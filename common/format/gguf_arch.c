@@ -844,6 +844,12 @@ void shoal_gguf_arch_tensor_name(const char *arch, const struct shoal_weight_slo
     };
     const char *sfx = strchr(s->name + 4, '.');
     sfx = sfx ? sfx + 1 : s->name;
+    /* Glm4MoeModel likewise: GLM4_MOE's tensors have ATTN_POST_NORM and no
+     * FFN_NORM, so gguf-py names post_attention_layernorm post_attention_norm */
+    if (!strcmp(arch, "glm4moe") && !strcmp(sfx, "ffn_norm")) {
+        snprintf(buf, cap, "blk.%lld.post_attention_norm.weight", (long long)s->il);
+        return;
+    }
     for (size_t i = 0; !strcmp(arch, "gpt-oss") && i < sizeof gptoss / sizeof gptoss[0]; i++)
         if (!strcmp(sfx, gptoss[i][0])) {
             snprintf(buf, cap, "blk.%lld.%s", (long long)s->il, gptoss[i][1]);

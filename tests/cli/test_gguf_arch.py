@@ -165,7 +165,12 @@ def gguf_tensors(st, cfg, split_kv_b, keep_mtp=False, permute_qk=False):
                         np.ascontiguousarray(kvb[:, :nope, :].transpose(0, 2, 1))))
             out.append(("blk.%d.attn_v_b.weight" % il, np.ascontiguousarray(kvb[:, nope:, :])))
             continue
-        out.append(("blk.%d.%s" % (il, LAYER[rest]), x))
+        name = LAYER[rest]
+        if cfg["model_type"] == "glm4_moe" and name == "ffn_norm.weight":
+            # Glm4MoeModel: GLM4_MOE has ATTN_POST_NORM, not FFN_NORM, so
+            # gguf-py maps post_attention_layernorm there
+            name = "post_attention_norm.weight"
+        out.append(("blk.%d.%s" % (il, name), x))
     for (il, w), d in sorted(experts.items()):
         out.append(("blk.%d.ffn_%s_exps.weight" % (il, w), np.stack([d[i] for i in sorted(d)])))
     return out
