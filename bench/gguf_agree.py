@@ -27,6 +27,16 @@ For each file:
               text stops one), and there shoal's logit gap between its pick
               and llama.cpp's (a near tie: two engines that round
               differently may pick either)
+--files F.gguf,...: other architectures (deepseek2, gpt-oss, glm4moe, ...):
+each file (e.g. those `tests/cli/test_gguf_arch.py --keep DIR` writes from
+tiny random checkpoints, as llama.cpp's converter writes them) is scored by
+both engines on the held-out text, windows of 128 tokens, the second half
+scored. A file without a vocabulary gets a byte-level one (gpt2, 256 byte
+tokens, one merge; with DIR's gguf-py) in a copy under --work, and a copy
+without trailing MTP layers that lack their attention tensors (llama.cpp
+loads an MTP layer's whole decoder layer; the tiny checkpoints hold only
+its MTP parts). Perplexity only: greedy text of a random model says little.
+
 Prints a table and writes JSON (--out). Asserts nothing.
 """
 import argparse
@@ -131,6 +141,87 @@ def greedy(a, model, prompt, work):
     return k, n, float(logits[k][mine[k]] - logits[k][theirs[k]])
 
 
+def prepared(a, src):
+    """src, or a copy under --work with a byte-level vocabulary and no
+    MTP layers that lack their attention tensors (see the docstring)."""
+    sys.path.insert(0, os.path.join(a.llama_cpp, "gguf-py"))
+    import gguf   # noqa: E402  (llama.cpp's own package)
+    r = gguf.GGUFReader(src)
+    names = {t.name for t in r.tensors}
+    blocks = sorted({int(n.split(".")[1]) for n in names if n.startswith("blk.")})
+    drop = [b for b in blocks if "blk.%d.nextn.eh_proj.weight" % b in names and
+            "blk.%d.attn_output.weight" % b not in names and
+            "blk.%d.attn_kv_a_mqa.weight" % b not in names]
+    if "tokenizer.ggml.tokens" in r.fields and not drop:
+        return src
+    dst = os.path.join(a.work, "v-" + os.path.basename(src))
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(dst, arch)
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        if "tokenizer.ggml.tokens" not in r.fields and name.startswith("tokenizer."):
+            continue
+        t, v = f.types[0], f.contents()
+        if drop and name.endswith(".block_count"):
+            v -= len(drop)
+        if drop and name.endswith(".nextn_predict_layers"):
+            continue
+        if t == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(name, v, t, sub_type=f.types[-1])
+        else:
+            w.add_key_value(name, v, t)
+    if "tokenizer.ggml.tokens" not in r.fields:
+        n_vocab = next(int(t.shape[1]) for t in r.tensors if t.name == "token_embd.weight")
+        # gpt2's byte-to-unicode table: printable bytes as themselves
+        keep = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+        extra = iter(range(256, 512))
+        byte_char = {b: chr(b if b in keep else next(extra)) for b in range(256)}
+        toks = [byte_char[b] for b in range(256)] + ["\u0120\u0120"] + \
+               ["[PAD%d]" % i for i in range(n_vocab - 257)]
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-2")
+        w.add_token_list(toks)
+        w.add_token_types([1] * 257 + [3] * (n_vocab - 257))
+        w.add_token_merges(["\u0120 \u0120"])
+        w.add_eos_token_id(n_vocab - 1)
+        w.add_bos_token_id(n_vocab - 1)
+        w.add_add_bos_token(False)
+    for t in r.tensors:
+        if any(t.name.startswith("blk.%d." % b) for b in drop):
+            continue
+        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+def files_mode(a, textfile):
+    res = {"llama_cpp": a.llama_cpp, "chunks": a.chunks, "ctx": 128, "rows": []}
+    print("%-34s %12s %12s %8s" % ("file", "llama.cpp", "shoal", "ratio"))
+    for src in a.files.split(","):
+        path = prepared(a, src)
+        r = sh([a.bin("llama-perplexity"), "-m", path, "-f", textfile, "-c", "128", "-t",
+                str(a.threads), "--chunks", str(a.chunks + 8)])
+        m = re.search(r"\[%d\]([0-9.]+)," % a.chunks, r.stdout)
+        s = sh([a.shoal, "perplexity", path, "--file", textfile, "--ctx", "128", "--score-from",
+                "64", "--max-windows", str(a.chunks), "--threads", str(a.threads), "--json"])
+        lp = float(m.group(1)) if m else None
+        sp = json.loads(s.stdout)["perplexity"] if s.returncode == 0 else None
+        why = "" if m else " llama.cpp: " + next((l.split(": ", 1)[-1] for l in r.stderr.splitlines()
+                                                   if "error loading model" in l), "no result")
+        if sp is None:
+            why += " shoal: " + s.stderr.strip()[-200:]
+        res["rows"].append({"file": src, "llama_ppl": lp, "shoal_ppl": sp,
+                            "ratio": sp / lp if lp and sp else None, "why": why.strip()})
+        print("%-34s %12s %12s %8s%s" % (os.path.basename(src)[:34],
+                                          "%.4f" % lp if lp else "-", "%.4f" % sp if sp else "-",
+                                          "%.4f" % (sp / lp) if lp and sp else "-", why[:150]))
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-cpp", required=True)
@@ -142,6 +233,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", help="a BF16 GGUF to start from (default: the bundled "
                     "checkpoint through tests/make_gguf.py)")
+    ap.add_argument("--files", help="comma-separated GGUF files of other architectures: "
+                    "perplexity only (see the docstring)")
     ap.add_argument("--out")
     a = ap.parse_args()
     a.bin = lambda name: os.path.join(a.llama_cpp, "build", "bin", name)
@@ -150,6 +243,12 @@ def main():
     textfile = os.path.join(a.work, "heldout.txt")
     with open(textfile, "w") as f:
         f.write(text)
+    if a.files:
+        res = files_mode(a, textfile)
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(res, f, indent=1)
+        return
     base = a.model or os.path.join(a.work, "shakespeare-bf16.gguf")
     if not a.model and not os.path.exists(base):
         r = sh([sys.executable, os.path.join(ROOT, "tests", "make_gguf.py"), base])

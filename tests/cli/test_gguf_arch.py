@@ -68,6 +68,7 @@ Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -627,10 +628,17 @@ def check_gptoss(shoal, tmp, ckpt):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
+    ap.add_argument("--keep", metavar="DIR", help="write the checkpoints and GGUF files into "
+                    "DIR (empty or new) and keep them (bench/gguf_agree.py --files reads them)")
     a = ap.parse_args()
     shoal = os.path.abspath(a.shoal)
     specs = sorted({c[0] for c in CASES.values()} | {"gpt_oss", "gpt_oss_bf16", "gpt_oss_mxfp4"})
-    with tempfile.TemporaryDirectory(prefix="shoal-gguf-arch-") as tmp:
+    if a.keep:
+        os.makedirs(a.keep, exist_ok=True)
+        if os.listdir(a.keep):
+            sys.exit("test_gguf_arch: --keep %s is not empty" % a.keep)
+    with (contextlib.nullcontext(a.keep) if a.keep else
+          tempfile.TemporaryDirectory(prefix="shoal-gguf-arch-")) as tmp:
         man, _ = gen_tiny.generate(os.path.join(tmp, "ckpt"), only=specs, verbose=False)
         split_ds = None
         for label, (spec, make_kvs, split) in CASES.items():
