@@ -381,7 +381,10 @@ static int describe_gguf(const char *path, struct bench_model *bm, json_t *m)
         shoal_cli_error("bench: %s", err.msg);
         shoal_container_close(ct);
         shoal_model_free(model);
-        return -1;
+        /* a file shoal cannot run is bad input, as for shoal run (exit 2) */
+        const int c = err.code;
+        return c == SHOAL_EFORMAT || c == SHOAL_EUNSUPPORTED || c == SHOAL_ENOTFOUND ||
+               c == SHOAL_ERANGE || c == SHOAL_ESHAPE ? -2 : -1;
     }
     bm->gguf = 1;
     bm->cfg = model->cfg;
@@ -503,10 +506,11 @@ static int model_describe(const char *dir, struct bench_model *bm, json_t **out)
     json_t *m = json_object();
     jset(m, "dir", json_string(dir));
     if (shoal_model_is_gguf(dir)) {
-        if (describe_gguf(dir, bm, m)) {
+        const int rc = describe_gguf(dir, bm, m);
+        if (rc) {
             json_decref(m);
             model_free(bm);
-            return -1;
+            return rc;
         }
         *out = m;
         return 0;
@@ -1492,9 +1496,10 @@ int shoal_cmd_bench(int argc, char **argv)
     struct bench_model bm;
     json_t *mj = NULL;
     json_t *limits = NULL;
-    if (model_describe(o.so.model_dir, &bm, &mj)) {
+    const int md = model_describe(o.so.model_dir, &bm, &mj);
+    if (md) {
         json_decref(res);
-        rc = 1;
+        rc = md == -2 ? 2 : 1;   /* -2: a GGUF shoal does not run (bad input) */
         goto free_prompts;
     }
     jset(res, "model", mj);

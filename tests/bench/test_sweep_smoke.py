@@ -22,7 +22,7 @@ On a tiny synthetic container (`shoal synth`, built-in zipf routing, no
      file itself, the limits file accepted by fingerprint, a cold run
      evicting the file and reading experts from it, a warm run generating
      the same ids (DESIGN contract 1), --workers and a truncated file
-     refused in one line.
+     refused in one line, exit 2 (bad input, as shoal run).
 Checks that runs.jsonl, runs.csv, the plots and summary.md exist and hold
 sane values: every run succeeded, tok/s > 0, hit rates in [0, 1], the
 per-token stages add up to the total, the CSV's ratios equal figure / limit
@@ -302,7 +302,7 @@ def check_gguf(shoal, tmp):
     with open(path, "rb") as fi, open(bad, "wb") as fo:
         fo.write(fi.read()[:os.path.getsize(path) // 2])
     for args, code, word in ((["--model", path, "--workers", "127.0.0.1:1"], 2, "--workers"),
-                             (["--model", bad], 1, "truncated.gguf")):
+                             (["--model", bad], 2, "truncated.gguf")):
         jp = os.path.join(tmp, "gguf-bad.json")
         r = run([shoal, "bench", "--json", jp] + args)
         errs = [ln for ln in r.stderr.splitlines() if ln.startswith("shoal: ")]
