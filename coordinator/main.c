@@ -1,7 +1,9 @@
 /* shoal: the coordinator command line. Dispatches to subcommands. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench_tools.h"
 #include "cli.h"
@@ -66,6 +68,21 @@ static void unknown(const char *name)
     shoal_cli_error("unknown command '%s'; expected one of: %s", name, names);
 }
 
+/* A memory-mapped model file (a GGUF's trunk, a container's dense.bin,
+ * safetensors) that shrinks while shoal runs faults with SIGBUS on the
+ * next read of a page past its new end: say so in one line and exit 1,
+ * rather than die with no word (write and _exit: async-signal-safe). */
+static void on_sigbus(int sig)
+{
+    (void)sig;
+    static const char msg[] = "shoal: a model file shrank or became unreadable while it was "
+                              "in use (SIGBUS reading its mapping: was it replaced or "
+                              "truncated?); stopping\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
 int main(int argc, char **argv)
 {
     shoal_omp_env_init(argv);            /* first: it may re-execute the process */
@@ -92,6 +109,11 @@ int main(int argc, char **argv)
         printf("shoal %s\n", SHOAL_VERSION);
         return 0;
     }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigbus;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
     /* pick the quantized kernels once (AVX2, NEON or scalar; same bits) */
     shoal_quant_init(SHOAL_QUANT_ISA_AUTO, NULL);
     shoal_kv_init(SHOAL_KV_ISA_AUTO, NULL);

@@ -260,7 +260,12 @@ int shoal_container_gguf_check(const struct shoal_container *ct, int64_t il, int
  * its expert views must point into the mappings of m's files, as
  * model_gguf.c binds them): no dense section, every expert held, each
  * read in place from the GGUF files. dir is the first file's path;
- * fingerprint hashes the expert layout and the files' sizes. Returns it
+ * fingerprint hashes the expert layout (offsets, sizes, types, shapes,
+ * the SwiGLU limit) and three pages of each stacked expert tensor (its
+ * first, middle and last), not the files' names: a renamed copy has the
+ * same fingerprint, another quantization or a re-upload of other experts
+ * another (two files differing only outside those pages are not told
+ * apart; reading every byte would read the file at every start). Returns it
  * (owned by the caller: shoal_container_close) or NULL with err (a layer
  * whose experts are not evenly strided in one file). Thread: main. */
 struct shoal_container *shoal_container_from_gguf(const struct shoal_model *m,

@@ -102,6 +102,19 @@ int shoal_container_gguf_check(const struct shoal_container *ct, int64_t il, int
     return 0;
 }
 
+/* Three pages of a stacked expert tensor (its first, middle and last; p
+ * in the model's mapping, n bytes) into the fingerprint: two files of one
+ * layout whose experts differ (another quantization or a re-upload under
+ * the same name) get different fingerprints, without reading the file
+ * through at every start. */
+static void hash_samples(XXH64_state_t *h, const uint8_t *p, uint64_t n)
+{
+    const uint64_t page = n < ALIGN ? n : ALIGN;
+    const uint64_t at[3] = {0, (n - page) / 2, n - page};
+    for (int i = 0; i < 3; i++)
+        XXH64_update(h, p + at[i], (size_t)page);
+}
+
 /* Layer il's component c from m's expert views: its file, expert 0's
  * offset and the stride, checked to be the same for every expert. */
 static int locate_comp(const struct shoal_model *m, int64_t il, int c,
@@ -183,17 +196,16 @@ struct shoal_container *shoal_container_from_gguf(const struct shoal_model *m,
             const uint64_t rec[8] = {(uint64_t)il, (uint64_t)c, r->file, r->base, r->bytes,
                                      (uint64_t)w->dtype, w->ggml_type, (uint64_t)w->rows};
             XXH64_update(h, rec, sizeof rec);
+            struct shoal_expert_weights e0 = m->layers[il].experts[0];
+            hash_samples(h, comp_of(&e0, c)->data, r->bytes * (uint64_t)cfg->n_expert);
         }
+        const float lim = g->tmpl[il].swiglu_limit;
+        XXH64_update(h, &lim, sizeof lim);
         g->blob_bytes[il] = at;
         if (at > ct->blob_bytes)
             ct->blob_bytes = at;
     }
     ct->n_held = ct->n_moe_expert;
-    for (uint32_t i = 0; i < n_file; i++) {
-        const char *base = strrchr(g->files[i], '/');
-        base = base ? base + 1 : g->files[i];
-        XXH64_update(h, base, strlen(base) + 1);
-    }
     ct->fingerprint = XXH64_digest(h);
     XXH64_freeState(h);
     return ct;

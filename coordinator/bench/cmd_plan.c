@@ -669,6 +669,13 @@ static const char *rate3(char *buf, double v)
     return buf;
 }
 
+/* Bytes as whole MiB for an --expert-cache flag, rounded up: rounded down,
+ * the planned cache would not fit the experts it was planned for. */
+static unsigned long long mib_up(uint64_t bytes)
+{
+    return (unsigned long long)((bytes + (1u << 20) - 1) >> 20);
+}
+
 static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed *s)
 {
     struct human_bufs hb = {.n = 0};
@@ -773,16 +780,16 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
     const char *dir = container || c->types ? c->model : "DIR";
     if (e->n_machine == 1) {
         printf("run with     shoal run %s --prompt TEXT --expert-cache %lluM --direct on\n", dir,
-               (unsigned long long)(m0->cache >> 20));
+               mib_up(m0->cache));
         return;
     }
     const int nw = e->n_machine - 1;
     printf("run with     machine 1: shoal run %s --prompt TEXT", dir);
     if (m0->serves)
-        printf(" --expert-cache %lluM --direct on", (unsigned long long)(m0->cache >> 20));
+        printf(" --expert-cache %lluM --direct on", mib_up(m0->cache));
     printf(" --workers HOST2:7070%s%s\n", nw > 1 ? ",..." : "",
            e->coordinator_experts ? "" : " --local-experts off");
-    const unsigned long long wc = (unsigned long long)(s->mem[s->n_machine - 1].cache >> 20);
+    const unsigned long long wc = mib_up(s->mem[s->n_machine - 1].cache);
     if (nw == 1)
         printf("             machine 2: shoal-worker --model %s --expert-cache %lluM --direct on "
                "--listen ADDR:7070\n", dir, wc);

@@ -29,10 +29,13 @@ Cases:
   cluster: two shoal-workers serving halves of the same file (--shard 0/2
           and 1/2) to a coordinator without local experts, then one worker
           beside the coordinator's own store: the checkpoint's logits bytes,
-          both workers used
+          both workers used; a renamed copy is served, a file of the same
+          name with one expert tensor negated is refused by fingerprint
   docs:   docs/OPERATIONS.md "Running a GGUF file": its file (tests/make_gguf.py
           --type Q8_0) gives the lines the section shows for inspect, plan
           and a run with a 1 MB cache
+  shrink: the file truncated under a running perplexity (its trunk mapping
+          faults): one line saying so, exit 1
   bad:    --mirror on a GGUF: one line saying why, exit 2
 Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
@@ -43,8 +46,10 @@ import json
 import os
 import re
 import struct
+import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -79,7 +84,7 @@ def u16(key, val):
     return W.s_(key) + struct.pack("<IH", 2, val)
 
 
-def test_cluster(shoal, tmp, path, ref, env):
+def test_cluster(shoal, tmp, path, ref, env, kvs, tensors):
     worker_bin = os.path.join(os.path.dirname(os.path.dirname(shoal)), "worker", "shoal-worker")
     ws = [H.Worker(worker_bin, tmp, "w%d" % i, path, "--shard", "%d/2" % i) for i in range(2)]
     try:
@@ -98,6 +103,22 @@ def test_cluster(shoal, tmp, path, ref, env):
                      "--control", "off", "--direct", "on", "--expert-cache", "1MB", env=env)
         result("cluster of the local store and 1 worker: the checkpoint's logits bytes",
                r.returncode == 0 and same(got, ref), W.show(r))
+        # the fingerprint is the experts', not the file's name: a renamed
+        # copy serves; the same name with other expert bytes is refused
+        renamed = os.path.join(tmp, "renamed.gguf")
+        os.symlink(path, renamed)
+        r, got = run(shoal, renamed, os.path.join(tmp, "c3.npy"), "--workers", ",".join(addrs),
+                     "--local-experts", "off", "--control", "off", env=env)
+        result("a renamed copy of the file: the workers serve it, the same bytes",
+               r.returncode == 0 and same(got, ref), W.show(r))
+        other = os.path.join(tmp, "other", os.path.basename(path))
+        os.makedirs(os.path.dirname(other))
+        W.write_gguf(other, kvs, [(n, -x if n == "blk.2.ffn_up_exps.weight" else x, t)
+                                  for n, x, t in tensors])
+        r, _ = run(shoal, other, os.path.join(tmp, "c4.npy"), "--workers", ",".join(addrs),
+                   "--local-experts", "off", "--control", "off", env=env)
+        result("the same name with other experts (one tensor negated): refused by fingerprint, "
+               "exit 1", r.returncode == 1 and "fingerprint mismatch" in r.stderr, W.show(r))
     finally:
         for w in ws:
             w.stop()
@@ -206,8 +227,29 @@ def main():
                len(counts) >= 1 and not os.path.exists(os.path.join(gdir, "routing_counts.json")),
                "%s; %s" % (counts, os.listdir(gdir)))
 
-        test_cluster(shoal, tmp, path, ref, env)
+        test_cluster(shoal, tmp, path, ref, env, kvs, tensors)
         test_doc_example(shoal, tmp, env)
+
+        # a file truncated under a running process: its mapping faults
+        live = os.path.join(tmp, "live.gguf")
+        W.write_gguf(live, kvs + W.vocab_kvs(), tensors)   # a vocabulary: perplexity reads text
+        text = os.path.join(tmp, "text.txt")
+        with open(text, "w") as f:
+            f.write(open(os.path.join(W.MODEL, "MODEL_CARD.md")).read() * 40)
+        p = subprocess.Popen([shoal, "perplexity", live, "--file", text, "--ctx", "64",
+                              "--threads", "1"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+        time.sleep(1.0)
+        os.truncate(live, 1 << 20)   # inside token_embd
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        lines = [l for l in err.splitlines() if l.strip()]
+        result("a GGUF truncated while it runs: one line saying so, exit 1 (not a SIGBUS death)",
+               p.returncode == 1 and len(lines) == 1 and "shrank" in lines[0],
+               "exit %s: %s" % (p.returncode, err[-300:]))
 
         # bad
         r, _ = run(shoal, path, os.path.join(tmp, "bad.npy"), "--mirror", tmp, env=env)
