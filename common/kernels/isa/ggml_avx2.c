@@ -163,7 +163,8 @@ struct urow {
     __m256i s[8];       /* [register] signed types: a byte of c's sign (c or +-1) */
     __m256i sc[8];      /* [register] int16 scale per product pair: the first
                            16 elements' in the low 128 bits */
-    int32_t corr[8];    /* [pair] pair16 of the correction weights (m or sc) */
+    __m256i corr16;     /* blocks of 256 with a correction: the int16 weight
+                           of each 16's bsum (m[k], or sc[k] for KIND_OFF) */
     float d, dmin;      /* D and DMIN (ggml_dot.h) */
 };
 
@@ -187,12 +188,6 @@ static inline __attribute__((always_inline)) enum kind t_kind(enum shoal_ggml_ty
     case SHOAL_GGML_TYPE_Q6_K: case SHOAL_GGML_TYPE_Q3_K: return KIND_OFF;
     default: return KIND_NONE;
     }
-}
-
-/* the pairs of correction weights (KIND_MIN32: 4; else one per 32) */
-static inline __attribute__((always_inline)) int t_ncorr(enum shoal_ggml_type t)
-{
-    return t_kind(t) == KIND_NONE ? 0 : t_kind(t) == KIND_MIN32 ? 4 : t_nreg(t);
 }
 
 /* KIND_OFF's offset as a shift: 32 (Q6_K) or 4 (Q3_K) */
@@ -300,6 +295,26 @@ static inline void grid_signs(struct urow *u, int j, uint32_t aux)
     u->sc[j] = _mm256_set1_epi16((short)(2 * (aux >> 28) + 1));
 }
 
+/* Scale vectors from bytes of scales S (int8; < 128 if unsigned), the
+ * 16-bit lanes of register j: per16, the 16s 2j (low 128 bits) and 2j + 1
+ * (high) are bytes 2j and 2j + 1 of S; else (a scale per 32) byte j.
+ * vpshufb puts the byte in both halves of each int16, the arithmetic shift
+ * sign-extends it. */
+static inline __m256i scale_reg(__m256i S2, int j, int per16)
+{
+    const __m256i ctrl = per16 ? _mm256_set_m128i(_mm_set1_epi8((char)(2 * j + 1)),
+                                                  _mm_set1_epi8((char)(2 * j)))
+                               : _mm256_set1_epi8((char)j);
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(S2, ctrl), 8);
+}
+
+static inline void scales_put(struct urow *u, __m128i S, int per16)
+{
+    const __m256i S2 = _mm256_broadcastsi128_si256(S);
+    for (int j = 0; j < 8; j++)
+        u->sc[j] = scale_reg(S2, j, per16);
+}
+
 /* signed codes c into u: |c| and c for its sign */
 static inline void put_signed(struct urow *u, int j, __m256i c)
 {
@@ -314,6 +329,7 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
                                                             const uint8_t *blk, struct urow *u)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    u->dmin = 0.0f;
     switch (t) {
     case SHOAL_GGML_TYPE_Q4_K:
     case SHOAL_GGML_TYPE_Q5_K: {
@@ -329,20 +345,24 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
                     u->q[2 * h + e] = _mm256_or_si256(
                         u->q[2 * h + e], _mm256_slli_epi16(bits8(qh, 2 * h + e, 1), 4));
         }
-        int sc[8], m[8];
-        for (int j = 0; j < 8; j++) {
-            shoal_ggml_scale_min_k4(j, blk + 4, &sc[j], &m[j]);
-            u->sc[j] = _mm256_set1_epi16((short)sc[j]);
-        }
-        for (int j = 0; j < 4; j++)
-            u->corr[j] = pair16(m[2 * j], m[2 * j + 1]);
+        /* get_scale_min_k4 four at a time: sc, m of sub-blocks 0..3 are the
+         * low 6 bits of bytes 0..3, 4..7; of 4..7, the nibbles of bytes
+         * 8..11 with the top 2 bits of bytes 0..3, 4..7 above them */
+        const uint32_t w0 = le32(blk + 4), w1 = le32(blk + 8), w2 = le32(blk + 12);
+        const uint32_t sc03 = w0 & 0x3f3f3f3fu, m03 = w1 & 0x3f3f3f3fu;
+        const uint32_t sc47 = (w2 & 0x0f0f0f0fu) | ((w0 >> 6) & 0x03030303u) << 4;
+        const uint32_t m47 = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 6) & 0x03030303u) << 4;
+        scales_put(u, _mm_setr_epi32((int)sc03, (int)sc47, 0, 0), 0);
+        const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        u->corr16 = _mm256_cvtepu8_epi16(
+            _mm_shuffle_epi8(_mm_setr_epi32((int)m03, (int)m47, 0, 0), dup));
         u->d = f16_at(blk);
         u->dmin = f16_at(blk + 2);
         break;
     }
     case SHOAL_GGML_TYPE_Q6_K: {
         const uint8_t *ql = blk, *qh = blk + 128;
-        const int8_t *sc = (const int8_t *)(blk + 192);
+        const uint8_t *sc = blk + 192;
         for (int h = 0; h < 2; h++) {
             const __m256i hv = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
@@ -351,13 +371,13 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
                 _mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
                 _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
                 _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
-            for (int r = 0; r < 4; r++) {
+            for (int r = 0; r < 4; r++)
                 u->q[4 * h + r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(bits8(hv, 2 * r, 3), 4));
-                u->sc[4 * h + r] = sc2(sc[8 * h + 2 * r], sc[8 * h + 2 * r + 1]);
-            }
         }
-        for (int j = 0; j < 8; j++)
-            u->corr[j] = pair16(sc[2 * j], sc[2 * j + 1]);
+        /* register 4h + r: the 16s 8h + 2r and 8h + 2r + 1 */
+        const __m128i S = _mm_loadu_si128((const __m128i *)sc);
+        scales_put(u, S, 1);
+        u->corr16 = _mm256_cvtepi8_epi16(S);
         u->d = f16_at(blk + 208);
         break;
     }
@@ -367,9 +387,10 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
             for (int s = 0; s < 4; s++)
                 u->q[4 * h + s] = bits8(v, 2 * s, 3);
         }
-        for (int j = 0; j < 8; j++) {
-            u->sc[j] = sc2(blk[2 * j] & 0x0F, blk[2 * j + 1] & 0x0F);
-            u->corr[j] = pair16(blk[2 * j] >> 4, blk[2 * j + 1] >> 4);
+        {
+            const __m128i v = _mm_loadu_si128((const __m128i *)blk), m4b = _mm_set1_epi8(0x0F);
+            scales_put(u, _mm_and_si128(v, m4b), 1);
+            u->corr16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4b));
         }
         u->d = f16_at(blk + 80);
         u->dmin = f16_at(blk + 82);
@@ -383,26 +404,34 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
                 u->q[4 * h + s] = _mm256_or_si256(bits8(v, 2 * s, 3),
                                                   _mm256_slli_epi16(bits8(hm, 4 * h + s, 1), 2));
         }
-        const uint8_t *scb = blk + 96;
-        int sc[16];
-        for (int k = 0; k < 16; k++)
-            sc[k] = (((scb[k % 8] >> (4 * (k / 8))) & 0x0F) |
-                     ((scb[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32;
-        for (int j = 0; j < 8; j++) {
-            u->sc[j] = sc2(sc[2 * j], sc[2 * j + 1]);
-            u->corr[j] = pair16(sc[2 * j], sc[2 * j + 1]);
-        }
+        /* sc[k] = nibble k % 8 of bytes 0..7 (low for k < 8), bits 2 (k / 4)
+         * of byte 8 + k % 4 above it, minus 32 */
+        const __m128i v = _mm_loadl_epi64((const __m128i *)(blk + 96)), m4b = _mm_set1_epi8(0x0F);
+        const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4b),
+                                              _mm_and_si128(_mm_srli_epi16(v, 4), m4b));
+        const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)le32(blk + 104)),
+                                                        _mm_setr_epi32(0, 2, 4, 6)),
+                                         _mm_set1_epi8(3));
+        const __m128i S = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+        scales_put(u, S, 1);
+        u->corr16 = _mm256_cvtepi8_epi16(S);
         u->d = f16_at(blk + 108);
         break;
     }
     case SHOAL_GGML_TYPE_IQ4_XS: {
+        /* sc[j] = nibble j of bytes 4..7 (low first) | 2 bits j of the u16 at
+         * 2 above it, minus 32 */
         const unsigned sh = ld16(blk + 2);
+        uint64_t hb = 0;
         for (int j = 0; j < 8; j++) {
             put_signed(u, j, lut32(blk + 8 + 16 * j, shoal_ggml_iq4nl_values));
-            const int sc = (int)(((blk[4 + j / 2] >> (4 * (j % 2))) & 0x0F) |
-                                 ((sh >> (2 * j)) & 3) << 4) - 32;
-            u->sc[j] = _mm256_set1_epi16((short)sc);
+            hb |= (uint64_t)((sh >> (2 * j)) & 3) << (8 * j + 4);
         }
+        const __m128i v = _mm_cvtsi32_si128((int)le32(blk + 4)), m4b = _mm_set1_epi8(0x0F);
+        const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(v, m4b),
+                                              _mm_and_si128(_mm_srli_epi16(v, 4), m4b));
+        scales_put(u, _mm_sub_epi8(_mm_or_si128(nib, _mm_cvtsi64_si128((long long)hb)),
+                                   _mm_set1_epi8(32)), 0);
         u->d = f16_at(blk);
         break;
     }
@@ -497,7 +526,6 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
                       ? nibbles32(blk + 4)
                       : _mm256_or_si256(nibbles32(blk + 8), bits16(le32(blk + 4)));
         u->sc[0] = _mm256_set1_epi16(1);
-        u->corr[0] = pair16(1, 1);
         u->d = f16_at(blk);
         u->dmin = -f16_at(blk + 2);
         break;
@@ -520,59 +548,36 @@ static inline __attribute__((always_inline)) __m256i urow_raw(enum shoal_ggml_ty
     return acc;
 }
 
-/* the block's per-row scalars as lanes rows */
-struct lanes8 {
-    __m256 d, dmin;
-    __m256i corr[8];    /* [pair] */
-};
-
-static inline __attribute__((always_inline)) void lanes_put(enum shoal_ggml_type t,
-                                                           int32_t corr[8][8], float d[8],
-                                                           float dmin[8], int i,
-                                                           const struct urow *u)
+/* lanes rows: the correction sum c of ggml_dot.h's msum (KIND_MIN*) or
+ * sum_k sc[k] * bsum[k] (KIND_OFF) for one token, bs its bsum of the
+ * block; m[i] = row i's vpmaddwd of corr16 with bs (blocks of 256) */
+static inline __attribute__((always_inline)) __m256i corr_sum(enum shoal_ggml_type t,
+                                                             const __m256i m[8],
+                                                             const int16_t *bs)
 {
-    d[i] = u->d;
-    dmin[i] = u->dmin;
-    for (int k = 0; k < t_ncorr(t); k++)
-        corr[k][i] = u->corr[k];
-}
-
-static inline __attribute__((always_inline)) void lanes_load(enum shoal_ggml_type t,
-                                                            struct lanes8 *l,
-                                                            int32_t corr[8][8], const float d[8],
-                                                            const float dmin[8])
-{
-    l->d = _mm256_loadu_ps(d);
-    l->dmin = _mm256_loadu_ps(dmin);
-    for (int k = 0; k < t_ncorr(t); k++)
-        l->corr[k] = _mm256_loadu_si256((const __m256i *)corr[k]);
+    if (t_nreg(t) == 1)   /* Q4_1, Q5_1: m = 1 for both 16s, every row */
+        return _mm256_set1_epi32(bs[0] + bs[1]);
+    return hsum_rows8(m);
 }
 
 /* acc + the block's term (ggml_dot.h's canonical step) for one token: raw
- * the rows' raw sums, bs the token's bsum of the block (NULL without), dx
- * its scale */
+ * the rows' raw sums, c their corr_sum (KIND_NONE: unused), d and dmin the
+ * rows' D and DMIN, dx1 the token's scale */
 static inline __attribute__((always_inline)) __m256 block_term(enum shoal_ggml_type t,
                                                               __m256 acc, __m256i raw,
-                                                              const struct lanes8 *l,
-                                                              const int16_t *bs, float dx1)
+                                                              __m256i c, __m256 d,
+                                                              __m256 dmin, float dx1)
 {
     const __m256 dx = _mm256_set1_ps(dx1);
     const enum kind kind = t_kind(t);
     if (kind == KIND_NONE)
-        return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(l->d, dx), _mm256_cvtepi32_ps(raw)));
-    __m256i c = _mm256_setzero_si256();
-    for (int k = 0; k < t_ncorr(t); k++) {
-        const int32_t p = kind == KIND_MIN32 ? pair16(bs[4 * k] + bs[4 * k + 1],
-                                                      bs[4 * k + 2] + bs[4 * k + 3])
-                                             : pair16(bs[2 * k], bs[2 * k + 1]);
-        c = _mm256_add_epi32(c, _mm256_madd_epi16(l->corr[k], _mm256_set1_epi32(p)));
-    }
+        return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(raw)));
     if (kind == KIND_OFF) {
         const __m256i isum = _mm256_sub_epi32(raw, _mm256_sll_epi32(c, _mm_cvtsi32_si128(t_offshift(t))));
-        return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(l->d, dx), _mm256_cvtepi32_ps(isum)));
+        return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum)));
     }
-    const __m256 ta = _mm256_mul_ps(_mm256_mul_ps(l->d, dx), _mm256_cvtepi32_ps(raw));
-    const __m256 tb = _mm256_mul_ps(_mm256_mul_ps(l->dmin, dx), _mm256_cvtepi32_ps(c));
+    const __m256 ta = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(raw));
+    const __m256 tb = _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(c));
     return _mm256_add_ps(acc, _mm256_sub_ps(ta, tb));
 }
 
@@ -591,17 +596,18 @@ static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t
     const size_t type_size = shoal_ggml_type_info(t)->type_size;
     const int nreg = t_nreg(t), B = 32 * nreg;
     const int64_t n16 = a->n / 16;
-    const int has_bs = t_kind(t) != KIND_NONE;
-    int32_t corr[8][8];
-    float d[8], dmin[8];
-    struct lanes8 l;
+    const int has_bs = t_kind(t) != KIND_NONE, corr256 = has_bs && nreg == 8;
+    float d[8], dmin[8] = {0};
     __m256 acc[TOK_TILE];
     zero_acc(acc, nt);
     if (nt == 1) {
         const int8_t *xq = a->q + t0 * a->n;
         for (int64_t b = 0; b < a->n_blk; b++) {
             const size_t off = (size_t)b * type_size;
-            __m256i xv[8], s[8];
+            const int16_t *bs = has_bs ? a->bsum + t0 * n16 + (int64_t)(B / 16) * b : NULL;
+            const __m256i bsv = corr256 ? _mm256_loadu_si256((const __m256i *)bs)
+                                        : _mm256_setzero_si256();
+            __m256i xv[8], s[8], m[8];
             for (int j = 0; j < nreg; j++)
                 xv[j] = _mm256_loadu_si256((const __m256i *)(xq + (int64_t)B * b + 32 * j));
             for (int i = 0; i < 8; i++) {
@@ -609,11 +615,13 @@ static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t
                 prefetch_block(pf, i, off, type_size);
                 unpack_row(t, p[i] + off, &u);
                 s[i] = urow_raw(t, &u, xv);
-                lanes_put(t, corr, d, dmin, i, &u);
+                if (corr256)
+                    m[i] = _mm256_madd_epi16(u.corr16, bsv);
+                d[i] = u.d;
+                dmin[i] = u.dmin;
             }
-            lanes_load(t, &l, corr, d, dmin);
-            acc[0] = block_term(t, acc[0], hsum_rows8(s), &l,
-                                has_bs ? a->bsum + t0 * n16 + (int64_t)(B / 16) * b : NULL,
+            acc[0] = block_term(t, acc[0], hsum_rows8(s), has_bs ? corr_sum(t, m, bs) : s[0],
+                                _mm256_loadu_ps(d), _mm256_loadu_ps(dmin),
                                 a->d[t0 * a->n_blk + b]);
         }
     } else {
@@ -623,20 +631,26 @@ static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t
             for (int i = 0; i < 8; i++) {
                 prefetch_block(pf, i, off, type_size);
                 unpack_row(t, p[i] + off, &u[i]);
-                lanes_put(t, corr, d, dmin, i, &u[i]);
+                d[i] = u[i].d;
+                dmin[i] = u[i].dmin;
             }
-            lanes_load(t, &l, corr, d, dmin);
+            const __m256 dv = _mm256_loadu_ps(d), dminv = _mm256_loadu_ps(dmin);
             for (int64_t k = 0; k < nt; k++) {
                 const int64_t tt = t0 + k;
-                __m256i xv[8], s[8];
+                const int16_t *bs = has_bs ? a->bsum + tt * n16 + (int64_t)(B / 16) * b : NULL;
+                __m256i xv[8], s[8], m[8];
                 for (int j = 0; j < nreg; j++)
                     xv[j] = _mm256_loadu_si256(
                         (const __m256i *)(a->q + tt * a->n + (int64_t)B * b + 32 * j));
                 for (int i = 0; i < 8; i++)
                     s[i] = urow_raw(t, &u[i], xv);
-                acc[k] = block_term(t, acc[k], hsum_rows8(s), &l,
-                                    has_bs ? a->bsum + tt * n16 + (int64_t)(B / 16) * b : NULL,
-                                    a->d[tt * a->n_blk + b]);
+                if (corr256) {
+                    const __m256i bsv = _mm256_loadu_si256((const __m256i *)bs);
+                    for (int i = 0; i < 8; i++)
+                        m[i] = _mm256_madd_epi16(u[i].corr16, bsv);
+                }
+                acc[k] = block_term(t, acc[k], hsum_rows8(s), has_bs ? corr_sum(t, m, bs) : s[0],
+                                    dv, dminv, a->d[tt * a->n_blk + b]);
             }
         }
     }
