@@ -11,7 +11,8 @@
  * [N_FF][N_EMBD] and w_down [N_EMBD][N_FF] (default 2048,768: qwen3_moe's
  * experts), group G (default 64; MXFP4: E2M1 pairs with an E8M0 exponent
  * per 32, the gpt-oss experts' format, random bytes; or a ggml type as a
- * GGUF file ships it, by name, e.g. q4_k or iq2_xxs: random codes with
+ * GGUF file ships it, by name, e.g. q4_k or iq2_xxs (ggml's MXFP4 in
+ * capitals: lower-case mxfp4 is shoal's own): random codes with
  * f16 scales 2^-10 .. 2^-8, through ggml_dot.h's kernels; both dimensions
  * multiples of its block size). Each measurement is pass after pass over
  * the pool for --seconds (default 2, at least one pass; at most 10^6), every matrix a
@@ -580,7 +581,8 @@ static void usage(FILE *f)
                "  --types LIST       int4, int8, int4a8 (int4 weights, int8 activations),\n"
                "                     mxfp4 (E2M1 + E8M0 per 32; E and F multiples of 32),\n"
                "                     or ggml types by name (q4_k, iq2_xxs, ...; E and F\n"
-               "                     multiples of the block size),\n"
+               "                     multiples of the block size; ggml's MXFP4 in capitals,\n"
+               "                     mxfp4 being shoal's own),\n"
                "                     each once (default int4,int8)\n"
                "  --shape E,F        expert n_embd,n_ff, 8 .. 65536 each (default 2048,768)\n"
                "  --tokens T         tokens per linear, 1 .. 512 (default 1: decode)\n"

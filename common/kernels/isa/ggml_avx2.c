@@ -324,7 +324,7 @@ static inline void put_signed(struct urow *u, int j, __m256i c)
 
 /* One row's block blk of type t unpacked into *u: the same integers as
  * shoal_ggml_iblock_decode (Q6_K, Q3_K: offset; see above) and D, DMIN as
- * shoal_ggml_iblock_scales computes them. */
+ * it computes them. */
 static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_type t,
                                                             const uint8_t *blk, struct urow *u)
 {
