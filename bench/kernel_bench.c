@@ -10,7 +10,11 @@
  * at least 64) holds expert-shaped quantized matrices: w_gate and w_up
  * [N_FF][N_EMBD] and w_down [N_EMBD][N_FF] (default 2048,768: qwen3_moe's
  * experts), group G (default 64; MXFP4: E2M1 pairs with an E8M0 exponent
- * per 32, the gpt-oss experts' format, random bytes). Each measurement is pass after pass over
+ * per 32, the gpt-oss experts' format, random bytes; or a ggml type as a
+ * GGUF file ships it, by name, e.g. q4_k or iq2_xxs (ggml's MXFP4 in
+ * capitals: lower-case mxfp4 is shoal's own): random codes with
+ * f16 scales 2^-10 .. 2^-8, through ggml_dot.h's kernels; both dimensions
+ * multiples of its block size). Each measurement is pass after pass over
  * the pool for --seconds (default 2, at least one pass; at most 10^6), every matrix a
  * linear of T tokens (default 1: the decode matvec; more: a prefill batch)
  * on the OpenMP threads (default: all CPUs, at most that many) in one
@@ -69,14 +73,20 @@
 
 #include "bench_stats.h"
 #include "bench_probe.h"
+#include "ggml_dot.h"
+#include "ggml_types.h"
+#include "kernels.h"
 #include "parse.h"
 #include "quant.h"
+#include "tensor.h"
 #include "util.h"
 
 struct bench {
     enum shoal_quant_type type;
     int a8;                  /* INT4A8: int4 weights, int8 activations */
     int mx;                  /* MXFP4 (type unused) */
+    int ggml;                /* a ggml type id (ggml_dot.h), -1 for none (type unused) */
+    int sw;                  /* mx or ggml: runs through shoal_linear_part */
     enum shoal_quant_isa isa;
     int group;
     int64_t n_embd, n_ff;
@@ -129,16 +139,64 @@ static void fill_mx(uint8_t *dst, int64_t rows, int64_t cols, uint32_t seed)
         dst[nq + i] = (uint8_t)(123.0f + 3.0f * frand(&s));
 }
 
-/* the three MXFP4 matrices of expert e */
-static void expert_mx(const struct bench *b, int64_t e, struct shoal_weight w[3])
+/* an f16 of the bits h at p (little-endian) */
+static void put_h16(uint8_t *p, uint16_t h)
+{
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+/* One random [rows][cols] matrix of ggml type id (ggml_dot.h's layouts):
+ * random code and sub-scale bytes (every pattern is a valid block), each
+ * block's f16 scales d, dmin in 2^-10 .. 2^-8 (an MXFP4 exponent 2^-10 ..
+ * 2^-6), as a shipped file's are: no NaN, no subnormal to slow the f32
+ * steps. */
+static void fill_ggml(uint8_t *dst, int id, int64_t rows, int64_t cols, uint32_t seed)
+{
+    const struct shoal_ggml_type_info *ti = shoal_ggml_type_info((uint32_t)id);
+    const size_t nb = (size_t)(rows * (cols / ti->block_size));
+    uint32_t s = seed * 2654435761u + 1u;
+    for (size_t i = 0; i < nb * ti->type_size; i++)
+        dst[i] = (uint8_t)((frand(&s) + 1.0f) * 127.9f);
+    for (size_t k = 0; k < nb; k++) {
+        uint8_t *blk = dst + k * ti->type_size;
+        /* f16 exponent field 5..7 (2^-10 .. 2^-8), random mantissa */
+        const uint16_t d = (uint16_t)((5 + (s % 3)) << 10 | (s >> 8 & 0x3FF));
+        frand(&s);
+        switch (id) {
+        case SHOAL_GGML_TYPE_Q6_K: put_h16(blk + 208, d); break;
+        case SHOAL_GGML_TYPE_Q2_K: put_h16(blk + 80, d); put_h16(blk + 82, d); break;
+        case SHOAL_GGML_TYPE_Q3_K: put_h16(blk + 108, d); break;
+        case SHOAL_GGML_TYPE_Q4_K: case SHOAL_GGML_TYPE_Q5_K:
+        case SHOAL_GGML_TYPE_Q4_1: case SHOAL_GGML_TYPE_Q5_1:
+            put_h16(blk, d);
+            put_h16(blk + 2, d);
+            break;
+        case SHOAL_GGML_TYPE_IQ1_M:   /* d: the top nibbles of the 4 u16 scales */
+            for (int i = 0; i < 4; i++)
+                blk[49 + 2 * i] = (uint8_t)((blk[49 + 2 * i] & 0x0F) | ((d >> (4 * i)) & 0x0F) << 4);
+            break;
+        case SHOAL_GGML_TYPE_MXFP4: blk[0] = (uint8_t)(118 + s % 5); break;
+        default: put_h16(blk, d); break;   /* d at 0: Q8_0, Q4_0, Q5_0, IQ types */
+        }
+    }
+}
+
+/* The three matrices of expert e as shoal_weight views (MXFP4 or ggml) */
+static void expert_sw(const struct bench *b, int64_t e, struct shoal_weight w[3])
 {
     const uint8_t *base = b->pool + (size_t)e * b->expert_bytes;
     const int64_t shape[3][2] = {{b->n_ff, b->n_embd}, {b->n_ff, b->n_embd}, {b->n_embd, b->n_ff}};
     for (int k = 0; k < 3; k++) {
         const uint8_t *m = base + (size_t)k * b->m_up;
-        w[k] = (struct shoal_weight){.dtype = SHOAL_DTYPE_MXFP4, .rows = shape[k][0],
-                                     .cols = shape[k][1], .group = 32, .data = m,
-                                     .e8m0 = m + (size_t)(shape[k][0] * shape[k][1] / 2)};
+        if (b->ggml >= 0)
+            w[k] = (struct shoal_weight){.dtype = SHOAL_DTYPE_GGML, .rows = shape[k][0],
+                                         .cols = shape[k][1], .data = m,
+                                         .ggml_type = (uint32_t)b->ggml};
+        else
+            w[k] = (struct shoal_weight){.dtype = SHOAL_DTYPE_MXFP4, .rows = shape[k][0],
+                                         .cols = shape[k][1], .group = 32, .data = m,
+                                         .e8m0 = m + (size_t)(shape[k][0] * shape[k][1] / 2)};
     }
 }
 
@@ -155,12 +213,12 @@ static void expert_weights(const struct bench *b, int64_t e, struct shoal_quant_
 /* y = one expert's three matvecs with the active table (y: 2 n_ff + n_embd) */
 static void expert_once(const struct bench *b, int64_t e, const float *x, const float *h, float *y)
 {
-    if (b->mx) {
+    if (b->sw) {
         struct shoal_weight m[3];
-        expert_mx(b, e, m);
-        shoal_mxfp4_linear_part(y, x, 1, &m[0], 0, 1);
-        shoal_mxfp4_linear_part(y + b->n_ff, x, 1, &m[1], 0, 1);
-        shoal_mxfp4_linear_part(y + 2 * b->n_ff, h, 1, &m[2], 0, 1);
+        expert_sw(b, e, m);
+        shoal_linear_part(y, x, b->n_tok, &m[0], 0, 1, NULL);
+        shoal_linear_part(y + b->n_tok * b->n_ff, x, b->n_tok, &m[1], 0, 1, NULL);
+        shoal_linear_part(y + 2 * b->n_tok * b->n_ff, h, b->n_tok, &m[2], 0, 1, NULL);
         return;
     }
     struct shoal_quant_weight w[3];
@@ -228,7 +286,10 @@ static int run_table(void *user, json_t **out)
     float *x = shoal_xmalloc((size_t)(b->n_tok * b->n_embd) * sizeof(float));
     float *h = shoal_xmalloc((size_t)(b->n_tok * b->n_ff) * sizeof(float));
     const size_t ny = (size_t)(2 * b->n_ff + b->n_embd);
-    float *want = shoal_xmalloc(ny * sizeof(float)), *got = shoal_xmalloc(ny * sizeof(float));
+    /* the check: one token for shoal's own types, every token for the
+     * shoal_linear_part ones (the ggml GEMM paths) */
+    const size_t ny_check = (size_t)b->n_tok * ny;
+    float *want = shoal_xcalloc(ny_check, sizeof(float)), *got = shoal_xcalloc(ny_check, sizeof(float));
     uint32_t s = 99;
     for (int64_t i = 0; i < b->n_tok * b->n_embd; i++)
         x[i] = frand(&s);
@@ -238,7 +299,7 @@ static int run_table(void *user, json_t **out)
     expert_once(b, 0, x, h, want);
     shoal_quant_init(b->isa, NULL);
     expert_once(b, 0, x, h, got);
-    int same = memcmp(want, got, ny * sizeof(float)) == 0;
+    int same = memcmp(want, got, ny_check * sizeof(float)) == 0;
     json_object_set_new(o, "bits_equal_scalar", json_boolean(same));
     /* one pass to warm up and calibrate; it is the measurement when it
      * took at least half of --seconds, else enough passes for --seconds */
@@ -276,7 +337,7 @@ static int run_table(void *user, json_t **out)
              * the first one not yet taken during its down projection; a
              * batch: every matrix's rows split over the threads */
             const int whole = b->n_tok == 1 && nth > 1;
-            for (int64_t p = 0; p < passes && !b->mx && whole; p++) {
+            for (int64_t p = 0; p < passes && !b->sw && whole; p++) {
                 xr ^= pass_start(b, arr + (size_t)ith * n_ev, p, &rclaim[p]);
                 for (int64_t e = atomic_fetch_add(&claim[p], 1); e < b->n_expert;
                      e = atomic_fetch_add(&claim[p], 1)) {
@@ -296,28 +357,28 @@ static int run_table(void *user, json_t **out)
                     part(yd, h, 1, &w[2], 0, 1);
                 }
             }
-            for (int64_t p = 0; p < passes && b->mx && whole; p++) {
+            for (int64_t p = 0; p < passes && b->sw && whole; p++) {
                 xr ^= pass_start(b, arr + (size_t)ith * n_ev, p, &rclaim[p]);
                 for (int64_t e = atomic_fetch_add(&claim[p], 1); e < b->n_expert;
                      e = atomic_fetch_add(&claim[p], 1)) {
                     struct shoal_weight m[3];
-                    expert_mx(b, e, m);
-                    shoal_mxfp4_linear_part(y, x, 1, &m[0], 0, 1);
-                    shoal_mxfp4_linear_part(yu, x, 1, &m[1], 0, 1);
-                    shoal_mxfp4_linear_part(yd, h, 1, &m[2], 0, 1);
+                    expert_sw(b, e, m);
+                    shoal_linear_part(y, x, 1, &m[0], 0, 1, NULL);
+                    shoal_linear_part(yu, x, 1, &m[1], 0, 1, NULL);
+                    shoal_linear_part(yd, h, 1, &m[2], 0, 1, NULL);
                 }
             }
-            for (int64_t p = 0; p < passes && b->mx && !whole; p++) {
+            for (int64_t p = 0; p < passes && b->sw && !whole; p++) {
                 xr ^= pass_start(b, arr + (size_t)ith * n_ev, p, &rclaim[p]);
                 for (int64_t e = 0; e < b->n_expert; e++) {
                     struct shoal_weight m[3];
-                    expert_mx(b, e, m);
-                    shoal_mxfp4_linear_part(y, x, b->n_tok, &m[0], ith, nth);
-                    shoal_mxfp4_linear_part(yu, x, b->n_tok, &m[1], ith, nth);
-                    shoal_mxfp4_linear_part(yd, h, b->n_tok, &m[2], ith, nth);
+                    expert_sw(b, e, m);
+                    shoal_linear_part(y, x, b->n_tok, &m[0], ith, nth, NULL);
+                    shoal_linear_part(yu, x, b->n_tok, &m[1], ith, nth, NULL);
+                    shoal_linear_part(yd, h, b->n_tok, &m[2], ith, nth, NULL);
                 }
             }
-            for (int64_t p = 0; p < passes && !b->mx && !whole; p++) {
+            for (int64_t p = 0; p < passes && !b->sw && !whole; p++) {
                 xr ^= pass_start(b, arr + (size_t)ith * n_ev, p, &rclaim[p]);
                 for (int64_t e = 0; e < b->n_expert; e++) {
                     struct shoal_quant_weight w[3];
@@ -478,7 +539,7 @@ static void print_medians(const json_t *runs, json_t *res)
         snprintf(range, sizeof range, "%.2f-%.2f", lo, hi);
         if (has_vp)
             snprintf(pr_s, sizeof pr_s, "%.2f", mp);
-        printf("%-6s %-8s %10.2f %12.2f %15s %12.2f %13.2f %15.2f %12s %s\n", type, kern, mg, mr,
+        printf("%-8s %-8s %10.2f %12.2f %15s %12.2f %13.2f %15.2f %12s %s\n", type, kern, mg, mr,
                range, mc, mt, mb, pr_s, same ? "same" : "DIFFERENT");
         json_t *o = json_object();
         json_object_set_new(o, "type", json_string(type));
@@ -519,6 +580,9 @@ static void usage(FILE *f)
                "  --group G          32, 64 or 128 (default 64)\n"
                "  --types LIST       int4, int8, int4a8 (int4 weights, int8 activations),\n"
                "                     mxfp4 (E2M1 + E8M0 per 32; E and F multiples of 32),\n"
+               "                     or ggml types by name (q4_k, iq2_xxs, ...; E and F\n"
+               "                     multiples of the block size; ggml's MXFP4 in capitals,\n"
+               "                     mxfp4 being shoal's own),\n"
                "                     each once (default int4,int8)\n"
                "  --shape E,F        expert n_embd,n_ff, 8 .. 65536 each (default 2048,768)\n"
                "  --tokens T         tokens per linear, 1 .. 512 (default 1: decode)\n"
@@ -531,6 +595,12 @@ static void usage(FILE *f)
                "                     set each pass against the read just before it (default on)\n"
                "  --json FILE        every figure as JSON\n"
                "Memory: the pool + 1.5 GiB for the RAM probe.\n");
+}
+
+/* the --types name of entry q of main's list (tnames or a ggml type) */
+static const char *type_name(const char *const tnames[4], int q)
+{
+    return q < 4 ? tnames[q] : shoal_ggml_type_name((uint32_t)(q - 4));
 }
 
 static int arg_int(const char *flag, const char *v, long long lo, long long hi, int64_t *out)
@@ -641,12 +711,14 @@ int main(int argc, char **argv)
         if (rc < 0)
             return 2;
     }
-    /* int4, int8, int4a8 (int4 bytes, int8 activations), each once */
+    /* int4, int8, int4a8 (int4 bytes, int8 activations), mxfp4, and ggml
+     * types by name (TYPE_GGML + the id), each once */
     static const char *const tnames[] = {"int4", "int8", "int4a8", "mxfp4"};
-    int tlist[4];
+    enum { TYPE_GGML = 4, MAX_TYPES = 24 };
+    int tlist[MAX_TYPES];
     int n_types = 0;
     {
-        char buf[64];
+        char buf[256];
         snprintf(buf, sizeof buf, "%s", types);
         /* strtok_r would skip empty entries: refuse them first */
         const size_t tl = strlen(types);
@@ -658,25 +730,34 @@ int main(int argc, char **argv)
             for (int k = 0; k < 4; k++)
                 if (!strcmp(t, tnames[k]))
                     q = k;
+            const int gid = shoal_ggml_type_from_name(t);
+            if (q < 0 && gid >= 0 && shoal_ggml_dot_supported((uint32_t)gid))
+                q = TYPE_GGML + gid;
             for (int k = 0; k < n_types; k++)
                 dup |= tlist[k] == q;
-            if (q < 0 || dup) {
+            if (q < 0 || dup || n_types == MAX_TYPES) {
                 n_types = 0;
                 break;
             }
             tlist[n_types++] = q;
         }
         if (n_types == 0) {
-            fprintf(stderr, "kernel_bench: --types expects int4, int8, int4a8, mxfp4, each "
-                            "once, comma-separated; got '%s'\n", types);
+            fprintf(stderr, "kernel_bench: --types expects int4, int8, int4a8, mxfp4 or ggml "
+                            "types (%s), each once, comma-separated, at most %d; got '%s'\n",
+                    shoal_ggml_dot_types(), MAX_TYPES, types);
             return 2;
         }
-        for (int k = 0; k < n_types; k++)
-            if (tlist[k] == 3 && (n_embd % 32 || n_ff % 32)) {
-                fprintf(stderr, "kernel_bench: --types mxfp4 needs --shape E,F multiples of 32, "
-                                "got %ld,%ld\n", (long)n_embd, (long)n_ff);
+        for (int k = 0; k < n_types; k++) {
+            const long bs = tlist[k] == 3 ? 32
+                          : tlist[k] >= TYPE_GGML ? (long)shoal_ggml_act_block((uint32_t)(tlist[k] - TYPE_GGML))
+                                                  : 1;
+            if (n_embd % bs || n_ff % bs) {
+                fprintf(stderr, "kernel_bench: --types %s needs --shape E,F multiples of %ld, "
+                                "got %ld,%ld\n", type_name(tnames, tlist[k]), bs, (long)n_embd,
+                        (long)n_ff);
                 return 2;
             }
+        }
     }
     /* the tables: every one this CPU runs, or --isa's (each once, runnable) */
     const enum shoal_quant_isa all_isas[] = {SHOAL_QUANT_ISA_SCALAR, SHOAL_QUANT_ISA_AVX2,
@@ -750,13 +831,21 @@ int main(int argc, char **argv)
     json_t *runs = json_array();
     int failed = 0;
     for (int it = 0; it < n_types; it++) {
+        const char *tname = type_name(tnames, tlist[it]);
         struct bench b = {.type = tlist[it] == 1 ? SHOAL_QUANT_INT8 : SHOAL_QUANT_INT4,
-                          .a8 = tlist[it] == 2, .mx = tlist[it] == 3, .group = (int)group,
-                          .n_embd = n_embd, .n_ff = n_ff, .seconds = seconds,
-                          .threads = (int)threads, .paired = paired};
-        b.m_up = b.mx ? (size_t)(n_ff * n_embd / 2 + n_ff * n_embd / 32)
-                      : shoal_quant_matrix_bytes(b.type, n_ff, n_embd, b.group);
-        b.m_down = b.mx ? b.m_up : shoal_quant_matrix_bytes(b.type, n_embd, n_ff, b.group);
+                          .a8 = tlist[it] == 2, .mx = tlist[it] == 3,
+                          .ggml = tlist[it] >= TYPE_GGML ? tlist[it] - TYPE_GGML : -1,
+                          .group = (int)group, .n_embd = n_embd, .n_ff = n_ff,
+                          .seconds = seconds, .threads = (int)threads, .paired = paired};
+        b.sw = b.mx || b.ggml >= 0;
+        if (b.ggml >= 0) {
+            const struct shoal_ggml_type_info *gi = shoal_ggml_type_info((uint32_t)b.ggml);
+            b.m_up = (size_t)(n_ff * n_embd / gi->block_size) * gi->type_size;
+        } else {
+            b.m_up = b.mx ? (size_t)(n_ff * n_embd / 2 + n_ff * n_embd / 32)
+                          : shoal_quant_matrix_bytes(b.type, n_ff, n_embd, b.group);
+        }
+        b.m_down = b.sw ? b.m_up : shoal_quant_matrix_bytes(b.type, n_embd, n_ff, b.group);
         b.expert_bytes = 2 * b.m_up + b.m_down;
         b.n_expert = (int64_t)((size_t)pool_mb * 1048576 / b.expert_bytes);
         b.n_tok = n_tok;
@@ -770,7 +859,11 @@ int main(int argc, char **argv)
             return 1;
         }
         /* one random expert, copied to every slot (only the addresses matter) */
-        if (b.mx) {
+        if (b.ggml >= 0) {
+            fill_ggml(b.pool, b.ggml, n_ff, n_embd, 1);
+            fill_ggml(b.pool + b.m_up, b.ggml, n_ff, n_embd, 2);
+            fill_ggml(b.pool + 2 * b.m_up, b.ggml, n_embd, n_ff, 3);
+        } else if (b.mx) {
             fill_mx(b.pool, n_ff, n_embd, 1);
             fill_mx(b.pool + b.m_up, n_ff, n_embd, 2);
             fill_mx(b.pool + 2 * b.m_up, n_embd, n_ff, 3);
@@ -790,12 +883,12 @@ int main(int argc, char **argv)
                 struct shoal_err err = {0};
                 json_t *r = shoal_bench_fork_json(run_table, &b, &err);
                 if (!r) {
-                    fprintf(stderr, "kernel_bench: %s %s: %s\n", tnames[tlist[it]],
+                    fprintf(stderr, "kernel_bench: %s %s: %s\n", tname,
                             shoal_quant_isa_name(isas[k]), err.msg);
                     failed = 1;
                     continue;
                 }
-                json_object_set_new(r, "type", json_string(tnames[tlist[it]]));
+                json_object_set_new(r, "type", json_string(tname));
                 json_object_set_new(r, "group", json_integer(b.group));
                 json_object_set_new(r, "round", json_integer(round));
                 json_object_set_new(r, "probe_before",
@@ -805,7 +898,7 @@ int main(int argc, char **argv)
                 json_object_set_new(r, "expert_bytes", json_integer((json_int_t)b.expert_bytes));
                 if (!json_is_true(json_object_get(r, "bits_equal_scalar"))) {
                     fprintf(stderr, "kernel_bench: %s %s: output differs from the scalar "
-                                    "kernels\n", tnames[tlist[it]],
+                                    "kernels\n", tname,
                             shoal_quant_isa_name(isas[k]));
                     failed = 1;
                 }
@@ -853,14 +946,14 @@ int main(int argc, char **argv)
     if (rounds == 1) {
         printf("RAM (best probe; each table against the better probe beside it): read %.1f "
                "GB/s, copy %.1f GB/s, triad %.1f GB/s\n", read, copy, triad);
-        printf("%-6s %-8s %10s %12s %12s %13s %15s %12s %s\n", "type", "kernels",
+        printf("%-8s %-8s %10s %12s %12s %13s %15s %12s %s\n", "type", "kernels",
                n_tok > 1 ? "GB/s x tok" : "GB/s", "vs RAM read", "vs RAM copy", "vs RAM triad",
                "best pass/read", "paired read", "bits vs scalar");
     } else {
         printf("RAM read, %zu probes: %.1f .. %.1f GB/s; each round's rate against the better "
                "probe beside it; medians over %ld rounds\n", json_array_size(probes),
                probe_min(probes, "read_gbs"), read, (long)rounds);
-        printf("%-6s %-8s %10s %12s %15s %12s %13s %15s %12s %s\n", "type", "kernels",
+        printf("%-8s %-8s %10s %12s %15s %12s %13s %15s %12s %s\n", "type", "kernels",
                n_tok > 1 ? "GB/s x tok" : "GB/s", "vs RAM read", "(range)", "vs RAM copy",
                "vs RAM triad", "best pass/read", "paired read", "bits vs scalar");
     }
@@ -883,7 +976,7 @@ int main(int argc, char **argv)
         if (vp)
             snprintf(pr_s, sizeof pr_s, "%.2f", json_real_value(vp));
         if (rounds == 1)
-            printf("%-6s %-8s %10.2f %12.2f %12.2f %13.2f %15.2f %12s %s\n",
+            printf("%-8s %-8s %10.2f %12.2f %12.2f %13.2f %15.2f %12s %s\n",
                    json_string_value(json_object_get(r, "type")),
                    json_string_value(json_object_get(r, "kernels")), g, rr > 0 ? g / rr : 0,
                    rc > 0 ? g / rc : 0, rt > 0 ? g / rt : 0, rr > 0 ? gb / rr : 0, pr_s,

@@ -198,8 +198,10 @@ static void set_sc(struct shoal_ggml_iblock *ib, int k16, int n16, int v)
         ib->sc[k] = (int16_t)v;
 }
 
-void shoal_ggml_iblock_scales(enum shoal_ggml_type type, const uint8_t *blk,
-                              struct shoal_ggml_iblock *ib)
+/* The scales, mins, D, DMIN and has_min of block blk into *ib (ib->c
+ * untouched): shoal_ggml_iblock_decode's first half */
+static void iblock_scales(enum shoal_ggml_type type, const uint8_t *blk,
+                          struct shoal_ggml_iblock *ib)
 {
     memset(ib->m, 0, sizeof ib->m);
     ib->dmin = 0.0f;
@@ -289,7 +291,7 @@ void shoal_ggml_iblock_scales(enum shoal_ggml_type type, const uint8_t *blk,
 void shoal_ggml_iblock_decode(enum shoal_ggml_type type, const uint8_t *blk,
                               struct shoal_ggml_iblock *ib)
 {
-    shoal_ggml_iblock_scales(type, blk, ib);
+    iblock_scales(type, blk, ib);
     switch (type) {
     case SHOAL_GGML_TYPE_Q2_K: {
         const uint8_t *qs = blk + 16;

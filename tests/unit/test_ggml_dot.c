@@ -371,7 +371,8 @@ Test(ggml_dot, every_isa_thread_split_and_batch_gives_the_reference_bits, .timeo
 {
     const int64_t cols[] = {256, 512, 2048 + 256};
     const int64_t rows_list[] = {1, 7, 37};
-    const int64_t toks[] = {1, 2, 7, 64, 70};
+    /* 65: a second tile of one token (the one-token path past token 0) */
+    const int64_t toks[] = {1, 2, 7, 64, 65, 70};
     int checked_isas = 0;
     for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
         if (shoal_quant_init(isas[ii].isa, NULL) != 0) {

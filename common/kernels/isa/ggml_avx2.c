@@ -12,20 +12,24 @@
  * stays inside int16 (vpmaddubsw pairs: at most 2 * 128 * 127 = 32512 for
  * Q8_0 with |w| as the unsigned side, 2 * 63 * 127 for Q6_K) and int32.
  *
- * The integer-form types (ggml_dot.h): Q5_K, Q2_K, Q3_K, IQ4_XS, IQ4_NL
- * and MXFP4 codes are unpacked with shifts, masks and vpshufb (the
- * codebooks); the grid types and Q4_0 .. Q5_1 take the codes from the
- * scalar shoal_ggml_iblock_decode. Codes are signed: vpmaddubsw takes |c|
- * and qx with c's sign (vpsignb), |c| * 127 * 2 fits int16.
+ * Every type but Q8_0 goes through one body (rows8_t, specialised per
+ * type at compile time): a row's block is unpacked to registers of 32
+ * byte codes (shifts, masks, vpshufb codebooks; the grid types IQ2_XXS,
+ * IQ3_XXS, IQ1_S and IQ1_M through their codebooks expanded once to a byte
+ * per element and 128 sign patterns) and per-16 int16 scales, the same
+ * integers as ggml_dot.c's shoal_ggml_iblock_decode (the comment above
+ * unpack_row says how the offsets and mins come back in).
  *
- * Batches: a block of eight rows is unpacked once (K-quants: nibbles and
- * 6-bit codes to bytes, scales to int16 vectors) into a 4 KiB buffer and
- * used for every token of the call, up to TOK_TILE tokens at a time, the
- * chains of all those tokens kept in acc[]. A decode matvec is the same
- * path with one token. Rows past the end of the share repeat its last row
- * and are not stored.
+ * Batches: one token (the decode matvec) unpacks each row's block into
+ * registers and uses it at once; more tokens unpack a block of eight rows
+ * once into a 6 KiB buffer and use it for every token of the call, up to
+ * TOK_TILE tokens at a time, the chains of all those tokens kept in
+ * acc[]. Rows past the end of the share repeat its last row and are not
+ * stored. While a group of eight rows runs, the next group's blocks are
+ * prefetched (prefetch_block).
  */
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -119,151 +123,131 @@ static void rows8_q8_0(float *y, const struct shoal_ggml_act *a, int64_t t0, int
         store_rows(y, w->rows, t0 + t, r, nr, acc[t]);
 }
 
-/* ---- K-quants: a super-block of eight rows unpacked ----------------------- */
+/* Prefetch block off of the row pf[i] (the next eight rows' row i, or
+ * NULL at the end of the share): the eight rows of a group are short
+ * streams (a few hundred bytes to a few KiB each) read block by block
+ * across rows, an order the hardware prefetchers pick up late; one group
+ * ahead hides the DRAM latency. always_inline: GCC 12 takes a function of
+ * nothing but prefetches for a const one and drops its calls unless it is
+ * inlined before that analysis. */
+static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *const pf[8], int i, size_t off, size_t type_size)
+{
+    if (pf[i] == NULL)
+        return;
+    for (size_t o = 0; o < type_size; o += 64)
+        _mm_prefetch((const char *)(pf[i] + off + o), _MM_HINT_T0);
+    _mm_prefetch((const char *)(pf[i] + off + type_size - 1), _MM_HINT_T0);
+}
 
-struct kblock {
-    __m256i q[8][8];    /* [row][32-element register] codes as bytes (unsigned) */
-    __m256i sc[8][8];   /* [row][register] int16 scale of each 16-bit product */
-    __m256i corr[8];    /* [pair k] lanes rows: pair16 of the correction weights */
-    __m256 d, dmin;     /* lanes rows: the block's f16 scales */
+/* ---- every other type: a block of eight rows unpacked --------------------
+ *
+ * Each type's block is one or eight registers of 32 codes that vpmaddubsw
+ * takes as its unsigned side: the codes themselves where they are >= 0
+ * (Q4_K, Q5_K, Q2_K, Q4_1, Q5_1; Q6_K and Q3_K as q + 32 and q + 4, the
+ * offset taken back below), else |c| with c's sign put on qx (vpsignb).
+ * With the scale of each 16 (vpmaddwd) the registers give the block's raw
+ * integer sum; the correction per type (kind) then gives isum and msum of
+ * ggml_dot.h exactly:
+ *   KIND_MIN32  Q4_K, Q5_K: msum = sum_j m[j] * (the sum of qx over
+ *               sub-block j's 32), four vpmaddwd pairs
+ *   KIND_MIN16  Q2_K, Q4_1, Q5_1: msum = sum_k m[k] * bsum[k]
+ *   KIND_OFF    Q6_K (32), Q3_K (4): isum = raw - off * sum_k sc[k] * bsum[k]
+ *   KIND_NONE   the signed types: isum = raw
+ * Every vpmaddubsw pair stays in int16: |c| <= 127 against |qx| <= 127
+ * (2 * 127 * 127), unsigned codes <= 63. */
+
+enum kind { KIND_NONE, KIND_MIN32, KIND_MIN16, KIND_OFF };
+
+struct urow {
+    __m256i q[8];       /* [register] unsigned codes or |c| */
+    __m256i s[8];       /* [register] signed types: a byte of c's sign (c or +-1) */
+    __m256i sc[8];      /* [register] int16 scale per product pair: the first
+                           16 elements' in the low 128 bits */
+    __m256i corr16;     /* blocks of 256 with a correction: the int16 weight
+                           of each 16's bsum (m[k], or sc[k] for KIND_OFF) */
+    float d, dmin;      /* D and DMIN (ggml_dot.h) */
 };
 
-/* Q4_K block b: q = the nibbles (register j = sub-block j), sc = its 6-bit
- * scale, corr[k] = (m[2k], m[2k+1]) */
-static void unpack_q4_k(struct kblock *k, const uint8_t *const p[8], int64_t b)
+static inline __attribute__((always_inline)) int t_nreg(enum shoal_ggml_type t)
 {
-    const size_t off = (size_t)b * 144;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    int32_t corr[4][8];
-    for (int i = 0; i < 8; i++) {
-        const uint8_t *blk = p[i] + off;
-        for (int h = 0; h < 4; h++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * h));
-            k->q[i][2 * h] = _mm256_and_si256(v, m4);
-            k->q[i][2 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        }
-        int sc[8], m[8];
-        for (int j = 0; j < 8; j++) {
-            shoal_ggml_scale_min_k4(j, blk + 4, &sc[j], &m[j]);
-            k->sc[i][j] = _mm256_set1_epi16((short)sc[j]);
-        }
-        for (int j = 0; j < 4; j++)
-            corr[j][i] = pair16(m[2 * j], m[2 * j + 1]);
+    switch (t) {
+    case SHOAL_GGML_TYPE_IQ4_NL: case SHOAL_GGML_TYPE_MXFP4: case SHOAL_GGML_TYPE_Q4_0:
+    case SHOAL_GGML_TYPE_Q4_1: case SHOAL_GGML_TYPE_Q5_0: case SHOAL_GGML_TYPE_Q5_1:
+        return 1;
+    default:
+        return 8;
     }
-    for (int j = 0; j < 4; j++)
-        k->corr[j] = _mm256_loadu_si256((const __m256i *)corr[j]);
-    k->d = f16x8(p, off);
-    k->dmin = f16x8(p, off + 2);
 }
 
-/* Q6_K block b: q = the 6-bit codes 0..63 (register 4h + r = elements
- * 128h + 32r ..), sc = sub-block 8h + 2r's scale in the low 128 bits and
- * 8h + 2r + 1's in the high, corr[k] = (sc[2k], sc[2k+1]) */
-static void unpack_q6_k(struct kblock *k, const uint8_t *const p[8], int64_t b)
+static inline __attribute__((always_inline)) enum kind t_kind(enum shoal_ggml_type t)
 {
-    const size_t off = (size_t)b * 210;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    int32_t corr[8][8];
-    for (int i = 0; i < 8; i++) {
-        const uint8_t *ql = p[i] + off, *qh = ql + 128;
-        const int8_t *sc = (const int8_t *)(ql + 192);
-        for (int h = 0; h < 2; h++) {
-            const __m256i hv = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
-            const __m256i lo[4] = {
-                _mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
-            for (int r = 0; r < 4; r++) {
-                /* shifts of 16-bit lanes: the mask keeps each byte's own bits */
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hv, 2 * r), m2);
-                k->q[i][4 * h + r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(hi, 4));
-                k->sc[i][4 * h + r] = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * r + 1]),
-                                                       _mm_set1_epi16(sc[8 * h + 2 * r]));
-            }
-        }
-        for (int j = 0; j < 8; j++)
-            corr[j][i] = pair16(sc[2 * j], sc[2 * j + 1]);
+    switch (t) {
+    case SHOAL_GGML_TYPE_Q4_K: case SHOAL_GGML_TYPE_Q5_K: return KIND_MIN32;
+    case SHOAL_GGML_TYPE_Q2_K: case SHOAL_GGML_TYPE_Q4_1: case SHOAL_GGML_TYPE_Q5_1:
+        return KIND_MIN16;
+    case SHOAL_GGML_TYPE_Q6_K: case SHOAL_GGML_TYPE_Q3_K: return KIND_OFF;
+    default: return KIND_NONE;
     }
-    for (int j = 0; j < 8; j++)
-        k->corr[j] = _mm256_loadu_si256((const __m256i *)corr[j]);
-    k->d = f16x8(p, off + 208);
 }
 
-/* lanes rows: sum_j sc * (sum over register j's elements of code * qx) */
-static inline __m256i kblock_raw(const struct kblock *k, const int8_t *x)
+/* KIND_OFF's offset as a shift: 32 (Q6_K) or 4 (Q3_K) */
+static inline __attribute__((always_inline)) int t_offshift(enum shoal_ggml_type t)
 {
-    __m256i xv[8], s[8];
-    for (int j = 0; j < 8; j++)
-        xv[j] = _mm256_loadu_si256((const __m256i *)(x + 32 * j));
-    for (int i = 0; i < 8; i++) {
-        __m256i acc = _mm256_setzero_si256();
-        for (int j = 0; j < 8; j++)
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(k->q[i][j], xv[j]),
-                                                          k->sc[i][j]));
-        s[i] = acc;
-    }
-    return hsum_rows8(s);
+    return t == SHOAL_GGML_TYPE_Q6_K ? 5 : 2;
 }
 
-static void rows8_k(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
-                    const struct shoal_ggml_matrix *w, const uint8_t *const p[8], int64_t r,
-                    int nr)
+static inline __attribute__((always_inline)) int t_signed(enum shoal_ggml_type t)
 {
-    const int q6 = w->type == SHOAL_GGML_TYPE_Q6_K;
-    const int64_t n16 = a->n / 16;
-    struct kblock k;
-    __m256 acc[TOK_TILE];
-    zero_acc(acc, nt);
-    for (int64_t b = 0; b < a->n_blk; b++) {
-        if (q6)
-            unpack_q6_k(&k, p, b);
-        else
-            unpack_q4_k(&k, p, b);
-        for (int64_t t = 0; t < nt; t++) {
-            const int64_t tt = t0 + t;
-            const __m256i raw = kblock_raw(&k, a->q + tt * a->n + QK_K * b);
-            const int16_t *bs = a->bsum + tt * n16 + 16 * b;
-            const __m256 dx = _mm256_set1_ps(a->d[tt * a->n_blk + b]);
-            if (q6) {
-                /* isum = raw - 32 * sum_j sc[j] * bsum[j] */
-                __m256i c = _mm256_setzero_si256();
-                for (int j = 0; j < 8; j++)
-                    c = _mm256_add_epi32(c, _mm256_madd_epi16(
-                        k.corr[j], _mm256_set1_epi32(pair16(bs[2 * j], bs[2 * j + 1]))));
-                const __m256i isum = _mm256_sub_epi32(raw, _mm256_slli_epi32(c, 5));
-                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(k.d, dx),
-                                                             _mm256_cvtepi32_ps(isum)));
-            } else {
-                /* msum = sum_j m[j] * (bsum[2j] + bsum[2j+1]) */
-                __m256i msum = _mm256_setzero_si256();
-                for (int j = 0; j < 4; j++)
-                    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(
-                        k.corr[j], _mm256_set1_epi32(pair16(bs[4 * j] + bs[4 * j + 1],
-                                                            bs[4 * j + 2] + bs[4 * j + 3]))));
-                const __m256 ta = _mm256_mul_ps(_mm256_mul_ps(k.d, dx), _mm256_cvtepi32_ps(raw));
-                const __m256 tb = _mm256_mul_ps(_mm256_mul_ps(k.dmin, dx),
-                                                _mm256_cvtepi32_ps(msum));
-                acc[t] = _mm256_add_ps(acc[t], _mm256_sub_ps(ta, tb));
-            }
-        }
-    }
-    for (int64_t t = 0; t < nt; t++)
-        store_rows(y, w->rows, t0 + t, r, nr, acc[t]);
+    return t_kind(t) == KIND_NONE;
 }
 
-/* ---- the integer-form types (ggml_dot.h's shoal_ggml_iblock) ------------ */
+/* the grid types' codebooks expanded to a byte per element (ggml_grids.c's
+ * packed codes through their values), and the 128 sign bytes patterns:
+ * built once (pthread_once), read only after */
+static uint64_t grid_iq2xxs[256];   /* bytes |c|: 8, 25, 43 */
+static uint32_t grid_iq3xxs[256];   /* bytes |c|: 4 .. 62 */
+static uint64_t grid_iq1s[2048];    /* bytes 8 g: -8, 0, 8 */
+static uint64_t sign_iq2[128];      /* bytes +1 or -1 from a 7-bit sign index */
+static pthread_once_t grids_once = PTHREAD_ONCE_INIT;
 
-struct iblock8 {
-    __m256i ca[8][8];   /* [row][32-element register] |c| as unsigned bytes */
-    __m256i cs[8][8];   /* [row][register] c, for its signs */
-    __m256i sc[8][8];   /* [row][register] int16 scale of each 16-bit product:
-                           the first 16 elements' in the low 128 bits */
-    __m256i corr[8];    /* [pair k] lanes rows: pair16(m[2k], m[2k+1]) */
-    __m256 d, dmin;     /* lanes rows: D and DMIN */
-    int has_min;        /* the type's (shoal_ggml_iblock has_min) */
-};
+static void grids_build(void)
+{
+    static const uint8_t v2[4] = {8, 25, 43, 0}, v3[8] = {4, 12, 20, 28, 36, 44, 52, 62};
+    for (int e = 0; e < 256; e++) {
+        uint64_t g2 = 0;
+        uint32_t g3 = 0;
+        for (int i = 0; i < 8; i++)
+            g2 |= (uint64_t)v2[(shoal_ggml_iq2xxs_codes[e] >> (2 * i)) & 3] << (8 * i);
+        for (int i = 0; i < 4; i++)
+            g3 |= (uint32_t)v3[(shoal_ggml_iq3xxs_codes[e] >> (3 * i)) & 7] << (8 * i);
+        grid_iq2xxs[e] = g2;
+        grid_iq3xxs[e] = g3;
+    }
+    for (int e = 0; e < 2048; e++) {
+        uint64_t g = 0;
+        for (int i = 0; i < 8; i++)
+            g |= (uint64_t)(uint8_t)(int8_t)(8 * ((int)((shoal_ggml_iq1s_codes[e] >> (2 * i)) & 3) - 1))
+                 << (8 * i);
+        grid_iq1s[e] = g;
+    }
+    for (unsigned i7 = 0; i7 < 128; i7++) {
+        /* the 8th sign makes the count of negatives even (ksigns_iq2xs) */
+        const unsigned signs = i7 | (unsigned)__builtin_parity(i7) << 7;
+        uint64_t v = 0;
+        for (int i = 0; i < 8; i++)
+            v |= (uint64_t)((signs >> i) & 1 ? 0xFF : 0x01) << (8 * i);
+        sign_iq2[i7] = v;
+    }
+}
+
+static inline uint32_t le32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float f16_at(const uint8_t *p) { return _cvtsh_ss(ld16(p)); }
 
 /* the bits of each byte of v shifted down by n, masked with mask (shifts of
  * 16-bit lanes: the mask keeps each byte's own bits) */
@@ -272,157 +256,466 @@ static inline __m256i bits8(__m256i v, int n, int mask)
     return _mm256_and_si256(_mm256_srli_epi16(v, n), _mm256_set1_epi8((char)mask));
 }
 
-/* 32 codes from 16 bytes of nibbles (low nibbles elements 0..15, high
- * 16..31) through a 16-entry int8 table */
-static inline __m256i nibbles_lut(const uint8_t *qs, const int8_t *table)
+/* the 16 nibbles of qs as 32 bytes: low nibbles elements 0..15, high 16..31 */
+static inline __m256i nibbles32(const uint8_t *qs)
 {
     const __m128i v = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(0x0F);
-    const __m128i lut = _mm_loadu_si128((const __m128i *)table);
-    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(v, m4));
-    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(v, 4), m4));
-    return _mm256_set_m128i(hi, lo);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
 }
 
-/* The codes of one block of the types unpacked with SIMD here into c
- * (ggml_dot.h's table, the same integers as shoal_ggml_iblock_decode), the
- * scales, mins and D, DMIN into ib (its c untouched). Returns 0 for the
- * other types (they use the scalar decode). */
-static int unpack_codes(enum shoal_ggml_type type, const uint8_t *blk, __m256i c[8],
-                        struct shoal_ggml_iblock *ib)
+/* byte j of the result: 16 if bit j of qh is set, else 0 */
+static inline __m256i bits16(uint32_t qh)
 {
-    switch (type) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(16));
+}
+
+/* a 16-entry int8 table looked up with the nibbles of qs (nibbles32's order) */
+static inline __m256i lut32(const uint8_t *qs, const int8_t *table)
+{
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
+    return _mm256_shuffle_epi8(lut, nibbles32(qs));
+}
+
+static inline __m256i sc2(int lo, int hi)
+{
+    return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo));
+}
+
+/* IQ2_XXS's and IQ3_XXS's u32 of a group of 32: four 7-bit sign indices
+ * (u->s[j]) and the 4-bit scale s on top (u->sc[j] = 2 s + 1) */
+static inline void grid_signs(struct urow *u, int j, uint32_t aux)
+{
+    u->s[j] = _mm256_set_epi64x((long long)sign_iq2[(aux >> 21) & 127],
+                                (long long)sign_iq2[(aux >> 14) & 127],
+                                (long long)sign_iq2[(aux >> 7) & 127], (long long)sign_iq2[aux & 127]);
+    u->sc[j] = _mm256_set1_epi16((short)(2 * (aux >> 28) + 1));
+}
+
+/* Scale vectors from bytes of scales S (int8; < 128 if unsigned), the
+ * 16-bit lanes of register j: per16, the 16s 2j (low 128 bits) and 2j + 1
+ * (high) are bytes 2j and 2j + 1 of S; else (a scale per 32) byte j.
+ * vpshufb puts the byte in both halves of each int16, the arithmetic shift
+ * sign-extends it. */
+static inline __m256i scale_reg(__m256i S2, int j, int per16)
+{
+    const __m256i ctrl = per16 ? _mm256_set_m128i(_mm_set1_epi8((char)(2 * j + 1)),
+                                                  _mm_set1_epi8((char)(2 * j)))
+                               : _mm256_set1_epi8((char)j);
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(S2, ctrl), 8);
+}
+
+static inline void scales_put(struct urow *u, __m128i S, int per16)
+{
+    const __m256i S2 = _mm256_broadcastsi128_si256(S);
+    for (int j = 0; j < 8; j++)
+        u->sc[j] = scale_reg(S2, j, per16);
+}
+
+/* signed codes c into u: |c| and c for its sign */
+static inline void put_signed(struct urow *u, int j, __m256i c)
+{
+    u->q[j] = _mm256_abs_epi8(c);
+    u->s[j] = c;
+}
+
+/* One row's block blk of type t unpacked into *u: the same integers as
+ * shoal_ggml_iblock_decode (Q6_K, Q3_K: offset; see above) and D, DMIN as
+ * it computes them. */
+static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_type t,
+                                                            const uint8_t *blk, struct urow *u)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    u->dmin = 0.0f;
+    switch (t) {
+    case SHOAL_GGML_TYPE_Q4_K:
     case SHOAL_GGML_TYPE_Q5_K: {
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
-        for (int j = 0; j < 8; j++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 48 + 32 * (j / 2)));
-            c[j] = _mm256_or_si256(bits8(v, 4 * (j % 2), 0x0F),
-                                   _mm256_slli_epi16(bits8(qh, j, 1), 4));
+        const int q5 = t == SHOAL_GGML_TYPE_Q5_K;
+        const uint8_t *qs = blk + (q5 ? 48 : 16);
+        const __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : m4;
+        for (int h = 0; h < 4; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+            u->q[2 * h] = _mm256_and_si256(v, m4);
+            u->q[2 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (q5)
+                for (int e = 0; e < 2; e++)
+                    u->q[2 * h + e] = _mm256_or_si256(
+                        u->q[2 * h + e], _mm256_slli_epi16(bits8(qh, 2 * h + e, 1), 4));
         }
+        /* get_scale_min_k4 four at a time: sc, m of sub-blocks 0..3 are the
+         * low 6 bits of bytes 0..3, 4..7; of 4..7, the nibbles of bytes
+         * 8..11 with the top 2 bits of bytes 0..3, 4..7 above them */
+        const uint32_t w0 = le32(blk + 4), w1 = le32(blk + 8), w2 = le32(blk + 12);
+        const uint32_t sc03 = w0 & 0x3f3f3f3fu, m03 = w1 & 0x3f3f3f3fu;
+        const uint32_t sc47 = (w2 & 0x0f0f0f0fu) | ((w0 >> 6) & 0x03030303u) << 4;
+        const uint32_t m47 = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 6) & 0x03030303u) << 4;
+        scales_put(u, _mm_setr_epi32((int)sc03, (int)sc47, 0, 0), 0);
+        const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        u->corr16 = _mm256_cvtepu8_epi16(
+            _mm_shuffle_epi8(_mm_setr_epi32((int)m03, (int)m47, 0, 0), dup));
+        u->d = f16_at(blk);
+        u->dmin = f16_at(blk + 2);
+        break;
+    }
+    case SHOAL_GGML_TYPE_Q6_K: {
+        const uint8_t *ql = blk, *qh = blk + 128;
+        const uint8_t *sc = blk + 192;
+        for (int h = 0; h < 2; h++) {
+            const __m256i hv = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
+            const __m256i lo[4] = {
+                _mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+            for (int r = 0; r < 4; r++)
+                u->q[4 * h + r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(bits8(hv, 2 * r, 3), 4));
+        }
+        /* register 4h + r: the 16s 8h + 2r and 8h + 2r + 1 */
+        const __m128i S = _mm_loadu_si128((const __m128i *)sc);
+        scales_put(u, S, 1);
+        u->corr16 = _mm256_cvtepi8_epi16(S);
+        u->d = f16_at(blk + 208);
         break;
     }
     case SHOAL_GGML_TYPE_Q2_K:
         for (int h = 0; h < 2; h++) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * h));
             for (int s = 0; s < 4; s++)
-                c[4 * h + s] = bits8(v, 2 * s, 3);
+                u->q[4 * h + s] = bits8(v, 2 * s, 3);
         }
+        {
+            const __m128i v = _mm_loadu_si128((const __m128i *)blk), m4b = _mm_set1_epi8(0x0F);
+            scales_put(u, _mm_and_si128(v, m4b), 1);
+            u->corr16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4b));
+        }
+        u->d = f16_at(blk + 80);
+        u->dmin = f16_at(blk + 82);
         break;
     case SHOAL_GGML_TYPE_Q3_K: {
-        /* q | 4 * hmask bit, minus 4 */
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)blk), four = _mm256_set1_epi8(4);
+        /* q | 4 * hmask bit (c + 4) */
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
         for (int h = 0; h < 2; h++) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 32 + 32 * h));
             for (int s = 0; s < 4; s++)
-                c[4 * h + s] = _mm256_sub_epi8(
-                    _mm256_or_si256(bits8(v, 2 * s, 3),
-                                    _mm256_slli_epi16(bits8(hm, 4 * h + s, 1), 2)), four);
+                u->q[4 * h + s] = _mm256_or_si256(bits8(v, 2 * s, 3),
+                                                  _mm256_slli_epi16(bits8(hm, 4 * h + s, 1), 2));
         }
+        /* sc[k] = nibble k % 8 of bytes 0..7 (low for k < 8), bits 2 (k / 4)
+         * of byte 8 + k % 4 above it, minus 32 */
+        const __m128i v = _mm_loadl_epi64((const __m128i *)(blk + 96)), m4b = _mm_set1_epi8(0x0F);
+        const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4b),
+                                              _mm_and_si128(_mm_srli_epi16(v, 4), m4b));
+        const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)le32(blk + 104)),
+                                                        _mm_setr_epi32(0, 2, 4, 6)),
+                                         _mm_set1_epi8(3));
+        const __m128i S = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+        scales_put(u, S, 1);
+        u->corr16 = _mm256_cvtepi8_epi16(S);
+        u->d = f16_at(blk + 108);
         break;
     }
-    case SHOAL_GGML_TYPE_IQ4_XS:
-        for (int j = 0; j < 8; j++)
-            c[j] = nibbles_lut(blk + 8 + 16 * j, shoal_ggml_iq4nl_values);
+    case SHOAL_GGML_TYPE_IQ4_XS: {
+        /* sc[j] = nibble j of bytes 4..7 (low first) | 2 bits j of the u16 at
+         * 2 above it, minus 32 */
+        const unsigned sh = ld16(blk + 2);
+        uint64_t hb = 0;
+        for (int j = 0; j < 8; j++) {
+            put_signed(u, j, lut32(blk + 8 + 16 * j, shoal_ggml_iq4nl_values));
+            hb |= (uint64_t)((sh >> (2 * j)) & 3) << (8 * j + 4);
+        }
+        const __m128i v = _mm_cvtsi32_si128((int)le32(blk + 4)), m4b = _mm_set1_epi8(0x0F);
+        const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(v, m4b),
+                                              _mm_and_si128(_mm_srli_epi16(v, 4), m4b));
+        scales_put(u, _mm_sub_epi8(_mm_or_si128(nib, _mm_cvtsi64_si128((long long)hb)),
+                                   _mm_set1_epi8(32)), 0);
+        u->d = f16_at(blk);
         break;
+    }
+    case SHOAL_GGML_TYPE_IQ2_XXS:
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *g = blk + 2 + 8 * j;
+            const uint32_t aux = le32(g + 4);
+            u->q[j] = _mm256_set_epi64x((long long)grid_iq2xxs[g[3]], (long long)grid_iq2xxs[g[2]],
+                                        (long long)grid_iq2xxs[g[1]], (long long)grid_iq2xxs[g[0]]);
+            grid_signs(u, j, aux);
+        }
+        u->d = f16_at(blk) * 0.125f;
+        break;
+    case SHOAL_GGML_TYPE_IQ3_XXS:
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *g = blk + 2 + 8 * j;
+            const uint32_t aux = le32(blk + 66 + 4 * j);
+            u->q[j] = _mm256_setr_epi32((int)grid_iq3xxs[g[0]], (int)grid_iq3xxs[g[1]],
+                                        (int)grid_iq3xxs[g[2]], (int)grid_iq3xxs[g[3]],
+                                        (int)grid_iq3xxs[g[4]], (int)grid_iq3xxs[g[5]],
+                                        (int)grid_iq3xxs[g[6]], (int)grid_iq3xxs[g[7]]);
+            grid_signs(u, j, aux);
+        }
+        u->d = f16_at(blk) * 0.25f;
+        break;
+    case SHOAL_GGML_TYPE_IQ1_S:
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *qs = blk + 2 + 4 * j;
+            const unsigned qh = ld16(blk + 34 + 2 * j);
+            const __m256i g = _mm256_set_epi64x((long long)grid_iq1s[qs[3] | ((qh >> 9) & 7) << 8],
+                                                (long long)grid_iq1s[qs[2] | ((qh >> 6) & 7) << 8],
+                                                (long long)grid_iq1s[qs[1] | ((qh >> 3) & 7) << 8],
+                                                (long long)grid_iq1s[qs[0] | (qh & 7) << 8]);
+            put_signed(u, j, _mm256_add_epi8(g, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1)));
+            u->sc[j] = _mm256_set1_epi16((short)(2 * ((qh >> 12) & 7) + 1));
+        }
+        u->d = f16_at(blk) * 0.125f;
+        break;
+    case SHOAL_GGML_TYPE_IQ1_M: {
+        const uint8_t *qs = blk, *qh = blk + 32;
+        unsigned sc[4];
+        for (int i = 0; i < 4; i++)
+            sc[i] = ld16(blk + 48 + 2 * i);
+        for (int j = 0; j < 8; j++) {
+            const unsigned n0 = qh[2 * j] & 0x0F, n1 = qh[2 * j] >> 4, n2 = qh[2 * j + 1] & 0x0F,
+                           n3 = qh[2 * j + 1] >> 4;
+            const __m256i g = _mm256_set_epi64x((long long)grid_iq1s[qs[4 * j + 3] | (n3 & 7) << 8],
+                                                (long long)grid_iq1s[qs[4 * j + 2] | (n2 & 7) << 8],
+                                                (long long)grid_iq1s[qs[4 * j + 1] | (n1 & 7) << 8],
+                                                (long long)grid_iq1s[qs[4 * j] | (n0 & 7) << 8]);
+            const long long p1 = 0x0101010101010101ll, m1 = -1ll;
+            const __m256i delta = _mm256_set_epi64x(n3 & 8 ? m1 : p1, n2 & 8 ? m1 : p1,
+                                                    n1 & 8 ? m1 : p1, n0 & 8 ? m1 : p1);
+            put_signed(u, j, _mm256_add_epi8(g, delta));
+            const int k = 2 * j;   /* the 16s k and k + 1: 3 bits each, 4 per u16 */
+            u->sc[j] = sc2((int)(2 * ((sc[k / 4] >> (3 * (k % 4))) & 7) + 1),
+                           (int)(2 * ((sc[(k + 1) / 4] >> (3 * ((k + 1) % 4))) & 7) + 1));
+        }
+        const uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                          ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+        u->d = _cvtsh_ss(dbits) * 0.125f;
+        break;
+    }
     case SHOAL_GGML_TYPE_IQ4_NL:
-        c[0] = nibbles_lut(blk + 2, shoal_ggml_iq4nl_values);
+        put_signed(u, 0, lut32(blk + 2, shoal_ggml_iq4nl_values));
+        u->sc[0] = _mm256_set1_epi16(1);
+        u->d = f16_at(blk);
         break;
-    case SHOAL_GGML_TYPE_MXFP4:
-        c[0] = nibbles_lut(blk + 1, shoal_ggml_mxfp4_values);
+    case SHOAL_GGML_TYPE_MXFP4: {
+        put_signed(u, 0, lut32(blk + 1, shoal_ggml_mxfp4_values));
+        u->sc[0] = _mm256_set1_epi16(1);
+        /* 2^(e - 128) from its bits, as ggml_e8m0_to_fp32_half builds it */
+        const unsigned e = blk[0];
+        const uint32_t bits = e < 2 ? UINT32_C(0x00200000) << e : (uint32_t)(e - 1) << 23;
+        memcpy(&u->d, &bits, sizeof u->d);
+        break;
+    }
+    case SHOAL_GGML_TYPE_Q4_0:
+        put_signed(u, 0, _mm256_sub_epi8(nibbles32(blk + 2), _mm256_set1_epi8(8)));
+        u->sc[0] = _mm256_set1_epi16(1);
+        u->d = f16_at(blk);
+        break;
+    case SHOAL_GGML_TYPE_Q5_0:
+        put_signed(u, 0, _mm256_sub_epi8(_mm256_or_si256(nibbles32(blk + 6), bits16(le32(blk + 2))),
+                                         _mm256_set1_epi8(16)));
+        u->sc[0] = _mm256_set1_epi16(1);
+        u->d = f16_at(blk);
+        break;
+    case SHOAL_GGML_TYPE_Q4_1:
+    case SHOAL_GGML_TYPE_Q5_1:   /* w = d q + m: DMIN = -m against msum = sum qx */
+        u->q[0] = t == SHOAL_GGML_TYPE_Q4_1
+                      ? nibbles32(blk + 4)
+                      : _mm256_or_si256(nibbles32(blk + 8), bits16(le32(blk + 4)));
+        u->sc[0] = _mm256_set1_epi16(1);
+        u->d = f16_at(blk);
+        u->dmin = -f16_at(blk + 2);
         break;
     default:
-        return 0;
+        break;
     }
-    /* scales, mins and D: the scalar decode's, with its codes discarded
-     * (cheap next to the codes for these types' layouts) */
-    shoal_ggml_iblock_scales(type, blk, ib);
-    return 1;
 }
 
-/* Block b of eight rows: the codes unpacked with SIMD (unpack_codes) or
- * decoded by the scalar shoal_ggml_iblock_decode (the reference's own
- * integers; the SIMD part is then the sums). nreg: 32-element registers a
- * block (1 or 8). */
-static void unpack_iform(struct iblock8 *k, enum shoal_ggml_type type, const uint8_t *const p[8],
-                         size_t off, int nreg)
+/* row u's raw integer sum against the block's qx registers xv: int32 lanes
+ * to be summed across (hsum_rows8) */
+static inline __attribute__((always_inline)) __m256i urow_raw(enum shoal_ggml_type t,
+                                                             const struct urow *u,
+                                                             const __m256i *xv)
 {
-    struct shoal_ggml_iblock ib;
-    float d[8], dmin[8];
-    int32_t corr[8][8];
-    for (int i = 0; i < 8; i++) {
-        __m256i cv[8];
-        if (!unpack_codes(type, p[i] + off, cv, &ib)) {
-            shoal_ggml_iblock_decode(type, p[i] + off, &ib);
-            for (int j = 0; j < nreg; j++)
-                cv[j] = _mm256_loadu_si256((const __m256i *)(ib.c + 32 * j));
-        }
-        for (int j = 0; j < nreg; j++) {
-            const __m256i c = cv[j];
-            k->cs[i][j] = c;
-            k->ca[i][j] = _mm256_abs_epi8(c);
-            k->sc[i][j] = _mm256_set_m128i(_mm_set1_epi16(ib.sc[2 * j + 1]),
-                                           _mm_set1_epi16(ib.sc[2 * j]));
-            corr[j][i] = pair16(ib.m[2 * j], ib.m[2 * j + 1]);
-        }
-        d[i] = ib.d;
-        dmin[i] = ib.dmin;
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < t_nreg(t); j++) {
+        const __m256i x = t_signed(t) ? _mm256_sign_epi8(xv[j], u->s[j]) : xv[j];
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u->q[j], x), u->sc[j]));
     }
-    k->has_min = ib.has_min;
-    for (int j = 0; j < nreg; j++)
-        k->corr[j] = _mm256_loadu_si256((const __m256i *)corr[j]);
-    k->d = _mm256_loadu_ps(d);
-    k->dmin = _mm256_loadu_ps(dmin);
+    return acc;
 }
 
-/* lanes rows: isum = sum_k sc[k] * (sum over the 16s of c * qx); each
- * vpmaddubsw pair |c| * qx stays within 2 * 127 * 127 */
-static inline __m256i iblock_isum(const struct iblock8 *k, const int8_t *x, int nreg)
+/* lanes rows: the correction sum c of ggml_dot.h's msum (KIND_MIN*) or
+ * sum_k sc[k] * bsum[k] (KIND_OFF) for one token, bs its bsum of the
+ * block; m[i] = row i's vpmaddwd of corr16 with bs (blocks of 256) */
+static inline __attribute__((always_inline)) __m256i corr_sum(enum shoal_ggml_type t,
+                                                             const __m256i m[8],
+                                                             const int16_t *bs)
 {
-    __m256i xv[8], s[8];
-    for (int j = 0; j < nreg; j++)
-        xv[j] = _mm256_loadu_si256((const __m256i *)(x + 32 * j));
-    for (int i = 0; i < 8; i++) {
-        __m256i acc = _mm256_setzero_si256();
-        for (int j = 0; j < nreg; j++)
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(
-                _mm256_maddubs_epi16(k->ca[i][j], _mm256_sign_epi8(xv[j], k->cs[i][j])),
-                k->sc[i][j]));
-        s[i] = acc;
-    }
-    return hsum_rows8(s);
+    if (t_nreg(t) == 1)   /* Q4_1, Q5_1: m = 1 for both 16s, every row */
+        return _mm256_set1_epi32(bs[0] + bs[1]);
+    return hsum_rows8(m);
 }
 
-static void rows8_iform(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
-                        const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
-                        size_t type_size, int64_t r, int nr)
+/* acc + the block's term (ggml_dot.h's canonical step) for one token: raw
+ * the rows' raw sums, c their corr_sum (KIND_NONE: unused), d and dmin the
+ * rows' D and DMIN, dx1 the token's scale */
+static inline __attribute__((always_inline)) __m256 block_term(enum shoal_ggml_type t,
+                                                              __m256 acc, __m256i raw,
+                                                              __m256i c, __m256 d,
+                                                              __m256 dmin, float dx1)
 {
-    const int B = (int)(a->n / a->n_blk), nreg = B / 32;
+    const __m256 dx = _mm256_set1_ps(dx1);
+    const enum kind kind = t_kind(t);
+    if (kind == KIND_NONE)
+        return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(raw)));
+    if (kind == KIND_OFF) {
+        const __m256i isum = _mm256_sub_epi32(raw, _mm256_sll_epi32(c, _mm_cvtsi32_si128(t_offshift(t))));
+        return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum)));
+    }
+    const __m256 ta = _mm256_mul_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(raw));
+    const __m256 tb = _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(c));
+    return _mm256_add_ps(acc, _mm256_sub_ps(ta, tb));
+}
+
+/* Eight rows (p) against tokens t0 .. t0 + nt - 1 of a, type t. One token
+ * (a decode matvec): each row's block is unpacked and used at once, in
+ * registers. More: the eight rows' block is unpacked once into u[] and
+ * used for every token. */
+static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t, float *y,
+                                                         const struct shoal_ggml_act *a,
+                                                         int64_t t0, int64_t nt,
+                                                         const struct shoal_ggml_matrix *w,
+                                                         const uint8_t *const p[8],
+                                                         const uint8_t *const pf[8], int64_t r,
+                                                         int nr)
+{
+    const size_t type_size = shoal_ggml_type_info(t)->type_size;
+    const int nreg = t_nreg(t), B = 32 * nreg;
     const int64_t n16 = a->n / 16;
-    struct iblock8 k;
+    const int has_bs = t_kind(t) != KIND_NONE, corr256 = has_bs && nreg == 8;
+    float d[8], dmin[8] = {0};
     __m256 acc[TOK_TILE];
     zero_acc(acc, nt);
-    for (int64_t b = 0; b < a->n_blk; b++) {
-        unpack_iform(&k, w->type, p, (size_t)b * type_size, nreg);
-        for (int64_t t = 0; t < nt; t++) {
-            const int64_t tt = t0 + t;
-            const __m256i isum = iblock_isum(&k, a->q + tt * a->n + (int64_t)B * b, nreg);
-            const __m256 dx = _mm256_set1_ps(a->d[tt * a->n_blk + b]);
-            const __m256 ta = _mm256_mul_ps(_mm256_mul_ps(k.d, dx), _mm256_cvtepi32_ps(isum));
-            if (!k.has_min) {
-                acc[t] = _mm256_add_ps(acc[t], ta);
-                continue;
-            }
-            /* msum = sum_k m[k] * bsum[k], two 16s a vpmaddwd pair */
-            const int16_t *bs = a->bsum + tt * n16 + (int64_t)(B / 16) * b;
-            __m256i msum = _mm256_setzero_si256();
+    if (nt == 1) {
+        const int8_t *xq = a->q + t0 * a->n;
+        for (int64_t b = 0; b < a->n_blk; b++) {
+            const size_t off = (size_t)b * type_size;
+            const int16_t *bs = has_bs ? a->bsum + t0 * n16 + (int64_t)(B / 16) * b : NULL;
+            const __m256i bsv = corr256 ? _mm256_loadu_si256((const __m256i *)bs)
+                                        : _mm256_setzero_si256();
+            __m256i xv[8], s[8], m[8];
             for (int j = 0; j < nreg; j++)
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(
-                    k.corr[j], _mm256_set1_epi32(pair16(bs[2 * j], bs[2 * j + 1]))));
-            const __m256 tb = _mm256_mul_ps(_mm256_mul_ps(k.dmin, dx), _mm256_cvtepi32_ps(msum));
-            acc[t] = _mm256_add_ps(acc[t], _mm256_sub_ps(ta, tb));
+                xv[j] = _mm256_loadu_si256((const __m256i *)(xq + (int64_t)B * b + 32 * j));
+            for (int i = 0; i < 8; i++) {
+                struct urow u;
+                prefetch_block(pf, i, off, type_size);
+                unpack_row(t, p[i] + off, &u);
+                s[i] = urow_raw(t, &u, xv);
+                if (corr256)
+                    m[i] = _mm256_madd_epi16(u.corr16, bsv);
+                d[i] = u.d;
+                dmin[i] = u.dmin;
+            }
+            acc[0] = block_term(t, acc[0], hsum_rows8(s), has_bs ? corr_sum(t, m, bs) : s[0],
+                                _mm256_loadu_ps(d), _mm256_loadu_ps(dmin),
+                                a->d[t0 * a->n_blk + b]);
+        }
+    } else {
+        struct urow u[8];
+        for (int64_t b = 0; b < a->n_blk; b++) {
+            const size_t off = (size_t)b * type_size;
+            for (int i = 0; i < 8; i++) {
+                prefetch_block(pf, i, off, type_size);
+                unpack_row(t, p[i] + off, &u[i]);
+                d[i] = u[i].d;
+                dmin[i] = u[i].dmin;
+            }
+            const __m256 dv = _mm256_loadu_ps(d), dminv = _mm256_loadu_ps(dmin);
+            for (int64_t k = 0; k < nt; k++) {
+                const int64_t tt = t0 + k;
+                const int16_t *bs = has_bs ? a->bsum + tt * n16 + (int64_t)(B / 16) * b : NULL;
+                __m256i xv[8], s[8], m[8];
+                for (int j = 0; j < nreg; j++)
+                    xv[j] = _mm256_loadu_si256(
+                        (const __m256i *)(a->q + tt * a->n + (int64_t)B * b + 32 * j));
+                for (int i = 0; i < 8; i++)
+                    s[i] = urow_raw(t, &u[i], xv);
+                if (corr256) {
+                    const __m256i bsv = _mm256_loadu_si256((const __m256i *)bs);
+                    for (int i = 0; i < 8; i++)
+                        m[i] = _mm256_madd_epi16(u[i].corr16, bsv);
+                }
+                acc[k] = block_term(t, acc[k], hsum_rows8(s), has_bs ? corr_sum(t, m, bs) : s[0],
+                                    dv, dminv, a->d[tt * a->n_blk + b]);
+            }
         }
     }
-    for (int64_t t = 0; t < nt; t++)
-        store_rows(y, w->rows, t0 + t, r, nr, acc[t]);
+    for (int64_t k = 0; k < nt; k++)
+        store_rows(y, w->rows, t0 + k, r, nr, acc[k]);
+}
+
+#define ROWS8_FN(name, T)                                                                     \
+    static void name(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,       \
+                     const struct shoal_ggml_matrix *w, const uint8_t *const p[8],            \
+                     const uint8_t *const pf[8], int64_t r, int nr)                           \
+    {                                                                                         \
+        rows8_t(T, y, a, t0, nt, w, p, pf, r, nr);                                            \
+    }
+ROWS8_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K)
+ROWS8_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K)
+ROWS8_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K)
+ROWS8_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K)
+ROWS8_FN(rows8_q3_k, SHOAL_GGML_TYPE_Q3_K)
+ROWS8_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS)
+ROWS8_FN(rows8_iq4_nl, SHOAL_GGML_TYPE_IQ4_NL)
+ROWS8_FN(rows8_iq2_xxs, SHOAL_GGML_TYPE_IQ2_XXS)
+ROWS8_FN(rows8_iq3_xxs, SHOAL_GGML_TYPE_IQ3_XXS)
+ROWS8_FN(rows8_iq1_s, SHOAL_GGML_TYPE_IQ1_S)
+ROWS8_FN(rows8_iq1_m, SHOAL_GGML_TYPE_IQ1_M)
+ROWS8_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4)
+ROWS8_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0)
+ROWS8_FN(rows8_q4_1, SHOAL_GGML_TYPE_Q4_1)
+ROWS8_FN(rows8_q5_0, SHOAL_GGML_TYPE_Q5_0)
+ROWS8_FN(rows8_q5_1, SHOAL_GGML_TYPE_Q5_1)
+
+static void rows8_q8_0_pf(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
+                          const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
+                          const uint8_t *const pf[8], int64_t r, int nr)
+{
+    (void)pf;
+    rows8_q8_0(y, a, t0, nt, w, p, r, nr);
+}
+
+typedef void (*rows8_fn)(float *, const struct shoal_ggml_act *, int64_t, int64_t,
+                         const struct shoal_ggml_matrix *, const uint8_t *const[8],
+                         const uint8_t *const[8], int64_t, int);
+
+static rows8_fn rows8_for(enum shoal_ggml_type t)
+{
+    switch (t) {
+    case SHOAL_GGML_TYPE_Q8_0: return rows8_q8_0_pf;
+    case SHOAL_GGML_TYPE_Q4_K: return rows8_q4_k;
+    case SHOAL_GGML_TYPE_Q5_K: return rows8_q5_k;
+    case SHOAL_GGML_TYPE_Q6_K: return rows8_q6_k;
+    case SHOAL_GGML_TYPE_Q2_K: return rows8_q2_k;
+    case SHOAL_GGML_TYPE_Q3_K: return rows8_q3_k;
+    case SHOAL_GGML_TYPE_IQ4_XS: return rows8_iq4_xs;
+    case SHOAL_GGML_TYPE_IQ4_NL: return rows8_iq4_nl;
+    case SHOAL_GGML_TYPE_IQ2_XXS: return rows8_iq2_xxs;
+    case SHOAL_GGML_TYPE_IQ3_XXS: return rows8_iq3_xxs;
+    case SHOAL_GGML_TYPE_IQ1_S: return rows8_iq1_s;
+    case SHOAL_GGML_TYPE_IQ1_M: return rows8_iq1_m;
+    case SHOAL_GGML_TYPE_MXFP4: return rows8_mxfp4;
+    case SHOAL_GGML_TYPE_Q4_0: return rows8_q4_0;
+    case SHOAL_GGML_TYPE_Q4_1: return rows8_q4_1;
+    case SHOAL_GGML_TYPE_Q5_0: return rows8_q5_0;
+    case SHOAL_GGML_TYPE_Q5_1: return rows8_q5_1;
+    default: return NULL;
+    }
 }
 
 void shoal_ggml_rows_avx2(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
@@ -431,19 +724,20 @@ void shoal_ggml_rows_avx2(float *y, const struct shoal_ggml_act *a, int64_t n_to
     /* bytes per block and per row (ggml_types.c's sizes) */
     const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(w->type);
     const size_t rb = (size_t)(w->cols / ti->block_size) * ti->type_size;
+    const rows8_fn rows8 = rows8_for(w->type);
+    pthread_once(&grids_once, grids_build);   /* after the first call: one load */
+    static const uint8_t *const none[8] = {NULL};
     for (int64_t r = r0; r < r1; r += 8) {
         const int nr = r1 - r < 8 ? (int)(r1 - r) : 8;
-        const uint8_t *p[8];
-        for (int i = 0; i < 8; i++)
+        const uint8_t *p[8], *pf[8];
+        for (int i = 0; i < 8; i++) {
             p[i] = (const uint8_t *)w->data + (size_t)(r + (i < nr ? i : nr - 1)) * rb;
+            /* the next group's rows, while they are in the share */
+            pf[i] = r + 8 + i < r1 ? p[i] + 8 * rb : NULL;
+        }
         for (int64_t t0 = 0; t0 < n_tok; t0 += TOK_TILE) {
             const int64_t nt = n_tok - t0 < TOK_TILE ? n_tok - t0 : TOK_TILE;
-            if (w->type == SHOAL_GGML_TYPE_Q8_0)
-                rows8_q8_0(y, a, t0, nt, w, p, r, nr);
-            else if (w->type == SHOAL_GGML_TYPE_Q4_K || w->type == SHOAL_GGML_TYPE_Q6_K)
-                rows8_k(y, a, t0, nt, w, p, r, nr);
-            else
-                rows8_iform(y, a, t0, nt, w, p, ti->type_size, r, nr);
+            rows8(y, a, t0, nt, w, p, t0 == 0 ? pf : none, r, nr);
         }
     }
 }
