@@ -200,6 +200,7 @@ static int unpack_row(struct block4 *k, int i, enum shoal_ggml_type type, const 
         k->c[i][0] = vld1q_s8((const int8_t *)blk + 2);
         k->c[i][1] = vld1q_s8((const int8_t *)blk + 18);
         k->d[i] = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(ld16(blk)))), 0);
+        k->dmin[i] = 0.0f;   /* unused: no min */
         return 0;
     }
     case SHOAL_GGML_TYPE_Q4_K: {
@@ -243,6 +244,7 @@ static int unpack_row(struct block4 *k, int i, enum shoal_ggml_type type, const 
             k->sc[i][j] = (int8_t)blk[192 + j];
         k->d[i] = vgetq_lane_f32(
             vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(ld16(blk + 208)))), 0);
+        k->dmin[i] = 0.0f;
         return 0;
     }
     default: {
