@@ -16,7 +16,8 @@
 #              of runs (tests/fuzz/run.sh)
 #   aarch64    aarch64 cross build of the unit tests (build-aarch64), run
 #              under qemu-user (NEON; tests/run_aarch64.sh)
-#   cross-isa  an aarch64 worker under qemu serving an x86 coordinator; needs
+#   cross-isa  an aarch64 worker under qemu serving an x86 coordinator, and
+#              GGUF files run whole by the aarch64 shoal under qemu; needs
 #              build-test's shoal (built when missing) and build-aarch64 (from
 #              the aarch64 stage: run `tests/run_all.sh aarch64 cross-isa`)
 # A new stage: a function stage_NAME below and NAME in STAGES.
@@ -164,12 +165,13 @@ cross_isa() {
             setup build-test --werror -Dbuildtype=release
         fi || return 1
     fi
-    ninja -C build-aarch64 -j"$JOBS" worker/shoal-worker >/dev/null &&
+    ninja -C build-aarch64 -j"$JOBS" worker/shoal-worker coordinator/shoal >/dev/null &&
     "$PY" tests/cluster/test_cross_isa.py --shoal build-test/coordinator/shoal \
-        --arm-worker build-aarch64/worker/shoal-worker
+        --arm-worker build-aarch64/worker/shoal-worker \
+        --arm-shoal build-aarch64/coordinator/shoal
 }
 stage_cross_isa() {
-    step "cluster across ISAs: aarch64 worker under qemu, x86 coordinator" cross_isa
+    step "cluster and GGUF runs across ISAs: aarch64 worker and shoal under qemu, x86 coordinator" cross_isa
 }
 
 chosen=()

@@ -8,7 +8,7 @@
  * canonical order of its dot product, the scalar reference, and the driver
  * that splits a matrix's rows over threads. The SIMD rows sit in the
  * active quant ops table (struct shoal_quant_ops member ggml_rows;
- * ggml_avx2.c); every one gives the scalar reference's bits (DESIGN
+ * ggml_avx2.c, ggml_neon.c); every one gives the scalar reference's bits (DESIGN
  * contract 1): the result does not depend on the thread count, the batch
  * size or the ISA. It is shoal's order, not ggml's: llama.cpp's kernels
  * sum in another order and round activations to f16 scales, so their
@@ -232,5 +232,10 @@ void shoal_ggml_rows_scalar(float *y, const struct shoal_ggml_act *a, int64_t n_
                             const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);
 void shoal_ggml_rows_avx2(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
                           const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);
+/* aarch64 (isa/ggml_neon.c): plain NEON, and with sdot (ARMv8.2 DotProd) */
+void shoal_ggml_rows_neon(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
+                          const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);
+void shoal_ggml_rows_neon_dotprod(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
+                                  const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);
 
 #endif

@@ -380,6 +380,11 @@ Test(ggml_dot, every_isa_thread_split_and_batch_gives_the_reference_bits, .timeo
             continue;
         }
         checked_isas++;
+        /* every SIMD table has its own rows (else this loop would only
+         * check the scalar fallback again) */
+        if (isas[ii].isa != SHOAL_QUANT_ISA_SCALAR)
+            cr_assert(shoal_quant_active_ops()->ggml_rows != NULL, "%s: no ggml_rows",
+                      isas[ii].name);
         for (size_t ti = 0; ti < N_TYPES; ti++)
             for (size_t ci = 0; ci < 3; ci++)
                 for (size_t ri = 0; ri < 3; ri++) {

@@ -16,6 +16,7 @@
 #include <arm_neon.h>
 #include <string.h>
 
+#include "ggml_dot.h"
 #include "quant.h"
 #include "quant_neon.h"
 
@@ -463,6 +464,7 @@ const struct shoal_quant_ops shoal_quant_ops_neon = {
     .fp8_rows = shoal_fp8_rows_neon,
     .fp8_dequant_row = shoal_fp8_dequant_row_neon,
     .mxfp4_rows = shoal_mxfp4_rows_neon,
+    .ggml_rows = shoal_ggml_rows_neon,   /* ggml_neon.c */
 };
 
 /* ---- FP8 (quant.h "FP8") --------------------------------------------------- */

@@ -32,6 +32,7 @@
 #include <arm_neon.h>
 #include <stdint.h>
 
+#include "ggml_dot.h"
 #include "quant.h"
 #include "quant_neon.h"
 
@@ -222,4 +223,5 @@ const struct shoal_quant_ops shoal_quant_ops_neon_dotprod = {
     .fp8_rows = shoal_fp8_rows_neon,
     .fp8_dequant_row = shoal_fp8_dequant_row_neon,
     .mxfp4_rows = shoal_mxfp4_rows_neon,
+    .ggml_rows = shoal_ggml_rows_neon_dotprod,   /* ggml_neon.c built with +dotprod */
 };
