@@ -198,10 +198,8 @@ static void set_sc(struct shoal_ggml_iblock *ib, int k16, int n16, int v)
         ib->sc[k] = (int16_t)v;
 }
 
-/* The scales, mins, D, DMIN and has_min of block blk into *ib (ib->c
- * untouched): shoal_ggml_iblock_decode's first half */
-static void iblock_scales(enum shoal_ggml_type type, const uint8_t *blk,
-                          struct shoal_ggml_iblock *ib)
+void shoal_ggml_iblock_scales(enum shoal_ggml_type type, const uint8_t *blk,
+                              struct shoal_ggml_iblock *ib)
 {
     memset(ib->m, 0, sizeof ib->m);
     ib->dmin = 0.0f;
@@ -291,7 +289,7 @@ static void iblock_scales(enum shoal_ggml_type type, const uint8_t *blk,
 void shoal_ggml_iblock_decode(enum shoal_ggml_type type, const uint8_t *blk,
                               struct shoal_ggml_iblock *ib)
 {
-    iblock_scales(type, blk, ib);
+    shoal_ggml_iblock_scales(type, blk, ib);
     switch (type) {
     case SHOAL_GGML_TYPE_Q2_K: {
         const uint8_t *qs = blk + 16;

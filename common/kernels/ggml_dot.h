@@ -217,6 +217,14 @@ struct shoal_ggml_iblock {
  * Q8_0, Q4_K and Q6_K), else 0. Thread: any. */
 int shoal_ggml_iform(uint32_t type);
 
+/* The scales, mins, D, DMIN and has_min of one block blk of an
+ * integer-form type into *ib (ib->c untouched): the part of
+ * shoal_ggml_iblock_decode that SIMD rows keep when they unpack the codes
+ * themselves (the NEON rows do; the AVX2 rows unpack the scales too).
+ * Thread: any (compute). */
+void shoal_ggml_iblock_scales(enum shoal_ggml_type type, const uint8_t *blk,
+                              struct shoal_ggml_iblock *ib);
+
 /* Decode one block blk (type_size bytes, any alignment, borrowed) of an
  * integer-form type into *ib, straight from the table above (scalar: the
  * scalar reference reads it; the SIMD rows unpack the same integers their
