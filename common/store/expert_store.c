@@ -66,6 +66,13 @@ struct source {
 
 #define WARN_MAX_PER_SOURCE 3
 
+/* Prefetch back-off (shoal_expert_store_hint): the moving average of
+ * prefetched experts used weighs each outcome by 1 - PF_DECAY; under
+ * PF_BACKOFF only one hint call in PF_PROBE is acted on. */
+#define PF_DECAY 0.9
+#define PF_BACKOFF 0.7
+#define PF_PROBE 8
+
 struct shoal_expert_store {
     const struct shoal_container *ct;        /* borrowed */
     struct shoal_expert_store_params p;      /* pointers in it not kept */
@@ -100,6 +107,11 @@ struct shoal_expert_store {
     int inflight;                            /* reads in flight, all sources */
     double busy_since;                       /* when inflight went 0 -> 1 */
     struct shoal_hot_set *hot;               /* routing counts, owned, or NULL */
+    double pf_worth;                         /* moving average of prefetched experts
+                                              * used (1) or evicted unused (0) */
+    uint64_t pf_skip;                        /* hint calls seen while backing off */
+    int pf_probe_pass;                       /* wants_hints said yes: the next hint
+                                              * call is acted on */
     int *gfd;                                /* [gguf->n_file] a GGUF's files (gfd[0] is
                                               * src[0].fd), or NULL */
     uint64_t *use;                           /* [n_layer][n_expert][N_TIERS] demand acquires */
@@ -234,6 +246,8 @@ static void cache_drop(struct shoal_expert_store *s, struct entry *e, int evicti
     if (eviction) {
         s->st.evictions++;
         s->st.prefetch_evicted += e->prefetched != 0;
+        if (e->prefetched)
+            s->pf_worth *= PF_DECAY;
     }
     entry_free(e);
 }
@@ -311,6 +325,8 @@ static void submit_read(struct shoal_expert_store *s, struct entry *e, int si)
                                           .buf = (char *)e->blob + rd->buf_off,
                                           .len = (size_t)rd->len, .off = rd->off,
                                           .min_len = rd->need < rd->len ? rd->need : 0,
+                                          /* a demand read goes ahead of prefetches */
+                                          .urgent = !e->prefetched,
                                           .cb = on_read, .user_data = e};
         double now = shoal_time_s();
         source_start(s, si, now);
@@ -886,6 +902,7 @@ struct shoal_expert_store *shoal_expert_store_create(const struct shoal_containe
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->last_il = s->first_moe = -1;
+    s->pf_worth = 1.0;
     const int64_t total = ct->n_layer * ct->n_expert;
     s->slot = shoal_xcalloc((size_t)total + 1, sizeof *s->slot);
     s->held = shoal_xcalloc((size_t)ct->n_expert + 1, sizeof *s->held);
@@ -1177,6 +1194,7 @@ int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
         }
         if (e->prefetched) {
             s->st.prefetch_used++;
+            s->pf_worth = s->pf_worth * PF_DECAY + (1.0 - PF_DECAY);
             e->prefetched = 0;
         }
         if (e->tier == TIER_CACHE) {
@@ -1286,9 +1304,31 @@ void shoal_expert_store_release(struct shoal_expert_store *s, int64_t il, int64_
 
 /* ------------------------------------------------------------ hints */
 
-int shoal_expert_store_wants_hints(const struct shoal_expert_store *s)
+/* 1 if a hint is to be acted on now: not backing off, or this is the
+ * probe among PF_PROBE calls (then the next hint call is let through
+ * without counting again). Caller holds mu. */
+static int hint_due(struct shoal_expert_store *s)
 {
-    return s->p.prefetch != 0;
+    if (s->pf_worth >= PF_BACKOFF || s->pf_probe_pass) {
+        s->pf_probe_pass = 0;
+        return 1;
+    }
+    if (s->pf_skip++ % PF_PROBE) {
+        s->st.hints_backed_off++;
+        return 0;
+    }
+    return 1;
+}
+
+int shoal_expert_store_wants_hints(struct shoal_expert_store *s)
+{
+    if (!s->p.prefetch)
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    const int due = hint_due(s);
+    s->pf_probe_pass = due;   /* the hint that follows is this decision's */
+    pthread_mutex_unlock(&s->mu);
+    return due;
 }
 
 int shoal_expert_store_layer_resident(struct shoal_expert_store *s, int64_t il)
@@ -1309,6 +1349,10 @@ void shoal_expert_store_hint(struct shoal_expert_store *s, int64_t il, const int
     if (!s->p.prefetch || il < 0 || il >= ct->n_layer || ct->layer_offset[il] == UINT64_MAX)
         return;
     pthread_mutex_lock(&s->mu);
+    if (!hint_due(s)) {
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
     const uint32_t gen = ++s->hint_gen[il];
     s->hint_valid[il] = 1;
     s->st.hints++;

@@ -105,6 +105,8 @@ struct shoal_expert_store_stats {
     uint64_t prefetch_reads;     /* reads started by hints */
     uint64_t prefetch_used;      /* of those, acquired by the forward pass */
     uint64_t prefetch_dropped;   /* hinted experts not read: no room in the cache */
+    uint64_t hints_backed_off;   /* hint calls not acted on: most recent prefetches went
+                                  * unused (the back-off in shoal_expert_store_hint) */
     uint64_t used_after_hint;    /* experts acquired in layer steps that had a hint */
     uint64_t used_hinted;        /* of those, named by the hint (recall numerator) */
     /* memory */
@@ -189,9 +191,12 @@ int shoal_expert_store_acquire(struct shoal_expert_store *s, int64_t il, int64_t
                                struct shoal_expert_weights *out, struct shoal_err *err);
 void shoal_expert_store_release(struct shoal_expert_store *s, int64_t il, int64_t ie);
 
-/* 1 when the store acts on hints (params.prefetch), so a caller can skip
- * computing them. Thread: any. */
-int shoal_expert_store_wants_hints(const struct shoal_expert_store *s);
+/* 1 when the store will act on the next hint (params.prefetch, and not
+ * backing off: see shoal_expert_store_hint), so a caller can skip
+ * computing it (the router lookahead costs a parallel region per layer);
+ * a 0 while backing off counts as a skipped hint. Thread: the store's
+ * caller (takes the lock). */
+int shoal_expert_store_wants_hints(struct shoal_expert_store *s);
 
 /* 1 when every expert of layer il that this store holds is in memory
  * (pinned or cached, its read complete), so a hint for it would do
@@ -204,7 +209,11 @@ int shoal_expert_store_layer_resident(struct shoal_expert_store *s, int64_t il);
  * reads of those not resident, into the cache tier, as far as its budget
  * allows without evicting anything in use. Never blocks on I/O, never
  * fails (a failed prefetch is re-read on demand), never changes what an
- * acquire returns.
+ * acquire returns. Backs off when prefetching does not pay: while fewer
+ * than half of the recent prefetched experts were used before eviction
+ * (a moving average over about ten), only one hint call in 8 is acted on,
+ * to keep measuring (hints_backed_off counts the others): a wasted read
+ * costs a whole expert of disk bandwidth.
  *   ids  [n_ids] i32 expert ids, duplicates allowed (e.g. [n_tok][k] top-k),
  *        borrowed; ids outside [0, n_expert) are ignored
  * Thread: main. */

@@ -24,6 +24,25 @@ int shoal_io_kind_parse(const char *s, enum shoal_io_kind *out)
     return 0;
 }
 
+void shoal_io_engine_enqueue_(struct shoal_io_engine *e, struct shoal_io_req *req)
+{
+    if (req->urgent) {
+        struct shoal_io_req **at = e->urgent_tail ? &e->urgent_tail->next_ : &e->head;
+        req->next_ = *at;
+        *at = req;
+        if (!req->next_)
+            e->tail = req;
+        e->urgent_tail = req;
+        return;
+    }
+    req->next_ = NULL;
+    if (e->tail)
+        e->tail->next_ = req;
+    else
+        e->head = req;
+    e->tail = req;
+}
+
 struct shoal_io_req *shoal_io_engine_pop_(struct shoal_io_engine *e)
 {
     struct shoal_io_req *r = e->head;
@@ -31,6 +50,8 @@ struct shoal_io_req *shoal_io_engine_pop_(struct shoal_io_engine *e)
         e->head = r->next_;
         if (!e->head)
             e->tail = NULL;
+        if (e->urgent_tail == r)
+            e->urgent_tail = NULL;
         r->next_ = NULL;
     }
     return r;
@@ -133,11 +154,7 @@ int shoal_io_engine_submit(struct shoal_io_engine *e, struct shoal_io_req *req,
         pthread_mutex_unlock(&e->mu);
         return shoal_err_set(err, SHOAL_ECANCELED, "io engine is shutting down");
     }
-    if (e->tail)
-        e->tail->next_ = req;
-    else
-        e->head = req;
-    e->tail = req;
+    shoal_io_engine_enqueue_(e, req);
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     e->ops->kick(e);

@@ -59,6 +59,10 @@ struct shoal_io_req {
     uint64_t off;                            /* file offset, bytes */
     void (*cb)(struct shoal_io_req *req);    /* completion, exactly once (see above) */
     void *user_data;                         /* for the callback */
+    int urgent;                              /* 1: starts before the queued requests
+                                              * that are not (a read someone waits for,
+                                              * ahead of prefetches); each kind in
+                                              * order */
     size_t min_len;                          /* 0: every byte; else a short read (the end
                                               * of the file) that has brought at least
                                               * min_len bytes ends the read, result the

@@ -33,12 +33,18 @@ struct shoal_io_engine {
     int queue_depth;               /* reads in flight at most */
     pthread_mutex_t mu;            /* guards head, tail, stopping */
     pthread_cond_t cv;             /* signalled when a request is queued or on stop */
-    struct shoal_io_req *head, *tail;  /* FIFO of requests not yet started */
+    struct shoal_io_req *head, *tail;  /* FIFO of requests not yet started: the
+                                    * urgent ones first, each kind in order */
+    struct shoal_io_req *urgent_tail;  /* the last urgent one queued, or NULL */
     int stopping;                  /* destroy has begun: submit refuses */
     char *fallback;                /* why not the asked-for backend, or NULL; owned */
 };
 
-/* Pop the oldest queued request (caller holds e->mu) or NULL. */
+/* Queue req (caller holds e->mu): an urgent one after the urgent ones
+ * already queued, ahead of the others; the others at the end. */
+void shoal_io_engine_enqueue_(struct shoal_io_engine *e, struct shoal_io_req *req);
+
+/* Pop the first queued request (caller holds e->mu) or NULL. */
 struct shoal_io_req *shoal_io_engine_pop_(struct shoal_io_engine *e);
 
 /* Finish req with result (len, or a negative status) and run its callback.

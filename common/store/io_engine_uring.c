@@ -94,7 +94,7 @@ static void *ring_thread(void *arg)
         const int stopping = e->stopping;
         if (stopping) {
             cancel = e->head;
-            e->head = e->tail = NULL;
+            e->head = e->tail = e->urgent_tail = NULL;
         }
         while (u->inflight < e->queue_depth && (u->retry || e->head)) {
             struct shoal_io_req *req = u->retry;

@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "io_engine.h"
+#include "io_engine_impl.h"
 #include "log.h"
 
 #ifdef __linux__
@@ -352,4 +353,33 @@ Test(io_engine, kind_parse_accepts_the_three_names)
     cr_assert(eq(int, shoal_io_kind_parse("auto", &k), 0));
     cr_assert(eq(int, (int)k, SHOAL_IO_AUTO));
     cr_assert(eq(int, shoal_io_kind_parse("aio", &k), SHOAL_EINVAL));
+}
+
+/* The queue: urgent requests (demand reads) start before the others
+ * (prefetches), each kind in the order it came. */
+Test(io_engine, urgent_requests_queue_ahead_in_order)
+{
+    struct shoal_io_engine e;
+    memset(&e, 0, sizeof e);
+    struct shoal_io_req r[7];
+    memset(r, 0, sizeof r);
+    const int urgent[7] = {0, 0, 1, 0, 1, 1, 0};
+    for (int i = 0; i < 5; i++) {   /* a b C d E */
+        r[i].urgent = urgent[i];
+        shoal_io_engine_enqueue_(&e, &r[i]);
+    }
+    cr_assert(eq(ptr, shoal_io_engine_pop_(&e), &r[2]));
+    r[5].urgent = 1;   /* F after E, ahead of a b d */
+    shoal_io_engine_enqueue_(&e, &r[5]);
+    shoal_io_engine_enqueue_(&e, &r[6]);   /* g last */
+    const int want[] = {4, 5, 0, 1, 3, 6};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(eq(ptr, shoal_io_engine_pop_(&e), &r[want[i]]), "pop %zu", i);
+    cr_assert(eq(ptr, shoal_io_engine_pop_(&e), NULL));
+    cr_assert(eq(ptr, e.tail, NULL));
+    cr_assert(eq(ptr, e.urgent_tail, NULL));
+    /* an urgent request into an empty queue is its head and tail */
+    r[0].urgent = 1;
+    shoal_io_engine_enqueue_(&e, &r[0]);
+    cr_assert(e.head == &r[0] && e.tail == &r[0] && e.urgent_tail == &r[0]);
 }
