@@ -449,7 +449,7 @@ int main(int argc, char **argv)
         shoal_model_free(m);
         if (!ct) {
             fail_line("%s", err.msg);
-            return err.code == SHOAL_EIO || err.code < 0 ? 1 : 2;
+            return shoal_err_is_bad_input(err.code) ? 2 : 1;   /* as shoal run */
         }
     } else if (!(ct = shoal_container_open(o.model, &cfg, &err))) {
         fail_line("%s", err.msg);

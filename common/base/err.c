@@ -44,6 +44,12 @@ int shoal_err_set(struct shoal_err *err, int code, const char *fmt, ...)
     return code;
 }
 
+int shoal_err_is_bad_input(int code)
+{
+    return code == SHOAL_EFORMAT || code == SHOAL_EUNSUPPORTED || code == SHOAL_ENOTFOUND ||
+           code == SHOAL_ERANGE || code == SHOAL_ESHAPE;
+}
+
 void shoal_err_clear(struct shoal_err *err)
 {
     if (!err)

@@ -54,6 +54,14 @@ const char *shoal_err_name(int code);
 int shoal_err_set(struct shoal_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Whether code says the input itself is wrong, not the machine: malformed
+ * (EFORMAT), unsupported type or architecture (EUNSUPPORTED), a missing key
+ * or tensor (ENOTFOUND), a value out of range (ERANGE) or a wrong shape
+ * (ESHAPE). A model file that fails so is bad input, exit status 2 in every
+ * command (DESIGN contract 3); I/O, memory and OS errors (-errno) return 0
+ * (exit 1). Thread: any. */
+int shoal_err_is_bad_input(int code);
+
 /* Reset err to "no error". err may be NULL. */
 void shoal_err_clear(struct shoal_err *err);
 

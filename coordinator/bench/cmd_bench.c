@@ -382,9 +382,7 @@ static int describe_gguf(const char *path, struct bench_model *bm, json_t *m)
         shoal_container_close(ct);
         shoal_model_free(model);
         /* a file shoal cannot run is bad input, as for shoal run (exit 2) */
-        const int c = err.code;
-        return c == SHOAL_EFORMAT || c == SHOAL_EUNSUPPORTED || c == SHOAL_ENOTFOUND ||
-               c == SHOAL_ERANGE || c == SHOAL_ESHAPE ? -2 : -1;
+        return shoal_err_is_bad_input(err.code) ? -2 : -1;
     }
     bm->gguf = 1;
     bm->cfg = model->cfg;

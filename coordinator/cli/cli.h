@@ -28,8 +28,8 @@ int shoal_cmd_template(int argc, char **argv);
 
 /* `shoal inspect FILE.gguf` (cmd_inspect_gguf.c): the GGUF model at path
  * (a single file or any file of a split set) as a table, or JSON when json
- * is nonzero. Returns the exit status (0, or 1 after printing the reader's
- * error). */
+ * is nonzero. Returns the exit status (0; after printing the reader's
+ * error, 2 for a file that is no valid GGUF, 1 for an I/O error). */
 int shoal_cli_inspect_gguf(const char *path, int json);
 
 struct shoal_container;

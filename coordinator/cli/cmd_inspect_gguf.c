@@ -348,7 +348,8 @@ int shoal_cli_inspect_gguf(const char *path, int json)
     struct shoal_gguf_files *f = shoal_gguf_files_open(path, &err);
     if (!f) {
         shoal_cli_error("%s", err.msg);
-        return 1;
+        /* a file that is no valid GGUF is bad input, as for run and plan */
+        return shoal_err_is_bad_input(err.code) ? 2 : 1;
     }
     struct summary *s = calloc(1, sizeof *s);
     if (!s) {

@@ -55,10 +55,7 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
     if (!s->model) {
         /* a GGUF file shoal cannot run (architecture, key, tensor type, shape)
          * is bad input, like a bad flag; an I/O error stays 1 */
-        const int c = err ? err->code : 0;
-        if (shoal_model_is_gguf(dir) &&
-            (c == SHOAL_EFORMAT || c == SHOAL_EUNSUPPORTED || c == SHOAL_ENOTFOUND ||
-             c == SHOAL_ERANGE || c == SHOAL_ESHAPE))
+        if (shoal_model_is_gguf(dir) && err && shoal_err_is_bad_input(err->code))
             *status = 2;
         free(s);
         return NULL;
@@ -67,6 +64,8 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
         /* a GGUF's experts are streamed from the file itself, like a container's */
         s->gguf_experts = shoal_container_from_gguf(s->model, err);
         if (!s->gguf_experts) {
+            if (err && shoal_err_is_bad_input(err->code))
+                *status = 2;
             shoal_session_close(s);
             return NULL;
         }

@@ -13,8 +13,9 @@ Cases:
   json:   --json gives the same numbers (groups, bytes, per-expert bytes,
           native exactly for the types shoal run computes)
   split:  a set written as m-0000K-of-00002.gguf opens from either file
-  bad:    truncated data, an unknown ggml type, a misaligned offset: exit 1,
-          one line naming the file and the tensor; --json on a container
+  bad:    truncated data, an unknown ggml type, a misaligned offset: exit 2
+          (bad input, as shoal run and plan), one line naming the file and
+          the tensor; a missing file of a split set: exit 1; --json on a container
           directory and --verify on a GGUF are usage errors (exit 2)
 Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
@@ -210,8 +211,8 @@ def test_bad(shoal, tmp):
         write(path, blob)
         r = H.run([shoal, "inspect", path])
         lines = r.stderr.strip().splitlines()
-        result("bad file (%s): exit 1, one line naming file and %s" % (name, needle),
-               r.returncode == 1 and len(lines) == 1 and path in lines[0] and needle in lines[0],
+        result("bad file (%s): exit 2, one line naming file and %s" % (name, needle),
+               r.returncode == 2 and len(lines) == 1 and path in lines[0] and needle in lines[0],
                "exit %d: %r" % (r.returncode, r.stderr))
     r = H.run([shoal, "inspect", os.path.join(ROOT, "models", "shakespeare-moe"), "--json"])
     result("--json on a directory is a usage error", r.returncode == 2, r.stderr)

@@ -25,3 +25,15 @@ Test(err, null_err_is_accepted)
 {
     cr_assert(eq(int, shoal_err_set(NULL, SHOAL_EINVAL, "x"), SHOAL_EINVAL));
 }
+
+Test(err, bad_input_is_the_file_not_the_machine)
+{
+    static const int bad[] = {SHOAL_EFORMAT, SHOAL_EUNSUPPORTED, SHOAL_ENOTFOUND,
+                              SHOAL_ERANGE, SHOAL_ESHAPE};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_assert(eq(int, shoal_err_is_bad_input(bad[i]), 1), "%s", shoal_err_name(bad[i]));
+    cr_assert(eq(int, shoal_err_is_bad_input(SHOAL_EIO), 0));
+    cr_assert(eq(int, shoal_err_is_bad_input(SHOAL_ENOMEM), 0));
+    cr_assert(eq(int, shoal_err_is_bad_input(-2), 0));   /* ENOENT */
+    cr_assert(eq(int, shoal_err_is_bad_input(0), 0));
+}
