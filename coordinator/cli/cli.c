@@ -153,13 +153,16 @@ static int ends_with(const char *s, const char *suffix)
 
 int shoal_cli_check_model_dir(const char *path, int given)
 {
-    static const char accepts[] =
-        "a model is a Hugging Face checkpoint directory (config.json, *.safetensors, "
+    static const char dirs[] =
+        "a Hugging Face checkpoint directory (config.json, *.safetensors, "
         "tokenizer.json) or a shoal container directory (made by 'shoal convert')";
     struct stat st;
     if (stat(path, &st) != 0) {
-        shoal_cli_error("model '%s' does not exist%s; %s", path,
-                        given ? "" : " (the bundled model; pass --model DIR)", accepts);
+        /* run, chat, perplexity, serve and bench take a GGUF file as well
+         * (they check for one before calling here); convert and shard do not */
+        shoal_cli_error("model '%s' does not exist%s; a model is a GGUF file (run, chat, "
+                        "perplexity, serve and bench take one: docs/MODELS.md), %s", path,
+                        given ? "" : " (the bundled model; pass --model DIR)", dirs);
         return -1;
     }
     if (S_ISDIR(st.st_mode)) {
@@ -186,7 +189,7 @@ int shoal_cli_check_model_dir(const char *path, int given)
         kind = "one file of a checkpoint";
         use = "; pass the directory that holds it";
     }
-    shoal_cli_error("model '%s' is %s; %s%s", path, kind, accepts, use);
+    shoal_cli_error("model '%s' is %s; a model is %s%s", path, kind, dirs, use);
     return -1;
 }
 

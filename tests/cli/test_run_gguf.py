@@ -48,7 +48,8 @@ Cases:
   bad:      another architecture, a missing key, a key shoal does not read,
             a tensor of a type shoal does not run, a wrong shape, an
             unexpected tensor: exit 2, one line naming what (workers
-            serving a GGUF: tests/cli/test_gguf_stream.py)
+            serving a GGUF: tests/cli/test_gguf_stream.py); a .gguf path
+            that does not exist: exit 2, the line names GGUF files
 Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
 
@@ -745,6 +746,12 @@ def test_bad(shoal, tmp, tensors, cfg):
         result("bad GGUF (%s): exit 2, one line naming %s" % (name, ", ".join(needles)),
                r.returncode == 2 and len(lines) == 1 and all(n in lines[0] for n in needles),
                show(r))
+    path = os.path.join(tmp, "nope.gguf")
+    r = H.run([shoal, "run", path] + ARGS, timeout=60)
+    lines = (r.stderr or "").strip().splitlines()
+    result("a .gguf path that does not exist: exit 2, one line naming it and GGUF files",
+           r.returncode == 2 and len(lines) == 1 and path in lines[0] and
+           "a GGUF file" in lines[0], show(r))
 
 
 def main():
