@@ -111,6 +111,8 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
         if (shoal_gguf_find(meta, "tokenizer.ggml.tokens") >= 0) {
             s->tok = shoal_tokenizer_load_gguf(meta, dir, err);
             if (!s->tok) {
+                if (err && shoal_err_is_bad_input(err->code))
+                    *status = 2;   /* the file's vocabulary, as its tensors */
                 shoal_session_close(s);
                 return NULL;
             }

@@ -353,10 +353,13 @@ static int get_token_array(const struct shoal_gguf *g, const char *name,
     return 0;
 }
 
-/* Optional special id: returns -1 when absent or out of range. */
-static int32_t get_id(const struct shoal_gguf *g, const char *key,
-                      int32_t dflt, size_t n_vocab, struct shoal_err *err,
-                      int *rc)
+/* Optional special id: dflt (or -1 when dflt is no token) when absent. An
+ * id the file sets outside the vocabulary is a damaged file, refused with
+ * SHOAL_ERANGE in *rc (as the chat template's loader refuses it; llama.cpp
+ * warns and takes the default). */
+static int32_t get_id(const struct shoal_gguf *g, const char *name,
+                      const char *key, int32_t dflt, size_t n_vocab,
+                      struct shoal_err *err, int *rc)
 {
     int64_t v;
     int r = shoal_gguf_get_int(g, key, &v, err);
@@ -366,8 +369,13 @@ static int32_t get_id(const struct shoal_gguf *g, const char *key,
         *rc = r;
         return -1;
     }
-    if (v < 0 || (uint64_t)v >= n_vocab)
-        return dflt >= 0 && (size_t)dflt < n_vocab ? dflt : -1;
+    if (v < 0 || (uint64_t)v >= n_vocab) {
+        *rc = shoal_err_set(err, SHOAL_ERANGE,
+                            "gguf '%s': %s is %" PRId64 "; expected a token "
+                            "id 0 to %zu (tokenizer.ggml.tokens holds %zu)",
+                            name, key, v, n_vocab - 1, n_vocab);
+        return -1;
+    }
     return (int32_t)v;
 }
 
@@ -574,12 +582,12 @@ struct shoal_tokenizer *shoal_tokenizer_load_gguf(const struct shoal_gguf *g,
 
     /* special ids (llama.cpp's defaults for SentencePiece: 1, 2, 0) */
     rc = 0;
-    t->bos_id = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, n,
-                       err, &rc);
-    t->eos_id = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, n,
-                       err, &rc);
-    t->unk_id = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n,
-                       err, &rc);
+    t->bos_id = get_id(g, name, "tokenizer.ggml.bos_token_id", spm ? 1 : -1,
+                       n, err, &rc);
+    t->eos_id = get_id(g, name, "tokenizer.ggml.eos_token_id", spm ? 2 : -1,
+                       n, err, &rc);
+    t->unk_id = get_id(g, name, "tokenizer.ggml.unknown_token_id",
+                       spm ? 0 : -1, n, err, &rc);
     if (rc)
         goto fail;
     if (pt && (pt->flags & PRE_NO_BOS))

@@ -44,7 +44,9 @@ Cases:
             in a Q4_K or Q8_0 expert: the same line (and the expert) the
             first time it runs, exit 1
   vocab:    the file's own vocabulary (tokenizer.ggml.*, from the bundled
-            tokenizer.json) gives the checkpoint's text for --prompt
+            tokenizer.json) gives the checkpoint's text for --prompt; a
+            bos (add_bos_token true) or eos id past the vocabulary: exit 2,
+            one line saying the id is out of range
   bad:      another architecture, a missing key, a key shoal does not read,
             a tensor of a type shoal does not run, a wrong shape, an
             unexpected tensor: exit 2, one line naming what (workers
@@ -719,6 +721,17 @@ def test_vocab(shoal, tmp, tensors, kvs):
     result("vocab GGUF: --prompt gives the checkpoint's text (its own vocabulary)",
            got.returncode == 0 and want.returncode == 0 and got.stdout == want.stdout and
            got.stdout.strip(), "%s | got %r want %r" % (show(got), got.stdout, want.stdout))
+    # a special id outside the vocabulary: a damaged file, said so (not "not set")
+    for key, more in (("bos", [kv("tokenizer.ggml.add_bos_token", "bool", True)]), ("eos", [])):
+        bad = os.path.join(tmp, "vocab-%s.gguf" % key)
+        name = "tokenizer.ggml.%s_token_id" % key
+        k2 = [k for k in kvs if not k.startswith(s_(name))] + [kv(name, "u32", 999999)] + more
+        write_gguf(bad, k2 + extra, typed(tensors, "BF16"))
+        r = H.run([shoal, "run", bad] + args, timeout=60)
+        lines = (r.stderr or "").strip().splitlines()
+        result("vocab GGUF: %s_token_id 999999 is out of range: exit 2, one line" % key,
+               r.returncode == 2 and len(lines) == 1 and name + " is 999999" in lines[0] and
+               "expected a token id 0 to" in lines[0], show(r))
 
 
 def test_bad(shoal, tmp, tensors, cfg):
