@@ -55,6 +55,7 @@ void shoal_worker_job_free(struct shoal_worker_job *job)
     shoal_wire_frame_free(job->frame);
     free(job->ids);
     free(job->reply);
+    free(job->error);
     free(job);
 }
 
@@ -245,6 +246,8 @@ static void reply_error(struct shoal_worker_job *job, int code, const char *msg)
     struct shoal_err err = {0};
     shoal_wire_error_init(&e, job->id, code, msg);
     free(job->reply);
+    free(job->error);
+    job->error = strdup(msg);   /* NULL without memory: the log says the code only */
     job->status = code;
     job->reply = shoal_wire_pack(&e.frame, job->max_frame, &job->reply_len, &err);
     /* an ErrorReply is a few hundred bytes; pack fails only without memory,

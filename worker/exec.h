@@ -52,6 +52,8 @@ struct shoal_worker_job {
     int status;               /* 0, or the negative status of an ErrorReply */
     uint8_t *reply;           /* the packed reply frame with its prefix; owned by the job */
     size_t reply_len;         /* bytes */
+    char *error;              /* the ErrorReply's message (file, tensor, expert, what is
+                               * wrong), for the worker's log; owned; NULL when none */
     /* private */
     double t_submit;          /* shoal_time_s() at submit */
     struct shoal_worker_job *next;

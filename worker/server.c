@@ -813,8 +813,11 @@ static void on_async(uv_async_t *a)
         if (j->status < 0 && j->status != SHOAL_ECANCELED) {
             srv->errors++;
             c->errors++;
-            shoal_log(SHOAL_LOG_WARN, LOG_C, "request %llu from peer=%s failed: %s",
-                      (unsigned long long)j->id, conn_label(c), shoal_strerror(j->status));
+            /* the store's message (file, tensor, expert), as the reply
+             * carries it: a damaged file is not the request's fault */
+            shoal_log(SHOAL_LOG_WARN, LOG_C, "request %llu (layer %lld) from peer=%s failed: %s",
+                      (unsigned long long)j->id, (long long)j->frame->request->layer,
+                      conn_label(c), j->error ? j->error : shoal_strerror(j->status));
         }
         if (!c->closing && j->reply) {
             conn_send(c, j->reply, j->reply_len);

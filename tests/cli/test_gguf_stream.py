@@ -36,6 +36,10 @@ Cases:
           and a run with a 1 MB cache
   shrink: the file truncated under a running perplexity (its trunk mapping
           faults): one line saying so, exit 1
+  worker: a worker on a file that is no GGUF exits 2; a NaN Q8_0 scale in
+          a worker's copy of the file (in expert 1 of layer 0, a page the
+          fingerprint does not sample): its log line names the file,
+          tensor, layer and expert, as the coordinator's error reply does
   bad:    --mirror on a GGUF: one line saying why, exit 2
 Ends with "N passed, M failed"; exit status 1 if anything failed.
 """
@@ -122,6 +126,40 @@ def test_cluster(shoal, tmp, path, ref, env, kvs, tensors):
     finally:
         for w in ws:
             w.stop()
+
+
+def test_worker_bad_file(shoal, tmp, tensors, kvs, env):
+    """A worker's copy of the file with a NaN Q8_0 scale in expert 1 of
+    layer 0 (outside the first, middle and last pages the fingerprint
+    samples): its log names the file, tensor and expert, as the error reply
+    does (not 'malformed input'); a file that is no GGUF: exit 2."""
+    worker_bin = os.path.join(os.path.dirname(os.path.dirname(shoal)), "worker", "shoal-worker")
+    bad = os.path.join(tmp, "not.gguf")
+    with open(bad, "wb") as f:
+        f.write(b"GGUF\x03\x00\x00\x00junk")
+    r = H.run([worker_bin, "--model", bad, "--listen", "127.0.0.1:0"], timeout=30)
+    lines = (r.stderr or "").strip().splitlines()
+    result("shoal-worker on a file that is no GGUF: exit 2 (as shoal run), one line",
+           r.returncode == 2 and len(lines) == 1 and bad in lines[0], W.show(r))
+    t = [(n, x, "Q8_0" if "_exps." in n else typ) for n, x, typ in tensors]
+    paths = [os.path.join(tmp, d, "q8.gguf") for d in ("good", "nan")]
+    down_blocks = 256 * 6      # an expert's down: 256 rows of six Q8_0 blocks
+    nan = {"blk.0.ffn_down_exps.weight": (down_blocks * 34, 0x7E00)}   # expert 1, block 0
+    for p, poison in zip(paths, (None, nan)):
+        os.makedirs(os.path.dirname(p))
+        W.write_gguf(p, kvs, t, poison=poison)
+    w = H.Worker(worker_bin, tmp, "w-nan", paths[1])
+    try:
+        addr = w.wait_ready()
+        r, _ = run(shoal, paths[0], os.path.join(tmp, "nan.npy"), "--workers", str(addr),
+                   "--local-experts", "off", "--control", "off", env=env)
+        failed = [l for l in w.text().splitlines() if "failed: " in l]
+        result("a NaN scale in the worker's copy: its log names file, tensor, layer, expert",
+               r.returncode == 1 and failed and all(n in failed[0] for n in (
+                   paths[1], "blk.0.ffn_down_exps.weight", "d = nan", "(layer 0)",
+                   "expert 1")), "%s | %s" % (W.show(r), failed or w.text()[-300:]))
+    finally:
+        w.stop()
 
 
 def test_doc_example(shoal, tmp, env):
@@ -229,6 +267,7 @@ def main():
 
         test_cluster(shoal, tmp, path, ref, env, kvs, tensors)
         test_doc_example(shoal, tmp, env)
+        test_worker_bad_file(shoal, tmp, tensors, kvs, env)
 
         # a file truncated under a running process: its mapping faults
         live = os.path.join(tmp, "live.gguf")
