@@ -193,6 +193,16 @@ int shoal_cli_check_model_dir(const char *path, int given)
     return -1;
 }
 
+const char *shoal_cli_format_bytes(char *buf, size_t n, double bytes)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    for (; i < 4 && (bytes >= 1024 || bytes <= -1024); i++)
+        bytes /= 1024;
+    snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", bytes, unit[i]);
+    return buf;
+}
+
 int shoal_cli_read_input(const char *path, size_t max_bytes, char **out, size_t *len)
 {
     struct shoal_err err = {0};

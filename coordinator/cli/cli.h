@@ -117,4 +117,9 @@ int shoal_cli_assign_paths(const char *cmd, char **words, int n_words,
  * accepts. given = 0: the bundled default. */
 int shoal_cli_check_model_dir(const char *path, int given);
 
+/* bytes as "6.39 MiB" (binary units, as --ram and --expert-cache take them,
+ * as shoal plan prints them; "512 B" below 1 KiB) in buf of n bytes.
+ * Returns buf. */
+const char *shoal_cli_format_bytes(char *buf, size_t n, double bytes);
+
 #endif

@@ -216,8 +216,9 @@ static void print_table(const char *path, const struct shoal_gguf_files *f,
         if (shown)
             printf("\n");
     }
-    printf("tensors      %" PRIu64 ", %" PRIu64 " bytes (%.2f GB)\n", s->n_tensors, s->bytes,
-           s->bytes / 1e9);
+    char size[32];
+    printf("tensors      %" PRIu64 ", %" PRIu64 " bytes (%s)\n", s->n_tensors, s->bytes,
+           shoal_cli_format_bytes(size, sizeof size, (double)s->bytes));
     printf("\n%-30s %8s %16s  %s\n", "group", "tensors", "bytes", "types (tensors)");
     for (int gi = 0; gi < G_COUNT; gi++) {
         uint64_t nt = 0, nb = 0;
@@ -242,8 +243,9 @@ static void print_table(const char *path, const struct shoal_gguf_files *f,
                "contiguous in each tensor):\n",
                s->n_expert, s->mixed_experts ? " (tensors disagree on the count)" : "");
         for (int i = 0; i < ns; i++)
-            printf("  %" PRIu64 " bytes (%.2f MB) in %ld layer%s\n", sizes[i].bytes,
-                   sizes[i].bytes / 1e6, sizes[i].layers, sizes[i].layers == 1 ? "" : "s");
+            printf("  %" PRIu64 " bytes (%s) in %ld layer%s\n", sizes[i].bytes,
+                   shoal_cli_format_bytes(size, sizeof size, (double)sizes[i].bytes),
+                   sizes[i].layers, sizes[i].layers == 1 ? "" : "s");
     }
     printf("\n%-8s %8s %16s  %s\n", "type", "tensors", "bytes", "in shoal on this CPU");
     for (int t = 0; t < SHOAL_GGML_TYPE_COUNT; t++)

@@ -171,13 +171,14 @@ def test_doc_example(shoal, tmp, env):
     if not result("tests/make_gguf.py writes the section's file", r.returncode == 0, r.stderr):
         return
     want = [l for l in sec.splitlines() if l.startswith(("routed experts", "Q8_0  ", "shoal run takes",
-                                                          "experts      ", "run with     "))]
+                                                          "experts      ", "run with     ",
+                                                          "tensors      "))]
     got = H.run([shoal, "inspect", path]).stdout + H.run([shoal, "plan", path, "--ram", "8G"],
                                                          env=env).stdout
     got = got.replace(path, "/tmp/shakespeare-q8_0.gguf")
     missing = [l for l in want if l not in got.splitlines()]
     result("OPERATIONS.md's inspect and plan lines (%d) are what the file gives" % len(want),
-           len(want) == 5 and not missing, "missing %s" % missing)
+           len(want) == 6 and not missing, "missing %s" % missing)
     r = H.run([shoal, "run", path, "--prompt", "ROMEO:", "--max-tokens", "24", "--greedy",
                "--expert-cache", "1M", "--direct", "on"], env=env, timeout=120)
     text = re.search(r"--expert-cache 1M --direct on --stats\n(.*?)\n\.\.\.", sec, re.S)

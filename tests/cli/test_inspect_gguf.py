@@ -7,9 +7,9 @@ Cases:
   table:  a qwen3moe-like file (token_embd F32, attention Q8_0, router F32,
           experts Q4_K/Q6_K/IQ2_XXS/MXFP4 as [n_expert][rows][cols], shared
           expert Q6_K, norms F32, output Q6_K): the architecture, the tensor
-          count, each group with its types, the total bytes, one expert's
-          bytes per layer, and which types run ("dequant reference only" for the
-          others)
+          count, each group with its types, the total bytes (and in KiB),
+          one expert's bytes per layer, and which types run ("dequant
+          reference only" for the others)
   json:   --json gives the same numbers (groups, bytes, per-expert bytes,
           native exactly for the types shoal run computes)
   split:  a set written as m-0000K-of-00002.gguf opens from either file
@@ -124,8 +124,9 @@ def test_table_and_json(shoal, tmp):
     out = r.stdout
     result("inspect FILE.gguf exits 0", r.returncode == 0, r.stderr)
     result("prints the architecture and name", "qwen3moe" in out and "tiny test" in out, out)
-    result("prints the tensor count and total bytes",
-           "tensors      %d, %d bytes" % (len(tensors), total) in out, out)
+    result("prints the tensor count and total bytes, in KiB too",
+           "tensors      %d, %d bytes (%.2f KiB)" % (len(tensors), total, total / 1024) in out,
+           out)
     lines = {l.split("  ")[0].strip(): l for l in out.splitlines()}
     exps = next((l for l in out.splitlines() if l.startswith("routed experts")), "")
     result("routed experts: 6 tensors of Q4_K, Q6_K, IQ2_XXS, MXFP4",
