@@ -236,6 +236,13 @@ int synth_check_main(int argc, char **argv)
         return 2;
     }
     const char *dir = so.model_dir;
+    if (shoal_model_is_gguf(dir)) {
+        /* its routing and expert bytes are a synthetic container's files */
+        shoal_cli_error("synth --check: '%s' is a GGUF file; --check decodes on a shoal "
+                        "container (made by 'shoal synth' or 'shoal convert'); measure a "
+                        "GGUF with 'shoal bench --model FILE.gguf'", dir);
+        return 2;
+    }
     if (so.n_ctx == 0)
         so.n_ctx = prompt_len + warmup + decode + 8;
     if (!keep_counts) {

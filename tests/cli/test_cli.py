@@ -13,7 +13,8 @@ Cases (each failed on the code before issue 12's CLI work):
               shard and synth their output as --out too), with the same result
   prompt:     run --file F and --prompt - (stdin) give what --prompt TEXT gives
   bad input:  run --model x.gguf without an architecture says what runs, convert
-              x.gguf what a model is (exit 2); --ctx above the
+              x.gguf what a model is, synth --check x.gguf that it takes
+              containers (exit 2); --ctx above the
               model's maximum exits 2; --tokens 1,abc,3 names 'abc'; status without a
               coordinator names its address once; perplexity into a pipe writes no '\\r'
   worker:     the start line's compute figure, beside a CPU hog with OpenMP's default
@@ -396,6 +397,11 @@ def test_bad_input(shoal, tmp):
            r.returncode == 2 and len(err.splitlines()) == 1 and "does not exist" not in err and
            "GGUF" in err and "Hugging Face checkpoint directory" in err and
            "shoal container" in err and "tokenize" in err, show(r))
+    r = run([shoal, "synth", "--check", gguf])
+    err = r.stderr.strip()
+    result("synth --check x.gguf: refused in one line naming GGUF, exit 2",
+           r.returncode == 2 and len(err.splitlines()) == 1 and "GGUF" in err and
+           "routing_counts" not in err + r.stdout, show(r))
     nothing = os.path.join(tmp, "nothing-here")
     for cmd in (["run", "--model", nothing, "--prompt", "hi"],
                 ["tokenize", "--model", nothing, "--text", "hi"],
