@@ -358,7 +358,7 @@ static int get_token_array(const struct shoal_gguf *g, const char *name,
  * SHOAL_ERANGE in *rc (as the chat template's loader refuses it; llama.cpp
  * warns and takes the default). */
 static int32_t get_id(const struct shoal_gguf *g, const char *name,
-                      const char *key, int32_t dflt, size_t n_vocab,
+                      const char *key, int32_t dflt, size_t n_vocab, int strict,
                       struct shoal_err *err, int *rc)
 {
     int64_t v;
@@ -369,6 +369,8 @@ static int32_t get_id(const struct shoal_gguf *g, const char *name,
         *rc = r;
         return -1;
     }
+    if ((v < 0 || (uint64_t)v >= n_vocab) && !strict)
+        return -1;   /* unset, as llama.cpp reads it (it only warns) */
     if (v < 0 || (uint64_t)v >= n_vocab) {
         *rc = shoal_err_set(err, SHOAL_ERANGE,
                             "gguf '%s': %s is %" PRId64 "; expected a token "
@@ -582,12 +584,15 @@ struct shoal_tokenizer *shoal_tokenizer_load_gguf(const struct shoal_gguf *g,
 
     /* special ids (llama.cpp's defaults for SentencePiece: 1, 2, 0) */
     rc = 0;
+    /* a bos or eos past the vocabulary is refused (the text would be
+     * wrong); an unk there is taken for unset, as llama.cpp does (BPE
+     * vocabularies do not use it, and converted files carry stray ones) */
     t->bos_id = get_id(g, name, "tokenizer.ggml.bos_token_id", spm ? 1 : -1,
-                       n, err, &rc);
+                       n, 1, err, &rc);
     t->eos_id = get_id(g, name, "tokenizer.ggml.eos_token_id", spm ? 2 : -1,
-                       n, err, &rc);
+                       n, 1, err, &rc);
     t->unk_id = get_id(g, name, "tokenizer.ggml.unknown_token_id",
-                       spm ? 0 : -1, n, err, &rc);
+                       spm ? 0 : -1, n, 0, err, &rc);
     if (rc)
         goto fail;
     if (pt && (pt->flags & PRE_NO_BOS))
