@@ -127,8 +127,8 @@ static void check_dot(enum shoal_ggml_type type, const uint8_t *w, int64_t rows,
                         shoal_ggml_type_name(type), (long long)t, (long long)r, (double)want);
         }
     const struct fuzz_mem mem = fuzz_mem_end();
-    FUZZ_ASSERT(mem.count == 0, "%s: the dot products allocated %zu times",
-                shoal_ggml_type_name(type), mem.count);
+    FUZZ_ASSERT(mem.count_here == 0, "%s: the dot products allocated %zu times",
+                shoal_ggml_type_name(type), mem.count_here);
     free(ys);
     free(y);
     free(abuf);
@@ -172,8 +172,8 @@ static void check_type(uint32_t id, const uint8_t *data, size_t n, uint8_t mode)
     if (shoal_ggml_iform(id))
         check_iform((enum shoal_ggml_type)id, w, n_blocks);
     const struct fuzz_mem mem = fuzz_mem_end();
-    FUZZ_ASSERT(mem.count == 0, "%s: the block decoders allocated %zu times", ti->name,
-                mem.count);
+    FUZZ_ASSERT(mem.count_here == 0, "%s: the block decoders allocated %zu times", ti->name,
+                mem.count_here);
 
     if (shoal_ggml_dot_supported(id)) {
         /* two blocks a row when they pair up, else one; x from the bytes */
