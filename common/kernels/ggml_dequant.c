@@ -279,26 +279,34 @@ void shoal_ggml_dequant_iq4_xs(const uint8_t *src, float *dst)
 
 /* ---- IQ types with codebooks (ggml_grids.c) ------------------------------ */
 
+/* The scale of the IQ2 types, of a 4-bit s: d * (0.5 + s) * 0.25 */
+static float iq2_db(float d, unsigned s) { return d * (0.5f + (float)s) * 0.25f; }
+
+/* The 8 elements of an IQ2 codebook entry (2-bit codes into {8, 25, 43}),
+ * times db, negated where signs (bit j: element j) says */
+static void iq2_put8(float *dst, float db, unsigned code, unsigned signs)
+{
+    static const float values[4] = {8.0f, 25.0f, 43.0f, 0.0f};
+    for (int j = 0; j < 8; j++) {
+        float v = db * values[(code >> (2 * j)) & 3];
+        dst[j] = (signs >> j) & 1 ? -v : v;
+    }
+}
+
 /* IQ2_XXS, 66 bytes: d f16 @0 | 8 groups of 8 bytes @2: u32 a (4 codebook
  * indices, one a byte) | u32 b (4 x 7 sign bits, then a 4-bit scale in bits
  * 28..31). 32 elements a group, 8 per index; db = d * (0.5 + scale) * 0.25;
  * y = db * grid value, negated where the sign bit says. */
 void shoal_ggml_dequant_iq2_xxs(const uint8_t *src, float *dst)
 {
-    static const float values[4] = {8.0f, 25.0f, 43.0f, 0.0f};
     const float d = f16(src);
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *g = src + 2 + 8 * ib;
         const uint32_t b = le32(g + 4);
-        const float db = d * (0.5f + (float)(b >> 28)) * 0.25f;
-        for (int l = 0; l < 4; l++) {
-            const unsigned code = shoal_ggml_iq2xxs_codes[g[l]];
-            const unsigned signs = ksigns((b >> (7 * l)) & 127u);
-            for (int j = 0; j < 8; j++) {
-                float v = db * values[(code >> (2 * j)) & 3];
-                dst[32 * ib + 8 * l + j] = (signs >> j) & 1 ? -v : v;
-            }
-        }
+        const float db = iq2_db(d, b >> 28);
+        for (int l = 0; l < 4; l++)
+            iq2_put8(dst + 32 * ib + 8 * l, db, shoal_ggml_iq2xxs_codes[g[l]],
+                     ksigns((b >> (7 * l)) & 127u));
     }
 }
 
@@ -320,6 +328,59 @@ void shoal_ggml_dequant_iq3_xxs(const uint8_t *src, float *dst)
                 const unsigned code = shoal_ggml_iq3xxs_codes[qs[8 * ib + 2 * l + j / 4]];
                 float v = db * values[(code >> (3 * (j % 4))) & 7];
                 dst[32 * ib + 8 * l + j] = (signs >> j) & 1 ? -v : v;
+            }
+        }
+    }
+}
+
+/* IQ2_XS, 74 bytes: d f16 @0 | qs[32] u16 @2 (one per 8 elements: a 9-bit
+ * codebook index, then 7 sign bits, the 8th of even parity) | scales[8]
+ * @66 (a byte per 32: the 4-bit scale of its first 16 low, second 16
+ * high). y = db * grid value, negated where the sign bit says. */
+void shoal_ggml_dequant_iq2_xs(const uint8_t *src, float *dst)
+{
+    const float d = f16(src);
+    for (int g = 0; g < 32; g++) {   /* groups of 8; 4 a scale byte */
+        const unsigned q = le16(src + 2 + 2 * g);
+        iq2_put8(dst + 8 * g, iq2_db(d, (src[66 + g / 4] >> (4 * (g % 4 / 2))) & 0x0F),
+                 shoal_ggml_iq2xs_codes[q & 511u], ksigns(q >> 9));
+    }
+}
+
+/* IQ2_S, 82 bytes: d f16 @0 | qs[32] @2 (low 8 bits of the codebook
+ * indices, one per 8 elements) | signs[32] @34 (a byte per 8 elements, all
+ * 8 bits stored) | qh[8] @66 (a byte per 32: bits 2l, 2l+1 the high 2 bits
+ * of index l) | scales[8] @74 (as IQ2_XS's). y = db * grid value, negated
+ * where the sign bit says. */
+void shoal_ggml_dequant_iq2_s(const uint8_t *src, float *dst)
+{
+    const float d = f16(src);
+    for (int g = 0; g < 32; g++) {   /* groups of 8; 4 a scale and a qh byte */
+        const unsigned idx = src[2 + g] | ((src[66 + g / 4] >> (2 * (g % 4))) & 3) << 8;
+        iq2_put8(dst + 8 * g, iq2_db(d, (src[74 + g / 4] >> (4 * (g % 4 / 2))) & 0x0F),
+                 shoal_ggml_iq2s_codes[idx], src[34 + g]);
+    }
+}
+
+/* IQ3_S, 110 bytes: d f16 @0 | qs[64] @2 (low 8 bits of the codebook
+ * indices, one per 4 elements) | qh[8] @66 (a byte per 32: bit k the 9th
+ * bit of its index k) | signs[32] @74 (a byte per 8 elements, all 8 bits
+ * stored) | scales[4] @106 (a nibble per 32, low first). db = d * (1 + 2
+ * scale); y = db * grid value, negated where the sign bit says. */
+void shoal_ggml_dequant_iq3_s(const uint8_t *src, float *dst)
+{
+    static const float values[8] = {1.0f, 3.0f, 5.0f, 7.0f, 9.0f, 11.0f, 13.0f, 15.0f};
+    const float d = f16(src);
+    for (int ib = 0; ib < 8; ib++) {
+        const unsigned qh = src[66 + ib];
+        const float db = d * (float)(1 + 2 * ((src[106 + ib / 2] >> (4 * (ib % 2))) & 0x0F));
+        for (int k = 0; k < 8; k++) {
+            const unsigned code = shoal_ggml_iq3s_codes[src[2 + 8 * ib + k] | ((qh >> k) & 1) << 8];
+            const unsigned signs = src[74 + 4 * ib + k / 2];
+            for (int j = 0; j < 4; j++) {
+                const int e = 4 * (k % 2) + j;   /* element of the sign byte's 8 */
+                float v = db * values[(code >> (3 * j)) & 7];
+                dst[32 * ib + 4 * k + j] = (signs >> e) & 1 ? -v : v;
             }
         }
     }

@@ -29,6 +29,7 @@ int shoal_ggml_iform(uint32_t type)
     case SHOAL_GGML_TYPE_IQ1_S: case SHOAL_GGML_TYPE_IQ1_M: case SHOAL_GGML_TYPE_MXFP4:
     case SHOAL_GGML_TYPE_Q4_0: case SHOAL_GGML_TYPE_Q4_1:
     case SHOAL_GGML_TYPE_Q5_0: case SHOAL_GGML_TYPE_Q5_1:
+    case SHOAL_GGML_TYPE_IQ2_XS: case SHOAL_GGML_TYPE_IQ2_S: case SHOAL_GGML_TYPE_IQ3_S:
         return 1;
     default:
         return 0;
@@ -43,8 +44,8 @@ int shoal_ggml_dot_supported(uint32_t type)
 
 const char *shoal_ggml_dot_types(void)
 {
-    return "Q8_0, Q4_K, Q6_K, Q2_K, Q3_K, Q5_K, IQ4_XS, IQ4_NL, IQ2_XXS, IQ3_XXS, "
-           "IQ1_S, IQ1_M, MXFP4, Q4_0, Q4_1, Q5_0 and Q5_1";
+    return "Q8_0, Q4_K, Q6_K, Q2_K, Q3_K, Q5_K, IQ4_XS, IQ4_NL, IQ2_XXS, IQ2_XS, "
+           "IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, MXFP4, Q4_0, Q4_1, Q5_0 and Q5_1";
 }
 
 int64_t shoal_ggml_act_block(uint32_t type)
@@ -250,6 +251,18 @@ void shoal_ggml_iblock_scales(enum shoal_ggml_type type, const uint8_t *blk,
                          1));
         ib->d = f16_at(blk) * (type == SHOAL_GGML_TYPE_IQ2_XXS ? 0.125f : 0.25f);
         break;
+    case SHOAL_GGML_TYPE_IQ2_XS:
+    case SHOAL_GGML_TYPE_IQ2_S:   /* a 4-bit s per 16, a byte of two per 32 */
+        for (int k = 0; k < 16; k++)
+            ib->sc[k] = (int16_t)(2 * ((blk[(type == SHOAL_GGML_TYPE_IQ2_XS ? 66 : 74) + k / 2] >>
+                                        (4 * (k % 2))) & 0x0F) + 1);
+        ib->d = f16_at(blk) * 0.125f;
+        break;
+    case SHOAL_GGML_TYPE_IQ3_S:   /* a 4-bit s per 32, two a byte */
+        for (int j = 0; j < 8; j++)
+            set_sc(ib, 2 * j, 2, (int)(2 * ((blk[106 + j / 2] >> (4 * (j % 2))) & 0x0F) + 1));
+        ib->d = f16_at(blk);
+        break;
     case SHOAL_GGML_TYPE_IQ1_S:
         for (int j = 0; j < 8; j++)
             set_sc(ib, 2 * j, 2, (int)(2 * ((blk[35 + 2 * j] >> 4) & 7) + 1));
@@ -349,6 +362,43 @@ void shoal_ggml_iblock_decode(enum shoal_ggml_type type, const uint8_t *blk,
                     const int v = values[(code >> (3 * (i % 4))) & 7];
                     ib->c[32 * j + 8 * l + i] = (int8_t)((signs >> i) & 1 ? -v : v);
                 }
+            }
+        }
+        break;
+    }
+    case SHOAL_GGML_TYPE_IQ2_XS:
+    case SHOAL_GGML_TYPE_IQ2_S: {
+        /* 8 elements an index: IQ2_XS u16 of 9 index and 7 sign bits;
+         * IQ2_S a low index byte, 2 high bits in qh, a whole sign byte */
+        static const int8_t values[4] = {8, 25, 43, 0};
+        const int xs = type == SHOAL_GGML_TYPE_IQ2_XS;
+        for (int g = 0; g < 32; g++) {
+            unsigned code, signs;
+            if (xs) {
+                const unsigned q = (unsigned)(blk[2 + 2 * g] | blk[3 + 2 * g] << 8);
+                code = shoal_ggml_iq2xs_codes[q & 511u];
+                signs = ksigns(q >> 9);
+            } else {
+                code = shoal_ggml_iq2s_codes[blk[2 + g] | ((blk[66 + g / 4] >> (2 * (g % 4))) & 3) << 8];
+                signs = blk[34 + g];
+            }
+            for (int i = 0; i < 8; i++) {
+                const int v = values[(code >> (2 * i)) & 3];
+                ib->c[8 * g + i] = (int8_t)((signs >> i) & 1 ? -v : v);
+            }
+        }
+        break;
+    }
+    case SHOAL_GGML_TYPE_IQ3_S: {
+        /* 4 elements an index: a low byte, the 9th bit in qh; a sign byte per 8 */
+        static const int8_t values[8] = {1, 3, 5, 7, 9, 11, 13, 15};
+        for (int k = 0; k < 64; k++) {
+            const unsigned code =
+                shoal_ggml_iq3s_codes[blk[2 + k] | ((blk[66 + k / 8] >> (k % 8)) & 1) << 8];
+            const unsigned signs = blk[74 + k / 2];
+            for (int i = 0; i < 4; i++) {
+                const int v = values[(code >> (3 * i)) & 7];
+                ib->c[4 * k + i] = (int8_t)((signs >> (4 * (k % 2) + i)) & 1 ? -v : v);
             }
         }
         break;

@@ -1,8 +1,8 @@
 /* ggml_dot: dot products and linear layers over ggml-typed weights as a GGUF
  * file ships them, against int8-quantized activations: Q8_0, Q4_K, Q6_K,
  * and in an integer form shared by the rest (below) Q2_K, Q3_K, Q5_K,
- * IQ4_XS, IQ4_NL, IQ2_XXS, IQ3_XXS, IQ1_S, IQ1_M, MXFP4, Q4_0, Q4_1, Q5_0
- * and Q5_1 (shoal_ggml_dot_supported).
+ * IQ4_XS, IQ4_NL, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M,
+ * MXFP4, Q4_0, Q4_1, Q5_0 and Q5_1 (shoal_ggml_dot_supported).
  *
  * Owns the activation format each weight type is paired with, the
  * canonical order of its dot product, the scalar reference, and the driver
@@ -40,7 +40,10 @@
  *   IQ4_XS  c = kvalues_iq4nl[nibble] (-127..113); sc = 6-bit - 32; D = d
  *   IQ4_NL  c = kvalues_iq4nl[nibble]; sc = 1; D = d (blocks of 32)
  *   IQ2_XXS c = +-{8, 25, 43} (grid, signs); sc = 2 s + 1 per 32; D = d * 0.125f
+ *   IQ2_XS, IQ2_S  c = +-{8, 25, 43} (grid, signs); sc = 2 s + 1 per 16;
+ *           D = d * 0.125f
  *   IQ3_XXS c = +-{4 .. 62} (grid, signs);   sc = 2 s + 1 per 32; D = d * 0.25f
+ *   IQ3_S   c = +-{1, 3 .. 15} (grid, signs); sc = 2 s + 1 per 32; D = d
  *   IQ1_S   c = 8 g + 1 or 8 g - 1 (g in -1..1 from the grid, the sign of
  *           the group's delta): +-1, +-7, +-9; sc = 2 s + 1 per 32; D = d * 0.125f
  *   IQ1_M   as IQ1_S with a delta sign per 8 and sc = 2 s + 1 per 16; D = d * 0.125f

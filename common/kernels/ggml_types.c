@@ -31,12 +31,12 @@ static const struct shoal_ggml_type_info types[SHOAL_GGML_TYPE_COUNT] = {
     T(Q6_K, "Q6_K", QK_K, 210, shoal_ggml_dequant_q6_k),
     T(Q8_K, "Q8_K", QK_K, 292, NULL),
     T(IQ2_XXS, "IQ2_XXS", QK_K, 66, shoal_ggml_dequant_iq2_xxs),
-    T(IQ2_XS, "IQ2_XS", QK_K, 74, NULL),
+    T(IQ2_XS, "IQ2_XS", QK_K, 74, shoal_ggml_dequant_iq2_xs),
     T(IQ3_XXS, "IQ3_XXS", QK_K, 98, shoal_ggml_dequant_iq3_xxs),
     T(IQ1_S, "IQ1_S", QK_K, 50, shoal_ggml_dequant_iq1_s),
     T(IQ4_NL, "IQ4_NL", 32, 18, shoal_ggml_dequant_iq4_nl),
-    T(IQ3_S, "IQ3_S", QK_K, 110, NULL),
-    T(IQ2_S, "IQ2_S", QK_K, 82, NULL),
+    T(IQ3_S, "IQ3_S", QK_K, 110, shoal_ggml_dequant_iq3_s),
+    T(IQ2_S, "IQ2_S", QK_K, 82, shoal_ggml_dequant_iq2_s),
     T(IQ4_XS, "IQ4_XS", QK_K, 136, shoal_ggml_dequant_iq4_xs),
     T(I8, "I8", 1, 1, NULL),
     T(I16, "I16", 1, 2, NULL),
@@ -143,7 +143,8 @@ int shoal_ggml_check_scales(uint32_t id, const void *src, uint64_t n_blocks, con
     switch (id) {
     case SHOAL_GGML_TYPE_Q8_0: case SHOAL_GGML_TYPE_Q4_0: case SHOAL_GGML_TYPE_Q5_0:
     case SHOAL_GGML_TYPE_IQ4_NL: case SHOAL_GGML_TYPE_IQ4_XS: case SHOAL_GGML_TYPE_IQ2_XXS:
-    case SHOAL_GGML_TYPE_IQ3_XXS: case SHOAL_GGML_TYPE_IQ1_S:
+    case SHOAL_GGML_TYPE_IQ3_XXS: case SHOAL_GGML_TYPE_IQ1_S: case SHOAL_GGML_TYPE_IQ2_XS:
+    case SHOAL_GGML_TYPE_IQ2_S: case SHOAL_GGML_TYPE_IQ3_S:
         off[0] = 0;
         break;
     case SHOAL_GGML_TYPE_Q4_1: case SHOAL_GGML_TYPE_Q5_1:

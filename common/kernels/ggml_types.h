@@ -115,8 +115,8 @@ int shoal_ggml_dequant_row(uint32_t id, const void *src, float *dst,
 
 /* Check the block scales of n_blocks blocks of type id at src: the f16 d
  * (and dmin or m, where the type has one) of every Q4_0, Q4_1, Q5_0, Q5_1,
- * Q8_0, Q2_K .. Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ3_XXS, IQ1_S and IQ1_M
- * block must be finite, and an MXFP4 block's E8M0 exponent must not be
+ * Q8_0, Q2_K .. Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+ * IQ3_S, IQ1_S and IQ1_M block must be finite, and an MXFP4 block's E8M0 exponent must not be
  * 255 (its NaN), since one NaN or infinite scale makes every dot product
  * with its row NaN (the byte layouts: ggml_dot.h, ggml_dequant.c).
  *   src    [n_blocks * type_size] bytes, borrowed

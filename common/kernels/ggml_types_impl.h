@@ -45,13 +45,20 @@ void shoal_ggml_dequant_iq2_xxs(const uint8_t *src, float *dst);
 void shoal_ggml_dequant_iq3_xxs(const uint8_t *src, float *dst);
 void shoal_ggml_dequant_iq1_s(const uint8_t *src, float *dst);
 void shoal_ggml_dequant_iq1_m(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_iq2_xs(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_iq2_s(const uint8_t *src, float *dst);
+void shoal_ggml_dequant_iq3_s(const uint8_t *src, float *dst);
 
 /* Codebooks (ggml_grids.c): entry i of ggml-common.h's table, one code of
- * 2 (iq2xxs, iq1s) or 3 (iq3xxs) bits per element, element 0 in the low
- * bits (ggml_grids.c says where the values come from). */
+ * 2 (iq2xxs, iq2xs, iq2s, iq1s) or 3 (iq3xxs, iq3s) bits per element,
+ * element 0 in the low bits (ggml_grids.c says where the values come
+ * from). */
 extern const uint16_t shoal_ggml_iq2xxs_codes[256];
 extern const uint16_t shoal_ggml_iq3xxs_codes[256];
 extern const uint16_t shoal_ggml_iq1s_codes[2048];
+extern const uint16_t shoal_ggml_iq2xs_codes[512];
+extern const uint16_t shoal_ggml_iq2s_codes[1024];
+extern const uint16_t shoal_ggml_iq3s_codes[512];
 
 /* ggml-common.h kvalues_iq4nl and kvalues_mxfp4 (E2M1 times 2), as the dot
  * products' integer codes (ggml_dot.c) */

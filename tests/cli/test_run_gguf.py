@@ -33,8 +33,8 @@ Cases:
             the router included): the same bytes at --threads 1 and 2,
             cosine 0.98 to the BF16 run while the tokens agree
   random types: the experts as random valid blocks of Q5_K, Q2_K, Q3_K,
-            IQ4_XS, IQ2_XXS, IQ3_XXS, IQ1_S (gate, up) and IQ4_NL, MXFP4
-            (down), a type per layer, in two files; the test's decoders
+            IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S (gate,
+            up) and IQ4_NL, MXFP4 (down), a type per layer, in three files; the test's decoders
             of those types give gguf-py's floats on tests/data/gguf's
             vectors first. Each file: the same bytes at --threads 1 and 2,
             greedy tokens and cosine 0.9999 to the file of the same
@@ -284,6 +284,60 @@ def iq3_xxs_decode(raw):
     return y
 
 
+def _bits8(byte):
+    """[n] sign bytes -> [n][8] +-1 (all 8 bits stored: IQ2_S, IQ3_S)"""
+    return np.where((byte[:, None] >> np.arange(8)) & 1, np.float32(-1), np.float32(1))
+
+
+def _iq2_decode(raw, size, name, index, signs, scales):
+    """IQ2_XS and IQ2_S: 32 groups of 8 elements, group g's grid entry
+    index(b, g) and signs(b, g) [n][8] +-1; the 4-bit scale s of each 16 in
+    the bytes at `scales` (low nibble first), y = d (0.5 + s) 0.25 * grid."""
+    b, grid = _blocks(raw, size), _grid(name, 8)
+    d = _f16(b, 0)
+    y = np.empty((len(b), 256), dtype=np.float32)
+    for g in range(32):
+        s = (b[:, scales + g // 4] >> (4 * ((g % 4) // 2))) & 0x0F
+        db = d * (np.float32(0.5) + s.astype(np.float32)) * np.float32(0.25)
+        y[:, 8 * g:8 * g + 8] = db[:, None] * grid[index(b, g)] * signs(b, g)
+    return y
+
+
+def _u16(b, off):
+    return b[:, off:off + 2].copy().view("<u2")[:, 0].astype(np.int64)
+
+
+def iq2_xs_decode(raw):
+    """u16 per 8 elements: a 9-bit index, 7 sign bits"""
+    return _iq2_decode(raw, 74, "iq2_xs", lambda b, g: _u16(b, 2 + 2 * g) & 511,
+                       lambda b, g: _signs(_u16(b, 2 + 2 * g) >> 9), 66)
+
+
+def iq2_s_decode(raw):
+    """an index byte at 2, its high 2 bits at 66, a sign byte at 34"""
+    return _iq2_decode(raw, 82, "iq2_s",
+                       lambda b, g: b[:, 2 + g].astype(np.int64) |
+                       ((b[:, 66 + g // 4].astype(np.int64) >> (2 * (g % 4))) & 3) << 8,
+                       lambda b, g: _bits8(b[:, 34 + g]), 74)
+
+
+def iq3_s_decode(raw):
+    b, grid = _blocks(raw, 110), _grid("iq3_s", 4)
+    d = _f16(b, 0)
+    y = np.empty((len(b), 256), dtype=np.float32)
+    for ib in range(8):
+        s = (b[:, 106 + ib // 2] >> (4 * (ib % 2))) & 0x0F
+        db = d * (1 + 2 * s.astype(np.int32)).astype(np.float32)
+        for l in range(4):
+            k = 8 * ib + 2 * l
+            idx = [b[:, 2 + k + h].astype(np.int64) | ((b[:, 66 + ib].astype(np.int64) >>
+                                                        (2 * l + h)) & 1) << 8 for h in (0, 1)]
+            g = np.concatenate([grid[idx[0]], grid[idx[1]]], axis=1)
+            y[:, 32 * ib + 8 * l:32 * ib + 8 * l + 8] = \
+                db[:, None] * g * _bits8(b[:, 74 + 4 * ib + l])
+    return y
+
+
 def iq1_s_decode(raw):
     b, grid = _blocks(raw, 50), _grid("iq1_s", 8)
     d, qs = _f16(b, 0), b[:, 2:34].astype(np.int64)
@@ -314,9 +368,11 @@ RANDOM_TYPES = {"Q5_K": (176, 256, q5_k_decode, (0, 2)), "Q2_K": (84, 256, q2_k_
                 "IQ4_XS": (136, 256, iq4_xs_decode, (0,)), "IQ4_NL": (18, 32, iq4_nl_decode, (0,)),
                 "IQ2_XXS": (66, 256, iq2_xxs_decode, (0,)),
                 "IQ3_XXS": (98, 256, iq3_xxs_decode, (0,)),
-                "IQ1_S": (50, 256, iq1_s_decode, (0,)), "MXFP4": (17, 32, mxfp4_decode, None)}
-GGML.update({"Q2_K": 10, "Q3_K": 11, "Q5_K": 13, "IQ2_XXS": 16, "IQ3_XXS": 18, "IQ1_S": 19,
-             "IQ4_NL": 20, "IQ4_XS": 23, "MXFP4": 39})
+                "IQ1_S": (50, 256, iq1_s_decode, (0,)), "MXFP4": (17, 32, mxfp4_decode, None),
+                "IQ2_XS": (74, 256, iq2_xs_decode, (0,)), "IQ2_S": (82, 256, iq2_s_decode, (0,)),
+                "IQ3_S": (110, 256, iq3_s_decode, (0,))}
+GGML.update({"Q2_K": 10, "Q3_K": 11, "Q5_K": 13, "IQ2_XXS": 16, "IQ2_XS": 17, "IQ3_XXS": 18,
+             "IQ1_S": 19, "IQ4_NL": 20, "IQ3_S": 21, "IQ2_S": 22, "IQ4_XS": 23, "MXFP4": 39})
 
 
 def random_blocks(typ, like, rng):
@@ -619,7 +675,8 @@ def test_decoders():
 # Two files of random expert blocks, a type per layer: gate and up (256
 # columns) of the 256-element types, down (192 columns) of the 32-element ones
 MIXES = (("k-mix", ("Q5_K", "Q2_K", "Q3_K", "IQ4_XS"), ("IQ4_NL", "MXFP4")),
-         ("iq-mix", ("IQ2_XXS", "IQ3_XXS", "IQ1_S", "IQ2_XXS"), ("MXFP4", "IQ4_NL")))
+         ("iq-mix", ("IQ2_XXS", "IQ3_XXS", "IQ1_S", "IQ2_XXS"), ("MXFP4", "IQ4_NL")),
+         ("iq-s-mix", ("IQ2_XS", "IQ2_S", "IQ3_S", "IQ2_S"), ("IQ4_NL", "MXFP4")))
 
 
 def test_random_types(shoal, tmp, tensors, kvs):

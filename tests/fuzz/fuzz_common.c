@@ -18,6 +18,9 @@ static atomic_llong live;        /* may dip below 0: frees of older blocks */
 static atomic_llong peak;
 static atomic_size_t biggest;
 static atomic_size_t count;
+/* allocations by this thread while armed, and its value at fuzz_mem_begin
+ * (the executable's own TLS: reading it allocates nothing) */
+static _Thread_local size_t count_here, count_here_base;
 
 static long long charge(size_t n)
 {
@@ -37,6 +40,7 @@ static void on_malloc(const volatile void *p, size_t n)
     while (n > b && !atomic_compare_exchange_weak(&biggest, &b, n))
         ;
     atomic_fetch_add(&count, 1);
+    count_here++;
 }
 
 static void on_free(const volatile void *p)
@@ -59,6 +63,7 @@ void fuzz_mem_begin(void)
     atomic_store(&peak, 0);
     atomic_store(&biggest, 0);
     atomic_store(&count, 0);
+    count_here_base = count_here;
     atomic_store(&armed, 1);
 }
 
@@ -67,7 +72,8 @@ struct fuzz_mem fuzz_mem_now(void)
     long long pk = atomic_load(&peak);
     return (struct fuzz_mem){.peak = pk > 0 ? (size_t)pk : 0,
                              .biggest = atomic_load(&biggest),
-                             .count = atomic_load(&count)};
+                             .count = atomic_load(&count),
+                             .count_here = count_here - count_here_base};
 }
 
 void fuzz_mem_reset_peak(void)

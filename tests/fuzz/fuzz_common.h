@@ -23,7 +23,10 @@
 struct fuzz_mem {
     size_t peak;      /* most bytes live at once since begin (charged sizes) */
     size_t biggest;   /* largest single block requested since begin, bytes */
-    size_t count;     /* allocations since begin */
+    size_t count;     /* allocations since begin, by any thread */
+    size_t count_here; /* those made by the thread that called begin (for
+                          "allocates nothing": libFuzzer's own threads may
+                          allocate meanwhile) */
 };
 
 /* Start counting: live, peak, biggest and count start at 0. Installs the

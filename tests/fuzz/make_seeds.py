@@ -11,6 +11,8 @@ real files, cut small (the wire targets' seeds come from make_wire_seeds).
                  cut the same way, then "\\0TEXT:" and a text
   gguf           small GGUF files with tensors of several ggml types (F32,
                  Q8_0, Q4_K, Q6_K, IQ2_XXS, IQ1_S, MXFP4) and random bytes
+  ggml_blocks    the random blocks of tests/data/gguf's vectors (every
+                 quantized type's, the first 1 KiB), after a case byte
   safetensors    the bundled model.safetensors with only its small tensors
                  (norms, router) and their real bytes; a misaligned F32 and
                  an I64 tensor beside metadata
@@ -224,6 +226,24 @@ def safetensors_file(tensors, meta=None, pad=0):
     return struct.pack('<Q', len(h)) + h + bytes(data)
 
 
+# the block size in bytes of each type tests/data/gguf has vectors of
+GGML_BLOCK_BYTES = {'q4_0': 18, 'q4_1': 20, 'q5_0': 22, 'q5_1': 24, 'q8_0': 34, 'q2_k': 84,
+                    'q3_k': 110, 'q4_k': 144, 'q5_k': 176, 'q6_k': 210, 'iq4_nl': 18,
+                    'iq4_xs': 136, 'mxfp4': 17, 'iq2_xxs': 66, 'iq2_xs': 74, 'iq2_s': 82,
+                    'iq3_xxs': 98, 'iq3_s': 110, 'iq1_s': 50, 'iq1_m': 56}
+
+
+def ggml_block_seeds():
+    """ggml_blocks: real blocks (finite scales) of each type, case bytes 0
+    (one token), 0x25 (three, a larger scale) and 0x41 (a NaN activation)"""
+    data = os.path.join(ROOT, 'tests', 'data', 'gguf')
+    for i, (name, size) in enumerate(GGML_BLOCK_BYTES.items()):
+        blocks = open(os.path.join(data, name + '.bin'), 'rb').read()
+        n = min(1024 // size, 4 if size > 40 else 32) * size
+        case = (0x00, 0x25, 0x41)[i % 3]
+        write('ggml_blocks', name, bytes([case]) + blocks[:n])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--shoal', help='a shoal binary, for the container seeds')
@@ -258,6 +278,8 @@ def main():
     # gguf: tensors of several types, random data, 32- and 64-byte alignment
     for align in (32, 64):
         write('gguf', f'tensors-{align}', gguf_with_tensors(align))
+
+    ggml_block_seeds()
 
     # safetensors
     b = open(os.path.join(MODEL, 'model.safetensors'), 'rb').read()

@@ -18,7 +18,7 @@ set -u
 cd "$(dirname "$0")/../.."
 BUILD=build-fuzz
 TIME=""
-ALL="wire_worker wire_coordinator safetensors container model_config tokenizer_hf gguf_vocab gguf chat_template"
+ALL="wire_worker wire_coordinator safetensors container model_config tokenizer_hf gguf_vocab gguf ggml_blocks chat_template"
 while [ $# -gt 0 ]; do
     case "$1" in
     --time) TIME=$2; shift 2 ;;
@@ -37,6 +37,7 @@ runs_of() {
     container) echo 1500 ;;
     tokenizer_hf) echo 25000 ;;
     gguf_vocab|gguf|chat_template) echo 50000 ;;
+    ggml_blocks) echo 700 ;;
     safetensors) echo 120000 ;;
     model_config) echo 300000 ;;
     esac

@@ -29,7 +29,8 @@ static const enum shoal_ggml_type types[] = {
     SHOAL_GGML_TYPE_IQ4_XS,  SHOAL_GGML_TYPE_IQ4_NL,  SHOAL_GGML_TYPE_IQ2_XXS,
     SHOAL_GGML_TYPE_IQ3_XXS, SHOAL_GGML_TYPE_IQ1_S,   SHOAL_GGML_TYPE_MXFP4,
     SHOAL_GGML_TYPE_IQ1_M,   SHOAL_GGML_TYPE_Q4_0,    SHOAL_GGML_TYPE_Q4_1,
-    SHOAL_GGML_TYPE_Q5_0,    SHOAL_GGML_TYPE_Q5_1};
+    SHOAL_GGML_TYPE_Q5_0,    SHOAL_GGML_TYPE_Q5_1,    SHOAL_GGML_TYPE_IQ2_XS,
+    SHOAL_GGML_TYPE_IQ2_S,   SHOAL_GGML_TYPE_IQ3_S};
 #define N_TYPES (sizeof types / sizeof *types)
 #define N_OWN_KERNEL 3
 
@@ -136,7 +137,8 @@ static uint8_t *make_matrix(enum shoal_ggml_type type, int64_t rows, int64_t col
             blk[0] = extreme ? (uint8_t)((const int[]){0, 1, 2, 254}[rng_u32() % 4])
                              : (uint8_t)(115 + rng_u32() % 6);
             break;
-        default:   /* d f16 at 0: Q4_0, Q5_0, IQ4_NL, IQ4_XS, IQ2_XXS, IQ3_XXS, IQ1_S */
+        default:   /* d f16 at 0: Q4_0, Q5_0, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S,
+                      IQ3_XXS, IQ3_S, IQ1_S */
             put_f16(blk, d);
             break;
         }
@@ -523,7 +525,8 @@ Test(ggml_dot, every_dot_type_refuses_a_non_finite_scale)
         {SHOAL_GGML_TYPE_IQ2_XXS, {0, -1}, {"d"}},  {SHOAL_GGML_TYPE_IQ3_XXS, {0, -1}, {"d"}},
         {SHOAL_GGML_TYPE_IQ1_S, {0, -1}, {"d"}},    {SHOAL_GGML_TYPE_Q4_0, {0, -1}, {"d"}},
         {SHOAL_GGML_TYPE_Q5_0, {0, -1}, {"d"}},     {SHOAL_GGML_TYPE_Q4_1, {0, 2}, {"d", "m"}},
-        {SHOAL_GGML_TYPE_Q5_1, {0, 2}, {"d", "m"}},
+        {SHOAL_GGML_TYPE_Q5_1, {0, 2}, {"d", "m"}},   {SHOAL_GGML_TYPE_IQ2_XS, {0, -1}, {"d"}},
+        {SHOAL_GGML_TYPE_IQ2_S, {0, -1}, {"d"}},    {SHOAL_GGML_TYPE_IQ3_S, {0, -1}, {"d"}},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const enum shoal_ggml_type type = cases[ci].type;

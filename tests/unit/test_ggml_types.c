@@ -89,9 +89,9 @@ Test(ggml_types, dequant_row_refuses_missing_types_and_partial_blocks)
     struct shoal_err err = {0};
     uint8_t src[256] = {0};
     float dst[256];
-    cr_assert(eq(int, shoal_ggml_dequant_row(SHOAL_GGML_TYPE_IQ2_XS, src, dst, 256, &err),
+    cr_assert(eq(int, shoal_ggml_dequant_row(SHOAL_GGML_TYPE_TQ1_0, src, dst, 256, &err),
                  SHOAL_EUNSUPPORTED));
-    cr_assert_not_null(strstr(err.msg, "IQ2_XS"), "%s", err.msg);
+    cr_assert_not_null(strstr(err.msg, "TQ1_0"), "%s", err.msg);
     shoal_err_clear(&err);
     cr_assert(eq(int, shoal_ggml_dequant_row(SHOAL_GGML_TYPE_Q8_0, src, dst, 33, &err),
                  SHOAL_ESHAPE));
@@ -169,64 +169,70 @@ Test(ggml_types, iq2_xxs_equals_gguf_py) { check_against_gguf_py(SHOAL_GGML_TYPE
 Test(ggml_types, iq3_xxs_equals_gguf_py) { check_against_gguf_py(SHOAL_GGML_TYPE_IQ3_XXS); }
 Test(ggml_types, iq1_s_equals_gguf_py) { check_against_gguf_py(SHOAL_GGML_TYPE_IQ1_S); }
 Test(ggml_types, iq1_m_equals_gguf_py) { check_against_gguf_py(SHOAL_GGML_TYPE_IQ1_M); }
+Test(ggml_types, iq2_xs_equals_gguf_py) { check_against_gguf_py(SHOAL_GGML_TYPE_IQ2_XS); }
+Test(ggml_types, iq2_s_equals_gguf_py) { check_against_gguf_py(SHOAL_GGML_TYPE_IQ2_S); }
+Test(ggml_types, iq3_s_equals_gguf_py) { check_against_gguf_py(SHOAL_GGML_TYPE_IQ3_S); }
 
-/* Every codebook entry, read back through the dequantization of blocks
- * that index each entry once (f16 scale 1.0, block scale 0, no signs), and
- * compared with gguf-py's codebook. */
-Test(ggml_types, codebooks_equal_gguf_py)
+/* Where index number i of a block goes, for each IQ type's layout (the
+ * block zeroed but for d = 1.0; signs and scales 0) */
+static void put_iq1_s(uint8_t *blk, int i, unsigned idx)
+{
+    blk[2 + i] = (uint8_t)idx;   /* the high 3 bits: qh u16 of the group at 34 */
+    uint8_t *qh = blk + 34 + 2 * (i / 4);
+    const unsigned v = (unsigned)(qh[0] | qh[1] << 8) | (idx >> 8) << (3 * (i % 4));
+    qh[0] = (uint8_t)v;
+    qh[1] = (uint8_t)(v >> 8);
+}
+static void put_iq2_xxs(uint8_t *blk, int i, unsigned idx) { blk[2 + 8 * (i / 4) + i % 4] = (uint8_t)idx; }
+static void put_iq3_xxs(uint8_t *blk, int i, unsigned idx) { blk[2 + i] = (uint8_t)idx; }
+static void put_iq2_xs(uint8_t *blk, int i, unsigned idx)   /* u16, 9 index bits */
+{
+    blk[2 + 2 * i] = (uint8_t)idx;
+    blk[3 + 2 * i] = (uint8_t)(idx >> 8);
+}
+static void put_iq2_s(uint8_t *blk, int i, unsigned idx)    /* 2 high bits in qh at 66 */
+{
+    blk[2 + i] = (uint8_t)idx;
+    blk[66 + i / 4] = (uint8_t)(blk[66 + i / 4] | (idx >> 8) << (2 * (i % 4)));
+}
+static void put_iq3_s(uint8_t *blk, int i, unsigned idx)    /* the 9th bit in qh at 66 */
+{
+    blk[2 + i] = (uint8_t)idx;
+    blk[66 + i / 8] = (uint8_t)(blk[66 + i / 8] | (idx >> 8) << (i % 8));
+}
+
+/* Every entry of type's codebook (entries of width elements, tests/data/
+ * gguf/<file>), read back through the dequantization of blocks that index
+ * each entry once, as (y - sub) * mul, against gguf-py's codebook. */
+static void check_codebook(uint32_t type, const char *file, int entries, int width, float sub,
+                           float mul, void (*put)(uint8_t *, int, unsigned))
 {
     size_t size;
-    uint8_t *grid;
-    float y[256];
-
-    /* IQ1_S: y = 1 * (value + 1/8); 32 indices a block */
-    grid = read_data("grid_iq1_s.i8", &size);
-    cr_assert(eq(sz, size, 2048 * 8));
-    for (int b = 0; b < 64; b++) {
-        uint8_t blk[50] = {0x00, 0x3C};
-        for (int ib = 0; ib < 8; ib++) {
-            unsigned qh = 0;
-            for (int l = 0; l < 4; l++) {
-                unsigned idx = (unsigned)(32 * b + 4 * ib + l);
-                blk[2 + 4 * ib + l] = (uint8_t)idx;
-                qh |= (idx >> 8) << (3 * l);
-            }
-            blk[34 + 2 * ib] = (uint8_t)qh;
-            blk[35 + 2 * ib] = (uint8_t)(qh >> 8);
-        }
-        cr_assert(eq(int, shoal_ggml_dequant_row(SHOAL_GGML_TYPE_IQ1_S, blk, y, 256, NULL), 0));
+    uint8_t *grid = read_data(file, &size);
+    cr_assert(eq(sz, size, (size_t)(entries * width)), "%s", file);
+    const int per_block = 256 / width;
+    for (int b = 0; b < entries / per_block; b++) {
+        uint8_t blk[256] = {0x00, 0x3C};
+        float y[256];
+        for (int i = 0; i < per_block; i++)
+            put(blk, i, (unsigned)(per_block * b + i));
+        cr_assert(eq(int, shoal_ggml_dequant_row(type, blk, y, 256, NULL), 0));
         for (int e = 0; e < 256; e++)
-            cr_assert(eq(flt, y[e] - 0.125f, (float)(int8_t)grid[256 * b + e]),
-                      "iq1s entry %d element %d", 32 * b + e / 8, e % 8);
+            cr_assert(eq(flt, (y[e] - sub) * mul, (float)(int8_t)grid[256 * b + e]),
+                      "%s entry %d element %d", file, per_block * b + e / width, e % width);
     }
     free(grid);
+}
 
-    /* IQ2_XXS: y = 0.125 * value; 32 indices a block */
-    grid = read_data("grid_iq2_xxs.i8", &size);
-    cr_assert(eq(sz, size, 256 * 8));
-    for (int b = 0; b < 8; b++) {
-        uint8_t blk[66] = {0x00, 0x3C};
-        for (int g = 0; g < 8; g++)
-            for (int l = 0; l < 4; l++)
-                blk[2 + 8 * g + l] = (uint8_t)(32 * b + 4 * g + l);
-        cr_assert(eq(int, shoal_ggml_dequant_row(SHOAL_GGML_TYPE_IQ2_XXS, blk, y, 256, NULL), 0));
-        for (int e = 0; e < 256; e++)
-            cr_assert(eq(flt, y[e] * 8.0f, (float)(int8_t)grid[256 * b + e]),
-                      "iq2xxs entry %d element %d", 32 * b + e / 8, e % 8);
-    }
-    free(grid);
-
-    /* IQ3_XXS: y = 0.25 * value; 64 indices of 4 elements a block */
-    grid = read_data("grid_iq3_xxs.i8", &size);
-    cr_assert(eq(sz, size, 256 * 4));
-    for (int b = 0; b < 4; b++) {
-        uint8_t blk[98] = {0x00, 0x3C};
-        for (int i = 0; i < 64; i++)
-            blk[2 + i] = (uint8_t)(64 * b + i);
-        cr_assert(eq(int, shoal_ggml_dequant_row(SHOAL_GGML_TYPE_IQ3_XXS, blk, y, 256, NULL), 0));
-        for (int e = 0; e < 256; e++)
-            cr_assert(eq(flt, y[e] * 4.0f, (float)(int8_t)grid[256 * b + e]),
-                      "iq3xxs entry %d element %d", 64 * b + e / 4, e % 4);
-    }
-    free(grid);
+/* Each IQ codebook (f16 scale 1.0, block scale 0, no signs): IQ1_S y =
+ * value + 1/8; the IQ2 types 0.125 * value; IQ3_XXS 0.25 * value; IQ3_S
+ * value. */
+Test(ggml_types, codebooks_equal_gguf_py)
+{
+    check_codebook(SHOAL_GGML_TYPE_IQ1_S, "grid_iq1_s.i8", 2048, 8, 0.125f, 1.0f, put_iq1_s);
+    check_codebook(SHOAL_GGML_TYPE_IQ2_XXS, "grid_iq2_xxs.i8", 256, 8, 0, 8.0f, put_iq2_xxs);
+    check_codebook(SHOAL_GGML_TYPE_IQ3_XXS, "grid_iq3_xxs.i8", 256, 4, 0, 4.0f, put_iq3_xxs);
+    check_codebook(SHOAL_GGML_TYPE_IQ2_XS, "grid_iq2_xs.i8", 512, 8, 0, 8.0f, put_iq2_xs);
+    check_codebook(SHOAL_GGML_TYPE_IQ2_S, "grid_iq2_s.i8", 1024, 8, 0, 8.0f, put_iq2_s);
+    check_codebook(SHOAL_GGML_TYPE_IQ3_S, "grid_iq3_s.i8", 512, 4, 0, 1.0f, put_iq3_s);
 }

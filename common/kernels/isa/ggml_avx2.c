@@ -529,6 +529,20 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         u->d = f16_at(blk);
         u->dmin = -f16_at(blk + 2);
         break;
+    case SHOAL_GGML_TYPE_IQ2_XS:
+    case SHOAL_GGML_TYPE_IQ2_S:
+    case SHOAL_GGML_TYPE_IQ3_S: {
+        /* no SIMD unpack of these grids yet: the scalar decode's signed
+         * codes and per-16 scales, the same integers (no min) */
+        struct shoal_ggml_iblock ib;
+        shoal_ggml_iblock_decode(t, blk, &ib);
+        for (int j = 0; j < 8; j++) {
+            put_signed(u, j, _mm256_loadu_si256((const __m256i *)(const void *)(ib.c + 32 * j)));
+            u->sc[j] = sc2(ib.sc[2 * j], ib.sc[2 * j + 1]);
+        }
+        u->d = ib.d;
+        break;
+    }
     default:
         break;
     }
@@ -676,6 +690,9 @@ ROWS8_FN(rows8_iq2_xxs, SHOAL_GGML_TYPE_IQ2_XXS)
 ROWS8_FN(rows8_iq3_xxs, SHOAL_GGML_TYPE_IQ3_XXS)
 ROWS8_FN(rows8_iq1_s, SHOAL_GGML_TYPE_IQ1_S)
 ROWS8_FN(rows8_iq1_m, SHOAL_GGML_TYPE_IQ1_M)
+ROWS8_FN(rows8_iq2_xs, SHOAL_GGML_TYPE_IQ2_XS)
+ROWS8_FN(rows8_iq2_s, SHOAL_GGML_TYPE_IQ2_S)
+ROWS8_FN(rows8_iq3_s, SHOAL_GGML_TYPE_IQ3_S)
 ROWS8_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4)
 ROWS8_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0)
 ROWS8_FN(rows8_q4_1, SHOAL_GGML_TYPE_Q4_1)
@@ -709,6 +726,9 @@ static rows8_fn rows8_for(enum shoal_ggml_type t)
     case SHOAL_GGML_TYPE_IQ3_XXS: return rows8_iq3_xxs;
     case SHOAL_GGML_TYPE_IQ1_S: return rows8_iq1_s;
     case SHOAL_GGML_TYPE_IQ1_M: return rows8_iq1_m;
+    case SHOAL_GGML_TYPE_IQ2_XS: return rows8_iq2_xs;
+    case SHOAL_GGML_TYPE_IQ2_S: return rows8_iq2_s;
+    case SHOAL_GGML_TYPE_IQ3_S: return rows8_iq3_s;
     case SHOAL_GGML_TYPE_MXFP4: return rows8_mxfp4;
     case SHOAL_GGML_TYPE_Q4_0: return rows8_q4_0;
     case SHOAL_GGML_TYPE_Q4_1: return rows8_q4_1;

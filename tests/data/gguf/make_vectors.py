@@ -11,10 +11,10 @@ For each type, DIR/<type>.bin holds n blocks of random bytes (n * type_size
 bytes) followed by gguf-py's dequantization of them (n * block_size float32,
 little-endian). Float fields (f16/bf16/f32 scales and values) are drawn
 from all finite bit patterns (subnormals and zero included, inf/NaN
-excluded); MXFP4 exponents from 0..254. IQ2_XXS and IQ3_XXS get extra
-blocks whose indices sweep the whole codebook (scale 1, no signs), and
-DIR/grid_<type>.i8 holds gguf-py's codebook of IQ2_XXS, IQ3_XXS and IQ1_S
-as int8 [entries][elements].
+excluded); MXFP4 exponents from 0..254. IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS
+and IQ3_S get extra blocks whose indices sweep the whole codebook (scale 1,
+no signs), and DIR/grid_<type>.i8 holds gguf-py's codebook of those and
+IQ1_S as int8 [entries][elements].
 """
 import argparse
 import os
@@ -30,11 +30,14 @@ TYPES = {
     "Q5_K": ([0, 2], 6), "Q6_K": ([208], 6), "IQ4_NL": ([0], 12), "IQ4_XS": ([0], 6),
     "MXFP4": ([], 12), "IQ2_XXS": ([0], 6), "IQ3_XXS": ([0], 6), "IQ1_S": ([0], 6),
     "IQ1_M": ([], 6),
+    # appended (issue 30's second IQ set), so the seeds of the ones above stay
+    "IQ2_XS": ([0], 6), "IQ2_S": ([0], 6), "IQ3_S": ([0], 6),
 }
 # codebook entries; the small ones also get dequantized sweep blocks (IQ1_S's
 # 2048 entries are checked by the test's own sweep against grid_iq1_s.i8)
-GRIDS = {"IQ2_XXS": 256, "IQ3_XXS": 256, "IQ1_S": 2048}
-SWEEP = {"IQ2_XXS": 256, "IQ3_XXS": 256}
+GRIDS = {"IQ2_XXS": 256, "IQ3_XXS": 256, "IQ1_S": 2048,
+         "IQ2_XS": 512, "IQ2_S": 1024, "IQ3_S": 512}
+SWEEP = {"IQ2_XXS": 256, "IQ3_XXS": 256, "IQ2_XS": 512, "IQ2_S": 1024, "IQ3_S": 512}
 
 
 def finite16(rng, n, mask=0x7C00, clear=0x4000, rot=0):
@@ -74,31 +77,55 @@ def random_blocks(rng, name, type_size, f16_offs, n):
     return b
 
 
+def blank(n, size):
+    """n zero blocks of size bytes but for d = 1.0 (f16 at 0)"""
+    b = np.zeros((n, size), np.uint8)
+    b[:, 0:2] = np.array([0x3C00], np.uint16).view(np.uint8)
+    return b
+
+
 def sweep_blocks(name, entries):
     """Blocks with d = 1.0, scale 0, no signs, indices 0..entries-1."""
     if name == "IQ2_XXS":       # 8 groups: u32 of 4 index bytes, u32 signs/scale
         n = entries // 32
-        b = np.zeros((n, 66), np.uint8)
-        b[:, 0:2] = np.array([0x3C00], np.uint16).view(np.uint8)
+        b = blank(n, 66)
         idx = np.arange(entries).reshape(n, 8, 4)
         for g in range(8):
             b[:, 2 + 8 * g: 6 + 8 * g] = idx[:, g, :]
         return b
     if name == "IQ3_XXS":       # qs[64] indices, then 8 x u32 signs/scale
         n = entries // 64
-        b = np.zeros((n, 98), np.uint8)
-        b[:, 0:2] = np.array([0x3C00], np.uint16).view(np.uint8)
+        b = blank(n, 98)
         b[:, 2:66] = np.arange(entries).reshape(n, 64)
         return b
     if name == "IQ1_S":         # qs[32] low bits, qh[8] u16 (3 high bits each)
         n = entries // 32
-        b = np.zeros((n, 50), np.uint8)
-        b[:, 0:2] = np.array([0x3C00], np.uint16).view(np.uint8)
+        b = blank(n, 50)
         idx = np.arange(entries).reshape(n, 8, 4)
         b[:, 2:34] = (idx & 0xFF).reshape(n, 32)
         hi = idx >> 8
         qh = (hi[..., 0] | hi[..., 1] << 3 | hi[..., 2] << 6 | hi[..., 3] << 9).astype(np.uint16)
         b[:, 34:50] = qh.view(np.uint8).reshape(n, 16)
+        return b
+    if name == "IQ2_XS":        # qs[32] u16: 9-bit index, 7 sign bits (0)
+        n = entries // 32
+        b = blank(n, 74)
+        b[:, 2:66] = np.arange(entries, dtype=np.uint16).reshape(n, 32).view(np.uint8)
+        return b
+    if name == "IQ2_S":         # qs[32] low 8 bits, signs[32], qh[8] (2 bits an index)
+        n = entries // 32
+        b = blank(n, 82)
+        idx = np.arange(entries).reshape(n, 8, 4)
+        b[:, 2:34] = (idx & 0xFF).reshape(n, 32)
+        hi = idx >> 8
+        b[:, 66:74] = hi[..., 0] | hi[..., 1] << 2 | hi[..., 2] << 4 | hi[..., 3] << 6
+        return b
+    if name == "IQ3_S":         # qs[64] low 8 bits, qh[8] (1 bit an index)
+        n = entries // 64
+        b = blank(n, 110)
+        idx = np.arange(entries).reshape(n, 8, 8)
+        b[:, 2:66] = (idx & 0xFF).reshape(n, 64)
+        b[:, 66:74] = np.sum((idx >> 8) << np.arange(8), axis=2)
         return b
     raise ValueError(name)
 
