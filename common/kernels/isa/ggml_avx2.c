@@ -69,12 +69,6 @@ static inline __m256 f16x8(const uint8_t *const p[8], size_t off)
     return _mm256_cvtph_ps(h);
 }
 
-/* two int16 values in one int32 lane: vpmaddwd's pair (lo, hi) */
-static inline int32_t pair16(int lo, int hi)
-{
-    return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
-}
-
 static void store_rows(float *y, int64_t rows, int64_t t, int64_t r, int nr, __m256 v)
 {
     float l[8];
