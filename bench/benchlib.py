@@ -182,11 +182,12 @@ def fio_randread(path, bs, file_bytes, qd, runtime, engine):
 
 def build_ram_probe(workdir):
     out = os.path.join(workdir, "ram_probe")
-    src = os.path.join(HERE, "ram_probe.c")
+    base = os.path.join(HERE, "..", "common", "base")
+    src = [os.path.join(HERE, "ram_probe.c"), os.path.join(base, "memread.c")]
     cc = os.environ.get("CC", "cc")
-    r = sh([cc, "-O3", "-march=native", "-fopenmp", src, "-o", out])
+    r = sh([cc, "-O3", "-march=native", "-fopenmp", "-I" + base] + src + ["-o", out])
     if r.returncode != 0:
-        r = sh([cc, "-O3", "-fopenmp", src, "-o", out], check=True)
+        r = sh([cc, "-O3", "-fopenmp", "-I" + base] + src + ["-o", out], check=True)
     return out
 
 

@@ -76,6 +76,7 @@
 #include "ggml_dot.h"
 #include "ggml_types.h"
 #include "kernels.h"
+#include "memread.h"
 #include "parse.h"
 #include "quant.h"
 #include "tensor.h"
@@ -232,8 +233,8 @@ static void expert_once(const struct bench *b, int64_t e, const float *x, const 
 
 #define READ_CHUNK ((size_t)1 << 20)   /* bytes a thread claims at a time */
 
-/* The RAM probe's read kernel (x ^= bits of every 8 bytes: bench_probe.c's
- * read, the same loop and flags) over the pool's first `bytes` (a multiple
+/* The RAM probe's read kernel (shoal_mem_read_xor, memread.h: bench_probe.c's
+ * read) over the pool's first `bytes` (a multiple
  * of 8), in READ_CHUNK pieces each thread claims from *next (starting at
  * 0) until none is left: the paired read of --paired-read (see run_table),
  * balanced across threads as the kernel's claimed experts are, so a thread
@@ -246,11 +247,7 @@ static uint64_t read_chunks(const uint8_t *pool, size_t bytes, _Atomic int64_t *
          c = (size_t)atomic_fetch_add(next, 1)) {
         const size_t lo = c * READ_CHUNK / 8,
                      hi = (bytes - c * READ_CHUNK < READ_CHUNK ? bytes : (c + 1) * READ_CHUNK) / 8;
-        for (size_t i = lo; i < hi; i++) {
-            uint64_t u;
-            memcpy(&u, pool + 8 * i, sizeof u);
-            x ^= u;
-        }
+        x ^= shoal_mem_read_xor(pool + 8 * lo, 8 * (hi - lo));
     }
     return x;
 }

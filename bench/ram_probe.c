@@ -13,7 +13,8 @@
  * Each is run R times (default 10); the best time is reported, as STREAM
  * does. Prints one JSON object on stdout:
  *   {"threads": T, "array_mib": N, "read_gbs": ..., "copy_gbs": ..., "triad_gbs": ...}
- * GB = 1e9 bytes. Build: cc -O2 -fopenmp bench/ram_probe.c -o ram_probe
+ * GB = 1e9 bytes. Build: cc -O2 -fopenmp -Icommon/base bench/ram_probe.c
+ * common/base/memread.c -o ram_probe
  * (store_bench.py builds it). Thread: main, OpenMP inside.
  */
 #include <omp.h>
@@ -22,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "memread.h"
 
 static double now(void)
 {
@@ -74,15 +77,12 @@ int main(int argc, char **argv)
     for (long r = 0; r < reps; r++) {
         double t0 = now();
         uint64_t s = 0;
-        /* XOR of the 64-bit patterns: integer, so the compiler may
-         * vectorize and reorder it; a chain of f32/f64 additions cannot be
-         * (no -ffast-math) and held this probe at ~60 % of the memory's
-         * read bandwidth on one core */
-#pragma omp parallel for schedule(static) reduction(^ : s)
-        for (size_t i = 0; i < n; i++) {
-            uint64_t u;
-            memcpy(&u, &a[i], sizeof u);
-            s ^= u;
+        /* the widest loads with independent accumulators (memread.h) */
+#pragma omp parallel reduction(^ : s)
+        {
+            const size_t nt = (size_t)omp_get_num_threads(), it = (size_t)omp_get_thread_num();
+            const size_t lo = n * it / nt, hi = n * (it + 1) / nt;
+            s ^= shoal_mem_read_xor(a + lo, (hi - lo) * sizeof *a);
         }
         double t1 = now();
         sink += (double)(s & 1);
