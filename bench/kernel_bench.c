@@ -7,7 +7,7 @@
  *                [--isa LIST] [--rounds R] [--paired-read on|off] [--json FILE]
  *
  * A pool of --pool-mb MiB (default 1024, far beyond the last-level cache;
- * at least 64) holds expert-shaped quantized matrices: w_gate and w_up
+ * at least 1: a pool inside the cache gives the compute ceiling) holds expert-shaped quantized matrices: w_gate and w_up
  * [N_FF][N_EMBD] and w_down [N_EMBD][N_FF] (default 2048,768: qwen3_moe's
  * experts), group G (default 64; MXFP4: E2M1 pairs with an E8M0 exponent
  * per 32, the gpt-oss experts' format, random bytes; or a ggml type as a
@@ -572,7 +572,8 @@ static void usage(FILE *f)
                "                    [--tokens T] [--isa LIST] [--rounds R] [--paired-read on|off]\n"
                "                    [--json FILE]\n"
                "  --threads N        OpenMP threads, 1 .. online CPUs (default: all)\n"
-               "  --pool-mb MB       weights in RAM, 64 .. half the RAM (default 1024)\n"
+               "  --pool-mb MB       weights in RAM, 1 .. half the RAM (default 1024); below the\n"
+               "                     last-level cache it gives the kernel's compute ceiling\n"
                "  --seconds S        per kernel table, at least one pass (default 2)\n"
                "  --group G          32, 64 or 128 (default 64)\n"
                "  --types LIST       int4, int8, int4a8 (int4 weights, int8 activations),\n"
@@ -653,7 +654,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--threads"))
             rc = arg_int(a, v, 1, n_cpu, &threads);
         else if (!strcmp(a, "--pool-mb"))
-            rc = arg_int(a, v, 64, ram_mb > 256 ? ram_mb / 2 : 128, &pool_mb);
+            rc = arg_int(a, v, 1, ram_mb > 256 ? ram_mb / 2 : 128, &pool_mb);
         else if (!strcmp(a, "--tokens"))
             rc = arg_int(a, v, 1, 512, &n_tok);
         else if (!strcmp(a, "--rounds"))

@@ -719,6 +719,52 @@ static json_t *load_limits(const char *path, const json_t *model)
     return copy;
 }
 
+/* ---- the RAM-read bound of a warm decode token ------------------------------------------ */
+
+struct token_bytes {
+    uint64_t dense;      /* every dense weight a decode token reads */
+    int tied;            /* the head is the embedding */
+    const struct shoal_weight *embd;
+};
+
+static int count_dense(const struct shoal_weight_slot *sl, void *user)
+{
+    struct token_bytes *tb = user;
+    if (sl->kind != SHOAL_SLOT_DENSE || !sl->w || !sl->w->data)
+        return 0;
+    if (sl->w == tb->embd && !tb->tied) {   /* a token reads one row of it */
+        tb->dense += shoal_weight_row_bytes(sl->w);
+        return 0;
+    }
+    tb->dense += shoal_weight_bytes(sl->w);
+    return 0;
+}
+
+/* Bytes one warm decode token reads from RAM at least, each once: every
+ * dense weight (the embedding's one row, unless it is the head too), the
+ * routed experts it uses (n_expert_used of compute_bytes per MoE layer: a
+ * GGUF's mean over its layers) and the KV cache rows it attends over at
+ * context position pos (sliding-window layers: the window). *kv gets the
+ * last part. Thread: the session's. */
+static double token_read_bytes(struct shoal_session *s, const struct bench_model *bm,
+                               double pos, double *kv)
+{
+    struct shoal_model *m = s->model;
+    const struct shoal_model_config *c = &m->cfg;
+    struct token_bytes tb = {.tied = c->tie_embeddings, .embd = &m->tok_embd};
+    shoal_model_walk(m, count_dense, &tb);
+    double experts = 0, rows = 0;
+    for (int64_t il = 0; il < c->n_layer; il++) {
+        if (shoal_layer_is_moe(c, il))
+            experts += (double)c->n_expert_used * (double)bm->compute_bytes;
+        const double w = shoal_layer_uses_window(c, il) ? (double)c->sliding_window : pos;
+        rows += w < pos ? w : pos;
+    }
+    *kv = rows * (double)shoal_kv_elems_per_token(c) *
+          (double)shoal_dtype_size(shoal_ctx_kv_dtype(s->ctx));
+    return (double)tb.dense + experts + *kv;
+}
+
 /* ---- one repetition (in a child process) ------------------------------------------------ */
 
 struct prompt_set {
@@ -1042,6 +1088,14 @@ static int rep_child(void *user, json_t **out)
                               (double)bm->compute_bytes;
         jset(f, "expert_compute_mb_s", bm->compute_bytes ?
              jnum(ebytes / 1e6 / compute) : NULL);
+        {   /* the warm bound: at the decode's mean context position */
+            const double mean_pos = (double)acc.n_prompt_tokens / (double)acc.n_prompts +
+                                    (double)o->gen / 2.0;
+            double kv = 0;
+            const double tb = token_read_bytes(s, bm, mean_pos, &kv);
+            jset(f, "token_read_mb", jnum(tb / 1e6));
+            jset(f, "token_kv_read_mb", jnum(kv / 1e6));
+        }
         jset(f, "peak_rss_mb", jnum(peak_rss_bytes() / 1e6));
         if (s->model->store) {
             const uint64_t used = (sb.pinned_hits - sa.pinned_hits) +
@@ -1220,6 +1274,13 @@ static json_t *ratios(const json_t *summary, const json_t *limits)
               "MB/s at the run's threads");
     add_ratio(r, "expert_compute_vs_ram_triad", cmp, ram_triad,
               "the same / RAM triad MB/s (the STREAM figure)");
+    /* a warm token reads its bytes at least once: decode tok/s against
+     * RAM read bytes/s over bytes per token (issue 31's bound) */
+    const double tok_mb = med_of(summary, "token_read_mb");
+    add_ratio(r, "decode_vs_ram_bound", med_of(summary, "decode_tok_s"),
+              tok_mb > 0 ? ram_read / tok_mb : NAN,
+              "decode tok/s / (RAM read probe MB/s / MB one warm token reads at least: dense "
+              "weights, the routed experts it uses, the KV rows it attends over)");
     /* the busiest link: each worker's wire MB/s during decode over its own
      * link's throughput, the highest ratio */
     double wire = NAN, link = NAN, best = NAN;
@@ -1353,6 +1414,13 @@ static void print_report(const json_t *res)
             printf("  ratio %-28s %10.2f  (%.0f / %.0f MB/s)\n", labels[k], jget(x, "ratio"),
                    jget(x, "figure"), jget(x, "limit"));
     }
+    const json_t *bound = json_object_get(rat, "decode_vs_ram_bound");
+    if (isfinite(jget(bound, "ratio")))
+        printf("  ratio %-28s %10.2f  (%.2f / %.2f tok/s: %.1f MB a token, %.1f of it KV, "
+               "at the RAM read probe; meaningful warm)\n",
+               "decode / RAM-read bound", jget(bound, "ratio"), jget(bound, "figure"),
+               jget(bound, "limit"), med_of(sum, "token_read_mb"),
+               med_of(sum, "token_kv_read_mb"));
 }
 
 /* ---- the command ------------------------------------------------------------------------ */
