@@ -673,7 +673,6 @@ static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t
     {                                                                                         \
         rows8_t(T, y, a, t0, nt, w, p, pf, r, nr);                                            \
     }
-ROWS8_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K)
 ROWS8_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K)
 ROWS8_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K)
 ROWS8_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K)
@@ -699,6 +698,125 @@ static void rows8_q8_0_pf(float *y, const struct shoal_ggml_act *a, int64_t t0, 
 {
     (void)pf;
     rows8_q8_0(y, a, t0, nt, w, p, r, nr);
+}
+
+/* ---- Q4_K, one token ----------------------------------------------------------
+ *
+ * The decode matvec of the commonest GGUF expert type, written for few live
+ * registers: rows8_t keeps a whole unpacked block per row (24 registers)
+ * and spilled it to the stack on every block, which held it at ~9 GB/s a
+ * core with the weights in cache. Here a row's block streams through as
+ * four 64-element chunks (a load, two masks, two vpmaddubsw against the
+ * activations read from L1, two vpmaddwd with the sub-blocks' scales), and
+ * the eight rows' sums are folded pairwise as they come (the same adds as
+ * hsum_rows8). Same integers, and the same f32 steps (block_term), as
+ * rows8_t: same bits. */
+
+/* vpshufb controls broadcasting int16 lane j (0 .. 7) of a 128-bit half */
+static const uint8_t q4k_bcast[8][32] __attribute__((aligned(32))) = {
+#define B2(j) 2 * (j), 2 * (j) + 1
+#define B16(j) B2(j), B2(j), B2(j), B2(j), B2(j), B2(j), B2(j), B2(j)
+    {B16(0), B16(0)}, {B16(1), B16(1)}, {B16(2), B16(2)}, {B16(3), B16(3)},
+    {B16(4), B16(4)}, {B16(5), B16(5)}, {B16(6), B16(6)}, {B16(7), B16(7)},
+#undef B16
+#undef B2
+};
+
+/* One row's Q4_K block blk against a token's 256 qx: *raw = the int32
+ * lanes of sum_j sc[j] * (q . qx over sub-block j), *corr = the lanes of
+ * sum_j m[j] * (the sum of qx over sub-block j) (bs: the token's 16 bsums
+ * of the block), both to be summed across lanes. */
+static inline __attribute__((always_inline)) void q4k_row(const uint8_t *blk, const int8_t *x,
+                                                         __m256i bs, __m256i *raw,
+                                                         __m256i *corr)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const uint32_t w0 = le32(blk + 4), w1 = le32(blk + 8), w2 = le32(blk + 12);
+    const uint32_t sc03 = w0 & 0x3f3f3f3fu, m03 = w1 & 0x3f3f3f3fu;
+    const uint32_t sc47 = (w2 & 0x0f0f0f0fu) | ((w0 >> 6) & 0x03030303u) << 4;
+    const uint32_t m47 = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 6) & 0x03030303u) << 4;
+    /* int16 sc0..sc7 in both halves; m[j] twice each (one per 16) */
+    const __m256i sc = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_setr_epi32((int)sc03, (int)sc47, 0, 0)));
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i mm = _mm256_cvtepu8_epi16(
+        _mm_shuffle_epi8(_mm_setr_epi32((int)m03, (int)m47, 0, 0), dup));
+    *corr = _mm256_madd_epi16(mm, bs);
+    const uint8_t *qs = blk + 16;
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 4; h++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+        const __m256i lo = _mm256_and_si256(v, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        const __m256i plo = _mm256_maddubs_epi16(
+            lo, _mm256_loadu_si256((const __m256i *)(x + 64 * h)));
+        const __m256i phi = _mm256_maddubs_epi16(
+            hi, _mm256_loadu_si256((const __m256i *)(x + 64 * h + 32)));
+        const __m256i s_lo = _mm256_shuffle_epi8(sc, _mm256_load_si256(
+                                                         (const __m256i *)q4k_bcast[2 * h]));
+        const __m256i s_hi = _mm256_shuffle_epi8(
+            sc, _mm256_load_si256((const __m256i *)q4k_bcast[2 * h + 1]));
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(plo, s_lo),
+                                                     _mm256_madd_epi16(phi, s_hi)));
+    }
+    *raw = acc;
+}
+
+/* rows i and i + 1 of the group: their raw and corr lanes folded once
+ * (hsum_rows8's first step) */
+static inline __attribute__((always_inline)) void q4k_pair(const uint8_t *const p[8],
+                                                          const uint8_t *const pf[8], int i,
+                                                          size_t off, const int8_t *x,
+                                                          __m256i bs, __m256i *raw2,
+                                                          __m256i *corr2)
+{
+    __m256i r0, c0, r1, c1;
+    prefetch_block(pf, i, off, 144);
+    q4k_row(p[i] + off, x, bs, &r0, &c0);
+    prefetch_block(pf, i + 1, off, 144);
+    q4k_row(p[i + 1] + off, x, bs, &r1, &c1);
+    *raw2 = _mm256_hadd_epi32(r0, r1);
+    *corr2 = _mm256_hadd_epi32(c0, c1);
+}
+
+/* lane i = the sum of row i's lanes, from the pairs' folds a[0..3] (the
+ * rest of hsum_rows8) */
+static inline __m256i fold_pairs(const __m256i a[4])
+{
+    const __m256i b0 = _mm256_hadd_epi32(a[0], a[1]);
+    const __m256i b1 = _mm256_hadd_epi32(a[2], a[3]);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
+                            _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+static void rows8_q4_k_1(float *y, const struct shoal_ggml_act *a, int64_t t0,
+                         const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
+                         const uint8_t *const pf[8], int64_t r, int nr)
+{
+    const int8_t *xq = a->q + t0 * a->n;
+    const int16_t *bsum = a->bsum + t0 * (a->n / 16);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < a->n_blk; b++) {
+        const size_t off = (size_t)b * 144;
+        const int8_t *x = xq + QK_K * b;
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)(bsum + 16 * b));
+        __m256i raw2[4], corr2[4];
+        for (int k = 0; k < 4; k++)
+            q4k_pair(p, pf, 2 * k, off, x, bs, &raw2[k], &corr2[k]);
+        acc = block_term(SHOAL_GGML_TYPE_Q4_K, acc, fold_pairs(raw2), fold_pairs(corr2),
+                         f16x8(p, off), f16x8(p, off + 2), a->d[t0 * a->n_blk + b]);
+    }
+    store_rows(y, w->rows, t0, r, nr, acc);
+}
+
+static void rows8_q4_k(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
+                       const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
+                       const uint8_t *const pf[8], int64_t r, int nr)
+{
+    if (nt == 1)
+        rows8_q4_k_1(y, a, t0, w, p, pf, r, nr);
+    else
+        rows8_t(SHOAL_GGML_TYPE_Q4_K, y, a, t0, nt, w, p, pf, r, nr);
 }
 
 typedef void (*rows8_fn)(float *, const struct shoal_ggml_act *, int64_t, int64_t,
