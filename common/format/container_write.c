@@ -22,6 +22,7 @@
 #include "container_impl.h"
 #include "ggml_types.h"
 #include "gguf.h"
+#include "gguf_arch.h"
 #include "kv.h"
 #include "quant.h"
 #include "util.h"
@@ -198,10 +199,27 @@ static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
     XXH64_reset(h, 0);
     int rc = 0;
     float *tmp = NULL;
+    /* messages name a GGUF's own tensor (blk.0.ffn_down_exps.weight) */
+    char gname[200];
+    const char *name = s->hf_name;
+    const struct shoal_gguf *meta = shoal_model_gguf_meta(wr->src);
+    const char *arch = NULL;
+    if (meta && !shoal_gguf_get_str(meta, "general.architecture", &arch, NULL, NULL)) {
+        shoal_gguf_arch_tensor_name(arch, s, gname, sizeof gname);
+        name = gname;
+    }
     for (int64_t r0 = 0; r0 < src->rows && !rc; r0 += rows_per) {
         int64_t r1 = r0 + rows_per < src->rows ? r0 + rows_per : src->rows;
         size_t n = (size_t)(r1 - r0) * row_bytes;
-        rc = convert_rows(src, t, tw.group, r0, r1, wr->chunk, s->hf_name, &tmp, wr->err);
+        rc = convert_rows(src, t, tw.group, r0, r1, wr->chunk, name, &tmp, wr->err);
+        if (rc && meta) {   /* which file, and which expert of the stacked tensor */
+            const struct shoal_err e = *wr->err;
+            char ex[48] = "";
+            if (s->kind == SHOAL_SLOT_EXPERT)
+                snprintf(ex, sizeof ex, " (in expert %lld)", (long long)s->ie);
+            memset(wr->err, 0, sizeof *wr->err);
+            shoal_err_set(wr->err, e.code, "'%s': %s%s", wr->src->dir, e.msg, ex);
+        }
         if (!rc)
             rc = put_bytes(wr, h, fd, path, off + (uint64_t)r0 * row_bytes, wr->chunk, n);
     }
