@@ -20,6 +20,8 @@
 #include <xxhash.h>
 
 #include "container_impl.h"
+#include "ggml_dot.h"
+#include "ggml_types.h"
 #include "kv.h"
 #include "quant.h"
 #include "util.h"
@@ -32,6 +34,7 @@ const char *const container_side_files[CONTAINER_N_SIDE_FILES] = {
     "config.json", "tokenizer.json", "tokenizer_config.json",
     "generation_config.json", "chat_template.jinja", "special_tokens_map.json",
     "tiktoken.model", /* Kimi-K2's tokenizer (no tokenizer.json) */
+    "tokenizer.gguf", /* a converted GGUF's metadata: vocabulary, chat template */
 };
 
 
@@ -108,6 +111,7 @@ void shoal_container_close(struct shoal_container *ct)
         free(ct->dense[i].name);
     free(ct->dense);
     free(ct->layer_offset);
+    free(ct->layer_layout);
     free(ct->expert_xxh64);
     free(ct->held);
     free(ct->held_rank);
@@ -155,6 +159,8 @@ static int fp_slot(const struct shoal_weight_slot *s, void *user)
             t = &ct->dense[i];
     if (t)
         shoal_container_fp_dense(f->st, s, t->w.dtype, t->w.group, t->xxh64);
+    if (t && t->w.dtype == SHOAL_DTYPE_GGML)
+        shoal_container_fp_ggml(f->st, s->name, t->w.ggml_type);
     return 0;
 }
 
@@ -165,6 +171,9 @@ static uint64_t recompute_fingerprint(const struct shoal_container *ct,
     XXH64_reset(f.st, 0);
     shoal_container_fp_head(f.st, cfg->family->model_type, ct->experts_dtype,
                             ct->experts_group, ct->blob_bytes);
+    for (int64_t il = 0; ct->layer_layout && il < cfg->n_layer; il++)
+        if (ct->layer_layout[il].blob_bytes)
+            shoal_container_fp_layout(f.st, il, &ct->layer_layout[il], ct->n_comp);
     struct shoal_model *m = shoal_xcalloc(1, sizeof *m);
     m->cfg = *cfg;
     shoal_model_alloc_layers(m);
@@ -306,6 +315,126 @@ static int check_layer_table(json_t *layers, const struct shoal_model_config *cf
     return 0;
 }
 
+/* A manifest dtype: shoal_dtype_parse's names, or "GGML" with the entry's
+ * "ggml_type" naming a type shoal computes with (ggml_dot.h). Returns 0,
+ * or -1 when dt is unknown, -2 when GGML has no such ggml_type. */
+static int parse_dtype(const char *dt, json_t *entry, enum shoal_dtype *t, uint32_t *ggml_type)
+{
+    *ggml_type = 0;
+    if (!dt)
+        return -1;
+    if (strcmp(dt, "GGML"))
+        return shoal_dtype_parse(dt, t) ? -1 : 0;
+    const char *gt = json_string_value(json_object_get(entry, "ggml_type"));
+    const int id = gt ? shoal_ggml_type_from_name(gt) : -1;
+    if (id < 0 || !shoal_ggml_dot_supported((uint32_t)id))
+        return -2;
+    *t = SHOAL_DTYPE_GGML;
+    *ggml_type = (uint32_t)id;
+    return 0;
+}
+
+/* The expert blob components in comps (n_comp of them) into k[] for a
+ * blob of blob bytes: the experts dtype `edt` and group for the weights
+ * (uniform layout), or each entry's own dtype (per_layer: a GGML
+ * container's layer, `where` names it); biases always their own. Each
+ * shape is the config's, its bytes what its dtype implies, inside the
+ * blob. Returns 0 or SHOAL_EFORMAT naming the manifest and component. */
+static int parse_components(const struct shoal_container *ct, json_t *comps, int per_layer,
+                            uint64_t blob, const struct shoal_model_config *cfg,
+                            struct shoal_expert_component *k, const char *where,
+                            struct shoal_err *err)
+{
+    const char *mp = ct->manifest_path;
+    const int64_t E = cfg->n_embd, F = cfg->n_ff_exp;
+    /* weights, then gpt_oss's 1-D biases (rows 1), each with its own dtype */
+    const int64_t shapes[6][2] = {{F, E}, {F, E}, {E, F}, {1, F}, {1, F}, {1, E}};
+    if (!json_is_array(comps) || (int)json_array_size(comps) != ct->n_comp)
+        return shoal_err_set(err, SHOAL_EFORMAT, "'%s': %s needs %d components (%s); found "
+                             "%zu", mp, where, ct->n_comp, cfg->family->model_type,
+                             json_array_size(comps));
+    for (int c = 0; c < ct->n_comp; c++, k++) {
+        json_t *jc = json_array_get(comps, (size_t)c);
+        k->dtype = ct->experts_dtype;
+        k->group = ct->experts_group;
+        k->ggml_type = 0;
+        if (c >= 3 || per_layer) {
+            const char *bd = json_string_value(json_object_get(jc, "dtype"));
+            const int prc = parse_dtype(bd, jc, &k->dtype, &k->ggml_type);
+            const int ok = c >= 3 ? !prc && (k->dtype == SHOAL_DTYPE_F32 ||
+                                             k->dtype == SHOAL_DTYPE_BF16 ||
+                                             k->dtype == SHOAL_DTYPE_F16)
+                                  : !prc && (k->dtype == SHOAL_DTYPE_GGML ||
+                                             k->dtype == SHOAL_DTYPE_F32 ||
+                                             k->dtype == SHOAL_DTYPE_BF16 ||
+                                             k->dtype == SHOAL_DTYPE_F16);
+            if (!ok)
+                return shoal_err_set(err, SHOAL_EFORMAT, "'%s': %s component %d needs a dtype "
+                                     "%s, found '%s'%s", mp, where, c,
+                                     c >= 3 ? "F32, F16 or BF16"
+                                            : "GGML (with a ggml_type shoal runs), F32, F16 "
+                                              "or BF16",
+                                     bd ? bd : "(none)",
+                                     prc == -2 ? " with an unknown or unrunnable ggml_type"
+                                               : "");
+            k->group = 0;
+        }
+        k->rows = shapes[c][0];
+        k->cols = shapes[c][1];
+        k->offset = (uint64_t)json_integer_value(json_object_get(jc, "offset"));
+        k->bytes = (uint64_t)json_integer_value(json_object_get(jc, "bytes"));
+        const struct shoal_ggml_type_info *ti = k->dtype == SHOAL_DTYPE_GGML
+                                                    ? shoal_ggml_type_info(k->ggml_type) : NULL;
+        struct shoal_weight w = {.dtype = k->dtype, .rows = k->rows, .cols = k->cols,
+                                 .group = k->group, .ggml_type = k->ggml_type};
+        if ((shoal_dtype_is_quant(k->dtype) && !shoal_quant_group_ok(k->group)) ||
+            (k->dtype == SHOAL_DTYPE_MXFP4 && k->cols % SHOAL_MXFP4_BLOCK) ||
+            (ti && k->cols % ti->block_size) ||
+            k->bytes != shoal_weight_bytes(&w) || k->offset > blob ||
+            k->bytes > blob - k->offset || k->offset % 4)
+            return shoal_err_set(err, SHOAL_EFORMAT, "'%s': %s component %d does not fit the "
+                                 "%" PRIu64 "-byte blob with shape [%lld, %lld] %s%s%s", mp,
+                                 where, c, blob, (long long)k->rows, (long long)k->cols,
+                                 shoal_dtype_name(k->dtype), ti ? " " : "",
+                                 ti ? ti->name : "");
+    }
+    return 0;
+}
+
+/* A GGML container's per-layer layouts (experts.layers[i].blob_bytes and
+ * .components, docs/FORMAT.md "GGML tensors") into ct->layer_layout; the
+ * experts' blob_bytes must be the largest. */
+static int parse_layer_layouts(struct shoal_container *ct, json_t *layers,
+                               const struct shoal_model_config *cfg, struct shoal_err *err)
+{
+    const char *mp = ct->manifest_path;
+    ct->layer_layout = shoal_xcalloc((size_t)cfg->n_layer + 1, sizeof *ct->layer_layout);
+    uint64_t largest = 0;
+    for (size_t i = 0; i < json_array_size(layers); i++) {
+        json_t *l = json_array_get(layers, i);
+        const json_int_t il = json_integer_value(json_object_get(l, "layer"));  /* checked */
+        json_t *jb = json_object_get(l, "blob_bytes");
+        const json_int_t b = json_integer_value(jb);
+        char where[64];
+        snprintf(where, sizeof where, "experts.layers[%zu] (layer %lld)", i, (long long)il);
+        if (!json_is_integer(jb) || b <= 0 || b % SHOAL_CONTAINER_ALIGN)
+            return shoal_err_set(err, SHOAL_EFORMAT, "'%s': %s needs blob_bytes, a positive "
+                                 "multiple of %d (experts dtype GGML)", mp, where,
+                                 SHOAL_CONTAINER_ALIGN);
+        struct shoal_expert_layout *L = &ct->layer_layout[il];
+        L->blob_bytes = (uint64_t)b;
+        largest = L->blob_bytes > largest ? L->blob_bytes : largest;
+        if (parse_components(ct, json_object_get(l, "components"), 1, L->blob_bytes, cfg,
+                             L->comp, where, err))
+            return SHOAL_EFORMAT;
+    }
+    if (largest != ct->blob_bytes)
+        return shoal_err_set(err, SHOAL_EFORMAT, "'%s': experts.blob_bytes is %" PRIu64 "; "
+                             "expected %" PRIu64 ", the largest layer's", mp, ct->blob_bytes,
+                             largest);
+    return 0;
+}
+
 struct shoal_container *shoal_container_open(const char *dir,
                                              struct shoal_model_config *cfg,
                                              struct shoal_err *err)
@@ -421,8 +550,15 @@ struct shoal_container *shoal_container_open(const char *dir,
             json_array_size(shape) > 2 || !json_is_integer(off) || !json_is_integer(bytes))
             FAIL("'%s': dense tensor #%zu needs name, dtype, shape, offset, bytes", mp, i);
         ctt->name = shoal_xstrdup(name);
-        if (shoal_dtype_parse(dt, &ctt->w.dtype))
-            FAIL("'%s': tensor '%s' has unknown dtype '%s'", mp, name, dt);
+        const int prc = parse_dtype(dt, t, &ctt->w.dtype, &ctt->w.ggml_type);
+        if (prc)
+            FAIL("'%s': tensor '%s' has %s '%s'%s", mp, name,
+                 prc == -2 ? "dtype GGML with ggml_type" : "unknown dtype",
+                 prc == -2 ? (json_string_value(json_object_get(t, "ggml_type"))
+                                  ? json_string_value(json_object_get(t, "ggml_type"))
+                                  : "(none)")
+                           : dt,
+                 prc == -2 ? "; expected a type shoal runs" : "");
         ctt->n_dims = (int)json_array_size(shape);
         json_int_t d0 = json_integer_value(json_array_get(shape, 0));
         json_int_t d1 = ctt->n_dims == 2 ? json_integer_value(json_array_get(shape, 1)) : 0;
@@ -446,6 +582,14 @@ struct shoal_container *shoal_container_open(const char *dir,
             FAIL("'%s': MXFP4 tensor '%s' needs a 2-D shape, columns a multiple of %d and "
                  "group %d; found %d-D, %lld columns, group %d", mp, name, SHOAL_MXFP4_BLOCK,
                  SHOAL_MXFP4_BLOCK, ctt->n_dims, (long long)ctt->w.cols, ctt->w.group);
+        if (ctt->w.dtype == SHOAL_DTYPE_GGML &&
+            (ctt->n_dims != 2 ||
+             ctt->w.cols % shoal_ggml_type_info(ctt->w.ggml_type)->block_size))
+            FAIL("'%s': GGML tensor '%s' (%s) needs a 2-D shape with columns a multiple of "
+                 "%u; found %d-D, %lld columns", mp, name,
+                 shoal_ggml_type_name(ctt->w.ggml_type),
+                 shoal_ggml_type_info(ctt->w.ggml_type)->block_size, ctt->n_dims,
+                 (long long)ctt->w.cols);
         ctt->offset = (uint64_t)json_integer_value(off);
         ctt->bytes = (uint64_t)json_integer_value(bytes);
         if (ctt->bytes != shoal_weight_bytes(&ctt->w))
@@ -475,7 +619,10 @@ struct shoal_container *shoal_container_open(const char *dir,
     json_t *layers = json_object_get(ex, "layers"), *comps = json_object_get(ex, "components");
     if (!efile || strchr(efile, '/') || !edt || !json_is_array(layers) || !json_is_array(comps))
         FAIL("'%s': field 'experts' needs file, dtype, components, layers", mp);
-    if (shoal_dtype_parse(edt, &ct->experts_dtype))
+    /* GGML: each layer's components carry their own dtypes (a GGUF's) */
+    if (!strcmp(edt, "GGML"))
+        ct->experts_dtype = SHOAL_DTYPE_GGML;
+    else if (shoal_dtype_parse(edt, &ct->experts_dtype))
         FAIL("'%s': experts dtype '%s' is unknown", mp, edt);
     ct->experts_group = (int)json_integer_value(json_object_get(ex, "group"));
     ct->blob_bytes = (uint64_t)json_integer_value(json_object_get(ex, "blob_bytes"));
@@ -501,11 +648,12 @@ struct shoal_container *shoal_container_open(const char *dir,
     ct->n_comp = shoal_expert_n_comp(cfg);
     ct->swiglu_limit = (float)cfg->swiglu_limit;
     if (json_array_size(layers) > 0) {   /* checked: one entry per MoE layer */
+        const int per_layer = ct->experts_dtype == SHOAL_DTYPE_GGML;
         if (ct->blob_bytes == 0 || ct->blob_bytes % SHOAL_CONTAINER_ALIGN ||
-            (int)json_array_size(comps) != ct->n_comp)
+            (int)json_array_size(comps) != (per_layer ? 0 : ct->n_comp))
             FAIL("'%s': experts.blob_bytes must be a positive multiple of %d with %d "
-                 "components (%s)", mp, SHOAL_CONTAINER_ALIGN, ct->n_comp,
-                 cfg->family->model_type);
+                 "components (%s%s)", mp, SHOAL_CONTAINER_ALIGN, per_layer ? 0 : ct->n_comp,
+                 cfg->family->model_type, per_layer ? "; GGML: each layer lists its own" : "");
         if (shoal_dtype_is_quant(ct->experts_dtype) && !shoal_quant_group_ok(ct->experts_group))
             FAIL("'%s': experts have dtype %s and group %d; expected group 32, 64 or 128",
                  mp, edt, ct->experts_group);
@@ -515,39 +663,10 @@ struct shoal_container *shoal_container_open(const char *dir,
         if (ct->experts_dtype == SHOAL_DTYPE_MXFP4 && ct->experts_group != SHOAL_MXFP4_BLOCK)
             FAIL("'%s': experts have dtype MXFP4 and group %d; expected %d", mp,
                  ct->experts_group, SHOAL_MXFP4_BLOCK);
-        static const int64_t one = 1;
-        int64_t E = cfg->n_embd, F = cfg->n_ff_exp;
-        /* weights, then gpt_oss's 1-D biases (rows 1), each with its own dtype */
-        int64_t shapes[6][2] = {{F, E}, {F, E}, {E, F}, {1, F}, {1, F}, {1, E}};
-        (void)one;
-        for (int c = 0; c < ct->n_comp; c++) {
-            json_t *jc = json_array_get(comps, (size_t)c);
-            struct shoal_expert_component *k = &ct->comp[c];
-            k->dtype = ct->experts_dtype;
-            k->group = ct->experts_group;
-            if (c >= 3) {
-                const char *bd = json_string_value(json_object_get(jc, "dtype"));
-                if (!bd || shoal_dtype_parse(bd, &k->dtype) ||
-                    (k->dtype != SHOAL_DTYPE_F32 && k->dtype != SHOAL_DTYPE_BF16 &&
-                     k->dtype != SHOAL_DTYPE_F16))
-                    FAIL("'%s': expert component %d needs a dtype F32, F16 or BF16, found "
-                         "'%s'", mp, c, bd ? bd : "(none)");
-                k->group = 0;
-            }
-            k->rows = shapes[c][0];
-            k->cols = shapes[c][1];
-            k->offset = (uint64_t)json_integer_value(json_object_get(jc, "offset"));
-            k->bytes = (uint64_t)json_integer_value(json_object_get(jc, "bytes"));
-            struct shoal_weight w = {.dtype = k->dtype, .rows = k->rows, .cols = k->cols,
-                                     .group = k->group};
-            if ((shoal_dtype_is_quant(k->dtype) && !shoal_quant_group_ok(k->group)) ||
-                (k->dtype == SHOAL_DTYPE_MXFP4 && k->cols % SHOAL_MXFP4_BLOCK) ||
-                k->bytes != shoal_weight_bytes(&w) || k->offset > ct->blob_bytes ||
-                k->bytes > ct->blob_bytes - k->offset || k->offset % 4)
-                FAIL("'%s': expert component %d does not fit the %" PRIu64 "-byte blob "
-                     "with shape [%lld, %lld] %s", mp, c, ct->blob_bytes,
-                     (long long)k->rows, (long long)k->cols, edt);
-        }
+        if (per_layer ? parse_layer_layouts(ct, layers, cfg, err)
+                      : parse_components(ct, comps, 0, ct->blob_bytes, cfg, ct->comp,
+                                         "experts", err))
+            goto fail;
     }
     ct->layer_offset = shoal_xcalloc((size_t)cfg->n_layer, sizeof *ct->layer_offset);
     ct->expert_xxh64 = shoal_xcalloc((size_t)(cfg->n_layer * cfg->n_expert) + 1,
@@ -562,7 +681,8 @@ struct shoal_container *shoal_container_open(const char *dir,
         if (ct->layer_offset[il] != UINT64_MAX)
             FAIL("'%s': experts.layers lists layer %lld twice", mp, (long long)il);
         /* a shard's layer holds only its held blobs, in ascending expert order */
-        uint64_t end = (uint64_t)off + ct->blob_bytes * (uint64_t)layer_held(ct, il);
+        uint64_t end = (uint64_t)off + shoal_container_blob_bytes(ct, il) *
+                                       (uint64_t)layer_held(ct, il);
         if (off < SHOAL_CONTAINER_HEADER_BYTES || off % SHOAL_CONTAINER_ALIGN ||
             end > ct->experts_size || end < (uint64_t)off)
             FAIL("'%s': layer %lld's experts lie outside '%s' (%" PRIu64 " bytes, need "
@@ -632,7 +752,8 @@ static int bind_slot(const struct shoal_weight_slot *s, void *user)
                              "[%lld, %lld]", ct->manifest_path, s->name,
                              (long long)t->w.rows, (long long)t->w.cols, (long long)rows,
                              (long long)cols);
-    if (want_dims == 1 && (shoal_dtype_is_quant(t->w.dtype) || native_only(t->w.dtype)))
+    if (want_dims == 1 && (shoal_dtype_is_quant(t->w.dtype) || native_only(t->w.dtype) ||
+                           t->w.dtype == SHOAL_DTYPE_GGML))
         return shoal_err_set(b->err, SHOAL_EFORMAT, "'%s': 1-D tensor '%s' cannot be %s",
                              ct->manifest_path, s->name, shoal_dtype_name(t->w.dtype));
     *s->w = t->w;
@@ -647,6 +768,13 @@ static int bind_slot(const struct shoal_weight_slot *s, void *user)
     if (t->w.dtype == SHOAL_DTYPE_MXFP4) {
         struct shoal_err e = {0};
         if (shoal_mxfp4_check(&t->w, s->name, &e))
+            return shoal_err_set(b->err, e.code, "'%s': %s", ct->dense_path, e.msg);
+    }
+    if (t->w.dtype == SHOAL_DTYPE_GGML) {   /* every block scale, as a GGUF's trunk */
+        struct shoal_err e = {0};
+        const uint64_t n_blk = (uint64_t)t->w.rows * (uint64_t)t->w.cols /
+                               shoal_ggml_type_info(t->w.ggml_type)->block_size;
+        if (shoal_ggml_check_scales(t->w.ggml_type, t->w.data, n_blk, s->name, 0, &e))
             return shoal_err_set(b->err, e.code, "'%s': %s", ct->dense_path, e.msg);
     }
     /* int8 / int4: every group scale finite (once here, as FP8's) */
@@ -673,18 +801,20 @@ int shoal_container_bind(struct shoal_container *ct, struct shoal_model *m,
     return rc;
 }
 
-void shoal_container_expert_views(const struct shoal_container *ct,
+void shoal_container_expert_views(const struct shoal_container *ct, int64_t il,
                                   const void *blob, struct shoal_expert_weights *e)
 {
+    const struct shoal_expert_component *comp = ct->layer_layout ? ct->layer_layout[il].comp
+                                                                 : ct->comp;
     memset(e, 0, sizeof *e);   /* no biases, plain SwiGLU, unless gpt_oss */
     struct shoal_weight *w[6] = {&e->w_gate, &e->w_up, &e->w_down, &e->b_gate, &e->b_up,
                                  &e->b_down};
     e->swiglu_limit = ct->swiglu_limit;
     const int n_comp = ct->n_comp ? ct->n_comp : 3;   /* 0: a container made by hand */
     for (int c = 0; c < n_comp; c++) {
-        const struct shoal_expert_component *k = &ct->comp[c];
+        const struct shoal_expert_component *k = &comp[c];
         *w[c] = (struct shoal_weight){.dtype = k->dtype, .rows = k->rows, .cols = k->cols,
-                                      .group = k->group,
+                                      .group = k->group, .ggml_type = k->ggml_type,
                                       .data = (const char *)blob + k->offset};
         if (k->dtype == SHOAL_DTYPE_FP8)   /* the scales follow the codes */
             w[c]->scale = (const float *)(const void *)((const char *)blob + k->offset +
@@ -715,23 +845,27 @@ int shoal_container_verify(const struct shoal_container *ct,
         return shoal_err_set(err, -e, "cannot open '%s': %s", ct->experts_path, strerror(e));
     }
     unsigned char *buf = shoal_xmalloc(ct->blob_bytes ? ct->blob_bytes : 1);
-    uint64_t total = ct->blob_bytes * (uint64_t)ct->n_held, done = 0;
+    uint64_t total = 0, done = 0;
+    for (int64_t il = 0; il < ct->n_layer; il++)
+        total += ct->layer_offset[il] == UINT64_MAX ? 0 : shoal_container_blob_bytes(ct, il) *
+                                                          (uint64_t)layer_held(ct, il);
     int rc = 0;
     for (int64_t il = 0; il < ct->n_layer && !rc; il++) {
         if (ct->layer_offset[il] == UINT64_MAX)
             continue;
+        const uint64_t blob = shoal_container_blob_bytes(ct, il);
         for (int64_t ie = 0; ie < ct->n_expert && !rc; ie++) {
             if (!shoal_container_holds(ct, il, ie))
                 continue;
             uint64_t off = shoal_container_expert_offset(ct, il, ie);
-            ssize_t got = pread(fd, buf, ct->blob_bytes, (off_t)off);
-            if (got != (ssize_t)ct->blob_bytes) {
+            ssize_t got = pread(fd, buf, blob, (off_t)off);
+            if (got != (ssize_t)blob) {
                 rc = shoal_err_set(err, SHOAL_EIO, "short read of '%s' layer %lld expert "
                                    "%lld at offset %" PRIu64, ct->experts_path,
                                    (long long)il, (long long)ie, off);
                 break;
             }
-            uint64_t h = XXH64(buf, ct->blob_bytes, 0);
+            uint64_t h = XXH64(buf, blob, 0);
             uint64_t want = ct->expert_xxh64[il * ct->n_expert + ie];
             if (h != want)
                 rc = shoal_err_set(err, SHOAL_EFORMAT,
@@ -739,7 +873,9 @@ int shoal_container_verify(const struct shoal_container *ct,
                                    "%" PRIu64 ": xxh64 %016" PRIx64 ", manifest %016" PRIx64,
                                    ct->experts_path, (long long)il, (long long)ie, off, h,
                                    want);
-            done += ct->blob_bytes;
+            if (!rc)
+                rc = shoal_container_ggml_check(ct, il, ie, buf, err);
+            done += blob;
             if (progress)
                 progress(done, total, user);
         }
@@ -749,3 +885,24 @@ int shoal_container_verify(const struct shoal_container *ct,
     return rc;
 }
 
+
+int shoal_container_ggml_check(const struct shoal_container *ct, int64_t il, int64_t ie,
+                               const void *blob, struct shoal_err *err)
+{
+    if (!ct->layer_layout)
+        return 0;
+    static const char *const cn[3] = {"w_gate", "w_up", "w_down"};
+    for (int c = 0; c < 3; c++) {
+        const struct shoal_expert_component *k = &ct->layer_layout[il].comp[c];
+        if (k->dtype != SHOAL_DTYPE_GGML)
+            continue;
+        struct shoal_err fe = {0};
+        const uint64_t n_blk = (uint64_t)k->rows * (uint64_t)k->cols /
+                               shoal_ggml_type_info(k->ggml_type)->block_size;
+        if (shoal_ggml_check_scales(k->ggml_type, (const uint8_t *)blob + k->offset, n_blk,
+                                    cn[c], 0, &fe))
+            return shoal_err_set(err, SHOAL_EFORMAT, "'%s' layer %lld expert %lld: %s",
+                                 ct->experts_path, (long long)il, (long long)ie, fe.msg);
+    }
+    return 0;
+}

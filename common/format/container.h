@@ -50,8 +50,11 @@ int shoal_container_write_header(int fd, const char magic[8], uint64_t file_byte
                                  struct shoal_err *err);
 
 struct shoal_convert_params {
-    enum shoal_dtype experts_dtype;  /* F32, BF16, INT8, INT4 */
-    enum shoal_dtype dense_dtype;    /* F32, BF16, INT8 (1-D tensors stay F32) */
+    enum shoal_dtype experts_dtype;  /* F32, BF16, INT8, INT4 (INT4A8, FP8, MXFP4 as
+                                      * FORMAT.md says); GGML: each tensor keeps the
+                                      * type it has in the source (a GGUF model) */
+    enum shoal_dtype dense_dtype;    /* F32, BF16, INT8 (1-D tensors stay F32); GGML
+                                      * likewise */
     int group;                       /* quant group size: 32, 64, 128 */
     enum shoal_dtype kv_dtype;       /* the KV cache's default (manifest "kv"):
                                       * F32, F16 or BF16 */
@@ -74,7 +77,10 @@ static inline struct shoal_convert_params shoal_convert_params_default(void)
  * writes into a temporary directory beside dst and renames it into place
  * only when everything is written and synced; on any error the temporary
  * directory is removed and dst is untouched. Refuses an existing dst unless
- * params.force. src_dir: where to copy config/tokenizer files from.
+ * params.force. src_dir: where to copy config/tokenizer files from (a
+ * GGUF model: its first file's path; the config is the one its metadata
+ * gives and the vocabulary and chat template go to tokenizer.gguf, a copy
+ * of its metadata without tensors).
  * Returns 0 or a negative status with err set. Thread: main. */
 int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
                             const char *dst, const struct shoal_convert_params *params,
@@ -84,9 +90,19 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
 struct shoal_expert_component {
     enum shoal_dtype dtype;
     int group;
+    uint32_t ggml_type; /* GGML only: its ggml type (ggml_types.h) */
     int64_t rows, cols;
     uint64_t offset;   /* within the blob */
     uint64_t bytes;
+};
+
+/* One MoE layer's expert blob when the layers differ (a container whose
+ * experts dtype is GGML, converted from a GGUF file that mixes ggml types
+ * per layer: docs/FORMAT.md "GGML tensors"). */
+struct shoal_expert_layout {
+    uint64_t blob_bytes;                  /* this layer's blob, a multiple of 4 KiB;
+                                           * 0 for a dense layer */
+    struct shoal_expert_component comp[6];
 };
 
 /* Routed experts read in place from the files of a GGUF set (model_gguf.c,
@@ -146,6 +162,10 @@ struct shoal_container {
                                               b_gate, b_up, b_down) */
     int n_comp;                 /* 3, or 6 for gpt_oss (shoal_expert_n_comp) */
     float swiglu_limit;         /* gpt_oss: the config's, for the expert views */
+    struct shoal_expert_layout *layer_layout; /* [n_layer] each MoE layer's own blob
+                                 * and components (experts dtype GGML); NULL: every
+                                 * layer is blob_bytes and comp (blob_bytes is then
+                                 * the largest layer's) */
     int64_t n_layer, n_expert;
     uint64_t *layer_offset;     /* [n_layer] first (held) blob; UINT64_MAX for dense layers */
     uint64_t *expert_xxh64;     /* [n_layer][n_expert], every expert, held or not */
@@ -206,23 +226,35 @@ static inline int shoal_container_holds(const struct shoal_container *ct, int64_
 static inline uint64_t shoal_container_expert_offset(const struct shoal_container *ct,
                                                      int64_t il, int64_t ie)
 {
+    const uint64_t blob = ct->layer_layout ? ct->layer_layout[il].blob_bytes : ct->blob_bytes;
     if (!ct->held_rank)
-        return ct->layer_offset[il] + (uint64_t)ie * ct->blob_bytes;
+        return ct->layer_offset[il] + (uint64_t)ie * blob;
     int32_t rank = ct->held_rank[il * ct->n_expert + ie];
-    return rank < 0 ? UINT64_MAX : ct->layer_offset[il] + (uint64_t)rank * ct->blob_bytes;
+    return rank < 0 ? UINT64_MAX : ct->layer_offset[il] + (uint64_t)rank * blob;
 }
 
-/* Point e's three weights into a blob buffer holding expert bytes. */
-void shoal_container_expert_views(const struct shoal_container *ct,
-                                  const void *blob,
-                                  struct shoal_expert_weights *e);
+/* Point e's weights into a blob buffer holding the bytes of an expert of
+ * MoE layer il (its components: ct->comp, or the layer's own in
+ * ct->layer_layout). Thread: any. */
+void shoal_container_expert_views(const struct shoal_container *ct, int64_t il,
+                                  const void *blob, struct shoal_expert_weights *e);
 
 /* Bytes of the buffer one expert of layer il is read into: blob_bytes, or
- * a GGUF layer's own (0 for a dense layer). Thread: any. */
+ * a GGUF layer's or a per-layer layout's own (0 for a dense layer).
+ * Thread: any. */
 static inline uint64_t shoal_container_blob_bytes(const struct shoal_container *ct, int64_t il)
 {
-    return ct->gguf ? ct->gguf->blob_bytes[il] : ct->blob_bytes;
+    return ct->gguf ? ct->gguf->blob_bytes[il]
+           : ct->layer_layout ? ct->layer_layout[il].blob_bytes : ct->blob_bytes;
 }
+
+/* Check the block scales of expert (il, ie)'s ggml-typed components in
+ * its blob (a container whose experts dtype is GGML, after its xxh64):
+ * every one finite (shoal_ggml_check_scales). Returns 0 (also when no
+ * component is GGML) or SHOAL_EFORMAT with err naming the component,
+ * block, value, layer and expert. Thread: any (an io thread). */
+int shoal_container_ggml_check(const struct shoal_container *ct, int64_t il, int64_t ie,
+                               const void *blob, struct shoal_err *err);
 
 /* One read of an expert: len bytes at file offset off of file `file`
  * (0: experts_path; a GGUF: index into gguf->files) into the expert's

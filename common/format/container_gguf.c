@@ -45,8 +45,8 @@ int shoal_container_expert_reads(const struct shoal_container *ct, int64_t il, i
                                  struct shoal_expert_read *out)
 {
     if (!ct->gguf) {
-        out[0] = (struct shoal_expert_read){.file = 0, .len = ct->blob_bytes,
-                                            .need = ct->blob_bytes, .comp = -1,
+        const uint64_t blob = shoal_container_blob_bytes(ct, il);
+        out[0] = (struct shoal_expert_read){.file = 0, .len = blob, .need = blob, .comp = -1,
                                             .off = shoal_container_expert_offset(ct, il, ie)};
         return 1;
     }
@@ -68,7 +68,7 @@ void shoal_container_expert_views_at(const struct shoal_container *ct, int64_t i
                                      const void *blob, struct shoal_expert_weights *e)
 {
     if (!ct->gguf) {
-        shoal_container_expert_views(ct, blob, e);
+        shoal_container_expert_views(ct, il, blob, e);
         return;
     }
     *e = ct->gguf->tmpl[il];

@@ -18,7 +18,7 @@
 
 /* Files copied verbatim from the source checkpoint when present
  * (CONTAINER_N_SIDE_FILES of them). */
-#define CONTAINER_N_SIDE_FILES 7
+#define CONTAINER_N_SIDE_FILES 8
 extern const char *const container_side_files[CONTAINER_N_SIDE_FILES];
 
 static inline uint64_t align_up(uint64_t x, uint64_t a)

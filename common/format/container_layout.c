@@ -4,16 +4,22 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "container_impl.h"
+#include "ggml_types.h"
 #include "quant.h"
+#include "util.h"
 
 /* ---- dtypes and bytes ------------------------------------------------------ */
 
 enum shoal_dtype shoal_container_slot_dtype(const struct shoal_weight_slot *s,
                                             enum shoal_dtype experts, enum shoal_dtype dense)
 {
+    /* GGML: as the source has it (a GGUF's ggml type, or its F32/F16/BF16) */
+    if ((s->kind == SHOAL_SLOT_DENSE ? dense : experts) == SHOAL_DTYPE_GGML)
+        return s->w->dtype;
     enum shoal_dtype t = shoal_target_dtype(s->kind, s->cols, s->router, experts, dense);
     if ((t == SHOAL_DTYPE_FP8 || t == SHOAL_DTYPE_MXFP4) && s->kind == SHOAL_SLOT_DENSE &&
         s->w->dtype != t)
@@ -37,7 +43,8 @@ uint64_t shoal_container_slot_bytes(const struct shoal_weight_slot *s, enum shoa
                                     int group)
 {
     struct shoal_weight w = {.dtype = t, .rows = s->cols ? s->rows : 1,
-                             .cols = s->cols ? s->cols : s->rows, .group = group};
+                             .cols = s->cols ? s->cols : s->rows, .group = group,
+                             .ggml_type = t == SHOAL_DTYPE_GGML ? s->w->ggml_type : 0};
     return (uint64_t)shoal_weight_bytes(&w);
 }
 
@@ -51,6 +58,52 @@ void shoal_container_layout_init(struct shoal_container_layout *l,
     l->n_comp = shoal_expert_n_comp(c);
 }
 
+void shoal_container_layout_per_layer(struct shoal_container_layout *l, int64_t n_layer)
+{
+    l->layer = shoal_xcalloc((size_t)n_layer + 1, sizeof *l->layer);
+    l->n_layer = n_layer;
+}
+
+void shoal_container_layout_free(struct shoal_container_layout *l)
+{
+    free(l->layer);
+    l->layer = NULL;
+}
+
+uint64_t shoal_container_layout_blob(const struct shoal_container_layout *l, int64_t il)
+{
+    return l->layer ? l->layer[il].blob_bytes : l->blob_bytes;
+}
+
+/* A layer's own blob: its first expert lays it out. */
+static uint64_t layout_layer_slot(struct shoal_container_layout *l,
+                                  const struct shoal_weight_slot *s, enum shoal_dtype t,
+                                  int group, uint64_t bytes)
+{
+    struct shoal_expert_layout *L = &l->layer[s->il];
+    struct shoal_expert_component *k = &L->comp[s->comp];
+    if (s->ie == 0) {
+        k->offset = s->comp ? align_up(L->comp[s->comp - 1].offset +
+                                       L->comp[s->comp - 1].bytes, DENSE_ALIGN) : 0;
+        k->bytes = bytes;
+        k->dtype = t;
+        k->group = shoal_container_recorded_group(t, group);
+        k->ggml_type = t == SHOAL_DTYPE_GGML ? s->w->ggml_type : 0;
+        k->rows = s->cols ? s->rows : 1;
+        k->cols = s->cols ? s->cols : s->rows;
+        if (s->comp == l->n_comp - 1) {
+            L->blob_bytes = align_up(k->offset + bytes, SHOAL_CONTAINER_ALIGN);
+            if (L->blob_bytes > l->blob_bytes)
+                l->blob_bytes = L->blob_bytes;
+        }
+    }
+    if (s->comp == l->n_comp - 1) {
+        l->n_blobs++;
+        l->blobs_bytes += L->blob_bytes;
+    }
+    return k->offset;
+}
+
 uint64_t shoal_container_layout_slot(struct shoal_container_layout *l,
                                      const struct shoal_weight_slot *s, enum shoal_dtype t,
                                      int group, uint64_t bytes)
@@ -60,6 +113,8 @@ uint64_t shoal_container_layout_slot(struct shoal_container_layout *l,
         l->dense_end = off + bytes;
         return off;
     }
+    if (l->layer)
+        return layout_layer_slot(l, s, t, group, bytes);
     if (l->blob_bytes == 0) {   /* the first expert lays out the blob */
         l->comp_off[s->comp] = s->comp ? align_up(l->comp_off[s->comp - 1] +
                                                   l->comp_bytes[s->comp - 1], DENSE_ALIGN) : 0;
@@ -69,8 +124,10 @@ uint64_t shoal_container_layout_slot(struct shoal_container_layout *l,
         if (s->comp == l->n_comp - 1)
             l->blob_bytes = align_up(l->comp_off[s->comp] + bytes, SHOAL_CONTAINER_ALIGN);
     }
-    if (s->comp == l->n_comp - 1)
+    if (s->comp == l->n_comp - 1) {
         l->n_blobs++;
+        l->blobs_bytes += l->blob_bytes;
+    }
     return l->comp_off[s->comp];
 }
 
@@ -82,7 +139,7 @@ uint64_t shoal_container_layout_dense_bytes(const struct shoal_container_layout 
 uint64_t shoal_container_layout_bytes(const struct shoal_container_layout *l)
 {
     return shoal_container_layout_dense_bytes(l) + SHOAL_CONTAINER_HEADER_BYTES +
-           (uint64_t)l->n_blobs * l->blob_bytes;
+           l->blobs_bytes;
 }
 
 /* ---- records --------------------------------------------------------------- */
@@ -109,6 +166,25 @@ void shoal_container_fp_expert(XXH64_state_t *st, int64_t il, int64_t ie, uint64
                       xxh);
 }
 
+void shoal_container_fp_ggml(XXH64_state_t *st, const char *name, uint32_t ggml_type)
+{
+    container_fp_line(st, "ggml %s %s\n", name, shoal_ggml_type_name(ggml_type));
+}
+
+void shoal_container_fp_layout(XXH64_state_t *st, int64_t il,
+                               const struct shoal_expert_layout *L, int n_comp)
+{
+    container_fp_line(st, "layer %lld blob %" PRIu64 "\n", (long long)il, L->blob_bytes);
+    for (int c = 0; c < n_comp; c++) {
+        const struct shoal_expert_component *k = &L->comp[c];
+        container_fp_line(st, "component %d %s %s %d %" PRIu64 " %" PRIu64 "\n", c,
+                          shoal_dtype_name(k->dtype),
+                          k->dtype == SHOAL_DTYPE_GGML ? shoal_ggml_type_name(k->ggml_type)
+                                                       : "-",
+                          k->group, k->offset, k->bytes);
+    }
+}
+
 void shoal_container_hex(uint64_t xxh, char hex[17])
 {
     snprintf(hex, 17, "%016" PRIx64, xxh);
@@ -126,7 +202,45 @@ json_t *shoal_container_dense_entry(const struct shoal_weight_slot *s, enum shoa
                           "offset", (json_int_t)off, "bytes", (json_int_t)bytes, "xxh64", hex);
     if (o && shoal_container_recorded_group(t, group))
         json_object_set_new(o, "group", json_integer(group));
+    if (o && t == SHOAL_DTYPE_GGML)
+        json_object_set_new(o, "ggml_type", json_string(shoal_ggml_type_name(s->w->ggml_type)));
     return o;
+}
+
+/* A component's manifest entry: name, offset, bytes, and with_dtype its
+ * dtype (and ggml_type). */
+static json_t *component_entry(const char *name, const struct shoal_expert_component *k,
+                               int with_dtype)
+{
+    json_t *jc = json_pack("{s:s, s:I, s:I}", "name", name, "offset", (json_int_t)k->offset,
+                           "bytes", (json_int_t)k->bytes);
+    if (jc && with_dtype) {
+        json_object_set_new(jc, "dtype", json_string(shoal_dtype_name(k->dtype)));
+        if (k->dtype == SHOAL_DTYPE_GGML)
+            json_object_set_new(jc, "ggml_type",
+                                json_string(shoal_ggml_type_name(k->ggml_type)));
+        if (k->group)
+            json_object_set_new(jc, "group", json_integer(k->group));
+    }
+    return jc;
+}
+
+/* A per-layer layout's "blob_bytes" and "components" in each layer entry. */
+static void add_layer_layouts(const struct shoal_container_layout *l, json_t *layers)
+{
+    static const char *cn[6] = {"w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down"};
+    for (size_t i = 0; i < json_array_size(layers); i++) {
+        json_t *e = json_array_get(layers, i);
+        const json_int_t il = json_integer_value(json_object_get(e, "layer"));
+        if (il < 0 || il >= l->n_layer)
+            continue;
+        const struct shoal_expert_layout *L = &l->layer[il];
+        json_t *comps = json_array();
+        for (int c = 0; c < l->n_comp; c++)
+            json_array_append_new(comps, component_entry(cn[c], &L->comp[c], 1));
+        json_object_set_new(e, "blob_bytes", json_integer((json_int_t)L->blob_bytes));
+        json_object_set_new(e, "components", comps);
+    }
 }
 
 json_t *shoal_container_layer_entry(int64_t il, uint64_t offset, json_t *sums)
@@ -140,14 +254,15 @@ json_t *shoal_container_manifest(const struct shoal_container_layout *l,
 {
     static const char *cn[6] = {"w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down"};
     json_t *comps = json_array();
-    for (int c = 0; c < l->n_comp && l->blob_bytes; c++) {
-        json_t *jc = json_pack("{s:s, s:I, s:I}", "name", cn[c],
-                               "offset", (json_int_t)l->comp_off[c],
-                               "bytes", (json_int_t)l->comp_bytes[c]);
-        if (c >= 3)   /* the biases' own dtype (the weights': experts.dtype) */
-            json_object_set_new(jc, "dtype", json_string(shoal_dtype_name(l->comp_dtype[c])));
-        json_array_append_new(comps, jc);
+    for (int c = 0; c < l->n_comp && l->blob_bytes && !l->layer; c++) {
+        const struct shoal_expert_component k = {.dtype = l->comp_dtype[c],
+                                                 .offset = l->comp_off[c],
+                                                 .bytes = l->comp_bytes[c]};
+        /* the biases' own dtype (the weights': experts.dtype) */
+        json_array_append_new(comps, component_entry(cn[c], &k, c >= 3));
     }
+    if (l->layer)
+        add_layer_layouts(l, p->layers);
     char fph[17];
     shoal_container_hex(p->fingerprint, fph);
     json_t *m = json_object();

@@ -138,7 +138,7 @@ static int copy_experts(const struct shoal_container *ct, const struct shoal_sha
     }
     uint64_t total = 0, done = 0;
     for (int64_t i = 0; i < ct->n_layer * NE; i++)
-        total += p->held[i] ? ct->blob_bytes : 0;
+        total += p->held[i] ? shoal_container_blob_bytes(ct, i / NE) : 0;
     void *blob = NULL;
     if (posix_memalign(&blob, SHOAL_CONTAINER_ALIGN, (size_t)ct->blob_bytes) != 0) {
         close(src);
@@ -160,6 +160,7 @@ static int copy_experts(const struct shoal_container *ct, const struct shoal_sha
             break;
         }
         json_object_set_new(l, "offset", json_integer((json_int_t)off));
+        const uint64_t bb = shoal_container_blob_bytes(ct, il);   /* a GGML layer's own */
         json_t *ids = json_array();
         json_array_append_new(held_json, json_pack("{s:I, s:o}", "layer", (json_int_t)il,
                                                    "experts", ids));
@@ -167,10 +168,9 @@ static int copy_experts(const struct shoal_container *ct, const struct shoal_sha
             if (!p->held[il * NE + ie])
                 continue;
             uint64_t from = shoal_container_expert_offset(ct, il, ie);
-            if ((rc = pread_full(src, blob, (size_t)ct->blob_bytes, from, ct->experts_path,
-                                 err)))
+            if ((rc = pread_full(src, blob, (size_t)bb, from, ct->experts_path, err)))
                 break;
-            uint64_t h = XXH64(blob, (size_t)ct->blob_bytes, 0);
+            uint64_t h = XXH64(blob, (size_t)bb, 0);
             uint64_t want = ct->expert_xxh64[il * NE + ie];
             if (h != want) {
                 rc = shoal_err_set(err, SHOAL_EFORMAT, "checksum mismatch: '%s' layer %lld "
@@ -179,11 +179,11 @@ static int copy_experts(const struct shoal_container *ct, const struct shoal_sha
                                    (long long)ie, from, h, want);
                 break;
             }
-            if ((rc = shoal_pwrite_all(fd, blob, (size_t)ct->blob_bytes, off, path, err)))
+            if ((rc = shoal_pwrite_all(fd, blob, (size_t)bb, off, path, err)))
                 break;
             json_array_append_new(ids, json_integer((json_int_t)ie));
-            off += ct->blob_bytes;
-            done += ct->blob_bytes;
+            off += bb;
+            done += bb;
             if (p->progress)
                 p->progress(done, total, p->progress_user);
         }

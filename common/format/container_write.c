@@ -20,6 +20,9 @@
 #include <xxhash.h>
 
 #include "container_impl.h"
+#include "ggml_types.h"
+#include "gguf.h"
+#include "gguf_arch.h"
 #include "kv.h"
 #include "quant.h"
 #include "util.h"
@@ -69,6 +72,21 @@ static int convert_rows(const struct shoal_weight *src, enum shoal_dtype t, int 
                         const char *name, float **tmp, struct shoal_err *err)
 {
     const int64_t cols = src->cols;
+    if (src->dtype == SHOAL_DTYPE_GGML) {
+        /* every block scale finite (a GGUF's experts are not checked at
+         * load), then the blocks as they are, or dequantized below */
+        const uint64_t blk_row = (uint64_t)cols / shoal_ggml_type_info(src->ggml_type)->block_size;
+        struct shoal_err fe = {0};
+        if (shoal_ggml_check_scales(src->ggml_type, shoal_weight_row(src, r0),
+                                    (uint64_t)(r1 - r0) * blk_row, name, (uint64_t)r0 * blk_row,
+                                    &fe))
+            return shoal_err_set(err, fe.code, "%s", fe.msg);
+        if (t == SHOAL_DTYPE_GGML) {
+            memcpy(dst, shoal_weight_row(src, r0),
+                   (size_t)(r1 - r0) * shoal_weight_row_bytes(src));
+            return 0;
+        }
+    }
     if (src->dtype == SHOAL_DTYPE_FP8) {   /* every code passes here once: no NaN */
         const size_t n = (size_t)(r1 - r0) * (size_t)cols;
         const int64_t bad = shoal_fp8_find_nan(shoal_weight_row(src, r0), n);
@@ -90,7 +108,10 @@ static int convert_rows(const struct shoal_weight *src, enum shoal_dtype t, int 
             return 0;
         }
     }
-    if ((src->dtype == SHOAL_DTYPE_FP8 || src->dtype == SHOAL_DTYPE_MXFP4) && t != src->dtype) {
+    /* FP8, MXFP4 and ggml types to another dtype: dequantized first (a
+     * ggml type by its scalar reference, ggml_types.h) */
+    if ((src->dtype == SHOAL_DTYPE_FP8 || src->dtype == SHOAL_DTYPE_MXFP4 ||
+         src->dtype == SHOAL_DTYPE_GGML) && t != src->dtype) {
         free(*tmp);
         *tmp = shoal_xmalloc((size_t)(r1 - r0) * (size_t)cols * sizeof(float));
         for (int64_t r = r0; r < r1; r++)
@@ -163,7 +184,7 @@ static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
 {
     const struct shoal_weight *src = s->w;
     struct shoal_weight tw = {.dtype = t, .rows = src->rows, .cols = src->cols,
-                              .group = target_group(t, wr->p)};
+                              .group = target_group(t, wr->p), .ggml_type = src->ggml_type};
     size_t row_bytes = shoal_weight_row_bytes(&tw);
     int64_t rows_per = (int64_t)((8u << 20) / (row_bytes ? row_bytes : 1));
     if (rows_per < 1)
@@ -178,10 +199,27 @@ static int write_tensor(struct writer *wr, const struct shoal_weight_slot *s,
     XXH64_reset(h, 0);
     int rc = 0;
     float *tmp = NULL;
+    /* messages name a GGUF's own tensor (blk.0.ffn_down_exps.weight) */
+    char gname[200];
+    const char *name = s->hf_name;
+    const struct shoal_gguf *meta = shoal_model_gguf_meta(wr->src);
+    const char *arch = NULL;
+    if (meta && !shoal_gguf_get_str(meta, "general.architecture", &arch, NULL, NULL)) {
+        shoal_gguf_arch_tensor_name(arch, s, gname, sizeof gname);
+        name = gname;
+    }
     for (int64_t r0 = 0; r0 < src->rows && !rc; r0 += rows_per) {
         int64_t r1 = r0 + rows_per < src->rows ? r0 + rows_per : src->rows;
         size_t n = (size_t)(r1 - r0) * row_bytes;
-        rc = convert_rows(src, t, tw.group, r0, r1, wr->chunk, s->hf_name, &tmp, wr->err);
+        rc = convert_rows(src, t, tw.group, r0, r1, wr->chunk, name, &tmp, wr->err);
+        if (rc && meta) {   /* which file, and which expert of the stacked tensor */
+            const struct shoal_err e = *wr->err;
+            char ex[48] = "";
+            if (s->kind == SHOAL_SLOT_EXPERT)
+                snprintf(ex, sizeof ex, " (in expert %lld)", (long long)s->ie);
+            memset(wr->err, 0, sizeof *wr->err);
+            shoal_err_set(wr->err, e.code, "'%s': %s%s", wr->src->dir, e.msg, ex);
+        }
         if (!rc)
             rc = put_bytes(wr, h, fd, path, off + (uint64_t)r0 * row_bytes, wr->chunk, n);
     }
@@ -215,7 +253,8 @@ static int flush_layer(struct writer *wr)
     if (wr->cur_layer >= 0 && wr->cur_layer_sums) {
         json_array_append_new(wr->layers, shoal_container_layer_entry(
             wr->cur_layer, wr->exp_off - json_array_size(wr->cur_layer_sums) *
-                                             wr->lay.blob_bytes, wr->cur_layer_sums));
+                           shoal_container_layout_blob(&wr->lay, wr->cur_layer),
+            wr->cur_layer_sums));
         wr->cur_layer_sums = NULL;
     }
     return 0;
@@ -237,6 +276,17 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
                                  "int8|bf16|f32)", t == SHOAL_DTYPE_FP8 ? "fp8" : "mxfp4",
                                  s->hf_name, shoal_dtype_name(s->w->dtype),
                                  shoal_dtype_name(t), shoal_dtype_name(t));
+        if (wr->lay.layer && s->kind == SHOAL_SLOT_EXPERT && s->ie > 0) {
+            /* a layer's experts share its blob (a GGUF stacks them in one tensor) */
+            const struct shoal_expert_component *k = &wr->lay.layer[s->il].comp[s->comp];
+            if (k->dtype != t || k->bytes != bytes ||
+                (t == SHOAL_DTYPE_GGML && k->ggml_type != s->w->ggml_type))
+                return shoal_err_set(wr->err, SHOAL_EFORMAT, "tensor '%s': expert %lld is "
+                                     "%s in %" PRIu64 " bytes; expert 0 of its layer is %s "
+                                     "in %" PRIu64, s->hf_name, (long long)s->ie,
+                                     shoal_dtype_name(t), bytes, shoal_dtype_name(k->dtype),
+                                     k->bytes);
+        }
         wr->total += bytes;
         shoal_container_layout_slot(&wr->lay, s, t, group, bytes);
         return 0;
@@ -251,6 +301,8 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
         json_array_append_new(wr->tensors, shoal_container_dense_entry(s, t, group, off, bytes,
                                                                         xxh));
         shoal_container_fp_dense(wr->fp, s, t, group, xxh);
+        if (t == SHOAL_DTYPE_GGML)
+            shoal_container_fp_ggml(wr->fp, s->name, s->w->ggml_type);
         wr->dense_off = off + bytes;
     } else {
         if (s->il != wr->cur_layer) {
@@ -258,14 +310,17 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
             wr->cur_layer = s->il;
             wr->cur_layer_sums = json_array();
         }
+        const uint64_t blob = shoal_container_layout_blob(&wr->lay, s->il);
         if (s->comp == 0)
-            memset(wr->blob, 0, wr->lay.blob_bytes);
-        rc = write_tensor(wr, s, t, -1, NULL, wr->lay.comp_off[s->comp], &xxh);
+            memset(wr->blob, 0, blob);
+        rc = write_tensor(wr, s, t, -1, NULL,
+                          wr->lay.layer ? wr->lay.layer[s->il].comp[s->comp].offset
+                                        : wr->lay.comp_off[s->comp], &xxh);
         if (rc)
             return rc;
         if (s->comp == wr->lay.n_comp - 1) {
-            uint64_t sum = XXH64(wr->blob, wr->lay.blob_bytes, 0);
-            rc = shoal_pwrite_all(wr->fd_exp, wr->blob, wr->lay.blob_bytes, wr->exp_off,
+            uint64_t sum = XXH64(wr->blob, blob, 0);
+            rc = shoal_pwrite_all(wr->fd_exp, wr->blob, blob, wr->exp_off,
                            wr->exp_path, wr->err);
             if (rc)
                 return rc;
@@ -273,7 +328,7 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
             shoal_container_hex(sum, hex);
             json_array_append_new(wr->cur_layer_sums, json_string(hex));
             shoal_container_fp_expert(wr->fp, s->il, s->ie, sum);
-            wr->exp_off += wr->lay.blob_bytes;
+            wr->exp_off += blob;
         }
     }
     /* the source pages are done with: keep RSS bounded on big checkpoints */
@@ -282,6 +337,38 @@ static int write_slot(const struct shoal_weight_slot *s, void *user)
     wr->done += bytes;
     if (wr->p->progress)
         wr->p->progress(wr->done, wr->total, wr->p->progress_user);
+    return 0;
+}
+
+/* A GGUF model's side files in tmp: config.json, the config its metadata
+ * gives (the manifest's too: *config), and tokenizer.gguf, its metadata
+ * without tensors (vocabulary, chat template); *files lists them. */
+static int write_gguf_side_files(const struct shoal_model *src, const char *tmp,
+                                 json_t **config, json_t **files, struct shoal_err *err)
+{
+    json_error_t jerr;
+    const char *text = shoal_model_gguf_config_json(src);
+    *config = text ? json_loads(text, 0, &jerr) : NULL;
+    if (!*config)
+        return shoal_err_set(err, SHOAL_EFORMAT, "'%s': no config from its metadata",
+                             src->dir);
+    char *cfg_path = shoal_path_join(tmp, "config.json");
+    char *tok_path = shoal_path_join(tmp, "tokenizer.gguf");
+    const struct shoal_gguf *meta = shoal_model_gguf_meta(src);
+    /* without a vocabulary the GGUF runs on token ids; so does the container */
+    const int vocab = shoal_gguf_find(meta, "tokenizer.ggml.tokens") >= 0;
+    int rc = shoal_container_write_json(*config, cfg_path, err);
+    if (!rc && vocab)
+        rc = shoal_gguf_write_meta(meta, tok_path, err);
+    free(cfg_path);
+    free(tok_path);
+    if (rc) {
+        json_decref(*config);
+        *config = NULL;
+        return rc;
+    }
+    *files = vocab ? json_pack("[ss]", "config.json", "tokenizer.gguf")
+                   : json_pack("[s]", "config.json");
     return 0;
 }
 
@@ -488,6 +575,8 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     struct writer wr = {.src = src, .p = p, .err = err, .fd_dense = -1, .fd_exp = -1,
                         .cur_layer = -1};
     shoal_container_layout_init(&wr.lay, &src->cfg);
+    if (p->experts_dtype == SHOAL_DTYPE_GGML)   /* a GGUF's types may differ per layer */
+        shoal_container_layout_per_layer(&wr.lay, src->cfg.n_layer);
     wr.dense_path = shoal_path_join(tmp, "dense.bin");
     wr.exp_path = shoal_path_join(tmp, "experts.bin");
     wr.tensors = json_array();
@@ -503,7 +592,8 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     wr.pass = 0;
     if ((rc = shoal_model_walk(m, write_slot, &wr)))
         goto fail;
-    const int egroup = target_group(p->experts_dtype, p);
+    const int egroup = p->experts_dtype == SHOAL_DTYPE_GGML ? 0   /* per component */
+                                                            : target_group(p->experts_dtype, p);
     wr.blob = shoal_xcalloc(1, wr.lay.blob_bytes ? wr.lay.blob_bytes : 1);
     wr.fd_dense = open(wr.dense_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     wr.fd_exp = open(wr.exp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -516,6 +606,9 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     wr.exp_off = SHOAL_CONTAINER_HEADER_BYTES;
     shoal_container_fp_head(wr.fp, src->cfg.family->model_type, p->experts_dtype, egroup,
                             wr.lay.blob_bytes);
+    for (int64_t il = 0; wr.lay.layer && il < src->cfg.n_layer; il++)
+        if (wr.lay.layer[il].blob_bytes)
+            shoal_container_fp_layout(wr.fp, il, &wr.lay.layer[il], wr.lay.n_comp);
     wr.pass = 1;
     if ((rc = shoal_model_walk(m, write_slot, &wr)))
         goto fail;
@@ -542,16 +635,23 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
 
     /* side files, then the manifest last: a container without a complete
      * manifest is never valid */
-    char *cfg_src = shoal_path_join(src_dir, "config.json");
     json_error_t jerr;
-    json_t *config = json_load_file(cfg_src, 0, &jerr);
-    free(cfg_src);
-    if (!config) {
-        rc = shoal_err_set(err, SHOAL_EFORMAT, "cannot re-read config.json: %s", jerr.text);
-        goto fail;
+    json_t *config = NULL, *files = NULL;
+    if (src->gguf) {
+        if ((rc = write_gguf_side_files(src, tmp, &config, &files, err)))
+            goto fail;
+    } else {
+        char *cfg_src = shoal_path_join(src_dir, "config.json");
+        config = json_load_file(cfg_src, 0, &jerr);
+        free(cfg_src);
+        if (!config) {
+            rc = shoal_err_set(err, SHOAL_EFORMAT, "cannot re-read config.json: %s", jerr.text);
+            goto fail;
+        }
+        files = json_array();   /* FORMAT.md: the side files copied, a list */
     }
-    json_t *files = json_array();   /* FORMAT.md: the side files copied, a list */
-    for (size_t i = 0; i < sizeof container_side_files / sizeof container_side_files[0]; i++) {
+    for (size_t i = 0; !src->gguf &&
+                       i < sizeof container_side_files / sizeof container_side_files[0]; i++) {
         char *from = shoal_path_join(src_dir, container_side_files[i]);
         if (shoal_exists(from)) {
             char *to = shoal_path_join(tmp, container_side_files[i]);
@@ -592,6 +692,7 @@ fail:
         close(wr.fd_exp);
     shoal_container_rm_tree(tmp);
 done:
+    shoal_container_layout_free(&wr.lay);
     json_decref(manifest);
     json_decref(wr.tensors);
     json_decref(wr.layers);

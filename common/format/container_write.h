@@ -66,11 +66,30 @@ struct shoal_container_layout {
     int comp_group[6];                  /* as recorded (shoal_container_recorded_group) */
     int n_comp;                         /* shoal_expert_n_comp */
     int64_t n_blobs;                    /* experts laid out */
+    uint64_t blobs_bytes;               /* their bytes together */
+    struct shoal_expert_layout *layer;  /* [n_layer] each MoE layer's own blob, owned
+                                         * (shoal_container_layout_per_layer); NULL:
+                                         * one blob for every layer */
+    int64_t n_layer;
 };
 
 /* An empty layout for a model of config c. */
 void shoal_container_layout_init(struct shoal_container_layout *l,
                                  const struct shoal_model_config *c);
+
+/* Give every MoE layer its own blob (experts dtype GGML: a GGUF's types
+ * may differ per layer, docs/FORMAT.md "GGML tensors"): each layer's
+ * first expert lays out its blob, padded to 4 KiB, and blob_bytes becomes
+ * the largest. Free with shoal_container_layout_free. */
+void shoal_container_layout_per_layer(struct shoal_container_layout *l, int64_t n_layer);
+
+/* Free what shoal_container_layout_per_layer allocated (l itself is the
+ * caller's). */
+void shoal_container_layout_free(struct shoal_container_layout *l);
+
+/* The blob of an expert of MoE layer il: its layer's (per-layer layouts)
+ * or the one blob. */
+uint64_t shoal_container_layout_blob(const struct shoal_container_layout *l, int64_t il);
 
 /* Lay out slot s, stored as dtype t with group `group` in `bytes` bytes
  * (the three above). A dense slot goes after the previous one: returns its
@@ -100,11 +119,20 @@ void shoal_container_fp_dense(XXH64_state_t *st, const struct shoal_weight_slot 
                               enum shoal_dtype t, int group, uint64_t xxh);
 void shoal_container_fp_expert(XXH64_state_t *st, int64_t il, int64_t ie, uint64_t xxh);
 
+/* The lines a GGML dense tensor adds after its dense line (its ggml type)
+ * and each MoE layer of a per-layer layout adds after the first line (its
+ * blob and each component's dtype, ggml type, offset and bytes), so that
+ * equal fingerprints mean equal types as well as equal bytes. */
+void shoal_container_fp_ggml(XXH64_state_t *st, const char *name, uint32_t ggml_type);
+void shoal_container_fp_layout(XXH64_state_t *st, int64_t il,
+                               const struct shoal_expert_layout *L, int n_comp);
+
 /* xxh as the manifest writes it: 16 lowercase hex digits into hex[17]. */
 void shoal_container_hex(uint64_t xxh, char hex[17]);
 
 /* The manifest entry of dense slot s stored as t (group as above) at
- * offset off of dense.bin in `bytes` bytes (new reference). */
+ * offset off of dense.bin in `bytes` bytes (new reference); a GGML one
+ * adds "ggml_type", s->w's. */
 json_t *shoal_container_dense_entry(const struct shoal_weight_slot *s, enum shoal_dtype t,
                                     int group, uint64_t off, uint64_t bytes, uint64_t xxh);
 
@@ -128,7 +156,9 @@ struct shoal_container_manifest_params {
 };
 
 /* shoal.json's object for layout l (new reference; NULL when jansson
- * runs out of memory). Its keys in the order docs/FORMAT.md lists them. */
+ * runs out of memory). Its keys in the order docs/FORMAT.md lists them.
+ * A per-layer layout gives each layer entry its "blob_bytes" and
+ * "components" and leaves experts.components empty. */
 json_t *shoal_container_manifest(const struct shoal_container_layout *l,
                                  const struct shoal_container_manifest_params *p);
 

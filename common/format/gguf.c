@@ -779,3 +779,102 @@ int shoal_gguf_tensor(const struct shoal_gguf *g, uint64_t i,
     out->nbytes = t->nbytes;
     return 0;
 }
+
+/* ---- writing the metadata alone ------------------------------------------ */
+
+/* v as n little-endian bytes. */
+static void put_le(FILE *f, uint64_t v, size_t n)
+{
+    uint8_t b[8];
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    fwrite(b, 1, n, f);
+}
+
+static void put_str(FILE *f, const char *s, uint64_t len)
+{
+    put_le(f, len, 8);
+    fwrite(s, 1, (size_t)len, f);
+}
+
+/* Element i of a numeric array (host order, type_size(t) bytes) as the
+ * integer its bytes spell. */
+static uint64_t array_elem(const void *data, size_t size, uint64_t i)
+{
+    uint64_t v = 0;
+    const uint8_t *p = (const uint8_t *)data + i * size;
+    if (size == 1)
+        v = p[0];
+    else if (size == 2) {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        v = x;
+    } else if (size == 4) {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        v = x;
+    } else {
+        memcpy(&v, p, 8);
+    }
+    return v;
+}
+
+static void put_scalar(FILE *f, const struct gguf_kv *kv)
+{
+    const size_t n = type_size(kv->type);
+    if (kv->type == SHOAL_GGUF_TYPE_FLOAT32) {
+        const float x = (float)kv->v.f;   /* read from a float32: exact */
+        uint32_t w;
+        memcpy(&w, &x, 4);
+        put_le(f, w, 4);
+    } else if (kv->type == SHOAL_GGUF_TYPE_FLOAT64) {
+        uint64_t w;
+        memcpy(&w, &kv->v.f, 8);
+        put_le(f, w, 8);
+    } else {
+        put_le(f, is_signed_type(kv->type) ? (uint64_t)kv->v.i : kv->v.u, n);
+    }
+}
+
+int shoal_gguf_write_meta(const struct shoal_gguf *g, const char *path, struct shoal_err *err)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return shoal_err_set(err, -errno, "cannot create '%s': %s", path, strerror(errno));
+    uint64_t n_kv = 0;
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        n_kv += strncmp(g->kv[i].key, "split.", 6) != 0;
+    fwrite("GGUF", 1, 4, f);
+    put_le(f, 3, 4);
+    put_le(f, 0, 8);   /* no tensors */
+    put_le(f, n_kv, 8);
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const struct gguf_kv *kv = &g->kv[i];
+        if (!strncmp(kv->key, "split.", 6))
+            continue;   /* one file, not a part of a set */
+        put_str(f, kv->key, strlen(kv->key));
+        put_le(f, (uint64_t)kv->type, 4);
+        if (kv->type == SHOAL_GGUF_TYPE_STRING) {
+            put_str(f, kv->str, kv->str_len);
+        } else if (kv->type == SHOAL_GGUF_TYPE_ARRAY) {
+            put_le(f, (uint64_t)kv->arr_type, 4);
+            put_le(f, kv->n, 8);
+            const size_t size = type_size(kv->arr_type);
+            for (uint64_t j = 0; j < kv->n; j++) {
+                if (kv->arr_type == SHOAL_GGUF_TYPE_STRING)
+                    put_str(f, kv->strs[j], kv->str_lens[j]);
+                else
+                    put_le(f, array_elem(kv->data, size, j), size);
+            }
+        } else {
+            put_scalar(f, kv);
+        }
+    }
+    /* the (empty) data section starts at the alignment */
+    for (long pos = ftell(f); pos >= 0 && (uint64_t)pos % g->alignment; pos++)
+        fputc(0, f);
+    const int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return shoal_err_set(err, SHOAL_EIO, "cannot write '%s'", path);
+    return 0;
+}

@@ -169,6 +169,14 @@ int shoal_gguf_split_name(const char *path, size_t *prefix_len, uint32_t *no,
                           uint32_t *count);
 
 /* One GGUF model: a single file, or every file of a split set. */
+/* Write g's metadata as a GGUF file of its own at path: version 3, no
+ * tensors, every key/value pair in order except split.* (the result is
+ * one file, not part of a set), values re-encoded little-endian exactly as
+ * read. shoal convert keeps a GGUF's vocabulary and chat template this
+ * way (tokenizer.gguf in the container). Returns 0, or -errno /
+ * SHOAL_EIO with err naming path. Thread: any. */
+int shoal_gguf_write_meta(const struct shoal_gguf *g, const char *path, struct shoal_err *err);
+
 struct shoal_gguf_files;
 
 /* Open path, and when its split.count is above 1, the set's other files

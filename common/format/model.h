@@ -188,6 +188,12 @@ const struct shoal_gguf *shoal_model_gguf_meta(const struct shoal_model *m);
 int shoal_model_gguf_load(struct shoal_model *m, const char *path, struct shoal_err *err);
 void shoal_model_gguf_free(struct shoal_model_gguf *g);
 
+/* The config.json object a GGUF model's metadata gives (the text
+ * shoal_model_config_parse read for m->cfg; borrowed, lives as long as m),
+ * or NULL for any other model. shoal convert writes it as the container's
+ * config, so the container parses to the same config. Thread: any. */
+const char *shoal_model_gguf_config_json(const struct shoal_model *m);
+
 /* The files of a GGUF model's set (0 for any other model) and the path of
  * file i (borrowed for the model's lifetime). Thread: any. */
 uint32_t shoal_model_gguf_n_files(const struct shoal_model *m);

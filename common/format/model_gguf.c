@@ -48,6 +48,7 @@ struct shoal_model_gguf {
     struct gtensor *t;               /* [n_t], sorted by name */
     size_t n_t;
     const char *arch;                /* general.architecture, borrowed from files */
+    char *config_json;               /* the config.json its metadata gives, owned */
 };
 
 int shoal_model_is_gguf(const char *path)
@@ -97,10 +98,16 @@ int shoal_model_gguf_locate(const struct shoal_model *m, const void *p, uint32_t
     return SHOAL_ENOTFOUND;
 }
 
+const char *shoal_model_gguf_config_json(const struct shoal_model *m)
+{
+    return m && m->gguf ? m->gguf->config_json : NULL;
+}
+
 void shoal_model_gguf_free(struct shoal_model_gguf *g)
 {
     if (!g)
         return;
+    free(g->config_json);
     for (uint32_t i = 0; i < g->n_files; i++)
         if (g->maps && g->maps[i])
             munmap(g->maps[i], g->map_len[i]);
@@ -219,7 +226,7 @@ static int load_config(struct shoal_model *m, struct shoal_model_gguf *g, const 
     char what[4200];
     snprintf(what, sizeof what, "%s (its %s metadata)", path, a->name);
     rc = shoal_model_config_parse(text, strlen(text), what, &m->cfg, err);
-    free(text);
+    g->config_json = text;   /* what shoal convert writes as the container's config */
     return rc;
 }
 

@@ -27,8 +27,9 @@ enum shoal_dtype {
                                2-D only, cols a multiple of 32) */
     SHOAL_DTYPE_GGML = 8,   /* a ggml-typed matrix as a GGUF file ships it
                                (w->ggml_type: shoal_ggml_dot_supported, ggml_dot.h;
-                               2-D only). Never in a container: not a name
-                               shoal_dtype_parse accepts */
+                               2-D only). Not a name shoal_dtype_parse accepts:
+                               a container writes "GGML" with its "ggml_type",
+                               which its reader parses together (FORMAT.md) */
     SHOAL_DTYPE_COUNT
 };
 

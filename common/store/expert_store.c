@@ -416,8 +416,8 @@ static void on_read(struct shoal_io_req *req)
         e->rd_msg = NULL;
         e->rd_code = 0;
         pthread_mutex_unlock(&s->mu);
-    } else if (req->result == (int64_t)ct->blob_bytes) {
-        uint64_t h = XXH64(e->blob, (size_t)ct->blob_bytes, 0);
+    } else if (req->result == (int64_t)shoal_container_blob_bytes(ct, e->il)) {
+        uint64_t h = XXH64(e->blob, (size_t)shoal_container_blob_bytes(ct, e->il), 0);
         uint64_t want = ct->expert_xxh64[e->il * ct->n_expert + e->ie];
         if (h != want) {
             code = SHOAL_EFORMAT;
@@ -432,7 +432,7 @@ static void on_read(struct shoal_io_req *req)
              * convert, which never writes one) is refused at the first
              * read of the expert */
             struct shoal_expert_weights v;
-            shoal_container_expert_views(ct, e->blob, &v);
+            shoal_container_expert_views(ct, e->il, e->blob, &v);
             const struct shoal_weight *w[3] = {&v.w_gate, &v.w_up, &v.w_down};
             struct shoal_err fe = {0};
             for (int c = 0; c < 3 && !code; c++) {
@@ -444,6 +444,12 @@ static void on_read(struct shoal_io_req *req)
             if (code)
                 snprintf(msg, sizeof msg, "'%.200s' layer %lld expert %lld: %.250s",
                          s->src[si].path, (long long)e->il, (long long)e->ie, fe.msg);
+        } else if (ct->experts_dtype == SHOAL_DTYPE_GGML) {
+            /* a converted GGUF's ggml blocks: every scale finite (as a GGUF's) */
+            struct shoal_err fe = {0};
+            code = shoal_container_ggml_check(ct, e->il, e->ie, e->blob, &fe);
+            if (code)
+                snprintf(msg, sizeof msg, "%.400s", fe.msg);
         }
     } else {
         code = req->result < 0 ? (int)req->result : SHOAL_EIO;
@@ -459,8 +465,8 @@ static void on_read(struct shoal_io_req *req)
     if (!code) {
         src->st.reads++;
         if (!ct->gguf) {
-            src->st.bytes_read += ct->blob_bytes;
-            s->st.bytes_read += ct->blob_bytes;
+            src->st.bytes_read += shoal_container_blob_bytes(ct, e->il);
+            s->st.bytes_read += shoal_container_blob_bytes(ct, e->il);
         }
         e->state = ENTRY_READY;
         if (e->tier != TIER_STAGING)
@@ -741,21 +747,24 @@ static double probe_source(const struct shoal_expert_store *s, const struct sour
     void *buf = alloc_blob((size_t)ct->blob_bytes);
     double rate = buf ? 0 : SHOAL_ENOMEM;
     double t0 = shoal_time_s();
+    uint64_t read_bytes = 0;
     for (int64_t k = 0; buf && k < n; k++) {
         /* the x-th held expert, in file order */
         int64_t x = k * total / n, seen = 0;
-        uint64_t off = 0;
+        uint64_t off = 0, blob = ct->blob_bytes;
         for (int64_t i = 0; i < ct->n_layer * ct->n_expert; i++) {
             if (!shoal_container_holds(ct, i / ct->n_expert, i % ct->n_expert))
                 continue;
             if (seen++ == x) {
                 off = shoal_container_expert_offset(ct, i / ct->n_expert, i % ct->n_expert);
+                blob = shoal_container_blob_bytes(ct, i / ct->n_expert);   /* its layer's */
                 break;
             }
         }
+        read_bytes += blob;
         size_t done = 0;
-        while (done < ct->blob_bytes) {
-            ssize_t r = pread(fd, (char *)buf + done, (size_t)ct->blob_bytes - done,
+        while (done < blob) {
+            ssize_t r = pread(fd, (char *)buf + done, (size_t)blob - done,
                               (off_t)(off + done));
             if (r < 0 && errno == EINTR)
                 continue;
@@ -776,7 +785,7 @@ static double probe_source(const struct shoal_expert_store *s, const struct sour
     }
     double dt = shoal_time_s() - t0;
     if (rate == 0)
-        rate = (double)n * (double)ct->blob_bytes / 1e6 / (dt > 1e-6 ? dt : 1e-6);
+        rate = (double)read_bytes / 1e6 / (dt > 1e-6 ? dt : 1e-6);
     free(buf);
     if (own)
         close(fd);

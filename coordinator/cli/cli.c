@@ -158,10 +158,11 @@ int shoal_cli_check_model_dir(const char *path, int given)
         "tokenizer.json) or a shoal container directory (made by 'shoal convert')";
     struct stat st;
     if (stat(path, &st) != 0) {
-        /* run, chat, perplexity, serve and bench take a GGUF file as well
-         * (they check for one before calling here); convert and shard do not */
+        /* run, chat, perplexity, serve, bench, convert and shard take a GGUF
+         * file as well (they check for one before calling here) */
         shoal_cli_error("model '%s' does not exist%s; a model is a GGUF file (run, chat, "
-                        "perplexity, serve and bench take one: docs/MODELS.md), %s", path,
+                        "perplexity, serve, bench, convert and shard take one: "
+                        "docs/MODELS.md), %s", path,
                         given ? "" : " (the bundled model; pass --model DIR)", dirs);
         return -1;
     }

@@ -38,6 +38,11 @@ struct shoal_container;
  * for a full container. ct borrowed. */
 void shoal_cli_print_shard(const struct shoal_container *ct);
 
+/* shoal inspect's "types" lines: each tensor group's dtypes with their
+ * counts, a ggml type by its name (Q4_K x8), a layer's expert components
+ * one tensor each (as a GGUF's ffn_*_exps). ct borrowed. Thread: main. */
+void shoal_cli_print_types(const struct shoal_container *ct);
+
 /* Parse a byte size: "0", "512K", "256M", "4G", "unlimited". Returns 0
  * or -1 after printing an error naming the flag. */
 int shoal_cli_parse_size(const char *flag, const char *s, unsigned long long *out);

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "container.h"
+#include "ggml_types.h"
 #include "kv.h"
 #include "model.h"
 #include "util.h"
@@ -64,8 +65,13 @@ int shoal_cmd_convert(int argc, char **argv)
                    "                     [--dense int4a8|int4|int8|fp8|bf16|f32] [--group 32|64|128]\n"
                    "                     [--kv f32|f16|bf16] [--force]\n\n"
                    "Converts a Hugging Face checkpoint directory SRC (config.json, *.safetensors,\n"
-                   "tokenizer.json) into a shoal container DST (docs/FORMAT.md).\n\n"
-                   "  --model SRC, SRC     the Hugging Face checkpoint directory\n"
+                   "tokenizer.json) or a GGUF file SRC into a shoal container DST (docs/FORMAT.md).\n"
+                   "From a GGUF every tensor keeps its type (Q4_K, IQ2_XXS, MXFP4, ...: dtype GGML\n"
+                   "in the manifest), so DST runs with the GGUF's logits bits and adds checksums,\n"
+                   "page-aligned experts, --mirror and shoal shard; --experts / --dense given\n"
+                   "requantize (each tensor dequantized by its type's reference, then quantized).\n\n"
+                   "  --model SRC, SRC     the Hugging Face checkpoint directory, or a GGUF file\n"
+                   "                       (any file of a split set NAME-00001-of-0000N.gguf)\n"
                    "  --out DST, DST       the container directory to write\n"
                    "  --experts T          routed experts' dtype (default bf16; fp8 when SRC is an\n"
                    "                       FP8 checkpoint, which keeps its E4M3 codes and block scales;\n"
@@ -125,13 +131,16 @@ int shoal_cmd_convert(int argc, char **argv)
                         src ? "DST" : "SRC");
         goto out;
     }
-    if (shoal_cli_check_model_dir(src, 1))
+    const int gguf = shoal_model_is_gguf(src);
+    if (!gguf && shoal_cli_check_model_dir(src, 1))
         goto out;   /* a missing or non-directory SRC: a usage error, exit 2 */
     rc = 1;
     struct shoal_err err = {0};
     struct shoal_model *m = shoal_model_load(src, &err);
     if (!m) {
         shoal_cli_error("%s", err.msg);
+        if (gguf && shoal_err_is_bad_input(err.code))
+            rc = 2;   /* a truncated or corrupt GGUF, as shoal run says */
         goto out;
     }
     if (m->ct) {
@@ -151,7 +160,12 @@ int shoal_cmd_convert(int argc, char **argv)
     /* MXFP4 experts (gpt-oss) likewise stay MXFP4 unless --experts says */
     if (!set_experts && source_experts_dtype(m) == SHOAL_DTYPE_MXFP4)
         p.experts_dtype = SHOAL_DTYPE_MXFP4;
-    {
+    /* a GGUF: every tensor keeps its type, unless --experts / --dense say */
+    if (gguf && !set_experts)
+        p.experts_dtype = SHOAL_DTYPE_GGML;
+    if (gguf && !set_dense)
+        p.dense_dtype = SHOAL_DTYPE_GGML;
+    if (!gguf) {
         /* the container copies the checkpoint's tokenizer: say when there is none */
         char *tj = shoal_path_join(src, "tokenizer.json");
         char *tk = shoal_path_join(src, "tiktoken.model");
@@ -170,6 +184,8 @@ int shoal_cmd_convert(int argc, char **argv)
     shoal_model_free(m);
     if (crc) {
         shoal_cli_error("%s", err.msg);
+        if (gguf && shoal_err_is_bad_input(crc))
+            rc = 2;   /* bad bytes in the GGUF (a NaN block scale) */
         goto out;
     }
     fprintf(stderr, "shoal: wrote %s in %.1f s\n", dst, shoal_time_s() - pr.t0);
@@ -279,7 +295,11 @@ int shoal_cmd_inspect(int argc, char **argv)
         dense_bytes += ct->dense[i].bytes;
     for (int64_t il = 0; il < cfg.n_layer; il++)
         n_moe += ct->layer_offset[il] != UINT64_MAX;
-    uint64_t expert_bytes = ct->blob_bytes * (uint64_t)ct->n_held;   /* a shard: held only */
+    uint64_t expert_bytes = 0;   /* a shard: held only */
+    for (int64_t il = 0; il < cfg.n_layer; il++)
+        for (int64_t ie = 0; ie < cfg.n_expert; ie++)
+            expert_bytes += shoal_container_holds(ct, il, ie) ? shoal_container_blob_bytes(ct, il)
+                                                              : 0;
     printf("%s    %s (format version %d)\n", ct->shard.count ? "shard    " : "container", dir,
            ct->version);
     printf("fingerprint  %016" PRIx64 "\n", ct->fingerprint);
@@ -292,9 +312,14 @@ int shoal_cmd_inspect(int argc, char **argv)
            shoal_dtype_name(ct->experts_dtype));
     if (shoal_dtype_is_quant(ct->experts_dtype))
         printf(" group %d", ct->experts_group);
-    printf("\nper expert   %" PRIu64 " bytes (gate %" PRIu64 ", up %" PRIu64 ", down %" PRIu64
-           ", 4 KiB aligned)\n", ct->blob_bytes, ct->comp[0].bytes, ct->comp[1].bytes,
-           ct->comp[2].bytes);
+    if (ct->layer_layout)   /* GGML: each layer its own types and blob */
+        printf(" (each layer's types its own, as the GGUF had them)\n"
+               "per expert   up to %" PRIu64 " bytes (each layer's blob 4 KiB aligned)\n",
+               ct->blob_bytes);
+    else
+        printf("\nper expert   %" PRIu64 " bytes (gate %" PRIu64 ", up %" PRIu64 ", down %"
+               PRIu64 ", 4 KiB aligned)\n", ct->blob_bytes, ct->comp[0].bytes,
+               ct->comp[1].bytes, ct->comp[2].bytes);
     printf("dense bytes  %" PRIu64 " (%.1f MB, %zu tensors:", dense_bytes, dense_bytes / 1e6,
            ct->n_dense);
     for (int t = 0, first = 1; t < SHOAL_DTYPE_COUNT; t++) {
@@ -318,6 +343,11 @@ int shoal_cmd_inspect(int argc, char **argv)
                (long long)cfg.kv_lora_rank, (long long)cfg.qk_rope_head_dim);
     printf("\n");
     printf("expert bytes %" PRIu64 " (%.1f MB)\n", expert_bytes, expert_bytes / 1e6);
+    int ggml = ct->experts_dtype == SHOAL_DTYPE_GGML;
+    for (size_t i = 0; i < ct->n_dense; i++)
+        ggml |= ct->dense[i].w.dtype == SHOAL_DTYPE_GGML;
+    if (ggml)
+        shoal_cli_print_types(ct);
     shoal_cli_print_shard(ct);
     if (ct->shard.count && !ct->shard.has_dense && ct->n_dense)
         printf("dense        the manifest's %zu tensors (their bytes are in the full "
@@ -325,12 +355,13 @@ int shoal_cmd_inspect(int argc, char **argv)
     size_t shown = 0;
     for (size_t i = 0; i < ct->n_dense && shown < 6; i++, shown++) {
         const struct shoal_container_tensor *t = &ct->dense[i];
+        const char *dt = t->w.dtype == SHOAL_DTYPE_GGML ? shoal_ggml_type_name(t->w.ggml_type)
+                                                        : shoal_dtype_name(t->w.dtype);
         if (t->n_dims == 1)
-            printf("  %-28s %-6s [%lld]\n", t->name, shoal_dtype_name(t->w.dtype),
-                   (long long)t->w.cols);
+            printf("  %-28s %-6s [%lld]\n", t->name, dt, (long long)t->w.cols);
         else
-            printf("  %-28s %-6s [%lld, %lld]\n", t->name, shoal_dtype_name(t->w.dtype),
-                   (long long)t->w.rows, (long long)t->w.cols);
+            printf("  %-28s %-6s [%lld, %lld]\n", t->name, dt, (long long)t->w.rows,
+                   (long long)t->w.cols);
     }
     if (ct->n_dense > shown)
         printf("  ... %zu more dense tensors\n", ct->n_dense - shown);

@@ -2,8 +2,11 @@
  * worker, so that each machine stores only its share of the experts
  * (docs/FORMAT.md "Shards").
  *
- *   shoal shard --model DIR --shards N [--replicas R] [--weights w1,...]
+ *   shoal shard --model DIR|FILE.gguf --shards N [--replicas R] [--weights w1,...]
  *               [--with-dense] [--force] --out OUT
+ *
+ * A GGUF file is first converted into OUT/model (every tensor keeping its
+ * ggml type), which the coordinator runs and the shards are cut from.
  *
  * Expert (il, ie) goes to its R holders by weighted rendezvous hashing
  * (placement.h); OUT/worker-i is shard i and OUT/placement.json lists what
@@ -38,13 +41,16 @@ struct shard_args {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: shoal shard [--model] DIR --shards N [--replicas R] "
+    fprintf(f, "usage: shoal shard [--model] DIR|FILE.gguf --shards N [--replicas R] "
                "[--weights w1,w2,...] [--with-dense] [--force] [--out] OUT\n\n"
                "Writes OUT/worker-0 .. OUT/worker-(N-1), one partial container per worker\n"
                "holding its share of the experts (R holders per expert, shares in proportion\n"
                "to the weights, by weighted rendezvous hashing), and OUT/placement.json.\n"
-               "DIR must be a shoal container (make one with 'shoal convert').\n"
-               "  --model DIR, DIR  the container to shard\n"
+               "DIR must be a shoal container (make one with 'shoal convert'), or a GGUF\n"
+               "file (any file of a split set): it is first converted into OUT/model, every\n"
+               "tensor keeping its type, and the shards are cut from that container; run the\n"
+               "coordinator on OUT/model (a GGUF's own fingerprint is not the container's).\n"
+               "  --model DIR, DIR  the container, or the GGUF file, to shard\n"
                "  --out OUT, OUT    where the shards and placement.json go\n"
                "  --shards N        how many shards (one per worker)\n"
                "  --replicas R      holders per expert, 1..N (default 1)\n"
@@ -280,6 +286,41 @@ static void show_progress(uint64_t done, uint64_t total, void *user)
                 (double)total / 1e6);
 }
 
+/* shoal shard FILE.gguf: convert it (every tensor keeps its type) into
+ * OUT/model, the full container the coordinator runs and the shards are
+ * cut from; *dir is that path (malloc'd). Returns 0 or the exit status
+ * after printing the error (2 for a bad GGUF, as shoal convert). */
+static int convert_gguf(const struct shard_args *a, char **dir)
+{
+    *dir = NULL;
+    if (check_outputs(a))
+        return 2;
+    struct shoal_err err = {0};
+    struct shoal_model *m = shoal_model_load(a->model, &err);
+    if (!m) {
+        shoal_cli_error("shard: %s", err.msg);
+        return shoal_err_is_bad_input(err.code) ? 2 : 1;
+    }
+    struct shoal_convert_params p = shoal_convert_params_default();
+    p.experts_dtype = p.dense_dtype = SHOAL_DTYPE_GGML;
+    p.force = a->force;
+    char *out = shoal_path_join(a->out, "model");
+    const double t0 = shoal_time_s();
+    const int rc = shoal_container_convert(m, a->model, out, &p, &err);
+    shoal_model_free(m);
+    if (rc) {
+        shoal_cli_error("shard: %s", err.msg);
+        free(out);
+        return shoal_err_is_bad_input(rc) ? 2 : 1;
+    }
+    fprintf(stderr, "shoal: shard: converted %s into %s in %.1f s (the coordinator runs "
+            "there; its types are the GGUF's)\n", a->model, out, shoal_time_s() - t0);
+    *dir = out;
+    return 0;
+}
+
+static int shard_container(struct shard_args a);
+
 int shoal_cmd_shard(int argc, char **argv)
 {
     struct shard_args a = {0};
@@ -288,6 +329,23 @@ int shoal_cmd_shard(int argc, char **argv)
         free(a.weights);
         return prc > 0 ? 0 : 2;
     }
+    if (!shoal_model_is_gguf(a.model))
+        return shard_container(a);
+    char *dir = NULL;
+    int rc = convert_gguf(&a, &dir);
+    if (rc) {
+        free(a.weights);
+        return rc;
+    }
+    a.model = dir;
+    rc = shard_container(a);   /* frees a.weights */
+    free(dir);
+    return rc;
+}
+
+/* Shard the container a.model (frees a.weights). */
+static int shard_container(struct shard_args a)
+{
     if (!shoal_container_is(a.model)) {
         char *cfg = shoal_path_join(a.model, "config.json");
         if (shoal_exists(cfg))

@@ -182,7 +182,8 @@ int shoal_cmd_template(int argc, char **argv)
     char *cfg = shoal_path_join(dir, "tokenizer_config.json");
     char *src = NULL, *bos = NULL, *eos = NULL, *text = NULL;
     struct shoal_chat_template *t = NULL;
-    int rc = shoal_chat_template_load_config(cfg, &src, &bos, &eos, &err);
+    /* tokenizer_config.json, or a converted GGUF's tokenizer.gguf (as chat reads it) */
+    int rc = shoal_chat_template_load_model(dir, NULL, &src, &bos, &eos, &err);
     if (rc && template_path && (rc == SHOAL_ENOTFOUND || rc == -ENOENT))
         rc = 0; /* no template (or config) of its own; --template gives one */
     if (rc) {

@@ -1383,8 +1383,19 @@ int shoal_chat_template_load_model(const char *model_path, const struct shoal_gg
     if (!model_path)
         return shoal_err_set(err, SHOAL_EINVAL, "chat template: model_path must not be NULL");
     char *cfg = shoal_path_join(model_path, "tokenizer_config.json");
-    const int rc = shoal_chat_template_load_config(cfg, template_source, bos_token, eos_token,
-                                                   err);
+    char *tg = shoal_path_join(model_path, "tokenizer.gguf");
+    int rc;
+    if (!shoal_exists(cfg) && shoal_exists(tg)) {
+        /* a container converted from a GGUF: its metadata, as the GGUF's run reads it */
+        struct shoal_gguf *g = shoal_gguf_open(tg, err);
+        rc = g ? shoal_chat_template_load_gguf(g, model_path, template_source, bos_token,
+                                               eos_token, err)
+               : (err && err->code ? err->code : SHOAL_EFORMAT);
+        shoal_gguf_close(g);
+    } else {
+        rc = shoal_chat_template_load_config(cfg, template_source, bos_token, eos_token, err);
+    }
     free(cfg);
+    free(tg);
     return rc;
 }

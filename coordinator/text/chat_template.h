@@ -171,7 +171,9 @@ int shoal_chat_template_load_gguf(const struct shoal_gguf *g, const char *path,
 /* The template of a model, as shoal chat and shoal serve read it: from
  * its GGUF metadata when gguf is non-NULL (shoal_chat_template_load_gguf,
  * model_path named in messages), else from model_path/tokenizer_config.json
- * (shoal_chat_template_load_config, chat_template.jinja beside it).
+ * (shoal_chat_template_load_config, chat_template.jinja beside it), or,
+ * when there is none, from model_path/tokenizer.gguf (a container shoal
+ * convert made of a GGUF: its metadata, read as the GGUF's).
  *   model_path  borrowed: a checkpoint directory or the GGUF file.
  *   gguf        borrowed GGUF metadata (shoal_model_gguf_meta), or NULL.
  * Returns and ownership as those two. Thread: any. */

@@ -727,8 +727,8 @@ static struct shoal_tokenizer *load_tiktoken_file(const char *path,
 
 int shoal_tokenizer_present(const char *dir)
 {
-    static const char *const names[] = {"tokenizer.json", "tiktoken.model"};
-    for (size_t k = 0; k < 2; k++) {
+    static const char *const names[] = {"tokenizer.json", "tiktoken.model", "tokenizer.gguf"};
+    for (size_t k = 0; k < 3; k++) {
         char *p = shoal_path_join(dir, names[k]);
         int ok = shoal_exists(p);
         free(p);
@@ -747,19 +747,23 @@ struct shoal_tokenizer *shoal_tokenizer_load(const char *path,
     if (shoal_is_dir(path)) {
         char *p = shoal_path_join(path, "tokenizer.json");
         char *tk = shoal_path_join(path, "tiktoken.model");
+        char *tg = shoal_path_join(path, "tokenizer.gguf");
         struct shoal_tokenizer *t = NULL;
         if (shoal_exists(p)) {
             t = load_json_file(p, err);
         } else if (shoal_exists(tk)) {
             t = load_tiktoken_file(tk, err);
+        } else if (shoal_exists(tg)) {   /* a converted GGUF's vocabulary */
+            t = shoal_tokenizer_load(tg, err);
         } else {
             shoal_err_set(err, SHOAL_ENOTFOUND,
-                          "tokenizer: directory '%s' has no tokenizer.json "
-                          "or tiktoken.model",
+                          "tokenizer: directory '%s' has no tokenizer.json, "
+                          "tiktoken.model or tokenizer.gguf",
                           path);
         }
         free(p);
         free(tk);
+        free(tg);
         return t;
     }
     if (!shoal_exists(path)) {

@@ -35,7 +35,8 @@ struct shoal_gguf;
  *         present, tokenizer_config.json for bos/eos/add_bos; without a
  *         tokenizer.json, a tiktoken.model: Kimi-K2's tiktoken BPE with its
  *         split pattern and the special tokens of tokenizer_config.json's
- *         added_tokens_decoder), a "tiktoken.model" file, a
+ *         added_tokens_decoder; without either, a tokenizer.gguf: the
+ *         metadata of a GGUF that shoal convert kept), a "tiktoken.model" file, a
  *         tokenizer.json file (a "X.tokenizer_config.json" or
  *         "tokenizer_config.json" beside a "X.tokenizer.json" or
  *         "tokenizer.json" is read too), or a .gguf file (or any file that
@@ -50,7 +51,8 @@ struct shoal_tokenizer *shoal_tokenizer_load(const char *path,
                                              struct shoal_err *err);
 
 /* 1 if directory dir holds a tokenizer shoal_tokenizer_load reads
- * (tokenizer.json, or tiktoken.model as Kimi-K2 ships it), else 0.
+ * (tokenizer.json, tiktoken.model as Kimi-K2 ships it, or a converted
+ * GGUF's tokenizer.gguf), else 0.
  * Thread: any. */
 int shoal_tokenizer_present(const char *dir);
 

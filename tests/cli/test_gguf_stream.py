@@ -46,7 +46,6 @@ Ends with "N passed, M failed"; exit status 1 if anything failed.
 
 import argparse
 import glob
-import json
 import os
 import re
 import struct
@@ -192,10 +191,8 @@ def main():
     ap.add_argument("--shoal", required=True)
     a = ap.parse_args()
     shoal = os.path.abspath(a.shoal)
-    with open(os.path.join(W.MODEL, "config.json")) as f:
-        cfg = json.load(f)
-    st = W.read_safetensors(os.path.join(W.MODEL, "model.safetensors"))
-    tensors = W.typed(W.gguf_tensors(st, cfg["num_hidden_layers"], cfg["num_experts"]), "BF16")
+    cfg, _, tensors = W.checkpoint()
+    tensors = W.typed(tensors, "BF16")
     kvs = W.metadata(cfg)
     exp_mb = sum(x.size * 2 for n, x, t in tensors if "_exps." in n) / 1e6
     with tempfile.TemporaryDirectory(prefix="shoal-gguf-stream-") as tmp:

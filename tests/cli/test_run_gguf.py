@@ -824,15 +824,21 @@ def test_bad(shoal, tmp, tensors, cfg):
            "a GGUF file" in lines[0], show(r))
 
 
+def checkpoint():
+    """The bundled checkpoint: (its config, its safetensors, its tensors with
+    llama.cpp's names, gguf_tensors)."""
+    with open(os.path.join(MODEL, "config.json")) as f:
+        cfg = json.load(f)
+    st = read_safetensors(os.path.join(MODEL, "model.safetensors"))
+    return cfg, st, gguf_tensors(st, cfg["num_hidden_layers"], cfg["num_experts"])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
     a = ap.parse_args()
     shoal = os.path.abspath(a.shoal)
-    with open(os.path.join(MODEL, "config.json")) as f:
-        cfg = json.load(f)
-    st = read_safetensors(os.path.join(MODEL, "model.safetensors"))
-    tensors = gguf_tensors(st, cfg["num_hidden_layers"], cfg["num_experts"])
+    cfg, st, tensors = checkpoint()
     result("the writer's input: every checkpoint tensor mapped once",
            sum(1 for n in st if ".experts." not in n) + 3 * cfg["num_hidden_layers"] ==
            len(tensors) and all(np.any(x != 0) for _, x in tensors))
