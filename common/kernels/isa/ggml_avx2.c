@@ -674,7 +674,6 @@ static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t
         rows8_t(T, y, a, t0, nt, w, p, pf, r, nr);                                            \
     }
 ROWS8_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K)
-ROWS8_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K)
 ROWS8_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K)
 ROWS8_FN(rows8_q3_k, SHOAL_GGML_TYPE_Q3_K)
 ROWS8_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS)
@@ -700,7 +699,7 @@ static void rows8_q8_0_pf(float *y, const struct shoal_ggml_act *a, int64_t t0, 
     rows8_q8_0(y, a, t0, nt, w, p, r, nr);
 }
 
-/* ---- Q4_K, one token ----------------------------------------------------------
+/* ---- Q4_K and Q6_K, one token ----------------------------------------------------------
  *
  * The decode matvec of the commonest GGUF expert type, written for few live
  * registers: rows8_t keeps a whole unpacked block per row (24 registers)
@@ -762,19 +761,76 @@ static inline __attribute__((always_inline)) void q4k_row(const uint8_t *blk, co
     *raw = acc;
 }
 
-/* rows i and i + 1 of the group: their raw and corr lanes folded once
- * (hsum_rows8's first step) */
-static inline __attribute__((always_inline)) void q4k_pair(const uint8_t *const p[8],
-                                                          const uint8_t *const pf[8], int i,
-                                                          size_t off, const int8_t *x,
-                                                          __m256i bs, __m256i *raw2,
-                                                          __m256i *corr2)
+/* vpshufb controls for Q6_K: int16 lane 2r of the low half and 2r + 1 of
+ * the high half, each across its half (the scales of a register's two 16s) */
+static const uint8_t q6k_bcast[4][32] __attribute__((aligned(32))) = {
+#define B2(j) 2 * (j), 2 * (j) + 1
+#define B8(j) B2(j), B2(j), B2(j), B2(j), B2(j), B2(j), B2(j), B2(j)
+    {B8(0), B8(1)}, {B8(2), B8(3)}, {B8(4), B8(5)}, {B8(6), B8(7)},
+#undef B8
+#undef B2
+};
+
+/* One row's Q6_K block blk against a token's 256 qx, as q4k_row: *raw =
+ * lanes of sum_k sc[k] * ((q + 32) . qx over the 16s k), *corr = lanes of
+ * sum_k sc[k] * bsum[k] (block_term takes 32 x corr back off). Register
+ * 4h + r holds elements 128h + 32r .. + 31: ql's nibbles with qh's bit
+ * pair 2r above them (ggml's dequantize_row_q6_K). */
+static inline __attribute__((always_inline)) void q6k_row(const uint8_t *blk, const int8_t *x,
+                                                         __m256i bs, __m256i *raw,
+                                                         __m256i *corr)
 {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+    *corr = _mm256_madd_epi16(sc, bs);
+    const __m256i sc_half[2] = {_mm256_permute2x128_si256(sc, sc, 0x00),
+                                _mm256_permute2x128_si256(sc, sc, 0x11)};
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const __m256i hv = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(l0, m4),
+                            _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30)),
+            _mm256_or_si256(_mm256_and_si256(l1, m4),
+                            _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                            _mm256_and_si256(hv, m30)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30))};
+        for (int r = 0; r < 4; r++) {
+            const __m256i pr = _mm256_maddubs_epi16(
+                q[r], _mm256_loadu_si256((const __m256i *)(x + 128 * h + 32 * r)));
+            const __m256i sr = _mm256_shuffle_epi8(
+                sc_half[h], _mm256_load_si256((const __m256i *)q6k_bcast[r]));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pr, sr));
+        }
+    }
+    *raw = acc;
+}
+
+/* rows i and i + 1 of the group (type t: Q4_K or Q6_K): their raw and
+ * corr lanes folded once (hsum_rows8's first step) */
+static inline __attribute__((always_inline)) void k_pair(enum shoal_ggml_type t,
+                                                        const uint8_t *const p[8],
+                                                        const uint8_t *const pf[8], int i,
+                                                        size_t off, const int8_t *x,
+                                                        __m256i bs, __m256i *raw2,
+                                                        __m256i *corr2)
+{
+    const size_t ts = t == SHOAL_GGML_TYPE_Q4_K ? 144 : 210;
     __m256i r0, c0, r1, c1;
-    prefetch_block(pf, i, off, 144);
-    q4k_row(p[i] + off, x, bs, &r0, &c0);
-    prefetch_block(pf, i + 1, off, 144);
-    q4k_row(p[i + 1] + off, x, bs, &r1, &c1);
+    prefetch_block(pf, i, off, ts);
+    if (t == SHOAL_GGML_TYPE_Q4_K)
+        q4k_row(p[i] + off, x, bs, &r0, &c0);
+    else
+        q6k_row(p[i] + off, x, bs, &r0, &c0);
+    prefetch_block(pf, i + 1, off, ts);
+    if (t == SHOAL_GGML_TYPE_Q4_K)
+        q4k_row(p[i + 1] + off, x, bs, &r1, &c1);
+    else
+        q6k_row(p[i + 1] + off, x, bs, &r1, &c1);
     *raw2 = _mm256_hadd_epi32(r0, r1);
     *corr2 = _mm256_hadd_epi32(c0, c1);
 }
@@ -789,22 +845,30 @@ static inline __m256i fold_pairs(const __m256i a[4])
                             _mm256_permute2x128_si256(b0, b1, 0x31));
 }
 
-static void rows8_q4_k_1(float *y, const struct shoal_ggml_act *a, int64_t t0,
-                         const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
-                         const uint8_t *const pf[8], int64_t r, int nr)
+/* Q4_K or Q6_K, one token: eight rows' chains (lane i: row i) */
+static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type t, float *y,
+                                                           const struct shoal_ggml_act *a,
+                                                           int64_t t0,
+                                                           const struct shoal_ggml_matrix *w,
+                                                           const uint8_t *const p[8],
+                                                           const uint8_t *const pf[8],
+                                                           int64_t r, int nr)
 {
+    const size_t ts = t == SHOAL_GGML_TYPE_Q4_K ? 144 : 210;
     const int8_t *xq = a->q + t0 * a->n;
     const int16_t *bsum = a->bsum + t0 * (a->n / 16);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < a->n_blk; b++) {
-        const size_t off = (size_t)b * 144;
+        const size_t off = (size_t)b * ts;
         const int8_t *x = xq + QK_K * b;
         const __m256i bs = _mm256_loadu_si256((const __m256i *)(bsum + 16 * b));
         __m256i raw2[4], corr2[4];
         for (int k = 0; k < 4; k++)
-            q4k_pair(p, pf, 2 * k, off, x, bs, &raw2[k], &corr2[k]);
-        acc = block_term(SHOAL_GGML_TYPE_Q4_K, acc, fold_pairs(raw2), fold_pairs(corr2),
-                         f16x8(p, off), f16x8(p, off + 2), a->d[t0 * a->n_blk + b]);
+            k_pair(t, p, pf, 2 * k, off, x, bs, &raw2[k], &corr2[k]);
+        const __m256 d = f16x8(p, off + (t == SHOAL_GGML_TYPE_Q4_K ? 0 : 208));
+        const __m256 dmin = t == SHOAL_GGML_TYPE_Q4_K ? f16x8(p, off + 2) : _mm256_setzero_ps();
+        acc = block_term(t, acc, fold_pairs(raw2), fold_pairs(corr2), d, dmin,
+                         a->d[t0 * a->n_blk + b]);
     }
     store_rows(y, w->rows, t0, r, nr, acc);
 }
@@ -814,9 +878,19 @@ static void rows8_q4_k(float *y, const struct shoal_ggml_act *a, int64_t t0, int
                        const uint8_t *const pf[8], int64_t r, int nr)
 {
     if (nt == 1)
-        rows8_q4_k_1(y, a, t0, w, p, pf, r, nr);
+        rows8_k_1(SHOAL_GGML_TYPE_Q4_K, y, a, t0, w, p, pf, r, nr);
     else
         rows8_t(SHOAL_GGML_TYPE_Q4_K, y, a, t0, nt, w, p, pf, r, nr);
+}
+
+static void rows8_q6_k(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
+                       const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
+                       const uint8_t *const pf[8], int64_t r, int nr)
+{
+    if (nt == 1)
+        rows8_k_1(SHOAL_GGML_TYPE_Q6_K, y, a, t0, w, p, pf, r, nr);
+    else
+        rows8_t(SHOAL_GGML_TYPE_Q6_K, y, a, t0, nt, w, p, pf, r, nr);
 }
 
 typedef void (*rows8_fn)(float *, const struct shoal_ggml_act *, int64_t, int64_t,
