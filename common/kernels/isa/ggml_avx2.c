@@ -873,25 +873,19 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
     store_rows(y, w->rows, t0, r, nr, acc);
 }
 
-static void rows8_q4_k(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
-                       const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
-                       const uint8_t *const pf[8], int64_t r, int nr)
-{
-    if (nt == 1)
-        rows8_k_1(SHOAL_GGML_TYPE_Q4_K, y, a, t0, w, p, pf, r, nr);
-    else
-        rows8_t(SHOAL_GGML_TYPE_Q4_K, y, a, t0, nt, w, p, pf, r, nr);
-}
-
-static void rows8_q6_k(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
-                       const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
-                       const uint8_t *const pf[8], int64_t r, int nr)
-{
-    if (nt == 1)
-        rows8_k_1(SHOAL_GGML_TYPE_Q6_K, y, a, t0, w, p, pf, r, nr);
-    else
-        rows8_t(SHOAL_GGML_TYPE_Q6_K, y, a, t0, nt, w, p, pf, r, nr);
-}
+/* one token through rows8_k_1, more through rows8_t */
+#define ROWS8_K_FN(name, T)                                                                   \
+    static void name(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,       \
+                     const struct shoal_ggml_matrix *w, const uint8_t *const p[8],            \
+                     const uint8_t *const pf[8], int64_t r, int nr)                           \
+    {                                                                                         \
+        if (nt == 1)                                                                          \
+            rows8_k_1(T, y, a, t0, w, p, pf, r, nr);                                          \
+        else                                                                                  \
+            rows8_t(T, y, a, t0, nt, w, p, pf, r, nr);                                        \
+    }
+ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K)
+ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K)
 
 typedef void (*rows8_fn)(float *, const struct shoal_ggml_act *, int64_t, int64_t,
                          const struct shoal_ggml_matrix *, const uint8_t *const[8],
