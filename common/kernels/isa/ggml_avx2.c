@@ -21,7 +21,8 @@
  * unpack_row says how the offsets and mins come back in).
  *
  * Batches: one token (the decode matvec) unpacks each row's block into
- * registers and uses it at once; more tokens unpack a block of eight rows
+ * registers and uses it at once (IQ2_XXS, IQ3_XXS and IQ1_S straight to
+ * its raw sum: raw1); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
  * TOK_TILE tokens at a time, the chains of all those tokens kept in
  * acc[]. Rows past the end of the share repeat its last row and are not
@@ -309,6 +310,20 @@ static inline void scales_put(struct urow *u, __m128i S, int per16)
         u->sc[j] = scale_reg(S2, j, per16);
 }
 
+/* scales_put for unsigned scales (bytes < 128: Q2_K, Q4_K, Q5_K): vpshufb
+ * zeroes the high byte of each int16 itself (control bytes 0x80), one
+ * shuffle per register instead of a shuffle and a shift */
+static inline void scales_put_u(struct urow *u, __m128i S, int per16)
+{
+    const __m256i S2 = _mm256_broadcastsi128_si256(S);
+    for (int j = 0; j < 8; j++) {
+        const __m256i ctrl = per16 ? _mm256_set_m128i(_mm_set1_epi16((short)(0x8000 | (2 * j + 1))),
+                                                      _mm_set1_epi16((short)(0x8000 | (2 * j))))
+                                   : _mm256_set1_epi16((short)(0x8000 | j));
+        u->sc[j] = _mm256_shuffle_epi8(S2, ctrl);
+    }
+}
+
 /* signed codes c into u: |c| and c for its sign */
 static inline void put_signed(struct urow *u, int j, __m256i c)
 {
@@ -346,7 +361,7 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         const uint32_t sc03 = w0 & 0x3f3f3f3fu, m03 = w1 & 0x3f3f3f3fu;
         const uint32_t sc47 = (w2 & 0x0f0f0f0fu) | ((w0 >> 6) & 0x03030303u) << 4;
         const uint32_t m47 = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 6) & 0x03030303u) << 4;
-        scales_put(u, _mm_setr_epi32((int)sc03, (int)sc47, 0, 0), 0);
+        scales_put_u(u, _mm_setr_epi32((int)sc03, (int)sc47, 0, 0), 0);
         const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
         u->corr16 = _mm256_cvtepu8_epi16(
             _mm_shuffle_epi8(_mm_setr_epi32((int)m03, (int)m47, 0, 0), dup));
@@ -383,7 +398,7 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         }
         {
             const __m128i v = _mm_loadu_si128((const __m128i *)blk), m4b = _mm_set1_epi8(0x0F);
-            scales_put(u, _mm_and_si128(v, m4b), 1);
+            scales_put_u(u, _mm_and_si128(v, m4b), 1);
             u->corr16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4b));
         }
         u->d = f16_at(blk + 80);
@@ -589,6 +604,172 @@ static inline __attribute__((always_inline)) __m256 block_term(enum shoal_ggml_t
     return _mm256_add_ps(acc, _mm256_sub_ps(ta, tb));
 }
 
+/* ---- one token: a row's block straight to its raw sum ---------------------
+ *
+ * The decode matvec of the grid types is bound by the core, not by RAM
+ * (docs/BENCHMARKS.md "GGUF kernels"): every 8 weights are a codebook
+ * look-up, and IQ2_XXS / IQ3_XXS add a 7-bit sign field. These paths sum a
+ * row's block against the token's qx in registers, without the urow
+ * detour: the sign bytes are computed (signs4: no sign table, no scalar
+ * index arithmetic), the scales come from the same broadcast u32 (one
+ * vpshufb), and IQ1_S's delta is taken out of the per-32 loop (raw1_iq1s).
+ * On Zen 3 the vector ports are the limit: vpmaddubsw, vpmaddwd and
+ * vpsadbw share one pair of pipes, vpshufb and the shifts another. */
+
+/* the four 8-byte table entries a .. d as one register (a lowest) */
+static inline __m256i q4(const uint64_t *a, const uint64_t *b, const uint64_t *c,
+                         const uint64_t *d)
+{
+    const __m256i r = _mm256_blend_epi32(_mm256_set1_epi64x((long long)*a),
+                                         _mm256_set1_epi64x((long long)*b), 0x0C);
+    return _mm256_blend_epi32(_mm256_blend_epi32(r, _mm256_set1_epi64x((long long)*c), 0x30),
+                              _mm256_set1_epi64x((long long)*d), 0xC0);
+}
+
+/* The +-1 bytes of four 7-bit sign fields f_k (IQ2_XXS, IQ3_XXS): v holds
+ * field k in bits sh_k .. sh_k + 6 of qword k (any bits around it); byte e
+ * of qword k is -1 if bit e of f_k is set (e < 7) or, for e = 7, if f_k
+ * has an odd number of set bits (ksigns_iq2xs: the count of negatives is
+ * even), else +1. vpsadbw counts the set bits of each qword's seven. */
+static inline __m256i signs4(__m256i v, __m256i sh)
+{
+    const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
+    /* byte 7 never matches: its and-mask is 0, its compare value 0xFF */
+    const __m256i bit = _mm256_set1_epi64x((long long)0x0040201008040201ull);
+    const __m256i hit = _mm256_set1_epi64x((long long)0xFF40201008040201ull);
+    const __m256i f = _mm256_shuffle_epi8(_mm256_srlv_epi64(v, sh), rep);
+    const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(f, bit), hit);   /* bytes 0..6 */
+    const __m256i par = _mm256_slli_epi64(_mm256_sad_epu8(m, _mm256_setzero_si256()), 63);
+    return _mm256_or_si256(_mm256_or_si256(m, par), _mm256_set1_epi8(1));
+}
+
+/* One group of 32 of IQ2_XXS or IQ3_XXS: sum_i |c_i| (sign_i qx_i) times
+ * 2 s + 1, as int32 lanes. q: the 32 |c| bytes; v: the group's u32 of sign
+ * fields and scale (its bits 27..31 are 2 s + a sign bit) in the 16-bit
+ * word that wsc's control bytes pick (both bytes, every word), its four
+ * sign fields where signs4 finds them with shifts sh. */
+static inline __m256i grid_group(__m256i q, __m256i v, __m256i sh, __m256i wsc, const int8_t *x)
+{
+    /* 2 s + 1 in every int16: bits 11..15 of the word are 2 s + a sign bit, or 1 */
+    const __m256i sc = _mm256_shuffle_epi8(
+        _mm256_or_si256(_mm256_srli_epi16(v, 11), _mm256_set1_epi16(1)), wsc);
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)x);
+    const __m256i pr = _mm256_maddubs_epi16(q, _mm256_sign_epi8(xv, signs4(v, sh)));
+    return _mm256_madd_epi16(pr, sc);
+}
+
+/* IQ2_XXS: raw = sum_j (2 s_j + 1) * sum_{i in j} |c_i| * (sign_i qx_i) */
+static inline __attribute__((always_inline)) __m256i raw1_iq2xxs(const uint8_t *blk,
+                                                                const int8_t *xq)
+{
+    const __m256i sh = _mm256_setr_epi64x(32, 39, 46, 53);
+    const __m256i w3 = _mm256_set1_epi64x(0x0706070607060706ll);   /* word 3, every word */
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *g = blk + 2 + 8 * j;
+        uint64_t g8;
+        memcpy(&g8, g, sizeof g8);
+        const __m256i v = _mm256_set1_epi64x((long long)g8);
+        const __m256i q = q4(&grid_iq2xxs[g[0]], &grid_iq2xxs[g[1]], &grid_iq2xxs[g[2]],
+                             &grid_iq2xxs[g[3]]);
+        acc = _mm256_add_epi32(acc, grid_group(q, v, sh, w3, xq + 32 * j));
+    }
+    return acc;
+}
+
+/* IQ3_XXS: as IQ2_XXS with 4-byte grid entries, the signs and scale in a
+ * u32 of their own per 32 (after the 64 index bytes) */
+static inline __attribute__((always_inline)) __m256i raw1_iq3xxs(const uint8_t *blk,
+                                                                const int8_t *xq)
+{
+    const __m256i sh = _mm256_setr_epi64x(0, 7, 14, 21);
+    const __m256i w1 = _mm256_set1_epi32(0x03020302);   /* word 1, every word */
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *g = blk + 2 + 8 * j;
+        const __m256i v = _mm256_set1_epi32((int)le32(blk + 66 + 4 * j));
+        const __m256i q = _mm256_setr_epi32((int)grid_iq3xxs[g[0]], (int)grid_iq3xxs[g[1]],
+                                            (int)grid_iq3xxs[g[2]], (int)grid_iq3xxs[g[3]],
+                                            (int)grid_iq3xxs[g[4]], (int)grid_iq3xxs[g[5]],
+                                            (int)grid_iq3xxs[g[6]], (int)grid_iq3xxs[g[7]]);
+        acc = _mm256_add_epi32(acc, grid_group(q, v, sh, w1, xq + 32 * j));
+    }
+    return acc;
+}
+
+/* IQ1_S: c = 8 g + delta (g in -1..1, delta = +-1 per 32), so
+ *   raw = sum_j (2 s_j + 1) * (8 * sum_{i in j} g_i qx_i + delta_j * X_j)
+ * with X_j the sum of the 32 qx (the token's bsum pairs; an exact integer
+ * regrouping). sum g qx is vpsignb of qx by the codebook's 8 g bytes (sign
+ * and zero) summed by vpmaddubsw against ones; the delta part is one
+ * vpmaddwd per row block. xs: the token's X_j as int16 in the low half of
+ * int32 lane j (high half 0), iq1s_xs. */
+static inline __attribute__((always_inline)) __m256i raw1_iq1s(const uint8_t *blk,
+                                                              const int8_t *xq, __m256i xs)
+{
+    const __m256i ones = _mm256_set1_epi8(1);
+    /* 8 (2 s_j + 1) as int16 j of S, both halves */
+    const __m128i qh = _mm_loadu_si128((const __m128i *)(blk + 34));
+    const __m128i sc8 = _mm_slli_epi16(
+        _mm_or_si128(_mm_and_si128(_mm_srli_epi16(qh, 11), _mm_set1_epi16(0x0E)), _mm_set1_epi16(1)), 3);
+    const __m256i S = _mm256_broadcastsi128_si256(sc8);
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *qs = blk + 2 + 4 * j;
+        const unsigned h = ld16(blk + 34 + 2 * j);
+        const __m256i g = q4(&grid_iq1s[qs[0] | (h & 7) << 8], &grid_iq1s[qs[1] | ((h >> 3) & 7) << 8],
+                             &grid_iq1s[qs[2] | ((h >> 6) & 7) << 8], &grid_iq1s[qs[3] | ((h >> 9) & 7) << 8]);
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * j));
+        const __m256i pr = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(x, g));
+        const __m256i sc = _mm256_shuffle_epi8(S, _mm256_set1_epi16((short)(0x0100 * (2 * j + 1) + 2 * j)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pr, sc));
+    }
+    /* delta_j (2 s_j + 1) X_j: the scale with qh's bit 15 as its sign */
+    const __m256i h32 = _mm256_cvtepu16_epi32(qh);
+    const __m256i sc = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(h32, 11), _mm256_set1_epi32(0x0E)),
+                                       _mm256_set1_epi32(1));
+    const __m256i neg = _mm256_cmpgt_epi32(h32, _mm256_set1_epi32(0x7FFF));
+    const __m256i ssc = _mm256_sub_epi32(_mm256_xor_si256(sc, neg), neg);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(ssc, xs));
+}
+
+/* the token's X_j of one block of 256 (bs: its 16 bsum) for raw1_iq1s */
+static inline __m256i iq1s_xs(const int16_t *bs)
+{
+    const __m256i x32 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bs), _mm256_set1_epi16(1));
+    return _mm256_blend_epi16(x32, _mm256_setzero_si256(), 0xAA);
+}
+
+/* whether type t has a raw1 path (one token) */
+static inline __attribute__((always_inline)) int t_raw1(enum shoal_ggml_type t)
+{
+    return t == SHOAL_GGML_TYPE_IQ2_XXS || t == SHOAL_GGML_TYPE_IQ3_XXS ||
+           t == SHOAL_GGML_TYPE_IQ1_S;
+}
+
+/* row block blk's raw sum against the token's block xq (xs: iq1s_xs of
+ * its bsum, IQ1_S only), and its D, DMIN */
+static inline __attribute__((always_inline)) __m256i raw1(enum shoal_ggml_type t,
+                                                         const uint8_t *blk, const int8_t *xq,
+                                                         __m256i xs, float *d, float *dmin)
+{
+    *dmin = 0.0f;
+    switch (t) {
+    case SHOAL_GGML_TYPE_IQ2_XXS:
+        *d = f16_at(blk) * 0.125f;
+        return raw1_iq2xxs(blk, xq);
+    case SHOAL_GGML_TYPE_IQ3_XXS:
+        *d = f16_at(blk) * 0.25f;
+        return raw1_iq3xxs(blk, xq);
+    case SHOAL_GGML_TYPE_IQ1_S:
+        *d = f16_at(blk) * 0.125f;
+        return raw1_iq1s(blk, xq, xs);
+    default:
+        return _mm256_setzero_si256();
+    }
+}
+
 /* Eight rows (p) against tokens t0 .. t0 + nt - 1 of a, type t. One token
  * (a decode matvec): each row's block is unpacked and used at once, in
  * registers. More: the eight rows' block is unpacked once into u[] and
@@ -618,6 +799,18 @@ static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t
             __m256i xv[8], s[8], m[8];
             for (int j = 0; j < nreg; j++)
                 xv[j] = _mm256_loadu_si256((const __m256i *)(xq + (int64_t)B * b + 32 * j));
+            if (t_raw1(t)) {
+                const __m256i xs = t == SHOAL_GGML_TYPE_IQ1_S
+                                       ? iq1s_xs(a->bsum + t0 * n16 + 16 * b)
+                                       : _mm256_setzero_si256();
+                for (int i = 0; i < 8; i++) {
+                    prefetch_block(pf, i, off, type_size);
+                    s[i] = raw1(t, p[i] + off, xq + (int64_t)B * b, xs, &d[i], &dmin[i]);
+                }
+                acc[0] = block_term(t, acc[0], hsum_rows8(s), s[0], _mm256_loadu_ps(d),
+                                    _mm256_loadu_ps(dmin), a->d[t0 * a->n_blk + b]);
+                continue;
+            }
             for (int i = 0; i < 8; i++) {
                 struct urow u;
                 prefetch_block(pf, i, off, type_size);
