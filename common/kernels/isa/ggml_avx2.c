@@ -867,7 +867,6 @@ static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t
         rows8_t(T, y, a, t0, nt, w, p, pf, r, nr);                                            \
     }
 ROWS8_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K)
-ROWS8_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K)
 ROWS8_FN(rows8_q3_k, SHOAL_GGML_TYPE_Q3_K)
 ROWS8_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS)
 ROWS8_FN(rows8_iq4_nl, SHOAL_GGML_TYPE_IQ4_NL)
@@ -892,7 +891,7 @@ static void rows8_q8_0_pf(float *y, const struct shoal_ggml_act *a, int64_t t0, 
     rows8_q8_0(y, a, t0, nt, w, p, r, nr);
 }
 
-/* ---- Q4_K and Q6_K, one token ----------------------------------------------------------
+/* ---- Q4_K, Q6_K and Q2_K, one token ----------------------------------------------------------
  *
  * The decode matvec of the commonest GGUF expert type, written for few live
  * registers: rows8_t keeps a whole unpacked block per row (24 registers)
@@ -1003,8 +1002,61 @@ static inline __attribute__((always_inline)) void q6k_row(const uint8_t *blk, co
     *raw = acc;
 }
 
-/* rows i and i + 1 of the group (type t: Q4_K or Q6_K): their raw and
- * corr lanes folded once (hsum_rows8's first step) */
+/* One row's Q2_K block blk, as q4k_row: *raw = lanes of sum_k sc[k] *
+ * (q . qx over the 16s k), *corr = lanes of sum_k m[k] * bsum[k]. Register
+ * 4h + r holds elements 128h + 32r .. + 31: bit pair 2r of qs[32h ..]
+ * (ggml's dequantize_row_q2_K), its two 16s' scales in its two halves. */
+static inline __attribute__((always_inline)) void q2k_row(const uint8_t *blk, const int8_t *x,
+                                                         __m256i bs, __m256i *raw,
+                                                         __m256i *corr)
+{
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i v = _mm_loadu_si128((const __m128i *)blk), m4b = _mm_set1_epi8(0x0F);
+    const __m256i sc = _mm256_cvtepu8_epi16(_mm_and_si128(v, m4b));
+    *corr = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4b)),
+                              bs);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const __m256i sh = _mm256_permute2x128_si256(sc, sc, h ? 0x11 : 0x00);
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * h));
+        for (int r = 0; r < 4; r++) {
+            const __m256i c = _mm256_and_si256(r ? _mm256_srli_epi16(q, 2 * r) : q, m3);
+            const __m256i pr = _mm256_maddubs_epi16(
+                c, _mm256_loadu_si256((const __m256i *)(x + 128 * h + 32 * r)));
+            const __m256i sr = _mm256_shuffle_epi8(
+                sh, _mm256_load_si256((const __m256i *)q6k_bcast[r]));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pr, sr));
+        }
+    }
+    *raw = acc;
+}
+
+/* the block bytes of the one-token K types, and where D (and DMIN) sit */
+static inline __attribute__((always_inline)) size_t k1_size(enum shoal_ggml_type t)
+{
+    return t == SHOAL_GGML_TYPE_Q4_K ? 144 : t == SHOAL_GGML_TYPE_Q6_K ? 210 : 84;
+}
+
+static inline __attribute__((always_inline)) size_t k1_d_off(enum shoal_ggml_type t)
+{
+    return t == SHOAL_GGML_TYPE_Q4_K ? 0 : t == SHOAL_GGML_TYPE_Q6_K ? 208 : 80;
+}
+
+static inline __attribute__((always_inline)) void k1_row(enum shoal_ggml_type t,
+                                                        const uint8_t *blk, const int8_t *x,
+                                                        __m256i bs, __m256i *raw,
+                                                        __m256i *corr)
+{
+    if (t == SHOAL_GGML_TYPE_Q4_K)
+        q4k_row(blk, x, bs, raw, corr);
+    else if (t == SHOAL_GGML_TYPE_Q6_K)
+        q6k_row(blk, x, bs, raw, corr);
+    else
+        q2k_row(blk, x, bs, raw, corr);
+}
+
+/* rows i and i + 1 of the group (type t: Q4_K, Q6_K or Q2_K): their raw
+ * and corr lanes folded once (hsum_rows8's first step) */
 static inline __attribute__((always_inline)) void k_pair(enum shoal_ggml_type t,
                                                         const uint8_t *const p[8],
                                                         const uint8_t *const pf[8], int i,
@@ -1012,18 +1064,11 @@ static inline __attribute__((always_inline)) void k_pair(enum shoal_ggml_type t,
                                                         __m256i bs, __m256i *raw2,
                                                         __m256i *corr2)
 {
-    const size_t ts = t == SHOAL_GGML_TYPE_Q4_K ? 144 : 210;
     __m256i r0, c0, r1, c1;
-    prefetch_block(pf, i, off, ts);
-    if (t == SHOAL_GGML_TYPE_Q4_K)
-        q4k_row(p[i] + off, x, bs, &r0, &c0);
-    else
-        q6k_row(p[i] + off, x, bs, &r0, &c0);
-    prefetch_block(pf, i + 1, off, ts);
-    if (t == SHOAL_GGML_TYPE_Q4_K)
-        q4k_row(p[i + 1] + off, x, bs, &r1, &c1);
-    else
-        q6k_row(p[i + 1] + off, x, bs, &r1, &c1);
+    prefetch_block(pf, i, off, k1_size(t));
+    k1_row(t, p[i] + off, x, bs, &r0, &c0);
+    prefetch_block(pf, i + 1, off, k1_size(t));
+    k1_row(t, p[i + 1] + off, x, bs, &r1, &c1);
     *raw2 = _mm256_hadd_epi32(r0, r1);
     *corr2 = _mm256_hadd_epi32(c0, c1);
 }
@@ -1038,7 +1083,7 @@ static inline __m256i fold_pairs(const __m256i a[4])
                             _mm256_permute2x128_si256(b0, b1, 0x31));
 }
 
-/* Q4_K or Q6_K, one token: eight rows' chains (lane i: row i) */
+/* Q4_K, Q6_K or Q2_K, one token: eight rows' chains (lane i: row i) */
 static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type t, float *y,
                                                            const struct shoal_ggml_act *a,
                                                            int64_t t0,
@@ -1047,7 +1092,7 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
                                                            const uint8_t *const pf[8],
                                                            int64_t r, int nr)
 {
-    const size_t ts = t == SHOAL_GGML_TYPE_Q4_K ? 144 : 210;
+    const size_t ts = k1_size(t);
     const int8_t *xq = a->q + t0 * a->n;
     const int16_t *bsum = a->bsum + t0 * (a->n / 16);
     __m256 acc = _mm256_setzero_ps();
@@ -1058,8 +1103,9 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
         __m256i raw2[4], corr2[4];
         for (int k = 0; k < 4; k++)
             k_pair(t, p, pf, 2 * k, off, x, bs, &raw2[k], &corr2[k]);
-        const __m256 d = f16x8(p, off + (t == SHOAL_GGML_TYPE_Q4_K ? 0 : 208));
-        const __m256 dmin = t == SHOAL_GGML_TYPE_Q4_K ? f16x8(p, off + 2) : _mm256_setzero_ps();
+        const __m256 d = f16x8(p, off + k1_d_off(t));
+        const __m256 dmin = t == SHOAL_GGML_TYPE_Q6_K ? _mm256_setzero_ps()
+                                                      : f16x8(p, off + k1_d_off(t) + 2);
         acc = block_term(t, acc, fold_pairs(raw2), fold_pairs(corr2), d, dmin,
                          a->d[t0 * a->n_blk + b]);
     }
@@ -1079,6 +1125,7 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
     }
 ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K)
 ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K)
+ROWS8_K_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K)
 
 typedef void (*rows8_fn)(float *, const struct shoal_ggml_act *, int64_t, int64_t,
                          const struct shoal_ggml_matrix *, const uint8_t *const[8],
