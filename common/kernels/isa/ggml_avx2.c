@@ -1015,9 +1015,11 @@ static inline __attribute__((always_inline)) void q2k_row(const uint8_t *blk, co
     const __m256i sc = _mm256_cvtepu8_epi16(_mm_and_si128(v, m4b));
     *corr = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4b)),
                               bs);
+    const __m256i sc_half[2] = {_mm256_permute2x128_si256(sc, sc, 0x00),
+                                _mm256_permute2x128_si256(sc, sc, 0x11)};
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) {
-        const __m256i sh = _mm256_permute2x128_si256(sc, sc, h ? 0x11 : 0x00);
+        const __m256i sh = sc_half[h];
         const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * h));
         for (int r = 0; r < 4; r++) {
             const __m256i c = _mm256_and_si256(r ? _mm256_srli_epi16(q, 2 * r) : q, m3);
