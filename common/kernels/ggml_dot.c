@@ -87,11 +87,15 @@ void shoal_ggml_act_init(struct shoal_ggml_act *a, enum shoal_ggml_type type, in
 void shoal_ggml_act_quantize(struct shoal_ggml_act *a, const float *x, int64_t n_tok)
 {
     const int64_t n = a->n, B = n / a->n_blk;
+    /* the active table's build of the rule (the same bytes at any ISA) */
+    int32_t (*group)(const float *, int64_t, float *, int8_t *) =
+        shoal_quant_active_ops()->act_group;
+    if (group == NULL)
+        group = shoal_quant_act_group_base;
     for (int64_t t = 0; t < n_tok; t++) {
         int8_t *q = a->q + t * n;
         for (int64_t b = 0; b < a->n_blk; b++)
-            shoal_quant_act_group_base(x + t * n + b * B, B, &a->d[t * a->n_blk + b],
-                                       q + b * B);
+            group(x + t * n + b * B, B, &a->d[t * a->n_blk + b], q + b * B);
         if (a->bsum) {
             int16_t *bs = a->bsum + t * (n / 16);
             for (int64_t k = 0; k < n / 16; k++) {

@@ -539,6 +539,9 @@ struct shoal_quant_ops {
      * the ggml_dot.h canonical order; NULL: shoal_ggml_rows_scalar */
     void (*ggml_rows)(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
                       const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);
+    /* (optional) one group by the INT8 rule, as shoal_quant_act_group_base
+     * (the same bytes; the ggml activations' blocks); NULL: that one */
+    int32_t (*act_group)(const float *x, int64_t len, float *d, int8_t *q);
 };
 
 /* The FP8 rows of the scalar table (quant_fp8.c), the AVX2 table
@@ -573,6 +576,7 @@ void shoal_mxfp4_rows_neon(float *y, const float *x, int64_t n_tok,
 void shoal_quant_act_quantize_base(struct shoal_quant_act *a, const float *x, int64_t n_tok);
 void shoal_quant_act_quantize_avx2(struct shoal_quant_act *a, const float *x, int64_t n_tok);
 int32_t shoal_quant_act_group_base(const float *x, int64_t len, float *d, int8_t *q);
+int32_t shoal_quant_act_group_avx2(const float *x, int64_t len, float *d, int8_t *q);
 
 /* The scalar INT4A8 rows, which any table may use for shapes it does not
  * cover. */

@@ -576,3 +576,39 @@ Test(ggml_dot, every_dot_type_refuses_a_non_finite_scale)
                  SHOAL_EFORMAT));
     cr_assert(strstr(err.msg, "MXFP4 block 2 has scale e = 255") != NULL, "message: %s", err.msg);
 }
+
+/* The activation blocks are quantized by the active table's build of the
+ * INT8 rule (quant.h act_group): the AVX2 build must give the baseline's
+ * bytes, d and sum for every block, extremes included (zero, subnormal,
+ * huge, infinite and NaN elements, a block of zeros). */
+Test(ggml_dot, act_group_builds_give_the_same_bytes)
+{
+    if (shoal_quant_init(SHOAL_QUANT_ISA_AVX2, NULL) != 0) {
+        cr_log_info("ggml_dot: avx2 not built or not on this CPU, act_group not compared");
+        return;
+    }
+    int32_t (*group)(const float *, int64_t, float *, int8_t *) =
+        shoal_quant_active_ops()->act_group;
+    cr_assert(group != NULL, "the avx2 table has no act_group");
+    const int64_t lens[] = {32, 256};
+    for (int seed = 0; seed < 200; seed++) {
+        rng_seed(7000 + (uint64_t)seed);
+        const int64_t len = lens[seed % 2];
+        float x[256];
+        const float mag = seed % 5 == 0 ? 1e-40f : seed % 5 == 1 ? 3e38f : rng_f(1e-3f, 1e3f);
+        for (int64_t k = 0; k < len; k++)
+            x[k] = seed % 17 == 3 ? 0.0f : rng_f(-mag, mag);
+        if (seed % 11 == 4)
+            x[rng_u32() % len] = INFINITY;
+        if (seed % 13 == 5)
+            x[rng_u32() % len] = NAN;
+        float d0, d1;
+        int8_t q0[256], q1[256];
+        const int32_t s0 = shoal_quant_act_group_base(x, len, &d0, q0);
+        const int32_t s1 = group(x, len, &d1, q1);
+        cr_assert(eq(i32, s0, s1), "seed %d: sum %d, base %d", seed, s1, s0);
+        cr_assert(eq(u32, bits(d0), bits(d1)), "seed %d: d %.9g, base %.9g", seed, d1, d0);
+        cr_assert(eq(int, memcmp(q0, q1, (size_t)len), 0), "seed %d: q bytes differ", seed);
+    }
+    shoal_quant_init(SHOAL_QUANT_ISA_SCALAR, NULL);
+}

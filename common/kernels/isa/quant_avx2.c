@@ -1041,6 +1041,7 @@ const struct shoal_quant_ops shoal_quant_ops_avx2 = {
     .linear_rows = linear_rows_avx2,
     .linear_rows_a8 = rows_a8_avx2,
     .act_quantize = shoal_quant_act_quantize_avx2,
+    .act_group = shoal_quant_act_group_avx2,
     .fp8_rows = shoal_fp8_rows_avx2,
     .fp8_dequant_row = shoal_fp8_dequant_row_avx2,
     .mxfp4_rows = shoal_mxfp4_rows_avx2,

@@ -866,6 +866,7 @@ const struct shoal_quant_ops OPS_TABLE = {
     .linear_rows = linear_rows_avx512,
     .linear_rows_a8 = rows_a8_avx512,
     .act_quantize = shoal_quant_act_quantize_avx2,
+    .act_group = shoal_quant_act_group_avx2,
     .fp8_rows = shoal_fp8_rows_avx2,   /* the AVX2 rows: decode-bound at 8 lanes */
     .fp8_dequant_row = shoal_fp8_dequant_row_avx2,
     .mxfp4_rows = MXFP4_ROWS_FN,
