@@ -76,6 +76,9 @@ static void down_part(const struct shoal_expert_ffn_job *j, int ith, int nth, fl
     }
 }
 
+/* row chunks of the shared last expert (each a few tens of µs of work) */
+#define FFN_CHUNKS 8
+
 void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_jobs)
 {
     int64_t cols_max = 0;
@@ -102,6 +105,9 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
                 jobs[k].w->w_down.rows == jobs[0].w->w_down.rows &&
                 jobs[k].w->w_gate.dtype == jobs[0].w->w_gate.dtype;
     _Atomic int64_t claim = 0;   /* the next expert not yet taken (whole experts) */
+    /* the last expert, shared by rows: chunks of its gate/up rows claimed,
+     * then done, then chunks of its down rows claimed */
+    _Atomic int64_t gu_claim = 0, gu_done = 0, dn_claim = 0;
 #pragma omp parallel
     {
         const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
@@ -114,7 +120,8 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
              * yet (the weight stream does not stall between experts); it
              * is not claimed before it is taken, so a thread is never
              * left idle while another holds two */
-            for (int64_t k = atomic_fetch_add(&claim, 1); k < n_jobs;
+            const int64_t last = n_jobs - 1;
+            for (int64_t k = atomic_fetch_add(&claim, 1); k < last;
                  k = atomic_fetch_add(&claim, 1)) {
                 shoal_linear_prefetch_next(&jobs[k].w->w_down, 0, 1);
                 gate_up_silu(&jobs[k], 0, 1, row);
@@ -123,6 +130,22 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
                                            1);
                 down_part(&jobs[k], 0, 1, row);
             }
+            /* The last expert is shared: whoever runs out of whole experts
+             * takes row chunks of it, so that a thread is not left waiting
+             * at the region's end for another's whole expert (half an
+             * expert per layer on average). Each output row is computed
+             * alone, whichever chunk holds it: the same bits. */
+            const struct shoal_expert_ffn_job *j = &jobs[last];
+            for (int64_t c = atomic_fetch_add(&gu_claim, 1); c < FFN_CHUNKS;
+                 c = atomic_fetch_add(&gu_claim, 1)) {
+                gate_up_silu(j, (int)c, FFN_CHUNKS, row);
+                atomic_fetch_add(&gu_done, 1);
+            }
+            while (atomic_load(&gu_done) < FFN_CHUNKS)   /* the chunks others hold */
+                ;
+            for (int64_t c = atomic_fetch_add(&dn_claim, 1); c < FFN_CHUNKS;
+                 c = atomic_fetch_add(&dn_claim, 1))
+                down_part(j, (int)c, FFN_CHUNKS, row);
         } else {
             /* each weight's share is followed by the next one's */
             for (int64_t k = 0; k < n_jobs; k++) {
