@@ -134,9 +134,11 @@ def parse_args(argv):
                     "llama.cpp's file (Q4_0 or --gguf's): half, quarter or a number (default "
                     "half,quarter)")
     ap.add_argument("--modes", default="greedy,sampled", help="cold decoding (default greedy,sampled)")
-    ap.add_argument("--headroom", default="384M", help="cold: the limit less the resident trunk "
+    ap.add_argument("--headroom", default="auto", help="cold: the limit less the resident trunk "
                     "(dense.bin, or the GGUF's tensors other than the experts) less this is shoal's "
-                    "--expert-cache (default 384M)")
+                    "--expert-cache (default auto: shoal's KV cache at its default context, 4096 "
+                    "tokens in f32, plus 64 MiB for the store's staging and spare expert buffers "
+                    "and the process's own memory)")
     ap.add_argument("--load-limit", type=float, default=1.0, help="before each step wait for a "
                     "1-minute load below this (default 1.0) ...")
     ap.add_argument("--load-wait", type=int, default=0, help="... for at most this many seconds "
@@ -164,7 +166,7 @@ def parse_args(argv):
     try:
         a.prefill = [int(x) for x in a.prefill.split(",")]
         a.limits = [(x, LIMITS[x] if x in LIMITS else float(x)) for x in a.limits.split(",")]
-        a.headroom_bytes = benchlib.parse_size(a.headroom)
+        a.headroom_bytes = None if a.headroom == "auto" else benchlib.parse_size(a.headroom)
     except (ValueError, KeyError) as e:
         raise Usage("--prefill/--limits/--headroom: %s" % e)
     if any(p < 1 for p in a.prefill):
@@ -172,6 +174,8 @@ def parse_args(argv):
     if any(not 0 < f < 1 for _, f in a.limits):
         raise Usage("--limits: %s, expected fractions of llama.cpp's file in (0, 1)" % [f for _, f in a.limits])
     a.shape_obj = parse_shape(a.shape, a.layers)
+    if a.headroom_bytes is None:
+        a.headroom_bytes = auto_headroom(a.shape_obj)
     a.gguf_opts = parse_gguf_type(a.gguf_type) if a.gguf_type else None
     # shoal convert's choices, checked here: convert runs after the model step (an hour)
     for k, ok in (("experts", SHOAL_WEIGHT_DTYPES), ("dense", SHOAL_WEIGHT_DTYPES),
@@ -195,6 +199,23 @@ def parse_args(argv):
         raise Usage("--work %s: inside the repository %s; the files are tens of GB" % (a.work, ROOT))
     a.out = a.out or os.path.join(a.work, "results", "vs_llamacpp.json")
     return a
+
+
+# --headroom auto: what shoal holds besides the trunk and its expert cache. Its
+# KV cache at the default context (4096 tokens, f32: the rows a long run
+# fills), and 64 MiB: the store's staging (queue depth 8) and spare expert
+# buffers, about 37 MB of Q4_K_M experts of 768 x 2048, and the rest of the
+# process (measured: 33 MB of anonymous memory besides a 256 MiB cache, a
+# 130-token run of the 6-layer file). It was a fixed 384M while the store's
+# blobs came from malloc's heap, which grew to ~4x the cache (the store's
+# blob_map, docs/BENCHMARKS_LOG.md).
+SHOAL_CTX = 4096
+HEADROOM_FIXED = 64 << 20
+
+
+def auto_headroom(shape):
+    kv = shape.layers * SHOAL_CTX * 2 * shape.kv_heads * shape.head_dim * 4
+    return kv + HEADROOM_FIXED
 
 
 def parse_shape(text, layers):

@@ -210,10 +210,11 @@ int shoal_expert_store_layer_resident(struct shoal_expert_store *s, int64_t il);
  * allows without evicting anything in use. Never blocks on I/O, never
  * fails (a failed prefetch is re-read on demand), never changes what an
  * acquire returns. Backs off when prefetching does not pay: while fewer
- * than half of the recent prefetched experts were used before eviction
+ * than 70 % of the recent prefetched experts were used before eviction
  * (a moving average over about ten), only one hint call in 8 is acted on,
- * to keep measuring (hints_backed_off counts the others): a wasted read
- * costs a whole expert of disk bandwidth.
+ * and on 2 of its experts (the first named), to keep measuring
+ * (hints_backed_off counts the others): a wasted read costs a whole
+ * expert of disk bandwidth.
  *   ids  [n_ids] i32 expert ids, duplicates allowed (e.g. [n_tok][k] top-k),
  *        borrowed; ids outside [0, n_expert) are ignored
  * Thread: main. */

@@ -174,7 +174,9 @@ static void usage(FILE *f)
         "RSS; and, in the same run, the limits they are printed against: fio random\n"
         "O_DIRECT reads of one expert at the engine's queue depth on the model's own\n"
         "experts.bin (a GGUF: of one expert matrix on the file itself), and a\n"
-        "STREAM-like RAM probe (docs/BENCHMARKS.md).\n"
+        "STREAM-like RAM probe (docs/BENCHMARKS.md). With an --expert-cache, the\n"
+        "disk bound of a decode token: fio's MB/s over the MB it reads at least, the\n"
+        "acquires of experts outside the most-used set that fits the cache and pins.\n"
         "\n"
         "  --model DIR, DIR     a shoal container, or a GGUF file (FILE.gguf, its experts\n"
         "                       streamed from it), or a Hugging Face directory (no store\n"
@@ -765,6 +767,60 @@ static double token_read_bytes(struct shoal_session *s, const struct bench_model
     return (double)tb.dense + experts + *kv;
 }
 
+/* ---- the disk bound of a cold decode token ---------------------------------------------- */
+
+struct expert_use {
+    uint64_t n;          /* demand acquires */
+    uint64_t bytes;      /* one read of the expert (its blob) */
+};
+
+static int cmp_use_desc(const void *a, const void *b)
+{
+    const struct expert_use *x = a, *y = b;
+    const double vx = (double)x->n * (double)x->bytes, vy = (double)y->n * (double)y->bytes;
+    return vx < vy ? 1 : vx > vy ? -1 : 0;
+}
+
+/* Bytes the decode had to read from disk at least, given what the expert
+ * RAM holds (cache_bytes + pin_bytes): the demand acquires (use, each a
+ * whole blob) of every expert outside the set of the decode's most-used
+ * experts that fits that RAM. Under routing drawn independently per token,
+ * keeping the most likely experts is the best a cache can do on average
+ * (the A0 policy); the run's own counts make the set the best in
+ * hindsight, and a cold run's first reads of the set are not counted. So
+ * the store reads about this or more (a policy that follows phases of the
+ * routing could read less on some trace), and decode tok/s is at most
+ * about fio's bandwidth over it. NAN with an unlimited cache (all fits).
+ *   use  [n_layer][n_expert] demand acquires of the decode, borrowed
+ * Thread: the session's. */
+static double must_read_bytes(struct shoal_session *s, const uint64_t *use,
+                              unsigned long long cache_bytes, unsigned long long pin_bytes)
+{
+    const struct shoal_container *ct = s->model->ct ? s->model->ct : s->gguf_experts;
+    if (!use || !ct || cache_bytes == ~0ull)
+        return NAN;
+    const int64_t NE = ct->n_expert, total = ct->n_layer * NE;
+    struct expert_use *v = shoal_xcalloc((size_t)total + 1, sizeof *v);
+    int64_t n = 0;
+    for (int64_t i = 0; i < total; i++) {
+        if (!use[i] || !shoal_container_holds(ct, i / NE, i % NE))
+            continue;
+        v[n++] = (struct expert_use){.n = use[i],
+                                     .bytes = shoal_container_blob_bytes(ct, i / NE)};
+    }
+    qsort(v, (size_t)n, sizeof *v, cmp_use_desc);
+    const double room = (double)cache_bytes + (double)pin_bytes;
+    double held = 0, must = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (held + (double)v[i].bytes <= room)
+            held += (double)v[i].bytes;
+        else
+            must += (double)v[i].n * (double)v[i].bytes;
+    }
+    free(v);
+    return must;
+}
+
 /* ---- one repetition (in a child process) ------------------------------------------------ */
 
 struct prompt_set {
@@ -834,6 +890,9 @@ static void wire_add(json_t **sum, const json_t *d)
 
 struct rep_acc {
     struct phase_acc prefill, decode;
+    uint64_t *dec_use;                /* [n_layer][n_expert] decode's demand acquires, or NULL */
+    uint64_t *use_a, *use_b;          /* [n_layer][n_expert][SHOAL_EXPERT_N_TIERS] snapshots */
+    double dec_read_bytes;            /* expert bytes read during decode, every purpose */
     double ttft_sum, ttft_min, ttft_max;
     int64_t n_prompt_tokens, n_gen_tokens, n_prompts;
     XXH64_state_t *ids_hash;          /* generated ids of every prompt, in order */
@@ -867,6 +926,8 @@ static int run_prompt(struct shoal_session *s, const int32_t *ids, int64_t n, in
     double w1 = shoal_time_s();
     t1 = *shoal_ctx_timings(s->ctx);
     store_stats(s, &st1);
+    if (acc && acc->dec_use)
+        shoal_expert_store_use_get(s->model->store, acc->use_a);
     c1 = acc ? shoal_bench_cluster_snapshot(s) : NULL;
     int32_t id = shoal_sampler_sample(smp, s->logits, hist, n_hist);
     hist[n_hist++] = id;
@@ -884,6 +945,15 @@ static int run_prompt(struct shoal_session *s, const int32_t *ids, int64_t n, in
     double w3 = shoal_time_s();
     t2 = *shoal_ctx_timings(s->ctx);
     store_stats(s, &st2);
+    if (acc && acc->dec_use) {
+        shoal_expert_store_use_get(s->model->store, acc->use_b);
+        const struct shoal_model_config *c = &s->model->cfg;
+        for (int64_t i = 0; i < c->n_layer * c->n_expert; i++)
+            for (int t = 0; t < SHOAL_EXPERT_N_TIERS; t++)
+                acc->dec_use[i] += acc->use_b[i * SHOAL_EXPERT_N_TIERS + t] -
+                                   acc->use_a[i * SHOAL_EXPERT_N_TIERS + t];
+        acc->dec_read_bytes += (double)(st2.bytes_read - st1.bytes_read);
+    }
     c2 = acc ? shoal_bench_cluster_snapshot(s) : NULL;
     if (acc) {
         double w;
@@ -1014,6 +1084,12 @@ static int rep_child(void *user, json_t **out)
     memset(&acc, 0, sizeof acc);
     acc.ids_hash = XXH64_createState();
     XXH64_reset(acc.ids_hash, 0);
+    if (s->model->store) {
+        const size_t n_ex = (size_t)(s->model->cfg.n_layer * s->model->cfg.n_expert);
+        acc.dec_use = shoal_xcalloc(n_ex + 1, sizeof *acc.dec_use);
+        acc.use_a = shoal_xcalloc(n_ex * SHOAL_EXPERT_N_TIERS + 1, sizeof *acc.use_a);
+        acc.use_b = shoal_xcalloc(n_ex * SHOAL_EXPERT_N_TIERS + 1, sizeof *acc.use_b);
+    }
     if (prompts_tokens(s, o, job->ps, &ids, &n, &np)) {
         jset(r, "error", json_string("the prompts could not be read (see the error above)"));
         rc = 1;
@@ -1110,6 +1186,9 @@ static int rep_child(void *user, json_t **out)
             const double rbytes = (double)(sb.bytes_read - sa.bytes_read);
             const double busy = sb.read_busy_seconds - sa.read_busy_seconds;
             jset(f, "expert_read_mb", json_real(rbytes / 1e6));
+            jset(f, "decode_read_mb_per_token", jnum(acc.dec_read_bytes / 1e6 / dec_n));
+            const double least = must_read_bytes(s, acc.dec_use, o->so.expert_cache, o->so.pin);
+            jset(f, "decode_least_read_mb_per_token", jnum(least / 1e6 / dec_n));
             jset(f, "expert_read_mb_s", jnum(busy > 0 ? rbytes / 1e6 / busy : NAN));
             jset(f, "expert_read_busy_s", json_real(busy));
             const uint64_t pr = sb.prefetch_reads - sa.prefetch_reads;
@@ -1181,6 +1260,9 @@ done:
     free(ids);
     free(n);
     XXH64_freeState(acc.ids_hash);
+    free(acc.dec_use);
+    free(acc.use_a);
+    free(acc.use_b);
     json_decref(acc.prefill.wire);
     json_decref(acc.decode.wire);
     shoal_cli_session_close(s);
@@ -1281,6 +1363,17 @@ static json_t *ratios(const json_t *summary, const json_t *limits)
               tok_mb > 0 ? ram_read / tok_mb : NAN,
               "decode tok/s / (RAM read probe MB/s / MB one warm token reads at least: dense "
               "weights, the routed experts it uses, the KV rows it attends over)");
+    /* a cold token reads from disk at least what the expert RAM cannot hold
+     * (must_read_bytes): decode tok/s against fio MB/s over those bytes */
+    const double least = med_of(summary, "decode_least_read_mb_per_token");
+    json_t *db = add_ratio(r, "decode_vs_disk_bound", med_of(summary, "decode_tok_s"),
+                           least > 0 ? fio / least : NAN,
+                           "decode tok/s / (fio MB/s / MB a decode token reads at least: the "
+                           "acquires of experts outside the most-used set that fits the "
+                           "expert cache and pins)");
+    jset(db, "decode_read_mb_per_token", jnum(med_of(summary, "decode_read_mb_per_token")));
+    jset(db, "least_read_mb_per_token", jnum(least));
+    jset(db, "fio_mb_s", jnum(fio));
     /* the busiest link: each worker's wire MB/s during decode over its own
      * link's throughput, the highest ratio */
     double wire = NAN, link = NAN, best = NAN;
@@ -1414,6 +1507,16 @@ static void print_report(const json_t *res)
             printf("  ratio %-28s %10.2f  (%.0f / %.0f MB/s)\n", labels[k], jget(x, "ratio"),
                    jget(x, "figure"), jget(x, "limit"));
     }
+    print_fig(sum, "decode_read_mb_per_token", "decode MB read per token", 1, "%.1f");
+    print_fig(sum, "decode_least_read_mb_per_token", "  least a cache this size reads", 1,
+              "%.1f");
+    const json_t *disk = json_object_get(rat, "decode_vs_disk_bound");
+    if (isfinite(jget(disk, "ratio")))
+        printf("  ratio %-28s %10.2f  (%.2f / %.2f tok/s: %.1f MB read a token, %.1f MB at "
+               "least, at fio's %.0f MB/s)\n",
+               "decode / disk bound", jget(disk, "ratio"), jget(disk, "figure"),
+               jget(disk, "limit"), jget(disk, "decode_read_mb_per_token"),
+               jget(disk, "least_read_mb_per_token"), jget(disk, "fio_mb_s"));
     const json_t *bound = json_object_get(rat, "decode_vs_ram_bound");
     if (isfinite(jget(bound, "ratio")))
         printf("  ratio %-28s %10.2f  (%.2f / %.2f tok/s: %.1f MB a token, %.1f of it KV, "

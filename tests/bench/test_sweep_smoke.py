@@ -291,6 +291,13 @@ def check_gguf(shoal, tmp):
         if rat["ratio"] is not None:
             check(close(rat["ratio"], rat["figure"] / rat["limit"]), "GGUF ratio %s" % rat)
         if state == "cold":
+            # the disk bound: with a 1M cache no expert fits, so a decode token
+            # reads at least every expert it acquires, and tok/s against fio / that
+            db = j["ratios"]["decode_vs_disk_bound"]
+            check(f["decode_least_read_mb_per_token"] > 0 and f["decode_read_mb_per_token"] > 0 and
+                  (db["ratio"] is None or (close(db["ratio"], db["figure"] / db["limit"]) and
+                                           close(db["limit"], db["fio_mb_s"] / db["least_read_mb_per_token"]))),
+                  "GGUF cold: the disk bound %s, figures %s" % (db, f))
             ev = j["state"]["evictions"][0]
             check(ev.get("resident_file") == path and f["expert_read_mb"] > 0,
                   "GGUF cold: the file evicted (%s), experts read from it (%s MB)" % (

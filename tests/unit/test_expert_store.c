@@ -479,6 +479,36 @@ Test(expert_store, hints_prefetch_into_the_cache_and_count_precision_recall, .ti
     rm_rf(F.dir);
 }
 
+Test(expert_store, unused_hint_backs_off_at_its_step_and_a_probe_reads_one, .timeout = 60)
+{
+    make(0);
+    struct shoal_expert_store *s = open_store(params(UINT64_MAX, SHOAL_IO_PREAD, 4));
+    int32_t hint[5] = {0, 1, 2, 3, 4};
+    cr_assert(eq(int, shoal_expert_store_wants_hints(s), 1));
+    shoal_expert_store_hint(s, 1, hint, 5);
+    /* the step the hint was for uses none of them: 0.9^5 < 0.7, backing off
+     * now, while the 5 experts are still in the (unlimited) cache */
+    int32_t id = 5;
+    struct shoal_expert_weights w;
+    struct shoal_err err = {0};
+    cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 1, &id, 1, &w, &err), 1), "%s", err.msg);
+    check_bytes(&w, 1, id);
+    shoal_expert_store_release_batch(s, 1, &id, 1);
+    /* one call in 32 is a probe, which reads 1 of the 5 experts it names */
+    cr_assert(eq(int, shoal_expert_store_wants_hints(s), 1), "the first call probes");
+    shoal_expert_store_hint(s, 2, hint, 5);
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(eq(u64, st.prefetch_reads, 5 + 1), "a probe reads 1");
+    for (int k = 0; k < 31; k++)
+        cr_assert(eq(int, shoal_expert_store_wants_hints(s), 0), "call %d backs off", k);
+    stats(s, &st);
+    cr_assert(eq(u64, st.hints_backed_off, 31));
+    cr_assert(eq(u64, st.prefetch_evicted, 0), "nothing was evicted: judged at the step");
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
 Test(expert_store, start_hint_wait_then_release_without_wait_is_safe, .timeout = 60)
 {
     make(0);
