@@ -15,7 +15,9 @@ runs, and an unwritable --json path must be refused up front. Asserts
 behaviour, never speed.
 
 bench/load_order, built beside it, must read every byte in each of its
-four ways, print them and refuse bad arguments with exit 2.
+four ways, print them and refuse bad arguments with exit 2; bench/kernel_l2
+must give the scalar bits for a few types at 1 and 3 tokens and refuse bad
+arguments with exit 2.
 
 usage: test_kernel_bench.py --bench BUILD/bench/kernel_bench
 """
@@ -191,6 +193,26 @@ def main():
             check(r.returncode == 2 and len(lines) == 1 and flag in lines[0] and not r.stdout,
                   "load_order %s: exit 2, one line naming %s (rc %d: %s)" % (
                       " ".join(args), flag, r.returncode, r.stderr.strip()[:200]))
+        # kernel_l2 (built beside kernel_bench): a few types at 1 and 3
+        # tokens give the scalar bits; bad input exits 2 with one line
+        kl = os.path.join(os.path.dirname(a.bench), "kernel_l2")
+        for toks in ("1", "3"):
+            r = subprocess.run([kl, "--types", "q4_k,q6_k,q2_k,iq2_xxs,q8_0", "--tokens", toks,
+                                "--rows", "24", "--cols", "512", "--calls", "5"],
+                               capture_output=True, text=True, timeout=120)
+            lines = r.stdout.splitlines()
+            check(r.returncode == 0 and len(lines) == 5 and
+                  all(l.endswith("bits same") for l in lines),
+                  "kernel_l2 --tokens %s: five types, the scalar bits (rc %d: %s%s)" % (
+                      toks, r.returncode, r.stdout.strip()[-300:], r.stderr.strip()[-200:]))
+        for args, what in [(["--types", "q9_z"], "q9_z"), (["--rows", "0"], "--rows"),
+                           (["--types", "q4_k", "--cols", "100"], "256"),
+                           (["--bogus", "1"], "--bogus"), (["--calls"], "--calls")]:
+            r = subprocess.run([kl] + args, capture_output=True, text=True, timeout=60)
+            lines = [l for l in r.stderr.splitlines() if l.startswith("kernel_l2:")]
+            check(r.returncode == 2 and len(lines) == 1 and what in lines[0] and not r.stdout,
+                  "kernel_l2 %s: exit 2, one line naming %s (rc %d: %s)" % (
+                      " ".join(args), what, r.returncode, r.stderr.strip()[:200]))
     return result.summary()
 
 
