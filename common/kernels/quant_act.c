@@ -14,6 +14,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 #include "quant.h"
 
@@ -54,7 +57,31 @@ int32_t ACT_FN(group)(const float *x, int64_t len, float *d, int8_t *q)
     }
     const float magic = 12582912.0f;   /* 1.5 * 2^23 */
     int32_t sum = 0;
-    for (int64_t k = 0; k < len; k++) {
+    int64_t k = 0;
+#ifdef __AVX2__
+    /* eight at a time, the same IEEE steps (divide, add, subtract, the
+     * clamps as min / max of finite values, truncation of an integral
+     * value): GCC left this loop scalar (~1.7 cycles an element) */
+    {
+        const __m256 vd = _mm256_set1_ps(dx), vm = _mm256_set1_ps(magic);
+        const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+        __m256i vs = _mm256_setzero_si256();
+        for (; k + 8 <= len; k += 8) {
+            __m256 v = _mm256_sub_ps(_mm256_add_ps(_mm256_div_ps(_mm256_loadu_ps(x + k), vd), vm),
+                                     vm);
+            v = _mm256_max_ps(_mm256_min_ps(v, hi), lo);
+            const __m256i i32 = _mm256_cvttps_epi32(v);
+            vs = _mm256_add_epi32(vs, i32);
+            const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32),
+                                                _mm256_extracti128_si256(i32, 1));
+            _mm_storel_epi64((__m128i *)(void *)(q + k), _mm_packs_epi16(i16, i16));
+        }
+        int32_t l[8];
+        _mm256_storeu_si256((__m256i *)(void *)l, vs);
+        sum = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    }
+#endif
+    for (; k < len; k++) {
         float v = (x[k] / dx + magic) - magic;
         v = v > 127.0f ? 127.0f : v;
         v = v < -127.0f ? -127.0f : v;
