@@ -373,8 +373,10 @@ Test(ggml_dot, every_isa_thread_split_and_batch_gives_the_reference_bits, .timeo
 {
     const int64_t cols[] = {256, 512, 2048 + 256};
     const int64_t rows_list[] = {1, 7, 37};
-    /* 65: a second tile of one token (the one-token path past token 0) */
-    const int64_t toks[] = {1, 2, 7, 64, 65, 70};
+    /* 65: a second tile of one token (the one-token path past token 0);
+     * 5, 6, 7: the AVX2 GEMM's groups of four tokens and a remainder of 1,
+     * 2, 3; 48: Q6_K's first GEMM batch (below it, rows8_t) */
+    const int64_t toks[] = {1, 2, 5, 6, 7, 48, 64, 65, 70};
     int checked_isas = 0;
     for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
         if (shoal_quant_init(isas[ii].isa, NULL) != 0) {
@@ -424,6 +426,61 @@ Test(ggml_dot, every_isa_thread_split_and_batch_gives_the_reference_bits, .timeo
                 }
     }
     cr_assert(checked_isas >= 1);
+    shoal_quant_init(SHOAL_QUANT_ISA_SCALAR, NULL);
+}
+
+/* Bit-exact: the AVX2 GEMM sums runs of vpmaddubsw pairs in int16 (Q4_K:
+ * a sub-block of 32, at most 16 * 15 * 127 = 30480; Q6_K: 8 codes q + 32,
+ * at most 4 * 63 * 127 = 32004). Every code and scale at its maximum
+ * against qx all 127 or all -127 is the worst case of those bounds. */
+Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
+{
+    const enum shoal_ggml_type types2[] = {SHOAL_GGML_TYPE_Q4_K, SHOAL_GGML_TYPE_Q6_K};
+    const int64_t rows = 9, n = 512, n_tok = 64;   /* 9: a group of 8 and one row */
+    for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
+        if (shoal_quant_init(isas[ii].isa, NULL) != 0)
+            continue;
+        for (size_t ti = 0; ti < 2; ti++)
+            for (int sign = -1; sign <= 1; sign += 2) {
+                const struct shoal_ggml_type_info *info = shoal_ggml_type_info(types2[ti]);
+                const size_t rb = (size_t)(n / info->block_size) * info->type_size;
+                uint8_t *w = malloc((size_t)rows * rb);
+                float *x = malloc((size_t)(n_tok * n) * sizeof *x);
+                float *got = malloc((size_t)(n_tok * rows) * sizeof *got);
+                void *buf = malloc((size_t)n_tok * shoal_ggml_act_bytes(types2[ti], n));
+                cr_assert(w && x && got && buf);
+                memset(w, 0xFF, (size_t)rows * rb);   /* codes 15 / 63, sc and m 63 (Q6_K sc -1) */
+                for (size_t o = 0; o < (size_t)rows * rb; o += info->type_size) {
+                    if (types2[ti] == SHOAL_GGML_TYPE_Q4_K) {
+                        put_f16(w + o, 0.001f);
+                        put_f16(w + o + 2, 0.002f);
+                    } else {
+                        memset(w + o + 192, 127, 16);   /* sc 127 */
+                        put_f16(w + o + 208, 0.001f);
+                    }
+                }
+                for (int64_t e = 0; e < n_tok * n; e++)
+                    x[e] = (float)sign;   /* qx = +-127, every element */
+                struct shoal_ggml_matrix m = {.type = types2[ti], .rows = rows, .cols = n, .data = w};
+                struct shoal_ggml_act a;
+                shoal_ggml_act_init(&a, types2[ti], n, n_tok, buf);
+                shoal_ggml_act_quantize(&a, x, n_tok);
+                cr_assert(eq(i8, a.q[2], (int8_t)(sign * 127)));
+                shoal_ggml_linear_part(got, x, n_tok, &m, 0, 1);
+                for (int64_t t = 0; t < n_tok; t++)
+                    for (int64_t r = 0; r < rows; r++) {
+                        const float want = shoal_ggml_dot(&a, t, w + (size_t)r * rb);
+                        cr_assert(eq(u32, bits(got[t * rows + r]), bits(want)),
+                                  "%s %s sign %d: y[%lld][%lld] = %.9g, reference %.9g",
+                                  isas[ii].name, shoal_ggml_type_name(types2[ti]), sign,
+                                  (long long)t, (long long)r, got[t * rows + r], want);
+                    }
+                free(buf);
+                free(got);
+                free(x);
+                free(w);
+            }
+    }
     shoal_quant_init(SHOAL_QUANT_ISA_SCALAR, NULL);
 }
 

@@ -25,7 +25,8 @@
  * its raw sum: raw1); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
  * TOK_TILE tokens at a time, the chains of all those tokens kept in
- * acc[]. Rows past the end of the share repeat its last row and are not
+ * acc[]. Q4_K (and Q6_K from Q6K_GEMM_MIN tokens) transpose the eight
+ * rows' block instead, rows in lanes (rows8_k_n: the prefill GEMM). Rows past the end of the share repeat its last row and are not
  * stored. While a group of eight rows runs, the next group's blocks are
  * prefetched (prefetch_block).
  */
@@ -1114,8 +1115,286 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
     store_rows(y, w->rows, t0, r, nr, acc);
 }
 
-/* one token through rows8_k_1, more through rows8_t */
-#define ROWS8_K_FN(name, T)                                                                   \
+/* ---- Q4_K and Q6_K, several tokens: rows in lanes --------------------------
+ *
+ * The prefill GEMM. rows8_t runs a row's block against a token as 32-byte
+ * registers of one row (a vpmaddubsw and a vpmaddwd per 32 weights, then
+ * the rows folded by hsum_rows8), which the multiply pipes bound at about
+ * 8.5 cycles per (row, block, token) on Zen 3. Here the eight rows' block
+ * is transposed once (struct kblk): 32-bit lane i of group register g holds
+ * row i's four codes of elements 4g .. 4g + 3, so a token's four qx bytes
+ * are one vpbroadcastd and one vpmaddubsw gives all eight rows' pairs. The
+ * int16 pairs of a run of groups under one scale are summed in int16 (exact:
+ * Q4_K, a run is a sub-block of 32: 16 pairs of products 15 * 127, at most
+ * 30480; Q6_K, codes q + 32 <= 63, a run is half a 16: 4 * 63 * 127 =
+ * 32004), then one vpmaddwd with the rows' scale of the run gives int32 per
+ * row, already in lanes (no hsum). About half the multiply work per weight.
+ * raw and corr are the same integers as rows8_t's (corr: the rows' weights
+ * against the token's bsum pairs), then block_term: the same bits. */
+
+struct kblk {
+    __m256i q[64];    /* [group g] lane i: row i's codes of elements 4g .. 4g + 3
+                         (Q4_K q, Q6_K q + 32) */
+    __m256i sc[16];   /* [scale k] lane i: row i's scale of sub-block k (Q4_K,
+                         32 elements) or of the 16s k (Q6_K), as int16 twice */
+    __m256i cw[8];    /* [bsum pair j] lane i: row i's int16 weights of the
+                         token's bsum[2j], bsum[2j + 1]: Q4_K (m[j], m[j]),
+                         Q6_K (sc[2j], sc[2j + 1]) */
+};
+
+/* the 32 bytes at off of the eight rows, transposed: r[k] lane i = row i's
+ * int32 k. Rows i and i + 4 share a register (halves), so two levels of
+ * in-lane unpacks make the transpose (16 shuffles; vpblendd and the
+ * 16-byte broadcast loads stay off the shuffle pipes). */
+static inline __attribute__((always_inline)) void ld8_tr(const uint8_t *const p[8], size_t off,
+                                                        __m256i r[8])
+{
+    for (int hb = 0; hb < 2; hb++) {
+        __m256i R[4];
+        for (int i = 0; i < 4; i++)
+            R[i] = _mm256_blend_epi32(
+                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p[i] + off + 16 * hb))),
+                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p[i + 4] + off + 16 * hb))),
+                0xF0);
+        const __m256i t0 = _mm256_unpacklo_epi32(R[0], R[1]), t1 = _mm256_unpackhi_epi32(R[0], R[1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(R[2], R[3]), t3 = _mm256_unpackhi_epi32(R[2], R[3]);
+        r[4 * hb + 0] = _mm256_unpacklo_epi64(t0, t2);
+        r[4 * hb + 1] = _mm256_unpackhi_epi64(t0, t2);
+        r[4 * hb + 2] = _mm256_unpacklo_epi64(t1, t3);
+        r[4 * hb + 3] = _mm256_unpackhi_epi64(t1, t3);
+    }
+}
+
+/* Sixteen scale bytes per row, S[i] = row i's in the low half and row
+ * i + 4's in the high half, transposed: u[v] byte 4 e + i of each half =
+ * byte 4 v + e of row i (rows 0..3 low, 4..7 high) */
+static inline __attribute__((always_inline)) void tr_bytes16(const __m256i S[4], __m256i u[4])
+{
+    const __m256i t0 = _mm256_unpacklo_epi8(S[0], S[1]), t1 = _mm256_unpackhi_epi8(S[0], S[1]);
+    const __m256i t2 = _mm256_unpacklo_epi8(S[2], S[3]), t3 = _mm256_unpackhi_epi8(S[2], S[3]);
+    u[0] = _mm256_unpacklo_epi16(t0, t2);
+    u[1] = _mm256_unpackhi_epi16(t0, t2);
+    u[2] = _mm256_unpacklo_epi16(t1, t3);
+    u[3] = _mm256_unpackhi_epi16(t1, t3);
+}
+
+/* vpshufb controls on tr_bytes16's u: int32 lane i of each half = an int16
+ * pair of row i's bytes (4 b + i of the half): LO, byte b twice, each in
+ * the low byte of its int16 (unsigned scales); HI, the same in the high
+ * bytes (signed: vpsraw 8 after); PAIR, bytes b and b + 1, high bytes */
+#define K4(x0, x1, x2, x3) x0(0), x1(0), x2(0), x3(0), x0(1), x1(1), x2(1), x3(1), \
+                           x0(2), x1(2), x2(2), x3(2), x0(3), x1(3), x2(3), x3(3)
+#define Z(i) 0x80
+static const uint8_t kctrl_lo[4][32] __attribute__((aligned(32))) = {
+#define B0(i) (i)
+#define B1(i) (4 + (i))
+#define B2(i) (8 + (i))
+#define B3(i) (12 + (i))
+    {K4(B0, Z, B0, Z), K4(B0, Z, B0, Z)}, {K4(B1, Z, B1, Z), K4(B1, Z, B1, Z)},
+    {K4(B2, Z, B2, Z), K4(B2, Z, B2, Z)}, {K4(B3, Z, B3, Z), K4(B3, Z, B3, Z)},
+};
+static const uint8_t kctrl_hi[4][32] __attribute__((aligned(32))) = {
+    {K4(Z, B0, Z, B0), K4(Z, B0, Z, B0)}, {K4(Z, B1, Z, B1), K4(Z, B1, Z, B1)},
+    {K4(Z, B2, Z, B2), K4(Z, B2, Z, B2)}, {K4(Z, B3, Z, B3), K4(Z, B3, Z, B3)},
+};
+static const uint8_t kctrl_pair[2][32] __attribute__((aligned(32))) = {
+    {K4(Z, B0, Z, B1), K4(Z, B0, Z, B1)}, {K4(Z, B2, Z, B3), K4(Z, B2, Z, B3)},
+};
+#undef B3
+#undef B2
+#undef B1
+#undef B0
+#undef Z
+#undef K4
+
+static inline __m256i kctrl(const uint8_t c[32])
+{
+    return _mm256_load_si256((const __m256i *)(const void *)c);
+}
+
+/* eight rows' Q4_K block at off into *g (get_scale_min_k4 as unpack_row) */
+static inline __attribute__((always_inline)) void kblk_q4k(const uint8_t *const p[8],
+                                                          const uint8_t *const pf[8],
+                                                          size_t off, struct kblk *g)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m128i s8[8];
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *blk = p[i] + off;
+        prefetch_block(pf, i, off, 144);
+        const uint32_t w0 = le32(blk + 4), w1 = le32(blk + 8), w2 = le32(blk + 12);
+        const uint32_t sc03 = w0 & 0x3f3f3f3fu, m03 = w1 & 0x3f3f3f3fu;
+        const uint32_t sc47 = (w2 & 0x0f0f0f0fu) | ((w0 >> 6) & 0x03030303u) << 4;
+        const uint32_t m47 = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 6) & 0x03030303u) << 4;
+        s8[i] = _mm_setr_epi32((int)sc03, (int)sc47, (int)m03, (int)m47);
+    }
+    /* u[0]: sc0..3, u[1]: sc4..7, u[2]: m0..3, u[3]: m4..7 */
+    __m256i S[4], u[4];
+    for (int i = 0; i < 4; i++)
+        S[i] = _mm256_set_m128i(s8[i + 4], s8[i]);
+    tr_bytes16(S, u);
+    for (int j = 0; j < 8; j++) {
+        g->sc[j] = _mm256_shuffle_epi8(u[j / 4], kctrl(kctrl_lo[j % 4]));
+        g->cw[j] = _mm256_shuffle_epi8(u[2 + j / 4], kctrl(kctrl_lo[j % 4]));
+    }
+    /* qs[32h + 4k ..]: low nibbles are sub-block 2h's elements 4k.., high 2h + 1's */
+    for (int h = 0; h < 4; h++) {
+        __m256i r[8];
+        ld8_tr(p, off + 16 + 32 * (size_t)h, r);
+        for (int k = 0; k < 8; k++) {
+            g->q[16 * h + k] = _mm256_and_si256(r[k], m4);
+            g->q[16 * h + 8 + k] = _mm256_and_si256(_mm256_srli_epi16(r[k], 4), m4);
+        }
+    }
+}
+
+/* eight rows' Q6_K block at off into *g (q6k_row's layout, transposed) */
+static inline __attribute__((always_inline)) void kblk_q6k(const uint8_t *const p[8],
+                                                          const uint8_t *const pf[8],
+                                                          size_t off, struct kblk *g)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256i S[4], u[4];
+    for (int i = 0; i < 8; i++)
+        prefetch_block(pf, i, off, 210);
+    for (int i = 0; i < 4; i++)
+        S[i] = _mm256_loadu2_m128i((const __m128i *)(p[i + 4] + off + 192),
+                                   (const __m128i *)(p[i] + off + 192));
+    tr_bytes16(S, u);   /* u[v]: sc 4v .. 4v + 3 */
+    for (int k = 0; k < 16; k++)
+        g->sc[k] = _mm256_srai_epi16(_mm256_shuffle_epi8(u[k / 4], kctrl(kctrl_hi[k % 4])), 8);
+    for (int j = 0; j < 8; j++)
+        g->cw[j] = _mm256_srai_epi16(_mm256_shuffle_epi8(u[j / 2], kctrl(kctrl_pair[j % 2])), 8);
+    /* element 128h + 32r + 4k .. is group 32h + 8r + k */
+    for (int h = 0; h < 2; h++) {
+        __m256i l0[8], l1[8], hv[8];
+        ld8_tr(p, off + 64 * (size_t)h, l0);
+        ld8_tr(p, off + 64 * (size_t)h + 32, l1);
+        ld8_tr(p, off + 128 + 32 * (size_t)h, hv);
+        for (int k = 0; k < 8; k++) {
+            __m256i *q = g->q + 32 * h + k;
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0[k], m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(hv[k], 4), m30));
+            q[8] = _mm256_or_si256(_mm256_and_si256(l1[k], m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(hv[k], 2), m30));
+            q[16] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0[k], 4), m4),
+                                    _mm256_and_si256(hv[k], m30));
+            q[24] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1[k], 4), m4),
+                                    _mm256_and_si256(_mm256_srli_epi16(hv[k], 2), m30));
+        }
+    }
+}
+
+/* an empty asm that *v passes through: it keeps the int16 sums of a run
+ * a chain per token, in the order written. Without it GCC reassociates the
+ * run into a tree of adds whose leaves (every product of every token of the
+ * block) are computed first and spilled to the stack: 2x slower. */
+static inline __attribute__((always_inline)) void chain(__m256i *v)
+{
+    __asm__("" : "+x"(*v));
+}
+
+/* the int32 at p in every lane (vpbroadcastd from memory) */
+static inline __m256i bcast4(const void *p)
+{
+    return _mm256_set1_epi32((int)le32((const uint8_t *)p));
+}
+
+/* tg tokens tt .. tt + tg - 1 (tg <= 4, a constant) of block b against *g:
+ * acc[k] + the block's term of token tt + k, lanes rows (d, dmin the rows'
+ * D and DMIN) */
+static inline __attribute__((always_inline)) void kblk_tokens(enum shoal_ggml_type t,
+                                                             const struct kblk *g,
+                                                             const struct shoal_ggml_act *a,
+                                                             int64_t tt, int tg, int64_t b,
+                                                             __m256 d, __m256 dmin, __m256 *acc)
+{
+    const int q4 = t == SHOAL_GGML_TYPE_Q4_K;
+    const int nsc = q4 ? 8 : 16, per_sc = 64 / nsc, run = q4 ? 8 : 2;
+    const int8_t *x[4];
+    const int16_t *bs[4];
+    for (int k = 0; k < tg; k++) {
+        x[k] = a->q + (tt + k) * a->n + QK_K * b;
+        bs[k] = a->bsum + (tt + k) * (a->n / 16) + 16 * b;
+    }
+    __m256i raw[4], s16[4], c[4];
+#pragma GCC unroll 16
+    for (int s = 0; s < nsc; s++) {
+#pragma GCC unroll 8
+        for (int e = 0; e < per_sc; e++) {
+            const int gi = s * per_sc + e;
+            const __m256i code = _mm256_load_si256(&g->q[gi]);
+#pragma GCC unroll 4
+            for (int k = 0; k < tg; k++) {
+                const __m256i pr = _mm256_maddubs_epi16(code, bcast4(x[k] + 4 * gi));
+                s16[k] = e % run ? _mm256_add_epi16(s16[k], pr) : pr;
+                chain(&s16[k]);
+            }
+            if (e % run == run - 1) {
+#pragma GCC unroll 4
+                for (int k = 0; k < tg; k++) {
+                    const __m256i m = _mm256_madd_epi16(s16[k], g->sc[s]);
+                    raw[k] = gi == run - 1 ? m : _mm256_add_epi32(raw[k], m);
+                    if (q4)   /* (Q6_K's 32 runs measured faster without) */
+                        chain(&raw[k]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < tg; k++) {
+        c[k] = _mm256_madd_epi16(g->cw[0], bcast4(bs[k]));
+#pragma GCC unroll 8
+        for (int j = 1; j < 8; j++) {
+            c[k] = _mm256_add_epi32(c[k], _mm256_madd_epi16(g->cw[j], bcast4(bs[k] + 2 * j)));
+            chain(&c[k]);
+        }
+        acc[k] = block_term(t, acc[k], raw[k], c[k], d, dmin, a->d[(tt + k) * a->n_blk + b]);
+    }
+}
+
+/* Q4_K or Q6_K, nt > 1 tokens from t0: eight rows' chains per token */
+static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type t, float *y,
+                                                           const struct shoal_ggml_act *a,
+                                                           int64_t t0, int64_t nt,
+                                                           const struct shoal_ggml_matrix *w,
+                                                           const uint8_t *const p[8],
+                                                           const uint8_t *const pf[8],
+                                                           int64_t r, int nr)
+{
+    const size_t ts = k1_size(t);
+    struct kblk g;
+    __m256 acc[TOK_TILE];
+    zero_acc(acc, nt);
+    for (int64_t b = 0; b < a->n_blk; b++) {
+        const size_t off = (size_t)b * ts;
+        if (t == SHOAL_GGML_TYPE_Q4_K)
+            kblk_q4k(p, pf, off, &g);
+        else
+            kblk_q6k(p, pf, off, &g);
+        /* g is read back from L1 by every token: without this GCC keeps
+         * some of its registers live across the token loop from the
+         * unpack and spills the tokens' sums instead */
+        __asm__ volatile("" : : "r"(&g) : "memory");
+        const __m256 d = f16x8(p, off + k1_d_off(t));
+        const __m256 dmin = t == SHOAL_GGML_TYPE_Q6_K ? _mm256_setzero_ps()
+                                                      : f16x8(p, off + k1_d_off(t) + 2);
+        int64_t k = 0;
+        for (; k + 4 <= nt; k += 4)
+            kblk_tokens(t, &g, a, t0 + k, 4, b, d, dmin, acc + k);
+        switch (nt - k) {
+        case 3: kblk_tokens(t, &g, a, t0 + k, 3, b, d, dmin, acc + k); break;
+        case 2: kblk_tokens(t, &g, a, t0 + k, 2, b, d, dmin, acc + k); break;
+        case 1: kblk_tokens(t, &g, a, t0 + k, 1, b, d, dmin, acc + k); break;
+        default: break;
+        }
+    }
+    for (int64_t k = 0; k < nt; k++)
+        store_rows(y, w->rows, t0 + k, r, nr, acc[k]);
+}
+
+/* one token through rows8_k_1, more through MANY (rows8_k_n or rows8_t) */
+#define ROWS8_K_FN(name, T, MANY)                                                             \
     static void name(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,       \
                      const struct shoal_ggml_matrix *w, const uint8_t *const p[8],            \
                      const uint8_t *const pf[8], int64_t r, int nr)                           \
@@ -1123,11 +1402,30 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
         if (nt == 1)                                                                          \
             rows8_k_1(T, y, a, t0, w, p, pf, r, nr);                                          \
         else                                                                                  \
-            rows8_t(T, y, a, t0, nt, w, p, pf, r, nr);                                        \
+            MANY(T, y, a, t0, nt, w, p, pf, r, nr);                                           \
     }
-ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K)
-ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K)
-ROWS8_K_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K)
+/* Q6_K's transposed block costs about 30 cycles a row to build (six
+ * transposes and the 6-bit codes put together), against rows8_t's 10 a
+ * row-block-token it pays for itself from about 48 tokens (tsc cycles per
+ * row-block-token on Zen 3, rows8_k_n vs rows8_t: 16.3 vs 12.6 at 8 tokens,
+ * 11.2 vs 10.6 at 32, 9.7 vs 10.3 at 64) */
+#define Q6K_GEMM_MIN 48
+static inline __attribute__((always_inline)) void rows8_q6k_n(enum shoal_ggml_type t, float *y,
+                                                             const struct shoal_ggml_act *a,
+                                                             int64_t t0, int64_t nt,
+                                                             const struct shoal_ggml_matrix *w,
+                                                             const uint8_t *const p[8],
+                                                             const uint8_t *const pf[8],
+                                                             int64_t r, int nr)
+{
+    if (nt >= Q6K_GEMM_MIN)
+        rows8_k_n(t, y, a, t0, nt, w, p, pf, r, nr);
+    else
+        rows8_t(t, y, a, t0, nt, w, p, pf, r, nr);
+}
+ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K, rows8_k_n)
+ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K, rows8_q6k_n)
+ROWS8_K_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K, rows8_t)
 
 typedef void (*rows8_fn)(float *, const struct shoal_ggml_act *, int64_t, int64_t,
                          const struct shoal_ggml_matrix *, const uint8_t *const[8],
