@@ -127,7 +127,7 @@ int main(int argc, char **argv)
     const char *types = "q4_k,q6_k,q2_k,q8_0";
     int64_t rows = 64, cols = 2048, n_tok = 1, calls = 20000;
     enum shoal_quant_isa isa = SHOAL_QUANT_ISA_AUTO;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {   /* every flag takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0;
         if (!v) {
@@ -154,7 +154,6 @@ int main(int argc, char **argv)
                     a, shoal_quant_isa_list());
             return 2;
         }
-        i++;
     }
     if (shoal_quant_init(isa, NULL)) {
         fprintf(stderr, "kernel_l2: --isa %s: not built or not on this CPU\n",
