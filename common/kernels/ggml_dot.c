@@ -82,6 +82,8 @@ void shoal_ggml_act_init(struct shoal_ggml_act *a, enum shoal_ggml_type type, in
     a->q = buf;
     a->d = (float *)((uint8_t *)buf + (size_t)(n_tok * n));
     a->bsum = act_has_bsum(type) ? (int16_t *)(a->d + n_tok * a->n_blk) : NULL;
+    a->pf_next = NULL;
+    a->pf_next_bytes = 0;
 }
 
 void shoal_ggml_act_quantize(struct shoal_ggml_act *a, const float *x, int64_t n_tok)
@@ -555,9 +557,48 @@ int shoal_ggml_matrix_check(const struct shoal_ggml_matrix *w, size_t data_bytes
     return 0;
 }
 
+/* shoal_ggml_prefetch_next's hint: this thread's next weight bytes */
+static _Thread_local const uint8_t *next_p;
+static _Thread_local size_t next_n;
+
+#define PF_NEXT_BYTES ((size_t)16384)
+
+void shoal_ggml_prefetch_next(const struct shoal_ggml_matrix *w, int ith, int nth)
+{
+    next_p = NULL;
+    next_n = 0;
+    if (w == NULL || w->data == NULL)
+        return;
+    int64_t r0, r1;
+    shoal_split_rows(w->rows, ith, nth, &r0, &r1);
+    if (r0 >= r1)
+        return;
+    const size_t rb = row_bytes(w), share = (size_t)(r1 - r0) * rb;
+    next_p = (const uint8_t *)w->data + (size_t)r0 * rb;
+    next_n = share < PF_NEXT_BYTES ? share : PF_NEXT_BYTES;
+}
+
+struct shoal_ggml_hint shoal_ggml_hint_take(void)
+{
+    const struct shoal_ggml_hint h = {next_p, next_n};
+    next_p = NULL;
+    next_n = 0;
+    return h;
+}
+
+void shoal_ggml_hint_put(struct shoal_ggml_hint h)
+{
+    next_p = h.p;
+    next_n = h.n;
+}
+
 void shoal_ggml_linear_part(float *y, const float *x, int64_t n_tok,
                             const struct shoal_ggml_matrix *w, int ith, int nth)
 {
+    const uint8_t *const hint = next_p;
+    const size_t hint_n = next_n;
+    next_p = NULL;
+    next_n = 0;
     int64_t r0, r1;
     shoal_split_rows(w->rows, ith, nth, &r0, &r1);
     if (r0 >= r1 || n_tok < 1)
@@ -584,6 +625,10 @@ void shoal_ggml_linear_part(float *y, const float *x, int64_t n_tok,
     for (int64_t t0 = 0; t0 < n_tok; t0 += per_tile) {
         const int64_t nt = n_tok - t0 < per_tile ? n_tok - t0 : per_tile;
         shoal_ggml_act_init(&a, w->type, n, nt, tile);
+        if (t0 + nt >= n_tok) {   /* the last tile: its rows finish the call */
+            a.pf_next = hint;
+            a.pf_next_bytes = hint_n;
+        }
         shoal_ggml_act_quantize(&a, x + t0 * n, nt);
         rows(y + t0 * w->rows, &a, nt, w, r0, r1);
     }

@@ -140,6 +140,11 @@ struct shoal_ggml_act {
     float *d;                   /* [n_tok][n_blk] f32 dx */
     int16_t *bsum;              /* [n_tok][n / 16] sums of 16 qx (B = 256, Q4_1,
                                    Q5_1; NULL for the others) */
+    const uint8_t *pf_next;     /* (optional, performance only) bytes the next
+                                   linear of this thread reads first, for the
+                                   rows kernels to prefetch as they finish;
+                                   NULL: none (shoal_ggml_prefetch_next) */
+    size_t pf_next_bytes;
 };
 
 /* 1 if type has a dot product here (the list above), else 0. Thread: any. */
@@ -195,6 +200,24 @@ int shoal_ggml_matrix_check(const struct shoal_ggml_matrix *w, size_t data_bytes
  * Arguments are programmer invariants. Thread: compute. */
 void shoal_ggml_linear_part(float *y, const float *x, int64_t n_tok,
                             const struct shoal_ggml_matrix *w, int ith, int nth);
+
+/* The next ggml linear this thread runs after the one it runs now reads
+ * w's rows share ith of nth (NULL: none): the current call's rows kernels
+ * prefetch its first bytes (up to 16 KiB) while they finish their last
+ * rows, as the rows of one matrix prefetch their next group. Performance
+ * only; consumed by the next shoal_ggml_linear_part call. Thread: one
+ * OpenMP thread (thread-local state). */
+void shoal_ggml_prefetch_next(const struct shoal_ggml_matrix *w, int ith, int nth);
+
+/* The hint shoal_ggml_prefetch_next left, taken (and cleared) by a caller
+ * that runs two linears where one was expected, and put back before the
+ * second. Thread: as shoal_ggml_prefetch_next. */
+struct shoal_ggml_hint {
+    const uint8_t *p;
+    size_t n;
+};
+struct shoal_ggml_hint shoal_ggml_hint_take(void);
+void shoal_ggml_hint_put(struct shoal_ggml_hint h);
 
 /* The whole of shoal_ggml_linear_part in its own OpenMP region, after
  * checking the arguments. Returns 0, SHOAL_EUNSUPPORTED (type), SHOAL_ESHAPE

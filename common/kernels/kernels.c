@@ -66,6 +66,13 @@ void shoal_linear_many(const struct shoal_linear_job *jobs, int n_jobs)
         free(bias_f32[k]);
 }
 
+/* a GGML weight as the ggml kernels take it */
+static struct shoal_ggml_matrix as_ggml(const struct shoal_weight *w)
+{
+    return (struct shoal_ggml_matrix){.type = (enum shoal_ggml_type)w->ggml_type,
+                                      .rows = w->rows, .cols = w->cols, .data = w->data};
+}
+
 /* A quantized (INT8, INT4, INT4A8) weight as the quant kernels take it */
 static struct shoal_quant_weight as_quant(const struct shoal_weight *w)
 {
@@ -95,8 +102,7 @@ void shoal_linear_part(float *y, const float *x, int64_t n_tok,
         return;
     }
     if (w->dtype == SHOAL_DTYPE_GGML) {   /* a GGUF file's Q8_0 / Q4_K / Q6_K */
-        const struct shoal_ggml_matrix gm = {.type = (enum shoal_ggml_type)w->ggml_type,
-                                             .rows = rows, .cols = cols, .data = w->data};
+        const struct shoal_ggml_matrix gm = as_ggml(w);
         shoal_ggml_linear_part(y, x, n_tok, &gm, ith, nth);
         return;
     }
@@ -214,6 +220,12 @@ void shoal_softmax(float *x, int64_t n)
 
 void shoal_linear_prefetch_next(const struct shoal_weight *w, int ith, int nth)
 {
+    if (w && w->dtype == SHOAL_DTYPE_GGML) {
+        const struct shoal_ggml_matrix g = as_ggml(w);
+        shoal_ggml_prefetch_next(&g, ith, nth);
+    } else {
+        shoal_ggml_prefetch_next(NULL, ith, nth);
+    }
     if (!w || w->dtype != SHOAL_DTYPE_INT4A8) {
         shoal_quant_prefetch_next(NULL, ith, nth);
         return;
@@ -232,6 +244,16 @@ void shoal_linear_pair_part(float *y0, float *y1, const float *x, int64_t n_tok,
         float *const y[2] = {y0, y1};
         const struct shoal_quant_weight *const w[2] = {&q0, &q1};
         shoal_quant_linear_a8_many_part(y, x, n_tok, w, 2, ith, nth);
+        return;
+    }
+    if (w0->dtype == SHOAL_DTYPE_GGML && w1->dtype == SHOAL_DTYPE_GGML) {
+        /* w0's rows prefetch w1's first; w1's, what was hinted for the pair */
+        const struct shoal_ggml_matrix g0 = as_ggml(w0), g1 = as_ggml(w1);
+        const struct shoal_ggml_hint keep = shoal_ggml_hint_take();
+        shoal_ggml_prefetch_next(&g1, ith, nth);
+        shoal_ggml_linear_part(y0, x, n_tok, &g0, ith, nth);
+        shoal_ggml_hint_put(keep);
+        shoal_ggml_linear_part(y1, x, n_tok, &g1, ith, nth);
         return;
     }
     shoal_linear_part(y0, x, n_tok, w0, ith, nth, row_buf);

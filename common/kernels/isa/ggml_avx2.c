@@ -40,6 +40,7 @@
 
 #define QK_K 256
 #define TOK_TILE 64   /* tokens whose chains run against one unpacked block */
+#define PF_AHEAD ((size_t)8192)   /* least bytes of a row share prefetched ahead */
 
 /* lane i = the sum of v[i]'s eight int32 lanes (exact integer sums) */
 static inline __m256i hsum_rows8(const __m256i v[8])
@@ -1503,13 +1504,21 @@ void shoal_ggml_rows_avx2(float *y, const struct shoal_ggml_act *a, int64_t n_to
     const rows8_fn rows8 = rows8_for(w->type);
     pthread_once(&grids_once, grids_build);   /* after the first call: one load */
     static const uint8_t *const none[8] = {NULL};
+    /* prefetch distance: whole groups, at least PF_AHEAD bytes (short
+     * rows, e.g. a down projection's 432-byte Q4_K rows, need several
+     * groups ahead to cover the DRAM latency under load); past the share's
+     * end, the next linear's first bytes (a->pf_next) in rows of rb */
+    const int64_t ahead = 8 * (rb * 8 >= PF_AHEAD ? 1 : (int64_t)((PF_AHEAD + 8 * rb - 1) / (8 * rb)));
+    const uint8_t *const base = (const uint8_t *)w->data;
     for (int64_t r = r0; r < r1; r += 8) {
         const int nr = r1 - r < 8 ? (int)(r1 - r) : 8;
         const uint8_t *p[8], *pf[8];
         for (int i = 0; i < 8; i++) {
-            p[i] = (const uint8_t *)w->data + (size_t)(r + (i < nr ? i : nr - 1)) * rb;
-            /* the next group's rows, while they are in the share */
-            pf[i] = r + 8 + i < r1 ? p[i] + 8 * rb : NULL;
+            p[i] = base + (size_t)(r + (i < nr ? i : nr - 1)) * rb;
+            const int64_t rp = r + ahead + i;
+            const size_t o = rp >= r1 ? (size_t)(rp - r1) * rb : 0;
+            pf[i] = rp < r1 ? base + (size_t)rp * rb
+                    : a->pf_next && o + rb <= a->pf_next_bytes ? a->pf_next + o : NULL;
         }
         for (int64_t t0 = 0; t0 < n_tok; t0 += TOK_TILE) {
             const int64_t nt = n_tok - t0 < TOK_TILE ? n_tok - t0 : TOK_TILE;
