@@ -43,16 +43,22 @@
 #define PF_AHEAD ((size_t)8192)   /* least bytes of a row share prefetched ahead */
 
 /* lane i = the sum of v[i]'s eight int32 lanes (exact integer sums) */
-static inline __m256i hsum_rows8(const __m256i v[8])
+/* lane i = the sum of row i's lanes, from the pairs' folds a[k] =
+ * hadd(v[2k], v[2k + 1]) (hsum_rows8's last steps; rows8_k_1 folds the
+ * pairs as they come) */
+static inline __m256i fold_pairs(const __m256i a[4])
 {
-    const __m256i a0 = _mm256_hadd_epi32(v[0], v[1]);
-    const __m256i a1 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i a2 = _mm256_hadd_epi32(v[4], v[5]);
-    const __m256i a3 = _mm256_hadd_epi32(v[6], v[7]);
-    const __m256i b0 = _mm256_hadd_epi32(a0, a1);  /* rows 0-3: lo | hi halves */
-    const __m256i b1 = _mm256_hadd_epi32(a2, a3);  /* rows 4-7 */
+    const __m256i b0 = _mm256_hadd_epi32(a[0], a[1]);  /* rows 0-3: lo | hi halves */
+    const __m256i b1 = _mm256_hadd_epi32(a[2], a[3]);  /* rows 4-7 */
     return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
                             _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+static inline __m256i hsum_rows8(const __m256i v[8])
+{
+    const __m256i a[4] = {_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]),
+                          _mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7])};
+    return fold_pairs(a);
 }
 
 static inline uint16_t ld16(const uint8_t *p)
@@ -885,8 +891,6 @@ ROWS8_FN(rows8_q4_1, SHOAL_GGML_TYPE_Q4_1)
 ROWS8_FN(rows8_q5_0, SHOAL_GGML_TYPE_Q5_0)
 ROWS8_FN(rows8_q5_1, SHOAL_GGML_TYPE_Q5_1)
 
-static inline __m256i fold_pairs(const __m256i a[4]);   /* below */
-
 /* Q8_0, one token: as rows8_k_1, a row's 32 codes at a time against the
  * token's, the rows' sums folded pairwise, the next group's blocks
  * prefetched (rows8_q8_0 keeps sixteen registers of codes, spills, and has
@@ -942,13 +946,11 @@ static void rows8_q8_0_pf(float *y, const struct shoal_ggml_act *a, int64_t t0, 
  * rows8_t: same bits. */
 
 /* vpshufb controls broadcasting int16 lane j (0 .. 7) of a 128-bit half */
+#define BC2(j) 2 * (j), 2 * (j) + 1
+#define BC16(j) BC2(j), BC2(j), BC2(j), BC2(j), BC2(j), BC2(j), BC2(j), BC2(j)   /* a half */
 static const uint8_t q4k_bcast[8][32] __attribute__((aligned(32))) = {
-#define B2(j) 2 * (j), 2 * (j) + 1
-#define B16(j) B2(j), B2(j), B2(j), B2(j), B2(j), B2(j), B2(j), B2(j)
-    {B16(0), B16(0)}, {B16(1), B16(1)}, {B16(2), B16(2)}, {B16(3), B16(3)},
-    {B16(4), B16(4)}, {B16(5), B16(5)}, {B16(6), B16(6)}, {B16(7), B16(7)},
-#undef B16
-#undef B2
+    {BC16(0), BC16(0)}, {BC16(1), BC16(1)}, {BC16(2), BC16(2)}, {BC16(3), BC16(3)},
+    {BC16(4), BC16(4)}, {BC16(5), BC16(5)}, {BC16(6), BC16(6)}, {BC16(7), BC16(7)},
 };
 
 /* One row's Q4_K block blk against a token's 256 qx: *raw = the int32
@@ -994,12 +996,10 @@ static inline __attribute__((always_inline)) void q4k_row(const uint8_t *blk, co
 /* vpshufb controls for Q6_K: int16 lane 2r of the low half and 2r + 1 of
  * the high half, each across its half (the scales of a register's two 16s) */
 static const uint8_t q6k_bcast[4][32] __attribute__((aligned(32))) = {
-#define B2(j) 2 * (j), 2 * (j) + 1
-#define B8(j) B2(j), B2(j), B2(j), B2(j), B2(j), B2(j), B2(j), B2(j)
-    {B8(0), B8(1)}, {B8(2), B8(3)}, {B8(4), B8(5)}, {B8(6), B8(7)},
-#undef B8
-#undef B2
+    {BC16(0), BC16(1)}, {BC16(2), BC16(3)}, {BC16(4), BC16(5)}, {BC16(6), BC16(7)},
 };
+#undef BC16
+#undef BC2
 
 /* One row's Q6_K block blk against a token's 256 qx, as q4k_row: *raw =
  * lanes of sum_k sc[k] * ((q + 32) . qx over the 16s k), *corr = lanes of
@@ -1113,15 +1113,6 @@ static inline __attribute__((always_inline)) void k_pair(enum shoal_ggml_type t,
     *corr2 = _mm256_hadd_epi32(c0, c1);
 }
 
-/* lane i = the sum of row i's lanes, from the pairs' folds a[0..3] (the
- * rest of hsum_rows8) */
-static inline __m256i fold_pairs(const __m256i a[4])
-{
-    const __m256i b0 = _mm256_hadd_epi32(a[0], a[1]);
-    const __m256i b1 = _mm256_hadd_epi32(a[2], a[3]);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
-                            _mm256_permute2x128_si256(b0, b1, 0x31));
-}
 
 /* Q4_K, Q6_K or Q2_K, one token: eight rows' chains (lane i: row i) */
 static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type t, float *y,
