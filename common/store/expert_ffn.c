@@ -76,7 +76,7 @@ static void down_part(const struct shoal_expert_ffn_job *j, int ith, int nth, fl
     }
 }
 
-/* row chunks of the shared last expert (each a few tens of µs of work) */
+/* the most row chunks of the shared last expert (each a few tens of µs) */
 #define FFN_CHUNKS 8
 
 void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_jobs)
@@ -136,16 +136,19 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
              * expert per layer on average). Each output row is computed
              * alone, whichever chunk holds it: the same bits. */
             const struct shoal_expert_ffn_job *j = &jobs[last];
-            for (int64_t c = atomic_fetch_add(&gu_claim, 1); c < FFN_CHUNKS;
+            /* two chunks a thread: balance enough, and each chunk
+             * quantizes its input again */
+            const int chunks = 2 * nth < FFN_CHUNKS ? 2 * nth : FFN_CHUNKS;
+            for (int64_t c = atomic_fetch_add(&gu_claim, 1); c < chunks;
                  c = atomic_fetch_add(&gu_claim, 1)) {
-                gate_up_silu(j, (int)c, FFN_CHUNKS, row);
+                gate_up_silu(j, (int)c, chunks, row);
                 atomic_fetch_add(&gu_done, 1);
             }
-            while (atomic_load(&gu_done) < FFN_CHUNKS)   /* the chunks others hold */
+            while (atomic_load(&gu_done) < chunks)   /* the chunks others hold */
                 ;
-            for (int64_t c = atomic_fetch_add(&dn_claim, 1); c < FFN_CHUNKS;
+            for (int64_t c = atomic_fetch_add(&dn_claim, 1); c < chunks;
                  c = atomic_fetch_add(&dn_claim, 1))
-                down_part(j, (int)c, FFN_CHUNKS, row);
+                down_part(j, (int)c, chunks, row);
         } else {
             /* each weight's share is followed by the next one's */
             for (int64_t k = 0; k < n_jobs; k++) {
