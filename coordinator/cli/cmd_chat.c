@@ -619,6 +619,8 @@ int shoal_cmd_chat(int argc, char **argv)
         }
         char *reply = NULL;
         struct shoal_gen_result res;
+        struct shoal_spec spec = {0};
+        go.spec = &spec;
         struct harmony_out ho;
         go.capture = &reply;
         go.result = &res;
@@ -680,10 +682,16 @@ int shoal_cmd_chat(int argc, char **argv)
             shoal_log_text(stdout, " [stopped]", 10);
         shoal_log_text(stdout, "\n", 1);
         tty_quiet_end();
-        if (so.verbose)
+        if (so.verbose) {
+            char sl[128] = "";
+            if (go.speculate != SHOAL_SPEC_OFF)
+                snprintf(sl, sizeof sl, "; speculate %s: %lld drafted, %lld kept",
+                         shoal_spec_mode_name(go.speculate), (long long)spec.n_drafted,
+                         (long long)spec.n_accepted);
             fprintf(stderr, "shoal: turn prefilled %lld new tokens (%lld reused from the "
-                    "KV cache), %.2f s\n", (long long)((int64_t)t.n_ids - t.keep),
-                    (long long)t.keep, shoal_time_s() - t0);
+                    "KV cache), %.2f s%s\n", (long long)((int64_t)t.n_ids - t.keep),
+                    (long long)t.keep, shoal_time_s() - t0, sl);
+        }
         /* What the cache now holds, as text: the prompt, the reply as
          * printed, and the end token when one was evaluated. Unknown after
          * a stop string (tokens past it are cached but not shown). */

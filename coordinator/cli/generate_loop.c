@@ -25,6 +25,26 @@ static void gen_fail(const struct shoal_gen *g, const char *g_echo, FILE *out, c
     shoal_cli_error("%s", msg);   /* on its own line also when out is stderr's pipe */
 }
 
+/* Sample the next token from logits ([n_vocab], modified) with room
+ * tokens of context left: --logits-out gets the logits first, --ids-out the
+ * token, *t_first the time of the first. Returns 0 with *act and *id set,
+ * or -1 with err set when --logits-out cannot be written. */
+static int sample(struct shoal_session *s, struct shoal_gen *g, const struct shoal_gen_opts *o,
+                  float *logits, int64_t room, struct shoal_npy_writer *npy, FILE *ids_f,
+                  double t0, double *t_first, enum shoal_gen_action *act, int32_t *id,
+                  struct shoal_err *err)
+{
+    if (shoal_gen_n_generated(g) < o->max_tokens && o->logits_out &&
+        shoal_npy_append(npy, logits, err))
+        return -1;
+    *act = shoal_gen_next(g, logits, s->history, s->n_history, room, id, err);
+    if (*id >= 0 && shoal_gen_n_generated(g) == 1)
+        *t_first = shoal_time_s() - t0;
+    if (*id >= 0 && ids_f)
+        fprintf(ids_f, "%s%d", shoal_gen_n_generated(g) > 1 ? " " : "", *id);
+    return 0;
+}
+
 int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
                        size_t n_prompt, const struct shoal_gen_opts *o, FILE *out)
 {
@@ -58,6 +78,14 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
         shoal_log_text(out, o->echo, strlen(o->echo));
     }
     struct shoal_gen *g = shoal_gen_create(s, o, out);
+    struct shoal_spec sp;
+    shoal_spec_init(&sp, o->speculate, o->draft_max);
+    /* a verify step: the sampled token and its drafts, and their rows of logits */
+    int32_t step[1 + SHOAL_SPEC_DRAFT_MAX];
+    float *rows = o->speculate != SHOAL_SPEC_OFF
+                      ? shoal_xmalloc((size_t)(1 + sp.draft_max) * (size_t)V * sizeof(float))
+                      : NULL;
+    const int64_t n_batch = shoal_ctx_n_batch(s->ctx);
     int rc = 0;
     double t0 = shoal_time_s(), t_prefill = 0, t_first = 0, t_dec0 = 0;
     if (shoal_ctx_eval(s->ctx, prompt, (int64_t)n_prompt, s->logits, 0, &err)) {
@@ -68,25 +96,23 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
     shoal_session_history_push(s, prompt, n_prompt);
     t_prefill = shoal_time_s() - t0;
     t_dec0 = shoal_time_s();
+    enum shoal_gen_action act = SHOAL_GEN_END;
+    int32_t id = -1;
+    int pending = 0;   /* act and id come from a verify step's row: already sampled */
     for (;;) {
-        if (s->interrupt && *s->interrupt) {
-            shoal_gen_interrupt(g);
-            break;
+        if (!pending) {
+            if (s->interrupt && *s->interrupt) {
+                shoal_gen_interrupt(g);
+                break;
+            }
+            if (sample(s, g, o, s->logits, n_ctx - shoal_ctx_n_past(s->ctx), &npy, ids_f, t0,
+                       &t_first, &act, &id, &err)) {
+                gen_fail(g, o->echo, out, err.msg);
+                rc = -1;
+                break;
+            }
         }
-        if (shoal_gen_n_generated(g) < o->max_tokens && o->logits_out &&
-            shoal_npy_append(&npy, s->logits, &err)) {
-            gen_fail(g, o->echo, out, err.msg);
-            rc = -1;
-            break;
-        }
-        int32_t id;
-        const enum shoal_gen_action act =
-            shoal_gen_next(g, s->logits, s->history, s->n_history,
-                           n_ctx - shoal_ctx_n_past(s->ctx), &id, &err);
-        if (id >= 0 && shoal_gen_n_generated(g) == 1)
-            t_first = shoal_time_s() - t0;
-        if (id >= 0 && ids_f)
-            fprintf(ids_f, "%s%d", shoal_gen_n_generated(g) > 1 ? " " : "", id);
+        pending = 0;
         if (act == SHOAL_GEN_ERROR) {
             gen_fail(g, o->echo, out, err.msg);
             rc = -1;
@@ -94,18 +120,85 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
         }
         if (act == SHOAL_GEN_END)
             break;
-        float *lg = act == SHOAL_GEN_FEED ? s->logits : NULL;
-        if (shoal_ctx_eval(s->ctx, &id, 1, lg, 0, &err)) {
+        const int64_t n0 = shoal_ctx_n_past(s->ctx);
+        int64_t k = 0;
+        if (act == SHOAL_GEN_FEED) {
+            /* drafts that fit the context and the step, and that max-tokens can use */
+            int64_t limit = n_ctx - n0 - 1;
+            if (limit > o->max_tokens - shoal_gen_n_generated(g) - 1)
+                limit = o->max_tokens - shoal_gen_n_generated(g) - 1;
+            if (limit > n_batch - 1)
+                limit = n_batch - 1;
+            k = shoal_spec_plan(&sp, s->history, s->n_history, id, limit, step + 1);
+        }
+        if (k == 0) {
+            float *lg = act == SHOAL_GEN_FEED ? s->logits : NULL;
+            const double ts = shoal_time_s();
+            if (shoal_ctx_eval(s->ctx, &id, 1, lg, 0, &err)) {
+                if (act == SHOAL_GEN_FEED_LAST)
+                    break;   /* the end token stays out of the cache */
+                gen_fail(g, o->echo, out, err.msg);
+                rc = -1;
+                break;
+            }
+            shoal_session_history_push(s, &id, 1);
             if (act == SHOAL_GEN_FEED_LAST)
-                break;   /* the end token stays out of the cache */
+                break;
+            shoal_spec_record(&sp, 1, shoal_time_s() - ts, 0, 0);
+            continue;
+        }
+        /* verify: id and k drafts in one step; row j's logits are those a
+         * one-token step after draft j-1 would give (forward.h), so the
+         * sampler sees what it would see without drafts */
+        step[0] = id;
+        const double ts = shoal_time_s();
+        if (shoal_ctx_eval(s->ctx, step, k + 1, rows, 1, &err)) {
             gen_fail(g, o->echo, out, err.msg);
             rc = -1;
             break;
         }
+        const double dt = shoal_time_s() - ts;
         shoal_session_history_push(s, &id, 1);
-        if (act == SHOAL_GEN_FEED_LAST)
+        int64_t kept = 0;
+        int stop = 0;
+        for (int64_t j = 0; j < k && !pending && !stop; j++) {
+            if (s->interrupt && *s->interrupt) {
+                shoal_ctx_truncate(s->ctx, n0 + 1 + j);
+                shoal_gen_interrupt(g);
+                stop = 1;
+                break;
+            }
+            if (sample(s, g, o, rows + j * V, n_ctx - (n0 + 1 + j), &npy, ids_f, t0, &t_first,
+                       &act, &id, &err)) {
+                shoal_ctx_truncate(s->ctx, n0 + 1 + j);
+                gen_fail(g, o->echo, out, err.msg);
+                rc = -1;
+                stop = 1;
+                break;
+            }
+            const int same = id == step[1 + j];
+            if (same && (act == SHOAL_GEN_FEED || act == SHOAL_GEN_FEED_LAST)) {
+                kept++;   /* the draft is the token: it is in the cache already */
+                shoal_session_history_push(s, &id, 1);
+                stop = act == SHOAL_GEN_FEED_LAST;
+                if (stop)
+                    shoal_ctx_truncate(s->ctx, n0 + 2 + j);
+                continue;
+            }
+            shoal_ctx_truncate(s->ctx, n0 + 1 + j);   /* the drafts from j on go */
+            if (act == SHOAL_GEN_END)
+                stop = 1;
+            else
+                pending = 1;   /* another token (or an error): handled as a sampled one */
+        }
+        shoal_spec_record(&sp, k + 1, dt, k, kept);
+        if (rc || stop)
             break;
+        if (!pending)   /* every draft kept: the last row is the next step's logits */
+            memcpy(s->logits, rows + k * V, (size_t)V * sizeof(float));
     }
+    if (o->spec)
+        *o->spec = sp;
     const int64_t n_gen = shoal_gen_n_generated(g);
     const char *why = shoal_gen_why(g);
     char *text = shoal_gen_finish(g, rc != 0, NULL);
@@ -118,17 +211,26 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
         char rate[32] = "n/a";
         if (n_gen > 1 && t_dec > 0)
             snprintf(rate, sizeof rate, "%.2f", (double)(n_gen - 1) / t_dec);
+        char spec[160] = "";
+        if (sp.mode != SHOAL_SPEC_OFF)
+            snprintf(spec, sizeof spec,
+                     " | speculate %s: %lld drafted, %lld kept (%.0f %%), %lld verify steps",
+                     shoal_spec_mode_name(sp.mode), (long long)sp.n_drafted,
+                     (long long)sp.n_accepted,
+                     sp.n_drafted ? 100.0 * (double)sp.n_accepted / (double)sp.n_drafted : 0.0,
+                     (long long)sp.n_verify);
         fprintf(stderr,
                 "shoal: prompt %zu tokens, prefill %.1f tok/s, TTFT %.1f ms | "
-                "decode %lld tokens, %s tok/s | stop: %s\n",
+                "decode %lld tokens, %s tok/s | stop: %s%s\n",
                 n_prompt, t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0,
-                t_first * 1e3, (long long)n_gen, rate, why);
+                t_first * 1e3, (long long)n_gen, rate, why, spec);
     }
     if (o->capture)
         *o->capture = text;
     else
         free(text);
 done:
+    free(rows);
     if (g) {
         char *t = shoal_gen_finish(g, 1, NULL);
         if (o->capture)

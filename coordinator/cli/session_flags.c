@@ -425,6 +425,14 @@ void shoal_gen_usage(FILE *f, enum shoal_gen_usage_cmd cmd)
     fprintf(f,
         "  --stop STR           stop when STR is generated (repeatable)\n"
         "  --ignore-eos         keep generating past end-of-sequence tokens\n");
+    if (cmd != SHOAL_GEN_USAGE_SERVE)
+        fprintf(f,
+            "  --speculate MODE     off (default), lookup or auto: draft tokens by prompt\n"
+            "                       lookup (n-grams of the prompt and the output) and verify\n"
+            "                       them in one step; the same tokens as off, bit for bit;\n"
+            "                       auto drafts only when the measured steps say it pays\n"
+            "  --draft-max N        most drafted tokens a step, 1..%d (default %d)\n",
+            SHOAL_SPEC_DRAFT_MAX, shoal_gen_opts_default().draft_max);
     if (cmd == SHOAL_GEN_USAGE_RUN)
         fprintf(f,
             "  --no-bos             do not add the tokenizer's BOS token\n"
@@ -454,7 +462,8 @@ int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
     static const char *valued[] = {"--max-tokens", "--temp", "--top-k", "--top-p",
                                    "--min-p", "--repeat-penalty", "--repeat-last-n",
                                    "--presence-penalty", "--frequency-penalty",
-                                   "--seed", "--stop", "--logits-out", "--ids-out"};
+                                   "--seed", "--stop", "--logits-out", "--ids-out",
+                                   "--speculate", "--draft-max"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
         if (!strcmp(a, valued[k]))
@@ -510,6 +519,22 @@ int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
             return -1;
         }
         o->stop[o->n_stop++] = val;
+    } else if (!strcmp(a, "--speculate")) {
+        const int r = shoal_spec_mode_parse(val, &o->speculate);
+        if (r == -2) {
+            shoal_cli_error("--speculate mtp: drafting from a model's MTP head is not "
+                            "implemented yet; use lookup or auto");
+            return -1;
+        }
+        if (r) {
+            shoal_cli_error("--speculate: unknown mode '%s' (expected off, auto or lookup)",
+                            val);
+            return -1;
+        }
+    } else if (!strcmp(a, "--draft-max")) {
+        if (shoal_cli_parse_i64(a, val, 1, SHOAL_SPEC_DRAFT_MAX, &v))
+            return -1;
+        o->draft_max = (int)v;
     } else if (!strcmp(a, "--logits-out")) {
         o->logits_out = val;
     } else {

@@ -33,6 +33,8 @@ struct shoal_gen_opts shoal_gen_opts_default(void)
     o.sampling.seed = 24301;
     o.max_tokens = 256;
     o.print_timings = 1;
+    o.speculate = SHOAL_SPEC_OFF;
+    o.draft_max = 8;
     return o;
 }
 

@@ -12,6 +12,7 @@
 #include "forward.h"
 #include "model.h"
 #include "sampler.h"
+#include "speculate.h"
 #include "tokenizer.h"
 
 struct shoal_cluster;
@@ -76,10 +77,15 @@ struct shoal_gen_opts {
     const char *ids_out;     /* path or NULL */
     const char *echo;        /* printed to out once the output files are open and the
                               * prompt fits, before generating (shoal run); NULL: none */
+    enum shoal_spec_mode speculate; /* --speculate: drafts verified in one step
+                              * (speculate.h; shoal run and chat); default off */
+    int draft_max;           /* --draft-max: most drafts a step (default 8) */
     int32_t stop_ids[8];     /* extra end-of-turn token ids (e.g. <|im_end|>) */
     int n_stop_ids;
     char **capture;          /* if set: *capture = the generated text (malloc) */
     struct shoal_gen_result *result; /* if set: how the generation ended */
+    struct shoal_spec *spec;  /* if set: the speculation's figures at the end (drafted,
+                              * kept, verify steps; shoal chat -v) */
     /* If set: called for every generated token that does not end the
      * generation, with the text the detokenizer gives for it (special
      * tokens give none; may be empty while a UTF-8 sequence is incomplete).

@@ -62,16 +62,24 @@ static void make_prompt(struct seqrun *r, int64_t n, uint32_t seed, int64_t n_vo
     }
 }
 
-/* The sequence alone: its prompt in one eval, then N_DEC greedy steps. */
-static void run_solo(struct shoal_model *m, struct seqrun *r, enum shoal_dtype kv)
+/* A context of one sequence, 128 tokens, KV elements kv. */
+static struct shoal_ctx *one_seq_ctx(struct shoal_model *m, enum shoal_dtype kv)
 {
-    const int64_t V = m->cfg.n_vocab;
     struct shoal_err err = {0};
     struct shoal_ctx_params p = shoal_ctx_params_default();
     p.n_ctx = 128;
     p.kv_dtype = kv;
     struct shoal_ctx *ctx = shoal_ctx_create(m, p, &err);
     cr_assert(ctx != NULL, "%s", err.msg);
+    return ctx;
+}
+
+/* The sequence alone: its prompt in one eval, then N_DEC greedy steps. */
+static void run_solo(struct shoal_model *m, struct seqrun *r, enum shoal_dtype kv)
+{
+    const int64_t V = m->cfg.n_vocab;
+    struct shoal_err err = {0};
+    struct shoal_ctx *ctx = one_seq_ctx(m, kv);
     r->logits = malloc((size_t)((N_DEC + 1) * V) * sizeof(float));
     cr_assert(eq(int, shoal_ctx_eval(ctx, r->prompt, r->n_prompt, r->logits, 0, &err), 0),
               "%s", err.msg);
@@ -80,6 +88,37 @@ static void run_solo(struct shoal_model *m, struct seqrun *r, enum shoal_dtype k
         cr_assert(eq(int, shoal_ctx_eval(ctx, &r->gen[s], 1, r->logits + (s + 1) * V, 0, &err),
                      0), "%s", err.msg);
     }
+    shoal_ctx_free(ctx);
+}
+
+/* Speculative decoding's verify steps (coordinator/cli/generate_loop.c):
+ * after the prompt, steps of up to 4 rows, the fed token and drafts of
+ * which the last is wrong; each row before the wrong one must be solo's
+ * logits after that token, bit for bit; the cache then drops the wrong
+ * draft (truncate) and its KV row is written over by the next step. */
+static void run_verify(struct shoal_model *m, const struct seqrun *r, enum shoal_dtype kv)
+{
+    const int64_t V = m->cfg.n_vocab;
+    struct shoal_err err = {0};
+    struct shoal_ctx *ctx = one_seq_ctx(m, kv);
+    float *rows = malloc((size_t)(4 * V) * sizeof(float));
+    cr_assert(eq(int, shoal_ctx_eval(ctx, r->prompt, r->n_prompt, rows, 0, &err), 0), "%s",
+              err.msg);
+    cr_assert(eq(int, memcmp(rows, r->logits, (size_t)V * sizeof(float)), 0));
+    for (int s = 0, k; s < N_DEC; s += k - 1) {
+        k = N_DEC - s < 4 ? N_DEC - s + 1 : 4;   /* rows: k - 1 right, the last wrong */
+        int32_t t[4];
+        for (int j = 0; j < k - 1; j++)
+            t[j] = r->gen[s + j];
+        t[k - 1] = (k - 1 < N_DEC - s ? r->gen[s + k - 1] + 1 : 7) % (int32_t)V;
+        cr_assert(eq(int, shoal_ctx_eval(ctx, t, k, rows, 1, &err), 0), "%s", err.msg);
+        for (int j = 0; j < k - 1; j++)
+            cr_assert(eq(int, memcmp(rows + j * V, r->logits + (s + j + 1) * V,
+                                     (size_t)V * sizeof(float)), 0),
+                      "verify row %d after token %d", j, s + j);
+        shoal_ctx_truncate(ctx, r->n_prompt + s + k - 1);
+    }
+    free(rows);
     shoal_ctx_free(ctx);
 }
 
@@ -197,6 +236,9 @@ static void check_model(struct shoal_model *m, enum shoal_dtype kv)
         run_solo(m, &r[i], kv);
     /* the solo runs differ from each other: the comparison can fail */
     cr_assert(ne(int, memcmp(r[0].logits, r[2].logits, (size_t)V * sizeof(float)), 0));
+
+    for (int i = 0; i < N_SEQ; i++)
+        run_verify(m, &r[i], kv);
 
     const int start[N_SEQ] = {0, 0, 3, 5};
     const int none[N_SEQ] = {-1, -1, -1, -1};

@@ -1,0 +1,92 @@
+/* speculate: drafts for speculative decoding and the gate that decides
+ * whether a draft pays.
+ *
+ * A decode step that evaluates the sampled token together with k drafted
+ * tokens gives k + 1 rows of logits; the sampler then runs on the rows in
+ * order and a draft is kept while it equals the token sampled before it
+ * (generate_loop.c). Every row's logits are the bits a one-token step would
+ * give (contract 1: forward.h), and the sampler draws once per generated
+ * token either way, so the generated tokens, greedy or sampled with a seed,
+ * are bit-identical to decoding without drafts. For a draft that is one
+ * token (a point mass), "sample from p, keep the draft if they are equal"
+ * is speculative sampling's acceptance rule (accept d with probability
+ * p(d), else draw from p without d) exactly, so nothing of the
+ * distribution changes either.
+ *
+ * Drafts come from prompt lookup (Saxena 2023, "Prompt Lookup Decoding";
+ * llama.cpp's examples/lookup): the longest recent n-gram of the sequence
+ * that occurred before, and the tokens that followed it then. No model.
+ *
+ * The gate (mode auto) drafts only when it expects to win: it keeps the
+ * measured wall time of steps of each row count (a step of k + 1 rows reads
+ * the batch-union's experts: more experts, on disk maybe) and the rate at
+ * which drafted tokens are kept, and drafts the k that maximizes expected
+ * tokens per second, or none when no k beats a one-row step. Timing moves
+ * only the choice of k; the tokens never depend on it.
+ *
+ * Thread: a struct shoal_spec belongs to one generation's thread.
+ */
+#ifndef SHOAL_SPECULATE_H
+#define SHOAL_SPECULATE_H
+
+#include <stdint.h>
+
+enum shoal_spec_mode {
+    SHOAL_SPEC_OFF = 0,
+    SHOAL_SPEC_AUTO,      /* prompt lookup, drafted only when the gate expects a gain */
+    SHOAL_SPEC_LOOKUP,    /* prompt lookup, every match drafted (up to draft_max) */
+};
+
+#define SHOAL_SPEC_DRAFT_MAX 16   /* the most tokens one step drafts */
+
+/* "off", "auto", "lookup"; NULL for an unknown mode. */
+const char *shoal_spec_mode_name(enum shoal_spec_mode m);
+
+/* Parse a --speculate value. "mtp" is recognized but refused: returns -2
+ * (no model shoal runs has its MTP head wired yet). Returns 0 with *m set,
+ * -1 for an unknown word. */
+int shoal_spec_mode_parse(const char *s, enum shoal_spec_mode *m);
+
+/* Prompt lookup over the sequence S = hist[0 .. n_hist-1] followed by next
+ * (the token about to be evaluated): for n from ngram_max down to
+ * ngram_min, the most recent earlier occurrence of S's last n tokens; the
+ * tokens that followed it (at most max_draft, never past S's end) are the
+ * draft.
+ *   hist  [n_hist] i32, borrowed; draft [max_draft] i32, written
+ * Returns the draft's length (0: no match). 1 <= ngram_min <= ngram_max.
+ * Cost O(n_hist * ngram_max). Thread: any. */
+int64_t shoal_lookup_draft(const int32_t *hist, int64_t n_hist, int32_t next,
+                           int ngram_min, int ngram_max, int32_t *draft, int64_t max_draft);
+
+struct shoal_spec {
+    enum shoal_spec_mode mode;
+    int draft_max;           /* 1 .. SHOAL_SPEC_DRAFT_MAX */
+    /* figures for the timings line */
+    int64_t n_verify;        /* steps that carried drafts */
+    int64_t n_drafted;       /* drafted tokens evaluated */
+    int64_t n_accepted;      /* drafted tokens kept */
+    /* the gate's state */
+    double t_rows[SHOAL_SPEC_DRAFT_MAX + 2];   /* EMA seconds of a step of n rows; 0:
+                                                * none measured */
+    double kept, tried;      /* decayed counts: drafts kept / drafts that had the chance */
+    int64_t n_skipped;       /* matches the gate declined since it last drafted */
+};
+
+/* Set sp up for mode with at most draft_max drafts a step (clamped to
+ * 1 .. SHOAL_SPEC_DRAFT_MAX). */
+void shoal_spec_init(struct shoal_spec *sp, enum shoal_spec_mode mode, int draft_max);
+
+/* The draft for the step that evaluates next after hist (see
+ * shoal_lookup_draft), at most limit tokens (the room the context and
+ * max-tokens leave), cut to what the gate expects to pay (mode auto).
+ * draft [SHOAL_SPEC_DRAFT_MAX] i32, written. Returns its length; 0 in mode
+ * off. Thread: sp's. */
+int64_t shoal_spec_plan(struct shoal_spec *sp, const int32_t *hist, int64_t n_hist,
+                        int32_t next, int64_t limit, int32_t *draft);
+
+/* After a step of rows rows (1 + drafted) that took seconds: drafted of its
+ * tokens were drafts and accepted of them were kept. Thread: sp's. */
+void shoal_spec_record(struct shoal_spec *sp, int64_t rows, double seconds, int64_t drafted,
+                       int64_t accepted);
+
+#endif
