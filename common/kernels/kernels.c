@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ggml_dot.h"
+#include "kv.h"
 #include "quant.h"
 #include "util.h"
 
@@ -108,6 +109,18 @@ void shoal_linear_part(float *y, const float *x, int64_t n_tok,
     }
     int64_t r0, r1;
     shoal_split_rows(rows, ith, nth, &r0, &r1);
+    if (w->dtype == SHOAL_DTYPE_F32 || w->dtype == SHOAL_DTYPE_F16 ||
+        w->dtype == SHOAL_DTYPE_BF16) {
+        /* the rows as K rows and the tokens as queries (kv.h: the canonical
+         * dot, each weight element loaded once for 4 tokens), in tiles of
+         * about 64 KiB of weights that stay in L2 while every token passes */
+        const int64_t rb = cols * (int64_t)shoal_dtype_size(w->dtype);
+        const int64_t tile = rb >= (64 << 10) ? 1 : (64 << 10) / rb;
+        for (int64_t r = r0; r < r1; r += tile)
+            shoal_kv_scores_many(y + r, rows, x, cols, n_tok, shoal_weight_row(w, r), cols,
+                                 r1 - r < tile ? r1 - r : tile, cols, w->dtype);
+        return;
+    }
     float *row = NULL;
     if (w->dtype != SHOAL_DTYPE_F32)
         row = row_buf ? row_buf : shoal_xmalloc((size_t)cols * sizeof(float));

@@ -120,6 +120,13 @@ void shoal_kv_scores(float *s, const float *q, const void *k, int64_t stride,
     active_ops->scores(s, 0, q, 0, 1, k, stride, n_rows, n, t);
 }
 
+void shoal_kv_scores_many(float *s, int64_t s_ld, const float *q, int64_t q_ld, int64_t n_q,
+                          const void *k, int64_t stride, int64_t n_rows, int64_t n,
+                          enum shoal_dtype t)
+{
+    active_ops->scores(s, s_ld, q, q_ld, n_q, k, stride, n_rows, n, t);
+}
+
 void shoal_kv_mix(float *out, const float *p, const void *v, int64_t stride,
                   int64_t n_rows, int64_t n, enum shoal_dtype t)
 {

@@ -64,6 +64,16 @@ void shoal_kv_store_row(void *dst, const float *src, int64_t n, enum shoal_dtype
 void shoal_kv_scores(float *s, const float *q, const void *k, int64_t stride,
                      int64_t n_rows, int64_t n, enum shoal_dtype t);
 
+/* shoal_kv_scores for n_q queries at once: s[r * s_ld + j] = canonical dot
+ * of q + r * q_ld with K row j, for r < n_q, j < n_rows; each row element is
+ * loaded (and converted) once for a block of up to 4 queries. The dense
+ * linears of F32 / F16 / BF16 weights run through it too (kernels.c: the
+ * weight rows are K, the tokens the queries). Same arguments otherwise.
+ * Thread: any. */
+void shoal_kv_scores_many(float *s, int64_t s_ld, const float *q, int64_t q_ld, int64_t n_q,
+                          const void *k, int64_t stride, int64_t n_rows, int64_t n,
+                          enum shoal_dtype t);
+
 /* out[d] = sum over j of p[j] * V row j [d], summed from 0.0f in j order.
  *   out [n] f32, written; p [n_rows] f32, borrowed
  *   v   rows of n elements of dtype t, row j at v + j * stride elements

@@ -7,6 +7,7 @@
 
 #include "expert_ffn.h"
 #include "kernels.h"
+#include "kv.h"
 #include "quant.h"
 #include "tensor.h"
 
@@ -104,6 +105,64 @@ Test(kernels, bf16_weights_equal_their_f32_expansion_bit_for_bit)
     shoal_linear(yb, x, 1, &Wb, NULL);
     cr_assert(eq(int, memcmp(yf, yb, sizeof yf), 0));
     free(w); free(x); free(wb);
+}
+
+/* The dense linear of F32 / F16 / BF16 weights (the KV scores kernel of the
+ * active table, kv.h, in row tiles) gives shoal_dot_f32's bits for every
+ * token of a batch, in every table this machine runs, at any batch size,
+ * row length (tails, a row over the 64 KiB tile) and thread count. */
+Test(kernels, float_linears_give_the_canonical_dot_in_every_table)
+{
+    const enum shoal_dtype types[] = {SHOAL_DTYPE_F32, SHOAL_DTYPE_F16, SHOAL_DTYPE_BF16};
+    const enum shoal_kv_isa isas[] = {SHOAL_KV_ISA_SCALAR, SHOAL_KV_ISA_AVX2, SHOAL_KV_ISA_NEON};
+    const int64_t colss[] = {1, 7, 45, 300, 17000};
+    const int64_t rows = 13;
+    int ran = 0;
+    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+        if (shoal_kv_init(isas[ii], NULL) != 0)
+            continue;   /* not this CPU */
+        ran++;
+        for (size_t ti = 0; ti < 3; ti++)
+            for (size_t ci = 0; ci < sizeof colss / sizeof colss[0]; ci++) {
+                const int64_t cols = colss[ci], n_tok = 9;
+                const size_t es = shoal_dtype_size(types[ti]);
+                float *wf = malloc((size_t)(rows * cols) * 4);
+                float *x = malloc((size_t)(n_tok * cols) * 4);
+                void *w = malloc((size_t)(rows * cols) * es);
+                fill(wf, (size_t)(rows * cols), 23u + (uint32_t)cols);
+                fill(x, (size_t)(n_tok * cols), 29u + (uint32_t)cols);
+                for (int64_t i = 0; i < rows * cols; i++) {
+                    if (types[ti] == SHOAL_DTYPE_F16)
+                        ((uint16_t *)w)[i] = shoal_f32_to_f16(wf[i]);
+                    else if (types[ti] == SHOAL_DTYPE_BF16)
+                        ((uint16_t *)w)[i] = shoal_f32_to_bf16(wf[i]);
+                    else
+                        ((float *)w)[i] = wf[i];
+                }
+                shoal_to_f32(wf, w, types[ti], (size_t)(rows * cols));
+                struct shoal_weight W = {.dtype = types[ti], .data = w, .rows = rows,
+                                         .cols = cols};
+                float *y = malloc((size_t)(n_tok * rows) * 4);
+                for (int64_t nt = 1; nt <= n_tok; nt += 3)
+                    for (int th = 1; th <= 2; th++) {
+                        omp_set_num_threads(th);
+                        memset(y, 0xff, (size_t)(n_tok * rows) * 4);
+                        shoal_linear(y, x, nt, &W, NULL);
+                        for (int64_t t = 0; t < nt; t++)
+                            for (int64_t r = 0; r < rows; r++) {
+                                const float want =
+                                    shoal_dot_f32(x + t * cols, wf + r * cols, cols);
+                                cr_assert(eq(int, memcmp(&y[t * rows + r], &want, 4), 0),
+                                          "table %d dtype %d cols %lld tokens %lld row %lld",
+                                          (int)isas[ii], (int)types[ti], (long long)cols,
+                                          (long long)nt, (long long)r);
+                            }
+                    }
+                free(wf); free(x); free(w); free(y);
+            }
+    }
+    cr_assert(ran >= 2, "the scalar table and this CPU's SIMD table both ran");
+    shoal_kv_init(SHOAL_KV_ISA_AUTO, NULL);
 }
 
 Test(kernels, f16_and_bf16_conversions_are_exact)
