@@ -103,11 +103,6 @@ int shoal_cmd_serve(int argc, char **argv)
             return 2;
         if (r > 0)
             continue;
-        if (!strcmp(a, "--speculate") || !strcmp(a, "--draft-max")) {
-            shoal_cli_error("serve: %s is not implemented for shoal serve yet (shoal run "
-                            "and shoal chat take it)", a);
-            return 2;
-        }
         if (!strcmp(a, "--max-tokens"))
             cfg.max_tokens_given = 1;
         if (!strcmp(a, "--seed"))

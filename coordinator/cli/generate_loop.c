@@ -79,6 +79,7 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
     }
     struct shoal_gen *g = shoal_gen_create(s, o, out);
     struct shoal_spec sp;
+    struct shoal_spec_cost cost = {{0}};
     shoal_spec_init(&sp, o->speculate, o->draft_max);
     /* a verify step: the sampled token and its drafts, and their rows of logits */
     int32_t step[1 + SHOAL_SPEC_DRAFT_MAX];
@@ -129,7 +130,8 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
                 limit = o->max_tokens - shoal_gen_n_generated(g) - 1;
             if (limit > n_batch - 1)
                 limit = n_batch - 1;
-            k = shoal_spec_plan(&sp, s->history, s->n_history, id, limit, step + 1);
+            k = shoal_spec_plan(&sp, &cost, 1, 1, s->history, s->n_history, id, limit,
+                                step + 1);
         }
         if (k == 0) {
             float *lg = act == SHOAL_GEN_FEED ? s->logits : NULL;
@@ -144,7 +146,7 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
             shoal_session_history_push(s, &id, 1);
             if (act == SHOAL_GEN_FEED_LAST)
                 break;
-            shoal_spec_record(&sp, 1, shoal_time_s() - ts, 0, 0);
+            shoal_spec_cost_record(&cost, 1, shoal_time_s() - ts);
             continue;
         }
         /* verify: id and k drafts in one step; row j's logits are those a
@@ -191,7 +193,8 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
             else
                 pending = 1;   /* another token (or an error): handled as a sampled one */
         }
-        shoal_spec_record(&sp, k + 1, dt, k, kept);
+        shoal_spec_cost_record(&cost, k + 1, dt);
+        shoal_spec_record(&sp, k, kept);
         if (rc || stop)
             break;
         if (!pending)   /* every draft kept: the last row is the next step's logits */

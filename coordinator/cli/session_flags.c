@@ -425,14 +425,14 @@ void shoal_gen_usage(FILE *f, enum shoal_gen_usage_cmd cmd)
     fprintf(f,
         "  --stop STR           stop when STR is generated (repeatable)\n"
         "  --ignore-eos         keep generating past end-of-sequence tokens\n");
-    if (cmd != SHOAL_GEN_USAGE_SERVE)
-        fprintf(f,
-            "  --speculate MODE     off (default), lookup or auto: draft tokens by prompt\n"
-            "                       lookup (n-grams of the prompt and the output) and verify\n"
-            "                       them in one step; the same tokens as off, bit for bit;\n"
-            "                       auto drafts only when the measured steps say it pays\n"
-            "  --draft-max N        most drafted tokens a step, 1..%d (default %d)\n",
-            SHOAL_SPEC_DRAFT_MAX, shoal_gen_opts_default().draft_max);
+    fprintf(f,
+        "  --speculate MODE     off (default), lookup or auto: draft tokens by prompt\n"
+        "                       lookup (n-grams of the prompt and the output) and verify\n"
+        "                       them in one step; the same tokens as off, bit for bit;\n"
+        "                       auto drafts only when the measured steps say it pays%s\n"
+        "  --draft-max N        most drafted tokens a step, 1..%d (default %d)\n",
+        cmd == SHOAL_GEN_USAGE_SERVE ? " (each\n                       request drafts its own)" : "",
+        SHOAL_SPEC_DRAFT_MAX, shoal_gen_opts_default().draft_max);
     if (cmd == SHOAL_GEN_USAGE_RUN)
         fprintf(f,
             "  --no-bos             do not add the tokenizer's BOS token\n"

@@ -57,6 +57,14 @@ int64_t shoal_lookup_draft(const int32_t *hist, int64_t n_hist, int32_t next,
     return 0;
 }
 
+void shoal_spec_cost_record(struct shoal_spec_cost *c, int64_t rows, double seconds)
+{
+    if (rows < 1 || rows > SHOAL_SPEC_MAX_ROWS || !(seconds > 0))
+        return;
+    double *t = &c->t_rows[rows];
+    *t = *t > 0 ? (1 - EMA) * *t + EMA * seconds : seconds;
+}
+
 void shoal_spec_init(struct shoal_spec *sp, enum shoal_spec_mode mode, int draft_max)
 {
     memset(sp, 0, sizeof *sp);
@@ -68,22 +76,31 @@ void shoal_spec_init(struct shoal_spec *sp, enum shoal_spec_mode mode, int draft
 }
 
 /* The expected seconds of a step of n rows: measured, else extrapolated
- * from the largest row count measured below n (a prior slope of 0.3 of a
- * one-row step per row until two counts are known) */
-static double rows_time(const struct shoal_spec *sp, int64_t n)
+ * from the largest row count measured below n, by the slope between it and
+ * the one measured below it (a prior slope of 0.3 of a one-row step per
+ * row while fewer than two are known). 0: nothing measured at or below n. */
+static double rows_time(const struct shoal_spec_cost *c, int64_t n)
 {
-    if (sp->t_rows[n] > 0)
-        return sp->t_rows[n];
+    if (n > SHOAL_SPEC_MAX_ROWS)
+        return 0;
+    if (c->t_rows[n] > 0)
+        return c->t_rows[n];
     int64_t m = n - 1;
-    while (m > 1 && sp->t_rows[m] <= 0)
+    while (m >= 1 && c->t_rows[m] <= 0)
         m--;
-    const double t1 = sp->t_rows[1];
-    const double slope = m > 1 ? (sp->t_rows[m] - t1) / (double)(m - 1) : 0.3 * t1;
-    return sp->t_rows[m] + (double)(n - m) * (slope > 0 ? slope : 0);
+    if (m < 1)
+        return 0;
+    int64_t l = m - 1;
+    while (l >= 1 && c->t_rows[l] <= 0)
+        l--;
+    const double slope = l >= 1 ? (c->t_rows[m] - c->t_rows[l]) / (double)(m - l)
+                                : 0.3 * c->t_rows[m] / (double)m;
+    return c->t_rows[m] + (double)(n - m) * (slope > 0 ? slope : 0);
 }
 
-int64_t shoal_spec_plan(struct shoal_spec *sp, const int32_t *hist, int64_t n_hist,
-                        int32_t next, int64_t limit, int32_t *draft)
+int64_t shoal_spec_plan(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
+                        int64_t base_rows, int64_t base_tokens, const int32_t *hist,
+                        int64_t n_hist, int32_t next, int64_t limit, int32_t *draft)
 {
     if (sp->mode == SHOAL_SPEC_OFF || limit < 1)
         return 0;
@@ -91,17 +108,20 @@ int64_t shoal_spec_plan(struct shoal_spec *sp, const int32_t *hist, int64_t n_hi
     const int64_t k = shoal_lookup_draft(hist, n_hist, next, NGRAM_MIN, NGRAM_MAX, draft, max);
     if (k == 0 || sp->mode == SHOAL_SPEC_LOOKUP)
         return k;
-    /* auto: the k' <= k of the most tokens per second, 1 + a + .. + a^k'
-     * tokens in rows_time(k' + 1) against 1 token in rows_time(1) */
-    if (sp->t_rows[1] <= 0)
-        return 0;   /* a one-row step first, to compare with */
+    /* auto: the k' <= k of the most tokens per second for the step */
+    const double t0 = rows_time(cost, base_rows);
+    if (t0 <= 0 || base_rows < 1 || base_tokens < 1)
+        return 0;   /* a step of this size measured first, to compare with */
     const double a = sp->kept / sp->tried;
     double best = 1.0, e = 1.0, p = 1.0;
     int64_t best_k = 0;
     for (int64_t j = 1; j <= k; j++) {
         p *= a;
         e += p;
-        const double gain = e * sp->t_rows[1] / rows_time(sp, j + 1);
+        const double tj = rows_time(cost, base_rows + j);
+        if (tj <= 0)
+            break;
+        const double gain = ((double)base_tokens - 1 + e) * t0 / ((double)base_tokens * tj);
         if (gain > best * 1.02) {
             best = gain;
             best_k = j;
@@ -114,13 +134,8 @@ int64_t shoal_spec_plan(struct shoal_spec *sp, const int32_t *hist, int64_t n_hi
     return best_k;
 }
 
-void shoal_spec_record(struct shoal_spec *sp, int64_t rows, double seconds, int64_t drafted,
-                       int64_t accepted)
+void shoal_spec_record(struct shoal_spec *sp, int64_t drafted, int64_t accepted)
 {
-    if (rows >= 1 && rows <= SHOAL_SPEC_DRAFT_MAX + 1 && seconds > 0) {
-        double *t = &sp->t_rows[rows];
-        *t = *t > 0 ? (1 - EMA) * *t + EMA * seconds : seconds;
-    }
     if (drafted <= 0)
         return;
     sp->n_verify++;

@@ -58,16 +58,27 @@ int shoal_spec_mode_parse(const char *s, enum shoal_spec_mode *m);
 int64_t shoal_lookup_draft(const int32_t *hist, int64_t n_hist, int32_t next,
                            int ngram_min, int ngram_max, int32_t *draft, int64_t max_draft);
 
+/* The measured wall time of steps by their row count, shared by the
+ * sequences of a context (a step of shoal serve carries several). */
+#define SHOAL_SPEC_MAX_ROWS 64
+struct shoal_spec_cost {
+    double t_rows[SHOAL_SPEC_MAX_ROWS + 1];   /* EMA seconds of a step of n rows; 0:
+                                               * none measured */
+};
+
+/* After a step of rows rows that took seconds (steps over
+ * SHOAL_SPEC_MAX_ROWS rows are not kept). Thread: the context's. */
+void shoal_spec_cost_record(struct shoal_spec_cost *c, int64_t rows, double seconds);
+
+/* One sequence's speculation. */
 struct shoal_spec {
     enum shoal_spec_mode mode;
     int draft_max;           /* 1 .. SHOAL_SPEC_DRAFT_MAX */
-    /* figures for the timings line */
+    /* figures (the timings line, shoal chat -v, shoal serve's reply) */
     int64_t n_verify;        /* steps that carried drafts */
     int64_t n_drafted;       /* drafted tokens evaluated */
     int64_t n_accepted;      /* drafted tokens kept */
     /* the gate's state */
-    double t_rows[SHOAL_SPEC_DRAFT_MAX + 2];   /* EMA seconds of a step of n rows; 0:
-                                                * none measured */
     double kept, tried;      /* decayed counts: drafts kept / drafts that had the chance */
     int64_t n_skipped;       /* matches the gate declined since it last drafted */
 };
@@ -77,16 +88,20 @@ struct shoal_spec {
 void shoal_spec_init(struct shoal_spec *sp, enum shoal_spec_mode mode, int draft_max);
 
 /* The draft for the step that evaluates next after hist (see
- * shoal_lookup_draft), at most limit tokens (the room the context and
- * max-tokens leave), cut to what the gate expects to pay (mode auto).
- * draft [SHOAL_SPEC_DRAFT_MAX] i32, written. Returns its length; 0 in mode
- * off. Thread: sp's. */
-int64_t shoal_spec_plan(struct shoal_spec *sp, const int32_t *hist, int64_t n_hist,
-                        int32_t next, int64_t limit, int32_t *draft);
+ * shoal_lookup_draft), at most limit tokens (the room the context, the step
+ * and max-tokens leave), cut to what the gate expects to pay (mode auto).
+ * The step already holds base_rows rows (this sequence's next among them)
+ * of which base_tokens each give a generated token (decode rows; 1 for
+ * shoal run): k drafts pay when (base_tokens - 1 + E[tokens from k
+ * drafts]) / t(base_rows + k) beats base_tokens / t(base_rows), t from
+ * cost, E from the kept rate. draft [SHOAL_SPEC_DRAFT_MAX] i32, written.
+ * Returns its length; 0 in mode off. Thread: sp's. */
+int64_t shoal_spec_plan(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
+                        int64_t base_rows, int64_t base_tokens, const int32_t *hist,
+                        int64_t n_hist, int32_t next, int64_t limit, int32_t *draft);
 
-/* After a step of rows rows (1 + drafted) that took seconds: drafted of its
- * tokens were drafts and accepted of them were kept. Thread: sp's. */
-void shoal_spec_record(struct shoal_spec *sp, int64_t rows, double seconds, int64_t drafted,
-                       int64_t accepted);
+/* After a step that evaluated drafted of sp's drafts, accepted of which
+ * were kept. Thread: sp's. */
+void shoal_spec_record(struct shoal_spec *sp, int64_t drafted, int64_t accepted);
 
 #endif

@@ -56,6 +56,11 @@ struct run {
     int32_t *prompt;            /* [n_prompt] */
     int64_t n_prompt;
     int32_t next;               /* decoding: the token to feed next */
+    struct shoal_spec sp;       /* --speculate: its drafts and their figures */
+    int32_t step[1 + SHOAL_SPEC_DRAFT_MAX]; /* this step's tokens: next, then the drafts */
+    int64_t n_draft;            /* drafts in this step (0: none) */
+    float *rows;                /* [1 + draft_max][n_vocab] the logits of a verify step;
+                                 * NULL when --speculate is off */
     int last;                   /* next is an end token: feed it without logits, then end */
     float *logits;              /* [n_vocab] */
     double t_start, t_first, t_prefilled;
@@ -100,6 +105,7 @@ struct engine {
     int jobs_changed;           /* a run started or ended since note_jobs last posted */
     int harmony;                /* the vocabulary is harmony's (gpt-oss) */
     struct shoal_harmony_ids hids;
+    struct shoal_spec_cost cost;/* step times by rows (the speculation gate) */
     struct shoal_ctx_seg *segs; /* [n_seq] */
     struct run **seg_run;       /* [n_seq] */
 };
@@ -549,6 +555,10 @@ static struct run *admit(struct engine *en, struct job *j)
     if (srv->cfg->test_forced_tokens)
         read_forced(r, srv->cfg->test_forced_tokens, en->n_vocab);
     r->gen = shoal_gen_create(s, &r->go, NULL);
+    shoal_spec_init(&r->sp, r->go.speculate, r->go.draft_max);
+    if (r->go.speculate != SHOAL_SPEC_OFF)
+        r->rows = shoal_xmalloc((size_t)(1 + r->sp.draft_max) * (size_t)en->n_vocab *
+                                sizeof(float));
     r->want_lp = j->req.logprobs;
     r->n_top = j->req.top_logprobs;
     if (r->want_lp)
@@ -646,12 +656,17 @@ static void finish(struct engine *en, struct run *r, int failed)
         char rate[32] = "n/a";
         if (n_gen > 1 && t_end > r->t_first)
             snprintf(rate, sizeof rate, "%.2f", (double)(n_gen - 1) / (t_end - r->t_first));
+        char spec[96] = "";
+        if (r->sp.mode != SHOAL_SPEC_OFF)
+            snprintf(spec, sizeof spec, " | speculate %s: %lld drafted, %lld kept",
+                     shoal_spec_mode_name(r->sp.mode), (long long)r->sp.n_drafted,
+                     (long long)r->sp.n_accepted);
         fprintf(stderr, "shoal: %s prompt %lld tokens (%lld cached), prefill %.1f tok/s, "
                 "TTFT %.1f ms | decode %lld tokens, %s tok/s | stop: %s | batched with up "
-                "to %d\n", j->id, (long long)r->n_prompt, (long long)j->n_cached,
+                "to %d%s\n", j->id, (long long)r->n_prompt, (long long)j->n_cached,
                 t_pre > 0 ? (double)n_new / t_pre : 0.0,
                 r->t_first > 0 ? (r->t_first - r->t_start) * 1e3 : 0.0, (long long)n_gen, rate,
-                why, r->max_mates - 1 > 0 ? r->max_mates - 1 : 0);
+                why, r->max_mates - 1 > 0 ? r->max_mates - 1 : 0, spec);
     }
     pthread_mutex_lock(&srv->mu);
     j->n_gen = n_gen;
@@ -718,6 +733,7 @@ static void finish(struct engine *en, struct run *r, int failed)
     sl->last_used = ++en->clock;
     free(r->prompt);
     free(r->logits);
+    free(r->rows);
     free(r->lp_logits);
     for (int k = 0; k < 2; k++)
         free(r->out[k].p);
@@ -739,6 +755,10 @@ static int build_step(struct engine *en)
     int ns = 0;
     int64_t room = en->n_batch;
     en->rr = (en->rr + 1) % en->n_seq;
+    int64_t n_dec = 0;   /* runs decoding this step: each gives a token */
+    for (int64_t i = 0; i < en->n_seq; i++)
+        n_dec += en->slots[i].run && en->slots[i].run->n_prompt <= en->slots[i].n_tokens;
+    int64_t n_rows = n_dec;   /* decode rows of the step, drafts included */
     for (int pass = 0; pass < 2; pass++) {
         for (int64_t k = 0; k < en->n_seq && room > 0; k++) {
             const int64_t i = (en->rr + k) % en->n_seq;
@@ -758,9 +778,24 @@ static int build_step(struct engine *en)
                 g->n = todo < room ? todo : room;
                 g->logits = g->n == todo ? r->logits : NULL;
             } else {
-                g->tokens = &r->next;
-                g->n = 1;
-                g->logits = r->last ? NULL : r->logits;
+                r->step[0] = r->next;
+                r->n_draft = 0;
+                if (!r->last && r->rows) {
+                    /* drafts that fit the step, the context and max-tokens */
+                    int64_t limit = room - 1;
+                    const int64_t ctx_left = en->n_ctx - sl->n_tokens - 1;
+                    const int64_t gen_left = r->go.max_tokens -
+                                             shoal_gen_n_generated(r->gen) - 1;
+                    limit = ctx_left < limit ? ctx_left : limit;
+                    limit = gen_left < limit ? gen_left : limit;
+                    r->n_draft = shoal_spec_plan(&r->sp, &en->cost, n_rows, n_dec, sl->tokens,
+                                                 sl->n_tokens, r->next, limit, r->step + 1);
+                    n_rows += r->n_draft;
+                }
+                g->tokens = r->step;
+                g->n = 1 + r->n_draft;
+                g->all_logits = r->n_draft > 0;
+                g->logits = r->last ? NULL : r->n_draft ? r->rows : r->logits;
             }
             en->seg_run[ns++] = r;
             room -= g->n;
@@ -772,7 +807,39 @@ static int build_step(struct engine *en)
     return ns;
 }
 
-/* After a step: take each run's logits through its generation. */
+/* Sample run r's next token from logits ([n_vocab], modified): the
+ * --test-logits-dir row, logprobs, --test-forced-tokens, the generation's
+ * streaming. Returns what the run does next (*id: the token; -1 none);
+ * SHOAL_GEN_ERROR with err set when the logits file cannot be written. */
+static enum shoal_gen_action sample_row(struct engine *en, struct run *r, float *logits,
+                                        double now, int32_t *id, struct shoal_err *err)
+{
+    struct slot *sl = &en->slots[r->seq];
+    *id = -1;
+    if (r->npy_open && shoal_gen_n_generated(r->gen) < r->go.max_tokens &&
+        shoal_npy_append(&r->npy, logits, err))
+        return SHOAL_GEN_ERROR;
+    if (r->want_lp)   /* the sampler applies penalties in place */
+        memcpy(r->lp_logits, logits, (size_t)en->n_vocab * sizeof(float));
+    const int64_t k_gen = shoal_gen_n_generated(r->gen);
+    if ((size_t)k_gen < r->n_forced)   /* tests: only that token can be drawn */
+        for (int64_t i = 0; i < en->n_vocab; i++)
+            logits[i] = i == r->forced[k_gen] ? 0.0f : -1e30f;
+    const enum shoal_gen_action act =
+        shoal_gen_next(r->gen, logits, sl->tokens, sl->n_tokens, en->n_ctx - sl->n_tokens,
+                       id, err);
+    if (r->want_lp && *id >= 0 && act != SHOAL_GEN_FEED_LAST)
+        add_logprob(r, en->s, r->lp_logits, en->n_vocab, *id);
+    flush_text(r, 0);
+    if (*id >= 0 && !r->t_first)
+        r->t_first = r->job->t_first = now;
+    return act;
+}
+
+/* After a step: take each run's logits through its generation. A run that
+ * carried drafts samples its rows in order, keeping each draft that equals
+ * the token sampled before it (speculate.h: the tokens of a run without
+ * drafts); the cache drops the drafts from the first one refused. */
 static void after_step(struct engine *en, int ns)
 {
     struct shoal_err err = {0};
@@ -781,7 +848,8 @@ static void after_step(struct engine *en, int ns)
         struct run *r = en->seg_run[k];
         struct slot *sl = &en->slots[r->seq];
         const struct shoal_ctx_seg *g = &en->segs[k];
-        slot_push(sl, g->tokens, g->n);
+        const int64_t n_draft = g->tokens == r->step ? r->n_draft : 0;
+        slot_push(sl, g->tokens, g->n - n_draft);   /* drafts once they are kept */
         if (r->last) {
             finish(en, r, 0);   /* the end token is in the cache */
             continue;
@@ -790,36 +858,37 @@ static void after_step(struct engine *en, int ns)
             continue;           /* a prompt chunk before the last */
         if (!r->t_prefilled)
             r->t_prefilled = now;
-        if (r->npy_open && shoal_gen_n_generated(r->gen) < r->go.max_tokens &&
-            shoal_npy_append(&r->npy, r->logits, &err)) {
-            fprintf(stderr, "shoal: %s\n", err.msg);
-            finish(en, r, 1);
-            continue;
+        int64_t kept = 0;
+        int end = 0;   /* 1: the run ends here, 2: it failed */
+        for (int64_t j = 0;; j++) {
+            int32_t id;
+            const enum shoal_gen_action act =
+                sample_row(en, r, n_draft ? r->rows + j * en->n_vocab : r->logits, now, &id,
+                           &err);
+            const int fed = act == SHOAL_GEN_FEED || act == SHOAL_GEN_FEED_LAST;
+            if (j < n_draft && fed && id == r->step[1 + j]) {
+                kept++;   /* in the cache already */
+                slot_push(sl, &id, 1);
+                if (act == SHOAL_GEN_FEED)
+                    continue;   /* row j + 1 follows it */
+                end = 1;        /* an end token, kept: it stays in the cache */
+            } else if (act == SHOAL_GEN_ERROR) {
+                fprintf(stderr, "shoal: %s: %s\n", r->job->id, err.msg);
+                end = 2;
+            } else if (act == SHOAL_GEN_END) {
+                end = 1;
+            } else {
+                r->next = id;
+                r->last = act == SHOAL_GEN_FEED_LAST;
+            }
+            break;
         }
-        if (r->want_lp)   /* the sampler applies penalties in place */
-            memcpy(r->lp_logits, r->logits, (size_t)en->n_vocab * sizeof(float));
-        const int64_t k_gen = shoal_gen_n_generated(r->gen);
-        if ((size_t)k_gen < r->n_forced)   /* tests: only that token can be drawn */
-            for (int64_t i = 0; i < en->n_vocab; i++)
-                r->logits[i] = i == r->forced[k_gen] ? 0.0f : -1e30f;
-        int32_t id;
-        const enum shoal_gen_action act =
-            shoal_gen_next(r->gen, r->logits, sl->tokens, sl->n_tokens,
-                           en->n_ctx - sl->n_tokens, &id, &err);
-        if (r->want_lp && id >= 0 && act != SHOAL_GEN_FEED_LAST)
-            add_logprob(r, en->s, r->lp_logits, en->n_vocab, id);
-        flush_text(r, 0);
-        if (id >= 0 && !r->t_first)
-            r->t_first = r->job->t_first = now;
-        if (act == SHOAL_GEN_ERROR) {
-            fprintf(stderr, "shoal: %s: %s\n", r->job->id, err.msg);
-            finish(en, r, 1);
-        } else if (act == SHOAL_GEN_END) {
-            finish(en, r, 0);
-        } else {
-            r->next = id;
-            r->last = act == SHOAL_GEN_FEED_LAST;
+        if (n_draft) {   /* the drafts from the first refused one go */
+            shoal_ctx_seq_truncate(en->s->ctx, r->seq, sl->n_tokens);
+            shoal_spec_record(&r->sp, n_draft, kept);
         }
+        if (end)
+            finish(en, r, end == 2);
     }
 }
 
@@ -963,6 +1032,10 @@ void serve_batcher_run(struct server *srv)
             continue;
         }
         const int ns = build_step(&en);
+        int64_t rows = 0;
+        for (int k = 0; k < ns; k++)
+            rows += en.segs[k].n;
+        const double t_step = shoal_time_s();
         if (shoal_ctx_eval_segs(ctx, en.segs, ns, &err)) {
             /* nothing was appended (positions advance only after a whole
              * step): the step's requests fail, their slots stay usable */
@@ -971,6 +1044,7 @@ void serve_batcher_run(struct server *srv)
                 finish(&en, en.seg_run[k], 1);
             continue;
         }
+        shoal_spec_cost_record(&en.cost, rows, shoal_time_s() - t_step);
         after_step(&en, ns);
         note_jobs(&en, 0);
         if (srv->cfg->token_delay_ms)

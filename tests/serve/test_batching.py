@@ -44,6 +44,9 @@ PROMPTS = [
     "ROMEO: But soft, what light through yonder window breaks? Arise, fair sun",
 ]
 
+# repeats itself: prompt lookup finds drafts in it
+SPEC_PROMPT = "ROMEO: I'll tell thee how I am.\n\nJULIET: I'll tell thee how I am.\n\nROMEO: I'll"
+
 
 def reference(shoal, model, tmp, prompt, i, extra=(), greedy=True):
     """shoal run's text and logits bytes for prompt."""
@@ -111,10 +114,15 @@ def check_model(shoal, name, model, tmp):
     check(len({r[1] for r in refs}) == len(refs), name + ": the prompts' references differ")
     sampled = reference(shoal, model, tmp, PROMPTS[2], 9,
                         extra=("--temp", "0.9", "--seed", "7"), greedy=False)
+    spec_ref = reference(shoal, model, tmp, SPEC_PROMPT, 10)
     configs = [(("--parallel", "4"), "--parallel 4"),
                (("--parallel", "2", "--batch", "8", "--queue", "8"), "--parallel 2 --batch 8")]
     if name == "bundled":   # fewer rows per step than requests: every one still advances
         configs.append((("--parallel", "4", "--batch", "2"), "--parallel 4 --batch 2"))
+    # speculation (prompt lookup): drafts verified in the batch, the same bits
+    configs.append((("--parallel", "4", "--speculate", "lookup"), "--speculate lookup"))
+    configs.append((("--parallel", "2", "--batch", "8", "--queue", "8", "--speculate",
+                     "lookup", "--draft-max", "3"), "--parallel 2 --batch 8 --speculate lookup"))
     for args, label in configs:
         logits_dir = tempfile.mkdtemp(dir=tmp)
         srv = ts.Server(shoal, "--test-logits-dir", logits_dir, "--test-token-delay", "5",
@@ -140,6 +148,17 @@ def check_model(shoal, name, model, tmp):
             mates = [int(m) for m in re.findall(r"batched with up to (\d+)", log)]
             check(mates and max(mates) >= 1,
                   what + ": requests shared engine steps (log: %r)" % mates)
+            if "--speculate" in args:
+                got = together(srv, logits_dir, [(SPEC_PROMPT, True), (PROMPTS[1], False),
+                                                 (SPEC_PROMPT, False)])
+                same(got[0], spec_ref, what + ", a repetitive prompt (streamed)")
+                same(got[1], refs[1], what + ", prompt 1 beside it")
+                same(got[2], spec_ref, what + ", the repetitive prompt again")
+                log = srv.log()
+            if "--speculate" in args and name == "bundled":   # random weights rarely repeat
+                drafted = [int(m) for m in re.findall(r"speculate lookup: (\d+) drafted", log)]
+                check(drafted and max(drafted) > 0,
+                      what + ": requests carried drafts (log: %r)" % drafted)
             cached = [int(m) for m in re.findall(r"tokens \((\d+) cached\)", log)]
             check(cached and max(cached) >= 10,
                   what + ": a repeated or shared prefix came from the cache (%r)" % cached)

@@ -66,13 +66,14 @@ static const int32_t rep[] = {1, 2, 3, 4, 5, 6, 1, 2, 3};
 Test(speculate, off_and_lookup_modes)
 {
     struct shoal_spec sp;
+    struct shoal_spec_cost c = {{0}};
     int32_t d[SHOAL_SPEC_DRAFT_MAX];
     shoal_spec_init(&sp, SHOAL_SPEC_OFF, 8);
-    cr_assert(eq(i64, shoal_spec_plan(&sp, rep, 9, 4, 8, d), 0));
+    cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d), 0));
     shoal_spec_init(&sp, SHOAL_SPEC_LOOKUP, 3);
-    cr_assert(eq(i64, shoal_spec_plan(&sp, rep, 9, 4, 8, d), 3), "draft_max");
-    cr_assert(eq(i64, shoal_spec_plan(&sp, rep, 9, 4, 2, d), 2), "the caller's limit");
-    cr_assert(eq(i64, shoal_spec_plan(&sp, rep, 9, 4, 0, d), 0));
+    cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d), 3), "draft_max");
+    cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 2, d), 2), "the caller's limit");
+    cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 0, d), 0));
     shoal_spec_init(&sp, SHOAL_SPEC_LOOKUP, 99);
     cr_assert(eq(int, sp.draft_max, SHOAL_SPEC_DRAFT_MAX));
 }
@@ -80,29 +81,40 @@ Test(speculate, off_and_lookup_modes)
 Test(speculate, auto_drafts_only_where_the_measured_steps_pay)
 {
     struct shoal_spec sp;
+    struct shoal_spec_cost c = {{0}};
     int32_t d[SHOAL_SPEC_DRAFT_MAX];
     shoal_spec_init(&sp, SHOAL_SPEC_AUTO, 8);
     /* no one-row step measured yet: nothing to compare with */
-    cr_assert(eq(i64, shoal_spec_plan(&sp, rep, 9, 4, 8, d), 0));
-    /* cheap extra rows and every draft kept: the whole match */
-    shoal_spec_record(&sp, 1, 0.010, 0, 0);
+    cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d), 0));
+    /* cheap extra rows and every draft kept: the whole match (6 drafts, 7
+     * rows: extrapolated from the 1- and 5-row steps) */
+    shoal_spec_cost_record(&c, 1, 0.010);
+    shoal_spec_cost_record(&c, 5, 0.012);
     for (int i = 0; i < 20; i++)
-        shoal_spec_record(&sp, 5, 0.012, 4, 4);
-    cr_assert(eq(i64, shoal_spec_plan(&sp, rep, 9, 4, 8, d), 6));
+        shoal_spec_record(&sp, 4, 4);
+    cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d), 6));
     cr_assert(eq(i32, d[0], 5));
+    /* a step of 3 decode rows already: the others' tokens count, and an
+     * unmeasured base (9 rows, 3 tokens: the extrapolation) still drafts */
+    cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 3, 3, rep, 9, 4, 8, d), 6));
     /* rows that cost as much as one-row steps each, and drafts refused:
      * none, but a one-token probe every 32 declined matches */
     shoal_spec_init(&sp, SHOAL_SPEC_AUTO, 8);
-    shoal_spec_record(&sp, 1, 0.010, 0, 0);
+    memset(&c, 0, sizeof c);
+    for (int64_t n = 1; n <= 9; n++)
+        shoal_spec_cost_record(&c, n, 0.010 * (double)n);
     for (int64_t n = 2; n <= 5; n++)
-        shoal_spec_record(&sp, n, 0.010 * (double)n, n - 1, 0);
+        shoal_spec_record(&sp, n - 1, 0);
     int probes = 0;
     for (int i = 0; i < 64; i++) {
-        const int64_t k = shoal_spec_plan(&sp, rep, 9, 4, 8, d);
+        const int64_t k = shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d);
         cr_assert(k == 0 || k == 1);
         probes += k == 1;
     }
     cr_assert(eq(int, probes, 2));
     cr_assert(eq(i64, sp.n_drafted, 1 + 2 + 3 + 4));
     cr_assert(eq(i64, sp.n_accepted, 0));
+    /* steps too large to be measured: no draft */
+    shoal_spec_init(&sp, SHOAL_SPEC_AUTO, 8);
+    cr_assert(eq(i64, shoal_spec_plan(&sp, &c, SHOAL_SPEC_MAX_ROWS, 1, rep, 9, 4, 8, d), 0));
 }
