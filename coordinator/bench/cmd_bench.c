@@ -1588,6 +1588,8 @@ static json_t *config_json(const struct bench_opts *o)
     jset(c, "isa", json_string(shoal_quant_ops_name()));
     jset(c, "expert_cache", so->expert_cache == ~0ull ? json_string("unlimited")
                                                       : json_integer((json_int_t)so->expert_cache));
+    jset(c, "cache_policy",
+         json_string(shoal_cache_policy_name((enum shoal_cache_policy)so->cache_policy)));
     jset(c, "pin", json_integer((json_int_t)so->pin));
     jset(c, "direct", json_boolean(so->direct));
     jset(c, "io", json_string(so->io == SHOAL_IO_PREAD ? "pread" :
