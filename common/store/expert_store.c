@@ -49,6 +49,10 @@ struct entry {
     int src;                        /* source of the current read */
     unsigned tried;                 /* bitmask of sources tried */
     int prefetched;                 /* read started by a hint, not used yet */
+    int ahead;                      /* TIER_STAGING read ahead of its acquire (in
+                                     * s->ahead, held by no batch) */
+    int orphan;                     /* read ahead, dropped while LOADING: on_read
+                                     * frees it and its staging blob */
     int pf_judged;                  /* prefetched, and counted unused at the step
                                      * its hint was for (not again at eviction) */
     int failed_code;                /* first failure, when FAILED */
@@ -108,9 +112,18 @@ struct shoal_expert_store {
     int n_spare;
     struct entry **pinned;                   /* [n_pinned] */
     int64_t n_pinned;
-    int n_staging;                           /* staging blobs (= queue depth) */
+    int queue_depth;                         /* the I/O engine's */
+    int n_staging;                           /* staging blobs (2 x queue depth): up to
+                                              * queue_depth new ones a batch, up to
+                                              * queue_depth read ahead (and orphans) */
     void **staging_blob;                     /* [n_staging], allocated on first use */
     int *staging_busy;                       /* [n_staging] */
+    int batch_staged;                        /* staging blobs the held batch took new */
+    struct entry **ahead;                    /* [queue_depth] staging entries read ahead:
+                                              * the rest of a union over budget, or a
+                                              * hint the cache did not admit */
+    int n_ahead;
+    int n_orphan;                            /* ahead entries dropped, still LOADING */
     struct entry **held;                     /* [n_expert] the caller's batch */
     uint8_t *held_kind;                      /* [n_expert] enum held_kind, for counters */
     int64_t held_n, held_il;
@@ -604,7 +617,7 @@ static void on_read(struct shoal_io_req *req)
     } else {
         src->st.errors++;
         entry_fail(e, code, msg);
-        if (code != SHOAL_ECANCELED)
+        if (code != SHOAL_ECANCELED && !e->orphan)
             next = best_source(expert_key(e->il, e->ie), s->seed, s->weight, s->n_source,
                                e->tried);
         if (next >= 0) {
@@ -616,6 +629,11 @@ static void on_read(struct shoal_io_req *req)
     }
     if (e->state != ENTRY_LOADING)
         pthread_cond_broadcast(&s->cv);
+    if (e->orphan && e->state != ENTRY_LOADING) {   /* nobody wants it any more */
+        s->staging_busy[e->staging_ix] = 0;
+        s->n_orphan--;
+        entry_free(e);
+    }
     pthread_mutex_unlock(&s->mu);
     /* e may be gone now; msg and the paths are not */
     if (warn)
@@ -1097,9 +1115,11 @@ struct shoal_expert_store *shoal_expert_store_create(const struct shoal_containe
     s->io = shoal_io_engine_create(p.io, err);
     if (!s->io)
         goto fail;
-    s->n_staging = shoal_io_engine_queue_depth(s->io);
+    s->queue_depth = shoal_io_engine_queue_depth(s->io);
+    s->n_staging = 2 * s->queue_depth;
     s->staging_blob = shoal_xcalloc((size_t)s->n_staging, sizeof *s->staging_blob);
     s->staging_busy = shoal_xcalloc((size_t)s->n_staging, sizeof *s->staging_busy);
+    s->ahead = shoal_xcalloc((size_t)s->queue_depth, sizeof *s->ahead);
 
     if (p.learn || p.pin_bytes >= ct->blob_bytes) {
         int in_ct = 0;
@@ -1120,7 +1140,7 @@ struct shoal_expert_store *shoal_expert_store_create(const struct shoal_containe
     s->p.counts_fallback_dir = NULL;
     shoal_log(SHOAL_LOG_INFO, "expert_store", "io=%s queue_depth=%d sources=%d direct=%s "
               "prefetch=%s cache_policy=%s counts=%s", shoal_io_engine_name(s->io),
-              s->n_staging, s->n_source, s->src[0].direct ? "on" : "off",
+              s->queue_depth, s->n_source, s->src[0].direct ? "on" : "off",
               p.prefetch ? "on" : "off", shoal_cache_policy_name(p.cache_policy),
               s->hot && shoal_hot_set_file(s->hot) ? shoal_hot_set_file(s->hot) : "none");
     return s;
@@ -1155,6 +1175,9 @@ void shoal_expert_store_destroy(struct shoal_expert_store *s)
     for (int64_t i = 0; i < s->held_n; i++)
         if (s->held[i] && s->held[i]->tier == TIER_STAGING)
             entry_free(s->held[i]);
+    for (int i = 0; i < s->n_ahead; i++)   /* orphans went in their callbacks */
+        entry_free(s->ahead[i]);
+    free(s->ahead);
     free(s->pinned);
     for (int i = 0; i < s->n_spare; i++)
         blob_unmap(s->spare[i], s->spare_bytes[i]);
@@ -1188,6 +1211,95 @@ void shoal_expert_store_destroy(struct shoal_expert_store *s)
 
 /* ------------------------------------------------------------ acquire */
 
+/* A new staging entry for (il, ie) in a free staging blob, or NULL (*rc =
+ * 0 when none is free, else set when memory runs out). Caller holds mu. */
+static struct entry *stage_entry(struct shoal_expert_store *s, int64_t il, int64_t ie, int *rc,
+                                 struct shoal_err *err)
+{
+    const struct shoal_container *ct = s->ct;
+    *rc = 0;
+    for (int k = 0; k < s->n_staging; k++) {
+        if (s->staging_busy[k])
+            continue;
+        if (!s->staging_blob[k]) {
+            if (!(s->staging_blob[k] = blob_map(ct->blob_bytes))) {
+                *rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64 " bytes "
+                                    "for a staging blob", ct->blob_bytes);
+                return NULL;
+            }
+            s->st.staging_bytes += ct->blob_bytes;
+            note_peak(s);
+        }
+        s->staging_busy[k] = 1;
+        struct entry *e = shoal_xcalloc(1, sizeof *e);
+        *e = (struct entry){.s = s, .blob = s->staging_blob[k], .bytes = ct->blob_bytes,
+                            .il = il, .ie = ie, .tier = TIER_STAGING, .staging_ix = k};
+        return e;
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------ read-ahead
+ *
+ * Reads into staging that start before their acquire, so that the disk
+ * works while the caller computes: the rest of a union the cache and the
+ * batch's staging could not take (acquire_start), and hinted experts the
+ * cache did not admit (hint). At most queue_depth of them, dropped ones
+ * still loading (orphans) included, so a batch always finds staging blobs.
+ * An acquire of their layer takes them; one that does not name them, or
+ * an acquire of another layer than theirs or the one before, drops them. */
+
+static int ahead_find(const struct shoal_expert_store *s, int64_t il, int64_t ie)
+{
+    for (int k = 0; k < s->n_ahead; k++)
+        if (s->ahead[k]->il == il && s->ahead[k]->ie == ie)
+            return k;
+    return -1;
+}
+
+static struct entry *ahead_take(struct shoal_expert_store *s, int k)
+{
+    struct entry *e = s->ahead[k];
+    s->ahead[k] = s->ahead[--s->n_ahead];
+    e->ahead = 0;
+    return e;
+}
+
+/* Drop read-ahead k: a hinted one counts as an unused prefetch; one still
+ * loading becomes an orphan (on_read frees it). Caller holds mu. */
+static void ahead_drop(struct shoal_expert_store *s, int k)
+{
+    struct entry *e = ahead_take(s, k);
+    if (e->prefetched) {
+        s->st.prefetch_evicted++;
+        s->pf_worth *= PF_DECAY;
+    }
+    if (e->state == ENTRY_LOADING) {
+        e->orphan = 1;
+        s->n_orphan++;
+        return;
+    }
+    s->staging_busy[e->staging_ix] = 0;
+    entry_free(e);
+}
+
+/* Start reading (il, ie) ahead into staging, if there is room. Returns 1
+ * if a read started. Caller holds mu. */
+static int ahead_start(struct shoal_expert_store *s, int64_t il, int64_t ie, int prefetched)
+{
+    if (s->n_ahead + s->n_orphan >= s->queue_depth || ahead_find(s, il, ie) >= 0)
+        return 0;
+    int rc;
+    struct entry *e = stage_entry(s, il, ie, &rc, NULL);
+    if (!e)
+        return 0;
+    e->ahead = 1;
+    e->prefetched = prefetched;
+    s->ahead[s->n_ahead++] = e;
+    start_read(s, e);
+    return 1;
+}
+
 /* A new entry for (il, ie) with a buffer: in the cache when the budget
  * allows, else a free staging blob, else NULL (*rc = 0), or NULL with *rc
  * set when memory runs out. Caller holds mu. */
@@ -1215,26 +1327,14 @@ static struct entry *new_entry(struct shoal_expert_store *s, int64_t il, int64_t
         note_peak(s);
         return e;
     }
-    for (int k = 0; k < s->n_staging; k++) {
-        if (s->staging_busy[k])
-            continue;
-        if (!s->staging_blob[k]) {
-            if (!(s->staging_blob[k] = blob_map(ct->blob_bytes))) {
-                *rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64 " bytes "
-                                    "for a staging blob", ct->blob_bytes);
-                return NULL;
-            }
-            s->st.staging_bytes += ct->blob_bytes;
-            note_peak(s);
-        }
-        s->staging_busy[k] = 1;
-        struct entry *e = shoal_xcalloc(1, sizeof *e);
-        *e = (struct entry){.s = s, .blob = s->staging_blob[k], .bytes = ct->blob_bytes,
-                            .il = il, .ie = ie, .tier = TIER_STAGING, .staging_ix = k};
+    if (s->batch_staged >= s->queue_depth)
+        return NULL;
+    struct entry *e = stage_entry(s, il, ie, rc, err);
+    if (e) {
+        s->batch_staged++;
         s->st.staged_reads++;
-        return e;
     }
-    return NULL;
+    return e;
 }
 
 /* Drop the caller's hold on e (mu held). Staging entries go back to the
@@ -1252,7 +1352,7 @@ static void unhold(struct shoal_expert_store *s, struct entry *e)
     }
 }
 
-enum held_kind { HELD_PINNED, HELD_CACHED, HELD_INFLIGHT, HELD_DISK };
+enum held_kind { HELD_PINNED, HELD_CACHED, HELD_INFLIGHT, HELD_DISK, HELD_AHEAD };
 
 /* The step layer il's last hint was for has come (its whole batch is held):
  * each expert that hint read and this step does not use counts against
@@ -1303,6 +1403,16 @@ int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
     if (s->last_il >= 0 && s->last_il != il)
         s->hint_valid[s->last_il] = 0;   /* that layer's step is over */
     s->last_il = il;
+    s->batch_staged = 0;
+    /* 0: drop reads ahead that this acquire and the next layer's do not want */
+    for (int k = s->n_ahead - 1; k >= 0; k--) {
+        const struct entry *a = s->ahead[k];
+        int want = a->il == il + 1;
+        for (int64_t i = 0; a->il == il && i < n && !want; i++)
+            want = ids[i] == a->ie;
+        if (!want)
+            ahead_drop(s, k);
+    }
     /* 1: hold what is resident or on its way, so that making room below
      *    cannot evict it; a prefetch that failed is read again */
     for (int64_t i = 0; i < n; i++) {
@@ -1327,6 +1437,14 @@ int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
             continue;
         struct entry *e = s->slot[il * NE + ids[i]];   /* a duplicate id */
         int fresh = 0;
+        const int k = e ? -1 : ahead_find(s, il, ids[i]);
+        if (k >= 0) {   /* read ahead: the batch takes it, blob and all */
+            e = ahead_take(s, k);
+            e->refs++;
+            held[i] = e;
+            kind[i] = e->prefetched ? HELD_INFLIGHT : HELD_AHEAD;
+            continue;
+        }
         if (!e) {
             if (!(e = new_entry(s, il, ids[i], &rc, err))) {
                 if (!rc && i == 0)
@@ -1346,12 +1464,17 @@ int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
             start_read(s, e);
         }
     }
-    /* 3: let go of what lies beyond the part acquired now */
+    /* 3: let go of what lies beyond the part acquired now (cache entries
+     *    held in 1: step 2 stops at the first expert it cannot place), and
+     *    read ahead what the next part misses */
     for (int64_t i = m; i < n; i++) {
         if (held[i])
             unhold(s, held[i]);
         held[i] = NULL;
     }
+    for (int64_t i = m; i < n && !rc; i++)
+        if (!s->slot[il * NE + ids[i]] && ahead_start(s, il, ids[i], 0))
+            s->st.read_ahead++;
     if (rc) {
         /* reads already started must land before their buffers go */
         wait_loaded(s, held, m);
@@ -1372,6 +1495,11 @@ int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
         case HELD_CACHED: s->st.cache_hits++; use[SHOAL_EXPERT_TIER_CACHE]++; break;
         case HELD_INFLIGHT: s->st.inflight_hits++; use[SHOAL_EXPERT_TIER_CACHE]++; break;
         case HELD_DISK: use[SHOAL_EXPERT_TIER_DISK]++; break;
+        case HELD_AHEAD:
+            s->st.disk_reads++;
+            s->st.staged_reads++;
+            use[SHOAL_EXPERT_TIER_DISK]++;
+            break;
         }
         if (e->prefetched) {
             s->st.prefetch_used++;
@@ -1554,7 +1682,8 @@ void shoal_expert_store_hint(struct shoal_expert_store *s, int64_t il, const int
         s->hint_mark[il * NE + ie] = gen;
         s->st.hinted++;
         struct entry *e = s->slot[il * NE + ie];
-        if (e && !(e->state == ENTRY_FAILED && e->refs == 0 && e->tier == TIER_CACHE))
+        if ((e && !(e->state == ENTRY_FAILED && e->refs == 0 && e->tier == TIER_CACHE)) ||
+            ahead_find(s, il, ie) >= 0)
             continue;   /* resident or on its way */
         if (mode == HINT_PROBE && reads >= PF_PROBE_READS)
             continue;   /* a probe measures with a few reads */
@@ -1563,7 +1692,13 @@ void shoal_expert_store_hint(struct shoal_expert_store *s, int64_t il, const int
         void *blob = NULL;
         const uint64_t bytes = shoal_container_blob_bytes(ct, il);
         if (!make_room(s, bytes, il, il * NE + ie) || !(blob = blob_get(s, bytes))) {
-            s->st.prefetch_dropped++;
+            if (ahead_start(s, il, ie, 1)) {   /* not in the cache: into staging */
+                s->st.prefetch_reads++;
+                s->st.prefetch_staged++;
+                reads++;
+            } else {
+                s->st.prefetch_dropped++;
+            }
             continue;
         }
         e = shoal_xcalloc(1, sizeof *e);
@@ -1606,7 +1741,7 @@ void shoal_expert_store_stats_get(const struct shoal_expert_store *s,
         out->read_busy_seconds += now - s->busy_since;
     out->io_engine = s->io ? shoal_io_engine_name(s->io) : "none";
     out->cache_policy = shoal_cache_policy_name(s->p.cache_policy);
-    out->queue_depth = s->n_staging;
+    out->queue_depth = s->queue_depth;
     out->counts_path = s->hot ? shoal_hot_set_file(s->hot) : NULL;
     out->n_source = s->n_source;
     for (int i = 0; i < s->n_source; i++) {

@@ -21,13 +21,17 @@
  *            pool, queue_depth reads in flight), checked against the
  *            manifest's xxh64 on an io thread before anyone sees it.
  * Experts that fit neither budget are read into a fixed staging area of
- * queue_depth blobs, so expert RAM never exceeds
- *   pin_bytes + cache_bytes + queue_depth * blob_bytes.
+ * 2 x queue_depth blobs (up to queue_depth for the batch being acquired,
+ * up to queue_depth read ahead: below), so expert RAM never exceeds
+ *   pin_bytes + cache_bytes + 2 * queue_depth * blob_bytes.
  *
  * A layer's batch-union is acquired at once: every missing expert is read
  * in parallel, then the caller computes and releases the batch. A hint
  * (router lookahead for the next layer) starts reads early; they land in
- * the cache. Sources: the container's experts.bin plus mirrors (copies with
+ * the cache, or, where the cache does not take them, in staging. When a
+ * union is acquired in parts (acquire_batch returns m < n), the reads of
+ * the rest start into staging at once, while the caller computes the
+ * first part. Sources: the container's experts.bin plus mirrors (copies with
  * the same fingerprint); each expert is read from one source chosen by
  * weighted rendezvous hashing, so nothing is cached twice, and a read
  * error or checksum mismatch on one source falls back to the next.
@@ -115,9 +119,13 @@ struct shoal_expert_store_stats {
     /* demand acquires by tier */
     uint64_t pinned_hits;        /* served by the pinned hot-set */
     uint64_t cache_hits;         /* cache tier, bytes already there */
-    uint64_t inflight_hits;      /* cache tier, joined a prefetch read still in flight */
+    uint64_t inflight_hits;      /* joined a prefetch: a read still in flight into the
+                                  * cache, or one read ahead into staging */
     uint64_t disk_reads;         /* read on demand (misses) */
     uint64_t staged_reads;       /* of disk_reads: read into staging (over budget) */
+    uint64_t read_ahead;         /* staging reads of a union's rest started while its
+                                  * first part was acquired (each counted in disk_reads
+                                  * when acquired) */
     /* I/O, every source and purpose (demand, prefetch, pin) */
     uint64_t bytes_read;         /* verified blob bytes */
     double read_busy_seconds;    /* wall time with at least one read in flight */
@@ -128,6 +136,7 @@ struct shoal_expert_store_stats {
     uint64_t hints;              /* hint calls that were acted on */
     uint64_t hinted;             /* distinct experts named by those hints */
     uint64_t prefetch_reads;     /* reads started by hints */
+    uint64_t prefetch_staged;    /* of those, into staging (the cache did not take them) */
     uint64_t prefetch_used;      /* of those, acquired by the forward pass */
     uint64_t prefetch_dropped;   /* hinted experts not read: no room in the cache */
     uint64_t hints_backed_off;   /* hint calls not acted on: most recent prefetches went
@@ -139,7 +148,8 @@ struct shoal_expert_store_stats {
     uint64_t not_admitted;       /* misses (demand or prefetch) the FREQ policy kept out
                                   * of the cache: the idle experts it would have evicted
                                   * were acquired as often or more */
-    uint64_t prefetch_evicted;   /* of those, prefetched and never used */
+    uint64_t prefetch_evicted;   /* prefetched and never used: evicted from the cache,
+                                  * or dropped from staging */
     uint64_t cached_bytes, cached_experts;   /* cache tier now (reads in flight included) */
     uint64_t pinned_bytes, pinned_experts;   /* pinned tier */
     uint64_t staging_bytes;      /* staging blobs allocated (fixed overhead) */
@@ -236,7 +246,9 @@ int shoal_expert_store_layer_resident(struct shoal_expert_store *s, int64_t il);
 
 /* Hint that layer il will soon use experts ids (router lookahead): start
  * reads of those not resident, into the cache tier, as far as its budget
- * allows without evicting anything in use. Never blocks on I/O, never
+ * (and policy) allows without evicting anything in use, else into staging
+ * while fewer than queue_depth reads ahead are held; an acquire of layer
+ * il that does not name one drops it (an unused prefetch). Never blocks on I/O, never
  * fails (a failed prefetch is re-read on demand), never changes what an
  * acquire returns. Backs off when prefetching does not pay: while fewer
  * than 70 % of the recent prefetched experts were used before eviction
@@ -264,7 +276,8 @@ void shoal_expert_store_stats_get(const struct shoal_expert_store *s,
 /* The tier that served a demand acquire, for the per-expert use counts. */
 enum shoal_expert_tier {
     SHOAL_EXPERT_TIER_PINNED = 0,   /* the pinned hot-set */
-    SHOAL_EXPERT_TIER_CACHE,        /* the cache (resident, or a prefetch read in flight) */
+    SHOAL_EXPERT_TIER_CACHE,        /* the cache (resident, or a prefetch in flight or
+                                     * read ahead into staging) */
     SHOAL_EXPERT_TIER_DISK,         /* read on demand (into the cache or staging) */
     SHOAL_EXPERT_N_TIERS
 };

@@ -739,12 +739,14 @@ static void print_store_stats(const struct shoal_expert_store *store)
         return;
     }
     fprintf(stderr, "shoal: experts: %llu acquired: pinned %llu (%.1f%%), cache %llu "
-            "(%.1f%%), in-flight prefetch %llu (%.1f%%), disk %llu (%.1f%%, %llu staged)\n",
+            "(%.1f%%), in-flight prefetch %llu (%.1f%%), disk %llu (%.1f%%, %llu staged, "
+            "%llu of them read ahead)\n",
             (unsigned long long)used, (unsigned long long)st.pinned_hits,
             pct(st.pinned_hits, used), (unsigned long long)st.cache_hits,
             pct(st.cache_hits, used), (unsigned long long)st.inflight_hits,
             pct(st.inflight_hits, used), (unsigned long long)st.disk_reads,
-            pct(st.disk_reads, used), (unsigned long long)st.staged_reads);
+            pct(st.disk_reads, used), (unsigned long long)st.staged_reads,
+            (unsigned long long)st.read_ahead);
     fprintf(stderr, "shoal: experts: io %s, queue depth %d: %.1f MB read at %.1f MB/s; "
             "stalled %.2f ms/token over %llu tokens\n", st.io_engine, st.queue_depth,
             (double)st.bytes_read / 1e6, st.read_busy_seconds > 0 ?
@@ -760,11 +762,13 @@ static void print_store_stats(const struct shoal_expert_store *store)
                 (unsigned long long)st.source[i].errors,
                 st.source[i].direct ? ", direct" : "");
     fprintf(stderr, "shoal: experts: prefetch: %llu reads, precision %.1f%% (%llu used), "
-            "recall %.1f%% (%llu of %llu used experts hinted), %llu dropped, %llu evicted "
-            "unused, %llu hints skipped (back-off)\n", (unsigned long long)st.prefetch_reads,
+            "recall %.1f%% (%llu of %llu used experts hinted), %llu into staging, %llu "
+            "dropped, %llu evicted unused, %llu hints skipped (back-off)\n",
+            (unsigned long long)st.prefetch_reads,
             pct(st.prefetch_used, st.prefetch_reads), (unsigned long long)st.prefetch_used,
             pct(st.used_hinted, st.used_after_hint), (unsigned long long)st.used_hinted,
-            (unsigned long long)st.used_after_hint, (unsigned long long)st.prefetch_dropped,
+            (unsigned long long)st.used_after_hint, (unsigned long long)st.prefetch_staged,
+            (unsigned long long)st.prefetch_dropped,
             (unsigned long long)st.prefetch_evicted, (unsigned long long)st.hints_backed_off);
     fprintf(stderr, "shoal: experts: memory: pinned %.1f MB (%llu experts), cache %.1f MB "
             "(%s: %llu experts, %llu evictions, %llu not admitted), staging %.1f MB, peak "

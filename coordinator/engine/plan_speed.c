@@ -261,7 +261,7 @@ int shoal_plan_speed(const struct shoal_plan *o, const struct shoal_plan_params 
     out->fits = 1;
     const int64_t L = o->n_moe_layer, E = o->n_expert, k = o->n_expert_used;
     const double blob = (double)o->expert_blob_bytes;
-    const uint64_t staging = (uint64_t)SHOAL_PLAN_QUEUE_DEPTH * o->expert_blob_bytes;
+    const uint64_t staging = 2 * (uint64_t)SHOAL_PLAN_QUEUE_DEPTH * o->expert_blob_bytes;
     const int first = env->coordinator_experts ? 0 : 1;
     const int S = M - first;
     out->n_serving = S;

@@ -5,7 +5,7 @@
  *   memory   the coordinator (machine 0) holds the trunk, the KV cache at
  *            --ctx and a reserve for the OS; every machine that serves
  *            experts gives the rest of its RAM to the expert cache, minus
- *            the store's staging (queue depth x one expert);
+ *            the store's staging (2 x queue depth x one expert);
  *   hits     the cache is an LRU (expert_store.h); its hit rate follows
  *            from the cache's share of the experts and the routing skew by
  *            simulating that LRU, token by token and layer after layer in
@@ -79,8 +79,9 @@
 #define SHOAL_PLAN_PREFILL_START_S 0.05
 /* Latency of one random expert read on an SSD, seconds. */
 #define SHOAL_PLAN_DISK_LATENCY_S 100e-6
-/* The expert store's default reads in flight: its staging holds as many
- * experts besides the cache (expert_store.h). */
+/* The expert store's default reads in flight: its staging holds twice as
+ * many experts besides the cache (expert_store.h: a batch's and reads
+ * ahead). */
 #define SHOAL_PLAN_QUEUE_DEPTH 8
 
 /* One machine. Zero fields take the planner's defaults. */

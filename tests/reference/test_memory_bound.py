@@ -248,7 +248,7 @@ def main():
                 print(err)
         if overhead0 is not None:
             print("measured fixed overhead (no cache, no pin): %.1f MiB, of which the store's "
-                  "staging is 8 x %.2f MiB" % (overhead0 / MiB, blob / MiB))
+                  "staging is at most 16 x %.2f MiB" % (overhead0 / MiB, blob / MiB))
     finally:
         if cg:
             try:

@@ -270,7 +270,7 @@ def test_real(shoal):
         tok = p["n_expert_used"] * p["expert_bytes"] * p["n_moe_layer"]
         held = -(-p["n_expert"] * p["n_moe_layer"] // machines)
         reserve = min(max(ram // 10, 1 << 30), 8 << 30)
-        staging = 8 * p["expert_bytes"]
+        staging = 2 * 8 * p["expert_bytes"]   # 2 x the queue depth (expert_store.h)
         need0 = p["resident_bytes"] + budget + reserve + staging
         sp = p["speed"]
         ms = sp["machines"]

@@ -206,7 +206,8 @@ def test_che(shoal, tmp):
     if base is None:
         result("che: base plan", False, err)
         return
-    fixed = base["resident_bytes"] + base["kv_budget_bytes"] + (1 << 30) + 8 * base["expert_bytes"]
+    fixed = (base["resident_bytes"] + base["kv_budget_bytes"] + (1 << 30) +
+             2 * 8 * base["expert_bytes"])   # staging: 2 x the queue depth
     rates = [min(1.0, k * x) for r in shares for x in r]
     for cache in (8, 16, 32, 48):
         ram = fixed + cache * base["expert_bytes"]
