@@ -94,8 +94,10 @@ class Server:
             return f.read()
 
     def counters(self):
-        """(expert bytes read, expert acquires, {step counters by kind}) so
-        far from /metrics, or Nones."""
+        """The /metrics counters so far: expert bytes read and acquires,
+        seconds with reads in flight and the forward pass stalled on them,
+        and the step counters by kind ({} when /metrics does not answer;
+        None for what it lacks)."""
         try:
             c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
             c.request("GET", "/metrics")
@@ -103,17 +105,23 @@ class Server:
             text = r.read().decode()
             c.close()
         except OSError:
-            return None, None, None
+            return {}
         if r.status != 200:
-            return None, None, None
-        m = re.search(r"^shoal_expert_bytes_read_total(?:\{[^}]*\})? (\S+)$", text, re.M)
+            return {}
+
+        def one(name):
+            m = re.search(r"^%s(?:\{[^}]*\})? (\S+)$" % name, text, re.M)
+            return float(m.group(1)) if m else None
         acq = re.findall(r"^shoal_expert_acquires_total\{[^}]*\} (\S+)$", text, re.M)
         steps = {}
         for name, kind, v in re.findall(
                 r'^shoal_engine_(steps|step_\w+?)_total\{kind="(\w+)"\} (\S+)$', text, re.M):
             steps.setdefault(kind, {})[name] = float(v)
-        return (float(m.group(1)) if m else None,
-                sum(float(x) for x in acq) if acq else None, steps or None)
+        return {"bytes_read": one("shoal_expert_bytes_read_total"),
+                "acquires": sum(float(x) for x in acq) if acq else None,
+                "read_s": one("shoal_expert_read_seconds_total"),
+                "stall_s": one("shoal_expert_stall_seconds_total"),
+                "steps": steps or None}
 
     def stop(self):
         """SIGTERM; returns the MB read its --stats line reports (or None)."""
@@ -200,11 +208,14 @@ def measure(shoal, model, n_streams, reqs, mode, args, workdir, max_tokens, limi
     try:
         loads = [sum(reqs, [])] if mode == "serial" else reqs
         for phase in ("cold", "warm"):
-            b0, a0, s0 = srv.counters()
+            c0 = srv.counters()
             res = run_load(srv.port, loads, max_tokens)
-            b1, a1, s1 = srv.counters()
-            res["bytes_read"] = (b1 - b0) if b0 is not None and b1 is not None else None
-            res["acquires"] = (a1 - a0) if a0 is not None and a1 is not None else None
+            c1 = srv.counters()
+            res["loadavg"] = benchlib.loadavg()   # other processes on these shared cores
+            for k in ("bytes_read", "acquires", "read_s", "stall_s"):
+                res[k] = (c1[k] - c0[k]) if c0.get(k) is not None and c1.get(k) is not None \
+                    else None
+            s0, s1 = c0.get("steps"), c1.get("steps")
             if s0 and s1:
                 res["steps"] = {k: {n: s1[k][n] - s0.get(k, {}).get(n, 0.0) for n in s1[k]}
                                 for k in s1}
@@ -292,6 +303,12 @@ def bound(res, lim, dense_mb, expert_mb):
         measured += c.get("step_seconds", 0.0)
     out["bound_s"] = total
     out["step_s"] = measured
+    # where the steps' time went: waiting for expert reads, and the share
+    # of it with a read in flight (the disk busy)
+    if res.get("stall_s") is not None and measured > 0:
+        out["stall_frac"] = res["stall_s"] / measured
+    if res.get("read_s") is not None and measured > 0:
+        out["disk_busy_frac"] = res["read_s"] / measured
     out["tok_s"] = res["tokens"] / total if total > 0 else None
     out["ratio"] = benchlib.ratio(res["agg_tok_s"], out["tok_s"])
     out["steps_ratio"] = benchlib.ratio(total, measured)   # step wall time vs its bound
@@ -377,9 +394,9 @@ def main():
                "requests_per_stream": a.requests, "serve_args": args,
                "token_dense_read_mb": dense_mb, "expert_compute_mb": expert_mb,
                "threads": threads, "queue_depth": qd, "policies": policies, "runs": []}
-    hdr = ("%-7s %-6s %-8s %-5s %9s %9s %6s %6s %9s %8s %9s %9s %5s %6s %7s" %
+    hdr = ("%-7s %-6s %-8s %-5s %9s %9s %6s %6s %9s %8s %9s %9s %5s %6s %7s %5s" %
            ("streams", "policy", "mode", "phase", "agg tok/s", "bound", "ratio", "steps",
-            "strm tok/s", "TTFT ms", "MB/token", "acq/token", "reqs", "RAM", "fio"))
+            "strm tok/s", "TTFT ms", "MB/token", "acq/token", "reqs", "RAM", "fio", "load"))
     print(hdr)
     rows = []
     for ni, n in enumerate(streams):
@@ -401,7 +418,7 @@ def main():
                 for phase in ("cold", "warm"):
                     r = row[mode][phase]
                     b = r["bound"] = bound(r, lim, dense_mb, expert_mb)
-                    print("%-7d %-6s %-8s %-5s %9.2f %9s %6s %6s %9s %8.0f %9s %9s %5d %6.1f %7s"
+                    print("%-7d %-6s %-8s %-5s %9.2f %9s %6s %6s %9s %8.0f %9s %9s %5d %6.1f %7s %5s"
                           % (n, row["policy"], mode, phase, r["agg_tok_s"],
                              benchlib.fmt(b and b["tok_s"], nd=2),
                              benchlib.fmt(b and b["ratio"], nd=2),
@@ -412,7 +429,8 @@ def main():
                              else "n/a",
                              "%.1f" % r["acquires_per_token"]
                              if r["acquires_per_token"] is not None else "n/a",
-                             r["requests"], lim["ram_read_gbs"], benchlib.fmt(lim["fio_mb_s"])),
+                             r["requests"], lim["ram_read_gbs"], benchlib.fmt(lim["fio_mb_s"]),
+                             benchlib.fmt(r["loadavg"] and r["loadavg"][0], nd=1)),
                           flush=True)
         for pol in policies:
             row = by_pol[pol]
@@ -433,7 +451,8 @@ def main():
             results["runs"].append(row)
             rows.append(row)
     print("ratio = measured / bound; steps = the steps' bound / their wall time; RAM "
-          "(GB/s) and fio (MB/s): the limits' means around that server")
+          "(GB/s) and fio (MB/s): the limits' means around that server; load: the 1-minute "
+          "load average at the phase's end (2 cores: above ~2, other processes competed)")
     for row in rows:
         for mode in ("serial", "together"):
             if mode == "together" and row["streams"] == 1:
@@ -441,11 +460,16 @@ def main():
             for phase in ("cold", "warm"):
                 b = row[mode][phase]["bound"]
                 if b:
-                    print("  %d streams %s %-8s %s: %s" % (
-                        row["streams"], row["policy"], mode, phase, ", ".join(
-                            "%s %d steps %.2f s, bound %.2f s" %
-                            (k, v["steps"] or 0, v["step_s"] or 0, v["bound_s"])
-                            for k, v in sorted(b["kinds"].items()))))
+                    print("  %d streams %s %-8s %s: %s; stalled on reads %s, disk busy %s "
+                          "of the steps' time" % (
+                              row["streams"], row["policy"], mode, phase, ", ".join(
+                                  "%s %d steps %.2f s, bound %.2f s" %
+                                  (k, v["steps"] or 0, v["step_s"] or 0, v["bound_s"])
+                                  for k, v in sorted(b["kinds"].items())),
+                              benchlib.fmt(100 * b["stall_frac"], "%") if "stall_frac" in b
+                              else "n/a",
+                              benchlib.fmt(100 * b["disk_busy_frac"], "%")
+                              if "disk_busy_frac" in b else "n/a"))
     if len(policies) > 1:
         base = policies[0]
         print("cache policies against %s (same streams, mode and phase): aggregate tok/s, "
