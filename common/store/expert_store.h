@@ -78,7 +78,9 @@ const char *shoal_cache_policy_name(enum shoal_cache_policy p);
 
 struct shoal_expert_store_params {
     uint64_t cache_bytes;        /* cache budget, bytes; UINT64_MAX = unlimited */
-    enum shoal_cache_policy cache_policy; /* what the cache keeps (default LRU) */
+    enum shoal_cache_policy cache_policy; /* what the cache keeps (default FREQ: it read
+                                  * 0.6-0.85x the bytes of LRU in bench/serve_bench.py
+                                  * and shoal bench, docs/BENCHMARKS.md) */
     uint64_t pin_bytes;          /* pinned hot-set budget, bytes; 0 = none */
     int direct;                  /* 1: O_DIRECT (Linux) / F_NOCACHE (macOS) reads */
     struct shoal_io_engine_params io;  /* engine kind and queue depth */
@@ -97,6 +99,7 @@ struct shoal_expert_store_params {
 static inline struct shoal_expert_store_params shoal_expert_store_params_default(void)
 {
     return (struct shoal_expert_store_params){.cache_bytes = UINT64_MAX,
+                                              .cache_policy = SHOAL_CACHE_FREQ,
                                               .io = shoal_io_engine_params_default(),
                                               .prefetch = 1,
                                               .learn = 1};

@@ -21,7 +21,7 @@ struct shoal_session_opts shoal_session_opts_default(void)
 {
     return (struct shoal_session_opts){.kv = -1, .expert_cache = ~0ull, .io = SHOAL_IO_AUTO,
                                        .queue_depth = 8, .prefetch = 1,
-                                       .cache_policy = SHOAL_CACHE_LRU,
+                                       .cache_policy = SHOAL_CACHE_FREQ,
                                        .local_experts = 1, .connect_timeout = 5.0,
                                        .request_timeout = 30.0};
 }

@@ -141,6 +141,7 @@ static struct shoal_expert_store_params params(uint64_t cache, enum shoal_io_kin
     p.io.kind = io;
     p.io.queue_depth = qd;
     p.learn = 0;
+    p.cache_policy = SHOAL_CACHE_LRU;   /* the tests of the policies set theirs */
     return p;
 }
 
