@@ -108,7 +108,9 @@ static void usage(FILE *f)
         "                       re-dial with backoff whenever the connection drops\n"
         "  --cluster-key FILE   shared secret; every peer must prove it holds it\n"
         "  --name NAME          how this worker names itself to peers (default host:port)\n"
-        "  --expert-cache SIZE  LRU budget for experts (default unlimited)\n"
+        "  --expert-cache SIZE  RAM budget for experts (default unlimited)\n"
+        "  --cache-policy lru|freq  what that cache keeps: the most recently used\n"
+        "                       experts, or those acquired most often (default %s)\n"
         "  --pin SIZE           experts pinned in RAM, hottest first (default 0)\n"
         "  --direct on|off      O_DIRECT / F_NOCACHE expert reads (default off)\n"
         "  --io auto|pread|uring  I/O engine (default auto)\n"
@@ -125,6 +127,7 @@ static void usage(FILE *f)
         "  -q, --quiet          log warnings and errors only\n"
         "  -v, --verbose        log debug lines too\n"
         "  --version, --help\n",
+        shoal_cache_policy_name(shoal_expert_store_params_default().cache_policy),
         SHOAL_WIRE_MAX_UNAUTH_DEFAULT, SHOAL_WIRE_MAX_UNAUTH_LIMIT,
         SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT);
 }
@@ -201,7 +204,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
         } else {
             static const char *const valued[] = {
                 "--model", "--shard", "--listen", "--join", "--cluster-key", "--name",
-                "--expert-cache", "--pin", "--direct", "--prefetch", "--queue-depth",
+                "--expert-cache", "--cache-policy", "--pin", "--direct", "--prefetch", "--queue-depth",
                 "--threads", "--io", "--max-coordinators", "--max-unauthenticated",
                 "--max-unauthenticated-per-address"};
             int known = 0;
@@ -230,6 +233,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 o->store.cache_bytes = parse_size_flag(a, v);
             else if (!strcmp(a, "--pin"))
                 o->store.pin_bytes = parse_size_flag(a, v);
+            else if (!strcmp(a, "--cache-policy")) {
+                if (shoal_cache_policy_parse(v, &o->store.cache_policy) < 0)
+                    die_usage("--cache-policy expects lru or freq, got '%s'", v);
+            }
             else if (!strcmp(a, "--direct"))
                 o->store.direct = parse_on_off(a, v);
             else if (!strcmp(a, "--prefetch"))
@@ -344,13 +351,15 @@ static void log_stats(struct shoal_worker_exec *exec)
     fprintf(stderr,
               "shoal-worker: stats: acquires=%llu pinned_hits=%llu cache_hits=%llu inflight_hits=%llu "
               "disk_reads=%llu (%.1f%% hits) staged=%llu bytes_read=%.1f MB "
-              "read_busy=%.2f s stall=%.2f s evictions=%llu peak_expert_bytes=%.1f MB\n",
+              "read_busy=%.2f s stall=%.2f s cache_policy=%s evictions=%llu not_admitted=%llu "
+              "peak_expert_bytes=%.1f MB\n",
               (unsigned long long)demand, (unsigned long long)st.pinned_hits,
               (unsigned long long)st.cache_hits, (unsigned long long)st.inflight_hits,
               (unsigned long long)st.disk_reads,
               demand ? 100.0 * (double)(demand - st.disk_reads) / (double)demand : 0.0,
               (unsigned long long)st.staged_reads, st.bytes_read / 1e6, st.read_busy_seconds,
-              st.stall_seconds, (unsigned long long)st.evictions, st.peak_expert_bytes / 1e6);
+              st.stall_seconds, st.cache_policy, (unsigned long long)st.evictions,
+              (unsigned long long)st.not_admitted, st.peak_expert_bytes / 1e6);
     fprintf(stderr,
               "shoal-worker: stats: prefetch hints=%llu hinted=%llu reads=%llu used=%llu dropped=%llu "
               "evicted_unused=%llu\n",

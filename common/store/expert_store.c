@@ -53,7 +53,7 @@ struct entry {
                                      * its hint was for (not again at eviction) */
     int failed_code;                /* first failure, when FAILED */
     char *failed_msg;               /* its message (owned) or NULL */
-    struct entry *prev, *next;      /* LRU (TIER_CACHE), most recent at head */
+    struct entry *prev, *next;      /* recency list (TIER_CACHE), most recent at head */
 };
 
 struct source {
@@ -95,7 +95,14 @@ struct shoal_expert_store {
     uint64_t seed[SHOAL_EXPERT_STORE_MAX_SOURCES];    /* rendezvous seeds */
     double weight[SHOAL_EXPERT_STORE_MAX_SOURCES];    /* rendezvous weights */
     struct entry **slot;                     /* [n_layer * n_expert] pinned/cache entry or NULL */
-    struct entry *head, *tail;               /* LRU of TIER_CACHE entries */
+    struct entry *head, *tail;               /* TIER_CACHE entries, most recent first */
+    uint32_t *freq;                          /* [n_layer * n_expert] SHOAL_CACHE_FREQ:
+                                              * demand acquires, halved lazily (freq_of);
+                                              * NULL under LRU */
+    uint32_t *freq_epoch;                    /* [n_layer * n_expert] the epoch freq[] is at */
+    uint32_t epoch;                          /* halvings so far */
+    uint64_t freq_ticks;                     /* acquires counted in this epoch */
+    uint64_t freq_window;                    /* acquires per epoch */
     void *spare[4];                          /* recycled blob buffers (under mu) */
     uint64_t spare_bytes[4];                 /* their sizes */
     int n_spare;
@@ -298,19 +305,105 @@ static int in_current_hint(const struct shoal_expert_store *s, const struct entr
            s->hint_mark[e->il * s->ct->n_expert + e->ie] == s->hint_gen[hint_il];
 }
 
-/* Evict least-recently-used idle entries until `need` more bytes fit the
- * cache budget. Returns 1 if they fit. Caller holds mu. */
-static int make_room(struct shoal_expert_store *s, uint64_t need, int64_t hint_il)
+/* ------------------------------------------------------------ policy */
+
+int shoal_cache_policy_parse(const char *text, enum shoal_cache_policy *out)
+{
+    if (!strcmp(text, "lru"))
+        *out = SHOAL_CACHE_LRU;
+    else if (!strcmp(text, "freq"))
+        *out = SHOAL_CACHE_FREQ;
+    else
+        return -1;
+    return 0;
+}
+
+const char *shoal_cache_policy_name(enum shoal_cache_policy p)
+{
+    return p == SHOAL_CACHE_FREQ ? "freq" : "lru";
+}
+
+/* Expert k's (il * n_expert + ie) acquire count, halved once per epoch
+ * since it was last counted (lazily: O(1), no sweep). Caller holds mu. */
+static uint32_t freq_of(const struct shoal_expert_store *s, int64_t k)
+{
+    const uint32_t age = s->epoch - s->freq_epoch[k];
+    return age >= 32 ? 0 : s->freq[k] >> age;
+}
+
+/* One demand acquire of expert k; every freq_window acquires an epoch
+ * ends (all counts halve). Caller holds mu. */
+static void freq_count(struct shoal_expert_store *s, int64_t k)
+{
+    const uint32_t f = freq_of(s, k);
+    s->freq[k] = f < UINT32_MAX ? f + 1 : f;
+    s->freq_epoch[k] = s->epoch;
+    if (++s->freq_ticks >= s->freq_window) {
+        s->freq_ticks = 0;
+        s->epoch++;
+    }
+}
+
+static int evictable(const struct shoal_expert_store *s, const struct entry *e, int64_t hint_il)
+{
+    return e->refs == 0 && e->state != ENTRY_LOADING && !in_current_hint(s, e, hint_il);
+}
+
+/* SHOAL_CACHE_FREQ: make room for expert cand (its count + 1: the use at
+ * hand) by evicting, one at a time, the least acquired of the
+ * SHOAL_CACHE_FREQ_SAMPLE least recent idle entries (ties: the less
+ * recent), as long as that one was acquired less often than cand. Returns
+ * 1 if `need` more bytes fit, 0 if cand is not admitted (counted) or
+ * nothing is idle. O(SHOAL_CACHE_FREQ_SAMPLE + entries in use) an
+ * eviction. Caller holds mu. */
+static int make_room_freq(struct shoal_expert_store *s, uint64_t need, int64_t hint_il,
+                          int64_t cand)
+{
+    const uint64_t budget = s->p.cache_bytes;
+    const int64_t NE = s->ct->n_expert;
+    const uint64_t fc = (uint64_t)freq_of(s, cand) + 1;
+    while (s->st.cached_bytes + need > budget) {
+        struct entry *victim = NULL;
+        uint32_t fv = 0;
+        int seen = 0;
+        for (struct entry *e = s->tail; e && seen < SHOAL_CACHE_FREQ_SAMPLE; e = e->prev) {
+            if (!evictable(s, e, hint_il))
+                continue;
+            seen++;
+            const uint32_t f = freq_of(s, e->il * NE + e->ie);
+            if (!victim || f < fv) {
+                victim = e;
+                fv = f;
+            }
+        }
+        if (!victim)
+            return 0;
+        if (fv >= fc) {
+            s->st.not_admitted++;
+            return 0;
+        }
+        cache_drop(s, victim, 1);
+    }
+    return 1;
+}
+
+/* Make room for `need` more bytes in the cache budget for expert cand
+ * (il * n_expert + ie): LRU evicts least-recently-used idle entries, FREQ
+ * asks make_room_freq. Returns 1 if they fit. Caller holds mu. */
+static int make_room(struct shoal_expert_store *s, uint64_t need, int64_t hint_il,
+                     int64_t cand)
 {
     const uint64_t budget = s->p.cache_bytes;
     if (budget == UINT64_MAX)
         return 1;
     if (need > budget)
         return 0;
+    if (s->freq)
+        return make_room_freq(s, need, hint_il, cand);
     struct entry *e = s->tail;
     while (e && s->st.cached_bytes + need > budget) {
         struct entry *prev = e->prev;
-        if (e->refs == 0 && e->state != ENTRY_LOADING && !in_current_hint(s, e, hint_il))
+        if (evictable(s, e, hint_il))
             cache_drop(s, e, 1);
         e = prev;
     }
@@ -942,6 +1035,11 @@ struct shoal_expert_store *shoal_expert_store_create(const struct shoal_containe
             return NULL;
         }
     }
+    if (p.cache_policy != SHOAL_CACHE_LRU && p.cache_policy != SHOAL_CACHE_FREQ) {
+        shoal_err_set(err, SHOAL_EINVAL, "cache policy %d (expected lru or freq)",
+                      (int)p.cache_policy);
+        return NULL;
+    }
     struct shoal_expert_store *s = shoal_xcalloc(1, sizeof *s);
     s->ct = ct;
     s->p = p;
@@ -961,6 +1059,15 @@ struct shoal_expert_store *shoal_expert_store_create(const struct shoal_containe
     s->hint_n_read = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->hint_n_read);
     s->layer_ready = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->layer_ready);
     s->layer_held = shoal_xcalloc((size_t)ct->n_layer + 1, sizeof *s->layer_held);
+    if (p.cache_policy == SHOAL_CACHE_FREQ) {
+        s->freq = shoal_xcalloc((size_t)total + 1, sizeof *s->freq);
+        s->freq_epoch = shoal_xcalloc((size_t)total + 1, sizeof *s->freq_epoch);
+        /* capacity in experts of the largest blob, at least one */
+        const uint64_t cap = p.cache_bytes / (ct->blob_bytes ? ct->blob_bytes : 1);
+        s->freq_window = (cap > 0 ? cap : 1) * SHOAL_CACHE_FREQ_WINDOW;
+        if (p.cache_bytes == UINT64_MAX)
+            s->freq_window = UINT64_MAX;   /* nothing is evicted: counts unused */
+    }
     for (int64_t il = 0; il < ct->n_layer; il++)
         for (int64_t ie = 0; ie < ct->n_expert; ie++)
             s->layer_held[il] += shoal_container_holds(ct, il, ie);
@@ -1012,8 +1119,9 @@ struct shoal_expert_store *shoal_expert_store_create(const struct shoal_containe
     s->p.source_weights = NULL;
     s->p.counts_fallback_dir = NULL;
     shoal_log(SHOAL_LOG_INFO, "expert_store", "io=%s queue_depth=%d sources=%d direct=%s "
-              "prefetch=%s counts=%s", shoal_io_engine_name(s->io), s->n_staging,
-              s->n_source, s->src[0].direct ? "on" : "off", p.prefetch ? "on" : "off",
+              "prefetch=%s cache_policy=%s counts=%s", shoal_io_engine_name(s->io),
+              s->n_staging, s->n_source, s->src[0].direct ? "on" : "off",
+              p.prefetch ? "on" : "off", shoal_cache_policy_name(p.cache_policy),
               s->hot && shoal_hot_set_file(s->hot) ? shoal_hot_set_file(s->hot) : "none");
     return s;
 fail:
@@ -1071,6 +1179,8 @@ void shoal_expert_store_destroy(struct shoal_expert_store *s)
     free(s->hint_read);
     free(s->hint_n_read);
     free(s->use);
+    free(s->freq);
+    free(s->freq_epoch);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -1087,7 +1197,7 @@ static struct entry *new_entry(struct shoal_expert_store *s, int64_t il, int64_t
     const struct shoal_container *ct = s->ct;
     const uint64_t bytes = shoal_container_blob_bytes(ct, il);
     *rc = 0;
-    if (make_room(s, bytes, -1)) {
+    if (make_room(s, bytes, -1, il * ct->n_expert + ie)) {
         void *blob = blob_get(s, bytes);
         if (!blob) {
             *rc = shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate %" PRIu64 " bytes for "
@@ -1252,7 +1362,7 @@ int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
     }
     if (s->hint_valid[il] && m == n)
         judge_hint(s, il);
-    /* counters: tiers, prefetch use, hint recall; LRU order */
+    /* counters: tiers, prefetch use, hint recall; recency order, counts */
     const int hinted = s->hint_valid[il];
     for (int64_t i = 0; i < m; i++) {
         struct entry *e = held[i];
@@ -1272,6 +1382,8 @@ int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
             lru_unlink(s, e);
             lru_push_front(s, e);
         }
+        if (s->freq)
+            freq_count(s, il * NE + ids[i]);
         if (hinted) {
             s->st.used_after_hint++;
             s->st.used_hinted += s->hint_mark[il * NE + ids[i]] == s->hint_gen[il];
@@ -1450,7 +1562,7 @@ void shoal_expert_store_hint(struct shoal_expert_store *s, int64_t il, const int
             cache_drop(s, e, 0);
         void *blob = NULL;
         const uint64_t bytes = shoal_container_blob_bytes(ct, il);
-        if (!make_room(s, bytes, il) || !(blob = blob_get(s, bytes))) {
+        if (!make_room(s, bytes, il, il * NE + ie) || !(blob = blob_get(s, bytes))) {
             s->st.prefetch_dropped++;
             continue;
         }
@@ -1493,6 +1605,7 @@ void shoal_expert_store_stats_get(const struct shoal_expert_store *s,
     if (s->inflight > 0)
         out->read_busy_seconds += now - s->busy_since;
     out->io_engine = s->io ? shoal_io_engine_name(s->io) : "none";
+    out->cache_policy = shoal_cache_policy_name(s->p.cache_policy);
     out->queue_depth = s->n_staging;
     out->counts_path = s->hot ? shoal_hot_set_file(s->hot) : NULL;
     out->n_source = s->n_source;

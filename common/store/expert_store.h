@@ -5,8 +5,17 @@
  *   pinned   a hot-set read at create under its own byte budget (pin_bytes),
  *            ranked by routing counts persisted across runs (hot_set.h);
  *            never evicted
- *   cache    an LRU under a byte budget (cache_bytes); prefetched experts
- *            land here too
+ *   cache    under a byte budget (cache_bytes), in recency order;
+ *            prefetched experts land here too. What it keeps is the
+ *            policy's (cache_policy): LRU evicts the least recent idle
+ *            expert and admits every miss; FREQ admits a miss only when it
+ *            has been acquired more often than the least used of the
+ *            SHOAL_CACHE_FREQ_SAMPLE least recent idle experts, which it
+ *            then evicts (counts per expert, halved every
+ *            SHOAL_CACHE_FREQ_WINDOW x the cache's capacity in experts
+ *            acquires), else reads it into staging: a prompt's wide union
+ *            or a stream's passing experts do not push out the experts
+ *            that several streams keep using
  *   disk     one aligned read of the expert's blob (O_DIRECT/F_NOCACHE when
  *            asked) through an I/O engine (io_engine.h: io_uring or a pread
  *            pool, queue_depth reads in flight), checked against the
@@ -48,8 +57,24 @@
 
 #define SHOAL_EXPERT_STORE_MAX_SOURCES 8   /* the container + 7 mirrors */
 
+/* What the cache tier keeps (params.cache_policy; --cache-policy). Either
+ * way the bytes an acquire returns are the same: only which experts are
+ * read again changes. */
+enum shoal_cache_policy {
+    SHOAL_CACHE_LRU = 0,         /* evict the least recently acquired; admit every miss */
+    SHOAL_CACHE_FREQ = 1,        /* frequency-aware admission and eviction (above) */
+};
+#define SHOAL_CACHE_FREQ_SAMPLE 8    /* idle experts from the LRU end compared */
+#define SHOAL_CACHE_FREQ_WINDOW 16   /* acquires per halving, x capacity in experts */
+
+/* "lru" or "freq" -> *out; -1 for anything else. Thread: any. */
+int shoal_cache_policy_parse(const char *s, enum shoal_cache_policy *out);
+/* "lru" or "freq"; static. Thread: any. */
+const char *shoal_cache_policy_name(enum shoal_cache_policy p);
+
 struct shoal_expert_store_params {
-    uint64_t cache_bytes;        /* LRU budget, bytes; UINT64_MAX = unlimited */
+    uint64_t cache_bytes;        /* cache budget, bytes; UINT64_MAX = unlimited */
+    enum shoal_cache_policy cache_policy; /* what the cache keeps (default LRU) */
     uint64_t pin_bytes;          /* pinned hot-set budget, bytes; 0 = none */
     int direct;                  /* 1: O_DIRECT (Linux) / F_NOCACHE (macOS) reads */
     struct shoal_io_engine_params io;  /* engine kind and queue depth */
@@ -89,8 +114,8 @@ struct shoal_expert_store_source_stats {
 struct shoal_expert_store_stats {
     /* demand acquires by tier */
     uint64_t pinned_hits;        /* served by the pinned hot-set */
-    uint64_t cache_hits;         /* LRU, bytes already there */
-    uint64_t inflight_hits;      /* LRU, joined a prefetch read still in flight */
+    uint64_t cache_hits;         /* cache tier, bytes already there */
+    uint64_t inflight_hits;      /* cache tier, joined a prefetch read still in flight */
     uint64_t disk_reads;         /* read on demand (misses) */
     uint64_t staged_reads;       /* of disk_reads: read into staging (over budget) */
     /* I/O, every source and purpose (demand, prefetch, pin) */
@@ -110,14 +135,18 @@ struct shoal_expert_store_stats {
     uint64_t used_after_hint;    /* experts acquired in layer steps that had a hint */
     uint64_t used_hinted;        /* of those, named by the hint (recall numerator) */
     /* memory */
-    uint64_t evictions;          /* LRU entries dropped for room */
+    uint64_t evictions;          /* cache entries dropped for room */
+    uint64_t not_admitted;       /* misses (demand or prefetch) the FREQ policy kept out
+                                  * of the cache: the idle experts it would have evicted
+                                  * were acquired as often or more */
     uint64_t prefetch_evicted;   /* of those, prefetched and never used */
-    uint64_t cached_bytes, cached_experts;   /* LRU tier now (reads in flight included) */
+    uint64_t cached_bytes, cached_experts;   /* cache tier now (reads in flight included) */
     uint64_t pinned_bytes, pinned_experts;   /* pinned tier */
     uint64_t staging_bytes;      /* staging blobs allocated (fixed overhead) */
     uint64_t peak_expert_bytes;  /* max of pinned + cached + staging bytes */
     /* configuration */
     const char *io_engine;       /* "uring" or "pread"; static */
+    const char *cache_policy;    /* "lru" or "freq"; static */
     int queue_depth;
     const char *counts_path;     /* routing counts sidecar or NULL; borrowed from the store */
     int n_source;
@@ -235,7 +264,7 @@ void shoal_expert_store_stats_get(const struct shoal_expert_store *s,
 /* The tier that served a demand acquire, for the per-expert use counts. */
 enum shoal_expert_tier {
     SHOAL_EXPERT_TIER_PINNED = 0,   /* the pinned hot-set */
-    SHOAL_EXPERT_TIER_CACHE,        /* the LRU (resident, or a prefetch read in flight) */
+    SHOAL_EXPERT_TIER_CACHE,        /* the cache (resident, or a prefetch read in flight) */
     SHOAL_EXPERT_TIER_DISK,         /* read on demand (into the cache or staging) */
     SHOAL_EXPERT_N_TIERS
 };

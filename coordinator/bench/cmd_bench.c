@@ -747,9 +747,9 @@ static int count_dense(const struct shoal_weight_slot *sl, void *user)
  * routed experts it uses (n_expert_used of compute_bytes per MoE layer: a
  * GGUF's mean over its layers) and the KV cache rows it attends over at
  * context position pos (sliding-window layers: the window). *kv gets the
- * last part. Thread: the session's. */
+ * last part, *dense the first. Thread: the session's. */
 static double token_read_bytes(struct shoal_session *s, const struct bench_model *bm,
-                               double pos, double *kv)
+                               double pos, double *kv, double *dense)
 {
     struct shoal_model *m = s->model;
     const struct shoal_model_config *c = &m->cfg;
@@ -764,6 +764,7 @@ static double token_read_bytes(struct shoal_session *s, const struct bench_model
     }
     *kv = rows * (double)shoal_kv_elems_per_token(c) *
           (double)shoal_dtype_size(shoal_ctx_kv_dtype(s->ctx));
+    *dense = (double)tb.dense;
     return (double)tb.dense + experts + *kv;
 }
 
@@ -1167,10 +1168,14 @@ static int rep_child(void *user, json_t **out)
         {   /* the warm bound: at the decode's mean context position */
             const double mean_pos = (double)acc.n_prompt_tokens / (double)acc.n_prompts +
                                     (double)o->gen / 2.0;
-            double kv = 0;
-            const double tb = token_read_bytes(s, bm, mean_pos, &kv);
+            double kv = 0, dense = 0;
+            const double tb = token_read_bytes(s, bm, mean_pos, &kv, &dense);
             jset(f, "token_read_mb", jnum(tb / 1e6));
             jset(f, "token_kv_read_mb", jnum(kv / 1e6));
+            /* the parts a step of several rows reads once (dense) or per
+             * expert of its union (bench/serve_bench.py's bound) */
+            jset(f, "token_dense_read_mb", jnum(dense / 1e6));
+            jset(f, "expert_compute_mb", jnum((double)bm->compute_bytes / 1e6));
         }
         jset(f, "peak_rss_mb", jnum(peak_rss_bytes() / 1e6));
         if (s->model->store) {
@@ -1588,6 +1593,8 @@ static json_t *config_json(const struct bench_opts *o)
     jset(c, "isa", json_string(shoal_quant_ops_name()));
     jset(c, "expert_cache", so->expert_cache == ~0ull ? json_string("unlimited")
                                                       : json_integer((json_int_t)so->expert_cache));
+    jset(c, "cache_policy",
+         json_string(shoal_cache_policy_name((enum shoal_cache_policy)so->cache_policy)));
     jset(c, "pin", json_integer((json_int_t)so->pin));
     jset(c, "direct", json_boolean(so->direct));
     jset(c, "io", json_string(so->io == SHOAL_IO_PREAD ? "pread" :

@@ -64,6 +64,13 @@ static int parse_store_flag(struct shoal_session_opts *o, int argc, char **argv,
     } else if (!strcmp(a, "--pin")) {
         if (shoal_cli_parse_size(a, val, &o->pin))
             return -1;
+    } else if (!strcmp(a, "--cache-policy")) {
+        enum shoal_cache_policy cp;
+        if (shoal_cache_policy_parse(val, &cp)) {
+            shoal_cli_error("--cache-policy expects lru or freq, got '%s'", val);
+            return -1;
+        }
+        o->cache_policy = (int)cp;
     } else if (!strcmp(a, "--mirror")) {
         if (o->n_mirror >= SHOAL_MAX_MIRRORS) {
             shoal_cli_error("at most %d --mirror directories", SHOAL_MAX_MIRRORS);
@@ -99,7 +106,10 @@ static int parse_store_flag(struct shoal_session_opts *o, int argc, char **argv,
 void shoal_session_usage_store(FILE *f)
 {
     fprintf(f,
-        "  --expert-cache SIZE  LRU budget for routed experts (default unlimited)\n"
+        "  --expert-cache SIZE  RAM budget for routed experts (default unlimited)\n"
+        "  --cache-policy lru|freq  what that cache keeps: the most recently used\n"
+        "                       experts, or those acquired most often (a miss enters\n"
+        "                       only in place of one used less; default %s)\n"
         "  --pin SIZE           experts pinned in RAM, hottest first by routing counts\n"
         "                       kept in DIR/routing_counts.json (default 0)\n"
         "  --direct on|off      O_DIRECT / F_NOCACHE expert reads (default off)\n"
@@ -130,6 +140,8 @@ void shoal_session_usage_store(FILE *f)
         "                       %d, at most %d)\n"
         "  --max-unauthenticated-per-address N  of those, from one source address (an\n"
         "                       IPv6 /64 counts as one; default %d)\n",
+        shoal_cache_policy_name((enum shoal_cache_policy)
+                                shoal_session_opts_default().cache_policy),
         SHOAL_CLUSTER_CONTROL_DEFAULT, SHOAL_WIRE_MAX_UNAUTH_DEFAULT,
         SHOAL_WIRE_MAX_UNAUTH_LIMIT, SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT);
 }
@@ -318,7 +330,8 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
         !strcmp(a, "--max-unauthenticated-per-address"))
         return parse_cluster_flag(o, argc, argv, i);
     if (!strcmp(a, "--io") || !strcmp(a, "--queue-depth") || !strcmp(a, "--prefetch") ||
-        !strcmp(a, "--pin") || !strcmp(a, "--mirror") || !strcmp(a, "--mirror-weights"))
+        !strcmp(a, "--pin") || !strcmp(a, "--mirror") || !strcmp(a, "--mirror-weights") ||
+        !strcmp(a, "--cache-policy"))
         return parse_store_flag(o, argc, argv, i);
     if (!strcmp(a, "--isa")) {
         /* every command starts with the best kernels of the CPU (main.c);
@@ -556,6 +569,7 @@ static void warn_store_flags(const struct shoal_session_opts *o, const char *dir
     } flags[] = {
         {o->expert_cache != d.expert_cache, "--expert-cache"},
         {o->pin != d.pin, "--pin"},
+        {o->cache_policy != d.cache_policy, "--cache-policy"},
         {o->n_mirror > 0, "--mirror"},
         {o->n_mirror_weights > 0, "--mirror-weights"},
         {o->direct != d.direct, "--direct"},
@@ -753,10 +767,12 @@ static void print_store_stats(const struct shoal_expert_store *store)
             (unsigned long long)st.used_after_hint, (unsigned long long)st.prefetch_dropped,
             (unsigned long long)st.prefetch_evicted, (unsigned long long)st.hints_backed_off);
     fprintf(stderr, "shoal: experts: memory: pinned %.1f MB (%llu experts), cache %.1f MB "
-            "(%llu experts, %llu evictions), staging %.1f MB, peak %.1f MB; counts %s\n",
+            "(%s: %llu experts, %llu evictions, %llu not admitted), staging %.1f MB, peak "
+            "%.1f MB; counts %s\n",
             (double)st.pinned_bytes / 1e6, (unsigned long long)st.pinned_experts,
-            (double)st.cached_bytes / 1e6, (unsigned long long)st.cached_experts,
-            (unsigned long long)st.evictions, (double)st.staging_bytes / 1e6,
+            (double)st.cached_bytes / 1e6, st.cache_policy,
+            (unsigned long long)st.cached_experts, (unsigned long long)st.evictions,
+            (unsigned long long)st.not_admitted, (double)st.staging_bytes / 1e6,
             (double)st.peak_expert_bytes / 1e6, st.counts_path ? st.counts_path : "not kept");
 }
 

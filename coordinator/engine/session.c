@@ -21,6 +21,7 @@ struct shoal_session_opts shoal_session_opts_default(void)
 {
     return (struct shoal_session_opts){.kv = -1, .expert_cache = ~0ull, .io = SHOAL_IO_AUTO,
                                        .queue_depth = 8, .prefetch = 1,
+                                       .cache_policy = SHOAL_CACHE_LRU,
                                        .local_experts = 1, .connect_timeout = 5.0,
                                        .request_timeout = 30.0};
 }
@@ -91,6 +92,7 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
             snprintf(cache_dir, sizeof cache_dir, "%s/.cache/shoal", home);
         struct shoal_expert_store_params sp = shoal_expert_store_params_default();
         sp.cache_bytes = o->expert_cache;
+        sp.cache_policy = (enum shoal_cache_policy)o->cache_policy;
         sp.direct = o->direct;
         sp.io.kind = (enum shoal_io_kind)o->io;
         sp.io.queue_depth = o->queue_depth;

@@ -35,6 +35,7 @@ struct shoal_session_opts {
     int64_t threads;         /* 0: OpenMP default */
     int verbose;
     unsigned long long expert_cache;  /* bytes; ~0 = unlimited (containers) */
+    int cache_policy;                 /* --cache-policy: enum shoal_cache_policy */
     int direct;                       /* O_DIRECT expert reads (containers) */
     int stats;                        /* print expert store stats at close */
     /* expert store v2 (containers; see common/store/expert_store.h) */

@@ -807,6 +807,54 @@ static int build_step(struct engine *en)
     return ns;
 }
 
+/* The counters of the step about to run (metrics.h's step figures): its
+ * kind (prompt rows in it or not), rows and the KV bytes its rows attend
+ * over; acquires and bytes read are the store's before it (after_step_stat
+ * turns them into the step's). */
+static int before_step_stat(const struct engine *en, int ns, struct shoal_serve_step_stat *st,
+                            struct shoal_expert_store_stats *s0)
+{
+    const struct shoal_model_config *c = &en->s->model->cfg;
+    const double row_bytes = (double)shoal_kv_elems_per_token(c) *
+                             (double)shoal_dtype_size(shoal_ctx_kv_dtype(en->s->ctx));
+    int prefill = 0;
+    memset(st, 0, sizeof *st);
+    st->steps = 1;
+    for (int k = 0; k < ns; k++) {
+        const struct shoal_ctx_seg *g = &en->segs[k];
+        prefill |= g->tokens != en->seg_run[k]->step;
+        st->rows += (uint64_t)g->n;
+        const int64_t p0 = en->slots[g->seq].n_tokens;
+        double attended = 0;   /* cached rows, summed over the layers */
+        for (int64_t il = 0; il < c->n_layer; il++) {
+            const int win = shoal_layer_uses_window(c, il);
+            for (int64_t j = 0; j < g->n; j++) {
+                const int64_t n = p0 + j + 1;
+                attended += (double)(win && c->sliding_window < n ? c->sliding_window : n);
+            }
+        }
+        st->kv_bytes += attended * row_bytes;
+    }
+    if (en->s->model->store)
+        shoal_expert_store_stats_get(en->s->model->store, s0);
+    return prefill;
+}
+
+static void after_step_stat(const struct engine *en, int prefill, double seconds,
+                            struct shoal_serve_step_stat *st,
+                            const struct shoal_expert_store_stats *s0)
+{
+    st->seconds = seconds;
+    if (en->s->model->store) {
+        struct shoal_expert_store_stats s1;
+        shoal_expert_store_stats_get(en->s->model->store, &s1);
+        st->acquires = (s1.pinned_hits + s1.cache_hits + s1.inflight_hits + s1.disk_reads) -
+                       (s0->pinned_hits + s0->cache_hits + s0->inflight_hits + s0->disk_reads);
+        st->bytes_read = s1.bytes_read - s0->bytes_read;
+    }
+    shoal_serve_metrics_step(en->srv->metrics, prefill, st);
+}
+
 /* Sample run r's next token from logits ([n_vocab], modified): the
  * --test-logits-dir row, logprobs, --test-forced-tokens, the generation's
  * streaming. Returns what the run does next (*id: the token; -1 none);
@@ -1035,6 +1083,9 @@ void serve_batcher_run(struct server *srv)
         int64_t rows = 0;
         for (int k = 0; k < ns; k++)
             rows += en.segs[k].n;
+        struct shoal_serve_step_stat sst;
+        struct shoal_expert_store_stats s0;
+        const int prefill = before_step_stat(&en, ns, &sst, &s0);
         const double t_step = shoal_time_s();
         if (shoal_ctx_eval_segs(ctx, en.segs, ns, &err)) {
             /* nothing was appended (positions advance only after a whole
@@ -1044,7 +1095,9 @@ void serve_batcher_run(struct server *srv)
                 finish(&en, en.seg_run[k], 1);
             continue;
         }
-        shoal_spec_cost_record(&en.cost, rows, shoal_time_s() - t_step);
+        const double dt_step = shoal_time_s() - t_step;
+        shoal_spec_cost_record(&en.cost, rows, dt_step);
+        after_step_stat(&en, prefill, dt_step, &sst, &s0);
         after_step(&en, ns);
         note_jobs(&en, 0);
         if (srv->cfg->token_delay_ms)

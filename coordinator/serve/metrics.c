@@ -58,6 +58,9 @@ struct shoal_serve_metrics {
     struct recent recent[SHOAL_SERVE_RECENT_REQUESTS];
     int n_recent, i_recent;               /* ring: i_recent is the next slot */
 
+    /* [mu] engine steps: [0] decode only, [1] with prompt rows */
+    struct shoal_serve_step_stat step[2];
+
     /* [mu] the engine's snapshot of its requests */
     struct shoal_serve_job_stat *jobs;
     int n_jobs, cap_jobs, n_queued, parallel, queue_cap;
@@ -349,6 +352,20 @@ static void exec_labels(FILE *f, int i, const char *address)
     fputs("\"}", f);
 }
 
+void shoal_serve_metrics_step(struct shoal_serve_metrics *m, int prefill,
+                              const struct shoal_serve_step_stat *st)
+{
+    pthread_mutex_lock(&m->mu);
+    struct shoal_serve_step_stat *t = &m->step[prefill ? 1 : 0];
+    t->steps += st->steps;
+    t->rows += st->rows;
+    t->acquires += st->acquires;
+    t->bytes_read += st->bytes_read;
+    t->seconds += st->seconds;
+    t->kv_bytes += st->kv_bytes;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void shoal_serve_metrics_conns(struct shoal_serve_metrics *m, struct serve_conns *conns)
 {
     pthread_mutex_lock(&m->mu);
@@ -405,6 +422,32 @@ char *shoal_serve_metrics_prometheus(struct shoal_serve_metrics *m)
     family(f, "shoal_tokens_per_second", "gauge",
            "Aggregate decode rate: the sum of the running requests' tokens per second.");
     fprintf(f, "shoal_tokens_per_second %.3f\n", tps);
+    static const char *const step_kind[2] = {"decode", "prefill"};
+    static const struct {
+        const char *name, *help;
+    } step_fam[] = {
+        {"shoal_engine_steps_total", "Engine steps (one forward pass over the batch's rows), "
+         "by kind: decode rows only, or with prompt rows (prefill)."},
+        {"shoal_engine_step_rows_total", "Rows those steps computed (decode tokens, drafts, "
+         "prompt tokens)."},
+        {"shoal_engine_step_seconds_total", "Wall time of those steps' forward passes."},
+        {"shoal_engine_step_expert_acquires_total", "Routed experts the local store "
+         "acquired in those steps (one per expert and layer step, for all its rows)."},
+        {"shoal_engine_step_expert_bytes_read_total", "Expert bytes the local store read "
+         "during those steps (demand and prefetch)."},
+        {"shoal_engine_step_kv_bytes_total", "KV cache bytes those steps' rows attend over "
+         "(per row and layer, its sequence's cached rows up to its own)."},
+    };
+    for (size_t k = 0; k < sizeof step_fam / sizeof step_fam[0]; k++) {
+        family(f, step_fam[k].name, "counter", step_fam[k].help);
+        for (int j = 0; j < 2; j++) {
+            const struct shoal_serve_step_stat *st = &m->step[j];
+            const double v[] = {(double)st->steps, (double)st->rows, st->seconds,
+                                (double)st->acquires, (double)st->bytes_read, st->kv_bytes};
+            fprintf(f, "%s{kind=\"%s\"} %.*f\n", step_fam[k].name, step_kind[j],
+                    k == 2 ? 6 : 0, v[k]);
+        }
+    }
     family(f, "shoal_dashboard_streams", "gauge", "Open /v1/dashboard/events streams.");
     fprintf(f, "shoal_dashboard_streams %d\n", m->n_streams);
     if (m->conns) {

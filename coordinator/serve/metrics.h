@@ -98,6 +98,24 @@ void shoal_serve_metrics_jobs(struct shoal_serve_metrics *m,
                               const struct shoal_serve_job_stat *jobs, int n, int n_queued,
                               int parallel, int queue_cap);
 
+/* One engine step (a forward pass over the batch's rows) of a kind:
+ * decode rows only, or with prompt rows (prefill).
+ *   rows        rows computed (decode tokens, drafts, prompt tokens)
+ *   seconds     the step's forward pass
+ *   acquires    routed experts the local store acquired during it (each
+ *               expert once per layer step, for every row routed to it)
+ *   bytes_read  expert bytes the store read during it (demand, prefetch)
+ *   kv_bytes    KV cache bytes its rows attend over: per row and layer the
+ *               sequence's cached rows up to and including its own (a
+ *               window's at most), at the cache's dtype
+ * The shoal_engine_step_* families of /metrics. Thread: any (the engine). */
+struct shoal_serve_step_stat {
+    uint64_t steps, rows, acquires, bytes_read;
+    double seconds, kv_bytes;
+};
+void shoal_serve_metrics_step(struct shoal_serve_metrics *m, int prefill,
+                              const struct shoal_serve_step_stat *st);
+
 /* Copy what the renderers need from the session: the expert store's
  * counters and per-expert tier counts, the cluster's executors and
  * per-expert placement, the context's timings; update the decayed heat

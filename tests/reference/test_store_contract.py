@@ -5,7 +5,7 @@ For every family's tiny checkpoint: convert to containers (f32 and bf16
 experts; int8 and int4 experts with int8 dense), then require that the
 logits bytes of a 12-step greedy run are identical to a baseline (unlimited
 cache, one thread) when one store knob at a time changes -- expert cache
-0 / small, pinned hot-set on, I/O engine uring / pread, O_DIRECT on,
+0 / small, cache policy lru / freq, pinned hot-set on, I/O engine uring / pread, O_DIRECT on,
 prefetch off, a mirror on, two threads -- and for a few combinations of
 them; and that the f32 container matches the Hugging Face directory byte
 for byte.
@@ -13,7 +13,8 @@ Also: a flipped byte in experts.bin is reported with file, layer, expert
 and offset; a damaged mirror copy falls back to the container with a
 warning and the same logits; a mirror of another model is refused; a
 missing mirror is reported once and ignored; --stats reports every tier,
-source and prefetch precision/recall; a truncated experts.bin is refused
+source and prefetch precision/recall; --cache-policy freq keeps misses
+out of a small cache that lru fills, with the same logits; a truncated experts.bin is refused
 at open; convert refuses to overwrite without --force and leaves no
 half-written output on failure.
 
@@ -25,6 +26,7 @@ Usage: /usr/bin/python3 tests/reference/test_store_contract.py --shoal BIN
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -82,6 +84,11 @@ def knob_variants(mirror):
     return [
         ("cache=0", ["--expert-cache", "0"], ONE_THREAD),
         ("cache=64K", ["--expert-cache", "64K"], ONE_THREAD),
+        ("cache=64K policy=lru", ["--expert-cache", "64K", "--cache-policy", "lru"], ONE_THREAD),
+        ("cache=64K policy=freq", ["--expert-cache", "64K", "--cache-policy", "freq"],
+         ONE_THREAD),
+        ("cache=16K policy=freq", ["--expert-cache", "16K", "--cache-policy", "freq"],
+         ONE_THREAD),
         ("pin=48K cache=0", ["--pin", "48K", "--expert-cache", "0"], ONE_THREAD),
         ("pin=unlimited", ["--pin", "unlimited"], ONE_THREAD),
         ("io=pread", ["--io", "pread"], ONE_THREAD),
@@ -99,6 +106,9 @@ def knob_variants(mirror):
         ("cache=16K pin=16K uring prefetch threads=2",
          ["--expert-cache", "16K", "--pin", "16K", "--io", "uring", "--mirror-weights", "1"],
          {"OMP_NUM_THREADS": "2"}),
+        ("cache=32K policy=freq pin=16K pread direct qd=2 threads=2",
+         ["--expert-cache", "32K", "--cache-policy", "freq", "--pin", "16K", "--io", "pread",
+          "--direct", "on", "--queue-depth", "2"], {"OMP_NUM_THREADS": "2"}),
     ]
 
 
@@ -153,6 +163,21 @@ def mirror_checks(shoal, tmp, ct):
     missing = [w for w in want if err is None or w not in err]
     result("--stats reports tiers, sources, bandwidth, stall, precision and recall",
            got == ref and not missing, "missing %s" % missing if missing else "")
+    # the policies keep different experts (freq keeps some misses out of a
+    # small cache), and the logits stay the same
+    seen = {}
+    for pol in ("lru", "freq"):
+        got, err = logits(shoal, ct, os.path.join(tmp, "m.npy"), "--stats", "--cache-policy",
+                          pol, "--expert-cache", "32K", "--prefetch", "off", env=ONE_THREAD)
+        m = re.search(r"\((\w+): \d+ experts, (\d+) evictions, (\d+) not admitted\)",
+                      err or "")
+        seen[pol] = (got == ref, m.groups() if m else None)
+    result("--cache-policy lru|freq: same logits; freq keeps misses out, lru evicts",
+           all(v[0] for v in seen.values()) and seen["lru"][1] and seen["freq"][1] and
+           seen["lru"][1][0] == "lru" and seen["lru"][1][2] == "0" and
+           int(seen["lru"][1][1]) > 0 and seen["freq"][1][0] == "freq" and
+           int(seen["freq"][1][2]) > 0 and int(seen["freq"][1][1]) < int(seen["lru"][1][1]),
+           str(seen))
 
 
 def main():

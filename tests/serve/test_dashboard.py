@@ -7,7 +7,8 @@ with one shoal-worker beside the local store when --worker is given.
     every family with HELP and TYPE before its samples, no series twice;
     after known requests the counters moved by exactly what the clients
     saw (requests_total by endpoint and status, prompt and completion
-    tokens equal to the sum of the usage fields, generations_total); the
+    tokens equal to the sum of the usage fields, generations_total; engine
+    steps, their rows and acquires); the
     expert acquires by tier match the dashboard's store counts, and the
     heat map's per-expert totals add up to acquires + worker runs
   - /v1/dashboard/events sends JSON snapshots as server-sent events
@@ -209,6 +210,29 @@ def test_metrics(srv, cluster):
     check(metric(after, "shoal_expert_acquires_total") > metric(before,
                                                                 "shoal_expert_acquires_total"),
           "expert acquires moved")
+    # engine steps (one request at a time here): each prompt is one prefill
+    # step, each later token one decode step of one row; the steps' acquires
+    # and bytes read are the store's
+    cached = delta("shoal_prompt_tokens_cached_total")
+    check(delta("shoal_engine_steps_total", kind="prefill") == 3,
+          "3 prefill steps (%g)" % delta("shoal_engine_steps_total", kind="prefill"))
+    check(delta("shoal_engine_step_rows_total", kind="prefill") == want_prompt - cached,
+          "prefill rows = prompt tokens not cached (%g vs %d)"
+          % (delta("shoal_engine_step_rows_total", kind="prefill"), want_prompt - cached))
+    dec = delta("shoal_engine_steps_total", kind="decode")
+    check(dec == want_gen - 3 and delta("shoal_engine_step_rows_total", kind="decode") == dec,
+          "decode steps = rows = tokens after the first of each (%g, %d)"
+          % (dec, want_gen - 3))
+    check(delta("shoal_engine_step_expert_acquires_total") ==
+          delta("shoal_expert_acquires_total"),
+          "the steps' acquires are the store's (%g vs %g)"
+          % (delta("shoal_engine_step_expert_acquires_total"),
+             delta("shoal_expert_acquires_total")))
+    check(delta("shoal_engine_step_expert_bytes_read_total") <=
+          delta("shoal_expert_bytes_read_total"), "the steps' bytes read are the store's")
+    check(all(delta(n, kind=k) > 0 for n in ("shoal_engine_step_seconds_total",
+                                             "shoal_engine_step_kv_bytes_total")
+              for k in ("prefill", "decode")), "step seconds and KV bytes counted")
     if cluster:
         check(metric(after, "shoal_executor_up", address="local") == 1, "executor local up")
         check(metric(after, "shoal_executor_up", address=cluster) == 1,

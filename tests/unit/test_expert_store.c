@@ -1,6 +1,7 @@
 /* expert_store: tiers and their accounting (LRU budget, pinned hot-set,
  * staging), batch acquires, prefetch hints, mirrors (fallback, refusal),
- * checksum errors, and weighted rendezvous hashing.
+ * checksum errors, cache policies (LRU against frequency-aware admission),
+ * and weighted rendezvous hashing.
  *
  * The container is synthetic but real on disk: an experts.bin with the
  * format's header and blobs of seeded pseudo-random bytes, described by a
@@ -324,6 +325,238 @@ Test(expert_store, bad_layer_or_id_is_an_error, .timeout = 30)
     check_bytes(&w, 2, 3);
     shoal_expert_store_release(s, 2, 3);
     shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+/* ------------------------------------------------------------ cache policy */
+
+static struct shoal_expert_store_params policy_params(uint64_t cache,
+                                                      enum shoal_cache_policy pol)
+{
+    struct shoal_expert_store_params p = params(cache, SHOAL_IO_PREAD, 4);
+    p.cache_policy = pol;
+    p.prefetch = 0;
+    return p;
+}
+
+/* Acquire layer 0's experts seq[0..n) one at a time, checking the bytes. */
+static void acquire_seq(struct shoal_expert_store *s, const int *seq, size_t n)
+{
+    struct shoal_expert_weights w;
+    struct shoal_err err = {0};
+    for (size_t k = 0; k < n; k++) {
+        cr_assert(eq(int, shoal_expert_store_acquire(s, 0, seq[k], &w, &err), 0), "%s",
+                  err.msg);
+        check_bytes(&w, 0, seq[k]);
+        shoal_expert_store_release(s, 0, seq[k]);
+    }
+}
+
+Test(expert_store, cache_policy_names_parse_both_ways, .timeout = 10)
+{
+    enum shoal_cache_policy p;
+    cr_assert(eq(int, shoal_cache_policy_parse("lru", &p), 0));
+    cr_assert(eq(int, (int)p, SHOAL_CACHE_LRU));
+    cr_assert(eq(int, shoal_cache_policy_parse("freq", &p), 0));
+    cr_assert(eq(int, (int)p, SHOAL_CACHE_FREQ));
+    cr_assert(eq(int, shoal_cache_policy_parse("LFU", &p), -1));
+    cr_assert(eq(int, shoal_cache_policy_parse("", &p), -1));
+    cr_assert(eq(str, (char *)shoal_cache_policy_name(SHOAL_CACHE_LRU), "lru"));
+    cr_assert(eq(str, (char *)shoal_cache_policy_name(SHOAL_CACHE_FREQ), "freq"));
+}
+
+Test(expert_store, unknown_cache_policy_is_refused, .timeout = 30)
+{
+    make(0);
+    struct shoal_err err = {0};
+    struct shoal_expert_store *s =
+        shoal_expert_store_create(&F.ct, policy_params(3 * BLOB, (enum shoal_cache_policy)7),
+                                  &err);
+    cr_assert(s == NULL);
+    cr_assert(eq(int, err.code, SHOAL_EINVAL));
+    cr_assert(strstr(err.msg, "cache policy 7") != NULL, "%s", err.msg);
+    rm_rf(F.dir);
+}
+
+/* Two hot experts, then a scan of four used once (a prompt's wide union,
+ * another stream passing by): LRU lets the scan push the hot ones out,
+ * FREQ keeps them and reads the scan through staging. Every counter is
+ * exact. */
+Test(expert_store, freq_keeps_the_hot_experts_a_scan_evicts_under_lru, .timeout = 60)
+{
+    make(0);
+    const int seq[] = {0, 1, 0, 1, 0, 1, 2, 3, 4, 5, 6, 0, 1};
+    struct shoal_expert_store_stats st;
+    /* LRU: 0 1 2 fill the cache; 3 4 5 6 evict 0 1 2 3; 0 1 miss again */
+    struct shoal_expert_store *s = open_store(policy_params(3 * BLOB, SHOAL_CACHE_LRU));
+    acquire_seq(s, seq, sizeof seq / sizeof seq[0]);
+    stats(s, &st);
+    cr_assert(eq(str, (char *)st.cache_policy, "lru"));
+    cr_assert(eq(u64, st.cache_hits, 4));
+    cr_assert(eq(u64, st.disk_reads, 9));
+    cr_assert(eq(u64, st.staged_reads, 0));
+    cr_assert(eq(u64, st.evictions, 6));
+    cr_assert(eq(u64, st.not_admitted, 0));
+    cr_assert(eq(u64, st.bytes_read, 9 * BLOB));
+    shoal_expert_store_destroy(s);
+    /* FREQ: 3..6 (one acquire each) lose to 2, the least used idle expert
+     * (one acquire): staged, nothing evicted; 0 and 1 hit at the end */
+    s = open_store(policy_params(3 * BLOB, SHOAL_CACHE_FREQ));
+    acquire_seq(s, seq, sizeof seq / sizeof seq[0]);
+    stats(s, &st);
+    cr_assert(eq(str, (char *)st.cache_policy, "freq"));
+    cr_assert(eq(u64, st.cache_hits, 6));
+    cr_assert(eq(u64, st.disk_reads, 7));
+    cr_assert(eq(u64, st.staged_reads, 4));
+    cr_assert(eq(u64, st.evictions, 0));
+    cr_assert(eq(u64, st.not_admitted, 4));
+    cr_assert(eq(u64, st.bytes_read, 7 * BLOB));
+    cr_assert(eq(u64, st.cached_experts, 3));
+    cr_assert(eq(u64, st.peak_expert_bytes, 3 * BLOB + BLOB),
+              "the cache, and one staging blob (one expert a batch)");
+    uint64_t use[N_LAYER * N_EXPERT * SHOAL_EXPERT_N_TIERS];
+    shoal_expert_store_use_get(s, use);
+    cr_assert(eq(u64, use[(0 * N_EXPERT + 0) * SHOAL_EXPERT_N_TIERS + SHOAL_EXPERT_TIER_CACHE],
+                 3), "expert 0: read once, then 3 hits");
+    cr_assert(eq(u64, use[(0 * N_EXPERT + 5) * SHOAL_EXPERT_N_TIERS + SHOAL_EXPERT_TIER_DISK],
+                 1));
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+/* A miss enters once it has been acquired more often than the least used
+ * idle expert, which it evicts; that expert is read again when used. */
+Test(expert_store, freq_admits_an_expert_once_it_is_used_more, .timeout = 60)
+{
+    make(0);
+    struct shoal_expert_store *s = open_store(policy_params(3 * BLOB, SHOAL_CACHE_FREQ));
+    struct shoal_expert_store_stats st;
+    const int warm[] = {0, 1, 0, 1, 2};   /* counts 0:2 1:2 2:1 */
+    acquire_seq(s, warm, 5);
+    const int seven[] = {7};
+    acquire_seq(s, seven, 1);   /* 0 + 1 > 1? no: 7 is staged */
+    stats(s, &st);
+    cr_assert(eq(u64, st.not_admitted, 1));
+    cr_assert(eq(u64, st.evictions, 0));
+    acquire_seq(s, seven, 1);   /* 1 + 1 > 1: admitted in place of 2 */
+    stats(s, &st);
+    cr_assert(eq(u64, st.not_admitted, 1));
+    cr_assert(eq(u64, st.evictions, 1));
+    cr_assert(eq(u64, st.disk_reads, 3 + 2));
+    acquire_seq(s, seven, 1);   /* cached now */
+    const int zero_one[] = {0, 1};
+    acquire_seq(s, zero_one, 2);
+    stats(s, &st);
+    cr_assert(eq(u64, st.cache_hits, 2 + 1 + 2));
+    cr_assert(eq(u64, st.disk_reads, 5), "0 and 1 stayed");
+    const int two[] = {2};
+    acquire_seq(s, two, 1);
+    stats(s, &st);
+    cr_assert(eq(u64, st.disk_reads, 6), "2 was the one evicted");
+    cr_assert(eq(u64, st.bytes_read, 6 * BLOB));
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+/* Counts halve every SHOAL_CACHE_FREQ_WINDOW x capacity acquires, so
+ * experts hot long ago (here 500 acquires each) give way to those hot now
+ * within a few windows, not after 500 acquires; and not at once. */
+Test(expert_store, freq_counts_age_so_a_new_hot_pair_replaces_the_old, .timeout = 60)
+{
+    make(0);
+    struct shoal_expert_store *s = open_store(policy_params(2 * BLOB, SHOAL_CACHE_FREQ));
+    struct shoal_expert_store_stats st;
+    static int seq[1000];
+    for (int k = 0; k < 1000; k++)
+        seq[k] = k % 2;   /* 0 and 1: 500 acquires each */
+    acquire_seq(s, seq, 1000);
+    stats(s, &st);
+    cr_assert(eq(u64, st.disk_reads, 2));
+    /* now only 2 and 3, alternating, until both stay in the cache */
+    const int window = SHOAL_CACHE_FREQ_WINDOW * 2;
+    int n_acq = 0, both = 0;
+    while (!both && n_acq < 20 * window) {
+        const uint64_t before = (stats(s, &st), st.disk_reads);
+        const int pair[] = {2, 3};
+        acquire_seq(s, pair, 2);
+        n_acq += 2;
+        stats(s, &st);
+        both = st.disk_reads == before;
+    }
+    cr_assert(both, "2 and 3 never both stayed in the cache");
+    cr_assert(n_acq <= 4 * window, "%d acquires of 2 and 3 before they stayed", n_acq);
+    cr_assert(n_acq >= 8, "%d acquires of 2 and 3 replaced 0 and 1", n_acq);
+    const int old[] = {0, 1};
+    const uint64_t before = st.disk_reads;
+    acquire_seq(s, old, 2);
+    stats(s, &st);
+    cr_assert(eq(u64, st.disk_reads, before + 2), "0 and 1 were evicted");
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+/* Prefetches meet the same admission: a hint does not push out experts
+ * used more often than the one it names. */
+Test(expert_store, freq_hints_do_not_evict_hotter_experts, .timeout = 60)
+{
+    make(0);
+    struct shoal_expert_store_params p = policy_params(2 * BLOB, SHOAL_CACHE_FREQ);
+    p.prefetch = 1;
+    struct shoal_expert_store *s = open_store(p);
+    const int hot[] = {0, 1, 0, 1};
+    acquire_seq(s, hot, 4);
+    int32_t hint[2] = {5, 6};
+    shoal_expert_store_hint(s, 0, hint, 2);
+    struct shoal_expert_store_stats st;
+    stats(s, &st);
+    cr_assert(eq(u64, st.prefetch_reads, 0));
+    cr_assert(eq(u64, st.prefetch_dropped, 2));
+    cr_assert(eq(u64, st.not_admitted, 2));
+    cr_assert(eq(u64, st.evictions, 0));
+    acquire_seq(s, hot, 2);
+    stats(s, &st);
+    cr_assert(eq(u64, st.cache_hits, 4), "0 and 1 stayed");
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
+/* Whatever each policy keeps, a batch over the budget is served in parts
+ * with the container's bytes, and the budget holds. */
+Test(expert_store, every_policy_serves_the_same_bytes_within_the_budget, .timeout = 60)
+{
+    make(0);
+    for (int pol = 0; pol < 2; pol++) {
+        struct shoal_expert_store *s =
+            open_store(policy_params(3 * BLOB, (enum shoal_cache_policy)pol));
+        struct shoal_err err = {0};
+        uint64_t x = 12345;
+        for (int step = 0; step < 60; step++) {
+            int32_t ids[N_EXPERT];
+            int n = 0;
+            for (int ie = 0; ie < N_EXPERT; ie++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                if ((x >> 60) < (uint64_t)(ie < 2 ? 14 : 5))   /* 0, 1 hot */
+                    ids[n++] = ie;
+            }
+            if (!n)
+                continue;
+            const int64_t il = step % 2 ? 2 : 0;
+            for (int i0 = 0; i0 < n;) {
+                struct shoal_expert_weights w[N_EXPERT];
+                int m = shoal_expert_store_acquire_batch(s, il, ids + i0, n - i0, w, &err);
+                cr_assert(m >= 1, "policy %d step %d: %s", pol, step, err.msg);
+                for (int i = 0; i < m; i++)
+                    check_bytes(&w[i], il, ids[i0 + i]);
+                shoal_expert_store_release_batch(s, il, ids + i0, m);
+                i0 += m;
+            }
+            struct shoal_expert_store_stats st;
+            stats(s, &st);
+            cr_assert(st.cached_bytes <= 3 * BLOB);
+            cr_assert(st.peak_expert_bytes <= 3 * BLOB + 4 * BLOB);
+        }
+        shoal_expert_store_destroy(s);
+    }
     rm_rf(F.dir);
 }
 
