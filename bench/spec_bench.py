@@ -2,7 +2,8 @@
 """Speculative decoding on and off (issue 34): `shoal run --speculate off`,
 `lookup` and `auto` alternating on the same prompts, decode tok/s of each
 (median over rounds) and the ratio to off in the same round, the drafts
-made and kept, and a check that every mode generated the same token ids.
+made and kept, what a verify step cost (its mean rows, its time over a
+one-row step's), and a check that every mode generated the same token ids.
 
 usage: /usr/bin/python3 bench/spec_bench.py --shoal build/coordinator/shoal
            [--model M] [--tasks repeat,quote,sampled] [--rounds 5]
@@ -35,6 +36,7 @@ CORPUS = os.path.normpath(os.path.join(ROOT, "..", "shared", "data", "corpus",
 MODES = ("off", "lookup", "auto")
 DECODE = re.compile(r"decode (\d+) tokens, ([0-9.]+|n/a) tok/s")
 SPEC = re.compile(r"speculate \w+: (\d+) drafted, (\d+) kept")
+STEP = re.compile(r"of ([0-9.]+) rows at ([0-9.]+)x a 1-row step")
 
 
 def quote_prompt():
@@ -80,11 +82,13 @@ def run_once(a, prompt, args, mode, tmp, extra):
         sys.exit("spec_bench: %s failed: %s" % (" ".join(cmd[:6]), r.stderr.strip()[-500:]))
     m = DECODE.search(r.stderr)
     s = SPEC.search(r.stderr)
+    st = STEP.search(r.stderr)
     with open(ids) as f:
         got = f.read().split()
     return {"tok_s": float(m.group(2)) if m and m.group(2) != "n/a" else 0.0,
             "drafted": int(s.group(1)) if s else 0, "kept": int(s.group(2)) if s else 0,
-            "ids": got}
+            "verify_rows": float(st.group(1)) if st else None,
+            "verify_cost": float(st.group(2)) if st else None, "ids": got}
 
 
 def main():
@@ -121,13 +125,18 @@ def main():
             row = {"task": name, "prompt": prompt[:40], "tok_s": med, "ratio_vs_off": ratio,
                    "drafted": {m: per[m][0]["drafted"] for m in ("lookup", "auto")},
                    "kept": {m: per[m][0]["kept"] for m in ("lookup", "auto")},
-                   "tokens": len(per["off"][0]["ids"]), "same_ids": same}
+                   "tokens": len(per["off"][0]["ids"]), "same_ids": same,
+                   "lookup_verify_rows": per["lookup"][0]["verify_rows"],
+                   "lookup_verify_cost": statistics.median(
+                       [r["verify_cost"] for r in per["lookup"] if r["verify_cost"]] or [0])}
             rows.append(row)
-            print("%-8s %-18r off %7.1f | lookup %7.1f (%.2fx, kept %d/%d) | auto %7.1f "
-                  "(%.2fx, kept %d/%d) | ids %s" %
+            vr = row["lookup_verify_rows"]
+            print("%-8s %-18r off %7.1f | lookup %7.1f (%.2fx, kept %d/%d, verify %s) | auto "
+                  "%7.1f (%.2fx, kept %d/%d) | ids %s" %
                   (name, prompt[:16], med["off"], med["lookup"], ratio["lookup"],
-                   row["kept"]["lookup"], row["drafted"]["lookup"], med["auto"], ratio["auto"],
-                   row["kept"]["auto"], row["drafted"]["auto"],
+                   row["kept"]["lookup"], row["drafted"]["lookup"],
+                   "%.1f rows at %.2fx" % (vr, row["lookup_verify_cost"]) if vr else "none",
+                   med["auto"], ratio["auto"], row["kept"]["auto"], row["drafted"]["auto"],
                    "identical" if same else "DIFFER"), flush=True)
     if a.json:
         with open(a.json, "w") as f:

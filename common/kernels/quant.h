@@ -284,7 +284,9 @@ struct shoal_quant_act {
     int64_t n;          /* elements per token */
     int group;          /* G, the weight's */
     int64_t n_group;    /* ceil(n / G): entries per token in d and s */
-    int64_t q_stride;   /* bytes per token in q: n rounded up to 128 */
+    int64_t q_stride;   /* bytes per token in q: n rounded up to 128 or
+                           more (a multiple of 64; the columns past n are
+                           0) */
     int8_t *q;          /* [n_tok][q_stride] int8, chunk order */
     float *d;           /* [n_tok][n_group] f32 scales dx */
     int32_t *s;         /* [n_tok][n_group] 8 * sum of q per group */
@@ -297,7 +299,8 @@ struct shoal_quant_act {
 };
 
 /* Bytes of q + d + s for one token of n elements (group G), as
- * shoal_quant_act_quantize fills them. Thread: any. */
+ * shoal_quant_linear_a8_part lays them out in its tile (q_stride: n
+ * rounded up to 128, plus 64). Thread: any. */
 size_t shoal_quant_act_bytes(int64_t n, int group);
 
 /* Quantize n_tok tokens x[n_tok][n] into a (whose n and group are set and
@@ -597,9 +600,11 @@ static inline int64_t shoal_quant_act_pos(int64_t i)
  * trees; the faster on AMD Zen 4), or 1, one after another (each row a
  * sequential stream, its group terms transposed 8 by 8; on an Intel Xeon
  * 0.87-0.93 of a paired RAM read against 0.70-0.77 side by side,
- * docs/BENCHMARKS.md). Same bits either way. shoal_quant_init sets it from
- * the CPU's vendor (1 on Intel) unless SHOAL_AVX2_DECODE_ORDER is "rows"
- * or "seq". Thread: main, not while kernels run. */
+ * docs/BENCHMARKS.md). Same bits either way. Batches of 2 or more tokens
+ * always read a block side by side (each 32-column piece transposed once
+ * for all of them). shoal_quant_init sets it from the CPU's vendor (1 on
+ * Intel) unless SHOAL_AVX2_DECODE_ORDER is "rows" or "seq". Thread: main,
+ * not while kernels run. */
 void shoal_quant_avx2_set_decode_order(int seq);
 
 extern const struct shoal_quant_ops shoal_quant_ops_scalar;

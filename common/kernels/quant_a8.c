@@ -14,15 +14,19 @@
 /* Bytes of the stack tile each thread quantizes its input into. */
 #define ACT_TILE_BYTES (64 * 1024)
 
-static int64_t round128(int64_t n)
+/* q_stride of a tile: n rounded up to 128, plus 64, an odd multiple of 64
+ * bytes, so that the same chunk of consecutive tokens falls in different
+ * L1 sets (at n = 2048 a stride of 2048 put every other token's chunk in
+ * the same 8-way set, and the batch kernels' 16-token passes missed L1) */
+static int64_t act_stride(int64_t n)
 {
-    return (n + 127) & ~(int64_t)127;
+    return ((n + 127) & ~(int64_t)127) + 64;
 }
 
 size_t shoal_quant_act_bytes(int64_t n, int group)
 {
     const int64_t n_group = (n + group - 1) / group;
-    return (size_t)round128(n) + (size_t)n_group * (sizeof(float) + sizeof(int32_t));
+    return (size_t)act_stride(n) + (size_t)n_group * (sizeof(float) + sizeof(int32_t));
 }
 
 void shoal_quant_act_quantize(struct shoal_quant_act *a, const float *x,
@@ -138,7 +142,7 @@ void shoal_quant_linear_a8_many_part(float *const *y, const float *x, int64_t n_
     const int64_t per_tile = (int64_t)(ACT_TILE_BYTES / tok_bytes);
     struct shoal_quant_act a = {.n = n, .group = w[0]->group,
                                 .n_group = (n + w[0]->group - 1) / w[0]->group,
-                                .q_stride = round128(n)};
+                                .q_stride = act_stride(n)};
     for (int64_t t0 = 0; t0 < n_tok; t0 += per_tile) {
         const int64_t nt = n_tok - t0 < per_tile ? n_tok - t0 : per_tile;
         a.q = (int8_t *)tile;

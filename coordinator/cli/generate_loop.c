@@ -87,6 +87,8 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
                       ? shoal_xmalloc((size_t)(1 + sp.draft_max) * (size_t)V * sizeof(float))
                       : NULL;
     const int64_t n_batch = shoal_ctx_n_batch(s->ctx);
+    double t_one = 0, t_verify = 0;   /* seconds in 1-row steps, in verify steps */
+    int64_t n_one = 0, rows_verify = 0;
     int rc = 0;
     double t0 = shoal_time_s(), t_prefill = 0, t_first = 0, t_dec0 = 0;
     if (shoal_ctx_eval(s->ctx, prompt, (int64_t)n_prompt, s->logits, 0, &err)) {
@@ -147,6 +149,8 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
             if (act == SHOAL_GEN_FEED_LAST)
                 break;
             shoal_spec_cost_record(&cost, 1, shoal_time_s() - ts);
+            t_one += shoal_time_s() - ts;
+            n_one++;
             continue;
         }
         /* verify: id and k drafts in one step; row j's logits are those a
@@ -194,6 +198,8 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
                 pending = 1;   /* another token (or an error): handled as a sampled one */
         }
         shoal_spec_cost_record(&cost, k + 1, dt);
+        t_verify += dt;
+        rows_verify += k + 1;
         shoal_spec_record(&sp, k, kept);
         if (rc || stop)
             break;
@@ -214,14 +220,21 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
         char rate[32] = "n/a";
         if (n_gen > 1 && t_dec > 0)
             snprintf(rate, sizeof rate, "%.2f", (double)(n_gen - 1) / t_dec);
-        char spec[160] = "";
-        if (sp.mode != SHOAL_SPEC_OFF)
-            snprintf(spec, sizeof spec,
-                     " | speculate %s: %lld drafted, %lld kept (%.0f %%), %lld verify steps",
-                     shoal_spec_mode_name(sp.mode), (long long)sp.n_drafted,
-                     (long long)sp.n_accepted,
-                     sp.n_drafted ? 100.0 * (double)sp.n_accepted / (double)sp.n_drafted : 0.0,
-                     (long long)sp.n_verify);
+        char spec[200] = "";
+        if (sp.mode != SHOAL_SPEC_OFF) {
+            int n = snprintf(spec, sizeof spec,
+                             " | speculate %s: %lld drafted, %lld kept (%.0f %%), %lld verify "
+                             "steps", shoal_spec_mode_name(sp.mode), (long long)sp.n_drafted,
+                             (long long)sp.n_accepted,
+                             sp.n_drafted ? 100.0 * (double)sp.n_accepted / (double)sp.n_drafted
+                                          : 0.0, (long long)sp.n_verify);
+            /* what a verify step cost: its mean rows, and its mean time over a
+             * one-row step's */
+            if (sp.n_verify && n_one && t_one > 0 && n > 0 && (size_t)n < sizeof spec)
+                snprintf(spec + n, sizeof spec - (size_t)n, " of %.1f rows at %.2fx a 1-row step",
+                         (double)rows_verify / (double)sp.n_verify,
+                         (t_verify / (double)sp.n_verify) / (t_one / (double)n_one));
+        }
         fprintf(stderr,
                 "shoal: prompt %zu tokens, prefill %.1f tok/s, TTFT %.1f ms | "
                 "decode %lld tokens, %s tok/s | stop: %s%s\n",

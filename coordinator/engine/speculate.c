@@ -73,12 +73,14 @@ void shoal_spec_init(struct shoal_spec *sp, enum shoal_spec_mode mode, int draft
                                             ? SHOAL_SPEC_DRAFT_MAX : draft_max;
     sp->kept = 1.0;   /* a prior of one kept in two */
     sp->tried = 2.0;
+    sp->n_skipped = PROBE_EVERY - 1;   /* the first declined match probes */
 }
 
 /* The expected seconds of a step of n rows: measured, else extrapolated
- * from the largest row count measured below n, by the slope between it and
- * the one measured below it (a prior slope of 0.3 of a one-row step per
- * row while fewer than two are known). 0: nothing measured at or below n. */
+ * from the largest row count m measured below n, by the slope between it
+ * and the one measured below it; with only m known, each row costs what
+ * a row of m does (no gain: the probe measures a second count). 0: nothing
+ * measured at or below n. */
 static double rows_time(const struct shoal_spec_cost *c, int64_t n)
 {
     if (n > SHOAL_SPEC_MAX_ROWS)
@@ -94,7 +96,7 @@ static double rows_time(const struct shoal_spec_cost *c, int64_t n)
     while (l >= 1 && c->t_rows[l] <= 0)
         l--;
     const double slope = l >= 1 ? (c->t_rows[m] - c->t_rows[l]) / (double)(m - l)
-                                : 0.3 * c->t_rows[m] / (double)m;
+                                : c->t_rows[m] / (double)m;
     return c->t_rows[m] + (double)(n - m) * (slope > 0 ? slope : 0);
 }
 
@@ -127,7 +129,7 @@ int64_t shoal_spec_plan(struct shoal_spec *sp, const struct shoal_spec_cost *cos
             best_k = j;
         }
     }
-    if (best_k == 0 && ++sp->n_skipped >= PROBE_EVERY)
+    if (best_k == 0 && base_rows < SHOAL_SPEC_MAX_ROWS && ++sp->n_skipped >= PROBE_EVERY)
         best_k = 1;   /* a probe now and then: the acceptance rate may have risen */
     if (best_k > 0)
         sp->n_skipped = 0;

@@ -16,7 +16,8 @@ command: the streamed text, the --ids-out ids and the --logits-out rows
              1, 2 and 3
   chat:      two piped turns
   kernels:   an int4a8 container (the int8-activation kernels for 1 row and
-             for several) and a Q8_0 GGUF (the ggml kernels)
+             for several) and a Q8_0 GGUF (the ggml kernels); drafts on the
+             scalar table against off on this CPU's (--isa scalar)
   flags:     --speculate mtp / an unknown mode / --draft-max out of range: one
              line, exit 2 (shoal serve's drafts: tests/serve/test_batching.py)
 Ends with "N passed, M failed"; exit status 1 if anything failed.
@@ -42,14 +43,15 @@ def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, **kw)
 
 
-def three_ways(shoal, tmp, name, args, stdin=None, cmd="run", want_kept=False):
-    """Run args with --speculate off, lookup and auto; compare stdout, ids
-    and logits with off's. Returns the lookup run's (drafted, kept)."""
+def three_ways(shoal, tmp, name, args, stdin=None, cmd="run", want_kept=False, isa=None):
+    """Run args with --speculate off, lookup and auto (lookup and auto with
+    --isa isa when given: another kernel table); compare stdout, ids and
+    logits with off's. Returns the lookup run's (drafted, kept)."""
     outs = {}
     for mode in ("off", "lookup", "auto"):
-        extra = []
+        extra = ["--isa", isa] if isa and mode != "off" else []
         if cmd == "run":
-            extra = ["--ids-out", os.path.join(tmp, "ids." + mode),
+            extra += ["--ids-out", os.path.join(tmp, "ids." + mode),
                      "--logits-out", os.path.join(tmp, "lg.%s.npy" % mode)]
         r = run([shoal, cmd] + args + ["--speculate", mode] + extra, input=stdin)
         if r.returncode != 0:
@@ -89,6 +91,8 @@ def main():
         base = ["--model", H.MODEL, "--no-echo"]
         three_ways(shoal, tmp, "greedy", base + ["--prompt", "ROMEO:", "--greedy",
                                                  "--max-tokens", "160"], want_kept=True)
+        three_ways(shoal, tmp, "greedy, drafts on the scalar kernels",
+                   base + ["--prompt", "ROMEO:", "--greedy", "--max-tokens", "60"], isa="scalar")
         for dm in ("1", "4", "16"):
             three_ways(shoal, tmp, "sampled, --draft-max %s" % dm,
                        base + ["--prompt", "JULIET:", "--temp", "0.7", "--seed", "3",
@@ -112,6 +116,9 @@ def main():
             three_ways(shoal, tmp, "int4a8 container",
                        ["--model", ct, "--no-echo", "--prompt", "ROMEO:", "--greedy",
                         "--max-tokens", "120"], want_kept=True)
+            three_ways(shoal, tmp, "int4a8 container, drafts on the scalar kernels",
+                       ["--model", ct, "--no-echo", "--prompt", "ROMEO:", "--greedy",
+                        "--max-tokens", "60"], isa="scalar")
         gguf = os.path.join(tmp, "q8.gguf")
         r = run([sys.executable, os.path.join(H.TESTS, "make_gguf.py"), gguf, "--type", "Q8_0"])
         if result("Q8_0 GGUF written", r.returncode == 0, r.stderr.strip()[-300:]):

@@ -838,19 +838,23 @@ Test(quant, a8_nonfinite_input_gives_nan)
     free(row);
 }
 
-/* bit-exact: the INT4A8 linear of every table, batches 1..30 (29 and 30
- * cross a stack tile of 2048 columns; odd batches leave neon-i8mm a last
- * token for sdot), threads 1 and 3 (row ranges that do not start at a
- * multiple of 4), equals shoal_quant_dot_a8; widths that are and are not
- * multiples of 128 (a partial last chunk, odd widths, a partial last
- * group); 8 rows of 33000 columns (over 256 groups at every G, a partial
- * last group, batches past the GEMM paths' widths) */
+/* bit-exact: the INT4A8 linear of every table, every batch of 1..17
+ * tokens and 29..33 and 40 (29 and 30 cross a stack tile of 2048 columns,
+ * 33 and 40 the avx2 batch kernel's passes of 32 tokens; odd batches leave
+ * neon-i8mm a last token for sdot), threads 1 and 3 (row ranges that do
+ * not start at a multiple of 4), equals shoal_quant_dot_a8; widths that are
+ * and are not multiples of 128 (a partial last chunk, odd widths, a
+ * partial last group, a last 64-column half of 1 to 20 bytes) with and
+ * without whole blocks of 8 rows; 8 rows of 33000 columns (over 256 groups
+ * at every G, a partial last group, batches past the GEMM paths' widths) */
 Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
 {
     const int64_t shapes[][2] = {{1, 128}, {3, 100}, {17, 256}, {5, 384}, {33, 768},
                                  {9, 2048}, {4, 1000}, {7, 2176}, {5, 77}, {6, 129},
-                                 {18, 192}, {3, 4000}, {8, 33000}};
-    const int64_t toks[] = {1, 2, 3, 4, 5, 29, 30};   /* odd and even (token pairs) */
+                                 {18, 192}, {3, 4000}, {8, 33000}, {9, 1}, {8, 33},
+                                 {16, 77}, {8, 100}, {24, 129}, {16, 1000}, {8, 4000}};
+    const int64_t toks[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12,
+                            13, 14, 15, 16, 17, 29, 30, 31, 32, 33, 40};
     const int threads[] = {1, 3};
     enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
     const int n_isa = 1 + simd_isas(isas + 1);
@@ -859,7 +863,7 @@ Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
         for (size_t ish = 0; ish < sizeof shapes / sizeof shapes[0]; ish++) {
             const int64_t rows = shapes[ish][0], cols = shapes[ish][1];
             const int G = groups[ig];
-            const int64_t n_tok_max = 30;
+            const int64_t n_tok_max = 40;
             float *wf = malloc((size_t)(rows * cols) * 4);
             float *x = malloc((size_t)(n_tok_max * cols) * 4);
             fill(wf, rows * cols, (uint32_t)(rows * 37 + cols + G));
@@ -901,7 +905,8 @@ Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
         }
     omp_set_num_threads(omp_get_num_procs());
     use_isa(SHOAL_QUANT_ISA_SCALAR);
-    cr_assert(eq(int, compared, 3 * 13 * n_isa * (int)(sizeof toks / sizeof toks[0]) * 2 * N_ORDER));
+    cr_assert(eq(int, compared, 3 * (int)(sizeof shapes / sizeof shapes[0]) * n_isa *
+                                    (int)(sizeof toks / sizeof toks[0]) * 2 * N_ORDER));
     static uint8_t zeros[1024];
     float y1[4];
     struct shoal_quant_weight bad = {SHOAL_QUANT_INT8, 64, 4, 128, zeros};
@@ -912,19 +917,22 @@ Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
  * (q = 7) or all 0 (q = -8, never written by the quantizer but read as -8)
  * against activations that quantize to +-127 everywhere, so every partial
  * sum a kernel keeps in 16 bits is at its largest magnitude (4 * 15 * 127
- * per vpmaddubsw pair sum, 8 * 15 * 127 after one horizontal add); a
- * wrapped or saturated partial sum changes the result. Every table, every
- * G, decode and batch paths, 16 rows (two 8-row blocks). */
+ * per vpmaddubsw pair sum, 8 * 15 * 127 after one horizontal add, 16 * 15
+ * * 127 in the avx2 batch kernel's words); a wrapped or saturated partial
+ * sum changes the result. Every table, every G, decode and batch paths
+ * (1 to 17 tokens), 16 rows (two 8-row blocks). */
 Test(quant, a8_linear_bits_at_integer_extremes)
 {
     const int64_t rows = 16, cols = 1024;
-    const int64_t toks[] = {1, 3, 8};
+    const int64_t toks[] = {1, 2, 3, 8, 17};
     const uint8_t wbytes[] = {0xff, 0x00, 0x0f, 0xf0};
     const float xval[] = {3.0f, -3.0f};
     enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
     const int n_isa = 1 + simd_isas(isas + 1);
-    float *x = malloc((size_t)(8 * cols) * 4);
-    float *got = malloc((size_t)(8 * rows) * 4), *want = malloc((size_t)(8 * rows) * 4);
+    const int64_t n_tok_max = 17;
+    float *x = malloc((size_t)(n_tok_max * cols) * 4);
+    float *got = malloc((size_t)(n_tok_max * rows) * 4);
+    float *want = malloc((size_t)(n_tok_max * rows) * 4);
     int compared = 0;
     for (size_t ig = 0; ig < 3; ig++)
         for (size_t iw = 0; iw < sizeof wbytes; iw++)
@@ -943,10 +951,10 @@ Test(quant, a8_linear_bits_at_integer_extremes)
                 }
                 /* a constant per token: every group's max|x| is that value, so
                  * every activation quantizes to +-127 */
-                for (int64_t t = 0; t < 8; t++)
+                for (int64_t t = 0; t < n_tok_max; t++)
                     for (int64_t c = 0; c < cols; c++)
                         x[t * cols + c] = xval[ix] * (float)(1 + t);
-                for (int64_t t = 0; t < 8; t++)
+                for (int64_t t = 0; t < n_tok_max; t++)
                     for (int64_t r = 0; r < rows; r++)
                         want[t * rows + r] =
                             shoal_quant_dot_a8(G, x + t * cols, wq + (size_t)r * rb, cols);
@@ -972,7 +980,7 @@ Test(quant, a8_linear_bits_at_integer_extremes)
                 free(wq);
             }
     use_isa(SHOAL_QUANT_ISA_SCALAR);
-    cr_assert(eq(int, compared, 3 * 4 * 2 * n_isa * 3 * N_ORDER));
+    cr_assert(eq(int, compared, 3 * 4 * 2 * n_isa * (int)(sizeof toks / sizeof toks[0]) * N_ORDER));
     free(x);
     free(got);
     free(want);

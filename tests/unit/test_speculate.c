@@ -86,6 +86,11 @@ Test(speculate, auto_drafts_only_where_the_measured_steps_pay)
     shoal_spec_init(&sp, SHOAL_SPEC_AUTO, 8);
     /* no one-row step measured yet: nothing to compare with */
     cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d), 0));
+    /* one-row steps only: extra rows are assumed to cost as much (no gain),
+     * so the first match probes one draft, to measure a 2-row step */
+    shoal_spec_cost_record(&c, 1, 0.010);
+    cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d), 1));
+    cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d), 0));
     /* cheap extra rows and every draft kept: the whole match (6 drafts, 7
      * rows: extrapolated from the 1- and 5-row steps) */
     shoal_spec_cost_record(&c, 1, 0.010);
@@ -95,7 +100,7 @@ Test(speculate, auto_drafts_only_where_the_measured_steps_pay)
     cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d), 6));
     cr_assert(eq(i32, d[0], 5));
     /* a step of 3 decode rows already: the others' tokens count, and an
-     * unmeasured base (9 rows, 3 tokens: the extrapolation) still drafts */
+     * unmeasured base (3 rows, 3 tokens: the extrapolation) still drafts */
     cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 3, 3, rep, 9, 4, 8, d), 6));
     /* rows that cost as much as one-row steps each, and drafts refused:
      * none, but a one-token probe every 32 declined matches */
@@ -105,6 +110,7 @@ Test(speculate, auto_drafts_only_where_the_measured_steps_pay)
         shoal_spec_cost_record(&c, n, 0.010 * (double)n);
     for (int64_t n = 2; n <= 5; n++)
         shoal_spec_record(&sp, n - 1, 0);
+    sp.n_skipped = 0;   /* past the first probe */
     int probes = 0;
     for (int i = 0; i < 64; i++) {
         const int64_t k = shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d);

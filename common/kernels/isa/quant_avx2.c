@@ -384,25 +384,15 @@ static void linear_rows_avx2(float *y, const float *x, int64_t n_tok,
  * (quant_avx512.c explains it). A 32-byte load is 64 columns; its low
  * nibbles are the even columns, found at the activation chunk's 32 * half,
  * its high nibbles the odd ones at 64 + 32 * half. A decode token runs 8
- * rows side by side (rows8_a8 below); the rows left over, fewer than 8, take
- * a row's group sums from vphaddd trees (groups8). A partial last half
+ * rows side by side (rows8_a8 below), a batch of tokens 8 rows transposed
+ * (rows8_many_a8); the rows left over, fewer than 8, take a row's group
+ * sums from vphaddd trees (groups8). A partial last half
  * (width not a multiple of 64) goes through a zeroed copy. Exact integers,
  * the f32 combine in group order: the scalar table's bits. */
 
 #define A8_PF 16384
 
-/* ---- INT4A8 batches: quant_avx512.c's register-blocked GEMM on 8 rows -----
- * From A8G_MIN_TOK tokens on, 8 rows at a time: each 64-column half of the
- * block is transposed once (8 x 8 dwords) into w8, lane i = row i's 8
- * nibbles of 8 columns, so that vpmaddubsw + vpmaddwd multiply 4 nibbles of
- * each of 8 rows by the same 4 activation bytes of one token (broadcast):
- * lanes are rows, no horizontal sums, each nibble unpacked once per A8G_T
- * tokens. Exact integer group sums, per-group f32 combine in group order:
- * the scalar table's bits. */
-#define A8G_T 4            /* tokens per register block (16 ymm registers) */
-#define A8G_MIN_TOK 4
-#define A8G_MAXN 8192      /* columns: w8 holds 4 * n bytes on the stack */
-
+/* An 8 x 8 transpose of dwords: r[j] lane i = the old r[i] lane j. */
 static inline void transpose8_epi32(__m256i r[8])
 {
     __m256 t[8], u[8];
@@ -422,114 +412,6 @@ static inline void transpose8_epi32(__m256i r[8])
         r[k] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[4 + k], 0x20));
         r[4 + k] = _mm256_castps_si256(_mm256_permute2f128_ps(u[k], u[4 + k], 0x31));
     }
-}
-
-static inline int32_t load_i32(const int8_t *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-/* Tokens t0 .. t0+T-1 against the 8 rows in w8/d8 (y: the block's first row
- * of token 0, y_stride floats per token). */
-static inline __attribute__((always_inline)) void
-a8g_block(float *y, int64_t y_stride, const struct shoal_quant_act *a, int64_t t0, const int T,
-          const __m256i *w8, const float *d8, int64_t nck, int64_t n_group, int G)
-{
-    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-    const int jpg = G / 8;                       /* dwords per group: 4, 8 or 16 */
-    __m256 acc[A8G_T];
-    __m256i is[A8G_T];
-    for (int t = 0; t < T; t++)
-        acc[t] = _mm256_setzero_ps();
-    int64_t g = 0;
-    for (int64_t c = 0; c < nck; c++) {
-        const __m256i *wc = w8 + 16 * c;
-        for (int j0 = 0; j0 < 16 && g < n_group; j0 += jpg, g++) {
-            for (int t = 0; t < T; t++)
-                is[t] = _mm256_setzero_si256();
-            for (int j = j0; j < j0 + jpg; j++) {
-                const __m256i b = _mm256_load_si256(wc + j);
-                const __m256i lo = _mm256_and_si256(b, m4);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
-#pragma GCC unroll 4
-                for (int t = 0; t < T; t++) {
-                    const int8_t *e = a->q + (t0 + t) * a->q_stride + 128 * c + 4 * j;
-                    const __m256i s16 = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(e))),
-                        _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(e + 64))));
-                    is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(s16, ones));
-                }
-            }
-            const __m256 dv = _mm256_load_ps(d8 + 8 * g);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) {
-                const int64_t k = (t0 + t) * a->n_group + g;
-                const __m256 f = _mm256_cvtepi32_ps(
-                    _mm256_sub_epi32(is[t], _mm256_set1_epi32(a->s[k])));
-                acc[t] = _mm256_add_ps(
-                    acc[t], _mm256_mul_ps(_mm256_mul_ps(dv, _mm256_set1_ps(a->d[k])), f));
-            }
-        }
-    }
-    for (int t = 0; t < T; t++)
-        _mm256_storeu_ps(y + (t0 + t) * y_stride, acc[t]);
-}
-
-/* Full blocks of 8 rows from rb0 while they fit below r1, every token;
- * returns the first row not done. */
-static __attribute__((noinline)) int64_t rows_a8_gemm(float *y, const struct shoal_quant_act *a,
-                                                      int64_t n_tok,
-                                                      const struct shoal_quant_weight *w,
-                                                      int64_t rb0, int64_t r1)
-{
-    const int64_t n = w->cols;
-    const int G = w->group;
-    const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
-    const int64_t n_group = (n + G - 1) / G, nck = (n + 127) / 128;
-    /* packed bytes of the row: (n + 1) / 2; a half past them is zero */
-    const int64_t packed = (n + 1) / 2;
-    _Alignas(32) __m256i w8[16 * (A8G_MAXN / 128)];
-    _Alignas(32) float d8[8 * (A8G_MAXN / 32)];
-    int64_t rb = rb0;
-    for (; rb + 8 <= r1; rb += 8) {
-        const uint8_t *base = (const uint8_t *)w->data + (size_t)rb * row_bytes;
-        for (int64_t h = 0; h < 2 * nck; h++) {
-            __m256i v[8];
-            const int64_t off = 32 * h, have = packed - off;
-            for (int i = 0; i < 8; i++) {
-                const uint8_t *p = base + (size_t)i * row_bytes + 4 * (size_t)n_group + off;
-                if (have >= 32) {
-                    v[i] = _mm256_loadu_si256((const __m256i *)(const void *)p);
-                } else {
-                    /* a partial last half: through a zeroed copy (the
-                     * activation's columns past the row are 0) */
-                    uint8_t buf[32] = {0};
-                    if (have > 0)
-                        memcpy(buf, p, (size_t)have);
-                    v[i] = _mm256_loadu_si256((const __m256i *)(const void *)buf);
-                }
-            }
-            transpose8_epi32(v);
-            for (int j = 0; j < 8; j++)
-                _mm256_store_si256(w8 + 8 * h + j, v[j]);
-        }
-        for (int i = 0; i < 8; i++)
-            for (int64_t g = 0; g < n_group; g++)
-                memcpy(&d8[8 * g + i], base + (size_t)i * row_bytes + 4 * (size_t)g,
-                       sizeof(float));
-        int64_t t = 0;
-        for (; t + A8G_T <= n_tok; t += A8G_T)
-            a8g_block(y + rb, w->rows, a, t, A8G_T, w8, d8, nck, n_group, G);
-        if (n_tok - t >= 2) {
-            a8g_block(y + rb, w->rows, a, t, 2, w8, d8, nck, n_group, G);
-            t += 2;
-        }
-        if (n_tok - t >= 1)
-            a8g_block(y + rb, w->rows, a, t, 1, w8, d8, nck, n_group, G);
-    }
-    return rb;
 }
 
 /* The int32 lane sums of half hh of one row (64 columns: lane l = the sum
@@ -881,6 +763,193 @@ static void rows8_a8_any(float *y, const uint8_t *base, size_t row_bytes, const 
 #undef ROWS8
 }
 
+/* ---- INT4A8 batches: 8 rows x many tokens, each block unpacked once ------
+ * The same outputs as rows8_a8 for up to A8M_TB tokens per pass over a
+ * block of 8 rows. The block advances 32 columns (a piece: 16 bytes, two
+ * qwords, of each row) at a time: the piece is transposed by qwords
+ * (cols4_x8: one row per 64-bit lane) and split into nibbles once, and
+ * every token multiplies them by its own activation qwords, broadcast
+ * (cols4_dot: vpmaddubsw, 16-bit sums, then vpmaddwd), so no token pays
+ * for an unpack, a transpose or a horizontal tree. A group's pieces add
+ * up exactly in int32 and feed each token's own chain acc + (d * dx) *
+ * (float)(isum - sx), one lane per row, in group order: the scalar
+ * table's bits. Lanes hold the rows in the order A8M_LANES (the scales are
+ * permuted to match, the outputs back). */
+#define A8M_TB 32          /* tokens per pass (their chains on the stack) */
+
+/* Lane l of the sums, the scales and the chains holds row A8M_LANES[l];
+ * row i sits in lane A8M_ROWS[i]. */
+#define A8M_LANES _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)
+#define A8M_ROWS _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)
+
+/* The 16 bytes at p of the 8 rows p, p + rb, ..., p + 7 rb (32 columns of
+ * each), transposed by qwords and split into nibbles: lo[2 h + j] 64-bit
+ * lane i = the low nibbles (even columns) of row 4 h + i's qword j, hi[]
+ * its high nibbles (odd columns). */
+static inline __attribute__((always_inline)) void cols4_x8(__m256i lo[4], __m256i hi[4],
+                                                           const uint8_t *p, size_t rb)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int h = 0; h < 2; h++) {
+        __m256i v[2];
+        for (int i = 0; i < 2; i++) {   /* low lane: row 4h + i, high lane: row 4h + i + 2 */
+            const uint8_t *r = p + (size_t)(4 * h + i) * rb;
+            v[i] = _mm256_blend_epi32(
+                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)r)),
+                _mm256_broadcastsi128_si256(
+                    _mm_loadu_si128((const __m128i *)(const void *)(r + 2 * rb))),
+                0xf0);
+        }
+        for (int j = 0; j < 2; j++) {
+            const __m256i c = j ? _mm256_unpackhi_epi64(v[0], v[1]) : _mm256_unpacklo_epi64(v[0], v[1]);
+            lo[2 * h + j] = _mm256_and_si256(c, m4);
+            hi[2 * h + j] = _mm256_and_si256(_mm256_srli_epi16(c, 4), m4);
+        }
+    }
+}
+
+static inline int64_t load_i64(const int8_t *p)
+{
+    int64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Lane l = row A8M_LANES[l]'s exact sum of nibble * activation over
+ * cols4_x8's piece, for the token whose activations of the piece's even
+ * columns start at e (chunk order: the odd ones at e + 64). a and b (rows
+ * 0-3 and 4-7, a row's 4 words in its 64-bit lane) sum 4 vpmaddubsw words
+ * each, |word| <= 4 * 2 * 15 * 127 = 15240; folding each row's two dwords
+ * together doubles that to 30480, inside int16. */
+static inline __attribute__((always_inline)) __m256i cols4_dot(const __m256i lo[4],
+                                                               const __m256i hi[4],
+                                                               const int8_t *e)
+{
+    const __m256i e0 = _mm256_set1_epi64x(load_i64(e)), e1 = _mm256_set1_epi64x(load_i64(e + 8));
+    const __m256i o0 = _mm256_set1_epi64x(load_i64(e + 64));
+    const __m256i o1 = _mm256_set1_epi64x(load_i64(e + 72));
+    const __m256i a = _mm256_add_epi16(
+        _mm256_add_epi16(_mm256_maddubs_epi16(lo[0], e0), _mm256_maddubs_epi16(hi[0], o0)),
+        _mm256_add_epi16(_mm256_maddubs_epi16(lo[1], e1), _mm256_maddubs_epi16(hi[1], o1)));
+    const __m256i b = _mm256_add_epi16(
+        _mm256_add_epi16(_mm256_maddubs_epi16(lo[2], e0), _mm256_maddubs_epi16(hi[2], o0)),
+        _mm256_add_epi16(_mm256_maddubs_epi16(lo[3], e1), _mm256_maddubs_epi16(hi[3], o1)));
+    /* dword 2k: a's row k (its two dwords added), dword 2k + 1: b's */
+    const __m256i s = _mm256_add_epi16(_mm256_blend_epi32(a, b, 0xaa),
+                                       _mm256_shuffle_epi32(_mm256_blend_epi32(b, a, 0xaa), 0xb1));
+    return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+}
+
+/* One piece (lo/hi: cols4_x8's) for nt tokens: token t's activations at
+ * e + t * q_stride, its dx and sx of the piece's group at dx[t * ng],
+ * sx[t * ng]. MODE (compile-time): 0 the group's first piece of several
+ * (part = sums), 1 a middle one (part += sums), 2 its last (chain over
+ * part + sums), 3 its only one (chain over the sums). d: the group's
+ * scales, lane l = row A8M_LANES[l]. */
+static inline __attribute__((always_inline)) void
+piece_tokens(const __m256i lo[4], const __m256i hi[4], const int8_t *e, int64_t q_stride,
+             const float *dx, const int32_t *sx, int64_t ng, int64_t nt, __m256 d,
+             int32_t (*part)[8], float (*acc)[8], const int MODE)
+{
+    for (int64_t t = 0; t < nt; t++, e += q_stride) {
+        __m256i v = cols4_dot(lo, hi, e);
+        if (MODE == 1 || MODE == 2)
+            v = _mm256_add_epi32(v, _mm256_load_si256((const __m256i *)(const void *)part[t]));
+        _mm256_store_si256((__m256i *)(void *)part[t], v);
+    }
+    /* the chains in a loop of their own: short, independent across tokens
+     * (after the sums, their latency would hold up the next tokens' sums) */
+    if (MODE >= 2)
+        for (int64_t t = 0; t < nt; t++, dx += ng, sx += ng)
+            _mm256_store_ps(acc[t], chain8(_mm256_load_ps(acc[t]),
+                                           _mm256_load_si256((const __m256i *)(const void *)part[t]),
+                                           d, *dx, *sx));
+}
+
+/* y[t * y_stride + i] (t < nt <= A8M_TB, i < 8) = the canonical INT4A8 dot
+ * of token t0 + t of a with rows base, base + row_bytes, ... (n columns,
+ * nh halves, the last of tail bytes; G compile-time). pf/pf_bytes: as
+ * rows8_a8, spread over the pieces (0 bytes: none). */
+static inline __attribute__((always_inline)) void
+rows8_many_a8(float *y, int64_t y_stride, const uint8_t *base, size_t row_bytes,
+              const struct shoal_quant_act *a, int64_t t0, int64_t nt, int64_t n,
+              int64_t n_group, int64_t nh, int tail, const int G, const uint8_t *pf,
+              size_t pf_bytes)
+{
+    const size_t pf_step = pf_bytes ? (pf_bytes / (size_t)((n + 31) / 32) + 63) & ~(size_t)63 : 0;
+    size_t pf_at = 0;
+    const uint8_t *qs = base + 4 * (size_t)n_group;
+    const int8_t *q0 = a->q + t0 * a->q_stride;
+    const float *dx0 = a->d + t0 * a->n_group;
+    const int32_t *sx0 = a->s + t0 * a->n_group;
+    _Alignas(32) float acc[A8M_TB][8];
+    _Alignas(32) int32_t part[A8M_TB][8];
+    _Alignas(32) uint8_t pad[8 * 32];              /* a partial last half, zero-filled */
+    for (int64_t t = 0; t < nt; t++)
+        _mm256_store_ps(acc[t], _mm256_setzero_ps());
+    for (int64_t g0 = 0; g0 < n_group; g0 += 8) {
+        __m256 dd[8];
+        scales8(dd, base, row_bytes, g0, n_group);
+        for (int j = 0; j < 8; j++)
+            dd[j] = _mm256_permutevar8x32_ps(dd[j], A8M_LANES);
+        const int64_t c1 = (g0 + 8) * G < n ? (g0 + 8) * G : n;
+        for (int64_t col = g0 * G; col < c1; col += 32) {
+            for (size_t e = pf_at + pf_step < pf_bytes ? pf_at + pf_step : pf_bytes; pf_at < e;
+                 pf_at += 64)
+                _mm_prefetch((const char *)pf + pf_at, SHOAL_PF_WEIGHTS);
+            const int64_t hh = col / 64, g = col / G;
+            const int k4 = (int)(col / 32) & 1;
+            const uint8_t *p = qs + col / 2;
+            size_t rb = row_bytes;
+            if (hh == nh - 1 && tail < 32) {   /* the activation past n is 0 */
+                if (k4 == 0) {
+                    memset(pad, 0, sizeof pad);
+                    for (int i = 0; i < 8; i++)
+                        memcpy(pad + 32 * i, p + (size_t)i * row_bytes, (size_t)tail);
+                }
+                p = pad + 16 * k4;
+                rb = 32;
+            }
+            __m256i lo[4], hi[4];
+            cols4_x8(lo, hi, p, rb);
+            const int8_t *e = q0 + 128 * (hh >> 1) + 32 * (hh & 1) + 16 * k4;
+            const int first = col % G == 0, last = col % G == G - 32 || col + 32 >= n;
+#define PIECE(M) piece_tokens(lo, hi, e, a->q_stride, dx0 + g, sx0 + g, a->n_group, nt, \
+                              dd[g - g0], part, acc, M)
+            if (G == 32 || (first && last))
+                PIECE(3);
+            else if (first)
+                PIECE(0);
+            else if (last)
+                PIECE(2);
+            else
+                PIECE(1);
+#undef PIECE
+        }
+    }
+    for (; pf_at < pf_bytes; pf_at += 64)
+        _mm_prefetch((const char *)pf + pf_at, SHOAL_PF_WEIGHTS);
+    for (int64_t t = 0; t < nt; t++)
+        _mm256_storeu_ps(y + t * y_stride,
+                         _mm256_permutevar8x32_ps(_mm256_load_ps(acc[t]), A8M_ROWS));
+}
+
+static void rows8_many_any(float *y, int64_t y_stride, const uint8_t *base, size_t row_bytes,
+                           const struct shoal_quant_act *a, int64_t t0, int64_t nt, int64_t n,
+                           int64_t n_group, int64_t nh, int tail, int G, const uint8_t *pf,
+                           size_t pf_bytes)
+{
+#define MANY(G_) rows8_many_a8(y, y_stride, base, row_bytes, a, t0, nt, n, n_group, nh, tail, G_, \
+                               pf, pf_bytes)
+    if (G == 32)
+        MANY(32);
+    else if (G == 64)
+        MANY(64);
+    else
+        MANY(128);
+#undef MANY
+}
+
 /* the decode order (shoal_quant_avx2_set_decode_order): 0 rows side by
  * side (rows8_a8), 1 one after another (rows8_seq_a8) */
 static int decode_seq;
@@ -959,14 +1028,14 @@ static void rows8_seq_any(float *y, const uint8_t *base, size_t row_bytes, const
         rows8_seq_a8(y, base, row_bytes, q, dx, sx, n_group, nh, tail, 128, prefetch);
 }
 
-/* Rows in blocks of 8 (rows8_a8, the weights prefetched on the first
- * token); remainder rows run the chain in scalar over groups8's sums. Same
- * bits as the scalar table. */
+/* Rows in blocks of 8: one token through rows8_a8 (or rows8_seq_a8, the
+ * decode order), 2 or more through rows8_many_a8, A8M_TB tokens a pass (the
+ * weights prefetched on the first pass); remainder rows run the chain in
+ * scalar over groups8's sums, token by token. Same bits as the scalar
+ * table. */
 static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_tok,
                          const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
 {
-    if (n_tok >= A8G_MIN_TOK && w->cols <= A8G_MAXN)
-        r0 = rows_a8_gemm(y, a, n_tok, w, r0, r1);
     const int64_t n = w->cols;
     const int G = w->group;
     const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
@@ -985,11 +1054,8 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
     const int seq_order = decode_seq && n_group <= SEQ_MAXG;
     for (; r0 + 8 <= r1; r0 += 8) {
         const uint8_t *base = (const uint8_t *)w->data + (size_t)r0 * row_bytes;
-        if (seq_order) {   /* its own prefetches, along each row */
-            for (int64_t t = 0; t < n_tok; t++)
-                rows8_seq_any(y + t * w->rows + r0, base, row_bytes, a->q + t * a->q_stride,
-                              a->d + t * a->n_group, a->s + t * a->n_group, n_group, nh, tail,
-                              G, t == 0);
+        if (seq_order && n_tok == 1) {   /* its own prefetches, along each row */
+            rows8_seq_any(y + r0, base, row_bytes, a->q, a->d, a->s, n_group, nh, tail, G, 1);
             continue;
         }
         /* block k ahead, or what rows are left of it (never past r1) */
@@ -1004,10 +1070,15 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
             pf_bytes = next_end - next_at < 8 * row_bytes ? next_end - next_at : 8 * row_bytes;
             next_at += pf_bytes;
         }
-        for (int64_t t = 0; t < n_tok; t++)
-            rows8_a8_any(y + t * w->rows + r0, base, row_bytes, a->q + t * a->q_stride,
-                         a->d + t * a->n_group, a->s + t * a->n_group, n_group, nh, tail, G,
-                         pf, t == 0 ? pf_bytes : 0);
+        if (n_tok == 1) {
+            rows8_a8_any(y + r0, base, row_bytes, a->q, a->d, a->s, n_group, nh, tail, G, pf,
+                         pf_bytes);
+            continue;
+        }
+        for (int64_t t0 = 0; t0 < n_tok; t0 += A8M_TB)   /* the prefetch on the first pass */
+            rows8_many_any(y + t0 * w->rows + r0, w->rows, base, row_bytes, a, t0,
+                           n_tok - t0 < A8M_TB ? n_tok - t0 : A8M_TB, n, n_group, nh, tail, G,
+                           pf, t0 == 0 ? pf_bytes : 0);
     }
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * row_bytes;
