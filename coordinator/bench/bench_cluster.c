@@ -269,13 +269,20 @@ json_t *shoal_bench_cluster_snapshot(struct shoal_session *s)
         memset(&st, 0, sizeof st);
         shoal_cluster_exec_stats_get(s->cluster, i, &st);
         json_array_append_new(a, json_pack(
-            "{s:s, s:s, s:f, s:f, s:I, s:I, s:I, s:f, s:I}", "address", st.address,
-            "state", st.state ? st.state : "?", "bytes_sent", (double)st.bytes_sent,
-            "bytes_received", (double)st.bytes_received, "requests", (json_int_t)st.requests,
+            "{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:f, s:I}", "address",
+            st.address, "state", st.state ? st.state : "?", "bytes_sent", (double)st.bytes_sent,
+            "bytes_received", (double)st.bytes_received, "payload_sent",
+            (double)st.payload_sent, "payload_received", (double)st.payload_received,
+            "ssd_bytes", (double)st.ssd_bytes, "requests", (json_int_t)st.requests,
             "errors", (json_int_t)st.errors, "reconnects", (json_int_t)st.reconnects,
             "rtt_ms", st.rtt_ms, "experts_held", (json_int_t)st.experts_held));
     }
     return a;
+}
+
+double shoal_bench_cluster_rounds(struct shoal_session *s)
+{
+    return s->cluster ? (double)shoal_cluster_rounds(s->cluster) : 0.0;
 }
 
 json_t *shoal_bench_cluster_delta(const json_t *before, const json_t *after, double *total)
@@ -296,6 +303,11 @@ json_t *shoal_bench_cluster_delta(const json_t *before, const json_t *after, dou
         json_object_set_new(o, "bytes_sent", json_real(sent));
         json_object_set_new(o, "bytes_received", json_real(recv));
         json_object_set_new(o, "wire_bytes", json_real(sent + recv));
+        static const char *reals[] = {"payload_sent", "payload_received", "ssd_bytes"};
+        for (size_t k = 0; k < 3; k++)
+            json_object_set_new(o, reals[k], json_real(
+                json_number_value(json_object_get(b, reals[k])) -
+                json_number_value(json_object_get(a, reals[k]))));
         static const char *counters[] = {"requests", "errors", "reconnects"};
         for (size_t k = 0; k < 3; k++)
             json_object_set_new(o, counters[k], json_integer(

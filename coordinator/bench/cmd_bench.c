@@ -843,6 +843,7 @@ struct phase_acc {
     struct shoal_ctx_timings t;       /* deltas */
     double stall;                     /* store: waiting for reads */
     double wire_bytes;                /* cluster: sent + received, every executor */
+    double rounds;                    /* cluster: layer rounds that waited on workers */
     json_t *wire;                     /* cluster: per-executor deltas, summed (owned) */
 };
 
@@ -878,8 +879,9 @@ static void wire_add(json_t **sum, const json_t *d)
     json_t *e;
     json_array_foreach(*sum, i, e) {
         const json_t *x = json_array_get(d, i);
-        static const char *keys[] = {"bytes_sent", "bytes_received", "wire_bytes"};
-        for (size_t k = 0; k < 3; k++)
+        static const char *keys[] = {"bytes_sent", "bytes_received", "wire_bytes",
+                                     "payload_sent", "payload_received", "ssd_bytes"};
+        for (size_t k = 0; k < 6; k++)
             json_object_set_new(e, keys[k], json_real(jget(e, keys[k]) + jget(x, keys[k])));
         static const char *ints[] = {"requests", "errors", "reconnects"};
         for (size_t k = 0; k < 3; k++)
@@ -917,6 +919,8 @@ static int run_prompt(struct shoal_session *s, const int32_t *ids, int64_t n, in
     struct shoal_ctx_timings t0 = *shoal_ctx_timings(s->ctx), t1, t2;
     store_stats(s, &st0);
     json_t *c0 = acc ? shoal_bench_cluster_snapshot(s) : NULL, *c1 = NULL, *c2 = NULL;
+    const double r0 = shoal_bench_cluster_rounds(s);
+    double r1 = r0;
     int rc = 0;
     double w0 = shoal_time_s();
     if (shoal_ctx_eval(s->ctx, ids, n, s->logits, 0, &err)) {
@@ -930,6 +934,7 @@ static int run_prompt(struct shoal_session *s, const int32_t *ids, int64_t n, in
     if (acc && acc->dec_use)
         shoal_expert_store_use_get(s->model->store, acc->use_a);
     c1 = acc ? shoal_bench_cluster_snapshot(s) : NULL;
+    r1 = shoal_bench_cluster_rounds(s);
     int32_t id = shoal_sampler_sample(smp, s->logits, hist, n_hist);
     hist[n_hist++] = id;
     double ttft = shoal_time_s() - w0;
@@ -966,6 +971,8 @@ static int run_prompt(struct shoal_session *s, const int32_t *ids, int64_t n, in
         wire_add(&acc->decode.wire, d);
         acc->decode.wire_bytes += w;
         json_decref(d);
+        acc->prefill.rounds += r1 - r0;
+        acc->decode.rounds += shoal_bench_cluster_rounds(s) - r1;
         acc->prefill.seconds += w1 - w0;
         acc->prefill.tokens += n;
         timings_add_delta(&acc->prefill.t, &t0, &t1);
@@ -1238,6 +1245,34 @@ static int rep_child(void *user, json_t **out)
             json_t *ex = json_deep_copy(acc.decode.wire);
             jset(r, "executors_decode", ex);
             jset(r, "executors_prefill", json_deep_copy(acc.prefill.wire));
+            /* the wire against the f32 rows the placement needed, per token */
+            const struct phase_acc *ph[2] = {&acc.prefill, &acc.decode};
+            static const char *name[2] = {"prefill", "decode"};
+            for (int k = 0; k < 2; k++) {
+                double sent = 0, recv = 0, need_s = 0, need_r = 0, ssd = 0;
+                json_array_foreach(ph[k]->wire, i, e) {
+                    sent += jget(e, "bytes_sent");
+                    recv += jget(e, "bytes_received");
+                    need_s += jget(e, "payload_sent");
+                    need_r += jget(e, "payload_received");
+                    ssd += jget(e, "ssd_bytes");
+                }
+                const double tok = ph[k]->tokens > 0 ? (double)ph[k]->tokens : 1.0;
+                char key[64];
+#define PHASE_FIG(suffix, v)                                                        \
+    do {                                                                            \
+        snprintf(key, sizeof key, "%s_%s", name[k], suffix);                        \
+        jset(f, key, v);                                                            \
+    } while (0)
+                PHASE_FIG("wire_sent_kb_per_token", json_real(sent / 1e3 / tok));
+                PHASE_FIG("wire_received_kb_per_token", json_real(recv / 1e3 / tok));
+                PHASE_FIG("wire_over_minimum",
+                          need_s + need_r > 0 ? json_real((sent + recv) / (need_s + need_r))
+                                              : json_null());
+                PHASE_FIG("round_trips_per_token", json_real(ph[k]->rounds / tok));
+                PHASE_FIG("worker_ssd_mb_per_token", json_real(ssd / 1e6 / tok));
+#undef PHASE_FIG
+            }
         }
         jset(r, "figures", f);
         jset(r, "phases", json_pack(

@@ -482,10 +482,21 @@ void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
         out->reconnects = x->reconnects;
         out->bytes_sent = x->bytes_sent;
         out->bytes_received = x->bytes_received;
+        out->payload_sent = x->payload_sent;
+        out->payload_received = x->payload_received;
+        out->ssd_bytes = x->ssd_bytes;
         out->rtt_ms = x->rtt_ms;
         out->experts_held = x->experts_held;
     }
     pthread_mutex_unlock(&cl->mu);
+}
+
+uint64_t shoal_cluster_rounds(struct shoal_cluster *cl)
+{
+    pthread_mutex_lock(&cl->mu);
+    uint64_t n = cl->rounds;
+    pthread_mutex_unlock(&cl->mu);
+    return n;
 }
 
 void shoal_cluster_expert_use_get(struct shoal_cluster *cl, uint64_t *remote_runs,
@@ -507,9 +518,17 @@ void shoal_cluster_print_stats(struct shoal_cluster *cl)
         struct shoal_cluster_exec_stats s;
         shoal_cluster_exec_stats_get(cl, i, &s);
         fprintf(stderr, "shoal: executor %d %s: %s, %u experts, %llu requests, %llu errors, "
-                "%llu reconnects, %.2f MB sent, %.2f MB received, rtt %.2f ms\n", i,
+                "%llu reconnects, %.2f MB sent, %.2f MB received, rtt %.2f ms", i,
                 s.address, s.state, s.experts_held, (unsigned long long)s.requests,
                 (unsigned long long)s.errors, (unsigned long long)s.reconnects,
                 (double)s.bytes_sent / 1e6, (double)s.bytes_received / 1e6, s.rtt_ms);
+        const uint64_t need = s.payload_sent + s.payload_received;
+        if (need)
+            fprintf(stderr, ", wire %.3fx the rows it carried, %.2f MB read from its disk",
+                    (double)(s.bytes_sent + s.bytes_received) / (double)need,
+                    (double)s.ssd_bytes / 1e6);
+        fputc('\n', stderr);
     }
+    fprintf(stderr, "shoal: cluster: %llu layer rounds waited on workers\n",
+                (unsigned long long)shoal_cluster_rounds(cl));
 }

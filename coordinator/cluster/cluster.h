@@ -190,7 +190,12 @@ struct shoal_cluster_exec_stats {
     char address[128];
     const char *state;          /* "up", "down", "joining", "draining", "faulty"; static */
     uint64_t requests, errors, reconnects;
-    uint64_t bytes_sent, bytes_received;
+    uint64_t bytes_sent, bytes_received;   /* on its connection, frames whole */
+    /* the rows its requests carried, f32 (the protocol's minimum for the
+     * placement): hidden rows sent (each row a request needs, once) and
+     * expert outputs received (one per routed row of each of its experts) */
+    uint64_t payload_sent, payload_received;
+    uint64_t ssd_bytes;         /* expert bytes its answers say it read from disk */
     double rtt_ms;
     uint32_t experts_held;
 };
@@ -200,6 +205,11 @@ struct shoal_cluster_exec_stats {
 int shoal_cluster_n_executors(struct shoal_cluster *cl);
 void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
                                   struct shoal_cluster_exec_stats *out);
+
+/* Layer rounds since create that sent requests to workers and waited for
+ * them (one per MoE layer step, more when a failure re-runs experts): the
+ * round trips on a step's critical path. Thread: any. */
+uint64_t shoal_cluster_rounds(struct shoal_cluster *cl);
 
 /* Where the workers ran routed experts (the batch-union placement, as it
  * happened; the local store's share is in its own counters,

@@ -72,6 +72,9 @@ struct exec {
     char last_error[256];
     uint64_t requests, errors, reconnects;
     uint64_t bytes_sent, bytes_received;
+    uint64_t payload_sent;       /* [mu] f32 rows its requests needed: hidden rows sent */
+    uint64_t payload_received;   /* [mu] and expert outputs answered (the wire's minimum) */
+    uint64_t ssd_bytes;          /* [mu] bytes_read its answered requests reported */
     double rtt_ms;               /* last heartbeat round trip */
     uint64_t last_seen_ns;       /* monotonic time of the last frame from it */
     uint32_t in_flight;          /* expert requests outstanding */
@@ -182,6 +185,7 @@ struct shoal_cluster {
     /* status [mu] */
     struct shoal_ctx_timings t;         /* last snapshot from the forward pass */
     uint64_t tokens;
+    uint64_t rounds;                    /* layer rounds that waited on a worker's answer */
     double tok_per_s;
     double decode_s[32];                /* recent decode steps' wall times */
     int64_t decode_n[32];               /* and the tokens each made (its sequences) */

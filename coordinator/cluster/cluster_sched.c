@@ -348,6 +348,7 @@ static int send_request(struct shoal_cluster *cl, const struct shoal_cluster_lay
     p->reply_bytes = total * (uint64_t)E * sizeof(float) + 256;
     cl->exec[r->x].in_flight++;
     cl->exec[r->x].requests++;
+    cl->exec[r->x].payload_sent += rq.hidden.len;
     pthread_mutex_unlock(&cl->mu);
     struct out_msg *m = shoal_xcalloc(1, sizeof *m);
     m->kind = OUT_SEND;
@@ -701,6 +702,11 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
             }
         }
         double until = shoal_cluster_now() + cl->p.request_timeout_s;
+        if (n_rq > 0) {
+            pthread_mutex_lock(&cl->mu);
+            cl->rounds++;
+            pthread_mutex_unlock(&cl->mu);
+        }
         wait_round(cl, rq, n_rq, until);
         for (int i = 0; i < n_rq; i++) {
             if (!rq[i].id)
@@ -717,6 +723,8 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                     pthread_mutex_lock(&cl->mu);
                     cl->exec[x].hits += rs->cache_hits;      /* until its next StatusReply */
                     cl->exec[x].misses += rs->disk_reads;
+                    cl->exec[x].payload_received += rs->out.len;
+                    cl->exec[x].ssd_bytes += rs->bytes_read;
                     for (int64_t j = rq[i].first; j < rq[i].first + rq[i].n; j++) {
                         const int64_t c = il * cl->n_expert + bu->expert[ord[j]];
                         cl->remote_runs[c]++;
