@@ -90,6 +90,7 @@ class Lab:
         self.short = "s%x" % (os.getpid() % 0xfffff)
         self.hosts, self.procs, self.cgroups = [], [], []
         self._old_term = None
+        self._old_forward = None
         self.octet = self._free_octet()
 
     @staticmethod
@@ -120,7 +121,10 @@ class Lab:
         limits both directions with tbf, which lets `burst` bytes (tc's
         units) through at the veth's own speed before the rate holds: a
         small burst makes each message wait for the rate as a real link's
-        serialization does."""
+        serialization does. The host routes everything through the root
+        namespace (route_between() lets hosts reach each other); this
+        kernel has no netem, so a round trip's delay comes from
+        delayproxy.py."""
         h = Host(self, len(self.hosts) + 1, name)
         self.hosts.append(h)
         _run("ip", "netns", "add", h.ns)
@@ -131,12 +135,23 @@ class Lab:
         _run(*h.argv(["ip", "addr", "add", h.addr + "/24", "dev", h.veth_host]))
         _run(*h.argv(["ip", "link", "set", h.veth_host, "up"]))
         _run(*h.argv(["ip", "link", "set", "lo", "up"]))
+        _run(*h.argv(["ip", "route", "add", "default", "via", h.gateway]))
         if rate:
             _run("tc", "qdisc", "add", "dev", h.veth_root, "root", "tbf", "rate", rate,
                  "burst", burst, "latency", "50ms")
             _run(*h.argv(["tc", "qdisc", "add", "dev", h.veth_host, "root", "tbf", "rate",
                           rate, "burst", burst, "latency", "50ms"]))
         return h
+
+    def route_between(self):
+        """Let the hosts reach each other through the root namespace (IPv4
+        forwarding on until close()): a host's link then carries all its
+        traffic, as one machine's NIC on a switched LAN does."""
+        path = "/proc/sys/net/ipv4/ip_forward"
+        if self._old_forward is None:
+            self._old_forward = open(path).read().strip()
+        with open(path, "w") as f:
+            f.write("1\n")
 
     def _cgroup(self, controller, name):
         path = os.path.join(CG, controller, "%s-%s" % (self.prefix, name))
@@ -175,6 +190,10 @@ class Lab:
             _run("ip", "netns", "del", h.ns, check=False)
             _run("ip", "link", "del", h.veth_root, check=False)
         self.hosts = []
+        if self._old_forward is not None:
+            with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
+                f.write(self._old_forward + "\n")
+            self._old_forward = None
         for path in reversed(self.cgroups):
             for _ in range(50):
                 try:

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""The cluster grid (issue 33; protocol and results in docs/BENCHMARKS.md
+"The cluster at DeepSeek-V3 widths").
+
+Every cell: the coordinator and N shoal-workers, each in its own network
+namespace behind a link shaped to RATE (tbf on both ends; the
+coordinator's link carries all its traffic, as one NIC on a switched LAN
+does) with a round trip of RTT (tests/cluster/delayproxy.py in the root
+namespace delays each direction by RTT/2: this kernel has no netem), each
+worker reading its
+--shard of the container through a blkio-throttled disk with an expert
+cache smaller than its shard, page cache dropped, O_DIRECT. The coordinator
+runs `shoal bench --state cold` (one process, one prompt) and the cell
+prints, per token of each phase:
+
+  tok/s; wire KB each way and its ratio to the f32 rows the placement
+  needed (the protocol's minimum); layer round trips; worker SSD MB; and
+  the bounds: disks (worker SSD bytes / the workers' summed throttle),
+  link (the coordinator NIC's larger direction / RATE + round trips x RTT;
+  in decode plus the cores' time, as one sequence's layer rounds, their
+  bytes and their compute form one dependency chain), cores (the
+  coordinator's own compute measured in the run, plus the routed expert
+  bytes computed at --compute-gbps); the binding one is the largest, and
+  ratio = binding bound / measured time (1.0 = at the bound).
+
+Needs root. Usage:
+  sudo /usr/bin/python3 bench/cluster_grid.py --build build --model DIR \\
+      [--workers 1,2,4] [--rate 1gbit,10gbit] [--rtt-ms 0.1,2] \\
+      [--disk-mbps 150] [--cache 1500M] [--prompt-len 8] [--gen 6] \\
+      [--state cold|warm] [--replicas 1] [--skew 1] [--compute-gbps 12] [--json OUT]
+--skew F makes worker 0's disk F times the others' (a fast machine beside
+slow ones). The model: `shoal synth --family deepseek_v3 --layers 5
+--experts int4a8 --dense int4a8 --gb 30` (1 dense + 4 MoE layers at V3's
+widths).
+"""
+import argparse
+import base64
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "cluster"))
+sys.path.insert(0, HERE)
+import benchlib as bl  # noqa: E402
+import netlab  # noqa: E402
+
+log = bl.log
+RATE_BITS = {"mbit": 1e6, "gbit": 1e9}
+
+
+def rate_bps(text):
+    """'2.5gbit' -> bytes per second."""
+    m = re.fullmatch(r"([0-9.]+)(mbit|gbit)", text)
+    if not m:
+        raise SystemExit("cluster_grid: rate %r: expected like 1gbit or 2.5gbit" % text)
+    return float(m.group(1)) * RATE_BITS[m.group(2)] / 8
+
+
+def model_shape(model):
+    cfg = json.load(open(os.path.join(model, "config.json")))
+    meta = {}
+    p = os.path.join(model, "shoal.json")
+    if os.path.exists(p):
+        meta = json.load(open(p))
+    n_layer = cfg.get("num_hidden_layers")
+    dense = cfg.get("first_k_dense_replace", 0)
+    return {"n_embd": cfg.get("hidden_size"), "n_moe": n_layer - dense,
+            "top_k": cfg.get("num_experts_per_tok"), "meta": meta,
+            "n_expert": cfg.get("n_routed_experts") or cfg.get("num_experts") or
+            cfg.get("num_local_experts")}
+
+
+def blob_bytes(model):
+    """Bytes of one routed expert (`shoal inspect`'s "per expert" line)."""
+    r = subprocess.run([os.path.join(ARGS.build, "coordinator", "shoal"), "inspect", model],
+                       capture_output=True, text=True)
+    m = re.search(r"per expert\s+(\d+) bytes", r.stdout + r.stderr)
+    return int(m.group(1)) if m else None
+
+
+class Cell:
+    def __init__(self, n_workers, rate, rtt_ms, key, workdir):
+        self.n, self.rate, self.rtt_ms, self.key, self.dir = n_workers, rate, rtt_ms, key, workdir
+
+    def name(self):
+        return "%d worker%s, %s, rtt %g ms" % (self.n, "" if self.n == 1 else "s", self.rate,
+                                               self.rtt_ms)
+
+    def run(self):
+        a = ARGS
+        bl.drop_caches()
+        shoal = os.path.join(a.build, "coordinator", "shoal")
+        worker = os.path.join(a.build, "worker", "shoal-worker")
+        env = dict(os.environ)
+        with netlab.Lab(prefix="shoalg%d" % os.getpid()) as lab:
+            lab.route_between()
+            coord = lab.add_host("c", rate=self.rate)
+            hosts = [lab.add_host("w%d" % i, rate=self.rate) for i in range(self.n)]
+            procs, addrs = [], []
+            for i, h in enumerate(hosts):
+                mbps = a.disk_mbps * (a.skew if i == 0 else 1.0)
+                lp = os.path.join(self.dir, "w%d.log" % i)
+                cmd = [worker, "--model", a.model, "--listen", "%s:7070" % h.addr,
+                       "--cluster-key", self.key, "--direct", "on", "--expert-cache", a.cache,
+                       "--shard", "%d/%d:%d" % (i, self.n, min(ARGS.replicas, self.n))]
+                with open(lp, "w") as lf:
+                    lf.write("# %s (disk %.0f MB/s)\n" % (" ".join(cmd), mbps))
+                    lf.flush()
+                    procs.append(h.popen(cmd, blkio_bps=int(mbps * 1e6), stdout=lf,
+                                         stderr=subprocess.STDOUT, env=env))
+            for p, i in zip(procs, range(self.n)):
+                bl._wait_ready(p, os.path.join(self.dir, "w%d.log" % i), 600)
+            # the round trip: a delaying forwarder per worker, on the root
+            # side of its link (the coordinator reaches it through its own)
+            addrs = []
+            for i, h in enumerate(hosts):
+                px = subprocess.Popen(
+                    ["/usr/bin/python3", os.path.join(ROOT, "tests", "cluster", "delayproxy.py"),
+                     "%s:7071" % h.gateway, "%s:7070" % h.addr, str(self.rtt_ms / 2)],
+                    stdout=subprocess.PIPE, text=True, start_new_session=True)
+                lab.procs.append(px)
+                if px.stdout.readline().strip() != "listening":
+                    raise RuntimeError("delayproxy for %s did not start" % h.addr)
+                addrs.append("%s:7071" % h.gateway)
+            out = os.path.join(self.dir, "bench.json")
+            cmd = [shoal, "bench", "--model", a.model, "--workers", ",".join(addrs),
+                   "--cluster-key", self.key, "--local-experts", "off", "--state", a.state,
+                   "--reps", "1", "--limits", "off", "--prompt-len", str(a.prompt_len),
+                   "--gen", str(a.gen), "--connect-timeout", "60", "--json", out]
+            with open(os.path.join(self.dir, "coordinator.log"), "w") as lf:
+                lf.write("# %s\n" % " ".join(cmd))
+                lf.flush()
+                rc = subprocess.run(coord.argv(cmd), stdout=lf, stderr=subprocess.STDOUT,
+                                    env=env, timeout=a.timeout).returncode
+            if rc != 0:
+                raise RuntimeError("shoal bench failed (%d): see %s" % (
+                    rc, os.path.join(self.dir, "coordinator.log")))
+            return json.load(open(out))
+
+
+def figures(res, cell, shape, blob):
+    """The per-token figures and bounds of one cell's `shoal bench` JSON."""
+    run = res["runs"][0] if "runs" in res else res
+    f = run["figures"]
+    ph = run["phases"]
+    rate = rate_bps(cell.rate)
+    out = {}
+    for phase in ("prefill", "decode"):
+        p = ph[phase]
+        tok = max(1, p["tokens"])
+        t_meas = p["seconds"] / tok
+        sent = f.get("%s_wire_sent_kb_per_token" % phase, 0) * 1e3
+        recv = f.get("%s_wire_received_kb_per_token" % phase, 0) * 1e3
+        rt = f.get("%s_round_trips_per_token" % phase, 0)
+        ssd = f.get("%s_worker_ssd_mb_per_token" % phase, 0) * 1e6
+        disks = ARGS.disk_mbps * 1e6 * (cell.n - 1 + ARGS.skew)
+        t_disk = ssd / disks
+        t_link = max(sent, recv) / rate + rt * cell.rtt_ms / 1e3
+        own = (p["attention"] + p["routing"] + p["combine"] + p["head"]) / tok
+        # decode: top_k experts per MoE layer per token; prefill: the union
+        # is at most every expert of a layer once per chunk
+        routed = shape["n_moe"] * shape["top_k"] * blob if blob else 0
+        if phase == "prefill" and blob:
+            routed = min(routed, shape["n_moe"] * shape["n_expert"] * blob / tok)
+        t_cores = own + routed / (ARGS.compute_gbps * 1e9)
+        if phase == "decode":
+            # one sequence: a layer's round trip, its rows on the wire and
+            # the compute on both ends lie on one dependency chain; nothing
+            # of the next layer can start before they end
+            t_link += t_cores
+        bounds = {"disks": t_disk, "link": t_link, "cores": t_cores}
+        binding = max(bounds, key=bounds.get)
+        out[phase] = {
+            "tok_s": 1.0 / t_meas if t_meas > 0 else None,
+            "wire_kb_sent": sent / 1e3, "wire_kb_received": recv / 1e3,
+            "wire_over_min": f.get("%s_wire_over_minimum" % phase),
+            "round_trips": rt, "ssd_mb": ssd / 1e6,
+            "bound_ms": {k: v * 1e3 for k, v in bounds.items()},
+            "binding": binding,
+            "ratio": bounds[binding] / t_meas if t_meas > 0 else None,
+        }
+    return out
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--workers", default="1,2,4")
+    ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--rtt-ms", default="0.1")
+    ap.add_argument("--disk-mbps", type=float, default=150)
+    ap.add_argument("--skew", type=float, default=1.0)
+    ap.add_argument("--state", choices=("cold", "warm"), default="cold",
+                    help="warm: after one unmeasured pass (a cache as large as the "
+                         "shard then holds it all: the links and cores alone)")
+    ap.add_argument("--replicas", type=int, default=1,
+                    help="holders of each expert (--shard I/N:R, at most N)")
+    ap.add_argument("--cache", default="1500M")
+    ap.add_argument("--prompt-len", type=int, default=8)
+    ap.add_argument("--gen", type=int, default=6)
+    ap.add_argument("--compute-gbps", type=float, default=12.0,
+                    help="routed expert bytes this machine computes per second "
+                         "(kernel_bench's paired figure at all threads)")
+    ap.add_argument("--timeout", type=int, default=3600)
+    ap.add_argument("--workdir", default="/tmp/cluster_grid")
+    ap.add_argument("--json")
+    ARGS = ap.parse_args()
+    ok, why = netlab.Lab.available()
+    if not ok:
+        print("cluster_grid: skipped: %s" % why)
+        return 0
+    os.makedirs(ARGS.workdir, exist_ok=True)
+    key = os.path.join(ARGS.workdir, "cluster.key")
+    with open(key, "w") as f:
+        f.write(base64.b64encode(secrets.token_bytes(32)).decode() + "\n")
+    os.chmod(key, 0o600)
+    shape = model_shape(ARGS.model)
+    blob = blob_bytes(ARGS.model)
+    results = []
+    print("| workers | link | RTT | phase | tok/s | wire KB/token sent / received | "
+          "wire / minimum | round trips / token | worker SSD MB/token | bounds ms/token "
+          "(disks, link, cores) | binding | measured / bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for n in [int(x) for x in ARGS.workers.split(",")]:
+        for rate in ARGS.rate.split(","):
+            for rtt in [float(x) for x in ARGS.rtt_ms.split(",")]:
+                cell = Cell(n, rate, rtt, key, os.path.join(
+                    ARGS.workdir, "%dw-%s-%gms" % (n, rate, rtt)))
+                os.makedirs(cell.dir, exist_ok=True)
+                log("cell: %s" % cell.name())
+                t0 = time.time()
+                res = cell.run()
+                fig = figures(res, cell, shape, blob)
+                results.append({"workers": n, "rate": rate, "rtt_ms": rtt,
+                                "seconds": time.time() - t0, "figures": fig})
+                for phase in ("prefill", "decode"):
+                    g = fig[phase]
+                    b = g["bound_ms"]
+                    print("| %d | %s | %g ms | %s | %.2f | %.0f / %.0f | %s | %.2f | %.0f | "
+                          "%.0f, %.0f, %.0f | %s | %.2f |" % (
+                              n, rate, rtt, phase, g["tok_s"], g["wire_kb_sent"],
+                              g["wire_kb_received"],
+                              "%.3f" % g["wire_over_min"] if g["wire_over_min"] else "-",
+                              g["round_trips"], g["ssd_mb"], b["disks"], b["link"],
+                              b["cores"], g["binding"], g["ratio"]), flush=True)
+    if ARGS.json:
+        with open(ARGS.json, "w") as f:
+            json.dump({"date": time.strftime("%Y-%m-%d"), "model": ARGS.model,
+                       "args": vars(ARGS), "blob_bytes": blob, "shape": shape,
+                       "cells": results}, f, indent=1)
+    return 0
+
+
+ARGS = None
+if __name__ == "__main__":
+    sys.exit(main())
