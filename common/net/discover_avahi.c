@@ -74,10 +74,67 @@ struct shoal_discover_announcer {
     uint16_t port;
     AvahiIfIndex iface;               /* AVAHI_IF_UNSPEC: every interface */
     AvahiProtocol proto;
+    int any;                          /* bound to a wildcard address */
+    struct sockaddr_storage bound;    /* else the address it is bound to */
 };
 
 static void group_cb(AvahiServer *s, AvahiSEntryGroup *g, AvahiEntryGroupState state,
                      void *user);
+
+/* Whether interface address sa is one the worker can be reached at. */
+static int reachable_at(const struct shoal_discover_announcer *a, const struct ifaddrs *i)
+{
+    const struct sockaddr *sa = i->ifa_addr;
+    if (!sa || (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP) ||
+        (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
+        return 0;
+    const struct sockaddr_in *v4 = (const struct sockaddr_in *)(const void *)sa;
+    const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)(const void *)sa;
+    if (sa->sa_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&v6->sin6_addr))
+        return 0;   /* HOST:PORT cannot carry its scope: browsers skip it */
+    if (a->any)
+        return 1;
+    if (sa->sa_family != a->bound.ss_family)
+        return 0;
+    if (sa->sa_family == AF_INET)
+        return v4->sin_addr.s_addr == ((const struct sockaddr_in *)&a->bound)->sin_addr.s_addr;
+    return !memcmp(&v6->sin6_addr, &((const struct sockaddr_in6 *)&a->bound)->sin6_addr,
+                   sizeof v6->sin6_addr);
+}
+
+/* The A/AAAA records of host, one per address the worker is reachable at
+ * (every interface's for a wildcard --listen), without the reverse PTR
+ * records: those name one host per address, so a second responder on the
+ * machine (another worker, avahi-daemon) would contest them. Returns how
+ * many were added. Thread: the poll's. */
+static int add_addresses(struct shoal_discover_announcer *a, AvahiServer *s, const char *host)
+{
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list) < 0)
+        return 0;
+    int n = 0;
+    for (struct ifaddrs *i = list; i; i = i->ifa_next) {
+        if (!reachable_at(a, i))
+            continue;
+        AvahiAddress addr;
+        memset(&addr, 0, sizeof addr);
+        if (i->ifa_addr->sa_family == AF_INET) {
+            addr.proto = AVAHI_PROTO_INET;
+            addr.data.ipv4.address =
+                ((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr.s_addr;
+        } else {
+            addr.proto = AVAHI_PROTO_INET6;
+            memcpy(addr.data.ipv6.address,
+                   &((const struct sockaddr_in6 *)(const void *)i->ifa_addr)->sin6_addr, 16);
+        }
+        const int idx = (int)if_nametoindex(i->ifa_name);
+        if (idx > 0 && avahi_server_add_address(s, a->group, idx, addr.proto,
+                                                AVAHI_PUBLISH_NO_REVERSE, host, &addr) == 0)
+            n++;
+    }
+    freeifaddrs(list);
+    return n;
+}
 
 /* (Re)publish the service in an empty group. Thread: the poll's. */
 static void publish(struct shoal_discover_announcer *a, AvahiServer *s)
@@ -89,8 +146,14 @@ static void publish(struct shoal_discover_announcer *a, AvahiServer *s)
     }
     if (!avahi_s_entry_group_is_empty(a->group))
         return;
+    const char *host = avahi_server_get_host_name_fqdn(s);
+    if (add_addresses(a, s, host) == 0) {
+        shoal_log(SHOAL_LOG_WARN, "mdns", "not announced: no interface that is up has an "
+                  "address the worker listens on");
+        return;
+    }
     int r = avahi_server_add_service(s, a->group, a->iface, a->proto, 0, a->name,
-                                     SHOAL_DISCOVER_SERVICE, NULL, NULL, a->port, "v=1",
+                                     SHOAL_DISCOVER_SERVICE, NULL, host, a->port, "v=1",
                                      a->txt_key, a->txt_fp[0] ? a->txt_fp : NULL, NULL);
     if (r == 0)
         r = avahi_s_entry_group_commit(a->group);
@@ -222,6 +285,8 @@ shoal_discover_announce_start(const struct shoal_discover_announce_params *p,
         return NULL;
     }
     a->port = port;
+    a->any = any;
+    a->bound = ss;
     a->iface = AVAHI_IF_UNSPEC;
     a->proto = AVAHI_PROTO_UNSPEC;
     if (!any) {
@@ -246,6 +311,7 @@ shoal_discover_announce_start(const struct shoal_discover_announce_params *p,
     AvahiServerConfig cfg;
     base_config(&cfg);
     cfg.host_name = avahi_strdup(hn);
+    cfg.publish_addresses = 0;   /* add_addresses: ours, without reverse records */
     int aerr = 0;
     if (!(a->poll = avahi_threaded_poll_new())) {
         shoal_err_set(err, -SHOAL_EIO, "mDNS: cannot create avahi's poll thread");
