@@ -41,9 +41,9 @@ static void usage(FILE *f)
         "  --cluster-key FILE   the cluster's key, when the coordinator has one\n"
         "  --timeout SECONDS    connect and reply deadline (default 5)\n"
         "  --workers auto       instead of asking a coordinator, list the workers of\n"
-        "                       this --cluster-key found on the LAN (mDNS/DNS-SD %s),\n"
-        "                       one line each: address, name, model fingerprint; none\n"
-        "                       found: exit 1\n"
+        "                       this --cluster-key found on the LAN (mDNS/DNS-SD\n"
+        "                       %s), one line each: address, name, model\n"
+        "                       fingerprint; none found: exit 1\n"
         "  --discover-timeout S how long --workers auto browses (default %g)\n",
         SHOAL_CLUSTER_CONTROL_DEFAULT, SHOAL_DISCOVER_SERVICE,
         SHOAL_DISCOVER_BROWSE_S_DEFAULT);

@@ -188,7 +188,8 @@ static int parse_cluster_flag(struct shoal_session_opts *o, int argc, char **arg
         else
             o->max_unauth_per_addr = (int)n;
     } else {
-        if (shoal_cli_parse_f64(a, val, 0.05, 3600, &d))
+        /* a browse is bounded (discover.h): a minute at most */
+        if (shoal_cli_parse_f64(a, val, 0.05, strcmp(a, "--discover-timeout") ? 3600 : 60, &d))
             return -1;
         if (!strcmp(a, "--connect-timeout"))
             o->connect_timeout = d;
