@@ -623,9 +623,10 @@ int main(int argc, char **argv)
                 .name = name, .listen = bound, .key = &key, .fingerprint = fingerprint};
             struct shoal_err aerr = {0};
             announcer = shoal_discover_announce_start(&ap, &aerr);
-            if (!announcer)
-                shoal_log(SHOAL_LOG_WARN, "worker", "not announced on the LAN: %s "
-                          "(coordinators can still name it in --workers)", aerr.msg);
+            if (!announcer)   /* a build without mDNS: said, not warned */
+                shoal_log(aerr.code == -SHOAL_EUNSUPPORTED ? SHOAL_LOG_INFO : SHOAL_LOG_WARN,
+                          "worker", "not announced on the LAN: %s (coordinators can still "
+                          "name it in --workers)", aerr.msg);
         }
     }
     /* the handlers are installed (server create) and every thread has

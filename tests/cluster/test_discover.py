@@ -20,13 +20,21 @@ multicast on; root only, skipped with the reason otherwise):
      same run with the two workers named;
    - a key no worker has: exit 1 and one line naming what was seen; no key:
      exit 2 and one line;
+   - a hostile host d (mdns_flood.py) sends 300 malformed services (bad
+     TXT, huge TXT, control bytes, a NUL, short A records, another key):
+     status still lists exactly a:7070 and b:7070; then 120 services with
+     the right key id (copied: it is public) at bogus addresses: status
+     keeps at most 63 and exits 0, without a crash;
    - the workers withdraw on SIGTERM and exit 0.
 
 Usage: /usr/bin/python3 tests/cluster/test_discover.py --shoal BIN --worker BIN [--keep]
 """
 import argparse
+import hashlib
+import hmac
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -71,6 +79,22 @@ def usage_checks(args, keys, tmp):
           "rc=%d %s" % (r.returncode, r.stderr))
 
 
+def key_id(path):
+    """docs/PROTOCOL.md "Discovery": the first 8 bytes of
+    HMAC-SHA-256(key, label) in hex, the key being SHA-256 of the file's
+    secret without surrounding whitespace."""
+    with open(path, "rb") as f:
+        key = hashlib.sha256(f.read().strip()).digest()
+    return hmac.new(key, b"shoal discovery key id v1", hashlib.sha256).hexdigest()[:16]
+
+
+def flood(host, keyid, mode, count, seconds):
+    """mdns_flood.py on host, running for seconds (started, not waited)."""
+    return host.popen(["/usr/bin/python3", os.path.join(HERE, "mdns_flood.py"), "--addr",
+                       host.addr, "--keyid", keyid, "--mode", mode, "--count", str(count),
+                       "--seconds", str(seconds)])
+
+
 def mdns_in_build(args, keys):
     """(True, "") or (False, why)."""
     r = L.run([args.shoal, "status", "--workers", "auto", "--cluster-key", keys["K"],
@@ -100,7 +124,7 @@ def lan(args, keys, tmp):
         return
     fingerprint = json.load(open(os.path.join(args.ct, "shoal.json"))).get("fingerprint")
     with N.Lab() as lab:
-        a, b, c = (lab.add_host(n, lan=True) for n in ("a", "b", "c"))
+        a, b, c, d = (lab.add_host(n, lan=True) for n in ("a", "b", "c", "d"))
 
         def on(h):
             return lambda argv, **kw: h.popen(argv, **kw)
@@ -178,6 +202,31 @@ def lan(args, keys, tmp):
             g = Gen(shoal_c, tmp, "nokey", args.ct, PROMPT, GEN, ["--workers", "auto"] + QUIET)
             check("run --workers auto without a key: exit 2, one line",
                   g.rc == 2 and one_line(g.err), detail(g))
+
+            # a hostile host on the LAN
+            kid = key_id(keys["K"])
+            fl = flood(d, kid, "malformed", 300, BROWSE_S + 4)
+            time.sleep(0.5)
+            r = L.run([shoal_c, "status", "--workers", "auto", "--cluster-key", keys["K"]])
+            found = [ln.split()[0] for ln in r.stdout.strip().splitlines()]
+            check("300 malformed services on the LAN: status still lists exactly the 2 "
+                  "workers of K", r.returncode == 0 and found == want,
+                  "rc=%d found %s; %s" % (r.returncode, found, r.stderr.strip()[-300:]))
+            # the flood arrived and was counted: a key no one has sees it all
+            r = L.run([shoal_c, "status", "--workers", "auto", "--cluster-key", keys["K3"]])
+            m = re.search(r"other keys: (\d+), malformed: (\d+)", r.stderr)
+            check("the malformed services were seen, checked and dropped (counted)",
+                  r.returncode == 1 and m and int(m.group(1)) >= 10 and int(m.group(2)) >= 50,
+                  r.stderr.strip())
+            L.harness.stop(fl)
+            fl = flood(d, kid, "copied", 120, BROWSE_S + 4)
+            time.sleep(0.5)
+            r = L.run([shoal_c, "status", "--workers", "auto", "--cluster-key", keys["K"]])
+            lines = r.stdout.strip().splitlines()
+            check("120 services with a copied key id: at most 63 kept, exit 0, no crash",
+                  r.returncode == 0 and 2 < len(lines) <= 63,
+                  "rc=%d %d lines; %s" % (r.returncode, len(lines), r.stderr.strip()[-300:]))
+            L.harness.stop(fl)
         finally:
             rcs = [w.stop() for w in ws]
         check("the workers exit 0 on SIGTERM", rcs and all(rc == 0 for rc in rcs), rcs)
