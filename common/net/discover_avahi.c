@@ -5,6 +5,7 @@
  * (the callbacks) or before that thread starts and after it stops; a
  * browse runs a simple poll on the caller's thread. */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <sodium.h>
@@ -247,7 +248,7 @@ static void host_name(char *out, size_t cap)
     if (dot)
         *dot = 0;
     for (char *c = h; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
+        if (!isalnum((unsigned char)*c))
             *c = '-';
     h[40] = 0;
     snprintf(out, cap, "shoal-%s-%08x", h, (unsigned)randombytes_random());
@@ -275,8 +276,9 @@ shoal_discover_announce_start(const struct shoal_discover_announce_params *p,
     const uint16_t port = ntohs(ss.ss_family == AF_INET
                                     ? ((const struct sockaddr_in *)&ss)->sin_port
                                     : ((const struct sockaddr_in6 *)&ss)->sin6_port);
+    const struct sockaddr_in *v4 = (const struct sockaddr_in *)&ss;
     const int any = ss.ss_family == AF_INET
-                        ? ((const struct sockaddr_in *)&ss)->sin_addr.s_addr == htonl(INADDR_ANY)
+                        ? v4->sin_addr.s_addr == htonl(INADDR_ANY)
                         : !memcmp(&((const struct sockaddr_in6 *)&ss)->sin6_addr,
                                   &in6addr_any, sizeof in6addr_any);
     struct shoal_discover_announcer *a = calloc(1, sizeof *a);

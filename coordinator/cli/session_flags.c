@@ -189,7 +189,8 @@ static int parse_cluster_flag(struct shoal_session_opts *o, int argc, char **arg
             o->max_unauth_per_addr = (int)n;
     } else {
         /* a browse is bounded (discover.h): a minute at most */
-        if (shoal_cli_parse_f64(a, val, 0.05, strcmp(a, "--discover-timeout") ? 3600 : 60, &d))
+        const double max = strcmp(a, "--discover-timeout") ? 3600 : 60;
+        if (shoal_cli_parse_f64(a, val, 0.05, max, &d))
             return -1;
         if (!strcmp(a, "--connect-timeout"))
             o->connect_timeout = d;
@@ -294,7 +295,7 @@ int shoal_cli_discover(const char *key_path, double seconds,
     }
     if (n == 0) {
         shoal_cli_error("--workers auto: no shoal-worker of this cluster answered on the LAN "
-                        "within %g s (%s services seen of other keys: %d, malformed: %d); is "
+                        "within %g s (%s services of other keys: %d, malformed: %d); is "
                         "shoal-worker running there with the same --cluster-key and a "
                         "non-loopback --listen?", seconds, SHOAL_DISCOVER_SERVICE,
                         st.other_key, st.malformed);
