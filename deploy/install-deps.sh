@@ -21,7 +21,7 @@ DEBS="build-essential meson ninja-build pkg-config clang libclang-rt-dev libomp-
 libjansson-dev libxxhash-dev libpcre2-dev libutf8proc-dev libuv1-dev libprotobuf-c-dev \
 protobuf-c-compiler libsodium-dev liburing-dev libcriterion-dev libedit-dev python3 \
 python3-numpy python3-matplotlib python3-jinja2 python3-regex fio \
-libmicrohttpd-dev curl chromium python3-websocket"
+libmicrohttpd-dev curl chromium python3-websocket libavahi-core-dev"
 BREWS="meson ninja pkg-config libomp jansson xxhash pcre2 utf8proc libuv protobuf-c \
 criterion libedit libsodium libmicrohttpd numpy node"
 

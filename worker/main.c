@@ -29,6 +29,7 @@
 #include "config.h"
 #include "container.h"
 #include "container_cache.h"
+#include "discover.h"
 #include "exec.h"
 #include "log.h"
 #include "omp_env.h"
@@ -55,6 +56,7 @@ struct opts {
     int max_unauth_per_addr;         /* --max-unauthenticated-per-address; 0: the
                                       * default, at most max_unauth */
     int stats;                       /* log the store's counters at exit */
+    int announce;                    /* --announce: mDNS with a key (default on) */
     const char *test_nan;            /* TEST ONLY: SHOAL_TEST_NAN_EXPERT, or NULL */
     int64_t test_nan_layer, test_nan_expert;   /* -1: any */
     enum shoal_log_level log_level;
@@ -108,6 +110,10 @@ static void usage(FILE *f)
         "                       re-dial with backoff whenever the connection drops\n"
         "  --cluster-key FILE   shared secret; every peer must prove it holds it\n"
         "  --name NAME          how this worker names itself to peers (default host:port)\n"
+        "  --announce on|off    with --cluster-key and a non-loopback --listen, announce\n"
+        "                       this worker on the LAN as mDNS/DNS-SD %s (shoal\n"
+        "                       --workers auto finds it; the key is not in it, only a\n"
+        "                       key id; default on)\n"
         "  --expert-cache SIZE  RAM budget for experts (default unlimited)\n"
         "  --cache-policy lru|freq  what that cache keeps: the most recently used\n"
         "                       experts, or those acquired most often (default %s)\n"
@@ -127,6 +133,7 @@ static void usage(FILE *f)
         "  -q, --quiet          log warnings and errors only\n"
         "  -v, --verbose        log debug lines too\n"
         "  --version, --help\n",
+        SHOAL_DISCOVER_SERVICE,
         shoal_cache_policy_name(shoal_expert_store_params_default().cache_policy),
         SHOAL_WIRE_MAX_UNAUTH_DEFAULT, SHOAL_WIRE_MAX_UNAUTH_LIMIT,
         SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT);
@@ -206,7 +213,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 "--model", "--shard", "--listen", "--join", "--cluster-key", "--name",
                 "--expert-cache", "--cache-policy", "--pin", "--direct", "--prefetch", "--queue-depth",
                 "--threads", "--io", "--max-coordinators", "--max-unauthenticated",
-                "--max-unauthenticated-per-address"};
+                "--max-unauthenticated-per-address", "--announce"};
             int known = 0;
             for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
                 known |= !strcmp(a, valued[k]);
@@ -241,6 +248,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 o->store.direct = parse_on_off(a, v);
             else if (!strcmp(a, "--prefetch"))
                 o->store.prefetch = parse_on_off(a, v);
+            else if (!strcmp(a, "--announce"))
+                o->announce = parse_on_off(a, v);
             else if (!strcmp(a, "--queue-depth"))
                 o->store.io.queue_depth = (int)parse_int_flag(a, v, 1, SHOAL_IO_QUEUE_DEPTH_MAX);
             else if (!strcmp(a, "--threads"))
@@ -392,6 +401,7 @@ int main(int argc, char **argv)
 #endif
     struct opts o = {.listen = "127.0.0.1:7070",
                      .max_unauth = SHOAL_WIRE_MAX_UNAUTH_DEFAULT,
+                     .announce = 1,
                      .store = shoal_expert_store_params_default(),
                      .log_level = SHOAL_LOG_INFO};
     o.store.learn = 0;   /* routing is the coordinator's; a worker only serves */
@@ -473,6 +483,7 @@ int main(int argc, char **argv)
     int rc = 1;
     struct shoal_worker_server *srv = NULL;
     struct shoal_worker_exec *exec = NULL;
+    struct shoal_discover_announcer *announcer = NULL;
     uint8_t *is_moe = shoal_xcalloc((size_t)ct->n_layer, 1);
     const size_t cov_len = (size_t)((ct->n_layer * ct->n_expert + 7) / 8);
     uint8_t *cov = shoal_xcalloc(cov_len ? cov_len : 1, 1);
@@ -597,6 +608,27 @@ int main(int argc, char **argv)
         snprintf(compute, sizeof compute, "%.3g GB/s", xi->compute_gbps);
     else
         snprintf(compute, sizeof compute, "%.3g MB/s", xi->compute_gbps * 1e3);
+    /* on the LAN for --workers auto: keyed workers only; a failure costs
+     * the hint, not the worker (the coordinator can still name it) */
+    if (o.announce && key.set) {
+        const char *bound = shoal_worker_server_address(srv);
+        struct sockaddr_storage ss;
+        socklen_t ss_len;
+        if (shoal_wire_parse_addr(bound, &ss, &ss_len, NULL) == 0 &&
+            shoal_wire_addr_is_loopback(&ss)) {
+            shoal_log(SHOAL_LOG_DEBUG, "worker", "not announced on mDNS: %s is loopback",
+                      bound);
+        } else {
+            struct shoal_discover_announce_params ap = {
+                .name = name, .listen = bound, .key = &key, .fingerprint = fingerprint};
+            struct shoal_err aerr = {0};
+            announcer = shoal_discover_announce_start(&ap, &aerr);
+            if (!announcer)   /* a build without mDNS: said, not warned */
+                shoal_log(aerr.code == -SHOAL_EUNSUPPORTED ? SHOAL_LOG_INFO : SHOAL_LOG_WARN,
+                          "worker", "not announced on the LAN: %s (coordinators can still "
+                          "name it in --workers)", aerr.msg);
+        }
+    }
     /* the handlers are installed (server create) and every thread has
      * started with the signals blocked: from now on this thread takes them */
     mask_stop_signals(SIG_UNBLOCK);
@@ -620,6 +652,7 @@ int main(int argc, char **argv)
         log_stats(exec);
     rc = 0;
 out:
+    shoal_discover_announce_stop(announcer);
     shoal_worker_exec_destroy(exec);
     shoal_worker_server_destroy(srv);
     shoal_container_close(ct);

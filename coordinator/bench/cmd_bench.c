@@ -297,7 +297,10 @@ static int parse(struct bench_opts *o, int argc, char **argv)
         if (bad)
             return 2;
     }
-    return shoal_session_check_opts(&o->so) ? 2 : 0;
+    if (shoal_session_check_opts(&o->so))
+        return 2;
+    int st = 0;   /* --workers auto: resolved once, before the probes dial them */
+    return shoal_cli_workers_auto(&o->so, &st) < 0 ? st : 0;
 }
 
 /* ---- the model, without loading it -------------------------------------------------- */

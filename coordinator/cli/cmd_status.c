@@ -15,6 +15,8 @@
 #include "cli.h"
 #include "cluster.h"
 #include "config.h"
+#include "discover.h"
+#include "session_flags.h"
 #include "wire.h"
 
 static volatile sig_atomic_t g_stop;
@@ -30,14 +32,21 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: shoal status [--control ADDR:PORT] [--json] [--watch [SECONDS]]\n"
         "                    [--cluster-key FILE] [--timeout SECONDS]\n"
+        "       shoal status --workers auto --cluster-key FILE [--discover-timeout S]\n"
         "\n"
         "  --control ADDR:PORT  the coordinator's control port, the address its own\n"
         "                       --control listens on (default %s)\n"
         "  --json               one JSON object per query instead of the table\n"
         "  --watch [SECONDS]    refresh every SECONDS (default 2) until Ctrl-C\n"
         "  --cluster-key FILE   the cluster's key, when the coordinator has one\n"
-        "  --timeout SECONDS    connect and reply deadline (default 5)\n",
-        SHOAL_CLUSTER_CONTROL_DEFAULT);
+        "  --timeout SECONDS    connect and reply deadline (default 5)\n"
+        "  --workers auto       instead of asking a coordinator, list the workers of\n"
+        "                       this --cluster-key found on the LAN (mDNS/DNS-SD\n"
+        "                       %s), one line each: address, name, model\n"
+        "                       fingerprint; none found: exit 1\n"
+        "  --discover-timeout S how long --workers auto browses (default %g)\n",
+        SHOAL_CLUSTER_CONTROL_DEFAULT, SHOAL_DISCOVER_SERVICE,
+        SHOAL_DISCOVER_BROWSE_S_DEFAULT);
 }
 
 static double fin(double v)
@@ -200,11 +209,46 @@ static Shoal__Frame *query(struct shoal_wire_client *c, uint64_t id, int timeout
     }
 }
 
+/* shoal status --workers auto: the workers of key_path's cluster on the
+ * LAN, one line each (or a JSON array). Returns the exit status. */
+static int list_workers(const char *workers, const char *key_path, double seconds, int json)
+{
+    if (strcmp(workers, "auto")) {
+        shoal_cli_error("status: --workers expects auto (the workers found on the LAN), "
+                        "got '%s'; a coordinator's workers: shoal status --control ADDR:PORT",
+                        workers);
+        return 2;
+    }
+    struct shoal_discover_worker found[SHOAL_CLUSTER_MAX_EXECUTORS - 1];
+    int status = 1;
+    const int n = shoal_cli_discover(key_path, seconds, found,
+                                     SHOAL_CLUSTER_MAX_EXECUTORS - 1, &status);
+    if (n < 0)
+        return status;
+    if (json) {
+        json_t *arr = json_array();
+        for (int i = 0; i < n; i++)
+            json_array_append_new(arr, json_pack("{s:s,s:s,s:s?}", "address", found[i].addr,
+                                                 "name", found[i].name, "fingerprint",
+                                                 found[i].fingerprint[0]
+                                                     ? found[i].fingerprint : NULL));
+        json_dumpf(arr, stdout, JSON_COMPACT);
+        fputc('\n', stdout);
+        json_decref(arr);
+        return 0;
+    }
+    for (int i = 0; i < n; i++)
+        printf("%-24s name %s  fingerprint %s\n", found[i].addr, found[i].name,
+               found[i].fingerprint[0] ? found[i].fingerprint : "?");
+    return 0;
+}
+
 int shoal_cmd_status(int argc, char **argv)
 {
     const char *addr = SHOAL_CLUSTER_CONTROL_DEFAULT, *key_path = NULL;
+    const char *workers = NULL;
     int json = 0, watch = 0;
-    double every = 2.0, timeout = 5.0;
+    double every = 2.0, timeout = 5.0, discover = SHOAL_DISCOVER_BROWSE_S_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -225,7 +269,8 @@ int shoal_cmd_status(int argc, char **argv)
                             "given to run/chat/serve --control)");
             return 2;
         } else if (!strcmp(a, "--control") || !strcmp(a, "--cluster-key") ||
-                   !strcmp(a, "--timeout")) {
+                   !strcmp(a, "--timeout") || !strcmp(a, "--workers") ||
+                   !strcmp(a, "--discover-timeout")) {
             if (i + 1 >= argc) {
                 shoal_cli_error("%s needs a value", a);
                 return 2;
@@ -235,13 +280,20 @@ int shoal_cmd_status(int argc, char **argv)
                 addr = v;
             else if (!strcmp(a, "--cluster-key"))
                 key_path = v;
-            else if (shoal_cli_parse_f64(a, v, 0.1, 3600, &timeout))
+            else if (!strcmp(a, "--workers"))
+                workers = v;
+            else if (!strcmp(a, "--discover-timeout")) {
+                if (shoal_cli_parse_f64(a, v, 0.05, 60, &discover))
+                    return 2;
+            } else if (shoal_cli_parse_f64(a, v, 0.1, 3600, &timeout))
                 return 2;
         } else {
             shoal_cli_error("status: unknown option '%s' (see 'shoal status --help')", a);
             return 2;
         }
     }
+    if (workers)
+        return list_workers(workers, key_path, discover, json);
     struct shoal_err err = {0};
     {   /* no HOST:PORT shape is a usage error (a name that does not resolve is
          * the connect's error, exit 1: DNS may be down for a while) */

@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <omp.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "cluster.h"
 #include "container.h"
 #include "container_cache.h"
+#include "discover.h"
 #include "expert_store.h"
 #include "kv.h"
 #include "log.h"
@@ -124,6 +126,9 @@ void shoal_session_usage_store(FILE *f)
         "  --workers HOST:PORT,...  static shoal-worker processes (repeatable); a\n"
         "                       checkpoint --model is converted once into\n"
         "                       $XDG_CACHE_HOME/shoal (else ~/.cache/shoal)\n"
+        "  --workers auto       the workers of this --cluster-key found on the LAN by\n"
+        "                       mDNS/DNS-SD (%s) within --discover-timeout\n"
+        "  --discover-timeout S how long --workers auto browses (default %g)\n"
         "  --accept-workers ADDR:PORT  let workers join (shoal-worker --join)\n"
         "  --local-experts on|off  the coordinator's own store executes experts too\n"
         "                       (default on)\n"
@@ -142,6 +147,7 @@ void shoal_session_usage_store(FILE *f)
         "                       IPv6 /64 counts as one; default %d)\n",
         shoal_cache_policy_name((enum shoal_cache_policy)
                                 shoal_session_opts_default().cache_policy),
+        SHOAL_DISCOVER_SERVICE, SHOAL_DISCOVER_BROWSE_S_DEFAULT,
         SHOAL_CLUSTER_CONTROL_DEFAULT, SHOAL_WIRE_MAX_UNAUTH_DEFAULT,
         SHOAL_WIRE_MAX_UNAUTH_LIMIT, SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT);
 }
@@ -182,10 +188,14 @@ static int parse_cluster_flag(struct shoal_session_opts *o, int argc, char **arg
         else
             o->max_unauth_per_addr = (int)n;
     } else {
-        if (shoal_cli_parse_f64(a, val, 0.05, 3600, &d))
+        /* a browse is bounded (discover.h): a minute at most */
+        const double max = strcmp(a, "--discover-timeout") ? 3600 : 60;
+        if (shoal_cli_parse_f64(a, val, 0.05, max, &d))
             return -1;
         if (!strcmp(a, "--connect-timeout"))
             o->connect_timeout = d;
+        else if (!strcmp(a, "--discover-timeout"))
+            o->discover_timeout = d;
         else
             o->request_timeout = d;
     }
@@ -232,6 +242,97 @@ int shoal_cli_split_workers(const struct shoal_session_opts *o, char *buf, size_
     return n;
 }
 
+/* 1 when --workers is "auto", 0 when it is not, -1 after a usage error
+ * line: auto mixed with addresses, or without --cluster-key. */
+static int workers_auto(const struct shoal_session_opts *o)
+{
+    int n_auto = 0;
+    for (int k = 0; k < o->n_workers_args; k++)
+        n_auto += !strcmp(o->workers[k], "auto");
+    if (n_auto == 0)
+        return 0;
+    if (n_auto != o->n_workers_args || n_auto > 1) {
+        shoal_cli_error("--workers auto finds every worker: give it alone, not with "
+                        "addresses or twice");
+        return -1;
+    }
+    if (!o->cluster_key) {
+        shoal_cli_error("--workers auto needs --cluster-key FILE: only the workers of a "
+                        "keyed cluster announce themselves");
+        return -1;
+    }
+    return 1;
+}
+
+int shoal_cli_discover(const char *key_path, double seconds,
+                       struct shoal_discover_worker *out, int max, int *status)
+{
+    struct shoal_err err = {0};
+    struct shoal_wire_key key = {0};
+    *status = 1;
+    if (!shoal_discover_backend()) {
+        shoal_cli_error("--workers auto: this build has no mDNS (rebuild with avahi-core: "
+                        "Debian's libavahi-core-dev); name the workers instead");
+        return -1;
+    }
+    if (!key_path) {
+        *status = 2;
+        shoal_cli_error("--workers auto needs --cluster-key FILE: only the workers of a "
+                        "keyed cluster announce themselves");
+        return -1;
+    }
+    if (shoal_wire_key_load(key_path, &key, &err) < 0) {
+        shoal_cli_error("%s", err.msg);
+        return -1;
+    }
+    struct shoal_discover_browse_params bp = {.key = &key, .seconds = seconds};
+    struct shoal_discover_stats st = {0};
+    const int n = shoal_discover_browse(&bp, out, max, &st, &err);
+    sodium_memzero(&key, sizeof key);
+    if (n < 0) {
+        shoal_cli_error("--workers auto: %s", err.msg);
+        return -1;
+    }
+    if (n == 0) {
+        shoal_cli_error("--workers auto: no shoal-worker of this cluster answered on the LAN "
+                        "within %g s (%s services of other keys: %d, malformed: %d); is "
+                        "shoal-worker running there with the same --cluster-key and a "
+                        "non-loopback --listen?", seconds, SHOAL_DISCOVER_SERVICE,
+                        st.other_key, st.malformed);
+        return -1;
+    }
+    if (st.dropped > 0)
+        fprintf(stderr, "shoal: --workers auto: kept the first %d workers; %d more answers "
+                "dropped\n", n, st.dropped);
+    *status = 0;
+    return n;
+}
+
+int shoal_cli_workers_auto(struct shoal_session_opts *o, int *status)
+{
+    /* the list lives as long as the process: o->workers borrows it */
+    static char list[SHOAL_CLUSTER_MAX_EXECUTORS * SHOAL_DISCOVER_ADDR_MAX];
+    *status = 2;
+    const int is_auto = workers_auto(o);
+    if (is_auto <= 0)
+        return is_auto;
+    struct shoal_discover_worker found[SHOAL_CLUSTER_MAX_EXECUTORS - 1];
+    const int n = shoal_cli_discover(o->cluster_key, o->discover_timeout, found,
+                                     SHOAL_CLUSTER_MAX_EXECUTORS - 1, status);
+    if (n < 0)
+        return -1;
+    size_t used = 0;
+    list[0] = 0;
+    for (int i = 0; i < n; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? "," : "",
+                                 found[i].addr);
+    fprintf(stderr, "shoal: --workers auto: found %d worker%s: %s\n", n, n > 1 ? "s" : "",
+            list);
+    o->workers[0] = list;
+    *status = 0;
+    return 0;
+}
+
 int shoal_session_check_opts(const struct shoal_session_opts *o)
 {
     if (!shoal_session_is_cluster(o)) {
@@ -256,9 +357,13 @@ int shoal_session_check_opts(const struct shoal_session_opts *o)
                         o->max_unauth_per_addr, max_unauth);
         return -1;
     }
+    const int is_auto = workers_auto(o);
+    if (is_auto < 0)
+        return -1;
     char buf[4096];
     const char *addrs[SHOAL_CLUSTER_MAX_EXECUTORS];
-    int n = shoal_cli_split_workers(o, buf, sizeof buf, addrs, SHOAL_CLUSTER_MAX_EXECUTORS - 1);
+    int n = is_auto ? 0 : shoal_cli_split_workers(o, buf, sizeof buf, addrs,
+                                                  SHOAL_CLUSTER_MAX_EXECUTORS - 1);
     if (n < 0)
         return -1;
     struct sockaddr_storage ss;
@@ -326,7 +431,8 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
     if (!strcmp(a, "--workers") || !strcmp(a, "--accept-workers") ||
         !strcmp(a, "--local-experts") || !strcmp(a, "--cluster-key") ||
         !strcmp(a, "--control") || !strcmp(a, "--connect-timeout") ||
-        !strcmp(a, "--request-timeout") || !strcmp(a, "--max-unauthenticated") ||
+        !strcmp(a, "--request-timeout") || !strcmp(a, "--discover-timeout") ||
+        !strcmp(a, "--max-unauthenticated") ||
         !strcmp(a, "--max-unauthenticated-per-address"))
         return parse_cluster_flag(o, argc, argv, i);
     if (!strcmp(a, "--io") || !strcmp(a, "--queue-depth") || !strcmp(a, "--prefetch") ||
@@ -629,6 +735,11 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
     *status = 2;
     if (shoal_session_check_opts(o))
         return NULL;
+    struct shoal_session_opts found = *o;   /* --workers auto: what was found */
+    if (shoal_cli_workers_auto(&found, status) < 0)
+        return NULL;
+    o = &found;
+    *status = 2;
     const char *dir = o->model_dir ? o->model_dir : shoal_cli_default_model();
     const int gguf = shoal_model_is_gguf(dir);
     if (!gguf && shoal_cli_check_model_dir(dir, o->model_dir != NULL))

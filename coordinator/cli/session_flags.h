@@ -22,7 +22,8 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
  * followed by the cluster flags'. */
 void shoal_session_usage_store(FILE *f);
 
-/* Check the cluster flags once all are parsed: addresses parse, and
+/* Check the cluster flags once all are parsed: addresses parse (or
+ * --workers is "auto" alone, with --cluster-key), and
  * without --cluster-key every listener is a loopback address. Returns 0
  * or -1 after printing a one-line usage error (exit status 2). */
 int shoal_session_check_opts(const struct shoal_session_opts *o);
@@ -61,6 +62,25 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
  * cap bytes). Returns the count, or -1 after printing an error. */
 int shoal_cli_split_workers(const struct shoal_session_opts *o, char *buf, size_t cap,
                             const char **addrs, int max);
+
+struct shoal_discover_worker;
+
+/* Browse the LAN for key_path's cluster for seconds (discover.h), printing a
+ * one-line error when that fails or finds nothing (no --cluster-key, no mDNS
+ * in this build, the key file, the backend).
+ *   out  [max] written: the workers found, sorted by address
+ * Returns n >= 1, or -1 with *status the exit status (2: usage, 1: else).
+ * Blocks for seconds. Thread: main. */
+int shoal_cli_discover(const char *key_path, double seconds,
+                       struct shoal_discover_worker *out, int max, int *status);
+
+/* --workers auto: browse for o->discover_timeout and replace o->workers
+ * with the addresses found (a list owned by this module for the life of the
+ * process; one stderr line names them). Returns 0 (done, or --workers is not
+ * auto), or -1 after a one-line error, *status 2 (usage: auto mixed with
+ * addresses, no --cluster-key) or 1 (nothing found, the key file, mDNS).
+ * Thread: main. */
+int shoal_cli_workers_auto(struct shoal_session_opts *o, int *status);
 
 /* Open a session as the commands do: check the flags, resolve the model
  * (the bundled one by default; a checkpoint given with --workers is

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "container.h"
+#include "discover.h"
 #include "expert_store.h"
 #include "gguf.h"
 #include "kv.h"
@@ -23,6 +24,7 @@ struct shoal_session_opts shoal_session_opts_default(void)
                                        .queue_depth = 8, .prefetch = 1,
                                        .cache_policy = SHOAL_CACHE_FREQ,
                                        .local_experts = 1, .connect_timeout = 5.0,
+                                       .discover_timeout = SHOAL_DISCOVER_BROWSE_S_DEFAULT,
                                        .request_timeout = 30.0};
 }
 

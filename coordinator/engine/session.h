@@ -60,6 +60,8 @@ struct shoal_session_opts {
     const char *control;              /* --control ADDR:PORT|off; NULL: the default
                                        * (127.0.0.1:7077) in cluster mode */
     double connect_timeout;           /* --connect-timeout S (default 5) */
+    double discover_timeout;          /* --discover-timeout S: how long --workers auto
+                                       * browses (default 2) */
     double request_timeout;           /* --request-timeout S (default 30) */
     int max_unauth;                   /* --max-unauthenticated N; 0: the default */
     int max_unauth_per_addr;          /* --max-unauthenticated-per-address N; 0: the

@@ -5,7 +5,10 @@ Each host is a network namespace joined to the root namespace by a veth
 pair on its own /24 (root side 10.B.N.1, host side 10.B.N.2, where B is a
 second octet no other address on this machine uses, so two labs can run at
 once; read host.addr / host.gateway), optionally
-with a tbf rate limit on both ends of the link. Processes started on a host
+with a tbf rate limit on both ends of the link. Hosts added with lan=True
+share one L2 segment instead: their veths hang on a bridge in the root
+namespace (10.B.250.1), each host at 10.B.250.(N+1), multicast on, so mDNS
+between them works (read lab.lan_bridge). Processes started on a host
 can be put in a cgroup v1 blkio group (read bandwidth limit on the root
 disk) and a memory group. Everything is removed on close(), also when the
 caller is interrupted (use it as a context manager; SIGTERM is turned into
@@ -42,13 +45,17 @@ def root_disk():
 
 
 class Host:
-    def __init__(self, lab, index, name):
+    def __init__(self, lab, index, name, lan=False):
         self.lab, self.index, self.name = lab, index, name
         self.ns = "%s-%s" % (lab.prefix, name)
         self.veth_root = "%sr%d" % (lab.short, index)
         self.veth_host = "%sh%d" % (lab.short, index)
-        self.addr = "10.%d.%d.2" % (lab.octet, index)      # the host's address
-        self.gateway = "10.%d.%d.1" % (lab.octet, index)   # the root side of this link
+        if lan:   # one segment: the bridge is every host's gateway
+            self.addr = "10.%d.250.%d" % (lab.octet, index + 1)
+            self.gateway = "10.%d.250.1" % lab.octet
+        else:
+            self.addr = "10.%d.%d.2" % (lab.octet, index)      # the host's address
+            self.gateway = "10.%d.%d.1" % (lab.octet, index)   # the root side of this link
 
     def argv(self, argv):
         return ["ip", "netns", "exec", self.ns] + list(argv)
@@ -89,6 +96,7 @@ class Lab:
         self.prefix = prefix or "shoal%d" % os.getpid()
         self.short = "s%x" % (os.getpid() % 0xfffff)
         self.hosts, self.procs, self.cgroups = [], [], []
+        self.lan_bridge = None
         self._old_term = None
         self._old_forward = None
         self.octet = self._free_octet()
@@ -116,26 +124,43 @@ class Lab:
             signal.signal(signal.SIGTERM, self._old_term)
         return False
 
-    def add_host(self, name, rate=None, burst="256kb"):
+    def _lan(self):
+        """The bridge of the lan=True hosts, made on first use."""
+        if not self.lan_bridge:
+            br = "%sbr" % self.short
+            _run("ip", "link", "add", br, "type", "bridge")
+            self.lan_bridge = br
+            _run("ip", "addr", "add", "10.%d.250.1/24" % self.octet, "dev", br)
+            _run("ip", "link", "set", "dev", br, "multicast", "on")
+            _run("ip", "link", "set", br, "up")
+        return self.lan_bridge
+
+    def add_host(self, name, rate=None, burst="256kb", lan=False):
         """A namespace linked to the root namespace; rate like '1gbit'
         limits both directions with tbf, which lets `burst` bytes (tc's
         units) through at the veth's own speed before the rate holds: a
         small burst makes each message wait for the rate as a real link's
-        serialization does. The host routes everything through the root
-        namespace (route_between() lets hosts reach each other); this
-        kernel has no netem, so a round trip's delay comes from
-        delayproxy.py."""
-        h = Host(self, len(self.hosts) + 1, name)
+        serialization does. lan: on the shared bridge (module docstring).
+        A host off the lan routes everything through the root namespace
+        (route_between() lets such hosts reach each other); this kernel
+        has no netem, so a round trip's delay comes from delayproxy.py."""
+        h = Host(self, len(self.hosts) + 1, name, lan=lan)
         self.hosts.append(h)
         _run("ip", "netns", "add", h.ns)
         _run("ip", "link", "add", h.veth_root, "type", "veth", "peer", "name", h.veth_host)
         _run("ip", "link", "set", h.veth_host, "netns", h.ns)
-        _run("ip", "addr", "add", h.gateway + "/24", "dev", h.veth_root)
+        if lan:
+            _run("ip", "link", "set", h.veth_root, "master", self._lan())
+        else:
+            _run("ip", "addr", "add", h.gateway + "/24", "dev", h.veth_root)
+        _run("ip", "link", "set", "dev", h.veth_root, "multicast", "on")
         _run("ip", "link", "set", h.veth_root, "up")
         _run(*h.argv(["ip", "addr", "add", h.addr + "/24", "dev", h.veth_host]))
+        _run(*h.argv(["ip", "link", "set", "dev", h.veth_host, "multicast", "on"]))
         _run(*h.argv(["ip", "link", "set", h.veth_host, "up"]))
         _run(*h.argv(["ip", "link", "set", "lo", "up"]))
-        _run(*h.argv(["ip", "route", "add", "default", "via", h.gateway]))
+        if not lan:
+            _run(*h.argv(["ip", "route", "add", "default", "via", h.gateway]))
         if rate:
             _run("tc", "qdisc", "add", "dev", h.veth_root, "root", "tbf", "rate", rate,
                  "burst", burst, "latency", "50ms")
@@ -194,6 +219,9 @@ class Lab:
             with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
                 f.write(self._old_forward + "\n")
             self._old_forward = None
+        if self.lan_bridge:
+            _run("ip", "link", "del", self.lan_bridge, check=False)
+            self.lan_bridge = None
         for path in reversed(self.cgroups):
             for _ in range(50):
                 try:
