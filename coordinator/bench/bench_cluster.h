@@ -53,9 +53,16 @@ double shoal_bench_network_seconds(const struct shoal_ctx_timings *t);
 
 /* Snapshot of the cluster's per-executor counters of session s: a JSON
  * array of {"address", "state", "bytes_sent", "bytes_received",
- * "requests", "errors", "reconnects", "rtt_ms"}, or NULL when s has no
+ * "requests", "errors", "reconnects", "rtt_ms", "busy_s" (read + compute
+ * seconds of its layer steps), "busy_steps"}, or NULL when s has no
  * cluster. Owned by the caller. Thread: main. */
 json_t *shoal_bench_cluster_snapshot(struct shoal_session *s);
+
+/* The cluster's balance counters of session s (shoal_cluster_balance_get):
+ * {"steps", "ratio_sum" (of max / mean busy per layer step over those
+ * steps), "split_experts", "split_rows"}, or NULL without a cluster. Owned
+ * by the caller. Thread: main. */
+json_t *shoal_bench_cluster_balance(struct shoal_session *s);
 
 /* Per executor, the counters of `after` minus those of `before` (two
  * snapshots of one session), with "wire_bytes" = sent + received added.

@@ -484,7 +484,19 @@ void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
         out->bytes_received = x->bytes_received;
         out->rtt_ms = x->rtt_ms;
         out->experts_held = x->experts_held;
+        out->busy_s = x->busy_s;
+        out->busy_steps = x->busy_steps;
     }
+    pthread_mutex_unlock(&cl->mu);
+}
+
+void shoal_cluster_balance_get(struct shoal_cluster *cl, struct shoal_cluster_balance *out)
+{
+    pthread_mutex_lock(&cl->mu);
+    out->steps = cl->bal_steps;
+    out->max_over_mean = cl->bal_steps ? cl->bal_ratio_sum / (double)cl->bal_steps : 0.0;
+    out->n_split = cl->n_split;
+    out->split_rows = cl->split_rows;
     pthread_mutex_unlock(&cl->mu);
 }
 
@@ -511,5 +523,13 @@ void shoal_cluster_print_stats(struct shoal_cluster *cl)
                 s.address, s.state, s.experts_held, (unsigned long long)s.requests,
                 (unsigned long long)s.errors, (unsigned long long)s.reconnects,
                 (double)s.bytes_sent / 1e6, (double)s.bytes_received / 1e6, s.rtt_ms);
+        fprintf(stderr, "shoal: executor %d busy: %.3f ms per layer step (%llu steps)\n", i,
+                s.busy_steps ? 1e3 * s.busy_s / (double)s.busy_steps : 0.0,
+                (unsigned long long)s.busy_steps);
     }
+    struct shoal_cluster_balance b;
+    shoal_cluster_balance_get(cl, &b);
+    fprintf(stderr, "shoal: cluster balance: busy max/mean per layer step %.3f (%llu steps), "
+            "%llu experts split (%llu rows)\n", b.max_over_mean, (unsigned long long)b.steps,
+            (unsigned long long)b.n_split, (unsigned long long)b.split_rows);
 }
