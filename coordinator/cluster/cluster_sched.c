@@ -1138,6 +1138,23 @@ int64_t shoal_cluster_hint(struct shoal_cluster *cl, int64_t il, const int32_t *
             local_ids[n_local++] = ie;
         else
             per[(size_t)x * (size_t)NE + (size_t)cnt[x]++] = (uint32_t)ie;
+        /* warm replicas (issue 33): the expert's other holders read it too
+         * while their cache has room, off the critical path; placement's
+         * cache model then counts it there, so spill-over and row
+         * splitting may use them without paying a read in the step */
+        for (int k = 0; k < nc; k++) {
+            const int y = cand[k];
+            struct exec *e = &cl->exec[y];
+            const int room = e->cache_bytes == UINT64_MAX ||
+                             e->assigned_bytes + cl->blob_bytes <= e->cache_bytes;
+            if (y == x || e->assigned[il * NE + ie] || !room)
+                continue;
+            if (y == cl->local)
+                local_ids[n_local++] = ie;
+            else
+                per[(size_t)y * (size_t)NE + (size_t)cnt[y]++] = (uint32_t)ie;
+            note_assigned(cl, y, il, ie);
+        }
     }
     for (int x = 0; x < s->n; x++) {
         if (!cnt[x] || x == cl->local || s->write_queue[x] > HINT_QUEUE_MAX)
