@@ -519,11 +519,11 @@ void shoal_cluster_print_stats(struct shoal_cluster *cl)
         struct shoal_cluster_exec_stats s;
         shoal_cluster_exec_stats_get(cl, i, &s);
         fprintf(stderr, "shoal: executor %d %s: %s, %u experts, %llu requests, %llu errors, "
-                "%llu reconnects, %.2f MB sent, %.2f MB received, rtt %.2f ms\n", i,
+                "%llu reconnects, %.2f MB sent, %.2f MB received, rtt %.2f ms, "
+                "busy %.3f ms per layer step (%llu steps)\n", i,
                 s.address, s.state, s.experts_held, (unsigned long long)s.requests,
                 (unsigned long long)s.errors, (unsigned long long)s.reconnects,
-                (double)s.bytes_sent / 1e6, (double)s.bytes_received / 1e6, s.rtt_ms);
-        fprintf(stderr, "shoal: executor %d busy: %.3f ms per layer step (%llu steps)\n", i,
+                (double)s.bytes_sent / 1e6, (double)s.bytes_received / 1e6, s.rtt_ms,
                 s.busy_steps ? 1e3 * s.busy_s / (double)s.busy_steps : 0.0,
                 (unsigned long long)s.busy_steps);
     }
