@@ -627,10 +627,14 @@ int main(int argc, char **argv)
         snprintf(cache, sizeof cache, "unlimited");
     else
         snprintf(cache, sizeof cache, "%.1f MB", o.store.cache_bytes / 1e6);
-    char shard[64] = "";
-    if (o.shard_count)
-        snprintf(shard, sizeof shard, " (--shard %d/%d:%d, %lld hot +%d)", o.shard_index,
-                 o.shard_count, o.shard_replicas, (long long)n_hot, o.hot_extra);
+    char shard[96] = "";
+    if (o.shard_count && o.hot_n)
+        snprintf(shard, sizeof shard, " (--shard %d/%d:%d, %lld hot experts on %d more)",
+                 o.shard_index, o.shard_count, o.shard_replicas, (long long)n_hot,
+                 o.hot_extra);
+    else if (o.shard_count)
+        snprintf(shard, sizeof shard, " (--shard %d/%d:%d)", o.shard_index, o.shard_count,
+                 o.shard_replicas);
     /* three significant digits in a unit that fits: never "0.00 GB/s" */
     char compute[48];
     if (!(xi->compute_gbps > 0))
