@@ -183,7 +183,10 @@ double shoal_cluster_take_network_s(struct shoal_cluster *cl);
 
 /* Router lookahead: send each remote executor a PrefetchHint for the
  * experts of layer il that placement would give it, and write the local
- * executor's share to local_ids.
+ * executor's share to local_ids. An expert's other holders that are up get
+ * it too while placement's cache model says their cache has room (warm
+ * replicas: spill-over and row splitting may then use them without a read
+ * in the step); each then counts as caching it.
  *   ids        [n_ids] i32 expert ids (e.g. [n_tok][k] top-k), duplicates
  *              allowed, borrowed; ids outside [0, n_expert) are ignored
  *   local_ids  [n_ids] i32, written: the ids placed on the local executor
