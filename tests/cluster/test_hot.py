@@ -17,7 +17,10 @@ int8-activation GEMM for rows > 1, the matvec for one row).
    hot experts is stopped (SIGSTOP) as the long prompt goes out and killed
    (kill -9) while its requests are pending (--split-rows always: pieces
    of split experts among them): they are re-run on the other holders
-   within the layer step, the reply is the in-process one.
+   within the layer step, the reply is the in-process one;
+5. a worker whose outputs hold a NaN (SHOAL_TEST_NAN_EXPERT, test_faulty.py)
+   beside an honest one, --split-rows always: its pieces are recomputed by
+   the honest one, the bits are the in-process ones, it is marked faulty.
 
 Usage: /usr/bin/python3 tests/cluster/test_hot.py --shoal BIN --worker BIN
 """
@@ -112,6 +115,22 @@ def sharded(a, tmp, name, replicas, routing):
     return ws
 
 
+def poisoned(a, tmp, name, poison):
+    """A started worker holding every expert, SHOAL_TEST_NAN_EXPERT=poison
+    (a NaN in those experts' outputs: test_faulty.py) unless None."""
+    def launch(cmd, **kw):
+        kw["env"] = L.env()
+        kw["env"].pop("SHOAL_TEST_NAN_EXPERT", None)
+        if poison:
+            kw["env"]["SHOAL_TEST_NAN_EXPERT"] = poison
+        return subprocess.Popen(cmd, **kw)
+    w = L.Worker(a.worker, tmp, name, a.ct, launch=launch)
+    if not w.wait_ready():
+        w.stop()
+        raise RuntimeError("worker %s did not start: %s" % (name, w.text()[-600:]))
+    return w
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
@@ -199,6 +218,16 @@ def main():
           "(--stats: down, errors > 0), with split experts",
           m and m.group(1) == "down" and int(m.group(2)) > 0 and
           (split_count(err1)[1] or 0) > 0, err1[-900:])
+        L.stop_workers(ws)
+        ws = []
+
+        # 5. a poisoned worker's pieces are recomputed by the other holder
+        ws = [poisoned(a, tmp, "nan", "*:*"), poisoned(a, tmp, "honest", None)]
+        g = gen(a, tmp, "nan", LONG, PREFILL, ws, "--split-rows", "always")
+        fl = [x for x in g.err.splitlines() if " is faulty: " in x]
+        R("a poisoned worker beside an honest one, rows split: the in-process bits, "
+          "the poisoned one faulty", L.same(base_p, g) and len(fl) == 1 and
+          ws[0].addr in fl[0] and (split_count(g.err)[1] or 0) > 0, L.detail(g))
     finally:
         for w in ws:
             w.stop()
