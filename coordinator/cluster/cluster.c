@@ -232,7 +232,6 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
         goto fail;
     }
     /* scratch of a layer step */
-    cl->assign = shoal_xcalloc((size_t)c->n_expert, sizeof *cl->assign);
     cl->step = shoal_xcalloc(1, sizeof *cl->step);
     cl->hint = shoal_xcalloc(1, sizeof *cl->hint);
     cl->step->holds = shoal_xcalloc((size_t)SHOAL_CLUSTER_MAX_EXECUTORS * (size_t)c->n_expert, 1);
@@ -388,7 +387,6 @@ fail:
         free(cl->is_moe);
         free(cl->remote_runs);
         free(cl->last_worker);
-        free(cl->assign);
         free_snaps(cl);
         shoal_local_experts_free(cl->lx);
         pthread_mutex_destroy(&cl->mu);
@@ -436,7 +434,6 @@ void shoal_cluster_destroy(struct shoal_cluster *cl)
     free(cl->is_moe);
     free(cl->remote_runs);
     free(cl->last_worker);
-    free(cl->assign);
     free_snaps(cl);
     free(cl->tokmap);
     free(cl->hidden);

@@ -200,7 +200,6 @@ struct shoal_cluster {
 
     /* [main] scratch of a layer step (step) and of a hint (hint) */
     struct cluster_snap *step, *hint;
-    int *assign;                        /* [n_expert] executor per union entry */
     int32_t *tokmap;                    /* [n_tok_max] */
     float *hidden;                      /* [n_tok_max][n_embd] */
     uint32_t *rows;                     /* [n_slots_max] */
