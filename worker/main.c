@@ -31,6 +31,7 @@
 #include "container_cache.h"
 #include "discover.h"
 #include "exec.h"
+#include "hot_replicas.h"
 #include "log.h"
 #include "omp_env.h"
 #include "parse.h"
@@ -49,6 +50,8 @@ struct opts {
     const char *key_file;
     const char *name;
     int shard_index, shard_count, shard_replicas;   /* count 0: no --shard */
+    int hot_n, hot_extra;            /* --hot-replicas H[:X]; hot_n 0: none */
+    const char *routing;             /* --routing FILE: the counts that rank them */
     struct shoal_expert_store_params store;
     int threads;
     int max_coordinators;            /* 0: the server's default */
@@ -103,6 +106,12 @@ static void usage(FILE *f)
         "                       its experts read from the file\n"
         "  --shard I/N[:R]      serve only worker I's share (0-based) of N workers,\n"
         "                       R holders per expert (default 1), by weighted rendezvous\n"
+        "  --hot-replicas H[:X] with --shard: the H experts of each layer with the most\n"
+        "                       routings get X more holders (default 1), the same ones on\n"
+        "                       every worker given the same counts\n"
+        "  --routing FILE       the counts that rank them: a routing_counts.json or a\n"
+        "                       synth.json (default: the container's synth.json, else its\n"
+        "                       routing_counts.json)\n"
         "  --listen ADDR:PORT   where to accept the coordinator (default 127.0.0.1:7070;\n"
         "                       port 0 picks a free one). Without --cluster-key only a\n"
         "                       loopback address is allowed\n"
@@ -192,6 +201,14 @@ static void parse_shard(const char *v, struct opts *o)
     o->shard_replicas = (int)r;
 }
 
+/* "H" or "H:X" (hot_replicas.h). */
+static void parse_hot(const char *v, struct opts *o)
+{
+    if (shoal_hot_replicas_parse(v, MAX_SHARD_WORKERS, &o->hot_n, &o->hot_extra) < 0)
+        die_usage("--hot-replicas expects H or H:X with H >= 1 (hot experts per layer) and "
+                  "1 <= X <= %d (extra holders each), got '%s'", MAX_SHARD_WORKERS, v);
+}
+
 static void parse_args(int argc, char **argv, struct opts *o)
 {
     for (int i = 1; i < argc; i++) {
@@ -210,7 +227,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->stats = 1;
         } else {
             static const char *const valued[] = {
-                "--model", "--shard", "--listen", "--join", "--cluster-key", "--name",
+                "--model", "--shard", "--hot-replicas", "--routing", "--listen", "--join", "--cluster-key", "--name",
                 "--expert-cache", "--cache-policy", "--pin", "--direct", "--prefetch", "--queue-depth",
                 "--threads", "--io", "--max-coordinators", "--max-unauthenticated",
                 "--max-unauthenticated-per-address", "--announce"};
@@ -225,6 +242,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 o->model = v;
             else if (!strcmp(a, "--shard"))
                 parse_shard(v, o);
+            else if (!strcmp(a, "--hot-replicas"))
+                parse_hot(v, o);
+            else if (!strcmp(a, "--routing"))
+                o->routing = v;
             else if (!strcmp(a, "--listen"))
                 o->listen = v;
             else if (!strcmp(a, "--join"))
@@ -271,6 +292,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
     }
     if (!o->model)
         die_usage("--model DIR is required (see --help)");
+    if (o->hot_n && !o->shard_count)
+        die_usage("--hot-replicas needs --shard I/N[:R] (without it every expert is held)");
+    if (o->routing && !o->hot_n)
+        die_usage("--routing ranks the experts of --hot-replicas; give that too");
     if (!o->max_unauth_per_addr)
         o->max_unauth_per_addr = o->max_unauth < SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT
                                      ? o->max_unauth : SHOAL_WIRE_MAX_UNAUTH_PER_ADDR_DEFAULT;
@@ -320,10 +345,11 @@ static void check_loopback(const char *flag, const char *addr, const struct shoa
 }
 
 /* Coverage bitmap: bit il*n_expert+ie set when the container holds expert
- * (il, ie) of a MoE layer and --shard (if any) gives it to this worker.
- * Returns the number of experts covered. */
+ * (il, ie) of a MoE layer and --shard (if any) gives it to this worker:
+ * R holders per expert, R + X for the experts hot marks ([n_layer][n_expert],
+ * NULL: none; --hot-replicas H:X). Returns the number of experts covered. */
 static int64_t build_coverage(const struct shoal_container *ct, const struct opts *o,
-                              uint8_t *cov)
+                              const uint8_t *hot, uint8_t *cov)
 {
     int64_t held = 0;
     int *holders = shoal_xcalloc((size_t)(o->shard_count > 0 ? o->shard_count : 1),
@@ -333,8 +359,9 @@ static int64_t build_coverage(const struct shoal_container *ct, const struct opt
             if (!shoal_container_holds(ct, il, ie))
                 continue;
             if (o->shard_count > 0) {
+                const int extra = hot && hot[il * ct->n_expert + ie] ? o->hot_extra : 0;
                 int n = shoal_placement_holders(il, ie, o->shard_count, NULL,
-                                                o->shard_replicas, holders);
+                                                o->shard_replicas + extra, holders);
                 int mine = 0;
                 for (int k = 0; k < n; k++)
                     mine |= holders[k] == o->shard_index;
@@ -490,7 +517,22 @@ int main(int argc, char **argv)
     int64_t n_moe = 0;
     for (int64_t il = 0; il < ct->n_layer; il++)
         n_moe += is_moe[il] = ct->layer_offset[il] != UINT64_MAX;
-    const int64_t held = build_coverage(ct, &o, cov);
+    uint8_t *hot = NULL;
+    int64_t n_hot = 0;
+    if (o.hot_n) {
+        /* the hottest experts by the counts every worker reads alike */
+        hot = shoal_hot_replicas_build(o.routing, ct->dir, ct->n_layer, ct->n_expert, o.hot_n,
+                                       &err);
+        if (!hot) {
+            fail_line("--hot-replicas: %s", err.msg);
+            rc = 2;   /* a bad --routing file, as a bad flag */
+            goto out;
+        }
+        for (int64_t i = 0; i < ct->n_layer * ct->n_expert; i++)
+            n_hot += hot[i];
+    }
+    const int64_t held = build_coverage(ct, &o, hot, cov);
+    free(hot);
     if (held == 0) {
         fail_line("'%s'%s holds no routed experts for this worker; nothing to serve",
                   o.model, o.shard_count ? " with --shard" : "");
@@ -596,8 +638,12 @@ int main(int argc, char **argv)
         snprintf(cache, sizeof cache, "unlimited");
     else
         snprintf(cache, sizeof cache, "%.1f MB", o.store.cache_bytes / 1e6);
-    char shard[64] = "";
-    if (o.shard_count)
+    char shard[96] = "";
+    if (o.shard_count && o.hot_n)
+        snprintf(shard, sizeof shard, " (--shard %d/%d:%d, %lld hot experts on %d more)",
+                 o.shard_index, o.shard_count, o.shard_replicas, (long long)n_hot,
+                 o.hot_extra);
+    else if (o.shard_count)
         snprintf(shard, sizeof shard, " (--shard %d/%d:%d)", o.shard_index, o.shard_count,
                  o.shard_replicas);
     /* three significant digits in a unit that fits: never "0.00 GB/s" */

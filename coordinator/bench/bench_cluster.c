@@ -276,6 +276,9 @@ json_t *shoal_bench_cluster_snapshot(struct shoal_session *s)
             "ssd_bytes", (double)st.ssd_bytes, "requests", (json_int_t)st.requests,
             "errors", (json_int_t)st.errors, "reconnects", (json_int_t)st.reconnects,
             "rtt_ms", st.rtt_ms, "experts_held", (json_int_t)st.experts_held));
+        json_t *e = json_array_get(a, json_array_size(a) - 1);
+        json_object_set_new(e, "busy_s", json_real(st.busy_s));
+        json_object_set_new(e, "busy_steps", json_integer((json_int_t)st.busy_steps));
     }
     return a;
 }
@@ -283,6 +286,17 @@ json_t *shoal_bench_cluster_snapshot(struct shoal_session *s)
 double shoal_bench_cluster_rounds(struct shoal_session *s)
 {
     return s->cluster ? (double)shoal_cluster_rounds(s->cluster) : 0.0;
+}
+
+json_t *shoal_bench_cluster_balance(struct shoal_session *s)
+{
+    if (!s->cluster)
+        return NULL;
+    struct shoal_cluster_balance b;
+    shoal_cluster_balance_get(s->cluster, &b);
+    return json_pack("{s:I, s:f, s:I, s:I}", "steps", (json_int_t)b.steps, "ratio_sum",
+                     b.max_over_mean * (double)b.steps, "split_experts", (json_int_t)b.n_split,
+                     "split_rows", (json_int_t)b.split_rows);
 }
 
 json_t *shoal_bench_cluster_delta(const json_t *before, const json_t *after, double *total)
@@ -313,6 +327,12 @@ json_t *shoal_bench_cluster_delta(const json_t *before, const json_t *after, dou
             json_object_set_new(o, counters[k], json_integer(
                 json_integer_value(json_object_get(b, counters[k])) -
                 json_integer_value(json_object_get(a, counters[k]))));
+        json_object_set_new(o, "busy_s", json_real(
+            json_number_value(json_object_get(b, "busy_s")) -
+            json_number_value(json_object_get(a, "busy_s"))));
+        json_object_set_new(o, "busy_steps", json_integer(
+            json_integer_value(json_object_get(b, "busy_steps")) -
+            json_integer_value(json_object_get(a, "busy_steps"))));
         *total += sent + recv;
         json_array_append_new(d, o);
     }

@@ -55,13 +55,20 @@ double shoal_bench_network_seconds(const struct shoal_ctx_timings *t);
  * array of {"address", "state", "bytes_sent", "bytes_received",
  * "payload_sent", "payload_received" (the f32 rows requests and answers
  * carried: the wire's minimum), "ssd_bytes" (expert bytes the worker read),
- * "requests", "errors", "reconnects", "rtt_ms", "experts_held"}, or NULL
- * when s has no cluster. Owned by the caller. Thread: main. */
+ * "requests", "errors", "reconnects", "rtt_ms", "experts_held", "busy_s"
+ * (read + compute seconds of its layer steps), "busy_steps"}, or NULL when
+ * s has no cluster. Owned by the caller. Thread: main. */
 json_t *shoal_bench_cluster_snapshot(struct shoal_session *s);
 
 /* The cluster's layer rounds that waited on workers so far
  * (shoal_cluster_rounds; 0 without a cluster). Thread: main. */
 double shoal_bench_cluster_rounds(struct shoal_session *s);
+
+/* The cluster's balance counters of session s (shoal_cluster_balance_get):
+ * {"steps", "ratio_sum" (of max / mean busy per layer step over those
+ * steps), "split_experts", "split_rows"}, or NULL without a cluster. Owned
+ * by the caller. Thread: main. */
+json_t *shoal_bench_cluster_balance(struct shoal_session *s);
 
 /* Per executor, the counters of `after` minus those of `before` (two
  * snapshots of one session), with "wire_bytes" = sent + received added.

@@ -848,7 +848,20 @@ struct phase_acc {
     double wire_bytes;                /* cluster: sent + received, every executor */
     double rounds;                    /* cluster: layer rounds that waited on workers */
     json_t *wire;                     /* cluster: per-executor deltas, summed (owned) */
+    double bal_steps, bal_ratio_sum;  /* cluster: layer steps, sum of max/mean busy */
+    double split_experts, split_rows; /* cluster: entries split among holders, their rows */
 };
+
+/* Add the balance counters of b minus those of a (borrowed, NULL: none). */
+static void balance_add(struct phase_acc *acc, const json_t *a, const json_t *b)
+{
+    if (!a || !b)
+        return;
+    acc->bal_steps += jget(b, "steps") - jget(a, "steps");
+    acc->bal_ratio_sum += jget(b, "ratio_sum") - jget(a, "ratio_sum");
+    acc->split_experts += jget(b, "split_experts") - jget(a, "split_experts");
+    acc->split_rows += jget(b, "split_rows") - jget(a, "split_rows");
+}
 
 static void timings_add_delta(struct shoal_ctx_timings *acc, const struct shoal_ctx_timings *a,
                               const struct shoal_ctx_timings *b)
@@ -886,6 +899,10 @@ static void wire_add(json_t **sum, const json_t *d)
                                      "payload_sent", "payload_received", "ssd_bytes"};
         for (size_t k = 0; k < 6; k++)
             json_object_set_new(e, keys[k], json_real(jget(e, keys[k]) + jget(x, keys[k])));
+        json_object_set_new(e, "busy_s", json_real(jget(e, "busy_s") + jget(x, "busy_s")));
+        json_object_set_new(e, "busy_steps", json_integer(
+            json_integer_value(json_object_get(e, "busy_steps")) +
+            json_integer_value(json_object_get(x, "busy_steps"))));
         static const char *ints[] = {"requests", "errors", "reconnects"};
         for (size_t k = 0; k < 3; k++)
             json_object_set_new(e, ints[k], json_integer(
@@ -924,6 +941,7 @@ static int run_prompt(struct shoal_session *s, const int32_t *ids, int64_t n, in
     json_t *c0 = acc ? shoal_bench_cluster_snapshot(s) : NULL, *c1 = NULL, *c2 = NULL;
     const double r0 = shoal_bench_cluster_rounds(s);
     double r1 = r0;
+    json_t *b0 = acc ? shoal_bench_cluster_balance(s) : NULL, *b1 = NULL, *b2 = NULL;
     int rc = 0;
     double w0 = shoal_time_s();
     if (shoal_ctx_eval(s->ctx, ids, n, s->logits, 0, &err)) {
@@ -938,6 +956,7 @@ static int run_prompt(struct shoal_session *s, const int32_t *ids, int64_t n, in
         shoal_expert_store_use_get(s->model->store, acc->use_a);
     c1 = acc ? shoal_bench_cluster_snapshot(s) : NULL;
     r1 = shoal_bench_cluster_rounds(s);
+    b1 = acc ? shoal_bench_cluster_balance(s) : NULL;
     int32_t id = shoal_sampler_sample(smp, s->logits, hist, n_hist);
     hist[n_hist++] = id;
     double ttft = shoal_time_s() - w0;
@@ -964,7 +983,10 @@ static int run_prompt(struct shoal_session *s, const int32_t *ids, int64_t n, in
         acc->dec_read_bytes += (double)(st2.bytes_read - st1.bytes_read);
     }
     c2 = acc ? shoal_bench_cluster_snapshot(s) : NULL;
+    b2 = acc ? shoal_bench_cluster_balance(s) : NULL;
     if (acc) {
+        balance_add(&acc->prefill, b0, b1);
+        balance_add(&acc->decode, b1, b2);
         double w;
         json_t *d = shoal_bench_cluster_delta(c0, c1, &w);
         wire_add(&acc->prefill.wire, d);
@@ -998,6 +1020,9 @@ out:
     json_decref(c0);
     json_decref(c1);
     json_decref(c2);
+    json_decref(b0);
+    json_decref(b1);
+    json_decref(b2);
     free(hist);
     shoal_sampler_free(smp);
     return rc;
@@ -1245,6 +1270,16 @@ static int rep_child(void *user, json_t **out)
                          json_string_value(json_object_get(e, "address")));
                 jset(f, key, jnum(jget(e, "wire_bytes") / 1e6 / dec_s));
             }
+            /* issue 33: the slowest executor's busy time per layer step over
+             * the mean, averaged over steps, and the rows split among holders */
+            jset(f, "busy_max_mean_prefill",
+                 jnum(acc.prefill.bal_steps > 0 ? acc.prefill.bal_ratio_sum /
+                                                      acc.prefill.bal_steps : NAN));
+            jset(f, "busy_max_mean_decode",
+                 jnum(acc.decode.bal_steps > 0 ? acc.decode.bal_ratio_sum /
+                                                     acc.decode.bal_steps : NAN));
+            jset(f, "split_experts_prefill", json_real(acc.prefill.split_experts));
+            jset(f, "split_rows_prefill", json_real(acc.prefill.split_rows));
             json_t *ex = json_deep_copy(acc.decode.wire);
             jset(r, "executors_decode", ex);
             jset(r, "executors_prefill", json_deep_copy(acc.prefill.wire));

@@ -26,6 +26,7 @@
 
 #include "cli.h"
 #include "container.h"
+#include "hot_replicas.h"
 #include "placement.h"
 #include "util.h"
 
@@ -37,12 +38,16 @@ struct shard_args {
     double *weights;      /* [shards] or NULL (equal) */
     int n_weights;
     int with_dense, force;
+    int hot_n, hot_extra; /* --hot-replicas H[:X]; hot_n 0: none */
+    const char *routing;  /* --routing FILE, or NULL: the container's */
+    int stride;           /* holders per expert at most: min(R + X, N) */
 };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: shoal shard [--model] DIR|FILE.gguf --shards N [--replicas R] "
-               "[--weights w1,w2,...] [--with-dense] [--force] [--out] OUT\n\n"
+               "[--hot-replicas H[:X]] [--routing FILE] [--weights w1,w2,...] [--with-dense] "
+               "[--force] [--out] OUT\n\n"
                "Writes OUT/worker-0 .. OUT/worker-(N-1), one partial container per worker\n"
                "holding its share of the experts (R holders per expert, shares in proportion\n"
                "to the weights, by weighted rendezvous hashing), and OUT/placement.json.\n"
@@ -54,6 +59,10 @@ static void usage(FILE *f)
                "  --out OUT, OUT    where the shards and placement.json go\n"
                "  --shards N        how many shards (one per worker)\n"
                "  --replicas R      holders per expert, 1..N (default 1)\n"
+               "  --hot-replicas H[:X]  the H experts of each layer with the most routings\n"
+               "                    get X more holders (default 1; as shoal-worker's flag)\n"
+               "  --routing FILE    the counts that rank them (default: the container's\n"
+               "                    synth.json, else its routing_counts.json)\n"
                "  --weights LIST    N positive numbers, e.g. disk or RAM sizes (default equal)\n"
                "  --with-dense      copy dense.bin too (a shard without it serves experts only)\n"
                "  --force           replace existing shards and placement.json\n");
@@ -129,7 +138,8 @@ static int parse_args(int argc, char **argv, struct shard_args *a)
             return -1;
         }
         if (strcmp(f, "--model") && strcmp(f, "--out") && strcmp(f, "--shards") &&
-            strcmp(f, "--replicas") && strcmp(f, "--weights")) {
+            strcmp(f, "--replicas") && strcmp(f, "--weights") && strcmp(f, "--hot-replicas") &&
+            strcmp(f, "--routing")) {
             shoal_cli_error("shard: unknown %s '%s' (see 'shoal shard --help')",
                             f[0] == '-' ? "option" : "argument", f);
             return -1;
@@ -145,6 +155,15 @@ static int parse_args(int argc, char **argv, struct shard_args *a)
             a->out = v;
         } else if (!strcmp(f, "--weights")) {
             weights = v;
+        } else if (!strcmp(f, "--routing")) {
+            a->routing = v;
+        } else if (!strcmp(f, "--hot-replicas")) {
+            if (shoal_hot_replicas_parse(v, SHARD_MAX_WORKERS, &a->hot_n, &a->hot_extra)) {
+                shoal_cli_error("shard: --hot-replicas expects H or H:X with H >= 1 (hot "
+                                "experts per layer) and 1 <= X <= %d (extra holders each), "
+                                "got '%s'", SHARD_MAX_WORKERS, v);
+                return -1;
+            }
         } else if (!strcmp(f, "--shards")) {
             if (shoal_cli_parse_i64("--shards", v, 1, SHARD_MAX_WORKERS, &shards))
                 return -1;
@@ -176,6 +195,13 @@ static int parse_args(int argc, char **argv, struct shard_args *a)
     }
     a->shards = (int)shards;
     a->replicas = (int)replicas;
+    a->stride = a->hot_n && a->replicas + a->hot_extra < a->shards
+                    ? a->replicas + a->hot_extra
+                    : a->hot_n ? a->shards : a->replicas;
+    if (a->routing && !a->hot_n) {
+        shoal_cli_error("shard: --routing ranks the experts of --hot-replicas; give that too");
+        return -1;
+    }
     if (weights) {
         if (parse_weights(weights, a))
             return -1;
@@ -226,7 +252,7 @@ static int write_placement(const struct shard_args *a, const struct shoal_contai
                            const int *holders, const int *n_holders, const int64_t *n_exp,
                            const uint64_t *bytes, struct shoal_err *err)
 {
-    const int64_t NE = ct->n_expert, R = a->replicas;
+    const int64_t NE = ct->n_expert, R = a->stride;
     char fp[17];
     snprintf(fp, sizeof fp, "%016" PRIx64, ct->fingerprint);
     json_t *weights = json_array(), *shards = json_array(), *layers = json_array();
@@ -256,6 +282,9 @@ static int write_placement(const struct shard_args *a, const struct shoal_contai
                              "model", ct->dir, "workers", a->shards, "replicas", a->replicas,
                              "weights", weights, "dense", a->with_dense != 0,
                              "shards", shards, "experts", layers);
+    if (a->hot_n)   /* the hot experts are those with more than "replicas" holders */
+        json_object_set_new(root, "hot_replicas",
+                            json_pack("{s:i, s:i}", "hot", a->hot_n, "extra", a->hot_extra));
     char *path = shoal_path_join(a->out, "placement.json");
     size_t n = strlen(path) + 32;
     char *tmp = shoal_xmalloc(n);
@@ -384,8 +413,19 @@ static int shard_container(struct shard_args a)
 
     /* placement: every expert's holders, then each worker's held set */
     const int64_t NE = ct->n_expert, total = ct->n_layer * NE;
-    const int W = a.shards, R = a.replicas;
-    int *holders = shoal_xcalloc((size_t)total * (size_t)R + 1, sizeof *holders);
+    const int W = a.shards, R = a.replicas, RM = a.stride;
+    uint8_t *hot = NULL;
+    if (a.hot_n) {
+        /* the hottest experts by the counts the workers would read */
+        hot = shoal_hot_replicas_build(a.routing, ct->dir, ct->n_layer, NE, a.hot_n, &err);
+        if (!hot) {
+            shoal_cli_error("shard: --hot-replicas: %s", err.msg);
+            shoal_container_close(ct);
+            free(a.weights);
+            return 2;
+        }
+    }
+    int *holders = shoal_xcalloc((size_t)total * (size_t)RM + 1, sizeof *holders);
     int *n_holders = shoal_xcalloc((size_t)total + 1, sizeof *n_holders);
     uint8_t *held = shoal_xcalloc((size_t)total * (size_t)W + 1, 1);
     int64_t *n_exp = shoal_xcalloc((size_t)W, sizeof *n_exp);
@@ -394,8 +434,9 @@ static int shard_container(struct shard_args a)
         for (int64_t ie = 0; ie < NE; ie++) {
             if (!shoal_container_holds(ct, il, ie))
                 continue;
-            int *h = &holders[(il * NE + ie) * R];
-            int n = shoal_placement_holders(il, ie, W, a.weights, R, h);
+            int *h = &holders[(il * NE + ie) * RM];
+            const int r_ie = hot && hot[il * NE + ie] ? R + a.hot_extra : R;
+            int n = shoal_placement_holders(il, ie, W, a.weights, r_ie > RM ? RM : r_ie, h);
             n_holders[il * NE + ie] = n;
             for (int r = 0; r < n; r++) {
                 held[(size_t)h[r] * (size_t)total + (size_t)(il * NE + ie)] = 1;
@@ -438,8 +479,12 @@ static int shard_container(struct shard_args a)
                    a.weights ? a.weights[i] : 1.0, (long long)n_exp[i],
                    ct->n_moe_expert ? 100.0 * (double)n_exp[i] / (double)ct->n_moe_expert : 0,
                    (double)bytes[i] / 1e9, a.out, i);
-        printf("placement: %s/placement.json (%lld experts, each on %d shard%s%s)\n", a.out,
-               (long long)ct->n_moe_expert, R, R == 1 ? "" : "s",
+        char hot_note[96] = "";
+        if (a.hot_n)
+            snprintf(hot_note, sizeof hot_note, "; the %d hottest of each layer on %d more",
+                     a.hot_n, RM - R);
+        printf("placement: %s/placement.json (%lld experts, each on %d shard%s%s%s)\n", a.out,
+               (long long)ct->n_moe_expert, R, R == 1 ? "" : "s", hot_note,
                a.with_dense ? "; dense tensors in every shard" : "");
         /* shards of an earlier, wider sharding are not this placement's:
          * say so rather than delete what may be in use */
@@ -457,6 +502,7 @@ static int shard_container(struct shard_args a)
         }
     }
     free(holders);
+    free(hot);
     free(n_holders);
     free(held);
     free(n_exp);

@@ -139,6 +139,10 @@ void shoal_session_usage_store(FILE *f)
         "  --control ADDR:PORT|off  where `shoal status` connects (default %s)\n"
         "  --connect-timeout S  wait for static workers at start (default 5)\n"
         "  --request-timeout S  deadline of one expert request (default 30)\n"
+        "  --split-rows auto|off|always  share an expert's rows among its holders when\n"
+        "                       that shortens the layer step (auto, the default), never,\n"
+        "                       or whenever it has 4+ rows and 2+ holders up; the same\n"
+        "                       bits in every mode\n"
         "  --max-unauthenticated N  connections held in their handshake at once on\n"
         "                       --control and --accept-workers together, each at most\n"
         "                       ~64 KiB; a new one closes the least advanced (default\n"
@@ -174,6 +178,16 @@ static int parse_cluster_flag(struct shoal_session_opts *o, int argc, char **arg
             return -1;
         }
         o->local_experts = !strcmp(val, "on");
+    } else if (!strcmp(a, "--split-rows")) {
+        static const char *const modes[] = {"auto", "off", "always"};
+        int m = -1;
+        for (int k = 0; k < 3; k++)
+            m = !strcmp(val, modes[k]) ? k : m;
+        if (m < 0) {
+            shoal_cli_error("--split-rows expects auto, off or always, got '%s'", val);
+            return -1;
+        }
+        o->split_rows = m;   /* enum shoal_cluster_split's order */
     } else if (!strcmp(a, "--cluster-key")) {
         o->cluster_key = val;
     } else if (!strcmp(a, "--control")) {
@@ -433,7 +447,7 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
         !strcmp(a, "--control") || !strcmp(a, "--connect-timeout") ||
         !strcmp(a, "--request-timeout") || !strcmp(a, "--discover-timeout") ||
         !strcmp(a, "--max-unauthenticated") ||
-        !strcmp(a, "--max-unauthenticated-per-address"))
+        !strcmp(a, "--max-unauthenticated-per-address") || !strcmp(a, "--split-rows"))
         return parse_cluster_flag(o, argc, argv, i);
     if (!strcmp(a, "--io") || !strcmp(a, "--queue-depth") || !strcmp(a, "--prefetch") ||
         !strcmp(a, "--pin") || !strcmp(a, "--mirror") || !strcmp(a, "--mirror-weights") ||
@@ -792,6 +806,7 @@ struct shoal_session *shoal_cli_session_open(const struct shoal_session_opts *o,
         cp.request_timeout_s = o->request_timeout;
         cp.local_cache_bytes = o->expert_cache;
         cp.ct = s->gguf_experts;   /* a GGUF's experts; NULL: the container's */
+        cp.split_rows = (enum shoal_cluster_split)o->split_rows;
         if (o->max_unauth)
             cp.max_unauthenticated = o->max_unauth;
         cp.max_unauth_per_addr = o->max_unauth_per_addr ? o->max_unauth_per_addr

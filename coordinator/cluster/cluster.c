@@ -232,7 +232,6 @@ struct shoal_cluster *shoal_cluster_create(const struct shoal_model *m,
         goto fail;
     }
     /* scratch of a layer step */
-    cl->assign = shoal_xcalloc((size_t)c->n_expert, sizeof *cl->assign);
     cl->step = shoal_xcalloc(1, sizeof *cl->step);
     cl->hint = shoal_xcalloc(1, sizeof *cl->hint);
     cl->step->holds = shoal_xcalloc((size_t)SHOAL_CLUSTER_MAX_EXECUTORS * (size_t)c->n_expert, 1);
@@ -388,7 +387,6 @@ fail:
         free(cl->is_moe);
         free(cl->remote_runs);
         free(cl->last_worker);
-        free(cl->assign);
         free_snaps(cl);
         shoal_local_experts_free(cl->lx);
         pthread_mutex_destroy(&cl->mu);
@@ -436,7 +434,6 @@ void shoal_cluster_destroy(struct shoal_cluster *cl)
     free(cl->is_moe);
     free(cl->remote_runs);
     free(cl->last_worker);
-    free(cl->assign);
     free_snaps(cl);
     free(cl->tokmap);
     free(cl->hidden);
@@ -487,6 +484,8 @@ void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
         out->ssd_bytes = x->ssd_bytes;
         out->rtt_ms = x->rtt_ms;
         out->experts_held = x->experts_held;
+        out->busy_s = x->busy_s;
+        out->busy_steps = x->busy_steps;
     }
     pthread_mutex_unlock(&cl->mu);
 }
@@ -497,6 +496,16 @@ uint64_t shoal_cluster_rounds(struct shoal_cluster *cl)
     uint64_t n = cl->rounds;
     pthread_mutex_unlock(&cl->mu);
     return n;
+}
+
+void shoal_cluster_balance_get(struct shoal_cluster *cl, struct shoal_cluster_balance *out)
+{
+    pthread_mutex_lock(&cl->mu);
+    out->steps = cl->bal_steps;
+    out->max_over_mean = cl->bal_steps ? cl->bal_ratio_sum / (double)cl->bal_steps : 0.0;
+    out->n_split = cl->n_split;
+    out->split_rows = cl->split_rows;
+    pthread_mutex_unlock(&cl->mu);
 }
 
 void shoal_cluster_expert_use_get(struct shoal_cluster *cl, uint64_t *remote_runs,
@@ -518,10 +527,13 @@ void shoal_cluster_print_stats(struct shoal_cluster *cl)
         struct shoal_cluster_exec_stats s;
         shoal_cluster_exec_stats_get(cl, i, &s);
         fprintf(stderr, "shoal: executor %d %s: %s, %u experts, %llu requests, %llu errors, "
-                "%llu reconnects, %.2f MB sent, %.2f MB received, rtt %.2f ms", i,
+                "%llu reconnects, %.2f MB sent, %.2f MB received, rtt %.2f ms, "
+                "busy %.3f ms per layer step (%llu steps)", i,
                 s.address, s.state, s.experts_held, (unsigned long long)s.requests,
                 (unsigned long long)s.errors, (unsigned long long)s.reconnects,
-                (double)s.bytes_sent / 1e6, (double)s.bytes_received / 1e6, s.rtt_ms);
+                (double)s.bytes_sent / 1e6, (double)s.bytes_received / 1e6, s.rtt_ms,
+                s.busy_steps ? 1e3 * s.busy_s / (double)s.busy_steps : 0.0,
+                (unsigned long long)s.busy_steps);
         const uint64_t need = s.payload_sent + s.payload_received;
         if (need)
             fprintf(stderr, ", wire %.3fx the rows it carried, %.2f MB read from its disk",
@@ -529,6 +541,10 @@ void shoal_cluster_print_stats(struct shoal_cluster *cl)
                     (double)s.ssd_bytes / 1e6);
         fputc('\n', stderr);
     }
-    fprintf(stderr, "shoal: cluster: %llu layer rounds waited on workers\n",
-                (unsigned long long)shoal_cluster_rounds(cl));
+    struct shoal_cluster_balance b;
+    shoal_cluster_balance_get(cl, &b);
+    fprintf(stderr, "shoal: cluster balance: busy max/mean per layer step %.3f (%llu steps), "
+            "%llu experts split (%llu rows); %llu layer rounds waited on workers\n",
+            b.max_over_mean, (unsigned long long)b.steps, (unsigned long long)b.n_split,
+            (unsigned long long)b.split_rows, (unsigned long long)shoal_cluster_rounds(cl));
 }

@@ -21,7 +21,9 @@
  * Results never depend on placement (DESIGN contract 1): an executor
  * returns each expert's unweighted output rows, which land in their own
  * slots of the caller's buffer; the combine stays with the caller, in
- * route-rank order.
+ * route-rank order. A row's output does not depend on the other rows of
+ * its request (the kernels are batch-invariant: tests/unit/
+ * test_batching.c), so an expert's rows may be split among its holders.
  */
 #ifndef SHOAL_CLUSTER_H
 #define SHOAL_CLUSTER_H
@@ -36,6 +38,14 @@
 
 #define SHOAL_CLUSTER_MAX_EXECUTORS 64
 #define SHOAL_CLUSTER_CONTROL_DEFAULT "127.0.0.1:7077"
+
+/* When an expert's rows are split among its holders (issue 33). */
+enum shoal_cluster_split {
+    SHOAL_CLUSTER_SPLIT_AUTO = 0,   /* when the estimate says it shortens the step */
+    SHOAL_CLUSTER_SPLIT_OFF,        /* never: each expert runs whole on one holder */
+    SHOAL_CLUSTER_SPLIT_ALWAYS,     /* every expert of >= 4 rows with >= 2 holders up, in
+                                     * proportion to their speed (tests, measurements) */
+};
 
 struct shoal_cluster_params {
     const char *const *workers;   /* [n_workers] static workers "HOST:PORT", borrowed */
@@ -62,6 +72,7 @@ struct shoal_cluster_params {
     const struct shoal_container *ct; /* the routed experts' container, borrowed: NULL
                                    * for m->ct; a GGUF model's (the session's
                                    * gguf_experts, container_gguf.c) */
+    enum shoal_cluster_split split_rows;   /* default auto */
 };
 
 static inline struct shoal_cluster_params shoal_cluster_params_default(void)
@@ -110,11 +121,16 @@ void shoal_cluster_destroy(struct shoal_cluster *cl);
  * the contexts using it. Thread: main. */
 struct shoal_experts shoal_cluster_experts(struct shoal_cluster *cl);
 
-/* Compute the given batch-union entries with the local expert store into
- * their slots of yg (the caller's code, run on the calling thread).
+/* Compute the given entries of bu with the local expert store into their
+ * slots of yg (the caller's code, run on the calling thread).
+ *   bu   the step's work union, borrowed: the layer's batch-union, or one
+ *        whose entries are pieces of it (an expert with a run of its
+ *        slots: row splitting), over the same slots; each expert at most
+ *        once in sel
  *   sel  [n_sel] indices into bu->expert, ascending, borrowed
  * Returns 0 or a negative status with err set. */
-typedef int (*shoal_cluster_local_fn)(void *user, int64_t il, const int64_t *sel,
+typedef int (*shoal_cluster_local_fn)(void *user, int64_t il,
+                                      const struct shoal_batch_union *bu, const int64_t *sel,
                                       int64_t n_sel, struct shoal_err *err);
 
 /* One MoE layer step of the forward pass. */
@@ -136,7 +152,13 @@ struct shoal_cluster_layer {
 
 /* Run one layer's batch-union on the cluster: place each expert on one
  * holder that is up (weighted rendezvous, then spill-over to balance the
- * estimated finish times), send one ExpertRequest per remote executor (all
+ * estimated finish times), then split the rows of an expert with several
+ * up holders among them (in proportion to their estimated speed: a
+ * contiguous run of its slots each) where that shortens the step's
+ * estimated makespan (issue 33; an expert of fewer than 4 rows stays
+ * whole); from then on each piece is placed, sent, checked and re-run as
+ * an expert is (one piece of an expert per executor per round). Send one
+ * ExpertRequest per remote executor (all
  * before any wait), compute the local share with L->local, then wait for
  * the replies (deadline request_timeout_s), validate them and copy each
  * expert's rows into its slots of L->yg. A request that times out or whose
@@ -161,7 +183,10 @@ double shoal_cluster_take_network_s(struct shoal_cluster *cl);
 
 /* Router lookahead: send each remote executor a PrefetchHint for the
  * experts of layer il that placement would give it, and write the local
- * executor's share to local_ids.
+ * executor's share to local_ids. An expert's other holders that are up get
+ * it too while placement's cache model says their cache has room (warm
+ * replicas: spill-over and row splitting may then use them without a read
+ * in the step); each then counts as caching it.
  *   ids        [n_ids] i32 expert ids (e.g. [n_tok][k] top-k), duplicates
  *              allowed, borrowed; ids outside [0, n_expert) are ignored
  *   local_ids  [n_ids] i32, written: the ids placed on the local executor
@@ -198,6 +223,8 @@ struct shoal_cluster_exec_stats {
     uint64_t ssd_bytes;         /* expert bytes its answers say it read from disk */
     double rtt_ms;
     uint32_t experts_held;
+    double busy_s;              /* read + compute seconds of its layer steps (issue 33) */
+    uint64_t busy_steps;        /* layer steps it was up for */
 };
 
 /* Copy executor i's counters (0 <= i < returned count of
@@ -225,8 +252,22 @@ uint64_t shoal_cluster_rounds(struct shoal_cluster *cl);
 void shoal_cluster_expert_use_get(struct shoal_cluster *cl, uint64_t *remote_runs,
                                   uint8_t *last_worker);
 
+/* How evenly the layer steps loaded the executors (issue 33). */
+struct shoal_cluster_balance {
+    uint64_t steps;             /* layer steps where an executor was busy */
+    double max_over_mean;       /* mean over those steps of max / mean busy (read +
+                                 * compute seconds) over the executors up at the
+                                 * step's start; 0 when steps is 0 */
+    uint64_t n_split;           /* union entries whose rows were split among holders */
+    uint64_t split_rows;        /* the rows those entries held */
+};
+
+/* Copy the balance counters since create. Thread: any. */
+void shoal_cluster_balance_get(struct shoal_cluster *cl, struct shoal_cluster_balance *out);
+
 /* Print one line per executor (requests, errors, reconnects, wire bytes,
- * RTT) on stderr: `shoal run --stats`. Thread: main. */
+ * RTT, busy seconds per layer step) and one of the balance (max / mean
+ * busy, split entries) on stderr: `shoal run --stats`. Thread: main. */
 void shoal_cluster_print_stats(struct shoal_cluster *cl);
 
 #endif

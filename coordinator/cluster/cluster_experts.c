@@ -23,12 +23,14 @@ static void local_started(void *user)
     }
 }
 
-static int local_share(void *user, int64_t il, const int64_t *sel, int64_t n_sel,
-                       struct shoal_err *err)
+static int local_share(void *user, int64_t il, const struct shoal_batch_union *bu,
+                       const int64_t *sel, int64_t n_sel, struct shoal_err *err)
 {
     (void)il;
     struct shoal_cluster *cl = user;
-    return shoal_local_experts_run(cl->lx, cl->cur_step, sel, n_sel, local_started, cl, err);
+    struct shoal_moe_step st = *cl->cur_step;
+    st.bu = bu;   /* the step's pieces: the same slots of yg */
+    return shoal_local_experts_run(cl->lx, &st, sel, n_sel, local_started, cl, err);
 }
 
 /* Every remote request of the step is out: hint the next layer's experts

@@ -97,6 +97,8 @@ struct exec {
     uint64_t hb_sent_ns;         /* outstanding heartbeat (0: none) */
     uint64_t hb_id;
     int reset_assigned;          /* [mu] set at a new connection: its cache is empty */
+    double busy_s;               /* [mu] read + compute seconds of its layer steps */
+    uint64_t busy_steps;         /* [mu] layer steps it was up for */
     /* [main] what placement believes is in its RAM (cache model for spill-over) */
     uint8_t *assigned;           /* [n_layer][n_expert] */
     uint64_t assigned_bytes;
@@ -195,10 +197,13 @@ struct shoal_cluster {
     uint64_t *remote_runs;              /* [n_layer][n_expert] runs done by workers */
     uint8_t *last_worker;               /* [n_layer][n_expert] the worker of the last
                                          * remote run, 0xff: none */
+    uint64_t n_split, split_rows;       /* entries whose rows were split among holders,
+                                         * and the rows they held */
+    uint64_t bal_steps;                 /* layer steps with busy executors */
+    double bal_ratio_sum;               /* sum over them of max / mean busy */
 
     /* [main] scratch of a layer step (step) and of a hint (hint) */
     struct cluster_snap *step, *hint;
-    int *assign;                        /* [n_expert] executor per union entry */
     int32_t *tokmap;                    /* [n_tok_max] */
     float *hidden;                      /* [n_tok_max][n_embd] */
     uint32_t *rows;                     /* [n_slots_max] */

@@ -127,12 +127,12 @@ static int no_holder(struct shoal_cluster *cl, const struct step_state *ss, int6
 
 /* Place union entries todo[0..n) of layer il: weighted rendezvous over the
  * holders that are up, not excluded and not in avoid[u] (bit x: x's answer
- * for entry u is being checked), then spill-over. Writes cl->assign[u].
+ * for entry u is being checked), then spill-over. Writes assign[u].
  * Returns 0 or -SHOAL_ENOTFOUND (no holder, err set). */
 static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
                  const struct step_state *ss, const uint64_t *avoid, int64_t il,
                  const struct shoal_batch_union *bu, const int64_t *todo, int64_t n,
-                 struct shoal_err *err)
+                 int *assign, struct shoal_err *err)
 {
     const int N = s->n;
     uint64_t seeds[SHOAL_CLUSTER_MAX_EXECUTORS];
@@ -153,7 +153,7 @@ static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
         if (nc == 0)
             return no_holder(cl, ss, il, ie, err);
         int b = shoal_placement_best(shoal_placement_key(il, ie), seeds, weights, nc, 0);
-        cl->assign[u] = cand[b < 0 ? 0 : b];
+        assign[u] = cand[b < 0 ? 0 : b];
     }
     if (N < 2)
         return 0;
@@ -162,7 +162,7 @@ static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
      * (its read from disk where it is not cached yet) */
     for (int64_t i = 0; i < n; i++) {
         const int64_t u = todo[i];
-        const int x = cl->assign[u];
+        const int x = assign[u];
         const int64_t rows = bu->slot_begin[u + 1] - bu->slot_begin[u];
         t[x] += cost(cl, s, x, il, bu->expert[u], rows);
         cnt[x]++;
@@ -182,7 +182,7 @@ static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
         double best_tm = 0, best_tx = 0;
         for (int64_t i = 0; i < n; i++) {
             const int64_t u = todo[i], ie = bu->expert[u];
-            if (cl->assign[u] != m)
+            if (assign[u] != m)
                 continue;
             const int64_t rows = bu->slot_begin[u + 1] - bu->slot_begin[u];
             const double tm = t[m] - cost(cl, s, m, il, ie, rows) -
@@ -214,13 +214,221 @@ static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
         }
         if (best_u < 0)
             break;
-        cl->assign[best_u] = best_x;
+        assign[best_u] = best_x;
         t[m] = best_tm;
         t[best_x] = best_tx;
         cnt[m]--;
         cnt[best_x]++;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------ row splitting */
+
+#define SPLIT_MIN_ROWS 4       /* an entry with fewer rows is never split */
+#define SPLIT_MIN_GAIN 0.02    /* a split must shorten the step by this share */
+
+/* The pieces of a layer step: each union entry whole, or its rows cut into
+ * contiguous runs of its slots, one per holder (issue 33). wb is a
+ * batch-union over the same slots (wb.slots = bu->slots), so requests,
+ * answers, failover and the non-finite checks work on pieces as they did
+ * on entries; every row still gets the output of its own expert, computed
+ * by a kernel whose row results do not depend on the other rows
+ * (tests/unit/test_batching.c), and the combine stays in route order. */
+struct pieces {
+    struct shoal_batch_union wb;   /* expert [cap], slot_begin [cap + 1]; slots borrowed */
+    int *assign;                   /* [cap] executor per piece (round 0) */
+    int64_t cap;
+    int64_t n_split, split_rows;   /* entries split, rows they held */
+};
+
+/* Estimated finish times t[x] and entry counts cnt[x] of an assignment of
+ * entries todo[0..n) (place()'s model: costs plus one RTT per executor used). */
+static void loads(struct shoal_cluster *cl, const struct cluster_snap *s, int64_t il,
+                  const struct shoal_batch_union *bu, const int64_t *todo, int64_t n,
+                  const int *assign, double *t, int *cnt)
+{
+    for (int x = 0; x < s->n; x++) {
+        t[x] = 0;
+        cnt[x] = 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t u = todo[i], x = assign[u];
+        t[x] += cost(cl, s, (int)x, il, bu->expert[u], bu->slot_begin[u + 1] - bu->slot_begin[u]);
+        cnt[x]++;
+    }
+    for (int x = 0; x < s->n; x++)
+        if (cnt[x])
+            t[x] += s->rtt_s[x];
+}
+
+/* Split the entries of bu (placed whole in assign, round 0: nothing
+ * excluded yet) whose rows shorten the step when shared among their up
+ * holders in proportion to their speed: per entry, largest first, the rows
+ * go to the holders by water-filling the estimated finish times (a holder's
+ * fixed cost: one pass over the weights, plus its read when the cache model
+ * says it lacks the expert, plus its RTT when it had nothing; then a cost
+ * per row), kept when the step's makespan drops by SPLIT_MIN_GAIN. Writes
+ * pc->wb and pc->assign. */
+static void split_rows(struct shoal_cluster *cl, const struct cluster_snap *s, int64_t il,
+                       const struct shoal_batch_union *bu, const int *assign,
+                       struct pieces *pc)
+{
+    const int N = s->n;
+    const int64_t nu = bu->n_used;
+    double t[SHOAL_CLUSTER_MAX_EXECUTORS], c[SHOAL_CLUSTER_MAX_EXECUTORS],
+        f[SHOAL_CLUSTER_MAX_EXECUTORS];
+    int cnt[SHOAL_CLUSTER_MAX_EXECUTORS], H[SHOAL_CLUSTER_MAX_EXECUTORS];
+    int64_t r[SHOAL_CLUSTER_MAX_EXECUTORS];
+    int64_t *order = shoal_xmalloc((size_t)(nu > 0 ? nu : 1) * sizeof *order);
+    int64_t *part_n = shoal_xcalloc((size_t)(nu > 0 ? nu : 1), sizeof *part_n);
+    int64_t *part_r = shoal_xcalloc((size_t)(nu > 0 ? nu : 1) * (size_t)N, sizeof *part_r);
+    int *part_x = shoal_xcalloc((size_t)(nu > 0 ? nu : 1) * (size_t)N, sizeof *part_x);
+    for (int64_t u = 0; u < nu; u++)
+        order[u] = u;
+    loads(cl, s, il, bu, order, nu, assign, t, cnt);
+    /* largest entries first (ties: the lower entry) */
+    for (int64_t i = 1; i < nu; i++)
+        for (int64_t j = i; j > 0; j--) {
+            const int64_t a = order[j - 1], b = order[j];
+            const int64_t ra = bu->slot_begin[a + 1] - bu->slot_begin[a],
+                          rb = bu->slot_begin[b + 1] - bu->slot_begin[b];
+            if (ra >= rb)
+                break;
+            order[j - 1] = b;
+            order[j] = a;
+        }
+    pc->n_split = pc->split_rows = 0;
+    const double blob = (double)cl->blob_bytes;
+    const int always = cl->p.split_rows == SHOAL_CLUSTER_SPLIT_ALWAYS;
+    for (int64_t i = 0; i < nu && N > 1 && cl->p.split_rows != SHOAL_CLUSTER_SPLIT_OFF; i++) {
+        const int64_t u = order[i], ie = bu->expert[u];
+        const int64_t rows = bu->slot_begin[u + 1] - bu->slot_begin[u];
+        if (rows < SPLIT_MIN_ROWS)
+            break;   /* sorted: every later one is smaller */
+        double M = 0;
+        for (int x = 0; x < N; x++)
+            M = t[x] > M ? t[x] : M;
+        /* take u off its executor, then water-fill its rows */
+        const int x0 = assign[u];
+        double t0[SHOAL_CLUSTER_MAX_EXECUTORS];
+        memcpy(t0, t, sizeof t0);
+        t0[x0] -= cost(cl, s, x0, il, ie, rows) + (cnt[x0] == 1 ? s->rtt_s[x0] : 0.0);
+        int nh = 0;
+        double hi = 0;
+        for (int x = 0; x < N; x++) {
+            if (!s->up[x] || !holds(cl, s, x, ie))
+                continue;
+            c[x] = blob / s->compute[x] / 8.0 +
+                   (x != cl->local ? (double)cl->n_embd * 8.0 / NET_BYTES_PER_S : 0.0);
+            f[x] = cost(cl, s, x, il, ie, 1) - c[x] +
+                   ((x == x0 ? cnt[x] == 1 : cnt[x] == 0) ? s->rtt_s[x] : 0.0);
+            if (always) {   /* rows in proportion to speed alone */
+                f[x] = 0;
+                t0[x] = 0;
+            }
+            const double all = t0[x] + f[x] + (double)rows * c[x];
+            hi = nh == 0 || all < hi ? all : hi;   /* every row on one holder */
+            H[nh++] = x;
+        }
+        if (nh < 2)
+            continue;
+        double lo = 0;
+        int64_t got = 0;
+        for (int it = 0; it < 60; it++) {
+            const double mid = 0.5 * (lo + hi);
+            got = 0;
+            for (int h = 0; h < nh; h++) {
+                const double v = (mid - t0[H[h]] - f[H[h]]) / c[H[h]];
+                got += v >= 1 ? (v >= (double)rows ? rows : (int64_t)v) : 0;
+            }
+            if (got >= rows)
+                hi = mid;
+            else
+                lo = mid;
+        }
+        got = 0;
+        for (int h = 0; h < nh; h++) {
+            const double v = (hi - t0[H[h]] - f[H[h]]) / c[H[h]];
+            r[h] = v >= 1 ? (v >= (double)rows ? rows : (int64_t)v) : 0;
+            got += r[h];
+        }
+        /* rounding: take the excess from the holders that finish last,
+         * give a shortfall to the first that finish */
+        while (got != rows) {
+            int b = -1;
+            double bt = 0;
+            for (int h = 0; h < nh; h++) {
+                if (got > rows && r[h] == 0)
+                    continue;
+                const double fin = t0[H[h]] + f[H[h]] + (double)(r[h] + (got < rows)) * c[H[h]];
+                if (b < 0 || (got > rows ? fin > bt : fin < bt)) {
+                    b = h;
+                    bt = fin;
+                }
+            }
+            r[b] += got > rows ? -1 : 1;
+            got += got > rows ? -1 : 1;
+        }
+        int used = 0;
+        double M2 = 0;
+        double t2[SHOAL_CLUSTER_MAX_EXECUTORS];
+        memcpy(t2, t0, sizeof t2);
+        for (int h = 0; h < nh; h++)
+            if (r[h] > 0) {
+                t2[H[h]] += f[H[h]] + (double)r[h] * c[H[h]];
+                used++;
+            }
+        for (int x = 0; x < N; x++)
+            M2 = t2[x] > M2 ? t2[x] : M2;
+        if (used < 2 || (!always && !(M2 < M * (1.0 - SPLIT_MIN_GAIN))))
+            continue;
+        if (always) {   /* the finish times as they will be */
+            memcpy(t2, t, sizeof t2);
+            t2[x0] -= cost(cl, s, x0, il, ie, rows) + (cnt[x0] == 1 ? s->rtt_s[x0] : 0.0);
+            for (int h = 0; h < nh; h++)
+                if (r[h] > 0)
+                    t2[H[h]] += cost(cl, s, H[h], il, ie, r[h]) +
+                                (cnt[H[h]] - (H[h] == x0) == 0 ? s->rtt_s[H[h]] : 0.0);
+        }
+        memcpy(t, t2, sizeof t2);
+        cnt[x0]--;
+        for (int h = 0; h < nh; h++)
+            if (r[h] > 0) {
+                cnt[H[h]]++;
+                part_x[u * N + part_n[u]] = H[h];
+                part_r[u * N + part_n[u]] = r[h];
+                part_n[u]++;
+            }
+        pc->n_split++;
+        pc->split_rows += rows;
+    }
+    /* the pieces, entry by entry in union order */
+    int64_t np = 0;
+    struct shoal_batch_union *wb = &pc->wb;
+    wb->slots = bu->slots;
+    wb->count = NULL;
+    for (int64_t u = 0; u < nu; u++) {
+        int64_t b = bu->slot_begin[u];
+        if (!part_n[u]) {
+            wb->expert[np] = bu->expert[u];
+            wb->slot_begin[np] = b;
+            pc->assign[np++] = assign[u];
+            continue;
+        }
+        for (int64_t k = 0; k < part_n[u]; k++) {
+            wb->expert[np] = bu->expert[u];
+            wb->slot_begin[np] = b;
+            pc->assign[np++] = part_x[u * N + k];
+            b += part_r[u * N + k];
+        }
+    }
+    wb->slot_begin[np] = bu->slot_begin[nu];
+    wb->n_used = np;
+    free(order);
+    free(part_n);
+    free(part_r);
+    free(part_x);
 }
 
 /* Remember that union entry u now lives on x (cache model). */
@@ -619,42 +827,117 @@ static int64_t accept_unchecked(struct shoal_cluster *cl, const struct shoal_clu
     return o;
 }
 
-int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster_layer *L,
+/* One layer step's busy time per executor (the read + compute seconds
+ * its answers reported; the local store's wall time of its share) into the
+ * balance counters: per executor its sum, and the step's max / mean over
+ * the executors that were up when it started (a step where none was busy
+ * counts nowhere). */
+static void note_busy(struct shoal_cluster *cl, const double *busy, const int *active, int n)
+{
+    double sum = 0, mx = 0;
+    int k = 0;
+    for (int x = 0; x < n; x++)
+        if (active[x]) {
+            sum += busy[x];
+            mx = busy[x] > mx ? busy[x] : mx;
+            k++;
+        }
+    pthread_mutex_lock(&cl->mu);
+    for (int x = 0; x < n; x++)
+        if (active[x]) {
+            cl->exec[x].busy_s += busy[x];
+            cl->exec[x].busy_steps++;
+        }
+    if (k > 0 && sum > 0) {
+        cl->bal_steps++;
+        cl->bal_ratio_sum += mx / (sum / k);
+    }
+    pthread_mutex_unlock(&cl->mu);
+}
+
+int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster_layer *L0,
                             struct shoal_err *err)
 {
-    const struct shoal_batch_union *bu = L->bu;
-    const int64_t nu = bu->n_used, il = L->il;
+    const struct shoal_batch_union *bu0 = L0->bu;
+    const int64_t nu0 = bu0->n_used, il = L0->il;
     struct cluster_snap *s = cl->step;
     struct step_state *ss = shoal_xcalloc(1, sizeof *ss);
-    int64_t *todo = shoal_xmalloc((size_t)(nu > 0 ? nu : 1) * sizeof *todo);
-    int64_t *ord = shoal_xmalloc((size_t)(nu > 0 ? nu : 1) * sizeof *ord);
-    int64_t *sel = shoal_xmalloc((size_t)(nu > 0 ? nu : 1) * sizeof *sel);
+    snapshot(cl, s, il);
+    /* round 0: every entry placed whole, then the entries worth it split
+     * into pieces; from here on a "union entry" is a piece of wb */
+    const int64_t cap = (nu0 > 0 ? nu0 : 1) * (s->n > 0 ? s->n : 1);
+    struct pieces pc = {.cap = cap};
+    pc.wb.expert = shoal_xmalloc((size_t)cap * sizeof *pc.wb.expert);
+    pc.wb.slot_begin = shoal_xmalloc((size_t)(cap + 1) * sizeof *pc.wb.slot_begin);
+    pc.assign = shoal_xmalloc((size_t)cap * sizeof *pc.assign);
+    int *assign = pc.assign;
+    int64_t *todo = shoal_xmalloc((size_t)cap * sizeof *todo);
+    int64_t *ord = shoal_xmalloc((size_t)cap * sizeof *ord);
+    int64_t *sel = shoal_xmalloc((size_t)cap * sizeof *sel);
+    int64_t *defer = shoal_xmalloc((size_t)cap * sizeof *defer);
     struct req rq[SHOAL_CLUSTER_MAX_EXECUTORS];
     struct shoal_err local_err = {0};
-    struct checks ck = {.avoid = shoal_xcalloc((size_t)(nu > 0 ? nu : 1), sizeof *ck.avoid)};
-    int64_t n_todo = nu;
+    struct checks ck = {.avoid = shoal_xcalloc((size_t)cap, sizeof *ck.avoid)};
+    double busy[SHOAL_CLUSTER_MAX_EXECUTORS] = {0};   /* read + compute seconds */
+    int active[SHOAL_CLUSTER_MAX_EXECUTORS] = {0};    /* up at the step's start */
+    int n_active = s->n;
     int rc = 0, round = 0;
     double net_max = 0;
-    grow_scratch(cl, L->n_tok, bu->slot_begin[nu]);
+    for (int x = 0; x < s->n; x++)
+        active[x] = s->up[x];
+    grow_scratch(cl, L0->n_tok, bu0->slot_begin[nu0]);
+    for (int64_t u = 0; u < nu0; u++)
+        todo[u] = u;
+    int *assign0 = shoal_xmalloc((size_t)(nu0 > 0 ? nu0 : 1) * sizeof *assign0);
+    rc = place(cl, s, ss, ck.avoid, il, bu0, todo, nu0, assign0, err);
+    if (rc == 0)
+        split_rows(cl, s, il, bu0, assign0, &pc);
+    free(assign0);
+    struct shoal_cluster_layer L2 = *L0;
+    L2.bu = &pc.wb;
+    const struct shoal_cluster_layer *L = &L2;
+    const struct shoal_batch_union *bu = &pc.wb;
+    const int64_t nu = rc == 0 ? bu->n_used : 0;
+    int64_t n_todo = nu;
     for (int64_t u = 0; u < nu; u++)
         todo[u] = u;
+    if (pc.n_split) {
+        pthread_mutex_lock(&cl->mu);
+        cl->n_split += (uint64_t)pc.n_split;
+        cl->split_rows += (uint64_t)pc.split_rows;
+        pthread_mutex_unlock(&cl->mu);
+    }
     while (n_todo > 0) {
-        snapshot(cl, s, il);
-        if (ck.n > 0 && (n_todo = accept_unchecked(cl, L, s, ss, &ck, todo, n_todo)) == 0)
-            break;
-        if ((rc = place(cl, s, ss, ck.avoid, il, bu, todo, n_todo, err)) < 0)
-            break;
+        if (round > 0) {
+            snapshot(cl, s, il);
+            if (ck.n > 0 && (n_todo = accept_unchecked(cl, L, s, ss, &ck, todo, n_todo)) == 0)
+                break;
+            if ((rc = place(cl, s, ss, ck.avoid, il, bu, todo, n_todo, assign, err)) < 0)
+                break;
+        }
         /* group the entries by executor: ord holds them executor by
-         * executor, each group in ascending union order */
+         * executor, each group in ascending union order; a second piece of
+         * an expert that one executor already has this round (failover
+         * puts pieces together) waits for the next round: a request and a
+         * local run name each expert once */
         int n_rq = 0, n_sel = 0;
-        int64_t o = 0;
+        int64_t o = 0, n_defer = 0;
         for (int x = 0; x < s->n; x++) {
             int64_t first = o;
-            for (int64_t i = 0; i < n_todo; i++)
-                if (cl->assign[todo[i]] == x) {
-                    ord[o++] = todo[i];
-                    note_assigned(cl, x, il, bu->expert[todo[i]]);
+            for (int64_t i = 0; i < n_todo; i++) {
+                const int64_t u = todo[i];
+                if (assign[u] != x)
+                    continue;
+                int dup = 0;
+                for (int64_t j = first; j < o && !dup; j++)
+                    dup = bu->expert[ord[j]] == bu->expert[u];
+                if (dup) {
+                    defer[n_defer++] = u;
+                    continue;
                 }
+                ord[o++] = u;
+                note_assigned(cl, x, il, bu->expert[u]);
+            }
             if (o == first)
                 continue;
             if (x == cl->local) {
@@ -665,7 +948,8 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
             rq[n_rq] = (struct req){.x = x, .first = first, .n = o - first};
             n_rq++;
         }
-        n_todo = 0;
+        memcpy(todo, defer, (size_t)n_defer * sizeof *todo);
+        n_todo = n_defer;
         /* every remote request goes out before anything waits */
         for (int i = 0; i < n_rq; i++) {
             struct shoal_err e2 = {0};
@@ -683,7 +967,10 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
             cl->exec[cl->local].requests++;
             pthread_mutex_unlock(&cl->mu);
             struct shoal_err e2 = {0};
-            int lrc = L->local(L->user, il, sel, n_sel, &e2);
+            const double t_local = shoal_cluster_now();
+            int lrc = L->local(L->user, il, bu, sel, n_sel, &e2);
+            if (cl->local >= 0)
+                busy[cl->local] += shoal_cluster_now() - t_local;
             if (lrc < 0) {
                 /* another holder may take over; keep the store's message */
                 if (!local_err.code)
@@ -736,6 +1023,7 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                     if (!isfinite(server) || server < 0 || rs->queue_seconds < 0 ||
                         rs->read_seconds < 0 || rs->compute_seconds < 0)
                         server = 0;
+                    busy[x] += server > 0 ? rs->read_seconds + rs->compute_seconds : 0.0;
                     double net = (double)(p.recv_ns - rq[i].sent_ns) / 1e9 - server;
                     if (net > net_max)
                         net_max = net;
@@ -790,6 +1078,7 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
         *err = e3;
         rc = local_err.code;
     }
+    note_busy(cl, busy, active, n_active);
     pthread_mutex_lock(&cl->mu);
     cl->net_s += net_max > 0 ? net_max : 0;
     pthread_mutex_unlock(&cl->mu);
@@ -801,6 +1090,10 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
     free(todo);
     free(ord);
     free(sel);
+    free(defer);
+    free(pc.wb.expert);
+    free(pc.wb.slot_begin);
+    free(pc.assign);
     return rc;
 }
 
@@ -853,6 +1146,23 @@ int64_t shoal_cluster_hint(struct shoal_cluster *cl, int64_t il, const int32_t *
             local_ids[n_local++] = ie;
         else
             per[(size_t)x * (size_t)NE + (size_t)cnt[x]++] = (uint32_t)ie;
+        /* warm replicas (issue 33): the expert's other holders read it too
+         * while their cache has room, off the critical path; placement's
+         * cache model then counts it there, so spill-over and row
+         * splitting may use them without paying a read in the step */
+        for (int k = 0; k < nc; k++) {
+            const int y = cand[k];
+            struct exec *e = &cl->exec[y];
+            const int room = e->cache_bytes == UINT64_MAX ||
+                             e->assigned_bytes + cl->blob_bytes <= e->cache_bytes;
+            if (y == x || e->assigned[il * NE + ie] || !room)
+                continue;
+            if (y == cl->local)
+                local_ids[n_local++] = ie;
+            else
+                per[(size_t)y * (size_t)NE + (size_t)cnt[y]++] = (uint32_t)ie;
+            note_assigned(cl, y, il, ie);
+        }
     }
     for (int x = 0; x < s->n; x++) {
         if (!cnt[x] || x == cl->local || s->write_queue[x] > HINT_QUEUE_MAX)

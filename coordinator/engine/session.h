@@ -66,6 +66,7 @@ struct shoal_session_opts {
     int max_unauth;                   /* --max-unauthenticated N; 0: the default */
     int max_unauth_per_addr;          /* --max-unauthenticated-per-address N; 0: the
                                        * default, at most max_unauth */
+    int split_rows;                   /* --split-rows: enum shoal_cluster_split (0: auto) */
 };
 
 struct shoal_gen_opts {
