@@ -19,15 +19,17 @@ prints, per token of each phase:
   link (the coordinator NIC's larger direction / RATE + round trips x RTT;
   in decode plus the cores' time, as one sequence's layer rounds, their
   bytes and their compute form one dependency chain), cores (the
-  coordinator's own compute measured in the run, plus the routed expert
-  bytes computed at --compute-gbps); the binding one is the largest, and
+  coordinator's own compute measured in the run, plus, warm, the slowest
+  worker's busy time of each layer step as measured, cold, the routed
+  expert bytes computed at --compute-gbps); the binding one is the largest,
+  and
   ratio = binding bound / measured time (1.0 = at the bound).
 
 Needs root. Usage:
   sudo /usr/bin/python3 bench/cluster_grid.py --build build --model DIR \\
       [--workers 1,2,4] [--rate 1gbit,10gbit] [--rtt-ms 0.1,2] \\
       [--disk-mbps 150] [--cache 1500M] [--prompt-len 8] [--gen 6] \\
-      [--state cold|warm] [--replicas 1] [--skew 1] [--compute-gbps 12] [--json OUT]
+      [--state cold|warm] [--replicas 1] [--hot-replicas H[:X]] [--skew 1] [--compute-gbps 12] [--json OUT]
 --skew F makes worker 0's disk F times the others' (a fast machine beside
 slow ones). The model: `shoal synth --family deepseek_v3 --layers 5
 --experts int4a8 --dense int4a8 --gb 30` (1 dense + 4 MoE layers at V3's
@@ -109,6 +111,8 @@ class Cell:
                 cmd = [worker, "--model", a.model, "--listen", "%s:7070" % h.addr,
                        "--cluster-key", self.key, "--direct", "on", "--expert-cache", a.cache,
                        "--shard", "%d/%d:%d" % (i, self.n, min(ARGS.replicas, self.n))]
+                if a.hot_replicas and self.n > 1:
+                    cmd += ["--hot-replicas", a.hot_replicas]
                 with open(lp, "w") as lf:
                     lf.write("# %s (disk %.0f MB/s)\n" % (" ".join(cmd), mbps))
                     lf.flush()
@@ -163,12 +167,25 @@ def figures(res, cell, shape, blob):
         t_disk = ssd / disks
         t_link = max(sent, recv) / rate + rt * cell.rtt_ms / 1e3
         own = (p["attention"] + p["routing"] + p["combine"] + p["head"]) / tok
-        # decode: top_k experts per MoE layer per token; prefill: the union
-        # is at most every expert of a layer once per chunk
-        routed = shape["n_moe"] * shape["top_k"] * blob if blob else 0
-        if phase == "prefill" and blob:
-            routed = min(routed, shape["n_moe"] * shape["n_expert"] * blob / tok)
-        t_cores = own + routed / (ARGS.compute_gbps * 1e9)
+        # the workers' busy seconds (read + compute) of this phase's layer
+        # steps, and the slowest one's share of each step
+        ex = run.get("executors_" + phase) or []
+        busy = sum(e.get("busy_s", 0) for e in ex)
+        steps = sum(e.get("busy_steps", 0) for e in ex)
+        balance = f.get("busy_max_mean_" + phase)
+        if ARGS.state == "warm" and steps and balance:
+            # experts in RAM: busy is compute; the slowest worker of each
+            # step is on the chain
+            t_cores = own + rt * balance * busy / steps
+            cores_how = "measured"
+        else:
+            # decode: top_k experts per MoE layer per token; prefill: the
+            # union is at most every expert of a layer once per chunk
+            routed = shape["n_moe"] * shape["top_k"] * blob if blob else 0
+            if phase == "prefill" and blob:
+                routed = min(routed, shape["n_moe"] * shape["n_expert"] * blob / tok)
+            t_cores = own + routed / (ARGS.compute_gbps * 1e9)
+            cores_how = "modelled"
         if phase == "decode":
             # one sequence: a layer's round trip, its rows on the wire and
             # the compute on both ends lie on one dependency chain; nothing
@@ -180,7 +197,8 @@ def figures(res, cell, shape, blob):
             "tok_s": 1.0 / t_meas if t_meas > 0 else None,
             "wire_kb_sent": sent / 1e3, "wire_kb_received": recv / 1e3,
             "wire_over_min": f.get("%s_wire_over_minimum" % phase),
-            "round_trips": rt, "ssd_mb": ssd / 1e6,
+            "round_trips": rt, "ssd_mb": ssd / 1e6, "busy_max_mean": balance,
+            "cores_bound": cores_how,
             "bound_ms": {k: v * 1e3 for k, v in bounds.items()},
             "binding": binding,
             "ratio": bounds[binding] / t_meas if t_meas > 0 else None,
@@ -198,6 +216,8 @@ def main():
     ap.add_argument("--rtt-ms", default="0.1")
     ap.add_argument("--disk-mbps", type=float, default=150)
     ap.add_argument("--skew", type=float, default=1.0)
+    ap.add_argument("--hot-replicas", default=None,
+                    help="H[:X]: shoal-worker --hot-replicas (with 2 workers or more)")
     ap.add_argument("--state", choices=("cold", "warm"), default="cold",
                     help="warm: after one unmeasured pass (a cache as large as the "
                          "shard then holds it all: the links and cores alone)")
@@ -226,9 +246,9 @@ def main():
     blob = blob_bytes(ARGS.model)
     results = []
     print("| workers | link | RTT | phase | tok/s | wire KB/token sent / received | "
-          "wire / minimum | round trips / token | worker SSD MB/token | bounds ms/token "
-          "(disks, link, cores) | binding | measured / bound |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "wire / minimum | round trips / token | worker SSD MB/token | busy max/mean | "
+          "bounds ms/token (disks, link, cores) | binding | measured / bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in [int(x) for x in ARGS.workers.split(",")]:
         for rate in ARGS.rate.split(","):
             for rtt in [float(x) for x in ARGS.rtt_ms.split(",")]:
@@ -244,12 +264,14 @@ def main():
                 for phase in ("prefill", "decode"):
                     g = fig[phase]
                     b = g["bound_ms"]
-                    print("| %d | %s | %g ms | %s | %.2f | %.0f / %.0f | %s | %.2f | %.0f | "
+                    print("| %d | %s | %g ms | %s | %.2f | %.0f / %.0f | %s | %.2f | %.0f | %s | "
                           "%.0f, %.0f, %.0f | %s | %.2f |" % (
                               n, rate, rtt, phase, g["tok_s"], g["wire_kb_sent"],
                               g["wire_kb_received"],
                               "%.3f" % g["wire_over_min"] if g["wire_over_min"] else "-",
-                              g["round_trips"], g["ssd_mb"], b["disks"], b["link"],
+                              g["round_trips"], g["ssd_mb"],
+                              "%.2f" % g["busy_max_mean"] if g["busy_max_mean"] else "-",
+                              b["disks"], b["link"],
                               b["cores"], g["binding"], g["ratio"]), flush=True)
     if ARGS.json:
         with open(ARGS.json, "w") as f:
