@@ -31,7 +31,8 @@ Needs root. Usage:
       [--disk-mbps 150] [--cache 1500M] [--prompt-len 8] [--gen 6] \\
       [--state cold|warm] [--replicas 1] [--hot-replicas H[:X]] [--skew 1] [--compute-gbps 12] [--json OUT]
 --skew F makes worker 0's disk F times the others' (a fast machine beside
-slow ones). The model: `shoal synth --family deepseek_v3 --layers 5
+slow ones) and gives it F times their share of the experts (--shard-weights;
+--equal-shares keeps the shares equal). The model: `shoal synth --family deepseek_v3 --layers 5
 --experts int4a8 --dense int4a8 --gb 30` (1 dense + 4 MoE layers at V3's
 widths).
 """
@@ -111,6 +112,9 @@ class Cell:
                 cmd = [worker, "--model", a.model, "--listen", "%s:7070" % h.addr,
                        "--cluster-key", self.key, "--direct", "on", "--expert-cache", a.cache,
                        "--shard", "%d/%d:%d" % (i, self.n, min(ARGS.replicas, self.n))]
+                if a.skew != 1 and self.n > 1 and not a.equal_shares:
+                    cmd += ["--shard-weights",
+                            ",".join([str(a.skew)] + ["1"] * (self.n - 1))]
                 if a.hot_replicas and self.n > 1:
                     cmd += ["--hot-replicas", a.hot_replicas]
                 with open(lp, "w") as lf:
@@ -216,6 +220,8 @@ def main():
     ap.add_argument("--rtt-ms", default="0.1")
     ap.add_argument("--disk-mbps", type=float, default=150)
     ap.add_argument("--skew", type=float, default=1.0)
+    ap.add_argument("--equal-shares", action="store_true",
+                    help="with --skew: equal shards (default: --shard-weights by disk)")
     ap.add_argument("--hot-replicas", default=None,
                     help="H[:X]: shoal-worker --hot-replicas (with 2 workers or more)")
     ap.add_argument("--state", choices=("cold", "warm"), default="cold",

@@ -13,8 +13,10 @@
  * (the first), ends the drain (the second), or arrives while it is
  * already exiting and is ignored: never the default action, so the exit
  * status is 0. */
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -50,6 +52,8 @@ struct opts {
     const char *key_file;
     const char *name;
     int shard_index, shard_count, shard_replicas;   /* count 0: no --shard */
+    double shard_weights[MAX_SHARD_WORKERS];        /* --shard-weights, n_shard_weights */
+    int n_shard_weights;
     int hot_n, hot_extra;            /* --hot-replicas H[:X]; hot_n 0: none */
     const char *routing;             /* --routing FILE: the counts that rank them */
     struct shoal_expert_store_params store;
@@ -106,6 +110,9 @@ static void usage(FILE *f)
         "                       its experts read from the file\n"
         "  --shard I/N[:R]      serve only worker I's share (0-based) of N workers,\n"
         "                       R holders per expert (default 1), by weighted rendezvous\n"
+        "  --shard-weights W0,W1,...  with --shard: one positive weight per worker (its\n"
+        "                       disk's MB/s, say): worker I holds about W_I / sum of the\n"
+        "                       experts, as 'shoal shard --weights' (default equal)\n"
         "  --hot-replicas H[:X] with --shard: the H experts of each layer with the most\n"
         "                       routings get X more holders (default 1), the same ones on\n"
         "                       every worker given the same counts\n"
@@ -201,6 +208,36 @@ static void parse_shard(const char *v, struct opts *o)
     o->shard_replicas = (int)r;
 }
 
+/* "3,1": one positive finite number per worker of --shard (as `shoal shard
+ * --weights`); the count is checked against N once every flag is read. */
+static void parse_shard_weights(const char *v, struct opts *o)
+{
+    const char *p = v;
+    o->n_shard_weights = 0;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[64];
+        if (o->n_shard_weights == MAX_SHARD_WORKERS)
+            die_usage("--shard-weights has more than %d values", MAX_SHARD_WORKERS);
+        if (len == 0 || len >= sizeof item)
+            die_usage("--shard-weights item %d is %s; expected a positive number",
+                      o->n_shard_weights + 1, len ? "too long" : "empty");
+        memcpy(item, p, len);
+        item[len] = '\0';
+        char *end = NULL;
+        errno = 0;
+        const double w = strtod(item, &end);
+        if (*end || errno || !isfinite(w) || !(w > 0))
+            die_usage("--shard-weights item %d is '%s'; expected a positive number",
+                      o->n_shard_weights + 1, item);
+        o->shard_weights[o->n_shard_weights++] = w;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+}
+
 /* "H" or "H:X" (hot_replicas.h). */
 static void parse_hot(const char *v, struct opts *o)
 {
@@ -227,7 +264,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->stats = 1;
         } else {
             static const char *const valued[] = {
-                "--model", "--shard", "--hot-replicas", "--routing", "--listen", "--join", "--cluster-key", "--name",
+                "--model", "--shard", "--shard-weights", "--hot-replicas", "--routing", "--listen", "--join", "--cluster-key", "--name",
                 "--expert-cache", "--cache-policy", "--pin", "--direct", "--prefetch", "--queue-depth",
                 "--threads", "--io", "--max-coordinators", "--max-unauthenticated",
                 "--max-unauthenticated-per-address", "--announce"};
@@ -242,6 +279,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
                 o->model = v;
             else if (!strcmp(a, "--shard"))
                 parse_shard(v, o);
+            else if (!strcmp(a, "--shard-weights"))
+                parse_shard_weights(v, o);
             else if (!strcmp(a, "--hot-replicas"))
                 parse_hot(v, o);
             else if (!strcmp(a, "--routing"))
@@ -292,6 +331,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
     }
     if (!o->model)
         die_usage("--model DIR is required (see --help)");
+    if (o->n_shard_weights && o->n_shard_weights != o->shard_count)
+        die_usage("--shard-weights has %d values for --shard %d/%d; expected one per worker "
+                  "(%d)", o->n_shard_weights, o->shard_index, o->shard_count,
+                  o->shard_count);
     if (o->hot_n && !o->shard_count)
         die_usage("--hot-replicas needs --shard I/N[:R] (without it every expert is held)");
     if (o->routing && !o->hot_n)
@@ -360,8 +403,9 @@ static int64_t build_coverage(const struct shoal_container *ct, const struct opt
                 continue;
             if (o->shard_count > 0) {
                 const int extra = hot && hot[il * ct->n_expert + ie] ? o->hot_extra : 0;
-                int n = shoal_placement_holders(il, ie, o->shard_count, NULL,
-                                                o->shard_replicas + extra, holders);
+                int n = shoal_placement_holders(
+                    il, ie, o->shard_count, o->n_shard_weights ? o->shard_weights : NULL,
+                    o->shard_replicas + extra, holders);
                 int mine = 0;
                 for (int k = 0; k < n; k++)
                     mine |= holders[k] == o->shard_index;

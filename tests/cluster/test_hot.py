@@ -172,6 +172,37 @@ def main():
               r.returncode == 2 and len(lines) == 1 and "--hot-replicas" in lines[0],
               "rc=%d %s" % (r.returncode, r.stderr[-300:]))
 
+        # 1b. weighted shares (--shard-weights: a faster disk holds more)
+        wws = []
+        try:
+            for i in range(3):
+                wws.append(L.Worker(a.worker, tmp, "wt-%d" % i, a.ct, "--shard", "%d/3" % i,
+                                    "--shard-weights", "3,1,1"))
+                if not wws[-1].wait_ready():
+                    raise RuntimeError("worker wt-%d did not start: %s" %
+                                       (i, wws[-1].text()[-600:]))
+            nw = [held(w) for w in wws]
+            r = L.run([a.shoal, "shard", a.ct, "--shards", "3", "--weights", "3,1,1",
+                       "--out", os.path.join(tmp, "wshards")])
+            with open(os.path.join(tmp, "wshards", "placement.json")) as f:
+                pl = json.load(f)
+            R("--shard-weights 3,1,1: the workers hold what shoal shard --weights 3,1,1 "
+              "writes, every expert once, the first more than either other",
+              r.returncode == 0 and [s["experts"] for s in pl["shards"]] == nw and
+              sum(nw) == 32 and nw[0] > max(nw[1], nw[2]),
+              "held %s, shard wrote %s" % (nw, [s["experts"] for s in pl["shards"]]))
+            g = gen(a, tmp, "weighted", SHORT, DECODE, wws)
+            R("decode on weighted shares: ids, text and logits bytes = in-process",
+              L.same(base_d, g), L.detail(g))
+        finally:
+            L.stop_workers(wws)
+        for bad in ("3,1", "3,0,1", "3,x,1"):
+            r = L.run([a.worker, "--model", a.ct, "--shard", "0/3", "--shard-weights", bad])
+            lines = r.stderr.strip().splitlines()
+            R("--shard-weights %s: one-line usage error, exit 2" % bad,
+              r.returncode == 2 and len(lines) == 1 and "--shard-weights" in lines[0],
+              "rc=%d %s" % (r.returncode, r.stderr[-300:]))
+
         # 2. decode
         g = gen(a, tmp, "decode", SHORT, DECODE, ws)
         R("decode on hot replicas: ids, text and logits bytes = in-process",
