@@ -22,19 +22,20 @@ prints, per token of each phase:
   coordinator's own compute measured in the run, plus, warm, the slowest
   worker's busy time of each layer step as measured, cold, the routed
   expert bytes computed at --compute-gbps); the binding one is the largest,
-  and
-  ratio = binding bound / measured time (1.0 = at the bound).
+  and ratio = binding bound / measured time (1.0 = at the bound).
 
 Needs root. Usage:
+  /usr/bin/python3 bench/cluster_grid.py --plot OUT.png --from A.json B.json ...
   sudo /usr/bin/python3 bench/cluster_grid.py --build build --model DIR \\
       [--workers 1,2,4] [--rate 1gbit,10gbit] [--rtt-ms 0.1,2] \\
       [--disk-mbps 150] [--cache 1500M] [--prompt-len 8] [--gen 6] \\
-      [--state cold|warm] [--replicas 1] [--hot-replicas H[:X]] [--skew 1] [--compute-gbps 12] [--json OUT]
+      [--state cold|warm] [--replicas 1] [--hot-replicas H[:X]] [--skew 1] \\
+      [--equal-shares] [--compute-gbps 12] [--json OUT]
 --skew F makes worker 0's disk F times the others' (a fast machine beside
-slow ones) and gives it F times their share of the experts (--shard-weights;
---equal-shares keeps the shares equal). The model: `shoal synth --family deepseek_v3 --layers 5
---experts int4a8 --dense int4a8 --gb 30` (1 dense + 4 MoE layers at V3's
-widths).
+slow ones) and gives it F times their share of the experts
+(--shard-weights; --equal-shares keeps the shares equal). The model:
+`shoal synth --family deepseek_v3 --layers 5 --experts int4a8 --dense int4a8
+--gb 30` (1 dense + 4 MoE layers at V3's widths).
 """
 import argparse
 import base64
@@ -110,7 +111,7 @@ class Cell:
                 mbps = a.disk_mbps * (a.skew if i == 0 else 1.0)
                 lp = os.path.join(self.dir, "w%d.log" % i)
                 cmd = [worker, "--model", a.model, "--listen", "%s:7070" % h.addr,
-                       "--cluster-key", self.key, "--direct", "on", "--expert-cache", a.cache,
+                       "--cluster-key", self.key, "--direct", "on", "--expert-cache", a.cache, "--stats",
                        "--shard", "%d/%d:%d" % (i, self.n, min(ARGS.replicas, self.n))]
                 if a.skew != 1 and self.n > 1 and not a.equal_shares:
                     cmd += ["--shard-weights",
@@ -146,6 +147,13 @@ class Cell:
                 lf.flush()
                 rc = subprocess.run(coord.argv(cmd), stdout=lf, stderr=subprocess.STDOUT,
                                     env=env, timeout=a.timeout).returncode
+            for p in procs:   # SIGTERM: each worker logs its store's counters (--stats)
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
             if rc != 0:
                 raise RuntimeError("shoal bench failed (%d): see %s" % (
                     rc, os.path.join(self.dir, "coordinator.log")))
@@ -210,11 +218,56 @@ def figures(res, cell, shape, blob):
     return out
 
 
+def plot(paths, out):
+    """One picture of grid JSONs: each cell's decode and prefill tok/s as
+    bars, the binding bound's tok/s as a tick above each, the ratio written
+    on it."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cells = []
+    for p in paths:
+        d = json.load(open(p))
+        a = d["args"]
+        tag = a.get("state", "cold")
+        if a.get("hot_replicas"):
+            tag += ", hot " + a["hot_replicas"]
+        if a.get("replicas", 1) > 1:
+            tag += ", R=%d" % a["replicas"]
+        if a.get("skew", 1) != 1:
+            tag += ", disks %g:1%s" % (a["skew"], " equal shares" if a.get("equal_shares", True)
+                                       else "")
+        for c in d["cells"]:
+            cells.append(("%dw %s\n%gms %s" % (c["workers"], c["rate"], c["rtt_ms"], tag), c))
+    fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.55 * len(cells)), 7), sharex=True)
+    for ax, phase in zip(axes, ("decode", "prefill")):
+        xs = range(len(cells))
+        got = [c["figures"][phase]["tok_s"] for _, c in cells]
+        bound = [1e3 / c["figures"][phase]["bound_ms"][c["figures"][phase]["binding"]]
+                 for _, c in cells]
+        colors = {"disks": "#4c72b0", "link": "#dd8452", "cores": "#55a868"}
+        ax.bar(xs, got, color=[colors[c["figures"][phase]["binding"]] for _, c in cells])
+        ax.scatter(xs, bound, marker="_", s=300, color="black", zorder=3)
+        for x, g, b in zip(xs, got, bound):
+            ax.text(x, max(g, b) * 1.05, "%.2f" % (g / b), ha="center", fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylim(top=max(max(got), max(bound)) * 1.6)
+        ax.set_ylabel("%s tok/s" % phase)
+    axes[0].set_title("shoal cluster at DeepSeek-V3 widths: tok/s measured (bars) against the "
+                      "binding bound (tick), ratio above\nthe bound that binds: blue disks, "
+                      "orange link, green cores", fontsize=9)
+    axes[1].set_xticks(range(len(cells)))
+    axes[1].set_xticklabels([n for n, _ in cells], rotation=90, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print("cluster_grid: wrote %s" % out)
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build")
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model")
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--rtt-ms", default="0.1")
@@ -238,7 +291,15 @@ def main():
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--workdir", default="/tmp/cluster_grid")
     ap.add_argument("--json")
+    ap.add_argument("--plot", metavar="PNG",
+                    help="draw the JSONs of --from (earlier runs) into PNG and exit")
+    ap.add_argument("--from", dest="sources", nargs="+", default=[])
     ARGS = ap.parse_args()
+    if ARGS.plot:
+        plot(ARGS.sources, ARGS.plot)
+        return 0
+    if not ARGS.model:
+        ap.error("--model DIR is required (or --plot PNG --from JSON...)")
     ok, why = netlab.Lab.available()
     if not ok:
         print("cluster_grid: skipped: %s" % why)
