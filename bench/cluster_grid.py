@@ -255,7 +255,8 @@ def plot(paths, out):
         ax.set_ylabel("%s tok/s" % phase)
     axes[0].set_title("shoal cluster at DeepSeek-V3 widths: tok/s measured (bars) against the "
                       "binding bound (tick), ratio above\nthe bound that binds: blue disks, "
-                      "orange link, green cores", fontsize=9)
+                      "orange link (decode: with the compute on each layer's round trip), "
+                      "green cores", fontsize=9)
     axes[1].set_xticks(range(len(cells)))
     axes[1].set_xticklabels([n for n, _ in cells], rotation=90, fontsize=7)
     fig.tight_layout()
