@@ -194,6 +194,14 @@ def main():
             g = gen(a, tmp, "weighted", SHORT, DECODE, wws)
             R("decode on weighted shares: ids, text and logits bytes = in-process",
               L.same(base_d, g), L.detail(g))
+            # the wire against the f32 rows the placement needed, and one
+            # layer round per MoE layer per forward pass (the prompt's, then
+            # one per generated token but the last)
+            wire = [float(x) for x in re.findall(r"wire ([\d.]+)x the rows it carried", g.err)]
+            m = re.search(r"(\d+) layer rounds waited on workers", g.err)
+            R("--stats: each worker's wire within 1.1x the rows it carried, 4 x 24 rounds",
+              len(wire) == 3 and all(1.0 <= w <= 1.1 for w in wire) and m is not None and
+              int(m.group(1)) == 4 * 24, "wire %s, rounds %s" % (wire, m and m.group(1)))
         finally:
             L.stop_workers(wws)
         for bad in ("3,1", "3,0,1", "3,x,1"):
