@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,6 +266,37 @@ static void hs_timeout_cb(uv_timer_t *t)
     conn_close(c, why, 1);
 }
 
+/* A worker whose machine or link is gone sends no reset: without this its
+ * step would wait for --request-timeout. Bytes the coordinator sent (a
+ * request, or the heartbeat it sends every second) that stay
+ * unacknowledged this long drop the connection (TCP_USER_TIMEOUT on Linux,
+ * TCP_RXT_CONNDROPTIME on macOS), and the step re-runs its experts on their
+ * other holders. A busy worker still acknowledges (its kernel does), and a
+ * slow link keeps acknowledging as it drains, so neither trips it. */
+#define CLUSTER_LINK_TIMEOUT_MS 5000
+
+static void set_link_timeout(struct shoal_cluster *cl, struct conn *c)
+{
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0)
+        return;
+    double ms = cl->p.request_timeout_s * 1e3;
+    if (!(ms < CLUSTER_LINK_TIMEOUT_MS))
+        ms = CLUSTER_LINK_TIMEOUT_MS;
+    if (ms < 1000)
+        ms = 1000;
+#if defined(TCP_USER_TIMEOUT)
+    unsigned int v = (unsigned int)ms;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, sizeof v);
+#elif defined(TCP_RXT_CONNDROPTIME)
+    int v = (int)ceil(ms / 1e3);
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_RXT_CONNDROPTIME, &v, sizeof v);
+#else
+    (void)fd;
+    (void)ms;
+#endif
+}
+
 static void send_heartbeat(struct shoal_cluster *cl, int xi)
 {
     struct exec *x = &cl->exec[xi];
@@ -512,6 +545,7 @@ static void handshake_done(struct conn *c)
     free(old);
     c->hs_done = 1;
     c->rd.max_frame = WORKER_IDLE_MAX_FRAME;   /* until it owes a reply (read_cb) */
+    set_link_timeout(cl, c);
     shoal_log(again ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "cluster",
               "worker %s is %s: %u of %lld experts, disk %.0f MB/s, compute %.1f GB/s",
               x->addr, again ? "back" : (x->kind == EXEC_JOINED ? "joining" : "up"), held,
