@@ -446,6 +446,17 @@ def run_logged(cmd, logfile, cleanup, env=None, timeout=None):
     return rc
 
 
+def write_cluster_key(workdir):
+    """A fresh 32-byte cluster key in WORKDIR/cluster.key (mode 0600), made
+    with workdir if missing; returns its path."""
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, "cluster.key")
+    with open(path, "w") as f:
+        f.write(base64.b64encode(secrets.token_bytes(32)).decode() + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -38,11 +38,9 @@ slow ones) and gives it F times their share of the experts
 --gb 30` (1 dense + 4 MoE layers at V3's widths).
 """
 import argparse
-import base64
 import json
 import os
 import re
-import secrets
 import subprocess
 import sys
 import time
@@ -305,11 +303,7 @@ def main():
     if not ok:
         print("cluster_grid: skipped: %s" % why)
         return 0
-    os.makedirs(ARGS.workdir, exist_ok=True)
-    key = os.path.join(ARGS.workdir, "cluster.key")
-    with open(key, "w") as f:
-        f.write(base64.b64encode(secrets.token_bytes(32)).decode() + "\n")
-    os.chmod(key, 0o600)
+    key = bl.write_cluster_key(ARGS.workdir)
     shape = model_shape(ARGS.model)
     blob = blob_bytes(ARGS.model)
     results = []

@@ -19,10 +19,8 @@ Needs root. Usage:
       [--prompt-fraction 0.5] [--request-timeout 30] [--rate 1gbit] [--json OUT]
 """
 import argparse
-import base64
 import json
 import os
-import secrets
 import signal
 import statistics
 import subprocess
@@ -83,11 +81,7 @@ def main():
     if not ok:
         print("failover_stall: skipped: %s" % why)
         return 0
-    os.makedirs(a.workdir, exist_ok=True)
-    key = os.path.join(a.workdir, "cluster.key")
-    with open(key, "w") as f:
-        f.write(base64.b64encode(secrets.token_bytes(32)).decode() + "\n")
-    os.chmod(key, 0o600)
+    key = bl.write_cluster_key(a.workdir)
     shoal = os.path.join(a.build, "coordinator", "shoal")
     worker = os.path.join(a.build, "worker", "shoal-worker")
     ids = ",".join(str(1 + (i * 7919) % 1000) for i in range(a.prompt_len))
