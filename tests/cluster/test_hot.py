@@ -98,14 +98,12 @@ def chat(a, tmp, name, stdin, flags=(), victim=None):
     return p.returncode, out.decode("utf-8", "replace"), err
 
 
-def sharded(a, tmp, name, replicas, routing):
-    """3 started workers --shard I/3REPLICAS --hot-replicas 2 --routing FILE."""
+def three(a, tmp, name, flags):
+    """3 started workers of a.ct, worker i with the flags flags(i)."""
     ws = []
     try:
         for i in range(3):
-            ws.append(L.Worker(a.worker, tmp, "%s-%d" % (name, i), a.ct, "--shard",
-                               "%d/3%s" % (i, replicas), "--hot-replicas", "2",
-                               "--routing", routing))
+            ws.append(L.Worker(a.worker, tmp, "%s-%d" % (name, i), a.ct, *flags(i)))
             if not ws[-1].wait_ready():
                 raise RuntimeError("worker %s-%d did not start: %s" %
                                    (name, i, ws[-1].text()[-600:]))
@@ -113,6 +111,31 @@ def sharded(a, tmp, name, replicas, routing):
         L.stop_workers(ws)
         raise
     return ws
+
+
+def sharded(a, tmp, name, replicas, routing):
+    """3 started workers --shard I/3REPLICAS --hot-replicas 2 --routing FILE."""
+    return three(a, tmp, name, lambda i: ["--shard", "%d/3%s" % (i, replicas),
+                                          "--hot-replicas", "2", "--routing", routing])
+
+
+def shard_counts(a, tmp, out, *flags):
+    """`shoal shard a.ct --shards 3 FLAGS --out TMP/OUT`: (its result, the
+    experts of each shard from placement.json)."""
+    r = L.run([a.shoal, "shard", a.ct, "--shards", "3"] + list(flags) +
+              ["--out", os.path.join(tmp, out)])
+    with open(os.path.join(tmp, out, "placement.json")) as f:
+        return r, [s["experts"] for s in json.load(f)["shards"]]
+
+
+def usage_errors(a, flag, bads):
+    """Each of bads as FLAG's value on shoal-worker --shard 0/3: one line, exit 2."""
+    for bad in bads:
+        r = L.run([a.worker, "--model", a.ct, "--shard", "0/3", flag, bad])
+        lines = r.stderr.strip().splitlines()
+        R("%s %s: one-line usage error, exit 2" % (flag, bad),
+          r.returncode == 2 and len(lines) == 1 and flag in lines[0],
+          "rc=%d %s" % (r.returncode, r.stderr[-300:]))
 
 
 def poisoned(a, tmp, name, poison):
@@ -158,39 +181,22 @@ def main():
         n = [held(w) for w in ws]
         R("3 workers --shard I/3 --hot-replicas 2: 32 + 4 x 2 experts held in all",
           None not in n and sum(n) == 40, "held %s" % n)
-        r = L.run([a.shoal, "shard", a.ct, "--shards", "3", "--hot-replicas", "2",
-                   "--routing", routing, "--out", os.path.join(tmp, "shards")])
-        with open(os.path.join(tmp, "shards", "placement.json")) as f:
-            pl = json.load(f)
+        r, counts = shard_counts(a, tmp, "shards", "--hot-replicas", "2", "--routing", routing)
         R("shoal shard --hot-replicas 2 writes the shards the workers hold",
-          r.returncode == 0 and [s["experts"] for s in pl["shards"]] == n,
-          "%s vs %s %s" % ([s["experts"] for s in pl["shards"]], n, r.stderr[-300:]))
-        for bad in ("0", "x", "2:0"):
-            r = L.run([a.worker, "--model", a.ct, "--shard", "0/3", "--hot-replicas", bad])
-            lines = r.stderr.strip().splitlines()
-            R("--hot-replicas %s: one-line usage error, exit 2" % bad,
-              r.returncode == 2 and len(lines) == 1 and "--hot-replicas" in lines[0],
-              "rc=%d %s" % (r.returncode, r.stderr[-300:]))
+          r.returncode == 0 and counts == n, "%s vs %s %s" % (counts, n, r.stderr[-300:]))
+        usage_errors(a, "--hot-replicas", ("0", "x", "2:0"))
 
         # 1b. weighted shares (--shard-weights: a faster disk holds more)
         wws = []
         try:
-            for i in range(3):
-                wws.append(L.Worker(a.worker, tmp, "wt-%d" % i, a.ct, "--shard", "%d/3" % i,
-                                    "--shard-weights", "3,1,1"))
-                if not wws[-1].wait_ready():
-                    raise RuntimeError("worker wt-%d did not start: %s" %
-                                       (i, wws[-1].text()[-600:]))
+            wws = three(a, tmp, "wt", lambda i: ["--shard", "%d/3" % i,
+                                                  "--shard-weights", "3,1,1"])
             nw = [held(w) for w in wws]
-            r = L.run([a.shoal, "shard", a.ct, "--shards", "3", "--weights", "3,1,1",
-                       "--out", os.path.join(tmp, "wshards")])
-            with open(os.path.join(tmp, "wshards", "placement.json")) as f:
-                pl = json.load(f)
+            r, counts = shard_counts(a, tmp, "wshards", "--weights", "3,1,1")
             R("--shard-weights 3,1,1: the workers hold what shoal shard --weights 3,1,1 "
               "writes, every expert once, the first more than either other",
-              r.returncode == 0 and [s["experts"] for s in pl["shards"]] == nw and
-              sum(nw) == 32 and nw[0] > max(nw[1], nw[2]),
-              "held %s, shard wrote %s" % (nw, [s["experts"] for s in pl["shards"]]))
+              r.returncode == 0 and counts == nw and sum(nw) == 32 and nw[0] > max(nw[1], nw[2]),
+              "held %s, shard wrote %s" % (nw, counts))
             g = gen(a, tmp, "weighted", SHORT, DECODE, wws)
             R("decode on weighted shares: ids, text and logits bytes = in-process",
               L.same(base_d, g), L.detail(g))
@@ -204,12 +210,7 @@ def main():
               int(m.group(1)) == 4 * 24, "wire %s, rounds %s" % (wire, m and m.group(1)))
         finally:
             L.stop_workers(wws)
-        for bad in ("3,1", "3,0,1", "3,x,1"):
-            r = L.run([a.worker, "--model", a.ct, "--shard", "0/3", "--shard-weights", bad])
-            lines = r.stderr.strip().splitlines()
-            R("--shard-weights %s: one-line usage error, exit 2" % bad,
-              r.returncode == 2 and len(lines) == 1 and "--shard-weights" in lines[0],
-              "rc=%d %s" % (r.returncode, r.stderr[-300:]))
+        usage_errors(a, "--shard-weights", ("3,1", "3,0,1", "3,x,1"))
 
         # 2. decode
         g = gen(a, tmp, "decode", SHORT, DECODE, ws)
