@@ -599,12 +599,13 @@ static inline int64_t shoal_quant_act_pos(int64_t i)
  * of 8 rows: 0, side by side (32 bytes of each row per step, the 8-row
  * trees; the faster on AMD Zen 4), or 1, one after another (each row a
  * sequential stream, its group terms transposed 8 by 8; on an Intel Xeon
- * 0.87-0.93 of a paired RAM read against 0.70-0.77 side by side,
- * docs/BENCHMARKS.md). Same bits either way. Batches of 2 or more tokens
- * always read a block side by side (each 32-column piece transposed once
- * for all of them). shoal_quant_init sets it from the CPU's vendor (1 on
- * Intel) unless SHOAL_AVX2_DECODE_ORDER is "rows" or "seq". Thread: main,
- * not while kernels run. */
+ * 0.87-0.93 of a paired RAM read against 0.70-0.77 side by side, on a
+ * Zen 3 EPYC 0.81-0.87 against 0.67-0.69, docs/BENCHMARKS.md). Same bits
+ * either way. Batches of 2 or more tokens always read a block side by side
+ * (each 32-column piece transposed once for all of them). shoal_quant_init
+ * sets it from the CPU (0 on AMD family 19h with AVX-512, i.e. Zen 4; 1
+ * elsewhere) unless SHOAL_AVX2_DECODE_ORDER is "rows" or "seq". Thread:
+ * main, not while kernels run. */
 void shoal_quant_avx2_set_decode_order(int seq);
 
 extern const struct shoal_quant_ops shoal_quant_ops_scalar;
