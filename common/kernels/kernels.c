@@ -157,8 +157,8 @@ void shoal_rmsnorm(float *y, const float *x, int64_t n_rows, int64_t n,
     }
 }
 
-/* 2^(j/32), j = 0 .. 31, as the nearest doubles */
-static const double exp2_j32[32] = {
+/* 2^(j/32), j = 0 .. 31, as the nearest doubles (kernels.h) */
+const double shoal_exp2_j32[32] = {
     0x1.0000000000000p+0,
     0x1.059b0d3158574p+0,
     0x1.0b5586cf9890fp+0,
@@ -212,7 +212,7 @@ float shoal_expf(float xf)
     uint64_t bits = (uint64_t)(e + 1023) << 52;         /* 2^e */
     double two_e;
     memcpy(&two_e, &bits, sizeof two_e);
-    return (float)(exp2_j32[j] * p * two_e);
+    return (float)(shoal_exp2_j32[j] * p * two_e);
 }
 
 void shoal_softmax(float *x, int64_t n)

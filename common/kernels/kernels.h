@@ -109,6 +109,10 @@ void shoal_softmax(float *x, int64_t n);
  * Thread: any. */
 float shoal_expf(float x);
 
+/* shoal_expf's table: 2^(j/32) for j = 0 .. 31, the nearest doubles (for
+ * SIMD builds of the same steps, kv_avx2.c). */
+extern const double shoal_exp2_j32[32];
+
 /* SiLU(x) = x * sigmoid(x), the activation of SwiGLU FFNs. */
 static inline float shoal_silu(float x)
 {

@@ -169,6 +169,9 @@ struct shoal_kv_ops {
     void (*mix)(float *out, int64_t out_ld, const float *p, int64_t p_ld, int64_t n_q,
                 const void *v, int64_t stride, int64_t n_rows, int64_t n,
                 enum shoal_dtype t);
+    /* shoal_kv_softmax_scalar's arguments and bits */
+    void (*softmax)(float *sc, int64_t ld, int64_t n_rows, int64_t n, float div,
+                    const float *sinks);
 };
 
 extern const struct shoal_kv_ops shoal_kv_ops_scalar;
@@ -181,6 +184,19 @@ static inline const void *shoal_kv_row(const void *base, int64_t j, int64_t stri
 {
     return (const char *)base + (size_t)(j * stride) * shoal_dtype_size(t);
 }
+
+/* The attention softmax of n_rows score rows (row r at sc + r * ld, n
+ * elements each), in place, in shoal_kv_attend's order (above): each row
+ * divided by div, its max (and sinks[r]'s, when sinks is not NULL) taken,
+ * expf (shoal_expf) of each element less the max, the sum from 0.0f in
+ * element order (+ expf(sinks[r] - max) last), each element divided by the
+ * sum. The reference the SIMD tables reproduce bit for bit; they may
+ * interleave rows and vectorize the elementwise steps, never reorder a sum
+ * (a NaN result may be another NaN: which of two NaNs an operation returns
+ * follows the compiler's operand order).
+ * Allocates nothing. Thread: any. */
+void shoal_kv_softmax_scalar(float *sc, int64_t ld, int64_t n_rows, int64_t n, float div,
+                             const float *sinks);
 
 /* The scalar mix of the output columns d0 <= d < d1 only, accumulated into
  * out[d] (the SIMD tables' tail; the same bits as the whole mix gives those
@@ -226,7 +242,7 @@ static inline float shoal_kv_dot_finish(float s[8], const float *q, const float 
     case SHOAL_DTYPE_BF16: fn(__VA_ARGS__, SHOAL_DTYPE_BF16); break;             \
     default: fn(__VA_ARGS__, SHOAL_DTYPE_F32); break;                            \
     }
-#define SHOAL_KV_OPS_DEFINE(isa)                                                 \
+#define SHOAL_KV_OPS_DEFINE(isa, softmax_fn)                                     \
     static inline __attribute__((always_inline)) void                           \
     scores_t(float *s, int64_t s_ld, const float *q, int64_t q_ld, int64_t n_q,  \
              const void *k, int64_t stride, int64_t n_rows, int64_t n,           \
@@ -254,7 +270,7 @@ static inline float shoal_kv_dot_finish(float s[8], const float *q, const float 
         SHOAL_KV_DISPATCH_(mix_t, t, out, out_ld, p, p_ld, n_q, v, stride, n_rows, n) \
     }                                                                            \
     const struct shoal_kv_ops shoal_kv_ops_##isa = {                             \
-        .name = #isa, .scores = scores_##isa, .mix = mix_##isa};
+        .name = #isa, .scores = scores_##isa, .mix = mix_##isa, .softmax = softmax_fn};
 #define SHOAL_KV_SCORES_Q_(QN, c)                                                \
     scores_q(s + (c) * s_ld, s_ld, q + (c) * q_ld, q_ld, k, stride, n_rows, n, QN, t)
 #define SHOAL_KV_MIX_Q_(QN, c)                                                   \

@@ -282,6 +282,106 @@ Test(kv, every_table_runs_several_queries_with_the_bits_of_one)
     }
 }
 
+/* kv.h's softmax of one row, literally (shoal_kv_attend's order) */
+static void ref_softmax(float *sc, int64_t n, float div, const float *sink)
+{
+    float mx = sink ? *sink : -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        sc[j] = sc[j] / div;
+        if (sc[j] > mx)
+            mx = sc[j];
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        sc[j] = shoal_expf(sc[j] - mx);
+        sum += sc[j];
+    }
+    if (sink)
+        sum += shoal_expf(*sink - mx);
+    for (int64_t j = 0; j < n; j++)
+        sc[j] = sc[j] / sum;
+}
+
+/* every NaN of x[0 .. n-1] as one pattern: which NaN an operation on two
+ * NaNs returns depends on the compiler's operand order (kv.h) */
+static void nan_canonical(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] != x[i])
+            x[i] = NAN;
+}
+
+/* Every table's softmax (rows interleaved, elementwise steps vectorized)
+ * has the bytes of the literal definition: row lengths around the vector
+ * width, 1-13 rows, sinks or none, and inputs that reach every branch of
+ * shoal_expf (NaN, +-inf, past +-128 after the division, +-0 ties,
+ * subnormal results); rows [0, x] with x below -17 check e^x itself (the
+ * sum rounds to 1). */
+Test(kv, every_table_computes_the_softmax_with_the_bits_of_the_definition)
+{
+    struct table tab[3];
+    const int n_ops = kv_tables(tab);
+    static const int64_t lens[] = {1, 2, 7, 8, 9, 16, 31, 100, 517};
+    static const int64_t n_rows_of[] = {1, 3, 8, 9, 13};
+    static const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 300.0f, -300.0f,
+                                     129.0f, -129.0f, 127.9f, -127.9f, 88.7f, -103.9f, -87.3f};
+    uint32_t seed = 41;
+    const int64_t ld = 530;
+    float *want = malloc((size_t)(13 * ld) * 4), *got = malloc((size_t)(13 * ld) * 4);
+    float sinks[13];
+    for (size_t il = 0; il < sizeof lens / sizeof lens[0]; il++)
+        for (size_t ir = 0; ir < sizeof n_rows_of / sizeof n_rows_of[0]; ir++)
+            for (int mode = 0; mode < 4; mode++) {
+                const int64_t n = lens[il], nr = n_rows_of[ir];
+                const float div = mode == 3 ? 1.0f : 11.3137085f;   /* sqrt(128) */
+                for (int64_t r = 0; r < nr; r++) {
+                    for (int64_t j = 0; j < n; j++) {
+                        float x = frand(&seed) * 64.0f;
+                        if (mode == 1 && xs(&seed) % 5 == 0)
+                            x = specials[xs(&seed) % (sizeof specials / sizeof specials[0])];
+                        if (mode == 2)   /* ties of the max at +-0 */
+                            x = xs(&seed) % 3 ? -(float)(xs(&seed) % 100) : (xs(&seed) & 1 ? 0.0f : -0.0f);
+                        want[r * ld + j] = x;
+                    }
+                    sinks[r] = mode == 1 && r == 1 ? NAN : frand(&seed) * 8.0f;
+                }
+                memcpy(got, want, (size_t)(13 * ld) * 4);
+                for (int with_sinks = 0; with_sinks < 2; with_sinks++) {
+                    float *ref = malloc((size_t)(13 * ld) * 4);
+                    memcpy(ref, want, (size_t)(13 * ld) * 4);
+                    for (int64_t r = 0; r < nr; r++)
+                        ref_softmax(ref + r * ld, n, div, with_sinks ? sinks + r : NULL);
+                    nan_canonical(ref, nr * ld);
+                    for (int o = 0; o < n_ops; o++) {
+                        memcpy(got, want, (size_t)(13 * ld) * 4);
+                        tab[o].ops->softmax(got, ld, nr, n, div, with_sinks ? sinks : NULL);
+                        nan_canonical(got, nr * ld);
+                        cr_assert(eq(int, memcmp(got, ref, (size_t)(nr * ld) * 4), 0),
+                                  "softmax: %s n=%lld rows=%lld mode %d sinks %d",
+                                  tab[o].ops->name, (long long)n, (long long)nr, mode,
+                                  with_sinks);
+                    }
+                    free(ref);
+                }
+            }
+    /* e^x directly: rows [0, x], x from -128 to -17 */
+    int checked = 0;
+    for (float x = -128.0f; x < -17.0f; x += 0.0371f) {
+        for (int o = 0; o < n_ops; o++) {
+            float row[9] = {0.0f, x, x, x, x, x, x, x, x};
+            tab[o].ops->softmax(row, 9, 1, 9, 1.0f, NULL);
+            const float e = shoal_expf(x);
+            cr_assert(eq(int, memcmp(&row[1], &e, 4), 0), "%s e^%a", tab[o].ops->name,
+                      (double)x);
+            cr_assert(row[1] == row[8]);
+        }
+        checked++;
+    }
+    cr_assert(gt(int, checked, 2900));
+    free(want);
+    free(got);
+}
+
 /* forward.c's attention before shoal_kv_attend, literally: one (token,
  * head) at a time, scores, softmax, mix */
 static void ref_attend(const struct shoal_kv_attn *a, float *out)

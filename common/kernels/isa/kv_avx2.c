@@ -11,7 +11,9 @@
  * rows (one query: 4 rows) as eight chains, mix keeps 4 queries x 16
  * outputs (one query: 64) in eight registers while it walks the V rows. */
 #include <immintrin.h>
+#include <math.h>
 
+#include "kernels.h"
 #include "kv.h"
 
 #define KV_INLINE static inline __attribute__((always_inline))
@@ -152,4 +154,98 @@ KV_INLINE void mix_q(float *out, int64_t out_ld, const float *p, int64_t p_ld, c
         shoal_kv_mix_cols_scalar(out + c * out_ld, p + c * p_ld, v, stride, n_rows, d, n, t);
 }
 
-SHOAL_KV_OPS_DEFINE(avx2)
+/* ---- softmax ---------------------------------------------------------------
+ * shoal_expf of 4 floats at a time, its double steps one for one (built
+ * without FMA): z = x * 32/ln2, k by the 1.5 * 2^52 rounding trick (the
+ * integer k is the low bits of z + 1.5 * 2^52), y = (z - k) * ln2/32,
+ * Horner's degree-5 polynomial, (2^(j/32) * p) * 2^e with k = 32 e + j
+ * (2^e's exponent field is (k - j) << 47 plus 1023 << 52), one rounding to
+ * f32; NaN, > 128 and < -128 blended in last as the scalar returns them. */
+KV_INLINE __m128 exp4(__m128 xf)
+{
+    const __m256d x = _mm256_cvtps_pd(xf);
+    const __m256d z = _mm256_mul_pd(x, _mm256_set1_pd(0x1.71547652b82fep+5));
+    const __m256d zm = _mm256_add_pd(z, _mm256_set1_pd(0x1.8p52));
+    const __m256d kd = _mm256_sub_pd(zm, _mm256_set1_pd(0x1.8p52));
+    const __m256d y = _mm256_mul_pd(_mm256_sub_pd(z, kd), _mm256_set1_pd(0x1.62e42fefa39efp-6));
+    __m256d p = _mm256_add_pd(_mm256_set1_pd(1.0 / 24.0),
+                              _mm256_mul_pd(y, _mm256_set1_pd(1.0 / 120.0)));
+    p = _mm256_add_pd(_mm256_set1_pd(1.0 / 6.0), _mm256_mul_pd(y, p));
+    p = _mm256_add_pd(_mm256_set1_pd(0.5), _mm256_mul_pd(y, p));
+    p = _mm256_add_pd(_mm256_set1_pd(1.0), _mm256_mul_pd(y, p));
+    p = _mm256_add_pd(_mm256_set1_pd(1.0), _mm256_mul_pd(y, p));
+    const __m256i k = _mm256_sub_epi64(_mm256_castpd_si256(zm),
+                                       _mm256_castpd_si256(_mm256_set1_pd(0x1.8p52)));
+    const __m256i j = _mm256_and_si256(k, _mm256_set1_epi64x(31));
+    const __m256i e = _mm256_add_epi64(_mm256_slli_epi64(_mm256_sub_epi64(k, j), 47),
+                                       _mm256_set1_epi64x((int64_t)1023 << 52));
+    const __m256d tj = _mm256_i64gather_pd(shoal_exp2_j32, j, 8);
+    const __m128 r = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_mul_pd(tj, p),
+                                                   _mm256_castsi256_pd(e)));
+    const __m128 big = _mm_cmpgt_ps(xf, _mm_set1_ps(128.0f));
+    const __m128 small = _mm_cmplt_ps(xf, _mm_set1_ps(-128.0f));
+    const __m128 nan = _mm_cmpunord_ps(xf, xf);
+    __m128 o = _mm_blendv_ps(r, _mm_set1_ps(INFINITY), big);
+    o = _mm_andnot_ps(small, o);
+    return _mm_blendv_ps(o, _mm_add_ps(xf, xf), nan);
+}
+
+/* shoal_kv_softmax_scalar's bits: the divisions, the max (vmaxps(x, m) is
+ * x > m ? x : m, the scalar's test: a NaN never taken; lanes that tie at
+ * +0 and -0 may keep the other zero, which changes no x - max) and the
+ * exponentials 8 elements at a time, each row's sum in element order with
+ * 8 rows' chains interleaved, then the divisions by the sums */
+static void softmax_avx2(float *sc, int64_t ld, int64_t n_rows, int64_t n, float div,
+                         const float *sinks)
+{
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t r0 = 0; r0 < n_rows; r0 += 8) {
+        const int nr = n_rows - r0 < 8 ? (int)(n_rows - r0) : 8;
+        float mx[8], sum[8];
+        for (int r = 0; r < nr; r++) {
+            float *s = sc + (r0 + r) * ld;
+            const __m256 vd = _mm256_set1_ps(div);
+            __m256 vm = _mm256_set1_ps(-INFINITY);
+            for (int64_t j = 0; j < n8; j += 8) {
+                const __m256 x = _mm256_div_ps(_mm256_loadu_ps(s + j), vd);
+                _mm256_storeu_ps(s + j, x);
+                vm = _mm256_max_ps(x, vm);
+            }
+            float m = sinks ? sinks[r0 + r] : -INFINITY, lane[8];
+            _mm256_storeu_ps(lane, vm);
+            for (int l = 0; l < 8; l++)
+                if (lane[l] > m)
+                    m = lane[l];
+            for (int64_t j = n8; j < n; j++) {
+                s[j] = s[j] / div;
+                if (s[j] > m)
+                    m = s[j];
+            }
+            mx[r] = m;
+            const __m256 vx = _mm256_set1_ps(m);
+            for (int64_t j = 0; j < n8; j += 8) {
+                const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + j), vx);
+                _mm256_storeu_ps(s + j, _mm256_set_m128(exp4(_mm256_extractf128_ps(x, 1)),
+                                                        exp4(_mm256_castps256_ps128(x))));
+            }
+            for (int64_t j = n8; j < n; j++)
+                s[j] = shoal_expf(s[j] - m);
+            sum[r] = 0.0f;
+        }
+        for (int64_t j = 0; j < n; j++)   /* nr independent chains, each in j order */
+            for (int r = 0; r < nr; r++)
+                sum[r] += sc[(r0 + r) * ld + j];
+        for (int r = 0; r < nr; r++) {
+            float *s = sc + (r0 + r) * ld;
+            if (sinks)
+                sum[r] += shoal_expf(sinks[r0 + r] - mx[r]);
+            const __m256 vs = _mm256_set1_ps(sum[r]);
+            for (int64_t j = 0; j < n8; j += 8)
+                _mm256_storeu_ps(s + j, _mm256_div_ps(_mm256_loadu_ps(s + j), vs));
+            for (int64_t j = n8; j < n; j++)
+                s[j] = s[j] / sum[r];
+        }
+    }
+}
+
+SHOAL_KV_OPS_DEFINE(avx2, softmax_avx2)

@@ -154,4 +154,4 @@ KV_INLINE void mix_q(float *out, int64_t out_ld, const float *p, int64_t p_ld, c
         shoal_kv_mix_cols_scalar(out + c * out_ld, p + c * p_ld, v, stride, n_rows, d, n, t);
 }
 
-SHOAL_KV_OPS_DEFINE(neon)
+SHOAL_KV_OPS_DEFINE(neon, shoal_kv_softmax_scalar)
