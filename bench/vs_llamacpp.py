@@ -127,7 +127,8 @@ def parse_args(argv):
         ap.add_argument("--" + k, default=v, help="shoal convert --%s (default %s)" % (k, v or "its own"))
     ap.add_argument("--gen", type=int, default=64, help="decode tokens per warm run (default 64)")
     ap.add_argument("--prefill", default="128,512", help="warm prompt lengths (default 128,512; "
-                    "decode is measured after the first)")
+                    "decode is measured after the first: --prefill 4096 gives decode at 4 K "
+                    "tokens of context, where the KV cache joins the bytes a token reads)")
     ap.add_argument("--cold-gen", type=int, default=64, help="tokens per cold run (default 64; a "
                     "16-token run of each engine gives the bytes per decode token)")
     ap.add_argument("--limits", default="half,quarter", help="cold memory limits, fractions of "
@@ -565,6 +566,8 @@ def warm_shoal(a, i, plen, gen):
     cmd = [a.shoal, "bench", "--model", paths(a)["shoal_model"], "--state", "warm", "--threads", str(a.threads),
            "--prompt-len", str(plen), "--gen", str(gen), "--reps", "1", "--limits", "off",
            "--seed", "7", "--json", log + ".json"]
+    if plen + gen > 4096:   # past shoal's default context (llama-bench sizes its own)
+        cmd += ["--ctx", str(plen + gen)]
     r = run(cmd, log, timeout=a.timeout)
     figs = {}
     if r["rc"] == 0:
