@@ -15,8 +15,9 @@
  * Every type but Q8_0 goes through one body (rows8_t, specialised per
  * type at compile time): a row's block is unpacked to registers of 32
  * byte codes (shifts, masks, vpshufb codebooks; the grid types IQ2_XXS,
- * IQ3_XXS, IQ1_S and IQ1_M through their codebooks expanded once to a byte
- * per element and 128 sign patterns) and per-16 int16 scales, the same
+ * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M through their codebooks
+ * expanded once to a byte per element, and sign bytes from 128 parity
+ * patterns or 256 whole sign bytes) and per-16 int16 scales, the same
  * integers as ggml_dot.c's shoal_ggml_iblock_decode (the comment above
  * unpack_row says how the offsets and mins come back in).
  *
@@ -211,16 +212,27 @@ static uint64_t grid_iq2xxs[256];   /* bytes |c|: 8, 25, 43 */
 static uint32_t grid_iq3xxs[256];   /* bytes |c|: 4 .. 62 */
 static uint64_t grid_iq1s[2048];    /* bytes 8 g: -8, 0, 8 */
 static uint64_t sign_iq2[128];      /* bytes +1 or -1 from a 7-bit sign index */
+static uint64_t grid_iq2xs[512];    /* bytes |c|: 8, 25, 43 */
+static uint64_t grid_iq2s[1024];    /* the same */
+static uint32_t grid_iq3s[512];     /* bytes |c|: 1 .. 15 */
+static uint64_t sign8[256];         /* bytes -1 where a bit of a sign byte is set, else +1 */
 static pthread_once_t grids_once = PTHREAD_ONCE_INIT;
+
+/* the 8 bytes of a 2-bit packed grid code through values v */
+static uint64_t grid8(unsigned code, const uint8_t v[4])
+{
+    uint64_t g = 0;
+    for (int i = 0; i < 8; i++)
+        g |= (uint64_t)v[(code >> (2 * i)) & 3] << (8 * i);
+    return g;
+}
 
 static void grids_build(void)
 {
     static const uint8_t v2[4] = {8, 25, 43, 0}, v3[8] = {4, 12, 20, 28, 36, 44, 52, 62};
     for (int e = 0; e < 256; e++) {
-        uint64_t g2 = 0;
+        const uint64_t g2 = grid8(shoal_ggml_iq2xxs_codes[e], v2);
         uint32_t g3 = 0;
-        for (int i = 0; i < 8; i++)
-            g2 |= (uint64_t)v2[(shoal_ggml_iq2xxs_codes[e] >> (2 * i)) & 3] << (8 * i);
         for (int i = 0; i < 4; i++)
             g3 |= (uint32_t)v3[(shoal_ggml_iq3xxs_codes[e] >> (3 * i)) & 7] << (8 * i);
         grid_iq2xxs[e] = g2;
@@ -232,6 +244,22 @@ static void grids_build(void)
             g |= (uint64_t)(uint8_t)(int8_t)(8 * ((int)((shoal_ggml_iq1s_codes[e] >> (2 * i)) & 3) - 1))
                  << (8 * i);
         grid_iq1s[e] = g;
+    }
+    static const uint8_t v3s[8] = {1, 3, 5, 7, 9, 11, 13, 15};
+    for (int e = 0; e < 512; e++) {
+        uint32_t g3 = 0;
+        for (int i = 0; i < 4; i++)
+            g3 |= (uint32_t)v3s[(shoal_ggml_iq3s_codes[e] >> (3 * i)) & 7] << (8 * i);
+        grid_iq3s[e] = g3;
+        grid_iq2xs[e] = grid8(shoal_ggml_iq2xs_codes[e], v2);
+    }
+    for (int e = 0; e < 1024; e++)
+        grid_iq2s[e] = grid8(shoal_ggml_iq2s_codes[e], v2);
+    for (unsigned b = 0; b < 256; b++) {
+        uint64_t v = 0;
+        for (int i = 0; i < 8; i++)
+            v |= (uint64_t)((b >> i) & 1 ? 0xFF : 0x01) << (8 * i);
+        sign8[b] = v;
     }
     for (unsigned i7 = 0; i7 < 128; i7++) {
         /* the 8th sign makes the count of negatives even (ksigns_iq2xs) */
@@ -547,19 +575,53 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         u->dmin = -f16_at(blk + 2);
         break;
     case SHOAL_GGML_TYPE_IQ2_XS:
-    case SHOAL_GGML_TYPE_IQ2_S:
-    case SHOAL_GGML_TYPE_IQ3_S: {
-        /* no SIMD unpack of these grids yet: the scalar decode's signed
-         * codes and per-16 scales, the same integers (no min) */
-        struct shoal_ggml_iblock ib;
-        shoal_ggml_iblock_decode(t, blk, &ib);
+        /* a u16 per 8: 9 index bits, 7 sign bits (the 8th by parity); a
+         * 4-bit s per 16, two a byte after the 32 u16 */
         for (int j = 0; j < 8; j++) {
-            put_signed(u, j, _mm256_loadu_si256((const __m256i *)(const void *)(ib.c + 32 * j)));
-            u->sc[j] = sc2(ib.sc[2 * j], ib.sc[2 * j + 1]);
+            unsigned q[4];
+            for (int l = 0; l < 4; l++)
+                q[l] = ld16(blk + 2 + 8 * j + 2 * l);
+            u->q[j] = _mm256_set_epi64x((long long)grid_iq2xs[q[3] & 511], (long long)grid_iq2xs[q[2] & 511],
+                                        (long long)grid_iq2xs[q[1] & 511], (long long)grid_iq2xs[q[0] & 511]);
+            u->s[j] = _mm256_set_epi64x((long long)sign_iq2[q[3] >> 9], (long long)sign_iq2[q[2] >> 9],
+                                        (long long)sign_iq2[q[1] >> 9], (long long)sign_iq2[q[0] >> 9]);
+            u->sc[j] = sc2(2 * (blk[66 + j] & 0x0F) + 1, 2 * (blk[66 + j] >> 4) + 1);
         }
-        u->d = ib.d;
+        u->d = f16_at(blk) * 0.125f;
         break;
-    }
+    case SHOAL_GGML_TYPE_IQ2_S:
+        /* an index byte per 8 and 2 high bits in qh (4 a byte), a whole
+         * sign byte per 8, a 4-bit s per 16 */
+        for (int j = 0; j < 8; j++) {
+            const unsigned h = blk[66 + j];
+            const uint8_t *qs = blk + 2 + 4 * j, *sg = blk + 34 + 4 * j;
+            u->q[j] = _mm256_set_epi64x((long long)grid_iq2s[qs[3] | ((h >> 6) & 3) << 8],
+                                        (long long)grid_iq2s[qs[2] | ((h >> 4) & 3) << 8],
+                                        (long long)grid_iq2s[qs[1] | ((h >> 2) & 3) << 8],
+                                        (long long)grid_iq2s[qs[0] | (h & 3) << 8]);
+            u->s[j] = _mm256_set_epi64x((long long)sign8[sg[3]], (long long)sign8[sg[2]],
+                                        (long long)sign8[sg[1]], (long long)sign8[sg[0]]);
+            u->sc[j] = sc2(2 * (blk[74 + j] & 0x0F) + 1, 2 * (blk[74 + j] >> 4) + 1);
+        }
+        u->d = f16_at(blk) * 0.125f;
+        break;
+    case SHOAL_GGML_TYPE_IQ3_S:
+        /* an index byte per 4 and its 9th bit in qh (8 a byte), a sign
+         * byte per 8, a 4-bit s per 32 */
+        for (int j = 0; j < 8; j++) {
+            const unsigned h = blk[66 + j];
+            const uint8_t *qs = blk + 2 + 8 * j, *sg = blk + 74 + 4 * j;
+            u->q[j] = _mm256_setr_epi32(
+                (int)grid_iq3s[qs[0] | (h & 1) << 8], (int)grid_iq3s[qs[1] | ((h >> 1) & 1) << 8],
+                (int)grid_iq3s[qs[2] | ((h >> 2) & 1) << 8], (int)grid_iq3s[qs[3] | ((h >> 3) & 1) << 8],
+                (int)grid_iq3s[qs[4] | ((h >> 4) & 1) << 8], (int)grid_iq3s[qs[5] | ((h >> 5) & 1) << 8],
+                (int)grid_iq3s[qs[6] | ((h >> 6) & 1) << 8], (int)grid_iq3s[qs[7] | (h >> 7) << 8]);
+            u->s[j] = _mm256_set_epi64x((long long)sign8[sg[3]], (long long)sign8[sg[2]],
+                                        (long long)sign8[sg[1]], (long long)sign8[sg[0]]);
+            u->sc[j] = _mm256_set1_epi16((short)(2 * ((blk[106 + j / 2] >> (4 * (j % 2))) & 0x0F) + 1));
+        }
+        u->d = f16_at(blk);
+        break;
     default:
         break;
     }
