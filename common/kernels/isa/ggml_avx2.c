@@ -768,6 +768,83 @@ static inline __attribute__((always_inline)) __m256i raw1_iq3xxs(const uint8_t *
     return acc;
 }
 
+/* The +-1 bytes of four whole sign bytes (IQ2_S, IQ3_S): byte e of qword
+ * k is -1 if bit e of byte k of sg4 is set, else +1 */
+static inline __m256i signs_bytes4(uint32_t sg4)
+{
+    const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i f = _mm256_shuffle_epi8(_mm256_set1_epi32((int)sg4), rep);
+    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(f, bit), bit), _mm256_set1_epi8(1));
+}
+
+/* sum_i |c_i| (sign_i qx_i) of a group of 32 times its per-16 scales sc */
+static inline __m256i grid_group_sc(__m256i q, __m256i sg, __m256i sc, const int8_t *x)
+{
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)x);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_sign_epi8(xv, sg)), sc);
+}
+
+/* IQ2_XS: a u16 per 8 (9 index bits, 7 sign bits: signs4 finds field k at
+ * bit 16 k + 9 of the group's 8 bytes), a 4-bit s per 16 */
+static inline __attribute__((always_inline)) __m256i raw1_iq2xs(const uint8_t *blk,
+                                                               const int8_t *xq)
+{
+    const __m256i sh = _mm256_setr_epi64x(9, 25, 41, 57);
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *g = blk + 2 + 8 * j;
+        uint64_t g8;
+        memcpy(&g8, g, sizeof g8);
+        const __m256i q = q4(&grid_iq2xs[g8 & 511], &grid_iq2xs[(g8 >> 16) & 511],
+                             &grid_iq2xs[(g8 >> 32) & 511], &grid_iq2xs[(g8 >> 48) & 511]);
+        const __m256i sg = signs4(_mm256_set1_epi64x((long long)g8), sh);
+        const __m256i sc = sc2(2 * (blk[66 + j] & 0x0F) + 1, 2 * (blk[66 + j] >> 4) + 1);
+        acc = _mm256_add_epi32(acc, grid_group_sc(q, sg, sc, xq + 32 * j));
+    }
+    return acc;
+}
+
+/* IQ2_S: an index byte per 8 with 2 high bits in qh, a whole sign byte per
+ * 8, a 4-bit s per 16 */
+static inline __attribute__((always_inline)) __m256i raw1_iq2s(const uint8_t *blk,
+                                                              const int8_t *xq)
+{
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const unsigned h = blk[66 + j];
+        const uint8_t *qs = blk + 2 + 4 * j;
+        const __m256i q = q4(&grid_iq2s[qs[0] | (h & 3) << 8], &grid_iq2s[qs[1] | ((h >> 2) & 3) << 8],
+                             &grid_iq2s[qs[2] | ((h >> 4) & 3) << 8], &grid_iq2s[qs[3] | (h >> 6) << 8]);
+        const __m256i sc = sc2(2 * (blk[74 + j] & 0x0F) + 1, 2 * (blk[74 + j] >> 4) + 1);
+        acc = _mm256_add_epi32(acc, grid_group_sc(q, signs_bytes4(le32(blk + 34 + 4 * j)), sc,
+                                                  xq + 32 * j));
+    }
+    return acc;
+}
+
+/* IQ3_S: an index byte per 4 with its 9th bit in qh, a whole sign byte per
+ * 8, a 4-bit s per 32 */
+static inline __attribute__((always_inline)) __m256i raw1_iq3s(const uint8_t *blk,
+                                                              const int8_t *xq)
+{
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const unsigned h = blk[66 + j];
+        const uint8_t *qs = blk + 2 + 8 * j;
+        const __m256i q = _mm256_setr_epi32(
+            (int)grid_iq3s[qs[0] | (h & 1) << 8], (int)grid_iq3s[qs[1] | ((h >> 1) & 1) << 8],
+            (int)grid_iq3s[qs[2] | ((h >> 2) & 1) << 8], (int)grid_iq3s[qs[3] | ((h >> 3) & 1) << 8],
+            (int)grid_iq3s[qs[4] | ((h >> 4) & 1) << 8], (int)grid_iq3s[qs[5] | ((h >> 5) & 1) << 8],
+            (int)grid_iq3s[qs[6] | ((h >> 6) & 1) << 8], (int)grid_iq3s[qs[7] | (h >> 7) << 8]);
+        const __m256i sc = _mm256_set1_epi16((short)(2 * ((blk[106 + j / 2] >> (4 * (j % 2))) & 0x0F) + 1));
+        acc = _mm256_add_epi32(acc, grid_group_sc(q, signs_bytes4(le32(blk + 74 + 4 * j)), sc,
+                                                  xq + 32 * j));
+    }
+    return acc;
+}
+
 /* IQ1_S: c = 8 g + delta (g in -1..1, delta = +-1 per 32), so
  *   raw = sum_j (2 s_j + 1) * (8 * sum_{i in j} g_i qx_i + delta_j * X_j)
  * with X_j the sum of the 32 qx (the token's bsum pairs; an exact integer
@@ -815,7 +892,8 @@ static inline __m256i iq1s_xs(const int16_t *bs)
 static inline __attribute__((always_inline)) int t_raw1(enum shoal_ggml_type t)
 {
     return t == SHOAL_GGML_TYPE_IQ2_XXS || t == SHOAL_GGML_TYPE_IQ3_XXS ||
-           t == SHOAL_GGML_TYPE_IQ1_S;
+           t == SHOAL_GGML_TYPE_IQ1_S || t == SHOAL_GGML_TYPE_IQ2_XS ||
+           t == SHOAL_GGML_TYPE_IQ2_S || t == SHOAL_GGML_TYPE_IQ3_S;
 }
 
 /* row block blk's raw sum against the token's block xq (xs: iq1s_xs of
@@ -835,6 +913,15 @@ static inline __attribute__((always_inline)) __m256i raw1(enum shoal_ggml_type t
     case SHOAL_GGML_TYPE_IQ1_S:
         *d = f16_at(blk) * 0.125f;
         return raw1_iq1s(blk, xq, xs);
+    case SHOAL_GGML_TYPE_IQ2_XS:
+        *d = f16_at(blk) * 0.125f;
+        return raw1_iq2xs(blk, xq);
+    case SHOAL_GGML_TYPE_IQ2_S:
+        *d = f16_at(blk) * 0.125f;
+        return raw1_iq2s(blk, xq);
+    case SHOAL_GGML_TYPE_IQ3_S:
+        *d = f16_at(blk);
+        return raw1_iq3s(blk, xq);
     default:
         return _mm256_setzero_si256();
     }
