@@ -60,6 +60,23 @@ extern const uint16_t shoal_ggml_iq2xs_codes[512];
 extern const uint16_t shoal_ggml_iq2s_codes[1024];
 extern const uint16_t shoal_ggml_iq3s_codes[512];
 
+/* The grid codebooks expanded to a byte per element, and sign patterns,
+ * for the SIMD rows (isa/ggml_avx2.c, isa/ggml_neon.c; ggml_grid_bytes.c).
+ * Built once by shoal_ggml_grid_bytes_init (pthread_once: any thread, each
+ * rows call makes it before its first read), read only after. */
+struct shoal_ggml_grid_bytes {
+    uint64_t iq2xxs[256], iq2xs[512], iq2s[1024];   /* bytes |c|: 8, 25, 43 */
+    uint32_t iq3xxs[256];                            /* bytes |c|: 4 .. 62 */
+    uint32_t iq3s[512];                              /* bytes |c|: 1 .. 15 */
+    uint64_t iq1s[2048];                             /* bytes 8 g: -8, 0, 8 */
+    uint64_t sign7[128];   /* bytes +1 / -1 of a 7-bit sign index (bit e set:
+                            * byte e -1), byte 7 -1 when the count is odd
+                            * (ggml-common.h ksigns_iq2xs) */
+    uint64_t sign8[256];   /* bytes -1 where a bit of a whole sign byte is set */
+};
+extern struct shoal_ggml_grid_bytes shoal_ggml_grid_bytes;
+void shoal_ggml_grid_bytes_init(void);
+
 /* ggml-common.h kvalues_iq4nl and kvalues_mxfp4 (E2M1 times 2), as the dot
  * products' integer codes (ggml_dot.c) */
 extern const int8_t shoal_ggml_iq4nl_values[16];

@@ -32,7 +32,6 @@
  * prefetched (prefetch_block).
  */
 #include <immintrin.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -205,71 +204,9 @@ static inline __attribute__((always_inline)) int t_signed(enum shoal_ggml_type t
     return t_kind(t) == KIND_NONE;
 }
 
-/* the grid types' codebooks expanded to a byte per element (ggml_grids.c's
- * packed codes through their values), and the 128 sign bytes patterns:
- * built once (pthread_once), read only after */
-static uint64_t grid_iq2xxs[256];   /* bytes |c|: 8, 25, 43 */
-static uint32_t grid_iq3xxs[256];   /* bytes |c|: 4 .. 62 */
-static uint64_t grid_iq1s[2048];    /* bytes 8 g: -8, 0, 8 */
-static uint64_t sign_iq2[128];      /* bytes +1 or -1 from a 7-bit sign index */
-static uint64_t grid_iq2xs[512];    /* bytes |c|: 8, 25, 43 */
-static uint64_t grid_iq2s[1024];    /* the same */
-static uint32_t grid_iq3s[512];     /* bytes |c|: 1 .. 15 */
-static uint64_t sign8[256];         /* bytes -1 where a bit of a sign byte is set, else +1 */
-static pthread_once_t grids_once = PTHREAD_ONCE_INIT;
-
-/* the 8 bytes of a 2-bit packed grid code through values v */
-static uint64_t grid8(unsigned code, const uint8_t v[4])
-{
-    uint64_t g = 0;
-    for (int i = 0; i < 8; i++)
-        g |= (uint64_t)v[(code >> (2 * i)) & 3] << (8 * i);
-    return g;
-}
-
-static void grids_build(void)
-{
-    static const uint8_t v2[4] = {8, 25, 43, 0}, v3[8] = {4, 12, 20, 28, 36, 44, 52, 62};
-    for (int e = 0; e < 256; e++) {
-        const uint64_t g2 = grid8(shoal_ggml_iq2xxs_codes[e], v2);
-        uint32_t g3 = 0;
-        for (int i = 0; i < 4; i++)
-            g3 |= (uint32_t)v3[(shoal_ggml_iq3xxs_codes[e] >> (3 * i)) & 7] << (8 * i);
-        grid_iq2xxs[e] = g2;
-        grid_iq3xxs[e] = g3;
-    }
-    for (int e = 0; e < 2048; e++) {
-        uint64_t g = 0;
-        for (int i = 0; i < 8; i++)
-            g |= (uint64_t)(uint8_t)(int8_t)(8 * ((int)((shoal_ggml_iq1s_codes[e] >> (2 * i)) & 3) - 1))
-                 << (8 * i);
-        grid_iq1s[e] = g;
-    }
-    static const uint8_t v3s[8] = {1, 3, 5, 7, 9, 11, 13, 15};
-    for (int e = 0; e < 512; e++) {
-        uint32_t g3 = 0;
-        for (int i = 0; i < 4; i++)
-            g3 |= (uint32_t)v3s[(shoal_ggml_iq3s_codes[e] >> (3 * i)) & 7] << (8 * i);
-        grid_iq3s[e] = g3;
-        grid_iq2xs[e] = grid8(shoal_ggml_iq2xs_codes[e], v2);
-    }
-    for (int e = 0; e < 1024; e++)
-        grid_iq2s[e] = grid8(shoal_ggml_iq2s_codes[e], v2);
-    for (unsigned b = 0; b < 256; b++) {
-        uint64_t v = 0;
-        for (int i = 0; i < 8; i++)
-            v |= (uint64_t)((b >> i) & 1 ? 0xFF : 0x01) << (8 * i);
-        sign8[b] = v;
-    }
-    for (unsigned i7 = 0; i7 < 128; i7++) {
-        /* the 8th sign makes the count of negatives even (ksigns_iq2xs) */
-        const unsigned signs = i7 | (unsigned)__builtin_parity(i7) << 7;
-        uint64_t v = 0;
-        for (int i = 0; i < 8; i++)
-            v |= (uint64_t)((signs >> i) & 1 ? 0xFF : 0x01) << (8 * i);
-        sign_iq2[i7] = v;
-    }
-}
+/* the grid codebooks a byte per element and the sign patterns
+ * (ggml_grid_bytes.c, built once by shoal_ggml_grid_bytes_init) */
+#define GB shoal_ggml_grid_bytes
 
 static inline uint32_t le32(const uint8_t *p)
 {
@@ -320,9 +257,9 @@ static inline __m256i sc2(int lo, int hi)
  * (u->s[j]) and the 4-bit scale s on top (u->sc[j] = 2 s + 1) */
 static inline void grid_signs(struct urow *u, int j, uint32_t aux)
 {
-    u->s[j] = _mm256_set_epi64x((long long)sign_iq2[(aux >> 21) & 127],
-                                (long long)sign_iq2[(aux >> 14) & 127],
-                                (long long)sign_iq2[(aux >> 7) & 127], (long long)sign_iq2[aux & 127]);
+    u->s[j] = _mm256_set_epi64x((long long)GB.sign7[(aux >> 21) & 127],
+                                (long long)GB.sign7[(aux >> 14) & 127],
+                                (long long)GB.sign7[(aux >> 7) & 127], (long long)GB.sign7[aux & 127]);
     u->sc[j] = _mm256_set1_epi16((short)(2 * (aux >> 28) + 1));
 }
 
@@ -484,8 +421,8 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         for (int j = 0; j < 8; j++) {
             const uint8_t *g = blk + 2 + 8 * j;
             const uint32_t aux = le32(g + 4);
-            u->q[j] = _mm256_set_epi64x((long long)grid_iq2xxs[g[3]], (long long)grid_iq2xxs[g[2]],
-                                        (long long)grid_iq2xxs[g[1]], (long long)grid_iq2xxs[g[0]]);
+            u->q[j] = _mm256_set_epi64x((long long)GB.iq2xxs[g[3]], (long long)GB.iq2xxs[g[2]],
+                                        (long long)GB.iq2xxs[g[1]], (long long)GB.iq2xxs[g[0]]);
             grid_signs(u, j, aux);
         }
         u->d = f16_at(blk) * 0.125f;
@@ -494,10 +431,10 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         for (int j = 0; j < 8; j++) {
             const uint8_t *g = blk + 2 + 8 * j;
             const uint32_t aux = le32(blk + 66 + 4 * j);
-            u->q[j] = _mm256_setr_epi32((int)grid_iq3xxs[g[0]], (int)grid_iq3xxs[g[1]],
-                                        (int)grid_iq3xxs[g[2]], (int)grid_iq3xxs[g[3]],
-                                        (int)grid_iq3xxs[g[4]], (int)grid_iq3xxs[g[5]],
-                                        (int)grid_iq3xxs[g[6]], (int)grid_iq3xxs[g[7]]);
+            u->q[j] = _mm256_setr_epi32((int)GB.iq3xxs[g[0]], (int)GB.iq3xxs[g[1]],
+                                        (int)GB.iq3xxs[g[2]], (int)GB.iq3xxs[g[3]],
+                                        (int)GB.iq3xxs[g[4]], (int)GB.iq3xxs[g[5]],
+                                        (int)GB.iq3xxs[g[6]], (int)GB.iq3xxs[g[7]]);
             grid_signs(u, j, aux);
         }
         u->d = f16_at(blk) * 0.25f;
@@ -506,10 +443,10 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         for (int j = 0; j < 8; j++) {
             const uint8_t *qs = blk + 2 + 4 * j;
             const unsigned qh = ld16(blk + 34 + 2 * j);
-            const __m256i g = _mm256_set_epi64x((long long)grid_iq1s[qs[3] | ((qh >> 9) & 7) << 8],
-                                                (long long)grid_iq1s[qs[2] | ((qh >> 6) & 7) << 8],
-                                                (long long)grid_iq1s[qs[1] | ((qh >> 3) & 7) << 8],
-                                                (long long)grid_iq1s[qs[0] | (qh & 7) << 8]);
+            const __m256i g = _mm256_set_epi64x((long long)GB.iq1s[qs[3] | ((qh >> 9) & 7) << 8],
+                                                (long long)GB.iq1s[qs[2] | ((qh >> 6) & 7) << 8],
+                                                (long long)GB.iq1s[qs[1] | ((qh >> 3) & 7) << 8],
+                                                (long long)GB.iq1s[qs[0] | (qh & 7) << 8]);
             put_signed(u, j, _mm256_add_epi8(g, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1)));
             u->sc[j] = _mm256_set1_epi16((short)(2 * ((qh >> 12) & 7) + 1));
         }
@@ -523,10 +460,10 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         for (int j = 0; j < 8; j++) {
             const unsigned n0 = qh[2 * j] & 0x0F, n1 = qh[2 * j] >> 4, n2 = qh[2 * j + 1] & 0x0F,
                            n3 = qh[2 * j + 1] >> 4;
-            const __m256i g = _mm256_set_epi64x((long long)grid_iq1s[qs[4 * j + 3] | (n3 & 7) << 8],
-                                                (long long)grid_iq1s[qs[4 * j + 2] | (n2 & 7) << 8],
-                                                (long long)grid_iq1s[qs[4 * j + 1] | (n1 & 7) << 8],
-                                                (long long)grid_iq1s[qs[4 * j] | (n0 & 7) << 8]);
+            const __m256i g = _mm256_set_epi64x((long long)GB.iq1s[qs[4 * j + 3] | (n3 & 7) << 8],
+                                                (long long)GB.iq1s[qs[4 * j + 2] | (n2 & 7) << 8],
+                                                (long long)GB.iq1s[qs[4 * j + 1] | (n1 & 7) << 8],
+                                                (long long)GB.iq1s[qs[4 * j] | (n0 & 7) << 8]);
             const long long p1 = 0x0101010101010101ll, m1 = -1ll;
             const __m256i delta = _mm256_set_epi64x(n3 & 8 ? m1 : p1, n2 & 8 ? m1 : p1,
                                                     n1 & 8 ? m1 : p1, n0 & 8 ? m1 : p1);
@@ -581,10 +518,10 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
             unsigned q[4];
             for (int l = 0; l < 4; l++)
                 q[l] = ld16(blk + 2 + 8 * j + 2 * l);
-            u->q[j] = _mm256_set_epi64x((long long)grid_iq2xs[q[3] & 511], (long long)grid_iq2xs[q[2] & 511],
-                                        (long long)grid_iq2xs[q[1] & 511], (long long)grid_iq2xs[q[0] & 511]);
-            u->s[j] = _mm256_set_epi64x((long long)sign_iq2[q[3] >> 9], (long long)sign_iq2[q[2] >> 9],
-                                        (long long)sign_iq2[q[1] >> 9], (long long)sign_iq2[q[0] >> 9]);
+            u->q[j] = _mm256_set_epi64x((long long)GB.iq2xs[q[3] & 511], (long long)GB.iq2xs[q[2] & 511],
+                                        (long long)GB.iq2xs[q[1] & 511], (long long)GB.iq2xs[q[0] & 511]);
+            u->s[j] = _mm256_set_epi64x((long long)GB.sign7[q[3] >> 9], (long long)GB.sign7[q[2] >> 9],
+                                        (long long)GB.sign7[q[1] >> 9], (long long)GB.sign7[q[0] >> 9]);
             u->sc[j] = sc2(2 * (blk[66 + j] & 0x0F) + 1, 2 * (blk[66 + j] >> 4) + 1);
         }
         u->d = f16_at(blk) * 0.125f;
@@ -595,12 +532,12 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         for (int j = 0; j < 8; j++) {
             const unsigned h = blk[66 + j];
             const uint8_t *qs = blk + 2 + 4 * j, *sg = blk + 34 + 4 * j;
-            u->q[j] = _mm256_set_epi64x((long long)grid_iq2s[qs[3] | ((h >> 6) & 3) << 8],
-                                        (long long)grid_iq2s[qs[2] | ((h >> 4) & 3) << 8],
-                                        (long long)grid_iq2s[qs[1] | ((h >> 2) & 3) << 8],
-                                        (long long)grid_iq2s[qs[0] | (h & 3) << 8]);
-            u->s[j] = _mm256_set_epi64x((long long)sign8[sg[3]], (long long)sign8[sg[2]],
-                                        (long long)sign8[sg[1]], (long long)sign8[sg[0]]);
+            u->q[j] = _mm256_set_epi64x((long long)GB.iq2s[qs[3] | ((h >> 6) & 3) << 8],
+                                        (long long)GB.iq2s[qs[2] | ((h >> 4) & 3) << 8],
+                                        (long long)GB.iq2s[qs[1] | ((h >> 2) & 3) << 8],
+                                        (long long)GB.iq2s[qs[0] | (h & 3) << 8]);
+            u->s[j] = _mm256_set_epi64x((long long)GB.sign8[sg[3]], (long long)GB.sign8[sg[2]],
+                                        (long long)GB.sign8[sg[1]], (long long)GB.sign8[sg[0]]);
             u->sc[j] = sc2(2 * (blk[74 + j] & 0x0F) + 1, 2 * (blk[74 + j] >> 4) + 1);
         }
         u->d = f16_at(blk) * 0.125f;
@@ -612,12 +549,12 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
             const unsigned h = blk[66 + j];
             const uint8_t *qs = blk + 2 + 8 * j, *sg = blk + 74 + 4 * j;
             u->q[j] = _mm256_setr_epi32(
-                (int)grid_iq3s[qs[0] | (h & 1) << 8], (int)grid_iq3s[qs[1] | ((h >> 1) & 1) << 8],
-                (int)grid_iq3s[qs[2] | ((h >> 2) & 1) << 8], (int)grid_iq3s[qs[3] | ((h >> 3) & 1) << 8],
-                (int)grid_iq3s[qs[4] | ((h >> 4) & 1) << 8], (int)grid_iq3s[qs[5] | ((h >> 5) & 1) << 8],
-                (int)grid_iq3s[qs[6] | ((h >> 6) & 1) << 8], (int)grid_iq3s[qs[7] | (h >> 7) << 8]);
-            u->s[j] = _mm256_set_epi64x((long long)sign8[sg[3]], (long long)sign8[sg[2]],
-                                        (long long)sign8[sg[1]], (long long)sign8[sg[0]]);
+                (int)GB.iq3s[qs[0] | (h & 1) << 8], (int)GB.iq3s[qs[1] | ((h >> 1) & 1) << 8],
+                (int)GB.iq3s[qs[2] | ((h >> 2) & 1) << 8], (int)GB.iq3s[qs[3] | ((h >> 3) & 1) << 8],
+                (int)GB.iq3s[qs[4] | ((h >> 4) & 1) << 8], (int)GB.iq3s[qs[5] | ((h >> 5) & 1) << 8],
+                (int)GB.iq3s[qs[6] | ((h >> 6) & 1) << 8], (int)GB.iq3s[qs[7] | (h >> 7) << 8]);
+            u->s[j] = _mm256_set_epi64x((long long)GB.sign8[sg[3]], (long long)GB.sign8[sg[2]],
+                                        (long long)GB.sign8[sg[1]], (long long)GB.sign8[sg[0]]);
             u->sc[j] = _mm256_set1_epi16((short)(2 * ((blk[106 + j / 2] >> (4 * (j % 2))) & 0x0F) + 1));
         }
         u->d = f16_at(blk);
@@ -741,8 +678,8 @@ static inline __attribute__((always_inline)) __m256i raw1_iq2xxs(const uint8_t *
         uint64_t g8;
         memcpy(&g8, g, sizeof g8);
         const __m256i v = _mm256_set1_epi64x((long long)g8);
-        const __m256i q = q4(&grid_iq2xxs[g[0]], &grid_iq2xxs[g[1]], &grid_iq2xxs[g[2]],
-                             &grid_iq2xxs[g[3]]);
+        const __m256i q = q4(&GB.iq2xxs[g[0]], &GB.iq2xxs[g[1]], &GB.iq2xxs[g[2]],
+                             &GB.iq2xxs[g[3]]);
         acc = _mm256_add_epi32(acc, grid_group(q, v, sh, w3, xq + 32 * j));
     }
     return acc;
@@ -759,10 +696,10 @@ static inline __attribute__((always_inline)) __m256i raw1_iq3xxs(const uint8_t *
     for (int j = 0; j < 8; j++) {
         const uint8_t *g = blk + 2 + 8 * j;
         const __m256i v = _mm256_set1_epi32((int)le32(blk + 66 + 4 * j));
-        const __m256i q = _mm256_setr_epi32((int)grid_iq3xxs[g[0]], (int)grid_iq3xxs[g[1]],
-                                            (int)grid_iq3xxs[g[2]], (int)grid_iq3xxs[g[3]],
-                                            (int)grid_iq3xxs[g[4]], (int)grid_iq3xxs[g[5]],
-                                            (int)grid_iq3xxs[g[6]], (int)grid_iq3xxs[g[7]]);
+        const __m256i q = _mm256_setr_epi32((int)GB.iq3xxs[g[0]], (int)GB.iq3xxs[g[1]],
+                                            (int)GB.iq3xxs[g[2]], (int)GB.iq3xxs[g[3]],
+                                            (int)GB.iq3xxs[g[4]], (int)GB.iq3xxs[g[5]],
+                                            (int)GB.iq3xxs[g[6]], (int)GB.iq3xxs[g[7]]);
         acc = _mm256_add_epi32(acc, grid_group(q, v, sh, w1, xq + 32 * j));
     }
     return acc;
@@ -797,8 +734,8 @@ static inline __attribute__((always_inline)) __m256i raw1_iq2xs(const uint8_t *b
         const uint8_t *g = blk + 2 + 8 * j;
         uint64_t g8;
         memcpy(&g8, g, sizeof g8);
-        const __m256i q = q4(&grid_iq2xs[g8 & 511], &grid_iq2xs[(g8 >> 16) & 511],
-                             &grid_iq2xs[(g8 >> 32) & 511], &grid_iq2xs[(g8 >> 48) & 511]);
+        const __m256i q = q4(&GB.iq2xs[g8 & 511], &GB.iq2xs[(g8 >> 16) & 511],
+                             &GB.iq2xs[(g8 >> 32) & 511], &GB.iq2xs[(g8 >> 48) & 511]);
         const __m256i sg = signs4(_mm256_set1_epi64x((long long)g8), sh);
         const __m256i sc = sc2(2 * (blk[66 + j] & 0x0F) + 1, 2 * (blk[66 + j] >> 4) + 1);
         acc = _mm256_add_epi32(acc, grid_group_sc(q, sg, sc, xq + 32 * j));
@@ -815,8 +752,8 @@ static inline __attribute__((always_inline)) __m256i raw1_iq2s(const uint8_t *bl
     for (int j = 0; j < 8; j++) {
         const unsigned h = blk[66 + j];
         const uint8_t *qs = blk + 2 + 4 * j;
-        const __m256i q = q4(&grid_iq2s[qs[0] | (h & 3) << 8], &grid_iq2s[qs[1] | ((h >> 2) & 3) << 8],
-                             &grid_iq2s[qs[2] | ((h >> 4) & 3) << 8], &grid_iq2s[qs[3] | (h >> 6) << 8]);
+        const __m256i q = q4(&GB.iq2s[qs[0] | (h & 3) << 8], &GB.iq2s[qs[1] | ((h >> 2) & 3) << 8],
+                             &GB.iq2s[qs[2] | ((h >> 4) & 3) << 8], &GB.iq2s[qs[3] | (h >> 6) << 8]);
         const __m256i sc = sc2(2 * (blk[74 + j] & 0x0F) + 1, 2 * (blk[74 + j] >> 4) + 1);
         acc = _mm256_add_epi32(acc, grid_group_sc(q, signs_bytes4(le32(blk + 34 + 4 * j)), sc,
                                                   xq + 32 * j));
@@ -834,10 +771,10 @@ static inline __attribute__((always_inline)) __m256i raw1_iq3s(const uint8_t *bl
         const unsigned h = blk[66 + j];
         const uint8_t *qs = blk + 2 + 8 * j;
         const __m256i q = _mm256_setr_epi32(
-            (int)grid_iq3s[qs[0] | (h & 1) << 8], (int)grid_iq3s[qs[1] | ((h >> 1) & 1) << 8],
-            (int)grid_iq3s[qs[2] | ((h >> 2) & 1) << 8], (int)grid_iq3s[qs[3] | ((h >> 3) & 1) << 8],
-            (int)grid_iq3s[qs[4] | ((h >> 4) & 1) << 8], (int)grid_iq3s[qs[5] | ((h >> 5) & 1) << 8],
-            (int)grid_iq3s[qs[6] | ((h >> 6) & 1) << 8], (int)grid_iq3s[qs[7] | (h >> 7) << 8]);
+            (int)GB.iq3s[qs[0] | (h & 1) << 8], (int)GB.iq3s[qs[1] | ((h >> 1) & 1) << 8],
+            (int)GB.iq3s[qs[2] | ((h >> 2) & 1) << 8], (int)GB.iq3s[qs[3] | ((h >> 3) & 1) << 8],
+            (int)GB.iq3s[qs[4] | ((h >> 4) & 1) << 8], (int)GB.iq3s[qs[5] | ((h >> 5) & 1) << 8],
+            (int)GB.iq3s[qs[6] | ((h >> 6) & 1) << 8], (int)GB.iq3s[qs[7] | (h >> 7) << 8]);
         const __m256i sc = _mm256_set1_epi16((short)(2 * ((blk[106 + j / 2] >> (4 * (j % 2))) & 0x0F) + 1));
         acc = _mm256_add_epi32(acc, grid_group_sc(q, signs_bytes4(le32(blk + 74 + 4 * j)), sc,
                                                   xq + 32 * j));
@@ -865,8 +802,8 @@ static inline __attribute__((always_inline)) __m256i raw1_iq1s(const uint8_t *bl
     for (int j = 0; j < 8; j++) {
         const uint8_t *qs = blk + 2 + 4 * j;
         const unsigned h = ld16(blk + 34 + 2 * j);
-        const __m256i g = q4(&grid_iq1s[qs[0] | (h & 7) << 8], &grid_iq1s[qs[1] | ((h >> 3) & 7) << 8],
-                             &grid_iq1s[qs[2] | ((h >> 6) & 7) << 8], &grid_iq1s[qs[3] | ((h >> 9) & 7) << 8]);
+        const __m256i g = q4(&GB.iq1s[qs[0] | (h & 7) << 8], &GB.iq1s[qs[1] | ((h >> 3) & 7) << 8],
+                             &GB.iq1s[qs[2] | ((h >> 6) & 7) << 8], &GB.iq1s[qs[3] | ((h >> 9) & 7) << 8]);
         const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * j));
         const __m256i pr = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(x, g));
         const __m256i sc = _mm256_shuffle_epi8(S, _mm256_set1_epi16((short)(0x0100 * (2 * j + 1) + 2 * j)));
@@ -1646,7 +1583,7 @@ void shoal_ggml_rows_avx2(float *y, const struct shoal_ggml_act *a, int64_t n_to
     const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(w->type);
     const size_t rb = (size_t)(w->cols / ti->block_size) * ti->type_size;
     const rows8_fn rows8 = rows8_for(w->type);
-    pthread_once(&grids_once, grids_build);   /* after the first call: one load */
+    shoal_ggml_grid_bytes_init();   /* after the first call: one load */
     static const uint8_t *const none[8] = {NULL};
     /* prefetch distance: whole groups, at least PF_AHEAD bytes (short
      * rows, e.g. a down projection's 432-byte Q4_K rows, need several

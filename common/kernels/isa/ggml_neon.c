@@ -30,8 +30,10 @@
  * directly instead of the reference's subtraction, the same integer). Types
  * with one scale per 32 (or 1) add both 16s' products before the multiply.
  * Q5_K, Q2_K, Q3_K, IQ4_XS, IQ4_NL and MXFP4 codes are unpacked with NEON
- * (shifts, masks, vqtbl1q_s8 for the codebooks); the grid types and Q4_0 ..
- * Q5_1 take them from the scalar shoal_ggml_iblock_decode.
+ * (shifts, masks, vqtbl1q_s8 for the codebooks), the grid types (IQ2_*,
+ * IQ3_*, IQ1_*) from their codebooks a byte per element and the sign
+ * patterns of ggml_grid_bytes.c (a multiply by +-1 bytes); Q4_0 .. Q5_1
+ * take them from the scalar shoal_ggml_iblock_decode.
  *
  * Batches: a block of four rows is unpacked once into a buffer of about
  * 1.4 KiB and used for every token of the call, up to TOK_TILE tokens at a
@@ -70,6 +72,7 @@ static enum scale_mode type_scale_mode(enum shoal_ggml_type type)
         return SCALE_ONE;
     case SHOAL_GGML_TYPE_Q4_K: case SHOAL_GGML_TYPE_Q5_K: case SHOAL_GGML_TYPE_IQ4_XS:
     case SHOAL_GGML_TYPE_IQ2_XXS: case SHOAL_GGML_TYPE_IQ3_XXS: case SHOAL_GGML_TYPE_IQ1_S:
+    case SHOAL_GGML_TYPE_IQ3_S:
         return SCALE_32;
     default:   /* Q6_K, Q2_K, Q3_K, IQ1_M, and any type added later: always right */
         return SCALE_16;
@@ -132,6 +135,29 @@ static inline void nibbles_lut(const uint8_t *qs, const int8_t *table, int8x16_t
     c[1] = vqtbl1q_s8(lut, vshrq_n_u8(v, 4));
 }
 
+static inline uint32_t le32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* the grid codebooks a byte per element and the sign patterns
+ * (ggml_grid_bytes.c) */
+#define GB shoal_ggml_grid_bytes
+
+/* 16 bytes: a's 8, then b's */
+static inline int8x16_t bytes16(uint64_t a, uint64_t b)
+{
+    return vreinterpretq_s8_u64(vcombine_u64(vcreate_u64(a), vcreate_u64(b)));
+}
+
+/* 16 codes: the magnitudes a, b (8 bytes each) times the +-1 bytes sa, sb */
+static inline int8x16_t signed16(uint64_t a, uint64_t b, uint64_t sa, uint64_t sb)
+{
+    return vmulq_s8(bytes16(a, b), bytes16(sa, sb));
+}
+
 /* The codes of one block of the integer-form types unpacked with NEON here
  * into c (ggml_dot.h's table, the same integers as
  * shoal_ggml_iblock_decode), the scales, mins and D, DMIN into ib (its c
@@ -181,6 +207,75 @@ static int unpack_codes(enum shoal_ggml_type type, const uint8_t *blk, int8x16_t
         break;
     case SHOAL_GGML_TYPE_MXFP4:
         nibbles_lut(blk + 1, shoal_ggml_mxfp4_values, c);
+        break;
+    case SHOAL_GGML_TYPE_IQ2_XXS:
+        for (int j = 0; j < 8; j++) {   /* 4 index bytes, then 4 x 7 sign bits and s */
+            const uint8_t *g = blk + 2 + 8 * j;
+            const uint32_t aux = le32(g + 4);
+            for (int h = 0; h < 2; h++)
+                c[2 * j + h] = signed16(GB.iq2xxs[g[2 * h]], GB.iq2xxs[g[2 * h + 1]],
+                                        GB.sign7[(aux >> (14 * h)) & 127],
+                                        GB.sign7[(aux >> (14 * h + 7)) & 127]);
+        }
+        break;
+    case SHOAL_GGML_TYPE_IQ3_XXS:
+        for (int j = 0; j < 8; j++) {   /* 8 index bytes; a u32 of signs and s after all 64 */
+            const uint8_t *g = blk + 2 + 8 * j;
+            const uint32_t aux = le32(blk + 66 + 4 * j);
+            for (int h = 0; h < 2; h++)
+                c[2 * j + h] = signed16(
+                    (uint64_t)GB.iq3xxs[g[4 * h]] | (uint64_t)GB.iq3xxs[g[4 * h + 1]] << 32,
+                    (uint64_t)GB.iq3xxs[g[4 * h + 2]] | (uint64_t)GB.iq3xxs[g[4 * h + 3]] << 32,
+                    GB.sign7[(aux >> (14 * h)) & 127], GB.sign7[(aux >> (14 * h + 7)) & 127]);
+        }
+        break;
+    case SHOAL_GGML_TYPE_IQ2_XS:
+        for (int k = 0; k < 16; k++) {   /* a u16 per 8: 9 index bits, 7 sign bits */
+            const unsigned q0 = ld16(blk + 2 + 4 * k), q1 = ld16(blk + 4 + 4 * k);
+            c[k] = signed16(GB.iq2xs[q0 & 511], GB.iq2xs[q1 & 511], GB.sign7[q0 >> 9],
+                            GB.sign7[q1 >> 9]);
+        }
+        break;
+    case SHOAL_GGML_TYPE_IQ2_S:
+        for (int k = 0; k < 16; k++) {   /* index byte + 2 high bits in qh; a sign byte per 8 */
+            const unsigned h = blk[66 + k / 2] >> (4 * (k % 2));
+            c[k] = signed16(GB.iq2s[blk[2 + 2 * k] | (h & 3) << 8],
+                            GB.iq2s[blk[3 + 2 * k] | ((h >> 2) & 3) << 8],
+                            GB.sign8[blk[34 + 2 * k]], GB.sign8[blk[35 + 2 * k]]);
+        }
+        break;
+    case SHOAL_GGML_TYPE_IQ3_S:
+        for (int k = 0; k < 16; k++) {   /* index byte + 9th bit in qh per 4; a sign byte per 8 */
+            const unsigned h = blk[66 + k / 2] >> (4 * (k % 2));
+            const uint8_t *qs = blk + 2 + 4 * k;
+            c[k] = signed16((uint64_t)GB.iq3s[qs[0] | (h & 1) << 8] |
+                                (uint64_t)GB.iq3s[qs[1] | ((h >> 1) & 1) << 8] << 32,
+                            (uint64_t)GB.iq3s[qs[2] | ((h >> 2) & 1) << 8] |
+                                (uint64_t)GB.iq3s[qs[3] | ((h >> 3) & 1) << 8] << 32,
+                            GB.sign8[blk[74 + 2 * k]], GB.sign8[blk[75 + 2 * k]]);
+        }
+        break;
+    case SHOAL_GGML_TYPE_IQ1_S:
+        for (int j = 0; j < 8; j++) {   /* 8 g + delta: index byte + 3 bits of qh, delta qh's top */
+            const uint8_t *qs = blk + 2 + 4 * j;
+            const unsigned qh = ld16(blk + 34 + 2 * j);
+            const int8x16_t delta = vdupq_n_s8(qh & 0x8000 ? -1 : 1);
+            for (int h = 0; h < 2; h++)
+                c[2 * j + h] = vaddq_s8(
+                    bytes16(GB.iq1s[qs[2 * h] | ((qh >> (6 * h)) & 7) << 8],
+                            GB.iq1s[qs[2 * h + 1] | ((qh >> (6 * h + 3)) & 7) << 8]),
+                    delta);
+        }
+        break;
+    case SHOAL_GGML_TYPE_IQ1_M:
+        for (int k = 0; k < 16; k++) {   /* a nibble of qh per 8: 3 index bits, the delta's sign */
+            const unsigned n = blk[32 + k];
+            const unsigned n0 = n & 0x0F, n1 = n >> 4;
+            const int8x16_t g = bytes16(GB.iq1s[blk[2 * k] | (n0 & 7) << 8],
+                                        GB.iq1s[blk[2 * k + 1] | (n1 & 7) << 8]);
+            const int8x8_t d0 = vdup_n_s8(n0 & 8 ? -1 : 1), d1 = vdup_n_s8(n1 & 8 ? -1 : 1);
+            c[k] = vaddq_s8(g, vcombine_s8(d0, d1));
+        }
         break;
     default:
         return 0;
@@ -360,6 +455,7 @@ void ROWS_FN(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
     /* bytes per block and per row (ggml_types.c's sizes) */
     const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(w->type);
     const size_t rb = (size_t)(w->cols / ti->block_size) * ti->type_size;
+    shoal_ggml_grid_bytes_init();   /* after the first call: one load */
     for (int64_t r = r0; r < r1; r += 4) {
         const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
         const uint8_t *p[4];
