@@ -782,6 +782,35 @@ static inline __attribute__((always_inline)) __m256i raw1_iq3s(const uint8_t *bl
     return acc;
 }
 
+/* IQ1_M: c = 8 g + delta (delta = +-1 per 8, the top bit of its qh
+ * nibble), taken whole into |c| and sign(qx, c); 3-bit scales per 16, four
+ * to a u16 of the block's last 8 bytes (the 4 bits left of each: D) */
+static inline __attribute__((always_inline)) __m256i raw1_iq1m(const uint8_t *blk,
+                                                              const int8_t *xq)
+{
+    const uint8_t *qs = blk, *qh = blk + 32;
+    const uint64_t sc64 = ld16(blk + 48) | (uint64_t)ld16(blk + 50) << 16 |
+                          (uint64_t)ld16(blk + 52) << 32 | (uint64_t)ld16(blk + 54) << 48;
+    const long long p1 = 0x0101010101010101ll, m1 = -1ll;
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const unsigned n0 = qh[2 * j] & 0x0F, n1 = qh[2 * j] >> 4, n2 = qh[2 * j + 1] & 0x0F,
+                       n3 = qh[2 * j + 1] >> 4;
+        const __m256i g = q4(&GB.iq1s[qs[4 * j] | (n0 & 7) << 8], &GB.iq1s[qs[4 * j + 1] | (n1 & 7) << 8],
+                             &GB.iq1s[qs[4 * j + 2] | (n2 & 7) << 8], &GB.iq1s[qs[4 * j + 3] | (n3 & 7) << 8]);
+        const __m256i delta = _mm256_set_epi64x(n3 & 8 ? m1 : p1, n2 & 8 ? m1 : p1,
+                                                n1 & 8 ? m1 : p1, n0 & 8 ? m1 : p1);
+        const __m256i c = _mm256_add_epi8(g, delta);
+        const int sh = 16 * (j >> 1) + 6 * (j & 1);   /* scale 2j: u16 j/2, bits 6 (j%2) */
+        const __m256i sc = sc2((int)(2 * ((sc64 >> sh) & 7) + 1),
+                               (int)(2 * ((sc64 >> (sh + 3)) & 7) + 1));
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * j));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(
+                                        _mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(x, c)), sc));
+    }
+    return acc;
+}
+
 /* IQ1_S: c = 8 g + delta (g in -1..1, delta = +-1 per 32), so
  *   raw = sum_j (2 s_j + 1) * (8 * sum_{i in j} g_i qx_i + delta_j * X_j)
  * with X_j the sum of the 32 qx (the token's bsum pairs; an exact integer
@@ -830,7 +859,7 @@ static inline __attribute__((always_inline)) int t_raw1(enum shoal_ggml_type t)
 {
     return t == SHOAL_GGML_TYPE_IQ2_XXS || t == SHOAL_GGML_TYPE_IQ3_XXS ||
            t == SHOAL_GGML_TYPE_IQ1_S || t == SHOAL_GGML_TYPE_IQ2_XS ||
-           t == SHOAL_GGML_TYPE_IQ2_S || t == SHOAL_GGML_TYPE_IQ3_S;
+           t == SHOAL_GGML_TYPE_IQ2_S || t == SHOAL_GGML_TYPE_IQ3_S || t == SHOAL_GGML_TYPE_IQ1_M;
 }
 
 /* row block blk's raw sum against the token's block xq (xs: iq1s_xs of
@@ -859,6 +888,13 @@ static inline __attribute__((always_inline)) __m256i raw1(enum shoal_ggml_type t
     case SHOAL_GGML_TYPE_IQ3_S:
         *d = f16_at(blk);
         return raw1_iq3s(blk, xq);
+    case SHOAL_GGML_TYPE_IQ1_M: {
+        /* D: the f16 of the 4 scale u16s' top nibbles, times 1/8 */
+        const uint16_t dbits = (uint16_t)((ld16(blk + 48) >> 12) | ((ld16(blk + 50) >> 8) & 0x00F0) |
+                                          ((ld16(blk + 52) >> 4) & 0x0F00) | (ld16(blk + 54) & 0xF000));
+        *d = _cvtsh_ss(dbits) * 0.125f;
+        return raw1_iq1m(blk, xq);
+    }
     default:
         return _mm256_setzero_si256();
     }
