@@ -147,17 +147,27 @@ void shoal_linear_part(float *y, const float *x, int64_t n_tok,
 void shoal_rmsnorm(float *y, const float *x, int64_t n_rows, int64_t n,
                    const struct shoal_weight *weight, float eps)
 {
+    /* the weight as f32: itself, or converted (exactly) 512 elements at a
+     * time, once for all rows when it fits (per-head norms: 128) */
+    enum { CHUNK = 512 };
+    float wbuf[CHUNK];
+    const size_t es = shoal_dtype_size(weight->dtype);
+    const int is_f32 = weight->dtype == SHOAL_DTYPE_F32, once = !is_f32 && n <= CHUNK;
+    if (once)
+        shoal_to_f32(wbuf, weight->data, weight->dtype, (size_t)n);
     for (int64_t r = 0; r < n_rows; r++) {
         const float *xr = x + r * n;
         float *yr = y + r * n;
         float ss = shoal_dot_f32(xr, xr, n);
         float scale = 1.0f / sqrtf(ss / (float)n + eps);
-        for (int64_t i = 0; i < n; i++) {
-            float wi;
-            shoal_to_f32(&wi, (const char *)weight->data + i * shoal_dtype_size(weight->dtype),
-                         weight->dtype, 1);
-            /* HF: weight * (x * rsqrt(var + eps)) */
-            yr[i] = wi * (xr[i] * scale);
+        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+            const int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+            const float *w = is_f32 ? (const float *)weight->data + i0 : wbuf;
+            if (!is_f32 && !once)
+                shoal_to_f32(wbuf, (const char *)weight->data + (size_t)i0 * es, weight->dtype,
+                             (size_t)m);
+            for (int64_t i = 0; i < m; i++)   /* HF: weight * (x * rsqrt(var + eps)) */
+                yr[i0 + i] = w[i] * (xr[i0 + i] * scale);
         }
     }
 }
