@@ -45,12 +45,7 @@ void shoal_linear_many(const struct shoal_linear_job *jobs, int n_jobs)
             shoal_to_f32(bias_f32[k], b->data, b->dtype, (size_t)jobs[k].w->rows);
         }
     }
-    /* a router's few rows at decode: one thread reads them faster than a
-     * region forks and joins (the same bits: rows are split, never sums) */
-    size_t work = 0;
-    for (int k = 0; k < n_jobs; k++)
-        work += shoal_weight_bytes(jobs[k].w) * (size_t)jobs[k].n_tok;
-#pragma omp parallel if (work >= SHOAL_LINEAR_PAR_MIN_BYTES)
+#pragma omp parallel
     {
         const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
         for (int k = 0; k < n_jobs; k++) {

@@ -40,18 +40,11 @@ struct shoal_linear_job {
     const struct shoal_weight *bias;  /* [rows] or NULL / data NULL: none */
 };
 
-/* Weight bytes times tokens below which shoal_linear(_many) runs on the
- * calling thread alone: a 128-row router at decode (150 KB of int4a8)
- * takes about 10 µs on one thread, a fork and join of the region 20-30 µs
- * (measured on a Zen 3 at 2 threads: 0.2 ms a token over 6 layers). */
-#define SHOAL_LINEAR_PAR_MIN_BYTES ((size_t)512 << 10)
-
 /* Several linears whose outputs do not feed each other (attention's q, k
  * and v) in one OpenMP region instead of one each: the same bits as
  * calling shoal_linear on each (every element computed by the same code
  * with the same row split), with fewer fork/joins, which cost tens of µs
- * each when waiting threads sleep (OMP_WAIT_POLICY=passive). Below
- * SHOAL_LINEAR_PAR_MIN_BYTES of work, no region: the calling thread.
+ * each when waiting threads sleep (OMP_WAIT_POLICY=passive).
  *   jobs [n_jobs], borrowed; outputs must not overlap each other or any
  *   input. Thread: main. */
 void shoal_linear_many(const struct shoal_linear_job *jobs, int n_jobs);
