@@ -304,6 +304,120 @@ static inline void put_signed(struct urow *u, int j, __m256i c)
     u->s[j] = c;
 }
 
+/* the four 8-byte table entries a .. d as one register (a lowest) */
+static inline __m256i q4(const uint64_t *a, const uint64_t *b, const uint64_t *c,
+                         const uint64_t *d)
+{
+    const __m256i r = _mm256_blend_epi32(_mm256_set1_epi64x((long long)*a),
+                                         _mm256_set1_epi64x((long long)*b), 0x0C);
+    return _mm256_blend_epi32(_mm256_blend_epi32(r, _mm256_set1_epi64x((long long)*c), 0x30),
+                              _mm256_set1_epi64x((long long)*d), 0xC0);
+}
+
+/* The +-1 bytes of four 7-bit sign fields f_k (IQ2_XXS, IQ3_XXS): v holds
+ * field k in bits sh_k .. sh_k + 6 of qword k (any bits around it); byte e
+ * of qword k is -1 if bit e of f_k is set (e < 7) or, for e = 7, if f_k
+ * has an odd number of set bits (ksigns_iq2xs: the count of negatives is
+ * even), else +1. vpsadbw counts the set bits of each qword's seven. */
+static inline __m256i signs4(__m256i v, __m256i sh)
+{
+    const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
+    /* byte 7 never matches: its and-mask is 0, its compare value 0xFF */
+    const __m256i bit = _mm256_set1_epi64x((long long)0x0040201008040201ull);
+    const __m256i hit = _mm256_set1_epi64x((long long)0xFF40201008040201ull);
+    const __m256i f = _mm256_shuffle_epi8(_mm256_srlv_epi64(v, sh), rep);
+    const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(f, bit), hit);   /* bytes 0..6 */
+    const __m256i par = _mm256_slli_epi64(_mm256_sad_epu8(m, _mm256_setzero_si256()), 63);
+    return _mm256_or_si256(_mm256_or_si256(m, par), _mm256_set1_epi8(1));
+}
+
+/* The +-1 bytes of four whole sign bytes (IQ2_S, IQ3_S): byte e of qword
+ * k is -1 if bit e of byte k of sg4 is set, else +1 */
+static inline __m256i signs_bytes4(uint32_t sg4)
+{
+    const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i f = _mm256_shuffle_epi8(_mm256_set1_epi32((int)sg4), rep);
+    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(f, bit), bit), _mm256_set1_epi8(1));
+}
+
+/* Group j (32 elements) of an IQ2_XS, IQ2_S, IQ3_S or IQ1_M block: its
+ * codes |c|, sign bytes s (sign(qx, s) = sign_i qx_i) and per-16 scales
+ * sc, the integers of shoal_ggml_iblock_decode. unpack_row stores them in
+ * a urow, raw1_grid uses them at once. */
+struct grid_grp {
+    __m256i q, s, sc;
+};
+
+static inline __attribute__((always_inline)) struct grid_grp grid_group_of(enum shoal_ggml_type t,
+                                                                           const uint8_t *blk,
+                                                                           int j)
+{
+    struct grid_grp g;
+    if (t == SHOAL_GGML_TYPE_IQ2_XS) {
+        /* a u16 per 8: 9 index bits, 7 sign bits (signs4 finds field k at
+         * bit 16 k + 9 of the group's 8 bytes); a 4-bit s per 16 */
+        uint64_t g8;
+        memcpy(&g8, blk + 2 + 8 * j, sizeof g8);
+        g.q = q4(&GB.iq2xs[g8 & 511], &GB.iq2xs[(g8 >> 16) & 511], &GB.iq2xs[(g8 >> 32) & 511],
+                 &GB.iq2xs[(g8 >> 48) & 511]);
+        g.s = signs4(_mm256_set1_epi64x((long long)g8), _mm256_setr_epi64x(9, 25, 41, 57));
+        g.sc = sc2(2 * (blk[66 + j] & 0x0F) + 1, 2 * (blk[66 + j] >> 4) + 1);
+    } else if (t == SHOAL_GGML_TYPE_IQ2_S) {
+        /* an index byte per 8 with 2 high bits in qh (4 a byte), a whole
+         * sign byte per 8, a 4-bit s per 16 */
+        const unsigned h = blk[66 + j];
+        const uint8_t *qs = blk + 2 + 4 * j;
+        g.q = q4(&GB.iq2s[qs[0] | (h & 3) << 8], &GB.iq2s[qs[1] | ((h >> 2) & 3) << 8],
+                 &GB.iq2s[qs[2] | ((h >> 4) & 3) << 8], &GB.iq2s[qs[3] | (h >> 6) << 8]);
+        g.s = signs_bytes4(le32(blk + 34 + 4 * j));
+        g.sc = sc2(2 * (blk[74 + j] & 0x0F) + 1, 2 * (blk[74 + j] >> 4) + 1);
+    } else if (t == SHOAL_GGML_TYPE_IQ3_S) {
+        /* an index byte per 4 with its 9th bit in qh (8 a byte), a whole
+         * sign byte per 8, a 4-bit s per 32 */
+        const unsigned h = blk[66 + j];
+        const uint8_t *qs = blk + 2 + 8 * j;
+        g.q = _mm256_setr_epi32(
+            (int)GB.iq3s[qs[0] | (h & 1) << 8], (int)GB.iq3s[qs[1] | ((h >> 1) & 1) << 8],
+            (int)GB.iq3s[qs[2] | ((h >> 2) & 1) << 8], (int)GB.iq3s[qs[3] | ((h >> 3) & 1) << 8],
+            (int)GB.iq3s[qs[4] | ((h >> 4) & 1) << 8], (int)GB.iq3s[qs[5] | ((h >> 5) & 1) << 8],
+            (int)GB.iq3s[qs[6] | ((h >> 6) & 1) << 8], (int)GB.iq3s[qs[7] | (h >> 7) << 8]);
+        g.s = signs_bytes4(le32(blk + 74 + 4 * j));
+        g.sc = _mm256_set1_epi16((short)(2 * ((blk[106 + j / 2] >> (4 * (j % 2))) & 0x0F) + 1));
+    } else {
+        /* IQ1_M: c = 8 g + delta (delta = +-1 per 8, the top bit of its qh
+         * nibble), taken whole; 3-bit scales per 16, four to a u16 of the
+         * block's last 8 bytes (the 4 bits left of each: D) */
+        const uint8_t *qs = blk + 4 * j, *qh = blk + 32 + 2 * j;
+        const unsigned n0 = qh[0] & 0x0F, n1 = qh[0] >> 4, n2 = qh[1] & 0x0F, n3 = qh[1] >> 4;
+        const long long p1 = 0x0101010101010101ll, m1 = -1ll;
+        const __m256i c = _mm256_add_epi8(
+            q4(&GB.iq1s[qs[0] | (n0 & 7) << 8], &GB.iq1s[qs[1] | (n1 & 7) << 8],
+               &GB.iq1s[qs[2] | (n2 & 7) << 8], &GB.iq1s[qs[3] | (n3 & 7) << 8]),
+            _mm256_set_epi64x(n3 & 8 ? m1 : p1, n2 & 8 ? m1 : p1, n1 & 8 ? m1 : p1,
+                              n0 & 8 ? m1 : p1));
+        const unsigned sc = ld16(blk + 48 + 2 * (j / 2)) >> (6 * (j % 2));   /* 16s 2j, 2j + 1 */
+        g.q = _mm256_abs_epi8(c);
+        g.s = c;
+        g.sc = sc2((int)(2 * (sc & 7) + 1), (int)(2 * ((sc >> 3) & 7) + 1));
+    }
+    return g;
+}
+
+/* D of a block of those types */
+static inline __attribute__((always_inline)) float grid_d(enum shoal_ggml_type t,
+                                                          const uint8_t *blk)
+{
+    if (t == SHOAL_GGML_TYPE_IQ1_M) {   /* the f16 of the 4 scale u16s' top nibbles, / 8 */
+        const uint16_t dbits = (uint16_t)((ld16(blk + 48) >> 12) | ((ld16(blk + 50) >> 8) & 0x00F0) |
+                                          ((ld16(blk + 52) >> 4) & 0x0F00) | (ld16(blk + 54) & 0xF000));
+        return _cvtsh_ss(dbits) * 0.125f;
+    }
+    return t == SHOAL_GGML_TYPE_IQ3_S ? f16_at(blk) : f16_at(blk) * 0.125f;
+}
+
 /* One row's block blk of type t unpacked into *u: the same integers as
  * shoal_ggml_iblock_decode (Q6_K, Q3_K: offset; see above) and D, DMIN as
  * it computes them. */
@@ -452,31 +566,6 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         }
         u->d = f16_at(blk) * 0.125f;
         break;
-    case SHOAL_GGML_TYPE_IQ1_M: {
-        const uint8_t *qs = blk, *qh = blk + 32;
-        unsigned sc[4];
-        for (int i = 0; i < 4; i++)
-            sc[i] = ld16(blk + 48 + 2 * i);
-        for (int j = 0; j < 8; j++) {
-            const unsigned n0 = qh[2 * j] & 0x0F, n1 = qh[2 * j] >> 4, n2 = qh[2 * j + 1] & 0x0F,
-                           n3 = qh[2 * j + 1] >> 4;
-            const __m256i g = _mm256_set_epi64x((long long)GB.iq1s[qs[4 * j + 3] | (n3 & 7) << 8],
-                                                (long long)GB.iq1s[qs[4 * j + 2] | (n2 & 7) << 8],
-                                                (long long)GB.iq1s[qs[4 * j + 1] | (n1 & 7) << 8],
-                                                (long long)GB.iq1s[qs[4 * j] | (n0 & 7) << 8]);
-            const long long p1 = 0x0101010101010101ll, m1 = -1ll;
-            const __m256i delta = _mm256_set_epi64x(n3 & 8 ? m1 : p1, n2 & 8 ? m1 : p1,
-                                                    n1 & 8 ? m1 : p1, n0 & 8 ? m1 : p1);
-            put_signed(u, j, _mm256_add_epi8(g, delta));
-            const int k = 2 * j;   /* the 16s k and k + 1: 3 bits each, 4 per u16 */
-            u->sc[j] = sc2((int)(2 * ((sc[k / 4] >> (3 * (k % 4))) & 7) + 1),
-                           (int)(2 * ((sc[(k + 1) / 4] >> (3 * ((k + 1) % 4))) & 7) + 1));
-        }
-        const uint16_t dbits = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
-                                          ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
-        u->d = _cvtsh_ss(dbits) * 0.125f;
-        break;
-    }
     case SHOAL_GGML_TYPE_IQ4_NL:
         put_signed(u, 0, lut32(blk + 2, shoal_ggml_iq4nl_values));
         u->sc[0] = _mm256_set1_epi16(1);
@@ -512,52 +601,16 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         u->dmin = -f16_at(blk + 2);
         break;
     case SHOAL_GGML_TYPE_IQ2_XS:
-        /* a u16 per 8: 9 index bits, 7 sign bits (the 8th by parity); a
-         * 4-bit s per 16, two a byte after the 32 u16 */
-        for (int j = 0; j < 8; j++) {
-            unsigned q[4];
-            for (int l = 0; l < 4; l++)
-                q[l] = ld16(blk + 2 + 8 * j + 2 * l);
-            u->q[j] = _mm256_set_epi64x((long long)GB.iq2xs[q[3] & 511], (long long)GB.iq2xs[q[2] & 511],
-                                        (long long)GB.iq2xs[q[1] & 511], (long long)GB.iq2xs[q[0] & 511]);
-            u->s[j] = _mm256_set_epi64x((long long)GB.sign7[q[3] >> 9], (long long)GB.sign7[q[2] >> 9],
-                                        (long long)GB.sign7[q[1] >> 9], (long long)GB.sign7[q[0] >> 9]);
-            u->sc[j] = sc2(2 * (blk[66 + j] & 0x0F) + 1, 2 * (blk[66 + j] >> 4) + 1);
-        }
-        u->d = f16_at(blk) * 0.125f;
-        break;
     case SHOAL_GGML_TYPE_IQ2_S:
-        /* an index byte per 8 and 2 high bits in qh (4 a byte), a whole
-         * sign byte per 8, a 4-bit s per 16 */
-        for (int j = 0; j < 8; j++) {
-            const unsigned h = blk[66 + j];
-            const uint8_t *qs = blk + 2 + 4 * j, *sg = blk + 34 + 4 * j;
-            u->q[j] = _mm256_set_epi64x((long long)GB.iq2s[qs[3] | ((h >> 6) & 3) << 8],
-                                        (long long)GB.iq2s[qs[2] | ((h >> 4) & 3) << 8],
-                                        (long long)GB.iq2s[qs[1] | ((h >> 2) & 3) << 8],
-                                        (long long)GB.iq2s[qs[0] | (h & 3) << 8]);
-            u->s[j] = _mm256_set_epi64x((long long)GB.sign8[sg[3]], (long long)GB.sign8[sg[2]],
-                                        (long long)GB.sign8[sg[1]], (long long)GB.sign8[sg[0]]);
-            u->sc[j] = sc2(2 * (blk[74 + j] & 0x0F) + 1, 2 * (blk[74 + j] >> 4) + 1);
-        }
-        u->d = f16_at(blk) * 0.125f;
-        break;
     case SHOAL_GGML_TYPE_IQ3_S:
-        /* an index byte per 4 and its 9th bit in qh (8 a byte), a sign
-         * byte per 8, a 4-bit s per 32 */
+    case SHOAL_GGML_TYPE_IQ1_M:
         for (int j = 0; j < 8; j++) {
-            const unsigned h = blk[66 + j];
-            const uint8_t *qs = blk + 2 + 8 * j, *sg = blk + 74 + 4 * j;
-            u->q[j] = _mm256_setr_epi32(
-                (int)GB.iq3s[qs[0] | (h & 1) << 8], (int)GB.iq3s[qs[1] | ((h >> 1) & 1) << 8],
-                (int)GB.iq3s[qs[2] | ((h >> 2) & 1) << 8], (int)GB.iq3s[qs[3] | ((h >> 3) & 1) << 8],
-                (int)GB.iq3s[qs[4] | ((h >> 4) & 1) << 8], (int)GB.iq3s[qs[5] | ((h >> 5) & 1) << 8],
-                (int)GB.iq3s[qs[6] | ((h >> 6) & 1) << 8], (int)GB.iq3s[qs[7] | (h >> 7) << 8]);
-            u->s[j] = _mm256_set_epi64x((long long)GB.sign8[sg[3]], (long long)GB.sign8[sg[2]],
-                                        (long long)GB.sign8[sg[1]], (long long)GB.sign8[sg[0]]);
-            u->sc[j] = _mm256_set1_epi16((short)(2 * ((blk[106 + j / 2] >> (4 * (j % 2))) & 0x0F) + 1));
+            const struct grid_grp g = grid_group_of(t, blk, j);
+            u->q[j] = g.q;
+            u->s[j] = g.s;
+            u->sc[j] = g.sc;
         }
-        u->d = f16_at(blk);
+        u->d = grid_d(t, blk);
         break;
     default:
         break;
@@ -623,34 +676,6 @@ static inline __attribute__((always_inline)) __m256 block_term(enum shoal_ggml_t
  * On Zen 3 the vector ports are the limit: vpmaddubsw, vpmaddwd and
  * vpsadbw share one pair of pipes, vpshufb and the shifts another. */
 
-/* the four 8-byte table entries a .. d as one register (a lowest) */
-static inline __m256i q4(const uint64_t *a, const uint64_t *b, const uint64_t *c,
-                         const uint64_t *d)
-{
-    const __m256i r = _mm256_blend_epi32(_mm256_set1_epi64x((long long)*a),
-                                         _mm256_set1_epi64x((long long)*b), 0x0C);
-    return _mm256_blend_epi32(_mm256_blend_epi32(r, _mm256_set1_epi64x((long long)*c), 0x30),
-                              _mm256_set1_epi64x((long long)*d), 0xC0);
-}
-
-/* The +-1 bytes of four 7-bit sign fields f_k (IQ2_XXS, IQ3_XXS): v holds
- * field k in bits sh_k .. sh_k + 6 of qword k (any bits around it); byte e
- * of qword k is -1 if bit e of f_k is set (e < 7) or, for e = 7, if f_k
- * has an odd number of set bits (ksigns_iq2xs: the count of negatives is
- * even), else +1. vpsadbw counts the set bits of each qword's seven. */
-static inline __m256i signs4(__m256i v, __m256i sh)
-{
-    const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8,
-                                         0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
-    /* byte 7 never matches: its and-mask is 0, its compare value 0xFF */
-    const __m256i bit = _mm256_set1_epi64x((long long)0x0040201008040201ull);
-    const __m256i hit = _mm256_set1_epi64x((long long)0xFF40201008040201ull);
-    const __m256i f = _mm256_shuffle_epi8(_mm256_srlv_epi64(v, sh), rep);
-    const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(f, bit), hit);   /* bytes 0..6 */
-    const __m256i par = _mm256_slli_epi64(_mm256_sad_epu8(m, _mm256_setzero_si256()), 63);
-    return _mm256_or_si256(_mm256_or_si256(m, par), _mm256_set1_epi8(1));
-}
-
 /* One group of 32 of IQ2_XXS or IQ3_XXS: sum_i |c_i| (sign_i qx_i) times
  * 2 s + 1, as int32 lanes. q: the 32 |c| bytes; v: the group's u32 of sign
  * fields and scale (its bits 27..31 are 2 s + a sign bit) in the 16-bit
@@ -705,17 +730,6 @@ static inline __attribute__((always_inline)) __m256i raw1_iq3xxs(const uint8_t *
     return acc;
 }
 
-/* The +-1 bytes of four whole sign bytes (IQ2_S, IQ3_S): byte e of qword
- * k is -1 if bit e of byte k of sg4 is set, else +1 */
-static inline __m256i signs_bytes4(uint32_t sg4)
-{
-    const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    const __m256i f = _mm256_shuffle_epi8(_mm256_set1_epi32((int)sg4), rep);
-    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(f, bit), bit), _mm256_set1_epi8(1));
-}
-
 /* sum_i |c_i| (sign_i qx_i) of a group of 32 times its per-16 scales sc */
 static inline __m256i grid_group_sc(__m256i q, __m256i sg, __m256i sc, const int8_t *x)
 {
@@ -723,90 +737,15 @@ static inline __m256i grid_group_sc(__m256i q, __m256i sg, __m256i sc, const int
     return _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_sign_epi8(xv, sg)), sc);
 }
 
-/* IQ2_XS: a u16 per 8 (9 index bits, 7 sign bits: signs4 finds field k at
- * bit 16 k + 9 of the group's 8 bytes), a 4-bit s per 16 */
-static inline __attribute__((always_inline)) __m256i raw1_iq2xs(const uint8_t *blk,
-                                                               const int8_t *xq)
-{
-    const __m256i sh = _mm256_setr_epi64x(9, 25, 41, 57);
-    __m256i acc = _mm256_setzero_si256();
-    for (int j = 0; j < 8; j++) {
-        const uint8_t *g = blk + 2 + 8 * j;
-        uint64_t g8;
-        memcpy(&g8, g, sizeof g8);
-        const __m256i q = q4(&GB.iq2xs[g8 & 511], &GB.iq2xs[(g8 >> 16) & 511],
-                             &GB.iq2xs[(g8 >> 32) & 511], &GB.iq2xs[(g8 >> 48) & 511]);
-        const __m256i sg = signs4(_mm256_set1_epi64x((long long)g8), sh);
-        const __m256i sc = sc2(2 * (blk[66 + j] & 0x0F) + 1, 2 * (blk[66 + j] >> 4) + 1);
-        acc = _mm256_add_epi32(acc, grid_group_sc(q, sg, sc, xq + 32 * j));
-    }
-    return acc;
-}
-
-/* IQ2_S: an index byte per 8 with 2 high bits in qh, a whole sign byte per
- * 8, a 4-bit s per 16 */
-static inline __attribute__((always_inline)) __m256i raw1_iq2s(const uint8_t *blk,
+/* IQ2_XS, IQ2_S, IQ3_S and IQ1_M: raw = sum over groups of grid_group_sc */
+static inline __attribute__((always_inline)) __m256i raw1_grid(enum shoal_ggml_type t,
+                                                              const uint8_t *blk,
                                                               const int8_t *xq)
 {
     __m256i acc = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
-        const unsigned h = blk[66 + j];
-        const uint8_t *qs = blk + 2 + 4 * j;
-        const __m256i q = q4(&GB.iq2s[qs[0] | (h & 3) << 8], &GB.iq2s[qs[1] | ((h >> 2) & 3) << 8],
-                             &GB.iq2s[qs[2] | ((h >> 4) & 3) << 8], &GB.iq2s[qs[3] | (h >> 6) << 8]);
-        const __m256i sc = sc2(2 * (blk[74 + j] & 0x0F) + 1, 2 * (blk[74 + j] >> 4) + 1);
-        acc = _mm256_add_epi32(acc, grid_group_sc(q, signs_bytes4(le32(blk + 34 + 4 * j)), sc,
-                                                  xq + 32 * j));
-    }
-    return acc;
-}
-
-/* IQ3_S: an index byte per 4 with its 9th bit in qh, a whole sign byte per
- * 8, a 4-bit s per 32 */
-static inline __attribute__((always_inline)) __m256i raw1_iq3s(const uint8_t *blk,
-                                                              const int8_t *xq)
-{
-    __m256i acc = _mm256_setzero_si256();
-    for (int j = 0; j < 8; j++) {
-        const unsigned h = blk[66 + j];
-        const uint8_t *qs = blk + 2 + 8 * j;
-        const __m256i q = _mm256_setr_epi32(
-            (int)GB.iq3s[qs[0] | (h & 1) << 8], (int)GB.iq3s[qs[1] | ((h >> 1) & 1) << 8],
-            (int)GB.iq3s[qs[2] | ((h >> 2) & 1) << 8], (int)GB.iq3s[qs[3] | ((h >> 3) & 1) << 8],
-            (int)GB.iq3s[qs[4] | ((h >> 4) & 1) << 8], (int)GB.iq3s[qs[5] | ((h >> 5) & 1) << 8],
-            (int)GB.iq3s[qs[6] | ((h >> 6) & 1) << 8], (int)GB.iq3s[qs[7] | (h >> 7) << 8]);
-        const __m256i sc = _mm256_set1_epi16((short)(2 * ((blk[106 + j / 2] >> (4 * (j % 2))) & 0x0F) + 1));
-        acc = _mm256_add_epi32(acc, grid_group_sc(q, signs_bytes4(le32(blk + 74 + 4 * j)), sc,
-                                                  xq + 32 * j));
-    }
-    return acc;
-}
-
-/* IQ1_M: c = 8 g + delta (delta = +-1 per 8, the top bit of its qh
- * nibble), taken whole into |c| and sign(qx, c); 3-bit scales per 16, four
- * to a u16 of the block's last 8 bytes (the 4 bits left of each: D) */
-static inline __attribute__((always_inline)) __m256i raw1_iq1m(const uint8_t *blk,
-                                                              const int8_t *xq)
-{
-    const uint8_t *qs = blk, *qh = blk + 32;
-    const uint64_t sc64 = ld16(blk + 48) | (uint64_t)ld16(blk + 50) << 16 |
-                          (uint64_t)ld16(blk + 52) << 32 | (uint64_t)ld16(blk + 54) << 48;
-    const long long p1 = 0x0101010101010101ll, m1 = -1ll;
-    __m256i acc = _mm256_setzero_si256();
-    for (int j = 0; j < 8; j++) {
-        const unsigned n0 = qh[2 * j] & 0x0F, n1 = qh[2 * j] >> 4, n2 = qh[2 * j + 1] & 0x0F,
-                       n3 = qh[2 * j + 1] >> 4;
-        const __m256i g = q4(&GB.iq1s[qs[4 * j] | (n0 & 7) << 8], &GB.iq1s[qs[4 * j + 1] | (n1 & 7) << 8],
-                             &GB.iq1s[qs[4 * j + 2] | (n2 & 7) << 8], &GB.iq1s[qs[4 * j + 3] | (n3 & 7) << 8]);
-        const __m256i delta = _mm256_set_epi64x(n3 & 8 ? m1 : p1, n2 & 8 ? m1 : p1,
-                                                n1 & 8 ? m1 : p1, n0 & 8 ? m1 : p1);
-        const __m256i c = _mm256_add_epi8(g, delta);
-        const int sh = 16 * (j >> 1) + 6 * (j & 1);   /* scale 2j: u16 j/2, bits 6 (j%2) */
-        const __m256i sc = sc2((int)(2 * ((sc64 >> sh) & 7) + 1),
-                               (int)(2 * ((sc64 >> (sh + 3)) & 7) + 1));
-        const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * j));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(
-                                        _mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(x, c)), sc));
+        const struct grid_grp g = grid_group_of(t, blk, j);
+        acc = _mm256_add_epi32(acc, grid_group_sc(g.q, g.s, g.sc, xq + 32 * j));
     }
     return acc;
 }
@@ -880,21 +819,11 @@ static inline __attribute__((always_inline)) __m256i raw1(enum shoal_ggml_type t
         *d = f16_at(blk) * 0.125f;
         return raw1_iq1s(blk, xq, xs);
     case SHOAL_GGML_TYPE_IQ2_XS:
-        *d = f16_at(blk) * 0.125f;
-        return raw1_iq2xs(blk, xq);
     case SHOAL_GGML_TYPE_IQ2_S:
-        *d = f16_at(blk) * 0.125f;
-        return raw1_iq2s(blk, xq);
     case SHOAL_GGML_TYPE_IQ3_S:
-        *d = f16_at(blk);
-        return raw1_iq3s(blk, xq);
-    case SHOAL_GGML_TYPE_IQ1_M: {
-        /* D: the f16 of the 4 scale u16s' top nibbles, times 1/8 */
-        const uint16_t dbits = (uint16_t)((ld16(blk + 48) >> 12) | ((ld16(blk + 50) >> 8) & 0x00F0) |
-                                          ((ld16(blk + 52) >> 4) & 0x0F00) | (ld16(blk + 54) & 0xF000));
-        *d = _cvtsh_ss(dbits) * 0.125f;
-        return raw1_iq1m(blk, xq);
-    }
+    case SHOAL_GGML_TYPE_IQ1_M:
+        *d = grid_d(t, blk);
+        return raw1_grid(t, blk, xq);
     default:
         return _mm256_setzero_si256();
     }
