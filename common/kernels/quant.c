@@ -444,12 +444,15 @@ static int cpu_is_amd_family_19h(void)
 }
 
 #if defined(SHOAL_QUANT_HAVE_AVX512)
-/* avx512-zen4's INT4A8 rows: the avx2 matvec for decode, the avx512 GEMM
- * for batches (the same bits either way) */
+/* avx512-zen4's INT4A8 rows: the avx512 matvec for one token, the avx2
+ * multi-token rows for 2 .. SHOAL_QUANT_AVX512_GEMM_MIN_TOK - 1, the avx512
+ * GEMM from there (the same bits either way). Zen 4, 0db9158, 2 threads,
+ * kernel_bench paired read: one token avx512 0.78-0.91 against avx2's
+ * 0.58-0.78; 4 tokens avx2 65 GB/s against 45. */
 static void rows_a8_avx512_zen4(float *y, const struct shoal_quant_act *a, int64_t n_tok,
                                 const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
 {
-    if (n_tok < SHOAL_QUANT_AVX512_GEMM_MIN_TOK)
+    if (n_tok > 1 && n_tok < SHOAL_QUANT_AVX512_GEMM_MIN_TOK)
         shoal_quant_ops_avx2.linear_rows_a8(y, a, n_tok, w, r0, r1);
     else
         shoal_quant_ops_avx512.linear_rows_a8(y, a, n_tok, w, r0, r1);

@@ -459,15 +459,15 @@ enum shoal_quant_isa {
                                    Neoverse V1/N2 and later): INT4A8 batches two
                                    tokens x two rows per instruction */
     SHOAL_QUANT_ISA_AVX512_ZEN4, /* "avx512-zen4": the avx512 table with the
-                                   avx2 INT4A8 decode matvec (batches of fewer
-                                   than SHOAL_QUANT_AVX512_GEMM_MIN_TOK tokens).
-                                   Zen 4 runs 512-bit instructions as two
-                                   256-bit halves; there the 8-row AVX2
-                                   matvec kept closer to the RAM read (0.80-0.86
-                                   of a paired read against 0.70-0.79,
-                                   docs/BENCHMARKS.md). AUTO picks it on AMD
-                                   family 19h with AVX-512 (Zen 4); it runs
-                                   wherever avx512 does. */
+                                   avx2 INT4A8 rows for batches of 2 to
+                                   SHOAL_QUANT_AVX512_GEMM_MIN_TOK - 1 tokens
+                                   (Zen 4 runs 512-bit instructions as two
+                                   256-bit halves; there the AVX2 multi-token
+                                   rows ran 1.45x the avx512 per-token path
+                                   at 4 tokens, docs/BENCHMARKS.md). One
+                                   token and the GEMM are avx512's. AUTO picks
+                                   it on AMD family 19h with AVX-512 (Zen 4);
+                                   it runs wherever avx512 does. */
 };
 
 /* Tokens from which the avx512 table's INT4A8 kernel runs its register-
