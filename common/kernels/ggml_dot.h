@@ -266,6 +266,10 @@ void shoal_ggml_rows_scalar(float *y, const struct shoal_ggml_act *a, int64_t n_
                             const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);
 void shoal_ggml_rows_avx2(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
                           const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);
+/* the same file built with AVX-512 VL + VNNI (the avx512 table's): the
+ * one-token Q4_K, Q6_K, Q2_K and Q8_0 rows sum with vpdpbusd / vpdpwssd */
+void shoal_ggml_rows_avx512(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
+                            const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);
 /* aarch64 (isa/ggml_neon.c): plain NEON, and with sdot (ARMv8.2 DotProd) */
 void shoal_ggml_rows_neon(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
                           const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1);

@@ -37,6 +37,18 @@
 
 #include "ggml_dot.h"
 #include "ggml_types_impl.h"
+#include "prefetch_x86.h"
+
+/* Built a second time with AVX-512 VL and VNNI (common/meson.build) as
+ * shoal_ggml_rows_avx512: the one-token rows of Q4_K, Q6_K, Q2_K and Q8_0
+ * then sum with vpdpbusd / vpdpwssd (dp_pair), the same integers. */
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define SHOAL_GGML_VNNI 1
+#define SHOAL_GGML_ROWS_FN shoal_ggml_rows_avx512
+#else
+#define SHOAL_GGML_VNNI 0
+#define SHOAL_GGML_ROWS_FN shoal_ggml_rows_avx2
+#endif
 
 #define QK_K 256
 #define TOK_TILE 64   /* tokens whose chains run against one unpacked block */
@@ -130,7 +142,10 @@ static void rows8_q8_0(float *y, const struct shoal_ggml_act *a, int64_t t0, int
  * NULL at the end of the share): the eight rows of a group are short
  * streams (a few hundred bytes to a few KiB each) read block by block
  * across rows, an order the hardware prefetchers pick up late; one group
- * ahead hides the DRAM latency. always_inline: GCC 12 takes a function of
+ * ahead hides the DRAM latency. Into L2 (prefetch_x86.h): on Zen 4 the
+ * one-token Q4_K / Q6_K / Q8_0 rows at 2 threads went from 0.62-0.66 /
+ * 0.53-0.62 / 0.53 of a paired read with _MM_HINT_T0 to 0.87 / 0.76-0.80
+ * / 0.90-0.92. always_inline: GCC 12 takes a function of
  * nothing but prefetches for a const one and drops its calls unless it is
  * inlined before that analysis. */
 static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *const pf[8], int i, size_t off, size_t type_size)
@@ -138,8 +153,8 @@ static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *
     if (pf[i] == NULL)
         return;
     for (size_t o = 0; o < type_size; o += 64)
-        _mm_prefetch((const char *)(pf[i] + off + o), _MM_HINT_T0);
-    _mm_prefetch((const char *)(pf[i] + off + type_size - 1), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pf[i] + off + o), SHOAL_PF_WEIGHTS);
+    _mm_prefetch((const char *)(pf[i] + off + type_size - 1), SHOAL_PF_WEIGHTS);
 }
 
 /* ---- every other type: a block of eight rows unpacked --------------------
@@ -949,6 +964,10 @@ ROWS8_FN(rows8_q5_1, SHOAL_GGML_TYPE_Q5_1)
 static inline __attribute__((always_inline)) __m256i q80_row(const uint8_t *blk, __m256i xv)
 {
     const __m256i wq = _mm256_loadu_si256((const __m256i *)(blk + 2));
+#if SHOAL_GGML_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wq),
+                               _mm256_sign_epi8(xv, wq));
+#endif
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)),
                              _mm256_set1_epi16(1));
 }
@@ -1004,6 +1023,36 @@ static const uint8_t q4k_bcast[8][32] __attribute__((aligned(32))) = {
     {BC16(4), BC16(4)}, {BC16(5), BC16(5)}, {BC16(6), BC16(6)}, {BC16(7), BC16(7)},
 };
 
+#if SHOAL_GGML_VNNI
+/* vpshufb controls of the VNNI rows (vpdpbusd, vpackssdw, vpdpwssd): int16
+ * lanes 0-3 of each half from lane a, 4-7 from lane b (as pairs for
+ * vpdpwssd). q4k_pair[h]: sub-blocks 2h, 2h + 1 in both halves; k16_pair[j]:
+ * the 16s 4j, 4j + 2 in the low half and 4j + 1, 4j + 3 in the high one */
+#define BC8(a, b) BC2(a), BC2(a), BC2(a), BC2(a), BC2(b), BC2(b), BC2(b), BC2(b)
+static const uint8_t q4k_pair[4][32] __attribute__((aligned(32))) = {
+    {BC8(0, 1), BC8(0, 1)}, {BC8(2, 3), BC8(2, 3)}, {BC8(4, 5), BC8(4, 5)}, {BC8(6, 7), BC8(6, 7)},
+};
+static const uint8_t k16_pair[2][32] __attribute__((aligned(32))) = {
+    {BC8(0, 2), BC8(1, 3)}, {BC8(4, 6), BC8(5, 7)},
+};
+#undef BC8
+
+/* acc + the scaled sums of two registers of codes qa, qb (u8) against the
+ * token's 32 bytes at xa, xb: vpdpbusd gives each 4-element run's sum
+ * (|sum| <= 4 * 63 * 127 = 32004, so vpackssdw keeps it), and vpdpwssd
+ * multiplies the runs by their int16 scales s (a pattern of k16_pair or
+ * q4k_pair) and adds pairs into acc. The same integers as vpmaddubsw +
+ * vpmaddwd: exact sums in another order. */
+static inline __m256i dp_pair(__m256i acc, __m256i qa, __m256i qb, const int8_t *xa,
+                              const int8_t *xb, __m256i s)
+{
+    const __m256i z = _mm256_setzero_si256();
+    const __m256i da = _mm256_dpbusd_epi32(z, qa, _mm256_loadu_si256((const __m256i *)xa));
+    const __m256i db = _mm256_dpbusd_epi32(z, qb, _mm256_loadu_si256((const __m256i *)xb));
+    return _mm256_dpwssd_epi32(acc, _mm256_packs_epi32(da, db), s);
+}
+#endif
+
 /* One row's Q4_K block blk against a token's 256 qx: *raw = the int32
  * lanes of sum_j sc[j] * (q . qx over sub-block j), *corr = the lanes of
  * sum_j m[j] * (the sum of qx over sub-block j) (bs: the token's 16 bsums
@@ -1030,6 +1079,11 @@ static inline __attribute__((always_inline)) void q4k_row(const uint8_t *blk, co
         const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
         const __m256i lo = _mm256_and_si256(v, m4);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#if SHOAL_GGML_VNNI
+        acc = dp_pair(acc, lo, hi, x + 64 * h, x + 64 * h + 32,
+                      _mm256_shuffle_epi8(sc, _mm256_load_si256((const __m256i *)q4k_pair[h])));
+        continue;
+#endif
         const __m256i plo = _mm256_maddubs_epi16(
             lo, _mm256_loadu_si256((const __m256i *)(x + 64 * h)));
         const __m256i phi = _mm256_maddubs_epi16(
@@ -1080,6 +1134,14 @@ static inline __attribute__((always_inline)) void q6k_row(const uint8_t *blk, co
                             _mm256_and_si256(hv, m30)),
             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                             _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30))};
+#if SHOAL_GGML_VNNI
+        for (int j = 0; j < 2; j++)
+            acc = dp_pair(acc, q[2 * j], q[2 * j + 1], x + 128 * h + 64 * j,
+                          x + 128 * h + 64 * j + 32,
+                          _mm256_shuffle_epi8(sc_half[h], _mm256_load_si256(
+                                                              (const __m256i *)k16_pair[j])));
+        continue;
+#endif
         for (int r = 0; r < 4; r++) {
             const __m256i pr = _mm256_maddubs_epi16(
                 q[r], _mm256_loadu_si256((const __m256i *)(x + 128 * h + 32 * r)));
@@ -1110,6 +1172,15 @@ static inline __attribute__((always_inline)) void q2k_row(const uint8_t *blk, co
     for (int h = 0; h < 2; h++) {
         const __m256i sh = sc_half[h];
         const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * h));
+#if SHOAL_GGML_VNNI
+        for (int j = 0; j < 2; j++)
+            acc = dp_pair(acc, _mm256_and_si256(_mm256_srli_epi16(q, 4 * j), m3),
+                          _mm256_and_si256(_mm256_srli_epi16(q, 4 * j + 2), m3),
+                          x + 128 * h + 64 * j, x + 128 * h + 64 * j + 32,
+                          _mm256_shuffle_epi8(sh, _mm256_load_si256(
+                                                      (const __m256i *)k16_pair[j])));
+        continue;
+#endif
         for (int r = 0; r < 4; r++) {
             const __m256i c = _mm256_and_si256(r ? _mm256_srli_epi16(q, 2 * r) : q, m3);
             const __m256i pr = _mm256_maddubs_epi16(
@@ -1541,8 +1612,8 @@ static rows8_fn rows8_for(enum shoal_ggml_type t)
     }
 }
 
-void shoal_ggml_rows_avx2(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
-                          const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1)
+void SHOAL_GGML_ROWS_FN(float *y, const struct shoal_ggml_act *a, int64_t n_tok,
+                        const struct shoal_ggml_matrix *w, int64_t r0, int64_t r1)
 {
     /* bytes per block and per row (ggml_types.c's sizes) */
     const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(w->type);

@@ -870,7 +870,11 @@ const struct shoal_quant_ops OPS_TABLE = {
     .fp8_rows = shoal_fp8_rows_avx2,   /* the AVX2 rows: decode-bound at 8 lanes */
     .fp8_dequant_row = shoal_fp8_dequant_row_avx2,
     .mxfp4_rows = MXFP4_ROWS_FN,
-    .ggml_rows = shoal_ggml_rows_avx2,  /* ggml_avx2.c: no AVX-512 ggml rows yet */
+#if defined(__AVX512VNNI__)
+    .ggml_rows = shoal_ggml_rows_avx512,  /* ggml_avx2.c with VNNI */
+#else
+    .ggml_rows = shoal_ggml_rows_avx2,
+#endif
 };
 
 /* ---- MXFP4 (quant.h "MXFP4") ----------------------------------------------- */
