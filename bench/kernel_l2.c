@@ -37,7 +37,9 @@ static uint32_t rng(uint32_t *s)
 }
 
 /* random bytes, then every f16 a block starts with (and Q4_K/Q2_K's dmin,
- * Q6_K's trailing d) set to 2^-10 .. 2^-8 so that every scale is finite */
+ * Q6_K's trailing d) set to 2^-10 .. 2^-8 so that every scale is finite;
+ * an MXFP4 block's exponent byte 2^-10 .. 2^-6 (random ones reach
+ * subnormal and infinite products, which slow the f32 steps) */
 static void fill_blocks(uint8_t *w, size_t bytes, enum shoal_ggml_type t, uint32_t *s)
 {
     const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(t);
@@ -45,6 +47,10 @@ static void fill_blocks(uint8_t *w, size_t bytes, enum shoal_ggml_type t, uint32
         w[i] = (uint8_t)rng(s);
     const size_t ts = ti->type_size;
     for (size_t b = 0; b + ts <= bytes; b += ts) {
+        if (t == SHOAL_GGML_TYPE_MXFP4) {
+            w[b] = (uint8_t)(118 + rng(s) % 5);
+            continue;
+        }
         size_t offs[2] = {0, 2};
         int n = t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K ? 2 : 1;
         if (t == SHOAL_GGML_TYPE_Q6_K)

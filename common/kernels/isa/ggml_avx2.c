@@ -951,8 +951,92 @@ ROWS8_FN(rows8_iq1_m, SHOAL_GGML_TYPE_IQ1_M)
 ROWS8_FN(rows8_iq2_xs, SHOAL_GGML_TYPE_IQ2_XS)
 ROWS8_FN(rows8_iq2_s, SHOAL_GGML_TYPE_IQ2_S)
 ROWS8_FN(rows8_iq3_s, SHOAL_GGML_TYPE_IQ3_S)
-ROWS8_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4)
-ROWS8_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0)
+
+/* ---- Q4_0 and MXFP4, one token: as rows8_q8_0_1 ---------------------------
+ *
+ * A row's block is 32 unsigned codes u (Q4_0: the nibble; MXFP4: its E2M1
+ * value doubled plus 12, 0 .. 24, by vpshufb) against the token's 32 qx:
+ * isum = sum u qx - off * sum qx (off 8 or 12) is ggml_dot.h's sum c qx
+ * exactly. The rows' raw sums fold pairwise as Q8_0's do, sum qx is taken
+ * once per block for the eight rows, and the f32 step is block_term's. */
+static const int8_t mxfp4_plus12[16] __attribute__((aligned(16))) = {
+    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+};
+
+static inline __attribute__((always_inline)) __m256i b32_row(enum shoal_ggml_type t,
+                                                            const uint8_t *blk, __m256i xv)
+{
+    const __m256i u = t == SHOAL_GGML_TYPE_Q4_0 ? nibbles32(blk + 2)
+                                                : lut32(blk + 1, mxfp4_plus12);
+#if SHOAL_GGML_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, xv);
+#endif
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), _mm256_set1_epi16(1));
+}
+
+/* MXFP4's D = 2^(e - 128) of the eight rows' block (lanes), from its bits
+ * as ggml_e8m0_to_fp32_half builds them (unpack_row's scalar form) */
+static inline __m256 e8m0x8(const uint8_t *const p[8], size_t off)
+{
+    const __m256i e = _mm256_setr_epi32(p[0][off], p[1][off], p[2][off], p[3][off], p[4][off],
+                                        p[5][off], p[6][off], p[7][off]);
+    const __m256i big = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i lt2 = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(big, small, lt2));
+}
+
+static inline __attribute__((always_inline)) void rows8_b32_1(enum shoal_ggml_type t, float *y,
+                                                             const struct shoal_ggml_act *a,
+                                                             int64_t t0,
+                                                             const struct shoal_ggml_matrix *w,
+                                                             const uint8_t *const p[8],
+                                                             const uint8_t *const pf[8],
+                                                             int64_t r, int nr)
+{
+    const size_t ts = t == SHOAL_GGML_TYPE_Q4_0 ? 18 : 17;
+    const int off = t == SHOAL_GGML_TYPE_Q4_0 ? 8 : 12;
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < a->n_blk; b++) {
+        const size_t o = (size_t)b * ts;
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(a->q + t0 * a->n + 32 * b));
+        __m256i s2[4];
+        for (int k = 0; k < 4; k++) {
+            prefetch_block(pf, 2 * k, o, ts);
+            const __m256i r0 = b32_row(t, p[2 * k] + o, xv);
+            prefetch_block(pf, 2 * k + 1, o, ts);
+            s2[k] = _mm256_hadd_epi32(r0, b32_row(t, p[2 * k + 1] + o, xv));
+        }
+        /* off * sum qx in every lane: vpmaddubsw pairs, vpmaddwd, then the
+         * eight int32 lanes summed */
+        __m256i sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16);
+        sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 0x01));
+        sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4e));
+        sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xb1));
+        const __m256i isum = _mm256_sub_epi32(fold_pairs(s2),
+                                              _mm256_mullo_epi32(sx, _mm256_set1_epi32(off)));
+        const __m256 d = t == SHOAL_GGML_TYPE_Q4_0 ? f16x8(p, o) : e8m0x8(p, o);
+        acc = block_term(t, acc, isum, _mm256_setzero_si256(), d, _mm256_setzero_ps(),
+                         a->d[t0 * a->n_blk + b]);
+    }
+    store_rows(y, w->rows, t0, r, nr, acc);
+}
+
+/* one token through ONE (rows8_b32_1, rows8_k_1), more through MANY
+ * (rows8_t, rows8_k_n, rows8_q6k_n) */
+#define ROWS8_1N_FN(name, T, ONE, MANY)                                                       \
+    static void name(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,       \
+                     const struct shoal_ggml_matrix *w, const uint8_t *const p[8],            \
+                     const uint8_t *const pf[8], int64_t r, int nr)                           \
+    {                                                                                         \
+        if (nt == 1)                                                                          \
+            ONE(T, y, a, t0, w, p, pf, r, nr);                                                \
+        else                                                                                  \
+            MANY(T, y, a, t0, nt, w, p, pf, r, nr);                                           \
+    }
+ROWS8_1N_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4, rows8_b32_1, rows8_t)
+ROWS8_1N_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0, rows8_b32_1, rows8_t)
 ROWS8_FN(rows8_q4_1, SHOAL_GGML_TYPE_Q4_1)
 ROWS8_FN(rows8_q5_0, SHOAL_GGML_TYPE_Q5_0)
 ROWS8_FN(rows8_q5_1, SHOAL_GGML_TYPE_Q5_1)
@@ -1548,16 +1632,7 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
 }
 
 /* one token through rows8_k_1, more through MANY (rows8_k_n or rows8_t) */
-#define ROWS8_K_FN(name, T, MANY)                                                             \
-    static void name(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,       \
-                     const struct shoal_ggml_matrix *w, const uint8_t *const p[8],            \
-                     const uint8_t *const pf[8], int64_t r, int nr)                           \
-    {                                                                                         \
-        if (nt == 1)                                                                          \
-            rows8_k_1(T, y, a, t0, w, p, pf, r, nr);                                          \
-        else                                                                                  \
-            MANY(T, y, a, t0, nt, w, p, pf, r, nr);                                           \
-    }
+#define ROWS8_K_FN(name, T, MANY) ROWS8_1N_FN(name, T, rows8_k_1, MANY)
 /* Q6_K's transposed block costs about 30 cycles a row to build (six
  * transposes and the 6-bit codes put together), against rows8_t's 10 a
  * row-block-token it pays for itself from about 48 tokens (tsc cycles per
