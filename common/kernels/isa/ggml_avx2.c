@@ -940,7 +940,6 @@ static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t
     {                                                                                         \
         rows8_t(T, y, a, t0, nt, w, p, pf, r, nr);                                            \
     }
-ROWS8_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K)
 ROWS8_FN(rows8_q3_k, SHOAL_GGML_TYPE_Q3_K)
 ROWS8_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS)
 ROWS8_FN(rows8_iq4_nl, SHOAL_GGML_TYPE_IQ4_NL)
@@ -1141,11 +1140,16 @@ static inline __m256i dp_pair(__m256i acc, __m256i qa, __m256i qb, const int8_t 
  * lanes of sum_j sc[j] * (q . qx over sub-block j), *corr = the lanes of
  * sum_j m[j] * (the sum of qx over sub-block j) (bs: the token's 16 bsums
  * of the block), both to be summed across lanes. */
-static inline __attribute__((always_inline)) void q4k_row(const uint8_t *blk, const int8_t *x,
+static inline __attribute__((always_inline)) void q4k_row(enum shoal_ggml_type t,
+                                                         const uint8_t *blk, const int8_t *x,
                                                          __m256i bs, __m256i *raw,
                                                          __m256i *corr)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    /* Q5_K: the fifth bit of each code from qh (bit 2h of byte l: element
+     * l of sub-block 2h, bit 2h + 1: of 2h + 1), codes <= 31 */
+    const int q5 = t == SHOAL_GGML_TYPE_Q5_K;
+    const __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : m4;
     const uint32_t w0 = le32(blk + 4), w1 = le32(blk + 8), w2 = le32(blk + 12);
     const uint32_t sc03 = w0 & 0x3f3f3f3fu, m03 = w1 & 0x3f3f3f3fu;
     const uint32_t sc47 = (w2 & 0x0f0f0f0fu) | ((w0 >> 6) & 0x03030303u) << 4;
@@ -1157,12 +1161,16 @@ static inline __attribute__((always_inline)) void q4k_row(const uint8_t *blk, co
     const __m256i mm = _mm256_cvtepu8_epi16(
         _mm_shuffle_epi8(_mm_setr_epi32((int)m03, (int)m47, 0, 0), dup));
     *corr = _mm256_madd_epi16(mm, bs);
-    const uint8_t *qs = blk + 16;
+    const uint8_t *qs = blk + (q5 ? 48 : 16);
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 4; h++) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
-        const __m256i lo = _mm256_and_si256(v, m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        __m256i lo = _mm256_and_si256(v, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (q5) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(bits8(qh, 2 * h, 1), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(bits8(qh, 2 * h + 1, 1), 4));
+        }
 #if SHOAL_GGML_VNNI
         acc = dp_pair(acc, lo, hi, x + 64 * h, x + 64 * h + 32,
                       _mm256_shuffle_epi8(sc, _mm256_load_si256((const __m256i *)q4k_pair[h])));
@@ -1280,12 +1288,14 @@ static inline __attribute__((always_inline)) void q2k_row(const uint8_t *blk, co
 /* the block bytes of the one-token K types, and where D (and DMIN) sit */
 static inline __attribute__((always_inline)) size_t k1_size(enum shoal_ggml_type t)
 {
-    return t == SHOAL_GGML_TYPE_Q4_K ? 144 : t == SHOAL_GGML_TYPE_Q6_K ? 210 : 84;
+    return t == SHOAL_GGML_TYPE_Q4_K ? 144 : t == SHOAL_GGML_TYPE_Q5_K ? 176
+           : t == SHOAL_GGML_TYPE_Q6_K ? 210 : 84;
 }
 
 static inline __attribute__((always_inline)) size_t k1_d_off(enum shoal_ggml_type t)
 {
-    return t == SHOAL_GGML_TYPE_Q4_K ? 0 : t == SHOAL_GGML_TYPE_Q6_K ? 208 : 80;
+    return t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K ? 0
+           : t == SHOAL_GGML_TYPE_Q6_K ? 208 : 80;
 }
 
 static inline __attribute__((always_inline)) void k1_row(enum shoal_ggml_type t,
@@ -1293,8 +1303,8 @@ static inline __attribute__((always_inline)) void k1_row(enum shoal_ggml_type t,
                                                         __m256i bs, __m256i *raw,
                                                         __m256i *corr)
 {
-    if (t == SHOAL_GGML_TYPE_Q4_K)
-        q4k_row(blk, x, bs, raw, corr);
+    if (t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K)
+        q4k_row(t, blk, x, bs, raw, corr);
     else if (t == SHOAL_GGML_TYPE_Q6_K)
         q6k_row(blk, x, bs, raw, corr);
     else
@@ -1653,6 +1663,7 @@ static inline __attribute__((always_inline)) void rows8_q6k_n(enum shoal_ggml_ty
         rows8_t(t, y, a, t0, nt, w, p, pf, r, nr);
 }
 ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K, rows8_k_n)
+ROWS8_K_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K, rows8_t)
 ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K, rows8_q6k_n)
 ROWS8_K_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K, rows8_t)
 
