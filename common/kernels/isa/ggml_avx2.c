@@ -941,7 +941,6 @@ static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t
         rows8_t(T, y, a, t0, nt, w, p, pf, r, nr);                                            \
     }
 ROWS8_FN(rows8_q3_k, SHOAL_GGML_TYPE_Q3_K)
-ROWS8_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS)
 ROWS8_FN(rows8_iq4_nl, SHOAL_GGML_TYPE_IQ4_NL)
 ROWS8_FN(rows8_iq2_xxs, SHOAL_GGML_TYPE_IQ2_XXS)
 ROWS8_FN(rows8_iq3_xxs, SHOAL_GGML_TYPE_IQ3_XXS)
@@ -1285,16 +1284,51 @@ static inline __attribute__((always_inline)) void q2k_row(const uint8_t *blk, co
     *raw = acc;
 }
 
+/* One row's IQ4_XS block against a token's 256 qx, as q4k_row (no min:
+ * *corr = 0): sub-block j's 16 bytes are its 32 nibbles (nibbles32's order),
+ * looked up in kvalues_iq4nl (-127 .. 113) and put as |c| against qx with
+ * c's sign (vpmaddubsw pairs <= 2 * 127 * 127), then times its 6-bit scale
+ * less 32 (vpmaddwd). unpack_row's integers. */
+static inline __attribute__((always_inline)) void iq4xs_row(const uint8_t *blk, const int8_t *x,
+                                                           __m256i *raw, __m256i *corr)
+{
+    const unsigned sh = ld16(blk + 2);
+    uint64_t hb = 0;
+    for (int j = 0; j < 8; j++)
+        hb |= (uint64_t)((sh >> (2 * j)) & 3) << (8 * j + 4);
+    const __m128i v = _mm_cvtsi32_si128((int)le32(blk + 4)), m4b = _mm_set1_epi8(0x0F);
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(v, m4b),
+                                          _mm_and_si128(_mm_srli_epi16(v, 4), m4b));
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(
+        _mm_sub_epi8(_mm_or_si128(nib, _mm_cvtsi64_si128((long long)hb)), _mm_set1_epi8(32))));
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)shoal_ggml_iq4nl_values));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const __m128i q = _mm_loadu_si128((const __m128i *)(blk + 8 + 16 * j));
+        const __m256i n = _mm256_and_si256(
+            _mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
+        const __m256i c = _mm256_shuffle_epi8(lut, n);
+        const __m256i pr = _mm256_maddubs_epi16(
+            _mm256_abs_epi8(c), _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(x + 32 * j)), c));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pr, _mm256_shuffle_epi8(
+                                        sc, _mm256_load_si256((const __m256i *)q4k_bcast[j]))));
+    }
+    *raw = acc;
+    *corr = _mm256_setzero_si256();
+}
+
 /* the block bytes of the one-token K types, and where D (and DMIN) sit */
 static inline __attribute__((always_inline)) size_t k1_size(enum shoal_ggml_type t)
 {
     return t == SHOAL_GGML_TYPE_Q4_K ? 144 : t == SHOAL_GGML_TYPE_Q5_K ? 176
-           : t == SHOAL_GGML_TYPE_Q6_K ? 210 : 84;
+           : t == SHOAL_GGML_TYPE_Q6_K ? 210 : t == SHOAL_GGML_TYPE_IQ4_XS ? 136 : 84;
 }
 
 static inline __attribute__((always_inline)) size_t k1_d_off(enum shoal_ggml_type t)
 {
-    return t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K ? 0
+    return t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K || t == SHOAL_GGML_TYPE_IQ4_XS ? 0
            : t == SHOAL_GGML_TYPE_Q6_K ? 208 : 80;
 }
 
@@ -1305,6 +1339,8 @@ static inline __attribute__((always_inline)) void k1_row(enum shoal_ggml_type t,
 {
     if (t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K)
         q4k_row(t, blk, x, bs, raw, corr);
+    else if (t == SHOAL_GGML_TYPE_IQ4_XS)
+        iq4xs_row(blk, x, raw, corr);
     else if (t == SHOAL_GGML_TYPE_Q6_K)
         q6k_row(blk, x, bs, raw, corr);
     else
@@ -1351,8 +1387,9 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
         for (int k = 0; k < 4; k++)
             k_pair(t, p, pf, 2 * k, off, x, bs, &raw2[k], &corr2[k]);
         const __m256 d = f16x8(p, off + k1_d_off(t));
-        const __m256 dmin = t == SHOAL_GGML_TYPE_Q6_K ? _mm256_setzero_ps()
-                                                      : f16x8(p, off + k1_d_off(t) + 2);
+        const __m256 dmin = t == SHOAL_GGML_TYPE_Q6_K || t == SHOAL_GGML_TYPE_IQ4_XS
+                                ? _mm256_setzero_ps()
+                                : f16x8(p, off + k1_d_off(t) + 2);
         acc = block_term(t, acc, fold_pairs(raw2), fold_pairs(corr2), d, dmin,
                          a->d[t0 * a->n_blk + b]);
     }
@@ -1664,6 +1701,7 @@ static inline __attribute__((always_inline)) void rows8_q6k_n(enum shoal_ggml_ty
 }
 ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K, rows8_k_n)
 ROWS8_K_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K, rows8_t)
+ROWS8_K_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS, rows8_t)
 ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K, rows8_q6k_n)
 ROWS8_K_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K, rows8_t)
 
