@@ -22,7 +22,9 @@
  * unpack_row says how the offsets and mins come back in).
  *
  * Batches: one token (the decode matvec) unpacks each row's block into
- * registers and uses it at once (IQ2_XXS, IQ3_XXS and IQ1_S straight to
+ * registers and uses it at once (Q4_K, Q5_K, Q6_K, Q2_K and IQ4_XS in few
+ * registers: rows8_k_1; Q8_0, Q4_0 and MXFP4 a block of 32 at a time:
+ * rows8_q8_0_1, rows8_b32_1; IQ2_XXS, IQ3_XXS and IQ1_S straight to
  * its raw sum: raw1); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
  * TOK_TILE tokens at a time, the chains of all those tokens kept in
