@@ -435,6 +435,20 @@ static inline __attribute__((always_inline)) float grid_d(enum shoal_ggml_type t
     return t == SHOAL_GGML_TYPE_IQ3_S ? f16_at(blk) : f16_at(blk) * 0.125f;
 }
 
+/* IQ4_XS's eight 6-bit scales less 32 (int8, bytes 0..7): sc[j] = nibble j
+ * of bytes 4..7 (low first) | 2 bits j of the u16 at 2 above it, minus 32 */
+static inline __m128i iq4xs_scales(const uint8_t *blk)
+{
+    const unsigned sh = ld16(blk + 2);
+    uint64_t hb = 0;
+    for (int j = 0; j < 8; j++)
+        hb |= (uint64_t)((sh >> (2 * j)) & 3) << (8 * j + 4);
+    const __m128i v = _mm_cvtsi32_si128((int)le32(blk + 4)), m4b = _mm_set1_epi8(0x0F);
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(v, m4b),
+                                          _mm_and_si128(_mm_srli_epi16(v, 4), m4b));
+    return _mm_sub_epi8(_mm_or_si128(nib, _mm_cvtsi64_si128((long long)hb)), _mm_set1_epi8(32));
+}
+
 /* One row's block blk of type t unpacked into *u: the same integers as
  * shoal_ggml_iblock_decode (Q6_K, Q3_K: offset; see above) and D, DMIN as
  * it computes them. */
@@ -531,23 +545,12 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
         u->d = f16_at(blk + 108);
         break;
     }
-    case SHOAL_GGML_TYPE_IQ4_XS: {
-        /* sc[j] = nibble j of bytes 4..7 (low first) | 2 bits j of the u16 at
-         * 2 above it, minus 32 */
-        const unsigned sh = ld16(blk + 2);
-        uint64_t hb = 0;
-        for (int j = 0; j < 8; j++) {
+    case SHOAL_GGML_TYPE_IQ4_XS:
+        for (int j = 0; j < 8; j++)
             put_signed(u, j, lut32(blk + 8 + 16 * j, shoal_ggml_iq4nl_values));
-            hb |= (uint64_t)((sh >> (2 * j)) & 3) << (8 * j + 4);
-        }
-        const __m128i v = _mm_cvtsi32_si128((int)le32(blk + 4)), m4b = _mm_set1_epi8(0x0F);
-        const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(v, m4b),
-                                              _mm_and_si128(_mm_srli_epi16(v, 4), m4b));
-        scales_put(u, _mm_sub_epi8(_mm_or_si128(nib, _mm_cvtsi64_si128((long long)hb)),
-                                   _mm_set1_epi8(32)), 0);
+        scales_put(u, iq4xs_scales(blk), 0);
         u->d = f16_at(blk);
         break;
-    }
     case SHOAL_GGML_TYPE_IQ2_XXS:
         for (int j = 0; j < 8; j++) {
             const uint8_t *g = blk + 2 + 8 * j;
@@ -970,8 +973,9 @@ static inline __attribute__((always_inline)) __m256i b32_row(enum shoal_ggml_typ
                                                 : lut32(blk + 1, mxfp4_plus12);
 #if SHOAL_GGML_VNNI
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, xv);
-#endif
+#else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), _mm256_set1_epi16(1));
+#endif
 }
 
 /* MXFP4's D = 2^(e - 128) of the eight rows' block (lanes), from its bits
@@ -1051,9 +1055,10 @@ static inline __attribute__((always_inline)) __m256i q80_row(const uint8_t *blk,
 #if SHOAL_GGML_VNNI
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wq),
                                _mm256_sign_epi8(xv, wq));
-#endif
+#else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)),
                              _mm256_set1_epi16(1));
+#endif
 }
 
 static void rows8_q8_0_1(float *y, const struct shoal_ggml_act *a, int64_t t0,
@@ -1175,8 +1180,7 @@ static inline __attribute__((always_inline)) void q4k_row(enum shoal_ggml_type t
 #if SHOAL_GGML_VNNI
         acc = dp_pair(acc, lo, hi, x + 64 * h, x + 64 * h + 32,
                       _mm256_shuffle_epi8(sc, _mm256_load_si256((const __m256i *)q4k_pair[h])));
-        continue;
-#endif
+#else
         const __m256i plo = _mm256_maddubs_epi16(
             lo, _mm256_loadu_si256((const __m256i *)(x + 64 * h)));
         const __m256i phi = _mm256_maddubs_epi16(
@@ -1187,15 +1191,19 @@ static inline __attribute__((always_inline)) void q4k_row(enum shoal_ggml_type t
             sc, _mm256_load_si256((const __m256i *)q4k_bcast[2 * h + 1]));
         acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(plo, s_lo),
                                                      _mm256_madd_epi16(phi, s_hi)));
+#endif
     }
     *raw = acc;
 }
 
-/* vpshufb controls for Q6_K: int16 lane 2r of the low half and 2r + 1 of
- * the high half, each across its half (the scales of a register's two 16s) */
+#if !SHOAL_GGML_VNNI
+/* vpshufb controls for Q6_K and Q2_K without VNNI: int16 lane 2r of the
+ * low half and 2r + 1 of the high half, each across its half (the scales of
+ * a register's two 16s) */
 static const uint8_t q6k_bcast[4][32] __attribute__((aligned(32))) = {
     {BC16(0), BC16(1)}, {BC16(2), BC16(3)}, {BC16(4), BC16(5)}, {BC16(6), BC16(7)},
 };
+#endif
 #undef BC16
 #undef BC2
 
@@ -1233,8 +1241,7 @@ static inline __attribute__((always_inline)) void q6k_row(const uint8_t *blk, co
                           x + 128 * h + 64 * j + 32,
                           _mm256_shuffle_epi8(sc_half[h], _mm256_load_si256(
                                                               (const __m256i *)k16_pair[j])));
-        continue;
-#endif
+#else
         for (int r = 0; r < 4; r++) {
             const __m256i pr = _mm256_maddubs_epi16(
                 q[r], _mm256_loadu_si256((const __m256i *)(x + 128 * h + 32 * r)));
@@ -1242,6 +1249,7 @@ static inline __attribute__((always_inline)) void q6k_row(const uint8_t *blk, co
                 sc_half[h], _mm256_load_si256((const __m256i *)q6k_bcast[r]));
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pr, sr));
         }
+#endif
     }
     *raw = acc;
 }
@@ -1272,8 +1280,7 @@ static inline __attribute__((always_inline)) void q2k_row(const uint8_t *blk, co
                           x + 128 * h + 64 * j, x + 128 * h + 64 * j + 32,
                           _mm256_shuffle_epi8(sh, _mm256_load_si256(
                                                       (const __m256i *)k16_pair[j])));
-        continue;
-#endif
+#else
         for (int r = 0; r < 4; r++) {
             const __m256i c = _mm256_and_si256(r ? _mm256_srli_epi16(q, 2 * r) : q, m3);
             const __m256i pr = _mm256_maddubs_epi16(
@@ -1282,6 +1289,7 @@ static inline __attribute__((always_inline)) void q2k_row(const uint8_t *blk, co
                 sh, _mm256_load_si256((const __m256i *)q6k_bcast[r]));
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pr, sr));
         }
+#endif
     }
     *raw = acc;
 }
@@ -1294,15 +1302,7 @@ static inline __attribute__((always_inline)) void q2k_row(const uint8_t *blk, co
 static inline __attribute__((always_inline)) void iq4xs_row(const uint8_t *blk, const int8_t *x,
                                                            __m256i *raw, __m256i *corr)
 {
-    const unsigned sh = ld16(blk + 2);
-    uint64_t hb = 0;
-    for (int j = 0; j < 8; j++)
-        hb |= (uint64_t)((sh >> (2 * j)) & 3) << (8 * j + 4);
-    const __m128i v = _mm_cvtsi32_si128((int)le32(blk + 4)), m4b = _mm_set1_epi8(0x0F);
-    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(v, m4b),
-                                          _mm_and_si128(_mm_srli_epi16(v, 4), m4b));
-    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(
-        _mm_sub_epi8(_mm_or_si128(nib, _mm_cvtsi64_si128((long long)hb)), _mm_set1_epi8(32))));
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(iq4xs_scales(blk)));
     const __m256i lut = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)shoal_ggml_iq4nl_values));
     const __m256i m4 = _mm256_set1_epi8(0x0F);
