@@ -103,11 +103,122 @@ static void visit_ffn(struct walk *wk, struct shoal_expert_weights *e,
 void shoal_model_alloc_layers(struct shoal_model *m)
 {
     const struct shoal_model_config *c = &m->cfg;
-    m->layers = shoal_xcalloc((size_t)c->n_layer, sizeof *m->layers);
-    for (int64_t il = 0; il < c->n_layer; il++)
+    m->layers = shoal_xcalloc((size_t)(c->n_layer + c->n_nextn), sizeof *m->layers);
+    m->mtp = c->n_nextn ? shoal_xcalloc((size_t)c->n_nextn, sizeof *m->mtp) : NULL;
+    for (int64_t il = 0; il < c->n_layer + c->n_nextn; il++)
         if (shoal_layer_is_moe(c, il))
             m->layers[il].experts =
                 shoal_xcalloc((size_t)c->n_expert, sizeof *m->layers[il].experts);
+}
+
+/* Layer il's slots (a decoder layer, or MTP layer il - n_layer's block). */
+static void walk_layer(struct walk *wk, int64_t il)
+{
+    struct shoal_model *m = wk->m;
+    const struct shoal_model_config *c = &m->cfg;
+    const struct shoal_family *f = c->family;
+    const int64_t E = c->n_embd, hd = c->head_dim;
+    const int64_t nq = c->n_head * hd, nkv = c->n_head_kv * hd;
+    const enum shoal_slot_kind D = SHOAL_SLOT_DENSE;
+    struct shoal_layer_weights *L = &m->layers[il];
+    char p[64], hp[96], n[128], h[256];
+    snprintf(p, sizeof p, "blk.%lld", (long long)il);
+    snprintf(hp, sizeof hp, "model.layers.%lld", (long long)il);
+#define V(field, rows, cols, short, hf)                                     \
+do {                                                                    \
+    snprintf(n, sizeof n, "%s.%s", p, short);                           \
+    snprintf(h, sizeof h, "%s.%s", hp, hf);                             \
+    visit(wk, &L->field, rows, cols, 1, D, il, -1, 0, n, h);           \
+} while (0)
+    V(attn_norm, E, 0, "attn_norm", "input_layernorm.weight");
+    if (f->mla) {
+        const int64_t H = c->n_head, kvl = c->kv_lora_rank, ql = c->q_lora_rank;
+        if (ql) {
+            V(wq_a, ql, E, "attn_q_a", "self_attn.q_a_proj.weight");
+            V(q_a_norm, ql, 0, "attn_q_a_norm", "self_attn.q_a_layernorm.weight");
+            V(wq_b, nq, ql, "attn_q_b", "self_attn.q_b_proj.weight");
+        } else {
+            V(wq, nq, E, "attn_q", "self_attn.q_proj.weight");
+        }
+        V(wkv_a, kvl + c->qk_rope_head_dim, E, "attn_kv_a",
+          "self_attn.kv_a_proj_with_mqa.weight");
+        V(kv_a_norm, kvl, 0, "attn_kv_a_norm", "self_attn.kv_a_layernorm.weight");
+        V(wkv_b, H * (c->qk_nope_head_dim + c->v_head_dim), kvl, "attn_kv_b",
+          "self_attn.kv_b_proj.weight");
+        V(wo, E, H * c->v_head_dim, "attn_output", "self_attn.o_proj.weight");
+        goto ffn;
+    }
+    V(wq, nq, E, "attn_q", "self_attn.q_proj.weight");
+    V(wk, nkv, E, "attn_k", "self_attn.k_proj.weight");
+    V(wv, nkv, E, "attn_v", "self_attn.v_proj.weight");
+    V(wo, E, nq, "attn_output", "self_attn.o_proj.weight");
+    if (c->qkv_bias) {
+        V(bq, nq, 0, "attn_q.bias", "self_attn.q_proj.bias");
+        V(bk, nkv, 0, "attn_k.bias", "self_attn.k_proj.bias");
+        V(bv, nkv, 0, "attn_v.bias", "self_attn.v_proj.bias");
+    }
+    if (c->o_bias)
+        V(bo, E, 0, "attn_output.bias", "self_attn.o_proj.bias");
+    if (c->attn_sinks)
+        V(sinks, c->n_head, 0, "attn_sinks", "self_attn.sinks");
+    if (c->qk_norm == SHOAL_QK_NORM_HEAD) {
+        V(q_norm, hd, 0, "attn_q_norm", "self_attn.q_norm.weight");
+        V(k_norm, hd, 0, "attn_k_norm", "self_attn.k_norm.weight");
+    } else if (c->qk_norm == SHOAL_QK_NORM_FULL) {
+        V(q_norm, nq, 0, "attn_q_norm", "self_attn.q_norm.weight");
+        V(k_norm, nkv, 0, "attn_k_norm", "self_attn.k_norm.weight");
+    }
+ffn:
+    V(ffn_norm, E, 0, "ffn_norm", "post_attention_layernorm.weight");
+    if (shoal_layer_is_moe(c, il)) {
+        char mp[160];
+        snprintf(mp, sizeof mp, "%s.%s", hp, f->moe_prefix);
+        /* gpt_oss: mlp.router.weight and .bias; the others mlp.gate */
+        const char *gate = f->gpt_oss ? "router" : "gate";
+        snprintf(n, sizeof n, "%s.router", p);
+        snprintf(h, sizeof h, "%s.%s.weight", mp, gate);
+        visit_as(wk, &L->w_router, c->n_expert, E, 1, D, il, -1, 0, n, h, 1);
+        if (c->router_bias) {
+            snprintf(n, sizeof n, "%s.router_bias", p);
+            snprintf(h, sizeof h, "%s.%s", mp, f->gpt_oss ? "router.bias"
+                                               : "gate.e_score_correction_bias");
+            visit_as(wk, &L->router_bias, c->n_expert, 0, 1, D, il, -1, 0, n, h, 1);
+        }
+        if (c->n_ff_shexp > 0) {
+            char np[96], sp[200];
+            snprintf(np, sizeof np, "%s.shexp", p);
+            /* qwen2_moe: shared_expert (+ gate); DeepSeek, GLM: shared_experts */
+            snprintf(sp, sizeof sp, "%s.shared_expert%s", mp, c->shexp_gated ? "" : "s");
+            visit_ffn(wk, &L->shexp, E, c->n_ff_shexp, D, il, -1, np, sp,
+                      "gate_proj", "up_proj", "down_proj");
+        }
+        if (c->n_ff_shexp > 0 && c->shexp_gated) {
+            snprintf(n, sizeof n, "%s.shexp_gate", p);
+            snprintf(h, sizeof h, "%s.shared_expert_gate.weight", mp);
+            visit_as(wk, &L->w_shexp_gate, 1, E, 1, D, il, -1, 0, n, h, 1);
+        }
+        for (int64_t ie = 0; ie < c->n_expert && !wk->rc && f->gpt_oss; ie++) {
+            char np[96], ep[200];
+            snprintf(np, sizeof np, "%s.exp.%lld", p, (long long)ie);
+            snprintf(ep, sizeof ep, "%s.experts", mp);
+            visit_fused_expert(wk, &L->experts[ie], E, c->n_ff_exp, il, ie, np, ep);
+        }
+        for (int64_t ie = 0; ie < c->n_expert && !wk->rc && !f->gpt_oss; ie++) {
+            char np[96], ep[200];
+            snprintf(np, sizeof np, "%s.exp.%lld", p, (long long)ie);
+            snprintf(ep, sizeof ep, "%s.experts.%lld", mp, (long long)ie);
+            visit_ffn(wk, &L->experts[ie], E, c->n_ff_exp, SHOAL_SLOT_EXPERT,
+                      il, ie, np, ep, f->expert_gate, f->expert_up,
+                      f->expert_down);
+        }
+    } else {
+        char np[96], mp[160];
+        snprintf(np, sizeof np, "%s.ffn", p);
+        snprintf(mp, sizeof mp, "%s.mlp", hp);
+        visit_ffn(wk, &L->mlp, E, c->n_ff, D, il, -1, np, mp, "gate_proj",
+                  "up_proj", "down_proj");
+    }
+#undef V
 }
 
 int shoal_model_walk(struct shoal_model *m,
@@ -115,10 +226,8 @@ int shoal_model_walk(struct shoal_model *m,
                      void *user)
 {
     const struct shoal_model_config *c = &m->cfg;
-    const struct shoal_family *f = c->family;
     struct walk wk = {.m = m, .fn = fn, .user = user};
-    const int64_t E = c->n_embd, hd = c->head_dim;
-    const int64_t nq = c->n_head * hd, nkv = c->n_head_kv * hd;
+    const int64_t E = c->n_embd;
     const enum shoal_slot_kind D = SHOAL_SLOT_DENSE;
 
     visit(&wk, &m->tok_embd, c->n_vocab, E, 1, D, -1, -1, 0, "tok_embd",
@@ -127,106 +236,37 @@ int shoal_model_walk(struct shoal_model *m,
     if (!c->tie_embeddings)
         visit(&wk, &m->lm_head, c->n_vocab, E, 1, D, -1, -1, 0, "lm_head",
               "lm_head.weight");
-    for (int64_t il = 0; il < c->n_layer && !wk.rc; il++) {
-        struct shoal_layer_weights *L = &m->layers[il];
-        char p[64], hp[96], n[128], h[256];
-        snprintf(p, sizeof p, "blk.%lld", (long long)il);
-        snprintf(hp, sizeof hp, "model.layers.%lld", (long long)il);
-#define V(field, rows, cols, short, hf)                                     \
-    do {                                                                    \
-        snprintf(n, sizeof n, "%s.%s", p, short);                           \
-        snprintf(h, sizeof h, "%s.%s", hp, hf);                             \
-        visit(&wk, &L->field, rows, cols, 1, D, il, -1, 0, n, h);           \
+    for (int64_t il = 0; il < c->n_layer && !wk.rc; il++)
+        walk_layer(&wk, il);
+    return wk.rc;
+}
+
+int shoal_model_walk_mtp(struct shoal_model *m,
+                         int (*fn)(const struct shoal_weight_slot *slot, void *user),
+                         void *user)
+{
+    const struct shoal_model_config *c = &m->cfg;
+    struct walk wk = {.m = m, .fn = fn, .user = user};
+    const int64_t E = c->n_embd, V = c->n_vocab;
+    const enum shoal_slot_kind D = SHOAL_SLOT_DENSE;
+    for (int64_t j = 0; j < c->n_nextn && !wk.rc; j++) {
+        const int64_t il = c->n_layer + j;
+        struct shoal_mtp_weights *t = &m->mtp[j];
+        char n[64], h[96];
+#define M(field, rows, cols, req, short, hf)                                   \
+    do {                                                                       \
+        snprintf(n, sizeof n, "blk.%lld.nextn.%s", (long long)il, short);     \
+        snprintf(h, sizeof h, "model.layers.%lld.%s", (long long)il, hf);     \
+        visit(&wk, &t->field, rows, cols, req, D, il, -1, 0, n, h);           \
     } while (0)
-        V(attn_norm, E, 0, "attn_norm", "input_layernorm.weight");
-        if (f->mla) {
-            const int64_t H = c->n_head, kvl = c->kv_lora_rank, ql = c->q_lora_rank;
-            if (ql) {
-                V(wq_a, ql, E, "attn_q_a", "self_attn.q_a_proj.weight");
-                V(q_a_norm, ql, 0, "attn_q_a_norm", "self_attn.q_a_layernorm.weight");
-                V(wq_b, nq, ql, "attn_q_b", "self_attn.q_b_proj.weight");
-            } else {
-                V(wq, nq, E, "attn_q", "self_attn.q_proj.weight");
-            }
-            V(wkv_a, kvl + c->qk_rope_head_dim, E, "attn_kv_a",
-              "self_attn.kv_a_proj_with_mqa.weight");
-            V(kv_a_norm, kvl, 0, "attn_kv_a_norm", "self_attn.kv_a_layernorm.weight");
-            V(wkv_b, H * (c->qk_nope_head_dim + c->v_head_dim), kvl, "attn_kv_b",
-              "self_attn.kv_b_proj.weight");
-            V(wo, E, H * c->v_head_dim, "attn_output", "self_attn.o_proj.weight");
-            goto ffn;
-        }
-        V(wq, nq, E, "attn_q", "self_attn.q_proj.weight");
-        V(wk, nkv, E, "attn_k", "self_attn.k_proj.weight");
-        V(wv, nkv, E, "attn_v", "self_attn.v_proj.weight");
-        V(wo, E, nq, "attn_output", "self_attn.o_proj.weight");
-        if (c->qkv_bias) {
-            V(bq, nq, 0, "attn_q.bias", "self_attn.q_proj.bias");
-            V(bk, nkv, 0, "attn_k.bias", "self_attn.k_proj.bias");
-            V(bv, nkv, 0, "attn_v.bias", "self_attn.v_proj.bias");
-        }
-        if (c->o_bias)
-            V(bo, E, 0, "attn_output.bias", "self_attn.o_proj.bias");
-        if (c->attn_sinks)
-            V(sinks, c->n_head, 0, "attn_sinks", "self_attn.sinks");
-        if (c->qk_norm == SHOAL_QK_NORM_HEAD) {
-            V(q_norm, hd, 0, "attn_q_norm", "self_attn.q_norm.weight");
-            V(k_norm, hd, 0, "attn_k_norm", "self_attn.k_norm.weight");
-        } else if (c->qk_norm == SHOAL_QK_NORM_FULL) {
-            V(q_norm, nq, 0, "attn_q_norm", "self_attn.q_norm.weight");
-            V(k_norm, nkv, 0, "attn_k_norm", "self_attn.k_norm.weight");
-        }
-    ffn:
-        V(ffn_norm, E, 0, "ffn_norm", "post_attention_layernorm.weight");
-        if (shoal_layer_is_moe(c, il)) {
-            char mp[160];
-            snprintf(mp, sizeof mp, "%s.%s", hp, f->moe_prefix);
-            /* gpt_oss: mlp.router.weight and .bias; the others mlp.gate */
-            const char *gate = f->gpt_oss ? "router" : "gate";
-            snprintf(n, sizeof n, "%s.router", p);
-            snprintf(h, sizeof h, "%s.%s.weight", mp, gate);
-            visit_as(&wk, &L->w_router, c->n_expert, E, 1, D, il, -1, 0, n, h, 1);
-            if (c->router_bias) {
-                snprintf(n, sizeof n, "%s.router_bias", p);
-                snprintf(h, sizeof h, "%s.%s", mp, f->gpt_oss ? "router.bias"
-                                                   : "gate.e_score_correction_bias");
-                visit_as(&wk, &L->router_bias, c->n_expert, 0, 1, D, il, -1, 0, n, h, 1);
-            }
-            if (c->n_ff_shexp > 0) {
-                char np[96], sp[200];
-                snprintf(np, sizeof np, "%s.shexp", p);
-                /* qwen2_moe: shared_expert (+ gate); DeepSeek, GLM: shared_experts */
-                snprintf(sp, sizeof sp, "%s.shared_expert%s", mp, c->shexp_gated ? "" : "s");
-                visit_ffn(&wk, &L->shexp, E, c->n_ff_shexp, D, il, -1, np, sp,
-                          "gate_proj", "up_proj", "down_proj");
-            }
-            if (c->n_ff_shexp > 0 && c->shexp_gated) {
-                snprintf(n, sizeof n, "%s.shexp_gate", p);
-                snprintf(h, sizeof h, "%s.shared_expert_gate.weight", mp);
-                visit_as(&wk, &L->w_shexp_gate, 1, E, 1, D, il, -1, 0, n, h, 1);
-            }
-            for (int64_t ie = 0; ie < c->n_expert && !wk.rc && f->gpt_oss; ie++) {
-                char np[96], ep[200];
-                snprintf(np, sizeof np, "%s.exp.%lld", p, (long long)ie);
-                snprintf(ep, sizeof ep, "%s.experts", mp);
-                visit_fused_expert(&wk, &L->experts[ie], E, c->n_ff_exp, il, ie, np, ep);
-            }
-            for (int64_t ie = 0; ie < c->n_expert && !wk.rc && !f->gpt_oss; ie++) {
-                char np[96], ep[200];
-                snprintf(np, sizeof np, "%s.exp.%lld", p, (long long)ie);
-                snprintf(ep, sizeof ep, "%s.experts.%lld", mp, (long long)ie);
-                visit_ffn(&wk, &L->experts[ie], E, c->n_ff_exp, SHOAL_SLOT_EXPERT,
-                          il, ie, np, ep, f->expert_gate, f->expert_up,
-                          f->expert_down);
-            }
-        } else {
-            char np[96], mp[160];
-            snprintf(np, sizeof np, "%s.ffn", p);
-            snprintf(mp, sizeof mp, "%s.mlp", hp);
-            visit_ffn(&wk, &L->mlp, E, c->n_ff, D, il, -1, np, mp, "gate_proj",
-                      "up_proj", "down_proj");
-        }
-#undef V
+        M(enorm, E, 0, 1, "enorm", "enorm.weight");
+        M(hnorm, E, 0, 1, "hnorm", "hnorm.weight");
+        M(eh_proj, E, 2 * E, 1, "eh_proj", "eh_proj.weight");
+        M(head_norm, E, 0, 1, "shared_head_norm", "shared_head.norm.weight");
+        M(embd, V, E, 0, "embed_tokens", "embed_tokens.weight");
+        M(head, V, E, 0, "shared_head_head", "shared_head.head.weight");
+#undef M
+        walk_layer(&wk, il);
     }
     return wk.rc;
 }
@@ -483,6 +523,31 @@ static int ignorable(const char *name, const struct shoal_model_config *c)
     return l >= s && !strcmp(name + l - s, suffix);
 }
 
+/* The MTP layers of a Hugging Face directory, when the config has them:
+ * bound like the decoder's, but a missing, mis-shaped or unsupported one
+ * only makes them unusable (m->mtp_why), since nothing but speculative
+ * decoding reads them and checkpoints without them run as before. */
+static void bind_mtp(struct shoal_model *m, struct bind_st *b)
+{
+    const struct shoal_model_config *c = &m->cfg;
+    if (c->n_nextn <= 0)
+        return;
+    struct shoal_err e = {0};
+    struct bind_st bm = *b;
+    bm.err = &e;
+    if (shoal_model_walk_mtp(m, bind_from_st, &bm)) {
+        snprintf(m->mtp_why, sizeof m->mtp_why, "its MTP layer is incomplete: %s", e.msg);
+        return;
+    }
+    for (int64_t j = 0; j < c->n_nextn; j++) {
+        if (!m->mtp[j].embd.data)
+            m->mtp[j].embd = m->tok_embd;
+        if (!m->mtp[j].head.data)
+            m->mtp[j].head = m->lm_head;
+    }
+    m->n_mtp = c->n_nextn;
+}
+
 struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
 {
     struct shoal_model *m = shoal_xcalloc(1, sizeof *m);
@@ -490,6 +555,9 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
     if (shoal_model_is_gguf(dir)) {
         if (shoal_model_gguf_load(m, dir, err))
             goto fail;
+        if (m->cfg.n_nextn > 0)
+            snprintf(m->mtp_why, sizeof m->mtp_why, "the MTP layers of a GGUF file are not "
+                     "read yet (run its Hugging Face directory)");
         return m;
     }
     if (shoal_container_is(dir)) {
@@ -499,6 +567,9 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
         shoal_model_alloc_layers(m);
         if (shoal_container_bind(m->ct, m, err))
             goto fail;
+        if (m->cfg.n_nextn > 0)
+            snprintf(m->mtp_why, sizeof m->mtp_why, "a container holds no MTP layer (shoal "
+                     "convert does not write it yet; run the Hugging Face directory)");
         return m;
     }
     char *cfg_path = shoal_path_join(dir, "config.json");
@@ -515,6 +586,7 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
         goto fail;
     if (m->cfg.tie_embeddings)
         m->lm_head = m->tok_embd;
+    bind_mtp(m, &b);
     for (size_t i = 0; i < shoal_safetensors_count(m->st); i++) {
         struct shoal_st_tensor *t = shoal_safetensors_at(m->st, i);
         if (!t->used && !ignorable(t->name, &m->cfg)) {
@@ -537,10 +609,11 @@ void shoal_model_free(struct shoal_model *m)
         return;
     shoal_container_close(m->ct);
     if (m->layers) {
-        for (int64_t il = 0; il < m->cfg.n_layer; il++)
+        for (int64_t il = 0; il < m->cfg.n_layer + m->cfg.n_nextn; il++)
             free(m->layers[il].experts);
         free(m->layers);
     }
+    free(m->mtp);
     shoal_safetensors_close(m->st);
     shoal_model_gguf_free(m->gguf);
     for (size_t i = 0; i < m->n_owned; i++)

@@ -61,6 +61,23 @@ struct shoal_layer_weights {
     struct shoal_expert_weights mlp;      /* [n_ff] */
 };
 
+/* An MTP (multi-token prediction) layer's own weights: DeepSeek-V3
+ * technical report §2.2, as vLLM's deepseek_mtp.py runs it. At position i
+ * it maps the trunk's final normed hidden state h_i and the next token's
+ * embedding e = embd[t_{i+1}] (zero at position 0) to
+ *   x = eh_proj([enorm(e) ; hnorm(h_i)])   then its decoder layer
+ *   (m->layers[n_layer + j], with its own KV cache) and
+ *   logits = head(head_norm(x)), a draft for t_{i+2}. */
+struct shoal_mtp_weights {
+    struct shoal_weight enorm;      /* [n_embd] */
+    struct shoal_weight hnorm;      /* [n_embd] */
+    struct shoal_weight eh_proj;    /* [n_embd][2 n_embd] */
+    struct shoal_weight head_norm;  /* [n_embd] shared_head.norm */
+    struct shoal_weight embd;       /* [n_vocab][n_embd] embed_tokens: its own copy, or
+                                       the trunk's tok_embd when the file has none */
+    struct shoal_weight head;       /* [n_vocab][n_embd] shared_head.head, or lm_head */
+};
+
 struct shoal_container;
 struct shoal_expert_store;
 struct shoal_gguf;
@@ -77,7 +94,12 @@ struct shoal_model {
     struct shoal_weight tok_embd;    /* [n_vocab][n_embd] */
     struct shoal_weight out_norm;    /* [n_embd] */
     struct shoal_weight lm_head;     /* [n_vocab][n_embd] (tok_embd when tied) */
-    struct shoal_layer_weights *layers; /* [n_layer] */
+    struct shoal_layer_weights *layers; /* [n_layer + cfg.n_nextn]: the decoder's, then
+                                      * the MTP layers' blocks */
+    struct shoal_mtp_weights *mtp;   /* [cfg.n_nextn], NULL when none */
+    int64_t n_mtp;                   /* MTP layers bound and usable: cfg.n_nextn, or 0
+                                      * (mtp_why says why when cfg.n_nextn > 0) */
+    char mtp_why[SHOAL_ERR_MSG_MAX + 64]; /* one line: why the MTP layers are not usable */
     char *dir;                       /* checkpoint directory (or GGUF file) */
     void **owned;                    /* buffers the views above may borrow (gpt_oss
                                         experts cut from stacked tensors) */
@@ -150,6 +172,15 @@ enum shoal_dtype shoal_target_dtype(enum shoal_slot_kind kind, int64_t cols, int
 int shoal_model_walk(struct shoal_model *m,
                      int (*fn)(const struct shoal_weight_slot *slot, void *user),
                      void *user);
+
+/* Visit the MTP layers' slots (cfg.n_nextn of them, layers n_layer ..):
+ * each one's enorm, hnorm, eh_proj, shared_head.norm, its optional own
+ * embed_tokens and shared_head.head, then its decoder layer's slots as
+ * shoal_model_walk gives a layer's. Names "blk.N.nextn.*" and
+ * "model.layers.N.*" (N = n_layer + j). Same contract as shoal_model_walk. */
+int shoal_model_walk_mtp(struct shoal_model *m,
+                         int (*fn)(const struct shoal_weight_slot *slot, void *user),
+                         void *user);
 
 /* Allocate m->layers (and expert tables) for m->cfg. */
 void shoal_model_alloc_layers(struct shoal_model *m);

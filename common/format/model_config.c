@@ -51,6 +51,9 @@ static const struct shoal_family families[] = {
         .rms_norm_eps_default = 1e-6,
         .rope_theta_default = 10000.0,
         .sliding = SHOAL_SLIDING_QWEN,
+        /* Qwen3 ships no MTP layer; the bundled model's head (models/) is
+         * DeepSeek-V3's MTP module under the same config key and names */
+        .has_nextn = 1,
     },
     {
         .model_type = "olmoe",
@@ -621,7 +624,7 @@ static int parse_deepseek_moe(json_t *root, const char *what, struct shoal_model
                              "moe_intermediate_size %lld exceeds the supported width", what,
                              (long long)n_shared, (long long)cfg->n_ff_exp);
     cfg->n_ff_shexp = n_shared * cfg->n_ff_exp;
-    for (int64_t il = 0; il < cfg->n_layer; il++) {
+    for (int64_t il = 0; il < cfg->n_layer + cfg->n_nextn; il++) {
         cfg->layer_is_moe[il] = il >= first_dense && il % freq == 0;
         if (!cfg->layer_is_moe[il] && cfg->n_ff <= 0)
             return shoal_err_set(err, SHOAL_EFORMAT, "%s: layer %lld is dense "
@@ -832,7 +835,7 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
     }
     cfg->shexp_gated = fam->has_shared_expert;
     if (fam->has_nextn)
-        INT("num_nextn_predict_layers", 0, 0, 16, &cfg->n_nextn);
+        INT("num_nextn_predict_layers", 0, 0, SHOAL_MAX_NEXTN, &cfg->n_nextn);
     if (fam->deepseek_moe && (rc = parse_deepseek_moe(root, what, cfg, err)))
         goto done;
 
@@ -841,7 +844,7 @@ int shoal_model_config_parse(const char *json, size_t len, const char *what,
     int64_t step = 1;
     if (fam->has_sparse_step)
         INT("decoder_sparse_step", 0, 0, SHOAL_MAX_LAYERS, &step);
-    for (int64_t il = 0; il < cfg->n_layer && !fam->deepseek_moe; il++)
+    for (int64_t il = 0; il < cfg->n_layer + cfg->n_nextn && !fam->deepseek_moe; il++)
         cfg->layer_is_moe[il] = step > 0 && (il + 1) % step == 0;
     if (fam->has_sparse_step) {
         json_t *mol = json_object_get(root, "mlp_only_layers");

@@ -20,6 +20,7 @@
 #include "err.h"
 
 #define SHOAL_MAX_LAYERS 512
+#define SHOAL_MAX_NEXTN 16   /* MTP layers (num_nextn_predict_layers) at most */
 
 enum shoal_qk_norm {
     SHOAL_QK_NORM_NONE = 0,
@@ -140,7 +141,8 @@ struct shoal_model_config {
     int64_t sliding_window;   /* 0 = full attention */
     int64_t max_window_layers;
     int use_sliding_window;
-    uint8_t layer_is_moe[SHOAL_MAX_LAYERS];
+    uint8_t layer_is_moe[SHOAL_MAX_LAYERS + SHOAL_MAX_NEXTN]; /* the decoder's, then the
+                                     MTP layers' (il >= n_layer) */
     enum shoal_qk_norm qk_norm;   /* the family's, or per-head when use_qk_norm */
     /* MLA (family->mla). head_dim is then qk_nope + qk_rope (the q/k head)
      * and rope_dim qk_rope_head_dim */
@@ -156,7 +158,9 @@ struct shoal_model_config {
     double routed_scaling_factor; /* multiplies the routed weights (1 = none) */
     int router_bias;              /* 1: mlp.gate.e_score_correction_bias [n_expert] */
     int shexp_gated;              /* 1: qwen2_moe's sigmoid(shared_expert_gate(x)) */
-    int64_t n_nextn;              /* MTP layers after the decoder (unused; skipped) */
+    int64_t n_nextn;              /* MTP layers after the decoder (config
+                                     num_nextn_predict_layers): layers n_layer ..
+                                     n_layer + n_nextn - 1 (model.h: m->mtp) */
     /* gpt_oss (family->gpt_oss) */
     int o_bias;                   /* o_proj has a bias */
     int attn_sinks;               /* self_attn.sinks [n_head]: a logit per head that

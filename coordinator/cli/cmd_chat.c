@@ -445,12 +445,14 @@ int shoal_cmd_chat(int argc, char **argv)
         if (shoal_cli_model_or_unknown("chat", a, &so.model_dir))
             return 2;
     }
-    if (go.no_bos || go.logits_out || go.ids_out) {
+    if (go.no_bos || go.logits_out || go.ids_out || go.draft_logits_out) {
         shoal_cli_error("chat: %s is an option of 'shoal run' only (in chat the template "
                         "places BOS, and replies are not written to files)",
-                        go.no_bos ? "--no-bos" : go.logits_out ? "--logits-out" : "--ids-out");
+                        go.no_bos ? "--no-bos" : go.logits_out ? "--logits-out"
+                        : go.ids_out ? "--ids-out" : "--draft-logits-out");
         return 2;
     }
+    so.mtp = go.speculate == SHOAL_SPEC_MTP ? 1 : go.speculate == SHOAL_SPEC_AUTO ? 2 : 0;
     if (shoal_session_check_opts(&so))
         return 2;
     int open_rc;

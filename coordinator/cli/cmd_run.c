@@ -116,6 +116,15 @@ int shoal_cmd_run(int argc, char **argv)
                         "(%d given)", n_prompts);
         return 2;
     }
+    so.mtp = go.speculate == SHOAL_SPEC_MTP ? 1 : go.speculate == SHOAL_SPEC_AUTO ? 2 : 0;
+    if (go.draft_logits_out) {
+        if (go.speculate != SHOAL_SPEC_OFF) {
+            shoal_cli_error("run: --draft-logits-out writes a row per generated token; expected "
+                            "--speculate off, found %s", shoal_spec_mode_name(go.speculate));
+            return 2;
+        }
+        so.mtp = 1;
+    }
     if (shoal_session_check_opts(&so))
         return 2;
     char *text = NULL;   /* the prompt read from a file or stdin */

@@ -182,7 +182,8 @@ int shoal_cmd_serve(int argc, char **argv)
         if (shoal_cli_model_or_unknown("serve", a, &so.model_dir))
             return 2;
     }
-    if (cfg.defaults.no_bos || cfg.defaults.logits_out || cfg.defaults.ids_out) {
+    if (cfg.defaults.no_bos || cfg.defaults.logits_out || cfg.defaults.ids_out ||
+        cfg.defaults.draft_logits_out) {
         shoal_cli_error("serve: --no-bos, --logits-out and --ids-out are options of "
                         "'shoal run' only");
         return 2;
@@ -208,6 +209,11 @@ int shoal_cmd_serve(int argc, char **argv)
     return 1;
 #else
     struct shoal_err err = {0};
+    if (cfg.defaults.speculate == SHOAL_SPEC_MTP) {
+        shoal_cli_error("serve: --speculate mtp is not in shoal serve yet (shoal run and chat "
+                        "have it); expected off, auto or lookup");
+        return 2;
+    }
     if (shoal_session_check_opts(&so))
         return 2;
     if (shoal_serve_check_config(&cfg, &err)) {

@@ -62,12 +62,18 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
                         n_prompt, (long long)n_ctx, (long long)n_past);
         return -1;
     }
-    struct shoal_npy_writer npy = {0};
+    struct shoal_npy_writer npy = {0}, dnpy = {0};
     FILE *ids_f = NULL;
     if (o->logits_out && shoal_npy_open(&npy, o->logits_out, V, &err)) {
         shoal_cli_error("%s", err.msg);
         return -1;
     }
+    if (o->draft_logits_out && shoal_npy_open(&dnpy, o->draft_logits_out, V, &err)) {
+        shoal_cli_error("%s", err.msg);
+        shoal_npy_close(&npy, NULL);
+        return -1;
+    }
+    float *drow = o->draft_logits_out ? shoal_xmalloc((size_t)V * sizeof(float)) : NULL;
     if (o->ids_out && !(ids_f = fopen(o->ids_out, "w"))) {
         shoal_cli_error("cannot create '%s': %s", o->ids_out, strerror(errno));
         shoal_npy_close(&npy, NULL);
@@ -79,7 +85,7 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
     }
     struct shoal_gen *g = shoal_gen_create(s, o, out);
     struct shoal_spec sp;
-    struct shoal_spec_cost cost = {{0}};
+    struct shoal_spec_cost cost = {{0}, {0}};
     shoal_spec_init(&sp, o->speculate, o->draft_max);
     /* a verify step: the sampled token and its drafts, and their rows of logits */
     int32_t step[1 + SHOAL_SPEC_DRAFT_MAX];
@@ -87,6 +93,9 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
                       ? shoal_xmalloc((size_t)(1 + sp.draft_max) * (size_t)V * sizeof(float))
                       : NULL;
     const int64_t n_batch = shoal_ctx_n_batch(s->ctx);
+    /* drafts from the MTP layers: --speculate mtp, or auto on a context that keeps them */
+    const int mtp = o->speculate == SHOAL_SPEC_MTP ||
+                    (o->speculate == SHOAL_SPEC_AUTO && shoal_ctx_has_mtp(s->ctx));
     double t_one = 0, t_verify = 0;   /* seconds in 1-row steps, in verify steps */
     int64_t n_one = 0, rows_verify = 0;
     int rc = 0;
@@ -124,6 +133,15 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
         if (act == SHOAL_GEN_END)
             break;
         const int64_t n0 = shoal_ctx_n_past(s->ctx);
+        if (drow) {   /* the MTP head's logits for the token after id */
+            int32_t d;
+            if (shoal_ctx_mtp_draft(s->ctx, 0, id, 1, &d, drow, &err) < 0 ||
+                shoal_npy_append(&dnpy, drow, &err)) {
+                gen_fail(g, o->echo, out, err.msg);
+                rc = -1;
+                break;
+            }
+        }
         int64_t k = 0;
         if (act == SHOAL_GEN_FEED) {
             /* drafts that fit the context and the step, and that max-tokens can use */
@@ -132,8 +150,24 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
                 limit = o->max_tokens - shoal_gen_n_generated(g) - 1;
             if (limit > n_batch - 1)
                 limit = n_batch - 1;
-            k = shoal_spec_plan(&sp, &cost, 1, 1, s->history, s->n_history, id, limit,
-                                step + 1);
+            if (mtp) {   /* the model's MTP layers: the gate first, then its drafts */
+                k = shoal_spec_choose(&sp, &cost, 1, 1, limit);
+                if (k > 0) {
+                    const double td = shoal_time_s();
+                    const int nd = shoal_ctx_mtp_draft(s->ctx, 0, id, (int)k, step + 1, NULL,
+                                                       &err);
+                    if (nd < 0) {
+                        gen_fail(g, o->echo, out, err.msg);
+                        rc = -1;
+                        break;
+                    }
+                    shoal_spec_draft_cost_record(&cost, nd, shoal_time_s() - td);
+                    k = nd;
+                }
+            } else {
+                k = shoal_spec_plan(&sp, &cost, 1, 1, s->history, s->n_history, id, limit,
+                                    step + 1);
+            }
         }
         if (k == 0) {
             float *lg = act == SHOAL_GEN_FEED ? s->logits : NULL;
@@ -266,5 +300,10 @@ done:
         shoal_cli_error("%s", err.msg);
         rc = -1;
     }
+    if (o->draft_logits_out && shoal_npy_close(&dnpy, &err) && rc == 0) {
+        shoal_cli_error("%s", err.msg);
+        rc = -1;
+    }
+    free(drow);
     return rc;
 }

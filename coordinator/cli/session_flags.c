@@ -559,10 +559,12 @@ void shoal_gen_usage(FILE *f, enum shoal_gen_usage_cmd cmd)
         "  --stop STR           stop when STR is generated (repeatable)\n"
         "  --ignore-eos         keep generating past end-of-sequence tokens\n");
     fprintf(f,
-        "  --speculate MODE     off (default), lookup or auto: draft tokens by prompt\n"
-        "                       lookup (n-grams of the prompt and the output) and verify\n"
-        "                       them in one step; the same tokens as off, bit for bit;\n"
-        "                       auto drafts only when the measured steps say it pays%s\n"
+        "  --speculate MODE     off (default), lookup, mtp or auto: draft tokens by prompt\n"
+        "                       lookup (n-grams of the prompt and the output) or with the\n"
+        "                       model's MTP layers, and verify them in one step; the same\n"
+        "                       tokens as off, bit for bit; auto drafts (with the MTP\n"
+        "                       layers when the model has them) only when the measured\n"
+        "                       steps say it pays%s\n"
         "  --draft-max N        most drafted tokens a step, 1..%d (default %d)\n",
         cmd == SHOAL_GEN_USAGE_SERVE ? " (each\n                       request drafts its own)" : "",
         SHOAL_SPEC_DRAFT_MAX, shoal_gen_opts_default().draft_max);
@@ -570,6 +572,8 @@ void shoal_gen_usage(FILE *f, enum shoal_gen_usage_cmd cmd)
         fprintf(f,
             "  --no-bos             do not add the tokenizer's BOS token\n"
             "  --logits-out F.npy   write the f32 logits of every step, [steps][vocab]\n"
+            "  --draft-logits-out F.npy  write the MTP head's f32 logits for the token\n"
+            "                       after each generated one, [steps][vocab]\n"
             "  --ids-out FILE       write the generated token ids, space-separated\n");
 }
 
@@ -596,6 +600,7 @@ int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
                                    "--min-p", "--repeat-penalty", "--repeat-last-n",
                                    "--presence-penalty", "--frequency-penalty",
                                    "--seed", "--stop", "--logits-out", "--ids-out",
+                                   "--draft-logits-out",
                                    "--speculate", "--draft-max"};
     int known = 0;
     for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
@@ -653,15 +658,9 @@ int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
         }
         o->stop[o->n_stop++] = val;
     } else if (!strcmp(a, "--speculate")) {
-        const int r = shoal_spec_mode_parse(val, &o->speculate);
-        if (r == -2) {
-            shoal_cli_error("--speculate mtp: drafting from a model's MTP head is not "
-                            "implemented yet; use lookup or auto");
-            return -1;
-        }
-        if (r) {
-            shoal_cli_error("--speculate: unknown mode '%s' (expected off, auto or lookup)",
-                            val);
+        if (shoal_spec_mode_parse(val, &o->speculate)) {
+            shoal_cli_error("--speculate: unknown mode '%s' (expected off, auto, lookup or "
+                            "mtp)", val);
             return -1;
         }
     } else if (!strcmp(a, "--draft-max")) {
@@ -670,6 +669,8 @@ int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
         o->draft_max = (int)v;
     } else if (!strcmp(a, "--logits-out")) {
         o->logits_out = val;
+    } else if (!strcmp(a, "--draft-logits-out")) {
+        o->draft_logits_out = val;
     } else {
         o->ids_out = val;
     }

@@ -36,6 +36,9 @@ struct shoal_ctx_timings {
                          * minus the worker's own time, slowest executor per layer) */
     int64_t tokens;     /* token rows evaluated (prompt and generated, every
                          * sequence): the window the times above cover */
+    double mtp;         /* the MTP layers and their head (shoal_ctx_mtp_draft), not
+                         * in the stages above */
+    int64_t mtp_rows;   /* rows the MTP layers ran (caught-up positions and drafts) */
 };
 
 /* One MoE layer step, handed to an executor. Borrowed for the call. */

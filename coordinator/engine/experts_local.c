@@ -152,7 +152,7 @@ static int check_mapped_experts(struct shoal_local_experts *lx, int64_t il, cons
             e->w_down.dtype != SHOAL_DTYPE_FP8 && !mx && !gg)
             continue;
         if (!lx->fp8_ok)
-            lx->fp8_ok = shoal_xcalloc((size_t)(c->n_layer * c->n_expert), 1);
+            lx->fp8_ok = shoal_xcalloc((size_t)((c->n_layer + c->n_nextn) * c->n_expert), 1);
         uint8_t *ok = &lx->fp8_ok[il * c->n_expert + ids[i]];
         if (*ok)
             continue;

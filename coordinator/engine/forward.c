@@ -68,6 +68,21 @@ struct shoal_ctx {
     struct shoal_local_experts *lx;   /* owned: the executor when none was given */
     int64_t cur_n;    /* rows of the layer step in progress */
     int64_t cur_il;   /* its layer */
+    int64_t n_kv_layer;      /* layers in the KV cache: n_layer, then the MTP layers' */
+    const int64_t *att_past; /* [n_seq] the cached rows attention sees: seq_past, or
+                                mtp_attp during an MTP step */
+    /* the MTP layers (params.mtp; shoal_ctx_mtp_draft) */
+    int mtp;
+    float *mtp_hid;   /* [n_seq][n_ctx][n_embd] each position's final normed hidden state */
+    int32_t *mtp_tok; /* [n_seq][n_ctx] each position's token */
+    int64_t *mtp_past;/* [n_seq] positions the first MTP layer has run (its KV rows) */
+    int32_t *mtp_tail;/* [n_seq] the token it paired with position mtp_past - 1 when
+                         mtp_past == n_past (that token is not cached yet) */
+    uint8_t *mtp_lost;/* [n_seq] 1: cached positions without hidden states (restored) */
+    int64_t *mtp_attp;/* [n_seq] */
+    float *mtp_in;    /* [B + 1][2 n_embd] [enorm(e) ; hnorm(h)] */
+    float *mtp_logits;/* [n_vocab] */
+    struct shoal_local_experts *mtp_lx; /* the MTP layers' experts (the model's own) */
 };
 
 static float *alloc_f(int64_t n)
@@ -108,8 +123,17 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
     const int64_t nq = c->n_head * hd, nkv = c->n_head_kv * hd, K = c->n_expert_used;
     const int mla = c->family->mla;
     ctx->kv_row = mla ? c->kv_lora_rank + c->qk_rope_head_dim : nkv;
+    if (p.mtp && model->n_mtp <= 0) {
+        shoal_err_set(err, SHOAL_EINVAL, "the model has no usable MTP layer: %s",
+                      c->n_nextn > 0 ? model->mtp_why
+                                     : "its config has no num_nextn_predict_layers");
+        free(ctx);
+        return NULL;
+    }
+    ctx->mtp = p.mtp;
+    ctx->n_kv_layer = c->n_layer + (p.mtp ? model->n_mtp : 0);
     size_t kv_elems = 0, kv_bytes = 0;
-    if (shoal_mul_overflow((size_t)ctx->n_seq * (size_t)c->n_layer * (size_t)ctx->n_ctx,
+    if (shoal_mul_overflow((size_t)ctx->n_seq * (size_t)ctx->n_kv_layer * (size_t)ctx->n_ctx,
                            (size_t)ctx->kv_row, &kv_elems) ||
         shoal_mul_overflow(kv_elems, ctx->kv_es, &kv_bytes)) {
         shoal_err_set(err, SHOAL_ENOMEM, "KV cache size overflows for n_ctx=%lld",
@@ -131,8 +155,31 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
         free(ctx);
         return NULL;
     }
+    if (p.mtp) {
+        size_t hid = 0;
+        if (!shoal_mul_overflow((size_t)(ctx->n_seq * ctx->n_ctx), (size_t)E, &hid))
+            ctx->mtp_hid = calloc(hid, sizeof(float));
+        if (!ctx->mtp_hid) {
+            shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate the MTP layer's hidden states: "
+                          "%lld positions x %lld floats (use --ctx to lower it)",
+                          (long long)(ctx->n_seq * ctx->n_ctx), (long long)E);
+            free(ctx->k_cache);
+            free(ctx->v_cache);
+            free(ctx);
+            return NULL;
+        }
+        ctx->mtp_tok = shoal_xcalloc((size_t)(ctx->n_seq * ctx->n_ctx), sizeof(int32_t));
+        ctx->mtp_past = shoal_xcalloc((size_t)ctx->n_seq, sizeof(int64_t));
+        ctx->mtp_tail = shoal_xcalloc((size_t)ctx->n_seq, sizeof(int32_t));
+        ctx->mtp_lost = shoal_xcalloc((size_t)ctx->n_seq, 1);
+        ctx->mtp_attp = shoal_xcalloc((size_t)ctx->n_seq, sizeof(int64_t));
+        ctx->mtp_in = alloc_f((ctx->n_batch + 1) * 2 * E);   /* + the chained hidden */
+        ctx->mtp_logits = alloc_f(c->n_vocab);
+        ctx->mtp_lx = shoal_local_experts_create(model, NULL);
+    }
     shoal_rope_init(&ctx->rope, c);
     ctx->seq_past = shoal_xcalloc((size_t)ctx->n_seq, sizeof(int64_t));
+    ctx->att_past = ctx->seq_past;
     ctx->seg_row0 = shoal_xcalloc((size_t)ctx->n_seq, sizeof(int64_t));
     ctx->row_seq = shoal_xcalloc((size_t)B, sizeof(int64_t));
     ctx->row_pos = shoal_xcalloc((size_t)B, sizeof(int64_t));
@@ -215,6 +262,15 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
     free(ctx->pf_weights);
     shoal_batch_union_free(&ctx->bu);
     shoal_local_experts_free(ctx->lx);
+    free(ctx->mtp_hid);
+    free(ctx->mtp_tok);
+    free(ctx->mtp_past);
+    free(ctx->mtp_tail);
+    free(ctx->mtp_lost);
+    free(ctx->mtp_attp);
+    free(ctx->mtp_in);
+    free(ctx->mtp_logits);
+    shoal_local_experts_free(ctx->mtp_lx);
     free(ctx);
 }
 
@@ -232,22 +288,37 @@ int64_t shoal_ctx_seq_n_past(const struct shoal_ctx *ctx, int64_t seq)
  * v_cache). */
 static size_t kv_off(const struct shoal_ctx *ctx, int64_t seq, int64_t il, int64_t pos)
 {
-    const int64_t n_layer = ctx->model->cfg.n_layer;
-    return (size_t)(((seq * n_layer + il) * ctx->n_ctx + pos) * ctx->kv_row) * ctx->kv_es;
+    return (size_t)(((seq * ctx->n_kv_layer + il) * ctx->n_ctx + pos) * ctx->kv_row) *
+           ctx->kv_es;
 }
 enum shoal_dtype shoal_ctx_kv_dtype(const struct shoal_ctx *ctx) { return ctx->kv_dtype; }
 
 uint64_t shoal_ctx_kv_bytes(const struct shoal_ctx *ctx)
 {
     const struct shoal_model_config *c = &ctx->model->cfg;
-    return (uint64_t)ctx->n_seq * (uint64_t)c->n_layer * (uint64_t)ctx->n_ctx *
+    return (uint64_t)ctx->n_seq * (uint64_t)ctx->n_kv_layer * (uint64_t)ctx->n_ctx *
            (uint64_t)shoal_kv_elems_per_token(c) * ctx->kv_es;
+}
+
+/* The MTP layer's pair at position n - 1 takes the token at n: when the
+ * cache is cut to n tokens that token may change, so it runs again. */
+static void mtp_cut(struct shoal_ctx *ctx, int64_t seq, int64_t n)
+{
+    if (!ctx->mtp)
+        return;
+    const int64_t keep = n > 0 ? n - 1 : 0;
+    if (ctx->mtp_past[seq] > keep)
+        ctx->mtp_past[seq] = keep;
+    if (n == 0)
+        ctx->mtp_lost[seq] = 0;
 }
 
 void shoal_ctx_seq_truncate(struct shoal_ctx *ctx, int64_t seq, int64_t n)
 {
-    if (seq >= 0 && seq < ctx->n_seq && n >= 0 && n < ctx->seq_past[seq])
+    if (seq >= 0 && seq < ctx->n_seq && n >= 0 && n < ctx->seq_past[seq]) {
         ctx->seq_past[seq] = n;
+        mtp_cut(ctx, seq, n);
+    }
 }
 
 void shoal_ctx_truncate(struct shoal_ctx *ctx, int64_t n)
@@ -261,15 +332,28 @@ void shoal_ctx_seq_copy(struct shoal_ctx *ctx, int64_t dst, int64_t src, int64_t
         n = ctx->seq_past[src];
     if (dst != src && n > 0) {
         const size_t bytes = (size_t)(n * ctx->kv_row) * ctx->kv_es;
-        for (int64_t il = 0; il < ctx->model->cfg.n_layer; il++) {
+        for (int64_t il = 0; il < ctx->n_kv_layer; il++) {
             memcpy((char *)ctx->k_cache + kv_off(ctx, dst, il, 0),
                    (const char *)ctx->k_cache + kv_off(ctx, src, il, 0), bytes);
             if (ctx->v_cache)
                 memcpy((char *)ctx->v_cache + kv_off(ctx, dst, il, 0),
                        (const char *)ctx->v_cache + kv_off(ctx, src, il, 0), bytes);
         }
+        if (ctx->mtp) {
+            const int64_t E = ctx->model->cfg.n_embd;
+            memcpy(ctx->mtp_hid + dst * ctx->n_ctx * E, ctx->mtp_hid + src * ctx->n_ctx * E,
+                   (size_t)(n * E) * sizeof(float));
+            memcpy(ctx->mtp_tok + dst * ctx->n_ctx, ctx->mtp_tok + src * ctx->n_ctx,
+                   (size_t)n * sizeof(int32_t));
+        }
+    }
+    if (ctx->mtp && dst != src) {
+        ctx->mtp_past[dst] = ctx->mtp_past[src] < n ? ctx->mtp_past[src] : n;
+        ctx->mtp_tail[dst] = ctx->mtp_tail[src];
+        ctx->mtp_lost[dst] = n > 0 && ctx->mtp_lost[src];
     }
     ctx->seq_past[dst] = n;
+    mtp_cut(ctx, dst, n);
 }
 
 void *shoal_ctx_seq_kv(struct shoal_ctx *ctx, int64_t seq, int64_t il, int v,
@@ -282,8 +366,13 @@ void *shoal_ctx_seq_kv(struct shoal_ctx *ctx, int64_t seq, int64_t il, int v,
 
 void shoal_ctx_seq_set_past(struct shoal_ctx *ctx, int64_t seq, int64_t n)
 {
-    if (seq >= 0 && seq < ctx->n_seq && n >= 0 && n <= ctx->n_ctx)
+    if (seq >= 0 && seq < ctx->n_seq && n >= 0 && n <= ctx->n_ctx) {
         ctx->seq_past[seq] = n;
+        if (ctx->mtp) {   /* rows written by the caller: no hidden states came with them */
+            ctx->mtp_past[seq] = 0;
+            ctx->mtp_lost[seq] = n > 0;
+        }
+    }
 }
 
 const struct shoal_ctx_timings *shoal_ctx_timings(const struct shoal_ctx *ctx)
@@ -305,7 +394,7 @@ static struct shoal_kv_attn seg_attn(const struct shoal_ctx *ctx, int64_t il, in
         .out = out + r0 * q_ld, .q = q + r0 * q_ld, .k = kc,
         .v = has_v ? (const char *)ctx->v_cache + off : kc,
         .scores = ctx->scores, .scores_ld = ctx->n_ctx, .round = ctx->attn_round,
-        .n = sg->n, .n_past = ctx->seq_past[sg->seq], .t = ctx->kv_dtype};
+        .n = sg->n, .n_past = ctx->att_past[sg->seq], .t = ctx->kv_dtype};
 }
 
 /* Self-attention of the step's n rows, each segment at its positions over
@@ -518,7 +607,7 @@ static int moe_block(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_
     const struct shoal_router r = router_of(ctx, il);
     shoal_router_select(&r, ctx->router, n, ctx->probs, ctx->ids, ctx->weights); /* [n][K] */
     shoal_batch_union_build(&ctx->bu, ctx->ids, n, K, NE);
-    if (m->store)
+    if (m->store && il < c->n_layer)
         shoal_expert_store_learn(m->store, il, ctx->ids, n, K);
     double t1 = shoal_time_s();
 
@@ -602,15 +691,68 @@ static void eval_head(struct shoal_ctx *ctx)
             memcpy(ctx->segs[k].logits, ctx->head + (i++) * V, (size_t)V * sizeof(float));
 }
 
+/* Layer il (a decoder layer, or an MTP layer's block) over the step's n
+ * rows of the residual stream ctx->x: attention, then the MoE block or
+ * the dense MLP. */
+static int layer_step(struct shoal_ctx *ctx, int64_t il, int64_t n, struct shoal_err *err)
+{
+    const struct shoal_model *m = ctx->model;
+    const struct shoal_model_config *c = &m->cfg;
+    const int64_t E = c->n_embd;
+    double t0 = shoal_time_s();
+    attention_block(ctx, il, n);
+    double t1 = shoal_time_s();
+    ctx->t.attention += t1 - t0;
+    shoal_rmsnorm(ctx->h, ctx->x, n, E, &m->layers[il].ffn_norm, (float)c->rms_norm_eps);
+    if (shoal_layer_is_moe(c, il)) {
+        int rc = moe_block(ctx, il, n, err);
+        if (rc)
+            return rc;
+    } else {
+        shoal_expert_ffn(ctx->o, ctx->h, n, &m->layers[il].mlp, ctx->ffn);
+        ctx->t.experts += shoal_time_s() - t1;
+    }
+    for (int64_t i = 0; i < n * E; i++)
+        ctx->x[i] += ctx->o[i];
+    return 0;
+}
+
+/* The MTP bookkeeping of a step (params.mtp): each row's token, and after
+ * the layers (mtp_keep_hidden) its final normed hidden state, by position.
+ * A sequence whose MTP layer had paired its last position with a token
+ * other than the one this step appends runs that position again. */
+static void mtp_note_tokens(struct shoal_ctx *ctx)
+{
+    for (int k = 0; k < ctx->n_segs; k++) {
+        const struct shoal_ctx_seg *sg = &ctx->segs[k];
+        const int64_t past = ctx->seq_past[sg->seq];
+        if (ctx->mtp_past[sg->seq] == past && past > 0 && ctx->mtp_tail[sg->seq] != sg->tokens[0])
+            ctx->mtp_past[sg->seq] = past - 1;
+        memcpy(ctx->mtp_tok + sg->seq * ctx->n_ctx + past, sg->tokens,
+               (size_t)sg->n * sizeof(int32_t));
+    }
+}
+
+static void mtp_keep_hidden(struct shoal_ctx *ctx, int64_t n)
+{
+    const struct shoal_model *m = ctx->model;
+    const int64_t E = m->cfg.n_embd;
+    for (int64_t t = 0; t < n; t++)
+        shoal_rmsnorm(ctx->mtp_hid + (ctx->row_seq[t] * ctx->n_ctx + ctx->row_pos[t]) * E,
+                      ctx->x + t * E, 1, E, &m->out_norm, (float)m->cfg.rms_norm_eps);
+}
+
 /* One step over ctx->segs (checked: rows <= n_batch, positions in range). */
 static int eval_step(struct shoal_ctx *ctx, struct shoal_err *err)
 {
     const struct shoal_model *m = ctx->model;
     const struct shoal_model_config *c = &m->cfg;
     const int64_t E = c->n_embd;
-    const float eps = (float)c->rms_norm_eps;
 
     int64_t n = 0, max_pos = 0;
+    ctx->att_past = ctx->seq_past;
+    if (ctx->mtp)
+        mtp_note_tokens(ctx);
     for (int k = 0; k < ctx->n_segs; k++) {
         const struct shoal_ctx_seg *sg = &ctx->segs[k];
         const int64_t past = ctx->seq_past[sg->seq];
@@ -626,22 +768,12 @@ static int eval_step(struct shoal_ctx *ctx, struct shoal_err *err)
     shoal_rope_update(&ctx->rope, max_pos);
     ctx->t.tokens += n;
     for (int64_t il = 0; il < c->n_layer; il++) {
-        double t0 = shoal_time_s();
-        attention_block(ctx, il, n);
-        double t1 = shoal_time_s();
-        ctx->t.attention += t1 - t0;
-        shoal_rmsnorm(ctx->h, ctx->x, n, E, &m->layers[il].ffn_norm, eps);
-        if (shoal_layer_is_moe(c, il)) {
-            int rc = moe_block(ctx, il, n, err);
-            if (rc)
-                return rc;
-        } else {
-            shoal_expert_ffn(ctx->o, ctx->h, n, &m->layers[il].mlp, ctx->ffn);
-            ctx->t.experts += shoal_time_s() - t1;
-        }
-        for (int64_t i = 0; i < n * E; i++)
-            ctx->x[i] += ctx->o[i];
+        int rc = layer_step(ctx, il, n, err);
+        if (rc)
+            return rc;
     }
+    if (ctx->mtp)
+        mtp_keep_hidden(ctx, n);
     for (int k = 0; k < ctx->n_segs; k++)
         ctx->seq_past[ctx->segs[k].seq] += ctx->segs[k].n;
     double t0 = shoal_time_s();
@@ -743,4 +875,136 @@ int shoal_ctx_eval(struct shoal_ctx *ctx, const int32_t *tokens, int64_t n,
         ctx->experts.ops->note_eval(ctx->experts.impl, &ctx->t, n, n == 1,
                                     shoal_time_s() - t_eval);
     return 0;
+}
+
+/* ---- the MTP layers (DeepSeek-V3 report §2.2; vLLM deepseek_mtp.py) ------ */
+
+/* Run MTP layer j over n rows of sequence seq at positions pos0 .. pos0+n-1
+ * (their KV rows written there), each row pairing a hidden state
+ * (hid[r], n_embd floats, hid_ld apart) with a token (tok[r]):
+ *   x = eh_proj([enorm(e) ; hnorm(h)]), e = embd[tok] (zero at position 0)
+ * then the layer's block; ctx->x [n][n_embd] holds its output. */
+static int mtp_rows(struct shoal_ctx *ctx, int64_t j, int64_t seq, int64_t pos0,
+                    const float *hid, int64_t hid_ld, const int32_t *tok, int64_t n,
+                    struct shoal_err *err)
+{
+    const struct shoal_model *m = ctx->model;
+    const struct shoal_model_config *c = &m->cfg;
+    const struct shoal_mtp_weights *w = &m->mtp[j];
+    const int64_t E = c->n_embd;
+    const float eps = (float)c->rms_norm_eps;
+    for (int64_t r = 0; r < n; r++) {
+        float *in = ctx->mtp_in + r * 2 * E;
+        if (pos0 + r == 0) {   /* vLLM: "masking inputs at position 0" */
+            memset(in, 0, (size_t)E * sizeof(float));
+        } else {
+            shoal_weight_row_to_f32(ctx->o, &w->embd, tok[r]);
+            shoal_rmsnorm(in, ctx->o, 1, E, &w->enorm, eps);
+        }
+        shoal_rmsnorm(in + E, hid + r * hid_ld, 1, E, &w->hnorm, eps);
+        ctx->row_seq[r] = seq;
+        ctx->row_pos[r] = pos0 + r;
+    }
+    shoal_linear(ctx->x, ctx->mtp_in, n, &w->eh_proj, NULL);              /* [n][E] */
+    const struct shoal_ctx_seg sg = {.seq = seq, .n = n};
+    ctx->segs = &sg;
+    ctx->n_segs = 1;
+    ctx->seg_row0[0] = 0;
+    ctx->mtp_attp[seq] = pos0;
+    ctx->att_past = ctx->mtp_attp;
+    shoal_rope_update(&ctx->rope, pos0 + n);
+    const struct shoal_experts saved = ctx->experts;   /* the model's own experts */
+    ctx->experts = shoal_local_experts_iface(ctx->mtp_lx);
+    int rc = layer_step(ctx, c->n_layer + j, n, err);
+    ctx->experts = saved;
+    ctx->segs = NULL;
+    ctx->n_segs = 0;
+    ctx->att_past = ctx->seq_past;
+    ctx->t.mtp_rows += n;
+    return rc;
+}
+
+/* MTP layer j's head on row r of ctx->x into ctx->mtp_logits; its argmax
+ * (the lowest id among equal maxima). */
+static int32_t mtp_head(struct shoal_ctx *ctx, int64_t j, int64_t r)
+{
+    const struct shoal_model *m = ctx->model;
+    const struct shoal_model_config *c = &m->cfg;
+    const int64_t E = c->n_embd;
+    shoal_rmsnorm(ctx->h, ctx->x + r * E, 1, E, &m->mtp[j].head_norm, (float)c->rms_norm_eps);
+    shoal_linear(ctx->mtp_logits, ctx->h, 1, &m->mtp[j].head, NULL);     /* [V] */
+    int32_t best = 0;
+    for (int64_t v = 1; v < c->n_vocab; v++)
+        if (ctx->mtp_logits[v] > ctx->mtp_logits[best])
+            best = (int32_t)v;
+    return best;
+}
+
+int shoal_ctx_has_mtp(const struct shoal_ctx *ctx) { return ctx->mtp; }
+
+int shoal_ctx_mtp_draft(struct shoal_ctx *ctx, int64_t seq, int32_t next, int k,
+                        int32_t *drafts, float *logits, struct shoal_err *err)
+{
+    const struct shoal_model *m = ctx->model;
+    const struct shoal_model_config *c = &m->cfg;
+    const int64_t E = c->n_embd, B = ctx->n_batch;
+    if (!ctx->mtp)
+        return shoal_err_set(err, SHOAL_EINVAL, "MTP drafts: the context was made without "
+                             "its MTP layers");
+    if (seq < 0 || seq >= ctx->n_seq || k < 0 || next < 0 || next >= c->n_vocab ||
+        ctx->seq_past[seq] < 1)
+        return shoal_err_set(err, SHOAL_EINVAL, "MTP drafts: sequence %lld (of %lld, %lld "
+                             "cached), %d drafts, next token %d (vocabulary %lld)",
+                             (long long)seq, (long long)ctx->n_seq,
+                             (long long)(seq >= 0 && seq < ctx->n_seq ? ctx->seq_past[seq] : 0),
+                             k, (int)next, (long long)c->n_vocab);
+    if (ctx->mtp_lost[seq] || k == 0)
+        return 0;
+    const double t0 = shoal_time_s();
+    const struct shoal_ctx_timings keep = ctx->t;
+    const int64_t past = ctx->seq_past[seq];
+    const float *hid = ctx->mtp_hid + seq * ctx->n_ctx * E;
+    const int32_t *tok = ctx->mtp_tok + seq * ctx->n_ctx;
+    int32_t *next_tok = shoal_xcalloc((size_t)B, sizeof(int32_t));
+    int rc = 0, nd = 0;
+    /* catch up: positions mtp_past .. past-1, each with the token after it;
+     * the last one always runs (its row gives draft 1) */
+    if (ctx->mtp_past[seq] > past - 1)
+        ctx->mtp_past[seq] = past - 1;
+    int64_t r = 0;
+    while (ctx->mtp_past[seq] < past) {
+        const int64_t p0 = ctx->mtp_past[seq];
+        const int64_t n = past - p0 < B ? past - p0 : B;
+        for (int64_t i = 0; i < n; i++)
+            next_tok[i] = p0 + i + 1 < past ? tok[p0 + i + 1] : next;
+        if ((rc = mtp_rows(ctx, 0, seq, p0, hid + p0 * E, E, next_tok, n, err)))
+            goto done;
+        ctx->mtp_past[seq] = p0 + n;
+        ctx->mtp_tail[seq] = next;
+        r = n - 1;
+    }
+    /* the last row gives draft 1; drafts 2.. chain on the MTP's own output */
+    drafts[nd++] = mtp_head(ctx, 0, r);
+    if (logits)
+        memcpy(logits, ctx->mtp_logits, (size_t)c->n_vocab * sizeof(float));
+    for (int i = 1; i < k && past + i - 1 < ctx->n_ctx; i++) {
+        const int64_t j = i % m->n_mtp;
+        float *g = ctx->mtp_in + 2 * E;   /* the previous row's output, out of the way */
+        memcpy(g, ctx->x + r * E, (size_t)E * sizeof(float));
+        const int32_t t = drafts[nd - 1];
+        if ((rc = mtp_rows(ctx, j, seq, past + i - 1, g, E, &t, 1, err)))
+            goto done;
+        r = 0;
+        drafts[nd++] = mtp_head(ctx, j, 0);
+    }
+done:
+    free(next_tok);
+    {
+        const double mtp = ctx->t.mtp + (shoal_time_s() - t0);
+        const int64_t rows = ctx->t.mtp_rows;
+        ctx->t = keep;          /* the trunk's stages stay the trunk's */
+        ctx->t.mtp = mtp;
+        ctx->t.mtp_rows = rows;
+    }
+    return rc < 0 ? rc : nd;
 }

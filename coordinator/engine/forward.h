@@ -43,13 +43,17 @@ struct shoal_ctx_params {
                                     * NULL: in-process, on the model's store or its
                                     * resident experts */
     int64_t n_seq;     /* sequences (KV cache slots of n_ctx tokens each); 0 = 1 */
+    int mtp;           /* 1: keep what the model's MTP layers need (every position's
+                          final normed hidden state and token, and the MTP layers'
+                          KV cache) so that shoal_ctx_mtp_draft can run; needs
+                          model->n_mtp > 0, else shoal_ctx_create fails */
 };
 
 static inline struct shoal_ctx_params shoal_ctx_params_default(void)
 {
     return (struct shoal_ctx_params){.n_ctx = 0, .n_batch = 0,
                                      .kv_dtype = SHOAL_DTYPE_F32, .experts = NULL,
-                                     .n_seq = 1};
+                                     .n_seq = 1, .mtp = 0};
 }
 
 struct shoal_ctx;
@@ -135,5 +139,31 @@ void *shoal_ctx_seq_kv(struct shoal_ctx *ctx, int64_t seq, int64_t il, int v,
 void shoal_ctx_seq_set_past(struct shoal_ctx *ctx, int64_t seq, int64_t n);
 
 const struct shoal_ctx_timings *shoal_ctx_timings(const struct shoal_ctx *ctx);
+
+/* 1 if the context keeps the MTP layers' state (params.mtp), else 0. */
+int shoal_ctx_has_mtp(const struct shoal_ctx *ctx);
+
+/* Draft up to k tokens for sequence seq with the model's MTP layers
+ * (model.h struct shoal_mtp_weights; DeepSeek-V3 report §2.2, run as
+ * vLLM's deepseek_mtp.py does). next is the token sampled after the
+ * sequence's last cached one (it will sit at position n_past). First the
+ * MTP layer catches up: every position j from the last one it saw to
+ * n_past - 1 runs once, pairing j's final normed hidden state with the
+ * token at j + 1 (next for the last), in chunks of n_batch rows, its KV
+ * rows kept. The last row's logits give draft 1 (their argmax); drafts 2..k
+ * chain the MTP layer on its own output hidden state and the previous
+ * draft, at positions n_past.. (their MTP KV rows are provisional and
+ * rewritten by the next catch-up). Layer j % n_mtp drafts token j + 1.
+ *   drafts  [k] i32, written: the first *return* entries
+ *   logits  [n_vocab] f32 or NULL: draft 1's logits (MTP head), written
+ * Returns the number of drafts (0 .. k; fewer when the context is full or
+ * the sequence's MTP state was lost by shoal_ctx_seq_set_past), or a
+ * negative status with err set: SHOAL_EINVAL for a context made without
+ * params.mtp, a seq out of range, an empty sequence, k < 0, or next out
+ * of the vocabulary; the MTP experts' own errors. Never changes the
+ * trunk's KV cache or any logits the trunk computes (contract 1: drafts
+ * change only how many tokens a step verifies). Thread: the context's. */
+int shoal_ctx_mtp_draft(struct shoal_ctx *ctx, int64_t seq, int32_t next, int k,
+                        int32_t *drafts, float *logits, struct shoal_err *err);
 
 #endif

@@ -146,6 +146,15 @@ int shoal_session_start(struct shoal_session *s, const struct shoal_session_opts
     cp.n_batch = o->n_batch;
     cp.n_seq = o->n_seq;
     cp.experts = experts;
+    cp.mtp = o->mtp == 1 || (o->mtp == 2 && s->model->n_mtp > 0);
+    if (o->mtp == 1 && s->model->n_mtp <= 0) {
+        shoal_err_set(err, SHOAL_EINVAL, "--speculate mtp: the model '%s' has no usable MTP "
+                      "layer: %s", s->model->dir, s->model->cfg.n_nextn > 0
+                      ? s->model->mtp_why : "its config has no num_nextn_predict_layers "
+                      "(use lookup or auto)");
+        *status = 2;
+        return -1;
+    }
     /* --kv, else the container's choice, else f32 */
     cp.kv_dtype = o->kv >= 0 ? (enum shoal_dtype)o->kv
                   : s->model->ct ? s->model->ct->kv_dtype : SHOAL_DTYPE_F32;

@@ -30,6 +30,10 @@ struct shoal_session_opts {
     unsigned long long kv_budget; /* shoal serve --kv-budget: bytes the KV cache of all
                               * n_seq sequences may take; the context per sequence is
                               * lowered to fit. 0: none */
+    int mtp;                 /* the context keeps the MTP layers' state (forward.h
+                              * params.mtp): 1 required (--speculate mtp: an error
+                              * when the model has none), 2 when the model has
+                              * usable ones (--speculate auto), 0 never */
     int kv;                  /* --kv: the KV cache's enum shoal_dtype (F32, F16,
                               * BF16); -1: the container's "kv", else F32 */
     int64_t threads;         /* 0: OpenMP default */
@@ -78,6 +82,9 @@ struct shoal_gen_opts {
     int no_bos;
     int print_timings;       /* timings line on stderr (default 1) */
     const char *logits_out;  /* .npy path or NULL */
+    const char *draft_logits_out; /* .npy path or NULL: for every generated token that
+                              * is fed back, the MTP head's logits for the token
+                              * after it (shoal_ctx_mtp_draft; needs the MTP state) */
     const char *ids_out;     /* path or NULL */
     const char *echo;        /* printed to out once the output files are open and the
                               * prompt fits, before generating (shoal run); NULL: none */

@@ -15,18 +15,19 @@ const char *shoal_spec_mode_name(enum shoal_spec_mode m)
     case SHOAL_SPEC_OFF: return "off";
     case SHOAL_SPEC_AUTO: return "auto";
     case SHOAL_SPEC_LOOKUP: return "lookup";
+    case SHOAL_SPEC_MTP: return "mtp";
     }
     return NULL;
 }
 
 int shoal_spec_mode_parse(const char *s, enum shoal_spec_mode *m)
 {
-    for (int k = SHOAL_SPEC_OFF; k <= SHOAL_SPEC_LOOKUP; k++)
+    for (int k = SHOAL_SPEC_OFF; k <= SHOAL_SPEC_MTP; k++)
         if (!strcmp(s, shoal_spec_mode_name((enum shoal_spec_mode)k))) {
             *m = (enum shoal_spec_mode)k;
             return 0;
         }
-    return !strcmp(s, "mtp") ? -2 : -1;
+    return -1;
 }
 
 int64_t shoal_lookup_draft(const int32_t *hist, int64_t n_hist, int32_t next,
@@ -65,6 +66,14 @@ void shoal_spec_cost_record(struct shoal_spec_cost *c, int64_t rows, double seco
     *t = *t > 0 ? (1 - EMA) * *t + EMA * seconds : seconds;
 }
 
+void shoal_spec_draft_cost_record(struct shoal_spec_cost *c, int64_t k, double seconds)
+{
+    if (k < 1 || k > SHOAL_SPEC_DRAFT_MAX || !(seconds > 0))
+        return;
+    double *t = &c->t_draft[k];
+    *t = *t > 0 ? (1 - EMA) * *t + EMA * seconds : seconds;
+}
+
 void shoal_spec_init(struct shoal_spec *sp, enum shoal_spec_mode mode, int draft_max)
 {
     memset(sp, 0, sizeof *sp);
@@ -100,17 +109,50 @@ static double rows_time(const struct shoal_spec_cost *c, int64_t n)
     return c->t_rows[m] + (double)(n - m) * (slope > 0 ? slope : 0);
 }
 
+static int64_t gate(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
+                    int64_t base_rows, int64_t base_tokens, int64_t k, int with_draft);
+
 int64_t shoal_spec_plan(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
                         int64_t base_rows, int64_t base_tokens, const int32_t *hist,
                         int64_t n_hist, int32_t next, int64_t limit, int32_t *draft)
 {
-    if (sp->mode == SHOAL_SPEC_OFF || limit < 1)
+    if (sp->mode == SHOAL_SPEC_OFF || sp->mode == SHOAL_SPEC_MTP || limit < 1)
         return 0;
     const int64_t max = limit < sp->draft_max ? limit : sp->draft_max;
     const int64_t k = shoal_lookup_draft(hist, n_hist, next, NGRAM_MIN, NGRAM_MAX, draft, max);
     if (k == 0 || sp->mode == SHOAL_SPEC_LOOKUP)
         return k;
-    /* auto: the k' <= k of the most tokens per second for the step */
+    return gate(sp, cost, base_rows, base_tokens, k, 0);
+}
+
+/* The seconds the MTP layers take to draft k tokens: measured, else the
+ * largest k' < k measured, scaled by k / k' (the chained rows). */
+static double draft_time(const struct shoal_spec_cost *c, int64_t k)
+{
+    if (c->t_draft[k] > 0)
+        return c->t_draft[k];
+    for (int64_t m = k - 1; m >= 1; m--)
+        if (c->t_draft[m] > 0)
+            return c->t_draft[m] * (double)k / (double)m;
+    return 0;
+}
+
+int64_t shoal_spec_choose(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
+                          int64_t base_rows, int64_t base_tokens, int64_t limit)
+{
+    if (sp->mode == SHOAL_SPEC_OFF || limit < 1)
+        return 0;
+    const int64_t max = limit < sp->draft_max ? limit : sp->draft_max;
+    if (sp->mode != SHOAL_SPEC_AUTO)
+        return max;
+    return gate(sp, cost, base_rows, base_tokens, max, 1);
+}
+
+/* auto: the k' <= k of the most tokens per second for the step, counting
+ * the drafting's own time when with_draft */
+static int64_t gate(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
+                    int64_t base_rows, int64_t base_tokens, int64_t k, int with_draft)
+{
     const double t0 = rows_time(cost, base_rows);
     if (t0 <= 0 || base_rows < 1 || base_tokens < 1)
         return 0;   /* a step of this size measured first, to compare with */
@@ -120,9 +162,11 @@ int64_t shoal_spec_plan(struct shoal_spec *sp, const struct shoal_spec_cost *cos
     for (int64_t j = 1; j <= k; j++) {
         p *= a;
         e += p;
-        const double tj = rows_time(cost, base_rows + j);
+        double tj = rows_time(cost, base_rows + j);
         if (tj <= 0)
             break;
+        if (with_draft)
+            tj += draft_time(cost, j);
         const double gain = ((double)base_tokens - 1 + e) * t0 / ((double)base_tokens * tj);
         if (gain > best * 1.02) {
             best = gain;

@@ -16,6 +16,8 @@
  * Drafts come from prompt lookup (Saxena 2023, "Prompt Lookup Decoding";
  * llama.cpp's examples/lookup): the longest recent n-gram of the sequence
  * that occurred before, and the tokens that followed it then. No model.
+ * Or from the model's own MTP layers (DeepSeek-V3 report §2.2;
+ * forward.h shoal_ctx_mtp_draft): their argmax, chained for k > 1.
  *
  * The gate (mode auto) drafts only when it expects to win: it keeps the
  * measured wall time of steps of each row count (a step of k + 1 rows reads
@@ -35,6 +37,7 @@ enum shoal_spec_mode {
     SHOAL_SPEC_OFF = 0,
     SHOAL_SPEC_AUTO,      /* prompt lookup, drafted only when the gate expects a gain */
     SHOAL_SPEC_LOOKUP,    /* prompt lookup, every match drafted (up to draft_max) */
+    SHOAL_SPEC_MTP,       /* the model's MTP layers draft draft_max tokens every step */
 };
 
 #define SHOAL_SPEC_DRAFT_MAX 16   /* the most tokens one step drafts */
@@ -42,9 +45,8 @@ enum shoal_spec_mode {
 /* "off", "auto", "lookup"; NULL for an unknown mode. */
 const char *shoal_spec_mode_name(enum shoal_spec_mode m);
 
-/* Parse a --speculate value. "mtp" is recognized but refused: returns -2
- * (no model shoal runs has its MTP head wired yet). Returns 0 with *m set,
- * -1 for an unknown word. */
+/* Parse a --speculate value ("off", "auto", "lookup", "mtp"). Returns 0
+ * with *m set, -1 for an unknown word. */
 int shoal_spec_mode_parse(const char *s, enum shoal_spec_mode *m);
 
 /* Prompt lookup over the sequence S = hist[0 .. n_hist-1] followed by next
@@ -64,11 +66,16 @@ int64_t shoal_lookup_draft(const int32_t *hist, int64_t n_hist, int32_t next,
 struct shoal_spec_cost {
     double t_rows[SHOAL_SPEC_MAX_ROWS + 1];   /* EMA seconds of a step of n rows; 0:
                                                * none measured */
+    double t_draft[SHOAL_SPEC_DRAFT_MAX + 1]; /* EMA seconds to draft k tokens with the
+                                               * MTP layers; 0: none measured */
 };
 
 /* After a step of rows rows that took seconds (steps over
  * SHOAL_SPEC_MAX_ROWS rows are not kept). Thread: the context's. */
 void shoal_spec_cost_record(struct shoal_spec_cost *c, int64_t rows, double seconds);
+
+/* After the MTP layers drafted k tokens in seconds. Thread: the context's. */
+void shoal_spec_draft_cost_record(struct shoal_spec_cost *c, int64_t k, double seconds);
 
 /* One sequence's speculation. */
 struct shoal_spec {
@@ -99,6 +106,15 @@ void shoal_spec_init(struct shoal_spec *sp, enum shoal_spec_mode mode, int draft
 int64_t shoal_spec_plan(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
                         int64_t base_rows, int64_t base_tokens, const int32_t *hist,
                         int64_t n_hist, int32_t next, int64_t limit, int32_t *draft);
+
+/* The gate alone (mode auto), for drafts made after it decides (the MTP
+ * layers'): how many of up to limit drafts to make for a step that
+ * already holds base_rows rows and base_tokens decode rows, counting what
+ * drafting k costs (cost->t_draft) with the step; 0 when none pays
+ * (with a one-draft probe now and then, as shoal_spec_plan). In modes
+ * lookup and mtp: min(limit, draft_max); off: 0. Thread: sp's. */
+int64_t shoal_spec_choose(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
+                          int64_t base_rows, int64_t base_tokens, int64_t limit);
 
 /* After a step that evaluated drafted of sp's drafts, accepted of which
  * were kept. Thread: sp's. */

@@ -466,15 +466,18 @@ def make_weights(cfg, seed):
             a = rng.standard_normal(shape) / np.sqrt(shape[1])
         out.append((name, a.astype(np.float32)))
     # MTP layers (num_nextn_predict_layers): in the file after the decoder
-    # layers, never run; a reader must skip them, not read them as layers
-    L, H = c["num_hidden_layers"], c["hidden_size"]
-    for j in range(L, L + (c.get("num_nextn_predict_layers") or 0)):
-        for n, shape in ((f"model.layers.{j}.eh_proj.weight", [H, 2 * H]),
-                         (f"model.layers.{j}.enorm.weight", [H]),
-                         (f"model.layers.{j}.hnorm.weight", [H]),
-                         (f"model.layers.{j}.input_layernorm.weight", [H]),
-                         (f"model.layers.{j}.shared_head.norm.weight", [H])):
-            out.append((n, rng.standard_normal(shape).astype(np.float32)))
+    # layers, complete (DeepSeek-V3's names); the trunk's weights above are
+    # drawn first, so they do not depend on them
+    for name, shape in R.expected_tensors(c, mtp=True).items():
+        if name.endswith("norm.weight") or "layernorm" in name:
+            a = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif name.endswith("e_score_correction_bias"):
+            a = 0.1 * rng.standard_normal(shape)
+        elif name.endswith("mlp.gate.weight"):
+            a = 2.0 * rng.standard_normal(shape) / np.sqrt(shape[1])
+        else:
+            a = rng.standard_normal(shape) / np.sqrt(shape[1] if len(shape) > 1 else 1)
+        out.append((name, a.astype(np.float32)))
     return out
 
 

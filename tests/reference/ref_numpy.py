@@ -390,16 +390,29 @@ def is_moe_layer(c, i):
         (i + 1) % c["decoder_sparse_step"] == 0
 
 
-def expected_tensors(c):
-    """{hf_name: shape} that a checkpoint of this config must contain (exactly)."""
+def expected_tensors(c, mtp=False):
+    """{hf_name: shape} that a checkpoint of this config must contain (exactly).
+    mtp: the MTP layers' tensors instead (num_nextn_predict_layers of them,
+    layers num_hidden_layers..: enorm, hnorm, eh_proj, shared_head.norm and a
+    decoder layer's tensors; DeepSeek-V3's names)."""
     mt = c["model_type"]
     H, V = c["hidden_size"], c["vocab_size"]
     nh, nkv, D = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     E, F = c["n_experts"], c["expert_ffn"]
-    t = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H]}
-    if not c["tie_word_embeddings"]:
-        t["lm_head.weight"] = [V, H]
-    for i in range(c["num_hidden_layers"]):
+    L = c["num_hidden_layers"]
+    if mtp:
+        t = {}
+        layers = range(L, L + (c.get("num_nextn_predict_layers") or 0))
+        for i in layers:
+            p = f"model.layers.{i}."
+            t.update({p + "enorm.weight": [H], p + "hnorm.weight": [H],
+                      p + "eh_proj.weight": [H, 2 * H], p + "shared_head.norm.weight": [H]})
+    else:
+        t = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H]}
+        if not c["tie_word_embeddings"]:
+            t["lm_head.weight"] = [V, H]
+        layers = range(L)
+    for i in layers:
         p = f"model.layers.{i}."
         t[p + "input_layernorm.weight"] = [H]
         t[p + "post_attention_layernorm.weight"] = [H]
@@ -912,6 +925,45 @@ def forward_logits(m, ids, trace=None):
         x = x + moe(m, i, rms(x, W[p + "post_attention_layernorm.weight"], eps), trace)
     x = rms(x, W["model.norm.weight"], eps)
     head = W["model.embed_tokens.weight"] if c["tie_word_embeddings"] else W["lm_head.weight"]
+    return x @ head.T
+
+
+def final_hidden(m, ids):
+    """The trunk's final normed hidden states [T][H] (what lm_head reads)."""
+    c, W = m.c, m.W
+    x = W["model.embed_tokens.weight"][list(ids)]
+    cos, sin = rope_cos_sin(c, len(ids))
+    eps = c["rms_norm_eps"]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        x = x + attention(m, i, rms(x, W[p + "input_layernorm.weight"], eps), cos, sin)
+        x = x + moe(m, i, rms(x, W[p + "post_attention_layernorm.weight"], eps))
+    return rms(x, W["model.norm.weight"], eps)
+
+
+def mtp_logits(m, ids):
+    """The first MTP layer's logits over a sequence: row j (0 <= j < T-1)
+    predicts ids[j+2] from the trunk's final normed hidden state at j and
+    the embedding of ids[j+1]. DeepSeek-V3 technical report §2.2, as
+    vLLM's deepseek_mtp.py runs it (the embedding zeroed at position 0,
+    [enorm(e) ; hnorm(h)] into eh_proj, a decoder layer over the MTP's own
+    causal sequence, shared_head.norm, then shared_head.head or lm_head)."""
+    c, W = m.c, m.W
+    L, eps = c["num_hidden_layers"], c["rms_norm_eps"]
+    p = f"model.layers.{L}."
+    ids = list(ids)
+    h = final_hidden(m, ids)[:-1]
+    emb = W.get(p + "embed_tokens.weight", W["model.embed_tokens.weight"])[ids[1:]].copy()
+    emb[0] = 0.0
+    x = np.concatenate([rms(emb, W[p + "enorm.weight"], eps),
+                        rms(h, W[p + "hnorm.weight"], eps)], axis=-1) @ W[p + "eh_proj.weight"].T
+    cos, sin = rope_cos_sin(c, len(ids) - 1)
+    x = x + attention(m, L, rms(x, W[p + "input_layernorm.weight"], eps), cos, sin)
+    x = x + moe(m, L, rms(x, W[p + "post_attention_layernorm.weight"], eps))
+    x = rms(x, W[p + "shared_head.norm.weight"], eps)
+    head = W.get(p + "shared_head.head.weight")
+    if head is None:
+        head = W["model.embed_tokens.weight"] if c["tie_word_embeddings"] else W["lm_head.weight"]
     return x @ head.T
 
 

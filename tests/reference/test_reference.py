@@ -21,6 +21,12 @@ and checks
                 OUT.npy is byte-identical to its twin's;
   * threads   : the same run under OMP_NUM_THREADS=1 and OMP_NUM_THREADS=2 writes
                 byte-identical OUT.npy (and identical ids).
+  * MTP       : for a checkpoint with MTP layers (num_nextn_predict_layers:
+                deepseek_v3, glm4_moe and their dtype twins), --draft-logits-out's rows
+                (the MTP head's logits for the token after each generated one) are
+                within the same tolerance of ref_numpy.mtp_logits over the prompt and
+                the generated ids; --speculate mtp (draft-max 1 and 3) gives the ids and
+                the logits bytes of the run without it.
 Ends with the line "N passed, M failed"; exit status 1 if anything failed.
 Checkpoints whose real config is missing (../shared/data/configs relative to the
 repo root) are reported as SKIP and counted neither passed nor failed.
@@ -39,18 +45,21 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import gen_tiny  # noqa: E402
+import ref_numpy as R  # noqa: E402
 
 REL_TOL = 1e-3
 
 
-def run_engine(shoal, model_dir, prompt, n_steps, out_dir, tag, timeout, env_extra=None):
+def run_engine(shoal, model_dir, prompt, n_steps, out_dir, tag, timeout, env_extra=None,
+               extra_args=()):
     npy = os.path.join(out_dir, f"{tag}.logits.npy")
     ids_txt = os.path.join(out_dir, f"{tag}.ids.txt")
     for p in (npy, ids_txt):
         if os.path.exists(p):
             os.remove(p)
     cmd = [shoal, "run", "--model", model_dir, "--tokens", ",".join(map(str, prompt)),
-           "--max-tokens", str(n_steps), "--greedy", "--logits-out", npy, "--ids-out", ids_txt]
+           "--max-tokens", str(n_steps), "--greedy", "--logits-out", npy, "--ids-out", ids_txt,
+           *extra_args]
     env = dict(os.environ)
     if env_extra:
         env.update(env_extra)
@@ -107,6 +116,36 @@ def same_as_twin(manifest, ref_logits, out_dir, name, twin, res):
             d = str(e)
         return False, f"engine logits bytes differ (max |diff| {d})"
     return True, f"byte-identical engine logits ({len(a)} bytes), same weights and reference"
+
+
+def check_mtp(shoal, d, prompt, n_steps, out_dir, name, timeout, res):
+    """(ok, message) for a checkpoint with MTP layers: its draft logits
+    against the reference, and --speculate mtp against the plain run (res)."""
+    npy = os.path.join(out_dir, f"{name}.draft.npy")
+    r, err = run_engine(shoal, d, prompt, n_steps, out_dir, f"{name}.mtp", timeout,
+                        extra_args=["--draft-logits-out", npy])
+    if not r:
+        return False, err
+    ids = [int(x) for x in open(r["ids_txt"]).read().split()]
+    got = np.load(npy, allow_pickle=False)
+    seq = list(prompt) + ids
+    want = R.mtp_logits(R.load_model(d), seq)[len(prompt) - 1:]
+    if got.dtype != np.float32 or got.shape[0] < n_steps - 1 or got.shape[1] != want.shape[1]:
+        return False, f"draft logits {got.dtype} {got.shape}: expected float32 [>= {n_steps - 1}][{want.shape[1]}]"
+    want = want[:got.shape[0]]
+    rel = np.abs(got.astype(np.float64) - want).max(axis=1) / np.abs(want).max(axis=1)
+    if rel.max() > REL_TOL:
+        return False, f"MTP logits: max rel err {rel.max():.2e} > {REL_TOL:g} at row {int(np.argmax(rel))}"
+    plain = open(res["npy"], "rb").read()
+    for k in ("1", "3"):
+        s, err = run_engine(shoal, d, prompt, n_steps, out_dir, f"{name}.spec{k}", timeout,
+                            extra_args=["--speculate", "mtp", "--draft-max", k])
+        if not s:
+            return False, err
+        if open(s["npy"], "rb").read() != plain or open(s["ids_txt"]).read() != open(res["ids_txt"]).read():
+            return False, f"--speculate mtp --draft-max {k}: ids or logits bytes differ from the plain run"
+    return True, (f"{got.shape[0]} rows of MTP logits, max rel err {rel.max():.2e}; --speculate mtp "
+                  f"(draft-max 1, 3): the same ids and logits bytes")
 
 
 def main():
@@ -229,6 +268,13 @@ def main():
             print(f"{'PASS' if ok else 'FAIL'} {name} [{info['model_type']}] threads: {msg}")
             passed += ok
             failed += not ok
+
+            # --- 3. the MTP layers: draft logits vs the reference; speculation keeps the bits
+            if R.load_config(d).get("num_nextn_predict_layers") and res:
+                ok, msg = check_mtp(shoal, d, prompt, n_steps, out_dir, name, a.timeout, res)
+                print(f"{'PASS' if ok else 'FAIL'} {name} [{info['model_type']}] MTP: {msg}")
+                passed += ok
+                failed += not ok
     finally:
         if not a.workdir:
             shutil.rmtree(work, ignore_errors=True)

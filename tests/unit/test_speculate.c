@@ -47,14 +47,16 @@ Test(speculate, lookup_without_a_match_drafts_nothing)
     cr_assert(eq(i32, d[0], 7));
 }
 
-Test(speculate, modes_parse_and_mtp_is_refused)
+Test(speculate, modes_parse)
 {
     enum shoal_spec_mode m = SHOAL_SPEC_OFF;
     cr_assert(eq(int, shoal_spec_mode_parse("lookup", &m), 0));
     cr_assert(eq(int, (int)m, SHOAL_SPEC_LOOKUP));
     cr_assert(eq(int, shoal_spec_mode_parse("auto", &m), 0));
     cr_assert(eq(int, (int)m, SHOAL_SPEC_AUTO));
-    cr_assert(eq(int, shoal_spec_mode_parse("mtp", &m), -2));
+    cr_assert(eq(int, shoal_spec_mode_parse("mtp", &m), 0));
+    cr_assert(eq(int, (int)m, SHOAL_SPEC_MTP));
+    cr_assert(eq(str, (char *)shoal_spec_mode_name(SHOAL_SPEC_MTP), "mtp"));
     cr_assert(eq(int, shoal_spec_mode_parse("on", &m), -1));
     cr_assert(eq(str, (char *)shoal_spec_mode_name(SHOAL_SPEC_OFF), "off"));
 }
@@ -66,7 +68,7 @@ static const int32_t rep[] = {1, 2, 3, 4, 5, 6, 1, 2, 3};
 Test(speculate, off_and_lookup_modes)
 {
     struct shoal_spec sp;
-    struct shoal_spec_cost c = {{0}};
+    struct shoal_spec_cost c = {{0}, {0}};
     int32_t d[SHOAL_SPEC_DRAFT_MAX];
     shoal_spec_init(&sp, SHOAL_SPEC_OFF, 8);
     cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d), 0));
@@ -81,7 +83,7 @@ Test(speculate, off_and_lookup_modes)
 Test(speculate, auto_drafts_only_where_the_measured_steps_pay)
 {
     struct shoal_spec sp;
-    struct shoal_spec_cost c = {{0}};
+    struct shoal_spec_cost c = {{0}, {0}};
     int32_t d[SHOAL_SPEC_DRAFT_MAX];
     shoal_spec_init(&sp, SHOAL_SPEC_AUTO, 8);
     /* no one-row step measured yet: nothing to compare with */
@@ -123,4 +125,36 @@ Test(speculate, auto_drafts_only_where_the_measured_steps_pay)
     /* steps too large to be measured: no draft */
     shoal_spec_init(&sp, SHOAL_SPEC_AUTO, 8);
     cr_assert(eq(i64, shoal_spec_plan(&sp, &c, SHOAL_SPEC_MAX_ROWS, 1, rep, 9, 4, 8, d), 0));
+}
+
+/* The gate for drafts made after it decides (the MTP layers'): modes mtp
+ * and lookup take what the step allows; auto counts the drafting's own
+ * time, so a draft that would pay on the step alone does not once drafting
+ * costs as much as the step. */
+Test(speculate, choose_counts_the_drafting_time)
+{
+    struct shoal_spec sp;
+    shoal_spec_init(&sp, SHOAL_SPEC_MTP, 4);
+    struct shoal_spec_cost c = {{0}, {0}};
+    cr_assert(eq(i64, shoal_spec_choose(&sp, &c, 1, 1, 10), 4));
+    cr_assert(eq(i64, shoal_spec_choose(&sp, &c, 1, 1, 2), 2));
+    cr_assert(eq(i64, shoal_spec_choose(&sp, &c, 1, 1, 0), 0));
+    shoal_spec_init(&sp, SHOAL_SPEC_OFF, 4);
+    cr_assert(eq(i64, shoal_spec_choose(&sp, &c, 1, 1, 10), 0));
+
+    shoal_spec_init(&sp, SHOAL_SPEC_AUTO, 1);
+    for (int i = 0; i < 50; i++)
+        shoal_spec_record(&sp, 1, 1);           /* every draft kept */
+    shoal_spec_cost_record(&c, 1, 1.0);
+    shoal_spec_cost_record(&c, 2, 1.1);         /* 2 rows cost 1.1x one */
+    cr_assert(eq(i64, shoal_spec_choose(&sp, &c, 1, 1, 10), 1));   /* no drafting cost yet */
+    shoal_spec_draft_cost_record(&c, 1, 0.05);
+    cr_assert(eq(i64, shoal_spec_choose(&sp, &c, 1, 1, 10), 1));   /* ~1.73x: pays */
+    for (int i = 0; i < 100; i++)
+        shoal_spec_draft_cost_record(&c, 1, 1.5);
+    /* (1 + ~1) / (1.1 + 1.5) < 1: declined, except every PROBE_EVERY-th call */
+    int drafted = 0;
+    for (int i = 0; i < 10; i++)
+        drafted += shoal_spec_choose(&sp, &c, 1, 1, 10) > 0;
+    cr_assert(drafted <= 1, "drafted %d of 10 times", drafted);
 }
