@@ -209,11 +209,8 @@ int shoal_cmd_serve(int argc, char **argv)
     return 1;
 #else
     struct shoal_err err = {0};
-    if (cfg.defaults.speculate == SHOAL_SPEC_MTP) {
-        shoal_cli_error("serve: --speculate mtp is not in shoal serve yet (shoal run and chat "
-                        "have it); expected off, auto or lookup");
-        return 2;
-    }
+    so.mtp = cfg.defaults.speculate == SHOAL_SPEC_MTP ? 1
+             : cfg.defaults.speculate == SHOAL_SPEC_AUTO ? 2 : 0;
     if (shoal_session_check_opts(&so))
         return 2;
     if (shoal_serve_check_config(&cfg, &err)) {

@@ -788,8 +788,25 @@ static int build_step(struct engine *en)
                                              shoal_gen_n_generated(r->gen) - 1;
                     limit = ctx_left < limit ? ctx_left : limit;
                     limit = gen_left < limit ? gen_left : limit;
-                    r->n_draft = shoal_spec_plan(&r->sp, &en->cost, n_rows, n_dec, sl->tokens,
-                                                 sl->n_tokens, r->next, limit, r->step + 1);
+                    if (shoal_ctx_has_mtp(en->s->ctx) && r->sp.mode != SHOAL_SPEC_LOOKUP) {
+                        /* the model's MTP layers (mtp, or auto on a model with them):
+                         * the gate first, then this sequence's drafts; a failed
+                         * draft only means none (the step's bits never depend on it) */
+                        const int64_t k = shoal_spec_choose(&r->sp, &en->cost, n_rows, n_dec,
+                                                            limit);
+                        struct shoal_err derr = {0};
+                        const double td = shoal_time_s();
+                        const int nd = k > 0 ? shoal_ctx_mtp_draft(en->s->ctx, i, r->next,
+                                                                   (int)k, r->step + 1, NULL,
+                                                                   &derr) : 0;
+                        if (nd > 0)
+                            shoal_spec_draft_cost_record(&en->cost, nd, shoal_time_s() - td);
+                        r->n_draft = nd > 0 ? nd : 0;
+                    } else {
+                        r->n_draft = shoal_spec_plan(&r->sp, &en->cost, n_rows, n_dec,
+                                                     sl->tokens, sl->n_tokens, r->next, limit,
+                                                     r->step + 1);
+                    }
                     n_rows += r->n_draft;
                 }
                 g->tokens = r->step;

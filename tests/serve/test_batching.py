@@ -16,7 +16,10 @@ windows and biased experts):
     two requests queued), then seeded sampling beside greedy requests;
   - every response's text equals shoal run's, and the logits file the server
     wrote for it equals shoal run's byte for byte;
-  - the server's log shows requests that shared steps and a cached prefix.
+  - the server's log shows requests that shared steps and a cached prefix;
+  - the same with --speculate lookup, and with --speculate mtp for a model
+    with MTP layers (deepseek_v3's tiny checkpoint, the bundled model): each
+    request drafts its own tokens, verified in the shared step, same bits.
 
 usage: test_batching.py --shoal build-test/coordinator/shoal
 """
@@ -109,6 +112,15 @@ def same(got, want, what):
           "%s: logits bytes equal shoal run's (%d vs %d bytes)" % (what, len(got[1]), len(want[1])))
 
 
+def has_mtp(model):
+    """The checkpoint directory's config names MTP layers."""
+    try:
+        with open(os.path.join(model, "config.json")) as f:
+            return bool(json.load(f).get("num_nextn_predict_layers"))
+    except (OSError, ValueError):
+        return False
+
+
 def check_model(shoal, name, model, tmp):
     refs = [reference(shoal, model, tmp, p, i) for i, p in enumerate(PROMPTS)]
     check(len({r[1] for r in refs}) == len(refs), name + ": the prompts' references differ")
@@ -123,6 +135,10 @@ def check_model(shoal, name, model, tmp):
     configs.append((("--parallel", "4", "--speculate", "lookup"), "--speculate lookup"))
     configs.append((("--parallel", "2", "--batch", "8", "--queue", "8", "--speculate",
                      "lookup", "--draft-max", "3"), "--parallel 2 --batch 8 --speculate lookup"))
+    mtp = has_mtp(model)
+    if mtp:   # drafts from the model's MTP layers, each request its own: the same bits
+        configs.append((("--parallel", "4", "--speculate", "mtp", "--draft-max", "2"),
+                        "--speculate mtp"))
     for args, label in configs:
         logits_dir = tempfile.mkdtemp(dir=tmp)
         srv = ts.Server(shoal, "--test-logits-dir", logits_dir, "--test-token-delay", "5",
@@ -155,7 +171,11 @@ def check_model(shoal, name, model, tmp):
                 same(got[1], refs[1], what + ", prompt 1 beside it")
                 same(got[2], spec_ref, what + ", the repetitive prompt again")
                 log = srv.log()
-            if "--speculate" in args and name == "bundled":   # random weights rarely repeat
+            if "mtp" in args:   # every decode step drafts
+                drafted = [int(m) for m in re.findall(r"speculate mtp: (\d+) drafted", log)]
+                check(drafted and max(drafted) > 0,
+                      what + ": requests carried MTP drafts (log: %r)" % drafted)
+            elif "--speculate" in args and name == "bundled":   # random weights rarely repeat
                 drafted = [int(m) for m in re.findall(r"speculate lookup: (\d+) drafted", log)]
                 check(drafted and max(drafted) > 0,
                       what + ": requests carried drafts (log: %r)" % drafted)
