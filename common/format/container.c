@@ -164,6 +164,15 @@ static int fp_slot(const struct shoal_weight_slot *s, void *user)
     return 0;
 }
 
+/* An MTP layer's tensor (its routed experts too: convert writes them as
+ * dense tensors). */
+static int fp_mtp_slot(const struct shoal_weight_slot *s, void *user)
+{
+    struct shoal_weight_slot d = *s;
+    d.kind = SHOAL_SLOT_DENSE;
+    return fp_slot(&d, user);
+}
+
 static uint64_t recompute_fingerprint(const struct shoal_container *ct,
                                       const struct shoal_model_config *cfg)
 {
@@ -178,6 +187,7 @@ static uint64_t recompute_fingerprint(const struct shoal_container *ct,
     m->cfg = *cfg;
     shoal_model_alloc_layers(m);
     shoal_model_walk(m, fp_slot, &f);
+    shoal_model_walk_mtp(m, fp_mtp_slot, &f);   /* hashes only the MTP tensors it lists */
     shoal_model_free(m);
     uint64_t h = XXH64_digest(f.st);
     XXH64_freeState(f.st);
@@ -721,12 +731,14 @@ struct bind_ct {
     struct shoal_container *ct;
     size_t cursor;
     struct shoal_err *err;
+    int mtp;          /* binding the MTP layers: their routed experts are dense tensors,
+                         checked when they first run rather than here */
 };
 
 static int bind_slot(const struct shoal_weight_slot *s, void *user)
 {
     struct bind_ct *b = user;
-    if (s->kind == SHOAL_SLOT_EXPERT) {
+    if (s->kind == SHOAL_SLOT_EXPERT && !b->mtp) {
         memset(s->w, 0, sizeof *s->w);
         return 0;
     }
@@ -757,6 +769,8 @@ static int bind_slot(const struct shoal_weight_slot *s, void *user)
         return shoal_err_set(b->err, SHOAL_EFORMAT, "'%s': 1-D tensor '%s' cannot be %s",
                              ct->manifest_path, s->name, shoal_dtype_name(t->w.dtype));
     *s->w = t->w;
+    if (s->kind == SHOAL_SLOT_EXPERT)   /* an MTP expert: experts_local.c checks it */
+        return 0;
     /* FP8: scales and codes checked once here (dense tensors stay resident;
      * experts are checked by the store as they are read); MXFP4 exponents
      * and int8 / int4 group scales likewise */
@@ -798,6 +812,18 @@ int shoal_container_bind(struct shoal_container *ct, struct shoal_model *m,
     int rc = shoal_model_walk(m, bind_slot, &b);
     if (!rc && m->cfg.tie_embeddings)
         m->lm_head = m->tok_embd;
+    if (!rc && m->cfg.n_nextn > 0) {
+        /* the MTP layers, when convert wrote them (dense tensors, their routed
+         * experts too: memory-mapped, paged in when drafting first runs them) */
+        struct shoal_err e = {0};
+        struct bind_ct bm = {.ct = ct, .err = &e, .mtp = 1};
+        if (shoal_model_walk_mtp(m, bind_slot, &bm))
+            snprintf(m->mtp_why, sizeof m->mtp_why, "the container holds no usable MTP "
+                     "layer (%s; convert writes it from a Hugging Face directory that has "
+                     "one)", e.msg);
+        else
+            m->n_mtp = m->cfg.n_nextn;
+    }
     return rc;
 }
 

@@ -260,6 +260,18 @@ static int flush_layer(struct writer *wr)
     return 0;
 }
 
+static int write_slot(const struct shoal_weight_slot *s, void *user);
+
+/* The MTP layers (shoal_model_walk_mtp): every tensor, its routed experts
+ * too, a dense tensor at the dense dtype (it runs only when drafting, from
+ * the mapping). */
+static int write_mtp_slot(const struct shoal_weight_slot *s, void *user)
+{
+    struct shoal_weight_slot d = *s;
+    d.kind = SHOAL_SLOT_DENSE;
+    return write_slot(&d, user);
+}
+
 static int write_slot(const struct shoal_weight_slot *s, void *user)
 {
     struct writer *wr = user;
@@ -613,6 +625,8 @@ int shoal_container_convert(const struct shoal_model *src, const char *src_dir,
     if ((rc = shoal_model_walk(m, write_slot, &wr)))
         goto fail;
     flush_layer(&wr);
+    if (src->n_mtp > 0 && (rc = shoal_model_walk_mtp(m, write_mtp_slot, &wr)))
+        goto fail;
     uint64_t fingerprint = XXH64_digest(wr.fp);
     uint64_t dense_bytes = align_up(wr.dense_off, SHOAL_CONTAINER_ALIGN);
     if (ftruncate(wr.fd_dense, (off_t)dense_bytes) != 0) {

@@ -539,12 +539,6 @@ static void bind_mtp(struct shoal_model *m, struct bind_st *b)
         snprintf(m->mtp_why, sizeof m->mtp_why, "its MTP layer is incomplete: %s", e.msg);
         return;
     }
-    for (int64_t j = 0; j < c->n_nextn; j++) {
-        if (!m->mtp[j].embd.data)
-            m->mtp[j].embd = m->tok_embd;
-        if (!m->mtp[j].head.data)
-            m->mtp[j].head = m->lm_head;
-    }
     m->n_mtp = c->n_nextn;
 }
 
@@ -567,9 +561,6 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
         shoal_model_alloc_layers(m);
         if (shoal_container_bind(m->ct, m, err))
             goto fail;
-        if (m->cfg.n_nextn > 0)
-            snprintf(m->mtp_why, sizeof m->mtp_why, "a container holds no MTP layer (shoal "
-                     "convert does not write it yet; run the Hugging Face directory)");
         return m;
     }
     char *cfg_path = shoal_path_join(dir, "config.json");

@@ -73,9 +73,10 @@ struct shoal_mtp_weights {
     struct shoal_weight hnorm;      /* [n_embd] */
     struct shoal_weight eh_proj;    /* [n_embd][2 n_embd] */
     struct shoal_weight head_norm;  /* [n_embd] shared_head.norm */
-    struct shoal_weight embd;       /* [n_vocab][n_embd] embed_tokens: its own copy, or
-                                       the trunk's tok_embd when the file has none */
-    struct shoal_weight head;       /* [n_vocab][n_embd] shared_head.head, or lm_head */
+    struct shoal_weight embd;       /* [n_vocab][n_embd] embed_tokens, its own copy;
+                                       data NULL: the trunk's tok_embd */
+    struct shoal_weight head;       /* [n_vocab][n_embd] shared_head.head; data NULL:
+                                       the trunk's lm_head */
 };
 
 struct shoal_container;
@@ -99,7 +100,7 @@ struct shoal_model {
     struct shoal_mtp_weights *mtp;   /* [cfg.n_nextn], NULL when none */
     int64_t n_mtp;                   /* MTP layers bound and usable: cfg.n_nextn, or 0
                                       * (mtp_why says why when cfg.n_nextn > 0) */
-    char mtp_why[SHOAL_ERR_MSG_MAX + 64]; /* one line: why the MTP layers are not usable */
+    char mtp_why[SHOAL_ERR_MSG_MAX + 160]; /* one line: why the MTP layers are not usable */
     char *dir;                       /* checkpoint directory (or GGUF file) */
     void **owned;                    /* buffers the views above may borrow (gpt_oss
                                         experts cut from stacked tensors) */

@@ -185,7 +185,8 @@ static void print_text(const struct shoal_plan *o, const struct shoal_plan_param
                (unsigned long long)o->expert_blob_bytes, H(o->expert_blob_bytes),
                (unsigned long long)o->expert_weight_bytes);
     if (o->mtp_bytes)
-        printf("MTP          %s on disk, never loaded\n", H(o->mtp_bytes));
+        printf("MTP          %s on disk, read only when drafting (--speculate mtp)\n",
+               H(o->mtp_bytes));
     if (o->mla)
         printf("KV cache     %s per token (MLA: %s latent kv_lora_rank %lld + rope key "
                "qk_rope_head_dim %lld per layer; K and V per head would be %s)\n",

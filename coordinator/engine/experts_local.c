@@ -148,8 +148,11 @@ static int check_mapped_experts(struct shoal_local_experts *lx, int64_t il, cons
         const int mx = e->w_gate.dtype == SHOAL_DTYPE_MXFP4;   /* gpt-oss as shipped */
         const int gg = e->w_gate.dtype == SHOAL_DTYPE_GGML || e->w_up.dtype == SHOAL_DTYPE_GGML ||
                        e->w_down.dtype == SHOAL_DTYPE_GGML;
+        /* int8 / int4 views: a container's MTP experts, mapped */
+        const int qt = shoal_dtype_is_quant(e->w_gate.dtype) ||
+                       shoal_dtype_is_quant(e->w_up.dtype) || shoal_dtype_is_quant(e->w_down.dtype);
         if (e->w_gate.dtype != SHOAL_DTYPE_FP8 && e->w_up.dtype != SHOAL_DTYPE_FP8 &&
-            e->w_down.dtype != SHOAL_DTYPE_FP8 && !mx && !gg)
+            e->w_down.dtype != SHOAL_DTYPE_FP8 && !mx && !gg && !qt)
             continue;
         if (!lx->fp8_ok)
             lx->fp8_ok = shoal_xcalloc((size_t)((c->n_layer + c->n_nextn) * c->n_expert), 1);
@@ -162,6 +165,15 @@ static int check_mapped_experts(struct shoal_local_experts *lx, int64_t il, cons
         for (int k = 0; k < 3; k++) {
             if (w[k]->dtype == SHOAL_DTYPE_GGML) {
                 int rc = check_ggml_expert(w[k], il, ids[i], k, err);
+                if (rc)
+                    return rc;
+                continue;
+            }
+            if (shoal_dtype_is_quant(w[k]->dtype)) {
+                char name[160];
+                snprintf(name, sizeof name, "blk.%lld.exp.%d.%s", (long long)il, ids[i],
+                         k == 0 ? "w_gate" : k == 1 ? "w_up" : "w_down");
+                int rc = shoal_weight_check_scales(w[k], name, err);
                 if (rc)
                     return rc;
                 continue;
@@ -220,7 +232,7 @@ int shoal_local_experts_run(struct shoal_local_experts *lx, const struct shoal_m
                                        NULL, err);
         if (rc < 0)
             return rc;
-    } else if (lx->model->ct) {
+    } else if (lx->model->ct && st->il < lx->model->cfg.n_layer) {
         return shoal_err_set(err, SHOAL_EINVAL, "the container '%s' has no expert store: its "
                              "routed experts are not in RAM (expert_store.h)", lx->model->dir);
     } else {

@@ -898,7 +898,7 @@ static int mtp_rows(struct shoal_ctx *ctx, int64_t j, int64_t seq, int64_t pos0,
         if (pos0 + r == 0) {   /* vLLM: "masking inputs at position 0" */
             memset(in, 0, (size_t)E * sizeof(float));
         } else {
-            shoal_weight_row_to_f32(ctx->o, &w->embd, tok[r]);
+            shoal_weight_row_to_f32(ctx->o, w->embd.data ? &w->embd : &m->tok_embd, tok[r]);
             shoal_rmsnorm(in, ctx->o, 1, E, &w->enorm, eps);
         }
         shoal_rmsnorm(in + E, hid + r * hid_ld, 1, E, &w->hnorm, eps);
@@ -932,7 +932,8 @@ static int32_t mtp_head(struct shoal_ctx *ctx, int64_t j, int64_t r)
     const struct shoal_model_config *c = &m->cfg;
     const int64_t E = c->n_embd;
     shoal_rmsnorm(ctx->h, ctx->x + r * E, 1, E, &m->mtp[j].head_norm, (float)c->rms_norm_eps);
-    shoal_linear(ctx->mtp_logits, ctx->h, 1, &m->mtp[j].head, NULL);     /* [V] */
+    const struct shoal_weight *head = m->mtp[j].head.data ? &m->mtp[j].head : &m->lm_head;
+    shoal_linear(ctx->mtp_logits, ctx->h, 1, head, NULL);                  /* [V] */
     int32_t best = 0;
     for (int64_t v = 1; v < c->n_vocab; v++)
         if (ctx->mtp_logits[v] > ctx->mtp_logits[best])

@@ -255,7 +255,8 @@ int shoal_plan_config(const char *json, size_t len, const char *what,
         add_layer(&ac, a, a->is_moe[il]);
     /* MTP layers (DeepSeek-V3, GLM-4.5): a MoE decoder layer plus enorm,
      * hnorm, eh_proj [E][2E], shared_head.norm and (DeepSeek) their own
-     * embed_tokens and shared_head.head; in the checkpoint, never loaded */
+     * embed_tokens and shared_head.head; on disk, paged in only when
+     * drafting (--speculate mtp) */
     ac.mtp = 1;
     for (int64_t i = 0; i < a->n_mtp; i++) {
         add_layer(&ac, a, 1);

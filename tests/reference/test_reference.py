@@ -25,8 +25,9 @@ and checks
                 deepseek_v3, glm4_moe and their dtype twins), --draft-logits-out's rows
                 (the MTP head's logits for the token after each generated one) are
                 within the same tolerance of ref_numpy.mtp_logits over the prompt and
-                the generated ids; --speculate mtp (draft-max 1 and 3) gives the ids and
-                the logits bytes of the run without it.
+                the generated ids, and byte-identical through an f32 container
+                (convert writes the MTP layer); --speculate mtp (draft-max 1 and 3)
+                gives the ids and the logits bytes of the run without it.
 Ends with the line "N passed, M failed"; exit status 1 if anything failed.
 Checkpoints whose real config is missing (../shared/data/configs relative to the
 repo root) are reported as SKIP and counted neither passed nor failed.
@@ -136,6 +137,23 @@ def check_mtp(shoal, d, prompt, n_steps, out_dir, name, timeout, res):
     rel = np.abs(got.astype(np.float64) - want).max(axis=1) / np.abs(want).max(axis=1)
     if rel.max() > REL_TOL:
         return False, f"MTP logits: max rel err {rel.max():.2e} > {REL_TOL:g} at row {int(np.argmax(rel))}"
+    # the MTP layer through a container (convert writes it as dense tensors): at
+    # f32 (FP8 models: fp8) the same draft logits bytes, the store streaming the
+    # trunk's experts
+    ct = os.path.join(out_dir, f"{name}.ct")
+    shutil.rmtree(ct, ignore_errors=True)
+    dt = "fp8" if name.endswith("_fp8") else "f32"   # FP8 stays FP8 (its own kernels)
+    cv = subprocess.run([shoal, "convert", d, ct, "--experts", dt, "--dense", dt],
+                        capture_output=True, text=True, timeout=timeout)
+    if cv.returncode:
+        return False, f"convert: exit {cv.returncode}: {cv.stderr.strip()[-300:]}"
+    cnpy = os.path.join(out_dir, f"{name}.ct.draft.npy")
+    r2, err = run_engine(shoal, ct, prompt, n_steps, out_dir, f"{name}.ct", timeout,
+                         extra_args=["--draft-logits-out", cnpy])
+    if not r2:
+        return False, "container: " + err
+    if open(cnpy, "rb").read() != open(npy, "rb").read():
+        return False, f"the {dt} container's MTP logits bytes differ from the directory's"
     plain = open(res["npy"], "rb").read()
     for k in ("1", "3"):
         s, err = run_engine(shoal, d, prompt, n_steps, out_dir, f"{name}.spec{k}", timeout,
@@ -144,8 +162,9 @@ def check_mtp(shoal, d, prompt, n_steps, out_dir, name, timeout, res):
             return False, err
         if open(s["npy"], "rb").read() != plain or open(s["ids_txt"]).read() != open(res["ids_txt"]).read():
             return False, f"--speculate mtp --draft-max {k}: ids or logits bytes differ from the plain run"
-    return True, (f"{got.shape[0]} rows of MTP logits, max rel err {rel.max():.2e}; --speculate mtp "
-                  f"(draft-max 1, 3): the same ids and logits bytes")
+    return True, (f"{got.shape[0]} rows of MTP logits, max rel err {rel.max():.2e}, the same bytes "
+                  f"from a container; --speculate mtp (draft-max 1, 3): the same ids and "
+                  f"logits bytes")
 
 
 def main():
