@@ -549,9 +549,6 @@ struct shoal_model *shoal_model_load(const char *dir, struct shoal_err *err)
     if (shoal_model_is_gguf(dir)) {
         if (shoal_model_gguf_load(m, dir, err))
             goto fail;
-        if (m->cfg.n_nextn > 0)
-            snprintf(m->mtp_why, sizeof m->mtp_why, "the MTP layers of a GGUF file are not "
-                     "read yet (run its Hugging Face directory)");
         return m;
     }
     if (shoal_container_is(dir)) {

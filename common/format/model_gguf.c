@@ -340,6 +340,17 @@ int shoal_model_gguf_load(struct shoal_model *m, const char *path, struct shoal_
         return rc;
     if (m->cfg.tie_embeddings)
         m->lm_head = m->tok_embd;
+    if (m->cfg.n_nextn > 0) {
+        /* the MTP layers llama.cpp keeps (blk.N.nextn.* and layer N's usual
+         * tensors, N >= n_layer): bound when complete, else only unusable */
+        struct shoal_err e = {0};
+        struct bind_g bm = b;
+        bm.err = &e;
+        if (shoal_model_walk_mtp(m, bind_from_gguf, &bm))
+            snprintf(m->mtp_why, sizeof m->mtp_why, "its MTP layer is incomplete: %s", e.msg);
+        else
+            m->n_mtp = m->cfg.n_nextn;
+    }
     for (size_t i = 0; i < g->n_t; i++)
         if (!g->t[i].used && !shoal_gguf_arch_unbound_ok(g->t[i].d.name, &m->cfg))
             return shoal_err_set(err, SHOAL_EFORMAT, "unexpected tensor '%s' in '%s': not "

@@ -59,7 +59,8 @@ Cases:
                      rope.scaling.yarn_attn_factor (with yarn_ext_factor 1)
                      gives the checkpoint's run with that attention_factor
   deepseek2 MTP:     V3 with its MTP layer kept (block_count counts it,
-                     nextn_predict_layers 1): mapped, never run
+                     nextn_predict_layers 1): its draft logits (--draft-logits-out)
+                     are the checkpoint's bytes, as glm4moe's
   kv_b F16:          the split deepseek2 file with attn_k_b / attn_v_b F16
   bad:               a missing key, a key shoal does not read, yarn_ext_factor
                      other than 1, a wrong shape of attn_k_b: exit 2 with one
@@ -369,6 +370,17 @@ def check_case(shoal, tmp, label, d, make_kvs, split):
     result("%s GGUF: 16 greedy steps' logits are the checkpoint's bytes" % label,
            got is not None and got.shape == ref.shape and got.tobytes() == ref.tobytes(),
            show(r1) + " " + diff)
+    keep = cfg["model_type"] == "glm4_moe" or "MTP kept" in label
+    if keep and cfg.get("num_nextn_predict_layers"):   # the MTP layer the file keeps
+        drafts = []
+        for m, tag in ((d, "ref"), (path, "gguf")):
+            out = os.path.join(tmp, "%s-%s-draft.npy" % (label, tag))
+            r = H.run([shoal, "run", m] + ARGS + ["--draft-logits-out", out], timeout=120)
+            drafts.append((r, open(out, "rb").read() if r.returncode == 0 and
+                           os.path.exists(out) else None))
+        result("%s GGUF: its MTP layer's draft logits are the checkpoint's bytes" % label,
+               drafts[0][1] is not None and drafts[0][1] == drafts[1][1],
+               show(drafts[0][0]) + " / " + show(drafts[1][0]))
     if permute_qk:   # the permutation matters: the file without it computes otherwise
         plain = gguf_tensors(st, cfg, split)
         write(path, cfg, plain, make_kvs(cfg))
