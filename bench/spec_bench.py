@@ -1,14 +1,18 @@
 #!/usr/bin/python3
 """Speculative decoding on and off (issue 34): `shoal run --speculate off`,
-`lookup` and `auto` alternating on the same prompts, decode tok/s of each
-(median over rounds) and the ratio to off in the same round, the drafts
-made and kept, what a verify step cost (its mean rows, its time over a
-one-row step's), and a check that every mode generated the same token ids.
+`lookup`, `mtp` (a model with MTP layers) and `auto` alternating on the same
+prompts, decode tok/s of each (median over rounds) and the ratio to off in
+the same round, the drafts made and kept, what a verify step cost (its mean
+rows, its time over a one-row step's), and a check that every mode
+generated the same token ids.
 
 usage: /usr/bin/python3 bench/spec_bench.py --shoal build/coordinator/shoal
            [--model M] [--tasks repeat,quote,sampled] [--rounds 5]
-           [--max-tokens 200] [--threads 2] [--draft-max 8] [--json OUT]
-           [-- EXTRA SHOAL RUN FLAGS]
+           [--modes off,lookup,mtp,auto] [--max-tokens 200] [--threads 2]
+           [--draft-max 8] [--json OUT] [-- EXTRA SHOAL RUN FLAGS]
+
+--modes defaults to off,lookup,auto, with mtp when the model's config.json
+names MTP layers (num_nextn_predict_layers).
 
 Tasks (the prompts are text; any model with a tokenizer takes them):
   repeat   greedy from a speaker's name: the bundled model's greedy text
@@ -33,7 +37,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "shakespeare-moe")
 CORPUS = os.path.normpath(os.path.join(ROOT, "..", "shared", "data", "corpus",
                                        "tinyshakespeare.txt"))
-MODES = ("off", "lookup", "auto")
 DECODE = re.compile(r"decode (\d+) tokens, ([0-9.]+|n/a) tok/s")
 SPEC = re.compile(r"speculate \w+: (\d+) drafted, (\d+) kept")
 STEP = re.compile(r"of ([0-9.]+) rows at ([0-9.]+)x a 1-row step")
@@ -72,6 +75,14 @@ def tasks(names):
     return out
 
 
+def has_mtp(model):
+    try:
+        with open(os.path.join(model, "config.json")) as f:
+            return bool(json.load(f).get("num_nextn_predict_layers"))
+    except (OSError, ValueError):
+        return False
+
+
 def run_once(a, prompt, args, mode, tmp, extra):
     ids = os.path.join(tmp, "ids." + mode)
     cmd = [a.shoal, "run", "--model", a.model, "--no-echo", "--prompt", prompt,
@@ -105,38 +116,49 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--draft-max", type=int, default=8)
+    ap.add_argument("--modes", help="comma-separated, 'off' first (default: off,lookup,"
+                    "[mtp,]auto)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
+    if a.modes:
+        modes = tuple(a.modes.split(","))
+    else:
+        modes = ("off", "lookup", "mtp", "auto") if has_mtp(a.model) else ("off", "lookup", "auto")
+    if modes[0] != "off":
+        modes = ("off",) + tuple(m for m in modes if m != "off")
+    spec = modes[1:]
     rows = []
     with tempfile.TemporaryDirectory(prefix="spec-bench-") as tmp:
         for name, prompt, args in tasks(a.tasks.split(",")):
-            per = {m: [] for m in MODES}
+            per = {m: [] for m in modes}
             same = True
             for rnd in range(a.rounds):
-                order = MODES if rnd % 2 == 0 else MODES[::-1]   # alternate who goes first
+                order = modes if rnd % 2 == 0 else modes[::-1]   # alternate who goes first
                 res = {m: run_once(a, prompt, args, m, tmp, extra) for m in order}
-                same &= all(res[m]["ids"] == res["off"]["ids"] for m in MODES)
-                for m in MODES:
+                same &= all(res[m]["ids"] == res["off"]["ids"] for m in modes)
+                for m in modes:
                     per[m].append(res[m])
-            med = {m: statistics.median(r["tok_s"] for r in per[m]) for m in MODES}
+            med = {m: statistics.median(r["tok_s"] for r in per[m]) for m in modes}
             ratio = {m: statistics.median(r["tok_s"] / o["tok_s"] for r, o in
                                           zip(per[m], per["off"]) if o["tok_s"] > 0)
-                     for m in ("lookup", "auto")}
+                     for m in spec}
             row = {"task": name, "prompt": prompt[:40], "tok_s": med, "ratio_vs_off": ratio,
-                   "drafted": {m: per[m][0]["drafted"] for m in ("lookup", "auto")},
-                   "kept": {m: per[m][0]["kept"] for m in ("lookup", "auto")},
+                   "drafted": {m: per[m][0]["drafted"] for m in spec},
+                   "kept": {m: per[m][0]["kept"] for m in spec},
                    "tokens": len(per["off"][0]["ids"]), "same_ids": same,
-                   "lookup_verify_rows": per["lookup"][0]["verify_rows"],
-                   "lookup_verify_cost": statistics.median(
-                       [r["verify_cost"] for r in per["lookup"] if r["verify_cost"]] or [0])}
+                   "verify_rows": {m: per[m][0]["verify_rows"] for m in spec},
+                   "verify_cost": {m: statistics.median(
+                       [r["verify_cost"] for r in per[m] if r["verify_cost"]] or [0])
+                       for m in spec}}
             rows.append(row)
-            vr = row["lookup_verify_rows"]
-            print("%-8s %-18r off %7.1f | lookup %7.1f (%.2fx, kept %d/%d, verify %s) | auto "
-                  "%7.1f (%.2fx, kept %d/%d) | ids %s" %
-                  (name, prompt[:16], med["off"], med["lookup"], ratio["lookup"],
-                   row["kept"]["lookup"], row["drafted"]["lookup"],
-                   "%.1f rows at %.2fx" % (vr, row["lookup_verify_cost"]) if vr else "none",
-                   med["auto"], ratio["auto"], row["kept"]["auto"], row["drafted"]["auto"],
+            cols = []
+            for m in spec:
+                vr = row["verify_rows"][m]
+                cols.append("%s %7.1f (%.2fx, kept %d/%d, verify %s)" % (
+                    m, med[m], ratio[m], row["kept"][m], row["drafted"][m],
+                    "%.1f rows at %.2fx" % (vr, row["verify_cost"][m]) if vr else "none"))
+            print("%-8s %-18r off %7.1f | %s | ids %s" %
+                  (name, prompt[:16], med["off"], " | ".join(cols),
                    "identical" if same else "DIFFER"), flush=True)
     if a.json:
         with open(a.json, "w") as f:
