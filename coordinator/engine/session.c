@@ -168,8 +168,11 @@ int shoal_session_start(struct shoal_session *s, const struct shoal_session_opts
     if (o->kv_budget) {
         /* n_seq slots of n_ctx tokens, each token's K and V rows in every layer */
         const struct shoal_model_config *c = &s->model->cfg;
-        const unsigned long long per_token = (unsigned long long)c->n_layer *
-            (unsigned long long)shoal_kv_elems_per_token(c) * shoal_dtype_size(cp.kv_dtype);
+        /* with the MTP layers' state: their KV rows and each position's hidden state */
+        const unsigned long long per_token =
+            (unsigned long long)(c->n_layer + (cp.mtp ? s->model->n_mtp : 0)) *
+                (unsigned long long)shoal_kv_elems_per_token(c) * shoal_dtype_size(cp.kv_dtype) +
+            (cp.mtp ? (unsigned long long)c->n_embd * sizeof(float) : 0);
         const unsigned long long slots = (unsigned long long)(cp.n_seq > 0 ? cp.n_seq : 1);
         const long long fit = (long long)(o->kv_budget / (slots * per_token));
         const long long want = cp.n_ctx > 0 ? cp.n_ctx : (c->max_pos < 4096 ? c->max_pos : 4096);
