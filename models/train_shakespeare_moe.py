@@ -677,6 +677,33 @@ def read_safetensors(path):
 # data / evaluation
 # =============================================================================
 
+def adamw(module, lr=LR):
+    """AdamW over module's parameters: weight decay on all but the norms."""
+    decay, no_decay = [], []
+    for n, p in module.named_parameters():
+        (no_decay if n.endswith("norm.weight") else decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=BETAS, eps=1e-8)
+
+
+def optimize(opt, module, loss):
+    """One optimizer step on loss, gradients clipped to GRAD_CLIP; the norm before."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gn = torch.nn.utils.clip_grad_norm_(module.parameters(), GRAD_CLIP)
+    opt.step()
+    return gn
+
+
+def lr_at(step, warmup, total, lr=LR, min_lr=MIN_LR):
+    """Linear warmup over warmup steps, then cosine from lr down to min_lr at total."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    pr = (step - warmup) / max(1, total - warmup)
+    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * min(1.0, pr)))
+
+
 def split_corpus(data):
     n = len(data)
     mark = (n * 9) // 10
@@ -820,23 +847,14 @@ def main():
         final_train_loss, train_wall, history = st["final_train_loss"], st["train_wall"], st["history"]
         log("reused checkpoint %s" % ckpt)
     else:
-        decay, no_decay = [], []
-        for n, p in model.named_parameters():
-            (no_decay if n.endswith("norm.weight") else decay).append(p)
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
-                                 {"params": no_decay, "weight_decay": 0.0}],
-                                lr=LR, betas=BETAS, eps=1e-8)
+        opt = adamw(model)
         rng = np.random.default_rng(SEED)
         n_starts = len(train_ids) - SEQ
         model.train()
         t_train = time.time()
         ema = None
         for step in range(steps):
-            if step < WARMUP:
-                lr = LR * (step + 1) / WARMUP
-            else:
-                pr = (step - WARMUP) / max(1, STEPS - WARMUP)
-                lr = MIN_LR + 0.5 * (LR - MIN_LR) * (1 + math.cos(math.pi * min(1.0, pr)))
+            lr = lr_at(step, WARMUP, STEPS)
             for g_ in opt.param_groups:
                 g_["lr"] = lr
             starts = torch.from_numpy(rng.integers(0, n_starts, size=BATCH))
@@ -851,10 +869,7 @@ def main():
             aux = sum(load_balancing_loss([rl], c["num_experts"], c["num_experts_per_tok"])
                       for rl in rls) / len(rls)
             loss = ce + c["router_aux_loss_coef"] * aux
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-            opt.step()
+            gn = optimize(opt, model, loss)
             ce_v = float(ce)
             ema = ce_v if ema is None else 0.98 * ema + 0.02 * ce_v
             if step % 25 == 0 or step == steps - 1:

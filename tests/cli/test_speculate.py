@@ -18,7 +18,7 @@ command: the streamed text, the --ids-out ids and the --logits-out rows
   kernels:   an int4a8 container (the int8-activation kernels for 1 row and
              for several) and a Q8_0 GGUF (the ggml kernels); drafts on the
              scalar table against off on this CPU's (--isa scalar)
-  flags:     --speculate mtp on a container (no MTP layer) / an unknown mode /
+  flags:     --speculate mtp on a qwen3moe GGUF (no MTP layer) / an unknown mode /
              --draft-max out of range: one
              line, exit 2 (shoal serve's drafts: tests/serve/test_batching.py)
 Ends with "N passed, M failed"; exit status 1 if anything failed.
@@ -127,7 +127,7 @@ def main():
                        ["--model", gguf, "--no-echo", "--prompt", "ROMEO:", "--greedy",
                         "--max-tokens", "120"], want_kept=True)
 
-        for model, args, want in ((ct, ["--speculate", "mtp"], "no usable MTP layer"),
+        for model, args, want in ((gguf, ["--speculate", "mtp"], "no usable MTP layer"),
                                   (H.MODEL, ["--speculate", "on"], "unknown mode 'on'"),
                                   (H.MODEL, ["--draft-max", "0"], "--draft-max"),
                                   (H.MODEL, ["--draft-max", "17"], "--draft-max")):

@@ -8,6 +8,12 @@
    script's held-out loss within 1% (needs ../shared/data/corpus; skipped
    with a message when absent).
 3. `shoal chat` driven through a pipe: two turns, /reset, /quit.
+4. The MTP head (model.layers.4, models/train_mtp_head.py): the numpy
+   reference's MTP logits (tests/reference/ref_numpy.py mtp_logits) on
+   golden/mtp.json's held-out window equal the training script's
+   golden/mtp.logits.npy; shoal's --draft-logits-out rows after a greedy run
+   equal the reference's over that run; --speculate mtp and auto give the
+   tokens and logits bytes of --speculate off, greedy and seeded sampling.
 
 Usage: /usr/bin/python3 tests/golden/run_golden.py --shoal build/coordinator/shoal
 Prints "N passed, M failed" last; exits non-zero on any failure.
@@ -103,6 +109,46 @@ def test_chat(shoal):
     result("chat reuses the KV cache across turns", ok, "turns (new, reused): %s" % turns)
 
 
+def test_mtp(shoal, tmp):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+    import ref_numpy as R
+    m = R.load_model(MODEL)
+    with open(os.path.join(MODEL, "golden", "mtp.json"), encoding="utf-8") as f:
+        g = json.load(f)
+    want = np.load(os.path.join(MODEL, "golden", "mtp.logits.npy"))
+    got = R.mtp_logits(m, g["ids"])[:want.shape[0]]
+    rel = float((np.abs(got - want).max(1) / np.abs(want).max(1)).max())
+    result("mtp: the reference's MTP logits = the training script's golden", rel <= 1e-4,
+           "max rel diff %.2e over %d rows" % (rel, want.shape[0]))
+    prompt = [813, 58]   # "ROMEO:"
+    d, io = os.path.join(tmp, "draft.npy"), os.path.join(tmp, "draft.ids")
+    r = run([shoal, "run", "--model", MODEL, "--tokens", ",".join(map(str, prompt)), "--greedy",
+             "--ignore-eos", "--max-tokens", "24", "--draft-logits-out", d, "--ids-out", io])
+    if r.returncode != 0:
+        result("mtp: --draft-logits-out", False, r.stderr.strip())
+        return
+    ids = [int(x) for x in open(io).read().split()]
+    eng = np.load(d)
+    ref = R.mtp_logits(m, prompt + ids)[len(prompt) - 1:][:eng.shape[0]]
+    rel = float((np.abs(eng - ref).max(1) / np.abs(ref).max(1)).max())
+    result("mtp: shoal's draft logits = the reference's", eng.shape[0] >= 23 and rel <= 1e-3,
+           "%d rows, max rel diff %.2e" % (eng.shape[0], rel))
+    for extra in (["--greedy"], ["--temp", "0.9", "--seed", "5"]):
+        outs = {}
+        for mode in ("off", "mtp", "auto"):
+            lo, ii = os.path.join(tmp, mode + ".npy"), os.path.join(tmp, mode + ".ids")
+            r = run([shoal, "run", "--model", MODEL, "--tokens", ",".join(map(str, prompt)),
+                     "--ignore-eos", "--max-tokens", "60", "--speculate", mode, "--draft-max", "3",
+                     "--logits-out", lo, "--ids-out", ii] + extra)
+            outs[mode] = (r.returncode, open(lo, "rb").read() if r.returncode == 0 else b"",
+                          open(ii).read() if r.returncode == 0 else "", r.stderr)
+        kept = re.search(r"speculate mtp: (\d+) drafted, (\d+) kept", outs["mtp"][3])
+        result("mtp: --speculate mtp/auto = off, bit for bit (%s)" % " ".join(extra),
+               all(o[0] == 0 and o[1] == outs["off"][1] and o[2] == outs["off"][2]
+                   for o in outs.values()) and kept and int(kept.group(2)) > 0,
+               "drafted/kept %s" % (str(kept.groups()) if kept else outs["mtp"][3].strip()[-200:]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
@@ -117,6 +163,7 @@ def main():
         else:
             test_perplexity(shoal, tmp)
         test_chat(shoal)
+        test_mtp(shoal, tmp)
     sys.exit(result.summary())
 
 

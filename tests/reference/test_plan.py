@@ -87,11 +87,18 @@ def check_container(shoal, name, ct, flags):
         result(name, False, e)
         return
     ex = m["experts"]
-    dense = sum(t["bytes"] for t in m["dense"]["tensors"])
+    n_layer = json.load(open(os.path.join(ct, "config.json")))["num_hidden_layers"]
+
+    def is_mtp(name):   # the MTP layers' tensors: blk.N.* with N >= num_hidden_layers
+        return name.startswith("blk.") and int(name.split(".")[1]) >= n_layer
+    dense = sum(t["bytes"] for t in m["dense"]["tensors"] if not is_mtp(t["name"]))
+    mtp = sum(t["bytes"] for t in m["dense"]["tensors"] if is_mtp(t["name"]))
     want = {"expert_bytes": ex["blob_bytes"],
             "expert_components": [c["bytes"] for c in ex["components"]],
             "experts_bytes": ex["bytes"] - HEADER,
             "resident_bytes": dense}
+    if mtp:   # convert wrote the MTP layers: the plan sizes them the same
+        want["mtp_bytes"] = mtp
     got = {k: p[k] for k in want}
     result(name, got == want, "plan %s, container %s" % (got, want))
 
