@@ -162,10 +162,9 @@ static void add_layer(struct acc *ac, const struct arch *a, int moe)
         if (a->shexp_gate)
             add_as(ac, SHOAL_PLAN_SHEXP, 1, E, 1);
     }
-    if (ac->mtp) {        /* the MTP layer's routed experts, on disk only */
-        ac->out->params_mtp += (uint64_t)a->n_expert * ac->out->params_expert_one;
-        ac->out->mtp_bytes += (uint64_t)a->n_expert * ac->out->expert_blob_bytes;
-    }
+    for (int64_t ie = 0; ac->mtp && ie < a->n_expert; ie++)   /* the MTP layer's routed */
+        add_ffn(ac, SHOAL_PLAN_DENSE_MLP, E, a->n_ff_exp);  /* experts: dense tensors, as
+                                                             * convert writes them */
 }
 
 static uint64_t align_up(uint64_t v, uint64_t a)
