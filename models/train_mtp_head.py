@@ -301,6 +301,8 @@ def main():
     c = dict(T.ARCH)
     cfg_text = open(os.path.join(SRC, "config.json"), encoding="utf-8").read()
     cfg = json.loads(cfg_text)
+    # a shipped head already (this script's output copied in): the trunk alone is the input
+    had_mtp = cfg.pop("num_nextn_predict_layers", None) is not None
     for k, v in c.items():
         if k in cfg:
             assert cfg[k] == v, (k, cfg[k], v)
@@ -320,6 +322,9 @@ def main():
     # ---- frozen trunk at exactly the shipped bf16 weights
     st_src = os.path.join(SRC, "model.safetensors")
     tensors, header = T.read_safetensors(st_src)
+    mtp_prefix = "model.layers.%d." % idx
+    tensors = {n: t for n, t in tensors.items() if not n.startswith(mtp_prefix)}
+    header = {n: i for n, i in header.items() if not n.startswith(mtp_prefix)}
     trunk = T.Qwen3Moe(c)
     T.load_hf_state(trunk, tensors)
     trunk.eval()
@@ -415,7 +420,8 @@ def main():
     T.write_safetensors(st_out, shipped_bits + mtp_bits, header["__metadata__"])
     raw2 = open(st_out, "rb").read()
     base2 = 8 + int.from_bytes(raw2[:8], "little")
-    assert raw2[base2:base2 + len(raw) - base] == raw[base:], "shipped tensor bytes changed"
+    trunk_end = max(i["data_offsets"][1] for _, i in shipped)
+    assert raw2[base2:base2 + trunk_end] == raw[base:base + trunk_end], "shipped tensor bytes changed"
     tensors2, header2 = T.read_safetensors(st_out)
     for n, i in shipped:
         assert header2[n] == i and torch.equal(tensors2[n], tensors[n])
@@ -427,7 +433,7 @@ def main():
         if k > "num_nextn_predict_layers" and "num_nextn_predict_layers" not in cfg_out:
             cfg_out["num_nextn_predict_layers"] = 1
         cfg_out[k] = v
-    assert json.dumps(cfg, indent=2, ensure_ascii=False) + "\n" == cfg_text
+    assert had_mtp or json.dumps(cfg, indent=2, ensure_ascii=False) + "\n" == cfg_text
     with open(os.path.join(out, "config.json"), "w", encoding="utf-8") as f:
         json.dump(cfg_out, f, indent=2, ensure_ascii=False)
         f.write("\n")
