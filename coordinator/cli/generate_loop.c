@@ -85,7 +85,7 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
     }
     struct shoal_gen *g = shoal_gen_create(s, o, out);
     struct shoal_spec sp;
-    struct shoal_spec_cost cost = {{0}, {0}};
+    struct shoal_spec_cost cost = {{0}, {0}, 0};
     shoal_spec_init(&sp, o->speculate, o->draft_max);
     /* a verify step: the sampled token and its drafts, and their rows of logits */
     int32_t step[1 + SHOAL_SPEC_DRAFT_MAX];
@@ -150,7 +150,16 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
                 limit = o->max_tokens - shoal_gen_n_generated(g) - 1;
             if (limit > n_batch - 1)
                 limit = n_batch - 1;
-            if (mtp) {   /* the model's MTP layers: the gate first, then its drafts */
+            /* auto with MTP layers: a lookup match first (free to draft), else
+             * the MTP layers; mtp: the MTP layers only */
+            if (!mtp || o->speculate == SHOAL_SPEC_AUTO)
+                k = shoal_spec_plan(&sp, &cost, 1, 1, s->history, s->n_history, id, limit,
+                                    step + 1);
+            if (mtp && k == 0) {   /* the model's MTP layers: the gate first, then drafts */
+                /* an MTP draft before any is measured: a layer and the head, against
+                 * the trunk's layers and head */
+                cost.t_draft_est = cost.t_rows[1] * 2.0 /
+                                   (double)(s->model->cfg.n_layer + 1);
                 k = shoal_spec_choose(&sp, &cost, 1, 1, limit);
                 if (k > 0) {
                     const double td = shoal_time_s();
@@ -164,9 +173,6 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
                     shoal_spec_draft_cost_record(&cost, nd, shoal_time_s() - td);
                     k = nd;
                 }
-            } else {
-                k = shoal_spec_plan(&sp, &cost, 1, 1, s->history, s->n_history, id, limit,
-                                    step + 1);
             }
         }
         if (k == 0) {

@@ -7,7 +7,11 @@
 #define NGRAM_MAX 4
 #define EMA 0.25          /* weight of a new step time */
 #define DECAY 0.98        /* of the acceptance counts, per verify step */
-#define PROBE_EVERY 32    /* declined matches before auto tries one draft anyway */
+#define PROBE_EVERY 32    /* declined matches before auto tries one draft anyway; the
+                           * interval doubles after each probe that did not lead to
+                           * drafting on its merits, up to PROBE_MAX */
+#define PROBE_MAX 1024    /* ... and is PROBE_MAX when a kept draft could not pay at all
+                           * (drafting and the verify step cost two one-row steps) */
 
 const char *shoal_spec_mode_name(enum shoal_spec_mode m)
 {
@@ -83,6 +87,7 @@ void shoal_spec_init(struct shoal_spec *sp, enum shoal_spec_mode mode, int draft
     sp->kept = 1.0;   /* a prior of one kept in two */
     sp->tried = 2.0;
     sp->n_skipped = PROBE_EVERY - 1;   /* the first declined match probes */
+    sp->probe_every = PROBE_EVERY;
 }
 
 /* The expected seconds of a step of n rows: measured, else extrapolated
@@ -134,7 +139,7 @@ static double draft_time(const struct shoal_spec_cost *c, int64_t k)
     for (int64_t m = k - 1; m >= 1; m--)
         if (c->t_draft[m] > 0)
             return c->t_draft[m] * (double)k / (double)m;
-    return 0;
+    return c->t_draft_est * (double)k;
 }
 
 int64_t shoal_spec_choose(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
@@ -159,6 +164,16 @@ static int64_t gate(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
     const double a = sp->kept / sp->tried;
     double best = 1.0, e = 1.0, p = 1.0;
     int64_t best_k = 0;
+    /* could one draft pay if it were kept (a lookup draft that matched: surely;
+     * an MTP draft: at 0.9, as the best heads)? A step of one more row not
+     * measured: yes for lookup (its probe is cheap and measures it), no for
+     * the MTP layers (their probe first catches up on every position) */
+    const double a_max = with_draft ? 0.9 : 1.0;
+    const double t1 = base_rows + 1 <= SHOAL_SPEC_MAX_ROWS ? cost->t_rows[base_rows + 1] : 0;
+    int can_pay = !with_draft;
+    if (t1 > 0 && k >= 1)
+        can_pay = ((double)base_tokens + a_max) * t0 >
+                  (double)base_tokens * (t1 + (with_draft ? draft_time(cost, 1) : 0)) * 1.02;
     for (int64_t j = 1; j <= k; j++) {
         p *= a;
         e += p;
@@ -173,11 +188,19 @@ static int64_t gate(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
             best_k = j;
         }
     }
-    if (best_k == 0 && base_rows < SHOAL_SPEC_MAX_ROWS && ++sp->n_skipped >= PROBE_EVERY)
-        best_k = 1;   /* a probe now and then: the acceptance rate may have risen */
-    if (best_k > 0)
+    if (best_k > 0) {   /* on its merits */
         sp->n_skipped = 0;
-    return best_k;
+        sp->probe_every = PROBE_EVERY;
+        return best_k;
+    }
+    if (base_rows < SHOAL_SPEC_MAX_ROWS &&
+        ++sp->n_skipped >= (can_pay ? sp->probe_every : PROBE_MAX)) {
+        /* a probe now and then: the acceptance rate or the costs may have moved */
+        sp->n_skipped = 0;
+        sp->probe_every = sp->probe_every * 2 < PROBE_MAX ? sp->probe_every * 2 : PROBE_MAX;
+        return 1;
+    }
+    return 0;
 }
 
 void shoal_spec_record(struct shoal_spec *sp, int64_t drafted, int64_t accepted)

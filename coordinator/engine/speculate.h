@@ -68,6 +68,9 @@ struct shoal_spec_cost {
                                                * none measured */
     double t_draft[SHOAL_SPEC_DRAFT_MAX + 1]; /* EMA seconds to draft k tokens with the
                                                * MTP layers; 0: none measured */
+    double t_draft_est;   /* seconds one MTP draft is expected to take before any is
+                           * measured (the caller's estimate: an MTP layer and its
+                           * head against the trunk's layers and head); 0: none */
 };
 
 /* After a step of rows rows that took seconds (steps over
@@ -88,6 +91,7 @@ struct shoal_spec {
     /* the gate's state */
     double kept, tried;      /* decayed counts: drafts kept / drafts that had the chance */
     int64_t n_skipped;       /* matches the gate declined since it last drafted */
+    int64_t probe_every;     /* declined matches between probes (doubles per probe) */
 };
 
 /* Set sp up for mode with at most draft_max drafts a step (clamped to
@@ -110,9 +114,12 @@ int64_t shoal_spec_plan(struct shoal_spec *sp, const struct shoal_spec_cost *cos
 /* The gate alone (mode auto), for drafts made after it decides (the MTP
  * layers'): how many of up to limit drafts to make for a step that
  * already holds base_rows rows and base_tokens decode rows, counting what
- * drafting k costs (cost->t_draft) with the step; 0 when none pays
- * (with a one-draft probe now and then, as shoal_spec_plan). In modes
- * lookup and mtp: min(limit, draft_max); off: 0. Thread: sp's. */
+ * drafting k costs (cost->t_draft, else t_draft_est) with the step; 0 when
+ * none pays. A probe (one draft) costs the MTP layer's catch-up over every
+ * position it has not seen, so it is made only when a step of one more row
+ * has been measured and a draft kept at 0.9 (the best MTP heads' rate)
+ * would pay, else once every 1024 declined steps. In modes lookup and mtp:
+ * min(limit, draft_max); off: 0. Thread: sp's. */
 int64_t shoal_spec_choose(struct shoal_spec *sp, const struct shoal_spec_cost *cost,
                           int64_t base_rows, int64_t base_tokens, int64_t limit);
 

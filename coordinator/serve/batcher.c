@@ -788,10 +788,19 @@ static int build_step(struct engine *en)
                                              shoal_gen_n_generated(r->gen) - 1;
                     limit = ctx_left < limit ? ctx_left : limit;
                     limit = gen_left < limit ? gen_left : limit;
-                    if (shoal_ctx_has_mtp(en->s->ctx) && r->sp.mode != SHOAL_SPEC_LOOKUP) {
+                    const int mtp = shoal_ctx_has_mtp(en->s->ctx) &&
+                                    r->sp.mode != SHOAL_SPEC_LOOKUP;
+                    r->n_draft = 0;
+                    if (!mtp || r->sp.mode == SHOAL_SPEC_AUTO)   /* a lookup match first */
+                        r->n_draft = shoal_spec_plan(&r->sp, &en->cost, n_rows, n_dec,
+                                                     sl->tokens, sl->n_tokens, r->next, limit,
+                                                     r->step + 1);
+                    if (mtp && r->n_draft == 0) {
                         /* the model's MTP layers (mtp, or auto on a model with them):
                          * the gate first, then this sequence's drafts; a failed
                          * draft only means none (the step's bits never depend on it) */
+                        en->cost.t_draft_est = en->cost.t_rows[1] * 2.0 /
+                                               (double)(en->s->model->cfg.n_layer + 1);
                         const int64_t k = shoal_spec_choose(&r->sp, &en->cost, n_rows, n_dec,
                                                             limit);
                         struct shoal_err derr = {0};
@@ -802,10 +811,6 @@ static int build_step(struct engine *en)
                         if (nd > 0)
                             shoal_spec_draft_cost_record(&en->cost, nd, shoal_time_s() - td);
                         r->n_draft = nd > 0 ? nd : 0;
-                    } else {
-                        r->n_draft = shoal_spec_plan(&r->sp, &en->cost, n_rows, n_dec,
-                                                     sl->tokens, sl->n_tokens, r->next, limit,
-                                                     r->step + 1);
                     }
                     n_rows += r->n_draft;
                 }

@@ -68,7 +68,7 @@ static const int32_t rep[] = {1, 2, 3, 4, 5, 6, 1, 2, 3};
 Test(speculate, off_and_lookup_modes)
 {
     struct shoal_spec sp;
-    struct shoal_spec_cost c = {{0}, {0}};
+    struct shoal_spec_cost c = {{0}, {0}, 0};
     int32_t d[SHOAL_SPEC_DRAFT_MAX];
     shoal_spec_init(&sp, SHOAL_SPEC_OFF, 8);
     cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d), 0));
@@ -83,7 +83,7 @@ Test(speculate, off_and_lookup_modes)
 Test(speculate, auto_drafts_only_where_the_measured_steps_pay)
 {
     struct shoal_spec sp;
-    struct shoal_spec_cost c = {{0}, {0}};
+    struct shoal_spec_cost c = {{0}, {0}, 0};
     int32_t d[SHOAL_SPEC_DRAFT_MAX];
     shoal_spec_init(&sp, SHOAL_SPEC_AUTO, 8);
     /* no one-row step measured yet: nothing to compare with */
@@ -104,24 +104,42 @@ Test(speculate, auto_drafts_only_where_the_measured_steps_pay)
     /* a step of 3 decode rows already: the others' tokens count, and an
      * unmeasured base (3 rows, 3 tokens: the extrapolation) still drafts */
     cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 3, 3, rep, 9, 4, 8, d), 6));
-    /* rows that cost as much as one-row steps each, and drafts refused:
-     * none, but a one-token probe every 32 declined matches */
+    /* rows that cost 0.8 of a one-row step each (a kept draft would pay),
+     * and drafts refused: none, but one-token probes after 32, then 64,
+     * 128 ... more declined matches (the interval doubles per probe) */
+    shoal_spec_init(&sp, SHOAL_SPEC_AUTO, 8);
+    memset(&c, 0, sizeof c);
+    for (int64_t n = 1; n <= 9; n++)
+        shoal_spec_cost_record(&c, n, 0.010 + 0.008 * (double)(n - 1));
+    for (int64_t n = 2; n <= 5; n++)
+        shoal_spec_record(&sp, n - 1, 0);
+    sp.n_skipped = 0;   /* past the first probe */
+    int probes = 0, at[4] = {0};
+    for (int i = 0; i < 32 + 64 + 128; i++) {
+        const int64_t k = shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d);
+        cr_assert(k == 0 || k == 1);
+        if (k == 1 && probes < 4)
+            at[probes] = i + 1;
+        probes += k == 1;
+    }
+    cr_assert(eq(int, probes, 3));
+    cr_assert(eq(int, at[0], 32));
+    cr_assert(eq(int, at[1], 32 + 64));
+    cr_assert(eq(int, at[2], 32 + 64 + 128));
+    cr_assert(eq(i64, sp.n_drafted, 1 + 2 + 3 + 4));
+    cr_assert(eq(i64, sp.n_accepted, 0));
+    /* rows that cost as much as one-row steps each: even a kept draft
+     * cannot pay, so the probes wait PROBE_MAX (1024) declined matches */
     shoal_spec_init(&sp, SHOAL_SPEC_AUTO, 8);
     memset(&c, 0, sizeof c);
     for (int64_t n = 1; n <= 9; n++)
         shoal_spec_cost_record(&c, n, 0.010 * (double)n);
-    for (int64_t n = 2; n <= 5; n++)
-        shoal_spec_record(&sp, n - 1, 0);
-    sp.n_skipped = 0;   /* past the first probe */
-    int probes = 0;
-    for (int i = 0; i < 64; i++) {
-        const int64_t k = shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d);
-        cr_assert(k == 0 || k == 1);
-        probes += k == 1;
-    }
-    cr_assert(eq(int, probes, 2));
-    cr_assert(eq(i64, sp.n_drafted, 1 + 2 + 3 + 4));
-    cr_assert(eq(i64, sp.n_accepted, 0));
+    sp.n_skipped = 0;
+    probes = 0;
+    for (int i = 0; i < 1023; i++)
+        probes += shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d) > 0;
+    cr_assert(eq(int, probes, 0));
+    cr_assert(eq(i64, shoal_spec_plan(&sp, &c, 1, 1, rep, 9, 4, 8, d), 1));
     /* steps too large to be measured: no draft */
     shoal_spec_init(&sp, SHOAL_SPEC_AUTO, 8);
     cr_assert(eq(i64, shoal_spec_plan(&sp, &c, SHOAL_SPEC_MAX_ROWS, 1, rep, 9, 4, 8, d), 0));
@@ -135,7 +153,7 @@ Test(speculate, choose_counts_the_drafting_time)
 {
     struct shoal_spec sp;
     shoal_spec_init(&sp, SHOAL_SPEC_MTP, 4);
-    struct shoal_spec_cost c = {{0}, {0}};
+    struct shoal_spec_cost c = {{0}, {0}, 0};
     cr_assert(eq(i64, shoal_spec_choose(&sp, &c, 1, 1, 10), 4));
     cr_assert(eq(i64, shoal_spec_choose(&sp, &c, 1, 1, 2), 2));
     cr_assert(eq(i64, shoal_spec_choose(&sp, &c, 1, 1, 0), 0));
@@ -152,9 +170,11 @@ Test(speculate, choose_counts_the_drafting_time)
     cr_assert(eq(i64, shoal_spec_choose(&sp, &c, 1, 1, 10), 1));   /* ~1.73x: pays */
     for (int i = 0; i < 100; i++)
         shoal_spec_draft_cost_record(&c, 1, 1.5);
-    /* (1 + ~1) / (1.1 + 1.5) < 1: declined, except every PROBE_EVERY-th call */
+    /* (1 + ~1) / (1.1 + 1.5) < 1: declined; even a kept draft cannot pay
+     * (2 tokens in 2.6 one-row steps), so a probe only every 1024 */
     int drafted = 0;
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 1023; i++)
         drafted += shoal_spec_choose(&sp, &c, 1, 1, 10) > 0;
-    cr_assert(drafted <= 1, "drafted %d of 10 times", drafted);
+    cr_assert(eq(int, drafted, 0));
+    cr_assert(eq(i64, shoal_spec_choose(&sp, &c, 1, 1, 10), 1));
 }
