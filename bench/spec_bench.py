@@ -12,7 +12,8 @@ usage: /usr/bin/python3 bench/spec_bench.py --shoal build/coordinator/shoal
            [--draft-max 8] [--json OUT] [-- EXTRA SHOAL RUN FLAGS]
 
 --modes defaults to off,lookup,auto, with mtp when the model's config.json
-names MTP layers (num_nextn_predict_layers).
+names MTP layers (num_nextn_predict_layers). For a container or GGUF whose
+experts the store reads from disk, the MB it read per generated token too.
 
 Tasks (the prompts are text; any model with a tokenizer takes them):
   repeat   greedy from a speaker's name: the bundled model's greedy text
@@ -40,6 +41,7 @@ CORPUS = os.path.normpath(os.path.join(ROOT, "..", "shared", "data", "corpus",
 DECODE = re.compile(r"decode (\d+) tokens, ([0-9.]+|n/a) tok/s")
 SPEC = re.compile(r"speculate \w+: (\d+) drafted, (\d+) kept")
 STEP = re.compile(r"of ([0-9.]+) rows at ([0-9.]+)x a 1-row step")
+READ = re.compile(r"experts: io \S+, queue depth \d+: ([0-9.]+) MB read")
 
 
 def quote_prompt():
@@ -87,16 +89,19 @@ def run_once(a, prompt, args, mode, tmp, extra):
     ids = os.path.join(tmp, "ids." + mode)
     cmd = [a.shoal, "run", "--model", a.model, "--no-echo", "--prompt", prompt,
            "--max-tokens", str(a.max_tokens), "--threads", str(a.threads),
-           "--speculate", mode, "--draft-max", str(a.draft_max), "--ids-out", ids] + args + extra
+           "--speculate", mode, "--draft-max", str(a.draft_max), "--ids-out", ids,
+           "--stats"] + args + extra
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:
         sys.exit("spec_bench: %s failed: %s" % (" ".join(cmd[:6]), r.stderr.strip()[-500:]))
     m = DECODE.search(r.stderr)
     s = SPEC.search(r.stderr)
     st = STEP.search(r.stderr)
+    rd = READ.search(r.stderr)
     with open(ids) as f:
         got = f.read().split()
     return {"tok_s": float(m.group(2)) if m and m.group(2) != "n/a" else 0.0,
+            "mb_read": float(rd.group(1)) if rd else None,
             "drafted": int(s.group(1)) if s else 0, "kept": int(s.group(2)) if s else 0,
             "verify_rows": float(st.group(1)) if st else None,
             "verify_cost": float(st.group(2)) if st else None, "ids": got}
@@ -142,7 +147,10 @@ def main():
             ratio = {m: statistics.median(r["tok_s"] / o["tok_s"] for r, o in
                                           zip(per[m], per["off"]) if o["tok_s"] > 0)
                      for m in spec}
+            mb = {m: statistics.median(r["mb_read"] / max(1, len(r["ids"])) for r in per[m])
+                  if per[m][0]["mb_read"] is not None else None for m in modes}
             row = {"task": name, "prompt": prompt[:40], "tok_s": med, "ratio_vs_off": ratio,
+                   "disk_mb_per_token": mb,
                    "drafted": {m: per[m][0]["drafted"] for m in spec},
                    "kept": {m: per[m][0]["kept"] for m in spec},
                    "tokens": len(per["off"][0]["ids"]), "same_ids": same,
@@ -157,9 +165,11 @@ def main():
                 cols.append("%s %7.1f (%.2fx, kept %d/%d, verify %s)" % (
                     m, med[m], ratio[m], row["kept"][m], row["drafted"][m],
                     "%.1f rows at %.2fx" % (vr, row["verify_cost"][m]) if vr else "none"))
-            print("%-8s %-18r off %7.1f | %s | ids %s" %
+            disk = "" if mb["off"] is None else " | disk MB/token " + " ".join(
+                "%s %.2f" % (m, mb[m]) for m in modes)
+            print("%-8s %-18r off %7.1f | %s | ids %s%s" %
                   (name, prompt[:16], med["off"], " | ".join(cols),
-                   "identical" if same else "DIFFER"), flush=True)
+                   "identical" if same else "DIFFER", disk), flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"model": a.model, "threads": a.threads, "rounds": a.rounds,
