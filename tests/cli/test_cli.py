@@ -102,9 +102,10 @@ def options_by_command():
     k = tok.index("int shoal_cmd_detokenize(")
     return {
         "run": literals(source("cmd_run.c")) | session | gen,
-        # chat refuses run's --no-bos/--logits-out/--ids-out (checked below)
+        # chat refuses run's --no-bos/--logits-out/--ids-out/--draft-logits-out
+        # (checked below)
         "chat": (literals(source("cmd_chat.c")) | session | gen) -
-                {"--no-bos", "--logits-out", "--ids-out"},
+                {"--no-bos", "--logits-out", "--ids-out", "--draft-logits-out"},
         "perplexity": literals(source("cmd_perplexity.c")) | session,
         # names a command refuses with a hint to its own flag (one name, one
         # meaning: tests/cli/test_flag_names.py): bench --max-tokens (--gen),
@@ -146,7 +147,7 @@ def test_help(shoal):
         result("%s --help says what --model accepts" % cmd,
                "--model DIR, DIR the model: a Hugging Face checkpoint directory" in flat and
                "or a shoal container (made by 'shoal convert')" in flat, r.stdout[:600])
-    for flag in ("--no-bos", "--logits-out"):
+    for flag in ("--no-bos", "--logits-out", "--draft-logits-out"):
         args = [flag] if flag == "--no-bos" else [flag, "/tmp/x.npy"]
         r = run([shoal, "chat", "--model", MODEL] + args, input="")
         result("chat %s: refused as a run option, exit 2" % flag,
