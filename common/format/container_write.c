@@ -263,12 +263,14 @@ static int flush_layer(struct writer *wr)
 static int write_slot(const struct shoal_weight_slot *s, void *user);
 
 /* The MTP layers (shoal_model_walk_mtp): every tensor, its routed experts
- * too, a dense tensor at the dense dtype (it runs only when drafting, from
- * the mapping). */
+ * too, a dense tensor (it runs only when drafting, from the mapping); its
+ * matrices at a router's dtype (shoal_target_dtype): int8 when the dense
+ * dtype is 4-bit, the precision DeepSeek's MTP heads are served at. */
 static int write_mtp_slot(const struct shoal_weight_slot *s, void *user)
 {
     struct shoal_weight_slot d = *s;
     d.kind = SHOAL_SLOT_DENSE;
+    d.router = s->cols != 0;
     return write_slot(&d, user);
 }
 

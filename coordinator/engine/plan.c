@@ -82,7 +82,9 @@ static void add_as(struct acc *ac, enum shoal_plan_part part, int64_t rows, int6
                    int router)
 {
     uint64_t n = (uint64_t)rows * (uint64_t)(cols ? cols : 1);
-    enum shoal_dtype t = shoal_target_dtype(SHOAL_SLOT_DENSE, cols, router,
+    /* an MTP layer's matrices take a router's dtype (container_write.c) */
+    enum shoal_dtype t = shoal_target_dtype(SHOAL_SLOT_DENSE, cols,
+                                            router || (ac->mtp && cols != 0),
                                             ac->p->experts_dtype, ac->p->dense_dtype);
     /* FP8 is the checkpoint's own precision (convert never makes it): the
      * tensors DeepSeek-V3 and Kimi-K2 ship in BF16 (embeddings, lm_head,
