@@ -565,9 +565,10 @@ void shoal_gen_usage(FILE *f, enum shoal_gen_usage_cmd cmd)
         "                       tokens as off, bit for bit; auto drafts (with the MTP\n"
         "                       layers when the model has them) only when the measured\n"
         "                       steps say it pays%s\n"
-        "  --draft-max N        most drafted tokens a step, 1..%d (default %d)\n",
+        "  --draft-max N        most drafted tokens a step, 1..%d (default %d; with mtp\n"
+        "                       %d, one per MTP layer: later ones chain on its output)\n",
         cmd == SHOAL_GEN_USAGE_SERVE ? " (each\n                       request drafts its own)" : "",
-        SHOAL_SPEC_DRAFT_MAX, shoal_gen_opts_default().draft_max);
+        SHOAL_SPEC_DRAFT_MAX, SHOAL_SPEC_DRAFT_DEFAULT, SHOAL_SPEC_DRAFT_DEFAULT_MTP);
     if (cmd == SHOAL_GEN_USAGE_RUN)
         fprintf(f,
             "  --no-bos             do not add the tokenizer's BOS token\n"

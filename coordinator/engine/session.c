@@ -37,7 +37,7 @@ struct shoal_gen_opts shoal_gen_opts_default(void)
     o.max_tokens = 256;
     o.print_timings = 1;
     o.speculate = SHOAL_SPEC_OFF;
-    o.draft_max = 8;
+    o.draft_max = 0;   /* per mode: SHOAL_SPEC_DRAFT_DEFAULT, or _MTP */
     return o;
 }
 

@@ -90,7 +90,8 @@ struct shoal_gen_opts {
                               * prompt fits, before generating (shoal run); NULL: none */
     enum shoal_spec_mode speculate; /* --speculate: drafts verified in one step
                               * (speculate.h; shoal run and chat); default off */
-    int draft_max;           /* --draft-max: most drafts a step (default 8) */
+    int draft_max;           /* --draft-max: most drafts a step; 0 (default): the
+                              * mode's (speculate.h SHOAL_SPEC_DRAFT_DEFAULT*) */
     int32_t stop_ids[8];     /* extra end-of-turn token ids (e.g. <|im_end|>) */
     int n_stop_ids;
     char **capture;          /* if set: *capture = the generated text (malloc) */

@@ -82,8 +82,10 @@ void shoal_spec_init(struct shoal_spec *sp, enum shoal_spec_mode mode, int draft
 {
     memset(sp, 0, sizeof *sp);
     sp->mode = mode;
-    sp->draft_max = draft_max < 1 ? 1 : draft_max > SHOAL_SPEC_DRAFT_MAX
-                                            ? SHOAL_SPEC_DRAFT_MAX : draft_max;
+    if (draft_max <= 0)
+        draft_max = mode == SHOAL_SPEC_MTP ? SHOAL_SPEC_DRAFT_DEFAULT_MTP
+                                           : SHOAL_SPEC_DRAFT_DEFAULT;
+    sp->draft_max = draft_max > SHOAL_SPEC_DRAFT_MAX ? SHOAL_SPEC_DRAFT_MAX : draft_max;
     sp->kept = 1.0;   /* a prior of one kept in two */
     sp->tried = 2.0;
     sp->n_skipped = PROBE_EVERY - 1;   /* the first declined match probes */

@@ -41,6 +41,9 @@ enum shoal_spec_mode {
 };
 
 #define SHOAL_SPEC_DRAFT_MAX 16   /* the most tokens one step drafts */
+#define SHOAL_SPEC_DRAFT_DEFAULT 8     /* drafts a step unless asked: lookup, auto */
+#define SHOAL_SPEC_DRAFT_DEFAULT_MTP 1 /* mtp: one per MTP layer (DeepSeek-V3 has one;
+                                        * chained drafts fall off fast) */
 
 /* "off", "auto", "lookup"; NULL for an unknown mode. */
 const char *shoal_spec_mode_name(enum shoal_spec_mode m);
@@ -95,7 +98,8 @@ struct shoal_spec {
 };
 
 /* Set sp up for mode with at most draft_max drafts a step (clamped to
- * 1 .. SHOAL_SPEC_DRAFT_MAX). */
+ * 1 .. SHOAL_SPEC_DRAFT_MAX; 0 or less: SHOAL_SPEC_DRAFT_DEFAULT, for mode
+ * mtp SHOAL_SPEC_DRAFT_DEFAULT_MTP). */
 void shoal_spec_init(struct shoal_spec *sp, enum shoal_spec_mode mode, int draft_max);
 
 /* The draft for the step that evaluates next after hist (see
