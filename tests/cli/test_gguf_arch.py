@@ -381,6 +381,13 @@ def check_case(shoal, tmp, label, d, make_kvs, split):
         result("%s GGUF: its MTP layer's draft logits are the checkpoint's bytes" % label,
                drafts[0][1] is not None and drafts[0][1] == drafts[1][1],
                show(drafts[0][0]) + " / " + show(drafts[1][0]))
+        ct = os.path.join(tmp, label.replace(" ", "-") + ".ct")   # convert keeps the layer
+        cv = H.run([shoal, "convert", path, ct], timeout=120)
+        out = os.path.join(tmp, "%s-ct-draft.npy" % label)
+        r = H.run([shoal, "run", ct] + ARGS + ["--draft-logits-out", out], timeout=120)
+        result("%s GGUF converted: the container's MTP draft logits are the file's bytes" % label,
+               cv.returncode == 0 and r.returncode == 0 and os.path.exists(out) and
+               open(out, "rb").read() == drafts[1][1], show(cv) + " / " + show(r))
     if permute_qk:   # the permutation matters: the file without it computes otherwise
         plain = gguf_tensors(st, cfg, split)
         write(path, cfg, plain, make_kvs(cfg))
