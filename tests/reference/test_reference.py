@@ -27,7 +27,9 @@ and checks
                 within the same tolerance of ref_numpy.mtp_logits over the prompt and
                 the generated ids, and byte-identical through an f32 container
                 (convert writes the MTP layer); --speculate mtp (draft-max 1 and 3)
-                gives the ids and the logits bytes of the run without it.
+                gives the ids and the logits bytes of the run without it; with a
+                mis-shaped MTP tensor the model runs, auto too, and --speculate mtp
+                exits 2 with one line naming the tensor.
 Ends with the line "N passed, M failed"; exit status 1 if anything failed.
 Checkpoints whose real config is missing (../shared/data/configs relative to the
 repo root) are reported as SKIP and counted neither passed nor failed.
@@ -162,6 +164,29 @@ def check_mtp(shoal, d, prompt, n_steps, out_dir, name, timeout, res):
             return False, err
         if open(s["npy"], "rb").read() != plain or open(s["ids_txt"]).read() != open(res["ids_txt"]).read():
             return False, f"--speculate mtp --draft-max {k}: ids or logits bytes differ from the plain run"
+    # an MTP tensor of the wrong shape: the model runs, --speculate mtp is refused in
+    # one line naming the tensor (exit 2), auto runs without the MTP layer
+    if not name.endswith(("_fp8", "_bf16")):
+        bad = os.path.join(out_dir, f"{name}.badmtp")
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(d, bad, ignore=shutil.ignore_patterns("*.safetensors", "*.index.json"))
+        W = R.load_tensors(d)
+        L = R.load_config(d)["num_hidden_layers"]
+        k = f"model.layers.{L}.eh_proj.weight"
+        W[k] = np.ascontiguousarray(W[k][:, :-1])
+        gen_tiny.write_checkpoint(bad, sorted(W.items()), 1)
+        base = [shoal, "run", "--model", bad, "--tokens", ",".join(map(str, prompt)),
+                "--max-tokens", "4", "--greedy"]
+        p0 = subprocess.run(base, capture_output=True, text=True, timeout=timeout)
+        p1 = subprocess.run(base + ["--speculate", "mtp"], capture_output=True, text=True,
+                            timeout=timeout)
+        p2 = subprocess.run(base + ["--speculate", "auto"], capture_output=True, text=True,
+                            timeout=timeout)
+        lines = p1.stderr.strip().splitlines()
+        if not (p0.returncode == 0 and p2.returncode == 0 and p1.returncode == 2 and
+                len(lines) == 1 and "no usable MTP layer" in lines[0] and k in lines[0]):
+            return False, (f"a mis-shaped {k}: run {p0.returncode}, auto {p2.returncode}, mtp "
+                           f"{p1.returncode}: {p1.stderr.strip()[-300:]}")
     return True, (f"{got.shape[0]} rows of MTP logits, max rel err {rel.max():.2e}, the same bytes "
                   f"from a container; --speculate mtp (draft-max 1, 3): the same ids and "
                   f"logits bytes")
