@@ -613,6 +613,8 @@ extern const struct shoal_quant_ops shoal_quant_ops_avx2;  /* x86-64 builds */
 extern const struct shoal_quant_ops shoal_quant_ops_avx512; /* x86-64, if the
                                                   compiler has AVX-512 */
 extern const struct shoal_quant_ops shoal_quant_ops_avx512bw; /* same, no VBMI */
+extern const struct shoal_quant_ops shoal_quant_ops_avx2_vnni; /* quant_avx2.c built
+                                                  with AVX-512 VL + VNNI, same bits */
 extern const struct shoal_quant_ops shoal_quant_ops_neon;  /* aarch64 builds */
 extern const struct shoal_quant_ops shoal_quant_ops_neon_dotprod; /* aarch64, if the
                                                   compiler has +dotprod */
