@@ -78,6 +78,7 @@ def tasks(names):
 
 
 def has_mtp(model):
+    """The model directory's config.json names MTP layers (num_nextn_predict_layers)."""
     try:
         with open(os.path.join(model, "config.json")) as f:
             return bool(json.load(f).get("num_nextn_predict_layers"))

@@ -150,16 +150,12 @@ int shoal_cli_generate(struct shoal_session *s, const int32_t *prompt,
                 limit = o->max_tokens - shoal_gen_n_generated(g) - 1;
             if (limit > n_batch - 1)
                 limit = n_batch - 1;
-            /* auto with MTP layers: a lookup match first (free to draft), else
-             * the MTP layers; mtp: the MTP layers only */
-            if (!mtp || o->speculate == SHOAL_SPEC_AUTO)
-                k = shoal_spec_plan(&sp, &cost, 1, 1, s->history, s->n_history, id, limit,
-                                    step + 1);
-            if (mtp && k == 0) {   /* the model's MTP layers: the gate first, then drafts */
-                /* an MTP draft before any is measured: a layer and the head, against
-                 * the trunk's layers and head */
-                cost.t_draft_est = cost.t_rows[1] * 2.0 /
-                                   (double)(s->model->cfg.n_layer + 1);
+            /* a lookup match first (free to draft; none in mode mtp), else the
+             * MTP layers: the gate first, then their drafts */
+            k = shoal_spec_plan(&sp, &cost, 1, 1, s->history, s->n_history, id, limit,
+                                step + 1);
+            if (mtp && k == 0) {
+                shoal_spec_draft_estimate(&cost, s->model->cfg.n_layer);
                 k = shoal_spec_choose(&sp, &cost, 1, 1, limit);
                 if (k > 0) {
                     const double td = shoal_time_s();

@@ -70,6 +70,11 @@ void shoal_spec_cost_record(struct shoal_spec_cost *c, int64_t rows, double seco
     *t = *t > 0 ? (1 - EMA) * *t + EMA * seconds : seconds;
 }
 
+void shoal_spec_draft_estimate(struct shoal_spec_cost *c, int64_t n_layer)
+{
+    c->t_draft_est = c->t_rows[1] * 2.0 / (double)(n_layer > 0 ? n_layer + 1 : 2);
+}
+
 void shoal_spec_draft_cost_record(struct shoal_spec_cost *c, int64_t k, double seconds)
 {
     if (k < 1 || k > SHOAL_SPEC_DRAFT_MAX || !(seconds > 0))

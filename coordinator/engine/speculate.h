@@ -80,6 +80,11 @@ struct shoal_spec_cost {
  * SHOAL_SPEC_MAX_ROWS rows are not kept). Thread: the context's. */
 void shoal_spec_cost_record(struct shoal_spec_cost *c, int64_t rows, double seconds);
 
+/* Set c->t_draft_est from the measured one-row step of a model of n_layer
+ * layers: an MTP draft runs one layer and a head, as the trunk's step runs
+ * n_layer and one (t_rows[1] * 2 / (n_layer + 1)). Thread: the context's. */
+void shoal_spec_draft_estimate(struct shoal_spec_cost *c, int64_t n_layer);
+
 /* After the MTP layers drafted k tokens in seconds. Thread: the context's. */
 void shoal_spec_draft_cost_record(struct shoal_spec_cost *c, int64_t k, double seconds);
 

@@ -790,17 +790,14 @@ static int build_step(struct engine *en)
                     limit = gen_left < limit ? gen_left : limit;
                     const int mtp = shoal_ctx_has_mtp(en->s->ctx) &&
                                     r->sp.mode != SHOAL_SPEC_LOOKUP;
-                    r->n_draft = 0;
-                    if (!mtp || r->sp.mode == SHOAL_SPEC_AUTO)   /* a lookup match first */
-                        r->n_draft = shoal_spec_plan(&r->sp, &en->cost, n_rows, n_dec,
-                                                     sl->tokens, sl->n_tokens, r->next, limit,
-                                                     r->step + 1);
+                    /* a lookup match first (none in mode mtp) */
+                    r->n_draft = shoal_spec_plan(&r->sp, &en->cost, n_rows, n_dec, sl->tokens,
+                                                 sl->n_tokens, r->next, limit, r->step + 1);
                     if (mtp && r->n_draft == 0) {
                         /* the model's MTP layers (mtp, or auto on a model with them):
                          * the gate first, then this sequence's drafts; a failed
                          * draft only means none (the step's bits never depend on it) */
-                        en->cost.t_draft_est = en->cost.t_rows[1] * 2.0 /
-                                               (double)(en->s->model->cfg.n_layer + 1);
+                        shoal_spec_draft_estimate(&en->cost, en->s->model->cfg.n_layer);
                         const int64_t k = shoal_spec_choose(&r->sp, &en->cost, n_rows, n_dec,
                                                             limit);
                         struct shoal_err derr = {0};

@@ -36,6 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "reference"))
 import test_serve as ts  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench"))
+from spec_bench import has_mtp  # noqa: E402  (the config names MTP layers)
 from test_serve import check  # noqa: E402
 
 N_TOKENS = 12
@@ -110,15 +112,6 @@ def same(got, want, what):
     check(got[0] == want[0], "%s: text %r, shoal run gives %r" % (what, got[0], want[0]))
     check(len(want[1]) > 128 and got[1] == want[1],
           "%s: logits bytes equal shoal run's (%d vs %d bytes)" % (what, len(got[1]), len(want[1])))
-
-
-def has_mtp(model):
-    """The checkpoint directory's config names MTP layers."""
-    try:
-        with open(os.path.join(model, "config.json")) as f:
-            return bool(json.load(f).get("num_nextn_predict_layers"))
-    except (OSError, ValueError):
-        return False
 
 
 def check_model(shoal, name, model, tmp):
