@@ -203,6 +203,14 @@ def figures(res, cell, shape, blob):
             t_link += t_cores
         bounds = {"disks": t_disk, "link": t_link, "cores": t_cores}
         binding = max(bounds, key=bounds.get)
+        # the step floor (equal disks only): a layer step waits for its
+        # busiest disk and an expert's read is not split, so the demand
+        # reads of a step take at least ceil(reads / workers) read times;
+        # summed over the steps (shoal bench's deep_reads_*), per token
+        deep = f.get("deep_reads_" + phase)
+        t_steps = None
+        if deep is not None and ARGS.skew == 1 and blob:
+            t_steps = deep * blob / (ARGS.disk_mbps * 1e6)
         out[phase] = {
             "tok_s": 1.0 / t_meas if t_meas > 0 else None,
             "wire_kb_sent": sent / 1e3, "wire_kb_received": recv / 1e3,
@@ -212,6 +220,10 @@ def figures(res, cell, shape, blob):
             "bound_ms": {k: v * 1e3 for k, v in bounds.items()},
             "binding": binding,
             "ratio": bounds[binding] / t_meas if t_meas > 0 else None,
+            "worker_reads": f.get("worker_reads_" + phase),
+            "step_floor_ms": t_steps * 1e3 if t_steps is not None else None,
+            "of_step_floor": max(t_steps, bounds[binding]) / t_meas
+            if t_steps is not None and t_meas > 0 else None,
         }
     return out
 
@@ -309,8 +321,9 @@ def main():
     results = []
     print("| workers | link | RTT | phase | tok/s | wire KB/token sent / received | "
           "wire / minimum | round trips / token | worker SSD MB/token | busy max/mean | "
-          "bounds ms/token (disks, link, cores) | binding | measured / bound |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "bounds ms/token (disks, link, cores) | binding | measured / bound | "
+          "step floor ms/token | measured / max(bound, floor) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in [int(x) for x in ARGS.workers.split(",")]:
         for rate in ARGS.rate.split(","):
             for rtt in [float(x) for x in ARGS.rtt_ms.split(",")]:
@@ -326,15 +339,19 @@ def main():
                 for phase in ("prefill", "decode"):
                     g = fig[phase]
                     b = g["bound_ms"]
+                    fl = g["step_floor_ms"]
                     print("| %d | %s | %g ms | %s | %.2f | %.0f / %.0f | %s | %.2f | %.0f | %s | "
-                          "%.0f, %.0f, %.0f | %s | %.2f |" % (
+                          "%.0f, %.0f, %.0f | %s | %.2f | %s | %s |" % (
                               n, rate, rtt, phase, g["tok_s"], g["wire_kb_sent"],
                               g["wire_kb_received"],
                               "%.3f" % g["wire_over_min"] if g["wire_over_min"] else "-",
                               g["round_trips"], g["ssd_mb"],
                               "%.2f" % g["busy_max_mean"] if g["busy_max_mean"] else "-",
                               b["disks"], b["link"],
-                              b["cores"], g["binding"], g["ratio"]), flush=True)
+                              b["cores"], g["binding"], g["ratio"],
+                              "%.0f" % fl if fl is not None else "-",
+                              "%.2f" % g["of_step_floor"] if fl is not None else "-"),
+                          flush=True)
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%d"), "model": ARGS.model,

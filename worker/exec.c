@@ -365,11 +365,33 @@ static void run_request(struct shoal_worker_exec *x, struct shoal_worker_job *jo
                                (s0.pinned_hits + s0.cache_hits + s0.inflight_hits));
     rs.disk_reads = (uint32_t)(s1.disk_reads - s0.disk_reads);
     rs.bytes_read = s1.bytes_read - s0.bytes_read;
+    /* what is in RAM here now, for placement: this layer, and the next
+     * layer with experts here once the hints that came meanwhile ran (the
+     * coordinator sends the next layer's hint right after this request) */
+    run_hints(x);
+    const struct shoal_container *ct = x->p.ct;
+    const size_t nb = (size_t)((ct->n_expert + 7) / 8);
+    uint8_t *bits = shoal_xcalloc(4 * nb > 0 ? 4 * nb : 1, 1);
+    if (shoal_expert_store_resident_bits(x->store, il, bits, bits + nb) == 0) {
+        rs.resident = (ProtobufCBinaryData){.data = bits, .len = nb};
+        rs.loading = (ProtobufCBinaryData){.data = bits + nb, .len = nb};
+    }
+    for (int64_t l2 = il + 1; l2 < ct->n_layer; l2++)
+        if (ct->layer_offset[l2] != UINT64_MAX) {
+            if (shoal_expert_store_resident_bits(x->store, l2, bits + 2 * nb, bits + 3 * nb) ==
+                0) {
+                rs.next_layer = (uint32_t)l2;
+                rs.next_resident = (ProtobufCBinaryData){.data = bits + 2 * nb, .len = nb};
+                rs.next_loading = (ProtobufCBinaryData){.data = bits + 3 * nb, .len = nb};
+            }
+            break;
+        }
     Shoal__Frame f = SHOAL__FRAME__INIT;
     f.msg_case = SHOAL__FRAME__MSG_RESPONSE;
     f.response = &rs;
     job->reply = shoal_wire_pack(&f, job->max_frame, &job->reply_len, &err);
     free(out);
+    free(bits);
     if (!job->reply)
         reply_error(job, err.code ? err.code : SHOAL_ENOMEM, err.msg);
 }

@@ -1646,6 +1646,37 @@ int shoal_expert_store_wants_hints(struct shoal_expert_store *s)
     return due != HINT_SKIP;
 }
 
+int shoal_expert_store_resident_bits(struct shoal_expert_store *s, int64_t il, uint8_t *bits,
+                                     uint8_t *loading)
+{
+    const struct shoal_container *ct = s->ct;
+    const int64_t NE = ct->n_expert;
+    if (il < 0 || il >= ct->n_layer || ct->layer_offset[il] == UINT64_MAX)
+        return -1;
+    memset(bits, 0, (size_t)((NE + 7) / 8));
+    if (loading)
+        memset(loading, 0, (size_t)((NE + 7) / 8));
+    pthread_mutex_lock(&s->mu);
+    for (int64_t ie = 0; ie < NE; ie++) {
+        const struct entry *e = s->slot[il * NE + ie];
+        if (!e || e->state == ENTRY_FAILED)
+            continue;
+        bits[ie >> 3] |= (uint8_t)(1u << (ie & 7));
+        if (loading && e->state == ENTRY_LOADING)
+            loading[ie >> 3] |= (uint8_t)(1u << (ie & 7));
+    }
+    for (int k = 0; k < s->n_ahead; k++) {
+        const struct entry *e = s->ahead[k];
+        if (e->il != il || e->state == ENTRY_FAILED)
+            continue;
+        bits[e->ie >> 3] |= (uint8_t)(1u << (e->ie & 7));
+        if (loading && e->state == ENTRY_LOADING)
+            loading[e->ie >> 3] |= (uint8_t)(1u << (e->ie & 7));
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
 int shoal_expert_store_layer_resident(struct shoal_expert_store *s, int64_t il)
 {
     if (il < 0 || il >= s->ct->n_layer)

@@ -240,6 +240,17 @@ void shoal_expert_store_release(struct shoal_expert_store *s, int64_t il, int64_
  * caller (takes the lock). */
 int shoal_expert_store_wants_hints(struct shoal_expert_store *s);
 
+/* Which experts of layer il are in memory or on their way (pinned, cached,
+ * being read into the cache, or read ahead into staging by a hint): bit
+ * ie % 8 of bits[ie / 8] set for expert ie; loading (NULL: not wanted)
+ * gets the subset whose read is still under way (placement's view of a
+ * worker's RAM and disk queue, the ExpertResponse's resident bitmaps).
+ *   bits, loading  [(n_expert + 7) / 8] bytes each, written (all of them)
+ * Returns 0, or -1 when il is out of range or holds no experts (nothing
+ * written). Thread: any (takes the lock). */
+int shoal_expert_store_resident_bits(struct shoal_expert_store *s, int64_t il, uint8_t *bits,
+                                     uint8_t *loading);
+
 /* 1 when every expert of layer il that this store holds is in memory
  * (pinned or cached, its read complete), so a hint for it would do
  * nothing and a caller can skip computing one (the warm case: the router

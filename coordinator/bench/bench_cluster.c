@@ -294,9 +294,11 @@ json_t *shoal_bench_cluster_balance(struct shoal_session *s)
         return NULL;
     struct shoal_cluster_balance b;
     shoal_cluster_balance_get(s->cluster, &b);
-    return json_pack("{s:I, s:f, s:I, s:I}", "steps", (json_int_t)b.steps, "ratio_sum",
-                     b.max_over_mean * (double)b.steps, "split_experts", (json_int_t)b.n_split,
-                     "split_rows", (json_int_t)b.split_rows);
+    return json_pack("{s:I, s:f, s:I, s:I, s:I, s:I}", "steps", (json_int_t)b.steps,
+                     "ratio_sum", b.max_over_mean * (double)b.steps, "split_experts",
+                     (json_int_t)b.n_split, "split_rows", (json_int_t)b.split_rows,
+                     "step_reads", (json_int_t)b.step_reads, "deep_reads",
+                     (json_int_t)b.deep_reads);
 }
 
 json_t *shoal_bench_cluster_delta(const json_t *before, const json_t *after, double *total)

@@ -850,6 +850,8 @@ struct phase_acc {
     json_t *wire;                     /* cluster: per-executor deltas, summed (owned) */
     double bal_steps, bal_ratio_sum;  /* cluster: layer steps, sum of max/mean busy */
     double split_experts, split_rows; /* cluster: entries split among holders, their rows */
+    double step_reads, deep_reads;    /* cluster: worker disk reads, and their per-step depth
+                                       * (shoal_cluster_balance) */
 };
 
 /* Add the balance counters of b minus those of a (borrowed, NULL: none). */
@@ -861,6 +863,8 @@ static void balance_add(struct phase_acc *acc, const json_t *a, const json_t *b)
     acc->bal_ratio_sum += jget(b, "ratio_sum") - jget(a, "ratio_sum");
     acc->split_experts += jget(b, "split_experts") - jget(a, "split_experts");
     acc->split_rows += jget(b, "split_rows") - jget(a, "split_rows");
+    acc->step_reads += jget(b, "step_reads") - jget(a, "step_reads");
+    acc->deep_reads += jget(b, "deep_reads") - jget(a, "deep_reads");
 }
 
 static void timings_add_delta(struct shoal_ctx_timings *acc, const struct shoal_ctx_timings *a,
@@ -1278,6 +1282,12 @@ static int rep_child(void *user, json_t **out)
             jset(f, "busy_max_mean_decode",
                  jnum(acc.decode.bal_steps > 0 ? acc.decode.bal_ratio_sum /
                                                      acc.decode.bal_steps : NAN));
+            /* per token: the workers' disk reads, and the reads of the busiest
+             * disk had each layer step's been spread evenly (a step's floor) */
+            jset(f, "worker_reads_prefill", jnum(acc.prefill.step_reads / acc.prefill.tokens));
+            jset(f, "worker_reads_decode", jnum(acc.decode.step_reads / acc.decode.tokens));
+            jset(f, "deep_reads_prefill", jnum(acc.prefill.deep_reads / acc.prefill.tokens));
+            jset(f, "deep_reads_decode", jnum(acc.decode.deep_reads / acc.decode.tokens));
             jset(f, "split_experts_prefill", json_real(acc.prefill.split_experts));
             jset(f, "split_rows_prefill", json_real(acc.prefill.split_rows));
             json_t *ex = json_deep_copy(acc.decode.wire);

@@ -383,6 +383,10 @@ fail:
         for (int i = 0; i < cl->n_exec; i++) {
             free(cl->exec[i].holds);
             free(cl->exec[i].assigned);
+        free(cl->exec[i].resident);
+        free(cl->exec[i].resident_known);
+        free(cl->exec[i].loading);
+        free(cl->exec[i].resident_at);
         }
         free(cl->is_moe);
         free(cl->remote_runs);
@@ -430,6 +434,10 @@ void shoal_cluster_destroy(struct shoal_cluster *cl)
     for (int i = 0; i < cl->n_exec; i++) {
         free(cl->exec[i].holds);
         free(cl->exec[i].assigned);
+        free(cl->exec[i].resident);
+        free(cl->exec[i].resident_known);
+        free(cl->exec[i].loading);
+        free(cl->exec[i].resident_at);
     }
     free(cl->is_moe);
     free(cl->remote_runs);
@@ -505,6 +513,8 @@ void shoal_cluster_balance_get(struct shoal_cluster *cl, struct shoal_cluster_ba
     out->max_over_mean = cl->bal_steps ? cl->bal_ratio_sum / (double)cl->bal_steps : 0.0;
     out->n_split = cl->n_split;
     out->split_rows = cl->split_rows;
+    out->step_reads = cl->step_reads;
+    out->deep_reads = cl->deep_reads;
     pthread_mutex_unlock(&cl->mu);
 }
 

@@ -260,6 +260,11 @@ struct shoal_cluster_balance {
                                  * step's start; 0 when steps is 0 */
     uint64_t n_split;           /* union entries whose rows were split among holders */
     uint64_t split_rows;        /* the rows those entries held */
+    uint64_t step_reads;        /* expert reads from disk the workers' answers reported */
+    uint64_t deep_reads;        /* sum over layer steps of ceil(that step's reads / the
+                                 * workers up): a step waits for its busiest disk, and
+                                 * a read is not split, so with equal disks a step's
+                                 * reads take at least this many read times */
 };
 
 /* Copy the balance counters since create. Thread: any. */

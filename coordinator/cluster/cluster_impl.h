@@ -102,6 +102,13 @@ struct exec {
     /* [main] what placement believes is in its RAM (cache model for spill-over) */
     uint8_t *assigned;           /* [n_layer][n_expert] */
     uint64_t assigned_bytes;
+    /* [main] its RAM as it last reported it (ExpertResponse resident bitmaps;
+     * the local store's read at each snapshot): placement's cache model
+     * where known, the assigned guess above where not. NULL until the first */
+    uint8_t *resident;           /* [n_layer][(n_expert + 7) / 8] */
+    uint8_t *loading;            /* [n_layer][(n_expert + 7) / 8] of those, still read */
+    uint8_t *resident_known;     /* [n_layer] 1: the row was reported */
+    double *resident_at;         /* [n_layer] when (shoal_cluster_now) */
 };
 
 enum pending_state {
@@ -199,6 +206,10 @@ struct shoal_cluster {
                                          * remote run, 0xff: none */
     uint64_t n_split, split_rows;       /* entries whose rows were split among holders,
                                          * and the rows they held */
+    uint64_t step_reads;                /* disk reads the workers' answers reported */
+    uint64_t deep_reads;                /* sum over layer steps of ceil(the step's worker
+                                         * disk reads / the workers up): the reads on the
+                                         * busiest disk had each step's been spread evenly */
     uint64_t bal_steps;                 /* layer steps with busy executors */
     double bal_ratio_sum;               /* sum over them of max / mean busy */
 

@@ -18,8 +18,53 @@
 
 #define NET_BYTES_PER_S 1e9          /* transfer estimate of hidden/out rows */
 #define HINT_QUEUE_MAX (8u << 20)    /* skip hints to a peer with this much queued */
+#define SHOAL_CLUSTER_MAX_EXPERT_BITS 1024   /* the local store's bitmap: 8192 experts */
 
 /* ------------------------------------------------------------ snapshot */
+
+/* Record executor x's RAM for layer il as reported: bits and loading,
+ * n_expert bits each (any other length is ignored: an older worker sends
+ * none; loading may be absent). Main thread. */
+static void note_resident(struct shoal_cluster *cl, int x, int64_t il, const ProtobufCBinaryData *bits,
+                          const ProtobufCBinaryData *loading)
+{
+    const size_t nb = (size_t)((cl->n_expert + 7) / 8);
+    if (il < 0 || il >= cl->n_layer || !cl->is_moe[il] || bits->len != nb || !bits->data)
+        return;
+    struct exec *e = &cl->exec[x];
+    if (!e->resident) {
+        e->resident = shoal_xcalloc((size_t)cl->n_layer * nb, 1);
+        e->loading = shoal_xcalloc((size_t)cl->n_layer * nb, 1);
+        e->resident_known = shoal_xcalloc((size_t)cl->n_layer, 1);
+        e->resident_at = shoal_xcalloc((size_t)cl->n_layer, sizeof *e->resident_at);
+    }
+    memcpy(e->resident + (size_t)il * nb, bits->data, nb);
+    if (loading->len == nb && loading->data)
+        memcpy(e->loading + (size_t)il * nb, loading->data, nb);
+    else
+        memset(e->loading + (size_t)il * nb, 0, nb);
+    e->resident_known[il] = 1;
+    e->resident_at[il] = shoal_cluster_now();
+}
+
+/* Seconds of reads still ahead of executor x's disk for layer il when it
+ * last reported (the experts being read there, at its disk's rate, less the
+ * time since): placement's sunk work, whichever executor gets what. */
+static double sunk_reads(const struct shoal_cluster *cl, const struct cluster_snap *s, int x,
+                         int64_t il)
+{
+    const struct exec *e = &cl->exec[x];
+    if (!e->resident_known || !e->resident_known[il])
+        return 0.0;
+    const size_t nb = (size_t)((cl->n_expert + 7) / 8);
+    const uint8_t *ld = e->loading + (size_t)il * nb;
+    int n = 0;
+    for (size_t i = 0; i < nb; i++)
+        n += __builtin_popcount(ld[i]);
+    const double t = (double)n * (double)cl->blob_bytes / s->disk[x] -
+                     (shoal_cluster_now() - e->resident_at[il]);
+    return t > 0 ? t : 0.0;
+}
 
 /* Copy what placement needs about every executor for layer il. */
 static void snapshot(struct shoal_cluster *cl, struct cluster_snap *s, int64_t il)
@@ -51,6 +96,8 @@ static void snapshot(struct shoal_cluster *cl, struct cluster_snap *s, int64_t i
         if (x->reset_assigned && x->assigned) {
             memset(x->assigned, 0, (size_t)(cl->n_layer * NE));
             x->assigned_bytes = 0;
+            if (x->resident_known)
+                memset(x->resident_known, 0, (size_t)cl->n_layer);
             x->reset_assigned = 0;
         }
         uint8_t *row = s->holds + (size_t)i * (size_t)NE;
@@ -60,6 +107,14 @@ static void snapshot(struct shoal_cluster *cl, struct cluster_snap *s, int64_t i
             memset(row, 0, (size_t)NE);
     }
     pthread_mutex_unlock(&cl->mu);
+    if (cl->local >= 0 && cl->model->store) {
+        uint8_t bits[2][SHOAL_CLUSTER_MAX_EXPERT_BITS];
+        const size_t nb = (size_t)((NE + 7) / 8);
+        if (nb <= sizeof bits[0] &&
+            shoal_expert_store_resident_bits(cl->model->store, il, bits[0], bits[1]) == 0)
+            note_resident(cl, cl->local, il, &(ProtobufCBinaryData){.data = bits[0], .len = nb},
+                          &(ProtobufCBinaryData){.data = bits[1], .len = nb});
+    }
 }
 
 static int holds(const struct shoal_cluster *cl, const struct cluster_snap *s, int x,
@@ -74,6 +129,8 @@ static int holds(const struct shoal_cluster *cl, const struct cluster_snap *s, i
 static int cached(const struct shoal_cluster *cl, int x, int64_t il, int64_t ie)
 {
     const struct exec *e = &cl->exec[x];
+    if (e->resident_known && e->resident_known[il])
+        return e->resident[il * ((cl->n_expert + 7) / 8) + (ie >> 3)] >> (ie & 7) & 1;
     if (!e->assigned[il * cl->n_expert + ie])
         return 0;
     return e->cache_bytes == UINT64_MAX || e->assigned_bytes <= e->cache_bytes;
@@ -167,9 +224,12 @@ static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
         t[x] += cost(cl, s, x, il, bu->expert[u], rows);
         cnt[x]++;
     }
-    for (int x = 0; x < N; x++)
+    for (int x = 0; x < N; x++) {
         if (cnt[x])
             t[x] += s->rtt_s[x];
+        if (s->up[x])
+            t[x] += sunk_reads(cl, s, x, il);
+    }
     for (int64_t iter = 0; iter < n; iter++) {
         int m = 0;
         for (int x = 1; x < N; x++)
@@ -257,9 +317,12 @@ static void loads(struct shoal_cluster *cl, const struct cluster_snap *s, int64_
         t[x] += cost(cl, s, (int)x, il, bu->expert[u], bu->slot_begin[u + 1] - bu->slot_begin[u]);
         cnt[x]++;
     }
-    for (int x = 0; x < s->n; x++)
+    for (int x = 0; x < s->n; x++) {
         if (cnt[x])
             t[x] += s->rtt_s[x];
+        if (s->up[x])
+            t[x] += sunk_reads(cl, s, x, il);
+    }
 }
 
 /* Split the entries of bu (placed whole in assign, round 0: nothing
@@ -832,10 +895,13 @@ static int64_t accept_unchecked(struct shoal_cluster *cl, const struct shoal_clu
  * balance counters: per executor its sum, and the step's max / mean over
  * the executors that were up when it started (a step where none was busy
  * counts nowhere). */
-static void note_busy(struct shoal_cluster *cl, const double *busy, const int *active, int n)
+static void note_busy(struct shoal_cluster *cl, const double *busy, const int *active, int n,
+                      uint64_t reads)
 {
     double sum = 0, mx = 0;
-    int k = 0;
+    int k = 0, workers = 0;
+    for (int x = 0; x < n; x++)
+        workers += active[x] && x != cl->local;
     for (int x = 0; x < n; x++)
         if (active[x]) {
             sum += busy[x];
@@ -848,6 +914,9 @@ static void note_busy(struct shoal_cluster *cl, const double *busy, const int *a
             cl->exec[x].busy_s += busy[x];
             cl->exec[x].busy_steps++;
         }
+    cl->step_reads += reads;
+    if (workers > 0)
+        cl->deep_reads += (reads + (uint64_t)workers - 1) / (uint64_t)workers;
     if (k > 0 && sum > 0) {
         cl->bal_steps++;
         cl->bal_ratio_sum += mx / (sum / k);
@@ -883,6 +952,7 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
     int n_active = s->n;
     int rc = 0, round = 0;
     double net_max = 0;
+    uint64_t step_reads = 0;   /* the workers' answers' disk reads */
     for (int x = 0; x < s->n; x++)
         active[x] = s->up[x];
     grow_scratch(cl, L0->n_tok, bu0->slot_begin[nu0]);
@@ -1012,6 +1082,10 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                     cl->exec[x].misses += rs->disk_reads;
                     cl->exec[x].payload_received += rs->out.len;
                     cl->exec[x].ssd_bytes += rs->bytes_read;
+                    step_reads += rs->disk_reads;
+                    note_resident(cl, x, il, &rs->resident, &rs->loading);
+                    note_resident(cl, x, (int64_t)rs->next_layer, &rs->next_resident,
+                                  &rs->next_loading);
                     for (int64_t j = rq[i].first; j < rq[i].first + rq[i].n; j++) {
                         const int64_t c = il * cl->n_expert + bu->expert[ord[j]];
                         cl->remote_runs[c]++;
@@ -1078,7 +1152,7 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
         *err = e3;
         rc = local_err.code;
     }
-    note_busy(cl, busy, active, n_active);
+    note_busy(cl, busy, active, n_active, step_reads);
     pthread_mutex_lock(&cl->mu);
     cl->net_s += net_max > 0 ? net_max : 0;
     pthread_mutex_unlock(&cl->mu);
@@ -1116,32 +1190,50 @@ int64_t shoal_cluster_hint(struct shoal_cluster *cl, int64_t il, const int32_t *
     const int64_t NE = cl->n_expert;
     struct cluster_snap *s = cl->hint;
     snapshot(cl, s, il);
-    uint8_t seen[1024];
-    uint8_t *mark = NE <= (int64_t)sizeof seen ? seen : shoal_xcalloc((size_t)NE, 1);
-    memset(mark, 0, (size_t)(NE <= (int64_t)sizeof seen ? NE : 0));
+    /* the lookahead's union: distinct experts with an up holder, and how
+     * many rows each (placement's cost) */
+    int64_t *rows = shoal_xcalloc((size_t)NE, sizeof *rows);
+    int64_t n = 0;
+    for (int64_t i = 0; i < n_ids; i++)
+        if (ids[i] >= 0 && ids[i] < NE && rows[ids[i]]++ == 0)
+            n++;
+    struct shoal_batch_union bu = {.n_used = 0};
+    bu.expert = shoal_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *bu.expert);
+    bu.slot_begin = shoal_xmalloc((size_t)(n + 1) * sizeof *bu.slot_begin);
+    bu.slot_begin[0] = 0;
+    for (int64_t ie = 0; ie < NE; ie++) {
+        if (!rows[ie])
+            continue;
+        int held = 0;
+        for (int x = 0; x < s->n && !held; x++)
+            held = s->up[x] && holds(cl, s, x, ie);
+        if (!held)
+            continue;
+        bu.expert[bu.n_used] = (int32_t)ie;
+        bu.slot_begin[bu.n_used + 1] = bu.slot_begin[bu.n_used] + rows[ie];
+        bu.n_used++;
+    }
+    /* each expert to the executor the step's placement would give it,
+     * balanced as the step will be (spill-over over the estimated read and
+     * compute times): the read starts there now, the worker's answer to
+     * this step reports it resident (next_resident) and the step's
+     * placement keeps it there, so a prefetch is not wasted by moving its
+     * expert, and the disks' work is spread before the step */
+    int64_t *todo = shoal_xmalloc((size_t)(bu.n_used > 0 ? bu.n_used : 1) * sizeof *todo);
+    int *assign = shoal_xmalloc((size_t)(bu.n_used > 0 ? bu.n_used : 1) * sizeof *assign);
+    uint64_t *avoid = shoal_xcalloc((size_t)(bu.n_used > 0 ? bu.n_used : 1), sizeof *avoid);
+    struct step_state *ss = shoal_xcalloc(1, sizeof *ss);
+    for (int64_t u = 0; u < bu.n_used; u++)
+        todo[u] = u;
+    struct shoal_err err = {0};
+    const int placed = place(cl, s, ss, avoid, il, &bu, todo, bu.n_used, assign, &err) == 0;
     uint32_t *per = shoal_xmalloc((size_t)(s->n > 0 ? s->n : 1) * (size_t)NE * sizeof *per);
     int64_t cnt[SHOAL_CLUSTER_MAX_EXECUTORS] = {0};
-    uint64_t seeds[SHOAL_CLUSTER_MAX_EXECUTORS];
-    double weights[SHOAL_CLUSTER_MAX_EXECUTORS];
     int cand[SHOAL_CLUSTER_MAX_EXECUTORS];
     int64_t n_local = 0;
-    for (int64_t i = 0; i < n_ids; i++) {
-        const int32_t ie = ids[i];
-        if (ie < 0 || ie >= NE || mark[ie])
-            continue;
-        mark[ie] = 1;
-        int nc = 0;
-        for (int x = 0; x < s->n; x++)
-            if (s->up[x] && holds(cl, s, x, ie)) {
-                cand[nc] = x;
-                seeds[nc] = cl->exec[x].seed;
-                weights[nc] = s->weight[x];
-                nc++;
-            }
-        if (nc == 0)
-            continue;
-        int b = shoal_placement_best(shoal_placement_key(il, ie), seeds, weights, nc, 0);
-        int x = cand[b < 0 ? 0 : b];
+    for (int64_t u = 0; placed && u < bu.n_used; u++) {
+        const int32_t ie = bu.expert[u];
+        const int x = assign[u];
         if (x == cl->local)
             local_ids[n_local++] = ie;
         else
@@ -1150,6 +1242,10 @@ int64_t shoal_cluster_hint(struct shoal_cluster *cl, int64_t il, const int32_t *
          * while their cache has room, off the critical path; placement's
          * cache model then counts it there, so spill-over and row
          * splitting may use them without paying a read in the step */
+        int nc = 0;
+        for (int y = 0; y < s->n; y++)
+            if (s->up[y] && holds(cl, s, y, ie))
+                cand[nc++] = y;
         for (int k = 0; k < nc; k++) {
             const int y = cand[k];
             struct exec *e = &cl->exec[y];
@@ -1186,9 +1282,14 @@ int64_t shoal_cluster_hint(struct shoal_cluster *cl, int64_t il, const int32_t *
         m->len = len;
         shoal_cluster_post(cl, m);
     }
-    if (mark != seen)
-        free(mark);
     free(per);
+    free(ss);
+    free(avoid);
+    free(assign);
+    free(todo);
+    free(bu.slot_begin);
+    free(bu.expert);
+    free(rows);
     return n_local;
 }
 

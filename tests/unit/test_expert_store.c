@@ -260,6 +260,59 @@ Test(expert_store, layer_resident_follows_reads_and_evictions, .timeout = 60)
     rm_rf(F.dir);
 }
 
+/* placement's view of a worker (ExpertResponse.resident): the bits follow
+ * reads, hints and evictions, and the loading ones are a subset */
+Test(expert_store, resident_bits_follow_reads_hints_and_evictions, .timeout = 60)
+{
+    make(1);
+    struct shoal_err err = {0};
+    struct shoal_expert_weights w;
+    /* a cache of 3 experts under LRU */
+    struct shoal_expert_store_params p = params(3 * BLOB, SHOAL_IO_PREAD, 2);
+    p.cache_policy = SHOAL_CACHE_LRU;
+    struct shoal_expert_store *s = open_store(p);
+    uint8_t bits[(N_EXPERT + 7) / 8 + 1], ld[(N_EXPERT + 7) / 8 + 1];
+    memset(bits, 0xee, sizeof bits);
+    cr_assert(eq(int, shoal_expert_store_resident_bits(s, 1, bits, ld), -1), "dense layer");
+    cr_assert(eq(u8, bits[0], 0xee), "untouched on -1");
+    cr_assert(eq(int, shoal_expert_store_resident_bits(s, N_LAYER, bits, ld), -1));
+    cr_assert(eq(int, shoal_expert_store_resident_bits(s, -1, bits, NULL), -1));
+    cr_assert(eq(int, shoal_expert_store_resident_bits(s, 0, bits, ld), 0));
+    for (int i = 0; i < (N_EXPERT + 7) / 8; i++)
+        cr_assert(eq(u8, bits[i], 0), "nothing read yet");
+    const int order[4] = {5, 1, 6, 2};
+    for (int k = 0; k < 4; k++) {
+        cr_assert(eq(int, shoal_expert_store_acquire(s, 0, order[k], &w, &err), 0), "%s",
+                  err.msg);
+        shoal_expert_store_release(s, 0, order[k]);
+    }
+    /* 5 was the least recent of 4 in a cache of 3 */
+    cr_assert(eq(int, shoal_expert_store_resident_bits(s, 0, bits, ld), 0));
+    for (int ie = 0; ie < N_EXPERT; ie++) {
+        const int want = ie == 1 || ie == 6 || ie == 2;
+        cr_assert(eq(int, bits[ie >> 3] >> (ie & 7) & 1, want), "expert %d", ie);
+        cr_assert(eq(int, ld[ie >> 3] >> (ie & 7) & 1, 0), "expert %d: read complete", ie);
+    }
+    /* a hint's reads count as resident at once; loading is a subset */
+    int32_t hint[2] = {3, 4};
+    shoal_expert_store_hint(s, 2, hint, 2);
+    cr_assert(eq(int, shoal_expert_store_resident_bits(s, 2, bits, ld), 0));
+    for (int ie = 0; ie < N_EXPERT; ie++) {
+        const int b = bits[ie >> 3] >> (ie & 7) & 1, l = ld[ie >> 3] >> (ie & 7) & 1;
+        cr_assert(eq(int, b, ie == 3 || ie == 4), "layer 2 expert %d", ie);
+        cr_assert(l <= b, "loading implies resident");
+    }
+    int32_t ids[2] = {3, 4};
+    struct shoal_expert_weights w2[2];
+    cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 2, ids, 2, w2, &err), 2));
+    shoal_expert_store_release_batch(s, 2, ids, 2);
+    cr_assert(eq(int, shoal_expert_store_resident_bits(s, 2, bits, ld), 0));
+    for (int i = 0; i < (N_EXPERT + 7) / 8; i++)
+        cr_assert(eq(u8, ld[i], 0), "every read landed");
+    shoal_expert_store_destroy(s);
+    rm_rf(F.dir);
+}
+
 Test(expert_store, union_over_budget_is_served_in_parts_from_staging, .timeout = 60)
 {
     make(0);
