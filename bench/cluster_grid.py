@@ -158,6 +158,19 @@ class Cell:
             return json.load(open(out))
 
 
+def step_floor(m, n, blob):
+    """Seconds the m expert reads of one layer step take at best on the n
+    workers' throttled disks (worker 0 --skew times the others): reads of
+    one size, each given to the disk that would finish it first, which is
+    optimal for jobs of one size on machines of different speeds."""
+    rates = [ARGS.disk_mbps * 1e6 * (ARGS.skew if i == 0 else 1) for i in range(n)]
+    done = [0.0] * n
+    for _ in range(m):
+        i = min(range(n), key=lambda k: done[k] + blob / rates[k])
+        done[i] += blob / rates[i]
+    return max(done)
+
+
 def figures(res, cell, shape, blob):
     """The per-token figures and bounds of one cell's `shoal bench` JSON."""
     run = res["runs"][0] if "runs" in res else res
@@ -203,14 +216,15 @@ def figures(res, cell, shape, blob):
             t_link += t_cores
         bounds = {"disks": t_disk, "link": t_link, "cores": t_cores}
         binding = max(bounds, key=bounds.get)
-        # the step floor (equal disks only): a layer step waits for its
-        # busiest disk and an expert's read is not split, so the demand
-        # reads of a step take at least ceil(reads / workers) read times;
-        # summed over the steps (shoal bench's deep_reads_*), per token
-        deep = f.get("deep_reads_" + phase)
+        # the step floor: a layer step waits for its busiest disk and an
+        # expert's read is not split, so a step's m worker reads take at
+        # least step_floor(m) (each read to the disk that would finish it
+        # first); summed over the steps (shoal bench's step_reads_*), per
+        # token
+        hist = f.get("step_reads_" + phase)
         t_steps = None
-        if deep is not None and ARGS.skew == 1 and blob:
-            t_steps = deep * blob / (ARGS.disk_mbps * 1e6)
+        if hist is not None and blob:
+            t_steps = sum(step_floor(int(m), cell.n, blob) * c for m, c in hist.items()) / tok
         out[phase] = {
             "tok_s": 1.0 / t_meas if t_meas > 0 else None,
             "wire_kb_sent": sent / 1e3, "wire_kb_received": recv / 1e3,

@@ -294,11 +294,17 @@ json_t *shoal_bench_cluster_balance(struct shoal_session *s)
         return NULL;
     struct shoal_cluster_balance b;
     shoal_cluster_balance_get(s->cluster, &b);
-    return json_pack("{s:I, s:f, s:I, s:I, s:I, s:I}", "steps", (json_int_t)b.steps,
+    json_t *hist = json_object();   /* "m": layer steps with m worker disk reads */
+    for (int m = 0; m < SHOAL_CLUSTER_READS_HIST; m++)
+        if (b.reads_hist[m]) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", m);
+            json_object_set_new(hist, key, json_integer((json_int_t)b.reads_hist[m]));
+        }
+    return json_pack("{s:I, s:f, s:I, s:I, s:I, s:o}", "steps", (json_int_t)b.steps,
                      "ratio_sum", b.max_over_mean * (double)b.steps, "split_experts",
                      (json_int_t)b.n_split, "split_rows", (json_int_t)b.split_rows,
-                     "step_reads", (json_int_t)b.step_reads, "deep_reads",
-                     (json_int_t)b.deep_reads);
+                     "step_reads", (json_int_t)b.step_reads, "reads_hist", hist);
 }
 
 json_t *shoal_bench_cluster_delta(const json_t *before, const json_t *after, double *total)

@@ -850,8 +850,8 @@ struct phase_acc {
     json_t *wire;                     /* cluster: per-executor deltas, summed (owned) */
     double bal_steps, bal_ratio_sum;  /* cluster: layer steps, sum of max/mean busy */
     double split_experts, split_rows; /* cluster: entries split among holders, their rows */
-    double step_reads, deep_reads;    /* cluster: worker disk reads, and their per-step depth
-                                       * (shoal_cluster_balance) */
+    double step_reads;                /* cluster: worker disk reads */
+    json_t *reads_hist;               /* cluster: layer steps by those reads, deltas (owned) */
 };
 
 /* Add the balance counters of b minus those of a (borrowed, NULL: none). */
@@ -864,7 +864,17 @@ static void balance_add(struct phase_acc *acc, const json_t *a, const json_t *b)
     acc->split_experts += jget(b, "split_experts") - jget(a, "split_experts");
     acc->split_rows += jget(b, "split_rows") - jget(a, "split_rows");
     acc->step_reads += jget(b, "step_reads") - jget(a, "step_reads");
-    acc->deep_reads += jget(b, "deep_reads") - jget(a, "deep_reads");
+    const json_t *ha = json_object_get(a, "reads_hist"), *hb = json_object_get(b, "reads_hist");
+    const char *key;
+    json_t *v;
+    if (!acc->reads_hist)
+        acc->reads_hist = json_object();
+    json_object_foreach((json_t *)hb, key, v) {
+        const json_int_t d = json_integer_value(v) - json_integer_value(json_object_get(ha, key)) +
+                             json_integer_value(json_object_get(acc->reads_hist, key));
+        if (d > 0)
+            json_object_set_new(acc->reads_hist, key, json_integer(d));
+    }
 }
 
 static void timings_add_delta(struct shoal_ctx_timings *acc, const struct shoal_ctx_timings *a,
@@ -1286,8 +1296,10 @@ static int rep_child(void *user, json_t **out)
              * disk had each layer step's been spread evenly (a step's floor) */
             jset(f, "worker_reads_prefill", jnum(acc.prefill.step_reads / acc.prefill.tokens));
             jset(f, "worker_reads_decode", jnum(acc.decode.step_reads / acc.decode.tokens));
-            jset(f, "deep_reads_prefill", jnum(acc.prefill.deep_reads / acc.prefill.tokens));
-            jset(f, "deep_reads_decode", jnum(acc.decode.deep_reads / acc.decode.tokens));
+            jset(f, "step_reads_prefill",
+                 acc.prefill.reads_hist ? json_incref(acc.prefill.reads_hist) : json_object());
+            jset(f, "step_reads_decode",
+                 acc.decode.reads_hist ? json_incref(acc.decode.reads_hist) : json_object());
             jset(f, "split_experts_prefill", json_real(acc.prefill.split_experts));
             jset(f, "split_rows_prefill", json_real(acc.prefill.split_rows));
             json_t *ex = json_deep_copy(acc.decode.wire);
@@ -1353,6 +1365,8 @@ done:
     free(acc.use_b);
     json_decref(acc.prefill.wire);
     json_decref(acc.decode.wire);
+    json_decref(acc.prefill.reads_hist);
+    json_decref(acc.decode.reads_hist);
     shoal_cli_session_close(s);
     return rc;
 }

@@ -514,7 +514,7 @@ void shoal_cluster_balance_get(struct shoal_cluster *cl, struct shoal_cluster_ba
     out->n_split = cl->n_split;
     out->split_rows = cl->split_rows;
     out->step_reads = cl->step_reads;
-    out->deep_reads = cl->deep_reads;
+    memcpy(out->reads_hist, cl->reads_hist, sizeof out->reads_hist);
     pthread_mutex_unlock(&cl->mu);
 }
 

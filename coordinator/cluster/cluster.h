@@ -37,6 +37,7 @@
 #include "wire.h"
 
 #define SHOAL_CLUSTER_MAX_EXECUTORS 64
+#define SHOAL_CLUSTER_READS_HIST 1025   /* buckets of shoal_cluster_balance.reads_hist */
 #define SHOAL_CLUSTER_CONTROL_DEFAULT "127.0.0.1:7077"
 
 /* When an expert's rows are split among its holders (issue 33). */
@@ -261,10 +262,11 @@ struct shoal_cluster_balance {
     uint64_t n_split;           /* union entries whose rows were split among holders */
     uint64_t split_rows;        /* the rows those entries held */
     uint64_t step_reads;        /* expert reads from disk the workers' answers reported */
-    uint64_t deep_reads;        /* sum over layer steps of ceil(that step's reads / the
-                                 * workers up): a step waits for its busiest disk, and
-                                 * a read is not split, so with equal disks a step's
-                                 * reads take at least this many read times */
+    /* layer steps by the disk reads the workers' answers reported, the
+     * last bucket counting those with as many or more: a step waits for
+     * its busiest disk and a read is not split, so m reads over W equal
+     * disks take at least ceil(m / W) read times (the step floor) */
+    uint64_t reads_hist[SHOAL_CLUSTER_READS_HIST];
 };
 
 /* Copy the balance counters since create. Thread: any. */

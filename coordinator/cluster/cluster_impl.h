@@ -207,9 +207,7 @@ struct shoal_cluster {
     uint64_t n_split, split_rows;       /* entries whose rows were split among holders,
                                          * and the rows they held */
     uint64_t step_reads;                /* disk reads the workers' answers reported */
-    uint64_t deep_reads;                /* sum over layer steps of ceil(the step's worker
-                                         * disk reads / the workers up): the reads on the
-                                         * busiest disk had each step's been spread evenly */
+    uint64_t reads_hist[SHOAL_CLUSTER_READS_HIST];   /* layer steps by those reads */
     uint64_t bal_steps;                 /* layer steps with busy executors */
     double bal_ratio_sum;               /* sum over them of max / mean busy */
 

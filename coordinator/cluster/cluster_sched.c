@@ -899,9 +899,7 @@ static void note_busy(struct shoal_cluster *cl, const double *busy, const int *a
                       uint64_t reads)
 {
     double sum = 0, mx = 0;
-    int k = 0, workers = 0;
-    for (int x = 0; x < n; x++)
-        workers += active[x] && x != cl->local;
+    int k = 0;
     for (int x = 0; x < n; x++)
         if (active[x]) {
             sum += busy[x];
@@ -915,8 +913,7 @@ static void note_busy(struct shoal_cluster *cl, const double *busy, const int *a
             cl->exec[x].busy_steps++;
         }
     cl->step_reads += reads;
-    if (workers > 0)
-        cl->deep_reads += (reads + (uint64_t)workers - 1) / (uint64_t)workers;
+    cl->reads_hist[reads < SHOAL_CLUSTER_READS_HIST ? reads : SHOAL_CLUSTER_READS_HIST - 1]++;
     if (k > 0 && sum > 0) {
         cl->bal_steps++;
         cl->bal_ratio_sum += mx / (sum / k);
