@@ -18,6 +18,7 @@
 
 #define NET_BYTES_PER_S 1e9          /* transfer estimate of hidden/out rows */
 #define HINT_QUEUE_MAX (8u << 20)    /* skip hints to a peer with this much queued */
+#define WARM_MIN_RUNS 2              /* remote runs before an expert's other holders warm it */
 #define SHOAL_CLUSTER_MAX_EXPERT_BITS 1024   /* the local store's bitmap: 8192 experts */
 
 /* ------------------------------------------------------------ snapshot */
@@ -1238,7 +1239,12 @@ int64_t shoal_cluster_hint(struct shoal_cluster *cl, int64_t il, const int32_t *
         /* warm replicas (issue 33): the expert's other holders read it too
          * while their cache has room, off the critical path; placement's
          * cache model then counts it there, so spill-over and row
-         * splitting may use them without paying a read in the step */
+         * splitting may use them without paying a read in the step. Only
+         * for an expert the workers already ran WARM_MIN_RUNS times: a
+         * second copy of every expert a cold prompt touches doubled its
+         * reads (--replicas 2 at V3 widths: 855 against 712 MB a token) */
+        if (cl->remote_runs[il * NE + ie] < WARM_MIN_RUNS)
+            continue;
         int nc = 0;
         for (int y = 0; y < s->n; y++)
             if (s->up[y] && holds(cl, s, y, ie))
