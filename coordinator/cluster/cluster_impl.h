@@ -65,6 +65,7 @@ struct exec {
     double disk_mbps_seen;       /* observed from StatusReply deltas (0: none yet); a
                                   * short start-up probe misjudges throttled or bursty
                                   * disks, so placement prefers this once known */
+    double seen_bytes, seen_busy;   /* [mu] decayed sums behind disk_mbps_seen */
     double compute_gbps;
     uint64_t cache_bytes;        /* its expert cache budget (UINT64_MAX unlimited) */
     uint32_t max_frame;          /* largest frame it accepts */

@@ -183,6 +183,84 @@ static int no_holder(struct shoal_cluster *cl, const struct step_state *ss, int6
                          list[0] ? list : "no executor that is up holds it");
 }
 
+/* A small step (a decode token's top-k) placed exactly: every choice of a
+ * holder per entry is tried (at most EXACT_MAX_CHOICES assignments of at
+ * most EXACT_MAX_ENTRIES entries) and the one with the earliest estimated
+ * end kept (cost(), the reads under way, one RTT per remote executor
+ * used), ties to the one that keeps the most entries where rendezvous put
+ * them. Spill-over's one-move steps stall where two executors tie for the
+ * latest: 3 + 3 reads on two of four disks stay there. Returns 1 and
+ * rewrites assign[] when it ran, 0 when the step is too large (spill-over's
+ * then). */
+#define EXACT_MAX_ENTRIES 16
+#define EXACT_MAX_CHOICES 4096
+static int place_exact(struct shoal_cluster *cl, const struct cluster_snap *s,
+                       const struct step_state *ss, const uint64_t *avoid, int64_t il,
+                       const struct shoal_batch_union *bu, const int64_t *todo, int64_t n,
+                       int *assign)
+{
+    const int N = s->n;
+    if (n > EXACT_MAX_ENTRIES)
+        return 0;
+    int cand[EXACT_MAX_ENTRIES][SHOAL_CLUSTER_MAX_EXECUTORS];
+    double c[EXACT_MAX_ENTRIES][SHOAL_CLUSTER_MAX_EXECUTORS];
+    int nc[EXACT_MAX_ENTRIES], pick[EXACT_MAX_ENTRIES], best[EXACT_MAX_ENTRIES];
+    double combos = 1;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t u = todo[i], ie = bu->expert[u];
+        const int64_t rows = bu->slot_begin[u + 1] - bu->slot_begin[u];
+        nc[i] = 0;
+        for (int x = 0; x < N; x++)
+            if (s->up[x] && !((ss->bad | avoid[u]) >> x & 1) && holds(cl, s, x, ie)) {
+                cand[i][nc[i]] = x;
+                c[i][nc[i]] = cost(cl, s, x, il, ie, rows);
+                nc[i]++;
+            }
+        if (nc[i] == 0)
+            return 0;
+        combos *= nc[i];
+        if (combos > EXACT_MAX_CHOICES)
+            return 0;
+    }
+    double base[SHOAL_CLUSTER_MAX_EXECUTORS];
+    for (int x = 0; x < N; x++)
+        base[x] = s->up[x] ? sunk_reads(cl, s, x, il) : 0.0;
+    double best_end = INFINITY;
+    int best_kept = -1;
+    memset(pick, 0, sizeof pick);
+    for (;;) {
+        double t[SHOAL_CLUSTER_MAX_EXECUTORS];
+        int used[SHOAL_CLUSTER_MAX_EXECUTORS] = {0};
+        memcpy(t, base, (size_t)N * sizeof *t);
+        int kept = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const int x = cand[i][pick[i]];
+            t[x] += c[i][pick[i]];
+            used[x] = 1;
+            kept += x == assign[todo[i]];
+        }
+        double end = 0;
+        for (int x = 0; x < N; x++) {
+            if (used[x])
+                t[x] += s->rtt_s[x];
+            end = t[x] > end ? t[x] : end;
+        }
+        if (end < best_end * (1 - 1e-9) || (end <= best_end * (1 + 1e-9) && kept > best_kept)) {
+            best_end = end;
+            best_kept = kept;
+            memcpy(best, pick, (size_t)n * sizeof *best);
+        }
+        int64_t i = 0;   /* the next choice, odometer-wise */
+        while (i < n && ++pick[i] == nc[i])
+            pick[i++] = 0;
+        if (i == n)
+            break;
+    }
+    for (int64_t i = 0; i < n; i++)
+        assign[todo[i]] = cand[i][best[i]];
+    return 1;
+}
+
 /* Place union entries todo[0..n) of layer il: weighted rendezvous over the
  * holders that are up, not excluded and not in avoid[u] (bit x: x's answer
  * for entry u is being checked), then spill-over. Writes assign[u].
@@ -213,7 +291,7 @@ static int place(struct shoal_cluster *cl, const struct cluster_snap *s,
         int b = shoal_placement_best(shoal_placement_key(il, ie), seeds, weights, nc, 0);
         assign[u] = cand[b < 0 ? 0 : b];
     }
-    if (N < 2)
+    if (N < 2 || place_exact(cl, s, ss, avoid, il, bu, todo, n, assign))
         return 0;
     /* spill-over: estimated finish time per executor; move an expert off the
      * latest one while that shortens the layer by more than moving it costs
