@@ -23,6 +23,12 @@ prints, per token of each phase:
   worker's busy time of each layer step as measured, cold, the routed
   expert bytes computed at --compute-gbps); the binding one is the largest,
   and ratio = binding bound / measured time (1.0 = at the bound).
+  Beside them the step floor: a layer step waits for its busiest disk and
+  an expert's read is not split, so each step's worker reads (shoal bench
+  step_reads_*) take at least the time of giving each read to the disk
+  that would finish it first; in decode plus the coordinator's own
+  compute, on the same chain. Only a prefetch of the next layer's experts
+  (a guess) can go below it.
 
 Needs root. Usage:
   /usr/bin/python3 bench/cluster_grid.py --plot OUT.png --from A.json B.json ...
@@ -225,6 +231,11 @@ def figures(res, cell, shape, blob):
         t_steps = None
         if hist is not None and blob:
             t_steps = sum(step_floor(int(m), cell.n, blob) * c for m, c in hist.items()) / tok
+            if phase == "decode":
+                # one sequence: the coordinator's own compute lies on the
+                # same chain as the reads (only a prefetch of the next
+                # layer's experts, a guess, could overlap them)
+                t_steps += own
         out[phase] = {
             "tok_s": 1.0 / t_meas if t_meas > 0 else None,
             "wire_kb_sent": sent / 1e3, "wire_kb_received": recv / 1e3,
@@ -235,6 +246,7 @@ def figures(res, cell, shape, blob):
             "binding": binding,
             "ratio": bounds[binding] / t_meas if t_meas > 0 else None,
             "worker_reads": f.get("worker_reads_" + phase),
+            "own_ms": own * 1e3,
             "step_floor_ms": t_steps * 1e3 if t_steps is not None else None,
             "of_step_floor": max(t_steps, bounds[binding]) / t_meas
             if t_steps is not None and t_meas > 0 else None,
@@ -261,7 +273,18 @@ def plot(paths, out):
         if a.get("skew", 1) != 1:
             tag += ", disks %g:1%s" % (a["skew"], " equal shares" if a.get("equal_shares", True)
                                        else "")
+        if a.get("prompt_len", 8) != 8:
+            tag += ", prompt %d" % a["prompt_len"]
         for c in d["cells"]:
+            g = c["figures"]["decode"]
+            if g.get("step_floor_ms") is not None and "own_ms" not in g and \
+                    g.get("cores_bound") == "modelled":
+                # grid JSONs from before the decode floor counted the
+                # coordinator's own compute: it is the modelled cores bound
+                # less the routed experts' compute
+                sh = d["shape"]
+                routed = sh["n_moe"] * sh["top_k"] * d["blob_bytes"] / (a["compute_gbps"] * 1e9)
+                g["step_floor_ms"] += g["bound_ms"]["cores"] - routed * 1e3
             cells.append(("%dw %s\n%gms %s" % (c["workers"], c["rate"], c["rtt_ms"], tag), c))
     fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.55 * len(cells)), 7), sharex=True)
     for ax, phase in zip(axes, ("decode", "prefill")):
@@ -272,15 +295,20 @@ def plot(paths, out):
         colors = {"disks": "#4c72b0", "link": "#dd8452", "cores": "#55a868"}
         ax.bar(xs, got, color=[colors[c["figures"][phase]["binding"]] for _, c in cells])
         ax.scatter(xs, bound, marker="_", s=300, color="black", zorder=3)
+        fl = [(x, 1e3 / c["figures"][phase]["step_floor_ms"]) for x, (_, c) in zip(xs, cells)
+              if c["figures"][phase].get("step_floor_ms")]
+        if fl:
+            ax.scatter([x for x, _ in fl], [v for _, v in fl], marker="_", s=300, color="grey",
+                       linestyle="--", zorder=3)
         for x, g, b in zip(xs, got, bound):
             ax.text(x, max(g, b) * 1.05, "%.2f" % (g / b), ha="center", fontsize=7)
         ax.set_yscale("log")
         ax.set_ylim(top=max(max(got), max(bound)) * 1.6)
         ax.set_ylabel("%s tok/s" % phase)
     axes[0].set_title("shoal cluster at DeepSeek-V3 widths: tok/s measured (bars) against the "
-                      "binding bound (tick), ratio above\nthe bound that binds: blue disks, "
-                      "orange link (decode: with the compute on each layer's round trip), "
-                      "green cores", fontsize=9)
+                      "binding bound (black tick), ratio above;\nthe step floor (grey tick); "
+                      "the bound that binds: blue disks, orange link\n(decode: with the compute "
+                      "on each layer's round trip), green cores", fontsize=9)
     axes[1].set_xticks(range(len(cells)))
     axes[1].set_xticklabels([n for n, _ in cells], rotation=90, fontsize=7)
     fig.tight_layout()
