@@ -204,6 +204,48 @@ static uint64_t fnv1a(const uint8_t *p, size_t n)
 /* Check a response frame against request r: its id, its size, and every
  * byte against the reference (computed once per distinct request when
  * want is NULL). */
+/* The response's RAM bitmaps (PROTOCOL.md "Expert requests"): n_expert
+ * bits each, loading a subset of resident, next_layer the next layer with
+ * experts after the request's (none: no next bitmaps); with a cache that
+ * holds the whole container, the request's experts are resident. */
+static int check_resident(struct probe *p, const Shoal__ExpertResponse *rs, const struct req *r)
+{
+    const struct shoal_container *ct = p->ct;
+    const size_t nb = (size_t)((ct->n_expert + 7) / 8);
+    const int64_t il = (int64_t)r->rq.layer;
+    if (rs->resident.len != nb || rs->loading.len != nb)
+        return fail("request %" PRIu64 ": resident/loading bitmaps of %zu/%zu bytes, expected "
+                    "%zu (n_expert %lld)", r->rq.id, rs->resident.len, rs->loading.len, nb,
+                    (long long)ct->n_expert);
+    int64_t next = -1;
+    for (int64_t l2 = il + 1; l2 < ct->n_layer && next < 0; l2++)
+        if (ct->layer_offset[l2] != UINT64_MAX)
+            next = l2;
+    if (next < 0 ? rs->next_resident.len != 0
+                 : (rs->next_layer != (uint32_t)next || rs->next_resident.len != nb ||
+                    rs->next_loading.len != nb))
+        return fail("request %" PRIu64 " (layer %lld): next_layer %u with %zu bytes, expected "
+                    "layer %lld with %zu", r->rq.id, (long long)il, rs->next_layer,
+                    rs->next_resident.len, (long long)next, next < 0 ? (size_t)0 : nb);
+    for (size_t i = 0; i < nb; i++)
+        if ((rs->loading.data[i] & ~rs->resident.data[i]) ||
+            (next >= 0 && (rs->next_loading.data[i] & ~rs->next_resident.data[i])))
+            return fail("request %" PRIu64 ": a loading bit outside resident (byte %zu)",
+                        r->rq.id, i);
+    const Shoal__PeerInfo *pi = p->c.hs.peer_info;
+    const uint64_t all = (uint64_t)ct->n_layer * (uint64_t)ct->n_expert *
+                         shoal_container_blob_bytes(ct, il);
+    if (pi && pi->cache_bytes >= all)
+        for (size_t i = 0; i < r->rq.n_experts; i++) {
+            const uint32_t ie = r->rq.experts[i]->expert;
+            if (!(rs->resident.data[ie / 8] >> (ie % 8) & 1))
+                return fail("request %" PRIu64 ": expert %u of layer %lld ran but is not "
+                            "resident in a cache of %" PRIu64 " bytes", r->rq.id, ie,
+                            (long long)il, pi->cache_bytes);
+        }
+    return 0;
+}
+
 static int check_response(struct probe *p, const Shoal__Frame *f, const struct req *r,
                           const float *want)
 {
@@ -219,6 +261,8 @@ static int check_response(struct probe *p, const Shoal__Frame *f, const struct r
         return fail("response id %" PRIu64 ", expected %" PRIu64, rs->id, r->rq.id);
     if (shoal_wire_check_response(rs, r->total_rows, p->n_embd, &err) < 0)
         return fail("%s", err.msg);
+    if (check_resident(p, rs, r) < 0)
+        return -1;
     float *own = NULL;
     if (!want && !(want = own = reference_output(p, r)))
         return -1;
