@@ -5,6 +5,7 @@
 #include "cluster.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -496,6 +497,16 @@ void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
         out->busy_steps = x->busy_steps;
     }
     pthread_mutex_unlock(&cl->mu);
+}
+
+void shoal_cluster_note_disk(struct exec *x, double bytes, double busy_s)
+{
+    if (!(bytes >= 0) || !(busy_s >= 0) || !isfinite(bytes) || !isfinite(busy_s))
+        return;
+    x->seen_bytes = 0.9 * x->seen_bytes + bytes;
+    x->seen_busy = 0.9 * x->seen_busy + busy_s;
+    if (x->seen_bytes >= 8.0 * 1024 * 1024 && x->seen_busy > 0.005)
+        x->disk_mbps_seen = x->seen_bytes / 1e6 / x->seen_busy;
 }
 
 uint64_t shoal_cluster_rounds(struct shoal_cluster *cl)

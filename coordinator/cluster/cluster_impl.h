@@ -66,6 +66,8 @@ struct exec {
                                   * short start-up probe misjudges throttled or bursty
                                   * disks, so placement prefers this once known */
     double seen_bytes, seen_busy;   /* [mu] decayed sums behind disk_mbps_seen */
+    int seen_from_answers;          /* [mu] its answers carry read_busy_seconds: they
+                                     * feed the sums, its status replies no longer */
     double compute_gbps;
     uint64_t cache_bytes;        /* its expert cache budget (UINT64_MAX unlimited) */
     uint32_t max_frame;          /* largest frame it accepts */
@@ -242,6 +244,12 @@ void shoal_cluster_net_reconnect(uv_timer_t *t); /* exec->reconnect's callback *
 void shoal_cluster_net_dial(struct shoal_cluster *cl, int xi);
 void shoal_cluster_net_stop_all(struct shoal_cluster *cl);  /* closes every handle */
 void shoal_cluster_net_thread(void *arg);        /* runs the loop */
+
+/* Feed executor x's disk rate estimate (disk_mbps_seen): bytes its disk
+ * read over busy_s seconds with reads in flight, into decayed sums (about
+ * the last ten reports weigh). Non-finite or negative input is ignored.
+ * Caller holds mu. */
+void shoal_cluster_note_disk(struct exec *x, double bytes, double busy_s);
 
 /* Rendezvous seed of an executor: a hash of its address. */
 uint64_t shoal_cluster_addr_seed(const char *addr);

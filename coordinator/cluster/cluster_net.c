@@ -635,12 +635,10 @@ static void on_worker_frame(struct conn *c, Shoal__Frame *f)
          * does not swing it: with 25 MB experts at 150 MB/s a 2 s window
          * held 5-7 reads, and per-window estimates averaged in halves put
          * equal disks 10-20 % apart, enough to skew placement among holders */
-        if (s->bytes_read >= x->bytes_read && busy > x->read_busy_seconds) {
-            x->seen_bytes = 0.9 * x->seen_bytes + (double)(s->bytes_read - x->bytes_read);
-            x->seen_busy = 0.9 * x->seen_busy + (busy - x->read_busy_seconds);
-            if (x->seen_bytes >= 8.0 * 1024 * 1024 && x->seen_busy > 0.005)
-                x->disk_mbps_seen = x->seen_bytes / 1e6 / x->seen_busy;
-        }
+        if (!x->seen_from_answers && s->bytes_read >= x->bytes_read &&
+            busy > x->read_busy_seconds)
+            shoal_cluster_note_disk(x, (double)(s->bytes_read - x->bytes_read),
+                                    busy - x->read_busy_seconds);
         x->bytes_read = s->bytes_read;
         x->read_busy_seconds = busy;
         if (s->draining && x->state != EXEC_DRAINING && x->state != EXEC_DOWN) {

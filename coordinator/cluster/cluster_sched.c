@@ -1159,6 +1159,14 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                     cl->exec[x].payload_received += rs->out.len;
                     cl->exec[x].ssd_bytes += rs->bytes_read;
                     step_reads += rs->disk_reads;
+                    if (rs->read_busy_seconds > 0) {
+                        /* the disk's rate from the first answer on; the
+                         * start-up probe misjudges throttled or bursty disks
+                         * (150 MB/s blkio disks probed at 141-394) */
+                        cl->exec[x].seen_from_answers = 1;
+                        shoal_cluster_note_disk(&cl->exec[x], (double)rs->bytes_read,
+                                                rs->read_busy_seconds);
+                    }
                     note_resident(cl, x, il, &rs->resident, &rs->loading);
                     note_resident(cl, x, (int64_t)rs->next_layer, &rs->next_resident,
                                   &rs->next_loading);
