@@ -66,6 +66,9 @@ struct exec {
                                   * short start-up probe misjudges throttled or bursty
                                   * disks, so placement prefers this once known */
     double seen_bytes, seen_busy;   /* [mu] decayed sums behind disk_mbps_seen */
+    double compute_gbps_seen;       /* [mu] from its answers (0: none yet), preferred to
+                                     * compute_gbps once known */
+    double cseen_bytes, cseen_s;    /* [mu] decayed sums behind it */
     int seen_from_answers;          /* [mu] its answers carry read_busy_seconds: they
                                      * feed the sums, its status replies no longer */
     double compute_gbps;

@@ -89,8 +89,8 @@ static void snapshot(struct shoal_cluster *cl, struct cluster_snap *s, int64_t i
         s->rtt_s[i] = x->kind == EXEC_LOCAL ? 0.0 : x->rtt_ms / 1e3;
         const double mbps = x->disk_mbps_seen > 0 ? x->disk_mbps_seen : x->disk_mbps;
         s->disk[i] = (mbps > 0 ? mbps : CLUSTER_DEFAULT_DISK_MBPS) * 1e6;
-        s->compute[i] =
-            (x->compute_gbps > 0 ? x->compute_gbps : CLUSTER_DEFAULT_COMPUTE_GBPS) * 1e9;
+        const double gbps = x->compute_gbps_seen > 0 ? x->compute_gbps_seen : x->compute_gbps;
+        s->compute[i] = (gbps > 0 ? gbps : CLUSTER_DEFAULT_COMPUTE_GBPS) * 1e9;
         double blob = (double)(cl->blob_bytes ? cl->blob_bytes : 1);
         s->weight[i] = 1.0 / (blob / s->disk[i] + blob / s->compute[i]);
         s->write_queue[i] = x->write_queue;
@@ -1159,6 +1159,23 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                     cl->exec[x].payload_received += rs->out.len;
                     cl->exec[x].ssd_bytes += rs->bytes_read;
                     step_reads += rs->disk_reads;
+                    if (rs->compute_seconds > 0 && isfinite(rs->compute_seconds)) {
+                        /* its compute rate as its answers achieve it, in
+                         * cost()'s unit: the weight bytes of each expert, 1/8
+                         * more per row beyond the first (the start-up probe
+                         * times one row on an idle core) */
+                        struct exec *e = &cl->exec[x];
+                        double w = 0;
+                        for (int64_t j = rq[i].first; j < rq[i].first + rq[i].n; j++) {
+                            const int64_t u = ord[j];
+                            const int64_t rows = bu->slot_begin[u + 1] - bu->slot_begin[u];
+                            w += (double)cl->blob_bytes * (1.0 + (double)(rows - 1) / 8.0);
+                        }
+                        e->cseen_bytes = 0.9 * e->cseen_bytes + w;
+                        e->cseen_s = 0.9 * e->cseen_s + rs->compute_seconds;
+                        if (e->cseen_s > 0.002)
+                            e->compute_gbps_seen = e->cseen_bytes / 1e9 / e->cseen_s;
+                    }
                     if (rs->read_busy_seconds > 0) {
                         /* the disk's rate from the first answer on; the
                          * start-up probe misjudges throttled or bursty disks
