@@ -19,7 +19,8 @@ prints, per token of each phase:
   link (the coordinator NIC's larger direction / RATE + round trips x RTT;
   in decode plus the cores' time, as one sequence's layer rounds, their
   bytes and their compute form one dependency chain), cores (the
-  coordinator's own compute measured in the run, plus, warm, the slowest
+  coordinator's own compute measured in the run (attention, router, dense
+  MLP, shared expert, combine, head), plus, warm, the slowest
   worker's busy time of each layer step as measured, cold, the routed
   expert bytes computed at --compute-gbps); the binding one is the largest,
   and ratio = binding bound / measured time (1.0 = at the bound).
@@ -28,7 +29,9 @@ prints, per token of each phase:
   step_reads_*) take at least the time of giving each read to the disk
   that would finish it first; in decode plus the coordinator's own
   compute, on the same chain. Only a prefetch of the next layer's experts
-  (a guess) can go below it.
+  (a guess) can go below it. The busy max/mean has a floor of the same
+  kind, printed beside it: a step of m reads on n equal disks is at best
+  ceil(m/n) / (m/n) (5 reads on 4 disks: 1.6).
 
 Needs root. Usage:
   /usr/bin/python3 bench/cluster_grid.py --plot OUT.png --from A.json B.json ...
@@ -177,6 +180,30 @@ def step_floor(m, n, blob):
     return max(done)
 
 
+def busy_floor(hist, n):
+    """The least busy max/mean (shoal bench's busy_max_mean_*: per layer
+    step the slowest worker's busy seconds over the mean of the n workers,
+    averaged over steps) that the steps' worker reads allow, reads being
+    indivisible and each given to the disk that would finish it first (as
+    step_floor). A step of m reads on n equal disks cannot do better than
+    ceil(m/n) / (m/n): 5 reads on 4 disks 1.6, 6 reads 1.33. A step with no
+    read counts 1 (its computes are not modelled)."""
+    steps = total = 0
+    for m, c in hist.items():
+        m, c = int(m), int(c)
+        ratio = 1.0
+        if m > 0:
+            rates = [ARGS.disk_mbps * (ARGS.skew if i == 0 else 1) for i in range(n)]
+            done = [0.0] * n
+            for _ in range(m):
+                i = min(range(n), key=lambda k: done[k] + 1 / rates[k])
+                done[i] += 1 / rates[i]
+            ratio = max(done) / (sum(done) / n)
+        steps += c
+        total += c * ratio
+    return total / steps if steps else None
+
+
 def figures(res, cell, shape, blob):
     """The per-token figures and bounds of one cell's `shoal bench` JSON."""
     run = res["runs"][0] if "runs" in res else res
@@ -195,7 +222,11 @@ def figures(res, cell, shape, blob):
         disks = ARGS.disk_mbps * 1e6 * (cell.n - 1 + ARGS.skew)
         t_disk = ssd / disks
         t_link = max(sent, recv) / rate + rt * cell.rtt_ms / 1e3
-        own = (p["attention"] + p["routing"] + p["combine"] + p["head"]) / tok
+        # the coordinator's own compute: attention, router, combine, head,
+        # and of "experts" what is not the routed batch-union's wait (the
+        # dense layers' MLP and the shared expert)
+        own = (p["attention"] + p["routing"] + p["combine"] + p["head"] +
+               max(0.0, p["experts"] - p.get("expert_wait", p["experts"]))) / tok
         # the workers' busy seconds (read + compute) of this phase's layer
         # steps, and the slowest one's share of each step
         ex = run.get("executors_" + phase) or []
@@ -241,6 +272,7 @@ def figures(res, cell, shape, blob):
             "wire_kb_sent": sent / 1e3, "wire_kb_received": recv / 1e3,
             "wire_over_min": f.get("%s_wire_over_minimum" % phase),
             "round_trips": rt, "ssd_mb": ssd / 1e6, "busy_max_mean": balance,
+            "busy_floor": busy_floor(hist, cell.n) if hist else None,
             "cores_bound": cores_how,
             "bound_ms": {k: v * 1e3 for k, v in bounds.items()},
             "binding": binding,
@@ -362,7 +394,7 @@ def main():
     blob = blob_bytes(ARGS.model)
     results = []
     print("| workers | link | RTT | phase | tok/s | wire KB/token sent / received | "
-          "wire / minimum | round trips / token | worker SSD MB/token | busy max/mean | "
+          "wire / minimum | round trips / token | worker SSD MB/token | busy max/mean (floor) | "
           "bounds ms/token (disks, link, cores) | binding | measured / bound | "
           "step floor ms/token | measured / max(bound, floor) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -388,7 +420,8 @@ def main():
                               g["wire_kb_received"],
                               "%.3f" % g["wire_over_min"] if g["wire_over_min"] else "-",
                               g["round_trips"], g["ssd_mb"],
-                              "%.2f" % g["busy_max_mean"] if g["busy_max_mean"] else "-",
+                              ("%.2f" % g["busy_max_mean"] if g["busy_max_mean"] else "-") +
+                              (" (%.2f)" % g["busy_floor"] if g.get("busy_floor") else ""),
                               b["disks"], b["link"],
                               b["cores"], g["binding"], g["ratio"],
                               "%.0f" % fl if fl is not None else "-",

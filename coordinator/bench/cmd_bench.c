@@ -1349,6 +1349,12 @@ static int rep_child(void *user, json_t **out)
              json_real(shoal_bench_network_seconds(&acc.prefill.t)));
         jset(json_object_get(json_object_get(r, "phases"), "decode"), "network",
              json_real(shoal_bench_network_seconds(dt)));
+        /* of experts: the routed batch-unions on the executor (the rest is
+         * the coordinator's own dense MLP and shared expert) */
+        jset(json_object_get(json_object_get(r, "phases"), "prefill"), "expert_wait",
+             json_real(acc.prefill.t.expert_wait));
+        jset(json_object_get(json_object_get(r, "phases"), "decode"), "expert_wait",
+             json_real(dt->expert_wait));
         jset(r, "ttft_ms_min", json_real(1e3 * acc.ttft_min));
         jset(r, "ttft_ms_max", json_real(1e3 * acc.ttft_max));
     }
