@@ -264,11 +264,13 @@ static void reply_error(struct shoal_worker_job *job, int code, const char *msg)
 /* TEST ONLY (exec.h test_nan): the first value of each poisoned expert's
  * first row in the response becomes a NaN no kernel computes. */
 static void test_poison(const struct shoal_worker_exec *x, const Shoal__ExpertRequest *rq,
-                        uint8_t *out)
+                        uint8_t *out, size_t i0, size_t i1)
 {
     const uint32_t nan_bits = SHOAL_WORKER_TEST_NAN_BITS;
     size_t off = 0;
-    for (size_t i = 0; i < rq->n_experts; i++) {
+    for (size_t i = 0; i < i0; i++)
+        off += rq->experts[i]->n_rows * (size_t)x->n_embd * sizeof(float);
+    for (size_t i = i0; i < i1; i++) {
         const Shoal__ExpertRows *er = rq->experts[i];
         if (er->n_rows > 0 && (x->p.test_nan_layer < 0 || x->p.test_nan_layer == rq->layer) &&
             (x->p.test_nan_expert < 0 || x->p.test_nan_expert == er->expert))
@@ -282,6 +284,60 @@ static void exec_hints(void *user, int64_t i0)
 {
     (void)i0;
     run_hints(user);
+}
+
+/* Frames to answer request rq in (ExpertRequest.parts, at most one per
+ * expert): 1 unless every expert is in RAM, since a part's reads would
+ * start only once the part before it computed. Compute thread. */
+static int64_t n_parts(struct shoal_worker_exec *x, const Shoal__ExpertRequest *rq)
+{
+    const int64_t n = (int64_t)rq->n_experts;
+    const int64_t k = (int64_t)rq->parts < n ? (int64_t)rq->parts : n;
+    if (k < 2)
+        return 1;
+    const size_t nb = (size_t)((x->p.ct->n_expert + 7) / 8);
+    uint8_t *bits = shoal_xcalloc(2 * nb, 1);
+    int all = shoal_expert_store_resident_bits(x->store, rq->layer, bits, bits + nb) == 0;
+    for (int64_t i = 0; i < n && all; i++) {
+        const uint32_t e = rq->experts[i]->expert;
+        all = (bits[e / 8] >> (e % 8) & 1) && !(bits[nb + e / 8] >> (e % 8) & 1);
+    }
+    free(bits);
+    return all ? k : 1;
+}
+
+/* Hand len bytes of request job's outputs (whole experts, following the
+ * parts before) to the loop thread as an ExpertResponse part (`more`).
+ * Returns 0, or -1 when it could not be packed (the last frame then
+ * carries these outputs). Compute thread. */
+static int send_part(struct shoal_worker_exec *x, const struct shoal_worker_job *job,
+                     const uint8_t *data, size_t len)
+{
+    Shoal__ExpertResponse rs = SHOAL__EXPERT_RESPONSE__INIT;
+    rs.id = job->id;
+    rs.out = (ProtobufCBinaryData){.data = (uint8_t *)data, .len = len};
+    rs.more = 1;
+    Shoal__Frame f = SHOAL__FRAME__INIT;
+    f.msg_case = SHOAL__FRAME__MSG_RESPONSE;
+    f.response = &rs;
+    struct shoal_worker_job *pj = calloc(1, sizeof *pj);
+    if (!pj)
+        return -1;
+    struct shoal_err err = {0};
+    pj->reply = shoal_wire_pack(&f, job->max_frame, &pj->reply_len, &err);
+    if (!pj->reply) {
+        free(pj);
+        return -1;
+    }
+    pj->kind = SHOAL_WORKER_JOB_PART;
+    pj->owner = job->owner;
+    pj->id = job->id;
+    pthread_mutex_lock(&x->mu);
+    list_push(&x->d_head, &x->d_tail, pj);
+    pthread_mutex_unlock(&x->mu);
+    if (x->p.notify)
+        x->p.notify(x->p.notify_user);
+    return 0;
 }
 
 /* Run one validated ExpertRequest (shoal_wire_check_request passed on the
@@ -348,23 +404,44 @@ static void run_request(struct shoal_worker_exec *x, struct shoal_worker_job *jo
      * coordinator waits for (1.5x its time on a throttled disk, and, in a
      * small cache, evictions of prefetches before their use) */
     const struct shoal_expert_exec_hooks hooks = {.started = exec_hints, .user = x};
-    struct shoal_expert_exec_times tm;
-    int rc = shoal_expert_exec_run(x->store, il, x->ids, n, x->jobs, x->ew, &hooks, &tm, &err);
-    if (rc < 0) {
-        free(out);
-        reply_error(job, rc, err.msg);
-        return;
+    /* the answer in parts (ExpertRequest.parts) when every expert is in RAM:
+     * part k's outputs go on the wire while part k+1 computes. Each
+     * expert's outputs are its own, so the split changes no bit. */
+    const int64_t k = n_parts(x, rq);
+    int64_t i0 = 0, done_rows = 0;
+    size_t pos0 = 0;   /* the outputs before it went out as parts */
+    for (int64_t g = 0; g < k && i0 < n; g++) {
+        /* whole experts, up to about (g + 1) / k of the rows */
+        const int64_t want = g == k - 1 ? total_rows : (g + 1) * total_rows / k;
+        int64_t i1 = i0, rows = 0;
+        do {
+            rows += (int64_t)rq->experts[i1]->n_rows;
+            i1++;
+        } while (i1 < n && done_rows + rows < want);
+        struct shoal_expert_exec_times tm;
+        int rc = shoal_expert_exec_run(x->store, il, x->ids + i0, i1 - i0, x->jobs + i0, x->ew,
+                                       &hooks, &tm, &err);
+        if (rc < 0) {
+            free(out);
+            reply_error(job, rc, err.msg);
+            return;
+        }
+        t_read += tm.acquire;
+        t_compute += tm.compute;
+        done_rows += rows;
+        if (x->p.test_nan)
+            test_poison(x, rq, out, (size_t)i0, (size_t)i1);
+        const size_t end = (size_t)done_rows * row_bytes;
+        if (i1 < n && send_part(x, job, out + pos0, end - pos0) == 0)
+            pos0 = end;
+        i0 = i1;
     }
-    t_read = tm.acquire;
-    t_compute = tm.compute;
     shoal_expert_store_stats_get(x->store, &s1);
-    if (x->p.test_nan)
-        test_poison(x, rq, out);
 
     Shoal__ExpertResponse rs = SHOAL__EXPERT_RESPONSE__INIT;
     rs.id = job->id;
-    rs.out.data = out;
-    rs.out.len = pos;
+    rs.out.data = out + pos0;   /* after the parts already sent */
+    rs.out.len = pos - pos0;
     rs.queue_seconds = t_start - job->t_submit;
     rs.read_seconds = t_read;
     rs.compute_seconds = t_compute;

@@ -34,6 +34,10 @@
 enum shoal_worker_job_kind {
     SHOAL_WORKER_JOB_REQUEST = 0,   /* an ExpertRequest: computes, replies */
     SHOAL_WORKER_JOB_HINT = 1,      /* a PrefetchHint: starts reads, no reply */
+    SHOAL_WORKER_JOB_PART = 2,      /* made by exec: a part of a REQUEST's answer
+                                     * (ExpertRequest.parts) in reply, owner and id
+                                     * copied from it; handed back before the
+                                     * request, which keeps owner alive */
 };
 
 struct shoal_worker_job {

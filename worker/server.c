@@ -808,6 +808,13 @@ static void on_async(uv_async_t *a)
     while (j) {
         struct shoal_worker_job *next = j->next;
         struct conn *c = j->owner;
+        if (j->kind == SHOAL_WORKER_JOB_PART) {   /* its request, after it, holds c */
+            conn_send(c, j->reply, j->reply_len);   /* frees it when c is closing */
+            j->reply = NULL;
+            shoal_worker_job_free(j);
+            j = next;
+            continue;
+        }
         c->job_bytes -= j->frame_bytes;
         c->reply_bytes -= reply_bytes(j->total_rows, (uint64_t)srv->p.n_embd * sizeof(float));
         if (j->status < 0 && j->status != SHOAL_ECANCELED) {

@@ -188,10 +188,21 @@ int shoal_wire_check_request(const Shoal__ExpertRequest *rq, int64_t n_layer,
                              const uint8_t *coverage, size_t coverage_len,
                              int64_t max_rows, struct shoal_err *err);
 
-/* Check a response against the request it answers: out bytes == (sum of
- * rows) * n_embd * 4. Returns 0 or -SHOAL_EFORMAT with err set. */
+/* Check a response (its last frame, with the outputs of earlier parts put
+ * before its own) against the request it answers: `more` unset, out bytes
+ * == (sum of rows) * n_embd * 4. Returns 0 or -SHOAL_EFORMAT with err set. */
 int shoal_wire_check_response(const Shoal__ExpertResponse *rs, uint64_t total_rows,
                               int64_t n_embd, struct shoal_err *err);
+
+/* Check a part of a response (`more` set; ExpertRequest.parts) that follows
+ * `have` bytes of earlier parts, for a request of total_rows rows, when
+ * parts_left frames (this one and the last included) may still come: at
+ * least 2 left, out a positive multiple of n_embd * 4 bytes, have + out at
+ * most total_rows * n_embd * 4 (64-bit). Returns 0 or -SHOAL_EFORMAT with
+ * err set. Thread: any. */
+int shoal_wire_check_response_part(const Shoal__ExpertResponse *rs, uint64_t have,
+                                   uint64_t total_rows, int64_t n_embd, uint32_t parts_left,
+                                   struct shoal_err *err);
 
 /* ---- handshake ---- */
 

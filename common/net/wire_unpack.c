@@ -330,10 +330,35 @@ int shoal_wire_check_response(const Shoal__ExpertResponse *rs, uint64_t total_ro
                               int64_t n_embd, struct shoal_err *err)
 {
     uint64_t want = total_rows * (uint64_t)n_embd * 4u;
+    if (rs->more)
+        return shoal_err_set(err, SHOAL_EFORMAT, "response %llu: a part ('more') where the "
+                             "last frame was due", (unsigned long long)rs->id);
     if (rs->out.len != want)
         return shoal_err_set(err, SHOAL_EFORMAT,
                              "response %llu: %zu output bytes, expected %llu rows x n_embd "
                              "%lld x 4 = %llu", (unsigned long long)rs->id, rs->out.len,
+                             (unsigned long long)total_rows, (long long)n_embd,
+                             (unsigned long long)want);
+    return 0;
+}
+
+int shoal_wire_check_response_part(const Shoal__ExpertResponse *rs, uint64_t have,
+                                   uint64_t total_rows, int64_t n_embd, uint32_t parts_left,
+                                   struct shoal_err *err)
+{
+    const uint64_t row = (uint64_t)n_embd * 4u, want = total_rows * row;
+    const unsigned long long id = (unsigned long long)rs->id;
+    if (parts_left < 2)
+        return shoal_err_set(err, SHOAL_EFORMAT, "response %llu: more parts than the request "
+                             "allowed", id);
+    if (rs->out.len == 0 || row == 0 || rs->out.len % row != 0)
+        return shoal_err_set(err, SHOAL_EFORMAT, "response %llu: a part of %zu bytes, expected "
+                             "a positive multiple of n_embd %lld x 4", id, rs->out.len,
+                             (long long)n_embd);
+    if (have > want || rs->out.len > want - have)
+        return shoal_err_set(err, SHOAL_EFORMAT, "response %llu: parts of %llu bytes, expected "
+                             "at most %llu rows x n_embd %lld x 4 = %llu", id,
+                             (unsigned long long)(have + rs->out.len),
                              (unsigned long long)total_rows, (long long)n_embd,
                              (unsigned long long)want);
     return 0;

@@ -429,8 +429,10 @@ void shoal_cluster_destroy(struct shoal_cluster *cl)
         free(m);
         m = n;
     }
-    for (int i = 0; i < cl->n_pend; i++)
+    for (int i = 0; i < cl->n_pend; i++) {
         shoal_wire_frame_free(cl->pend[i].frame);
+        free(cl->pend[i].part);
+    }
     free(cl->pend);
     for (int i = 0; i < cl->n_exec; i++) {
         free(cl->exec[i].holds);

@@ -18,6 +18,10 @@
 #include "cluster.h"
 #include "wire.h"
 
+/* Frames a worker may split one answer into (ExpertRequest.parts): the
+ * wire carries the first parts while it computes the rest. */
+#define SHOAL_CLUSTER_PARTS 4
+
 enum exec_kind {
     EXEC_LOCAL = 0,
     EXEC_STATIC,     /* dialled by us, reconnected with backoff */
@@ -132,6 +136,12 @@ struct pending {
     uint64_t reply_bytes;        /* SENT: the largest frame its reply may take */
     uint64_t recv_ns;
     char why[256];
+    /* a response in parts (ExpertRequest.parts): the outputs of the parts
+     * so far [part_len], put before the last frame's; loop thread */
+    uint8_t *part;
+    uint64_t part_len;
+    uint64_t total_rows;         /* the request's output rows */
+    uint32_t parts_left;         /* frames that may still come */
 };
 
 enum out_kind {

@@ -558,6 +558,47 @@ static void handshake_done(struct conn *c)
 
 static void build_status(struct shoal_cluster *cl, uint64_t id, struct conn *c);
 
+/* A response frame f for pending request p (cl->mu held): a valid part
+ * (`more`) is appended to p->part and freed, returning 1; the last frame
+ * gets the parts' outputs put before its own, returning 0 (f goes to the
+ * forward thread, whose checks see any mismatch). An invalid part returns
+ * 0 too: shoal_wire_check_response rejects `more`, and the worker is
+ * marked down for a protocol error. */
+static int take_part(struct shoal_cluster *cl, struct pending *p, Shoal__Frame *f)
+{
+    Shoal__ExpertResponse *rs = f->response;
+    if (rs->more) {
+        struct shoal_err e = {0};
+        if (shoal_wire_check_response_part(rs, p->part_len, p->total_rows, cl->n_embd,
+                                           p->parts_left, &e) < 0) {
+            char msg[300];
+            shoal_log(SHOAL_LOG_WARN, "cluster", "worker %s: %s", cl->exec[p->exec].addr,
+                      shoal_wire_printable(msg, sizeof msg, e.msg));
+            return 0;
+        }
+        if (!p->part)   /* the whole answer's size, which this request set */
+            p->part = shoal_xmalloc((size_t)(p->total_rows * (uint64_t)cl->n_embd * 4u));
+        memcpy(p->part + p->part_len, rs->out.data, rs->out.len);
+        p->part_len += rs->out.len;
+        p->parts_left--;
+        shoal_wire_frame_free(f);
+        return 1;
+    }
+    if (p->part_len > 0) {
+        uint8_t *all = shoal_xmalloc((size_t)p->part_len + rs->out.len + 1);
+        memcpy(all, p->part, (size_t)p->part_len);
+        if (rs->out.len)
+            memcpy(all + p->part_len, rs->out.data, rs->out.len);
+        free(rs->out.data);   /* protobuf-c's, from malloc (wire_unpack.c) */
+        rs->out.data = all;
+        rs->out.len += (size_t)p->part_len;
+    }
+    free(p->part);
+    p->part = NULL;
+    p->part_len = 0;
+    return 0;
+}
+
 static void on_worker_frame(struct conn *c, Shoal__Frame *f)
 {
     struct shoal_cluster *cl = c->cl;
@@ -583,6 +624,10 @@ static void on_worker_frame(struct conn *c, Shoal__Frame *f)
             struct pending *p = &cl->pend[i];
             if (p->id == id && p->exec == c->exec && p->gen == c->gen &&
                 p->state == PEND_SENT) {
+                if (f->msg_case == SHOAL__FRAME__MSG_RESPONSE && take_part(cl, p, f)) {
+                    pthread_mutex_unlock(&cl->mu);
+                    return;
+                }
                 p->state = PEND_DONE;
                 p->frame = f;
                 p->recv_ns = now;

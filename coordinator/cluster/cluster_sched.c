@@ -675,6 +675,9 @@ static int send_request(struct shoal_cluster *cl, const struct shoal_cluster_lay
     rq.hidden.len = (size_t)n_rows * (size_t)E * sizeof(float);
     rq.n_experts = (size_t)r->n;
     rq.experts = erp;
+    /* the answer in parts: the wire carries the first experts' outputs
+     * while the worker computes the rest */
+    rq.parts = r->n > 1 ? (uint32_t)(r->n < SHOAL_CLUSTER_PARTS ? r->n : SHOAL_CLUSTER_PARTS) : 0;
     Shoal__Frame f = SHOAL__FRAME__INIT;
     f.msg_case = SHOAL__FRAME__MSG_REQUEST;
     f.request = &rq;
@@ -696,6 +699,8 @@ static int send_request(struct shoal_cluster *cl, const struct shoal_cluster_lay
     /* the reply: total rows of n_embd f32 and a bounded protobuf overhead;
      * the loop reads no larger frame from this worker (cluster_net.c) */
     p->reply_bytes = total * (uint64_t)E * sizeof(float) + 256;
+    p->total_rows = total;
+    p->parts_left = rq.parts > 1 ? rq.parts : 1;
     cl->exec[r->x].in_flight++;
     cl->exec[r->x].requests++;
     cl->exec[r->x].payload_sent += rq.hidden.len;
@@ -754,6 +759,8 @@ static struct pending pending_take(struct shoal_cluster *cl, uint64_t id)
     for (int i = 0; i < cl->n_pend; i++)
         if (cl->pend[i].id == id) {
             out = cl->pend[i];
+            free(out.part);   /* parts of an answer that never ended */
+            out.part = NULL;
             struct exec *x = &cl->exec[out.exec];
             if (x->in_flight)
                 x->in_flight--;

@@ -341,6 +341,8 @@ def main():
             probe_ok(args, w, "valid: every covered expert identical", "valid")
             bad_scenarios(args, w)
             probe_ok(args, w, "pipeline of 32 requests", "pipeline", 32)
+            probe_ok(args, w, "an answer in parts (ExpertRequest.parts 3): 2-3 frames, the "
+                     "same bytes", "parts", 3)
             probe_ok(args, w, "slow reader: backpressure, nothing dropped", "backpressure", 12,
                      timeout=600)
             result("worker logged the backpressure pause", "reading paused" in w.text())

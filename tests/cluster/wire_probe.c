@@ -400,6 +400,84 @@ static int valid_request(struct probe *p, uint64_t id, int64_t layer, const int3
     return rc;
 }
 
+/* A request allowing the answer in parts (ExpertRequest.parts = k), sent
+ * after the same request in one frame put its experts in the worker's RAM:
+ * the answer must come in 2..k frames of the id, every frame but the last
+ * a valid part (`more`, whole rows) and the last without `more`, and the
+ * frames' outputs put together must be the local computation's bytes. */
+static int sc_parts(struct probe *p, uint32_t k)
+{
+    int32_t ids[8];
+    int n = covered_experts(p, p->layer, ids, 8);
+    if (n < 2)
+        return fail("parts: the worker covers %d experts of layer %lld, need 2", n,
+                    (long long)p->layer);
+    if (valid_request(p, 300, p->layer, ids, n, 6, 31, 1) < 0)   /* into RAM */
+        return -1;
+    struct req r;
+    req_build(&r, 301, p->layer, ids, n, 6, p->n_embd, 31);
+    r.rq.parts = k;
+    const size_t want = (size_t)r.total_rows * (size_t)p->n_embd * sizeof(float);
+    uint8_t *all = malloc(want ? want : 1);
+    size_t have = 0;
+    uint32_t frames = 0;
+    int rc = all ? send_frame(p, &r.f) : fail("parts: out of memory");
+    Shoal__Frame *f = NULL;
+    while (!rc) {
+        if (!(f = recv_frame(p))) {
+            rc = -1;
+            break;
+        }
+        frames++;
+        if (f->msg_case != SHOAL__FRAME__MSG_RESPONSE || !f->response->more)
+            break;
+        struct shoal_err err = {0};
+        if (shoal_wire_check_response_part(f->response, have, r.total_rows, p->n_embd,
+                                           k - (frames - 1), &err) < 0) {
+            rc = fail("parts: frame %u: %s", frames, err.msg);
+            break;
+        }
+        if (f->response->id != r.rq.id) {
+            rc = fail("parts: frame %u has id %" PRIu64 ", expected %" PRIu64, frames,
+                      f->response->id, r.rq.id);
+            break;
+        }
+        memcpy(all + have, f->response->out.data, f->response->out.len);
+        have += f->response->out.len;
+        shoal_wire_frame_free(f);
+        f = NULL;
+    }
+    if (!rc && f && f->msg_case == SHOAL__FRAME__MSG_RESPONSE) {
+        /* the last frame with every part's outputs before its own */
+        Shoal__ExpertResponse *rs = f->response;
+        if (have + rs->out.len != want)
+            rc = fail("parts: %zu bytes in %u frames, expected %zu", have + rs->out.len,
+                      frames, want);
+        else {
+            memcpy(all + have, rs->out.data, rs->out.len);
+            free(rs->out.data);
+            rs->out.data = all;
+            rs->out.len = want;
+            all = NULL;
+            rc = check_response(p, f, &r, NULL);
+        }
+        if (!rc && (frames < 2 || frames > k))
+            rc = fail("parts: the answer came in %u frames, expected 2..%u (every expert "
+                      "was in RAM)", frames, k);
+        if (!rc)
+            printf("ok parts: %d experts, %" PRIu64 " rows answered in %u frames (at most "
+                   "%u allowed), identical to the local computation\n", n, r.total_rows,
+                   frames, k);
+    } else if (!rc && f) {
+        rc = check_response(p, f, &r, NULL);   /* says what came instead */
+    }
+    shoal_wire_frame_free(f);
+    free(all);
+    req_free(&r);
+    fflush(stdout);
+    return rc;
+}
+
 /* A bad ExpertRequest built by mutate from a good one: the worker must
  * answer with an error carrying id and code, then serve a good request on
  * the same connection. */
@@ -1152,7 +1230,7 @@ static void usage(FILE *f)
         "           truncated zero-dims huge-dims bad-expert bad-layer rows-mismatch\n"
         "           dup-expert bad-row id-zero not-held big-response store-error\n"
         "           pipeline N backpressure N drop-inflight N churn N no-handshake serve N\n"
-        "           unknown-fields MB cancel-on-close N\n");
+        "           unknown-fields MB cancel-on-close N parts K\n");
 }
 
 int main(int argc, char **argv)
@@ -1351,6 +1429,8 @@ int main(int argc, char **argv)
             rc = valid_request(&p, 99, p.layer, NULL, 0, 3, 9, 0);
     } else if (!strcmp(scenario, "pipeline"))
         rc = sc_pipeline(&p, count > 0 ? count : 16);
+    else if (!strcmp(scenario, "parts"))
+        rc = sc_parts(&p, count > 0 ? (uint32_t)count : 3);
     else if (!strcmp(scenario, "backpressure"))
         rc = sc_backpressure(&p, count > 0 ? count : 12);
     else if (!strcmp(scenario, "churn"))

@@ -165,7 +165,21 @@ static void dispatch(struct conn *c, const Shoal__Frame *f)
         if (observer)
             break;
         /* the forward thread checks a reply against its request: here
-         * request id k asked for k % 64 rows */
+         * request id k asked for k % 64 rows; a part (`more`, the loop
+         * thread's take_part) follows id % 7 rows of earlier parts with
+         * id % 5 frames left */
+        if (f->response->more) {
+            const uint64_t rows = f->response->id % 64, have = (f->response->id % 7) * N_EMBD * 4;
+            if (shoal_wire_check_response_part(f->response, have, rows, N_EMBD,
+                                               (uint32_t)(f->response->id % 5), &err) == 0)
+                FUZZ_ASSERT(f->response->out.len > 0 && f->response->out.len % (N_EMBD * 4) == 0 &&
+                                have + f->response->out.len <= rows * N_EMBD * 4 &&
+                                f->response->id % 5 >= 2,
+                            "response part bytes");
+            FUZZ_ASSERT(shoal_wire_check_response(f->response, rows, N_EMBD, &err) < 0,
+                        "a part taken for a whole response");
+            return;
+        }
         if (shoal_wire_check_response(f->response, f->response->id % 64, N_EMBD, &err) == 0)
             FUZZ_ASSERT(f->response->out.len == (f->response->id % 64) * N_EMBD * 4,
                         "response bytes");

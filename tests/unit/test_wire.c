@@ -520,6 +520,54 @@ Test(wire, request_validation_names_what_is_wrong)
     cr_assert_eq(shoal_wire_check_request(&rq, 3, 8, 4, is_moe, NULL, 0, 64, NULL), SHOAL_EFORMAT);
 }
 
+/* A response in parts (ExpertRequest.parts): each part whole rows, inside
+ * the request's rows, with a last frame still to come; the last frame
+ * (the parts put before it) exactly the request's rows and no `more`. */
+Test(wire, response_parts_are_whole_rows_inside_the_request)
+{
+    enum { E = 4, ROW = E * 4 };
+    uint8_t buf[10 * ROW] = {0};
+    Shoal__ExpertResponse rs = SHOAL__EXPERT_RESPONSE__INIT;
+    rs.id = 7;
+    rs.more = 1;
+    struct shoal_err err = {0};
+    /* 3 rows after 2 of 6, 3 frames left: fine; up to the last row too */
+    rs.out = (ProtobufCBinaryData){.data = buf, .len = 3 * ROW};
+    err = (struct shoal_err){0};
+    cr_assert_eq(shoal_wire_check_response_part(&rs, 2 * ROW, 6, E, 3, &err), 0, "%s", err.msg);
+    rs.out.len = 4 * ROW;
+    err = (struct shoal_err){0};
+    cr_assert_eq(shoal_wire_check_response_part(&rs, 2 * ROW, 6, E, 2, &err), 0, "%s", err.msg);
+    /* past the request's rows, from the first part or after others */
+    rs.out.len = 5 * ROW;
+    err = (struct shoal_err){0};
+    cr_assert_eq(shoal_wire_check_response_part(&rs, 2 * ROW, 6, E, 3, &err), SHOAL_EFORMAT);
+    cr_assert(strstr(err.msg, "at most 6 rows"), "%s", err.msg);
+    rs.out.len = 1 * ROW;
+    err = (struct shoal_err){0};
+    cr_assert_eq(shoal_wire_check_response_part(&rs, 7 * ROW, 6, E, 3, &err), SHOAL_EFORMAT);
+    /* empty, or not whole rows */
+    rs.out.len = 0;
+    err = (struct shoal_err){0};
+    cr_assert_eq(shoal_wire_check_response_part(&rs, 0, 6, E, 3, &err), SHOAL_EFORMAT);
+    rs.out.len = ROW + 1;
+    err = (struct shoal_err){0};
+    cr_assert_eq(shoal_wire_check_response_part(&rs, 0, 6, E, 3, &err), SHOAL_EFORMAT);
+    cr_assert(strstr(err.msg, "multiple of n_embd 4"), "%s", err.msg);
+    /* no frame left for the last one: more parts than the request allowed */
+    rs.out.len = ROW;
+    err = (struct shoal_err){0};
+    cr_assert_eq(shoal_wire_check_response_part(&rs, 0, 6, E, 1, &err), SHOAL_EFORMAT);
+    cr_assert(strstr(err.msg, "more parts"), "%s", err.msg);
+    /* a part is never a whole response, even of the right size */
+    rs.out.len = 6 * ROW;
+    err = (struct shoal_err){0};
+    cr_assert_eq(shoal_wire_check_response(&rs, 6, E, &err), SHOAL_EFORMAT);
+    rs.more = 0;
+    err = (struct shoal_err){0};
+    cr_assert_eq(shoal_wire_check_response(&rs, 6, E, &err), 0, "%s", err.msg);
+}
+
 Test(wire, addresses)
 {
     struct sockaddr_storage ss;
