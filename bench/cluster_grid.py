@@ -39,7 +39,7 @@ Needs root. Usage:
       [--workers 1,2,4] [--rate 1gbit,10gbit] [--rtt-ms 0.1,2] \\
       [--disk-mbps 150] [--cache 1500M] [--prompt-len 8] [--gen 6] \\
       [--state cold|warm] [--replicas 1] [--hot-replicas H[:X]] [--skew 1] \\
-      [--equal-shares] [--compute-gbps 12] [--json OUT]
+      [--equal-shares] [--local-experts off|on] [--compute-gbps 12] [--json OUT]
 --skew F makes worker 0's disk F times the others' (a fast machine beside
 slow ones) and gives it F times their share of the experts
 (--shard-weights; --equal-shares keeps the shares equal). The model:
@@ -146,14 +146,26 @@ class Cell:
                 addrs.append("%s:7071" % h.gateway)
             out = os.path.join(self.dir, "bench.json")
             cmd = [shoal, "bench", "--model", a.model, "--workers", ",".join(addrs),
-                   "--cluster-key", self.key, "--local-experts", "off", "--state", a.state,
+                   "--cluster-key", self.key, "--local-experts", a.local_experts,
+                   "--state", a.state,
                    "--reps", "1", "--limits", "off", "--prompt-len", str(a.prompt_len),
                    "--gen", str(a.gen), "--connect-timeout", "60", "--json", out]
+            blkio = None
+            if a.local_experts == "on":
+                # the coordinator's own store: one more disk, throttled and
+                # cached as a worker's
+                cmd += ["--expert-cache", a.cache, "--direct", "on"]
+                blkio = int(a.disk_mbps * 1e6)
             with open(os.path.join(self.dir, "coordinator.log"), "w") as lf:
                 lf.write("# %s\n" % " ".join(cmd))
                 lf.flush()
-                rc = subprocess.run(coord.argv(cmd), stdout=lf, stderr=subprocess.STDOUT,
-                                    env=env, timeout=a.timeout).returncode
+                cp = coord.popen(cmd, blkio_bps=blkio, stdout=lf, stderr=subprocess.STDOUT,
+                                 env=env)
+                try:
+                    rc = cp.wait(timeout=a.timeout)
+                except subprocess.TimeoutExpired:
+                    cp.kill()
+                    rc = cp.wait()
             for p in procs:   # SIGTERM: each worker logs its store's counters (--stats)
                 p.terminate()
             for p in procs:
@@ -167,15 +179,25 @@ class Cell:
             return json.load(open(out))
 
 
+def disk_rates(n):
+    """Bytes/s of each disk a cell reads experts from: the n workers'
+    (worker 0 --skew times the others), and with --local-experts on the
+    coordinator's, throttled as a worker's."""
+    rates = [ARGS.disk_mbps * 1e6 * (ARGS.skew if i == 0 else 1) for i in range(n)]
+    if ARGS.local_experts == "on":
+        rates.append(ARGS.disk_mbps * 1e6)
+    return rates
+
+
 def step_floor(m, n, blob):
     """Seconds the m expert reads of one layer step take at best on the n
     workers' throttled disks (worker 0 --skew times the others): reads of
     one size, each given to the disk that would finish it first, which is
     optimal for jobs of one size on machines of different speeds."""
-    rates = [ARGS.disk_mbps * 1e6 * (ARGS.skew if i == 0 else 1) for i in range(n)]
-    done = [0.0] * n
+    rates = disk_rates(n)
+    done = [0.0] * len(rates)
     for _ in range(m):
-        i = min(range(n), key=lambda k: done[k] + blob / rates[k])
+        i = min(range(len(rates)), key=lambda k: done[k] + blob / rates[k])
         done[i] += blob / rates[i]
     return max(done)
 
@@ -193,12 +215,12 @@ def busy_floor(hist, n):
         m, c = int(m), int(c)
         ratio = 1.0
         if m > 0:
-            rates = [ARGS.disk_mbps * (ARGS.skew if i == 0 else 1) for i in range(n)]
-            done = [0.0] * n
+            rates = disk_rates(n)
+            done = [0.0] * len(rates)
             for _ in range(m):
-                i = min(range(n), key=lambda k: done[k] + 1 / rates[k])
+                i = min(range(len(rates)), key=lambda k: done[k] + 1 / rates[k])
                 done[i] += 1 / rates[i]
-            ratio = max(done) / (sum(done) / n)
+            ratio = max(done) / (sum(done) / len(rates))
         steps += c
         total += c * ratio
     return total / steps if steps else None
@@ -219,7 +241,7 @@ def figures(res, cell, shape, blob):
         recv = f.get("%s_wire_received_kb_per_token" % phase, 0) * 1e3
         rt = f.get("%s_round_trips_per_token" % phase, 0)
         ssd = f.get("%s_worker_ssd_mb_per_token" % phase, 0) * 1e6
-        disks = ARGS.disk_mbps * 1e6 * (cell.n - 1 + ARGS.skew)
+        disks = sum(disk_rates(cell.n))
         t_disk = ssd / disks
         t_link = max(sent, recv) / rate + rt * cell.rtt_ms / 1e3
         # the coordinator's own compute: attention, router, combine, head,
@@ -368,6 +390,9 @@ def main():
     ap.add_argument("--replicas", type=int, default=1,
                     help="holders of each expert (--shard I/N:R, at most N)")
     ap.add_argument("--cache", default="1500M")
+    ap.add_argument("--local-experts", choices=("off", "on"), default="off",
+                    help="on: the coordinator's own store executes experts too, "
+                         "reading through a disk throttled as a worker's")
     ap.add_argument("--prompt-len", type=int, default=8)
     ap.add_argument("--gen", type=int, default=6)
     ap.add_argument("--compute-gbps", type=float, default=12.0,

@@ -1120,10 +1120,19 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
             cl->exec[cl->local].requests++;
             pthread_mutex_unlock(&cl->mu);
             struct shoal_err e2 = {0};
+            /* the local store's reads count as a worker's answers' do: in
+             * the step's reads and the executor's SSD bytes */
+            struct shoal_expert_store_stats l0, l1;
+            shoal_expert_store_stats_get(cl->model->store, &l0);
             const double t_local = shoal_cluster_now();
             int lrc = L->local(L->user, il, bu, sel, n_sel, &e2);
+            shoal_expert_store_stats_get(cl->model->store, &l1);
             if (cl->local >= 0)
                 busy[cl->local] += shoal_cluster_now() - t_local;
+            step_reads += l1.disk_reads - l0.disk_reads;
+            pthread_mutex_lock(&cl->mu);
+            cl->exec[cl->local].ssd_bytes += l1.bytes_read - l0.bytes_read;
+            pthread_mutex_unlock(&cl->mu);
             if (lrc < 0) {
                 /* another holder may take over; keep the store's message */
                 if (!local_err.code)
