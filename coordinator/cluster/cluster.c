@@ -501,14 +501,21 @@ void shoal_cluster_exec_stats_get(struct shoal_cluster *cl, int i,
     pthread_mutex_unlock(&cl->mu);
 }
 
+double shoal_cluster_seen_rate(struct seen_rate *r, double bytes, double seconds,
+                               double min_bytes, double min_s)
+{
+    if (!(bytes >= 0) || !(seconds >= 0) || !isfinite(bytes) || !isfinite(seconds))
+        return 0;
+    r->bytes = 0.9 * r->bytes + bytes;
+    r->seconds = 0.9 * r->seconds + seconds;
+    return r->bytes >= min_bytes && r->seconds > min_s ? r->bytes / r->seconds : 0;
+}
+
 void shoal_cluster_note_disk(struct exec *x, double bytes, double busy_s)
 {
-    if (!(bytes >= 0) || !(busy_s >= 0) || !isfinite(bytes) || !isfinite(busy_s))
-        return;
-    x->seen_bytes = 0.9 * x->seen_bytes + bytes;
-    x->seen_busy = 0.9 * x->seen_busy + busy_s;
-    if (x->seen_bytes >= 8.0 * 1024 * 1024 && x->seen_busy > 0.005)
-        x->disk_mbps_seen = x->seen_bytes / 1e6 / x->seen_busy;
+    double rate = shoal_cluster_seen_rate(&x->disk_seen, bytes, busy_s, 8.0 * 1024 * 1024, 0.005);
+    if (rate > 0)
+        x->disk_mbps_seen = rate / 1e6;
 }
 
 uint64_t shoal_cluster_rounds(struct shoal_cluster *cl)

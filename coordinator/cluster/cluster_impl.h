@@ -22,6 +22,11 @@
  * wire carries the first parts while it computes the rest. */
 #define SHOAL_CLUSTER_PARTS 4
 
+/* A rate from decayed sums of observations (shoal_cluster_seen_rate). */
+struct seen_rate {
+    double bytes, seconds;
+};
+
 enum exec_kind {
     EXEC_LOCAL = 0,
     EXEC_STATIC,     /* dialled by us, reconnected with backoff */
@@ -69,10 +74,10 @@ struct exec {
     double disk_mbps_seen;       /* observed from StatusReply deltas (0: none yet); a
                                   * short start-up probe misjudges throttled or bursty
                                   * disks, so placement prefers this once known */
-    double seen_bytes, seen_busy;   /* [mu] decayed sums behind disk_mbps_seen */
+    struct seen_rate disk_seen;     /* [mu] behind disk_mbps_seen */
     double compute_gbps_seen;       /* [mu] from its answers (0: none yet), preferred to
                                      * compute_gbps once known */
-    double cseen_bytes, cseen_s;    /* [mu] decayed sums behind it */
+    struct seen_rate compute_seen;  /* [mu] behind compute_gbps_seen */
     int seen_from_answers;          /* [mu] its answers carry read_busy_seconds: they
                                      * feed the sums, its status replies no longer */
     double compute_gbps;
@@ -257,6 +262,13 @@ void shoal_cluster_net_reconnect(uv_timer_t *t); /* exec->reconnect's callback *
 void shoal_cluster_net_dial(struct shoal_cluster *cl, int xi);
 void shoal_cluster_net_stop_all(struct shoal_cluster *cl);  /* closes every handle */
 void shoal_cluster_net_thread(void *arg);        /* runs the loop */
+
+/* Add an observation (bytes over seconds) to r's sums, each keeping 0.9 of
+ * what came before (about the last ten weigh). Returns the rate, bytes per
+ * second, once the sums pass min_bytes and min_s; 0 before then or for
+ * non-finite or negative input (not added). Caller holds mu. */
+double shoal_cluster_seen_rate(struct seen_rate *r, double bytes, double seconds,
+                               double min_bytes, double min_s);
 
 /* Feed executor x's disk rate estimate (disk_mbps_seen): bytes its disk
  * read over busy_s seconds with reads in flight, into decayed sums (about

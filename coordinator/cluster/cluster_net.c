@@ -559,9 +559,10 @@ static void handshake_done(struct conn *c)
 static void build_status(struct shoal_cluster *cl, uint64_t id, struct conn *c);
 
 /* A response frame f for pending request p (cl->mu held): a valid part
- * (`more`) is appended to p->part and freed, returning 1; the last frame
- * gets the parts' outputs put before its own, returning 0 (f goes to the
- * forward thread, whose checks see any mismatch). An invalid part returns
+ * (`more`) is appended to p->part (the whole answer's size) and freed,
+ * returning 1; the last frame's outputs complete p->part, which becomes its
+ * out, returning 0 (f goes to the forward thread, whose checks see any
+ * mismatch). An invalid part returns
  * 0 too: shoal_wire_check_response rejects `more`, and the worker is
  * marked down for a protocol error. */
 static int take_part(struct shoal_cluster *cl, struct pending *p, Shoal__Frame *f)
@@ -585,13 +586,24 @@ static int take_part(struct shoal_cluster *cl, struct pending *p, Shoal__Frame *
         return 1;
     }
     if (p->part_len > 0) {
-        uint8_t *all = shoal_xmalloc((size_t)p->part_len + rs->out.len + 1);
-        memcpy(all, p->part, (size_t)p->part_len);
-        if (rs->out.len)
-            memcpy(all + p->part_len, rs->out.data, rs->out.len);
-        free(rs->out.data);   /* protobuf-c's, from malloc (wire_unpack.c) */
-        rs->out.data = all;
-        rs->out.len += (size_t)p->part_len;
+        /* the last frame completes the buffer the parts went into, or the
+         * answer is short or long: out then holds none of it, and the
+         * forward thread's size check fails it */
+        const uint64_t left = p->total_rows * (uint64_t)cl->n_embd * 4u - p->part_len;
+        if (rs->out.len == left) {
+            if (left)
+                memcpy(p->part + p->part_len, rs->out.data, rs->out.len);
+            free(rs->out.data);   /* protobuf-c's, from malloc (wire_unpack.c) */
+            rs->out.data = p->part;
+            rs->out.len = (size_t)(p->part_len + left);
+            p->part = NULL;
+        } else {
+            shoal_log(SHOAL_LOG_WARN, "cluster", "worker %s: response %llu: a last part of "
+                      "%zu bytes after %llu, expected %llu", cl->exec[p->exec].addr,
+                      (unsigned long long)rs->id, rs->out.len,
+                      (unsigned long long)p->part_len, (unsigned long long)left);
+            rs->out.len = 0;
+        }
     }
     free(p->part);
     p->part = NULL;

@@ -1175,7 +1175,7 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                     cl->exec[x].payload_received += rs->out.len;
                     cl->exec[x].ssd_bytes += rs->bytes_read;
                     step_reads += rs->disk_reads;
-                    if (rs->compute_seconds > 0 && isfinite(rs->compute_seconds)) {
+                    if (rs->compute_seconds > 0) {
                         /* its compute rate as its answers achieve it, in
                          * cost()'s unit: the weight bytes of each expert, 1/8
                          * more per row beyond the first (the start-up probe
@@ -1187,10 +1187,10 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                             const int64_t rows = bu->slot_begin[u + 1] - bu->slot_begin[u];
                             w += (double)cl->blob_bytes * (1.0 + (double)(rows - 1) / 8.0);
                         }
-                        e->cseen_bytes = 0.9 * e->cseen_bytes + w;
-                        e->cseen_s = 0.9 * e->cseen_s + rs->compute_seconds;
-                        if (e->cseen_s > 0.002)
-                            e->compute_gbps_seen = e->cseen_bytes / 1e9 / e->cseen_s;
+                        const double rate = shoal_cluster_seen_rate(
+                            &e->compute_seen, w, rs->compute_seconds, 0, 0.002);
+                        if (rate > 0)
+                            e->compute_gbps_seen = rate / 1e9;
                     }
                     if (rs->read_busy_seconds > 0) {
                         /* the disk's rate from the first answer on; the
