@@ -444,23 +444,7 @@ static int cpu_is_amd_family_19h(void)
 }
 
 #if defined(SHOAL_QUANT_HAVE_AVX512)
-/* avx512-zen4's INT4A8 rows: the avx512 matvec for one token, the avx2
- * multi-token rows for 2 .. SHOAL_QUANT_AVX512_GEMM_MIN_TOK - 1 (their
- * VNNI build, quant_avx2.c), the avx512 GEMM from there (the same bits
- * either way). Zen 4, 0db9158, 2 threads, kernel_bench paired read: one
- * token avx512 0.78-0.91 against avx2's 0.58-0.78; 4 tokens avx2 65 GB/s
- * against 45. The VNNI build, 2026-12-06, 2 threads, alternated with avx2:
- * 2 tokens 45.3 against 40.0 GB/s x tok, 4 tokens 74.3 against 70.3. */
-static void rows_a8_avx512_zen4(float *y, const struct shoal_quant_act *a, int64_t n_tok,
-                                const struct shoal_quant_weight *w, int64_t r0, int64_t r1)
-{
-    if (n_tok > 1 && n_tok < SHOAL_QUANT_AVX512_GEMM_MIN_TOK)
-        shoal_quant_ops_avx2_vnni.linear_rows_a8(y, a, n_tok, w, r0, r1);
-    else
-        shoal_quant_ops_avx512.linear_rows_a8(y, a, n_tok, w, r0, r1);
-}
-
-/* the avx512 table but for rows_a8 (filled in once, by ops_avx512_zen4) */
+/* the avx512 table under its own name (filled in once, by ops_avx512_zen4) */
 static struct shoal_quant_ops ops_zen4;
 #endif
 
@@ -471,7 +455,6 @@ static const struct shoal_quant_ops *ops_avx512_zen4(void)
         return NULL;
     ops_zen4 = shoal_quant_ops_avx512;
     ops_zen4.name = "avx512-zen4";
-    ops_zen4.linear_rows_a8 = rows_a8_avx512_zen4;
     return &ops_zen4;
 #else
     return NULL;

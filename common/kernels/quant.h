@@ -458,21 +458,19 @@ enum shoal_quant_isa {
     SHOAL_QUANT_ISA_NEON_I8MM,  /* aarch64 with DotProd and I8MM (smmla; Apple M2,
                                    Neoverse V1/N2 and later): INT4A8 batches two
                                    tokens x two rows per instruction */
-    SHOAL_QUANT_ISA_AVX512_ZEN4, /* "avx512-zen4": the avx512 table with the
-                                   avx2 INT4A8 rows for batches of 2 to
-                                   SHOAL_QUANT_AVX512_GEMM_MIN_TOK - 1 tokens
-                                   (Zen 4 runs 512-bit instructions as two
-                                   256-bit halves; there the AVX2 multi-token
-                                   rows ran 1.45x the avx512 per-token path
-                                   at 4 tokens, docs/BENCHMARKS.md). One
-                                   token and the GEMM are avx512's. AUTO picks
-                                   it on AMD family 19h with AVX-512 (Zen 4);
-                                   it runs wherever avx512 does. */
+    SHOAL_QUANT_ISA_AVX512_ZEN4, /* "avx512-zen4": the avx512 table under its
+                                   own name (it took the avx2 INT4A8 rows for
+                                   2-5 tokens until the avx512 table's
+                                   rows_a8_few beat them: docs/BENCHMARKS.md).
+                                   AUTO picks it on AMD family 19h with
+                                   AVX-512 (Zen 4); it runs wherever avx512
+                                   does. */
 };
 
 /* Tokens from which the avx512 table's INT4A8 kernel runs its register-
- * blocked GEMM (fewer: the per-token decode path). */
-#define SHOAL_QUANT_AVX512_GEMM_MIN_TOK 6
+ * blocked GEMM (2 to this - 1: rows_a8_few, 16 rows a half at a time; 1:
+ * the decode matvec). */
+#define SHOAL_QUANT_AVX512_GEMM_MIN_TOK 12
 
 /* Choose the kernels once at start-up and log the choice (info, "quant").
  * Before the first call the scalar kernels are active; every table gives
@@ -613,8 +611,6 @@ extern const struct shoal_quant_ops shoal_quant_ops_avx2;  /* x86-64 builds */
 extern const struct shoal_quant_ops shoal_quant_ops_avx512; /* x86-64, if the
                                                   compiler has AVX-512 */
 extern const struct shoal_quant_ops shoal_quant_ops_avx512bw; /* same, no VBMI */
-extern const struct shoal_quant_ops shoal_quant_ops_avx2_vnni; /* quant_avx2.c built
-                                                  with AVX-512 VL + VNNI, same bits */
 extern const struct shoal_quant_ops shoal_quant_ops_neon;  /* aarch64 builds */
 extern const struct shoal_quant_ops shoal_quant_ops_neon_dotprod; /* aarch64, if the
                                                   compiler has +dotprod */

@@ -846,13 +846,16 @@ Test(quant, a8_nonfinite_input_gives_nan)
  * and are not multiples of 128 (a partial last chunk, odd widths, a
  * partial last group, a last 64-column half of 1 to 20 bytes) with and
  * without whole blocks of 8 rows; 8 rows of 33000 columns (over 256 groups
- * at every G, a partial last group, batches past the GEMM paths' widths) */
+ * at every G, a partial last group, batches past the GEMM paths' widths);
+ * blocks of 16 rows for every thread count (48, 40 and 32 rows: avx512's
+ * rows_a8_few and GEMM, a last half of 1 and 16 bytes, an odd group count) */
 Test(quant, a8_linear_bits_equal_reference_for_any_table_batch_and_threads)
 {
     const int64_t shapes[][2] = {{1, 128}, {3, 100}, {17, 256}, {5, 384}, {33, 768},
                                  {9, 2048}, {4, 1000}, {7, 2176}, {5, 77}, {6, 129},
                                  {18, 192}, {3, 4000}, {8, 33000}, {9, 1}, {8, 33},
-                                 {16, 77}, {8, 100}, {24, 129}, {16, 1000}, {8, 4000}};
+                                 {16, 77}, {8, 100}, {24, 129}, {16, 1000}, {8, 4000},
+                                 {48, 130}, {40, 2048}, {32, 96}};
     const int64_t toks[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12,
                             13, 14, 15, 16, 17, 29, 30, 31, 32, 33, 40};
     const int threads[] = {1, 3};

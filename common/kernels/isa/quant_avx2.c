@@ -13,17 +13,6 @@
  * matvec runs four rows at a time (prefetching the next four) and the
  * batched path four tokens at a time against a group unpacked once to f32.
  * On CPUs with AVX-512 VBMI, quant_avx512.c takes over the int4 matvec. */
-#if defined(SHOAL_QUANT_AVX2_VNNI)
-/* Built a second time with AVX-512 VL + VNNI (meson: shoal_quant_avx2_vnni,
- * still without FMA): its multi-token INT4A8 rows sum each piece with
- * vpdpbusd into exact int32 (cols4_dot), the same integers; its table,
- * shoal_quant_ops_avx2_vnni, takes avx512-zen4's batches of 2 .. 5 tokens. */
-#define shoal_quant_ops_avx2 shoal_quant_ops_avx2_vnni
-#define shoal_quant_avx2_set_decode_order shoal_quant_avx2_vnni_set_decode_order
-#define shoal_fp8_rows_avx2 shoal_fp8_rows_avx2_vnni
-#define shoal_fp8_dequant_row_avx2 shoal_fp8_dequant_row_avx2_vnni
-#define shoal_mxfp4_rows_avx2 shoal_mxfp4_rows_avx2_vnni
-#endif
 #include <immintrin.h>
 #include <string.h>
 
@@ -839,22 +828,6 @@ static inline __attribute__((always_inline)) __m256i cols4_dot(const __m256i lo[
     const __m256i e0 = _mm256_set1_epi64x(load_i64(e)), e1 = _mm256_set1_epi64x(load_i64(e + 8));
     const __m256i o0 = _mm256_set1_epi64x(load_i64(e + 64));
     const __m256i o1 = _mm256_set1_epi64x(load_i64(e + 72));
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    /* each row's qword lane takes its two dwords of 4-product sums, exact in
-     * int32; the row's two dwords added, then a's rows into the even dwords
-     * and b's into the odd: the layout below, the same integers */
-    __m256i a = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[0], e0);
-    __m256i b = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[2], e0);
-    a = _mm256_dpbusd_epi32(a, hi[0], o0);
-    b = _mm256_dpbusd_epi32(b, hi[2], o0);
-    a = _mm256_dpbusd_epi32(a, lo[1], e1);
-    b = _mm256_dpbusd_epi32(b, lo[3], e1);
-    a = _mm256_dpbusd_epi32(a, hi[1], o1);
-    b = _mm256_dpbusd_epi32(b, hi[3], o1);
-    a = _mm256_add_epi32(a, _mm256_shuffle_epi32(a, 0xb1));
-    b = _mm256_add_epi32(b, _mm256_shuffle_epi32(b, 0xb1));
-    return _mm256_blend_epi32(a, b, 0xaa);
-#else
     const __m256i a = _mm256_add_epi16(
         _mm256_add_epi16(_mm256_maddubs_epi16(lo[0], e0), _mm256_maddubs_epi16(hi[0], o0)),
         _mm256_add_epi16(_mm256_maddubs_epi16(lo[1], e1), _mm256_maddubs_epi16(hi[1], o1)));
@@ -865,7 +838,6 @@ static inline __attribute__((always_inline)) __m256i cols4_dot(const __m256i lo[
     const __m256i s = _mm256_add_epi16(_mm256_blend_epi32(a, b, 0xaa),
                                        _mm256_shuffle_epi32(_mm256_blend_epi32(b, a, 0xaa), 0xb1));
     return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
-#endif
 }
 
 /* One piece (lo/hi: cols4_x8's) for nt tokens: token t's activations at

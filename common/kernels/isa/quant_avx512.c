@@ -39,6 +39,7 @@
  * the AVX2 kernels, which give the same bits. quant.c selects a table only
  * when the CPU has what it was built for (and AVX2). */
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ggml_dot.h"
@@ -652,9 +653,12 @@ a8_segment_any(float *pr, const uint8_t *qs, const float *dw, const int8_t *q, c
  * decode kernel are gone: on a cache-resident [768][2048] G=64 weight,
  * 2 threads, it ran ~5x the per-token path at 32 tokens. */
 #define A8G_T 8            /* tokens per register block */
-#define A8G_MIN_TOK SHOAL_QUANT_AVX512_GEMM_MIN_TOK /* fewer tokens run the per-token path: at 4 tokens it
-                            * ran ~51 GB/s x tok against the 4-token block's ~40
-                            * (kernel_bench, 2 threads, Zen 5); equal at 6 */
+#define A8G_MIN_TOK SHOAL_QUANT_AVX512_GEMM_MIN_TOK /* 2 .. A8G_MIN_TOK - 1 tokens run
+                            * rows_a8_few (its block unpacked in registers, no
+                            * stack copy): kernel_l2, Zen 4, [64][2048] G=64 in
+                            * L2, ns per row, 32 columns and token: few 0.24-0.26
+                            * against the GEMM's 0.26-0.30 at 8-11 tokens, 0.24
+                            * against 0.20 at 12 */
 #define A8G_MAXN 8192      /* columns: w16 holds 8 * n bytes on the stack */
 
 /* sum of u8 x s8 products of each 4-byte lane added to acc (vpdpbusd) */
@@ -675,43 +679,96 @@ static inline int32_t load_i32(const int8_t *p)
     return v;
 }
 
+/* sum[t] lane i = row i's exact sum over dwords J0 .. J0 + NJ - 1 (NJ
+ * even) of v (vector j lane i = row i's dword j, nibbles not yet split)
+ * against token t's activations: the low nibbles of dword j times the
+ * bytes at e[t] + 4j (the chunk order's columns 8j, 8j+2, 8j+4, 8j+6),
+ * the high ones times those 64 bytes on, for TT tokens (compile-time, at
+ * most A8G_T). NA independent sums a token (their total is the same
+ * integer): a vpdpbusd's result is ready 4 cycles after it issues and two
+ * issue a cycle (Zen 4), so about 8 chains keep it busy; with one sum a
+ * token, 2-4 tokens waited on their chains. Shared by the GEMM
+ * (a8g_block) and rows_a8_few. */
+static inline __attribute__((always_inline)) void
+dot16_tokens(__m512i sum[], const __m512i *v, const int8_t *const e[], int J0, int NJ,
+             const int TT)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const int NA = TT >= 8 ? 1 : TT >= 4 ? 2 : 4;
+    __m512i s[A8G_T][4];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+#pragma GCC unroll 4
+        for (int k = 0; k < NA; k++)
+            s[t][k] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int j = J0; j < J0 + NJ; j += 2) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {           /* dword j + h into sums k0, k1 */
+            const __m512i b = v[j + h];
+            const __m512i lo = _mm512_and_si512(b, m4);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(b, 4), m4);
+            const int k0 = NA == 4 ? 2 * h : 0, k1 = NA == 1 ? 0 : k0 + 1;
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                const int8_t *et = e[t] + 4 * (j + h);
+                s[t][k0] = dp4(s[t][k0], lo, _mm512_set1_epi32(load_i32(et)));
+                s[t][k1] = dp4(s[t][k1], hi, _mm512_set1_epi32(load_i32(et + 64)));
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) {
+        __m512i x = s[t][0];
+#pragma GCC unroll 4
+        for (int k = 1; k < NA; k++)
+            x = _mm512_add_epi32(x, s[t][k]);
+        sum[t] = x;
+    }
+}
+
+/* acc + (d * dx) * (float)(isum - sx), lanes = rows: the scalar chain's
+ * operations */
+static inline __attribute__((always_inline)) __m512 chain16(__m512 acc, __m512i isum, __m512 d,
+                                                            float dx, int32_t sx)
+{
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, _mm512_set1_epi32(sx)));
+    return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx)), f));
+}
+
 /* Tokens t0 .. t0+T-1 against the 16 rows in w16/d16 (y: the block's first
  * row of token 0, y_stride floats per token). */
 static inline __attribute__((always_inline)) void
 a8g_block(float *y, int64_t y_stride, const struct shoal_quant_act *a, int64_t t0, const int T,
-          const __m512i *w16, const float *d16, int64_t nck, int64_t n_group, int G)
+          const __m512i *w16, const float *d16, int64_t nck, int64_t n_group, int G,
+          const uint8_t *pf, size_t pf_bytes)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    /* pf_bytes at pf (the next block's rows) prefetched over the chunks, so
+     * the weight stream runs while this block computes */
+    const size_t pf_step = pf_bytes ? (pf_bytes / (size_t)nck + 63) & ~(size_t)63 : 0;
+    size_t pf_at = 0;
     const int jpg = G / 8;                       /* dwords per group: 4, 8 or 16 */
     __m512 acc[A8G_T];
     __m512i is[A8G_T];
+    const int8_t *e[A8G_T];
     for (int t = 0; t < T; t++)
         acc[t] = _mm512_setzero_ps();
     int64_t g = 0;
     for (int64_t c = 0; c < nck; c++) {
         const __m512i *wc = w16 + 16 * c;
-        for (int j0 = 0; j0 < 16 && g < n_group; j0 += jpg, g++) {
-            for (int t = 0; t < T; t++)
-                is[t] = _mm512_setzero_si512();
-            for (int j = j0; j < j0 + jpg; j++) {
-                const __m512i b = _mm512_load_si512(wc + j);
-                const __m512i lo = _mm512_and_si512(b, m4);
-                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+        for (size_t pe = pf_at + pf_step < pf_bytes ? pf_at + pf_step : pf_bytes; pf_at < pe;
+             pf_at += 64)
+            _mm_prefetch((const char *)pf + pf_at, SHOAL_PF_WEIGHTS);
 #pragma GCC unroll 8
-                for (int t = 0; t < T; t++) {
-                    const int8_t *e = a->q + (t0 + t) * a->q_stride + 128 * c + 4 * j;
-                    is[t] = dp4(is[t], lo, _mm512_set1_epi32(load_i32(e)));
-                    is[t] = dp4(is[t], hi, _mm512_set1_epi32(load_i32(e + 64)));
-                }
-            }
+        for (int t = 0; t < T; t++)
+            e[t] = a->q + (t0 + t) * a->q_stride + 128 * c;
+        for (int j0 = 0; j0 < 16 && g < n_group; j0 += jpg, g++) {
+            dot16_tokens(is, wc, e, j0, jpg, T);
             const __m512 dv = _mm512_load_ps(d16 + 16 * g);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 const int64_t k = (t0 + t) * a->n_group + g;
-                const __m512 f = _mm512_cvtepi32_ps(
-                    _mm512_sub_epi32(is[t], _mm512_set1_epi32(a->s[k])));
-                acc[t] = _mm512_add_ps(
-                    acc[t], _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(a->d[k])), f));
+                acc[t] = chain16(acc[t], is[t], dv, a->d[k], a->s[k]);
             }
         }
     }
@@ -749,19 +806,225 @@ static __attribute__((noinline)) int64_t rows_a8_gemm(float *y, const struct sho
             for (int64_t g = 0; g < n_group; g++)
                 memcpy(&d16[16 * g + i], base + (size_t)i * row_bytes + 4 * (size_t)g,
                        sizeof(float));
+        /* the next block's rows (or the first bytes this thread reads
+         * next), prefetched by the first token tile */
+        const uint8_t *pf = rb + 32 <= r1 ? base + 16 * row_bytes : a->next;
+        size_t pf_bytes = rb + 32 <= r1 ? 16 * row_bytes
+                          : a->next ? (a->next_bytes < 16 * row_bytes ? a->next_bytes
+                                                                      : 16 * row_bytes)
+                                    : 0;
         int64_t t = 0;
-        for (; t + A8G_T <= n_tok; t += A8G_T)
-            a8g_block(y + rb, w->rows, a, t, A8G_T, w16, d16, nck, n_group, G);
-        if (n_tok - t >= 4) {
-            a8g_block(y + rb, w->rows, a, t, 4, w16, d16, nck, n_group, G);
-            t += 4;
-        }
-        if (n_tok - t >= 2) {
-            a8g_block(y + rb, w->rows, a, t, 2, w16, d16, nck, n_group, G);
-            t += 2;
-        }
+#define BLOCK(T_) do {                                                                    \
+            a8g_block(y + rb, w->rows, a, t, T_, w16, d16, nck, n_group, G, pf, pf_bytes); \
+            pf_bytes = 0;                                                                 \
+            t += T_;                                                                      \
+        } while (0)
+        while (t + A8G_T <= n_tok)
+            BLOCK(A8G_T);
+        if (n_tok - t >= 4)
+            BLOCK(4);
+        if (n_tok - t >= 2)
+            BLOCK(2);
         if (n_tok - t >= 1)
-            a8g_block(y + rb, w->rows, a, t, 1, w16, d16, nck, n_group, G);
+            BLOCK(1);
+#undef BLOCK
+    }
+    return rb;
+}
+
+/* ---- INT4A8 batches of a few tokens: 16 rows, each half transposed once --
+ *
+ * For 2 .. A8G_MIN_TOK - 1 tokens (and the tokens a8g's tiles leave), the
+ * GEMM's layout without its stack copy of the block: a block of 16 rows
+ * advances a half (32 bytes of each row, 64 columns) at a time; the 16 x 8
+ * dwords are transposed in registers (vector j lane i = row i's dword j:
+ * rows 0-7 in the low 256 bits, 8-15 in the high), split into nibbles, and
+ * every token of the tile multiplies them at once by its activation
+ * dwords, broadcast (vpdpbusd; 4j .. 4j+3 are the low nibbles' columns of
+ * dword j in the chunk order, the high ones 64 bytes on). Two or four
+ * sums a token so that vpdpbusd's latency is hidden with few tokens. The
+ * group sums are exact integers; each token's chain acc + (d * dx) *
+ * (float)(isum - sx) runs in group order, a lane per row: the scalar
+ * table's bits. The next block's rows are prefetched across the halves. */
+
+/* v[j] (j < 8): lane i = row i's dword j of the half at p (rows p + i rb,
+ * i < 16); a partial last half (bytes < 32) is read masked, zero past it */
+static inline __attribute__((always_inline)) void half16_load(__m512i v[8], const uint8_t *p,
+                                                              size_t rb, int bytes)
+{
+    const __mmask32 k = bytes < 32 ? (__mmask32)((1u << bytes) - 1u) : ~(__mmask32)0;
+    for (int i = 0; i < 8; i++)
+        v[i] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_maskz_loadu_epi8(k, p + (size_t)i * rb)),
+            _mm256_maskz_loadu_epi8(k, p + (size_t)(i + 8) * rb), 1);
+    /* an 8 x 8 dword transpose in each 256-bit half */
+    __m512i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* u[k] (k < 4), per 128-bit lane L: rows 0-3 (L = 0, 1: dwords k and
+     * 4 + k) and 8-11 (L = 2, 3); u[4 + k] rows 4-7 and 12-15 */
+    const __m512i lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm512_permutex2var_epi64(u[k], lo_idx, u[4 + k]);
+        v[4 + k] = _mm512_permutex2var_epi64(u[k], hi_idx, u[4 + k]);
+    }
+}
+
+/* Tokens t0 .. t0 + TT - 1 against the 16 rows at base (scales d16:
+ * vector g = the rows' d of group g); y: row 0 of token 0. */
+static inline __attribute__((always_inline)) void
+a8f_block(float *y, int64_t y_stride, const struct shoal_quant_act *a, int64_t t0,
+          const uint8_t *base, size_t row_bytes, const float *d16, int64_t n_group, int64_t nh,
+          int tail, const uint8_t *pf, size_t pf_bytes, const int G, const int TT)
+{
+    const size_t pf_step = pf_bytes ? (pf_bytes / (size_t)nh + 63) & ~(size_t)63 : 0;
+    size_t pf_at = 0;
+    const uint8_t *qs = base + 4 * (size_t)n_group;
+    const int64_t ng = a->n_group;
+    __m512 acc[4];
+    __m512i part[4];                               /* G=128: a group's first half */
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) {
+        acc[t] = _mm512_setzero_ps();
+        part[t] = _mm512_setzero_si512();
+    }
+    for (int64_t hh = 0; hh < nh; hh++) {
+        for (size_t pe = pf_at + pf_step < pf_bytes ? pf_at + pf_step : pf_bytes; pf_at < pe;
+             pf_at += 64)
+            _mm_prefetch((const char *)pf + pf_at, SHOAL_PF_WEIGHTS);
+        __m512i v[8];
+        half16_load(v, qs + 32 * (size_t)hh, row_bytes, hh == nh - 1 ? tail : 32);
+        const int8_t *e[A8G_T];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            e[t] = a->q + (t0 + t) * a->q_stride + 128 * (hh >> 1) + 32 * (hh & 1);
+        __m512i sum[A8G_T];
+        if (G == 32) {                             /* groups 2 hh (dwords 0-3), 2 hh + 1 */
+            const int64_t g = 2 * hh;
+            dot16_tokens(sum, v, e, 0, 4, TT);
+            const __m512 d = _mm512_load_ps(d16 + 16 * g);
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                acc[t] = chain16(acc[t], sum[t], d, a->d[(t0 + t) * ng + g],
+                                 a->s[(t0 + t) * ng + g]);
+            if (g + 1 < n_group) {
+                dot16_tokens(sum, v, e, 4, 4, TT);
+                const __m512 d1 = _mm512_load_ps(d16 + 16 * (g + 1));
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++)
+                    acc[t] = chain16(acc[t], sum[t], d1, a->d[(t0 + t) * ng + g + 1],
+                                     a->s[(t0 + t) * ng + g + 1]);
+            }
+            continue;
+        }
+        dot16_tokens(sum, v, e, 0, 8, TT);
+        const int64_t g = G == 64 ? hh : hh / 2;
+        if (G == 128 && (hh & 1) == 0 && hh + 1 < nh) {   /* a group's first half of two */
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                part[t] = sum[t];
+            continue;
+        }
+        const __m512 d = _mm512_load_ps(d16 + 16 * g);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            const __m512i is = G == 128 && (hh & 1) ? _mm512_add_epi32(sum[t], part[t]) : sum[t];
+            acc[t] = chain16(acc[t], is, d, a->d[(t0 + t) * ng + g], a->s[(t0 + t) * ng + g]);
+        }
+    }
+    for (; pf_at < pf_bytes; pf_at += 64)
+        _mm_prefetch((const char *)pf + pf_at, SHOAL_PF_WEIGHTS);
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+        _mm512_storeu_ps(y + (t0 + t) * y_stride, acc[t]);
+}
+
+/* d16[16 g + i] = row i's scale of group g, the 16 rows at base */
+static void scales16(float *d16, const uint8_t *base, size_t row_bytes, int64_t n_group)
+{
+    for (int64_t g0 = 0; g0 < n_group; g0 += 16) {
+        const int cnt = n_group - g0 < 16 ? (int)(n_group - g0) : 16;
+        const __mmask16 k = (__mmask16)((1u << cnt) - 1u);
+        __m512 c[16];
+        for (int i = 0; i < 16; i++)
+            c[i] = _mm512_maskz_loadu_ps(k, base + (size_t)i * row_bytes + 4 * (size_t)g0);
+        transpose16(c);
+        for (int j = 0; j < cnt; j++)
+            _mm512_store_ps(d16 + 16 * (g0 + j), c[j]);
+    }
+}
+
+/* blocks of 16 rows a block's prefetch runs ahead (2: kernel_bench, 4
+ * tokens, Zen 4, 2 threads, 63-71 GB/s x tok against 63-69 at 1 and 56-63
+ * at 3) */
+#define A8F_AHEAD 2
+
+/* Whole blocks of 16 rows from rb0 while they fit below r1, every token
+ * in tiles of at most 4 (a8f_block); returns the first row not done. */
+static __attribute__((noinline)) int64_t rows_a8_few(float *y, const struct shoal_quant_act *a,
+                                                     int64_t n_tok,
+                                                     const struct shoal_quant_weight *w,
+                                                     int64_t rb0, int64_t r1)
+{
+    const int64_t n = w->cols;
+    const int G = w->group;
+    const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, G);
+    const int64_t n_group = (n + G - 1) / G, nh = (n + 63) / 64;
+    const int tail = n % 64 ? (int)((n % 64 + 1) / 2) : 32;
+    _Alignas(64) float d16[16 * (A8G_MAXN / 32)];
+    int64_t rb = rb0;
+    /* the first A8F_AHEAD blocks now; each later one while the block
+     * A8F_AHEAD before it computes */
+    const size_t first = (size_t)(r1 - rb0 < 16 * A8F_AHEAD ? r1 - rb0 : 16 * A8F_AHEAD) *
+                         row_bytes;
+    for (size_t o = 0; o < first; o += 64)
+        _mm_prefetch((const char *)w->data + (size_t)rb0 * row_bytes + o, SHOAL_PF_WEIGHTS);
+    for (; rb + 16 <= r1; rb += 16) {
+        const uint8_t *base = (const uint8_t *)w->data + (size_t)rb * row_bytes;
+        scales16(d16, base, row_bytes, n_group);
+        const int64_t pr0 = rb + 16 * A8F_AHEAD;
+        /* the pointer is formed only inside the rows; past them, the first
+         * bytes this thread reads next (a->next), once */
+        const uint8_t *pf = pr0 + 16 <= r1 ? base + 16 * A8F_AHEAD * row_bytes : NULL;
+        size_t pf_bytes = pf ? 16 * row_bytes : 0;
+        if (!pf && a->next && pr0 >= r1 && pr0 < r1 + 16) {
+            pf = a->next;
+            pf_bytes = a->next_bytes < 16 * row_bytes ? a->next_bytes : 16 * row_bytes;
+        }
+        for (int64_t t = 0; t < n_tok;) {
+            const int64_t left = n_tok - t;
+#define FEW(G_, TT_) a8f_block(y + rb, w->rows, a, t, base, row_bytes, d16, n_group, nh, tail, \
+                               pf, pf_bytes, G_, TT_)
+#define FEW_G(TT_) do {                     \
+                if (G == 32)                \
+                    FEW(32, TT_);           \
+                else if (G == 64)           \
+                    FEW(64, TT_);           \
+                else                        \
+                    FEW(128, TT_);          \
+                t += TT_;                   \
+            } while (0)
+            if (left >= 4 && left != 5)
+                FEW_G(4);
+            else if (left >= 3)             /* 5 tokens: 3 + 2 */
+                FEW_G(3);
+            else if (left == 2)
+                FEW_G(2);
+            else
+                FEW_G(1);
+#undef FEW_G
+#undef FEW
+            pf_bytes = 0;
+        }
     }
     return rb;
 }
@@ -778,6 +1041,8 @@ static void rows_a8_avx512(float *y, const struct shoal_quant_act *a, int64_t n_
 {
     if (n_tok >= A8G_MIN_TOK && w->cols <= A8G_MAXN)
         r0 = rows_a8_gemm(y, a, n_tok, w, r0, r1);
+    else if (n_tok >= 2 && w->cols <= A8G_MAXN)
+        r0 = rows_a8_few(y, a, n_tok, w, r0, r1);
     if (r0 >= r1)
         return;
     const int64_t n = w->cols;
