@@ -93,17 +93,42 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
     }
     if (n_jobs <= 0)
         return;
-    /* Decode's shape: every job the same rows and shapes, at least as many
-     * jobs as threads. Then each thread runs whole experts (gate, up, SiLU,
-     * down) on its own, taking the next one when done, with no barrier: a
-     * sleeping thread's wake-up at a barrier costs tens of µs per layer.
-     * Any row range gives the same bits (each output row is computed
-     * alone), so this changes only who computes what. */
+    /* Decode's shape: jobs of the same shapes and dtype, at least as many
+     * as threads, none holding more than a thread's share of the rows
+     * (serving's batch-unions: most experts one row, a few two to four).
+     * Then each thread runs whole experts (gate, up, SiLU, down) on its own,
+     * taking the next one when done, with no barrier: a sleeping thread's
+     * wake-up at a barrier costs tens of µs per layer, and a thread
+     * streams each expert's 3 matrices whole instead of half of each.
+     * Experts are taken most rows first (the longest first keeps the
+     * threads' ends close). Any row range gives the same bits (each output
+     * row is computed alone), so this changes only who computes what. */
     int whole = 1;
-    for (int64_t k = 1; k < n_jobs && whole; k++)
-        whole = jobs[k].n == jobs[0].n && jobs[k].w->w_gate.rows == jobs[0].w->w_gate.rows &&
+    int64_t rows_sum = jobs[0].n, rows_max = jobs[0].n;
+    for (int64_t k = 1; k < n_jobs && whole; k++) {
+        whole = jobs[k].w->w_gate.rows == jobs[0].w->w_gate.rows &&
                 jobs[k].w->w_down.rows == jobs[0].w->w_down.rows &&
-                jobs[k].w->w_gate.dtype == jobs[0].w->w_gate.dtype;
+                jobs[k].w->w_gate.dtype == jobs[0].w->w_gate.dtype &&
+                jobs[k].w->w_down.dtype == jobs[0].w->w_down.dtype;
+        rows_sum += jobs[k].n;
+        if (jobs[k].n > rows_max)
+            rows_max = jobs[k].n;
+    }
+    const int team = omp_get_max_threads();
+    whole = whole && team > 1 && n_jobs >= team && rows_max * team <= rows_sum;
+    /* the order experts are taken in: by rows, most first (stable) */
+    int64_t order_small[64];
+    int64_t *order = !whole ? NULL
+                     : n_jobs <= 64 ? order_small
+                                    : shoal_xmalloc((size_t)n_jobs * sizeof(int64_t));
+    if (order) {
+        for (int64_t k = 0; k < n_jobs; k++) {
+            int64_t i = k;
+            for (; i > 0 && jobs[order[i - 1]].n < jobs[k].n; i--)
+                order[i] = order[i - 1];
+            order[i] = k;
+        }
+    }
     _Atomic int64_t claim = 0;   /* the next expert not yet taken (whole experts) */
     /* the last expert, shared by rows: chunks of its gate/up rows claimed,
      * then done, then chunks of its down rows claimed */
@@ -112,7 +137,7 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
     {
         const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
         float *row = row_buf ? shoal_xmalloc((size_t)cols_max * sizeof(float)) : NULL;
-        if (whole && nth > 1 && n_jobs >= nth) {
+        if (whole && nth == team) {
             /* experts handed out one at a time: a thread that wakes late
              * (passive waits, a descheduled vCPU) takes fewer of them.
              * While a thread's down projection finishes, the kernels
@@ -121,21 +146,23 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
              * is not claimed before it is taken, so a thread is never
              * left idle while another holds two */
             const int64_t last = n_jobs - 1;
-            for (int64_t k = atomic_fetch_add(&claim, 1); k < last;
-                 k = atomic_fetch_add(&claim, 1)) {
-                shoal_linear_prefetch_next(&jobs[k].w->w_down, 0, 1);
-                gate_up_silu(&jobs[k], 0, 1, row);
-                const int64_t k_next = atomic_load(&claim);
-                shoal_linear_prefetch_next(k_next < n_jobs ? &jobs[k_next].w->w_gate : NULL, 0,
-                                           1);
-                down_part(&jobs[k], 0, 1, row);
+            for (int64_t c = atomic_fetch_add(&claim, 1); c < last;
+                 c = atomic_fetch_add(&claim, 1)) {
+                const struct shoal_expert_ffn_job *j = &jobs[order[c]];
+                shoal_linear_prefetch_next(&j->w->w_down, 0, 1);
+                gate_up_silu(j, 0, 1, row);
+                const int64_t c_next = atomic_load(&claim);
+                shoal_linear_prefetch_next(c_next < n_jobs ? &jobs[order[c_next]].w->w_gate
+                                                           : NULL,
+                                           0, 1);
+                down_part(j, 0, 1, row);
             }
             /* The last expert is shared: whoever runs out of whole experts
              * takes row chunks of it, so that a thread is not left waiting
              * at the region's end for another's whole expert (half an
              * expert per layer on average). Each output row is computed
              * alone, whichever chunk holds it: the same bits. */
-            const struct shoal_expert_ffn_job *j = &jobs[last];
+            const struct shoal_expert_ffn_job *j = &jobs[order[last]];
             /* two chunks a thread: balance enough, and each chunk
              * quantizes its input again */
             const int chunks = 2 * nth < FFN_CHUNKS ? 2 * nth : FFN_CHUNKS;
@@ -166,6 +193,8 @@ void shoal_expert_ffn_batch(const struct shoal_expert_ffn_job *jobs, int64_t n_j
         }
         free(row);
     }
+    if (order != order_small)
+        free(order);
 }
 
 /* Seconds of the fastest of 20+ calls (about 30 ms, at most 0.3 s), after

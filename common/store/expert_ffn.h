@@ -48,10 +48,14 @@ struct shoal_expert_ffn_job {
 };
 
 /* Run several experts' FFNs (a layer's batch-union) in one OpenMP region.
- * When the jobs are alike (same rows and shapes, decode's case) and there
- * are at least as many as threads, each thread runs whole experts, taking
- * the next one when done, with no barrier (+16 % experts-stage throughput
- * at 2 threads with passive waits). Otherwise every thread computes its rows of each job's gate and
+ * When the jobs have the same shapes and dtypes, there are at least as
+ * many as threads and none holds more than a thread's share of the rows
+ * (decode's case, and serving's batch-unions of mostly one-row experts),
+ * each thread runs whole experts, most rows first, taking the next one
+ * when done, with no barrier (+16 % experts-stage throughput at 2 threads
+ * with passive waits; 4 streams of shoal serve, Zen 4: a decode step 19.5-
+ * 21.7 ms against 22.4-22.9 when only equal jobs ran whole). Otherwise
+ * every thread computes its rows of each job's gate and
  * up and applies SiLU to them, then after one barrier its rows of each
  * job's down. Each output element is computed exactly as shoal_expert_ffn
  * computes it, so the bits equal n_jobs separate calls at any thread count

@@ -216,7 +216,9 @@ static float ffn_rand(uint32_t *s)
 }
 
 /* bit-exact: a batch of experts (decode's shape: equal jobs, which threads
- * may run whole, and uneven ones, which they split by rows) gives the bytes
+ * may run whole; uneven ones, which threads run whole when no job holds
+ * more than a thread's share of the rows, and split by rows otherwise, as
+ * the first jobs of the uneven shape do) gives the bytes
  * of one shoal_expert_ffn per expert on one thread, at 1, 2 and 3 threads,
  * for int4, int4a8 and f32 experts; int4a8's single experts are also
  * checked against shoal_quant_dot_a8 row by row (gate and up share one
