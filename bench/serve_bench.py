@@ -39,6 +39,11 @@ rest of the wall time is HTTP, sampling and idle slots). The RAM probe and
 fio run before and after each server (these machines' RAM and disk rates
 swing from minute to minute); its bound takes the means of the two.
 
+The server runs at shoal's own OpenMP wait policy, as users run it (the
+caller's OMP_WAIT_POLICY, if set, passes through); until 2026-12-06 it ran
+with OMP_WAIT_POLICY=passive, which cost a decode step about a fifth
+(issue 31's finding for shoal run).
+
 usage: bench/serve_bench.py --shoal build/coordinator/shoal [--model DIR | --gb 2]
        [--streams 1,2,4,8] [--requests 3] [--prompt-len 32] [--max-tokens 32]
        [--cache-frac 0.25] [--threads N] [--json out.json] [--workdir DIR]
@@ -73,7 +78,7 @@ class Server:
     def __init__(self, shoal, model, args, logpath):
         self.logpath = logpath
         self.lf = open(logpath, "w")
-        env = dict(os.environ, OMP_WAIT_POLICY="passive")
+        env = dict(os.environ)   # shoal's own wait policy unless the caller sets one
         self.p = subprocess.Popen([shoal, "serve", "--model", model, "--port", "0"] + args,
                                   stdout=subprocess.DEVNULL, stderr=self.lf, env=env)
         self.port = None

@@ -448,6 +448,24 @@ char *shoal_serve_metrics_prometheus(struct shoal_serve_metrics *m)
                     k == 2 ? 6 : 0, v[k]);
         }
     }
+    family(f, "shoal_engine_stage_seconds_total", "counter",
+           "The engine's time by stage, every step and row (as shoal bench prints it): "
+           "attention (norms, projections, RoPE, the KV), routing, experts (routed and "
+           "shared FFNs, dense MLPs), expert_wait (of experts: the routed batch-unions), "
+           "combine, head, mtp (the MTP layers' drafts).");
+    {
+        const struct shoal_ctx_timings *t = &m->t;
+        const struct {
+            const char *stage;
+            double s;
+        } stage[] = {{"attention", t->attention}, {"routing", t->routing},
+                     {"experts", t->experts},     {"expert_wait", t->expert_wait},
+                     {"combine", t->combine},     {"head", t->head},
+                     {"mtp", t->mtp}};
+        for (size_t k = 0; k < sizeof stage / sizeof stage[0]; k++)
+            fprintf(f, "shoal_engine_stage_seconds_total{stage=\"%s\"} %.6f\n", stage[k].stage,
+                    stage[k].s);
+    }
     family(f, "shoal_dashboard_streams", "gauge", "Open /v1/dashboard/events streams.");
     fprintf(f, "shoal_dashboard_streams %d\n", m->n_streams);
     if (m->conns) {

@@ -233,6 +233,12 @@ def test_metrics(srv, cluster):
     check(all(delta(n, kind=k) > 0 for n in ("shoal_engine_step_seconds_total",
                                              "shoal_engine_step_kv_bytes_total")
               for k in ("prefill", "decode")), "step seconds and KV bytes counted")
+    stage = {k: metric(after, "shoal_engine_stage_seconds_total", stage=k)
+             for k in ("attention", "routing", "experts", "expert_wait", "combine", "head")}
+    check(all(delta("shoal_engine_stage_seconds_total", stage=k) > 0
+              for k in ("attention", "experts", "head")),
+          "stage seconds counted (attention, experts, head): %s" % stage)
+    check(stage["expert_wait"] <= stage["experts"], "expert_wait is part of experts")
     if cluster:
         check(metric(after, "shoal_executor_up", address="local") == 1, "executor local up")
         check(metric(after, "shoal_executor_up", address=cluster) == 1,
@@ -243,6 +249,8 @@ def test_metrics(srv, cluster):
               "bytes sent to the worker")
     # the dashboard's snapshot agrees with /metrics (no request in between)
     snap = events(srv, 2)[-1]
+    check(all(abs(snap["timings"][k] - stage[k]) < 1e-5 for k in stage),
+          "snapshot timings = /metrics stage seconds (%s vs %s)" % (snap["timings"], stage))
     st = snap["store"]
     check(st["pinned"] == acq["pinned"] and st["cache"] == acq["cache"] and
           st["disk"] == acq["disk"], "snapshot store counts = /metrics (%s vs %s)" % (st, acq))
