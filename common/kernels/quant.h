@@ -469,8 +469,11 @@ enum shoal_quant_isa {
 
 /* Tokens from which the avx512 table's INT4A8 kernel runs its register-
  * blocked GEMM (2 to this - 1: rows_a8_few, 16 rows a half at a time; 1:
- * the decode matvec). */
+ * the decode matvec). The avx512bw table (no VNNI: each vpdpbusd is three
+ * instructions, and the GEMM's staged block pays off sooner) starts it at
+ * SHOAL_QUANT_AVX512BW_GEMM_MIN_TOK. */
 #define SHOAL_QUANT_AVX512_GEMM_MIN_TOK 12
+#define SHOAL_QUANT_AVX512BW_GEMM_MIN_TOK 6
 
 /* Choose the kernels once at start-up and log the choice (info, "quant").
  * Before the first call the scalar kernels are active; every table gives

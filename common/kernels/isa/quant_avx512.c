@@ -39,7 +39,6 @@
  * the AVX2 kernels, which give the same bits. quant.c selects a table only
  * when the CPU has what it was built for (and AVX2). */
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ggml_dot.h"
@@ -653,12 +652,18 @@ a8_segment_any(float *pr, const uint8_t *qs, const float *dw, const int8_t *q, c
  * decode kernel are gone: on a cache-resident [768][2048] G=64 weight,
  * 2 threads, it ran ~5x the per-token path at 32 tokens. */
 #define A8G_T 8            /* tokens per register block */
+#if defined(__AVX512VNNI__)
 #define A8G_MIN_TOK SHOAL_QUANT_AVX512_GEMM_MIN_TOK /* 2 .. A8G_MIN_TOK - 1 tokens run
                             * rows_a8_few (its block unpacked in registers, no
                             * stack copy): kernel_l2, Zen 4, [64][2048] G=64 in
                             * L2, ns per row, 32 columns and token: few 0.24-0.26
                             * against the GEMM's 0.26-0.30 at 8-11 tokens, 0.24
                             * against 0.20 at 12 */
+#else
+#define A8G_MIN_TOK SHOAL_QUANT_AVX512BW_GEMM_MIN_TOK /* without VNNI (dp4: three
+                            * instructions) the GEMM led from 8 tokens: kernel_l2
+                            * --isa avx512bw on Zen 4, 0.35 against 0.43 */
+#endif
 #define A8G_MAXN 8192      /* columns: w16 holds 8 * n bytes on the stack */
 
 /* sum of u8 x s8 products of each 4-byte lane added to acc (vpdpbusd) */
@@ -852,11 +857,19 @@ static __attribute__((noinline)) int64_t rows_a8_gemm(float *y, const struct sho
 static inline __attribute__((always_inline)) void half16_load(__m512i v[8], const uint8_t *p,
                                                               size_t rb, int bytes)
 {
-    const __mmask32 k = bytes < 32 ? (__mmask32)((1u << bytes) - 1u) : ~(__mmask32)0;
-    for (int i = 0; i < 8; i++)
-        v[i] = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_maskz_loadu_epi8(k, p + (size_t)i * rb)),
-            _mm256_maskz_loadu_epi8(k, p + (size_t)(i + 8) * rb), 1);
+    if (bytes == 32) {
+        for (int i = 0; i < 8; i++)
+            v[i] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(
+                    _mm256_loadu_si256((const __m256i *)(const void *)(p + (size_t)i * rb))),
+                _mm256_loadu_si256((const __m256i *)(const void *)(p + (size_t)(i + 8) * rb)), 1);
+    } else {
+        const __mmask32 k = (__mmask32)((1u << bytes) - 1u);
+        for (int i = 0; i < 8; i++)
+            v[i] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_maskz_loadu_epi8(k, p + (size_t)i * rb)),
+                _mm256_maskz_loadu_epi8(k, p + (size_t)(i + 8) * rb), 1);
+    }
     /* an 8 x 8 dword transpose in each 256-bit half */
     __m512i t[8], u[8];
     for (int i = 0; i < 8; i += 2) {
