@@ -761,9 +761,7 @@ a8g_block(float *y, int64_t y_stride, const struct shoal_quant_act *a, int64_t t
     int64_t g = 0;
     for (int64_t c = 0; c < nck; c++) {
         const __m512i *wc = w16 + 16 * c;
-        for (size_t pe = pf_at + pf_step < pf_bytes ? pf_at + pf_step : pf_bytes; pf_at < pe;
-             pf_at += 64)
-            _mm_prefetch((const char *)pf + pf_at, SHOAL_PF_WEIGHTS);
+        prefetch_next(pf, pf_bytes, pf_step, &pf_at);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
             e[t] = a->q + (t0 + t) * a->q_stride + 128 * c;
@@ -779,6 +777,43 @@ a8g_block(float *y, int64_t y_stride, const struct shoal_quant_act *a, int64_t t
     }
     for (int t = 0; t < T; t++)
         _mm512_storeu_ps(y + (t0 + t) * y_stride, acc[t]);
+}
+
+/* d16[16 g + i] = row i's scale of group g, the 16 rows at base */
+static void scales16(float *d16, const uint8_t *base, size_t row_bytes, int64_t n_group)
+{
+    for (int64_t g0 = 0; g0 < n_group; g0 += 16) {
+        const int cnt = n_group - g0 < 16 ? (int)(n_group - g0) : 16;
+        const __mmask16 k = (__mmask16)((1u << cnt) - 1u);
+        __m512 c[16];
+        for (int i = 0; i < 16; i++)
+            c[i] = _mm512_maskz_loadu_ps(k, base + (size_t)i * row_bytes + 4 * (size_t)g0);
+        transpose16(c);
+        for (int j = 0; j < cnt; j++)
+            _mm512_store_ps(d16 + 16 * (g0 + j), c[j]);
+    }
+}
+
+/* The rows a block of 16 at rb prefetches while it computes (prefetch_next
+ * over its pieces): the block ahead blocks on, while it lies whole below
+ * r1; then, for the first block past that, the first bytes this thread
+ * reads next (a->next); then none. The pointer is formed only inside the
+ * rows. */
+static inline const uint8_t *block_ahead(const struct shoal_quant_act *a, const uint8_t *data,
+                                         size_t row_bytes, int64_t rb, int64_t r1, int ahead,
+                                         size_t *pf_bytes)
+{
+    const int64_t pr0 = rb + 16 * (int64_t)ahead;
+    if (pr0 + 16 <= r1) {
+        *pf_bytes = 16 * row_bytes;
+        return data + (size_t)pr0 * row_bytes;
+    }
+    if (a->next && pr0 <= r1) {
+        *pf_bytes = a->next_bytes < 16 * row_bytes ? a->next_bytes : 16 * row_bytes;
+        return a->next;
+    }
+    *pf_bytes = 0;
+    return NULL;
 }
 
 /* Full blocks of 16 rows from rb0 while they fit below r1, every token;
@@ -807,17 +842,10 @@ static __attribute__((noinline)) int64_t rows_a8_gemm(float *y, const struct sho
             for (int j = 0; j < 16; j++)
                 _mm512_store_si512(w16 + 16 * c + j, _mm512_castps_si512(v[j]));
         }
-        for (int i = 0; i < 16; i++)
-            for (int64_t g = 0; g < n_group; g++)
-                memcpy(&d16[16 * g + i], base + (size_t)i * row_bytes + 4 * (size_t)g,
-                       sizeof(float));
-        /* the next block's rows (or the first bytes this thread reads
-         * next), prefetched by the first token tile */
-        const uint8_t *pf = rb + 32 <= r1 ? base + 16 * row_bytes : a->next;
-        size_t pf_bytes = rb + 32 <= r1 ? 16 * row_bytes
-                          : a->next ? (a->next_bytes < 16 * row_bytes ? a->next_bytes
-                                                                      : 16 * row_bytes)
-                                    : 0;
+        scales16(d16, base, row_bytes, n_group);
+        /* the next block, prefetched by the first token tile */
+        size_t pf_bytes;
+        const uint8_t *pf = block_ahead(a, w->data, row_bytes, rb, r1, 1, &pf_bytes);
         int64_t t = 0;
 #define BLOCK(T_) do {                                                                    \
             a8g_block(y + rb, w->rows, a, t, T_, w16, d16, nck, n_group, G, pf, pf_bytes); \
@@ -911,9 +939,7 @@ a8f_block(float *y, int64_t y_stride, const struct shoal_quant_act *a, int64_t t
         part[t] = _mm512_setzero_si512();
     }
     for (int64_t hh = 0; hh < nh; hh++) {
-        for (size_t pe = pf_at + pf_step < pf_bytes ? pf_at + pf_step : pf_bytes; pf_at < pe;
-             pf_at += 64)
-            _mm_prefetch((const char *)pf + pf_at, SHOAL_PF_WEIGHTS);
+        prefetch_next(pf, pf_bytes, pf_step, &pf_at);
         __m512i v[8];
         half16_load(v, qs + 32 * (size_t)hh, row_bytes, hh == nh - 1 ? tail : 32);
         const int8_t *e[A8G_T];
@@ -961,21 +987,6 @@ a8f_block(float *y, int64_t y_stride, const struct shoal_quant_act *a, int64_t t
         _mm512_storeu_ps(y + (t0 + t) * y_stride, acc[t]);
 }
 
-/* d16[16 g + i] = row i's scale of group g, the 16 rows at base */
-static void scales16(float *d16, const uint8_t *base, size_t row_bytes, int64_t n_group)
-{
-    for (int64_t g0 = 0; g0 < n_group; g0 += 16) {
-        const int cnt = n_group - g0 < 16 ? (int)(n_group - g0) : 16;
-        const __mmask16 k = (__mmask16)((1u << cnt) - 1u);
-        __m512 c[16];
-        for (int i = 0; i < 16; i++)
-            c[i] = _mm512_maskz_loadu_ps(k, base + (size_t)i * row_bytes + 4 * (size_t)g0);
-        transpose16(c);
-        for (int j = 0; j < cnt; j++)
-            _mm512_store_ps(d16 + 16 * (g0 + j), c[j]);
-    }
-}
-
 /* blocks of 16 rows a block's prefetch runs ahead (2: kernel_bench, 4
  * tokens, Zen 4, 2 threads, 63-71 GB/s x tok against 63-69 at 1 and 56-63
  * at 3) */
@@ -1004,15 +1015,8 @@ static __attribute__((noinline)) int64_t rows_a8_few(float *y, const struct shoa
     for (; rb + 16 <= r1; rb += 16) {
         const uint8_t *base = (const uint8_t *)w->data + (size_t)rb * row_bytes;
         scales16(d16, base, row_bytes, n_group);
-        const int64_t pr0 = rb + 16 * A8F_AHEAD;
-        /* the pointer is formed only inside the rows; past them, the first
-         * bytes this thread reads next (a->next), once */
-        const uint8_t *pf = pr0 + 16 <= r1 ? base + 16 * A8F_AHEAD * row_bytes : NULL;
-        size_t pf_bytes = pf ? 16 * row_bytes : 0;
-        if (!pf && a->next && pr0 >= r1 && pr0 < r1 + 16) {
-            pf = a->next;
-            pf_bytes = a->next_bytes < 16 * row_bytes ? a->next_bytes : 16 * row_bytes;
-        }
+        size_t pf_bytes;
+        const uint8_t *pf = block_ahead(a, w->data, row_bytes, rb, r1, A8F_AHEAD, &pf_bytes);
         for (int64_t t = 0; t < n_tok;) {
             const int64_t left = n_tok - t;
 #define FEW(G_, TT_) a8f_block(y + rb, w->rows, a, t, base, row_bytes, d16, n_group, nh, tail, \
