@@ -63,6 +63,7 @@ struct bench_opts {
     double fio_runtime;           /* seconds */
     long long ram_mib;            /* each RAM probe array, MiB */
     long long ram_reps;           /* RAM probe repetitions (best kept) */
+    int paired_ram;               /* a RAM probe after every repetition */
     const char *label;            /* --label, stored in the JSON */
     const char *json_out;         /* --json path or NULL */
 };
@@ -199,6 +200,10 @@ static void usage(FILE *f)
         "  --fio-runtime S      seconds of fio (default 5)\n"
         "  --ram-mb N           MiB per RAM probe array (default 512; 3 arrays)\n"
         "  --ram-reps N         RAM probe repetitions, best kept (default 5)\n"
+        "  --paired-ram on|off  with limits measured now, the RAM probe again after\n"
+        "                       every repetition, each repetition's RAM ratios set\n"
+        "                       against the better probe beside it (default on: on a\n"
+        "                       shared host the probe alone moves by 2x)\n"
         "  --label TEXT         stored in the JSON (bench/sweep: the configuration)\n"
         "  --json OUT           also write the result here (default: only printed)\n"
         "\n"
@@ -221,6 +226,7 @@ static int parse(struct bench_opts *o, int argc, char **argv)
     o->fio_runtime = 5;
     o->ram_mib = 512;
     o->ram_reps = 5;
+    o->paired_ram = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = shoal_session_parse_flag(&o->so, argc, argv, &i);
@@ -239,7 +245,7 @@ static int parse(struct bench_opts *o, int argc, char **argv)
         static const char *valued[] = {"--prompts", "--prompt-len", "--n-prompts", "--gen",
                                        "--state", "--reps", "--seed", "--limits",
                                        "--fio-runtime", "--ram-mb", "--ram-reps", "--label",
-                                       "--json"};
+                                       "--json", "--paired-ram"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             known |= !strcmp(a, valued[k]);
@@ -282,7 +288,13 @@ static int parse(struct bench_opts *o, int argc, char **argv)
             bad = shoal_cli_parse_i64(a, v, 0, 1 << 20, &o->ram_mib);
         else if (!strcmp(a, "--ram-reps"))
             bad = shoal_cli_parse_i64(a, v, 1, 1000, &o->ram_reps);
-        else if (!strcmp(a, "--label"))
+        else if (!strcmp(a, "--paired-ram")) {
+            if (strcmp(v, "on") && strcmp(v, "off")) {
+                shoal_cli_error("--paired-ram expects on or off, got '%s'", v);
+                return 2;
+            }
+            o->paired_ram = !strcmp(v, "on");
+        } else if (!strcmp(a, "--label"))
             o->label = v;
         else if (!strcmp(a, "--json"))
             o->json_out = v;
@@ -1449,7 +1461,75 @@ static json_t *add_ratio(json_t *r, const char *key, double figure, double limit
     return x;
 }
 
-static json_t *ratios(const json_t *summary, const json_t *limits)
+static double median_of(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* With a RAM probe after every repetition (--paired-ram): x's figure and
+ * limit become each repetition's against the better read probe beside it
+ * (the one before it: the limits' for the first, the last repetition's
+ * after it for the others), per token over its token_read_mb when
+ * per_token; x's ratio the median of those ratios, with their range and
+ * the probes'. On a shared host the probe alone moves by 2x between
+ * minutes while the engine's figure holds: a ratio against a probe taken
+ * minutes away measures the neighbours. Leaves x as it was when a
+ * repetition lacks its probe. */
+static void pair_ratio(json_t *x, const json_t *runs, const json_t *limits, const char *key,
+                       int per_token)
+{
+    const size_t nr = json_array_size(runs);
+    if (!nr)
+        return;
+    double *rat = shoal_xmalloc(3 * nr * sizeof *rat), *fig = rat + nr, *lim = rat + 2 * nr;
+    double pmin = INFINITY, pmax = 0;
+    size_t n = 0;
+    double before = jget(json_object_get(limits, "ram"), "read_gbs");
+    for (size_t k = 0; k < nr; k++) {
+        const json_t *run = json_array_get(runs, k), *f = json_object_get(run, "figures");
+        const double after = jget(json_object_get(run, "ram_after"), "read_gbs");
+        if (!isfinite(after)) {
+            free(rat);
+            return;
+        }
+        pmin = fmin(pmin, fmin(after, isfinite(before) ? before : after));
+        pmax = fmax(pmax, fmax(after, isfinite(before) ? before : after));
+        const double probe = (isfinite(before) && before > after ? before : after) * 1e3;
+        before = after;
+        const double fk = jget(f, key), tok = per_token ? jget(f, "token_read_mb") : 1.0;
+        if (!isfinite(fk) || !(tok > 0))
+            continue;
+        fig[n] = fk;
+        lim[n] = probe / tok;
+        rat[n] = fk / lim[n];
+        n++;
+    }
+    if (n) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (size_t k = 0; k < n; k++) {
+            lo = fmin(lo, rat[k]);
+            hi = fmax(hi, rat[k]);
+        }
+        json_t *per = json_array();   /* in repetition order, before the sort below */
+        for (size_t k = 0; k < n; k++)
+            json_array_append_new(per, jnum(rat[k]));
+        jset(x, "ratio_per_rep", per);
+        jset(x, "figure", jnum(median_of(fig, n)));
+        jset(x, "limit", jnum(median_of(lim, n)));
+        jset(x, "ratio", jnum(median_of(rat, n)));
+        jset(x, "ratio_min", jnum(lo));
+        jset(x, "ratio_max", jnum(hi));
+        jset(x, "probe_read_gbs_min", jnum(pmin));
+        jset(x, "probe_read_gbs_max", jnum(pmax));
+        jset(x, "paired", json_string("each repetition against the better RAM read probe "
+                                      "beside it; ratio: their median; figure, limit: "
+                                      "medians"));
+    }
+    free(rat);
+}
+
+static json_t *ratios(const json_t *summary, const json_t *limits, const json_t *runs)
 {
     json_t *r = json_object();
     const json_t *ssd = json_object_get(limits, "ssd"), *ram = json_object_get(limits, "ram");
@@ -1459,18 +1539,21 @@ static json_t *ratios(const json_t *summary, const json_t *limits)
     add_ratio(r, "expert_read_vs_ssd", rd, fio,
               "expert read MB/s while reading / fio random O_DIRECT reads of one expert at "
               "the engine's queue depth");
-    add_ratio(r, "expert_compute_vs_ram", cmp, ram_read,
-              "expert bytes computed per second of expert compute (decode) / RAM read probe "
-              "MB/s at the run's threads");
+    pair_ratio(add_ratio(r, "expert_compute_vs_ram", cmp, ram_read,
+                         "expert bytes computed per second of expert compute (decode) / RAM "
+                         "read probe MB/s at the run's threads"),
+               runs, limits, "expert_compute_mb_s", 0);
     add_ratio(r, "expert_compute_vs_ram_triad", cmp, ram_triad,
               "the same / RAM triad MB/s (the STREAM figure)");
     /* a warm token reads its bytes at least once: decode tok/s against
      * RAM read bytes/s over bytes per token (issue 31's bound) */
     const double tok_mb = med_of(summary, "token_read_mb");
-    add_ratio(r, "decode_vs_ram_bound", med_of(summary, "decode_tok_s"),
-              tok_mb > 0 ? ram_read / tok_mb : NAN,
-              "decode tok/s / (RAM read probe MB/s / MB one warm token reads at least: dense "
-              "weights, the routed experts it uses, the KV rows it attends over)");
+    pair_ratio(add_ratio(r, "decode_vs_ram_bound", med_of(summary, "decode_tok_s"),
+                         tok_mb > 0 ? ram_read / tok_mb : NAN,
+                         "decode tok/s / (RAM read probe MB/s / MB one warm token reads at "
+                         "least: dense weights, the routed experts it uses, the KV rows it "
+                         "attends over)"),
+               runs, limits, "decode_tok_s", 1);
     /* a cold token reads from disk at least what the expert RAM cannot hold
      * (must_read_bytes): decode tok/s against fio MB/s over those bytes */
     const double least = med_of(summary, "decode_least_read_mb_per_token");
@@ -1612,8 +1695,9 @@ static void print_report(const json_t *res)
     for (int k = 0; k < 3; k++) {
         const json_t *x = json_object_get(rat, names[k]);
         if (isfinite(jget(x, "ratio")))
-            printf("  ratio %-28s %10.2f  (%.0f / %.0f MB/s)\n", labels[k], jget(x, "ratio"),
-                   jget(x, "figure"), jget(x, "limit"));
+            printf("  ratio %-28s %10.2f  (%.0f / %.0f MB/s%s)\n", labels[k], jget(x, "ratio"),
+                   jget(x, "figure"), jget(x, "limit"),
+                   json_object_get(x, "paired") ? "; paired probes" : "");
     }
     print_fig(sum, "decode_read_mb_per_token", "decode MB read per token", 1, "%.1f");
     print_fig(sum, "decode_least_read_mb_per_token", "  least a cache this size reads", 1,
@@ -1632,6 +1716,11 @@ static void print_report(const json_t *res)
                "decode / RAM-read bound", jget(bound, "ratio"), jget(bound, "figure"),
                jget(bound, "limit"), med_of(sum, "token_read_mb"),
                med_of(sum, "token_kv_read_mb"));
+    if (json_object_get(bound, "paired"))
+        printf("  %-34s %10s  (each rep against the better read probe beside it: %.2f .. "
+               "%.2f; probes %.1f .. %.1f GB/s)\n", "", "", jget(bound, "ratio_min"),
+               jget(bound, "ratio_max"), jget(bound, "probe_read_gbs_min"),
+               jget(bound, "probe_read_gbs_max"));
 }
 
 /* ---- the command ------------------------------------------------------------------------ */
@@ -1825,6 +1914,11 @@ int shoal_cmd_bench(int argc, char **argv)
     jset(res, "reps", json_integer(o.reps));
     json_t *runs = json_array();
     jset(res, "runs", runs);
+    /* paired RAM probes: only beside a probe measured now */
+    const int paired = o.paired_ram && !o.limits_only && !strcmp(o.limits, "on") &&
+                       isfinite(jget(json_object_get(limits, "ram"), "read_gbs"));
+    struct shoal_bench_ram_params rp = {.threads = (int)o.so.threads,
+                                        .array_mib = o.ram_mib, .reps = (int)o.ram_reps};
     for (long long rep = 0; rep < o.reps; rep++) {
         if (o.state == BENCH_COLD && bm.gguf) {
             json_array_append_new(evictions, shoal_bench_evict((const char *const *)bm.files,
@@ -1863,6 +1957,12 @@ int shoal_cmd_bench(int argc, char **argv)
                     jget(f, "ttft_ms"), jget(f, "prefill_tok_s"), jget(f, "decode_tok_s"), hit,
                     jget(f, "peak_rss_mb"));
         }
+        if (paired) {   /* the probe again, beside this repetition */
+            json_t *ra = shoal_bench_ram(&rp);
+            fprintf(stderr, "shoal: bench: RAM probe after rep %lld: read %.1f GB/s\n", rep + 1,
+                    jget(ra, "read_gbs"));
+            jset(r, "ram_after", ra);
+        }
         json_array_append_new(runs, r);
     }
     size_t i;
@@ -1884,7 +1984,7 @@ int shoal_cmd_bench(int argc, char **argv)
     jset(res, "generated_ids_same_every_rep", json_boolean(same));
     json_t *summary = summarize(runs);
     jset(res, "summary", summary);
-    jset(res, "ratios", ratios(summary, limits));
+    jset(res, "ratios", ratios(summary, limits, runs));
     if (n_ok < o.reps)
         rc = 1;
 write:

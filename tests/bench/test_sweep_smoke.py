@@ -217,6 +217,65 @@ def check_options(model, shoal, tmp):
     check(not os.path.exists(os.path.join(tmp, "badport")), "a refused sweep wrote --out")
 
 
+def check_paired(model, shoal, tmp):
+    """`shoal bench` with limits measured now probes RAM again after every
+    repetition and sets each repetition's RAM ratios against the better
+    read probe beside it: recomputed here from the JSON's own figures.
+    --paired-ram off leaves the probes out; a bad value is one line, exit 2."""
+    common = [shoal, "bench", "--model", model, "--state", "warm", "--gen", "4",
+              "--prompt-len", "8", "--fio-runtime", "1", "--ram-mb", "16", "--ram-reps", "2"]
+    jp = os.path.join(tmp, "paired.json")
+    r = run(common + ["--reps", "3", "--json", jp])
+    check(r.returncode == 0, "bench --paired-ram (default on): exit %d: %s" % (r.returncode,
+                                                                           r.stderr[-2000:]))
+    if r.returncode != 0:
+        return
+    j = json.load(open(jp))
+    runs = j["runs"]
+    probes = [j["limits"]["ram"]["read_gbs"]] + [x.get("ram_after", {}).get("read_gbs")
+                                                  for x in runs]
+    check(len(runs) == 3 and all((p or 0) > 0 for p in probes),
+          "a read probe before and after every repetition: %s" % probes)
+    if not all((p or 0) > 0 for p in probes):
+        return
+    rat = []
+    for k, x in enumerate(runs):
+        f = x["figures"]
+        lim = max(probes[k], probes[k + 1]) * 1e3 / f["token_read_mb"]
+        rat.append(f["decode_tok_s"] / lim)
+    b = j["ratios"]["decode_vs_ram_bound"]
+    per = b.get("ratio_per_rep") or []
+    check(len(per) == 3 and all(close(x, y) for x, y in zip(per, rat)),
+          "each repetition's ratio %s, recomputed %s" % (per, rat))
+    check(close(b["ratio"], sorted(rat)[1]) and close(b["ratio_min"], min(rat)) and
+          close(b["ratio_max"], max(rat)) and "paired" in b,
+          "paired decode ratio %s, recomputed %s" % (b, rat))
+    check(close(b["probe_read_gbs_min"], min(probes)) and
+          close(b["probe_read_gbs_max"], max(probes)),
+          "probe range %s .. %s, expected %s" % (b.get("probe_read_gbs_min"),
+                                                 b.get("probe_read_gbs_max"), probes))
+    ec = j["ratios"]["expert_compute_vs_ram"]
+    erat = sorted(x["figures"]["expert_compute_mb_s"] / (max(probes[k], probes[k + 1]) * 1e3)
+                  for k, x in enumerate(runs))
+    check(close(ec["ratio"], erat[1]), "paired expert ratio %s, recomputed %s" % (ec, erat))
+    check("each rep against the better read probe beside it" in r.stdout,
+          "the report does not say the ratio is paired: %s" % r.stdout[-1500:])
+    r = run(common + ["--reps", "1", "--paired-ram", "off", "--json", jp])
+    check(r.returncode == 0, "--paired-ram off: exit %d: %s" % (r.returncode, r.stderr[-2000:]))
+    if r.returncode == 0:
+        j = json.load(open(jp))
+        b = j["ratios"]["decode_vs_ram_bound"]
+        f = j["runs"][0]["figures"]
+        lim = j["limits"]["ram"]["read_gbs"] * 1e3 / f["token_read_mb"]
+        check("ram_after" not in j["runs"][0] and "paired" not in b and
+              close(b["ratio"], f["decode_tok_s"] / lim),
+              "--paired-ram off: %s against the one probe (%s)" % (b, lim))
+    r = run(common + ["--paired-ram", "maybe"])
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    check(r.returncode == 2 and len(lines) == 1 and "--paired-ram" in lines[0],
+          "--paired-ram maybe: exit %d, %s" % (r.returncode, r.stderr))
+
+
 def check_gguf(shoal, tmp):
     """`shoal bench --model FILE.gguf`: describe, limits, cold and warm."""
     sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
@@ -460,6 +519,7 @@ def main():
             return 1
         check_noise_rule(tmp)
         check_options(model, shoal, tmp)
+        check_paired(model, shoal, tmp)
         check_gguf(shoal, tmp)
         common = ["--model", model, "--shoal", shoal, "--repeat", "1", "--gen", "4",
                   "--prompt-len", "8", "--fio-runtime", "1", "--ram-mb", "16"]
