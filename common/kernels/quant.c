@@ -317,6 +317,32 @@ void shoal_quant_dequantize_row(enum shoal_quant_type type, int group,
     }
 }
 
+void shoal_quant_axpy_rows_scalar(enum shoal_quant_type type, int group, float *dst,
+                                  int64_t n, const void *rows, size_t row_bytes,
+                                  const float *coef, int64_t coef_stride, int64_t n_rows)
+{
+    for (int64_t i = 0; i < n_rows; i++) {
+        const uint8_t *row = (const uint8_t *)rows + (size_t)i * row_bytes;
+        const uint8_t *qs = shoal_quant_row_qs(row, n, group);
+        const float a = coef[i * coef_stride];
+        for (int64_t j = 0; j < n; j++) {
+            const float d = row_scale(row, j / group);
+            const float v = type == SHOAL_QUANT_INT8 ? (float)((const int8_t *)qs)[j]
+                                                     : int4_pairs[qs[j / 2]][j & 1];
+            dst[j] = dst[j] + a * (d * v);
+        }
+    }
+}
+
+void shoal_quant_axpy_rows(enum shoal_quant_type type, int group, float *dst, int64_t n,
+                           const void *rows, size_t row_bytes, const float *coef,
+                           int64_t coef_stride, int64_t n_rows)
+{
+    const struct shoal_quant_ops *ops = shoal_quant_active_ops();
+    (ops->axpy_rows ? ops->axpy_rows : shoal_quant_axpy_rows_scalar)(
+        type, group, dst, n, rows, row_bytes, coef, coef_stride, n_rows);
+}
+
 /* ---- scalar reference kernels -------------------------------------------- */
 
 static inline float tree8(const float s[8])
@@ -370,6 +396,7 @@ const struct shoal_quant_ops shoal_quant_ops_scalar = {
     .fp8_rows = shoal_fp8_rows_scalar,
     .fp8_dequant_row = shoal_fp8_dequant_row_scalar,
     .mxfp4_rows = shoal_mxfp4_rows_scalar,
+    .axpy_rows = shoal_quant_axpy_rows_scalar,
 };
 
 /* ---- selection --------------------------------------------------------- */

@@ -235,6 +235,31 @@ int shoal_quant_quantize_matrix(enum shoal_quant_type type, int group,
                                 enum shoal_dtype src_dtype, int64_t rows,
                                 int64_t cols, struct shoal_err *err);
 
+/* Rows scaled and added into one vector, each element in row order:
+ *   for i = 0 .. n_rows-1: dst[j] = dst[j] + coef[i * coef_stride] * deq_i[j]
+ * for j < n, deq_i = shoal_quant_dequantize_row of row i (a separate
+ * multiply and add, never fused): the bits of dequantizing each row into
+ * f32 and adding it scaled, without the f32 row. MLA's absorbed query
+ * (W^UK_h^T q_nope, DeepSeek-V2's "absorb" of kv_b_proj) is this product:
+ * the rows of W^UK_h weighted by q_nope.
+ *   dst [n] f32, read and written; rows: n_rows quantized rows of n
+ *   elements, row_bytes apart (shoal_quant_row_bytes), borrowed; coef: f32,
+ *   borrowed. The active table's kernel (AVX2 where built and run, else
+ *   the scalar one: the same bits). Arguments are programmer invariants
+ *   (not checked). Allocates nothing. Thread: any. */
+void shoal_quant_axpy_rows(enum shoal_quant_type type, int group, float *dst, int64_t n,
+                           const void *rows, size_t row_bytes, const float *coef,
+                           int64_t coef_stride, int64_t n_rows);
+
+/* The scalar table's shoal_quant_axpy_rows (the reference) and the AVX2
+ * one (quant_avx2.c; the AVX-512 tables use it too). */
+void shoal_quant_axpy_rows_scalar(enum shoal_quant_type type, int group, float *dst,
+                                  int64_t n, const void *rows, size_t row_bytes,
+                                  const float *coef, int64_t coef_stride, int64_t n_rows);
+void shoal_quant_axpy_rows_avx2(enum shoal_quant_type type, int group, float *dst, int64_t n,
+                                const void *rows, size_t row_bytes, const float *coef,
+                                int64_t coef_stride, int64_t n_rows);
+
 /* Dequantize one row: dst[i] = d[g] * (float)q[i].
  *   dst [n] f32, written; row: one quantized row of n elements, borrowed.
  * Arguments are programmer invariants (not checked). Thread: any. */
@@ -546,6 +571,10 @@ struct shoal_quant_ops {
     /* (optional) one group by the INT8 rule, as shoal_quant_act_group_base
      * (the same bytes; the ggml activations' blocks); NULL: that one */
     int32_t (*act_group)(const float *x, int64_t len, float *d, int8_t *q);
+    /* (optional) shoal_quant_axpy_rows (the same bits); NULL: the scalar one */
+    void (*axpy_rows)(enum shoal_quant_type type, int group, float *dst, int64_t n,
+                      const void *rows, size_t row_bytes, const float *coef,
+                      int64_t coef_stride, int64_t n_rows);
 };
 
 /* The FP8 rows of the scalar table (quant_fp8.c), the AVX2 table

@@ -76,6 +76,16 @@ int shoal_weight_check_scales(const struct shoal_weight *w, const char *name,
     return 0;
 }
 
+int shoal_weight_axpy_rows(float *dst, const struct shoal_weight *w, int64_t r0,
+                           int64_t n_rows, const float *coef, int64_t coef_stride)
+{
+    if (!shoal_dtype_is_quant(w->dtype))
+        return -1;
+    shoal_quant_axpy_rows(qtype(w->dtype), w->group, dst, w->cols, shoal_weight_row(w, r0),
+                          shoal_weight_row_bytes(w), coef, coef_stride, n_rows);
+    return 0;
+}
+
 void shoal_weight_row_to_f32(float *dst, const struct shoal_weight *w, int64_t r)
 {
     const void *row = shoal_weight_row(w, r);

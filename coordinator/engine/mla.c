@@ -7,6 +7,10 @@
 #include "kernels.h"
 #include "util.h"
 
+/* tokens up to which absorb_q weights W^UK's quantized rows per token
+ * (shoal_weight_axpy_rows) instead of converting each row once for all */
+#define MLA_AXPY_MAX_TOK 4
+
 void shoal_mla_absorb_q(float *qm, const float *q, int64_t n, const struct shoal_weight *wkv_b,
                         const struct shoal_model_config *c, float *row, int ith, int nth)
 {
@@ -21,6 +25,18 @@ void shoal_mla_absorb_q(float *qm, const float *q, int64_t n, const struct shoal
             memset(dst, 0, (size_t)kvl * sizeof(float));
             memcpy(dst + kvl, q + (t * H + h) * hd + nope, (size_t)rope * sizeof(float));
         }
+        /* a few tokens: the rows of W^UK_h weighted by each token's q_nope
+         * straight from the quantized bytes (decode: no f32 row per row and
+         * token); more: each row converted once for all the tokens. The
+         * same bits either way: each element's sum runs over i in order. */
+        int64_t t = 0;
+        if (n <= MLA_AXPY_MAX_TOK)
+            for (; t < n; t++)
+                if (shoal_weight_axpy_rows(qm + (t * H + h) * mr, wkv_b, h * per_head, nope,
+                                           q + (t * H + h) * hd, 1))
+                    break;   /* not a quantized dtype: all tokens below */
+        if (t == n)
+            continue;
         for (int64_t i = 0; i < nope; i++) {
             shoal_weight_row_to_f32(row, wkv_b, h * per_head + i);   /* W^UK_h row i */
             for (int64_t t = 0; t < n; t++) {

@@ -222,6 +222,27 @@ def check_plan(shoal, name, model):
            "" if r.returncode == 0 else (r.stderr or r.stdout).strip()[-300:])
 
 
+def check_mla_batches(shoal, name, model, tmp):
+    """MLA's absorbed query over quantized kv_b_proj rows: straight from the
+    bytes for up to 4 tokens a step, each row converted once for more
+    (coordinator/engine/mla.c). Prefill one token a step (--batch 1), three
+    and all at once, and the scalar kernels, give the same logits bytes."""
+    outs = []
+    for extra in (["--batch", "1"], ["--batch", "3"], ["--batch", "64"],
+                  ["--batch", "1", "--isa", "scalar"]):
+        npy = os.path.join(tmp, "mla-%d.npy" % len(outs))
+        r = run([shoal, "run", "--model", model, "--tokens", "5,17,99,3,250,100,7,8,9,10,11",
+                 "--max-tokens", "5", "--greedy", "--ignore-eos", "--logits-out", npy] + extra)
+        if r.returncode != 0:
+            result("%s: MLA logits at prefill batches 1, 3, 64 and scalar" % name, False,
+                   (r.stderr or r.stdout).strip()[-300:])
+            return
+        outs.append(open(npy, "rb").read())
+    result("%s: MLA logits at prefill batches 1, 3, 64 and scalar are the same bytes" % name,
+           len(set(outs)) == 1 and len(outs[0]) > 1000,
+           "%d distinct of %d" % (len(set(outs)), len(outs)))
+
+
 def new_families(shoal, tmp, trace):
     for fam, keys in NEW.items():
         m = os.path.join(tmp, fam)
@@ -247,6 +268,18 @@ def new_families(shoal, tmp, trace):
         j = json.load(open(out)) if r.returncode == 0 else None
         check_routing(fam, j, (r.stderr or r.stdout).strip()[-300:])
         check_plan(shoal, fam, m)
+        if "kv_lora_rank" in keys:
+            check_mla_batches(shoal, fam, m, tmp)
+            if fam == "deepseek_v3":
+                m4 = os.path.join(tmp, fam + "-int4a8")
+                r = run([shoal, "synth", m4, "--gb", "0.004", "--family", fam, "--dense",
+                         "int4a8"] + TINY_CFG + extra + trace)
+                if r.returncode == 0:
+                    check_mla_batches(shoal, fam + " --dense int4a8", m4, tmp)
+                else:
+                    result("%s --dense int4a8: synth writes a container" % fam, False,
+                           r.stderr.strip()[-300:])
+                shutil.rmtree(m4, ignore_errors=True)
         shutil.rmtree(m, ignore_errors=True)
     r = run([shoal, "synth", os.path.join(tmp, "f8"), "--gb", "0.004", "--family",
              "deepseek_v3", "--experts", "fp8"])

@@ -1523,3 +1523,83 @@ Test(quant, mxfp4_bind_checks_and_slices)
     free(f.q);
     free(f.e);
 }
+
+/* ---- rows scaled and added (shoal_quant_axpy_rows) ------------------------ */
+
+/* The written-out reference: each row's elements as q_at and scale_of give
+ * them (not the library's dequantizer), d * q, then dst + coef * that,
+ * rows in order. */
+static void axpy_written_out(enum shoal_quant_type type, int group, float *dst, int64_t n,
+                             const uint8_t *rows, size_t rb, const float *coef, int64_t cs,
+                             int64_t n_rows)
+{
+    for (int64_t i = 0; i < n_rows; i++)
+        for (int64_t j = 0; j < n; j++) {
+            const uint8_t *row = rows + (size_t)i * rb;
+            const float v = scale_of(row, j / group) * (float)q_at(type, row, n, group, j);
+            dst[j] = dst[j] + coef[i * cs] * v;
+        }
+}
+
+Test(quant, axpy_rows_same_bits_on_every_table)
+{
+    /* 512: MLA's kv_lora_rank; 200: 6 blocks of 32 and a tail of 8 (G = 32,
+     * 64 end inside a group); 24: tail only; rows 1, 7 and 128 (W^UK_h) */
+    const int64_t ns[] = {512, 200, 24}, nrs[] = {1, 7, 128};
+    enum shoal_quant_isa isas[SIMD_ISA_MAX];
+    const int n_isa = simd_isas(isas);
+    for (size_t it = 0; it < 2; it++)
+        for (size_t ig = 0; ig < 3; ig++)
+            for (size_t in = 0; in < 3; in++)
+                for (size_t ir = 0; ir < 3; ir++) {
+                    const enum shoal_quant_type type = types[it];
+                    const int G = groups[ig];
+                    const int64_t n = ns[in], nr = nrs[ir], cs = ir == 1 ? 3 : 1;
+                    const size_t rb = shoal_quant_row_bytes(type, n, G);
+                    uint8_t *rows = malloc(rb * (size_t)nr);
+                    float *x = malloc((size_t)n * sizeof(float));
+                    float *coef = malloc((size_t)(nr * cs) * sizeof(float));
+                    float *base = malloc((size_t)n * sizeof(float));
+                    float *want = malloc((size_t)n * sizeof(float));
+                    float *got = malloc((size_t)n * sizeof(float));
+                    uint32_t seed = 100 + (uint32_t)(it * 1000 + ig * 100 + in * 10 + ir);
+                    for (int64_t i = 0; i < nr; i++) {
+                        /* one magnitude a row (fill's blocks would round the
+                         * smaller ones of a group to 0), the row's own scale */
+                        for (int64_t j = 0; j < n; j++)
+                            x[j] = ldexpf(frand(&seed), (int)(i % 5) - 2);
+                        void *row = quantize(type, G, x, n);
+                        memcpy(rows + (size_t)i * rb, row, rb);
+                        free(row);
+                    }
+                    fill(coef, nr * cs, 7);
+                    fill(base, n, 9);   /* dst is added to, not overwritten */
+                    for (int64_t j = 0; j < n; j++)
+                        base[j] = ldexpf(base[j], -14);   /* below the rows' terms */
+                    memcpy(want, base, (size_t)n * sizeof(float));
+                    axpy_written_out(type, G, want, n, rows, rb, coef, cs, nr);
+                    int moved = 0;
+                    for (int64_t j = 0; j < n; j++)
+                        moved += bits(want[j]) != bits(base[j]);
+                    cr_assert(moved > n / 2, "the rows moved only %d of %lld elements", moved,
+                              (long long)n);
+                    for (int k = -1; k < n_isa; k++) {
+                        use_isa(k < 0 ? SHOAL_QUANT_ISA_SCALAR : isas[k]);
+                        memcpy(got, base, (size_t)n * sizeof(float));
+                        shoal_quant_axpy_rows(type, G, got, n, rows, rb, coef, cs, nr);
+                        for (int64_t j = 0; j < n; j++)
+                            cr_assert(eq(u32, bits(got[j]), bits(want[j])),
+                                      "%s type %d G %d n %lld rows %lld: [%lld] %.9g want "
+                                      "%.9g", shoal_quant_ops_name(), (int)type, G,
+                                      (long long)n, (long long)nr, (long long)j,
+                                      (double)got[j], (double)want[j]);
+                    }
+                    use_isa(SHOAL_QUANT_ISA_SCALAR);
+                    free(rows);
+                    free(x);
+                    free(coef);
+                    free(base);
+                    free(want);
+                    free(got);
+                }
+}

@@ -1104,6 +1104,57 @@ static void rows_a8_avx2(float *y, const struct shoal_quant_act *a, int64_t n_to
     }
 }
 
+/* ---- rows scaled and added (shoal_quant_axpy_rows) ------------------------ */
+
+/* 32 columns at a time (inside one group: G is a multiple of 32) held in
+ * four vectors while every row adds into them in row order: each element
+ * a * (d * q) with the scalar's two separate multiplies and its add, q
+ * exact (q8x8, q4x32), no f32 row written. The columns past the last
+ * whole 32 run the scalar reference. */
+void shoal_quant_axpy_rows_avx2(enum shoal_quant_type type, int group, float *dst, int64_t n,
+                                const void *rows, size_t row_bytes, const float *coef,
+                                int64_t coef_stride, int64_t n_rows)
+{
+    const size_t scales = 4 * (size_t)((n + group - 1) / group);   /* shoal_quant_row_qs */
+    int64_t j0 = 0;
+    for (; j0 + 32 <= n; j0 += 32) {
+        __m256 acc[4];
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_loadu_ps(dst + j0 + 8 * k);
+        const size_t g = (size_t)(j0 / group);
+        const uint8_t *row = (const uint8_t *)rows;
+        for (int64_t i = 0; i < n_rows; i++, row += row_bytes) {
+            float d;
+            memcpy(&d, row + 4 * g, sizeof d);
+            const __m256 a = _mm256_set1_ps(coef[i * coef_stride]), dv = _mm256_set1_ps(d);
+            __m256 v[4];
+            if (type == SHOAL_QUANT_INT8)
+                for (int k = 0; k < 4; k++)
+                    v[k] = q8x8((const int8_t *)(row + scales) + j0 + 8 * k);
+            else
+                q4x32(row + scales + j0 / 2, v);
+            for (int k = 0; k < 4; k++)
+                acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(a, _mm256_mul_ps(dv, v[k])));
+        }
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_ps(dst + j0 + 8 * k, acc[k]);
+    }
+    if (j0 < n) {   /* the rest: the reference on its columns (its rows shifted) */
+        for (int64_t i = 0; i < n_rows; i++) {
+            const uint8_t *row = (const uint8_t *)rows + (size_t)i * row_bytes;
+            const float a = coef[i * coef_stride];
+            for (int64_t j = j0; j < n; j++) {
+                float d;
+                memcpy(&d, row + 4 * (size_t)(j / group), sizeof d);
+                const float v = type == SHOAL_QUANT_INT8
+                                    ? (float)((const int8_t *)(row + scales))[j]
+                                    : (float)q4_at(row + scales, j);
+                dst[j] = dst[j] + a * (d * v);
+            }
+        }
+    }
+}
+
 const struct shoal_quant_ops shoal_quant_ops_avx2 = {
     .name = "avx2",
     .dot = dot_avx2,
@@ -1115,6 +1166,7 @@ const struct shoal_quant_ops shoal_quant_ops_avx2 = {
     .fp8_dequant_row = shoal_fp8_dequant_row_avx2,
     .mxfp4_rows = shoal_mxfp4_rows_avx2,
     .ggml_rows = shoal_ggml_rows_avx2,
+    .axpy_rows = shoal_quant_axpy_rows_avx2,
 };
 
 /* ---- FP8 (quant.h "FP8") --------------------------------------------------- */
