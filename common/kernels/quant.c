@@ -289,47 +289,56 @@ static const float int4_pairs[256][2] = {
     {0, 7}, {1, 7}, {2, 7}, {3, 7}, {4, 7}, {5, 7}, {6, 7}, {7, 7},
 };
 
+/* o[k] = d * (float)q[i0 + k] for k < len: one group of a row whose
+ * quants start at qs (i0 even for INT4: groups are), the pair table then
+ * the scale, in loops the compiler vectorizes */
+static void group_to_f32(enum shoal_quant_type type, const uint8_t *qs, int64_t i0,
+                         int64_t len, float d, float *o)
+{
+    if (type == SHOAL_QUANT_INT8) {
+        const int8_t *q = (const int8_t *)qs + i0;
+        for (int64_t k = 0; k < len; k++)
+            o[k] = d * (float)q[k];
+        return;
+    }
+    const uint8_t *p = qs + i0 / 2;
+    int64_t k = 0;
+    for (; k + 1 < len; k += 2)         /* the pair, then the scale */
+        memcpy(o + k, int4_pairs[p[k / 2]], 2 * sizeof(float));
+    if (k < len)
+        o[k] = int4_pairs[p[k / 2]][0];
+    for (k = 0; k < len; k++)
+        o[k] = d * o[k];
+}
+
 void shoal_quant_dequantize_row(enum shoal_quant_type type, int group,
                                 float *dst, const void *row, int64_t n)
 {
     const uint8_t *qs = shoal_quant_row_qs(row, n, group);
-    /* a group at a time, so the compiler vectorizes the inner loops (MLA's
-     * per-head products dequantize kv_b_proj rows every token); each
+    /* a group at a time, so the compiler vectorizes the inner loops; each
      * element is d * (float)q as before */
-    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
-        const float d = row_scale(row, g);
-        const int64_t len = n - i0 < group ? n - i0 : group;
-        float *o = dst + i0;
-        if (type == SHOAL_QUANT_INT8) {
-            const int8_t *q = (const int8_t *)qs + i0;
-            for (int64_t k = 0; k < len; k++)
-                o[k] = d * (float)q[k];
-        } else {
-            const uint8_t *p = qs + i0 / 2;   /* groups are even: i0 is */
-            int64_t k = 0;
-            for (; k + 1 < len; k += 2)         /* the pair, then the scale */
-                memcpy(o + k, int4_pairs[p[k / 2]], 2 * sizeof(float));
-            if (k < len)
-                o[k] = int4_pairs[p[k / 2]][0];
-            for (k = 0; k < len; k++)
-                o[k] = d * o[k];
-        }
-    }
+    for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++)
+        group_to_f32(type, qs, i0, n - i0 < group ? n - i0 : group, row_scale(row, g),
+                     dst + i0);
 }
 
 void shoal_quant_axpy_rows_scalar(enum shoal_quant_type type, int group, float *dst,
                                   int64_t n, const void *rows, size_t row_bytes,
                                   const float *coef, int64_t coef_stride, int64_t n_rows)
 {
+    /* a group at a time, as shoal_quant_dequantize_row: its values
+     * v[k] = d * q, then dst + a * v[k] */
+    float v[QUANT_GROUP_MAX];
     for (int64_t i = 0; i < n_rows; i++) {
         const uint8_t *row = (const uint8_t *)rows + (size_t)i * row_bytes;
         const uint8_t *qs = shoal_quant_row_qs(row, n, group);
         const float a = coef[i * coef_stride];
-        for (int64_t j = 0; j < n; j++) {
-            const float d = row_scale(row, j / group);
-            const float v = type == SHOAL_QUANT_INT8 ? (float)((const int8_t *)qs)[j]
-                                                     : int4_pairs[qs[j / 2]][j & 1];
-            dst[j] = dst[j] + a * (d * v);
+        for (int64_t i0 = 0, g = 0; i0 < n; i0 += group, g++) {
+            const int64_t len = n - i0 < group ? n - i0 : group;
+            group_to_f32(type, qs, i0, len, row_scale(row, g), v);
+            float *o = dst + i0;
+            for (int64_t k = 0; k < len; k++)
+                o[k] = o[k] + a * v[k];
         }
     }
 }

@@ -455,6 +455,55 @@ static void rows_a8_neon(float *y, const struct shoal_quant_act *a, int64_t n_to
     }
 }
 
+/* ---- rows scaled and added (shoal_quant_axpy_rows) ------------------------ */
+
+/* quant_avx2.c's loop in NEON: 32 columns (inside one group) held in eight
+ * vectors while every row adds into them in row order, each element
+ * a * (d * q) by separate vmulq_f32 and vaddq_f32, q exact (q8x8, q4x32);
+ * the columns past the last whole 32 in scalar. */
+void shoal_quant_axpy_rows_neon(enum shoal_quant_type type, int group, float *dst, int64_t n,
+                                const void *rows, size_t row_bytes, const float *coef,
+                                int64_t coef_stride, int64_t n_rows)
+{
+    const size_t scales = 4 * (size_t)((n + group - 1) / group);   /* shoal_quant_row_qs */
+    int64_t j0 = 0;
+    for (; j0 + 32 <= n; j0 += 32) {
+        float32x4_t acc[8];
+        for (int k = 0; k < 8; k++)
+            acc[k] = vld1q_f32(dst + j0 + 4 * k);
+        const size_t g = (size_t)(j0 / group);
+        const uint8_t *row = (const uint8_t *)rows;
+        for (int64_t i = 0; i < n_rows; i++, row += row_bytes) {
+            float d;
+            memcpy(&d, row + 4 * g, sizeof d);
+            const float32x4_t a = vdupq_n_f32(coef[i * coef_stride]), dv = vdupq_n_f32(d);
+            struct q8f v[4];
+            if (type == SHOAL_QUANT_INT8)
+                for (int k = 0; k < 4; k++)
+                    v[k] = q8x8((const int8_t *)(row + scales) + j0 + 8 * k);
+            else
+                q4x32(row + scales + j0 / 2, v);
+            for (int k = 0; k < 4; k++) {
+                acc[2 * k] = vaddq_f32(acc[2 * k], vmulq_f32(a, vmulq_f32(dv, v[k].lo)));
+                acc[2 * k + 1] = vaddq_f32(acc[2 * k + 1], vmulq_f32(a, vmulq_f32(dv, v[k].hi)));
+            }
+        }
+        for (int k = 0; k < 8; k++)
+            vst1q_f32(dst + j0 + 4 * k, acc[k]);
+    }
+    for (int64_t i = 0; j0 < n && i < n_rows; i++) {   /* the rest, in scalar */
+        const uint8_t *row = (const uint8_t *)rows + (size_t)i * row_bytes;
+        const float a = coef[i * coef_stride];
+        for (int64_t j = j0; j < n; j++) {
+            float d;
+            memcpy(&d, row + 4 * (size_t)(j / group), sizeof d);
+            const float v = type == SHOAL_QUANT_INT8 ? (float)((const int8_t *)(row + scales))[j]
+                                                     : (float)q4_at(row + scales, j);
+            dst[j] = dst[j] + a * (d * v);
+        }
+    }
+}
+
 const struct shoal_quant_ops shoal_quant_ops_neon = {
     .name = "neon",
     .dot = shoal_quant_neon_dot,
@@ -465,6 +514,7 @@ const struct shoal_quant_ops shoal_quant_ops_neon = {
     .fp8_dequant_row = shoal_fp8_dequant_row_neon,
     .mxfp4_rows = shoal_mxfp4_rows_neon,
     .ggml_rows = shoal_ggml_rows_neon,   /* ggml_neon.c */
+    .axpy_rows = shoal_quant_axpy_rows_neon,
 };
 
 /* ---- FP8 (quant.h "FP8") --------------------------------------------------- */

@@ -224,4 +224,5 @@ const struct shoal_quant_ops shoal_quant_ops_neon_dotprod = {
     .fp8_dequant_row = shoal_fp8_dequant_row_neon,
     .mxfp4_rows = shoal_mxfp4_rows_neon,
     .ggml_rows = shoal_ggml_rows_neon_dotprod,   /* ggml_neon.c built with +dotprod */
+    .axpy_rows = shoal_quant_axpy_rows_neon,
 };
