@@ -244,9 +244,9 @@ int shoal_quant_quantize_matrix(enum shoal_quant_type type, int group,
  * the rows of W^UK_h weighted by q_nope.
  *   dst [n] f32, read and written; rows: n_rows quantized rows of n
  *   elements, row_bytes apart (shoal_quant_row_bytes), borrowed; coef: f32,
- *   borrowed. The active table's kernel (AVX2 or NEON where built and
- *   run, else the scalar one: the same bits). Arguments are programmer invariants
- *   (not checked). Allocates nothing. Thread: any. */
+ *   borrowed. The active table's kernel (AVX2 or NEON where built and run,
+ *   else the scalar one: the same bits). Arguments are programmer
+ *   invariants (not checked). Allocates nothing. Thread: any. */
 void shoal_quant_axpy_rows(enum shoal_quant_type type, int group, float *dst, int64_t n,
                            const void *rows, size_t row_bytes, const float *coef,
                            int64_t coef_stride, int64_t n_rows);

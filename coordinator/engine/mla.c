@@ -8,8 +8,11 @@
 #include "util.h"
 
 /* tokens up to which absorb_q weights W^UK's quantized rows per token
- * (shoal_weight_axpy_rows) instead of converting each row once for all */
-#define MLA_AXPY_MAX_TOK 4
+ * (shoal_weight_axpy_rows) instead of converting each row once for all:
+ * 32 heads of 128 x 512 int4a8 on one Zen 4 thread, 0.18 ms a token
+ * against 0.93 ms + 0.165 ms a token (1.3x ahead at 12 tokens; even near
+ * 60) */
+#define MLA_AXPY_MAX_TOK 32
 
 void shoal_mla_absorb_q(float *qm, const float *q, int64_t n, const struct shoal_weight *wkv_b,
                         const struct shoal_model_config *c, float *row, int ith, int nth)
@@ -27,15 +30,15 @@ void shoal_mla_absorb_q(float *qm, const float *q, int64_t n, const struct shoal
         }
         /* a few tokens: the rows of W^UK_h weighted by each token's q_nope
          * straight from the quantized bytes (decode: no f32 row per row and
-         * token); more: each row converted once for all the tokens. The
+         * token); more (long prompts): each row converted once for all. The
          * same bits either way: each element's sum runs over i in order. */
-        int64_t t = 0;
+        int64_t done = 0;
         if (n <= MLA_AXPY_MAX_TOK)
-            for (; t < n; t++)
-                if (shoal_weight_axpy_rows(qm + (t * H + h) * mr, wkv_b, h * per_head, nope,
-                                           q + (t * H + h) * hd, 1))
-                    break;   /* not a quantized dtype: all tokens below */
-        if (t == n)
+            for (; done < n; done++)
+                if (shoal_weight_axpy_rows(qm + (done * H + h) * mr, wkv_b, h * per_head, nope,
+                                           q + (done * H + h) * hd, 1))
+                    break;   /* not a quantized dtype (done is 0): all tokens below */
+        if (done == n)
             continue;
         for (int64_t i = 0; i < nope; i++) {
             shoal_weight_row_to_f32(row, wkv_b, h * per_head + i);   /* W^UK_h row i */

@@ -18,7 +18,7 @@
  * Canonical order (every output element by one thread, any nth):
  *   absorb_q: qm[t][h][j] = 0.0f + q_nope[t][h][0] * W[0][j] + ... in i order,
  *             W the rows of kv_b_proj converted to f32 (shoal_weight_row_to_f32;
- *             quantized rows for up to 4 tokens through shoal_weight_axpy_rows,
+ *             quantized rows for up to 32 tokens through shoal_weight_axpy_rows,
  *             the same bits without the f32 row)
  *   out:      ov[t][h] = latent[t][h] . (W^UV_h)^T by shoal_linear_part on the
  *             rows of W^UV_h as a weight of their own (the dtype's kernels;

@@ -224,14 +224,15 @@ def check_plan(shoal, name, model):
 
 def check_mla_batches(shoal, name, model, tmp):
     """MLA's absorbed query over quantized kv_b_proj rows: straight from the
-    bytes for up to 4 tokens a step, each row converted once for more
+    bytes for up to 32 tokens a step, each row converted once for more
     (coordinator/engine/mla.c). Prefill one token a step (--batch 1), three
-    and all at once, and the scalar kernels, give the same logits bytes."""
+    and all 40 at once, and the scalar kernels, give the same logits bytes."""
     outs = []
+    prompt = ",".join(str(5 + 37 * i % 500) for i in range(40))
     for extra in (["--batch", "1"], ["--batch", "3"], ["--batch", "64"],
                   ["--batch", "1", "--isa", "scalar"]):
         npy = os.path.join(tmp, "mla-%d.npy" % len(outs))
-        r = run([shoal, "run", "--model", model, "--tokens", "5,17,99,3,250,100,7,8,9,10,11",
+        r = run([shoal, "run", "--model", model, "--tokens", prompt,
                  "--max-tokens", "5", "--greedy", "--ignore-eos", "--logits-out", npy] + extra)
         if r.returncode != 0:
             result("%s: MLA logits at prefill batches 1, 3, 64 and scalar" % name, False,
