@@ -79,11 +79,38 @@ int shoal_weight_check_scales(const struct shoal_weight *w, const char *name,
 int shoal_weight_axpy_rows(float *dst, const struct shoal_weight *w, int64_t r0,
                            int64_t n_rows, const float *coef, int64_t coef_stride)
 {
-    if (!shoal_dtype_is_quant(w->dtype))
-        return -1;
-    shoal_quant_axpy_rows(qtype(w->dtype), w->group, dst, w->cols, shoal_weight_row(w, r0),
-                          shoal_weight_row_bytes(w), coef, coef_stride, n_rows);
-    return 0;
+    const int64_t n = w->cols;
+    if (shoal_dtype_is_quant(w->dtype)) {
+        shoal_quant_axpy_rows(qtype(w->dtype), w->group, dst, n, shoal_weight_row(w, r0),
+                              shoal_weight_row_bytes(w), coef, coef_stride, n_rows);
+        return 0;
+    }
+    /* F32 and BF16 rows are their f32 values (a copy; a 16-bit shift): read
+     * in place, in loops the compiler vectorizes (F32 kv_b, 128 heads x 128
+     * x 512, one Zen 4 thread: 4.3 against 10.2 ms copying each row first) */
+    if (w->dtype == SHOAL_DTYPE_F32) {
+        for (int64_t i = 0; i < n_rows; i++) {
+            const float *r = shoal_weight_row(w, r0 + i);
+            const float a = coef[i * coef_stride];
+            for (int64_t j = 0; j < n; j++)
+                dst[j] = dst[j] + a * r[j];
+        }
+        return 0;
+    }
+    if (w->dtype == SHOAL_DTYPE_BF16) {
+        for (int64_t i = 0; i < n_rows; i++) {
+            const uint16_t *r = shoal_weight_row(w, r0 + i);
+            const float a = coef[i * coef_stride];
+            for (int64_t j = 0; j < n; j++) {
+                const uint32_t u = (uint32_t)r[j] << 16;
+                float v;
+                memcpy(&v, &u, sizeof v);
+                dst[j] = dst[j] + a * v;
+            }
+        }
+        return 0;
+    }
+    return -1;
 }
 
 void shoal_weight_row_to_f32(float *dst, const struct shoal_weight *w, int64_t r)

@@ -203,10 +203,11 @@ int shoal_weight_check_scales(const struct shoal_weight *w, const char *name,
 int shoal_weight_rows_view(const struct shoal_weight *w, int64_t r0, int64_t n,
                            struct shoal_weight *out);
 
-/* Rows r0 .. r0 + n_rows - 1 of a quantized (INT8, INT4, INT4A8) weight
- * w scaled and added into dst in row order, without an f32 row
- * (shoal_quant_axpy_rows): dst[j] = dst[j] + coef[i * coef_stride] *
- * row_to_f32(r0 + i)[j], the bits of shoal_weight_row_to_f32 and that sum.
+/* Rows r0 .. r0 + n_rows - 1 of a quantized (INT8, INT4, INT4A8:
+ * shoal_quant_axpy_rows), F32 or BF16 weight w scaled and added into dst in
+ * row order, without an f32 copy of each row: dst[j] = dst[j] +
+ * coef[i * coef_stride] * row_to_f32(r0 + i)[j], the bits of
+ * shoal_weight_row_to_f32 and that sum.
  *   dst [w->cols] f32, read and written; coef borrowed.
  * Returns 0, or -1 (nothing done) for any other dtype: the caller converts
  * the rows itself. Allocates nothing. Thread: any. */

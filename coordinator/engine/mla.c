@@ -29,7 +29,7 @@ void shoal_mla_absorb_q(float *qm, const float *q, int64_t n, const struct shoal
             memcpy(dst + kvl, q + (t * H + h) * hd + nope, (size_t)rope * sizeof(float));
         }
         /* a few tokens: the rows of W^UK_h weighted by each token's q_nope
-         * straight from the quantized bytes (decode: no f32 row per row and
+         * straight from their bytes (decode: no f32 row per row and
          * token); more (long prompts): each row converted once for all. The
          * same bits either way: each element's sum runs over i in order. */
         int64_t done = 0;
@@ -37,7 +37,7 @@ void shoal_mla_absorb_q(float *qm, const float *q, int64_t n, const struct shoal
             for (; done < n; done++)
                 if (shoal_weight_axpy_rows(qm + (done * H + h) * mr, wkv_b, h * per_head, nope,
                                            q + (done * H + h) * hd, 1))
-                    break;   /* not a quantized dtype (done is 0): all tokens below */
+                    break;   /* another dtype (done is 0): all tokens below */
         if (done == n)
             continue;
         for (int64_t i = 0; i < nope; i++) {

@@ -223,8 +223,8 @@ def check_plan(shoal, name, model):
 
 
 def check_mla_batches(shoal, name, model, tmp):
-    """MLA's absorbed query over quantized kv_b_proj rows: straight from the
-    bytes for up to 32 tokens a step, each row converted once for more
+    """MLA's absorbed query over kv_b_proj's rows (quantized, BF16, F32):
+    from their bytes for up to 32 tokens a step, each row converted once for more
     (coordinator/engine/mla.c). Prefill one token a step (--batch 1), three
     and all 40 at once, and the scalar kernels, give the same logits bytes."""
     outs = []
@@ -271,14 +271,14 @@ def new_families(shoal, tmp, trace):
         check_plan(shoal, fam, m)
         if "kv_lora_rank" in keys:
             check_mla_batches(shoal, fam, m, tmp)
-            if fam == "deepseek_v3":
-                m4 = os.path.join(tmp, fam + "-int4a8")
+            for dense in (("int4a8", "bf16", "f32") if fam == "deepseek_v3" else ()):
+                m4 = os.path.join(tmp, fam + "-" + dense)
                 r = run([shoal, "synth", m4, "--gb", "0.004", "--family", fam, "--dense",
-                         "int4a8"] + TINY_CFG + extra + trace)
+                         dense] + TINY_CFG + extra + trace)
                 if r.returncode == 0:
-                    check_mla_batches(shoal, fam + " --dense int4a8", m4, tmp)
+                    check_mla_batches(shoal, "%s --dense %s" % (fam, dense), m4, tmp)
                 else:
-                    result("%s --dense int4a8: synth writes a container" % fam, False,
+                    result("%s --dense %s: synth writes a container" % (fam, dense), False,
                            r.stderr.strip()[-300:])
                 shutil.rmtree(m4, ignore_errors=True)
         shutil.rmtree(m, ignore_errors=True)
