@@ -101,12 +101,8 @@ int shoal_weight_axpy_rows(float *dst, const struct shoal_weight *w, int64_t r0,
         for (int64_t i = 0; i < n_rows; i++) {
             const uint16_t *r = shoal_weight_row(w, r0 + i);
             const float a = coef[i * coef_stride];
-            for (int64_t j = 0; j < n; j++) {
-                const uint32_t u = (uint32_t)r[j] << 16;
-                float v;
-                memcpy(&v, &u, sizeof v);
-                dst[j] = dst[j] + a * v;
-            }
+            for (int64_t j = 0; j < n; j++)
+                dst[j] = dst[j] + a * shoal_bf16_to_f32(r[j]);
         }
         return 0;
     }

@@ -667,6 +667,14 @@ static void add_worker_figures(json_t *run, const json_t *before, const json_t *
                                                    : NULL);
 }
 
+/* The RAM probe's parameters of this run (at its threads) */
+static struct shoal_bench_ram_params ram_params(const struct bench_opts *o)
+{
+    struct shoal_bench_ram_params rp = {.threads = (int)o->so.threads,
+                                        .array_mib = o->ram_mib, .reps = (int)o->ram_reps};
+    return rp;
+}
+
 static json_t *measure_limits(const struct bench_opts *o, const struct bench_model *bm)
 {
     json_t *lim = json_object();
@@ -693,8 +701,7 @@ static json_t *measure_limits(const struct bench_opts *o, const struct bench_mod
     } else {
         jset(lim, "ssd", json_pack("{s:s}", "skipped", "not a shoal container (no experts.bin)"));
     }
-    struct shoal_bench_ram_params rp = {.threads = (int)o->so.threads,
-                                        .array_mib = o->ram_mib, .reps = (int)o->ram_reps};
+    struct shoal_bench_ram_params rp = ram_params(o);
     fprintf(stderr, "shoal: bench: RAM probe, 3 x %lld MiB, %s threads...\n", o->ram_mib,
             o->so.threads ? "the run's" : "default");
     jset(lim, "ram", shoal_bench_ram(&rp));
@@ -1397,6 +1404,13 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* v[0 .. n) sorted in place (n >= 1); returns their median */
+static double median_of(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* summary[name] = {median, min, max, spread (max-min)/median, n} over the
  * repetitions' figures that are numbers */
 static json_t *summarize(json_t *runs)
@@ -1427,8 +1441,7 @@ static json_t *summarize(json_t *runs)
             jset(sum, key, NULL);
             continue;
         }
-        qsort(v, n, sizeof *v, cmp_double);
-        double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+        const double med = median_of(v, n);
         json_t *o = json_object();
         jset(o, "median", json_real(med));
         jset(o, "min", json_real(v[0]));
@@ -1459,12 +1472,6 @@ static json_t *add_ratio(json_t *r, const char *key, double figure, double limit
     jset(x, "what", json_string(what));
     jset(r, key, x);
     return x;
-}
-
-static double median_of(double *v, size_t n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* With a RAM probe after every repetition (--paired-ram): x's figure and
@@ -1506,20 +1513,15 @@ static void pair_ratio(json_t *x, const json_t *runs, const json_t *limits, cons
         n++;
     }
     if (n) {
-        double lo = INFINITY, hi = -INFINITY;
-        for (size_t k = 0; k < n; k++) {
-            lo = fmin(lo, rat[k]);
-            hi = fmax(hi, rat[k]);
-        }
-        json_t *per = json_array();   /* in repetition order, before the sort below */
+        json_t *per = json_array();   /* in repetition order, before median_of sorts */
         for (size_t k = 0; k < n; k++)
             json_array_append_new(per, jnum(rat[k]));
         jset(x, "ratio_per_rep", per);
         jset(x, "figure", jnum(median_of(fig, n)));
         jset(x, "limit", jnum(median_of(lim, n)));
         jset(x, "ratio", jnum(median_of(rat, n)));
-        jset(x, "ratio_min", jnum(lo));
-        jset(x, "ratio_max", jnum(hi));
+        jset(x, "ratio_min", jnum(rat[0]));
+        jset(x, "ratio_max", jnum(rat[n - 1]));
         jset(x, "probe_read_gbs_min", jnum(pmin));
         jset(x, "probe_read_gbs_max", jnum(pmax));
         jset(x, "paired", json_string("each repetition against the better RAM read probe "
@@ -1917,8 +1919,7 @@ int shoal_cmd_bench(int argc, char **argv)
     /* paired RAM probes: only beside a probe measured now */
     const int paired = o.paired_ram && !o.limits_only && !strcmp(o.limits, "on") &&
                        isfinite(jget(json_object_get(limits, "ram"), "read_gbs"));
-    struct shoal_bench_ram_params rp = {.threads = (int)o.so.threads,
-                                        .array_mib = o.ram_mib, .reps = (int)o.ram_reps};
+    struct shoal_bench_ram_params rp = ram_params(&o);
     for (long long rep = 0; rep < o.reps; rep++) {
         if (o.state == BENCH_COLD && bm.gguf) {
             json_array_append_new(evictions, shoal_bench_evict((const char *const *)bm.files,
