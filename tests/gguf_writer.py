@@ -82,6 +82,22 @@ def encode_float(x, typ):
     raise ValueError(typ)
 
 
+def q8_0_bytes(x):
+    """ggml's quantize_row_q8_0_ref: per 32 values d = amax / 127 (stored as
+    f16), q = roundf(x * (1 / d)) (half away from zero)."""
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 32)
+    amax = np.max(np.abs(x), axis=1)
+    d = (amax / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    v = x * inv[:, None]
+    q = (np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))).astype(np.int8)
+    blocks = np.zeros(len(x), dtype=[("d", "<f2"), ("q", "i1", 32)])
+    blocks["d"] = d.astype("<f2")
+    blocks["q"] = q
+    return blocks.tobytes()
+
+
 def write_gguf(path, kvs, tensors, align=32, poison=None, encode=encode_float):
     """tensors: [(name, array, ggml type name)], each encoded by
     encode(array, type) -> bytes (an array may also be a pair (array, its

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ggml_dot.h"
 #include "ggml_types.h"
 #include "util.h"
 
@@ -867,35 +868,9 @@ void shoal_gguf_arch_tensor_name(const char *arch, const struct shoal_weight_slo
 
 /* ---- tensors in another form ------------------------------------------------ */
 
-/* Element i of a float tensor of GGUF type t as f32 (F32, F16, BF16). */
-static float elem_f32(uint32_t t, const uint8_t *p, size_t i)
+static int is_float_type(uint32_t t)
 {
-    if (t == SHOAL_GGML_TYPE_F32) {
-        float f;
-        memcpy(&f, p + 4 * i, 4);
-        return f;
-    }
-    uint16_t h;
-    memcpy(&h, p + 2 * i, 2);
-    return t == SHOAL_GGML_TYPE_F16 ? shoal_f16_to_f32(h) : shoal_bf16_to_f32(h);
-}
-
-/* A tensor of type t (n elements) as f32 into dst: float types element by
- * element, block types through their scalar dequantization (exact: every
- * stored value is an f32). Returns 0, or 1 for a type without one. */
-static int to_f32(uint32_t t, const uint8_t *p, size_t n, float *dst)
-{
-    if (t == SHOAL_GGML_TYPE_F32 || t == SHOAL_GGML_TYPE_F16 || t == SHOAL_GGML_TYPE_BF16) {
-        for (size_t i = 0; i < n; i++)
-            dst[i] = elem_f32(t, p, i);
-        return 0;
-    }
-    const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(t);
-    if (!ti || !ti->dequant)
-        return 1;
-    for (size_t b = 0; b < n / ti->block_size; b++)
-        ti->dequant(p + b * ti->type_size, dst + b * ti->block_size);
-    return 0;
+    return t == SHOAL_GGML_TYPE_F32 || t == SHOAL_GGML_TYPE_F16 || t == SHOAL_GGML_TYPE_BF16;
 }
 
 static enum shoal_dtype float_dtype(uint32_t t)
@@ -908,8 +883,9 @@ static enum shoal_dtype float_dtype(uint32_t t)
  * and attn_v_b ne {kv_lora_rank, v_head_dim, n_head} (DeepseekV2Model.
  * modify_tensors: kv_b.view(n_head, nope + v, kvl), split, k_b transposed):
  * head h's rows are k_b[h] transposed then v_b[h], as in the checkpoint.
- * Both of one float type: copied in it, bit for bit; otherwise (a block
- * type cannot be transposed) both dequantized to F32. */
+ * Both of one float type: copied in it, bit for bit. Otherwise (a block
+ * type cannot be transposed) the layer runs the two as shipped: wk_b and
+ * wv_b, views of the file (mla.c). */
 static int bind_kv_b(const struct shoal_weight_slot *s, struct shoal_model *m,
                      const struct shoal_gguf_lookup *lk, const char *path,
                      struct shoal_err *err)
@@ -942,58 +918,87 @@ static int bind_kv_b(const struct shoal_weight_slot *s, struct shoal_model *m,
                                  (unsigned long long)t[i]->ne[0],
                                  (unsigned long long)t[i]->ne[1],
                                  (unsigned long long)t[i]->ne[2]);
-    const int is_float = tk->type == tv->type && (tk->type == SHOAL_GGML_TYPE_F32 ||
-                                                  tk->type == SHOAL_GGML_TYPE_F16 ||
-                                                  tk->type == SHOAL_GGML_TYPE_BF16);
-    const size_t rows = (size_t)(H * (nope + vd)), n = rows * (size_t)kvl;
+    const int is_float = tk->type == tv->type && is_float_type(tk->type);
     struct shoal_weight *w = s->w;
     memset(w, 0, sizeof *w);
+    if (!is_float) {   /* the two as shipped */
+        struct shoal_layer_weights *L = &m->layers[s->il];
+        struct shoal_weight *o[2] = {&L->wk_b, &L->wv_b};
+        const uint8_t *d[2] = {dk, dv};
+        const char *f[2] = {fk, fv};
+        for (int i = 0; i < 2; i++) {
+            memset(o[i], 0, sizeof *o[i]);
+            o[i]->rows = (int64_t)(want[i][1] * want[i][2]);
+            o[i]->cols = (int64_t)want[i][0];
+            o[i]->data = d[i];
+            if (is_float_type(t[i]->type)) {
+                o[i]->dtype = float_dtype(t[i]->type);
+                continue;
+            }
+            const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(t[i]->type);
+            if (!shoal_ggml_dot_supported(t[i]->type) || !ti ||
+                (uint64_t)o[i]->cols % ti->block_size)
+                return shoal_err_set(err, SHOAL_EUNSUPPORTED, "tensor '%s' in '%s' has type "
+                                     "%s: not runnable yet (shoal runs F32, F16, BF16 and "
+                                     "matrices of %s)", t[i]->name, f[i],
+                                     shoal_ggml_type_name(t[i]->type), shoal_ggml_dot_types());
+            o[i]->dtype = SHOAL_DTYPE_GGML;
+            o[i]->ggml_type = t[i]->type;
+            struct shoal_err e = {0};
+            const uint64_t n_blk = (uint64_t)(o[i]->rows * o[i]->cols) / ti->block_size;
+            if (shoal_ggml_check_scales(t[i]->type, d[i], n_blk, t[i]->name, 0, &e))
+                return shoal_err_set(err, e.code, "'%s': %s", f[i], e.msg);
+        }
+        return 0;
+    }
+    const size_t rows = (size_t)(H * (nope + vd)), n = rows * (size_t)kvl;
     w->rows = (int64_t)rows;
     w->cols = kvl;
-    uint8_t *out;
-    if (is_float) {
-        const size_t es = tk->type == SHOAL_GGML_TYPE_F32 ? 4 : 2;
-        out = shoal_xmalloc(n * es);
-        for (int64_t h = 0; h < H; h++) {
-            uint8_t *o = out + (size_t)(h * (nope + vd) * kvl) * es;
-            for (int64_t r = 0; r < nope; r++)        /* W_UK[h] row r = k_b[h][:, r] */
-                for (int64_t j = 0; j < kvl; j++)
-                    memcpy(o + (size_t)(r * kvl + j) * es,
-                           dk + (size_t)((h * kvl + j) * nope + r) * es, es);
-            memcpy(o + (size_t)(nope * kvl) * es, dv + (size_t)(h * vd * kvl) * es,
-                   (size_t)(vd * kvl) * es);
-        }
-        w->dtype = float_dtype(tk->type);
-    } else {
-        float *kb = shoal_xmalloc((size_t)(H * kvl * nope) * sizeof *kb);
-        float *o = shoal_xmalloc(n * sizeof *o);
-        const int bad_k = to_f32(tk->type, dk, (size_t)(H * kvl * nope), kb);
-        const int bad_v = !bad_k && to_f32(tv->type, dv, (size_t)(H * vd * kvl), o);
-        if (bad_k || bad_v) {
-            free(kb);
-            free(o);
-            const struct shoal_gguf_tensor *b = bad_k ? tk : tv;
-            return shoal_err_set(err, SHOAL_EUNSUPPORTED, "tensor '%s' in '%s' has type %s: "
-                                 "not runnable yet", b->name, bad_k ? fk : fv,
-                                 shoal_ggml_type_name(b->type));
-        }
-        /* o holds v_b [H][vd][kvl] at its start; spread it from the last
-         * head down so no head is overwritten before it moves */
-        for (int64_t h = H - 1; h >= 0; h--) {
-            float *oh = o + (size_t)(h * (nope + vd) * kvl);
-            memmove(oh + nope * kvl, o + (size_t)(h * vd * kvl), (size_t)(vd * kvl) * sizeof *o);
-            for (int64_t r = 0; r < nope; r++)
-                for (int64_t j = 0; j < kvl; j++)
-                    oh[r * kvl + j] = kb[(h * kvl + j) * nope + r];
-        }
-        free(kb);
-        out = (uint8_t *)o;
-        w->dtype = SHOAL_DTYPE_F32;
+    const size_t es = tk->type == SHOAL_GGML_TYPE_F32 ? 4 : 2;
+    uint8_t *out = shoal_xmalloc(n * es);
+    for (int64_t h = 0; h < H; h++) {
+        uint8_t *o = out + (size_t)(h * (nope + vd) * kvl) * es;
+        for (int64_t r = 0; r < nope; r++)        /* W_UK[h] row r = k_b[h][:, r] */
+            for (int64_t j = 0; j < kvl; j++)
+                memcpy(o + (size_t)(r * kvl + j) * es,
+                       dk + (size_t)((h * kvl + j) * nope + r) * es, es);
+        memcpy(o + (size_t)(nope * kvl) * es, dv + (size_t)(h * vd * kvl) * es,
+               (size_t)(vd * kvl) * es);
     }
+    w->dtype = float_dtype(tk->type);
     w->data = out;
     m->owned = shoal_xrealloc(m->owned, (m->n_owned + 1) * sizeof *m->owned);
     m->owned[m->n_owned++] = out;
     return 0;
+}
+
+void shoal_gguf_arch_kv_b_f32(struct shoal_model *m)
+{
+    const struct shoal_model_config *c = &m->cfg;
+    const int64_t H = c->n_head, kvl = c->kv_lora_rank, nope = c->qk_nope_head_dim;
+    const int64_t vd = c->v_head_dim;
+    for (int64_t il = 0; il < c->n_layer + c->n_nextn; il++) {
+        struct shoal_layer_weights *L = &m->layers[il];
+        if (!L->wk_b.data || L->wkv_b.data)
+            continue;
+        float *o = shoal_xmalloc((size_t)(H * (nope + vd) * kvl) * sizeof *o);
+        float *row = shoal_xmalloc((size_t)(nope > kvl ? nope : kvl) * sizeof *row);
+        for (int64_t h = 0; h < H; h++) {
+            float *oh = o + h * (nope + vd) * kvl;
+            for (int64_t j = 0; j < kvl; j++) {   /* k_b[h] row j: column j of W_UK_h */
+                shoal_weight_row_to_f32(row, &L->wk_b, h * kvl + j);
+                for (int64_t r = 0; r < nope; r++)
+                    oh[r * kvl + j] = row[r];
+            }
+            for (int64_t i = 0; i < vd; i++)
+                shoal_weight_row_to_f32(oh + (nope + i) * kvl, &L->wv_b, h * vd + i);
+        }
+        free(row);
+        L->wkv_b = (struct shoal_weight){.dtype = SHOAL_DTYPE_F32, .data = o,
+                                         .rows = H * (nope + vd), .cols = kvl};
+        m->owned = shoal_xrealloc(m->owned, (m->n_owned + 1) * sizeof *m->owned);
+        m->owned[m->n_owned++] = o;
+    }
 }
 
 /* Undo LlamaModel.permute on w (n_head heads of hd rows): the file's row

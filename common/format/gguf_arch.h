@@ -68,13 +68,23 @@ void shoal_gguf_arch_tensor_name(const char *arch, const struct shoal_weight_slo
 /* Bind slot s when the file holds it in another form than its own name:
  * deepseek2's kv_b_proj as the converter's split attn_k_b ([n_head]
  * [kv_lora_rank][qk_nope], W_UK transposed) and attn_v_b ([n_head]
- * [v_head_dim][kv_lora_rank]), interleaved back per head into a buffer m
- * owns (m->owned). Returns 0 when bound, 1 when s has no other form (the
- * caller reports the missing tensor), or a negative status with err set.
- * Thread: any. */
+ * [v_head_dim][kv_lora_rank]). Both of one float type: interleaved back per
+ * head into a buffer m owns (m->owned), bit for bit. Otherwise (a block
+ * type, or two types) the layer's wk_b and wv_b are views of the two as
+ * shipped and s (wkv_b) stays unbound. Returns 0 when bound, 1 when s has
+ * no other form (the caller reports the missing tensor), or a negative
+ * status with err set. Thread: any. */
 int shoal_gguf_arch_bind_other(const struct shoal_weight_slot *s, struct shoal_model *m,
                                const struct shoal_gguf_lookup *lk, const char *path,
                                struct shoal_err *err);
+
+/* For every layer of m (MTP layers included) bound with wk_b / wv_b and no
+ * wkv_b: wkv_b as F32 in kv_b_proj's order (head h: W_UK_h's qk_nope rows,
+ * then W_UV_h's v_head_dim rows), each element the exact f32 value of the
+ * shipped one, into a buffer m owns; wk_b and wv_b stay. For `shoal
+ * convert`, whose containers hold kv_b_proj only. Thread: the model's
+ * owner, before it runs. */
+void shoal_gguf_arch_kv_b_f32(struct shoal_model *m);
 
 /* After slot s of a general.architecture `arch` model is bound as a view
  * of its tensor: llama's q_proj / k_proj rows, which the converter

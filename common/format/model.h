@@ -49,6 +49,15 @@ struct shoal_layer_weights {
     struct shoal_weight wkv_b;       /* [n_head*(qk_nope_head_dim+v_head_dim)][kv_lora_rank]
                                         kv_b_proj: per head qk_nope rows of W_UK then
                                         v_head_dim rows of W_UV */
+    /* or, from a GGUF whose split attn_k_b / attn_v_b are not one float
+     * type (DeepseekV2Model.modify_tensors in llama.cpp's converter), the
+     * two as shipped (contract 2), wkv_b then unbound (data NULL):
+     *   wk_b [n_head*kv_lora_rank][qk_nope_head_dim]: W_UK_h transposed, so
+     *        W_UK_h^T q_nope is a matvec of head h's kv_lora_rank rows
+     *   wv_b [n_head*v_head_dim][kv_lora_rank]: W_UV_h's rows
+     * Not slots of shoal_model_walk: shoal_gguf_arch_kv_b_f32 turns them
+     * into wkv_b for `shoal convert`. */
+    struct shoal_weight wk_b, wv_b;
     struct shoal_weight ffn_norm;    /* [n_embd] post_attention_layernorm */
     /* MoE layers */
     struct shoal_weight w_router;    /* [n_expert][n_embd] */

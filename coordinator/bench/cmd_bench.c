@@ -777,6 +777,10 @@ static double token_read_bytes(struct shoal_session *s, const struct bench_model
     const struct shoal_model_config *c = &m->cfg;
     struct token_bytes tb = {.tied = c->tie_embeddings, .embd = &m->tok_embd};
     shoal_model_walk(m, count_dense, &tb);
+    for (int64_t il = 0; il < c->n_layer; il++)   /* a GGUF's split kv_b (model.h) */
+        if (m->layers[il].wk_b.data)
+            tb.dense += shoal_weight_bytes(&m->layers[il].wk_b) +
+                        shoal_weight_bytes(&m->layers[il].wv_b);
     double experts = 0, rows = 0;
     for (int64_t il = 0; il < c->n_layer; il++) {
         if (shoal_layer_is_moe(c, il))

@@ -443,7 +443,7 @@ static void mla_attention(struct shoal_ctx *ctx, int64_t il, int64_t n)
     {
         const int nth = omp_get_num_threads(), ith = omp_get_thread_num();
         float *row = shoal_xcalloc((size_t)c->kv_lora_rank, sizeof(float));
-        shoal_mla_absorb_q(ctx->qm, ctx->q, n, &L->wkv_b, c, row, ith, nth);
+        shoal_mla_absorb_q(ctx->qm, ctx->q, n, &L->wkv_b, &L->wk_b, c, row, ith, nth);
 #pragma omp barrier
         for (int k = 0; k < ctx->n_segs; k++) {
             struct shoal_kv_attn a = seg_attn(ctx, il, k, ctx->att, ctx->qm, ld, 0);
@@ -455,7 +455,7 @@ static void mla_attention(struct shoal_ctx *ctx, int64_t il, int64_t n)
             shoal_kv_attend(&a, ith, nth);
 #pragma omp barrier
         }
-        shoal_mla_out(ctx->ov, ctx->att, n, &L->wkv_b, c, row, ith, nth);
+        shoal_mla_out(ctx->ov, ctx->att, n, &L->wkv_b, &L->wv_b, c, row, ith, nth);
 #pragma omp barrier
         shoal_linear_part(ctx->o, ctx->ov, n, &L->wo, ith, nth, NULL);  /* [n][E] */
         free(row);

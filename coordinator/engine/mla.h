@@ -39,17 +39,28 @@
  * of thread ith's even share.
  *   qm     [n][n_head][kv_lora_rank + qk_rope_head_dim] f32, written
  *   q      [n][n_head][qk_nope_head_dim + qk_rope_head_dim] f32 (q_pe roped)
- *   wkv_b  [n_head*(qk_nope+v_head_dim)][kv_lora_rank] any dtype, borrowed
- *   row    [kv_lora_rank] f32 scratch of this thread */
+ *   wkv_b  [n_head*(qk_nope+v_head_dim)][kv_lora_rank] any dtype, borrowed:
+ *          each element of W^UK_h^T q_nope summed over the rows in order
+ *   wk_b   NULL or unbound, or [n_head*kv_lora_rank][qk_nope] (a GGUF's
+ *          attn_k_b as shipped, model.h), which then replaces wkv_b: head
+ *          h's kv_lora_rank rows times q_nope by the dtype's linear kernels
+ *          (shoal_linear; a block type: its int8 activations), as
+ *          llama.cpp's deepseek2 graph multiplies wk_b
+ *   row    [kv_lora_rank] f32 scratch of this thread
+ * Bits: independent of nth and of how tokens are batched. */
 void shoal_mla_absorb_q(float *qm, const float *q, int64_t n, const struct shoal_weight *wkv_b,
-                        const struct shoal_model_config *c, float *row, int ith, int nth);
+                        const struct shoal_weight *wk_b, const struct shoal_model_config *c,
+                        float *row, int ith, int nth);
 
 /* ov[t][h*v_head_dim + i] = W^UV_h row i . att[t][h][0 .. kv_lora_rank).
  *   ov     [n][n_head*v_head_dim] f32, written (thread ith: its heads)
  *   att    [n][n_head][kv_lora_rank + qk_rope_head_dim] f32, the attention
  *          output over the cache rows (its first kv_lora_rank columns)
+ *   wv_b   NULL or unbound, or [n_head*v_head_dim][kv_lora_rank] (a GGUF's
+ *          attn_v_b as shipped), which then replaces wkv_b's W^UV rows
  *   row    [kv_lora_rank] f32 scratch of this thread */
 void shoal_mla_out(float *ov, const float *att, int64_t n, const struct shoal_weight *wkv_b,
-                   const struct shoal_model_config *c, float *row, int ith, int nth);
+                   const struct shoal_weight *wv_b, const struct shoal_model_config *c,
+                   float *row, int ith, int nth);
 
 #endif

@@ -62,6 +62,9 @@ Cases:
                      nextn_predict_layers 1): its draft logits (--draft-logits-out)
                      are the checkpoint's bytes, as glm4moe's
   kv_b F16:          the split deepseek2 file with attn_k_b / attn_v_b F16
+  kv_b as shipped:   attn_k_b F16 and attn_v_b Q8_0: run per head as shipped,
+                     against the file of their values in F32; batches, the
+                     scalar kernels and `shoal convert` of it
   bad:               a missing key, a key shoal does not read, yarn_ext_factor
                      other than 1, a wrong shape of attn_k_b: exit 2 with one
                      line naming it
@@ -83,7 +86,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "reference"))
 import harness as H  # noqa: E402
-from gguf_writer import encode_float, kv, read_safetensors, write_gguf  # noqa: E402
+from gguf_writer import encode_float, kv, q8_0_bytes, read_safetensors, write_gguf  # noqa: E402
 import gen_tiny  # noqa: E402
 
 result = H.Results()
@@ -412,6 +415,77 @@ def check_f16_kv_b(shoal, tmp, tensors, cfg, ref):
            [int(np.argmax(x)) for x in got] == [int(np.argmax(x)) for x in ref], show(r))
 
 
+def q8_0_values(x):
+    """The values x's Q8_0 encoding holds, as f32 (gguf-py's dequantize: q * d)."""
+    b = np.frombuffer(q8_0_bytes(x), dtype=[("d", "<f2"), ("q", "i1", 32)])
+    return (b["q"].astype(np.float32) * b["d"].astype(np.float32)[:, None]).reshape(x.shape)
+
+
+def check_native_kv_b(shoal, tmp, tensors, cfg):
+    """attn_k_b F16 and attn_v_b Q8_0 (two types, one a block type, as the
+    big GGUF mixes ship them): each head's rows run as shipped (mla.c: a
+    matvec per head, Q8_0 against int8 activations) instead of kv_b_proj.
+    Against the file with the same values in F32 (interleaved into
+    kv_b_proj): logits within 0.15 while the greedy tokens agree, other
+    bytes.
+    Prefill one token a step, three at once and the scalar kernels: the
+    same bytes. `shoal convert` of it (kv_b_proj in F32, the exact values)
+    runs the F32 file's bytes."""
+    kb = lambda n: "attn_k_b" in n   # noqa: E731
+    vb = lambda n: "attn_v_b" in n   # noqa: E731
+    native = [(n, (x, q8_0_bytes(x)) if vb(n) else x) for n, x in tensors]
+    types = {n: "F16" if kb(n) else "Q8_0" for n, _ in tensors if kb(n) or vb(n)}
+    exact = [(n, q8_0_values(x) if vb(n) else
+              x.astype(np.float16).astype(np.float32) if kb(n) else x) for n, x in tensors]
+    path, path_f32 = os.path.join(tmp, "kv_b-native.gguf"), os.path.join(tmp, "kv_b-f32.gguf")
+    write(path, cfg, native, deepseek2_kvs(cfg, True), types)
+    write(path_f32, cfg, exact, deepseek2_kvs(cfg, True))
+    r0, want = shoal_run(shoal, path_f32, os.path.join(tmp, "kv_b-f32.npy"))
+    r, got = shoal_run(shoal, path, os.path.join(tmp, "kv_b-native.npy"))
+    ok = got is not None and want is not None and got.shape == want.shape
+    # the steps whose inputs agree (every earlier greedy token the same): int8
+    # activations move logits by ~1 %, so a near tie of this random model may
+    # part the runs after that (measured: 0.03-0.07 over the first 5 steps,
+    # then a tie at 0.06); a wrong row order moves them by whole units
+    steps, diff = 0, float("inf")
+    if ok:
+        while steps < len(got) and (steps == 0 or np.argmax(got[steps - 1]) ==
+                                    np.argmax(want[steps - 1])):
+            steps += 1
+        diff = float(np.max(np.abs(got[:steps] - want[:steps])))
+    result("deepseek2 split, attn_k_b F16 + attn_v_b Q8_0 run as shipped: the F32 file's "
+           "logits within 0.15 (max |diff| %.3g over the %d steps with the same inputs, "
+           "logits up to %.1f), other bytes" %
+           (diff, steps, float(np.abs(want).max()) if ok else 0.0),
+           ok and steps >= 3 and diff < 0.15 and got.tobytes() != want.tobytes(),
+           show(r) + " / " + show(r0))
+    same = []
+    for i, extra in enumerate((["--batch", "1"], ["--batch", "3"], ["--isa", "scalar"])):
+        out = os.path.join(tmp, "kv_b-native-%d.npy" % i)
+        r2 = H.run([shoal, "run", path] + ARGS + ["--logits-out", out] + extra, timeout=120)
+        same.append(r2.returncode == 0 and got is not None and
+                    open(out, "rb").read() == open(os.path.join(tmp, "kv_b-native.npy"),
+                                                   "rb").read())
+    result("deepseek2 split kv_b as shipped: prefill batches 1, 3 and the scalar kernels give "
+           "the same bytes", all(same), "same: %s" % same)
+    nan = b"\x00\x7e"   # an f16 NaN over block 0's scale
+    bad = [(n, (x[0], nan + x[1][2:]) if n == "blk.0.attn_v_b.weight" else x)
+           for n, x in native]
+    path_bad = os.path.join(tmp, "kv_b-nan.gguf")
+    write(path_bad, cfg, bad, deepseek2_kvs(cfg, True), types)
+    r4 = H.run([shoal, "run", path_bad] + ARGS, timeout=60)
+    lines = (r4.stderr or "").strip().splitlines()
+    result("deepseek2 split kv_b as shipped, a NaN block scale in attn_v_b: exit 2, one line "
+           "naming it", r4.returncode == 2 and len(lines) == 1 and
+           "blk.0.attn_v_b.weight" in lines[0], show(r4))
+    ct = os.path.join(tmp, "kv_b-native.ct")
+    cv = H.run([shoal, "convert", path, ct], timeout=120)
+    r3, conv = shoal_run(shoal, ct, os.path.join(tmp, "kv_b-native-ct.npy"))
+    result("deepseek2 split kv_b as shipped, converted (kv_b_proj F32): the F32 file's bytes",
+           cv.returncode == 0 and conv is not None and want is not None and
+           conv.tobytes() == want.tobytes(), show(cv) + " / " + show(r3))
+
+
 def check_bad(shoal, tmp, tensors, cfg):
     kvs = deepseek2_kvs(cfg, True)
     wrong = [(n, x[:, :-1, :] if n == "blk.1.attn_k_b.weight" else x) for n, x in tensors]
@@ -671,6 +745,7 @@ def main():
                 split_ds = (t, c)
                 if ref is not None:
                     check_f16_kv_b(shoal, tmp, t, c, ref)
+                    check_native_kv_b(shoal, tmp, t, c)
         if split_ds:
             check_bad(shoal, tmp, *split_ds)
         check_gptoss(shoal, tmp, os.path.join(tmp, "ckpt"))

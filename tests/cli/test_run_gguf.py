@@ -66,7 +66,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import harness as H  # noqa: E402
-from gguf_writer import encode_float, kv, read_safetensors, s_  # noqa: E402,F401
+from gguf_writer import encode_float, kv, q8_0_bytes, read_safetensors, s_  # noqa: E402,F401
 import gguf_writer  # noqa: E402
 
 result = H.Results()
@@ -99,22 +99,6 @@ def gguf_tensors(st, n_layer, n_expert):
 
 
 # ---- writing GGUF ------------------------------------------------------------
-
-def q8_0_bytes(x):
-    """ggml's quantize_row_q8_0_ref: per 32 values d = amax / 127 (stored as
-    f16), q = roundf(x * (1 / d)) (half away from zero)."""
-    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 32)
-    amax = np.max(np.abs(x), axis=1)
-    d = (amax / np.float32(127)).astype(np.float32)
-    with np.errstate(divide="ignore"):
-        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-    v = x * inv[:, None]
-    q = (np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))).astype(np.int8)
-    blocks = np.zeros(len(x), dtype=[("d", "<f2"), ("q", "i1", 32)])
-    blocks["d"] = d.astype("<f2")
-    blocks["q"] = q
-    return blocks.tobytes()
-
 
 def _f16(b, off):
     """The f16 at byte off of each block row of b [n][size] uint8, as f32."""
