@@ -28,8 +28,9 @@
  * its raw sum: raw1); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
  * TOK_TILE tokens at a time, the chains of all those tokens kept in
- * acc[]. Q4_K (and Q6_K from Q6K_GEMM_MIN tokens) transpose the eight
- * rows' block instead, rows in lanes (rows8_k_n: the prefill GEMM). Rows past the end of the share repeat its last row and are not
+ * acc[]. Q4_K (and Q6_K from Q6K_GEMM_MIN tokens) and Q4_0 transpose the
+ * eight rows' block instead, rows in lanes (rows8_k_n, rows8_q40_n: the
+ * prefill GEMM). Rows past the end of the share repeat its last row and are not
  * stored. While a group of eight rows runs, the next group's blocks are
  * prefetched (prefetch_block).
  */
@@ -105,6 +106,28 @@ static inline void zero_acc(__m256 *acc, int64_t nt)
 {
     for (int64_t t = 0; t < nt; t++)
         acc[t] = _mm256_setzero_ps();
+}
+
+static inline uint32_t le32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* an empty asm that *v passes through: it keeps the int16 sums of a run
+ * a chain per token, in the order written. Without it GCC reassociates the
+ * run into a tree of adds whose leaves (every product of every token of the
+ * block) are computed first and spilled to the stack: 2x slower. */
+static inline __attribute__((always_inline)) void chain(__m256i *v)
+{
+    __asm__("" : "+x"(*v));
+}
+
+/* the int32 at p in every lane (vpbroadcastd from memory) */
+static inline __m256i bcast4(const void *p)
+{
+    return _mm256_set1_epi32((int)le32((const uint8_t *)p));
 }
 
 /* ---- Q8_0 ------------------------------------------------------------------ */
@@ -225,12 +248,6 @@ static inline __attribute__((always_inline)) int t_signed(enum shoal_ggml_type t
  * (ggml_grid_bytes.c, built once by shoal_ggml_grid_bytes_init) */
 #define GB shoal_ggml_grid_bytes
 
-static inline uint32_t le32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 static inline float f16_at(const uint8_t *p) { return _cvtsh_ss(ld16(p)); }
 
@@ -1138,8 +1155,63 @@ static void rows8_q4_0_1(enum shoal_ggml_type t, float *y, const struct shoal_gg
         else                                                                                  \
             MANY(T, y, a, t0, nt, w, p, pf, r, nr);                                           \
     }
+/* ---- Q4_0, more tokens: the eight rows' block transposed ------------------
+ *
+ * As rows8_k_n does for Q4_K: lane i of code register g holds row i's
+ * elements 4g .. 4g + 3 (the low nibbles of qs 4g .. 4g + 3 for g < 4, the
+ * high ones of qs 4(g-4) .. for g >= 4), built once per block by one
+ * transpose of the rows' 16 code bytes; every token then multiplies them
+ * by its own four activation bytes, broadcast, so the eight rows' sums land
+ * in their lanes with no horizontal fold. The int16 pairs of all eight
+ * registers stay inside int16 (8 x 2 x 15 x 128 = 30720) before one
+ * vpmaddwd (VNNI: vpdpbusd straight to int32). isum = sum u qx - 8 sum qx
+ * as rows8_q4_0_1, block_term per block: the same bits. */
+/* tg tokens tt .. tt + tg - 1 (tg <= 4, a constant) of block b against
+ * the transposed codes q: acc[k] + the block's term of token tt + k, their
+ * chains interleaved (one token's eight steps alone wait on each other) */
+static inline __attribute__((always_inline)) void q40_tokens(const __m256i q[8],
+                                                            const struct shoal_ggml_act *a,
+                                                            int64_t tt, int tg, int64_t b,
+                                                            __m256 d, __m256 *acc)
+{
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const int8_t *x[4];
+    __m256i raw[4];
+    for (int k = 0; k < tg; k++)
+        x[k] = a->q + (tt + k) * a->n + 32 * b;
+#if SHOAL_GGML_VNNI
+    for (int k = 0; k < tg; k++)
+        raw[k] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q[0], bcast4(x[k]));
+    for (int g = 1; g < 8; g++)
+        for (int k = 0; k < tg; k++)
+            raw[k] = _mm256_dpbusd_epi32(raw[k], q[g], bcast4(x[k] + 4 * g));
+#else
+    __m256i s16[4];
+    for (int k = 0; k < tg; k++)
+        s16[k] = _mm256_maddubs_epi16(q[0], bcast4(x[k]));
+    for (int g = 1; g < 8; g++)
+        for (int k = 0; k < tg; k++) {
+            s16[k] = _mm256_add_epi16(s16[k], _mm256_maddubs_epi16(q[g], bcast4(x[k] + 4 * g)));
+            chain(&s16[k]);
+        }
+    for (int k = 0; k < tg; k++)
+        raw[k] = _mm256_madd_epi16(s16[k], ones16);
+#endif
+    for (int k = 0; k < tg; k++) {
+        /* sum qx in every lane */
+        __m256i sx = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(ones8, _mm256_loadu_si256((const __m256i *)x[k])), ones16);
+        sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 0x01));
+        sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4e));
+        sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xb1));
+        acc[k] = block_term(SHOAL_GGML_TYPE_Q4_0, acc[k],
+                            _mm256_sub_epi32(raw[k], _mm256_slli_epi32(sx, 3)),
+                            _mm256_setzero_si256(), d, _mm256_setzero_ps(),
+                            a->d[(tt + k) * a->n_blk + b]);
+    }
+}
+
 ROWS8_1N_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4, rows8_b32_1, rows8_t)
-ROWS8_1N_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0, rows8_q4_0_1, rows8_t)
 ROWS8_FN(rows8_q4_1, SHOAL_GGML_TYPE_Q4_1)
 ROWS8_FN(rows8_q5_0, SHOAL_GGML_TYPE_Q5_0)
 ROWS8_FN(rows8_q5_1, SHOAL_GGML_TYPE_Q5_1)
@@ -1424,12 +1496,14 @@ static inline __attribute__((always_inline)) void iq4xs_row(const uint8_t *blk, 
 static inline __attribute__((always_inline)) size_t k1_size(enum shoal_ggml_type t)
 {
     return t == SHOAL_GGML_TYPE_Q4_K ? 144 : t == SHOAL_GGML_TYPE_Q5_K ? 176
-           : t == SHOAL_GGML_TYPE_Q6_K ? 210 : t == SHOAL_GGML_TYPE_IQ4_XS ? 136 : 84;
+           : t == SHOAL_GGML_TYPE_Q6_K ? 210 : t == SHOAL_GGML_TYPE_IQ4_XS ? 136
+           : t == SHOAL_GGML_TYPE_Q4_0 ? 18 : 84;
 }
 
 static inline __attribute__((always_inline)) size_t k1_d_off(enum shoal_ggml_type t)
 {
-    return t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K || t == SHOAL_GGML_TYPE_IQ4_XS ? 0
+    return t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K ||
+                   t == SHOAL_GGML_TYPE_IQ4_XS || t == SHOAL_GGML_TYPE_Q4_0 ? 0
            : t == SHOAL_GGML_TYPE_Q6_K ? 208 : 80;
 }
 
@@ -1667,19 +1741,30 @@ static inline __attribute__((always_inline)) void kblk_q6k(const uint8_t *const 
     }
 }
 
-/* an empty asm that *v passes through: it keeps the int16 sums of a run
- * a chain per token, in the order written. Without it GCC reassociates the
- * run into a tree of adds whose leaves (every product of every token of the
- * block) are computed first and spilled to the stack: 2x slower. */
-static inline __attribute__((always_inline)) void chain(__m256i *v)
+/* Q4_0's block of the eight rows into g->q[0 .. 7] (q40_tokens): the
+ * rows' 16 code bytes as 8 x 4 dwords transposed, T[g] lane i = row i's qs
+ * 4g .. 4g + 3, then q[g] its low nibbles (elements 4g ..) and q[g + 4]
+ * its high ones (elements 16 + 4g ..) */
+static inline __attribute__((always_inline)) void kblk_q40(const uint8_t *const p[8],
+                                                          const uint8_t *const pf[8],
+                                                          size_t off, struct kblk *g)
 {
-    __asm__("" : "+x"(*v));
-}
-
-/* the int32 at p in every lane (vpbroadcastd from memory) */
-static inline __m256i bcast4(const void *p)
-{
-    return _mm256_set1_epi32((int)le32((const uint8_t *)p));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i Y[4];
+    for (int k = 0; k < 4; k++) {
+        prefetch_block(pf, k, off, 18);
+        prefetch_block(pf, k + 4, off, 18);
+        Y[k] = _mm256_loadu2_m128i((const __m128i *)(p[k + 4] + off + 2),
+                                   (const __m128i *)(p[k] + off + 2));
+    }
+    const __m256i u0 = _mm256_unpacklo_epi32(Y[0], Y[1]), u1 = _mm256_unpackhi_epi32(Y[0], Y[1]);
+    const __m256i u2 = _mm256_unpacklo_epi32(Y[2], Y[3]), u3 = _mm256_unpackhi_epi32(Y[2], Y[3]);
+    const __m256i T[4] = {_mm256_unpacklo_epi64(u0, u2), _mm256_unpackhi_epi64(u0, u2),
+                          _mm256_unpacklo_epi64(u1, u3), _mm256_unpackhi_epi64(u1, u3)};
+    for (int j = 0; j < 4; j++) {
+        g->q[j] = _mm256_and_si256(T[j], m4);
+        g->q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(T[j], 4), m4);
+    }
 }
 
 /* tg tokens tt .. tt + tg - 1 (tg <= 4, a constant) of block b against *g:
@@ -1739,7 +1824,7 @@ static inline __attribute__((always_inline)) void kblk_tokens(enum shoal_ggml_ty
     }
 }
 
-/* Q4_K or Q6_K, nt > 1 tokens from t0: eight rows' chains per token */
+/* Q4_K, Q6_K or Q4_0, nt > 1 tokens from t0: eight rows' chains per token */
 static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type t, float *y,
                                                            const struct shoal_ggml_act *a,
                                                            int64_t t0, int64_t nt,
@@ -1756,24 +1841,30 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
         const size_t off = (size_t)b * ts;
         if (t == SHOAL_GGML_TYPE_Q4_K)
             kblk_q4k(p, pf, off, &g);
-        else
+        else if (t == SHOAL_GGML_TYPE_Q6_K)
             kblk_q6k(p, pf, off, &g);
+        else
+            kblk_q40(p, pf, off, &g);
         /* g is read back from L1 by every token: without this GCC keeps
          * some of its registers live across the token loop from the
          * unpack and spills the tokens' sums instead */
         __asm__ volatile("" : : "r"(&g) : "memory");
         const __m256 d = f16x8(p, off + k1_d_off(t));
-        const __m256 dmin = t == SHOAL_GGML_TYPE_Q6_K ? _mm256_setzero_ps()
-                                                      : f16x8(p, off + k1_d_off(t) + 2);
+        const __m256 dmin = t == SHOAL_GGML_TYPE_Q4_K ? f16x8(p, off + k1_d_off(t) + 2)
+                                                      : _mm256_setzero_ps();
+#define KN_TOKENS(TG)                                                                  \
+    (t == SHOAL_GGML_TYPE_Q4_0 ? q40_tokens(g.q, a, t0 + k, TG, b, d, acc + k)          \
+                               : kblk_tokens(t, &g, a, t0 + k, TG, b, d, dmin, acc + k))
         int64_t k = 0;
         for (; k + 4 <= nt; k += 4)
-            kblk_tokens(t, &g, a, t0 + k, 4, b, d, dmin, acc + k);
+            KN_TOKENS(4);
         switch (nt - k) {
-        case 3: kblk_tokens(t, &g, a, t0 + k, 3, b, d, dmin, acc + k); break;
-        case 2: kblk_tokens(t, &g, a, t0 + k, 2, b, d, dmin, acc + k); break;
-        case 1: kblk_tokens(t, &g, a, t0 + k, 1, b, d, dmin, acc + k); break;
+        case 3: KN_TOKENS(3); break;
+        case 2: KN_TOKENS(2); break;
+        case 1: KN_TOKENS(1); break;
         default: break;
         }
+#undef KN_TOKENS
     }
     for (int64_t k = 0; k < nt; k++)
         store_rows(y, w->rows, t0 + k, r, nr, acc[k]);
@@ -1801,6 +1892,7 @@ static inline __attribute__((always_inline)) void rows8_q6k_n(enum shoal_ggml_ty
         rows8_t(t, y, a, t0, nt, w, p, pf, r, nr);
 }
 ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K, rows8_k_n)
+ROWS8_1N_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0, rows8_q4_0_1, rows8_k_n)
 ROWS8_K_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K, rows8_t)
 ROWS8_K_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS, rows8_t)
 ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K, rows8_q6k_n)
