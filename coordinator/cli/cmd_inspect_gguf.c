@@ -130,18 +130,20 @@ static int type_runs(uint32_t id)
            id == SHOAL_GGML_TYPE_BF16 || shoal_ggml_dot_supported(id);
 }
 
-/* What shoal does with a type today, on this CPU's kernels (the quantized
- * types have AVX2 kernels; AVX-512 tables use them; NEON runs the scalar
- * reference). */
+/* What shoal does with a type today, on this CPU's kernels: the active
+ * table's name (shoal_quant_ops_name: avx2, avx512-zen4, neon-dotprod,
+ * ...) when it has ggml rows, else the scalar reference. */
 static const char *type_status(uint32_t id, const struct shoal_ggml_type_info *t)
 {
+    static char buf[96];
     if (type_runs(id)) {
         if (id == SHOAL_GGML_TYPE_F32 || id == SHOAL_GGML_TYPE_F16 ||
             id == SHOAL_GGML_TYPE_BF16)
             return "runs";
-        return strncmp(shoal_quant_ops_name(), "avx", 3) ? "runs (scalar kernels: no SIMD ones "
-                                                           "for it on this CPU yet)"
-                                                         : "runs (AVX2 kernels)";
+        if (!shoal_quant_active_ops()->ggml_rows)
+            return "runs (scalar kernels: no SIMD ones for it on this CPU yet)";
+        snprintf(buf, sizeof buf, "runs (%s kernels)", shoal_quant_ops_name());
+        return buf;
     }
     return t->dequant ? "dequant reference only (does not run yet)"
                       : "not supported (no dequantization yet)";
