@@ -277,8 +277,12 @@ static int write_mtp_slot(const struct shoal_weight_slot *s, void *user)
 static int write_slot(const struct shoal_weight_slot *s, void *user)
 {
     struct writer *wr = user;
-    if (!s->w->data)
+    if (!s->w->data) {
+        if (s->required)   /* a tensor the model holds in another form (a caller's bug) */
+            return shoal_err_set(wr->err, SHOAL_EINVAL, "tensor '%s' has no data to write",
+                                 s->hf_name);
         return 0; /* optional and absent */
+    }
     enum shoal_dtype t = target_dtype(s, wr->p);
     const int group = target_group(t, wr->p);
     uint64_t bytes = shoal_container_slot_bytes(s, t, group);

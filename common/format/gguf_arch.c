@@ -921,34 +921,34 @@ static int bind_kv_b(const struct shoal_weight_slot *s, struct shoal_model *m,
     const int is_float = tk->type == tv->type && is_float_type(tk->type);
     struct shoal_weight *w = s->w;
     memset(w, 0, sizeof *w);
-    if (!is_float) {   /* the two as shipped */
+    if (!is_float) {   /* the two as shipped, bound once both are checked */
         struct shoal_layer_weights *L = &m->layers[s->il];
-        struct shoal_weight *o[2] = {&L->wk_b, &L->wv_b};
         const uint8_t *d[2] = {dk, dv};
         const char *f[2] = {fk, fv};
+        struct shoal_weight o[2];
         for (int i = 0; i < 2; i++) {
-            memset(o[i], 0, sizeof *o[i]);
-            o[i]->rows = (int64_t)(want[i][1] * want[i][2]);
-            o[i]->cols = (int64_t)want[i][0];
-            o[i]->data = d[i];
+            o[i] = (struct shoal_weight){.rows = (int64_t)(want[i][1] * want[i][2]),
+                                         .cols = (int64_t)want[i][0], .data = d[i]};
             if (is_float_type(t[i]->type)) {
-                o[i]->dtype = float_dtype(t[i]->type);
+                o[i].dtype = float_dtype(t[i]->type);
                 continue;
             }
             const struct shoal_ggml_type_info *ti = shoal_ggml_type_info(t[i]->type);
             if (!shoal_ggml_dot_supported(t[i]->type) || !ti ||
-                (uint64_t)o[i]->cols % ti->block_size)
+                (uint64_t)o[i].cols % ti->block_size)
                 return shoal_err_set(err, SHOAL_EUNSUPPORTED, "tensor '%s' in '%s' has type "
                                      "%s: not runnable yet (shoal runs F32, F16, BF16 and "
                                      "matrices of %s)", t[i]->name, f[i],
                                      shoal_ggml_type_name(t[i]->type), shoal_ggml_dot_types());
-            o[i]->dtype = SHOAL_DTYPE_GGML;
-            o[i]->ggml_type = t[i]->type;
+            o[i].dtype = SHOAL_DTYPE_GGML;
+            o[i].ggml_type = t[i]->type;
             struct shoal_err e = {0};
-            const uint64_t n_blk = (uint64_t)(o[i]->rows * o[i]->cols) / ti->block_size;
+            const uint64_t n_blk = (uint64_t)(o[i].rows * o[i].cols) / ti->block_size;
             if (shoal_ggml_check_scales(t[i]->type, d[i], n_blk, t[i]->name, 0, &e))
                 return shoal_err_set(err, e.code, "'%s': %s", f[i], e.msg);
         }
+        L->wk_b = o[0];
+        L->wv_b = o[1];
         return 0;
     }
     const size_t rows = (size_t)(H * (nope + vd)), n = rows * (size_t)kvl;
@@ -979,7 +979,7 @@ void shoal_gguf_arch_kv_b_f32(struct shoal_model *m)
     const int64_t vd = c->v_head_dim;
     for (int64_t il = 0; il < c->n_layer + c->n_nextn; il++) {
         struct shoal_layer_weights *L = &m->layers[il];
-        if (!L->wk_b.data || L->wkv_b.data)
+        if (!L->wk_b.data || !L->wv_b.data || L->wkv_b.data)
             continue;
         float *o = shoal_xmalloc((size_t)(H * (nope + vd) * kvl) * sizeof *o);
         float *row = shoal_xmalloc((size_t)(nope > kvl ? nope : kvl) * sizeof *row);

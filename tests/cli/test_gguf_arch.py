@@ -429,8 +429,8 @@ def check_native_kv_b(shoal, tmp, tensors, cfg):
     kv_b_proj): logits within 0.15 while the greedy tokens agree, other
     bytes.
     Prefill one token a step, three at once and the scalar kernels: the
-    same bytes. `shoal convert` of it (kv_b_proj in F32, the exact values)
-    runs the F32 file's bytes."""
+    same bytes. `shoal convert` and `shoal shard` of it (kv_b_proj in F32,
+    the exact values) run the F32 file's bytes."""
     kb = lambda n: "attn_k_b" in n   # noqa: E731
     vb = lambda n: "attn_v_b" in n   # noqa: E731
     native = [(n, (x, q8_0_bytes(x)) if vb(n) else x) for n, x in tensors]
@@ -484,6 +484,12 @@ def check_native_kv_b(shoal, tmp, tensors, cfg):
     result("deepseek2 split kv_b as shipped, converted (kv_b_proj F32): the F32 file's bytes",
            cv.returncode == 0 and conv is not None and want is not None and
            conv.tobytes() == want.tobytes(), show(cv) + " / " + show(r3))
+    sh = os.path.join(tmp, "kv_b-native-shard")   # shard converts the same way
+    r5 = H.run([shoal, "shard", path, "--shards", "1", "--out", sh], timeout=120)
+    r6, shd = shoal_run(shoal, os.path.join(sh, "model"), os.path.join(tmp, "kv_b-shard.npy"))
+    result("deepseek2 split kv_b as shipped, sharded: its model runs the F32 file's bytes",
+           r5.returncode == 0 and shd is not None and want is not None and
+           shd.tobytes() == want.tobytes(), show(r5) + " / " + show(r6))
 
 
 def check_bad(shoal, tmp, tensors, cfg):

@@ -435,16 +435,19 @@ Test(ggml_dot, every_isa_thread_split_and_batch_gives_the_reference_bits, .timeo
 
 /* Bit-exact: the AVX2 GEMM sums runs of vpmaddubsw pairs in int16 (Q4_K:
  * a sub-block of 32, at most 16 * 15 * 127 = 30480; Q6_K: 8 codes q + 32,
- * at most 4 * 63 * 127 = 32004). Every code and scale at its maximum
- * against qx all 127 or all -127 is the worst case of those bounds. */
+ * at most 4 * 63 * 127 = 32004; Q4_0: a block of 32, 30480, and its
+ * one-token rows two blocks' pairs, 2 * 2 * 15 * 127 = 7620). Every code
+ * and scale at its maximum against qx all 127 or all -127 is the worst
+ * case of those bounds; one token and 64. */
 Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
 {
-    const enum shoal_ggml_type types2[] = {SHOAL_GGML_TYPE_Q4_K, SHOAL_GGML_TYPE_Q6_K};
+    const enum shoal_ggml_type types2[] = {SHOAL_GGML_TYPE_Q4_K, SHOAL_GGML_TYPE_Q6_K,
+                                           SHOAL_GGML_TYPE_Q4_0};
     const int64_t rows = 9, n = 512, n_tok = 64;   /* 9: a group of 8 and one row */
     for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
         if (shoal_quant_init(isas[ii].isa, NULL) != 0)
             continue;
-        for (size_t ti = 0; ti < 2; ti++)
+        for (size_t ti = 0; ti < sizeof types2 / sizeof *types2; ti++)
             for (int sign = -1; sign <= 1; sign += 2) {
                 const struct shoal_ggml_type_info *info = shoal_ggml_type_info(types2[ti]);
                 const size_t rb = (size_t)(n / info->block_size) * info->type_size;
@@ -458,6 +461,8 @@ Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
                     if (types2[ti] == SHOAL_GGML_TYPE_Q4_K) {
                         put_f16(w + o, 0.001f);
                         put_f16(w + o + 2, 0.002f);
+                    } else if (types2[ti] == SHOAL_GGML_TYPE_Q4_0) {
+                        put_f16(w + o, 0.001f);   /* codes 15 */
                     } else {
                         memset(w + o + 192, 127, 16);   /* sc 127 */
                         put_f16(w + o + 208, 0.001f);
@@ -470,15 +475,18 @@ Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
                 shoal_ggml_act_init(&a, types2[ti], n, n_tok, buf);
                 shoal_ggml_act_quantize(&a, x, n_tok);
                 cr_assert(eq(i8, a.q[2], (int8_t)(sign * 127)));
-                shoal_ggml_linear_part(got, x, n_tok, &m, 0, 1);
-                for (int64_t t = 0; t < n_tok; t++)
-                    for (int64_t r = 0; r < rows; r++) {
-                        const float want = shoal_ggml_dot(&a, t, w + (size_t)r * rb);
-                        cr_assert(eq(u32, bits(got[t * rows + r]), bits(want)),
-                                  "%s %s sign %d: y[%lld][%lld] = %.9g, reference %.9g",
-                                  isas[ii].name, shoal_ggml_type_name(types2[ti]), sign,
-                                  (long long)t, (long long)r, got[t * rows + r], want);
-                    }
+                for (int64_t nt = 1; nt <= n_tok; nt += n_tok - 1) {
+                    shoal_ggml_linear_part(got, x, nt, &m, 0, 1);
+                    for (int64_t t = 0; t < nt; t++)
+                        for (int64_t r = 0; r < rows; r++) {
+                            const float want = shoal_ggml_dot(&a, t, w + (size_t)r * rb);
+                            cr_assert(eq(u32, bits(got[t * rows + r]), bits(want)),
+                                      "%s %s sign %d, %lld tokens: y[%lld][%lld] = %.9g, "
+                                      "reference %.9g", isas[ii].name,
+                                      shoal_ggml_type_name(types2[ti]), sign, (long long)nt,
+                                      (long long)t, (long long)r, got[t * rows + r], want);
+                        }
+                }
                 free(buf);
                 free(got);
                 free(x);
