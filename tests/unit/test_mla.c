@@ -64,6 +64,17 @@ static void reference(float *want, const uint8_t *w, int64_t H, int64_t per, int
     free(buf);
 }
 
+/* got[0 .. len) are want's bits (what: the output, th: token * H + head) */
+static void same_bits(const char *what, const float *got, const float *want, int64_t len,
+                      int64_t n, int nth, int64_t th)
+{
+    for (int64_t j = 0; j < len; j++)
+        cr_assert(eq(u32, bits(got[j]), bits(want[j])),
+                  "%s, %lld tokens, %d threads: %s[token x head %lld][%lld] %.9g, reference %.9g",
+                  shoal_quant_ops_name(), (long long)n, nth, what, (long long)th, (long long)j,
+                  got[j], want[j]);
+}
+
 Test(mla, split_kv_b_as_shipped_is_each_heads_ggml_dot)
 {
     const int64_t H = 3, kvl = 64, nope = 32, rope = 16, vd = 32, hd = nope + rope;
@@ -109,23 +120,11 @@ Test(mla, split_kv_b_as_shipped_is_each_heads_ggml_dot)
                 }
                 for (int64_t t = 0; t < n; t++)
                     for (int64_t h = 0; h < H; h++) {
-                        for (int64_t j = 0; j < kvl; j++)
-                            cr_assert(eq(u32, bits(qm[(t * H + h) * mr + j]),
-                                         bits(want_q[(t * H + h) * kvl + j])),
-                                      "%s n %lld nth %d: qm[%lld][%lld][%lld] %.9g vs %.9g",
-                                      shoal_quant_ops_name(), (long long)n, nth, (long long)t,
-                                      (long long)h, (long long)j, qm[(t * H + h) * mr + j],
-                                      want_q[(t * H + h) * kvl + j]);
-                        for (int64_t j = 0; j < rope; j++)   /* q_pe copied */
-                            cr_assert(eq(u32, bits(qm[(t * H + h) * mr + kvl + j]),
-                                         bits(q[(t * H + h) * hd + nope + j])));
-                        for (int64_t i = 0; i < vd; i++)
-                            cr_assert(eq(u32, bits(ov[(t * H + h) * vd + i]),
-                                         bits(want_o[(t * H + h) * vd + i])),
-                                      "%s n %lld nth %d: ov[%lld][%lld][%lld] %.9g vs %.9g",
-                                      shoal_quant_ops_name(), (long long)n, nth, (long long)t,
-                                      (long long)h, (long long)i, ov[(t * H + h) * vd + i],
-                                      want_o[(t * H + h) * vd + i]);
+                        const int64_t th = t * H + h;
+                        same_bits("qm", qm + th * mr, want_q + th * kvl, kvl, n, nth, th);
+                        same_bits("q_pe", qm + th * mr + kvl, q + th * hd + nope, rope, n, nth,
+                                  th);
+                        same_bits("ov", ov + th * vd, want_o + th * vd, vd, n, nth, th);
                     }
             }
     }
