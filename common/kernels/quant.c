@@ -404,6 +404,7 @@ const struct shoal_quant_ops shoal_quant_ops_scalar = {
     .act_quantize = shoal_quant_act_quantize_base,
     .fp8_rows = shoal_fp8_rows_scalar,
     .fp8_dequant_row = shoal_fp8_dequant_row_scalar,
+    .fp8_axpy_rows = shoal_fp8_axpy_rows_scalar,
     .mxfp4_rows = shoal_mxfp4_rows_scalar,
     .axpy_rows = shoal_quant_axpy_rows_scalar,
 };

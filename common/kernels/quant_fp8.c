@@ -134,6 +134,12 @@ void shoal_fp8_dequantize_row(float *dst, const struct shoal_weight *w, int64_t 
     shoal_quant_active_ops()->fp8_dequant_row(dst, w, r);   /* the same bits on every table */
 }
 
+void shoal_fp8_axpy_rows(float *dst, const struct shoal_weight *w, int64_t r0, int64_t n_rows,
+                         const float *coef, int64_t coef_stride)
+{
+    shoal_quant_active_ops()->fp8_axpy_rows(dst, w, r0, n_rows, coef, coef_stride);
+}
+
 float shoal_fp8_dot_ref(const float *x, const struct shoal_weight *w, int64_t r)
 {
     const int64_t B = w->group, nbc = (w->cols + B - 1) / B;
@@ -175,4 +181,5 @@ static float fp8_block_dot(const float *x, const float *w, int64_t len)
 
 #define FP8_ROWS_NAME shoal_fp8_rows_scalar
 #define FP8_DEQUANT_NAME shoal_fp8_dequant_row_scalar
+#define FP8_AXPY_NAME shoal_fp8_axpy_rows_scalar
 #include "quant_fp8_impl.h"

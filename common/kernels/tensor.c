@@ -97,6 +97,10 @@ int shoal_weight_axpy_rows(float *dst, const struct shoal_weight *w, int64_t r0,
         }
         return 0;
     }
+    if (w->dtype == SHOAL_DTYPE_FP8) {
+        shoal_fp8_axpy_rows(dst, w, r0, n_rows, coef, coef_stride);
+        return 0;
+    }
     if (w->dtype == SHOAL_DTYPE_BF16) {
         for (int64_t i = 0; i < n_rows; i++) {
             const uint16_t *r = shoal_weight_row(w, r0 + i);

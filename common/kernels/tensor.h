@@ -204,7 +204,8 @@ int shoal_weight_rows_view(const struct shoal_weight *w, int64_t r0, int64_t n,
                            struct shoal_weight *out);
 
 /* Rows r0 .. r0 + n_rows - 1 of a quantized (INT8, INT4, INT4A8:
- * shoal_quant_axpy_rows), F32 or BF16 weight w scaled and added into dst in
+ * shoal_quant_axpy_rows), FP8 (shoal_fp8_axpy_rows), F32 or BF16 weight w
+ * scaled and added into dst in
  * row order, without an f32 copy of each row: dst[j] = dst[j] +
  * coef[i * coef_stride] * row_to_f32(r0 + i)[j], the bits of
  * shoal_weight_row_to_f32 and that sum.

@@ -1541,6 +1541,60 @@ static void axpy_written_out(enum shoal_quant_type type, int group, float *dst, 
         }
 }
 
+/* FP8 rows scaled and added (shoal_fp8_axpy_rows, MLA's absorbed query
+ * over an FP8 kv_b_proj): every table's bits are those of each row as
+ * shoal_fp8_e4m3_to_f32 times its block's scale, written out here, added
+ * times its coefficient in row order. Shapes: 512 columns (kv_lora_rank),
+ * 200 (a partial block, a chunk of 8), 7; rows that start off a block
+ * edge and cross one; a coefficient stride of 3; a non-zero dst. */
+Test(quant, fp8_axpy_rows_same_bits_on_every_table)
+{
+    enum shoal_quant_isa isas[1 + SIMD_ISA_MAX] = {SHOAL_QUANT_ISA_SCALAR};
+    const int n_isa = 1 + simd_isas(isas + 1);
+    const int64_t shapes[][3] = {{300, 512, 130}, {260, 200, 7}, {9, 7, 1}};   /* rows, cols, n */
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int64_t rows = shapes[k][0], cols = shapes[k][1], nr = shapes[k][2];
+        const int64_t r0 = rows > 130 ? 100 : 1, cs = 3, B = SHOAL_FP8_BLOCK;
+        const int64_t nbc = (cols + B - 1) / B;
+        struct fp8w f = fp8_random(rows, cols, 900u + (uint32_t)k);
+        float *coef = malloc((size_t)(nr * cs) * sizeof(float));
+        float *base = malloc((size_t)cols * sizeof(float));
+        float *want = malloc((size_t)cols * sizeof(float));
+        float *got = malloc((size_t)cols * sizeof(float));
+        fill(coef, nr * cs, 11);
+        fill(base, cols, 12);
+        for (int64_t j = 0; j < cols; j++)
+            base[j] = ldexpf(base[j], -10);
+        memcpy(want, base, (size_t)cols * sizeof(float));
+        for (int64_t i = 0; i < nr; i++)
+            for (int64_t j = 0; j < cols; j++) {
+                const int64_t r = r0 + i;
+                const float v = shoal_fp8_e4m3_to_f32(f.q[r * cols + j]) *
+                                f.s[(r / B) * nbc + j / B];
+                want[j] = want[j] + coef[i * cs] * v;
+            }
+        int moved = 0;
+        for (int64_t j = 0; j < cols; j++)
+            moved += bits(want[j]) != bits(base[j]);
+        cr_assert(moved > cols / 2, "the rows moved only %d of %lld elements", moved,
+                  (long long)cols);
+        for (int t = 0; t < n_isa; t++) {
+            use_isa(isas[t]);
+            memcpy(got, base, (size_t)cols * sizeof(float));
+            shoal_fp8_axpy_rows(got, &f.w, r0, nr, coef, cs);
+            for (int64_t j = 0; j < cols; j++)
+                cr_assert(eq(u32, bits(got[j]), bits(want[j])), "%s %lld x %lld, %lld rows "
+                          "from %lld: [%lld] %.9g want %.9g", shoal_quant_ops_name(),
+                          (long long)rows, (long long)cols, (long long)nr, (long long)r0,
+                          (long long)j, (double)got[j], (double)want[j]);
+        }
+        float *bufs[] = {coef, base, want, got, (float *)(void *)f.q, f.s};
+        for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++)
+            free(bufs[b]);
+    }
+    use_isa(SHOAL_QUANT_ISA_SCALAR);
+}
+
 Test(quant, axpy_rows_same_bits_on_every_table)
 {
     /* 512: MLA's kv_lora_rank; 200: 6 blocks of 32 and a tail of 8 (G = 32,

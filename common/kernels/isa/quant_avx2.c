@@ -1164,6 +1164,7 @@ const struct shoal_quant_ops shoal_quant_ops_avx2 = {
     .act_group = shoal_quant_act_group_avx2,
     .fp8_rows = shoal_fp8_rows_avx2,
     .fp8_dequant_row = shoal_fp8_dequant_row_avx2,
+    .fp8_axpy_rows = shoal_fp8_axpy_rows_avx2,
     .mxfp4_rows = shoal_mxfp4_rows_avx2,
     .ggml_rows = shoal_ggml_rows_avx2,
     .axpy_rows = shoal_quant_axpy_rows_avx2,
@@ -1219,6 +1220,7 @@ static float fp8_block_dot(const float *x, const float *w, int64_t len)
 
 #define FP8_ROWS_NAME shoal_fp8_rows_avx2
 #define FP8_DEQUANT_NAME shoal_fp8_dequant_row_avx2
+#define FP8_AXPY_NAME shoal_fp8_axpy_rows_avx2
 #include "quant_fp8_impl.h"
 
 /* ---- MXFP4 (quant.h "MXFP4") ----------------------------------------------- */

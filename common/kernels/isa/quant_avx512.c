@@ -1151,6 +1151,7 @@ const struct shoal_quant_ops OPS_TABLE = {
     .act_group = shoal_quant_act_group_avx2,
     .fp8_rows = shoal_fp8_rows_avx2,   /* the AVX2 rows: decode-bound at 8 lanes */
     .fp8_dequant_row = shoal_fp8_dequant_row_avx2,
+    .fp8_axpy_rows = shoal_fp8_axpy_rows_avx2,
     .axpy_rows = shoal_quant_axpy_rows_avx2,
     .mxfp4_rows = MXFP4_ROWS_FN,
 #if defined(__AVX512VNNI__)

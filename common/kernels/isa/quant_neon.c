@@ -512,6 +512,7 @@ const struct shoal_quant_ops shoal_quant_ops_neon = {
     .act_quantize = shoal_quant_act_quantize_base,
     .fp8_rows = shoal_fp8_rows_neon,
     .fp8_dequant_row = shoal_fp8_dequant_row_neon,
+    .fp8_axpy_rows = shoal_fp8_axpy_rows_neon,
     .mxfp4_rows = shoal_mxfp4_rows_neon,
     .ggml_rows = shoal_ggml_rows_neon,   /* ggml_neon.c */
     .axpy_rows = shoal_quant_axpy_rows_neon,
@@ -567,6 +568,7 @@ static float fp8_block_dot(const float *x, const float *w, int64_t len)
 
 #define FP8_ROWS_NAME shoal_fp8_rows_neon
 #define FP8_DEQUANT_NAME shoal_fp8_dequant_row_neon
+#define FP8_AXPY_NAME shoal_fp8_axpy_rows_neon
 #include "quant_fp8_impl.h"
 
 /* ---- MXFP4 (quant.h "MXFP4") ----------------------------------------------- */

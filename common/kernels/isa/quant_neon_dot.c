@@ -222,6 +222,7 @@ const struct shoal_quant_ops shoal_quant_ops_neon_dotprod = {
     .act_quantize = shoal_quant_act_quantize_base,
     .fp8_rows = shoal_fp8_rows_neon,
     .fp8_dequant_row = shoal_fp8_dequant_row_neon,
+    .fp8_axpy_rows = shoal_fp8_axpy_rows_neon,
     .mxfp4_rows = shoal_mxfp4_rows_neon,
     .ggml_rows = shoal_ggml_rows_neon_dotprod,   /* ggml_neon.c built with +dotprod */
     .axpy_rows = shoal_quant_axpy_rows_neon,
