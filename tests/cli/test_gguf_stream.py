@@ -175,6 +175,8 @@ def test_doc_example(shoal, tmp, env):
     got = H.run([shoal, "inspect", path]).stdout + H.run([shoal, "plan", path, "--ram", "8G"],
                                                          env=env).stdout
     got = got.replace(path, "/tmp/shakespeare-q8_0.gguf")
+    # the kernel table inspect names is this CPU's; the section shows an AVX2 machine's
+    got = re.sub(r"runs \((?!scalar)\S+ kernels\)", "runs (avx2 kernels)", got)
     missing = [l for l in want if l not in got.splitlines()]
     result("OPERATIONS.md's inspect and plan lines (%d) are what the file gives" % len(want),
            len(want) == 6 and not missing, "missing %s" % missing)
