@@ -1007,6 +1007,39 @@ static inline __m256 e8m0x8(const uint8_t *const p[8], size_t off)
     return _mm256_castsi256_ps(_mm256_blendv_epi8(big, small, lt2));
 }
 
+/* the sum of the token's 32 bytes xv in every int32 lane (vpmaddubsw
+ * pairs, vpmaddwd, the eight lanes summed) */
+static inline __attribute__((always_inline)) __m256i sum32_all(__m256i xv)
+{
+    __m256i sx = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xv),
+                                   _mm256_set1_epi16(1));
+    sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 0x01));
+    sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4e));
+    return _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xb1));
+}
+
+/* acc + the term of the eight rows' block at byte o (Q4_0 or MXFP4) for
+ * the token's bytes xv and scale dx */
+static inline __attribute__((always_inline)) __m256 b32_step(enum shoal_ggml_type t, __m256 acc,
+                                                            const uint8_t *const p[8],
+                                                            const uint8_t *const pf[8],
+                                                            size_t o, __m256i xv, float dx)
+{
+    const size_t ts = t == SHOAL_GGML_TYPE_Q4_0 ? 18 : 17;
+    const int off = t == SHOAL_GGML_TYPE_Q4_0 ? 8 : 12;
+    __m256i s2[4];
+    for (int k = 0; k < 4; k++) {
+        prefetch_block(pf, 2 * k, o, ts);
+        const __m256i r0 = b32_row(t, p[2 * k] + o, xv);
+        prefetch_block(pf, 2 * k + 1, o, ts);
+        s2[k] = _mm256_hadd_epi32(r0, b32_row(t, p[2 * k + 1] + o, xv));
+    }
+    const __m256i isum = _mm256_sub_epi32(fold_pairs(s2),   /* minus off * sum qx */
+                                          _mm256_mullo_epi32(sum32_all(xv), _mm256_set1_epi32(off)));
+    const __m256 d = t == SHOAL_GGML_TYPE_Q4_0 ? f16x8(p, o) : e8m0x8(p, o);
+    return block_term(t, acc, isum, _mm256_setzero_si256(), d, _mm256_setzero_ps(), dx);
+}
+
 static inline __attribute__((always_inline)) void rows8_b32_1(enum shoal_ggml_type t, float *y,
                                                              const struct shoal_ggml_act *a,
                                                              int64_t t0,
@@ -1016,31 +1049,11 @@ static inline __attribute__((always_inline)) void rows8_b32_1(enum shoal_ggml_ty
                                                              int64_t r, int nr)
 {
     const size_t ts = t == SHOAL_GGML_TYPE_Q4_0 ? 18 : 17;
-    const int off = t == SHOAL_GGML_TYPE_Q4_0 ? 8 : 12;
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < a->n_blk; b++) {
-        const size_t o = (size_t)b * ts;
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)(a->q + t0 * a->n + 32 * b));
-        __m256i s2[4];
-        for (int k = 0; k < 4; k++) {
-            prefetch_block(pf, 2 * k, o, ts);
-            const __m256i r0 = b32_row(t, p[2 * k] + o, xv);
-            prefetch_block(pf, 2 * k + 1, o, ts);
-            s2[k] = _mm256_hadd_epi32(r0, b32_row(t, p[2 * k + 1] + o, xv));
-        }
-        /* off * sum qx in every lane: vpmaddubsw pairs, vpmaddwd, then the
-         * eight int32 lanes summed */
-        __m256i sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16);
-        sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 0x01));
-        sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4e));
-        sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xb1));
-        const __m256i isum = _mm256_sub_epi32(fold_pairs(s2),
-                                              _mm256_mullo_epi32(sx, _mm256_set1_epi32(off)));
-        const __m256 d = t == SHOAL_GGML_TYPE_Q4_0 ? f16x8(p, o) : e8m0x8(p, o);
-        acc = block_term(t, acc, isum, _mm256_setzero_si256(), d, _mm256_setzero_ps(),
-                         a->d[t0 * a->n_blk + b]);
-    }
+    for (int64_t b = 0; b < a->n_blk; b++)
+        acc = b32_step(t, acc, p, pf, (size_t)b * ts,
+                       _mm256_loadu_si256((const __m256i *)(a->q + t0 * a->n + 32 * b)),
+                       a->d[t0 * a->n_blk + b]);
     store_rows(y, w->rows, t0, r, nr, acc);
 }
 
@@ -1125,21 +1138,9 @@ static void rows8_q4_0_1(enum shoal_ggml_type t, float *y, const struct shoal_gg
                          f16x8(p, o + 18), _mm256_setzero_ps(),
                          dx[b + 1]);
     }
-    if (b < a->n_blk) {   /* an odd last block: rows8_b32_1's step */
-        const size_t o = (size_t)b * 18;
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * b));
-        __m256i s2[4];
-        for (int k = 0; k < 4; k++)
-            s2[k] = _mm256_hadd_epi32(b32_row(SHOAL_GGML_TYPE_Q4_0, p[2 * k] + o, xv),
-                                      b32_row(SHOAL_GGML_TYPE_Q4_0, p[2 * k + 1] + o, xv));
-        __m256i sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16);
-        sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 0x01));
-        sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4e));
-        sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xb1));
-        const __m256i isum = _mm256_sub_epi32(fold_pairs(s2), _mm256_slli_epi32(sx, 3));
-        acc = block_term(SHOAL_GGML_TYPE_Q4_0, acc, isum, _mm256_setzero_si256(), f16x8(p, o),
-                         _mm256_setzero_ps(), dx[b]);
-    }
+    if (b < a->n_blk)   /* an odd last block: rows8_b32_1's step */
+        acc = b32_step(SHOAL_GGML_TYPE_Q4_0, acc, p, pf, (size_t)b * 18,
+                       _mm256_loadu_si256((const __m256i *)(xq + 32 * b)), dx[b]);
     store_rows(y, w->rows, t0, r, nr, acc);
 }
 
@@ -1174,7 +1175,6 @@ static inline __attribute__((always_inline)) void q40_tokens(const __m256i q[8],
                                                             int64_t tt, int tg, int64_t b,
                                                             __m256 d, __m256 *acc)
 {
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     const int8_t *x[4];
     __m256i raw[4];
     for (int k = 0; k < tg; k++)
@@ -1186,6 +1186,7 @@ static inline __attribute__((always_inline)) void q40_tokens(const __m256i q[8],
         for (int k = 0; k < tg; k++)
             raw[k] = _mm256_dpbusd_epi32(raw[k], q[g], bcast4(x[k] + 4 * g));
 #else
+    const __m256i ones16 = _mm256_set1_epi16(1);
     __m256i s16[4];
     for (int k = 0; k < tg; k++)
         s16[k] = _mm256_maddubs_epi16(q[0], bcast4(x[k]));
@@ -1198,12 +1199,7 @@ static inline __attribute__((always_inline)) void q40_tokens(const __m256i q[8],
         raw[k] = _mm256_madd_epi16(s16[k], ones16);
 #endif
     for (int k = 0; k < tg; k++) {
-        /* sum qx in every lane */
-        __m256i sx = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(ones8, _mm256_loadu_si256((const __m256i *)x[k])), ones16);
-        sx = _mm256_add_epi32(sx, _mm256_permute2x128_si256(sx, sx, 0x01));
-        sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4e));
-        sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xb1));
+        const __m256i sx = sum32_all(_mm256_loadu_si256((const __m256i *)x[k]));
         acc[k] = block_term(SHOAL_GGML_TYPE_Q4_0, acc[k],
                             _mm256_sub_epi32(raw[k], _mm256_slli_epi32(sx, 3)),
                             _mm256_setzero_si256(), d, _mm256_setzero_ps(),
