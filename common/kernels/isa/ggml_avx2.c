@@ -1555,6 +1555,9 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
         const int8_t *x = xq + QK_K * b;
         const __m256i bs = _mm256_loadu_si256((const __m256i *)(bsum + 16 * b));
         __m256i raw2[4], corr2[4];
+        /* unrolled: the four pairs' sums stay in registers (as a loop GCC
+         * stored each to the stack and read it back for the fold) */
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             k_pair(t, p, pf, 2 * k, off, x, bs, &raw2[k], &corr2[k]);
         const __m256 d = f16x8(p, off + k1_d_off(t));
