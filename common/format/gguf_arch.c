@@ -996,6 +996,8 @@ void shoal_gguf_arch_kv_b_f32(struct shoal_model *m)
         free(row);
         L->wkv_b = (struct shoal_weight){.dtype = SHOAL_DTYPE_F32, .data = o,
                                          .rows = H * (nope + vd), .cols = kvl};
+        memset(&L->wk_b, 0, sizeof L->wk_b);   /* the container holds kv_b_proj only */
+        memset(&L->wv_b, 0, sizeof L->wv_b);
         m->owned = shoal_xrealloc(m->owned, (m->n_owned + 1) * sizeof *m->owned);
         m->owned[m->n_owned++] = o;
     }

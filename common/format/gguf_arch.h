@@ -81,8 +81,9 @@ int shoal_gguf_arch_bind_other(const struct shoal_weight_slot *s, struct shoal_m
 /* For every layer of m (MTP layers included) bound with wk_b / wv_b and no
  * wkv_b: wkv_b as F32 in kv_b_proj's order (head h: W_UK_h's qk_nope rows,
  * then W_UV_h's v_head_dim rows), each element the exact f32 value of the
- * shipped one, into a buffer m owns; wk_b and wv_b stay. For `shoal
- * convert`, whose containers hold kv_b_proj only. Thread: the model's
+ * shipped one, into a buffer m owns; wk_b and wv_b are then unbound. For
+ * `shoal convert --dense T`, which requantizes kv_b_proj whole (without
+ * --dense a container keeps the pair as shipped). Thread: the model's
  * owner, before it runs. */
 void shoal_gguf_arch_kv_b_f32(struct shoal_model *m);
 

@@ -44,6 +44,36 @@ static void visit_full(struct walk *wk, struct shoal_weight *w, int64_t rows,
     wk->rc = wk->fn(&s, wk->user);
 }
 
+/* MLA's split W^UK / W^UV of layer il (model.h wk_b, wv_b), optional; then
+ * wkv_b, required unless both are bound (the walk binds in this order) */
+static void visit_kv_b(struct walk *wk, struct shoal_layer_weights *L, int64_t il,
+                       const char *p, const char *hp)
+{
+    const struct shoal_model_config *c = &wk->m->cfg;
+    const int64_t H = c->n_head, kvl = c->kv_lora_rank;
+    char n[3][128], h[3][256];
+    static const char *sn[3] = {"attn_k_b", "attn_v_b", "attn_kv_b"};
+    static const char *hn[3] = {"k_b_proj", "v_b_proj", "kv_b_proj"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(n[i], sizeof n[i], "%s.%s", p, sn[i]);
+        snprintf(h[i], sizeof h[i], "%s.self_attn.%s.weight", hp, hn[i]);
+    }
+    struct shoal_weight_slot s = {.name = n[0], .hf_name = h[0], .w = &L->wk_b,
+                                  .rows = H * kvl, .cols = c->qk_nope_head_dim,
+                                  .kind = SHOAL_SLOT_DENSE, .il = il, .ie = -1,
+                                  .kv_b_part = 1};
+    if (!wk->rc)
+        wk->rc = wk->fn(&s, wk->user);
+    s = (struct shoal_weight_slot){.name = n[1], .hf_name = h[1], .w = &L->wv_b,
+                                   .rows = H * c->v_head_dim, .cols = kvl,
+                                   .kind = SHOAL_SLOT_DENSE, .il = il, .ie = -1,
+                                   .kv_b_part = 1};
+    if (!wk->rc)
+        wk->rc = wk->fn(&s, wk->user);
+    visit_full(wk, &L->wkv_b, H * (c->qk_nope_head_dim + c->v_head_dim), kvl,
+               !(L->wk_b.data && L->wv_b.data), SHOAL_SLOT_DENSE, il, -1, 0, n[2], h[2], 0, 0);
+}
+
 static void visit_as(struct walk *wk, struct shoal_weight *w, int64_t rows,
                      int64_t cols, int required, enum shoal_slot_kind kind,
                      int64_t il, int64_t ie, int comp, const char *name,
@@ -143,8 +173,7 @@ do {                                                                    \
         V(wkv_a, kvl + c->qk_rope_head_dim, E, "attn_kv_a",
           "self_attn.kv_a_proj_with_mqa.weight");
         V(kv_a_norm, kvl, 0, "attn_kv_a_norm", "self_attn.kv_a_layernorm.weight");
-        V(wkv_b, H * (c->qk_nope_head_dim + c->v_head_dim), kvl, "attn_kv_b",
-          "self_attn.kv_b_proj.weight");
+        visit_kv_b(wk, L, il, p, hp);
         V(wo, E, H * c->v_head_dim, "attn_output", "self_attn.o_proj.weight");
         goto ffn;
     }
@@ -469,6 +498,8 @@ static int bind_from_st(const struct shoal_weight_slot *s, void *user)
     struct bind_st *b = user;
     struct shoal_weight *w = s->w;
     memset(w, 0, sizeof *w);
+    if (s->kv_b_part)   /* a checkpoint has kv_b_proj whole */
+        return 0;
     if (s->fused)
         return bind_fused(b, s);
     struct shoal_st_tensor *t = shoal_safetensors_find(b->st, s->hf_name);

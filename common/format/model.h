@@ -55,8 +55,9 @@ struct shoal_layer_weights {
      *   wk_b [n_head*kv_lora_rank][qk_nope_head_dim]: W_UK_h transposed, so
      *        W_UK_h^T q_nope is a matvec of head h's kv_lora_rank rows
      *   wv_b [n_head*v_head_dim][kv_lora_rank]: W_UV_h's rows
-     * Not slots of shoal_model_walk: shoal_gguf_arch_kv_b_f32 turns them
-     * into wkv_b for `shoal convert`. */
+     * Optional slots of shoal_model_walk (kv_b_part), visited before
+     * wkv_b, which is then required only without them: a container keeps
+     * them as the GGUF shipped them. */
     struct shoal_weight wk_b, wv_b;
     struct shoal_weight ffn_norm;    /* [n_embd] post_attention_layernorm */
     /* MoE layers */
@@ -136,6 +137,8 @@ struct shoal_weight_slot {
                                 state that picks or weighs experts), else 0 */
     int fused;               /* gpt_oss: the slot is a slice of a [n_expert]-stacked
                                 tensor (enum shoal_fused_part), else 0 */
+    int kv_b_part;           /* 1: MLA's split wk_b or wv_b (optional; a GGUF binds
+                                them with attn_kv_b, gguf_arch.c), else 0 */
 };
 
 /* How a gpt_oss expert slot is cut from its layer's stacked tensor

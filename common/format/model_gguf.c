@@ -255,6 +255,8 @@ static int bind_from_gguf(const struct shoal_weight_slot *s, void *user)
 {
     struct bind_g *b = user;
     struct shoal_weight *w = s->w;
+    if (s->kv_b_part)   /* bound with attn_kv_b (gguf_arch.c bind_kv_b), after it */
+        return 0;
     memset(w, 0, sizeof *w);
     char name[200];
     shoal_gguf_arch_tensor_name(b->arch, s, name, sizeof name);

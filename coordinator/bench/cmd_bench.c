@@ -776,11 +776,7 @@ static double token_read_bytes(struct shoal_session *s, const struct bench_model
     struct shoal_model *m = s->model;
     const struct shoal_model_config *c = &m->cfg;
     struct token_bytes tb = {.tied = c->tie_embeddings, .embd = &m->tok_embd};
-    shoal_model_walk(m, count_dense, &tb);
-    for (int64_t il = 0; il < c->n_layer; il++)   /* a GGUF's split kv_b (model.h) */
-        if (m->layers[il].wk_b.data)
-            tb.dense += shoal_weight_bytes(&m->layers[il].wk_b) +
-                        shoal_weight_bytes(&m->layers[il].wv_b);
+    shoal_model_walk(m, count_dense, &tb);   /* a split kv_b's pair too (model.h) */
     double experts = 0, rows = 0;
     for (int64_t il = 0; il < c->n_layer; il++) {
         if (shoal_layer_is_moe(c, il))

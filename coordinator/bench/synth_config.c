@@ -339,6 +339,8 @@ struct measure {
 static int measure_slot(const struct shoal_weight_slot *s, void *user)
 {
     const struct measure *m = user;
+    if (s->kv_b_part)   /* synth writes kv_b_proj whole (synth_write.c) */
+        return 0;
     const enum shoal_dtype t = shoal_container_slot_dtype(s, m->experts, m->dense);
     const int group = shoal_container_dtype_group(t, m->group);
     shoal_container_layout_slot(m->l, s, t, group, shoal_container_slot_bytes(s, t, group));

@@ -452,6 +452,8 @@ static int write_layer_experts(struct synth *sy, int64_t il)
 static int write_slot(const struct shoal_weight_slot *s, void *user)
 {
     struct synth *sy = user;
+    if (s->kv_b_part)   /* synth writes kv_b_proj whole */
+        return 0;
     if (s->kind == SHOAL_SLOT_DENSE)
         return write_dense(sy, s);
     if (s->ie == 0 && s->comp == 0)

@@ -150,9 +150,10 @@ int shoal_cmd_convert(int argc, char **argv)
         shoal_model_free(m);
         goto out;
     }
-    /* a container holds kv_b_proj whole: a GGUF's split attn_k_b / attn_v_b
-     * in block types become it in F32 (their exact values) */
-    if (gguf)
+    /* a GGUF's split attn_k_b / attn_v_b in block types stay as shipped
+     * (contract 2); requantized (--dense), they become kv_b_proj in F32
+     * (their exact values), then --dense's type */
+    if (gguf && set_dense)
         shoal_gguf_arch_kv_b_f32(m);
     /* an FP8 checkpoint keeps its precision unless told otherwise (contract
      * 2): FP8 by default where it is FP8 */

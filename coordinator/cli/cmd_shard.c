@@ -331,7 +331,6 @@ static int convert_gguf(const struct shard_args *a, char **dir)
         shoal_cli_error("shard: %s", err.msg);
         return shoal_err_is_bad_input(err.code) ? 2 : 1;
     }
-    shoal_gguf_arch_kv_b_f32(m);   /* a container holds kv_b_proj whole (cmd_convert.c) */
     struct shoal_convert_params p = shoal_convert_params_default();
     p.experts_dtype = p.dense_dtype = SHOAL_DTYPE_GGML;
     p.force = a->force;

@@ -429,8 +429,9 @@ def check_native_kv_b(shoal, tmp, tensors, cfg):
     kv_b_proj): logits within 0.15 while the greedy tokens agree, other
     bytes.
     Prefill one token a step, three at once and the scalar kernels: the
-    same bytes. `shoal convert` and `shoal shard` of it (kv_b_proj in F32,
-    the exact values) run the F32 file's bytes."""
+    same bytes. `shoal convert` and `shoal shard` of it keep the two types
+    and run its bytes; `shoal convert --dense f32` (kv_b_proj in F32, the
+    exact values) runs the F32 file's bytes."""
     kb = lambda n: "attn_k_b" in n   # noqa: E731
     vb = lambda n: "attn_v_b" in n   # noqa: E731
     native = [(n, (x, q8_0_bytes(x)) if vb(n) else x) for n, x in tensors]
@@ -481,15 +482,31 @@ def check_native_kv_b(shoal, tmp, tensors, cfg):
     ct = os.path.join(tmp, "kv_b-native.ct")
     cv = H.run([shoal, "convert", path, ct], timeout=120)
     r3, conv = shoal_run(shoal, ct, os.path.join(tmp, "kv_b-native-ct.npy"))
-    result("deepseek2 split kv_b as shipped, converted (kv_b_proj F32): the F32 file's bytes",
-           cv.returncode == 0 and conv is not None and want is not None and
-           conv.tobytes() == want.tobytes(), show(cv) + " / " + show(r3))
-    sh = os.path.join(tmp, "kv_b-native-shard")   # shard converts the same way
+    kept = {}
+    if cv.returncode == 0:
+        with open(os.path.join(ct, "shoal.json")) as f:
+            kept = {t["name"]: t.get("ggml_type", t["dtype"]) for t in json.load(f)["dense"]["tensors"]
+                    if t["name"].startswith("blk.0.attn_")}
+    result("deepseek2 split kv_b as shipped, converted: the container keeps attn_k_b F16 and "
+           "attn_v_b Q8_0 (no attn_kv_b) and runs the GGUF's bytes",
+           cv.returncode == 0 and conv is not None and got is not None and
+           conv.tobytes() == got.tobytes() and
+           str(kept.get("blk.0.attn_k_b", "")).upper() == "F16" and
+           str(kept.get("blk.0.attn_v_b", "")).upper() == "Q8_0" and
+           "blk.0.attn_kv_b" not in kept, show(cv) + " / " + show(r3) + " / %s" % kept)
+    ct32 = os.path.join(tmp, "kv_b-native-f32.ct")   # requantized: kv_b_proj whole
+    cv32 = H.run([shoal, "convert", path, ct32, "--dense", "f32"], timeout=120)
+    r7, conv32 = shoal_run(shoal, ct32, os.path.join(tmp, "kv_b-native-ct32.npy"))
+    result("deepseek2 split kv_b as shipped, converted --dense f32 (kv_b_proj in F32, the "
+           "exact values): the F32 file's bytes",
+           cv32.returncode == 0 and conv32 is not None and want is not None and
+           conv32.tobytes() == want.tobytes(), show(cv32) + " / " + show(r7))
+    sh = os.path.join(tmp, "kv_b-native-shard")   # shard keeps the types as convert does
     r5 = H.run([shoal, "shard", path, "--shards", "1", "--out", sh], timeout=120)
     r6, shd = shoal_run(shoal, os.path.join(sh, "model"), os.path.join(tmp, "kv_b-shard.npy"))
-    result("deepseek2 split kv_b as shipped, sharded: its model runs the F32 file's bytes",
-           r5.returncode == 0 and shd is not None and want is not None and
-           shd.tobytes() == want.tobytes(), show(r5) + " / " + show(r6))
+    result("deepseek2 split kv_b as shipped, sharded: its model runs the GGUF's bytes",
+           r5.returncode == 0 and shd is not None and got is not None and
+           shd.tobytes() == got.tobytes(), show(r5) + " / " + show(r6))
 
 
 def check_bad(shoal, tmp, tensors, cfg):
