@@ -436,13 +436,14 @@ Test(ggml_dot, every_isa_thread_split_and_batch_gives_the_reference_bits, .timeo
 /* Bit-exact: the AVX2 GEMM sums runs of vpmaddubsw pairs in int16 (Q4_K:
  * a sub-block of 32, at most 16 * 15 * 127 = 30480; Q6_K: 8 codes q + 32,
  * at most 4 * 63 * 127 = 32004; Q4_0: a block of 32, 30480, and its
- * one-token rows two blocks' pairs, 2 * 2 * 15 * 127 = 7620). Every code
- * and scale at its maximum against qx all 127 or all -127 is the worst
- * case of those bounds; one token and 64. */
+ * one-token rows two blocks' pairs, 2 * 2 * 15 * 127 = 7620; MXFP4: half a
+ * block of codes + 12, 8 * 24 * 127 = 24384). Every code and scale at its
+ * maximum against qx all 127 or all -127 is the worst case of those
+ * bounds; one token and 64. */
 Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
 {
     const enum shoal_ggml_type types2[] = {SHOAL_GGML_TYPE_Q4_K, SHOAL_GGML_TYPE_Q6_K,
-                                           SHOAL_GGML_TYPE_Q4_0};
+                                           SHOAL_GGML_TYPE_Q4_0, SHOAL_GGML_TYPE_MXFP4};
     const int64_t rows = 9, n = 512, n_tok = 64;   /* 9: a group of 8 and one row */
     for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
         if (shoal_quant_init(isas[ii].isa, NULL) != 0)
@@ -463,6 +464,9 @@ Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
                         put_f16(w + o + 2, 0.002f);
                     } else if (types2[ti] == SHOAL_GGML_TYPE_Q4_0) {
                         put_f16(w + o, 0.001f);   /* codes 15 */
+                    } else if (types2[ti] == SHOAL_GGML_TYPE_MXFP4) {
+                        memset(w + o + 1, 0x77, 16);   /* codes 7: +6, 24 with the + 12 */
+                        w[o] = 120;                    /* D = 2^-8 */
                     } else {
                         memset(w + o + 192, 127, 16);   /* sc 127 */
                         put_f16(w + o + 208, 0.001f);

@@ -1156,25 +1156,30 @@ static void rows8_q4_0_1(enum shoal_ggml_type t, float *y, const struct shoal_gg
         else                                                                                  \
             MANY(T, y, a, t0, nt, w, p, pf, r, nr);                                           \
     }
-/* ---- Q4_0, more tokens: the eight rows' block transposed ------------------
+/* ---- Q4_0 and MXFP4, more tokens: the eight rows' block transposed --------
  *
  * As rows8_k_n does for Q4_K: lane i of code register g holds row i's
- * elements 4g .. 4g + 3 (the low nibbles of qs 4g .. 4g + 3 for g < 4, the
- * high ones of qs 4(g-4) .. for g >= 4), built once per block by one
- * transpose of the rows' 16 code bytes; every token then multiplies them
- * by its own four activation bytes, broadcast, so the eight rows' sums land
- * in their lanes with no horizontal fold. The int16 pairs of all eight
- * registers stay inside int16 (8 x 2 x 15 x 128 = 30720) before one
- * vpmaddwd (VNNI: vpdpbusd straight to int32). isum = sum u qx - 8 sum qx
- * as rows8_q4_0_1, block_term per block: the same bits. */
+ * elements 4g .. 4g + 3 as unsigned codes u (Q4_0: the nibble; MXFP4: its
+ * E2M1 value doubled plus 12, as rows8_b32_1) of qs 4g .. 4g + 3's low
+ * nibbles for g < 4 and high ones of qs 4(g-4) .. for g >= 4, built once
+ * per block by one transpose of the rows' 16 code bytes; every token then
+ * multiplies them by its own four activation bytes, broadcast, so the
+ * eight rows' sums land in their lanes with no horizontal fold. isum = sum
+ * u qx - off sum qx (off 8 or 12; sum qx from the activations' bsum pair
+ * of the block) as rows8_b32_1, block_term per block: the same bits.
+ * Without VNNI the int16 pairs of four registers stay inside int16 (4 x 2
+ * x 24 x 128 = 24576; Q4_0's codes <= 15 allow all eight: 30720) before a
+ * vpmaddwd; VNNI's vpdpbusd sums straight to int32. */
 /* tg tokens tt .. tt + tg - 1 (tg <= 4, a constant) of block b against
  * the transposed codes q: acc[k] + the block's term of token tt + k, their
  * chains interleaved (one token's eight steps alone wait on each other) */
-static inline __attribute__((always_inline)) void q40_tokens(const __m256i q[8],
+static inline __attribute__((always_inline)) void b32_tokens(enum shoal_ggml_type t,
+                                                            const __m256i q[8],
                                                             const struct shoal_ggml_act *a,
                                                             int64_t tt, int tg, int64_t b,
                                                             __m256 d, __m256 *acc)
 {
+    const int32_t off = t == SHOAL_GGML_TYPE_Q4_0 ? 8 : 12;
     const int8_t *x[4];
     __m256i raw[4];
     for (int k = 0; k < tg; k++)
@@ -1187,27 +1192,31 @@ static inline __attribute__((always_inline)) void q40_tokens(const __m256i q[8],
             raw[k] = _mm256_dpbusd_epi32(raw[k], q[g], bcast4(x[k] + 4 * g));
 #else
     const __m256i ones16 = _mm256_set1_epi16(1);
+    const int span = t == SHOAL_GGML_TYPE_Q4_0 ? 8 : 4;   /* registers per int16 sum */
     __m256i s16[4];
     for (int k = 0; k < tg; k++)
-        s16[k] = _mm256_maddubs_epi16(q[0], bcast4(x[k]));
-    for (int g = 1; g < 8; g++)
-        for (int k = 0; k < tg; k++) {
-            s16[k] = _mm256_add_epi16(s16[k], _mm256_maddubs_epi16(q[g], bcast4(x[k] + 4 * g)));
-            chain(&s16[k]);
-        }
-    for (int k = 0; k < tg; k++)
-        raw[k] = _mm256_madd_epi16(s16[k], ones16);
+        raw[k] = _mm256_setzero_si256();
+    for (int g0 = 0; g0 < 8; g0 += span) {
+        for (int k = 0; k < tg; k++)
+            s16[k] = _mm256_maddubs_epi16(q[g0], bcast4(x[k] + 4 * g0));
+        for (int g = g0 + 1; g < g0 + span; g++)
+            for (int k = 0; k < tg; k++) {
+                s16[k] = _mm256_add_epi16(s16[k],
+                                          _mm256_maddubs_epi16(q[g], bcast4(x[k] + 4 * g)));
+                chain(&s16[k]);
+            }
+        for (int k = 0; k < tg; k++)
+            raw[k] = _mm256_add_epi32(raw[k], _mm256_madd_epi16(s16[k], ones16));
+    }
 #endif
     for (int k = 0; k < tg; k++) {
-        const __m256i sx = sum32_all(_mm256_loadu_si256((const __m256i *)x[k]));
-        acc[k] = block_term(SHOAL_GGML_TYPE_Q4_0, acc[k],
-                            _mm256_sub_epi32(raw[k], _mm256_slli_epi32(sx, 3)),
-                            _mm256_setzero_si256(), d, _mm256_setzero_ps(),
-                            a->d[(tt + k) * a->n_blk + b]);
+        const int16_t *bs = a->bsum + (tt + k) * (a->n / 16) + 2 * b;
+        const __m256i sx = _mm256_set1_epi32(off * ((int32_t)bs[0] + bs[1]));
+        acc[k] = block_term(t, acc[k], _mm256_sub_epi32(raw[k], sx), _mm256_setzero_si256(), d,
+                            _mm256_setzero_ps(), a->d[(tt + k) * a->n_blk + b]);
     }
 }
 
-ROWS8_1N_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4, rows8_b32_1, rows8_t)
 ROWS8_FN(rows8_q4_1, SHOAL_GGML_TYPE_Q4_1)
 ROWS8_FN(rows8_q5_0, SHOAL_GGML_TYPE_Q5_0)
 ROWS8_FN(rows8_q5_1, SHOAL_GGML_TYPE_Q5_1)
@@ -1493,7 +1502,7 @@ static inline __attribute__((always_inline)) size_t k1_size(enum shoal_ggml_type
 {
     return t == SHOAL_GGML_TYPE_Q4_K ? 144 : t == SHOAL_GGML_TYPE_Q5_K ? 176
            : t == SHOAL_GGML_TYPE_Q6_K ? 210 : t == SHOAL_GGML_TYPE_IQ4_XS ? 136
-           : t == SHOAL_GGML_TYPE_Q4_0 ? 18 : 84;
+           : t == SHOAL_GGML_TYPE_Q4_0 ? 18 : t == SHOAL_GGML_TYPE_MXFP4 ? 17 : 84;
 }
 
 static inline __attribute__((always_inline)) size_t k1_d_off(enum shoal_ggml_type t)
@@ -1560,7 +1569,7 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             k_pair(t, p, pf, 2 * k, off, x, bs, &raw2[k], &corr2[k]);
-        const __m256 d = f16x8(p, off + k1_d_off(t));
+        const __m256 d = t == SHOAL_GGML_TYPE_MXFP4 ? e8m0x8(p, off) : f16x8(p, off + k1_d_off(t));
         const __m256 dmin = t == SHOAL_GGML_TYPE_Q6_K || t == SHOAL_GGML_TYPE_IQ4_XS
                                 ? _mm256_setzero_ps()
                                 : f16x8(p, off + k1_d_off(t) + 2);
@@ -1740,29 +1749,39 @@ static inline __attribute__((always_inline)) void kblk_q6k(const uint8_t *const 
     }
 }
 
-/* Q4_0's block of the eight rows into g->q[0 .. 7] (q40_tokens): the
- * rows' 16 code bytes as 8 x 4 dwords transposed, T[g] lane i = row i's qs
- * 4g .. 4g + 3, then q[g] its low nibbles (elements 4g ..) and q[g + 4]
- * its high ones (elements 16 + 4g ..) */
-static inline __attribute__((always_inline)) void kblk_q40(const uint8_t *const p[8],
+/* Q4_0's or MXFP4's block of the eight rows into g->q[0 .. 7] (b32_tokens):
+ * the rows' 16 code bytes as 8 x 4 dwords transposed, T[g] lane i = row
+ * i's qs 4g .. 4g + 3, then q[g] its low nibbles (elements 4g ..) and
+ * q[g + 4] its high ones (elements 16 + 4g ..), MXFP4's looked up to
+ * their codes + 12 */
+static inline __attribute__((always_inline)) void kblk_b32(enum shoal_ggml_type t,
+                                                          const uint8_t *const p[8],
                                                           const uint8_t *const pf[8],
                                                           size_t off, struct kblk *g)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const int q4 = t == SHOAL_GGML_TYPE_Q4_0;
+    const size_t ts = q4 ? 18 : 17, qs = q4 ? 2 : 1;
     __m256i Y[4];
     for (int k = 0; k < 4; k++) {
-        prefetch_block(pf, k, off, 18);
-        prefetch_block(pf, k + 4, off, 18);
-        Y[k] = _mm256_loadu2_m128i((const __m128i *)(p[k + 4] + off + 2),
-                                   (const __m128i *)(p[k] + off + 2));
+        prefetch_block(pf, k, off, ts);
+        prefetch_block(pf, k + 4, off, ts);
+        Y[k] = _mm256_loadu2_m128i((const __m128i *)(p[k + 4] + off + qs),
+                                   (const __m128i *)(p[k] + off + qs));
     }
     const __m256i u0 = _mm256_unpacklo_epi32(Y[0], Y[1]), u1 = _mm256_unpackhi_epi32(Y[0], Y[1]);
     const __m256i u2 = _mm256_unpacklo_epi32(Y[2], Y[3]), u3 = _mm256_unpackhi_epi32(Y[2], Y[3]);
     const __m256i T[4] = {_mm256_unpacklo_epi64(u0, u2), _mm256_unpackhi_epi64(u0, u2),
                           _mm256_unpacklo_epi64(u1, u3), _mm256_unpackhi_epi64(u1, u3)};
+    const __m256i lut = _mm256_broadcastsi128_si256(
+        _mm_load_si128((const __m128i *)mxfp4_plus12));
     for (int j = 0; j < 4; j++) {
         g->q[j] = _mm256_and_si256(T[j], m4);
         g->q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(T[j], 4), m4);
+        if (!q4) {
+            g->q[j] = _mm256_shuffle_epi8(lut, g->q[j]);
+            g->q[j + 4] = _mm256_shuffle_epi8(lut, g->q[j + 4]);
+        }
     }
 }
 
@@ -1823,7 +1842,7 @@ static inline __attribute__((always_inline)) void kblk_tokens(enum shoal_ggml_ty
     }
 }
 
-/* Q4_K, Q6_K or Q4_0, nt > 1 tokens from t0: eight rows' chains per token */
+/* Q4_K, Q6_K, Q4_0 or MXFP4, nt > 1 tokens from t0: eight rows' chains per token */
 static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type t, float *y,
                                                            const struct shoal_ggml_act *a,
                                                            int64_t t0, int64_t nt,
@@ -1838,21 +1857,22 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
     zero_acc(acc, nt);
     for (int64_t b = 0; b < a->n_blk; b++) {
         const size_t off = (size_t)b * ts;
+        const int b32 = t == SHOAL_GGML_TYPE_Q4_0 || t == SHOAL_GGML_TYPE_MXFP4;
         if (t == SHOAL_GGML_TYPE_Q4_K)
             kblk_q4k(p, pf, off, &g);
         else if (t == SHOAL_GGML_TYPE_Q6_K)
             kblk_q6k(p, pf, off, &g);
         else
-            kblk_q40(p, pf, off, &g);
+            kblk_b32(t, p, pf, off, &g);
         /* g is read back from L1 by every token: without this GCC keeps
          * some of its registers live across the token loop from the
          * unpack and spills the tokens' sums instead */
         __asm__ volatile("" : : "r"(&g) : "memory");
-        const __m256 d = f16x8(p, off + k1_d_off(t));
+        const __m256 d = t == SHOAL_GGML_TYPE_MXFP4 ? e8m0x8(p, off) : f16x8(p, off + k1_d_off(t));
         const __m256 dmin = t == SHOAL_GGML_TYPE_Q4_K ? f16x8(p, off + k1_d_off(t) + 2)
                                                       : _mm256_setzero_ps();
 #define KN_TOKENS(TG)                                                                  \
-    (t == SHOAL_GGML_TYPE_Q4_0 ? q40_tokens(g.q, a, t0 + k, TG, b, d, acc + k)          \
+    (b32 ? b32_tokens(t, g.q, a, t0 + k, TG, b, d, acc + k)                            \
                                : kblk_tokens(t, &g, a, t0 + k, TG, b, d, dmin, acc + k))
         int64_t k = 0;
         for (; k + 4 <= nt; k += 4)
@@ -1892,6 +1912,7 @@ static inline __attribute__((always_inline)) void rows8_q6k_n(enum shoal_ggml_ty
 }
 ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K, rows8_k_n)
 ROWS8_1N_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0, rows8_q4_0_1, rows8_k_n)
+ROWS8_1N_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4, rows8_b32_1, rows8_k_n)
 ROWS8_K_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K, rows8_t)
 ROWS8_K_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS, rows8_t)
 ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K, rows8_q6k_n)
