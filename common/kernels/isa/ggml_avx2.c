@@ -23,8 +23,8 @@
  *
  * Batches: one token (the decode matvec) unpacks each row's block into
  * registers and uses it at once (Q4_K, Q5_K, Q6_K, Q2_K and IQ4_XS in few
- * registers: rows8_k_1; Q8_0 and MXFP4 a block of 32 at a time:
- * rows8_q8_0_1, rows8_b32_1; Q4_0 two blocks at a time: rows8_q4_0_1; IQ2_XXS, IQ3_XXS and IQ1_S straight to
+ * registers: rows8_k_1; Q8_0 a block of 32 at a time: rows8_q8_0_1;
+ * Q4_0 and MXFP4 two blocks at a time: rows8_b32_pair_1; IQ2_XXS, IQ3_XXS and IQ1_S straight to
  * its raw sum: raw1); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
  * TOK_TILE tokens at a time, the chains of all those tokens kept in
@@ -1040,26 +1040,9 @@ static inline __attribute__((always_inline)) __m256 b32_step(enum shoal_ggml_typ
     return block_term(t, acc, isum, _mm256_setzero_si256(), d, _mm256_setzero_ps(), dx);
 }
 
-static inline __attribute__((always_inline)) void rows8_b32_1(enum shoal_ggml_type t, float *y,
-                                                             const struct shoal_ggml_act *a,
-                                                             int64_t t0,
-                                                             const struct shoal_ggml_matrix *w,
-                                                             const uint8_t *const p[8],
-                                                             const uint8_t *const pf[8],
-                                                             int64_t r, int nr)
-{
-    const size_t ts = t == SHOAL_GGML_TYPE_Q4_0 ? 18 : 17;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < a->n_blk; b++)
-        acc = b32_step(t, acc, p, pf, (size_t)b * ts,
-                       _mm256_loadu_si256((const __m256i *)(a->q + t0 * a->n + 32 * b)),
-                       a->d[t0 * a->n_blk + b]);
-    store_rows(y, w->rows, t0, r, nr, acc);
-}
-
-/* ---- Q4_0, one token: two blocks of each row at a time ---------------------
+/* ---- Q4_0 and MXFP4, one token: two blocks of each row at a time ----------
  *
- * rows8_b32_1 spent about 37 cycles on a block of eight rows (the scales
+ * A block at a time (b32_step) spent about 37 cycles on a block of eight rows (the scales
  * gathered a u16 at a time, three horizontal folds and two prefetches per
  * row and block; 0.69 of a paired read at 2 threads on a Zen 4). Here a
  * row's blocks b and b + 1 are one register of 32 code bytes [qs_b |
@@ -1067,43 +1050,58 @@ static inline __attribute__((always_inline)) void rows8_b32_1(enum shoal_ggml_ty
  * xlo = [x_b 0..15 | x_b+1 0..15] and xhi = [x_b 16..31 | x_b+1 16..31],
  * so each vpdpbusd (vpmaddubsw + vpmaddwd) lane holds one block's partial
  * sum and one fold of the eight rows serves both blocks, and each row is
- * prefetched once per pair. The integers are the same (exact sums), and
+ * prefetched once per pair. MXFP4's codes go through its table (+ 12) as
+ * b32_row's. The
+ * integers are the same (exact sums), and
  * each block's f32 step is block_term's in block order: the same bits.
  * Zen 4, one thread, weights in L3: 14.4 -> 20 GB/s; at 2 threads 0.69 ->
  * 0.95 of a paired read. The scales still come a u16 at a time (a quarter
  * of the samples); two vpgatherdd per pair (the rows lie rb bytes apart)
  * were slower, 18 GB/s. */
-static inline __attribute__((always_inline)) __m256i q40_pair(const uint8_t *blk, __m256i xlo,
+/* rows8_b32_pair_1's sums of one row: blocks b and b + 1 of type t (Q4_0,
+ * or MXFP4 through its table of values plus 12) at blk */
+static inline __attribute__((always_inline)) __m256i b32_pair(enum shoal_ggml_type t,
+                                                             const uint8_t *blk, __m256i xlo,
                                                              __m256i xhi)
 {
+    const int q4 = t == SHOAL_GGML_TYPE_Q4_0;
+    const size_t ts = q4 ? 18 : 17, qs = q4 ? 2 : 1;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i v = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(blk + 2))),
-        _mm_loadu_si128((const __m128i *)(blk + 20)), 1);
-    const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(blk + qs))),
+        _mm_loadu_si128((const __m128i *)(blk + ts + qs)), 1);
+    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (!q4) {
+        const __m256i lut = _mm256_broadcastsi128_si256(
+            _mm_load_si128((const __m128i *)mxfp4_plus12));
+        lo = _mm256_shuffle_epi8(lut, lo);
+        hi = _mm256_shuffle_epi8(lut, hi);
+    }
 #if SHOAL_GGML_VNNI
     return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, xlo), hi, xhi);
 #else
-    /* pairs of 15 * 127 twice: at most 7620, inside int16 */
+    /* pairs of 24 * 127 twice: at most 12192, inside int16 */
     return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo),
                                               _mm256_maddubs_epi16(hi, xhi)),
                              _mm256_set1_epi16(1));
 #endif
 }
 
-static void rows8_q4_0_1(enum shoal_ggml_type t, float *y, const struct shoal_ggml_act *a,
-                         int64_t t0, const struct shoal_ggml_matrix *w,
-                         const uint8_t *const p[8], const uint8_t *const pf[8], int64_t r,
-                         int nr)
+/* Q4_0 or MXFP4, one token: two blocks of each row at a time (above) */
+static inline __attribute__((always_inline)) void rows8_b32_pair_1(enum shoal_ggml_type t, float *y, const struct shoal_ggml_act *a,
+                             int64_t t0, const struct shoal_ggml_matrix *w,
+                             const uint8_t *const p[8], const uint8_t *const pf[8], int64_t r,
+                             int nr)
 {
-    (void)t;   /* Q4_0 (ROWS8_1N_FN's signature) */
+    const int q4 = t == SHOAL_GGML_TYPE_Q4_0;
+    const size_t ts = q4 ? 18 : 17;
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     const int8_t *xq = a->q + t0 * a->n;
     const float *dx = a->d + t0 * a->n_blk;
     __m256 acc = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= a->n_blk; b += 2) {
-        const size_t o = (size_t)b * 18;
+        const size_t o = (size_t)b * ts;
         const int8_t *x = xq + 32 * b;
         const __m256i xlo = _mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)x)),
@@ -1114,37 +1112,38 @@ static void rows8_q4_0_1(enum shoal_ggml_type t, float *y, const struct shoal_gg
         __m256i h[4];
         for (int k = 0; k < 4; k++) {
             if (pf[2 * k])
-                _mm_prefetch((const char *)(pf[2 * k] + o + 35), SHOAL_PF_WEIGHTS);
+                _mm_prefetch((const char *)(pf[2 * k] + o + 2 * ts - 1), SHOAL_PF_WEIGHTS);
             if (pf[2 * k + 1])
-                _mm_prefetch((const char *)(pf[2 * k + 1] + o + 35), SHOAL_PF_WEIGHTS);
-            h[k] = _mm256_hadd_epi32(q40_pair(p[2 * k] + o, xlo, xhi),
-                                     q40_pair(p[2 * k + 1] + o, xlo, xhi));
+                _mm_prefetch((const char *)(pf[2 * k + 1] + o + 2 * ts - 1), SHOAL_PF_WEIGHTS);
+            h[k] = _mm256_hadd_epi32(b32_pair(t, p[2 * k] + o, xlo, xhi),
+                                     b32_pair(t, p[2 * k + 1] + o, xlo, xhi));
         }
         /* A = [rows 0-3 of b | of b+1], B = rows 4-7 likewise */
         const __m256i A = _mm256_hadd_epi32(h[0], h[1]), B = _mm256_hadd_epi32(h[2], h[3]);
-        /* sum qx of each block, in every lane of its half, then of all */
+        /* sum qx of each block, in every lane of its half, then times off */
         __m256i sx = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xlo), ones16),
                                       _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xhi), ones16));
         sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4e));
         sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xb1));
-        sx = _mm256_slli_epi32(sx, 3);   /* 8 * sum qx */
+        sx = q4 ? _mm256_slli_epi32(sx, 3)   /* 8 or 12 times */
+                : _mm256_add_epi32(_mm256_slli_epi32(sx, 3), _mm256_slli_epi32(sx, 2));
         const __m256i i0 = _mm256_sub_epi32(_mm256_permute2x128_si256(A, B, 0x20),
                                             _mm256_permute2x128_si256(sx, sx, 0x00));
         const __m256i i1 = _mm256_sub_epi32(_mm256_permute2x128_si256(A, B, 0x31),
                                             _mm256_permute2x128_si256(sx, sx, 0x11));
-        acc = block_term(SHOAL_GGML_TYPE_Q4_0, acc, i0, _mm256_setzero_si256(), f16x8(p, o),
-                         _mm256_setzero_ps(), dx[b]);
-        acc = block_term(SHOAL_GGML_TYPE_Q4_0, acc, i1, _mm256_setzero_si256(),
-                         f16x8(p, o + 18), _mm256_setzero_ps(),
+        const __m256 d0 = q4 ? f16x8(p, o) : e8m0x8(p, o);
+        const __m256 d1 = q4 ? f16x8(p, o + ts) : e8m0x8(p, o + ts);
+        acc = block_term(t, acc, i0, _mm256_setzero_si256(), d0, _mm256_setzero_ps(), dx[b]);
+        acc = block_term(t, acc, i1, _mm256_setzero_si256(), d1, _mm256_setzero_ps(),
                          dx[b + 1]);
     }
-    if (b < a->n_blk)   /* an odd last block: rows8_b32_1's step */
-        acc = b32_step(SHOAL_GGML_TYPE_Q4_0, acc, p, pf, (size_t)b * 18,
+    if (b < a->n_blk)   /* an odd last block: one block's step */
+        acc = b32_step(t, acc, p, pf, (size_t)b * ts,
                        _mm256_loadu_si256((const __m256i *)(xq + 32 * b)), dx[b]);
     store_rows(y, w->rows, t0, r, nr, acc);
 }
 
-/* one token through ONE (rows8_b32_1, rows8_k_1), more through MANY
+/* one token through ONE (rows8_b32_pair_1, rows8_k_1), more through MANY
  * (rows8_t, rows8_k_n, rows8_q6k_n) */
 #define ROWS8_1N_FN(name, T, ONE, MANY)                                                       \
     static void name(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,       \
@@ -1160,13 +1159,13 @@ static void rows8_q4_0_1(enum shoal_ggml_type t, float *y, const struct shoal_gg
  *
  * As rows8_k_n does for Q4_K: lane i of code register g holds row i's
  * elements 4g .. 4g + 3 as unsigned codes u (Q4_0: the nibble; MXFP4: its
- * E2M1 value doubled plus 12, as rows8_b32_1) of qs 4g .. 4g + 3's low
+ * E2M1 value doubled plus 12, as b32_row) of qs 4g .. 4g + 3's low
  * nibbles for g < 4 and high ones of qs 4(g-4) .. for g >= 4, built once
  * per block by one transpose of the rows' 16 code bytes; every token then
  * multiplies them by its own four activation bytes, broadcast, so the
  * eight rows' sums land in their lanes with no horizontal fold. isum = sum
  * u qx - off sum qx (off 8 or 12; sum qx from the activations' bsum pair
- * of the block) as rows8_b32_1, block_term per block: the same bits.
+ * of the block) as b32_step, block_term per block: the same bits.
  * Without VNNI the int16 pairs of four registers stay inside int16 (4 x 2
  * x 24 x 128 = 24576; Q4_0's codes <= 15 allow all eight: 30720) before a
  * vpmaddwd; VNNI's vpdpbusd sums straight to int32. */
@@ -1911,8 +1910,8 @@ static inline __attribute__((always_inline)) void rows8_q6k_n(enum shoal_ggml_ty
         rows8_t(t, y, a, t0, nt, w, p, pf, r, nr);
 }
 ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K, rows8_k_n)
-ROWS8_1N_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0, rows8_q4_0_1, rows8_k_n)
-ROWS8_1N_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4, rows8_b32_1, rows8_k_n)
+ROWS8_1N_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0, rows8_b32_pair_1, rows8_k_n)
+ROWS8_1N_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4, rows8_b32_pair_1, rows8_k_n)
 ROWS8_K_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K, rows8_t)
 ROWS8_K_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS, rows8_t)
 ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K, rows8_q6k_n)
