@@ -55,13 +55,13 @@ int64_t shoal_ggml_act_block(uint32_t type)
     return (int64_t)shoal_ggml_type_info(type)->block_size;
 }
 
-/* whether the activations keep bsum (the mins; Q6_K's SIMD -32; Q4_0's
- * and MXFP4's offsets in their SIMD forms, codes + 8 and + 12) */
+/* whether the activations keep bsum (the mins; Q6_K's SIMD -32; Q4_0's,
+ * MXFP4's and Q8_0's offsets in their SIMD forms, codes + 8, + 12, + 128) */
 static int act_has_bsum(uint32_t type)
 {
     return shoal_ggml_act_block(type) == QK_K || type == SHOAL_GGML_TYPE_Q4_1 ||
            type == SHOAL_GGML_TYPE_Q5_1 || type == SHOAL_GGML_TYPE_Q4_0 ||
-           type == SHOAL_GGML_TYPE_MXFP4;
+           type == SHOAL_GGML_TYPE_MXFP4 || type == SHOAL_GGML_TYPE_Q8_0;
 }
 
 size_t shoal_ggml_act_bytes(uint32_t type, int64_t n)

@@ -69,10 +69,10 @@
  *             not finite (a NaN or infinity in x makes the results NaN)
  *
  * dx stays f32 (ggml rounds Q8_0's and Q8_1's to f16; shoal does not). For
- * B = 256 and for Q4_1, Q5_1, Q4_0 and MXFP4, bsum[k] = sum of qx over
- * elements 16k .. 16k+15 (int16, |bsum| <= 2032) is kept with the block:
- * the mins and the SIMD forms of Q6_K's -32, Q4_0's -8 and MXFP4's codes
- * + 12 need them.
+ * B = 256 and for Q4_1, Q5_1, Q4_0, MXFP4 and Q8_0, bsum[k] = sum of qx
+ * over elements 16k .. 16k+15 (int16, |bsum| <= 2032) is kept with the
+ * block: the mins and the SIMD forms of Q6_K's -32, Q4_0's -8 and MXFP4's
+ * and Q8_0's codes + 12 and + 128 need them.
  *
  * ## Canonical dot product of token x with row r (every table, bit for bit)
  *
@@ -140,7 +140,7 @@ struct shoal_ggml_act {
     int8_t *q;                  /* [n_tok][n] int8 qx */
     float *d;                   /* [n_tok][n_blk] f32 dx */
     int16_t *bsum;              /* [n_tok][n / 16] sums of 16 qx (B = 256, Q4_1,
-                                   Q5_1, Q4_0, MXFP4; NULL for the others) */
+                                   Q5_1, Q4_0, MXFP4, Q8_0; NULL for the others) */
     const uint8_t *pf_next;     /* (optional, performance only) bytes the next
                                    linear of this thread reads first, for the
                                    rows kernels to prefetch as they finish;

@@ -437,13 +437,15 @@ Test(ggml_dot, every_isa_thread_split_and_batch_gives_the_reference_bits, .timeo
  * a sub-block of 32, at most 16 * 15 * 127 = 30480; Q6_K: 8 codes q + 32,
  * at most 4 * 63 * 127 = 32004; Q4_0: a block of 32, 30480, and its
  * one-token rows two blocks' pairs, 2 * 2 * 15 * 127 = 7620; MXFP4: half a
- * block of codes + 12, 8 * 24 * 127 = 24384). Every code and scale at its
+ * block of codes + 12, 8 * 24 * 127 = 24384; Q8_0's GEMM, vpdpbusd only,
+ * codes + 128 from 0 to 255). Every code and scale at its
  * maximum against qx all 127 or all -127 is the worst case of those
  * bounds; one token and 64. */
 Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
 {
     const enum shoal_ggml_type types2[] = {SHOAL_GGML_TYPE_Q4_K, SHOAL_GGML_TYPE_Q6_K,
-                                           SHOAL_GGML_TYPE_Q4_0, SHOAL_GGML_TYPE_MXFP4};
+                                           SHOAL_GGML_TYPE_Q4_0, SHOAL_GGML_TYPE_MXFP4,
+                                           SHOAL_GGML_TYPE_Q8_0};
     const int64_t rows = 9, n = 512, n_tok = 64;   /* 9: a group of 8 and one row */
     for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
         if (shoal_quant_init(isas[ii].isa, NULL) != 0)
@@ -464,6 +466,10 @@ Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
                         put_f16(w + o + 2, 0.002f);
                     } else if (types2[ti] == SHOAL_GGML_TYPE_Q4_0) {
                         put_f16(w + o, 0.001f);   /* codes 15 */
+                    } else if (types2[ti] == SHOAL_GGML_TYPE_Q8_0) {
+                        memset(w + o + 2, 0x80, 16);   /* codes -128 (0 + 128 unsigned) */
+                        memset(w + o + 18, 0x7F, 16);  /* and 127 (255) */
+                        put_f16(w + o, 0.001f);
                     } else if (types2[ti] == SHOAL_GGML_TYPE_MXFP4) {
                         memset(w + o + 1, 0x77, 16);   /* codes 7: +6, 24 with the + 12 */
                         w[o] = 120;                    /* D = 2^-8 */
@@ -577,7 +583,9 @@ Test(ggml_dot, bad_types_and_shapes_are_refused)
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q4_1, 64), 64 + 8 + 8));
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_IQ1_S, 256), 256 + 4 + 32));
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q4_K, 256), 256 + 4 + 32));
-    cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q8_0, 64), 64 + 8));
+    /* Q8_0, Q4_0, MXFP4: bsum too, for their SIMD forms' offsets */
+    cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q8_0, 64), 64 + 8 + 8));
+    cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_MXFP4, 64), 64 + 8 + 8));
 }
 
 /* ---- (d) non-finite block scales are refused (shoal_ggml_check_scales) ------- */
