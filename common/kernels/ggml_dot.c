@@ -64,6 +64,14 @@ static int act_has_bsum(uint32_t type)
            type == SHOAL_GGML_TYPE_MXFP4 || type == SHOAL_GGML_TYPE_Q8_0;
 }
 
+/* whether only the GEMMs read bsum (one token: these rows sum qx
+ * themselves), so that a one-token call need not fill it */
+static int bsum_gemm_only(uint32_t type)
+{
+    return type == SHOAL_GGML_TYPE_Q4_0 || type == SHOAL_GGML_TYPE_MXFP4 ||
+           type == SHOAL_GGML_TYPE_Q8_0;
+}
+
 size_t shoal_ggml_act_bytes(uint32_t type, int64_t n)
 {
     const int64_t B = shoal_ggml_act_block(type);
@@ -100,7 +108,7 @@ void shoal_ggml_act_quantize(struct shoal_ggml_act *a, const float *x, int64_t n
         int8_t *q = a->q + t * n;
         for (int64_t b = 0; b < a->n_blk; b++)
             group(x + t * n + b * B, B, &a->d[t * a->n_blk + b], q + b * B);
-        if (a->bsum) {
+        if (a->bsum && (n_tok > 1 || !bsum_gemm_only(a->type))) {
             int16_t *bs = a->bsum + t * (n / 16);
             for (int64_t k = 0; k < n / 16; k++) {
                 int s = 0;
@@ -613,7 +621,8 @@ void shoal_ggml_linear_part(float *y, const float *x, int64_t n_tok,
     const int64_t n = w->cols;
     const size_t tok_bytes = shoal_ggml_act_bytes(w->type, n);
     if (tok_bytes > ACT_TILE_BYTES) {
-        /* a token wider than the tile (above about 57 K columns; no shipped
+        /* a token wider than the tile (above about 57 K columns, 52 K for
+         * the blocks of 32 with bsum; no shipped
          * model's matrix is): row by row, each activation block quantized
          * where it is used, the chain continued block by block: same bits */
         for (int64_t t = 0; t < n_tok; t++)

@@ -12,8 +12,8 @@
  * stays inside int16 (vpmaddubsw pairs: at most 2 * 128 * 127 = 32512 for
  * Q8_0 with |w| as the unsigned side, 2 * 63 * 127 for Q6_K) and int32.
  *
- * Every type but Q8_0 goes through one body (rows8_t, specialised per
- * type at compile time): a row's block is unpacked to registers of 32
+ * Every type but Q8_0 has the general body (rows8_t, specialised per
+ * type at compile time; the commonest types have faster paths below): a row's block is unpacked to registers of 32
  * byte codes (shifts, masks, vpshufb codebooks; the grid types IQ2_XXS,
  * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M through their codebooks
  * expanded once to a byte per element, and sign bytes from 128 parity
@@ -28,9 +28,9 @@
  * its raw sum: raw1); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
  * TOK_TILE tokens at a time, the chains of all those tokens kept in
- * acc[]. Q4_K (and Q6_K from Q6K_GEMM_MIN tokens) and Q4_0 transpose the
- * eight rows' block instead, rows in lanes (rows8_k_n, rows8_q40_n: the
- * prefill GEMM). Rows past the end of the share repeat its last row and are not
+ * acc[]. Q4_K (and Q6_K from Q6K_GEMM_MIN tokens), Q4_0, MXFP4 and, with
+ * VNNI, Q8_0 (from Q80_GEMM_MIN tokens) transpose the eight rows' block
+ * instead, rows in lanes (rows8_k_n: the prefill GEMM). Rows past the end of the share repeat its last row and are not
  * stored. While a group of eight rows runs, the next group's blocks are
  * prefetched (prefetch_block).
  */
@@ -44,7 +44,8 @@
 
 /* Built a second time with AVX-512 VL and VNNI (common/meson.build) as
  * shoal_ggml_rows_avx512: the one-token rows of Q4_K, Q6_K, Q2_K and Q8_0
- * then sum with vpdpbusd / vpdpwssd (dp_pair), the same integers. */
+ * then sum with vpdpbusd / vpdpwssd (dp_pair), the same integers, and
+ * Q8_0's GEMM takes the transposed block (kblk_q80). */
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define SHOAL_GGML_VNNI 1
 #define SHOAL_GGML_ROWS_FN shoal_ggml_rows_avx512
@@ -132,7 +133,9 @@ static inline __m256i bcast4(const void *p)
 
 /* ---- Q8_0 ------------------------------------------------------------------ */
 
-static void rows8_q8_0(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
+/* noinline: inlined into rows8_q8_0_n beside the transposed path, GCC
+ * built it 10 % slower (kernel_l2, 2 and 5 tokens) */
+static __attribute__((noinline)) void rows8_q8_0(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
                        const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
                        int64_t r, int nr)
 {
@@ -1164,8 +1167,9 @@ static inline __attribute__((always_inline)) void rows8_b32_pair_1(enum shoal_gg
  * per block by one transpose of the rows' 16 code bytes; every token then
  * multiplies them by its own four activation bytes, broadcast, so the
  * eight rows' sums land in their lanes with no horizontal fold. isum = sum
- * u qx - off sum qx (off 8 or 12; sum qx from the activations' bsum pair
- * of the block) as b32_step, block_term per block: the same bits.
+ * u qx - off sum qx (off 8 or 12; Q8_0's codes + 128 with VNNI, kblk_q80,
+ * 128; sum qx from the activations' bsum pair of the block) as b32_step,
+ * block_term per block: the same bits.
  * Without VNNI the int16 pairs of four registers stay inside int16 (4 x 2
  * x 24 x 128 = 24576; Q4_0's codes <= 15 allow all eight: 30720) before a
  * vpmaddwd; VNNI's vpdpbusd sums straight to int32. */
@@ -1190,6 +1194,8 @@ static inline __attribute__((always_inline)) void b32_tokens(enum shoal_ggml_typ
         for (int k = 0; k < tg; k++)
             raw[k] = _mm256_dpbusd_epi32(raw[k], q[g], bcast4(x[k] + 4 * g));
 #else
+    if (t == SHOAL_GGML_TYPE_Q8_0)   /* its c + 128 pairs would leave int16 (rows8_q8_0_n) */
+        __builtin_unreachable();
     const __m256i ones16 = _mm256_set1_epi16(1);
     const int span = t == SHOAL_GGML_TYPE_Q4_0 ? 8 : 4;   /* registers per int16 sum */
     __m256i s16[4];
@@ -1574,7 +1580,7 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             k_pair(t, p, pf, 2 * k, off, x, bs, &raw2[k], &corr2[k]);
-        const __m256 d = t == SHOAL_GGML_TYPE_MXFP4 ? e8m0x8(p, off) : f16x8(p, off + k1_d_off(t));
+        const __m256 d = f16x8(p, off + k1_d_off(t));
         const __m256 dmin = t == SHOAL_GGML_TYPE_Q6_K || t == SHOAL_GGML_TYPE_IQ4_XS
                                 ? _mm256_setzero_ps()
                                 : f16x8(p, off + k1_d_off(t) + 2);
@@ -1603,7 +1609,8 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
 
 struct kblk {
     __m256i q[64];    /* [group g] lane i: row i's codes of elements 4g .. 4g + 3
-                         (Q4_K q, Q6_K q + 32) */
+                         (Q4_K q, Q6_K q + 32; the blocks of 32 in q[0 .. 7]:
+                         Q4_0 q, MXFP4 its value x 2 + 12, Q8_0 q + 128) */
     __m256i sc[16];   /* [scale k] lane i: row i's scale of sub-block k (Q4_K,
                          32 elements) or of the 16s k (Q6_K), as int16 twice */
     __m256i cw[8];    /* [bsum pair j] lane i: row i's int16 weights of the
@@ -1862,7 +1869,7 @@ static inline __attribute__((always_inline)) void kblk_tokens(enum shoal_ggml_ty
     }
 }
 
-/* Q4_K, Q6_K, Q4_0 or MXFP4, nt > 1 tokens from t0: eight rows' chains per token */
+/* Q4_K, Q6_K, Q4_0, MXFP4 or Q8_0 (VNNI), nt > 1 tokens from t0: eight rows' chains per token */
 static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type t, float *y,
                                                            const struct shoal_ggml_act *a,
                                                            int64_t t0, int64_t nt,
@@ -1943,8 +1950,10 @@ ROWS8_1N_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4, rows8_b32_pair_1, rows8_k_n)
  * c + 128 against qx would leave int16). The transpose pays for itself
  * from about 6 tokens (Zen 4, kernel_l2 --rows 512 --cols 512, ns a
  * row-block-token, transposed against rows8_q8_0: 1.28 / 0.83 at 2
- * tokens, 0.78 / 0.71 at 4, 0.54 / 0.65 at 8, 0.36 / 0.61 at 64). */
-#define Q80_GEMM_MIN 8
+ * tokens, 0.78 / 0.71 at 4, 0.54 / 0.65 at 8, 0.36 / 0.61 at 64); a
+ * 64 KiB activation tile holds 6 tokens of a row up to 8 K columns
+ * (o_proj of the wide models). */
+#define Q80_GEMM_MIN 6
 static void rows8_q8_0_n(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
                          const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
                          const uint8_t *const pf[8], int64_t r, int nr)
