@@ -58,18 +58,15 @@ static void visit_kv_b(struct walk *wk, struct shoal_layer_weights *L, int64_t i
         snprintf(n[i], sizeof n[i], "%s.%s", p, sn[i]);
         snprintf(h[i], sizeof h[i], "%s.self_attn.%s.weight", hp, hn[i]);
     }
-    struct shoal_weight_slot s = {.name = n[0], .hf_name = h[0], .w = &L->wk_b,
-                                  .rows = H * kvl, .cols = c->qk_nope_head_dim,
-                                  .kind = SHOAL_SLOT_DENSE, .il = il, .ie = -1,
-                                  .kv_b_part = 1};
-    if (!wk->rc)
+    struct shoal_weight *w[2] = {&L->wk_b, &L->wv_b};
+    const int64_t rows[2] = {H * kvl, H * c->v_head_dim}, cols[2] = {c->qk_nope_head_dim, kvl};
+    for (int i = 0; i < 2 && !wk->rc; i++) {
+        const struct shoal_weight_slot s = {.name = n[i], .hf_name = h[i], .w = w[i],
+                                            .rows = rows[i], .cols = cols[i],
+                                            .kind = SHOAL_SLOT_DENSE, .il = il, .ie = -1,
+                                            .kv_b_part = 1};
         wk->rc = wk->fn(&s, wk->user);
-    s = (struct shoal_weight_slot){.name = n[1], .hf_name = h[1], .w = &L->wv_b,
-                                   .rows = H * c->v_head_dim, .cols = kvl,
-                                   .kind = SHOAL_SLOT_DENSE, .il = il, .ie = -1,
-                                   .kv_b_part = 1};
-    if (!wk->rc)
-        wk->rc = wk->fn(&s, wk->user);
+    }
     visit_full(wk, &L->wkv_b, H * (c->qk_nope_head_dim + c->v_head_dim), kvl,
                !(L->wk_b.data && L->wv_b.data), SHOAL_SLOT_DENSE, il, -1, 0, n[2], h[2], 0, 0);
 }

@@ -55,21 +55,21 @@ int64_t shoal_ggml_act_block(uint32_t type)
     return (int64_t)shoal_ggml_type_info(type)->block_size;
 }
 
-/* whether the activations keep bsum (the mins; Q6_K's SIMD -32; Q4_0's,
- * MXFP4's and Q8_0's offsets in their SIMD forms, codes + 8, + 12, + 128) */
-static int act_has_bsum(uint32_t type)
-{
-    return shoal_ggml_act_block(type) == QK_K || type == SHOAL_GGML_TYPE_Q4_1 ||
-           type == SHOAL_GGML_TYPE_Q5_1 || type == SHOAL_GGML_TYPE_Q4_0 ||
-           type == SHOAL_GGML_TYPE_MXFP4 || type == SHOAL_GGML_TYPE_Q8_0;
-}
-
-/* whether only the GEMMs read bsum (one token: these rows sum qx
+/* whether only the GEMMs read bsum (the SIMD forms' offsets of Q4_0,
+ * MXFP4 and Q8_0, codes + 8, + 12, + 128; one token: these rows sum qx
  * themselves), so that a one-token call need not fill it */
 static int bsum_gemm_only(uint32_t type)
 {
     return type == SHOAL_GGML_TYPE_Q4_0 || type == SHOAL_GGML_TYPE_MXFP4 ||
            type == SHOAL_GGML_TYPE_Q8_0;
+}
+
+/* whether the activations keep bsum (the mins; Q6_K's SIMD -32; the
+ * GEMMs above) */
+static int act_has_bsum(uint32_t type)
+{
+    return shoal_ggml_act_block(type) == QK_K || type == SHOAL_GGML_TYPE_Q4_1 ||
+           type == SHOAL_GGML_TYPE_Q5_1 || bsum_gemm_only(type);
 }
 
 size_t shoal_ggml_act_bytes(uint32_t type, int64_t n)
