@@ -18,7 +18,6 @@
 #include "tensor.h"
 
 #define QK_K 256
-#define ACT_TILE_BYTES (64 * 1024)   /* the stack tile each thread quantizes into */
 
 int shoal_ggml_iform(uint32_t type)
 {
@@ -620,8 +619,9 @@ void shoal_ggml_linear_part(float *y, const float *x, int64_t n_tok,
         rows = shoal_ggml_rows_scalar;
     const int64_t n = w->cols;
     const size_t tok_bytes = shoal_ggml_act_bytes(w->type, n);
-    if (tok_bytes > ACT_TILE_BYTES) {
-        /* a token wider than the tile (above about 57 K columns, 52 K for
+    uint8_t *const tile = tok_bytes <= SHOAL_ACT_TILE_BYTES ? shoal_act_tile() : NULL;
+    if (tile == NULL) {
+        /* a token wider than the tile (above about 229 K columns, 209 K for
          * the blocks of 32 with bsum; no shipped
          * model's matrix is): row by row, each activation block quantized
          * where it is used, the chain continued block by block: same bits */
@@ -630,9 +630,8 @@ void shoal_ggml_linear_part(float *y, const float *x, int64_t n_tok,
                 y[t * w->rows + r] = dot_wide(w, r, x + t * n);
         return;
     }
-    _Alignas(64) uint8_t tile[ACT_TILE_BYTES];
     struct shoal_ggml_act a;
-    const int64_t per_tile = (int64_t)(ACT_TILE_BYTES / tok_bytes);
+    const int64_t per_tile = (int64_t)(SHOAL_ACT_TILE_BYTES / tok_bytes);
     for (int64_t t0 = 0; t0 < n_tok; t0 += per_tile) {
         const int64_t nt = n_tok - t0 < per_tile ? n_tok - t0 : per_tile;
         shoal_ggml_act_init(&a, w->type, n, nt, tile);

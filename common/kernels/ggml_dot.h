@@ -190,9 +190,10 @@ int shoal_ggml_matrix_check(const struct shoal_ggml_matrix *w, size_t data_bytes
 
 /* y = x . W^T, thread ith of nth's share of W's rows (shoal_split_rows:
  * an even split, remainder to the first threads). Each thread quantizes x
- * itself into a 64 KiB stack tile (tokens in tiles; one token wider than
- * the tile, above about 57 K columns, goes row by row through
- * shoal_ggml_dot), so there is no barrier and nothing is allocated. Every
+ * itself into its activation tile (shoal_act_tile, quant.h: tokens in
+ * tiles of 256 KiB; one token wider than the tile, above about 229 K
+ * columns, goes row by row through shoal_ggml_dot), so there is no barrier
+ * and nothing is allocated after a thread's first call. Every
  * y element is the canonical dot, computed by one thread: the same bits at
  * any thread count, batch size and ISA.
  *   y  [n_tok][w->rows] f32, written (this share's columns only)

@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,35 @@
 #endif
 
 #define QUANT_GROUP_MAX 128
+
+/* ---- the activation tile: one heap buffer per thread ---------------------
+ * On the heap, not the stack: 256 KiB would crowd a secondary thread's
+ * stack (512 KiB by default on macOS). */
+static pthread_key_t act_tile_key;
+static pthread_once_t act_tile_once = PTHREAD_ONCE_INIT;
+static int act_tile_key_ok;
+
+static void act_tile_key_make(void)
+{
+    act_tile_key_ok = pthread_key_create(&act_tile_key, free) == 0;
+}
+
+uint8_t *shoal_act_tile(void)
+{
+    pthread_once(&act_tile_once, act_tile_key_make);
+    if (!act_tile_key_ok)
+        return NULL;
+    void *t = pthread_getspecific(act_tile_key);
+    if (t == NULL) {
+        if (posix_memalign(&t, 64, SHOAL_ACT_TILE_BYTES) != 0)
+            return NULL;
+        if (pthread_setspecific(act_tile_key, t) != 0) {
+            free(t);
+            return NULL;
+        }
+    }
+    return t;
+}
 
 const char *shoal_quant_type_name(enum shoal_quant_type type)
 {

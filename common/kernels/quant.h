@@ -332,6 +332,23 @@ struct shoal_quant_act {
  * rounded up to 128, plus 64). Thread: any. */
 size_t shoal_quant_act_bytes(int64_t n, int group);
 
+/* Bytes of the calling thread's activation tile (shoal_act_tile). The
+ * linears quantize up to this many bytes of tokens at a time and run every
+ * weight row against them, so a matrix is read once per tile: 256 KiB holds
+ * 32 tokens of 7168 columns (DeepSeek-V3's hidden; 64 KiB held 8, and the
+ * prefill GEMM of such a matrix ran 15-31 % slower per weight, Zen 4,
+ * docs/BENCHMARKS.md "GGUF kernels") and stays in a 512 KiB L2. */
+#define SHOAL_ACT_TILE_BYTES ((size_t)256 * 1024)
+
+/* The calling thread's activation tile: SHOAL_ACT_TILE_BYTES, 64-byte
+ * aligned, allocated at the thread's first call and freed when the thread
+ * exits (a pthread key's destructor); NULL when it cannot be allocated
+ * (the linears then take their row-by-row path: the same bits). Only the
+ * calling thread may use it, and only until its next call returns it
+ * again to a nested user (the linears use it within one call, never across
+ * a nested call). Thread: any; the caller owns nothing. */
+uint8_t *shoal_act_tile(void);
+
 /* Quantize n_tok tokens x[n_tok][n] into a (whose n and group are set and
  * whose buffers hold n_tok tokens), by the rule above. Deterministic: the
  * active table's build of quant_act.c, every build the same bytes. Allocates nothing. Thread: any. */
@@ -345,10 +362,11 @@ float shoal_quant_dot_a8(int group, const float *x, const void *row, int64_t n);
 
 /* y = x . W^T for an INT4 weight computed as INT4A8 (the rule above),
  * thread ith of nth's share of the rows (the split of
- * shoal_quant_linear_part). Each thread quantizes x itself into a 64 KiB
- * stack tile (tokens in tiles; when one token does not fit, above about
- * 52 K columns, the per-group scalar path), so there is no barrier and
- * nothing is allocated. Same bits at any thread count, batch size and ISA.
+ * shoal_quant_linear_part). Each thread quantizes x itself into its
+ * activation tile (shoal_act_tile: tokens in tiles of 256 KiB; when one
+ * token does not fit, above about 233 K columns, the per-group scalar
+ * path), so there is no barrier and nothing is allocated after a thread's
+ * first call. Same bits at any thread count, batch size and ISA.
  *   y  [n_tok][w->rows] f32, written; x [n_tok][w->cols] f32, borrowed
  *   w  INT4 layout, borrowed (checked once at load)
  * Thread: compute (inside an OpenMP region, or alone with ith 0, nth 1). */

@@ -11,9 +11,6 @@
 #include "kernels.h"
 #include "quant.h"
 
-/* Bytes of the stack tile each thread quantizes its input into. */
-#define ACT_TILE_BYTES (64 * 1024)
-
 /* q_stride of a tile: n rounded up to 128, plus 64, an odd multiple of 64
  * bytes, so that the same chunk of consecutive tokens falls in different
  * L1 sets (at n = 2048 a stride of 2048 put every other token's chunk in
@@ -125,8 +122,10 @@ void shoal_quant_linear_a8_many_part(float *const *y, const float *x, int64_t n_
         shoal_split_rows(w[k]->rows, ith, nth, &r0[k], &r1[k]);
     const int64_t n = w[0]->cols;
     const size_t tok_bytes = shoal_quant_act_bytes(n, w[0]->group);
-    if (tok_bytes > ACT_TILE_BYTES) {
-        /* very wide rows: quantize group by group on the fly (same bits) */
+    uint8_t *const tile = tok_bytes <= SHOAL_ACT_TILE_BYTES ? shoal_act_tile() : NULL;
+    if (tile == NULL) {
+        /* very wide rows (above about 230 K columns), or no tile: quantize
+         * group by group on the fly (same bits) */
         for (int k = 0; k < n_w; k++) {
             const size_t row_bytes = shoal_quant_row_bytes(SHOAL_QUANT_INT4, n, w[k]->group);
             for (int64_t r = r0[k]; r < r1[k]; r++)
@@ -138,8 +137,7 @@ void shoal_quant_linear_a8_many_part(float *const *y, const float *x, int64_t n_
         return;
     }
     /* int8 q first (64-byte aligned), then the f32 scales and int32 sums */
-    _Alignas(64) uint8_t tile[ACT_TILE_BYTES];
-    const int64_t per_tile = (int64_t)(ACT_TILE_BYTES / tok_bytes);
+    const int64_t per_tile = (int64_t)(SHOAL_ACT_TILE_BYTES / tok_bytes);
     struct shoal_quant_act a = {.n = n, .group = w[0]->group,
                                 .n_group = (n + w[0]->group - 1) / w[0]->group,
                                 .q_stride = act_stride(n)};

@@ -508,16 +508,19 @@ Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
 
 Test(ggml_dot, linear_in_its_own_region_and_wide_rows_give_the_reference_bits)
 {
-    /* Q8_0 with 65536 columns: one token (73728 bytes of activations) does
-     * not fit the 64 KiB tile, so the driver goes row by row */
-    const int64_t widths[] = {2304, 65536};
-    for (int wi = 0; wi < 2; wi++)
+    /* 65536 columns: three tokens of activations (74-82 KiB each) fill a
+     * tile, so five cross one; 262144: one token does not fit the tile
+     * (SHOAL_ACT_TILE_BYTES), so the driver goes row by row */
+    const int64_t widths[] = {2304, 65536, 262144};
+    for (int wi = 0; wi < 3; wi++)
         for (size_t ti = 0; ti < N_TYPES; ti++) {
             const uint64_t seed = 3000 + 10 * wi + ti;
-            const int64_t n = widths[wi], rows = 11, n_tok = 3;
+            const int64_t n = widths[wi], rows = 11, n_tok = 5;
+            cr_assert(wi < 2 || shoal_ggml_act_bytes(types[ti], n) > SHOAL_ACT_TILE_BYTES);
+            cr_assert(wi != 1 || 3 * shoal_ggml_act_bytes(types[ti], n) <= SHOAL_ACT_TILE_BYTES);
             struct gcase c;
             case_make(&c, types[ti], rows, n, n_tok, seed, 0);
-            float got[3 * 11];
+            float got[5 * 11];
             shoal_quant_init(SHOAL_QUANT_ISA_AUTO, NULL);
             cr_assert(eq(int, shoal_ggml_linear(got, c.x, n_tok, &c.m), 0));
             for (int64_t t = 0; t < n_tok; t++)

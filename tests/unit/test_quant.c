@@ -839,7 +839,7 @@ Test(quant, a8_nonfinite_input_gives_nan)
 }
 
 /* bit-exact: the INT4A8 linear of every table, every batch of 1..17
- * tokens and 29..33 and 40 (29 and 30 cross a stack tile of 2048 columns,
+ * tokens and 29..33 and 40 (8 .. 40 cross an activation tile of 33000 columns,
  * 33 and 40 the avx2 batch kernel's passes of 32 tokens; odd batches leave
  * neon-i8mm a last token for sdot), threads 1 and 3 (row ranges that do
  * not start at a multiple of 4), equals shoal_quant_dot_a8; widths that are
@@ -989,11 +989,11 @@ Test(quant, a8_linear_bits_at_integer_extremes)
     free(want);
 }
 
-/* bit-exact: rows wider than a stack tile (on-the-fly scalar path) equal
+/* bit-exact: rows wider than an activation tile (on-the-fly scalar path) equal
  * every table's rows over a heap-quantized input */
 Test(quant, a8_wide_rows_equal_table_rows)
 {
-    const int64_t rows = 3, cols = 65536;
+    const int64_t rows = 3, cols = 262144;
     const int G = 64;
     float *wf = malloc((size_t)(rows * cols) * 4), *x = malloc((size_t)cols * 4);
     fill(wf, rows * cols, 11);
@@ -1003,7 +1003,7 @@ Test(quant, a8_wide_rows_equal_table_rows)
     cr_assert(eq(int, shoal_quant_quantize_matrix(SHOAL_QUANT_INT4, G, wq, mb, wf, SHOAL_DTYPE_F32,
                                                   rows, cols, NULL), 0));
     struct shoal_quant_weight w = {SHOAL_QUANT_INT4, G, rows, cols, wq};
-    cr_assert(shoal_quant_act_bytes(cols, G) > 64 * 1024, "not wider than a tile");
+    cr_assert(shoal_quant_act_bytes(cols, G) > SHOAL_ACT_TILE_BYTES, "not wider than a tile");
     float wide[3], tab[3];
     cr_assert(eq(int, shoal_quant_linear_a8(wide, x, 1, &w), 0));
     struct shoal_quant_act a = {.n = cols, .group = G, .n_group = cols / G, .q_stride = cols};

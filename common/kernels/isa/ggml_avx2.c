@@ -1950,9 +1950,7 @@ ROWS8_1N_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4, rows8_b32_pair_1, rows8_k_n)
  * c + 128 against qx would leave int16). The transpose pays for itself
  * from about 6 tokens (Zen 4, kernel_l2 --rows 512 --cols 512, ns a
  * row-block-token, transposed against rows8_q8_0: 1.28 / 0.83 at 2
- * tokens, 0.78 / 0.71 at 4, 0.54 / 0.65 at 8, 0.36 / 0.61 at 64); a
- * 64 KiB activation tile holds 6 tokens of a row up to 8 K columns
- * (o_proj of the wide models). */
+ * tokens, 0.78 / 0.71 at 4, 0.54 / 0.65 at 8, 0.36 / 0.61 at 64). */
 #define Q80_GEMM_MIN 6
 static void rows8_q8_0_n(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,
                          const struct shoal_ggml_matrix *w, const uint8_t *const p[8],
