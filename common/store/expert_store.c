@@ -55,6 +55,9 @@ struct entry {
                                      * frees it and its staging blob */
     int pf_judged;                  /* prefetched, and counted unused at the step
                                      * its hint was for (not again at eviction) */
+    int mapped;                     /* blob is a read-only mapping of the file (the
+                                     * page cache's pages, io_engine.h map): munmap
+                                     * it, never recycle it or read into it */
     int failed_code;                /* first failure, when FAILED */
     char *failed_msg;               /* its message (owned) or NULL */
     struct entry *prev, *next;      /* recency list (TIER_CACHE), most recent at head */
@@ -283,7 +286,9 @@ static void blob_put(struct shoal_expert_store *s, void *blob, uint64_t bytes)
 
 static void entry_free(struct entry *e)
 {
-    if (e->tier == TIER_CACHE && e->s && e->blob)
+    if (e->mapped)
+        blob_unmap(e->blob, e->bytes);
+    else if (e->tier == TIER_CACHE && e->s && e->blob)
         blob_put(e->s, e->blob, e->bytes);
     else if (e->tier != TIER_STAGING)
         blob_unmap(e->blob, e->bytes);
@@ -457,6 +462,18 @@ static void on_read(struct shoal_io_req *req);
 static void submit_read(struct shoal_expert_store *s, struct entry *e, int si)
 {
     const struct shoal_container *ct = s->ct;
+    if (e->mapped) {   /* a retry after a mapped read failed its check */
+        void *p = mmap(e->blob, (size_t)e->bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        if (p == MAP_FAILED) {
+            entry_fail(e, SHOAL_ENOMEM, "cannot remap an expert buffer for a retry");
+            return;
+        }
+        e->mapped = 0;
+    }
+    /* a blob in a cache or pinned buffer of its own may be mapped from a
+     * warm page cache (staging buffers are reused for reads) */
+    const int map = e->tier != TIER_STAGING && !s->src[si].direct;
     e->src = si;
     e->tried |= 1u << si;
     e->state = ENTRY_LOADING;
@@ -469,7 +486,7 @@ static void submit_read(struct shoal_expert_store *s, struct entry *e, int si)
                                           .len = (size_t)rd->len, .off = rd->off,
                                           .min_len = rd->need < rd->len ? rd->need : 0,
                                           /* a demand read goes ahead of prefetches */
-                                          .urgent = !e->prefetched,
+                                          .urgent = !e->prefetched, .map = map,
                                           .cb = on_read, .user_data = e};
         double now = shoal_time_s();
         source_start(s, si, now);
@@ -540,6 +557,7 @@ static void on_read(struct shoal_io_req *req)
         const struct shoal_expert_read *rd = &e->rd[req - e->req];
         code = verify_part(s, e, rd, req->result, msg, sizeof msg);
         pthread_mutex_lock(&s->mu);
+        e->mapped |= req->mapped;
         if (code && !e->rd_code) {
             e->rd_code = code;
             e->rd_msg = shoal_xstrdup(msg);
@@ -560,6 +578,7 @@ static void on_read(struct shoal_io_req *req)
         e->rd_code = 0;
         pthread_mutex_unlock(&s->mu);
     } else if (req->result == (int64_t)shoal_container_blob_bytes(ct, e->il)) {
+        e->mapped = req->mapped;   /* the entry is the io side's until READY / FAILED */
         uint64_t h = XXH64(e->blob, (size_t)shoal_container_blob_bytes(ct, e->il), 0);
         uint64_t want = ct->expert_xxh64[e->il * ct->n_expert + e->ie];
         if (h != want) {
@@ -611,6 +630,7 @@ static void on_read(struct shoal_io_req *req)
             src->st.bytes_read += shoal_container_blob_bytes(ct, e->il);
             s->st.bytes_read += shoal_container_blob_bytes(ct, e->il);
         }
+        s->st.mapped_reads += (uint64_t)e->mapped;
         e->state = ENTRY_READY;
         if (e->tier != TIER_STAGING)
             s->layer_ready[e->il]++;

@@ -131,6 +131,9 @@ struct shoal_expert_store_stats {
                                   * when acquired) */
     /* I/O, every source and purpose (demand, prefetch, pin) */
     uint64_t bytes_read;         /* verified blob bytes */
+    uint64_t mapped_reads;       /* of the reads, experts found in the page cache and
+                                  * mapped from it, not copied (--direct off, Linux;
+                                  * their bytes counted in bytes_read too) */
     double read_busy_seconds;    /* wall time with at least one read in flight */
     double stall_seconds;        /* the caller waiting for reads in acquire_batch */
     uint64_t tokens;             /* tokens routed (counted at the first MoE layer) */

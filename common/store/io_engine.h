@@ -68,6 +68,17 @@ struct shoal_io_req {
                                               * min_len bytes ends the read, result the
                                               * bytes read (a page-rounded O_DIRECT read
                                               * of a file's tail) */
+    int map;                                 /* 1: when every page of the range is in
+                                              * the page cache (Linux), map the file
+                                              * over buf instead of copying it: buf,
+                                              * off page-aligned, buf the start of a
+                                              * private anonymous mapping of >= len
+                                              * bytes (its pages are replaced), the
+                                              * range inside the file. Else the read
+                                              * as usual. */
+    int mapped;                              /* out: 1 when buf is now a read-only
+                                              * shared mapping of the file (munmap
+                                              * it; never read into it again) */
     int64_t result;                          /* out: len (or with min_len, the bytes
                                               * read), or a negative status */
     struct shoal_io_req *next_;              /* private to the engine */

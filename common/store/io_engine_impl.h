@@ -47,6 +47,13 @@ void shoal_io_engine_enqueue_(struct shoal_io_engine *e, struct shoal_io_req *re
 /* Pop the first queued request (caller holds e->mu) or NULL. */
 struct shoal_io_req *shoal_io_engine_pop_(struct shoal_io_engine *e);
 
+/* req->map's attempt, on a backend thread before its read: 1 when the
+ * range was all in the page cache and is now mapped over req->buf
+ * (req->mapped set; complete it with len), 0 when it is to be read as
+ * usual (buf is a fresh private anonymous mapping again), or a negative
+ * status when buf could not be restored (complete it with that). */
+int shoal_io_engine_try_map_(struct shoal_io_req *req);
+
 /* Finish req with result (len, or a negative status) and run its callback.
  * Call without holding e->mu. Thread: io. */
 void shoal_io_engine_complete_(struct shoal_io_req *req, int64_t result);

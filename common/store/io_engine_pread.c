@@ -50,7 +50,13 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&e->mu);
         if (!req)
             return NULL;   /* stopping and the queue is empty */
-        shoal_io_engine_complete_(req, stopping ? SHOAL_ECANCELED : read_all(req));
+        int m = 0;
+        if (!stopping && req->map)
+            m = shoal_io_engine_try_map_(req);
+        shoal_io_engine_complete_(req, stopping ? SHOAL_ECANCELED
+                                       : m > 0  ? (int64_t)req->len
+                                       : m < 0  ? m
+                                                : read_all(req));
     }
 }
 

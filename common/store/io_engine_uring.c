@@ -96,6 +96,7 @@ static void *ring_thread(void *arg)
             cancel = e->head;
             e->head = e->tail = e->urgent_tail = NULL;
         }
+        struct shoal_io_req *maps = NULL;   /* to map outside the lock */
         while (u->inflight < e->queue_depth && (u->retry || e->head)) {
             struct shoal_io_req *req = u->retry;
             if (req)
@@ -103,9 +104,31 @@ static void *ring_thread(void *arg)
             else
                 req = shoal_io_engine_pop_(e);
             req->next_ = NULL;
+            if (req->map && !stopping) {
+                req->next_ = maps;
+                maps = req;
+                continue;
+            }
             prep(u, req);
         }
         pthread_mutex_unlock(&e->mu);
+        int again = 0;
+        while (maps) {
+            struct shoal_io_req *req = maps, *next = maps->next_;
+            maps = next;
+            req->next_ = NULL;
+            req->map = 0;   /* one attempt; a read it is then */
+            const int m = shoal_io_engine_try_map_(req);
+            if (m != 0) {
+                shoal_io_engine_complete_(req, m > 0 ? (int64_t)req->len : m);
+                continue;
+            }
+            req->next_ = u->retry;   /* read it, within the queue depth */
+            u->retry = req;
+            again = 1;
+        }
+        if (again)
+            continue;
         while (cancel) {
             struct shoal_io_req *next = cancel->next_;
             shoal_io_engine_complete_(cancel, SHOAL_ECANCELED);

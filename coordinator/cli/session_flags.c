@@ -114,7 +114,8 @@ void shoal_session_usage_store(FILE *f)
         "                       only in place of one used less; default %s)\n"
         "  --pin SIZE           experts pinned in RAM, hottest first by routing counts\n"
         "                       kept in DIR/routing_counts.json (default 0)\n"
-        "  --direct on|off      O_DIRECT / F_NOCACHE expert reads (default off)\n"
+        "  --direct on|off      O_DIRECT / F_NOCACHE expert reads (default off: experts\n"
+        "                       in the page cache are mapped from it, others read)\n"
         "  --io auto|pread|uring  I/O engine (default auto: uring when available)\n"
         "  --queue-depth N      expert reads in flight (default 8)\n"
         "  --prefetch on|off    start the next layer's reads early (default on)\n"
@@ -876,11 +877,12 @@ static void print_store_stats(const struct shoal_expert_store *store)
             pct(st.disk_reads, used), (unsigned long long)st.staged_reads,
             (unsigned long long)st.read_ahead);
     fprintf(stderr, "shoal: experts: io %s, queue depth %d: %.1f MB read at %.1f MB/s; "
-            "stalled %.2f ms/token over %llu tokens\n", st.io_engine, st.queue_depth,
+            "stalled %.2f ms/token over %llu tokens; %llu experts mapped from the page "
+            "cache\n", st.io_engine, st.queue_depth,
             (double)st.bytes_read / 1e6, st.read_busy_seconds > 0 ?
             (double)st.bytes_read / 1e6 / st.read_busy_seconds : 0.0,
             st.tokens ? 1e3 * st.stall_seconds / (double)st.tokens : 0.0,
-            (unsigned long long)st.tokens);
+            (unsigned long long)st.tokens, (unsigned long long)st.mapped_reads);
     for (int i = 0; i < st.n_source; i++)
         fprintf(stderr, "shoal: experts: source %d %s: weight %.1f, %llu reads, %.1f MB at "
                 "%.1f MB/s, %llu errors%s\n", i, st.source[i].path, st.source[i].weight,

@@ -8,6 +8,7 @@
  * struct shoal_container filled by hand (the store reads nothing else). */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -152,9 +153,20 @@ static void stats(struct shoal_expert_store *s, struct shoal_expert_store_stats 
 
 /* ------------------------------------------------------------ batches */
 
-static void whole_layer_batch(enum shoal_io_kind io, int direct)
+/* cold: the experts file's pages dropped from the page cache (written back
+ * first), so the reads cannot be mapped from it */
+static void whole_layer_batch(enum shoal_io_kind io, int direct, int cold)
 {
     make(0);
+    if (cold) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/experts.bin", F.dir);
+        const int fd = open(path, O_RDONLY);
+        cr_assert(fd >= 0);
+        cr_assert(eq(int, fsync(fd), 0));
+        cr_assert(eq(int, posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0));
+        close(fd);
+    }
     struct shoal_expert_store_params p = params(UINT64_MAX, io, 4);
     p.direct = direct;
     struct shoal_expert_store *s = open_store(p);
@@ -173,6 +185,15 @@ static void whole_layer_batch(enum shoal_io_kind io, int direct)
     cr_assert(eq(u64, st.disk_reads, N_LAYER * N_EXPERT));
     cr_assert(eq(u64, st.bytes_read, (uint64_t)N_LAYER * N_EXPERT * BLOB));
     cr_assert(eq(u64, st.cached_experts, N_LAYER * N_EXPERT));
+#if defined(__linux__)
+    /* a warm page cache is mapped, not copied; O_DIRECT and cold pages read */
+    if (!direct && !cold)
+        cr_assert(eq(u64, st.mapped_reads, N_LAYER * N_EXPERT));
+    else if (direct)
+        cr_assert(eq(u64, st.mapped_reads, 0));
+    else
+        cr_assert(st.mapped_reads < N_LAYER * N_EXPERT, "every read mapped though cold");
+#endif
     /* again: all from the cache, nothing read */
     int m = shoal_expert_store_acquire_batch(s, 2, ids, 3, w, &err);
     cr_assert(eq(int, m, 3));
@@ -187,12 +208,23 @@ static void whole_layer_batch(enum shoal_io_kind io, int direct)
 
 Test(expert_store, batch_reads_land_and_verify_pread, .timeout = 60)
 {
-    whole_layer_batch(SHOAL_IO_PREAD, 0);
+    whole_layer_batch(SHOAL_IO_PREAD, 0, 0);
+}
+
+Test(expert_store, batch_reads_land_and_verify_uring, .timeout = 60)
+{
+    whole_layer_batch(SHOAL_IO_URING, 0, 0);
 }
 
 Test(expert_store, batch_reads_land_and_verify_uring_direct, .timeout = 60)
 {
-    whole_layer_batch(SHOAL_IO_URING, 1);
+    whole_layer_batch(SHOAL_IO_URING, 1, 0);
+}
+
+Test(expert_store, batch_reads_land_and_verify_cold_pread_and_uring, .timeout = 60)
+{
+    whole_layer_batch(SHOAL_IO_PREAD, 0, 1);
+    whole_layer_batch(SHOAL_IO_URING, 0, 1);
 }
 
 Test(expert_store, lru_keeps_the_budget_and_evicts_least_recent, .timeout = 60)
@@ -1054,6 +1086,11 @@ Test(expert_store, bad_copy_on_a_mirror_falls_back_with_one_warning, .timeout = 
     cr_assert(eq(u64, st.source[0].reads + st.source[1].reads, N_LAYER * N_EXPERT),
               "each expert read once: nothing is cached twice");
     cr_assert(st.source[1].reads > 0 && st.source[0].reads > 0, "both sources serve");
+#if defined(__linux__)
+    /* the damaged copies were mapped, failed their checksum, and were read
+     * again from the container into the same buffers */
+    cr_assert(st.mapped_reads > 0, "the warm copies were mapped");
+#endif
     pthread_mutex_lock(&log_mu);
     int warned = n_warn;
     pthread_mutex_unlock(&log_mu);
