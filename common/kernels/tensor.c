@@ -60,7 +60,16 @@ int shoal_weight_check_scales(const struct shoal_weight *w, const char *name,
     const int64_t n_group = (w->cols + w->group - 1) / w->group;
     for (int64_t r = 0; r < w->rows; r++) {
         const uint8_t *row = shoal_weight_row(w, r);
+        /* the row's verdict first, in a loop without exits the compiler
+         * vectorizes (every expert read is checked: 5 % of a V3-width
+         * prefill's samples in a fresh process), then the first bad scale */
+        uint32_t bad = 0;
         for (int64_t g = 0; g < n_group; g++) {
+            uint32_t u;
+            memcpy(&u, row + 4 * (size_t)g, sizeof u);
+            bad |= (~u & 0x7f800000u) == 0;
+        }
+        for (int64_t g = 0; bad && g < n_group; g++) {
             uint32_t u;
             memcpy(&u, row + 4 * (size_t)g, sizeof u);
             if (((u >> 23) & 0xffu) == 0xffu) {   /* exponent all ones: inf or NaN */
