@@ -10,7 +10,8 @@
  * block), so arbitrary scales and codes must not crash or read out of
  * bounds; NaN and infinite results are fine. Checked here:
  *   - each type's blocks lie in a buffer of exactly their size (ASan sees
- *     one byte too far) and nothing is allocated by any of the calls;
+ *     one byte too far) and nothing is allocated by any of the calls (the
+ *     thread's activation tile is allocated once, before them);
  *   - dequant_row accepts whole blocks of every type with a dequantization;
  *   - check_scales returns 0 or -SHOAL_EFORMAT with a one-line message;
  *     when it returns 0 (and the type is not MXFP4, whose finite scales
@@ -45,6 +46,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     /* the best ISA of this CPU, chosen once, as shoal's main() does */
     shoal_quant_init(SHOAL_QUANT_ISA_AUTO, NULL);
+    /* this thread's activation tile, allocated once as a thread's first
+     * linear does (quant.h): the calls below then allocate nothing */
+    if (shoal_act_tile() == NULL)
+        abort();
     return 0;
 }
 
