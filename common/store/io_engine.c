@@ -75,9 +75,7 @@ int shoal_io_engine_try_map_(struct shoal_io_req *req)
 {
     req->mapped = 0;
 #if defined(__linux__)
-    static long pg;
-    if (!pg)
-        pg = sysconf(_SC_PAGESIZE);
+    const long pg = sysconf(_SC_PAGESIZE);
     if (pg <= 0 || req->len == 0 || req->off % (uint64_t)pg || (uintptr_t)req->buf % (uintptr_t)pg)
         return 0;
     struct stat sb;   /* a range past the end (a GGUF's page-rounded tail) is read */
