@@ -52,6 +52,12 @@ size_t shoal_weight_row_bytes(const struct shoal_weight *w)
     return (size_t)w->cols * shoal_dtype_size(w->dtype);
 }
 
+/* an f32's bits with the exponent all ones: inf or NaN */
+static inline uint32_t f32_bits_nonfinite(uint32_t u)
+{
+    return (~u & 0x7f800000u) == 0;
+}
+
 int shoal_weight_check_scales(const struct shoal_weight *w, const char *name,
                               struct shoal_err *err)
 {
@@ -67,12 +73,12 @@ int shoal_weight_check_scales(const struct shoal_weight *w, const char *name,
         for (int64_t g = 0; g < n_group; g++) {
             uint32_t u;
             memcpy(&u, row + 4 * (size_t)g, sizeof u);
-            bad |= (~u & 0x7f800000u) == 0;
+            bad |= f32_bits_nonfinite(u);
         }
         for (int64_t g = 0; bad && g < n_group; g++) {
             uint32_t u;
             memcpy(&u, row + 4 * (size_t)g, sizeof u);
-            if (((u >> 23) & 0xffu) == 0xffu) {   /* exponent all ones: inf or NaN */
+            if (f32_bits_nonfinite(u)) {
                 float d;
                 memcpy(&d, &u, sizeof d);
                 return shoal_err_set(err, SHOAL_EFORMAT,

@@ -207,11 +207,16 @@ static void *alloc_blob(size_t n)
  * cgroup charges like any other). A mapping goes back to the kernel when
  * it is unmapped. The pages are 4 KiB aligned (O_DIRECT). NULL when out of
  * memory. */
+static void *blob_map_at(void *at, uint64_t n)
+{
+    void *p = mmap(at, (size_t)(n ? n : SHOAL_CONTAINER_ALIGN), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0), -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 static void *blob_map(uint64_t n)
 {
-    void *p = mmap(NULL, (size_t)(n ? n : SHOAL_CONTAINER_ALIGN), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    return blob_map_at(NULL, n);
 }
 
 static void blob_unmap(void *p, uint64_t n)
@@ -463,9 +468,7 @@ static void submit_read(struct shoal_expert_store *s, struct entry *e, int si)
 {
     const struct shoal_container *ct = s->ct;
     if (e->mapped) {   /* a retry after a mapped read failed its check */
-        void *p = mmap(e->blob, (size_t)e->bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-        if (p == MAP_FAILED) {
+        if (!blob_map_at(e->blob, e->bytes)) {   /* anonymous pages again, in place */
             entry_fail(e, SHOAL_ENOMEM, "cannot remap an expert buffer for a retry");
             return;
         }
