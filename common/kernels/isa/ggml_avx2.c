@@ -22,8 +22,8 @@
  * unpack_row says how the offsets and mins come back in).
  *
  * Batches: one token (the decode matvec) unpacks each row's block into
- * registers and uses it at once (Q4_K, Q5_K, Q6_K, Q2_K and IQ4_XS in few
- * registers: rows8_k_1; Q8_0 a block of 32 at a time: rows8_q8_0_1;
+ * registers and uses it at once (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K and IQ4_XS in
+ * few registers: rows8_k_1; Q8_0 a block of 32 at a time: rows8_q8_0_1;
  * Q4_0 and MXFP4 two blocks at a time: rows8_b32_pair_1; IQ2_XXS, IQ3_XXS and IQ1_S straight to
  * its raw sum: raw1); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
@@ -43,11 +43,11 @@
 #include "prefetch_x86.h"
 
 /* Built a second time with AVX-512 VL and VNNI (common/meson.build) as
- * shoal_ggml_rows_avx512: the one-token rows of Q4_K, Q6_K, Q2_K and Q8_0
- * then sum with vpdpbusd / vpdpwssd (dp_pair; Q2_K's in 512-bit registers,
- * a third fewer instructions: 2 threads from RAM 18-21 -> 22-25 GB/s on
- * Zen 4), the same integers, and Q8_0's GEMM takes the transposed block
- * (kblk_q80). */
+ * shoal_ggml_rows_avx512: the one-token rows of Q4_K, Q6_K, Q2_K, Q3_K and
+ * Q8_0 then sum with vpdpbusd / vpdpwssd (dp_pair; Q2_K's and Q3_K's in
+ * 512-bit registers, a third fewer instructions: 2 threads from RAM, Q2_K
+ * 18-21 -> 22-25 GB/s on Zen 4), the same integers, and Q8_0's GEMM takes
+ * the transposed block (kblk_q80). */
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define SHOAL_GGML_VNNI 1
 #define SHOAL_GGML_ROWS_FN shoal_ggml_rows_avx512
@@ -471,6 +471,19 @@ static inline __m128i iq4xs_scales(const uint8_t *blk)
     return _mm_sub_epi8(_mm_or_si128(nib, _mm_cvtsi64_si128((long long)hb)), _mm_set1_epi8(32));
 }
 
+/* Q3_K's 16 scales as int8: sc[k] = nibble k % 8 of bytes 0..7 (low for
+ * k < 8), bits 2 (k / 4) of byte 8 + k % 4 above it, minus 32 */
+static inline __attribute__((always_inline)) __m128i q3k_scales(const uint8_t *blk)
+{
+    const __m128i v = _mm_loadl_epi64((const __m128i *)(blk + 96)), m4b = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4b),
+                                          _mm_and_si128(_mm_srli_epi16(v, 4), m4b));
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)le32(blk + 104)),
+                                                    _mm_setr_epi32(0, 2, 4, 6)),
+                                     _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+}
+
 /* One row's block blk of type t unpacked into *u: the same integers as
  * shoal_ggml_iblock_decode (Q6_K, Q3_K: offset; see above) and D, DMIN as
  * it computes them. */
@@ -553,15 +566,7 @@ static inline __attribute__((always_inline)) void unpack_row(enum shoal_ggml_typ
                 u->q[4 * h + s] = _mm256_or_si256(bits8(v, 2 * s, 3),
                                                   _mm256_slli_epi16(bits8(hm, 4 * h + s, 1), 2));
         }
-        /* sc[k] = nibble k % 8 of bytes 0..7 (low for k < 8), bits 2 (k / 4)
-         * of byte 8 + k % 4 above it, minus 32 */
-        const __m128i v = _mm_loadl_epi64((const __m128i *)(blk + 96)), m4b = _mm_set1_epi8(0x0F);
-        const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4b),
-                                              _mm_and_si128(_mm_srli_epi16(v, 4), m4b));
-        const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)le32(blk + 104)),
-                                                        _mm_setr_epi32(0, 2, 4, 6)),
-                                         _mm_set1_epi8(3));
-        const __m128i S = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+        const __m128i S = q3k_scales(blk);
         scales_put(u, S, 1);
         u->corr16 = _mm256_cvtepi8_epi16(S);
         u->d = f16_at(blk + 108);
@@ -967,7 +972,6 @@ static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t
     {                                                                                         \
         rows8_t(T, y, a, t0, nt, w, p, pf, r, nr);                                            \
     }
-ROWS8_FN(rows8_q3_k, SHOAL_GGML_TYPE_Q3_K)
 ROWS8_FN(rows8_iq4_nl, SHOAL_GGML_TYPE_IQ4_NL)
 ROWS8_FN(rows8_iq2_xxs, SHOAL_GGML_TYPE_IQ2_XXS)
 ROWS8_FN(rows8_iq3_xxs, SHOAL_GGML_TYPE_IQ3_XXS)
@@ -1442,7 +1446,7 @@ static inline __attribute__((always_inline)) void q6k_row(const uint8_t *blk, co
 }
 
 #if SHOAL_GGML_VNNI
-/* vpermw indices of q2k_row's scales: int16 lanes 8L .. 8L + 3 the scale of
+/* vpermw indices of bitpair_raw's scales: int16 lanes 8L .. 8L + 3 the scale of
  * the 16 2r + (L & 1) + 8 (L >> 1) with r = 2j, lanes 8L + 4 .. 8L + 7 with
  * r = 2j + 1 */
 #define Q2P(k) k, k, k, k
@@ -1455,29 +1459,32 @@ static const int16_t q2k_perm[2][32] __attribute__((aligned(64))) = {
 #undef Q2P
 #endif
 
-/* One row's Q2_K block blk, as q4k_row: *raw = lanes of sum_k sc[k] *
- * (q . qx over the 16s k), *corr = lanes of sum_k m[k] * bsum[k]. Register
- * 4h + r holds elements 128h + 32r .. + 31: bit pair 2r of qs[32h ..]
- * (ggml's dequantize_row_q2_K), its two 16s' scales in its two halves. */
-static inline __attribute__((always_inline)) void q2k_row(const uint8_t *blk, const int8_t *x,
-                                                         __m256i bs, __m256i *raw,
-                                                         __m256i *corr)
+/* The raw sums of Q2_K's and Q3_K's codes: lanes of sum_k sc[k] * (c . qx
+ * over the 16s k), sc the 16 int16 scales. c = bit pair r of qs[32h + l]
+ * (element 128h + 32r + l, ggml's dequantize_row_q2_K / _q3_K), with Q3_K
+ * (hm: its hmask) bit 4h + r of hm[l] above it as 4 (q + 4, 0 .. 7). */
+static inline __attribute__((always_inline)) __m256i bitpair_raw(const uint8_t *qs,
+                                                                const uint8_t *hm,
+                                                                const int8_t *x, __m256i sc)
 {
-    const __m128i v = _mm_loadu_si128((const __m128i *)blk), m4b = _mm_set1_epi8(0x0F);
-    const __m256i sc = _mm256_cvtepu8_epi16(_mm_and_si128(v, m4b));
-    *corr = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4b)),
-                              bs);
 #if SHOAL_GGML_VNNI
     /* 512-bit: the 64 code bytes in one register, bit pair r of byte l
      * (half h: l = 32h + l') element 128h + 32r + l'; the token's bytes in
-     * that order, xr[r] = x[32r ..] | x[128 + 32r ..] (loads the eight
-     * rows share). A run of four is at most 4 * 3 * 128 in size, so packs
-     * keeps it; it puts in 128-bit lane L the runs of ca's and cb's lane L,
-     * whose 16s are 2r + (L & 1) + 8 (L >> 1): q2k_perm[j] picks their
-     * scales. */
-    const __m512i m3z = _mm512_set1_epi8(3), z = _mm512_setzero_si512();
-    const __m512i qz = _mm512_loadu_si512((const void *)(blk + 16));
+     * that order, x[32r ..] | x[128 + 32r ..] (loads the eight rows
+     * share). Q3_K: byte 32h + l of hz holds hm[l]'s bits 4h .. 4h + 3 in
+     * bits 0 .. 3, and a code gets its 4 under a byte mask (vptestmb) by
+     * one masked add. A run of four is at most 4 * 7 * 128: packs keeps
+     * it. It puts in 128-bit lane L the runs of ca's and cb's lane L, whose
+     * 16s are 2r + (L & 1) + 8 (L >> 1): q2k_perm[j] picks their scales. */
+    const __m512i m3z = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i qz = _mm512_loadu_si512((const void *)qs);
     const __m512i scz = _mm512_castsi256_si512(sc);
+    __m512i hz = z;
+    if (hm) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)hm);
+        hz = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 4), 1);
+    }
     __m512i accz = z;
     for (int j = 0; j < 2; j++) {
         const __m512i xa = _mm512_inserti64x4(
@@ -1486,34 +1493,68 @@ static inline __attribute__((always_inline)) void q2k_row(const uint8_t *blk, co
         const __m512i xb = _mm512_inserti64x4(
             _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x + 64 * j + 32))),
             _mm256_loadu_si256((const __m256i *)(x + 128 + 64 * j + 32)), 1);
-        const __m512i ca = _mm512_and_si512(j ? _mm512_srli_epi16(qz, 4) : qz, m3z);
-        const __m512i cb = _mm512_and_si512(_mm512_srli_epi16(qz, 4 * j + 2), m3z);
+        __m512i ca = _mm512_and_si512(j ? _mm512_srli_epi16(qz, 4) : qz, m3z);
+        __m512i cb = _mm512_and_si512(_mm512_srli_epi16(qz, 4 * j + 2), m3z);
+        if (hm) {
+            ca = _mm512_mask_add_epi8(
+                ca, _mm512_test_epi8_mask(hz, _mm512_set1_epi8((char)(1 << (2 * j)))), ca, four);
+            cb = _mm512_mask_add_epi8(
+                cb, _mm512_test_epi8_mask(hz, _mm512_set1_epi8((char)(2 << (2 * j)))), cb, four);
+        }
         const __m512i da = _mm512_dpbusd_epi32(z, ca, xa);
         const __m512i db = _mm512_dpbusd_epi32(z, cb, xb);
         const __m512i s = _mm512_permutexvar_epi16(
             _mm512_load_si512((const void *)q2k_perm[j]), scz);
         accz = _mm512_dpwssd_epi32(accz, _mm512_packs_epi32(da, db), s);
     }
-    *raw = _mm256_add_epi32(_mm512_castsi512_si256(accz), _mm512_extracti64x4_epi64(accz, 1));
+    return _mm256_add_epi32(_mm512_castsi512_si256(accz), _mm512_extracti64x4_epi64(accz, 1));
 #else
+    /* register 4h + r: its two 16s' scales in its two halves */
     const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i h = hm ? _mm256_loadu_si256((const __m256i *)hm) : m3;
     const __m256i sc_half[2] = {_mm256_permute2x128_si256(sc, sc, 0x00),
                                 _mm256_permute2x128_si256(sc, sc, 0x11)};
     __m256i acc = _mm256_setzero_si256();
-    for (int h = 0; h < 2; h++) {
-        const __m256i sh = sc_half[h];
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * h));
+    for (int hh = 0; hh < 2; hh++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * hh));
         for (int r = 0; r < 4; r++) {
-            const __m256i c = _mm256_and_si256(r ? _mm256_srli_epi16(q, 2 * r) : q, m3);
+            __m256i c = _mm256_and_si256(r ? _mm256_srli_epi16(q, 2 * r) : q, m3);
+            if (hm)
+                c = _mm256_or_si256(c, _mm256_slli_epi16(bits8(h, 4 * hh + r, 1), 2));
             const __m256i pr = _mm256_maddubs_epi16(
-                c, _mm256_loadu_si256((const __m256i *)(x + 128 * h + 32 * r)));
+                c, _mm256_loadu_si256((const __m256i *)(x + 128 * hh + 32 * r)));
             const __m256i sr = _mm256_shuffle_epi8(
-                sh, _mm256_load_si256((const __m256i *)q6k_bcast[r]));
+                sc_half[hh], _mm256_load_si256((const __m256i *)q6k_bcast[r]));
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pr, sr));
         }
     }
-    *raw = acc;
+    return acc;
 #endif
+}
+
+/* One row's Q2_K block blk, as q4k_row: *raw = lanes of sum_k sc[k] *
+ * (q . qx over the 16s k), *corr = lanes of sum_k m[k] * bsum[k]. */
+static inline __attribute__((always_inline)) void q2k_row(const uint8_t *blk, const int8_t *x,
+                                                         __m256i bs, __m256i *raw,
+                                                         __m256i *corr)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)blk), m4b = _mm_set1_epi8(0x0F);
+    const __m256i sc = _mm256_cvtepu8_epi16(_mm_and_si128(v, m4b));
+    *corr = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4b)),
+                              bs);
+    *raw = bitpair_raw(blk + 16, NULL, x, sc);
+}
+
+/* One row's Q3_K block blk, as q6k_row: *raw = lanes of sum_k sc[k] *
+ * ((q + 4) . qx over the 16s k), *corr = lanes of sum_k sc[k] * bsum[k]
+ * (block_term takes 4 x corr back off). */
+static inline __attribute__((always_inline)) void q3k_row(const uint8_t *blk, const int8_t *x,
+                                                         __m256i bs, __m256i *raw,
+                                                         __m256i *corr)
+{
+    const __m256i sc = _mm256_cvtepi8_epi16(q3k_scales(blk));
+    *corr = _mm256_madd_epi16(sc, bs);
+    *raw = bitpair_raw(blk + 32, blk, x, sc);
 }
 
 /* One row's IQ4_XS block against a token's 256 qx, as q4k_row (no min:
@@ -1549,7 +1590,7 @@ static inline __attribute__((always_inline)) size_t k1_size(enum shoal_ggml_type
     return t == SHOAL_GGML_TYPE_Q4_K ? 144 : t == SHOAL_GGML_TYPE_Q5_K ? 176
            : t == SHOAL_GGML_TYPE_Q6_K ? 210 : t == SHOAL_GGML_TYPE_IQ4_XS ? 136
            : t == SHOAL_GGML_TYPE_Q4_0 ? 18 : t == SHOAL_GGML_TYPE_MXFP4 ? 17
-           : t == SHOAL_GGML_TYPE_Q8_0 ? 34 : 84;
+           : t == SHOAL_GGML_TYPE_Q8_0 ? 34 : t == SHOAL_GGML_TYPE_Q3_K ? 110 : 84;
 }
 
 static inline __attribute__((always_inline)) size_t k1_d_off(enum shoal_ggml_type t)
@@ -1557,7 +1598,7 @@ static inline __attribute__((always_inline)) size_t k1_d_off(enum shoal_ggml_typ
     return t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K ||
                    t == SHOAL_GGML_TYPE_IQ4_XS || t == SHOAL_GGML_TYPE_Q4_0 ||
                    t == SHOAL_GGML_TYPE_Q8_0 ? 0
-           : t == SHOAL_GGML_TYPE_Q6_K ? 208 : 80;
+           : t == SHOAL_GGML_TYPE_Q6_K ? 208 : t == SHOAL_GGML_TYPE_Q3_K ? 108 : 80;
 }
 
 static inline __attribute__((always_inline)) void k1_row(enum shoal_ggml_type t,
@@ -1571,6 +1612,8 @@ static inline __attribute__((always_inline)) void k1_row(enum shoal_ggml_type t,
         iq4xs_row(blk, x, raw, corr);
     else if (t == SHOAL_GGML_TYPE_Q6_K)
         q6k_row(blk, x, bs, raw, corr);
+    else if (t == SHOAL_GGML_TYPE_Q3_K)
+        q3k_row(blk, x, bs, raw, corr);
     else
         q2k_row(blk, x, bs, raw, corr);
 }
@@ -1618,7 +1661,8 @@ static inline __attribute__((always_inline)) void rows8_k_1(enum shoal_ggml_type
         for (int k = 0; k < 4; k++)
             k_pair(t, p, pf, 2 * k, off, x, bs, &raw2[k], &corr2[k]);
         const __m256 d = f16x8(p, off + k1_d_off(t));
-        const __m256 dmin = t == SHOAL_GGML_TYPE_Q6_K || t == SHOAL_GGML_TYPE_IQ4_XS
+        const __m256 dmin = t == SHOAL_GGML_TYPE_Q6_K || t == SHOAL_GGML_TYPE_Q3_K ||
+                                    t == SHOAL_GGML_TYPE_IQ4_XS
                                 ? _mm256_setzero_ps()
                                 : f16x8(p, off + k1_d_off(t) + 2);
         acc = block_term(t, acc, fold_pairs(raw2), fold_pairs(corr2), d, dmin,
@@ -2006,6 +2050,7 @@ ROWS8_K_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K, rows8_t)
 ROWS8_K_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS, rows8_t)
 ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K, rows8_q6k_n)
 ROWS8_K_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K, rows8_t)
+ROWS8_K_FN(rows8_q3_k, SHOAL_GGML_TYPE_Q3_K, rows8_t)
 
 typedef void (*rows8_fn)(float *, const struct shoal_ggml_act *, int64_t, int64_t,
                          const struct shoal_ggml_matrix *, const uint8_t *const[8],
