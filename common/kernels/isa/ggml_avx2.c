@@ -46,8 +46,8 @@
  * shoal_ggml_rows_avx512: the one-token rows of Q4_K, Q6_K, Q2_K, Q3_K and
  * Q8_0 then sum with vpdpbusd / vpdpwssd (dp_pair; Q2_K's and Q3_K's in
  * 512-bit registers, a third fewer instructions: 2 threads from RAM, Q2_K
- * 18-21 -> 22-25 GB/s on Zen 4), the same integers, and Q8_0's GEMM takes
- * the transposed block (kblk_q80). */
+ * 18-21 -> 22-25 GB/s on Zen 4; IQ4_XS's 512-bit with its codes + 128), the
+ * same integers, and Q8_0's GEMM takes the transposed block (kblk_q80). */
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define SHOAL_GGML_VNNI 1
 #define SHOAL_GGML_ROWS_FN shoal_ggml_rows_avx512
@@ -1298,10 +1298,12 @@ static void rows8_q8_0_pf(float *y, const struct shoal_ggml_act *a, int64_t t0, 
 /* vpshufb controls broadcasting int16 lane j (0 .. 7) of a 128-bit half */
 #define BC2(j) 2 * (j), 2 * (j) + 1
 #define BC16(j) BC2(j), BC2(j), BC2(j), BC2(j), BC2(j), BC2(j), BC2(j), BC2(j)   /* a half */
+#if !SHOAL_GGML_VNNI
 static const uint8_t q4k_bcast[8][32] __attribute__((aligned(32))) = {
     {BC16(0), BC16(0)}, {BC16(1), BC16(1)}, {BC16(2), BC16(2)}, {BC16(3), BC16(3)},
     {BC16(4), BC16(4)}, {BC16(5), BC16(5)}, {BC16(6), BC16(6)}, {BC16(7), BC16(7)},
 };
+#endif
 
 #if SHOAL_GGML_VNNI
 /* vpshufb controls of the VNNI rows (vpdpbusd, vpackssdw, vpdpwssd): int16
@@ -1563,8 +1565,47 @@ static inline __attribute__((always_inline)) void q3k_row(const uint8_t *blk, co
  * c's sign (vpmaddubsw pairs <= 2 * 127 * 127), then times its 6-bit scale
  * less 32 (vpmaddwd). unpack_row's integers. */
 static inline __attribute__((always_inline)) void iq4xs_row(const uint8_t *blk, const int8_t *x,
-                                                           __m256i *raw, __m256i *corr)
+                                                           __m256i bs, __m256i *raw,
+                                                           __m256i *corr)
 {
+#if SHOAL_GGML_VNNI
+    /* 512-bit: register g holds qs of the 32s 4g .. 4g + 3, looked up as
+     * kvalues_iq4nl + 128 (1 .. 241, vpdpbusd's unsigned side) in two
+     * registers, the low nibbles (elements 0-15 of each 32) and the high
+     * ones (16-31), against the token's bytes in that order (xq4: loads
+     * and permutes the eight rows share): 128-bit lane L holds the 32 4g
+     * + L's partial sums, times its scale (vpmulld). The 128 comes back off
+     * as 128 * sum_j sc[j] * (the sum of qx over the 32 j) from the bsums:
+     * the same integer sum, exactly (|raw| < 2^28). */
+    const __m128i s8 = iq4xs_scales(blk);
+    const __m512i s32 = _mm512_cvtepi8_epi32(s8);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_xor_si128(
+        _mm_loadu_si128((const __m128i *)shoal_ggml_iq4nl_values), _mm_set1_epi8((char)0x80)));
+    const __m512i m4z = _mm512_set1_epi8(0x0F), z = _mm512_setzero_si512();
+    __m512i accz = z;
+    for (int g = 0; g < 2; g++) {
+        const __m512i x0 = _mm512_loadu_si512((const void *)(x + 128 * g));
+        const __m512i x1 = _mm512_loadu_si512((const void *)(x + 128 * g + 64));
+        const __m512i xlo = _mm512_permutex2var_epi64(x0, _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), x1);
+        const __m512i xhi = _mm512_permutex2var_epi64(x0, _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15), x1);
+        const __m512i v = _mm512_loadu_si512((const void *)(blk + 8 + 64 * g));
+        const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4z));
+        const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4z));
+        const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, lo, xlo), hi, xhi);
+        const __m512i sg = _mm512_permutexvar_epi32(
+            _mm512_add_epi32(_mm512_set1_epi32(4 * g),
+                             _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)),
+            s32);
+        accz = _mm512_add_epi32(accz, _mm512_mullo_epi32(d, sg));
+    }
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i c = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_shuffle_epi8(s8, dup)), bs);
+    *raw = _mm256_sub_epi32(
+        _mm256_add_epi32(_mm512_castsi512_si256(accz), _mm512_extracti64x4_epi64(accz, 1)),
+        _mm256_slli_epi32(c, 7));
+    *corr = _mm256_setzero_si256();
+#else
+    (void)bs;
     const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(iq4xs_scales(blk)));
     const __m256i lut = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)shoal_ggml_iq4nl_values));
@@ -1582,6 +1623,7 @@ static inline __attribute__((always_inline)) void iq4xs_row(const uint8_t *blk, 
     }
     *raw = acc;
     *corr = _mm256_setzero_si256();
+#endif
 }
 
 /* the block bytes of the one-token K types, and where D (and DMIN) sit */
@@ -1609,7 +1651,7 @@ static inline __attribute__((always_inline)) void k1_row(enum shoal_ggml_type t,
     if (t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K)
         q4k_row(t, blk, x, bs, raw, corr);
     else if (t == SHOAL_GGML_TYPE_IQ4_XS)
-        iq4xs_row(blk, x, raw, corr);
+        iq4xs_row(blk, x, bs, raw, corr);
     else if (t == SHOAL_GGML_TYPE_Q6_K)
         q6k_row(blk, x, bs, raw, corr);
     else if (t == SHOAL_GGML_TYPE_Q3_K)
