@@ -59,8 +59,10 @@ static void build(void)
                  << (8 * i);
         g->iq1s[e] = v;
     }
-    for (unsigned i7 = 0; i7 < 128; i7++)   /* the 8th sign: the count of negatives even */
-        g->sign7[i7] = signs8(i7 | (unsigned)__builtin_parity(i7) << 7);
+    for (unsigned i7 = 0; i7 < 128; i7++) {   /* the 8th sign: the count of negatives even */
+        g->ksign[i7] = (uint8_t)(i7 | (unsigned)__builtin_parity(i7) << 7);
+        g->sign7[i7] = signs8(g->ksign[i7]);
+    }
     for (unsigned b = 0; b < 256; b++)
         g->sign8[b] = signs8(b);
 }

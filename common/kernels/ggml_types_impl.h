@@ -73,6 +73,8 @@ struct shoal_ggml_grid_bytes {
                             * byte e -1), byte 7 -1 when the count is odd
                             * (ggml-common.h ksigns_iq2xs) */
     uint64_t sign8[256];   /* bytes -1 where a bit of a whole sign byte is set */
+    uint8_t ksign[128];    /* a 7-bit sign index with its parity as bit 7
+                            * (ggml-common.h ksigns_iq2xs itself) */
 };
 extern struct shoal_ggml_grid_bytes shoal_ggml_grid_bytes;
 void shoal_ggml_grid_bytes_init(void);
