@@ -24,7 +24,7 @@
  * Batches: one token (the decode matvec) unpacks each row's block into
  * registers and uses it at once (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K and IQ4_XS in
  * few registers: rows8_k_1; Q8_0 a block of 32 at a time: rows8_q8_0_1;
- * Q4_0 and MXFP4 two blocks at a time: rows8_b32_pair_1; IQ2_XXS, IQ3_XXS and IQ1_S straight to
+ * Q4_0, MXFP4 and, with VNNI, IQ4_NL two blocks at a time: rows8_b32_pair_1; IQ2_XXS, IQ3_XXS and IQ1_S straight to
  * its raw sum: raw1); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
  * TOK_TILE tokens at a time, the chains of all those tokens kept in
@@ -1063,7 +1063,6 @@ static inline __attribute__((always_inline)) void rows8_t(enum shoal_ggml_type t
     {                                                                                         \
         rows8_t(T, y, a, t0, nt, w, p, pf, r, nr);                                            \
     }
-ROWS8_FN(rows8_iq4_nl, SHOAL_GGML_TYPE_IQ4_NL)
 ROWS8_FN(rows8_iq2_xxs, SHOAL_GGML_TYPE_IQ2_XXS)
 ROWS8_FN(rows8_iq3_xxs, SHOAL_GGML_TYPE_IQ3_XXS)
 ROWS8_FN(rows8_iq1_s, SHOAL_GGML_TYPE_IQ1_S)
@@ -1083,11 +1082,38 @@ static const int8_t mxfp4_plus12[16] __attribute__((aligned(16))) = {
     12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
 };
 
+/* With VNNI IQ4_NL runs here too (Q4_0's layout, its codes through
+ * kvalues_iq4nl + 128, 1 .. 241, offset 128): vpdpbusd sums them in int32,
+ * where vpmaddubsw pairs would leave int16 (so AVX2 keeps rows8_t). */
+static const uint8_t iq4nl_plus128[16] __attribute__((aligned(16))) = {
+    1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241,
+};
+
+/* the blocks of 32: bytes a block, where its codes start, the offset of
+ * its unsigned codes, and their table (NULL: the nibble itself) */
+static inline __attribute__((always_inline)) size_t b32_ts(enum shoal_ggml_type t)
+{
+    return t == SHOAL_GGML_TYPE_MXFP4 ? 17 : 18;
+}
+static inline __attribute__((always_inline)) size_t b32_qs(enum shoal_ggml_type t)
+{
+    return t == SHOAL_GGML_TYPE_MXFP4 ? 1 : 2;
+}
+static inline __attribute__((always_inline)) int b32_off(enum shoal_ggml_type t)
+{
+    return t == SHOAL_GGML_TYPE_Q4_0 ? 8 : t == SHOAL_GGML_TYPE_MXFP4 ? 12 : 128;
+}
+static inline __attribute__((always_inline)) const int8_t *b32_lut(enum shoal_ggml_type t)
+{
+    return t == SHOAL_GGML_TYPE_Q4_0 ? NULL
+           : t == SHOAL_GGML_TYPE_MXFP4 ? mxfp4_plus12 : (const int8_t *)iq4nl_plus128;
+}
+
 static inline __attribute__((always_inline)) __m256i b32_row(enum shoal_ggml_type t,
                                                             const uint8_t *blk, __m256i xv)
 {
     const __m256i u = t == SHOAL_GGML_TYPE_Q4_0 ? nibbles32(blk + 2)
-                                                : lut32(blk + 1, mxfp4_plus12);
+                                                : lut32(blk + b32_qs(t), b32_lut(t));
 #if SHOAL_GGML_VNNI
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, xv);
 #else
@@ -1125,8 +1151,8 @@ static inline __attribute__((always_inline)) __m256 b32_step(enum shoal_ggml_typ
                                                             const uint8_t *const pf[8],
                                                             size_t o, __m256i xv, float dx)
 {
-    const size_t ts = t == SHOAL_GGML_TYPE_Q4_0 ? 18 : 17;
-    const int off = t == SHOAL_GGML_TYPE_Q4_0 ? 8 : 12;
+    const size_t ts = b32_ts(t);
+    const int off = b32_off(t);
     __m256i s2[4];
     for (int k = 0; k < 4; k++) {
         prefetch_block(pf, 2 * k, o, ts);
@@ -1136,7 +1162,7 @@ static inline __attribute__((always_inline)) __m256 b32_step(enum shoal_ggml_typ
     }
     const __m256i isum = _mm256_sub_epi32(fold_pairs(s2),   /* minus off * sum qx */
                                           _mm256_mullo_epi32(sum32_all(xv), _mm256_set1_epi32(off)));
-    const __m256 d = t == SHOAL_GGML_TYPE_Q4_0 ? f16x8(p, o) : e8m0x8(p, o);
+    const __m256 d = t == SHOAL_GGML_TYPE_MXFP4 ? e8m0x8(p, o) : f16x8(p, o);
     return block_term(t, acc, isum, _mm256_setzero_si256(), d, _mm256_setzero_ps(), dx);
 }
 
@@ -1164,16 +1190,15 @@ static inline __attribute__((always_inline)) __m256i b32_pair(enum shoal_ggml_ty
                                                              const uint8_t *blk, __m256i xlo,
                                                              __m256i xhi)
 {
-    const int q4 = t == SHOAL_GGML_TYPE_Q4_0;
-    const size_t ts = q4 ? 18 : 17, qs = q4 ? 2 : 1;
+    const size_t ts = b32_ts(t), qs = b32_qs(t);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i v = _mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(blk + qs))),
         _mm_loadu_si128((const __m128i *)(blk + ts + qs)), 1);
     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    if (!q4) {
+    if (b32_lut(t)) {
         const __m256i lut = _mm256_broadcastsi128_si256(
-            _mm_load_si128((const __m128i *)mxfp4_plus12));
+            _mm_load_si128((const __m128i *)b32_lut(t)));
         lo = _mm256_shuffle_epi8(lut, lo);
         hi = _mm256_shuffle_epi8(lut, hi);
     }
@@ -1193,8 +1218,8 @@ static inline __attribute__((always_inline)) void rows8_b32_pair_1(enum shoal_gg
                              const uint8_t *const p[8], const uint8_t *const pf[8], int64_t r,
                              int nr)
 {
-    const int q4 = t == SHOAL_GGML_TYPE_Q4_0;
-    const size_t ts = q4 ? 18 : 17;
+    const int e8m0 = t == SHOAL_GGML_TYPE_MXFP4;
+    const size_t ts = b32_ts(t);
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     const int8_t *xq = a->q + t0 * a->n;
     const float *dx = a->d + t0 * a->n_blk;
@@ -1225,14 +1250,15 @@ static inline __attribute__((always_inline)) void rows8_b32_pair_1(enum shoal_gg
                                       _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xhi), ones16));
         sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4e));
         sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xb1));
-        sx = q4 ? _mm256_slli_epi32(sx, 3)   /* 8 or 12 times */
-                : _mm256_add_epi32(_mm256_slli_epi32(sx, 3), _mm256_slli_epi32(sx, 2));
+        sx = t == SHOAL_GGML_TYPE_Q4_0 ? _mm256_slli_epi32(sx, 3)   /* 8, 12 or 128 times */
+             : e8m0 ? _mm256_add_epi32(_mm256_slli_epi32(sx, 3), _mm256_slli_epi32(sx, 2))
+                    : _mm256_slli_epi32(sx, 7);
         const __m256i i0 = _mm256_sub_epi32(_mm256_permute2x128_si256(A, B, 0x20),
                                             _mm256_permute2x128_si256(sx, sx, 0x00));
         const __m256i i1 = _mm256_sub_epi32(_mm256_permute2x128_si256(A, B, 0x31),
                                             _mm256_permute2x128_si256(sx, sx, 0x11));
-        const __m256 d0 = q4 ? f16x8(p, o) : e8m0x8(p, o);
-        const __m256 d1 = q4 ? f16x8(p, o + ts) : e8m0x8(p, o + ts);
+        const __m256 d0 = e8m0 ? e8m0x8(p, o) : f16x8(p, o);
+        const __m256 d1 = e8m0 ? e8m0x8(p, o + ts) : f16x8(p, o + ts);
         acc = block_term(t, acc, i0, _mm256_setzero_si256(), d0, _mm256_setzero_ps(), dx[b]);
         acc = block_term(t, acc, i1, _mm256_setzero_si256(), d1, _mm256_setzero_ps(),
                          dx[b + 1]);
@@ -2157,6 +2183,11 @@ static inline __attribute__((always_inline)) void rows8_q6k_n(enum shoal_ggml_ty
 ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K, rows8_k_n)
 ROWS8_1N_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0, rows8_b32_pair_1, rows8_k_n)
 ROWS8_1N_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4, rows8_b32_pair_1, rows8_k_n)
+#if SHOAL_GGML_VNNI
+ROWS8_1N_FN(rows8_iq4_nl, SHOAL_GGML_TYPE_IQ4_NL, rows8_b32_pair_1, rows8_t)
+#else
+ROWS8_FN(rows8_iq4_nl, SHOAL_GGML_TYPE_IQ4_NL)
+#endif
 
 /* Q8_0, more tokens: with VNNI and at least Q80_GEMM_MIN tokens the eight
  * rows' block transposed (kblk_q80, b32_tokens: vpdpbusd takes the codes +
