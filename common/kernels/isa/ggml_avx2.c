@@ -723,6 +723,7 @@ static inline __attribute__((always_inline)) __m256 block_term(enum shoal_ggml_t
  * On Zen 3 the vector ports are the limit: vpmaddubsw, vpmaddwd and
  * vpsadbw share one pair of pipes, vpshufb and the shifts another. */
 
+#if !SHOAL_GGML_VNNI
 /* One group of 32 of IQ2_XXS or IQ3_XXS: sum_i |c_i| (sign_i qx_i) times
  * 2 s + 1, as int32 lanes. q: the 32 |c| bytes; v: the group's u32 of sign
  * fields and scale (its bits 27..31 are 2 s + a sign bit) in the 16-bit
@@ -737,6 +738,7 @@ static inline __m256i grid_group(__m256i q, __m256i v, __m256i sh, __m256i wsc, 
     const __m256i pr = _mm256_maddubs_epi16(q, _mm256_sign_epi8(xv, signs4(v, sh)));
     return _mm256_madd_epi16(pr, sc);
 }
+#endif
 
 #if !SHOAL_GGML_VNNI
 /* IQ2_XXS: raw = sum_j (2 s_j + 1) * sum_{i in j} |c_i| * (sign_i qx_i) */
@@ -792,6 +794,27 @@ static const uint8_t iq2x_vals[64] __attribute__((aligned(64))) = {
     V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R};
 #undef V2R
 
+/* the 16-bit codes of the 32 word indices gi (0 .. 255) in a table C of
+ * 256: four vpermt2w tables of 64, picked by index bits 6 and 7 */
+static inline __attribute__((always_inline)) __m512i lut256w(const uint16_t *C, __m512i gi)
+{
+    __m512i c[4];
+    for (int k = 0; k < 4; k++)
+        c[k] = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(C + 64 * k)), gi,
+                                         _mm512_loadu_si512((const void *)(C + 64 * k + 32)));
+    const __mmask32 b6 = _mm512_test_epi16_mask(gi, _mm512_set1_epi16(64));
+    return _mm512_mask_blend_epi16(_mm512_test_epi16_mask(gi, _mm512_set1_epi16(128)),
+                                   _mm512_mask_blend_epi16(b6, c[0], c[1]),
+                                   _mm512_mask_blend_epi16(b6, c[2], c[3]));
+}
+
+/* sign bytes from 7-bit fields f (bit 7 ignored): ksigns through vpermt2b */
+static inline __attribute__((always_inline)) __m512i ksign_bytes(__m512i f)
+{
+    return _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)GB.ksign), f,
+                                    _mm512_loadu_si512((const void *)(GB.ksign + 64)));
+}
+
 static inline __attribute__((always_inline)) __m256i raw1_iq2xxs_512(const uint8_t *blk,
                                                                     const int8_t *xq)
 {
@@ -799,24 +822,14 @@ static inline __attribute__((always_inline)) __m256i raw1_iq2xxs_512(const uint8
     const __m512i z0 = _mm512_setzero_si512();
     const __m512i gi = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(
         _mm512_permutexvar_epi8(_mm512_load_si512((const void *)iq2x_idx), Q)));
-    const uint16_t *C = shoal_ggml_iq2xxs_codes;
-    __m512i c[4];
-    for (int k = 0; k < 4; k++)
-        c[k] = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(C + 64 * k)), gi,
-                                         _mm512_loadu_si512((const void *)(C + 64 * k + 32)));
-    const __mmask32 b6 = _mm512_test_epi16_mask(gi, _mm512_set1_epi16(64));
-    const __m512i codes = _mm512_mask_blend_epi16(
-        _mm512_test_epi16_mask(gi, _mm512_set1_epi16(128)), _mm512_mask_blend_epi16(b6, c[0], c[1]),
-        _mm512_mask_blend_epi16(b6, c[2], c[3]));
+    const __m512i codes = lut256w(shoal_ggml_iq2xxs_codes, gi);
     /* sign bytes: byte 4j + k of sb (fields at bits 32, 39, 46, 53 of qword
      * j); qword z of it is register z's mask */
     const __m512i sf = _mm512_permutexvar_epi8(
         _mm512_load_si512((const void *)iq2x_sidx),
         _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x352E2720), Q));
     uint64_t sb[8];
-    _mm512_storeu_si512((void *)sb, _mm512_permutex2var_epi8(
-                                        _mm512_loadu_si512((const void *)GB.ksign), sf,
-                                        _mm512_loadu_si512((const void *)(GB.ksign + 64))));
+    _mm512_storeu_si512((void *)sb, ksign_bytes(sf));
     /* 2 s + 1 of group j in dword 2j */
     int32_t sc[16];
     _mm512_storeu_si512((void *)sc, _mm512_or_si512(_mm512_slli_epi64(_mm512_srli_epi64(Q, 60), 1),
@@ -842,8 +855,69 @@ static inline __attribute__((always_inline)) __m256i raw1_iq2xxs_512(const uint8
     }
     return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
 }
+
+/* IQ3_XXS as raw1_iq2xxs_512: element e's grid index is qs[e / 4] and its
+ * code 12 bits (four 3-bit values), so register z's qword L takes the two
+ * codes of qs[16z + 2L ..]: two look-ups of 32 words, A for registers 0
+ * and 1 and B for 2 and 3, word 4L + 2z' + h the code of qs[16z' + 2L + h]
+ * (+ 32 in B); vpmultishiftqb picks bits 32z' + 16h + 3i, vpermb a table
+ * repeating 4 .. 62 makes |c|. The signs and scale of group j are the u32
+ * after the indices, fields at bits 0, 7, 14, 21 and 2 s + 1 on top. */
+#define I3(zq, L) (uint8_t)(16 * (zq) + 2 * (L)), 0x80, (uint8_t)(16 * (zq) + 2 * (L) + 1), 0x80
+#define I3L(L, B) I3(2 * (B), L), I3(2 * (B) + 1, L)
+static const uint8_t iq3x_idx[2][64] __attribute__((aligned(64))) = {
+    {I3L(0, 0), I3L(1, 0), I3L(2, 0), I3L(3, 0), I3L(4, 0), I3L(5, 0), I3L(6, 0), I3L(7, 0)},
+    {I3L(0, 1), I3L(1, 1), I3L(2, 1), I3L(3, 1), I3L(4, 1), I3L(5, 1), I3L(6, 1), I3L(7, 1)},
+};
+#undef I3L
+#undef I3
+#define V3R 4, 12, 20, 28, 36, 44, 52, 62
+static const uint8_t iq3x_vals[64] __attribute__((aligned(64))) = {
+    V3R, V3R, V3R, V3R, V3R, V3R, V3R, V3R};
+#undef V3R
+
+static inline __attribute__((always_inline)) __m256i raw1_iq3xxs_512(const uint8_t *blk,
+                                                                    const int8_t *xq)
+{
+    const __m512i Q = _mm512_loadu_si512((const void *)(blk + 2));
+    const __m512i z0 = _mm512_setzero_si512();
+    /* words: a control byte 0x80 zeroes its byte (vpermb's zero mask) */
+    __m512i codes[2];
+    for (int h = 0; h < 2; h++) {
+        const __m512i ix = _mm512_load_si512((const void *)iq3x_idx[h]);
+        codes[h] = lut256w(shoal_ggml_iq3xxs_codes,
+                           _mm512_maskz_permutexvar_epi8(
+                               ~_mm512_movepi8_mask(ix), ix, Q));
+    }
+    const __m256i sv = _mm256_loadu_si256((const __m256i *)(blk + 66));
+    uint64_t sb[8];
+    _mm512_storeu_si512((void *)sb,
+                        ksign_bytes(_mm512_multishift_epi64_epi8(
+                            _mm512_set1_epi64(0x352E2720150E0700ll), _mm512_zextsi256_si512(sv))));
+    int32_t sc[8];
+    _mm256_storeu_si256((__m256i *)sc, _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(sv, 28), 1),
+                                                      _mm256_set1_epi32(1)));
+    __asm__("" : : "r"(sb), "r"(sc) : "memory");
+    const __m512i vals = _mm512_load_si512((const void *)iq3x_vals);
+    __m512i acc = z0;
+    for (int z = 0; z < 4; z++) {
+        const __m512i g = _mm512_permutexvar_epi8(
+            _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x1916131009060300ll +
+                                                           0x2020202020202020ll * (z & 1)),
+                                         codes[z >> 1]),
+            vals);
+        const __m512i x = _mm512_loadu_si512((const void *)(xq + 64 * z));
+        const __m512i xs = _mm512_mask_sub_epi8(x, _load_mask64((__mmask64 *)&sb[z]), z0, x);
+        const __m512i d = _mm512_dpbusd_epi32(z0, g, xs);
+        const __m512i s = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(sc[2 * z]),
+                                                  _mm512_set1_epi32(sc[2 * z + 1]));
+        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(d, s));
+    }
+    return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+}
 #endif
 
+#if !SHOAL_GGML_VNNI
 /* IQ3_XXS: as IQ2_XXS with 4-byte grid entries, the signs and scale in a
  * u32 of their own per 32 (after the 64 index bytes) */
 static inline __attribute__((always_inline)) __m256i raw1_iq3xxs(const uint8_t *blk,
@@ -863,6 +937,7 @@ static inline __attribute__((always_inline)) __m256i raw1_iq3xxs(const uint8_t *
     }
     return acc;
 }
+#endif
 
 /* sum_i |c_i| (sign_i qx_i) of a group of 32 times its per-16 scales sc */
 static inline __m256i grid_group_sc(__m256i q, __m256i sg, __m256i sc, const int8_t *x)
@@ -952,7 +1027,11 @@ static inline __attribute__((always_inline)) __m256i raw1(enum shoal_ggml_type t
 #endif
     case SHOAL_GGML_TYPE_IQ3_XXS:
         *d = f16_at(blk) * 0.25f;
+#if SHOAL_GGML_VNNI
+        return raw1_iq3xxs_512(blk, xq);
+#else
         return raw1_iq3xxs(blk, xq);
+#endif
     case SHOAL_GGML_TYPE_IQ1_S:
         *d = f16_at(blk) * 0.125f;
         return raw1_iq1s(blk, xq, xs);
