@@ -815,11 +815,34 @@ static inline __attribute__((always_inline)) __m512i ksign_bytes(__m512i f)
                                     _mm512_loadu_si512((const void *)(GB.ksign + 64)));
 }
 
+/* sum over registers z of 64 elements of |c| (g[z]) against the token's
+ * bytes negated under sign mask sb[z], times 2 s + 1 of its two groups
+ * (sc[st * 2z], sc[st * (2z + 1)]), as int32 lanes */
+static inline __attribute__((always_inline)) __m256i grid_sum512(const __m512i g[4],
+                                                                const uint64_t sb[4],
+                                                                const int32_t *sc, int st,
+                                                                const int8_t *xq)
+{
+    /* through memory: mask loads and broadcast loads use the load pipes,
+     * where extracting them from registers took the shuffle pipes */
+    __asm__("" : : "r"(sb), "r"(sc) : "memory");
+    const __m512i z0 = _mm512_setzero_si512();
+    __m512i acc = z0;
+    for (int z = 0; z < 4; z++) {
+        const __m512i x = _mm512_loadu_si512((const void *)(xq + 64 * z));
+        const __m512i xs = _mm512_mask_sub_epi8(x, _load_mask64((__mmask64 *)&sb[z]), z0, x);
+        const __m512i d = _mm512_dpbusd_epi32(z0, g[z], xs);
+        const __m512i s = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(sc[st * 2 * z]),
+                                                  _mm512_set1_epi32(sc[st * (2 * z + 1)]));
+        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(d, s));
+    }
+    return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+}
+
 static inline __attribute__((always_inline)) __m256i raw1_iq2xxs_512(const uint8_t *blk,
                                                                     const int8_t *xq)
 {
     const __m512i Q = _mm512_loadu_si512((const void *)(blk + 2));
-    const __m512i z0 = _mm512_setzero_si512();
     const __m512i gi = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(
         _mm512_permutexvar_epi8(_mm512_load_si512((const void *)iq2x_idx), Q)));
     const __m512i codes = lut256w(shoal_ggml_iq2xxs_codes, gi);
@@ -834,26 +857,15 @@ static inline __attribute__((always_inline)) __m256i raw1_iq2xxs_512(const uint8
     int32_t sc[16];
     _mm512_storeu_si512((void *)sc, _mm512_or_si512(_mm512_slli_epi64(_mm512_srli_epi64(Q, 60), 1),
                                                     _mm512_set1_epi64(1)));
-    /* through memory: mask loads and broadcast loads use the load pipes,
-     * where extracting them from registers took the shuffle pipes */
-    __asm__("" : : "r"(sb), "r"(sc) : "memory");
     const __m512i vals = _mm512_load_si512((const void *)iq2x_vals);
-    __m512i acc = z0;
-    for (int z = 0; z < 4; z++) {
-        /* byte b of each qword: bits 16z + 2b .. of it, word z's bit pair b */
-        const __m512i g = _mm512_permutexvar_epi8(
+    __m512i g[4];
+    for (int z = 0; z < 4; z++)   /* byte b of a qword: bits 16z + 2b .., word z's pair b */
+        g[z] = _mm512_permutexvar_epi8(
             _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x0E0C0A0806040200ll +
                                                            0x1010101010101010ll * z),
                                          codes),
             vals);
-        const __m512i x = _mm512_loadu_si512((const void *)(xq + 64 * z));
-        const __m512i xs = _mm512_mask_sub_epi8(x, _load_mask64((__mmask64 *)&sb[z]), z0, x);
-        const __m512i d = _mm512_dpbusd_epi32(z0, g, xs);
-        const __m512i s = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(sc[4 * z]),
-                                                  _mm512_set1_epi32(sc[4 * z + 2]));
-        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(d, s));
-    }
-    return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+    return grid_sum512(g, sb, sc, 2, xq);
 }
 
 /* IQ3_XXS as raw1_iq2xxs_512: element e's grid index is qs[e / 4] and its
@@ -880,7 +892,6 @@ static inline __attribute__((always_inline)) __m256i raw1_iq3xxs_512(const uint8
                                                                     const int8_t *xq)
 {
     const __m512i Q = _mm512_loadu_si512((const void *)(blk + 2));
-    const __m512i z0 = _mm512_setzero_si512();
     /* words: a control byte 0x80 zeroes its byte (vpermb's zero mask) */
     __m512i codes[2];
     for (int h = 0; h < 2; h++) {
@@ -897,23 +908,15 @@ static inline __attribute__((always_inline)) __m256i raw1_iq3xxs_512(const uint8
     int32_t sc[8];
     _mm256_storeu_si256((__m256i *)sc, _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(sv, 28), 1),
                                                       _mm256_set1_epi32(1)));
-    __asm__("" : : "r"(sb), "r"(sc) : "memory");
     const __m512i vals = _mm512_load_si512((const void *)iq3x_vals);
-    __m512i acc = z0;
-    for (int z = 0; z < 4; z++) {
-        const __m512i g = _mm512_permutexvar_epi8(
+    __m512i g[4];
+    for (int z = 0; z < 4; z++)
+        g[z] = _mm512_permutexvar_epi8(
             _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x1916131009060300ll +
                                                            0x2020202020202020ll * (z & 1)),
                                          codes[z >> 1]),
             vals);
-        const __m512i x = _mm512_loadu_si512((const void *)(xq + 64 * z));
-        const __m512i xs = _mm512_mask_sub_epi8(x, _load_mask64((__mmask64 *)&sb[z]), z0, x);
-        const __m512i d = _mm512_dpbusd_epi32(z0, g, xs);
-        const __m512i s = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(sc[2 * z]),
-                                                  _mm512_set1_epi32(sc[2 * z + 1]));
-        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(d, s));
-    }
-    return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+    return grid_sum512(g, sb, sc, 1, xq);
 }
 #endif
 
