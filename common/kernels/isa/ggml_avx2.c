@@ -794,18 +794,21 @@ static const uint8_t iq2x_vals[64] __attribute__((aligned(64))) = {
     V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R, V2R};
 #undef V2R
 
-/* the 16-bit codes of the 32 word indices gi (0 .. 255) in a table C of
- * 256: four vpermt2w tables of 64, picked by index bits 6 and 7 */
-static inline __attribute__((always_inline)) __m512i lut256w(const uint16_t *C, __m512i gi)
+/* the 16-bit codes of the 32 word indices gi (0 .. 64 n - 1) in a table C
+ * of 64 n words (n = 4 or 8): vpermt2w tables of 64, picked by index bits
+ * 6, 7 (and 8) */
+static inline __attribute__((always_inline)) __m512i lut_w(const uint16_t *C, int n, __m512i gi)
 {
-    __m512i c[4];
-    for (int k = 0; k < 4; k++)
+    __m512i c[8];
+    for (int k = 0; k < n; k++)
         c[k] = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(C + 64 * k)), gi,
                                          _mm512_loadu_si512((const void *)(C + 64 * k + 32)));
-    const __mmask32 b6 = _mm512_test_epi16_mask(gi, _mm512_set1_epi16(64));
-    return _mm512_mask_blend_epi16(_mm512_test_epi16_mask(gi, _mm512_set1_epi16(128)),
-                                   _mm512_mask_blend_epi16(b6, c[0], c[1]),
-                                   _mm512_mask_blend_epi16(b6, c[2], c[3]));
+    for (int bit = 6, m = n; m > 1; bit++, m /= 2) {
+        const __mmask32 b = _mm512_test_epi16_mask(gi, _mm512_set1_epi16((short)(1 << bit)));
+        for (int k = 0; k < m / 2; k++)
+            c[k] = _mm512_mask_blend_epi16(b, c[2 * k], c[2 * k + 1]);
+    }
+    return c[0];
 }
 
 /* sign bytes from 7-bit fields f (bit 7 ignored): ksigns through vpermt2b */
@@ -815,28 +818,45 @@ static inline __attribute__((always_inline)) __m512i ksign_bytes(__m512i f)
                                     _mm512_loadu_si512((const void *)(GB.ksign + 64)));
 }
 
+/* register z's scales when each 32 has one: 2 s + 1 of its two groups,
+ * sc[st * 2z] and sc[st * (2z + 1)], read back from memory */
+static inline __attribute__((always_inline)) __m512i group_scales(const int32_t *sc, int st,
+                                                                 int z)
+{
+    return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(sc[st * 2 * z]),
+                                   _mm512_set1_epi32(sc[st * (2 * z + 1)]));
+}
+
 /* sum over registers z of 64 elements of |c| (g[z]) against the token's
- * bytes negated under sign mask sb[z], times 2 s + 1 of its two groups
- * (sc[st * 2z], sc[st * (2z + 1)]), as int32 lanes */
+ * bytes negated under sign mask sb[z], times its scales s[z] (int32
+ * lanes), as int32 lanes. The masks and scales come through memory: mask
+ * loads and broadcast loads use the load pipes, where extracting them from
+ * registers (what GCC does unless told not to) took the shuffle pipes. */
 static inline __attribute__((always_inline)) __m256i grid_sum512(const __m512i g[4],
                                                                 const uint64_t sb[4],
-                                                                const int32_t *sc, int st,
+                                                                const __m512i s[4],
                                                                 const int8_t *xq)
 {
-    /* through memory: mask loads and broadcast loads use the load pipes,
-     * where extracting them from registers took the shuffle pipes */
-    __asm__("" : : "r"(sb), "r"(sc) : "memory");
     const __m512i z0 = _mm512_setzero_si512();
     __m512i acc = z0;
     for (int z = 0; z < 4; z++) {
         const __m512i x = _mm512_loadu_si512((const void *)(xq + 64 * z));
         const __m512i xs = _mm512_mask_sub_epi8(x, _load_mask64((__mmask64 *)&sb[z]), z0, x);
         const __m512i d = _mm512_dpbusd_epi32(z0, g[z], xs);
-        const __m512i s = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(sc[st * 2 * z]),
-                                                  _mm512_set1_epi32(sc[st * (2 * z + 1)]));
-        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(d, s));
+        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(d, s[z]));
     }
     return _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+}
+
+/* |c| of register z from 2-bit codes laid out word z of qword L = lane
+ * L's: byte b of each qword is bits 16z + 2b .., word z's pair b, through
+ * a table repeating 8, 25, 43 */
+static inline __attribute__((always_inline)) __m512i iq2_bytes(__m512i codes, int z)
+{
+    return _mm512_permutexvar_epi8(
+        _mm512_multishift_epi64_epi8(
+            _mm512_set1_epi64(0x0E0C0A0806040200ll + 0x1010101010101010ll * z), codes),
+        _mm512_load_si512((const void *)iq2x_vals));
 }
 
 static inline __attribute__((always_inline)) __m256i raw1_iq2xxs_512(const uint8_t *blk,
@@ -845,7 +865,7 @@ static inline __attribute__((always_inline)) __m256i raw1_iq2xxs_512(const uint8
     const __m512i Q = _mm512_loadu_si512((const void *)(blk + 2));
     const __m512i gi = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(
         _mm512_permutexvar_epi8(_mm512_load_si512((const void *)iq2x_idx), Q)));
-    const __m512i codes = lut256w(shoal_ggml_iq2xxs_codes, gi);
+    const __m512i codes = lut_w(shoal_ggml_iq2xxs_codes, 4, gi);
     /* sign bytes: byte 4j + k of sb (fields at bits 32, 39, 46, 53 of qword
      * j); qword z of it is register z's mask */
     const __m512i sf = _mm512_permutexvar_epi8(
@@ -857,15 +877,52 @@ static inline __attribute__((always_inline)) __m256i raw1_iq2xxs_512(const uint8
     int32_t sc[16];
     _mm512_storeu_si512((void *)sc, _mm512_or_si512(_mm512_slli_epi64(_mm512_srli_epi64(Q, 60), 1),
                                                     _mm512_set1_epi64(1)));
-    const __m512i vals = _mm512_load_si512((const void *)iq2x_vals);
-    __m512i g[4];
-    for (int z = 0; z < 4; z++)   /* byte b of a qword: bits 16z + 2b .., word z's pair b */
-        g[z] = _mm512_permutexvar_epi8(
-            _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x0E0C0A0806040200ll +
-                                                           0x1010101010101010ll * z),
-                                         codes),
-            vals);
-    return grid_sum512(g, sb, sc, 2, xq);
+    __asm__("" : : "r"(sb), "r"(sc) : "memory");
+    __m512i g[4], sv[4];
+    for (int z = 0; z < 4; z++) {
+        g[z] = iq2_bytes(codes, z);
+        sv[z] = group_scales(sc, 2, z);
+    }
+    return grid_sum512(g, sb, sv, xq);
+}
+
+/* IQ2_XS as raw1_iq2xxs_512: 32 u16 of a 9-bit index and a 7-bit sign field
+ * each (sub-group g of 8), looked up in 512 codes (eight vpermt2w tables);
+ * word 4L + z of the look-up is sub-group 8z + L's, the sign bytes in
+ * order, and a 4-bit scale per 16 (2 s + 1): register z's lanes 4m ..
+ * 4m + 3 take the 16 4z + m's (vpermd). */
+#define XW(L) (L), 8 + (L), 16 + (L), 24 + (L)
+static const int16_t iq2xs_w[32] __attribute__((aligned(64))) = {
+    XW(0), XW(1), XW(2), XW(3), XW(4), XW(5), XW(6), XW(7)};
+#undef XW
+
+static inline __attribute__((always_inline)) __m256i raw1_iq2xs_512(const uint8_t *blk,
+                                                                   const int8_t *xq)
+{
+    const __m512i Q = _mm512_loadu_si512((const void *)(blk + 2));
+    const __m512i codes = lut_w(shoal_ggml_iq2xs_codes, 8,
+                                _mm512_and_si512(_mm512_permutexvar_epi16(
+                                                     _mm512_load_si512((const void *)iq2xs_w), Q),
+                                                 _mm512_set1_epi16(511)));
+    uint64_t sb[8];
+    _mm512_storeu_si512((void *)sb, ksign_bytes(_mm512_zextsi256_si512(
+                                        _mm512_cvtepi16_epi8(_mm512_srli_epi16(Q, 9)))));
+    __asm__("" : : "r"(sb) : "memory");
+    const __m128i v = _mm_loadl_epi64((const __m128i *)(blk + 66)), m4b = _mm_set1_epi8(0x0F);
+    const __m512i s16 = _mm512_or_si512(
+        _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(
+                              _mm_and_si128(v, m4b), _mm_and_si128(_mm_srli_epi16(v, 4), m4b))),
+                          1),
+        _mm512_set1_epi32(1));
+    __m512i g[4], sv[4];
+    for (int z = 0; z < 4; z++) {
+        g[z] = iq2_bytes(codes, z);
+        sv[z] = _mm512_permutexvar_epi32(
+            _mm512_add_epi32(_mm512_set1_epi32(4 * z),
+                             _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)),
+            s16);
+    }
+    return grid_sum512(g, sb, sv, xq);
 }
 
 /* IQ3_XXS as raw1_iq2xxs_512: element e's grid index is qs[e / 4] and its
@@ -896,27 +953,29 @@ static inline __attribute__((always_inline)) __m256i raw1_iq3xxs_512(const uint8
     __m512i codes[2];
     for (int h = 0; h < 2; h++) {
         const __m512i ix = _mm512_load_si512((const void *)iq3x_idx[h]);
-        codes[h] = lut256w(shoal_ggml_iq3xxs_codes,
+        codes[h] = lut_w(shoal_ggml_iq3xxs_codes, 4,
                            _mm512_maskz_permutexvar_epi8(
                                ~_mm512_movepi8_mask(ix), ix, Q));
     }
-    const __m256i sv = _mm256_loadu_si256((const __m256i *)(blk + 66));
+    const __m256i su = _mm256_loadu_si256((const __m256i *)(blk + 66));
     uint64_t sb[8];
     _mm512_storeu_si512((void *)sb,
                         ksign_bytes(_mm512_multishift_epi64_epi8(
-                            _mm512_set1_epi64(0x352E2720150E0700ll), _mm512_zextsi256_si512(sv))));
+                            _mm512_set1_epi64(0x352E2720150E0700ll), _mm512_zextsi256_si512(su))));
     int32_t sc[8];
-    _mm256_storeu_si256((__m256i *)sc, _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(sv, 28), 1),
+    _mm256_storeu_si256((__m256i *)sc, _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(su, 28), 1),
                                                       _mm256_set1_epi32(1)));
     const __m512i vals = _mm512_load_si512((const void *)iq3x_vals);
-    __m512i g[4];
-    for (int z = 0; z < 4; z++)
+    __m512i g[4], sv[4];
+    for (int z = 0; z < 4; z++) {
         g[z] = _mm512_permutexvar_epi8(
             _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x1916131009060300ll +
                                                            0x2020202020202020ll * (z & 1)),
                                          codes[z >> 1]),
             vals);
-    return grid_sum512(g, sb, sc, 1, xq);
+        sv[z] = group_scales(sc, 1, z);
+    }
+    return grid_sum512(g, sb, sv, xq);
 }
 #endif
 
@@ -1039,6 +1098,10 @@ static inline __attribute__((always_inline)) __m256i raw1(enum shoal_ggml_type t
         *d = f16_at(blk) * 0.125f;
         return raw1_iq1s(blk, xq, xs);
     case SHOAL_GGML_TYPE_IQ2_XS:
+#if SHOAL_GGML_VNNI
+        *d = grid_d(t, blk);
+        return raw1_iq2xs_512(blk, xq);
+#endif
     case SHOAL_GGML_TYPE_IQ2_S:
     case SHOAL_GGML_TYPE_IQ3_S:
     case SHOAL_GGML_TYPE_IQ1_M:
