@@ -945,6 +945,20 @@ static const uint8_t iq3x_vals[64] __attribute__((aligned(64))) = {
     V3R, V3R, V3R, V3R, V3R, V3R, V3R, V3R};
 #undef V3R
 
+/* |c| of register z from 12-bit codes laid out as raw1_iq3xxs_512's two
+ * look-ups (codes[z / 2], words 2 (z % 2) and 2 (z % 2) + 1 of qword L:
+ * lane L's two codes): byte b is bits 32 (z % 2) + 16 (b / 4) + 3 (b % 4)
+ * .., through vals, a table repeating the type's eight values */
+static inline __attribute__((always_inline)) __m512i iq3_bytes(const __m512i codes[2], int z,
+                                                              const uint8_t *vals)
+{
+    return _mm512_permutexvar_epi8(
+        _mm512_multishift_epi64_epi8(
+            _mm512_set1_epi64(0x1916131009060300ll + 0x2020202020202020ll * (z & 1)),
+            codes[z >> 1]),
+        _mm512_load_si512((const void *)vals));
+}
+
 static inline __attribute__((always_inline)) __m256i raw1_iq3xxs_512(const uint8_t *blk,
                                                                     const int8_t *xq)
 {
@@ -965,14 +979,52 @@ static inline __attribute__((always_inline)) __m256i raw1_iq3xxs_512(const uint8
     int32_t sc[8];
     _mm256_storeu_si256((__m256i *)sc, _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(su, 28), 1),
                                                       _mm256_set1_epi32(1)));
-    const __m512i vals = _mm512_load_si512((const void *)iq3x_vals);
     __m512i g[4], sv[4];
     for (int z = 0; z < 4; z++) {
-        g[z] = _mm512_permutexvar_epi8(
-            _mm512_multishift_epi64_epi8(_mm512_set1_epi64(0x1916131009060300ll +
-                                                           0x2020202020202020ll * (z & 1)),
-                                         codes[z >> 1]),
-            vals);
+        g[z] = iq3_bytes(codes, z, iq3x_vals);
+        sv[z] = group_scales(sc, 1, z);
+    }
+    return grid_sum512(g, sb, sv, xq);
+}
+
+/* IQ3_S as raw1_iq3xxs_512 (the same index layout): 9-bit indices, the
+ * 9th bit k of the u64 qh put in each word's high byte by vpmultishiftqb
+ * (control byte 2w + 1 = k, the look-up's qs byte shifted up); 512 codes;
+ * whole sign bytes in order, so register z's mask is the u64 of signs at
+ * 8z; a 4-bit scale per 32 (2 s + 1), d without a factor. */
+#define V3S 1, 3, 5, 7, 9, 11, 13, 15
+static const uint8_t iq3s_vals[64] __attribute__((aligned(64))) = {
+    V3S, V3S, V3S, V3S, V3S, V3S, V3S, V3S};
+#undef V3S
+
+static inline __attribute__((always_inline)) __m256i raw1_iq3s_512(const uint8_t *blk,
+                                                                  const int8_t *xq)
+{
+    const __m512i Q = _mm512_loadu_si512((const void *)(blk + 2));
+    const __m512i qh = _mm512_set1_epi64((long long)((uint64_t)le32(blk + 66) |
+                                                     (uint64_t)le32(blk + 70) << 32));
+    __m512i codes[2];
+    for (int h = 0; h < 2; h++) {
+        const __m512i ix = _mm512_load_si512((const void *)iq3x_idx[h]);
+        const __m512i lo = _mm512_maskz_permutexvar_epi8(~_mm512_movepi8_mask(ix), ix, Q);
+        const __m512i hi = _mm512_and_si512(
+            _mm512_multishift_epi64_epi8(_mm512_slli_epi16(ix, 8), qh), _mm512_set1_epi16(0x100));
+        codes[h] = lut_w(shoal_ggml_iq3s_codes, 8, _mm512_or_si512(lo, hi));
+    }
+    const __m128i v = _mm_cvtsi32_si128((int)le32(blk + 106)), m4b = _mm_set1_epi8(0x0F);
+    int32_t sc[8];
+    _mm256_storeu_si256((__m256i *)sc,
+                        _mm256_or_si256(_mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(
+                                                              _mm_and_si128(v, m4b),
+                                                              _mm_and_si128(_mm_srli_epi16(v, 4), m4b))),
+                                                          1),
+                                        _mm256_set1_epi32(1)));
+    __asm__("" : : "r"(sc) : "memory");
+    uint64_t sb[4];
+    memcpy(sb, blk + 74, sizeof sb);
+    __m512i g[4], sv[4];
+    for (int z = 0; z < 4; z++) {
+        g[z] = iq3_bytes(codes, z, iq3s_vals);
         sv[z] = group_scales(sc, 1, z);
     }
     return grid_sum512(g, sb, sv, xq);
@@ -1102,8 +1154,12 @@ static inline __attribute__((always_inline)) __m256i raw1(enum shoal_ggml_type t
         *d = grid_d(t, blk);
         return raw1_iq2xs_512(blk, xq);
 #endif
-    case SHOAL_GGML_TYPE_IQ2_S:
     case SHOAL_GGML_TYPE_IQ3_S:
+#if SHOAL_GGML_VNNI
+        *d = grid_d(t, blk);
+        return raw1_iq3s_512(blk, xq);
+#endif
+    case SHOAL_GGML_TYPE_IQ2_S:
     case SHOAL_GGML_TYPE_IQ1_M:
         *d = grid_d(t, blk);
         return raw1_grid(t, blk, xq);
