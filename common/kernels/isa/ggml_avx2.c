@@ -795,11 +795,11 @@ static const uint8_t iq2x_vals[64] __attribute__((aligned(64))) = {
 #undef V2R
 
 /* the 16-bit codes of the 32 word indices gi (0 .. 64 n - 1) in a table C
- * of 64 n words (n = 4 or 8): vpermt2w tables of 64, picked by index bits
- * 6, 7 (and 8) */
+ * of 64 n words (n = 4, 8 or 16): vpermt2w tables of 64, picked by index
+ * bits 6, 7 (, 8, 9) */
 static inline __attribute__((always_inline)) __m512i lut_w(const uint16_t *C, int n, __m512i gi)
 {
-    __m512i c[8];
+    __m512i c[16];
     for (int k = 0; k < n; k++)
         c[k] = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)(C + 64 * k)), gi,
                                          _mm512_loadu_si512((const void *)(C + 64 * k + 32)));
@@ -896,6 +896,41 @@ static const int16_t iq2xs_w[32] __attribute__((aligned(64))) = {
     XW(0), XW(1), XW(2), XW(3), XW(4), XW(5), XW(6), XW(7)};
 #undef XW
 
+/* 2 s + 1 of the 16 4-bit scales at sc (one per 16, low nibble first), as
+ * int32 lanes 0 .. 15 */
+static inline __attribute__((always_inline)) __m512i iq2_scales16(const uint8_t *sc)
+{
+    const __m128i v = _mm_loadl_epi64((const __m128i *)sc), m4b = _mm_set1_epi8(0x0F);
+    return _mm512_or_si512(
+        _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(
+                              _mm_and_si128(v, m4b), _mm_and_si128(_mm_srli_epi16(v, 4), m4b))),
+                          1),
+        _mm512_set1_epi32(1));
+}
+
+/* register z's scales with one per 16: lanes 4m .. 4m + 3 the 16 4z + m's */
+static inline __attribute__((always_inline)) __m512i scales16_of(__m512i s16, int z)
+{
+    return _mm512_permutexvar_epi32(
+        _mm512_add_epi32(_mm512_set1_epi32(4 * z),
+                         _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)),
+        s16);
+}
+
+/* word indices whose low byte is byte lo[2w] of Q (a control byte with bit
+ * 7 set gives 0) and whose high bits (hmask) come from the u64 at qh, its
+ * bits from hi[2w + 1] on (vpmultishiftqb) */
+static inline __attribute__((always_inline)) __m512i split_index(__m512i Q, const uint8_t *qh,
+                                                                __m512i lo, __m512i hi,
+                                                                short hmask)
+{
+    const __m512i h = _mm512_set1_epi64((long long)((uint64_t)le32(qh) |
+                                                    (uint64_t)le32(qh + 4) << 32));
+    return _mm512_or_si512(_mm512_maskz_permutexvar_epi8(~_mm512_movepi8_mask(lo), lo, Q),
+                           _mm512_and_si512(_mm512_multishift_epi64_epi8(hi, h),
+                                            _mm512_set1_epi16(hmask)));
+}
+
 static inline __attribute__((always_inline)) __m256i raw1_iq2xs_512(const uint8_t *blk,
                                                                    const int8_t *xq)
 {
@@ -908,19 +943,43 @@ static inline __attribute__((always_inline)) __m256i raw1_iq2xs_512(const uint8_
     _mm512_storeu_si512((void *)sb, ksign_bytes(_mm512_zextsi256_si512(
                                         _mm512_cvtepi16_epi8(_mm512_srli_epi16(Q, 9)))));
     __asm__("" : : "r"(sb) : "memory");
-    const __m128i v = _mm_loadl_epi64((const __m128i *)(blk + 66)), m4b = _mm_set1_epi8(0x0F);
-    const __m512i s16 = _mm512_or_si512(
-        _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(
-                              _mm_and_si128(v, m4b), _mm_and_si128(_mm_srli_epi16(v, 4), m4b))),
-                          1),
-        _mm512_set1_epi32(1));
+    const __m512i s16 = iq2_scales16(blk + 66);
     __m512i g[4], sv[4];
     for (int z = 0; z < 4; z++) {
         g[z] = iq2_bytes(codes, z);
-        sv[z] = _mm512_permutexvar_epi32(
-            _mm512_add_epi32(_mm512_set1_epi32(4 * z),
-                             _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)),
-            s16);
+        sv[z] = scales16_of(s16, z);
+    }
+    return grid_sum512(g, sb, sv, xq);
+}
+
+/* IQ2_S as raw1_iq2xs_512: sub-group g's 10-bit index is qs[g] with bits
+ * 2g, 2g + 1 of the u64 qh above it (vpmultishiftqb into each word's high
+ * byte), 1024 codes; its sign byte is whole, in order after the indices
+ * (register z's mask: the u64 at 32 + 8z of qs); scales as IQ2_XS's. */
+#define SW(L) (L), 0x80, 8 + (L), 0x80, 16 + (L), 0x80, 24 + (L), 0x80
+static const uint8_t iq2s_lo[64] __attribute__((aligned(64))) = {
+    SW(0), SW(1), SW(2), SW(3), SW(4), SW(5), SW(6), SW(7)};
+#undef SW
+#define SH(L) 0, 2 * (L), 0, 2 * (8 + (L)), 0, 2 * (16 + (L)), 0, 2 * (24 + (L))
+static const uint8_t iq2s_hi[64] __attribute__((aligned(64))) = {
+    SH(0), SH(1), SH(2), SH(3), SH(4), SH(5), SH(6), SH(7)};
+#undef SH
+
+static inline __attribute__((always_inline)) __m256i raw1_iq2s_512(const uint8_t *blk,
+                                                                  const int8_t *xq)
+{
+    const __m512i codes = lut_w(
+        shoal_ggml_iq2s_codes, 16,
+        split_index(_mm512_loadu_si512((const void *)(blk + 2)), blk + 66,
+                    _mm512_load_si512((const void *)iq2s_lo),
+                    _mm512_load_si512((const void *)iq2s_hi), 0x300));
+    uint64_t sb[4];
+    memcpy(sb, blk + 34, sizeof sb);
+    const __m512i s16 = iq2_scales16(blk + 74);
+    __m512i g[4], sv[4];
+    for (int z = 0; z < 4; z++) {
+        g[z] = iq2_bytes(codes, z);
+        sv[z] = scales16_of(s16, z);
     }
     return grid_sum512(g, sb, sv, xq);
 }
@@ -1001,15 +1060,11 @@ static inline __attribute__((always_inline)) __m256i raw1_iq3s_512(const uint8_t
                                                                   const int8_t *xq)
 {
     const __m512i Q = _mm512_loadu_si512((const void *)(blk + 2));
-    const __m512i qh = _mm512_set1_epi64((long long)((uint64_t)le32(blk + 66) |
-                                                     (uint64_t)le32(blk + 70) << 32));
     __m512i codes[2];
     for (int h = 0; h < 2; h++) {
         const __m512i ix = _mm512_load_si512((const void *)iq3x_idx[h]);
-        const __m512i lo = _mm512_maskz_permutexvar_epi8(~_mm512_movepi8_mask(ix), ix, Q);
-        const __m512i hi = _mm512_and_si512(
-            _mm512_multishift_epi64_epi8(_mm512_slli_epi16(ix, 8), qh), _mm512_set1_epi16(0x100));
-        codes[h] = lut_w(shoal_ggml_iq3s_codes, 8, _mm512_or_si512(lo, hi));
+        codes[h] = lut_w(shoal_ggml_iq3s_codes, 8,
+                         split_index(Q, blk + 66, ix, _mm512_slli_epi16(ix, 8), 0x100));
     }
     const __m128i v = _mm_cvtsi32_si128((int)le32(blk + 106)), m4b = _mm_set1_epi8(0x0F);
     int32_t sc[8];
@@ -1160,6 +1215,10 @@ static inline __attribute__((always_inline)) __m256i raw1(enum shoal_ggml_type t
         return raw1_iq3s_512(blk, xq);
 #endif
     case SHOAL_GGML_TYPE_IQ2_S:
+#if SHOAL_GGML_VNNI
+        *d = grid_d(t, blk);
+        return raw1_iq2s_512(blk, xq);
+#endif
     case SHOAL_GGML_TYPE_IQ1_M:
         *d = grid_d(t, blk);
         return raw1_grid(t, blk, xq);
