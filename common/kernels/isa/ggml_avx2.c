@@ -24,8 +24,10 @@
  * Batches: one token (the decode matvec) unpacks each row's block into
  * registers and uses it at once (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K and IQ4_XS in
  * few registers: rows8_k_1; Q8_0 a block of 32 at a time: rows8_q8_0_1;
- * Q4_0, MXFP4 and, with VNNI, IQ4_NL two blocks at a time: rows8_b32_pair_1; IQ2_XXS, IQ3_XXS and IQ1_S straight to
- * its raw sum: raw1); more tokens unpack a block of eight rows
+ * Q4_0, MXFP4 and, with VNNI, IQ4_NL two blocks at a time:
+ * rows8_b32_pair_1; the grid types straight to their raw sum: raw1, with
+ * VNNI (and VBMI) IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S a whole block
+ * in 512-bit registers); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
  * TOK_TILE tokens at a time, the chains of all those tokens kept in
  * acc[]. Q4_K (and Q6_K from Q6K_GEMM_MIN tokens), Q4_0, MXFP4 and, with
@@ -778,7 +780,7 @@ static inline __attribute__((always_inline)) __m256i raw1_iq2xxs(const uint8_t *
  * in L2: 15.2 -> 11.9 ns a row-block (12.6 with the masks and scales
  * extracted from registers, which GCC does unless told not to). */
 /* byte 4L + z: qs byte of register z's lane L (group 2z + L / 4, its
- * sub-group L % 4); bytes 32 .. 35: nothing (the words are 32) */
+ * sub-group L % 4); bytes 32 .. 63 unused (32 words) */
 #define IX(L) 8 * ((L) / 4) + (L) % 4, 16 + 8 * ((L) / 4) + (L) % 4, \
         32 + 8 * ((L) / 4) + (L) % 4, 48 + 8 * ((L) / 4) + (L) % 4
 static const uint8_t iq2x_idx[64] __attribute__((aligned(64))) = {
