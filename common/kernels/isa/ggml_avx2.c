@@ -30,7 +30,7 @@
  * in 512-bit registers); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
  * TOK_TILE tokens at a time, the chains of all those tokens kept in
- * acc[]. Q4_K (and Q6_K from Q6K_GEMM_MIN tokens), Q4_0, MXFP4 and, with
+ * acc[]. Q4_K (and Q6_K, Q3_K from Q6K_GEMM_MIN, Q3K_GEMM_MIN tokens), Q4_0, MXFP4 and, with
  * VNNI, Q8_0 (from Q80_GEMM_MIN tokens) transpose the eight rows' block
  * instead, rows in lanes (rows8_k_n: the prefill GEMM). Rows past the end of the share repeat its last row and are not
  * stored. While a group of eight rows runs, the next group's blocks are
@@ -1532,7 +1532,7 @@ static inline __attribute__((always_inline)) void rows8_b32_pair_1(enum shoal_gg
 }
 
 /* one token through ONE (rows8_b32_pair_1, rows8_k_1), more through MANY
- * (rows8_t, rows8_k_n, rows8_q6k_n) */
+ * (rows8_t, rows8_k_n, rows8_gemm_n) */
 #define ROWS8_1N_FN(name, T, ONE, MANY)                                                       \
     static void name(float *y, const struct shoal_ggml_act *a, int64_t t0, int64_t nt,       \
                      const struct shoal_ggml_matrix *w, const uint8_t *const p[8],            \
@@ -2227,22 +2227,35 @@ static inline __attribute__((always_inline)) void kblk_q4k(const uint8_t *const 
 }
 
 /* eight rows' Q6_K block at off into *g (q6k_row's layout, transposed) */
-static inline __attribute__((always_inline)) void kblk_q6k(const uint8_t *const p[8],
-                                                          const uint8_t *const pf[8],
-                                                          size_t off, struct kblk *g)
+/* g->sc and g->cw from the eight rows' 16 int8 scales per 16 (S[i]: rows
+ * i and i + 4 in its halves): sign-extended int16, sc[k] twice a lane,
+ * cw[j] the pair 2j, 2j + 1; and the next group's blocks of ts bytes at off
+ * prefetched */
+static inline __attribute__((always_inline)) void kblk_scales16(const __m256i S[4],
+                                                               const uint8_t *const pf[8],
+                                                               size_t off, size_t ts,
+                                                               struct kblk *g)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256i S[4], u[4];
     for (int i = 0; i < 8; i++)
-        prefetch_block(pf, i, off, 210);
-    for (int i = 0; i < 4; i++)
-        S[i] = _mm256_loadu2_m128i((const __m128i *)(p[i + 4] + off + 192),
-                                   (const __m128i *)(p[i] + off + 192));
+        prefetch_block(pf, i, off, ts);
+    __m256i u[4];
     tr_bytes16(S, u);   /* u[v]: sc 4v .. 4v + 3 */
     for (int k = 0; k < 16; k++)
         g->sc[k] = _mm256_srai_epi16(_mm256_shuffle_epi8(u[k / 4], kctrl(kctrl_hi[k % 4])), 8);
     for (int j = 0; j < 8; j++)
         g->cw[j] = _mm256_srai_epi16(_mm256_shuffle_epi8(u[j / 2], kctrl(kctrl_pair[j % 2])), 8);
+}
+
+static inline __attribute__((always_inline)) void kblk_q6k(const uint8_t *const p[8],
+                                                          const uint8_t *const pf[8],
+                                                          size_t off, struct kblk *g)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256i S[4];
+    for (int i = 0; i < 4; i++)
+        S[i] = _mm256_loadu2_m128i((const __m128i *)(p[i + 4] + off + 192),
+                                   (const __m128i *)(p[i] + off + 192));
+    kblk_scales16(S, pf, off, 210, g);
     /* element 128h + 32r + 4k .. is group 32h + 8r + k */
     for (int h = 0; h < 2; h++) {
         __m256i l0[8], l1[8], hv[8];
@@ -2259,6 +2272,38 @@ static inline __attribute__((always_inline)) void kblk_q6k(const uint8_t *const 
                                     _mm256_and_si256(hv[k], m30));
             q[24] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1[k], 4), m4),
                                     _mm256_and_si256(_mm256_srli_epi16(hv[k], 2), m30));
+        }
+    }
+}
+
+/* Q3_K's block of the eight rows, in Q6_K's layout (kblk_q6k): codes q + 4
+ * (0 .. 7: bit pair r of qs[32h + l] with hmask[l]'s bit 4h + r above it,
+ * element 128h + 32r + l in group 32h + 8r + l / 4), the int8 scales per
+ * 16 (q3k_scales) transposed as Q6_K's. KIND_OFF: block_term takes 4 x
+ * the scaled bsums back off. */
+static inline __attribute__((always_inline)) void kblk_q3k(const uint8_t *const p[8],
+                                                          const uint8_t *const pf[8],
+                                                          size_t off, struct kblk *g)
+{
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+    __m256i S[4];
+    for (int i = 0; i < 4; i++)
+        S[i] = _mm256_set_m128i(q3k_scales(p[i + 4] + off), q3k_scales(p[i] + off));
+    kblk_scales16(S, pf, off, 110, g);
+    __m256i hm[8];
+    ld8_tr(p, off, hm);
+    for (int h = 0; h < 2; h++) {
+        __m256i qs[8];
+        ld8_tr(p, off + 32 + 32 * (size_t)h, qs);
+        for (int r = 0; r < 4; r++) {
+            const int hb = 4 * h + r;   /* hmask's bit, to bit 2 */
+            for (int k = 0; k < 8; k++) {
+                const __m256i hi = hb >= 2 ? _mm256_srli_epi16(hm[k], hb - 2)
+                                           : _mm256_slli_epi16(hm[k], 2 - hb);
+                g->q[32 * h + 8 * r + k] = _mm256_or_si256(
+                    _mm256_and_si256(r ? _mm256_srli_epi16(qs[k], 2 * r) : qs[k], m3),
+                    _mm256_and_si256(hi, m4));
+            }
         }
     }
 }
@@ -2371,7 +2416,7 @@ static inline __attribute__((always_inline)) void kblk_tokens(enum shoal_ggml_ty
     }
 }
 
-/* Q4_K, Q6_K, Q4_0, MXFP4 or Q8_0 (VNNI), nt > 1 tokens from t0: eight rows' chains per token */
+/* Q4_K, Q6_K, Q3_K, Q4_0, MXFP4 or Q8_0 (VNNI), nt > 1 tokens from t0: eight rows' chains per token */
 static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type t, float *y,
                                                            const struct shoal_ggml_act *a,
                                                            int64_t t0, int64_t nt,
@@ -2392,6 +2437,8 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
             kblk_q4k(p, pf, off, &g);
         else if (t == SHOAL_GGML_TYPE_Q6_K)
             kblk_q6k(p, pf, off, &g);
+        else if (t == SHOAL_GGML_TYPE_Q3_K)
+            kblk_q3k(p, pf, off, &g);
         else if (t == SHOAL_GGML_TYPE_Q8_0)
             kblk_q80(p, pf, off, &g);
         else
@@ -2429,7 +2476,12 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
  * row-block-token on Zen 3, rows8_k_n vs rows8_t: 16.3 vs 12.6 at 8 tokens,
  * 11.2 vs 10.6 at 32, 9.7 vs 10.3 at 64) */
 #define Q6K_GEMM_MIN 48
-static inline __attribute__((always_inline)) void rows8_q6k_n(enum shoal_ggml_type t, float *y,
+/* Q3_K's transposed block (kblk_q3k) pays from Q3K_GEMM_MIN tokens (Zen 4,
+ * kernel_l2 --cols 2048, ns a row-block-token, kblk_q3k against rows8_t:
+ * 7.2 / 7.5 at 2 tokens, 5.3 / 6.3 at 3, 3.5 / 4.7 at 8, 2.7 / 3.9 at 64;
+ * AVX2 alike) */
+#define Q3K_GEMM_MIN 3
+static inline __attribute__((always_inline)) void rows8_gemm_n(enum shoal_ggml_type t, float *y,
                                                              const struct shoal_ggml_act *a,
                                                              int64_t t0, int64_t nt,
                                                              const struct shoal_ggml_matrix *w,
@@ -2437,11 +2489,12 @@ static inline __attribute__((always_inline)) void rows8_q6k_n(enum shoal_ggml_ty
                                                              const uint8_t *const pf[8],
                                                              int64_t r, int nr)
 {
-    if (nt >= Q6K_GEMM_MIN)
+    if (nt >= (t == SHOAL_GGML_TYPE_Q6_K ? Q6K_GEMM_MIN : Q3K_GEMM_MIN))
         rows8_k_n(t, y, a, t0, nt, w, p, pf, r, nr);
     else
         rows8_t(t, y, a, t0, nt, w, p, pf, r, nr);
 }
+
 ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K, rows8_k_n)
 ROWS8_1N_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0, rows8_b32_pair_1, rows8_k_n)
 ROWS8_1N_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4, rows8_b32_pair_1, rows8_k_n)
@@ -2474,9 +2527,9 @@ static void rows8_q8_0_n(float *y, const struct shoal_ggml_act *a, int64_t t0, i
 }
 ROWS8_K_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K, rows8_t)
 ROWS8_K_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS, rows8_t)
-ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K, rows8_q6k_n)
+ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K, rows8_gemm_n)
 ROWS8_K_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K, rows8_t)
-ROWS8_K_FN(rows8_q3_k, SHOAL_GGML_TYPE_Q3_K, rows8_t)
+ROWS8_K_FN(rows8_q3_k, SHOAL_GGML_TYPE_Q3_K, rows8_gemm_n)
 
 typedef void (*rows8_fn)(float *, const struct shoal_ggml_act *, int64_t, int64_t,
                          const struct shoal_ggml_matrix *, const uint8_t *const[8],
