@@ -2227,6 +2227,14 @@ static inline __attribute__((always_inline)) void kblk_q4k(const uint8_t *const 
 }
 
 /* eight rows' Q6_K block at off into *g (q6k_row's layout, transposed) */
+/* g->cw from the eight rows' 16 int8 weights per 16, transposed (u[v]:
+ * weights 4v .. 4v + 3, tr_bytes16): the pair 2j, 2j + 1 sign-extended */
+static inline __attribute__((always_inline)) void kblk_cw16(const __m256i u[4], struct kblk *g)
+{
+    for (int j = 0; j < 8; j++)
+        g->cw[j] = _mm256_srai_epi16(_mm256_shuffle_epi8(u[j / 2], kctrl(kctrl_pair[j % 2])), 8);
+}
+
 /* g->sc and g->cw from the eight rows' 16 int8 scales per 16 (S[i]: rows
  * i and i + 4 in its halves): sign-extended int16, sc[k] twice a lane,
  * cw[j] the pair 2j, 2j + 1; and the next group's blocks of ts bytes at off
@@ -2242,8 +2250,7 @@ static inline __attribute__((always_inline)) void kblk_scales16(const __m256i S[
     tr_bytes16(S, u);   /* u[v]: sc 4v .. 4v + 3 */
     for (int k = 0; k < 16; k++)
         g->sc[k] = _mm256_srai_epi16(_mm256_shuffle_epi8(u[k / 4], kctrl(kctrl_hi[k % 4])), 8);
-    for (int j = 0; j < 8; j++)
-        g->cw[j] = _mm256_srai_epi16(_mm256_shuffle_epi8(u[j / 2], kctrl(kctrl_pair[j % 2])), 8);
+    kblk_cw16(u, g);
 }
 
 static inline __attribute__((always_inline)) void kblk_q6k(const uint8_t *const p[8],
@@ -2276,33 +2283,51 @@ static inline __attribute__((always_inline)) void kblk_q6k(const uint8_t *const 
     }
 }
 
-/* Q3_K's block of the eight rows, in Q6_K's layout (kblk_q6k): codes q + 4
- * (0 .. 7: bit pair r of qs[32h + l] with hmask[l]'s bit 4h + r above it,
- * element 128h + 32r + l in group 32h + 8r + l / 4), the int8 scales per
- * 16 (q3k_scales) transposed as Q6_K's. KIND_OFF: block_term takes 4 x
- * the scaled bsums back off. */
-static inline __attribute__((always_inline)) void kblk_q3k(const uint8_t *const p[8],
-                                                          const uint8_t *const pf[8],
-                                                          size_t off, struct kblk *g)
+/* Q3_K's or Q2_K's block of the eight rows, in Q6_K's layout (kblk_q6k):
+ * the codes are bit pair r of qs[32h + l] (element 128h + 32r + l, group
+ * 32h + 8r + l / 4), Q3_K's with hmask[l]'s bit 4h + r above it (q + 4,
+ * 0 .. 7). Q3_K: the int8 scales per 16 (q3k_scales) as Q6_K's, KIND_OFF
+ * (block_term takes 4 x the scaled bsums back off); Q2_K: the low nibbles
+ * of its 16 scale bytes as sc, the high ones (the mins) as cw, KIND_MIN16. */
+static inline __attribute__((always_inline)) void kblk_bitpairs(enum shoal_ggml_type t,
+                                                               const uint8_t *const p[8],
+                                                               const uint8_t *const pf[8],
+                                                               size_t off, struct kblk *g)
 {
-    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+    const int q3 = t == SHOAL_GGML_TYPE_Q3_K;
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4), m0f = _mm256_set1_epi8(0x0F);
     __m256i S[4];
     for (int i = 0; i < 4; i++)
-        S[i] = _mm256_set_m128i(q3k_scales(p[i + 4] + off), q3k_scales(p[i] + off));
-    kblk_scales16(S, pf, off, 110, g);
+        S[i] = q3 ? _mm256_set_m128i(q3k_scales(p[i + 4] + off), q3k_scales(p[i] + off))
+                  : _mm256_loadu2_m128i((const __m128i *)(p[i + 4] + off),
+                                        (const __m128i *)(p[i] + off));
+    if (q3) {
+        kblk_scales16(S, pf, off, 110, g);
+    } else {
+        __m256i lo[4], u[4];
+        for (int i = 0; i < 4; i++)
+            lo[i] = _mm256_and_si256(S[i], m0f);
+        kblk_scales16(lo, pf, off, 84, g);
+        for (int i = 0; i < 4; i++)
+            lo[i] = _mm256_and_si256(_mm256_srli_epi16(S[i], 4), m0f);
+        tr_bytes16(lo, u);
+        kblk_cw16(u, g);
+    }
     __m256i hm[8];
-    ld8_tr(p, off, hm);
+    if (q3)
+        ld8_tr(p, off, hm);
     for (int h = 0; h < 2; h++) {
         __m256i qs[8];
-        ld8_tr(p, off + 32 + 32 * (size_t)h, qs);
+        ld8_tr(p, off + (q3 ? 32 : 16) + 32 * (size_t)h, qs);
         for (int r = 0; r < 4; r++) {
             const int hb = 4 * h + r;   /* hmask's bit, to bit 2 */
             for (int k = 0; k < 8; k++) {
-                const __m256i hi = hb >= 2 ? _mm256_srli_epi16(hm[k], hb - 2)
-                                           : _mm256_slli_epi16(hm[k], 2 - hb);
-                g->q[32 * h + 8 * r + k] = _mm256_or_si256(
-                    _mm256_and_si256(r ? _mm256_srli_epi16(qs[k], 2 * r) : qs[k], m3),
-                    _mm256_and_si256(hi, m4));
+                __m256i c = _mm256_and_si256(r ? _mm256_srli_epi16(qs[k], 2 * r) : qs[k], m3);
+                if (q3)
+                    c = _mm256_or_si256(c, _mm256_and_si256(hb >= 2 ? _mm256_srli_epi16(hm[k], hb - 2)
+                                                                   : _mm256_slli_epi16(hm[k], 2 - hb),
+                                                           m4));
+                g->q[32 * h + 8 * r + k] = c;
             }
         }
     }
@@ -2416,7 +2441,7 @@ static inline __attribute__((always_inline)) void kblk_tokens(enum shoal_ggml_ty
     }
 }
 
-/* Q4_K, Q6_K, Q3_K, Q4_0, MXFP4 or Q8_0 (VNNI), nt > 1 tokens from t0: eight rows' chains per token */
+/* Q4_K, Q6_K, Q3_K, Q2_K, Q4_0, MXFP4 or Q8_0 (VNNI), nt > 1 tokens from t0: eight rows' chains per token */
 static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type t, float *y,
                                                            const struct shoal_ggml_act *a,
                                                            int64_t t0, int64_t nt,
@@ -2437,8 +2462,8 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
             kblk_q4k(p, pf, off, &g);
         else if (t == SHOAL_GGML_TYPE_Q6_K)
             kblk_q6k(p, pf, off, &g);
-        else if (t == SHOAL_GGML_TYPE_Q3_K)
-            kblk_q3k(p, pf, off, &g);
+        else if (t == SHOAL_GGML_TYPE_Q3_K || t == SHOAL_GGML_TYPE_Q2_K)
+            kblk_bitpairs(t, p, pf, off, &g);
         else if (t == SHOAL_GGML_TYPE_Q8_0)
             kblk_q80(p, pf, off, &g);
         else
@@ -2448,8 +2473,9 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
          * unpack and spills the tokens' sums instead */
         __asm__ volatile("" : : "r"(&g) : "memory");
         const __m256 d = t == SHOAL_GGML_TYPE_MXFP4 ? e8m0x8(p, off) : f16x8(p, off + k1_d_off(t));
-        const __m256 dmin = t == SHOAL_GGML_TYPE_Q4_K ? f16x8(p, off + k1_d_off(t) + 2)
-                                                      : _mm256_setzero_ps();
+        const __m256 dmin = t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q2_K
+                                ? f16x8(p, off + k1_d_off(t) + 2)
+                                : _mm256_setzero_ps();
 #define KN_TOKENS(TG)                                                                  \
     (b32 ? b32_tokens(t, g.q, a, t0 + k, TG, b, d, acc + k)                            \
                                : kblk_tokens(t, &g, a, t0 + k, TG, b, d, dmin, acc + k))
@@ -2476,8 +2502,8 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
  * row-block-token on Zen 3, rows8_k_n vs rows8_t: 16.3 vs 12.6 at 8 tokens,
  * 11.2 vs 10.6 at 32, 9.7 vs 10.3 at 64) */
 #define Q6K_GEMM_MIN 48
-/* Q3_K's transposed block (kblk_q3k) pays from Q3K_GEMM_MIN tokens (Zen 4,
- * kernel_l2 --cols 2048, ns a row-block-token, kblk_q3k against rows8_t:
+/* Q3_K's transposed block (kblk_bitpairs) pays from Q3K_GEMM_MIN tokens (Zen 4,
+ * kernel_l2 --cols 2048, ns a row-block-token, kblk_bitpairs against rows8_t:
  * 7.2 / 7.5 at 2 tokens, 5.3 / 6.3 at 3, 3.5 / 4.7 at 8, 2.7 / 3.9 at 64;
  * AVX2 alike) */
 #define Q3K_GEMM_MIN 3
@@ -2489,7 +2515,7 @@ static inline __attribute__((always_inline)) void rows8_gemm_n(enum shoal_ggml_t
                                                              const uint8_t *const pf[8],
                                                              int64_t r, int nr)
 {
-    if (nt >= (t == SHOAL_GGML_TYPE_Q6_K ? Q6K_GEMM_MIN : Q3K_GEMM_MIN))
+    if (nt >= (t == SHOAL_GGML_TYPE_Q6_K ? Q6K_GEMM_MIN : Q3K_GEMM_MIN))   /* Q3_K, Q2_K */
         rows8_k_n(t, y, a, t0, nt, w, p, pf, r, nr);
     else
         rows8_t(t, y, a, t0, nt, w, p, pf, r, nr);
@@ -2528,7 +2554,7 @@ static void rows8_q8_0_n(float *y, const struct shoal_ggml_act *a, int64_t t0, i
 ROWS8_K_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K, rows8_t)
 ROWS8_K_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS, rows8_t)
 ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K, rows8_gemm_n)
-ROWS8_K_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K, rows8_t)
+ROWS8_K_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K, rows8_gemm_n)
 ROWS8_K_FN(rows8_q3_k, SHOAL_GGML_TYPE_Q3_K, rows8_gemm_n)
 
 typedef void (*rows8_fn)(float *, const struct shoal_ggml_act *, int64_t, int64_t,
