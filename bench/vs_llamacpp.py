@@ -51,7 +51,10 @@ token) and active both spinning.
 
 Prints each engine's min / median / max tok/s, the ratio of medians, bytes
 read per token, peak RSS and the 1-minute load average, and the bits per
-weight of both models (file bytes x 8 / parameters); writes all of it, and
+weight of both models (file bytes x 8 / parameters); warm, each engine's
+decode against its RAM-read bound (--ram-probe: shoal's read probe just
+before and after each decode run, the better one, over the bytes a decode
+token reads at least); writes all of it, and
 every run, as JSON (--out). Needs root for the cold step (drop_caches, cgroup).
 Asserts nothing about speed; tests/bench/test_vs_llamacpp.py keeps it working.
 """
@@ -148,6 +151,10 @@ def parse_args(argv):
                     help="OMP_WAIT_POLICY of both engines (default unset: each engine's own default, "
                     "where llama.cpp's OpenMP threads spin between its many per-token barriers "
                     "(issue 31); passive: issue 13's protocol, which handicaps llama.cpp)")
+    ap.add_argument("--ram-probe", choices=("on", "off"), default="on", help="warm: shoal's RAM read "
+                    "probe (shoal bench --limits-only, about 1 s) right before and after each engine's "
+                    "decode run, the better one setting that run's RAM-read bound (default on: on a "
+                    "shared host the read rate moves by 2x within minutes)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per engine run (default 1800)")
     ap.add_argument("--keep-bf16-gguf", action="store_true", help="keep the BF16 GGUF after "
                     "quantizing (default: removed, it is the size of the checkpoint)")
@@ -575,7 +582,8 @@ def warm_shoal(a, i, plen, gen):
         figs["pp%d" % plen] = median_of(d, "prefill_tok_s")
         if gen > 1:
             figs["tg%d@d%d" % (gen, plen)] = median_of(d, "decode_tok_s")
-            for k in ("ms_per_token", "ms_attention", "ms_expert_compute", "ms_head", "expert_compute_mb_s"):
+            for k in ("ms_per_token", "ms_attention", "ms_expert_compute", "ms_head", "expert_compute_mb_s",
+                      "token_read_mb", "token_kv_read_mb"):
                 figs["decode_" + k] = median_of(d, k)
         figs["shoal_commit"] = d.get("commit")
     return r, figs
@@ -588,6 +596,28 @@ def warm_llama(a, i, args, tag):
     return r, (parse_llama_bench(r["out"]) if r["rc"] == 0 else {})
 
 
+def ram_probe(a, tag):
+    """shoal's RAM read probe now (GB/s at the engines' thread count), or None"""
+    if a.ram_probe != "on":
+        return None
+    log = logname(a, "probe-" + tag)
+    r = run([a.shoal, "bench", "--limits-only", "--threads", str(a.threads), "--json", log + ".json"], log,
+            timeout=120)
+    if r["rc"] != 0:
+        return None
+    try:
+        return json.load(open(log + ".json"))["limits"]["ram"]["read_gbs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def probed(a, tag, fn):
+    """fn() with a RAM probe right before and after it: (fn's result, [GB/s before, after])"""
+    before = ram_probe(a, tag + "-before")
+    out = fn()
+    return out, [before, ram_probe(a, tag + "-after")]
+
+
 def step_warm(a, res):
     need_models(a)
     res["load_wait"]["warm"] = wait_load(a)
@@ -595,13 +625,19 @@ def step_warm(a, res):
     runs = res["warm"] = []
     for i in range(a.alternations):
         for eng in (("shoal", "llama") if i % 2 == 0 else ("llama", "shoal")):
-            parts = []
+            parts, probes = [], None
             if eng == "shoal":
                 for plen in a.prefill:
-                    parts.append(warm_shoal(a, i, plen, a.gen if plen == d0 else 1))
+                    if plen == d0:
+                        part, probes = probed(a, "%d-shoal" % i, lambda: warm_shoal(a, i, plen, a.gen))
+                        parts.append(part)
+                    else:
+                        parts.append(warm_shoal(a, i, plen, 1))
             else:
                 parts.append(warm_llama(a, i, ["-p", ",".join(map(str, a.prefill)), "-n", "0"], "pp"))
-                parts.append(warm_llama(a, i, ["-p", "0", "-n", str(a.gen), "-d", str(d0)], "tg"))
+                part, probes = probed(a, "%d-llama" % i, lambda: warm_llama(
+                    a, i, ["-p", "0", "-n", str(a.gen), "-d", str(d0)], "tg"))
+                parts.append(part)
             rec = {"alt": i, "engine": eng, "rc": max(abs(r["rc"]) for r, _ in parts),
                    "load_before": parts[0][0]["load_before"], "load_after": parts[-1][0]["load_after"],
                    "maxrss_mb": max(r["maxrss_mb"] for r, _ in parts),
@@ -610,6 +646,7 @@ def step_warm(a, res):
             for _, f in parts:
                 rec.update(f)
             rec["decode_tok_s"] = rec.get("tg%d@d%d" % (a.gen, d0))
+            rec["ram_read_gbs"] = probes
             for plen in a.prefill:
                 rec["prefill%d_tok_s" % plen] = rec.get("pp%d" % plen)
             if rec["rc"] != 0:
@@ -836,11 +873,45 @@ def decode_bytes_per_token(runs, eng):
     return out
 
 
+def bound_ratios(a, res):
+    """Each warm run's decode against its RAM-read bound: the better of the probes
+    beside its decode run over the bytes a decode token reads at least (shoal
+    bench's count: dense weights, the routed experts used, the KV rows; for
+    llama.cpp the same count from the same alternation's shoal run, its weights
+    scaled by the two files' bits per weight when they are not one file, its KV
+    rows in f16 as llama.cpp keeps them). Sets decode_bound_ratio and
+    bound_tok_s; 1 if any was set."""
+    bpw = res.get("bits_per_weight") or {}
+    same = (bpw.get("shoal") or {}).get("same_file")
+    scale = 1.0
+    if not same and (bpw.get("shoal") or {}).get("bpw") and (bpw.get("llama") or {}).get("bpw"):
+        scale = bpw["llama"]["bpw"] / bpw["shoal"]["bpw"]
+    shoal_mb = {r["alt"]: (r.get("decode_token_read_mb"), r.get("decode_token_kv_read_mb"))
+                for r in res.get("warm") or [] if r["engine"] == "shoal" and r.get("decode_token_read_mb")}
+    # shoal's KV element: a GGUF runs in f32 (shoal's default), a container in --kv
+    shoal_kv_bytes = 4 if same or a.kv == "f32" else 2
+    any_set = False
+    for r in res.get("warm") or []:
+        probes = [p for p in (r.get("ram_read_gbs") or []) if p]
+        mb = shoal_mb.get(r["alt"]) or next(iter(shoal_mb.values()), None)
+        if not probes or not mb or not r.get("decode_tok_s"):
+            continue
+        total, kv = mb[0], mb[1] or 0.0
+        if r["engine"] == "llama":
+            total = (total - kv) * scale + kv * 2 / shoal_kv_bytes
+        r["bound_tok_s"] = max(probes) * 1e3 / total
+        r["decode_bound_ratio"] = round(r["decode_tok_s"] / r["bound_tok_s"], 3)
+        any_set = True
+    return any_set
+
+
 def summarize(a, res):
     rows = []
     if res.get("warm"):
         w = res["warm"]
         rows.append(row("warm decode after a %d-token prompt" % a.prefill[0], w, "decode_tok_s"))
+        if bound_ratios(a, res):
+            rows.append(row("warm decode / its RAM-read bound", w, "decode_bound_ratio"))
         for plen in a.prefill:
             rows.append(row("warm prefill, %d-token prompt" % plen, w, "prefill%d_tok_s" % plen))
     for key, sec in (res.get("cold") or {}).items():
@@ -916,6 +987,17 @@ def print_report(a, res):
                 print("  (%s: %d runs failed; see the JSON's err_tail)" % (eng, r[eng + "_failed"]))
             if r.get(eng + "_over_limit"):
                 print("  (%s: %d runs left out: peak RSS over the limit)" % (eng, r[eng + "_over_limit"]))
+    print_probes(res)
+
+
+def print_probes(res):
+    """the RAM read probes beside the warm decode runs, per engine"""
+    for eng, name in (("shoal", "shoal"), ("llama", "llama.cpp")):
+        ps = [p for r in res.get("warm") or [] if r["engine"] == eng for p in (r.get("ram_read_gbs") or []) if p]
+        bs = [r["bound_tok_s"] for r in res.get("warm") or [] if r["engine"] == eng and r.get("bound_tok_s")]
+        if ps and bs:
+            print("RAM read probes beside %s's decode runs: %.1f-%.1f GB/s (bounds %.1f-%.1f tok/s)" % (
+                name, min(ps), max(ps), min(bs), max(bs)))
 
 
 def llama_commit(a, res):

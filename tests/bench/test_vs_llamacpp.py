@@ -11,7 +11,8 @@ benchmark does not rot); no llama.cpp needed for most of it.
   - the tokenizer: ids in range, fewer ids than bytes (merges apply), the text
     comes back from `shoal detokenize`, <|endoftext|> is the id training said;
   - the table's arithmetic (medians, ratios, bytes per decode token, runs
-    over the memory limit left out) on made-up runs;
+    over the memory limit left out, decode against the RAM-read bound) on
+    made-up runs;
   - --wait-policy sets (or, unset, removes) both engines' OMP_WAIT_POLICY;
     unset is the default;
   - --gguf TYPE: the file's name (type, hash of the llama-quantize options),
@@ -335,6 +336,34 @@ def test_summary():
           "bytes per decode token: (long - short) / 48 = 10 MB and 100 MB (%s)" % bpt)
 
 
+def test_bound_ratios():
+    """Decode against the RAM-read bound on made-up runs: the better probe beside
+    each decode run, shoal's bytes a token; for llama.cpp on one file the same
+    weights with its KV rows in f16 (half of shoal's f32 rows), on two files its
+    weights scaled by the bits per weight."""
+    class A:
+        kv = "f16"
+
+    def rec(eng, alt, tok, probes, mb=None, kv=None):
+        return dict(engine=eng, alt=alt, rc=0, decode_tok_s=tok, ram_read_gbs=probes,
+                    decode_token_read_mb=mb, decode_token_kv_read_mb=kv)
+    res = {"bits_per_weight": {"shoal": {"same_file": True, "bpw": 4.76}, "llama": {"bpw": 4.76}},
+           "warm": [rec("shoal", 0, 100.0, [20.0, 30.0], 300.0, 20.0), rec("llama", 0, 90.0, [None, 28.0])]}
+    check(vs_llamacpp.bound_ratios(A, res), "bound ratios set")
+    s, ll = res["warm"]
+    check(abs(s["bound_tok_s"] - 100.0) < 1e-9 and abs(s["decode_bound_ratio"] - 1.0) < 1e-9,
+          "shoal: 30 GB/s over 300 MB is 100 tok/s, ratio 1.0 (%s)" % s)
+    check(abs(ll["bound_tok_s"] - 28e3 / 290.0) < 1e-9,
+          "llama.cpp on the same file: 28 GB/s over 280 + 10 MB of f16 KV (%s)" % ll)
+    res["bits_per_weight"] = {"shoal": {"same_file": False, "bpw": 4.5}, "llama": {"bpw": 4.5 * 1.1}}
+    del ll["bound_tok_s"]
+    vs_llamacpp.bound_ratios(A, res)
+    check(abs(ll["bound_tok_s"] - 28e3 / (280.0 * 1.1 + 20.0)) < 1e-9,
+          "llama.cpp on its own file: weights x 1.1, the same f16 KV (%s)" % ll)
+    res["warm"] = [rec("shoal", 0, 100.0, [None, None], 300.0, 20.0)]
+    check(not vs_llamacpp.bound_ratios(A, res), "no probe: no bound")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shoal", required=True)
@@ -344,6 +373,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="shoal-vsll-") as tmp:
         test_arguments(a.shoal, tmp)
         test_summary()
+        test_bound_ratios()
         test_wait_policy()
         test_gguf_mode(os.path.abspath(a.shoal), tmp)
         tok = write_tiny(os.path.join(tmp, "hf"))
