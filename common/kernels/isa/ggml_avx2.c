@@ -1117,7 +1117,9 @@ static inline __m256i grid_group_sc(__m256i q, __m256i sg, __m256i sc, const int
     return _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_sign_epi8(xv, sg)), sc);
 }
 
-/* IQ2_XS, IQ2_S, IQ3_S and IQ1_M: raw = sum over groups of grid_group_sc */
+#if !SHOAL_GGML_VNNI
+/* IQ2_XS, IQ2_S and IQ3_S without VBMI: raw = sum over groups of
+ * grid_group_sc */
 static inline __attribute__((always_inline)) __m256i raw1_grid(enum shoal_ggml_type t,
                                                               const uint8_t *blk,
                                                               const int8_t *xq)
@@ -1129,6 +1131,7 @@ static inline __attribute__((always_inline)) __m256i raw1_grid(enum shoal_ggml_t
     }
     return acc;
 }
+#endif
 
 /* IQ1_S: c = 8 g + delta (g in -1..1, delta = +-1 per 32), so
  *   raw = sum_j (2 s_j + 1) * (8 * sum_{i in j} g_i qx_i + delta_j * X_j)
@@ -1164,6 +1167,70 @@ static inline __attribute__((always_inline)) __m256i raw1_iq1s(const uint8_t *bl
     const __m256i neg = _mm256_cmpgt_epi32(h32, _mm256_set1_epi32(0x7FFF));
     const __m256i ssc = _mm256_sub_epi32(_mm256_xor_si256(sc, neg), neg);
     return _mm256_add_epi32(acc, _mm256_madd_epi16(ssc, xs));
+}
+
+/* IQ1_M: c = 8 g + delta (delta = +-1 per 8, the top bit of its qh
+ * nibble), raw = sum over the 16 halves-of-32 of sc_m sum c qx, as
+ * grid_group_of's IQ1_M group but with the block's 32 codebook indices,
+ * its deltas and its 16 scales built a block at a time in vectors (the
+ * per-group scalar shifts, masks and branches were most of its time):
+ * index k = qs[k] | (nibble k of qh & 7) << 8, nibble k the low (k even)
+ * or high half of qh[k / 2]; scale m = bits 3 (m % 4) of the u16 m / 4 of
+ * the last 8 bytes, sc = 2 s + 1 (vpmullw by 2^(13 - 3r), then >> 13). */
+static inline __attribute__((always_inline)) __m256i raw1_iq1m(const uint8_t *blk,
+                                                              const int8_t *xq)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0F), m7 = _mm_set1_epi8(7);
+    const __m128i qh = _mm_loadu_si128((const __m128i *)(blk + 32));
+    const __m128i lo = _mm_and_si128(qh, m4), hi = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
+    const __m128i na = _mm_unpacklo_epi8(lo, hi), nb = _mm_unpackhi_epi8(lo, hi); /* n_0..31 */
+    const __m128i qa = _mm_loadu_si128((const __m128i *)blk);
+    const __m128i qb = _mm_loadu_si128((const __m128i *)(blk + 16));
+    uint16_t idx[32];
+    _mm_storeu_si128((__m128i *)idx, _mm_unpacklo_epi8(qa, _mm_and_si128(na, m7)));
+    _mm_storeu_si128((__m128i *)(idx + 8), _mm_unpackhi_epi8(qa, _mm_and_si128(na, m7)));
+    _mm_storeu_si128((__m128i *)(idx + 16), _mm_unpacklo_epi8(qb, _mm_and_si128(nb, m7)));
+    _mm_storeu_si128((__m128i *)(idx + 24), _mm_unpackhi_epi8(qb, _mm_and_si128(nb, m7)));
+    /* delta bytes 1 - 2 (bit 3 of n_k): deltas 0..15, then 16..31, both lanes */
+    const __m128i one = _mm_set1_epi8(1), two = _mm_set1_epi8(2);
+    const __m256i dlo = _mm256_broadcastsi128_si256(
+        _mm_sub_epi8(one, _mm_and_si128(_mm_srli_epi16(na, 2), two)));
+    const __m256i dhi = _mm256_broadcastsi128_si256(
+        _mm_sub_epi8(one, _mm_and_si128(_mm_srli_epi16(nb, 2), two)));
+    /* scales 2 s_m + 1 as int16: 0..7, then 8..15, both lanes */
+    const __m128i w = _mm_loadl_epi64((const __m128i *)(blk + 48));
+    const __m128i mul = _mm_setr_epi16(1 << 13, 1 << 10, 1 << 7, 1 << 4, 1 << 13, 1 << 10, 1 << 7,
+                                       1 << 4);
+    const __m128i rep01 = _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3);
+    const __m128i rep23 = _mm_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7);
+    const __m128i s1 = _mm_set1_epi16(1);
+    const __m256i slo = _mm256_broadcastsi128_si256(_mm_or_si128(
+        _mm_slli_epi16(_mm_srli_epi16(_mm_mullo_epi16(_mm_shuffle_epi8(w, rep01), mul), 13), 1), s1));
+    const __m256i shi = _mm256_broadcastsi128_si256(_mm_or_si128(
+        _mm_slli_epi16(_mm_srli_epi16(_mm_mullo_epi16(_mm_shuffle_epi8(w, rep23), mul), 13), 1), s1));
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        const __m256i g = q4(&GB.iq1s[idx[4 * j]], &GB.iq1s[idx[4 * j + 1]],
+                             &GB.iq1s[idx[4 * j + 2]], &GB.iq1s[idx[4 * j + 3]]);
+        /* group j's deltas k = 4j .. 4j+3, each over its 8 bytes: the low
+         * lane takes k = 4j, 4j+1, the high lane 4j+2, 4j+3 */
+        const char k0 = (char)(4 * j % 16);
+        const __m256i dsel = _mm256_setr_epi8(k0, k0, k0, k0, k0, k0, k0, k0,
+                                              k0 + 1, k0 + 1, k0 + 1, k0 + 1, k0 + 1, k0 + 1, k0 + 1, k0 + 1,
+                                              k0 + 2, k0 + 2, k0 + 2, k0 + 2, k0 + 2, k0 + 2, k0 + 2, k0 + 2,
+                                              k0 + 3, k0 + 3, k0 + 3, k0 + 3, k0 + 3, k0 + 3, k0 + 3, k0 + 3);
+        const __m256i c = _mm256_add_epi8(g, _mm256_shuffle_epi8(j < 4 ? dlo : dhi, dsel));
+        /* scales 2j (low lane's 16 elements) and 2j + 1 (high lane's) */
+        const char m0 = (char)(2 * (2 * j % 8)), m1 = (char)(m0 + 2);
+        const __m256i ssel = _mm256_setr_epi8(m0, m0 + 1, m0, m0 + 1, m0, m0 + 1, m0, m0 + 1,
+                                              m0, m0 + 1, m0, m0 + 1, m0, m0 + 1, m0, m0 + 1,
+                                              m1, m1 + 1, m1, m1 + 1, m1, m1 + 1, m1, m1 + 1,
+                                              m1, m1 + 1, m1, m1 + 1, m1, m1 + 1, m1, m1 + 1);
+        const __m256i sc = _mm256_shuffle_epi8(j < 4 ? slo : shi, ssel);
+        acc = _mm256_add_epi32(acc, grid_group_sc(_mm256_abs_epi8(c), c, sc, xq + 32 * j));
+    }
+    return acc;
 }
 
 /* the token's X_j of one block of 256 (bs: its 16 bsum) for raw1_iq1s */
@@ -1207,23 +1274,19 @@ static inline __attribute__((always_inline)) __m256i raw1(enum shoal_ggml_type t
         *d = f16_at(blk) * 0.125f;
         return raw1_iq1s(blk, xq, xs);
     case SHOAL_GGML_TYPE_IQ2_XS:
-#if SHOAL_GGML_VNNI
-        *d = grid_d(t, blk);
-        return raw1_iq2xs_512(blk, xq);
-#endif
     case SHOAL_GGML_TYPE_IQ3_S:
-#if SHOAL_GGML_VNNI
-        *d = grid_d(t, blk);
-        return raw1_iq3s_512(blk, xq);
-#endif
     case SHOAL_GGML_TYPE_IQ2_S:
-#if SHOAL_GGML_VNNI
         *d = grid_d(t, blk);
-        return raw1_iq2s_512(blk, xq);
+#if SHOAL_GGML_VNNI
+        return t == SHOAL_GGML_TYPE_IQ2_XS  ? raw1_iq2xs_512(blk, xq)
+               : t == SHOAL_GGML_TYPE_IQ3_S ? raw1_iq3s_512(blk, xq)
+                                            : raw1_iq2s_512(blk, xq);
+#else
+        return raw1_grid(t, blk, xq);
 #endif
     case SHOAL_GGML_TYPE_IQ1_M:
         *d = grid_d(t, blk);
-        return raw1_grid(t, blk, xq);
+        return raw1_iq1m(blk, xq);
     default:
         return _mm256_setzero_si256();
     }
