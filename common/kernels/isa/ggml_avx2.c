@@ -30,7 +30,7 @@
  * in 512-bit registers); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
  * TOK_TILE tokens at a time, the chains of all those tokens kept in
- * acc[]. Q4_K (and Q6_K, Q3_K from Q6K_GEMM_MIN, Q3K_GEMM_MIN tokens), Q4_0, MXFP4 and, with
+ * acc[]. Q4_K (and Q6_K, Q3_K, Q2_K from K16_GEMM_MIN tokens), Q4_0, MXFP4 and, with
  * VNNI, Q8_0 (from Q80_GEMM_MIN tokens) transpose the eight rows' block
  * instead, rows in lanes (rows8_k_n: the prefill GEMM). Rows past the end of the share repeat its last row and are not
  * stored. While a group of eight rows runs, the next group's blocks are
@@ -2559,17 +2559,13 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
 
 /* one token through rows8_k_1, more through MANY (rows8_k_n or rows8_t) */
 #define ROWS8_K_FN(name, T, MANY) ROWS8_1N_FN(name, T, rows8_k_1, MANY)
-/* Q6_K's transposed block costs about 30 cycles a row to build (six
- * transposes and the 6-bit codes put together), against rows8_t's 10 a
- * row-block-token it pays for itself from about 48 tokens (tsc cycles per
- * row-block-token on Zen 3, rows8_k_n vs rows8_t: 16.3 vs 12.6 at 8 tokens,
- * 11.2 vs 10.6 at 32, 9.7 vs 10.3 at 64) */
-#define Q6K_GEMM_MIN 48
-/* Q3_K's transposed block (kblk_bitpairs) pays from Q3K_GEMM_MIN tokens (Zen 4,
- * kernel_l2 --cols 2048, ns a row-block-token, kblk_bitpairs against rows8_t:
- * 7.2 / 7.5 at 2 tokens, 5.3 / 6.3 at 3, 3.5 / 4.7 at 8, 2.7 / 3.9 at 64;
- * AVX2 alike) */
-#define Q3K_GEMM_MIN 3
+/* The transposed block of Q6_K, Q3_K and Q2_K (kblk_scales16 for their
+ * scales) pays from K16_GEMM_MIN tokens. Zen 4, kernel_l2 --rows 256 --cols
+ * 2048, ns a row-block-token, rows8_k_n against rows8_t, avx512 (AVX2
+ * alike): Q6_K 7.3 / 7.6 at 2 tokens, 5.4 / 6.2 at 3, 3.5 / 4.7 at 8, 2.8
+ * / 3.9 at 32; Q3_K 7.2 / 7.5 at 2, 5.3 / 6.3 at 3, 3.5 / 4.7 at 8, 2.7 /
+ * 3.9 at 64. (On Zen 3, before kblk_scales16, Q6_K's paid from 48.) */
+#define K16_GEMM_MIN 3
 static inline __attribute__((always_inline)) void rows8_gemm_n(enum shoal_ggml_type t, float *y,
                                                              const struct shoal_ggml_act *a,
                                                              int64_t t0, int64_t nt,
@@ -2578,7 +2574,7 @@ static inline __attribute__((always_inline)) void rows8_gemm_n(enum shoal_ggml_t
                                                              const uint8_t *const pf[8],
                                                              int64_t r, int nr)
 {
-    if (nt >= (t == SHOAL_GGML_TYPE_Q6_K ? Q6K_GEMM_MIN : Q3K_GEMM_MIN))   /* Q3_K, Q2_K */
+    if (nt >= K16_GEMM_MIN)
         rows8_k_n(t, y, a, t0, nt, w, p, pf, r, nr);
     else
         rows8_t(t, y, a, t0, nt, w, p, pf, r, nr);
