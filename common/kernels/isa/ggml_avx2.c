@@ -387,7 +387,8 @@ static inline __m256i signs_bytes4(uint32_t sg4)
 /* Group j (32 elements) of an IQ2_XS, IQ2_S, IQ3_S or IQ1_M block: its
  * codes |c|, sign bytes s (sign(qx, s) = sign_i qx_i) and per-16 scales
  * sc, the integers of shoal_ggml_iblock_decode. unpack_row stores them in
- * a urow, raw1_grid uses them at once. */
+ * a urow (several tokens); raw1_grid uses them at once for one token of
+ * IQ2_XS, IQ2_S and IQ3_S without VBMI (IQ1_M's one token: raw1_iq1m). */
 struct grid_grp {
     __m256i q, s, sc;
 };
@@ -1201,13 +1202,15 @@ static inline __attribute__((always_inline)) __m256i raw1_iq1m(const uint8_t *bl
     const __m128i w = _mm_loadl_epi64((const __m128i *)(blk + 48));
     const __m128i mul = _mm_setr_epi16(1 << 13, 1 << 10, 1 << 7, 1 << 4, 1 << 13, 1 << 10, 1 << 7,
                                        1 << 4);
-    const __m128i rep01 = _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3);
-    const __m128i rep23 = _mm_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7);
-    const __m128i s1 = _mm_set1_epi16(1);
-    const __m256i slo = _mm256_broadcastsi128_si256(_mm_or_si128(
-        _mm_slli_epi16(_mm_srli_epi16(_mm_mullo_epi16(_mm_shuffle_epi8(w, rep01), mul), 13), 1), s1));
-    const __m256i shi = _mm256_broadcastsi128_si256(_mm_or_si128(
-        _mm_slli_epi16(_mm_srli_epi16(_mm_mullo_epi16(_mm_shuffle_epi8(w, rep23), mul), 13), 1), s1));
+    __m256i sv[2];   /* scales 0..7 (u16s 0, 1), then 8..15 (u16s 2, 3) */
+    for (int h = 0; h < 2; h++) {
+        const char u = (char)(4 * h);
+        const __m128i rep = _mm_setr_epi8(u, u + 1, u, u + 1, u, u + 1, u, u + 1,
+                                          u + 2, u + 3, u + 2, u + 3, u + 2, u + 3, u + 2, u + 3);
+        const __m128i s3 = _mm_srli_epi16(_mm_mullo_epi16(_mm_shuffle_epi8(w, rep), mul), 13);
+        sv[h] = _mm256_broadcastsi128_si256(_mm_or_si128(_mm_slli_epi16(s3, 1), _mm_set1_epi16(1)));
+    }
+    const __m256i slo = sv[0], shi = sv[1];
     __m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
