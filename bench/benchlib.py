@@ -183,7 +183,8 @@ def fio_randread(path, bs, file_bytes, qd, runtime, engine):
 def build_ram_probe(workdir):
     out = os.path.join(workdir, "ram_probe")
     base = os.path.join(HERE, "..", "common", "base")
-    src = [os.path.join(HERE, "ram_probe.c"), os.path.join(base, "memread.c")]
+    src = [os.path.join(HERE, "ram_probe.c"), os.path.join(base, "memread.c"),
+           os.path.join(base, "pages.c")]
     cc = os.environ.get("CC", "cc")
     r = sh([cc, "-O3", "-march=native", "-fopenmp", "-I" + base] + src + ["-o", out])
     if r.returncode != 0:

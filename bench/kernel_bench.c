@@ -77,6 +77,7 @@
 #include "ggml_types.h"
 #include "kernels.h"
 #include "memread.h"
+#include "pages.h"
 #include "parse.h"
 #include "quant.h"
 #include "tensor.h"
@@ -570,7 +571,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: kernel_bench [--threads N] [--pool-mb MB] [--seconds S] [--group G]\n"
                "                    [--types int4,int8,int4a8,mxfp4] [--shape N_EMBD,N_FF]\n"
                "                    [--tokens T] [--isa LIST] [--rounds R] [--paired-read on|off]\n"
-               "                    [--json FILE]\n"
+               "                    [--huge on|off] [--json FILE]\n"
                "  --threads N        OpenMP threads, 1 .. online CPUs (default: all)\n"
                "  --pool-mb MB       weights in RAM, 1 .. half the RAM (default 1024); below the\n"
                "                     last-level cache it gives the kernel's compute ceiling\n"
@@ -591,6 +592,9 @@ static void usage(FILE *f)
                "  --paired-read V    on or off: read the whole pool with the RAM probe's read\n"
                "                     loop before every kernel pass, on the same threads, and\n"
                "                     set each pass against the read just before it (default on)\n"
+               "  --huge V           on or off: the pool on huge pages where the kernel offers\n"
+               "                     them, as the expert store's buffers and the RAM probe's\n"
+               "                     arrays are (default on); off: malloc's pages\n"
                "  --json FILE        every figure as JSON\n"
                "Memory: the pool + 1.5 GiB for the RAM probe.\n");
 }
@@ -617,7 +621,7 @@ static int is_flag(const char *a)
 {
     static const char *const flags[] = {"--threads", "--pool-mb", "--seconds", "--group",
                                         "--types", "--shape", "--tokens", "--json",
-                                        "--isa", "--rounds", "--paired-read"};
+                                        "--isa", "--rounds", "--paired-read", "--huge"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(a, flags[i]))
             return 1;
@@ -630,7 +634,7 @@ int main(int argc, char **argv)
     const long long ram_mb = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / 1048576;
     int64_t threads = 0, pool_mb = 1024, group = 64, n_embd = 2048, n_ff = 768, n_tok = 1;
     int64_t rounds = 1;
-    int paired = 1;
+    int paired = 1, huge = 1;
     const char *isa_arg = NULL;
     double seconds = 2.0;
     const char *types = "int4,int8", *json_path = NULL;
@@ -661,7 +665,13 @@ int main(int argc, char **argv)
             rc = arg_int(a, v, 1, 50, &rounds);
         else if (!strcmp(a, "--isa"))
             isa_arg = v;
-        else if (!strcmp(a, "--paired-read")) {
+        else if (!strcmp(a, "--huge")) {
+            huge = !strcmp(v, "on");
+            if (!huge && strcmp(v, "off")) {
+                fprintf(stderr, "kernel_bench: --huge expects on or off, got '%s'\n", v);
+                rc = -1;
+            }
+        } else if (!strcmp(a, "--paired-read")) {
             paired = !strcmp(v, "on");
             if (!paired && strcmp(v, "off")) {
                 fprintf(stderr, "kernel_bench: --paired-read expects on or off, got '%s'\n", v);
@@ -821,6 +831,7 @@ int main(int argc, char **argv)
     json_object_set_new(res, "machine", shoal_bench_machine("."));
     json_object_set_new(res, "load_start", shoal_bench_loadavg());
     json_object_set_new(res, "rounds", json_integer(rounds));
+    json_object_set_new(res, "huge_pages", json_boolean(huge));
     const struct shoal_bench_ram_params rp = {.threads = (int)threads, .array_mib = 512, .reps = 5};
     /* probes[k]: the one before round k of all types' rounds (the last: the end) */
     json_t *probes = json_array();
@@ -847,7 +858,8 @@ int main(int argc, char **argv)
         b.expert_bytes = 2 * b.m_up + b.m_down;
         b.n_expert = (int64_t)((size_t)pool_mb * 1048576 / b.expert_bytes);
         b.n_tok = n_tok;
-        b.pool = malloc((size_t)b.n_expert * b.expert_bytes);
+        const size_t pool_bytes = (size_t)b.n_expert * b.expert_bytes;
+        b.pool = huge ? shoal_pages_map(pool_bytes) : malloc(pool_bytes);
         if (!b.pool) {
             fprintf(stderr, "kernel_bench: cannot allocate the %ld MiB pool\n", (long)pool_mb);
             if (json_f) {
@@ -903,7 +915,10 @@ int main(int argc, char **argv)
                 json_array_append_new(runs, r);
             }
         }
-        free(b.pool);
+        if (huge)
+            shoal_pages_unmap(b.pool, pool_bytes);
+        else
+            free(b.pool);
     }
     json_t *ram1 = shoal_bench_ram(&rp);
     json_array_append_new(probes, ram1);

@@ -17,6 +17,7 @@
 #include "hot_set.h"
 #include "quant.h"
 #include "log.h"
+#include "pages.h"
 #include "placement.h"
 #include "util.h"
 
@@ -205,13 +206,19 @@ static void *alloc_blob(size_t n)
  * so the holes rarely fit the next request and the heap grew to ~4x the
  * live blobs (a 64 MB cache: 340 MB of anonymous memory, which a memory
  * cgroup charges like any other). A mapping goes back to the kernel when
- * it is unmapped. The pages are 4 KiB aligned (O_DIRECT). NULL when out of
- * memory. */
+ * it is unmapped. The pages are 4 KiB aligned (O_DIRECT), a blob of 2 MiB
+ * or more 2 MiB aligned on huge pages where the kernel offers them
+ * (pages.h). NULL when out of memory. */
 static void *blob_map_at(void *at, uint64_t n)
 {
-    void *p = mmap(at, (size_t)(n ? n : SHOAL_CONTAINER_ALIGN), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0), -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    const size_t len = (size_t)(n ? n : SHOAL_CONTAINER_ALIGN);
+    if (!at)
+        return shoal_pages_map(len);
+    void *p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    shoal_pages_advise(p, len);
+    return p;
 }
 
 static void *blob_map(uint64_t n)
@@ -221,8 +228,7 @@ static void *blob_map(uint64_t n)
 
 static void blob_unmap(void *p, uint64_t n)
 {
-    if (p)
-        munmap(p, (size_t)(n ? n : SHOAL_CONTAINER_ALIGN));
+    shoal_pages_unmap(p, (size_t)(n ? n : SHOAL_CONTAINER_ALIGN));
 }
 
 static void note_peak(struct shoal_expert_store *s)

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "io_engine_impl.h"
 #include "log.h"
+#include "pages.h"
 #include "util.h"
 
 int shoal_io_kind_parse(const char *s, enum shoal_io_kind *out)
@@ -109,7 +110,10 @@ int shoal_io_engine_try_map_(struct shoal_io_req *req)
      * itself failed: MAP_FIXED may have unmapped the range) */
     p = mmap(req->buf, req->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
              -1, 0);
-    return p == MAP_FAILED ? -errno : 0;
+    if (p == MAP_FAILED)
+        return -errno;
+    shoal_pages_advise(p, req->len);
+    return 0;
 #else
     return 0;
 #endif

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "mla.h"
 #include "moe.h"
+#include "pages.h"
 #include "quant.h"
 #include "rope.h"
 #include "util.h"
@@ -23,6 +24,7 @@ struct shoal_ctx {
     int64_t *seq_past;/* [n_seq] tokens cached per sequence */
     void *k_cache;    /* [n_seq][n_layer][n_ctx][kv_row] of kv_dtype */
     void *v_cache;    /* [n_seq][n_layer][n_ctx][kv_row] of kv_dtype; NULL for MLA */
+    size_t kv_bytes;  /* bytes of each (shoal_pages_map) */
     int64_t kv_row;   /* cache elements per token and layer in k_cache: n_head_kv *
                          head_dim, or for MLA kv_lora_rank + qk_rope_head_dim (the
                          normalised latent and the roped shared key, in one row) */
@@ -141,8 +143,11 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
         free(ctx);
         return NULL;
     }
-    ctx->k_cache = calloc(kv_elems, ctx->kv_es);
-    ctx->v_cache = mla ? NULL : calloc(kv_elems, ctx->kv_es);
+    /* zeroed anonymous pages, on huge pages where the kernel offers them
+     * (pages.h): attention streams the cache at long contexts */
+    ctx->kv_bytes = kv_bytes;
+    ctx->k_cache = shoal_pages_map(kv_bytes);
+    ctx->v_cache = mla ? NULL : shoal_pages_map(kv_bytes);
     if (!ctx->k_cache || (!mla && !ctx->v_cache)) {
         shoal_err_set(err, SHOAL_ENOMEM,
                       "cannot allocate the KV cache: %d x %zu bytes (%s) for n_ctx=%lld x "
@@ -150,8 +155,8 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
                       shoal_kv_dtype_name(ctx->kv_dtype), (long long)ctx->n_ctx,
                       (long long)ctx->n_seq,
                       ctx->kv_dtype == SHOAL_DTYPE_F32 ? ", or --kv f16 to halve it" : "");
-        free(ctx->k_cache);
-        free(ctx->v_cache);
+        shoal_pages_unmap(ctx->k_cache, ctx->kv_bytes);
+        shoal_pages_unmap(ctx->v_cache, ctx->kv_bytes);
         free(ctx);
         return NULL;
     }
@@ -163,8 +168,8 @@ struct shoal_ctx *shoal_ctx_create(const struct shoal_model *model,
             shoal_err_set(err, SHOAL_ENOMEM, "cannot allocate the MTP layer's hidden states: "
                           "%lld positions x %lld floats (use --ctx to lower it)",
                           (long long)(ctx->n_seq * ctx->n_ctx), (long long)E);
-            free(ctx->k_cache);
-            free(ctx->v_cache);
+            shoal_pages_unmap(ctx->k_cache, ctx->kv_bytes);
+            shoal_pages_unmap(ctx->v_cache, ctx->kv_bytes);
             free(ctx);
             return NULL;
         }
@@ -229,8 +234,8 @@ void shoal_ctx_free(struct shoal_ctx *ctx)
 {
     if (!ctx)
         return;
-    free(ctx->k_cache);
-    free(ctx->v_cache);
+    shoal_pages_unmap(ctx->k_cache, ctx->kv_bytes);
+    shoal_pages_unmap(ctx->v_cache, ctx->kv_bytes);
     free(ctx->seq_past);
     free(ctx->seg_row0);
     free(ctx->row_seq);
