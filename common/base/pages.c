@@ -34,6 +34,8 @@ void *shoal_pages_map(size_t bytes)
     }
     /* over-map by 2 MiB, keep the 2 MiB-aligned part, give the rest back */
     const size_t pg = page_bytes();
+    if (bytes > SIZE_MAX - HUGE_BYTES - pg)
+        return NULL;   /* no address space holds it */
     uint8_t *r = mmap(NULL, bytes + HUGE_BYTES, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (r == MAP_FAILED)

@@ -42,9 +42,12 @@ static void vm_flags(const void *p, char *out, size_t cap)
     fclose(f);
 }
 
-Test(pages, zero_bytes_is_null)
+Test(pages, zero_bytes_and_impossible_sizes_are_null)
 {
     cr_assert(eq(ptr, shoal_pages_map(0), NULL));
+    cr_assert(eq(ptr, shoal_pages_map(SIZE_MAX), NULL));
+    cr_assert(eq(ptr, shoal_pages_map(SIZE_MAX - 4096), NULL));
+    cr_assert(eq(ptr, shoal_pages_map(SIZE_MAX / 2), NULL));
     shoal_pages_unmap(NULL, 123);   /* nothing to do */
 }
 
