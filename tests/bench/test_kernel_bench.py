@@ -9,7 +9,8 @@ read before every pass (default on; --paired-read off leaves it out) gave
 a rate (no faster than 100x the probe) and a ratio; over one pass that
 ratio is exactly the kernel's rate over the read's. --isa and
 --rounds time only the named tables once per round, with a probe between
-rounds, and summarize each table by the median and range of its rounds. Bad arguments
+rounds, and summarize each table by the median and range of its rounds;
+--huge on|off (default on) is recorded in the JSON. Bad arguments
 must get one line on stderr naming the flag and exit 2 before anything
 runs, and an unwritable --json path must be refused up front. Asserts
 behaviour, never speed.
@@ -141,7 +142,19 @@ def main():
             rows = [l.split() for l in r.stdout.splitlines() if l.startswith("int4 ")]
             check(len(rows) == 1 and rows[0][-2:] == ["-", "same"],
                   "--paired-read off: '-' where the paired ratio goes (%s)" % rows)
-        bad = [(["--group", "48"], "--group"),
+        # --huge: the pool on 2 MiB pages by default, malloc's with off;
+        # recorded in the JSON, the bits the same either way
+        for hv, want in ((None, True), ("off", False), ("on", True)):
+            r, out = short_run("kbh.json", ["--types", "int4"] + (["--huge", hv] if hv else []))
+            if r.returncode == 0:
+                res = json.load(open(out))
+                runs = res.get("runs", [])
+                check(res.get("huge_pages") is want and len(runs) >= 1 and
+                      all(x.get("bits_equal_scalar") is True for x in runs),
+                      "--huge %s: huge_pages %s in the JSON (%s), scalar bits" % (
+                          hv or "(default)", want, res.get("huge_pages")))
+        bad = [(["--group", "48"], "--group"), (["--huge", "yes"], "--huge"),
+               (["--huge", ""], "--huge"),
                (["--paired-read", "yes"], "--paired-read"), (["--paired-read", ""], "--paired-read"),
                (["--isa", "bogus"], "--isa"), (["--isa", "scalar,scalar"], "--isa"),
                (["--isa", "auto"], "--isa"), (["--isa", ""], "--isa"),
