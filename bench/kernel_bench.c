@@ -857,6 +857,17 @@ int main(int argc, char **argv)
         b.m_down = b.sw ? b.m_up : shoal_quant_matrix_bytes(b.type, n_embd, n_ff, b.group);
         b.expert_bytes = 2 * b.m_up + b.m_down;
         b.n_expert = (int64_t)((size_t)pool_mb * 1048576 / b.expert_bytes);
+        if (b.n_expert < 1) {   /* a type wider than int8 (f16, f32) */
+            fprintf(stderr, "kernel_bench: --pool-mb %ld holds no %s expert of --shape %ld,%ld "
+                            "(%.1f MiB); expected a pool of at least that\n", (long)pool_mb,
+                    tname, (long)n_embd, (long)n_ff, (double)b.expert_bytes / 1048576.0);
+            json_decref(res);
+            if (json_f) {
+                fclose(json_f);
+                remove(json_path);
+            }
+            return 2;
+        }
         b.n_tok = n_tok;
         const size_t pool_bytes = (size_t)b.n_expert * b.expert_bytes;
         b.pool = huge ? shoal_pages_map(pool_bytes) : malloc(pool_bytes);

@@ -16,7 +16,7 @@ static size_t page_bytes(void)
 void shoal_pages_advise(void *p, size_t bytes)
 {
 #ifdef MADV_HUGEPAGE
-    if (p && bytes >= HUGE_BYTES)
+    if (p && bytes)
         (void)madvise(p, bytes, MADV_HUGEPAGE);
 #else
     (void)p;

@@ -14,16 +14,21 @@
  * cache, the RAM probe"). Linux gives them under THP "madvise" (Debian's
  * default) only to ranges marked MADV_HUGEPAGE, and only to 2 MiB-aligned
  * 2 MiB pieces, so a buffer of 2 MiB or more starts at a 2 MiB boundary.
- * Elsewhere (macOS, THP "never") this is a plain anonymous mapping.
- * Performance only: no result depends on it. */
+ * 2 MiB is the huge page of x86-64 and of aarch64 with 4 KiB pages; with
+ * 16 or 64 KiB pages (32 or 512 MiB huge pages) the buffers stay on small
+ * pages, as on macOS or with THP "never": a plain anonymous mapping.
+ * Performance only: no result depends on it. Each buffer of 2 MiB or more
+ * is a mapping of its own (the alignment leaves gaps), counted against
+ * vm.max_map_count (65530 by default) with the other mappings. */
 
 /* bytes (> 0) of zeroed anonymous read-write memory, page-aligned, 2 MiB-
  * aligned when bytes >= 2 MiB. NULL when out of memory. Free with
  * shoal_pages_unmap(p, bytes). Thread: any. */
 void *shoal_pages_map(size_t bytes);
 
-/* Mark [p, p + bytes) (p page-aligned) for huge pages where the kernel
- * offers them; for a range mapped again in place (MAP_FIXED). Thread: any. */
+/* Mark [p, p + bytes) (p page-aligned, any length) for huge pages where
+ * the kernel offers them; for a range mapped again in place (MAP_FIXED),
+ * which loses the mark. Thread: any. */
 void shoal_pages_advise(void *p, size_t bytes);
 
 /* Unmap what shoal_pages_map returned (NULL: nothing). Thread: any. */

@@ -655,10 +655,11 @@ a8_segment_any(float *pr, const uint8_t *qs, const float *dw, const int8_t *q, c
 #if defined(__AVX512VNNI__)
 #define A8G_MIN_TOK SHOAL_QUANT_AVX512_GEMM_MIN_TOK /* 2 .. A8G_MIN_TOK - 1 tokens run
                             * rows_a8_few (its block unpacked in registers, no
-                            * stack copy): kernel_l2, Zen 4, [64][2048] G=64 in
-                            * L2, ns per row, 32 columns and token: few 0.24-0.26
-                            * against the GEMM's 0.26-0.30 at 8-11 tokens, 0.24
-                            * against 0.20 at 12 */
+                            * stack copy): kernel_l2, Zen 4, [256][2048] G=64 in
+                            * L2, ns per row, 32 columns and token: few 0.21-0.22
+                            * (tiles of 8) against the GEMM's 0.26-0.30 at 8-11
+                            * tokens, 0.22 against 0.20 at 12, 0.20 against 0.19
+                            * at 16 */
 #else
 #define A8G_MIN_TOK SHOAL_QUANT_AVX512BW_GEMM_MIN_TOK /* without VNNI (dp4: three
                             * instructions) the GEMM led from 8 tokens: kernel_l2
@@ -690,8 +691,8 @@ static inline int32_t load_i32(const int8_t *p)
  * bytes at e[t] + 4j (the chunk order's columns 8j, 8j+2, 8j+4, 8j+6),
  * the high ones times those 64 bytes on, for TT tokens (compile-time, at
  * most A8G_T). NA independent sums a token (their total is the same
- * integer): a vpdpbusd's result is ready 4 cycles after it issues and two
- * issue a cycle (Zen 4), so about 8 chains keep it busy; with one sum a
+ * integer): a vpdpbusd's result is ready 4 cycles after it issues and one
+ * zmm (two ymm) issues a cycle (Zen 4), so 4-8 chains keep it busy; with one sum a
  * token, 2-4 tokens waited on their chains. Shared by the GEMM
  * (a8g_block) and rows_a8_few. */
 static inline __attribute__((always_inline)) void
@@ -1035,7 +1036,7 @@ static __attribute__((noinline)) int64_t rows_a8_few(float *y, const struct shoa
                     FEW(128, TT_);          \
                 t += TT_;                   \
             } while (0)
-            if (left >= 8)
+            if (A8G_MIN_TOK > 8 && left >= 8)   /* the avx512bw GEMM takes 8 */
                 FEW_G(8);
             else if (left >= 4 && left != 5)
                 FEW_G(4);
