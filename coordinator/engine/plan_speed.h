@@ -49,7 +49,13 @@
 #define SHOAL_PLAN_MAX_MACHINES 64
 /* Fraction of the RAM-read bound a warm shoal decode token reaches (bytes
  * of trunk, KV and experts read / RAM read bandwidth / time), measured by
- * `shoal bench --state warm` on the machines in docs/BENCHMARKS.md. */
+ * `shoal bench --state warm` on the machines in docs/BENCHMARKS.md, against
+ * the read probe on 4 KiB pages (before 2026-12-07). The probe now reads
+ * from 2 MiB pages (pages.h), 1.2-1.7x more on a Zen 4 VM while decode did
+ * not move, so a probe in a fast minute makes `shoal plan --measure`
+ * predict high there; bench/plan_check --only inram on that VM with the
+ * probe at 30.6 GB/s: decode +11, -30, -25 % (not refitted: that VM's probe
+ * swings 30-64 GB/s within minutes). */
 #define SHOAL_PLAN_DECODE_EFF 0.85
 /* Fraction of the GEMM probe's rate a prefill reaches on experts' and
  * trunk rows (batches split over experts, activations quantized per
