@@ -596,6 +596,34 @@ json_t *shoal_bench_fio(const struct shoal_bench_fio_params *p)
 
 /* ---- RAM probe ------------------------------------------------------------------- */
 
+/* AnonHugePages of this process in bytes, or -1 where Linux's
+ * /proc/self/smaps_rollup does not say */
+static double anon_huge_bytes(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    struct shoal_err err = {0};
+    if (shoal_read_file("/proc/self/smaps_rollup", 1u << 16, &text, &len, &err))
+        return -1;
+    const char *v = strstr(text, "AnonHugePages:");
+    const double kb = v ? strtod(v + 14, NULL) : -1;
+    free(text);
+    return kb < 0 ? -1 : kb * 1024.0;
+}
+
+/* the share (0..1) of `bytes` just touched that the kernel put on 2 MiB
+ * pages: AnonHugePages now over what it was before (`before`, from
+ * anon_huge_bytes; the probe's child inherits its parent's mappings), or
+ * -1 when unknown */
+static double anon_huge_share(double before, double bytes)
+{
+    const double now = anon_huge_bytes();
+    if (before < 0 || now < 0 || bytes <= 0)
+        return -1;
+    const double sh = (now - before) / bytes;
+    return sh < 0 ? 0 : sh > 1 ? 1 : sh;
+}
+
 static int ram_child(void *user, json_t **out)
 {
     const struct shoal_bench_ram_params *p = user;
@@ -605,6 +633,7 @@ static int ram_child(void *user, json_t **out)
     /* on huge pages where the kernel offers them, as the expert buffers
      * are (pages.h): the bound is what the memory can give */
     const size_t bytes = n * sizeof(double);
+    const double huge_before = anon_huge_bytes();
     double *a = shoal_pages_map(bytes), *b = shoal_pages_map(bytes), *c = shoal_pages_map(bytes);
     double *part = calloc(1024, sizeof *part);
     if (!a || !b || !c || !part) {
@@ -615,8 +644,8 @@ static int ram_child(void *user, json_t **out)
         free(part);
         return 1;
     }
-    int nth = 1;
-    double best[3] = {1e30, 1e30, 1e30}, sink = 0;
+    int nth = 1, touched = 0;
+    double best[3] = {1e30, 1e30, 1e30}, sink = 0, huge_share = -1;
     const int reps = p->reps > 0 ? p->reps : 1;
     /* one parallel region for the whole probe, each thread on a static
      * slice it first-touched itself (pages land on its node); partial sums
@@ -631,6 +660,12 @@ static int ram_child(void *user, json_t **out)
             a[i] = 1.0;
             b[i] = 2.0;
             c[i] = 0.5;
+        }
+#pragma omp barrier
+#pragma omp master
+        if (!touched) {   /* the share of the arrays the kernel put on 2 MiB pages */
+            touched = 1;
+            huge_share = anon_huge_share(huge_before, 3.0 * (double)bytes);
         }
         for (int r = 0; r < reps; r++) {
             double t0 = 0, t1 = 0, t2 = 0, t3 = 0;
@@ -665,10 +700,11 @@ static int ram_child(void *user, json_t **out)
             }
         }
     }
-    *out = json_pack("{s:i, s:I, s:i, s:f, s:f, s:f, s:f}", "threads", nth, "array_mib",
+    *out = json_pack("{s:i, s:I, s:i, s:f, s:f, s:f, s:f, s:f}", "threads", nth, "array_mib",
                      (json_int_t)p->array_mib, "reps", reps, "read_gbs", (double)bytes / best[0] / 1e9,
                      "copy_gbs", 2.0 * (double)bytes / best[1] / 1e9, "triad_gbs",
-                     3.0 * (double)bytes / best[2] / 1e9, "checksum", sink);
+                     3.0 * (double)bytes / best[2] / 1e9, "checksum", sink, "huge_page_share",
+                     huge_share);
     shoal_pages_unmap(a, bytes);
     shoal_pages_unmap(b, bytes);
     shoal_pages_unmap(c, bytes);

@@ -1643,10 +1643,15 @@ static void print_report(const json_t *res)
     else
         printf("  limit ssd: n/a (%s)\n",
                jstr(ssd, "skipped", jstr(ssd, "error", jstr(lim, "skipped", "not measured"))));
-    if (isfinite(jget(ram, "read_gbs")))
-        printf("  limit ram: %lld threads: read %.1f, copy %.1f, triad %.1f GB/s\n",
+    if (isfinite(jget(ram, "read_gbs"))) {
+        const double hs = jget(ram, "huge_page_share");
+        char pages[64] = "";
+        if (isfinite(hs) && hs >= 0)
+            snprintf(pages, sizeof pages, " (%.0f %% on 2 MiB pages)", 100.0 * hs);
+        printf("  limit ram: %lld threads: read %.1f, copy %.1f, triad %.1f GB/s%s\n",
                (long long)json_integer_value(json_object_get(ram, "threads")),
-               jget(ram, "read_gbs"), jget(ram, "copy_gbs"), jget(ram, "triad_gbs"));
+               jget(ram, "read_gbs"), jget(ram, "copy_gbs"), jget(ram, "triad_gbs"), pages);
+    }
     else
         printf("  limit ram: n/a (%s)\n",
                jstr(ram, "skipped", jstr(ram, "error", jstr(lim, "skipped", "not measured"))));
