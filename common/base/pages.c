@@ -1,6 +1,7 @@
 /* Anonymous buffers on huge pages where the kernel offers them (pages.h). */
 #include "pages.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -13,7 +14,8 @@ static size_t page_bytes(void)
     return p > 0 ? (size_t)p : 4096;
 }
 
-void shoal_pages_advise(void *p, size_t bytes)
+/* mark [p, p + bytes) for huge pages where the kernel offers them */
+static void advise(void *p, size_t bytes)
 {
 #ifdef MADV_HUGEPAGE
     if (p && bytes)
@@ -22,6 +24,15 @@ void shoal_pages_advise(void *p, size_t bytes)
     (void)p;
     (void)bytes;
 #endif
+}
+
+int shoal_pages_remap(void *p, size_t bytes)
+{
+    if (mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+        MAP_FAILED)
+        return -errno;
+    advise(p, bytes);
+    return 0;
 }
 
 void *shoal_pages_map(size_t bytes)
@@ -46,7 +57,7 @@ void *shoal_pages_map(size_t bytes)
         munmap(r, (size_t)(p - r));
     if (r + bytes + HUGE_BYTES > end)
         munmap(end, (size_t)(r + bytes + HUGE_BYTES - end));
-    shoal_pages_advise(p, bytes);
+    advise(p, bytes);
     return p;
 }
 

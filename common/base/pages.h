@@ -26,10 +26,11 @@
  * shoal_pages_unmap(p, bytes). Thread: any. */
 void *shoal_pages_map(size_t bytes);
 
-/* Mark [p, p + bytes) (p page-aligned, any length) for huge pages where
- * the kernel offers them; for a range mapped again in place (MAP_FIXED),
- * which loses the mark. Thread: any. */
-void shoal_pages_advise(void *p, size_t bytes);
+/* Zeroed anonymous read-write pages again at [p, p + bytes) (p page-
+ * aligned, any length), replacing what was mapped there (MAP_FIXED: a
+ * file mapping, say), marked for huge pages as shoal_pages_map's are.
+ * Returns 0, or -errno (the range may then be unmapped). Thread: any. */
+int shoal_pages_remap(void *p, size_t bytes);
 
 /* Unmap what shoal_pages_map returned (NULL: nothing). Thread: any. */
 void shoal_pages_unmap(void *p, size_t bytes);

@@ -214,11 +214,7 @@ static void *blob_map_at(void *at, uint64_t n)
     const size_t len = (size_t)(n ? n : SHOAL_CONTAINER_ALIGN);
     if (!at)
         return shoal_pages_map(len);
-    void *p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-    shoal_pages_advise(p, len);
-    return p;
+    return shoal_pages_remap(at, len) ? NULL : at;
 }
 
 static void *blob_map(uint64_t n)

@@ -108,12 +108,7 @@ int shoal_io_engine_try_map_(struct shoal_io_req *req)
     }
     /* back to private anonymous pages for the read (also when the mapping
      * itself failed: MAP_FIXED may have unmapped the range) */
-    p = mmap(req->buf, req->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-             -1, 0);
-    if (p == MAP_FAILED)
-        return -errno;
-    shoal_pages_advise(p, req->len);
-    return 0;
+    return shoal_pages_remap(req->buf, req->len);
 #else
     return 0;
 #endif

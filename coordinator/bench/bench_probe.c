@@ -644,7 +644,7 @@ static int ram_child(void *user, json_t **out)
         free(part);
         return 1;
     }
-    int nth = 1, touched = 0;
+    int nth = 1;
     double best[3] = {1e30, 1e30, 1e30}, sink = 0, huge_share = -1;
     const int reps = p->reps > 0 ? p->reps : 1;
     /* one parallel region for the whole probe, each thread on a static
@@ -663,10 +663,7 @@ static int ram_child(void *user, json_t **out)
         }
 #pragma omp barrier
 #pragma omp master
-        if (!touched) {   /* the share of the arrays the kernel put on 2 MiB pages */
-            touched = 1;
-            huge_share = anon_huge_share(huge_before, 3.0 * (double)bytes);
-        }
+        huge_share = anon_huge_share(huge_before, 3.0 * (double)bytes);   /* all touched now */
         for (int r = 0; r < reps; r++) {
             double t0 = 0, t1 = 0, t2 = 0, t3 = 0;
 #pragma omp barrier

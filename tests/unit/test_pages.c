@@ -171,16 +171,18 @@ Test(pages, buffers_are_zeroed_writable_aligned_and_trimmed)
     }
 }
 
-Test(pages, advise_marks_a_range_mapped_again_in_place)
+Test(pages, remap_gives_zeroed_marked_pages_in_place)
 {
     uint8_t *p = shoal_pages_map(4 * MIB);
     cr_assert(ne(ptr, p, NULL));
-    void *q = mmap(p, 4 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-                   0);
-    cr_assert(eq(ptr, q, (void *)p));
-    shoal_pages_advise(p, 4 * MIB);
+    memset(p, 0xAB, 4 * MIB);
+    cr_assert(eq(int, shoal_pages_remap(p + 4096, 3 * MIB), 0));
+    cr_assert(eq(u8, p[4095], 0xAB), "the page before the range kept its bytes");
+    for (size_t i = 4096; i < 4096 + 3 * MIB; i += 4093)
+        cr_assert(eq(u8, p[i], 0), "byte %zu not zero after the remap", i);
+    cr_assert(eq(u8, p[4096 + 3 * MIB], 0xAB), "the page after the range kept its bytes");
     char fl[256];
-    vm_flags(p, fl, sizeof fl);
+    vm_flags(p + 4096, fl, sizeof fl);
     if (hg_observable())
         cr_assert(ne(ptr, strstr(fl, " hg"), NULL), "not marked: %s", fl);
     shoal_pages_unmap(p, 4 * MIB);
