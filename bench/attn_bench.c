@@ -4,7 +4,7 @@
  *
  *   attn_bench [--ctx 4096,16384,32768] [--layers N] [--heads H,HKV,HD]
  *              [--kv f32,f16,bf16] [--threads N] [--seconds S] [--isa auto|scalar]
- *              [--tokens N] [--layout batched|heads]
+ *              [--tokens N] [--layout batched|heads] [--tile-bytes B]
  *
  * The attention of --tokens new tokens (default 1: a decode step) at the
  * end of a context of --ctx tokens, per layer, without the projections,
@@ -18,7 +18,8 @@
  * are visited in turn, so the cache is read from RAM as in a model (at 4 K
  * tokens, 12 layers of f32 K+V for 4 KV heads of 128 are 192 MiB). Shapes
  * default to 32,4,128 (qwen3_moe 30B-A3B's attention). --isa scalar uses
- * the reference kernels.
+ * the reference kernels. --tile-bytes B: tiles of B bytes of a KV head's
+ * rows (shoal_kv_set_tile_bytes; default 8192, printed).
  *
  * Prints, per context and dtype, the time of the tokens' attention over all
  * layers (ms: the fastest and the median of the timed steps; on a shared
@@ -120,6 +121,7 @@ static int parse_list(const char *s, int64_t *out, int max)
 int main(int argc, char **argv)
 {
     int64_t ctxs[8] = {4096, 16384, 32768}, shape[3] = {32, 4, 128}, n_layer = 12, n_tok = 1;
+    int64_t tile = 0;
     int n_ctx = 3, n_kv = 3, threads = 0, heads = 0;
     double seconds = 2.0;
     enum shoal_kv_isa isa = SHOAL_KV_ISA_AUTO;
@@ -139,6 +141,8 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--layers") && parse_list(v, &n_layer, 1) == 1)
             continue;
         if (!strcmp(a, "--tokens") && parse_list(v, &n_tok, 1) == 1)
+            continue;
+        if (!strcmp(a, "--tile-bytes") && parse_list(v, &tile, 1) == 1 && tile >= 512)
             continue;
         if (!strcmp(a, "--layout") && (!strcmp(v, "heads") || !strcmp(v, "batched"))) {
             heads = !strcmp(v, "heads");
@@ -173,11 +177,14 @@ int main(int argc, char **argv)
     if (threads > 0)
         omp_set_num_threads(threads);
     shoal_kv_init(isa, NULL);
+    if (tile > 0)
+        shoal_kv_set_tile_bytes(tile);
     const int64_t nh = shape[0], nkv_h = shape[1], hd = shape[2], nkv = nkv_h * hd;
     printf("attention of %lld token(s) at the end of the context: %lld layers, %lld heads / "
-           "%lld KV heads x %lld, %d threads, %s kernels, %s layout\n", (long long)n_tok,
-           (long long)n_layer, (long long)nh, (long long)nkv_h, (long long)hd,
-           omp_get_max_threads(), shoal_kv_ops_name(), heads ? "heads" : "batched");
+           "%lld KV heads x %lld, %d threads, %s kernels, %s layout, tiles of %lld bytes\n",
+           (long long)n_tok, (long long)n_layer, (long long)nh, (long long)nkv_h, (long long)hd,
+           omp_get_max_threads(), shoal_kv_ops_name(), heads ? "heads" : "batched",
+           (long long)shoal_kv_tile_bytes());
     printf("%8s %5s %10s %10s %10s %8s %10s\n", "ctx", "kv", "min ms", "median ms", "KV MB",
            "GB/s", "cpu ms");
     float *q = shoal_xcalloc((size_t)(n_tok * nh * hd), sizeof(float));

@@ -217,13 +217,26 @@ static void kv_prefetch(const void *base, int64_t j0, int64_t j1, size_t row_byt
     }
 }
 
-/* Rows of cache per tile: about 8 KiB of one KV head's keys (or values),
- * so a tile and the next one (prefetched) stay in L1 while every query of
- * a round uses it (8 KiB measured best of 8, 16, 32 on Zen 5 at 16 K). */
+/* Bytes of one KV head's rows per tile (kv_tile_rows); changed only by
+ * shoal_kv_set_tile_bytes, while no kernel runs. */
+static int64_t tile_bytes = 8192;
+
+int64_t shoal_kv_tile_bytes(void) { return tile_bytes; }
+
+void shoal_kv_set_tile_bytes(int64_t bytes)
+{
+    tile_bytes = bytes < 512 ? 512 : bytes;
+}
+
+/* Rows of cache per tile: tile_bytes of one KV head's keys (or values), so
+ * that a tile and the next one (prefetched) stay in L1 while every query of
+ * a round uses it (8 KiB measured best of 8, 16, 32 on Zen 5 at 16 K; on
+ * Zen 4, 32 KiB L1, attn_bench's decode ran ~10 % faster at 4 KiB but the
+ * engine did not: docs/BENCHMARKS.md "KV tiles"). */
 static int64_t kv_tile_rows(const struct shoal_kv_attn *a)
 {
     const int64_t row = a->head_dim * (int64_t)shoal_dtype_size(a->t);
-    const int64_t r = (8 << 10) / (row > 0 ? row : 1);
+    const int64_t r = tile_bytes / (row > 0 ? row : 1);
     return r < 8 ? 8 : r;
 }
 

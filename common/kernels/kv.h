@@ -143,6 +143,15 @@ enum shoal_kv_isa {
     SHOAL_KV_ISA_NEON,       /* aarch64 */
 };
 
+/* shoal_kv_attend's tiles: about `bytes` (default 8192, at least 512) of
+ * one KV head's cached rows, at least 8 rows. Speed only: the bits do not
+ * depend on it (test_kv). For benchmarks and tests. Thread: main, while no
+ * kernel runs. */
+void shoal_kv_set_tile_bytes(int64_t bytes);
+
+/* The tile size in use (bytes of one KV head's rows). Thread: any. */
+int64_t shoal_kv_tile_bytes(void);
+
 /* Choose the kernels (logged at info, "kv"). Before the first call the
  * scalar table is active; all give the same bits. Returns 0, or
  * SHOAL_EUNSUPPORTED (the active table unchanged) when the ISA is not built

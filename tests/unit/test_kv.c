@@ -424,7 +424,8 @@ static void ref_attend(const struct shoal_kv_attn *a, float *out)
  * over tiles of rows, split over threads by phase) gives the bytes of the
  * one-head-at-a-time attention: GQA 1-4, head sizes with and without SIMD
  * tails, a sliding window, a cache already holding rows, batches that span
- * several tiles and rounds, 1-3 threads, every table and dtype. */
+ * several tiles and rounds, 1-3 threads, tiles of 1, 4 and 16 KiB, every
+ * table and dtype. */
 Test(kv, batched_attention_has_the_bits_of_one_head_at_a_time)
 {
     struct table tab[3];
@@ -466,17 +467,22 @@ Test(kv, batched_attention_has_the_bits_of_one_head_at_a_time)
                 ref_attend(&a, want);
                 for (int o = 0; o < n_ops; o++) {
                     cr_assert(eq(int, shoal_kv_init(tab[o].isa, NULL), 0));
-                    for (int nt = 1; nt <= 3; nt++) {
-                        memset(got, 0xff, (size_t)(n * nh * hd) * 4);
+                    for (int nt = 1; nt <= 3; nt++)
+                        for (int64_t tb = 1024; tb <= 16384; tb *= 4) {
+                            shoal_kv_set_tile_bytes(tb);   /* 8, 8.., 32.. rows a tile */
+                            memset(got, 0xff, (size_t)(n * nh * hd) * 4);
 #pragma omp parallel num_threads(nt)
-                        shoal_kv_attend(&a, omp_get_thread_num(), omp_get_num_threads());
-                        cr_assert(eq(int, memcmp(got, want, (size_t)(n * nh * hd) * 4), 0),
-                                  "%s %s heads %lld/%lld x %lld, n_past %lld n %lld window "
-                                  "%lld round %lld, %d threads", tab[o].ops->name,
-                                  shoal_kv_dtype_name(t), (long long)nh, (long long)nkv_h,
-                                  (long long)hd, (long long)runs[ir].n_past, (long long)n,
-                                  (long long)runs[ir].window, (long long)runs[ir].round, nt);
-                    }
+                            shoal_kv_attend(&a, omp_get_thread_num(), omp_get_num_threads());
+                            cr_assert(eq(int, memcmp(got, want, (size_t)(n * nh * hd) * 4), 0),
+                                      "%s %s heads %lld/%lld x %lld, n_past %lld n %lld window "
+                                      "%lld round %lld, %d threads, tiles of %lld bytes",
+                                      tab[o].ops->name, shoal_kv_dtype_name(t), (long long)nh,
+                                      (long long)nkv_h, (long long)hd,
+                                      (long long)runs[ir].n_past, (long long)n,
+                                      (long long)runs[ir].window, (long long)runs[ir].round, nt,
+                                      (long long)tb);
+                        }
+                    shoal_kv_set_tile_bytes(8192);
                 }
                 shoal_kv_init(SHOAL_KV_ISA_SCALAR, NULL);
                 free(k);
