@@ -315,6 +315,7 @@ def plot(paths, out):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
     cells = []
     for p in paths:
         d = json.load(open(p))
@@ -354,10 +355,20 @@ def plot(paths, out):
         if fl:
             ax.scatter([x for x, _ in fl], [v for _, v in fl], marker="_", s=300, color="grey",
                        linestyle="--", zorder=3)
+        floor = dict(fl)
         for x, g, b in zip(xs, got, bound):
-            ax.text(x, max(g, b) * 1.05, "%.2f" % (g / b), ha="center", fontsize=7)
+            ax.text(x, max(g, b, floor.get(x, 0)) * 1.05, "%.2f" % (g / b), ha="center",
+                    fontsize=7)
         ax.set_yscale("log")
-        ax.set_ylim(top=max(max(got), max(bound)) * 1.6)
+        top = max(max(got), max(bound), max(floor.values(), default=0)) * 1.6
+        ax.set_ylim(bottom=min(got) / 1.3, top=top)
+        # plain numbers at 1, 2, 5 of each decade, so that a range within
+        # one decade still reads (the default labels only the decades)
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: "%g" % v))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.grid(axis="y", which="major", color="#dddddd", linewidth=0.6, zorder=0)
+        ax.set_axisbelow(True)
         ax.set_ylabel("%s tok/s" % phase)
     axes[0].set_title("shoal cluster at DeepSeek-V3 widths: tok/s measured (bars) against the "
                       "binding bound (black tick), ratio above;\nthe step floor (grey tick); "
