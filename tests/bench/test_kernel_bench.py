@@ -18,7 +18,8 @@ behaviour, never speed.
 bench/load_order, built beside it, must read every byte in each of its
 four ways, print them and refuse bad arguments with exit 2; bench/kernel_l2
 must give the scalar bits for a few types at 1 and 3 tokens and refuse bad
-arguments with exit 2.
+arguments with exit 2; bench/attn_bench must run and print the tile
+--tile-bytes names and refuse bad arguments with exit 2.
 
 usage: test_kernel_bench.py --bench BUILD/bench/kernel_bench
 """
@@ -226,6 +227,25 @@ def main():
             check(r.returncode == 2 and len(lines) == 1 and what in lines[0] and not r.stdout,
                   "kernel_l2 %s: exit 2, one line naming %s (rc %d: %s)" % (
                       " ".join(args), what, r.returncode, r.stderr.strip()[:200]))
+        # attn_bench (built beside kernel_bench): --tile-bytes sets the tile
+        # it runs and prints; bad input exits 2 with one line
+        ab = os.path.join(os.path.dirname(a.bench), "attn_bench")
+        for tb in ("1024", "16384"):
+            r = subprocess.run([ab, "--ctx", "64", "--layers", "1", "--kv", "f32", "--seconds", "1",
+                                "--threads", "1", "--tile-bytes", tb],
+                               capture_output=True, text=True, timeout=120)
+            lines = r.stdout.splitlines()
+            row = lines[2].split() if len(lines) == 3 else []
+            check(r.returncode == 0 and "tiles of %s bytes" % tb in lines[0] and
+                  len(row) == 7 and row[0] == "64" and float(row[5]) > 0,
+                  "attn_bench --tile-bytes %s: its tile, one row with a rate (rc %d: %s%s)" % (
+                      tb, r.returncode, r.stdout.strip()[-300:], r.stderr.strip()[-200:]))
+        for args in (["--tile-bytes", "100"], ["--tile-bytes", "x"], ["--ctx"]):
+            r = subprocess.run([ab] + args, capture_output=True, text=True, timeout=60)
+            lines = [l for l in r.stderr.splitlines() if l.startswith("attn_bench:")]
+            check(r.returncode == 2 and len(lines) == 1 and args[0] in lines[0] and not r.stdout,
+                  "attn_bench %s: exit 2, one line naming %s (rc %d: %s)" % (
+                      " ".join(args), args[0], r.returncode, r.stderr.strip()[:200]))
     return result.summary()
 
 
