@@ -232,7 +232,8 @@ void shoal_kv_set_tile_bytes(int64_t bytes)
  * that a tile and the next one (prefetched) stay in L1 while every query of
  * a round uses it (8 KiB measured best of 8, 16, 32 on Zen 5 at 16 K; on
  * Zen 4, 32 KiB L1, attn_bench's decode ran ~10 % faster at 4 KiB but the
- * engine did not: docs/BENCHMARKS.md "KV tiles"). */
+ * engine did not: docs/BENCHMARKS.md, "KV cache dtype and
+ * attention", Zen 4). */
 static int64_t kv_tile_rows(const struct shoal_kv_attn *a)
 {
     const int64_t row = a->head_dim * (int64_t)shoal_dtype_size(a->t);
