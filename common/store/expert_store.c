@@ -464,6 +464,17 @@ static void entry_fail(struct entry *e, int code, const char *msg)
 
 static void on_read(struct shoal_io_req *req);
 
+/* A step wants e, which a hint is reading in the background: the rest of
+ * its reads go ahead of the other prefetches (io_engine.h). Caller holds
+ * mu. */
+static void demand(struct shoal_expert_store *s, struct entry *e)
+{
+    if (e->state != ENTRY_LOADING || !e->prefetched)
+        return;
+    for (int k = 0; k < e->n_req; k++)
+        shoal_io_engine_promote(s->io, &e->req[k]);
+}
+
 /* Submit e's read from source si. Caller holds mu. On a refused submit the
  * entry is FAILED (the engine is shutting down). */
 static void submit_read(struct shoal_expert_store *s, struct entry *e, int si)
@@ -1451,6 +1462,7 @@ int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
             continue;
         kind[i] = e->tier == TIER_PINNED ? HELD_PINNED
                 : e->state == ENTRY_LOADING ? HELD_INFLIGHT : HELD_CACHED;
+        demand(s, e);
         if (e->tier != TIER_PINNED)
             e->refs++;
     }
@@ -1465,6 +1477,7 @@ int shoal_expert_store_acquire_start(struct shoal_expert_store *s, int64_t il,
         const int k = e ? -1 : ahead_find(s, il, ids[i]);
         if (k >= 0) {   /* read ahead: the batch takes it, blob and all */
             e = ahead_take(s, k);
+            demand(s, e);
             e->refs++;
             held[i] = e;
             kind[i] = e->prefetched ? HELD_INFLIGHT : HELD_AHEAD;

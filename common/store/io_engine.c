@@ -50,6 +50,15 @@ void shoal_io_engine_enqueue_(struct shoal_io_engine *e, struct shoal_io_req *re
     e->tail = req;
 }
 
+void shoal_io_engine_requeue_bg_(struct shoal_io_engine *e, struct shoal_io_req *req)
+{
+    struct shoal_io_req **at = e->urgent_tail ? &e->urgent_tail->next_ : &e->head;
+    req->next_ = *at;
+    *at = req;
+    if (!req->next_)
+        e->tail = req;
+}
+
 struct shoal_io_req *shoal_io_engine_pop_(struct shoal_io_engine *e)
 {
     struct shoal_io_req *r = e->head;
@@ -204,7 +213,8 @@ int shoal_io_engine_submit(struct shoal_io_engine *e, struct shoal_io_req *req,
                              req && req->cb ? "set" : "NULL", req && req->buf ? "set" : "NULL",
                              req ? req->len : (size_t)0);
     req->next_ = NULL;
-    req->done_ = 0;
+    req->done_ = req->piece_ = 0;
+    req->bg_ = 0;
     req->result = 0;
     pthread_mutex_lock(&e->mu);
     if (e->stopping) {
@@ -216,6 +226,33 @@ int shoal_io_engine_submit(struct shoal_io_engine *e, struct shoal_io_req *req,
     pthread_mutex_unlock(&e->mu);
     e->ops->kick(e);
     return 0;
+}
+
+void shoal_io_engine_promote(struct shoal_io_engine *e, struct shoal_io_req *req)
+{
+    pthread_mutex_lock(&e->mu);
+    if (req->urgent) {
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    req->urgent = 1;   /* a piece in flight: the backend reads the rest at once */
+    struct shoal_io_req *prev = NULL, *r = e->head;
+    while (r && r != req) {
+        prev = r;
+        r = r->next_;
+    }
+    if (r) {   /* queued behind the urgent ones: unlink it, queue it as one */
+        if (prev)
+            prev->next_ = req->next_;
+        else
+            e->head = req->next_;
+        if (e->tail == req)
+            e->tail = prev;
+        shoal_io_engine_enqueue_(e, req);
+    }
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    e->ops->kick(e);
 }
 
 const char *shoal_io_engine_name(const struct shoal_io_engine *e)

@@ -36,6 +36,7 @@ struct shoal_io_engine {
     struct shoal_io_req *head, *tail;  /* FIFO of requests not yet started: the
                                     * urgent ones first, each kind in order */
     struct shoal_io_req *urgent_tail;  /* the last urgent one queued, or NULL */
+    int bg_busy;                   /* background pieces being read (pread pool) */
     int stopping;                  /* destroy has begun: submit refuses */
     char *fallback;                /* why not the asked-for backend, or NULL; owned */
 };
@@ -43,6 +44,10 @@ struct shoal_io_engine {
 /* Queue req (caller holds e->mu): an urgent one after the urgent ones
  * already queued, ahead of the others; the others at the end. */
 void shoal_io_engine_enqueue_(struct shoal_io_engine *e, struct shoal_io_req *req);
+
+/* Queue background req ahead of the other background ones (caller holds
+ * e->mu): the rest of a read whose piece just finished goes on next. */
+void shoal_io_engine_requeue_bg_(struct shoal_io_engine *e, struct shoal_io_req *req);
 
 /* Pop the first queued request (caller holds e->mu) or NULL. */
 struct shoal_io_req *shoal_io_engine_pop_(struct shoal_io_engine *e);

@@ -1,5 +1,7 @@
 /* The portable I/O backend: queue_depth threads, each taking the oldest
- * queued request and reading it in full with pread(2). The fd decides
+ * queued request and reading it in full with pread(2); a background
+ * (not urgent) request a piece at a time, one piece of them being read at
+ * most, its next piece queued behind the urgent requests (io_engine.h). The fd decides
  * caching: the expert store opens it with O_DIRECT (Linux) or sets
  * F_NOCACHE (macOS) when asked. */
 #include <errno.h>
@@ -16,25 +18,40 @@ struct pool {
     int n;                /* threads started */
 };
 
-/* Read req in full (or, with min_len, until a short read has brought
- * min_len bytes). Returns the bytes read, -errno, or SHOAL_EIO at an end
- * of file before that. */
-static int64_t read_all(struct shoal_io_req *req)
+/* Read req from done_ up to upto bytes (or until a read has brought
+ * min_len). Returns 1 when req is finished, *res then the bytes read,
+ * -errno, or SHOAL_EIO at an end of file before that; 0 when it stopped at
+ * upto with more to read (a background piece). */
+static int read_upto(struct shoal_io_req *req, size_t upto, int64_t *res)
 {
-    while (req->done_ < req->len) {
-        ssize_t r = pread(req->fd, (char *)req->buf + req->done_, req->len - req->done_,
+    while (req->done_ < upto) {
+        ssize_t r = pread(req->fd, (char *)req->buf + req->done_, upto - req->done_,
                           (off_t)(req->off + req->done_));
         if (r < 0 && errno == EINTR)
             continue;
-        if (r < 0)
-            return -errno;
-        if (r == 0)
-            return SHOAL_EIO;
+        if (r < 0) {
+            *res = -errno;
+            return 1;
+        }
+        if (r == 0) {
+            *res = SHOAL_EIO;
+            return 1;
+        }
         req->done_ += (size_t)r;
         if (req->min_len && req->done_ >= req->min_len)
             break;
     }
-    return (int64_t)req->done_;
+    if (req->done_ < req->len && !(req->min_len && req->done_ >= req->min_len))
+        return 0;
+    *res = (int64_t)req->done_;
+    return 1;
+}
+
+/* A request can start: an urgent one, or a background piece when no other
+ * is being read. Caller holds e->mu. */
+static int startable(const struct shoal_io_engine *e)
+{
+    return e->head && (e->head->urgent || e->bg_busy == 0);
 }
 
 static void *worker(void *arg)
@@ -43,20 +60,44 @@ static void *worker(void *arg)
     shoal_io_engine_block_signals_();
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->head && !e->stopping)
+        while (!startable(e) && !e->stopping)
             pthread_cond_wait(&e->cv, &e->mu);
         struct shoal_io_req *req = shoal_io_engine_pop_(e);
-        int stopping = e->stopping;
+        const int stopping = e->stopping;
+        const int bg = req && !stopping && !req->urgent;
+        e->bg_busy += bg;
         pthread_mutex_unlock(&e->mu);
         if (!req)
             return NULL;   /* stopping and the queue is empty */
         int m = 0;
-        if (!stopping && req->map)
+        if (!stopping && req->map) {
+            req->map = 0;   /* one attempt; a read it is then */
             m = shoal_io_engine_try_map_(req);
-        shoal_io_engine_complete_(req, stopping ? SHOAL_ECANCELED
-                                       : m > 0  ? (int64_t)req->len
-                                       : m < 0  ? m
-                                                : read_all(req));
+        }
+        int64_t res = stopping ? SHOAL_ECANCELED : m > 0 ? (int64_t)req->len : m;
+        const int done = stopping || m != 0 ||
+                         read_upto(req, bg && req->len - req->done_ > SHOAL_IO_BG_PIECE
+                                            ? req->done_ + SHOAL_IO_BG_PIECE : req->len,
+                                   &res);
+        if (bg || !done) {
+            pthread_mutex_lock(&e->mu);
+            e->bg_busy -= bg;
+            if (!done) {
+                if (e->stopping) {
+                    res = SHOAL_ECANCELED;
+                } else if (req->urgent) {   /* promoted while its piece was read */
+                    shoal_io_engine_enqueue_(e, req);
+                    req = NULL;
+                } else {
+                    shoal_io_engine_requeue_bg_(e, req);
+                    req = NULL;
+                }
+            }
+            pthread_cond_broadcast(&e->cv);
+            pthread_mutex_unlock(&e->mu);
+        }
+        if (req)
+            shoal_io_engine_complete_(req, res);
     }
 }
 

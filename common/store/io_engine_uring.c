@@ -4,7 +4,10 @@
  * read is always armed in the ring, so the thread sleeps in one place:
  * io_uring_submit_and_wait. At most queue_depth reads are in flight; the
  * ring has one more entry for the eventfd read. Short reads (signals, end
- * of file races) are continued from where they stopped. */
+ * of file races) are continued from where they stopped. A background
+ * (not urgent) read goes a piece at a time, as many pieces of them in
+ * flight as the disk reads in BG_WAIT_S, and its next piece queues behind
+ * the urgent reads (io_engine.h). */
 #include <errno.h>
 #include <liburing.h>
 #include <stdio.h>
@@ -25,9 +28,41 @@ struct uring {
     char why[200];                   /* setup failure, for the fallback line */
     struct shoal_io_req *retry;      /* continued short reads; io thread only */
     int inflight;                    /* reads in the ring; io thread only */
+    int bg_inflight;                 /* of them background pieces; io thread only */
+    double busy_s, bytes, t_last;    /* decayed seconds with reads in flight and the
+                                      * bytes they brought (the disk's rate); io
+                                      * thread only */
 };
 
-static char efd_marker;   /* user_data of the eventfd read */
+static char efd_marker;
+
+/* Background pieces in flight at most: as many as the disk reads in
+ * BG_WAIT_S at its measured rate (an urgent read waits about that long
+ * behind them), at least one. 150 MB/s: one piece; 2 GB/s: about 14. */
+#define BG_WAIT_S 0.015
+
+/* The time since the last change with reads in flight counts as busy;
+ * the sums halve past a second of it, so the rate follows the disk.
+ * Call before every change of u->inflight. */
+static void account(struct uring *u)
+{
+    const double now = shoal_time_s();
+    if (u->inflight > 0)
+        u->busy_s += now - u->t_last;
+    u->t_last = now;
+    if (u->busy_s > 1.0) {
+        u->busy_s *= 0.5;
+        u->bytes *= 0.5;
+    }
+}
+
+static int bg_max(const struct shoal_io_engine *e, const struct uring *u)
+{
+    if (u->busy_s < 0.01)
+        return 1;
+    const double n = u->bytes / u->busy_s * BG_WAIT_S / (double)SHOAL_IO_BG_PIECE;
+    return n < 1 ? 1 : n > e->queue_depth ? e->queue_depth : (int)n;
+}   /* user_data of the eventfd read */
 
 static void arm_eventfd(struct uring *u)
 {
@@ -38,25 +73,45 @@ static void arm_eventfd(struct uring *u)
     io_uring_sqe_set_data(sqe, &efd_marker);
 }
 
+/* Caller holds e->mu (req->urgent is read under it). */
 static void prep(struct uring *u, struct shoal_io_req *req)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
-    io_uring_prep_read(sqe, req->fd, (char *)req->buf + req->done_,
-                       (unsigned)(req->len - req->done_), req->off + req->done_);
+    size_t n = req->len - req->done_;
+    req->bg_ = !req->urgent;
+    if (req->bg_ && n > SHOAL_IO_BG_PIECE)
+        n = SHOAL_IO_BG_PIECE;
+    req->piece_ = n;
+    account(u);
+    io_uring_prep_read(sqe, req->fd, (char *)req->buf + req->done_, (unsigned)n,
+                       req->off + req->done_);
     io_uring_sqe_set_data(sqe, req);
     u->inflight++;
+    u->bg_inflight += req->bg_;
 }
 
-/* A finished CQE for req: complete it, or queue the rest of a short read. */
-static void reap_one(struct uring *u, struct shoal_io_req *req, int res)
+/* A finished CQE for req: complete it, or queue the rest (a short read, or
+ * a background read's next piece). */
+static void reap_one(struct shoal_io_engine *e, struct uring *u, struct shoal_io_req *req,
+                     int res)
 {
+    account(u);
     u->inflight--;
-    if (res > 0)
+    u->bg_inflight -= req->bg_;
+    if (res > 0) {
         req->done_ += (size_t)res;
+        u->bytes += res;
+    }
     const int enough = req->done_ >= req->len || (req->min_len && req->done_ >= req->min_len);
     if (res == -EAGAIN || res == -EINTR || (res > 0 && !enough)) {
-        req->next_ = u->retry;
-        u->retry = req;
+        pthread_mutex_lock(&e->mu);
+        if (req->urgent) {   /* promoted meanwhile, or urgent from the start */
+            req->next_ = u->retry;
+            u->retry = req;
+        } else {
+            shoal_io_engine_requeue_bg_(e, req);
+        }
+        pthread_mutex_unlock(&e->mu);
         return;
     }
     if (res < 0)
@@ -99,11 +154,18 @@ static void *ring_thread(void *arg)
         struct shoal_io_req *maps = NULL;   /* to map outside the lock */
         while (u->inflight < e->queue_depth && (u->retry || e->head)) {
             struct shoal_io_req *req = u->retry;
-            if (req)
+            if (req) {
                 u->retry = req->next_;
-            else
+            } else {
+                if (!e->head->urgent && u->bg_inflight >= bg_max(e, u))
+                    break;   /* one background piece at a time */
                 req = shoal_io_engine_pop_(e);
+            }
             req->next_ = NULL;
+            if (!req->urgent && u->bg_inflight >= bg_max(e, u) && !req->map) {
+                shoal_io_engine_requeue_bg_(e, req);   /* a mapping's fallback */
+                continue;
+            }
             if (req->map && !stopping) {
                 req->next_ = maps;
                 maps = req;
@@ -147,7 +209,7 @@ static void *ring_thread(void *arg)
             if (ud == &efd_marker)
                 arm_eventfd(u);
             else
-                reap_one(u, ud, res);
+                reap_one(e, u, ud, res);
         }
     }
     io_uring_queue_exit(&u->ring);

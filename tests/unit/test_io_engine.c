@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,4 +383,152 @@ Test(io_engine, urgent_requests_queue_ahead_in_order)
     r[0].urgent = 1;
     shoal_io_engine_enqueue_(&e, &r[0]);
     cr_assert(e.head == &r[0] && e.tail == &r[0] && e.urgent_tail == &r[0]);
+}
+
+/* The queue: a background read's rest goes ahead of the other background
+ * reads and behind the urgent ones; promote moves a queued one up. */
+static void no_kick(struct shoal_io_engine *e)
+{
+    (void)e;
+}
+
+Test(io_engine, background_rest_requeues_first_and_promote_moves_up)
+{
+    static const struct shoal_io_engine_ops ops = {.name = "test", .kick = no_kick};
+    struct shoal_io_engine e;
+    memset(&e, 0, sizeof e);
+    e.ops = &ops;
+    pthread_mutex_init(&e.mu, NULL);
+    pthread_cond_init(&e.cv, NULL);
+    struct shoal_io_req r[5];
+    memset(r, 0, sizeof r);
+    const int urgent[5] = {1, 0, 0, 1, 0};
+    for (int i = 0; i < 3; i++) {   /* A b c */
+        r[i].urgent = urgent[i];
+        shoal_io_engine_enqueue_(&e, &r[i]);
+    }
+    shoal_io_engine_requeue_bg_(&e, &r[4]);   /* e's rest: A e b c */
+    r[3].urgent = 1;
+    shoal_io_engine_enqueue_(&e, &r[3]);      /* A D e b c */
+    shoal_io_engine_promote(&e, &r[2]);       /* A D C e b */
+    cr_assert(eq(int, r[2].urgent, 1));
+    shoal_io_engine_promote(&e, &r[0]);       /* urgent already: stays */
+    const int want[] = {0, 3, 2, 4, 1};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(eq(ptr, shoal_io_engine_pop_(&e), &r[want[i]]), "pop %zu", i);
+    cr_assert(eq(ptr, shoal_io_engine_pop_(&e), NULL));
+    cr_assert(eq(ptr, e.tail, NULL));
+    shoal_io_engine_requeue_bg_(&e, &r[1]);   /* into an empty queue */
+    cr_assert(e.head == &r[1] && e.tail == &r[1] && e.urgent_tail == NULL);
+    shoal_io_engine_promote(&e, &r[1]);       /* the only one: head, tail, urgent tail */
+    cr_assert(e.head == &r[1] && e.tail == &r[1] && e.urgent_tail == &r[1]);
+    pthread_cond_destroy(&e.cv);
+    pthread_mutex_destroy(&e.mu);
+}
+
+/* Both backends, one read at a time (queue depth 1): an urgent read queued
+ * while a 48 MiB background read is under way lands before it (the
+ * background one goes in pieces), a promoted background read before the
+ * one under way, and every byte of the pieced reads is right. */
+#define BIG_BYTES ((size_t)48 << 20)
+static int order[4], n_order;
+
+static void on_order(struct shoal_io_req *req)
+{
+    pthread_mutex_lock(&mu);
+    order[n_order++] = (int)(intptr_t)req->user_data;
+    n_done++;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static uint32_t big_word(size_t i)
+{
+    return (uint32_t)(i * 2654435761u) ^ (uint32_t)(i >> 7);
+}
+
+/* Wait until the engine has taken every queued request (the one submitted
+ * is under way). */
+static void wait_taken(struct shoal_io_engine *e)
+{
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        const int taken = e->head == NULL;
+        pthread_mutex_unlock(&e->mu);
+        if (taken)
+            return;
+        sched_yield();
+    }
+}
+
+static void background_yields(enum shoal_io_kind kind)
+{
+    char big[64];
+    snprintf(big, sizeof big, "/tmp/shoal-io-big-XXXXXX");
+    int fd = mkstemp(big);
+    cr_assert(fd >= 0);
+    const size_t chunk = (size_t)1 << 20;
+    uint32_t *w = malloc(chunk);
+    for (size_t o = 0; o < BIG_BYTES; o += chunk) {
+        for (size_t i = 0; i < chunk / 4; i++)
+            w[i] = big_word(o / 4 + i);
+        cr_assert(eq(i64, (int64_t)write(fd, w, chunk), (int64_t)chunk));
+    }
+    free(w);
+    struct shoal_err err = {0};
+    struct shoal_io_engine *e = shoal_io_engine_create(
+        (struct shoal_io_engine_params){.kind = kind, .queue_depth = 1}, &err);
+    cr_assert(e != NULL, "%s", err.msg);
+    uint32_t *b0 = malloc(BIG_BYTES), *b1 = malloc(BIG_BYTES), *b2 = malloc(BIG_BYTES);
+    uint32_t u[1024];
+    const size_t half = BIG_BYTES / 2;
+    /* an urgent read behind a background one under way */
+    struct shoal_io_req bg = {.fd = fd, .buf = b0, .len = BIG_BYTES, .off = 0, .cb = on_order,
+                              .user_data = (void *)0};
+    struct shoal_io_req urg = {.fd = fd, .buf = u, .len = sizeof u, .off = 4096,
+                               .urgent = 1, .cb = on_order, .user_data = (void *)1};
+    cr_assert(eq(int, shoal_io_engine_submit(e, &bg, &err), 0));
+    wait_taken(e);
+    cr_assert(eq(int, shoal_io_engine_submit(e, &urg, &err), 0));
+    wait_done(2);
+    cr_assert(eq(int, order[0], 1), "the urgent read lands before the background one");
+    /* a background read promoted past the one under way */
+    struct shoal_io_req b_first = {.fd = fd, .buf = b1, .len = half, .off = 0,
+                                   .cb = on_order, .user_data = (void *)2};
+    struct shoal_io_req b_promo = {.fd = fd, .buf = b2, .len = half, .off = half,
+                                   .cb = on_order, .user_data = (void *)3};
+    cr_assert(eq(int, shoal_io_engine_submit(e, &b_first, &err), 0));
+    wait_taken(e);
+    cr_assert(eq(int, shoal_io_engine_submit(e, &b_promo, &err), 0));
+    shoal_io_engine_promote(e, &b_promo);
+    wait_done(4);
+    cr_assert(eq(int, order[2], 3), "the promoted read lands first");
+    cr_assert(eq(i64, bg.result, (int64_t)BIG_BYTES));
+    cr_assert(eq(i64, b_first.result, (int64_t)half));
+    cr_assert(eq(i64, b_promo.result, (int64_t)half));
+    cr_assert(eq(i64, urg.result, (int64_t)sizeof u));
+    for (size_t i = 0; i < BIG_BYTES / 4; i++)
+        cr_assert(b0[i] == big_word(i), "word %zu of the background read", i);
+    for (size_t i = 0; i < half / 4; i++) {
+        cr_assert(b1[i] == big_word(i), "word %zu of the first half", i);
+        cr_assert(b2[i] == big_word(half / 4 + i), "word %zu of the second half", i);
+    }
+    for (size_t i = 0; i < 1024; i++)
+        cr_assert(u[i] == big_word(1024 + i), "word %zu of the urgent read", i);
+    shoal_io_engine_destroy(e);
+    free(b0);
+    free(b1);
+    free(b2);
+    close(fd);
+    unlink(big);
+}
+
+Test(io_engine, pread_background_reads_yield_to_urgent_and_promoted, .timeout = 60)
+{
+    background_yields(SHOAL_IO_PREAD);
+}
+
+Test(io_engine, uring_background_reads_yield_to_urgent_and_promoted, .timeout = 60)
+{
+    background_yields(SHOAL_IO_URING);
 }
