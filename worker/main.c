@@ -443,10 +443,11 @@ static void log_stats(struct shoal_worker_exec *exec)
               (unsigned long long)st.not_admitted, st.peak_expert_bytes / 1e6);
     fprintf(stderr,
               "shoal-worker: stats: prefetch hints=%llu hinted=%llu reads=%llu used=%llu dropped=%llu "
-              "evicted_unused=%llu\n",
+              "evicted_unused=%llu cancelled=%llu\n",
               (unsigned long long)st.hints, (unsigned long long)st.hinted,
               (unsigned long long)st.prefetch_reads, (unsigned long long)st.prefetch_used,
-              (unsigned long long)st.prefetch_dropped, (unsigned long long)st.prefetch_evicted);
+              (unsigned long long)st.prefetch_dropped, (unsigned long long)st.prefetch_evicted,
+              (unsigned long long)st.reads_cancelled);
 }
 
 /* Block (how = SIG_BLOCK) or unblock SIGINT and SIGTERM in this thread. */

@@ -651,7 +651,8 @@ static void on_read(struct shoal_io_req *req)
         if (e->tier != TIER_STAGING)
             s->layer_ready[e->il]++;
     } else {
-        src->st.errors++;
+        src->st.errors += code != SHOAL_ECANCELED;
+        s->st.reads_cancelled += code == SHOAL_ECANCELED && e->orphan;
         entry_fail(e, code, msg);
         if (code != SHOAL_ECANCELED && !e->orphan)
             next = best_source(expert_key(e->il, e->ie), s->seed, s->weight, s->n_source,
@@ -1311,6 +1312,10 @@ static void ahead_drop(struct shoal_expert_store *s, int k)
         s->pf_worth *= PF_DECAY;
     }
     if (e->state == ENTRY_LOADING) {
+        /* what is not read yet stays unread: a prefetch between pieces, or
+         * queued; on_read frees the orphan when its reads come back */
+        for (int r = 0; r < e->n_req; r++)
+            shoal_io_engine_cancel(s->io, &e->req[r]);
         e->orphan = 1;
         s->n_orphan++;
         return;

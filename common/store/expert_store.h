@@ -156,6 +156,8 @@ struct shoal_expert_store_stats {
                                   * were acquired as often or more */
     uint64_t prefetch_evicted;   /* prefetched and never used: evicted from the cache,
                                   * or dropped from staging */
+    uint64_t reads_cancelled;    /* reads into staging dropped before they finished
+                                  * (a background read stops between pieces) */
     uint64_t cached_bytes, cached_experts;   /* cache tier now (reads in flight included) */
     uint64_t pinned_bytes, pinned_experts;   /* pinned tier */
     uint64_t staging_bytes;      /* staging blobs allocated (fixed overhead) */

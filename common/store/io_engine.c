@@ -214,7 +214,7 @@ int shoal_io_engine_submit(struct shoal_io_engine *e, struct shoal_io_req *req,
                              req ? req->len : (size_t)0);
     req->next_ = NULL;
     req->done_ = req->piece_ = 0;
-    req->bg_ = 0;
+    req->bg_ = req->cancel_ = 0;
     req->result = 0;
     pthread_mutex_lock(&e->mu);
     if (e->stopping) {
@@ -250,6 +250,15 @@ void shoal_io_engine_promote(struct shoal_io_engine *e, struct shoal_io_req *req
             e->tail = prev;
         shoal_io_engine_enqueue_(e, req);
     }
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    e->ops->kick(e);
+}
+
+void shoal_io_engine_cancel(struct shoal_io_engine *e, struct shoal_io_req *req)
+{
+    pthread_mutex_lock(&e->mu);
+    req->cancel_ = 1;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     e->ops->kick(e);

@@ -93,6 +93,7 @@ struct shoal_io_req {
     size_t done_;                            /* private: bytes read so far */
     size_t piece_;                           /* private: bytes asked of the read in flight */
     int bg_;                                 /* private: the read in flight is a piece */
+    int cancel_;                             /* private: shoal_io_engine_cancel asked */
 };
 
 /* A background read's piece: 2 MiB, 14 ms of a 150 MB/s disk, under a
@@ -132,6 +133,14 @@ int shoal_io_engine_submit(struct shoal_io_engine *e, struct shoal_io_req *req,
  * briefly, which no callback runs under, so the caller may hold the lock
  * its callbacks take. */
 void shoal_io_engine_promote(struct shoal_io_engine *e, struct shoal_io_req *req);
+
+/* Nobody wants what req brings any more: if it has not started, or is a
+ * background read between pieces, it is not read (further); its callback
+ * runs once as always, on an io thread, with -SHOAL_ECANCELED unless the
+ * read had already finished. Never calls back on the caller's thread, so
+ * the caller may hold the lock its callbacks take. req must stay valid
+ * until its callback. Thread: any. */
+void shoal_io_engine_cancel(struct shoal_io_engine *e, struct shoal_io_req *req);
 
 /* Backend in use: "pread" or "uring". Static string. Thread: any. */
 const char *shoal_io_engine_name(const struct shoal_io_engine *e);

@@ -63,19 +63,19 @@ static void *worker(void *arg)
         while (!startable(e) && !e->stopping)
             pthread_cond_wait(&e->cv, &e->mu);
         struct shoal_io_req *req = shoal_io_engine_pop_(e);
-        const int stopping = e->stopping;
-        const int bg = req && !stopping && !req->urgent;
+        const int drop = e->stopping || (req && req->cancel_);
+        const int bg = req && !drop && !req->urgent;
         e->bg_busy += bg;
         pthread_mutex_unlock(&e->mu);
         if (!req)
             return NULL;   /* stopping and the queue is empty */
         int m = 0;
-        if (!stopping && req->map) {
+        if (!drop && req->map) {
             req->map = 0;   /* one attempt; a read it is then */
             m = shoal_io_engine_try_map_(req);
         }
-        int64_t res = stopping ? SHOAL_ECANCELED : m > 0 ? (int64_t)req->len : m;
-        const int done = stopping || m != 0 ||
+        int64_t res = drop ? SHOAL_ECANCELED : m > 0 ? (int64_t)req->len : m;
+        const int done = drop || m != 0 ||
                          read_upto(req, bg && req->len - req->done_ > SHOAL_IO_BG_PIECE
                                             ? req->done_ + SHOAL_IO_BG_PIECE : req->len,
                                    &res);
@@ -83,7 +83,7 @@ static void *worker(void *arg)
             pthread_mutex_lock(&e->mu);
             e->bg_busy -= bg;
             if (!done) {
-                if (e->stopping) {
+                if (e->stopping || req->cancel_) {
                     res = SHOAL_ECANCELED;
                 } else if (req->urgent) {   /* promoted while its piece was read */
                     shoal_io_engine_enqueue_(e, req);

@@ -105,13 +105,17 @@ static void reap_one(struct shoal_io_engine *e, struct uring *u, struct shoal_io
     const int enough = req->done_ >= req->len || (req->min_len && req->done_ >= req->min_len);
     if (res == -EAGAIN || res == -EINTR || (res > 0 && !enough)) {
         pthread_mutex_lock(&e->mu);
-        if (req->urgent) {   /* promoted meanwhile, or urgent from the start */
+        const int drop = req->cancel_;
+        if (drop) {
+        } else if (req->urgent) {   /* promoted meanwhile, or urgent from the start */
             req->next_ = u->retry;
             u->retry = req;
         } else {
             shoal_io_engine_requeue_bg_(e, req);
         }
         pthread_mutex_unlock(&e->mu);
+        if (drop)
+            shoal_io_engine_complete_(req, SHOAL_ECANCELED);
         return;
     }
     if (res < 0)
@@ -158,10 +162,15 @@ static void *ring_thread(void *arg)
                 u->retry = req->next_;
             } else {
                 if (!e->head->urgent && u->bg_inflight >= bg_max(e, u))
-                    break;   /* one background piece at a time */
+                    break;   /* enough background pieces in flight */
                 req = shoal_io_engine_pop_(e);
             }
             req->next_ = NULL;
+            if (req->cancel_) {   /* called back below, outside the lock */
+                req->next_ = cancel;
+                cancel = req;
+                continue;
+            }
             if (!req->urgent && u->bg_inflight >= bg_max(e, u) && !req->map) {
                 shoal_io_engine_requeue_bg_(e, req);   /* a mapping's fallback */
                 continue;
@@ -189,13 +198,13 @@ static void *ring_thread(void *arg)
             u->retry = req;
             again = 1;
         }
-        if (again)
-            continue;
         while (cancel) {
             struct shoal_io_req *next = cancel->next_;
             shoal_io_engine_complete_(cancel, SHOAL_ECANCELED);
             cancel = next;
         }
+        if (again)
+            continue;
         if (stopping && u->inflight == 0 && !u->retry)
             break;
         /* Errors here are -EINTR, or -EAGAIN/-EBUSY asking us to reap first

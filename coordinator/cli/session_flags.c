@@ -893,13 +893,15 @@ static void print_store_stats(const struct shoal_expert_store *store)
                 st.source[i].direct ? ", direct" : "");
     fprintf(stderr, "shoal: experts: prefetch: %llu reads, precision %.1f%% (%llu used), "
             "recall %.1f%% (%llu of %llu used experts hinted), %llu into staging, %llu "
-            "dropped, %llu evicted unused, %llu hints skipped (back-off)\n",
+            "dropped, %llu evicted unused (%llu reads cancelled), %llu hints skipped "
+            "(back-off)\n",
             (unsigned long long)st.prefetch_reads,
             pct(st.prefetch_used, st.prefetch_reads), (unsigned long long)st.prefetch_used,
             pct(st.used_hinted, st.used_after_hint), (unsigned long long)st.used_hinted,
             (unsigned long long)st.used_after_hint, (unsigned long long)st.prefetch_staged,
             (unsigned long long)st.prefetch_dropped,
-            (unsigned long long)st.prefetch_evicted, (unsigned long long)st.hints_backed_off);
+            (unsigned long long)st.prefetch_evicted, (unsigned long long)st.reads_cancelled,
+            (unsigned long long)st.hints_backed_off);
     fprintf(stderr, "shoal: experts: memory: pinned %.1f MB (%llu experts), cache %.1f MB "
             "(%s: %llu experts, %llu evictions, %llu not admitted), staging %.1f MB, peak "
             "%.1f MB; counts %s\n",

@@ -429,8 +429,13 @@ Test(io_engine, background_rest_requeues_first_and_promote_moves_up)
 /* Both backends, one read at a time (queue depth 1): an urgent read queued
  * while a 48 MiB background read is under way lands before it (the
  * background one goes in pieces), a promoted background read before the
- * one under way, and every byte of the pieced reads is right. */
+ * one under way, a cancelled one stops, and every byte read is right.
+ * With one read at a time, a read that lands before one already under way
+ * proves the engine stopped that one between pieces; an attempt where the
+ * test thread was descheduled until it ended shows nothing and is run
+ * again (at most ATTEMPTS times). */
 #define BIG_BYTES ((size_t)48 << 20)
+#define ATTEMPTS 20
 static int order[4], n_order;
 
 static void on_order(struct shoal_io_req *req)
@@ -439,6 +444,13 @@ static void on_order(struct shoal_io_req *req)
     order[n_order++] = (int)(intptr_t)req->user_data;
     n_done++;
     pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static void reset_order(void)
+{
+    pthread_mutex_lock(&mu);
+    n_order = n_done = 0;
     pthread_mutex_unlock(&mu);
 }
 
@@ -461,10 +473,9 @@ static void wait_taken(struct shoal_io_engine *e)
     }
 }
 
-static void background_yields(enum shoal_io_kind kind)
+/* A BIG_BYTES file of big_word()s at big (a mkstemp template); its fd. */
+static int make_big(char *big)
 {
-    char big[64];
-    snprintf(big, sizeof big, "/tmp/shoal-io-big-XXXXXX");
     int fd = mkstemp(big);
     cr_assert(fd >= 0);
     const size_t chunk = (size_t)1 << 20;
@@ -475,52 +486,87 @@ static void background_yields(enum shoal_io_kind kind)
         cr_assert(eq(i64, (int64_t)write(fd, w, chunk), (int64_t)chunk));
     }
     free(w);
+    return fd;
+}
+
+/* A queue-depth-1 engine of kind over a fresh BIG_BYTES file. */
+struct big_engine {
+    char path[64];
+    int fd;
+    struct shoal_io_engine *e;
+};
+
+static void big_open(struct big_engine *b, enum shoal_io_kind kind)
+{
+    snprintf(b->path, sizeof b->path, "/tmp/shoal-io-big-XXXXXX");
+    b->fd = make_big(b->path);
     struct shoal_err err = {0};
-    struct shoal_io_engine *e = shoal_io_engine_create(
+    b->e = shoal_io_engine_create(
         (struct shoal_io_engine_params){.kind = kind, .queue_depth = 1}, &err);
-    cr_assert(e != NULL, "%s", err.msg);
+    cr_assert(b->e != NULL, "%s", err.msg);
+}
+
+static void big_close(struct big_engine *b)
+{
+    shoal_io_engine_destroy(b->e);
+    close(b->fd);
+    unlink(b->path);
+}
+
+static void background_yields(enum shoal_io_kind kind)
+{
+    struct big_engine big;
+    big_open(&big, kind);
+    struct shoal_io_engine *e = big.e;
+    const int fd = big.fd;
+    struct shoal_err err = {0};
     uint32_t *b0 = malloc(BIG_BYTES), *b1 = malloc(BIG_BYTES), *b2 = malloc(BIG_BYTES);
     uint32_t u[1024];
     const size_t half = BIG_BYTES / 2;
-    /* an urgent read behind a background one under way */
-    struct shoal_io_req bg = {.fd = fd, .buf = b0, .len = BIG_BYTES, .off = 0, .cb = on_order,
-                              .user_data = (void *)0};
-    struct shoal_io_req urg = {.fd = fd, .buf = u, .len = sizeof u, .off = 4096,
-                               .urgent = 1, .cb = on_order, .user_data = (void *)1};
-    cr_assert(eq(int, shoal_io_engine_submit(e, &bg, &err), 0));
-    wait_taken(e);
-    cr_assert(eq(int, shoal_io_engine_submit(e, &urg, &err), 0));
-    wait_done(2);
-    cr_assert(eq(int, order[0], 1), "the urgent read lands before the background one");
-    /* a background read promoted past the one under way */
-    struct shoal_io_req b_first = {.fd = fd, .buf = b1, .len = half, .off = 0,
-                                   .cb = on_order, .user_data = (void *)2};
-    struct shoal_io_req b_promo = {.fd = fd, .buf = b2, .len = half, .off = half,
-                                   .cb = on_order, .user_data = (void *)3};
-    cr_assert(eq(int, shoal_io_engine_submit(e, &b_first, &err), 0));
-    wait_taken(e);
-    cr_assert(eq(int, shoal_io_engine_submit(e, &b_promo, &err), 0));
-    shoal_io_engine_promote(e, &b_promo);
-    wait_done(4);
-    cr_assert(eq(int, order[2], 3), "the promoted read lands first");
-    cr_assert(eq(i64, bg.result, (int64_t)BIG_BYTES));
-    cr_assert(eq(i64, b_first.result, (int64_t)half));
-    cr_assert(eq(i64, b_promo.result, (int64_t)half));
-    cr_assert(eq(i64, urg.result, (int64_t)sizeof u));
-    for (size_t i = 0; i < BIG_BYTES / 4; i++)
-        cr_assert(b0[i] == big_word(i), "word %zu of the background read", i);
-    for (size_t i = 0; i < half / 4; i++) {
-        cr_assert(b1[i] == big_word(i), "word %zu of the first half", i);
-        cr_assert(b2[i] == big_word(half / 4 + i), "word %zu of the second half", i);
+    int overtaken = 0, promoted = 0;
+    for (int a = 0; a < ATTEMPTS && !overtaken; a++) {   /* an urgent read behind one under way */
+        reset_order();
+        struct shoal_io_req bg = {.fd = fd, .buf = b0, .len = BIG_BYTES, .cb = on_order,
+                                  .user_data = (void *)0};
+        struct shoal_io_req urg = {.fd = fd, .buf = u, .len = sizeof u, .off = 4096,
+                                   .urgent = 1, .cb = on_order, .user_data = (void *)1};
+        cr_assert(eq(int, shoal_io_engine_submit(e, &bg, &err), 0));
+        wait_taken(e);
+        cr_assert(eq(int, shoal_io_engine_submit(e, &urg, &err), 0));
+        wait_done(2);
+        overtaken = order[0] == 1;
+        cr_assert(eq(i64, bg.result, (int64_t)BIG_BYTES));
+        cr_assert(eq(i64, urg.result, (int64_t)sizeof u));
+        for (size_t i = 0; i < BIG_BYTES / 4; i++)
+            cr_assert(b0[i] == big_word(i), "word %zu of the background read", i);
+        for (size_t i = 0; i < 1024; i++)
+            cr_assert(u[i] == big_word(1024 + i), "word %zu of the urgent read", i);
     }
-    for (size_t i = 0; i < 1024; i++)
-        cr_assert(u[i] == big_word(1024 + i), "word %zu of the urgent read", i);
-    shoal_io_engine_destroy(e);
+    cr_assert(overtaken, "an urgent read never landed before a background read under way");
+    for (int a = 0; a < ATTEMPTS && !promoted; a++) {   /* promoted past the one under way */
+        reset_order();
+        struct shoal_io_req b_first = {.fd = fd, .buf = b1, .len = half, .off = 0,
+                                       .cb = on_order, .user_data = (void *)2};
+        struct shoal_io_req b_promo = {.fd = fd, .buf = b2, .len = half, .off = half,
+                                       .cb = on_order, .user_data = (void *)3};
+        cr_assert(eq(int, shoal_io_engine_submit(e, &b_first, &err), 0));
+        wait_taken(e);
+        cr_assert(eq(int, shoal_io_engine_submit(e, &b_promo, &err), 0));
+        shoal_io_engine_promote(e, &b_promo);
+        wait_done(2);
+        promoted = order[0] == 3;
+        cr_assert(eq(i64, b_first.result, (int64_t)half));
+        cr_assert(eq(i64, b_promo.result, (int64_t)half));
+        for (size_t i = 0; i < half / 4; i++) {
+            cr_assert(b1[i] == big_word(i), "word %zu of the first half", i);
+            cr_assert(b2[i] == big_word(half / 4 + i), "word %zu of the second half", i);
+        }
+    }
+    cr_assert(promoted, "a promoted read never landed before a background read under way");
+    big_close(&big);
     free(b0);
     free(b1);
     free(b2);
-    close(fd);
-    unlink(big);
 }
 
 Test(io_engine, pread_background_reads_yield_to_urgent_and_promoted, .timeout = 60)
@@ -531,4 +577,58 @@ Test(io_engine, pread_background_reads_yield_to_urgent_and_promoted, .timeout = 
 Test(io_engine, uring_background_reads_yield_to_urgent_and_promoted, .timeout = 60)
 {
     background_yields(SHOAL_IO_URING);
+}
+
+/* Cancel: a background read under way stops between pieces and a queued
+ * one is never read, each called back once with -SHOAL_ECANCELED; an
+ * urgent read beside them is not touched. Queue depth 1, both backends. */
+static void cancel_stops(enum shoal_io_kind kind)
+{
+    struct big_engine big;
+    big_open(&big, kind);
+    struct shoal_io_engine *e = big.e;
+    const int fd = big.fd;
+    struct shoal_err err = {0};
+    uint32_t *b0 = malloc(BIG_BYTES), *b1 = malloc(BIG_BYTES);
+    uint32_t u[1024];
+    int stopped = 0;
+    for (int a = 0; a < ATTEMPTS && !stopped; a++) {
+        reset_order();
+        struct shoal_io_req under_way = {.fd = fd, .buf = b0, .len = BIG_BYTES,
+                                         .cb = on_order, .user_data = (void *)0};
+        struct shoal_io_req queued = {.fd = fd, .buf = b1, .len = BIG_BYTES, .cb = on_order,
+                                      .user_data = (void *)1};
+        struct shoal_io_req urg = {.fd = fd, .buf = u, .len = sizeof u, .off = 8192,
+                                   .urgent = 1, .cb = on_order, .user_data = (void *)2};
+        cr_assert(eq(int, shoal_io_engine_submit(e, &under_way, &err), 0));
+        wait_taken(e);
+        cr_assert(eq(int, shoal_io_engine_submit(e, &queued, &err), 0));
+        cr_assert(eq(int, shoal_io_engine_submit(e, &urg, &err), 0));
+        shoal_io_engine_cancel(e, &queued);
+        shoal_io_engine_cancel(e, &under_way);
+        wait_done(3);
+        cr_assert(eq(int, n_order, 3), "each called back once");
+        cr_assert(under_way.result == SHOAL_ECANCELED || under_way.result == (int64_t)BIG_BYTES,
+                  "result %lld", (long long)under_way.result);
+        cr_assert(queued.result == SHOAL_ECANCELED || queued.result == (int64_t)BIG_BYTES,
+                  "result %lld", (long long)queued.result);
+        cr_assert(eq(i64, urg.result, (int64_t)sizeof u));
+        for (size_t i = 0; i < 1024; i++)
+            cr_assert(u[i] == big_word(2048 + i), "word %zu of the urgent read", i);
+        stopped = under_way.result == SHOAL_ECANCELED && queued.result == SHOAL_ECANCELED;
+    }
+    cr_assert(stopped, "a background read under way was never stopped between pieces");
+    big_close(&big);
+    free(b0);
+    free(b1);
+}
+
+Test(io_engine, pread_cancel_stops_background_reads, .timeout = 60)
+{
+    cancel_stops(SHOAL_IO_PREAD);
+}
+
+Test(io_engine, uring_cancel_stops_background_reads, .timeout = 60)
+{
+    cancel_stops(SHOAL_IO_URING);
 }
