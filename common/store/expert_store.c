@@ -84,9 +84,13 @@ struct source {
  * token's top route ranks), enough to keep measuring. A probe that read
  * every hinted expert cost a disk-bound decode its bandwidth: a GGUF
  * Q4_K_M in a quarter-size memory cgroup, precision 34 %, read 33.5 MB a
- * decode token against 19.0 MB without prefetch (10.4 vs 11.9 tok/s). */
+ * decode token against 19.0 MB without prefetch (10.4 vs 11.9 tok/s).
+ * Prefetches are background reads (io_engine.h), stopped when dropped, so
+ * a wrong one costs little more than the disk's idle time: half of them
+ * used is worth it (the V3-width grid's 4 workers, 60-70 % used: decode
+ * 0.56 -> 0.60 tok/s at 0.5 against 0.7; docs/BENCHMARKS.md). */
 #define PF_DECAY 0.9
-#define PF_BACKOFF 0.7
+#define PF_BACKOFF 0.5
 #define PF_PROBE 32
 #define PF_PROBE_READS 1
 

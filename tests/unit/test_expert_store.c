@@ -835,23 +835,23 @@ Test(expert_store, unused_hint_backs_off_at_its_step_and_a_probe_reads_one, .tim
 {
     make(0);
     struct shoal_expert_store *s = open_store(params(UINT64_MAX, SHOAL_IO_PREAD, 4));
-    int32_t hint[5] = {0, 1, 2, 3, 4};
+    int32_t hint[7] = {0, 1, 2, 3, 4, 5, 6};
     cr_assert(eq(int, shoal_expert_store_wants_hints(s), 1));
-    shoal_expert_store_hint(s, 1, hint, 5);
-    /* the step the hint was for uses none of them: 0.9^5 < 0.7, backing off
-     * now, while the 5 experts are still in the (unlimited) cache */
-    int32_t id = 5;
+    shoal_expert_store_hint(s, 1, hint, 7);
+    /* the step the hint was for uses none of them: 0.9^7 < 0.5, backing off
+     * now, while the 7 experts are still in the (unlimited) cache */
+    int32_t id = 7;
     struct shoal_expert_weights w;
     struct shoal_err err = {0};
     cr_assert(eq(int, shoal_expert_store_acquire_batch(s, 1, &id, 1, &w, &err), 1), "%s", err.msg);
     check_bytes(&w, 1, id);
     shoal_expert_store_release_batch(s, 1, &id, 1);
-    /* one call in 32 is a probe, which reads 1 of the 5 experts it names */
+    /* one call in 32 is a probe, which reads 1 of the 7 experts it names */
     cr_assert(eq(int, shoal_expert_store_wants_hints(s), 1), "the first call probes");
-    shoal_expert_store_hint(s, 2, hint, 5);
+    shoal_expert_store_hint(s, 2, hint, 7);
     struct shoal_expert_store_stats st;
     stats(s, &st);
-    cr_assert(eq(u64, st.prefetch_reads, 5 + 1), "a probe reads 1");
+    cr_assert(eq(u64, st.prefetch_reads, 7 + 1), "a probe reads 1");
     for (int k = 0; k < 31; k++)
         cr_assert(eq(int, shoal_expert_store_wants_hints(s), 0), "call %d backs off", k);
     stats(s, &st);
