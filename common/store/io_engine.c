@@ -228,6 +228,29 @@ int shoal_io_engine_submit(struct shoal_io_engine *e, struct shoal_io_req *req,
     return 0;
 }
 
+/* Unlink req from the queue if it is there (caller holds e->mu).
+ * Returns 1 if it was queued. */
+static int unqueue(struct shoal_io_engine *e, struct shoal_io_req *req)
+{
+    struct shoal_io_req *prev = NULL, *r = e->head;
+    while (r && r != req) {
+        prev = r;
+        r = r->next_;
+    }
+    if (!r)
+        return 0;
+    if (prev)
+        prev->next_ = req->next_;
+    else
+        e->head = req->next_;
+    if (e->tail == req)
+        e->tail = prev;
+    if (e->urgent_tail == req)
+        e->urgent_tail = prev;
+    req->next_ = NULL;
+    return 1;
+}
+
 void shoal_io_engine_promote(struct shoal_io_engine *e, struct shoal_io_req *req)
 {
     pthread_mutex_lock(&e->mu);
@@ -236,20 +259,8 @@ void shoal_io_engine_promote(struct shoal_io_engine *e, struct shoal_io_req *req
         return;
     }
     req->urgent = 1;   /* a piece in flight: the backend reads the rest at once */
-    struct shoal_io_req *prev = NULL, *r = e->head;
-    while (r && r != req) {
-        prev = r;
-        r = r->next_;
-    }
-    if (r) {   /* queued behind the urgent ones: unlink it, queue it as one */
-        if (prev)
-            prev->next_ = req->next_;
-        else
-            e->head = req->next_;
-        if (e->tail == req)
-            e->tail = prev;
+    if (unqueue(e, req))   /* queued behind the urgent ones: queue it as one */
         shoal_io_engine_enqueue_(e, req);
-    }
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     e->ops->kick(e);
@@ -259,6 +270,10 @@ void shoal_io_engine_cancel(struct shoal_io_engine *e, struct shoal_io_req *req)
 {
     pthread_mutex_lock(&e->mu);
     req->cancel_ = 1;
+    if (!req->urgent && unqueue(e, req)) {   /* to the front: it costs no read */
+        req->urgent = 1;
+        shoal_io_engine_enqueue_(e, req);
+    }
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     e->ops->kick(e);

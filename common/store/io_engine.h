@@ -16,7 +16,9 @@
  * callback never runs; if it returns 0 the callback runs exactly once, on an
  * io thread, with req->result = req->len (every byte read; see min_len), a negative
  * -errno from the read, -SHOAL_EIO at an unexpected end of file, or
- * -SHOAL_ECANCELED when the engine is destroyed before the read started.
+ * -SHOAL_ECANCELED when the engine is destroyed or shoal_io_engine_cancel
+ * asked before the read finished (a background read may have filled part
+ * of buf then).
  * Callbacks of different requests may run concurrently (pread pool); a
  * callback may submit new requests. The request and its buffer are borrowed
  * by the engine from submit until its callback returns.
@@ -111,9 +113,9 @@ struct shoal_io_engine;
 struct shoal_io_engine *shoal_io_engine_create(struct shoal_io_engine_params params,
                                                struct shoal_err *err);
 
-/* Cancel reads that have not started (their callbacks run with
- * -SHOAL_ECANCELED), wait for those in flight (callbacks run), then stop the
- * io threads and free the engine. NULL is a no-op. No submit may race with
+/* Cancel reads that have not started and background reads between pieces
+ * (their callbacks run with -SHOAL_ECANCELED), wait for those in flight
+ * (callbacks run), then stop the io threads and free the engine. NULL is a no-op. No submit may race with
  * destroy. Thread: main. */
 void shoal_io_engine_destroy(struct shoal_io_engine *e);
 
@@ -127,9 +129,9 @@ int shoal_io_engine_submit(struct shoal_io_engine *e, struct shoal_io_req *req,
 
 /* Make req, submitted and not yet completed, urgent (a demand for what a
  * background read brings): queued, it moves ahead of the background reads;
- * reading a piece, the rest of it is read at once after that piece. A
- * request already urgent or completed is left as it is (req's memory must
- * stay valid: the caller owns it). Thread: any; takes the engine's lock
+ * reading a piece, the rest of it is read at once after that piece. On a
+ * request already completed it only sets req->urgent (an input the caller
+ * sets again before a new submit); req's memory must stay valid. Thread: any; takes the engine's lock
  * briefly, which no callback runs under, so the caller may hold the lock
  * its callbacks take. */
 void shoal_io_engine_promote(struct shoal_io_engine *e, struct shoal_io_req *req);

@@ -18,14 +18,15 @@ struct pool {
     int n;                /* threads started */
 };
 
-/* Read req from done_ up to upto bytes (or until a read has brought
+/* Read req from done_ up to upto bytes (or until a short read has brought
  * min_len). Returns 1 when req is finished, *res then the bytes read,
  * -errno, or SHOAL_EIO at an end of file before that; 0 when it stopped at
  * upto with more to read (a background piece). */
 static int read_upto(struct shoal_io_req *req, size_t upto, int64_t *res)
 {
     while (req->done_ < upto) {
-        ssize_t r = pread(req->fd, (char *)req->buf + req->done_, upto - req->done_,
+        const size_t asked = upto - req->done_;
+        ssize_t r = pread(req->fd, (char *)req->buf + req->done_, asked,
                           (off_t)(req->off + req->done_));
         if (r < 0 && errno == EINTR)
             continue;
@@ -33,25 +34,27 @@ static int read_upto(struct shoal_io_req *req, size_t upto, int64_t *res)
             *res = -errno;
             return 1;
         }
-        if (r == 0) {
-            *res = SHOAL_EIO;
+        if (r == 0) {   /* the end of the file, maybe at a piece's end */
+            *res = req->min_len && req->done_ >= req->min_len ? (int64_t)req->done_ : SHOAL_EIO;
             return 1;
         }
         req->done_ += (size_t)r;
-        if (req->min_len && req->done_ >= req->min_len)
-            break;
+        if (req->min_len && req->done_ >= req->min_len && (size_t)r < asked) {
+            *res = (int64_t)req->done_;   /* a short read with min_len: the end */
+            return 1;
+        }
     }
-    if (req->done_ < req->len && !(req->min_len && req->done_ >= req->min_len))
+    if (req->done_ < req->len)
         return 0;
     *res = (int64_t)req->done_;
     return 1;
 }
 
-/* A request can start: an urgent one, or a background piece when no other
- * is being read. Caller holds e->mu. */
+/* A request can start: an urgent or cancelled one, or a background piece
+ * when no other is being read. Caller holds e->mu. */
 static int startable(const struct shoal_io_engine *e)
 {
-    return e->head && (e->head->urgent || e->bg_busy == 0);
+    return e->head && (e->head->urgent || e->head->cancel_ || e->bg_busy == 0);
 }
 
 static void *worker(void *arg)

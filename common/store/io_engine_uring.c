@@ -34,7 +34,7 @@ struct uring {
                                       * thread only */
 };
 
-static char efd_marker;
+static char efd_marker;   /* user_data of the eventfd read */
 
 /* Background pieces in flight at most: as many as the disk reads in
  * BG_WAIT_S at its measured rate (an urgent read waits about that long
@@ -62,7 +62,7 @@ static int bg_max(const struct shoal_io_engine *e, const struct uring *u)
         return 1;
     const double n = u->bytes / u->busy_s * BG_WAIT_S / (double)SHOAL_IO_BG_PIECE;
     return n < 1 ? 1 : n > e->queue_depth ? e->queue_depth : (int)n;
-}   /* user_data of the eventfd read */
+}
 
 static void arm_eventfd(struct uring *u)
 {
@@ -102,7 +102,11 @@ static void reap_one(struct shoal_io_engine *e, struct uring *u, struct shoal_io
         req->done_ += (size_t)res;
         u->bytes += res;
     }
-    const int enough = req->done_ >= req->len || (req->min_len && req->done_ >= req->min_len);
+    /* min_len ends a read at a short one (the end of the file), not at a
+     * piece's end */
+    const int enough = req->done_ >= req->len ||
+                       (req->min_len && req->done_ >= req->min_len && res >= 0 &&
+                        (size_t)res < req->piece_);
     if (res == -EAGAIN || res == -EINTR || (res > 0 && !enough)) {
         pthread_mutex_lock(&e->mu);
         const int drop = req->cancel_;
@@ -161,7 +165,7 @@ static void *ring_thread(void *arg)
             if (req) {
                 u->retry = req->next_;
             } else {
-                if (!e->head->urgent && u->bg_inflight >= bg_max(e, u))
+                if (!e->head->urgent && !e->head->cancel_ && u->bg_inflight >= bg_max(e, u))
                     break;   /* enough background pieces in flight */
                 req = shoal_io_engine_pop_(e);
             }

@@ -632,3 +632,50 @@ Test(io_engine, uring_cancel_stops_background_reads, .timeout = 60)
 {
     cancel_stops(SHOAL_IO_URING);
 }
+
+/* min_len in pieces: a background read ends at a short read that brought
+ * min_len (mid-piece, or at the end of the file exactly at a piece's end),
+ * never at a full piece's end. Both backends. */
+static void background_min_len(enum shoal_io_kind kind)
+{
+    struct big_engine big;
+    big_open(&big, kind);
+    struct shoal_err err = {0};
+    const size_t mib = (size_t)1 << 20;
+    uint32_t *b[3];
+    for (int i = 0; i < 3; i++)
+        b[i] = malloc(8 * mib);
+    struct shoal_io_req r[3] = {
+        /* the tail, 1 MiB into the second piece */
+        {.fd = big.fd, .buf = b[0], .len = 3 * mib + 4096, .off = BIG_BYTES - 3 * mib,
+         .min_len = 3 * mib, .cb = on_order, .user_data = (void *)0},
+        /* the tail, the end of the file at the second piece's end */
+        {.fd = big.fd, .buf = b[1], .len = 4 * mib + 4096, .off = BIG_BYTES - 4 * mib,
+         .min_len = 4 * mib, .cb = on_order, .user_data = (void *)1},
+        /* min_len reached at a full piece's end, far from the end: read on */
+        {.fd = big.fd, .buf = b[2], .len = 6 * mib, .off = 0, .min_len = 2 * mib,
+         .cb = on_order, .user_data = (void *)2},
+    };
+    for (int i = 0; i < 3; i++)
+        cr_assert(eq(int, shoal_io_engine_submit(big.e, &r[i], &err), 0), "%s", err.msg);
+    wait_done(3);
+    cr_assert(eq(i64, r[0].result, (int64_t)(3 * mib)));
+    cr_assert(eq(i64, r[1].result, (int64_t)(4 * mib)));
+    cr_assert(eq(i64, r[2].result, (int64_t)(6 * mib)), "not cut at a piece's end");
+    for (int i = 0; i < 3; i++)
+        for (size_t w = 0; w < (size_t)r[i].result / 4; w++)
+            cr_assert(b[i][w] == big_word(r[i].off / 4 + w), "read %d word %zu", i, w);
+    big_close(&big);
+    for (int i = 0; i < 3; i++)
+        free(b[i]);
+}
+
+Test(io_engine, pread_background_min_len_ends_at_a_short_read, .timeout = 60)
+{
+    background_min_len(SHOAL_IO_PREAD);
+}
+
+Test(io_engine, uring_background_min_len_ends_at_a_short_read, .timeout = 60)
+{
+    background_min_len(SHOAL_IO_URING);
+}
