@@ -38,6 +38,8 @@ struct shoal_worker_exec {
     struct shoal_err start_err;
     struct shoal_expert_store *store;               /* compute thread; NULL once destroyed */
     struct shoal_expert_store_stats final;          /* counters when the store went away */
+    uint64_t answered_bytes;                        /* store bytes_read at the last answer */
+    double answered_busy;                           /* and its read_busy_seconds */
 
     /* compute-thread scratch, grown as requests need */
     int32_t *ids;                                   /* [n_expert] */
@@ -448,8 +450,13 @@ static void run_request(struct shoal_worker_exec *x, struct shoal_worker_job *jo
     rs.cache_hits = (uint32_t)((s1.pinned_hits + s1.cache_hits + s1.inflight_hits) -
                                (s0.pinned_hits + s0.cache_hits + s0.inflight_hits));
     rs.disk_reads = (uint32_t)(s1.disk_reads - s0.disk_reads);
-    rs.bytes_read = s1.bytes_read - s0.bytes_read;
-    rs.read_busy_seconds = s1.read_busy_seconds - s0.read_busy_seconds;
+    /* every byte the disk read since the previous answer (prefetches that
+     * landed between requests included), with its busy time: the SSD
+     * bytes a token costs and the disk's rate */
+    rs.bytes_read = s1.bytes_read - x->answered_bytes;
+    rs.read_busy_seconds = s1.read_busy_seconds - x->answered_busy;
+    x->answered_bytes = s1.bytes_read;
+    x->answered_busy = s1.read_busy_seconds;
     /* what is in RAM here now, for placement: this layer, and the next
      * layer with experts here once the hints that came meanwhile ran (the
      * coordinator sends the next layer's hint right after this request) */
@@ -504,6 +511,12 @@ static void *thread_main(void *arg)
     }
     pthread_mutex_lock(&x->mu);
     x->store = store;
+    {   /* pins read at start are not a request's */
+        struct shoal_expert_store_stats st0;
+        shoal_expert_store_stats_get(store, &st0);
+        x->answered_bytes = st0.bytes_read;
+        x->answered_busy = st0.read_busy_seconds;
+    }
     x->ready = store ? 1 : -1;
     if (!store)
         x->start_err = err;

@@ -185,6 +185,7 @@ struct shoal_cluster {
     struct exec exec[SHOAL_CLUSTER_MAX_EXECUTORS];
     int n_exec;
     int local;                          /* index of the local executor, or -1 */
+    uint64_t local_bytes_seen;          /* its store's bytes_read counted so far */
 
     /* pending requests [mu] */
     struct pending *pend;

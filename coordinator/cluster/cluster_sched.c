@@ -1131,7 +1131,10 @@ int shoal_cluster_run_layer(struct shoal_cluster *cl, const struct shoal_cluster
                 busy[cl->local] += shoal_cluster_now() - t_local;
             step_reads += l1.disk_reads - l0.disk_reads;
             pthread_mutex_lock(&cl->mu);
-            cl->exec[cl->local].ssd_bytes += l1.bytes_read - l0.bytes_read;
+            if (l1.bytes_read > cl->local_bytes_seen) {   /* prefetches between steps too */
+                cl->exec[cl->local].ssd_bytes += l1.bytes_read - cl->local_bytes_seen;
+                cl->local_bytes_seen = l1.bytes_read;
+            }
             pthread_mutex_unlock(&cl->mu);
             if (lrc < 0) {
                 /* another holder may take over; keep the store's message */
