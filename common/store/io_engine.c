@@ -251,32 +251,31 @@ static int unqueue(struct shoal_io_engine *e, struct shoal_io_req *req)
     return 1;
 }
 
-void shoal_io_engine_promote(struct shoal_io_engine *e, struct shoal_io_req *req)
+/* Make req urgent (cancel: and cancelled), moving it ahead of the
+ * background reads if it is queued. A piece in flight: the backend reads
+ * the rest at once, or, cancelled, not at all. */
+static void urge(struct shoal_io_engine *e, struct shoal_io_req *req, int cancel)
 {
     pthread_mutex_lock(&e->mu);
-    if (req->urgent) {
-        pthread_mutex_unlock(&e->mu);
-        return;
+    req->cancel_ |= cancel;
+    if (!req->urgent) {
+        req->urgent = 1;
+        if (unqueue(e, req))
+            shoal_io_engine_enqueue_(e, req);
     }
-    req->urgent = 1;   /* a piece in flight: the backend reads the rest at once */
-    if (unqueue(e, req))   /* queued behind the urgent ones: queue it as one */
-        shoal_io_engine_enqueue_(e, req);
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     e->ops->kick(e);
 }
 
+void shoal_io_engine_promote(struct shoal_io_engine *e, struct shoal_io_req *req)
+{
+    urge(e, req, 0);
+}
+
 void shoal_io_engine_cancel(struct shoal_io_engine *e, struct shoal_io_req *req)
 {
-    pthread_mutex_lock(&e->mu);
-    req->cancel_ = 1;
-    if (!req->urgent && unqueue(e, req)) {   /* to the front: it costs no read */
-        req->urgent = 1;
-        shoal_io_engine_enqueue_(e, req);
-    }
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
-    e->ops->kick(e);
+    urge(e, req, 1);   /* to the front: it costs no read */
 }
 
 const char *shoal_io_engine_name(const struct shoal_io_engine *e)

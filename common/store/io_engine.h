@@ -115,8 +115,8 @@ struct shoal_io_engine *shoal_io_engine_create(struct shoal_io_engine_params par
 
 /* Cancel reads that have not started and background reads between pieces
  * (their callbacks run with -SHOAL_ECANCELED), wait for those in flight
- * (callbacks run), then stop the io threads and free the engine. NULL is a no-op. No submit may race with
- * destroy. Thread: main. */
+ * (callbacks run), then stop the io threads and free the engine. NULL is a
+ * no-op. No submit may race with destroy. Thread: main. */
 void shoal_io_engine_destroy(struct shoal_io_engine *e);
 
 /* Queue one read (req borrowed until its callback returns).
@@ -131,9 +131,9 @@ int shoal_io_engine_submit(struct shoal_io_engine *e, struct shoal_io_req *req,
  * background read brings): queued, it moves ahead of the background reads;
  * reading a piece, the rest of it is read at once after that piece. On a
  * request already completed it only sets req->urgent (an input the caller
- * sets again before a new submit); req's memory must stay valid. Thread: any; takes the engine's lock
- * briefly, which no callback runs under, so the caller may hold the lock
- * its callbacks take. */
+ * sets again before a new submit); req's memory must stay valid. Thread:
+ * any; takes the engine's lock briefly, which no callback runs under, so
+ * the caller may hold the lock its callbacks take. */
 void shoal_io_engine_promote(struct shoal_io_engine *e, struct shoal_io_req *req);
 
 /* Nobody wants what req brings any more: if it has not started, or is a

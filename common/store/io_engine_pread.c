@@ -1,8 +1,8 @@
 /* The portable I/O backend: queue_depth threads, each taking the oldest
- * queued request and reading it in full with pread(2); a background
- * (not urgent) request a piece at a time, one piece of them being read at
- * most, its next piece queued behind the urgent requests (io_engine.h). The fd decides
- * caching: the expert store opens it with O_DIRECT (Linux) or sets
+ * queued request and reading it in full with pread(2); a background (not
+ * urgent) request a piece at a time, one piece of them being read at most,
+ * its next piece queued behind the urgent requests (io_engine.h). The fd
+ * decides caching: the expert store opens it with O_DIRECT (Linux) or sets
  * F_NOCACHE (macOS) when asked. */
 #include <errno.h>
 #include <stdio.h>

@@ -110,11 +110,10 @@ static void reap_one(struct shoal_io_engine *e, struct uring *u, struct shoal_io
     if (res == -EAGAIN || res == -EINTR || (res > 0 && !enough)) {
         pthread_mutex_lock(&e->mu);
         const int drop = req->cancel_;
-        if (drop) {
-        } else if (req->urgent) {   /* promoted meanwhile, or urgent from the start */
+        if (!drop && req->urgent) {   /* promoted meanwhile, or urgent from the start */
             req->next_ = u->retry;
             u->retry = req;
-        } else {
+        } else if (!drop) {
             shoal_io_engine_requeue_bg_(e, req);
         }
         pthread_mutex_unlock(&e->mu);
