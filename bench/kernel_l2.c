@@ -38,7 +38,7 @@ static uint32_t rng(uint32_t *s)
 }
 
 /* random bytes, then every f16 a block starts with (and Q4_K/Q2_K's dmin,
- * Q6_K's trailing d) set to 2^-10 .. 2^-8 so that every scale is finite;
+ * Q4_1/Q5_1's m, Q6_K's trailing d) set to 2^-10 .. 2^-8 so that every scale is finite;
  * an MXFP4 block's exponent byte 2^-10 .. 2^-6 (random ones reach
  * subnormal and infinite products, which slow the f32 steps) */
 static void fill_blocks(uint8_t *w, size_t bytes, enum shoal_ggml_type t, uint32_t *s)
@@ -53,7 +53,10 @@ static void fill_blocks(uint8_t *w, size_t bytes, enum shoal_ggml_type t, uint32
             continue;
         }
         size_t offs[2] = {0, 2};
-        int n = t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K ? 2 : 1;
+        int n = t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K ||
+                        t == SHOAL_GGML_TYPE_Q4_1 || t == SHOAL_GGML_TYPE_Q5_1
+                    ? 2   /* d and dmin, or d and m */
+                    : 1;
         if (t == SHOAL_GGML_TYPE_Q6_K)
             offs[0] = 208;
         else if (t == SHOAL_GGML_TYPE_Q2_K || t == SHOAL_GGML_TYPE_Q3_K) {

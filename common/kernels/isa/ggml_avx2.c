@@ -24,8 +24,8 @@
  * Batches: one token (the decode matvec) unpacks each row's block into
  * registers and uses it at once (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K and IQ4_XS in
  * few registers: rows8_k_1; Q8_0 a block of 32 at a time: rows8_q8_0_1;
- * Q4_0, MXFP4 and, with VNNI, IQ4_NL two blocks at a time:
- * rows8_b32_pair_1; the grid types straight to their raw sum: raw1, with
+ * Q4_0, Q4_1, Q5_0, Q5_1, MXFP4 and, with VNNI, IQ4_NL two blocks at a
+ * time: rows8_b32_pair_1; the grid types straight to their raw sum: raw1, with
  * VNNI (and VBMI) IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S a whole block
  * in 512-bit registers); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
@@ -96,6 +96,13 @@ static inline __m256 f16x8(const uint8_t *const p[8], size_t off)
                                      (short)ld16(p[4] + off), (short)ld16(p[5] + off),
                                      (short)ld16(p[6] + off), (short)ld16(p[7] + off));
     return _mm256_cvtph_ps(h);
+}
+
+/* -v lane by lane as the scalar's unary minus: the sign bit flipped (a
+ * zero and a NaN too, where 0 - v would keep a NaN's sign) */
+static inline __m256 neg8(__m256 v)
+{
+    return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f));
 }
 
 static void store_rows(float *y, int64_t rows, int64_t t, int64_t r, int nr, __m256 v)
@@ -1417,31 +1424,56 @@ static const uint8_t iq4nl_plus128[16] __attribute__((aligned(16))) = {
     1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241,
 };
 
-/* the blocks of 32: bytes a block, where its codes start, the offset of
- * its unsigned codes, and their table (NULL: the nibble itself) */
+/* the blocks of 32: bytes a block, where its codes start, where its 32
+ * fifth bits start (Q5_0, Q5_1; else 0), the offset of its unsigned codes
+ * (0: Q4_1 and Q5_1, whose codes are q itself, their m applied through
+ * DMIN and msum = sum qx, ggml_dot.h), whether it has that m (at byte 2),
+ * and the codes' table (NULL: the nibble itself) */
 static inline __attribute__((always_inline)) size_t b32_ts(enum shoal_ggml_type t)
 {
-    return t == SHOAL_GGML_TYPE_MXFP4 ? 17 : 18;
+    return t == SHOAL_GGML_TYPE_MXFP4  ? 17
+           : t == SHOAL_GGML_TYPE_Q4_1 ? 20
+           : t == SHOAL_GGML_TYPE_Q5_0 ? 22
+           : t == SHOAL_GGML_TYPE_Q5_1 ? 24
+                                       : 18;
 }
 static inline __attribute__((always_inline)) size_t b32_qs(enum shoal_ggml_type t)
 {
-    return t == SHOAL_GGML_TYPE_MXFP4 ? 1 : 2;
+    return t == SHOAL_GGML_TYPE_MXFP4  ? 1
+           : t == SHOAL_GGML_TYPE_Q4_1 ? 4
+           : t == SHOAL_GGML_TYPE_Q5_0 ? 6
+           : t == SHOAL_GGML_TYPE_Q5_1 ? 8
+                                       : 2;
+}
+static inline __attribute__((always_inline)) size_t b32_qh(enum shoal_ggml_type t)
+{
+    return t == SHOAL_GGML_TYPE_Q5_0 ? 2 : t == SHOAL_GGML_TYPE_Q5_1 ? 4 : 0;
 }
 static inline __attribute__((always_inline)) int b32_off(enum shoal_ggml_type t)
 {
-    return t == SHOAL_GGML_TYPE_Q4_0 ? 8 : t == SHOAL_GGML_TYPE_MXFP4 ? 12 : 128;
+    return t == SHOAL_GGML_TYPE_Q4_0    ? 8
+           : t == SHOAL_GGML_TYPE_MXFP4 ? 12
+           : t == SHOAL_GGML_TYPE_Q5_0  ? 16
+           : t == SHOAL_GGML_TYPE_Q4_1 || t == SHOAL_GGML_TYPE_Q5_1 ? 0
+                                        : 128;
+}
+static inline __attribute__((always_inline)) int b32_min(enum shoal_ggml_type t)
+{
+    return t == SHOAL_GGML_TYPE_Q4_1 || t == SHOAL_GGML_TYPE_Q5_1;
 }
 static inline __attribute__((always_inline)) const int8_t *b32_lut(enum shoal_ggml_type t)
 {
-    return t == SHOAL_GGML_TYPE_Q4_0 ? NULL
-           : t == SHOAL_GGML_TYPE_MXFP4 ? mxfp4_plus12 : (const int8_t *)iq4nl_plus128;
+    return t == SHOAL_GGML_TYPE_MXFP4    ? mxfp4_plus12
+           : t == SHOAL_GGML_TYPE_IQ4_NL ? (const int8_t *)iq4nl_plus128
+                                         : NULL;
 }
 
 static inline __attribute__((always_inline)) __m256i b32_row(enum shoal_ggml_type t,
                                                             const uint8_t *blk, __m256i xv)
 {
-    const __m256i u = t == SHOAL_GGML_TYPE_Q4_0 ? nibbles32(blk + 2)
-                                                : lut32(blk + b32_qs(t), b32_lut(t));
+    __m256i u = b32_lut(t) ? lut32(blk + b32_qs(t), b32_lut(t)) : nibbles32(blk + b32_qs(t));
+    if (b32_qh(t))
+        u = _mm256_or_si256(u, bits16(le32(blk + b32_qh(t))));
 #if SHOAL_GGML_VNNI
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, xv);
 #else
@@ -1488,13 +1520,15 @@ static inline __attribute__((always_inline)) __m256 b32_step(enum shoal_ggml_typ
         prefetch_block(pf, 2 * k + 1, o, ts);
         s2[k] = _mm256_hadd_epi32(r0, b32_row(t, p[2 * k + 1] + o, xv));
     }
+    const __m256 d = t == SHOAL_GGML_TYPE_MXFP4 ? e8m0x8(p, o) : f16x8(p, o);
+    if (b32_min(t))   /* raw sum q qx; msum = sum qx against DMIN = -m */
+        return block_term(t, acc, fold_pairs(s2), sum32_all(xv), d, neg8(f16x8(p, o + 2)), dx);
     const __m256i isum = _mm256_sub_epi32(fold_pairs(s2),   /* minus off * sum qx */
                                           _mm256_mullo_epi32(sum32_all(xv), _mm256_set1_epi32(off)));
-    const __m256 d = t == SHOAL_GGML_TYPE_MXFP4 ? e8m0x8(p, o) : f16x8(p, o);
     return block_term(t, acc, isum, _mm256_setzero_si256(), d, _mm256_setzero_ps(), dx);
 }
 
-/* ---- Q4_0 and MXFP4, one token: two blocks of each row at a time ----------
+/* ---- Q4_0 and MXFP4 (Q4_1, Q5_0, Q5_1), one token: two blocks of each row at a time
  *
  * A block at a time (b32_step) spent about 37 cycles on a block of eight rows (the scales
  * gathered a u16 at a time, three horizontal folds and two prefetches per
@@ -1511,7 +1545,12 @@ static inline __attribute__((always_inline)) __m256 b32_step(enum shoal_ggml_typ
  * Zen 4, one thread, weights in L3: 14.4 -> 20 GB/s; at 2 threads 0.69 ->
  * 0.95 of a paired read. The scales still come a u16 at a time (a quarter
  * of the samples); two vpgatherdd per pair (the rows lie rb bytes apart)
- * were slower, 18 GB/s. */
+ * were slower, 18 GB/s. Q5_0 and Q5_1 add each code's fifth bit (16) from
+ * the block's qh (a byte mask with AVX-512 BW, bits16 with AVX2), and Q4_1
+ * and Q5_1 have no offset: their m goes through block_term as DMIN = -m
+ * against msum = sum qx (the sx below), as the general body's does. In L2
+ * (kernel_l2, Zen 4, one thread, ns a row-block of 32): Q4_1 2.18 -> 1.12,
+ * Q5_0 3.08 -> 1.22, Q5_1 2.33 -> 1.44 (avx512). */
 /* rows8_b32_pair_1's sums of one row: blocks b and b + 1 of type t (Q4_0,
  * or MXFP4 through its table of values plus 12) at blk */
 static inline __attribute__((always_inline)) __m256i b32_pair(enum shoal_ggml_type t,
@@ -1524,6 +1563,18 @@ static inline __attribute__((always_inline)) __m256i b32_pair(enum shoal_ggml_ty
         _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(blk + qs))),
         _mm_loadu_si128((const __m128i *)(blk + ts + qs)), 1);
     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (b32_qh(t)) {   /* the fifth bits: element j's is bit j of its block's qh */
+        const uint32_t h0 = le32(blk + b32_qh(t)), h1 = le32(blk + ts + b32_qh(t));
+#if SHOAL_GGML_VNNI && defined(__AVX512BW__)
+        const __m256i b4 = _mm256_set1_epi8(0x10);
+        lo = _mm256_mask_add_epi8(lo, (__mmask32)((h0 & 0xFFFFu) | (h1 << 16)), lo, b4);
+        hi = _mm256_mask_add_epi8(hi, (__mmask32)((h0 >> 16) | (h1 & 0xFFFF0000u)), hi, b4);
+#else
+        const __m256i e0 = bits16(h0), e1 = bits16(h1);
+        lo = _mm256_or_si256(lo, _mm256_permute2x128_si256(e0, e1, 0x20));
+        hi = _mm256_or_si256(hi, _mm256_permute2x128_si256(e0, e1, 0x31));
+#endif
+    }
     if (b32_lut(t)) {
         const __m256i lut = _mm256_broadcastsi128_si256(
             _mm_load_si128((const __m128i *)b32_lut(t)));
@@ -1578,15 +1629,25 @@ static inline __attribute__((always_inline)) void rows8_b32_pair_1(enum shoal_gg
                                       _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xhi), ones16));
         sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0x4e));
         sx = _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xb1));
-        sx = t == SHOAL_GGML_TYPE_Q4_0 ? _mm256_slli_epi32(sx, 3)   /* 8, 12 or 128 times */
+        const __m256 d0 = e8m0 ? e8m0x8(p, o) : f16x8(p, o);
+        const __m256 d1 = e8m0 ? e8m0x8(p, o + ts) : f16x8(p, o + ts);
+        if (b32_min(t)) {   /* raw sums q qx; msum = sum qx against DMIN = -m */
+            acc = block_term(t, acc, _mm256_permute2x128_si256(A, B, 0x20),
+                             _mm256_permute2x128_si256(sx, sx, 0x00), d0,
+                             neg8(f16x8(p, o + 2)), dx[b]);
+            acc = block_term(t, acc, _mm256_permute2x128_si256(A, B, 0x31),
+                             _mm256_permute2x128_si256(sx, sx, 0x11), d1,
+                             neg8(f16x8(p, o + ts + 2)), dx[b + 1]);
+            continue;
+        }
+        sx = t == SHOAL_GGML_TYPE_Q4_0   ? _mm256_slli_epi32(sx, 3)   /* 8, 16, 12 or 128 times */
+             : t == SHOAL_GGML_TYPE_Q5_0 ? _mm256_slli_epi32(sx, 4)
              : e8m0 ? _mm256_add_epi32(_mm256_slli_epi32(sx, 3), _mm256_slli_epi32(sx, 2))
                     : _mm256_slli_epi32(sx, 7);
         const __m256i i0 = _mm256_sub_epi32(_mm256_permute2x128_si256(A, B, 0x20),
                                             _mm256_permute2x128_si256(sx, sx, 0x00));
         const __m256i i1 = _mm256_sub_epi32(_mm256_permute2x128_si256(A, B, 0x31),
                                             _mm256_permute2x128_si256(sx, sx, 0x11));
-        const __m256 d0 = e8m0 ? e8m0x8(p, o) : f16x8(p, o);
-        const __m256 d1 = e8m0 ? e8m0x8(p, o + ts) : f16x8(p, o + ts);
         acc = block_term(t, acc, i0, _mm256_setzero_si256(), d0, _mm256_setzero_ps(), dx[b]);
         acc = block_term(t, acc, i1, _mm256_setzero_si256(), d1, _mm256_setzero_ps(),
                          dx[b + 1]);
@@ -1673,9 +1734,12 @@ static inline __attribute__((always_inline)) void b32_tokens(enum shoal_ggml_typ
     }
 }
 
-ROWS8_FN(rows8_q4_1, SHOAL_GGML_TYPE_Q4_1)
-ROWS8_FN(rows8_q5_0, SHOAL_GGML_TYPE_Q5_0)
-ROWS8_FN(rows8_q5_1, SHOAL_GGML_TYPE_Q5_1)
+/* Q4_1, Q5_0 and Q5_1: one token two blocks a row at a time as Q4_0 (their
+ * fifth bits or'ed into the codes, Q4_1's and Q5_1's m through DMIN), more
+ * tokens through the general body */
+ROWS8_1N_FN(rows8_q4_1, SHOAL_GGML_TYPE_Q4_1, rows8_b32_pair_1, rows8_t)
+ROWS8_1N_FN(rows8_q5_0, SHOAL_GGML_TYPE_Q5_0, rows8_b32_pair_1, rows8_t)
+ROWS8_1N_FN(rows8_q5_1, SHOAL_GGML_TYPE_Q5_1, rows8_b32_pair_1, rows8_t)
 
 /* Q8_0, one token: as rows8_k_1, a row's 32 codes at a time against the
  * token's, the rows' sums folded pairwise, the next group's blocks
