@@ -55,11 +55,13 @@ int64_t shoal_ggml_act_block(uint32_t type)
 }
 
 /* whether only the GEMMs read bsum (the SIMD forms' offsets of Q4_0,
- * MXFP4 and Q8_0, codes + 8, + 12, + 128; one token: these rows sum qx
- * themselves), so that a one-token call need not fill it */
+ * MXFP4, Q5_0, IQ4_NL and Q8_0, codes + 8, + 12, + 16, + 128, + 128; one
+ * token: these rows sum qx themselves), so that a one-token call need not
+ * fill it */
 static int bsum_gemm_only(uint32_t type)
 {
     return type == SHOAL_GGML_TYPE_Q4_0 || type == SHOAL_GGML_TYPE_MXFP4 ||
+           type == SHOAL_GGML_TYPE_Q5_0 || type == SHOAL_GGML_TYPE_IQ4_NL ||
            type == SHOAL_GGML_TYPE_Q8_0;
 }
 

@@ -443,9 +443,10 @@ Test(ggml_dot, every_isa_thread_split_and_batch_gives_the_reference_bits, .timeo
  * bounds; one token and 64. */
 Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
 {
-    const enum shoal_ggml_type types2[] = {SHOAL_GGML_TYPE_Q4_K, SHOAL_GGML_TYPE_Q6_K,
-                                           SHOAL_GGML_TYPE_Q4_0, SHOAL_GGML_TYPE_MXFP4,
-                                           SHOAL_GGML_TYPE_Q8_0};
+    const enum shoal_ggml_type types2[] = {
+        SHOAL_GGML_TYPE_Q4_K, SHOAL_GGML_TYPE_Q6_K, SHOAL_GGML_TYPE_Q4_0,
+        SHOAL_GGML_TYPE_MXFP4, SHOAL_GGML_TYPE_Q8_0, SHOAL_GGML_TYPE_Q4_1,
+        SHOAL_GGML_TYPE_Q5_0, SHOAL_GGML_TYPE_Q5_1, SHOAL_GGML_TYPE_IQ4_NL};
     const int64_t rows = 9, n = 512, n_tok = 64;   /* 9: a group of 8 and one row */
     for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
         if (shoal_quant_init(isas[ii].isa, NULL) != 0)
@@ -464,8 +465,14 @@ Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
                     if (types2[ti] == SHOAL_GGML_TYPE_Q4_K) {
                         put_f16(w + o, 0.001f);
                         put_f16(w + o + 2, 0.002f);
-                    } else if (types2[ti] == SHOAL_GGML_TYPE_Q4_0) {
-                        put_f16(w + o, 0.001f);   /* codes 15 */
+                    } else if (types2[ti] == SHOAL_GGML_TYPE_Q4_0 ||
+                               types2[ti] == SHOAL_GGML_TYPE_Q5_0 ||
+                               types2[ti] == SHOAL_GGML_TYPE_IQ4_NL) {
+                        put_f16(w + o, 0.001f);   /* codes 15, Q5_0's 31, IQ4_NL's 113 */
+                    } else if (types2[ti] == SHOAL_GGML_TYPE_Q4_1 ||
+                               types2[ti] == SHOAL_GGML_TYPE_Q5_1) {
+                        put_f16(w + o, 0.001f);   /* codes 15, Q5_1's 31 */
+                        put_f16(w + o + 2, -0.002f);
                     } else if (types2[ti] == SHOAL_GGML_TYPE_Q8_0) {
                         memset(w + o + 2, 0x80, 16);   /* codes -128 (0 + 128 unsigned) */
                         memset(w + o + 18, 0x7F, 16);  /* and 127 (255) */
@@ -582,13 +589,14 @@ Test(ggml_dot, bad_types_and_shapes_are_refused)
 
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q4_K, 100), 0));
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_TQ1_0, 256), 0));
-    cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_IQ4_NL, 64), 64 + 8));
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q4_1, 64), 64 + 8 + 8));
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_IQ1_S, 256), 256 + 4 + 32));
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q4_K, 256), 256 + 4 + 32));
-    /* Q8_0, Q4_0, MXFP4: bsum too, for their SIMD forms' offsets */
+    /* Q8_0, Q4_0, MXFP4, Q5_0, IQ4_NL: bsum too, for their SIMD GEMMs' offsets */
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q8_0, 64), 64 + 8 + 8));
     cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_MXFP4, 64), 64 + 8 + 8));
+    cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_Q5_0, 64), 64 + 8 + 8));
+    cr_assert(eq(sz, shoal_ggml_act_bytes(SHOAL_GGML_TYPE_IQ4_NL, 64), 64 + 8 + 8));
 }
 
 /* ---- (d) non-finite block scales are refused (shoal_ggml_check_scales) ------- */

@@ -1692,9 +1692,9 @@ static inline __attribute__((always_inline)) void b32_tokens(enum shoal_ggml_typ
                                                             const __m256i q[8],
                                                             const struct shoal_ggml_act *a,
                                                             int64_t tt, int tg, int64_t b,
-                                                            __m256 d, __m256 *acc)
+                                                            __m256 d, __m256 dmin, __m256 *acc)
 {
-    const int32_t off = t == SHOAL_GGML_TYPE_Q4_0 ? 8 : t == SHOAL_GGML_TYPE_Q8_0 ? 128 : 12;
+    const int32_t off = b32_off(t);   /* Q8_0: 128 */
     const int8_t *x[4];
     __m256i raw[4];
     for (int k = 0; k < tg; k++)
@@ -1709,7 +1709,9 @@ static inline __attribute__((always_inline)) void b32_tokens(enum shoal_ggml_typ
     if (t == SHOAL_GGML_TYPE_Q8_0)   /* its c + 128 pairs would leave int16 (rows8_q8_0_n) */
         __builtin_unreachable();
     const __m256i ones16 = _mm256_set1_epi16(1);
-    const int span = t == SHOAL_GGML_TYPE_Q4_0 ? 8 : 4;   /* registers per int16 sum */
+    /* registers per int16 sum: codes <= 15 all eight (8 * 2 * 15 * 127),
+     * <= 24 (MXFP4) or 31 (Q5_0, Q5_1) four */
+    const int span = t == SHOAL_GGML_TYPE_Q4_0 || t == SHOAL_GGML_TYPE_Q4_1 ? 8 : 4;
     __m256i s16[4];
     for (int k = 0; k < tg; k++)
         raw[k] = _mm256_setzero_si256();
@@ -1728,6 +1730,11 @@ static inline __attribute__((always_inline)) void b32_tokens(enum shoal_ggml_typ
 #endif
     for (int k = 0; k < tg; k++) {
         const int16_t *bs = a->bsum + (tt + k) * (a->n / 16) + 2 * b;
+        if (b32_min(t)) {   /* raw sum q qx; msum = sum qx against DMIN = -m */
+            acc[k] = block_term(t, acc[k], raw[k], _mm256_set1_epi32((int32_t)bs[0] + bs[1]), d,
+                                dmin, a->d[(tt + k) * a->n_blk + b]);
+            continue;
+        }
         const __m256i sx = _mm256_set1_epi32(off * ((int32_t)bs[0] + bs[1]));
         acc[k] = block_term(t, acc[k], _mm256_sub_epi32(raw[k], sx), _mm256_setzero_si256(), d,
                             _mm256_setzero_ps(), a->d[(tt + k) * a->n_blk + b]);
@@ -1737,9 +1744,6 @@ static inline __attribute__((always_inline)) void b32_tokens(enum shoal_ggml_typ
 /* Q4_1, Q5_0 and Q5_1: one token two blocks a row at a time as Q4_0 (their
  * fifth bits or'ed into the codes, Q4_1's and Q5_1's m through DMIN), more
  * tokens through the general body */
-ROWS8_1N_FN(rows8_q4_1, SHOAL_GGML_TYPE_Q4_1, rows8_b32_pair_1, rows8_t)
-ROWS8_1N_FN(rows8_q5_0, SHOAL_GGML_TYPE_Q5_0, rows8_b32_pair_1, rows8_t)
-ROWS8_1N_FN(rows8_q5_1, SHOAL_GGML_TYPE_Q5_1, rows8_b32_pair_1, rows8_t)
 
 /* Q8_0, one token: as rows8_k_1, a row's 32 codes at a time against the
  * token's, the rows' sums folded pairwise, the next group's blocks
@@ -2141,14 +2145,19 @@ static inline __attribute__((always_inline)) size_t k1_size(enum shoal_ggml_type
     return t == SHOAL_GGML_TYPE_Q4_K ? 144 : t == SHOAL_GGML_TYPE_Q5_K ? 176
            : t == SHOAL_GGML_TYPE_Q6_K ? 210 : t == SHOAL_GGML_TYPE_IQ4_XS ? 136
            : t == SHOAL_GGML_TYPE_Q4_0 ? 18 : t == SHOAL_GGML_TYPE_MXFP4 ? 17
-           : t == SHOAL_GGML_TYPE_Q8_0 ? 34 : t == SHOAL_GGML_TYPE_Q3_K ? 110 : 84;
+           : t == SHOAL_GGML_TYPE_Q8_0 ? 34 : t == SHOAL_GGML_TYPE_Q3_K ? 110
+           : t == SHOAL_GGML_TYPE_Q4_1 || t == SHOAL_GGML_TYPE_Q5_0 ||
+                   t == SHOAL_GGML_TYPE_Q5_1 || t == SHOAL_GGML_TYPE_IQ4_NL ? b32_ts(t)
+                                                                            : 84;
 }
 
 static inline __attribute__((always_inline)) size_t k1_d_off(enum shoal_ggml_type t)
 {
     return t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K ||
                    t == SHOAL_GGML_TYPE_IQ4_XS || t == SHOAL_GGML_TYPE_Q4_0 ||
-                   t == SHOAL_GGML_TYPE_Q8_0 ? 0
+                   t == SHOAL_GGML_TYPE_Q8_0 || t == SHOAL_GGML_TYPE_Q4_1 ||
+                   t == SHOAL_GGML_TYPE_Q5_0 || t == SHOAL_GGML_TYPE_Q5_1 ||
+                   t == SHOAL_GGML_TYPE_IQ4_NL ? 0
            : t == SHOAL_GGML_TYPE_Q6_K ? 208 : t == SHOAL_GGML_TYPE_Q3_K ? 108 : 80;
 }
 
@@ -2474,8 +2483,7 @@ static inline __attribute__((always_inline)) void kblk_b32(enum shoal_ggml_type 
                                                           size_t off, struct kblk *g)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const int q4 = t == SHOAL_GGML_TYPE_Q4_0;
-    const size_t ts = q4 ? 18 : 17, qs = q4 ? 2 : 1;
+    const size_t ts = b32_ts(t), qs = b32_qs(t);
     __m256i Y[4];
     for (int k = 0; k < 4; k++) {
         prefetch_block(pf, k, off, ts);
@@ -2487,14 +2495,34 @@ static inline __attribute__((always_inline)) void kblk_b32(enum shoal_ggml_type 
     const __m256i u2 = _mm256_unpacklo_epi32(Y[2], Y[3]), u3 = _mm256_unpackhi_epi32(Y[2], Y[3]);
     const __m256i T[4] = {_mm256_unpacklo_epi64(u0, u2), _mm256_unpackhi_epi64(u0, u2),
                           _mm256_unpacklo_epi64(u1, u3), _mm256_unpackhi_epi64(u1, u3)};
-    const __m256i lut = _mm256_broadcastsi128_si256(
-        _mm_load_si128((const __m128i *)mxfp4_plus12));
     for (int j = 0; j < 4; j++) {
         g->q[j] = _mm256_and_si256(T[j], m4);
         g->q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(T[j], 4), m4);
-        if (!q4) {
+        if (b32_lut(t)) {
+            const __m256i lut = _mm256_broadcastsi128_si256(
+                _mm_load_si128((const __m128i *)b32_lut(t)));
             g->q[j] = _mm256_shuffle_epi8(lut, g->q[j]);
             g->q[j + 4] = _mm256_shuffle_epi8(lut, g->q[j + 4]);
+        }
+    }
+    if (b32_qh(t)) {
+        /* Q5_0, Q5_1: byte k of q[j] lane i is element 4j + k of row i
+         * (q[j + 4]: 16 + 4j + k), whose fifth bit is that bit of the
+         * row's qh: each lane's qh shifted, its low byte spread to the four
+         * bytes, bit k of byte k tested */
+        const __m256i qh = _mm256_setr_epi32(
+            (int)le32(p[0] + off + b32_qh(t)), (int)le32(p[1] + off + b32_qh(t)),
+            (int)le32(p[2] + off + b32_qh(t)), (int)le32(p[3] + off + b32_qh(t)),
+            (int)le32(p[4] + off + b32_qh(t)), (int)le32(p[5] + off + b32_qh(t)),
+            (int)le32(p[6] + off + b32_qh(t)), (int)le32(p[7] + off + b32_qh(t)));
+        const __m256i byte0 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+                                               0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+        const __m256i bit = _mm256_set1_epi32(0x08040201), b4 = _mm256_set1_epi8(0x10);
+        for (int j = 0; j < 8; j++) {
+            const __m256i hb = _mm256_and_si256(
+                _mm256_shuffle_epi8(_mm256_srli_epi32(qh, 4 * (j & 3) + 16 * (j >> 2)), byte0),
+                bit);
+            g->q[j] = _mm256_or_si256(g->q[j], _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), b4));
         }
     }
 }
@@ -2587,7 +2615,9 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
     for (int64_t b = 0; b < a->n_blk; b++) {
         const size_t off = (size_t)b * ts;
         const int b32 = t == SHOAL_GGML_TYPE_Q4_0 || t == SHOAL_GGML_TYPE_MXFP4 ||
-                        t == SHOAL_GGML_TYPE_Q8_0;
+                        t == SHOAL_GGML_TYPE_Q8_0 || t == SHOAL_GGML_TYPE_Q4_1 ||
+                        t == SHOAL_GGML_TYPE_Q5_0 || t == SHOAL_GGML_TYPE_Q5_1 ||
+                        t == SHOAL_GGML_TYPE_IQ4_NL;
         if (t == SHOAL_GGML_TYPE_Q4_K)
             kblk_q4k(p, pf, off, &g);
         else if (t == SHOAL_GGML_TYPE_Q6_K)
@@ -2605,9 +2635,10 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
         const __m256 d = t == SHOAL_GGML_TYPE_MXFP4 ? e8m0x8(p, off) : f16x8(p, off + k1_d_off(t));
         const __m256 dmin = t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q2_K
                                 ? f16x8(p, off + k1_d_off(t) + 2)
-                                : _mm256_setzero_ps();
+                            : b32_min(t) ? neg8(f16x8(p, off + 2))   /* Q4_1, Q5_1: -m */
+                                         : _mm256_setzero_ps();
 #define KN_TOKENS(TG)                                                                  \
-    (b32 ? b32_tokens(t, g.q, a, t0 + k, TG, b, d, acc + k)                            \
+    (b32 ? b32_tokens(t, g.q, a, t0 + k, TG, b, d, dmin, acc + k)                      \
                                : kblk_tokens(t, &g, a, t0 + k, TG, b, d, dmin, acc + k))
         int64_t k = 0;
         for (; k + 4 <= nt; k += 4)
@@ -2650,8 +2681,14 @@ static inline __attribute__((always_inline)) void rows8_gemm_n(enum shoal_ggml_t
 ROWS8_K_FN(rows8_q4_k, SHOAL_GGML_TYPE_Q4_K, rows8_k_n)
 ROWS8_1N_FN(rows8_q4_0, SHOAL_GGML_TYPE_Q4_0, rows8_b32_pair_1, rows8_k_n)
 ROWS8_1N_FN(rows8_mxfp4, SHOAL_GGML_TYPE_MXFP4, rows8_b32_pair_1, rows8_k_n)
+/* Q4_1, Q5_0 and Q5_1 as Q4_0: one token two blocks a row at a time
+ * (their fifth bits added to the codes, Q4_1's and Q5_1's m through
+ * DMIN), more tokens the eight rows' block transposed (kblk_b32) */
+ROWS8_1N_FN(rows8_q4_1, SHOAL_GGML_TYPE_Q4_1, rows8_b32_pair_1, rows8_k_n)
+ROWS8_1N_FN(rows8_q5_0, SHOAL_GGML_TYPE_Q5_0, rows8_b32_pair_1, rows8_k_n)
+ROWS8_1N_FN(rows8_q5_1, SHOAL_GGML_TYPE_Q5_1, rows8_b32_pair_1, rows8_k_n)
 #if SHOAL_GGML_VNNI
-ROWS8_1N_FN(rows8_iq4_nl, SHOAL_GGML_TYPE_IQ4_NL, rows8_b32_pair_1, rows8_t)
+ROWS8_1N_FN(rows8_iq4_nl, SHOAL_GGML_TYPE_IQ4_NL, rows8_b32_pair_1, rows8_k_n)
 #else
 ROWS8_FN(rows8_iq4_nl, SHOAL_GGML_TYPE_IQ4_NL)
 #endif
