@@ -278,8 +278,8 @@ def test_bad_scales(shoal, tmp):
     is loaded (contract 3), not NaN logits whose sign would differ between
     ISAs. (The routed experts' check, at the store's first read, is
     tests/unit/test_expert_store.c's: a poked expert needs its xxh64 and the
-    manifest's fingerprint rewritten.) The dense tensors' xxh64 is checked
-    by convert and shard, not by run, so a poked scale reaches the check."""
+    manifest's fingerprint rewritten.) A tensor's scales are checked before
+    its xxh64 (test_dense_checksum), so a poked scale gets this message."""
     import json
     import struct
     ct = os.path.join(tmp, "scales-ct")
@@ -318,6 +318,32 @@ def test_bad_scales(shoal, tmp):
             f.write(old)
     r = run(args)
     result("bad scales: restored, it runs again", r.returncode == 0, show(r))
+    test_dense_checksum(shoal, ct, man, args)
+
+
+def test_dense_checksum(shoal, ct, man, args):
+    """A changed byte of a trunk tensor (not a scale: its codes) is a
+    one-line checksum error naming the file and the tensor when the model
+    is loaded, exit 1, nothing on stdout; it used to change the generated
+    text and say nothing (only inspect --verify found it)."""
+    t = [x for x in man["dense"]["tensors"] if x["name"] == "tok_embd"][0]
+    dense = os.path.join(ct, "dense.bin")
+    at = t["offset"] + t["bytes"] - 8   # the last row's last codes (its scales lead it)
+    with open(dense, "r+b") as f:
+        f.seek(at)
+        old = f.read(4)
+        f.seek(at)
+        f.write(bytes(b ^ 0x5A for b in old))
+    r = run(args)
+    err = r.stderr.strip()
+    result("dense checksum: a changed byte of '%s' is one line naming it, exit 1" % t["name"],
+           r.returncode == 1 and len(err.splitlines()) == 1 and "checksum mismatch" in err and
+           dense in err and "'%s'" % t["name"] in err and not r.stdout.strip(), show(r))
+    with open(dense, "r+b") as f:
+        f.seek(at)
+        f.write(old)
+    r = run(args)
+    result("dense checksum: restored, it runs again", r.returncode == 0, show(r))
 
 
 def test_stdout_full(shoal, tmp):
