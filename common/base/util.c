@@ -47,6 +47,51 @@ char *shoal_xstrdup(const char *s)
     return p;
 }
 
+int shoal_read_stream(FILE *f, const char *what, size_t max_bytes, char **out,
+                      size_t *out_len, struct shoal_err *err)
+{
+    /* grown by doubling, never past one byte over the limit (so that a
+     * longer input is seen) and its terminator: an endless input costs at
+     * most max_bytes + 2 bytes, and memory running out is an error, not
+     * an abort */
+    const size_t cap_max = max_bytes < SIZE_MAX - 2 ? max_bytes + 2 : SIZE_MAX;
+    size_t cap = cap_max < ((size_t)1 << 16) ? cap_max : (size_t)1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (buf && len + 1 >= cap) {
+            const size_t want = cap > cap_max / 2 ? cap_max : 2 * cap;
+            char *grown = realloc(buf, want);
+            if (!grown)
+                free(buf);
+            buf = grown;
+            cap = want;
+        }
+        if (!buf)
+            return shoal_err_set(err, SHOAL_ENOMEM, "out of memory reading %s: %zu bytes "
+                                 "read, %zu needed to go on", what, len, cap);
+        size_t got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+        if (len > max_bytes) {
+            free(buf);
+            return shoal_err_set(err, SHOAL_ERANGE, "%s is larger than the %zu-byte limit",
+                                 what, max_bytes);
+        }
+        if (got == 0) {
+            if (ferror(f)) {
+                int e = errno ? errno : EIO;
+                free(buf);
+                return shoal_err_set(err, -e, "cannot read %s: %s", what, strerror(e));
+            }
+            break;
+        }
+    }
+    buf[len] = '\0';
+    *out = buf;
+    if (out_len)
+        *out_len = len;
+    return 0;
+}
+
 int shoal_read_file(const char *path, size_t max_bytes, char **out,
                     size_t *out_len, struct shoal_err *err)
 {
@@ -55,39 +100,11 @@ int shoal_read_file(const char *path, size_t max_bytes, char **out,
         int e = errno;
         return shoal_err_set(err, -e, "cannot open '%s': %s", path, strerror(e));
     }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = shoal_xmalloc(cap);
-    for (;;) {
-        if (len + 1 >= cap) {
-            cap *= 2;
-            buf = shoal_xrealloc(buf, cap);
-        }
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (len > max_bytes) {
-            fclose(f);
-            free(buf);
-            return shoal_err_set(err, SHOAL_ERANGE,
-                                 "file '%s' is larger than the %zu-byte limit",
-                                 path, max_bytes);
-        }
-        if (got == 0) {
-            if (ferror(f)) {
-                int e = errno ? errno : EIO;
-                fclose(f);
-                free(buf);
-                return shoal_err_set(err, -e, "cannot read '%s': %s", path,
-                                     strerror(e));
-            }
-            break;
-        }
-    }
+    char what[64 + 4096];
+    snprintf(what, sizeof what, "file '%s'", path);
+    int rc = shoal_read_stream(f, what, max_bytes, out, out_len, err);
     fclose(f);
-    buf[len] = '\0';
-    *out = buf;
-    if (out_len)
-        *out_len = len;
-    return 0;
+    return rc;
 }
 
 double shoal_time_s(void)

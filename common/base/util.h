@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "err.h"
 
@@ -18,10 +19,21 @@ void *shoal_xcalloc(size_t count, size_t size);
 void *shoal_xrealloc(void *p, size_t n);
 char *shoal_xstrdup(const char *s);
 
+/* Read a stream to its end into a NUL-terminated buffer.
+ *   f     borrowed, not closed; what names it in messages ("stdin",
+ *         "file 'x'"); *out owned by the caller (free()), *out_len bytes
+ *         without the terminator. Refuses input over max_bytes, holding at
+ *         most max_bytes + 2 bytes on the way.
+ * Returns 0, -errno (read), -SHOAL_ERANGE (too long) or -SHOAL_ENOMEM,
+ * with err set. Thread: any (one stream per call). */
+int shoal_read_stream(FILE *f, const char *what, size_t max_bytes, char **out,
+                      size_t *out_len, struct shoal_err *err);
+
 /* Read a whole file into a NUL-terminated buffer.
  *   path  borrowed; *out owned by the caller (free()), *out_len bytes
  *         without the terminator. Refuses files over max_bytes.
- * Returns 0, -errno (open/read) or -SHOAL_ERANGE, with err set. */
+ * Returns 0, -errno (open/read), -SHOAL_ERANGE or -SHOAL_ENOMEM, with err
+ * set. */
 int shoal_read_file(const char *path, size_t max_bytes, char **out,
                     size_t *out_len, struct shoal_err *err);
 

@@ -208,29 +208,10 @@ int shoal_cli_read_input(const char *path, size_t max_bytes, char **out, size_t 
 {
     struct shoal_err err = {0};
     if (strcmp(path, "-") == 0) {
-        size_t cap = 1 << 16, n = 0;
-        char *buf = shoal_xmalloc(cap);
-        size_t got;
-        while ((got = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
-            n += got;
-            if (n > max_bytes) {
-                free(buf);
-                shoal_cli_error("stdin is larger than the %zu-byte limit", max_bytes);
-                return 1;
-            }
-            if (cap - n - 1 == 0) {
-                cap *= 2;
-                buf = shoal_xrealloc(buf, cap);
-            }
-        }
-        if (ferror(stdin)) {
-            free(buf);
-            shoal_cli_error("cannot read stdin: %s", strerror(errno));
+        if (shoal_read_stream(stdin, "stdin", max_bytes, out, len, &err)) {
+            shoal_cli_error("%s", err.msg);
             return 1;
         }
-        buf[n] = '\0';
-        *out = buf;
-        *len = n;
         return 0;
     }
     struct stat st;

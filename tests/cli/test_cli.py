@@ -346,6 +346,29 @@ def test_dense_checksum(shoal, ct, man, args):
     result("dense checksum: restored, it runs again", r.returncode == 0, show(r))
 
 
+def test_endless_input(shoal):
+    """An endless or huge input (/dev/zero as a file, as stdin) under an
+    address-space limit smaller than the input limit is a one-line error,
+    exit 1: the reader doubled its buffer past the limit and aborted on
+    the allocation (SIGABRT). Over the limit it is the limit's message."""
+    import resource
+
+    def limit(n):
+        return lambda: resource.setrlimit(resource.RLIMIT_AS, (n, n))
+    for src, label in ((["--file", "/dev/zero"], "file"), (["--file", "-"], "stdin")):
+        with open("/dev/zero", "rb") as zero:
+            r = run([shoal, "perplexity"] + src, stdin=zero, preexec_fn=limit(1500 << 20))
+        err = r.stderr.strip()
+        result("perplexity on endless %s under a 1.5 GiB address-space limit: one line, exit 1"
+               % label, r.returncode == 1 and len(err.splitlines()) == 1 and
+               "out of memory reading" in err, show(r))
+    r = run([shoal, "tokenize", "--file", "/dev/zero"], preexec_fn=limit(3 << 30))
+    err = r.stderr.strip()
+    result("tokenize on /dev/zero: the input limit's one line, exit 1",
+           r.returncode == 1 and len(err.splitlines()) == 1 and "larger than the" in err and
+           "-byte limit" in err, show(r))
+
+
 def test_stdout_full(shoal, tmp):
     """Output that cannot be written (stdout on a full device) is an error,
     exit 1, for every command that prints its result there; run, chat,
@@ -805,6 +828,7 @@ def main():
         test_bad_scales(shoal, tmp)
         test_nan_weights(shoal, tmp)
         test_stdout_full(shoal, tmp)
+        test_endless_input(shoal)
         test_chat(shoal)
         test_stats_labels(shoal, ct, tmp)
         test_chat_typeahead(shoal)
