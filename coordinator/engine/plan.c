@@ -293,7 +293,16 @@ int shoal_plan_config(const char *json, size_t len, const char *what,
     } else {
         o->kv_bytes_per_token = 2 * (uint64_t)a->L * (uint64_t)a->Hkv * (uint64_t)a->hd * kv_es;
     }
-    /* as the engine sizes its cache when --ctx is not given */
+    /* as the engine sizes its cache when --ctx is not given, and refuses
+     * one past the model's positions (session.c) */
+    if (p->ctx > 0 && a->max_pos > 0 && p->ctx > a->max_pos) {
+        const int64_t mp = a->max_pos;
+        free(a);
+        json_decref(root);
+        return shoal_err_set(err, SHOAL_EINVAL, "--ctx %lld exceeds the model's "
+                             "max_position_embeddings %lld; expected 1..%lld",
+                             (long long)p->ctx, (long long)mp, (long long)mp);
+    }
     o->ctx = p->ctx > 0 ? p->ctx : a->max_pos > 0 && a->max_pos < 4096 ? a->max_pos : 4096;
     o->kv_budget_bytes = (uint64_t)o->ctx * o->kv_bytes_per_token;
 

@@ -185,6 +185,12 @@ int shoal_plan_gguf(const char *path, const struct shoal_plan_params *p, struct 
     } else {
         o->kv_bytes_per_token = 2 * (uint64_t)L * (uint64_t)Hkv * (uint64_t)hd * kv_es;
     }
+    if (p->ctx > 0 && ctx_len > 0 && p->ctx > ctx_len) {   /* as run refuses it */
+        rc = shoal_err_set(err, SHOAL_EINVAL, "--ctx %lld exceeds the model's context_length "
+                           "%lld; expected 1..%lld", (long long)p->ctx, (long long)ctx_len,
+                           (long long)ctx_len);
+        goto out;
+    }
     o->ctx = p->ctx > 0 ? p->ctx : ctx_len > 0 && ctx_len < 4096 ? ctx_len : 4096;
     o->kv_budget_bytes = (uint64_t)o->ctx * o->kv_bytes_per_token;
     o->token_expert_bytes = (uint64_t)K * o->expert_blob_bytes * (uint64_t)o->n_moe_layer;

@@ -352,6 +352,23 @@ def test_bad(shoal, tmp):
     err = r.stderr.strip()
     result("missing field: exit 2, one line naming it", r.returncode == 2 and
            len(err.splitlines()) == 1 and "'" in err, "rc %d: %s" % (r.returncode, err))
+    # --ctx past the model's positions: refused as run refuses it (plan
+    # budgeted a KV cache run would never make and said "runs")
+    with open(bad, "w") as f:
+        json.dump({"model_type": "qwen3_moe", "hidden_size": 256, "intermediate_size": 512,
+                   "moe_intermediate_size": 128, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+                   "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 1000,
+                   "max_position_embeddings": 256}, f)
+    r = run([shoal, "plan", bad, "--ctx", "257", "--ram", "8G"])
+    err = r.stderr.strip()
+    result("--ctx past max_position_embeddings: exit 2, one line naming both",
+           r.returncode == 2 and len(err.splitlines()) == 1 and "--ctx 257" in err and
+           "max_position_embeddings 256" in err and not r.stdout.strip(),
+           "rc %d: %s" % (r.returncode, err))
+    r = run([shoal, "plan", bad, "--ctx", "256", "--ram", "8G"])
+    result("--ctx at max_position_embeddings: planned", r.returncode in (0, 3),
+           "rc %d: %s" % (r.returncode, r.stderr.strip()))
 
 
 def main():
