@@ -484,8 +484,8 @@ int main(int argc, char **argv)
     struct shoal_err err = {0};
     struct shoal_wire_key key = {0};
     if (o.key_file && shoal_wire_key_load(o.key_file, &key, &err) < 0) {
-        fail_line("%s", err.msg);   /* a file problem, not usage: exit 1 as shoal does */
-        return 1;
+        fail_line("--cluster-key: %s", err.msg);   /* a bad flag value: exit 2, as shoal's */
+        return 2;
     }
     check_loopback("--listen", o.listen, &key);
     if (o.join)

@@ -31,7 +31,24 @@ static int sodium_ready(struct shoal_err *err)
 
 /* ---- key ---- */
 
+static int key_load(const char *path, struct shoal_wire_key *key, int warn,
+                    struct shoal_err *err);
+
 int shoal_wire_key_load(const char *path, struct shoal_wire_key *key, struct shoal_err *err)
+{
+    return key_load(path, key, 1, err);
+}
+
+int shoal_wire_key_check(const char *path, struct shoal_err *err)
+{
+    struct shoal_wire_key key;
+    const int rc = key_load(path, &key, 0, err);
+    sodium_memzero(&key, sizeof key);
+    return rc;
+}
+
+static int key_load(const char *path, struct shoal_wire_key *key, int warn,
+                    struct shoal_err *err)
 {
     memset(key, 0, sizeof *key);
     int rc = sodium_ready(err);
@@ -60,7 +77,7 @@ int shoal_wire_key_load(const char *path, struct shoal_wire_key *key, struct sho
     free(text);
     key->set = 1;
     struct stat st;
-    if (stat(path, &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))
+    if (warn && stat(path, &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))
         shoal_log(SHOAL_LOG_WARN, "wire", "key file '%s' is readable by group or others "
                        "(mode %03o); chmod 600 it", path, (unsigned)(st.st_mode & 0777));
     return 0;

@@ -64,6 +64,12 @@ struct shoal_wire_key {
  * file (missing, unreadable, shorter than 16 bytes). Thread: any. */
 int shoal_wire_key_load(const char *path, struct shoal_wire_key *key, struct shoal_err *err);
 
+/* shoal_wire_key_load's checks alone, silent and keeping nothing: for a
+ * command line to refuse a bad key file before it opens a model. Returns
+ * as shoal_wire_key_load (-ENOENT, -EISDIR, ... for the file itself).
+ * Thread: any. */
+int shoal_wire_key_check(const char *path, struct shoal_err *err);
+
 /* ---- frames ---- */
 
 /* A growable byte buffer of packed frames waiting to be written. */

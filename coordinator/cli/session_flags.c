@@ -375,6 +375,13 @@ int shoal_session_check_opts(const struct shoal_session_opts *o)
     const int is_auto = workers_auto(o);
     if (is_auto < 0)
         return -1;
+    if (o->cluster_key) {   /* before a model opens: a bad key file is a bad flag value */
+        struct shoal_err err = {0};
+        if (shoal_wire_key_check(o->cluster_key, &err)) {
+            shoal_cli_error("--cluster-key: %s", err.msg);
+            return -1;
+        }
+    }
     char buf[4096];
     const char *addrs[SHOAL_CLUSTER_MAX_EXECUTORS];
     int n = is_auto ? 0 : shoal_cli_split_workers(o, buf, sizeof buf, addrs,

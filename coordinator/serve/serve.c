@@ -667,6 +667,11 @@ int shoal_serve_check_config(const struct shoal_serve_config *cfg, struct shoal_
                       "--api-key the server listens on loopback only", cfg->host);
         return -1;
     }
+    struct shoal_err ke = {0};   /* a key file that will not load, before the model opens */
+    if (cfg->api_key_path && shoal_wire_key_check(cfg->api_key_path, &ke)) {
+        shoal_err_set(err, SHOAL_EINVAL, "serve: --api-key: %s", ke.msg);
+        return -1;
+    }
     return 0;
 }
 

@@ -49,8 +49,9 @@ struct shoal_serve_config {
 };
 
 /* Check cfg before the model is opened: the host parses, without an API
- * key it is a loopback address, and --cors names origins. Returns 0, or -1
- * with err set (one line, a usage error). */
+ * key it is a loopback address, --cors names origins, and the --api-key
+ * file loads (shoal_wire_key_check). Returns 0, or -1 with err set (one
+ * line, a usage error). */
 int shoal_serve_check_config(const struct shoal_serve_config *cfg, struct shoal_err *err);
 
 /* Serve s (borrowed; generation happens on this thread) until SIGINT or

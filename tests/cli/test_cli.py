@@ -369,6 +369,31 @@ def test_endless_input(shoal):
            "-byte limit" in err, show(r))
 
 
+def test_key_files(shoal, worker, tmp):
+    """A key file given on the command line that will not load (missing,
+    too short) is a bad flag value: one line naming the flag, exit 2,
+    before any model opens. serve, run and the worker said 'cannot open'
+    without the flag and exited 1 (serve only after loading the model)."""
+    missing = os.path.join(tmp, "no-such.key")
+    short = os.path.join(tmp, "short.key")
+    with open(short, "w") as f:
+        f.write("tooshort\n")
+    os.chmod(short, 0o600)
+    cases = [("serve --api-key", [shoal, "serve", "--api-key"], "serve: --api-key: "),
+             ("run --cluster-key", [shoal, "run", "--prompt", "hi", "--workers",
+                                    "127.0.0.1:1", "--cluster-key"], "--cluster-key: ")]
+    if os.path.exists(worker):
+        cases.append(("shoal-worker --cluster-key", [worker, "--model", MODEL,
+                                                     "--cluster-key"], "--cluster-key: "))
+    for label, cmd, prefix in cases:
+        for path, why in ((missing, "cannot open"), (short, "bytes of secret")):
+            r = run(cmd + [path])
+            err = r.stderr.strip()
+            result("%s %s: one line naming the flag, exit 2" % (label, os.path.basename(path)),
+                   r.returncode == 2 and len(err.splitlines()) == 1 and prefix in err and
+                   why in err and path in err, show(r))
+
+
 def test_stdout_full(shoal, tmp):
     """Output that cannot be written (stdout on a full device) is an error,
     exit 1, for every command that prints its result there; run, chat,
@@ -829,6 +854,7 @@ def main():
         test_nan_weights(shoal, tmp)
         test_stdout_full(shoal, tmp)
         test_endless_input(shoal)
+        test_key_files(shoal, worker, tmp)
         test_chat(shoal)
         test_stats_labels(shoal, ct, tmp)
         test_chat_typeahead(shoal)
