@@ -581,16 +581,32 @@ static void drain(struct server *srv)
 
 /* ---- start, the engine loop, stop ---- */
 
-/* libmicrohttpd's own messages (a port in use, a connection it closed) as
- * one line each with the server's prefix, not bare on stderr */
+/* libmicrohttpd's own messages as one line each with the server's prefix,
+ * not bare on stderr. Those of a client that went away are dropped: a
+ * stream whose reader saw the peer gone ends with an error on purpose
+ * (stream_read), and MHD then says "Application reported internal error"
+ * or that it could not send; the request's own line already says
+ * "interrupted". Before the daemon is up (a port in use) the message is
+ * kept for shoal_serve_run's one-line error instead. */
 static void http_log(void *cls, const char *fmt, va_list ap)
 {
-    (void)cls;
+    struct server *srv = cls;
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == '.'))
         line[--n] = '\0';
+    static const char *const gone[] = {"Application reported internal error",
+                                       "application error generating response",
+                                       "Failed to send", "no longer available",
+                                       "Connection reset", "Broken pipe"};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
+        if (strstr(line, gone[i]))
+            return;
+    if (!atomic_load(&srv->http_started)) {
+        snprintf(srv->http_err, sizeof srv->http_err, "%s", line);
+        return;
+    }
     fprintf(stderr, "shoal serve: http: %s\n", line);
 }
 
@@ -721,7 +737,7 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
         flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, handle, &srv,
-        MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,   /* first: it covers the others */
+        MHD_OPTION_EXTERNAL_LOGGER, http_log, &srv,   /* first: it covers the others */
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_NOTIFY_COMPLETED, completed, &srv,
         MHD_OPTION_NOTIFY_CONNECTION, conn_notify, &srv,
@@ -736,10 +752,15 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
     pthread_t sig_thread;
     int have_sig_thread = 0;
     if (!d) {
-        shoal_err_set(out, SHOAL_EIO, "serve: cannot listen on %s (in use, or not an address "
-                      "of this host)", addr_text);
+        if (srv.http_err[0])
+            shoal_err_set(out, SHOAL_EIO, "serve: cannot listen on %s: %s", addr_text,
+                          srv.http_err);
+        else
+            shoal_err_set(out, SHOAL_EIO, "serve: cannot listen on %s (in use, or not an "
+                          "address of this host)", addr_text);
         goto out;
     }
+    atomic_store(&srv.http_started, 1);
     if (pthread_create(&sig_thread, NULL, signal_thread, &srv) != 0) {
         shoal_err_set(out, SHOAL_EIO, "serve: cannot start a thread");
         goto out;

@@ -4,6 +4,7 @@
 #ifndef SHOAL_SERVE_IMPL_H
 #define SHOAL_SERVE_IMPL_H
 
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,6 +21,8 @@ struct serve_conns;
 struct server {
     struct shoal_session *s;
     const struct shoal_serve_config *cfg;
+    _Atomic int http_started;           /* the daemon is up: its messages are printed */
+    char http_err[256];                 /* before that, its last message (a bind error) */
     struct shoal_chat_template *tmpl;   /* NULL: the model has none */
     char *bos, *eos;
     int32_t chat_stop_ids[8];

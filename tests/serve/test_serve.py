@@ -621,6 +621,9 @@ def test_key_busy_cancel(shoal):
             m = re.findall(r"decode (\d+) tokens.*stop: interrupted", srv.log())
             check(len(m) == 2 and int(m[1]) < 150,
                   "a whole request whose client left was cancelled (log: %r)" % m)
+            http = [ln for ln in srv.log().splitlines() if "shoal serve: http:" in ln]
+            check(not http, "a client leaving puts no libmicrohttpd message in the log "
+                  "(its request's line says 'interrupted'): %r" % http)
             healthy(srv, "disconnects")
         finally:
             rc = srv.stop()
@@ -629,6 +632,19 @@ def test_key_busy_cancel(shoal):
 
 
 def test_usage_errors(shoal):
+    # a port in use: one line with libmicrohttpd's reason (it printed its own
+    # line first, then shoal's without the reason)
+    busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    r = subprocess.run([shoal, "serve", "--port", str(port)], capture_output=True, text=True,
+                       timeout=120)
+    busy.close()
+    err = r.stderr.strip().splitlines()
+    err = [ln for ln in err if not ln.startswith("shoal: loaded")]
+    check(r.returncode == 1 and len(err) == 1 and "cannot listen on 127.0.0.1:%d" % port in err[0]
+          and "in use" in err[0], "a port in use: one line with the reason, exit 1: %r" % err)
     r = subprocess.run([shoal, "serve", "--host", "0.0.0.0", "--port", "0"],
                        capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "loopback" in r.stderr and "--api-key" in r.stderr,
