@@ -332,6 +332,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
     }
     if (!o->model)
         die_usage("--model DIR is required (see --help)");
+    if (o->n_shard_weights && !o->shard_count)
+        die_usage("--shard-weights needs --shard I/N: it gives each of the N workers its "
+                  "share of the experts");
     if (o->n_shard_weights && o->n_shard_weights != o->shard_count)
         die_usage("--shard-weights has %d values for --shard %d/%d; expected one per worker "
                   "(%d)", o->n_shard_weights, o->shard_index, o->shard_count,

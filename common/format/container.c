@@ -605,8 +605,11 @@ struct shoal_container *shoal_container_open(const char *dir,
         if (ctt->bytes != shoal_weight_bytes(&ctt->w))
             FAIL("'%s': tensor '%s' (%s) has %" PRIu64 " bytes; its shape needs %zu", mp,
                  name, dt, ctt->bytes, shoal_weight_bytes(&ctt->w));
+        if (ctt->offset % 4)
+            FAIL("'%s': tensor '%s' has offset %" PRIu64 " in '%s'; expected a multiple "
+                 "of 4", mp, name, ctt->offset, ct->dense_path);
         if (ctt->offset < SHOAL_CONTAINER_HEADER_BYTES || ctt->offset > ct->dense_size ||
-            ctt->bytes > ct->dense_size - ctt->offset || ctt->offset % 4)
+            ctt->bytes > ct->dense_size - ctt->offset)
             FAIL("'%s': tensor '%s' lies outside '%s' (%zu bytes): offset %" PRIu64
                  ", %" PRIu64 " bytes (truncated?)", mp, name, ct->dense_path,
                  ct->dense_size, ctt->offset, ctt->bytes);

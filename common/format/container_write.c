@@ -452,7 +452,11 @@ int shoal_container_make_tmp(const char *dst, char **tmp, struct shoal_err *err)
     shoal_container_rm_tree(*tmp);
     if (mkdir(*tmp, 0755) != 0) {
         int e = errno;
-        int rc = shoal_err_set(err, -e, "cannot create '%s': %s", *tmp, strerror(e));
+        /* name what the user gave: DST's parent missing or not writable */
+        int rc = e == ENOENT ? shoal_err_set(err, -e, "cannot create '%s': its parent "
+                                             "directory does not exist", dst)
+                             : shoal_err_set(err, -e, "cannot create '%s': %s", dst,
+                                             strerror(e));
         free(*tmp);
         *tmp = NULL;
         return rc;

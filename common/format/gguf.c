@@ -156,6 +156,22 @@ static int rd_str(struct src *s, char **out, uint64_t *len, const char *what)
     return 0;
 }
 
+/* A metadata key or tensor name must be printable ASCII (llama.cpp's
+ * writers use identifiers with dots): a damaged one is refused here, with
+ * the first bad byte, rather than printed raw inside a later message. */
+static int check_name(struct src *s, const char *name, const char *what, uint64_t index)
+{
+    for (size_t k = 0; name[k]; k++) {
+        const unsigned char c = (unsigned char)name[k];
+        if (c < 0x20 || c > 0x7e)
+            return shoal_err_set(s->err, SHOAL_EFORMAT,
+                                 "gguf '%s': %s %" PRIu64 " has byte 0x%02x at %zu (\"%.*s\" "
+                                 "before it); expected printable ASCII (damaged file?)",
+                                 s->name, what, index, c, k, (int)(k < 40 ? k : 40), name);
+    }
+    return 0;
+}
+
 /* Make room for entry i of an array that grows as entries are read
  * (capacity doubles), so a count in the file never sizes an allocation. */
 static void *grow(void *p, uint64_t *cap, uint64_t i, size_t elem)
@@ -388,6 +404,7 @@ static int parse_tensors(struct src *s, struct shoal_gguf *g,
         struct gguf_tensor *t = &g->tensors[i];
         g->n_tensors = i + 1; /* so close() frees what was read */
         if ((rc = rd_str(s, &t->name, NULL, "tensor name")) ||
+            (rc = check_name(s, t->name, "tensor name", i)) ||
             (rc = rd_u32(s, &t->n_dims, "tensor n_dims")))
             return rc;
         if (t->n_dims == 0 || t->n_dims > SHOAL_GGUF_MAX_DIMS)
@@ -518,6 +535,7 @@ static struct shoal_gguf *parse(struct src *s)
         uint32_t type;
         g->n_kv = i + 1;
         if (rd_str(s, &kv->key, NULL, "metadata key") ||
+            check_name(s, kv->key, "metadata key", i) ||
             rd_u32(s, &type, "metadata value type"))
             goto fail;
         if (type >= SHOAL_GGUF_TYPE_COUNT) {

@@ -467,7 +467,17 @@ static double measure_flops(enum shoal_dtype dt, int group)
  * NULL with *why set when the file does not fit this model. */
 static double *load_shares(const char *path, const struct shoal_plan *o, const char **why)
 {
-    json_t *r = json_load_file(path, 0, NULL);
+    json_error_t jerr;
+    json_t *r = json_load_file(path, 0, &jerr);
+    if (!r) {   /* the file itself: missing, unreadable, or not JSON */
+        static __thread char msg[400];
+        if (!shoal_exists(path))
+            snprintf(msg, sizeof msg, "does not exist");
+        else
+            snprintf(msg, sizeof msg, "not readable JSON (line %d: %s)", jerr.line, jerr.text);
+        *why = msg;
+        return NULL;
+    }
     json_t *rows = json_object_get(r, "counts");
     int synth = 0;
     if (!json_is_array(rows) && json_is_array(json_object_get(r, "layers"))) {

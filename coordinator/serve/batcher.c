@@ -348,8 +348,11 @@ static int prompt_ids(struct server *srv, struct job *j, int32_t **ids, size_t *
     if (j->req.kind == SHOAL_API_CHAT) {
         if (!srv->tmpl)
             return shoal_api_fail(e, 400, "invalid_request_error", "messages", NULL,
-                                  "the model ships no chat template (tokenizer_config.json); "
-                                  "use /v1/completions");
+                                  shoal_model_gguf_meta(s->model)
+                                      ? "the model ships no chat template (the GGUF file's "
+                                        "tokenizer.chat_template); use /v1/completions"
+                                      : "the model ships no chat template "
+                                        "(tokenizer_config.json); use /v1/completions");
         struct shoal_chat_template_vars v = {.bos_token = srv->bos ? srv->bos : "",
                                              .eos_token = srv->eos ? srv->eos : "",
                                              .add_generation_prompt = 1,

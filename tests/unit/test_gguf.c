@@ -514,6 +514,23 @@ Test(gguf, duplicate_tensor_names_are_refused)
     free(w.p);
 }
 
+Test(gguf, unprintable_keys_and_tensor_names_are_refused_escaped)
+{
+    struct gw w = {0};
+    gw_header(&w, 3, 0, 1);
+    gw_key(&w, "qwen\x0b" "3moe.block_count", SHOAL_GGUF_TYPE_UINT32);
+    gw_uint(&w, 6, 4);
+    expect_error(&w, SHOAL_EFORMAT, "metadata key 0 has byte 0x0b at 4", "(\"qwen\" before it)");
+    struct shoal_err err = {0};
+    cr_assert_null(shoal_gguf_open_mem(w.p, w.n, "bad.gguf", &err));
+    cr_assert_null(strchr(err.msg, '\x0b'), "the raw byte reached the message: %s", err.msg);
+    free(w.p);
+    struct tdesc t[1] = {{"blk.0.\x80" "ffn", 1, {32}, 0, 0}};
+    w = with_tensors(0, t, 1, 128);
+    expect_error(&w, SHOAL_EFORMAT, "tensor name 0 has byte 0x80 at 6", NULL);
+    free(w.p);
+}
+
 Test(gguf, a_header_past_the_limit_is_refused_without_reading_it)
 {
     /* a string array claiming more bytes than the header may span, in a
