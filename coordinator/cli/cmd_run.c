@@ -166,6 +166,22 @@ int shoal_cmd_run(int argc, char **argv)
     if (prompt && shoal_cli_tokenize(s, prompt, "give the prompt as --tokens IDS", !go.no_bos,
                                      &ids, &n_ids) != 0)
         goto done;
+    /* a prompt that gives no tokens, or ids outside the vocabulary, is a bad
+     * flag value (exit 2), found before anything runs */
+    if (n_ids == 0) {
+        shoal_cli_error("the prompt is empty (no tokens)%s",
+                        prompt ? ": --prompt or --file gave no text" : "");
+        rc = 2;
+        goto done;
+    }
+    for (size_t k = 0; k < n_ids; k++)
+        if (ids[k] < 0 || ids[k] >= s->model->cfg.n_vocab) {
+            shoal_cli_error("%s: token id %d at position %zu is outside the vocabulary "
+                            "[0, %lld)", tokens_arg ? "--tokens" : "the prompt", ids[k], k,
+                            (long long)s->model->cfg.n_vocab);
+            rc = 2;
+            goto done;
+        }
     if (prompt && !no_echo)
         go.echo = prompt;   /* printed once the output files are open */
     s->interrupt = (volatile int *)&g_stop;

@@ -518,7 +518,7 @@ int shoal_session_parse_flag(struct shoal_session_opts *o, int argc,
         }
         o->model_dir = val;
     } else if (!strcmp(a, "--ctx")) {
-        if (shoal_cli_parse_i64(a, val, 1, (long long)1 << 31, &v))
+        if (shoal_cli_parse_i64(a, val, 1, INT32_MAX, &v))
             return -1;
         o->n_ctx = v;
     } else if (!strcmp(a, "--batch")) {
@@ -621,7 +621,7 @@ int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
         return -1;
     const char *val = argv[++*i];
     if (!strcmp(a, "--max-tokens")) {
-        if (shoal_cli_parse_i64(a, val, 0, (long long)1 << 31, &v))
+        if (shoal_cli_parse_i64(a, val, 0, INT32_MAX, &v))
             return -1;
         o->max_tokens = v;
     } else if (!strcmp(a, "--temp")) {
@@ -629,7 +629,7 @@ int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
             return -1;
         sp->temperature = (float)d;
     } else if (!strcmp(a, "--top-k")) {
-        if (shoal_cli_parse_i64(a, val, 0, (long long)1 << 31, &v))
+        if (shoal_cli_parse_i64(a, val, 0, INT32_MAX, &v))
             return -1;
         sp->top_k = v;
     } else if (!strcmp(a, "--top-p")) {
@@ -645,7 +645,7 @@ int shoal_gen_parse_flag(struct shoal_gen_opts *o, int argc, char **argv,
             return -1;
         sp->repeat_penalty = (float)d;
     } else if (!strcmp(a, "--repeat-last-n")) {
-        if (shoal_cli_parse_i64(a, val, -1, (long long)1 << 31, &v))
+        if (shoal_cli_parse_i64(a, val, -1, INT32_MAX, &v))
             return -1;
         sp->repeat_last_n = v;
     } else if (!strcmp(a, "--presence-penalty") || !strcmp(a, "--frequency-penalty")) {

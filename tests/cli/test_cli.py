@@ -369,6 +369,26 @@ def test_endless_input(shoal):
            "-byte limit" in err, show(r))
 
 
+def test_bad_prompts(shoal):
+    """A prompt with no tokens, or a --tokens id outside the vocabulary, is
+    a bad flag value: one line, exit 2 (both exited 1, while '--tokens 1,x'
+    exited 2); --max-tokens past INT32_MAX is refused (the range said
+    2147483648)."""
+    r = run([shoal, "run", "--prompt", ""])
+    err = r.stderr.strip()
+    result("run --prompt '': one line, exit 2", r.returncode == 2 and
+           len(err.splitlines()) == 1 and "empty" in err, show(r))
+    r = run([shoal, "run", "--tokens", "5,99999", "--max-tokens", "1"])
+    err = r.stderr.strip()
+    result("run --tokens with an id past the vocabulary: one line naming it, exit 2",
+           r.returncode == 2 and len(err.splitlines()) == 1 and "99999" in err and
+           "position 1" in err and "--tokens" in err and not r.stdout.strip(), show(r))
+    r = run([shoal, "run", "--prompt", "hi", "--max-tokens", "2147483648"])
+    err = r.stderr.strip()
+    result("run --max-tokens 2147483648: refused, the range ends at 2147483647",
+           r.returncode == 2 and "2147483647]" in err, show(r))
+
+
 def test_key_files(shoal, worker, tmp):
     """A key file given on the command line that will not load (missing,
     too short) is a bad flag value: one line naming the flag, exit 2,
@@ -855,6 +875,7 @@ def main():
         test_stdout_full(shoal, tmp)
         test_endless_input(shoal)
         test_key_files(shoal, worker, tmp)
+        test_bad_prompts(shoal)
         test_chat(shoal)
         test_stats_labels(shoal, ct, tmp)
         test_chat_typeahead(shoal)
