@@ -92,7 +92,7 @@ def test_bad_flag(shoal):
 def test_plan(shoal):
     got = {}
     for kv in ("f32", "f16", "bf16"):
-        r = run([shoal, "plan", MODEL, "--kv", kv, "--ctx", "1000", "--json"])
+        r = run([shoal, "plan", MODEL, "--kv", kv, "--ctx", "200", "--json"])
         got[kv] = json.loads(r.stdout) if r.returncode == 0 else {}
     ok = (got["f32"].get("kv_bytes_per_token", 0) > 0 and
           got["f16"].get("kv_bytes_per_token") * 2 == got["f32"]["kv_bytes_per_token"] and
