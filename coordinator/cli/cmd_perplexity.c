@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <utf8proc.h>
 
 #include "cli.h"
 #include "sampler.h"
@@ -111,6 +112,21 @@ int shoal_cmd_perplexity(int argc, char **argv)
     int read_rc = shoal_cli_read_input(file, (size_t)1 << 31, &text, &len);
     if (read_rc)
         return read_rc;
+    /* a text to score: UTF-8 without NUL bytes (binary data was scored,
+     * perplexity in the millions, exit 0) */
+    const char *where = !strcmp(file, "-") ? "stdin" : file;
+    for (size_t at = 0; at < len;) {
+        utf8proc_int32_t cp;
+        const utf8proc_ssize_t n = utf8proc_iterate((const utf8proc_uint8_t *)text + at,
+                                                    (utf8proc_ssize_t)(len - at), &cp);
+        if (n <= 0 || cp == 0) {
+            shoal_cli_error("perplexity: '%s' is not UTF-8 text: %s at byte %zu", where,
+                            n <= 0 ? "an invalid sequence" : "a NUL byte", at);
+            free(text);
+            return 1;
+        }
+        at += (size_t)n;
+    }
     int open_rc;
     struct shoal_session *s = shoal_cli_session_open(&so, &open_rc);
     if (!s) {

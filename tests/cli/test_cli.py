@@ -383,6 +383,15 @@ def test_bad_prompts(shoal):
     result("run --tokens with an id past the vocabulary: one line naming it, exit 2",
            r.returncode == 2 and len(err.splitlines()) == 1 and "99999" in err and
            "position 1" in err and "--tokens" in err and not r.stdout.strip(), show(r))
+    binary = os.path.join(tempfile.gettempdir(), "shoal-cli-binary-%d.dat" % os.getpid())
+    with open(binary, "wb") as f:
+        f.write(b"ROMEO: \xff\xfe not text \x00 at all" * 8)
+    r = run([shoal, "perplexity", "--file", binary])
+    os.unlink(binary)
+    err = r.stderr.strip()
+    result("perplexity on binary data: one line, not UTF-8 at byte 7, exit 1",
+           r.returncode == 1 and len(err.splitlines()) == 1 and "not UTF-8 text" in err and
+           "byte 7" in err and not r.stdout.strip(), show(r))
     r = run([shoal, "run", "--prompt", "hi", "--max-tokens", "2147483648"])
     err = r.stderr.strip()
     result("run --max-tokens 2147483648: refused, the range ends at 2147483647",
