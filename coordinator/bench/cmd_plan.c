@@ -554,9 +554,15 @@ static void advise(struct plan_ctx *c, const struct shoal_plan_speed *base)
         const struct shoal_plan_mem *m = &base->mem[0];
         uint64_t need = m->trunk + m->kv + m->reserve + m->staging;
         if (m->ram < need) {
-            snprintf(c->advice, sizeof c->advice, "machine 1 needs %.1f GiB more RAM, or a "
-                     "smaller trunk (--dense int4a8) or KV budget (--ctx)",
-                     (double)(need - m->ram) / (1 << 30));
+            /* name the part that is largest: the trunk, the KV budget or the
+             * reserve for the rest of the process */
+            const char *part = m->reserve >= m->trunk && m->reserve >= m->kv
+                                   ? "a smaller --reserve (what the OS and the rest of "
+                                     "the process keep)"
+                               : m->trunk >= m->kv ? "a smaller trunk (--dense int4a8)"
+                                                   : "a smaller KV budget (--ctx)";
+            snprintf(c->advice, sizeof c->advice, "machine 1 needs %.2f GiB more RAM, or %s",
+                     (double)(need - m->ram) / (1 << 30), part);
         } else {
             snprintf(c->advice, sizeof c->advice, "give every machine at least %.1f GiB",
                      (double)(base->mem[1].reserve + base->mem[1].staging) / (1 << 30) + 0.1);
