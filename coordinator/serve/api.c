@@ -569,6 +569,16 @@ static json_t *completion_logprobs_json(const struct shoal_api_logprobs *lp)
                 json_object_set_new(top, ks, logprob_json(t->top[k].logprob));
             json_decref(key);
         }
+        if (t->n_top > 0) {
+            /* the sampled token too, as OpenAI's completions API does (up
+             * to logprobs + 1 entries): sampled from outside the top N, it
+             * was missing */
+            json_t *key = text_json(t->text, t->n);
+            const char *ks = json_string_value(key);
+            if (!json_object_get(top, ks))
+                json_object_set_new(top, ks, logprob_json(t->logprob));
+            json_decref(key);
+        }
         json_array_append_new(tops, top);
         json_array_append_new(offsets, json_integer(at));
         at += shoal_api_n_chars(t->text, t->n);

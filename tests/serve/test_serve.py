@@ -695,6 +695,14 @@ def test_nul_bytes(shoal):
         check(lp.get("tokens") == ["H", "\0", "ell", "\0", "o"] and
               lp.get("text_offset") == [0, 1, 2, 5, 6],
               "completions logprobs: NUL tokens and their offsets: %r" % lp)
+        # the forced (sampled) token is among its top_logprobs with its own
+        # logprob, as OpenAI's completions give it (up to logprobs + 1 keys;
+        # a key ends at a NUL)
+        tops, lps = lp.get("top_logprobs") or [], lp.get("token_logprobs") or []
+        check(len(tops) == 5 and len(lps) == 5 and
+              all(len(t) <= 2 and t.get(tok.split("\0")[0]) == v
+                  for tok, t, v in zip(lp.get("tokens") or [], tops, lps)),
+              "completions logprobs: each sampled token in its top_logprobs: %r" % lp)
         s, _, b = srv.post("/v1/chat/completions", {
             "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
             "logprobs": True})
