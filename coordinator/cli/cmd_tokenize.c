@@ -115,6 +115,18 @@ static struct shoal_tokenizer *load(const char *model, int *usage)
     return tok;
 }
 
+/* Neither input flag or both: say which, and when the positional argument
+ * taken as the model is no path at all, that it was read as one (a text or
+ * ids given without their flag) */
+static void no_input(const char *cmd, const char *flags, const char *model)
+{
+    if (model && !shoal_exists(model))
+        shoal_cli_error("%s: give exactly one of %s ('%s' was read as the model path, and "
+                        "there is no such path)", cmd, flags, model);
+    else
+        shoal_cli_error("%s: give exactly one of %s", cmd, flags);
+}
+
 int shoal_cmd_tokenize(int argc, char **argv)
 {
     const char *model = NULL, *text = NULL, *file = NULL;
@@ -128,11 +140,13 @@ int shoal_cmd_tokenize(int argc, char **argv)
             const char *v = flag_value(argc, argv, &i);
             if (!v || take_model("tokenize", "--text T or --file F", v, 1, &model) < 0)
                 return 2;
-        } else if (!strcmp(a, "--text")) {
-            if (!(text = flag_value(argc, argv, &i)))
+        } else if (!strcmp(a, "--text") || !strcmp(a, "--file")) {
+            const char **slot = a[2] == 't' ? &text : &file;
+            if (*slot) {
+                shoal_cli_error("tokenize: %s given twice", a);
                 return 2;
-        } else if (!strcmp(a, "--file")) {
-            if (!(file = flag_value(argc, argv, &i)))
+            }
+            if (!(*slot = flag_value(argc, argv, &i)))
                 return 2;
         } else if (!strcmp(a, "--no-bos")) {
             p.add_special = 0;
@@ -150,7 +164,7 @@ int shoal_cmd_tokenize(int argc, char **argv)
         }
     }
     if (!!text == !!file) {
-        shoal_cli_error("tokenize: give exactly one of --text or --file");
+        no_input("tokenize", "--text or --file", model);
         return 2;
     }
     char *buf = NULL;
@@ -250,11 +264,13 @@ int shoal_cmd_detokenize(int argc, char **argv)
             const char *v = flag_value(argc, argv, &i);
             if (!v || take_model("detokenize", "--ids IDS or --file F", v, 1, &model) < 0)
                 return 2;
-        } else if (!strcmp(a, "--ids")) {
-            if (!(ids_arg = flag_value(argc, argv, &i)))
+        } else if (!strcmp(a, "--ids") || !strcmp(a, "--file")) {
+            const char **slot = a[2] == 'i' ? &ids_arg : &file;
+            if (*slot) {
+                shoal_cli_error("detokenize: %s given twice", a);
                 return 2;
-        } else if (!strcmp(a, "--file")) {
-            if (!(file = flag_value(argc, argv, &i)))
+            }
+            if (!(*slot = flag_value(argc, argv, &i)))
                 return 2;
         } else if (!strcmp(a, "--special")) {
             special = 1;
@@ -272,7 +288,7 @@ int shoal_cmd_detokenize(int argc, char **argv)
         }
     }
     if (!!ids_arg == !!file) {
-        shoal_cli_error("detokenize: give exactly one of --ids or --file");
+        no_input("detokenize", "--ids or --file", model);
         return 2;
     }
     char *buf = NULL;

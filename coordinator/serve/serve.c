@@ -282,9 +282,9 @@ static enum MHD_Result generate(struct server *srv, struct MHD_Connection *c,
         if (stopping)
             return fail(c, 503, "server_error", NULL, "the server is shutting down");
         char msg[200];
-        snprintf(msg, sizeof msg, "the server is busy: %d requests generating (--parallel) "
+        snprintf(msg, sizeof msg, "the server is busy: %d request%s generating (--parallel) "
                  "and %d queued (--queue); retry after the Retry-After seconds",
-                 srv->cfg->parallel, srv->cfg->queue);
+                 srv->cfg->parallel, srv->cfg->parallel == 1 ? "" : "s", srv->cfg->queue);
         struct shoal_api_error e;
         shoal_api_fail(&e, 429, "rate_limit_error", NULL, "busy", "%s", msg);
         return reply(c, 429, shoal_api_error_json(&e), retry);

@@ -392,6 +392,14 @@ def test_bad_prompts(shoal):
     result("perplexity on binary data: one line, not UTF-8 at byte 7, exit 1",
            r.returncode == 1 and len(err.splitlines()) == 1 and "not UTF-8 text" in err and
            "byte 7" in err and not r.stdout.strip(), show(r))
+    r = run([shoal, "tokenize", "hello"])
+    err = r.stderr.strip()
+    result("tokenize hello: says 'hello' was read as the model path, exit 2",
+           r.returncode == 2 and len(err.splitlines()) == 1 and "--text" in err and
+           "'hello' was read as the model path" in err, show(r))
+    r = run([shoal, "tokenize", "--text", "a", "--text", "b"])
+    result("tokenize --text twice: refused, exit 2 (the last one won)",
+           r.returncode == 2 and "--text given twice" in r.stderr, show(r))
     r = run([shoal, "run", "--prompt", "hi", "--max-tokens", "2147483648"])
     err = r.stderr.strip()
     result("run --max-tokens 2147483648: refused, the range ends at 2147483647",
