@@ -446,7 +446,8 @@ Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
     const enum shoal_ggml_type types2[] = {
         SHOAL_GGML_TYPE_Q4_K, SHOAL_GGML_TYPE_Q6_K, SHOAL_GGML_TYPE_Q4_0,
         SHOAL_GGML_TYPE_MXFP4, SHOAL_GGML_TYPE_Q8_0, SHOAL_GGML_TYPE_Q4_1,
-        SHOAL_GGML_TYPE_Q5_0, SHOAL_GGML_TYPE_Q5_1, SHOAL_GGML_TYPE_IQ4_NL};
+        SHOAL_GGML_TYPE_Q5_0, SHOAL_GGML_TYPE_Q5_1, SHOAL_GGML_TYPE_IQ4_NL,
+        SHOAL_GGML_TYPE_Q5_K};
     const int64_t rows = 9, n = 512, n_tok = 64;   /* 9: a group of 8 and one row */
     for (size_t ii = 0; ii < sizeof isas / sizeof *isas; ii++) {
         if (shoal_quant_init(isas[ii].isa, NULL) != 0)
@@ -462,7 +463,8 @@ Test(ggml_dot, saturated_codes_and_activations_give_the_reference_bits)
                 cr_assert(w && x && got && buf);
                 memset(w, 0xFF, (size_t)rows * rb);   /* codes 15 / 63, sc and m 63 (Q6_K sc -1) */
                 for (size_t o = 0; o < (size_t)rows * rb; o += info->type_size) {
-                    if (types2[ti] == SHOAL_GGML_TYPE_Q4_K) {
+                    if (types2[ti] == SHOAL_GGML_TYPE_Q4_K ||
+                        types2[ti] == SHOAL_GGML_TYPE_Q5_K) {   /* Q5_K: codes 31 */
                         put_f16(w + o, 0.001f);
                         put_f16(w + o + 2, 0.002f);
                     } else if (types2[ti] == SHOAL_GGML_TYPE_Q4_0 ||

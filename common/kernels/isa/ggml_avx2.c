@@ -2330,15 +2330,17 @@ static inline __m256i kctrl(const uint8_t c[32])
 }
 
 /* eight rows' Q4_K block at off into *g (get_scale_min_k4 as unpack_row) */
-static inline __attribute__((always_inline)) void kblk_q4k(const uint8_t *const p[8],
+static inline __attribute__((always_inline)) void kblk_q4k(enum shoal_ggml_type t,
+                                                          const uint8_t *const p[8],
                                                           const uint8_t *const pf[8],
                                                           size_t off, struct kblk *g)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const int q5 = t == SHOAL_GGML_TYPE_Q5_K;
     __m128i s8[8];
     for (int i = 0; i < 8; i++) {
         const uint8_t *blk = p[i] + off;
-        prefetch_block(pf, i, off, 144);
+        prefetch_block(pf, i, off, q5 ? 176 : 144);
         const uint32_t w0 = le32(blk + 4), w1 = le32(blk + 8), w2 = le32(blk + 12);
         const uint32_t sc03 = w0 & 0x3f3f3f3fu, m03 = w1 & 0x3f3f3f3fu;
         const uint32_t sc47 = (w2 & 0x0f0f0f0fu) | ((w0 >> 6) & 0x03030303u) << 4;
@@ -2354,13 +2356,26 @@ static inline __attribute__((always_inline)) void kblk_q4k(const uint8_t *const 
         g->sc[j] = _mm256_shuffle_epi8(u[j / 4], kctrl(kctrl_lo[j % 4]));
         g->cw[j] = _mm256_shuffle_epi8(u[2 + j / 4], kctrl(kctrl_lo[j % 4]));
     }
-    /* qs[32h + 4k ..]: low nibbles are sub-block 2h's elements 4k.., high 2h + 1's */
+    /* qs[32h + 4k ..]: low nibbles are sub-block 2h's elements 4k.., high 2h + 1's;
+     * Q5_K: element l of sub-block j has bit j of qh[l] as its fifth (16) */
+    __m256i qh[8];
+    if (q5)
+        ld8_tr(p, off + 16, qh);
+    const __m256i b4 = _mm256_set1_epi8(0x10);
     for (int h = 0; h < 4; h++) {
         __m256i r[8];
-        ld8_tr(p, off + 16 + 32 * (size_t)h, r);
+        ld8_tr(p, off + (q5 ? 48 : 16) + 32 * (size_t)h, r);
         for (int k = 0; k < 8; k++) {
             g->q[16 * h + k] = _mm256_and_si256(r[k], m4);
             g->q[16 * h + 8 + k] = _mm256_and_si256(_mm256_srli_epi16(r[k], 4), m4);
+            if (q5)   /* bit 2h (2h + 1) of each byte to bit 4, within the byte */
+                for (int e = 0; e < 2; e++) {
+                    const int bit = 2 * h + e;
+                    const __m256i at4 = bit <= 4 ? _mm256_slli_epi16(qh[k], 4 - bit)
+                                                 : _mm256_srli_epi16(qh[k], bit - 4);
+                    g->q[16 * h + 8 * e + k] = _mm256_or_si256(g->q[16 * h + 8 * e + k],
+                                                               _mm256_and_si256(at4, b4));
+                }
         }
     }
 }
@@ -2551,8 +2566,11 @@ static inline __attribute__((always_inline)) void kblk_tokens(enum shoal_ggml_ty
                                                              int64_t tt, int tg, int64_t b,
                                                              __m256 d, __m256 dmin, __m256 *acc)
 {
-    const int q4 = t == SHOAL_GGML_TYPE_Q4_K;
-    const int nsc = q4 ? 8 : 16, per_sc = 64 / nsc, run = q4 ? 8 : 2;
+    /* Q5_K: Q4_K's scales with codes up to 31, so runs of four groups keep
+     * the int16 sums inside (4 * 2 * 31 * 127 = 31496) */
+    const int q4 = t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K;
+    const int nsc = q4 ? 8 : 16, per_sc = 64 / nsc,
+              run = t == SHOAL_GGML_TYPE_Q4_K ? 8 : t == SHOAL_GGML_TYPE_Q5_K ? 4 : 2;
     const int8_t *x[4];
     const int16_t *bs[4];
     for (int k = 0; k < tg; k++) {
@@ -2618,8 +2636,8 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
                         t == SHOAL_GGML_TYPE_Q8_0 || t == SHOAL_GGML_TYPE_Q4_1 ||
                         t == SHOAL_GGML_TYPE_Q5_0 || t == SHOAL_GGML_TYPE_Q5_1 ||
                         t == SHOAL_GGML_TYPE_IQ4_NL;
-        if (t == SHOAL_GGML_TYPE_Q4_K)
-            kblk_q4k(p, pf, off, &g);
+        if (t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K)
+            kblk_q4k(t, p, pf, off, &g);
         else if (t == SHOAL_GGML_TYPE_Q6_K)
             kblk_q6k(p, pf, off, &g);
         else if (t == SHOAL_GGML_TYPE_Q3_K || t == SHOAL_GGML_TYPE_Q2_K)
@@ -2633,7 +2651,8 @@ static inline __attribute__((always_inline)) void rows8_k_n(enum shoal_ggml_type
          * unpack and spills the tokens' sums instead */
         __asm__ volatile("" : : "r"(&g) : "memory");
         const __m256 d = t == SHOAL_GGML_TYPE_MXFP4 ? e8m0x8(p, off) : f16x8(p, off + k1_d_off(t));
-        const __m256 dmin = t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q2_K
+        const __m256 dmin = t == SHOAL_GGML_TYPE_Q4_K || t == SHOAL_GGML_TYPE_Q5_K ||
+                                    t == SHOAL_GGML_TYPE_Q2_K
                                 ? f16x8(p, off + k1_d_off(t) + 2)
                             : b32_min(t) ? neg8(f16x8(p, off + 2))   /* Q4_1, Q5_1: -m */
                                          : _mm256_setzero_ps();
@@ -2714,7 +2733,7 @@ static void rows8_q8_0_n(float *y, const struct shoal_ggml_act *a, int64_t t0, i
     (void)pf;
     rows8_q8_0(y, a, t0, nt, w, p, r, nr);
 }
-ROWS8_K_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K, rows8_t)
+ROWS8_K_FN(rows8_q5_k, SHOAL_GGML_TYPE_Q5_K, rows8_k_n)
 ROWS8_K_FN(rows8_iq4_xs, SHOAL_GGML_TYPE_IQ4_XS, rows8_t)
 ROWS8_K_FN(rows8_q6_k, SHOAL_GGML_TYPE_Q6_K, rows8_gemm_n)
 ROWS8_K_FN(rows8_q2_k, SHOAL_GGML_TYPE_Q2_K, rows8_gemm_n)
