@@ -810,9 +810,11 @@ static int bind_slot(const struct shoal_weight_slot *s, void *user)
 /* The bound dense tensors' bytes against the manifest's xxh64, as the
  * expert store checks each expert it reads: a changed dense.bin would
  * otherwise change the output and say nothing. XXH64 runs at about 10
- * GB/s a thread (a 1.9 GB V3-width trunk: 0.2 s) over bytes the forward
- * pass reads every token anyway; tensors are shared among the threads.
- * The first mismatching tensor in file order is named. */
+ * GB/s a thread over bytes the forward pass reads every token anyway (a
+ * 1.9 GB V3-width trunk in the page cache: 0.2 s more at load; from a cold
+ * disk the load now reads dense.bin whole first, at the disk's rate, as
+ * the first token would); tensors are shared among the threads. The first
+ * mismatching tensor in file order is named. */
 static int verify_bound(const struct shoal_container *ct, const uint8_t *bound,
                         struct shoal_err *err)
 {

@@ -455,7 +455,8 @@ int shoal_container_make_tmp(const char *dst, char **tmp, struct shoal_err *err)
         /* name what the user gave: DST's parent missing or not writable */
         int rc = e == ENOENT ? shoal_err_set(err, -e, "cannot create '%s': its parent "
                                              "directory does not exist", dst)
-                             : shoal_err_set(err, -e, "cannot create '%s': %s", dst,
+                             : shoal_err_set(err, -e, "cannot create '%s' (the temporary "
+                                             "directory for '%s'): %s", *tmp, dst,
                                              strerror(e));
         free(*tmp);
         *tmp = NULL;

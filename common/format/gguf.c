@@ -156,18 +156,22 @@ static int rd_str(struct src *s, char **out, uint64_t *len, const char *what)
     return 0;
 }
 
-/* A metadata key or tensor name must be printable ASCII (llama.cpp's
- * writers use identifiers with dots): a damaged one is refused here, with
- * the first bad byte, rather than printed raw inside a later message. */
-static int check_name(struct src *s, const char *name, const char *what, uint64_t index)
+/* A metadata key must be printable ASCII (the GGUF spec's rule), a tensor
+ * name free of control bytes (the spec allows any UTF-8 there), and
+ * neither may hold a NUL (the rest would be dropped silently): a damaged
+ * one is refused here, with the first bad byte, rather than printed raw
+ * inside a later message. */
+static int check_name(struct src *s, const char *name, size_t len, const char *what,
+                      uint64_t index, int ascii)
 {
-    for (size_t k = 0; name[k]; k++) {
+    for (size_t k = 0; k < len; k++) {
         const unsigned char c = (unsigned char)name[k];
-        if (c < 0x20 || c > 0x7e)
+        if (c < 0x20 || c == 0x7f || (ascii && c > 0x7e))
             return shoal_err_set(s->err, SHOAL_EFORMAT,
                                  "gguf '%s': %s %" PRIu64 " has byte 0x%02x at %zu (\"%.*s\" "
-                                 "before it); expected printable ASCII (damaged file?)",
-                                 s->name, what, index, c, k, (int)(k < 40 ? k : 40), name);
+                                 "before it); expected %s (damaged file?)", s->name, what,
+                                 index, c, k, (int)(k < 40 ? k : 40), name,
+                                 ascii ? "printable ASCII" : "text without control bytes");
     }
     return 0;
 }
@@ -403,8 +407,9 @@ static int parse_tensors(struct src *s, struct shoal_gguf *g,
         g->tensors = grow(g->tensors, &g->cap_tensors, i, sizeof *g->tensors);
         struct gguf_tensor *t = &g->tensors[i];
         g->n_tensors = i + 1; /* so close() frees what was read */
-        if ((rc = rd_str(s, &t->name, NULL, "tensor name")) ||
-            (rc = check_name(s, t->name, "tensor name", i)) ||
+        uint64_t name_len = 0;
+        if ((rc = rd_str(s, &t->name, &name_len, "tensor name")) ||
+            (rc = check_name(s, t->name, (size_t)name_len, "tensor name", i, 0)) ||
             (rc = rd_u32(s, &t->n_dims, "tensor n_dims")))
             return rc;
         if (t->n_dims == 0 || t->n_dims > SHOAL_GGUF_MAX_DIMS)
@@ -534,8 +539,9 @@ static struct shoal_gguf *parse(struct src *s)
         struct gguf_kv *kv = &g->kv[i];
         uint32_t type;
         g->n_kv = i + 1;
-        if (rd_str(s, &kv->key, NULL, "metadata key") ||
-            check_name(s, kv->key, "metadata key", i) ||
+        uint64_t key_len = 0;
+        if (rd_str(s, &kv->key, &key_len, "metadata key") ||
+            check_name(s, kv->key, (size_t)key_len, "metadata key", i, 1) ||
             rd_u32(s, &type, "metadata value type"))
             goto fail;
         if (type >= SHOAL_GGUF_TYPE_COUNT) {

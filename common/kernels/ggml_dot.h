@@ -69,10 +69,11 @@
  *             not finite (a NaN or infinity in x makes the results NaN)
  *
  * dx stays f32 (ggml rounds Q8_0's and Q8_1's to f16; shoal does not). For
- * B = 256 and for Q4_1, Q5_1, Q4_0, MXFP4 and Q8_0, bsum[k] = sum of qx
- * over elements 16k .. 16k+15 (int16, |bsum| <= 2032) is kept with the
- * block: the mins and the SIMD forms of Q6_K's -32, Q4_0's -8 and MXFP4's
- * and Q8_0's codes + 12 and + 128 need them.
+ * B = 256 and for Q4_1, Q5_1, Q4_0, Q5_0, MXFP4, IQ4_NL and Q8_0, bsum[k] =
+ * sum of qx over elements 16k .. 16k+15 (int16, |bsum| <= 2032) is kept
+ * with the block: the mins and the SIMD forms of Q6_K's -32, Q4_0's -8,
+ * Q5_0's -16 and MXFP4's, IQ4_NL's and Q8_0's codes + 12, + 128 and + 128
+ * need them.
  *
  * ## Canonical dot product of token x with row r (every table, bit for bit)
  *
@@ -108,7 +109,12 @@
  * difference, then the add to acc; Q4_1's DMIN = -m makes the difference
  * the sum (d*dx)*isum + (m*dx)*msum, bit for bit). One add per block in a chain keeps
  * the f32 rounding to one per 32 or 256 weights; SIMD runs rows (matvec)
- * or rows x tokens (GEMM) in lanes, never reorders a chain.
+ * or rows x tokens (GEMM) in lanes, never reorders a chain. A NaN result
+ * is NaN on every table, but its sign and payload are not part of this
+ * contract: where two NaNs meet in an add, x86 keeps the first operand, and
+ * the compiler may swap the operands of a commutative add or multiply
+ * (NaN scales are refused at load; NaN activations make logits the engine
+ * refuses anyway).
  *
  * Thread: every function may be called from any thread; the _part and
  * _rows functions are compute-thread work (no allocation, no locks, no
@@ -140,7 +146,8 @@ struct shoal_ggml_act {
     int8_t *q;                  /* [n_tok][n] int8 qx */
     float *d;                   /* [n_tok][n_blk] f32 dx */
     int16_t *bsum;              /* [n_tok][n / 16] sums of 16 qx (B = 256, Q4_1,
-                                   Q5_1, Q4_0, MXFP4, Q8_0; NULL for the others) */
+                                   Q5_1, Q4_0, Q5_0, MXFP4, IQ4_NL, Q8_0; NULL for
+                                   the others) */
     const uint8_t *pf_next;     /* (optional, performance only) bytes the next
                                    linear of this thread reads first, for the
                                    rows kernels to prefetch as they finish;

@@ -3,6 +3,7 @@
  * (engine/plan_speed.h), --measure through bench_probe.h. */
 #include <ctype.h>
 #include <jansson.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -470,11 +471,22 @@ static double *load_shares(const char *path, const struct shoal_plan *o, const c
     json_error_t jerr;
     json_t *r = json_load_file(path, 0, &jerr);
     if (!r) {   /* the file itself: missing, unreadable, or not JSON */
-        static __thread char msg[400];
-        if (!shoal_exists(path))
-            snprintf(msg, sizeof msg, "does not exist");
-        else
-            snprintf(msg, sizeof msg, "not readable JSON (line %d: %s)", jerr.line, jerr.text);
+        static char msg[400];
+        FILE *f = shoal_is_dir(path) ? NULL : fopen(path, "rb");
+        if (shoal_is_dir(path)) {
+            snprintf(msg, sizeof msg, "is a directory, not a file");
+        } else if (!f) {
+            snprintf(msg, sizeof msg, "%s", errno == ENOENT ? "does not exist" : strerror(errno));
+        } else {
+            fclose(f);
+            /* jansson's text may quote the file's bytes: printable ones only */
+            char text[sizeof jerr.text];
+            size_t n = 0;
+            for (const char *c = jerr.text; *c && n + 1 < sizeof text; c++)
+                text[n++] = (unsigned char)*c >= 0x20 && (unsigned char)*c < 0x7f ? *c : '?';
+            text[n] = '\0';
+            snprintf(msg, sizeof msg, "not readable JSON (line %d: %s)", jerr.line, text);
+        }
         *why = msg;
         return NULL;
     }

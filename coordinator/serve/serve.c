@@ -586,8 +586,8 @@ static void drain(struct server *srv)
  * stream whose reader saw the peer gone ends with an error on purpose
  * (stream_read), and MHD then says "Application reported internal error"
  * or that it could not send; the request's own line already says
- * "interrupted". Before the daemon is up (a port in use) the message is
- * kept for shoal_serve_run's one-line error instead. */
+ * "interrupted". A message of the thread starting the daemon (a port in
+ * use) is kept for shoal_serve_run's one-line error instead. */
 static void http_log(void *cls, const char *fmt, va_list ap)
 {
     struct server *srv = cls;
@@ -603,7 +603,7 @@ static void http_log(void *cls, const char *fmt, va_list ap)
     for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
         if (strstr(line, gone[i]))
             return;
-    if (!atomic_load(&srv->http_started)) {
+    if (atomic_load(&srv->http_starting) && pthread_equal(pthread_self(), srv->http_starter)) {
         snprintf(srv->http_err, sizeof srv->http_err, "%s", line);
         return;
     }
@@ -735,6 +735,8 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
                      MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    srv.http_starter = pthread_self();
+    atomic_store(&srv.http_starting, 1);
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, handle, &srv,
         MHD_OPTION_EXTERNAL_LOGGER, http_log, &srv,   /* first: it covers the others */
@@ -760,7 +762,9 @@ int shoal_serve_run(struct shoal_session *s, const struct shoal_serve_config *cf
                           "address of this host)", addr_text);
         goto out;
     }
-    atomic_store(&srv.http_started, 1);
+    atomic_store(&srv.http_starting, 0);
+    if (srv.http_err[0])   /* a warning while it started: not kept from the log */
+        fprintf(stderr, "shoal serve: http: %s\n", srv.http_err);
     if (pthread_create(&sig_thread, NULL, signal_thread, &srv) != 0) {
         shoal_err_set(out, SHOAL_EIO, "serve: cannot start a thread");
         goto out;

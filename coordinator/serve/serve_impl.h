@@ -21,8 +21,10 @@ struct serve_conns;
 struct server {
     struct shoal_session *s;
     const struct shoal_serve_config *cfg;
-    _Atomic int http_started;           /* the daemon is up: its messages are printed */
-    char http_err[256];                 /* before that, its last message (a bind error) */
+    pthread_t http_starter;             /* the thread in MHD_start_daemon: its messages
+                                         * (a bind error) go to http_err, others print */
+    _Atomic int http_starting;          /* MHD_start_daemon has not returned yet */
+    char http_err[256];
     struct shoal_chat_template *tmpl;   /* NULL: the model has none */
     char *bos, *eos;
     int32_t chat_stop_ids[8];

@@ -525,9 +525,25 @@ Test(gguf, unprintable_keys_and_tensor_names_are_refused_escaped)
     cr_assert_null(shoal_gguf_open_mem(w.p, w.n, "bad.gguf", &err));
     cr_assert_null(strchr(err.msg, '\x0b'), "the raw byte reached the message: %s", err.msg);
     free(w.p);
-    struct tdesc t[1] = {{"blk.0.\x80" "ffn", 1, {32}, 0, 0}};
+    struct tdesc t[1] = {{"blk.0.\x1b" "ffn", 1, {32}, 0, 0}};
     w = with_tensors(0, t, 1, 128);
-    expect_error(&w, SHOAL_EFORMAT, "tensor name 0 has byte 0x80 at 6", NULL);
+    expect_error(&w, SHOAL_EFORMAT, "tensor name 0 has byte 0x1b at 6", NULL);
+    free(w.p);
+    /* a NUL inside a key would cut it silently */
+    w = (struct gw){0};
+    gw_header(&w, 3, 0, 1);
+    gw_uint(&w, 9, 8);
+    gw_bytes(&w, "ab\0cdefgh", 9);
+    gw_uint(&w, SHOAL_GGUF_TYPE_UINT8, 4);
+    gw_uint(&w, 1, 1);
+    expect_error(&w, SHOAL_EFORMAT, "metadata key 0 has byte 0x00 at 2", NULL);
+    free(w.p);
+    /* a UTF-8 tensor name is text (the spec allows it); a key is ASCII */
+    struct tdesc u[1] = {{"blk.0.\xc3\xa9", 1, {32}, 0, 0}};
+    w = with_tensors(0, u, 1, 128);
+    struct shoal_gguf *g = shoal_gguf_open_mem(w.p, w.n, "utf8.gguf", &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    shoal_gguf_close(g);
     free(w.p);
 }
 

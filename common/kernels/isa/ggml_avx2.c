@@ -30,8 +30,9 @@
  * in 512-bit registers); more tokens unpack a block of eight rows
  * once into a 6 KiB buffer and use it for every token of the call, up to
  * TOK_TILE tokens at a time, the chains of all those tokens kept in
- * acc[]. Q4_K (and Q6_K, Q3_K, Q2_K from K16_GEMM_MIN tokens), Q4_0, MXFP4 and, with
- * VNNI, Q8_0 (from Q80_GEMM_MIN tokens) transpose the eight rows' block
+ * acc[]. Q4_K, Q5_K (and Q6_K, Q3_K, Q2_K from K16_GEMM_MIN tokens), the
+ * blocks of 32 (Q4_0, MXFP4, Q4_1, Q5_0, Q5_1; IQ4_NL and, from
+ * Q80_GEMM_MIN tokens, Q8_0 with VNNI) transpose the eight rows' block
  * instead, rows in lanes (rows8_k_n: the prefill GEMM). Rows past the end of the share repeat its last row and are not
  * stored. While a group of eight rows runs, the next group's blocks are
  * prefetched (prefetch_block).
@@ -1504,7 +1505,8 @@ static inline __attribute__((always_inline)) __m256i sum32_all(__m256i xv)
     return _mm256_add_epi32(sx, _mm256_shuffle_epi32(sx, 0xb1));
 }
 
-/* acc + the term of the eight rows' block at byte o (Q4_0 or MXFP4) for
+/* acc + the term of the eight rows' block at byte o (a block of 32: Q4_0,
+ * MXFP4, Q4_1, Q5_0, Q5_1, IQ4_NL) for
  * the token's bytes xv and scale dx */
 static inline __attribute__((always_inline)) __m256 b32_step(enum shoal_ggml_type t, __m256 acc,
                                                             const uint8_t *const p[8],
@@ -1591,7 +1593,8 @@ static inline __attribute__((always_inline)) __m256i b32_pair(enum shoal_ggml_ty
 #endif
 }
 
-/* Q4_0 or MXFP4, one token: two blocks of each row at a time (above) */
+/* a block of 32 (Q4_0, MXFP4, Q4_1, Q5_0, Q5_1, IQ4_NL), one token: two blocks
+ * of each row at a time (above) */
 static inline __attribute__((always_inline)) void rows8_b32_pair_1(enum shoal_ggml_type t, float *y, const struct shoal_ggml_act *a,
                              int64_t t0, const struct shoal_ggml_matrix *w,
                              const uint8_t *const p[8], const uint8_t *const pf[8], int64_t r,
@@ -1670,7 +1673,7 @@ static inline __attribute__((always_inline)) void rows8_b32_pair_1(enum shoal_gg
         else                                                                                  \
             MANY(T, y, a, t0, nt, w, p, pf, r, nr);                                           \
     }
-/* ---- Q4_0 and MXFP4, more tokens: the eight rows' block transposed --------
+/* ---- Q4_0 and MXFP4 (Q4_1, Q5_0, Q5_1, IQ4_NL), more tokens: the eight rows' block transposed
  *
  * As rows8_k_n does for Q4_K: lane i of code register g holds row i's
  * elements 4g .. 4g + 3 as unsigned codes u (Q4_0: the nibble; MXFP4: its
@@ -1740,10 +1743,6 @@ static inline __attribute__((always_inline)) void b32_tokens(enum shoal_ggml_typ
                             _mm256_setzero_ps(), a->d[(tt + k) * a->n_blk + b]);
     }
 }
-
-/* Q4_1, Q5_0 and Q5_1: one token two blocks a row at a time as Q4_0 (their
- * fifth bits or'ed into the codes, Q4_1's and Q5_1's m through DMIN), more
- * tokens through the general body */
 
 /* Q8_0, one token: as rows8_k_1, a row's 32 codes at a time against the
  * token's, the rows' sums folded pairwise, the next group's blocks
@@ -2487,7 +2486,7 @@ static inline __attribute__((always_inline)) void kblk_bitpairs(enum shoal_ggml_
     }
 }
 
-/* Q4_0's or MXFP4's block of the eight rows into g->q[0 .. 7] (b32_tokens):
+/* a block of 32's eight rows (Q4_0, MXFP4, Q4_1, Q5_0, Q5_1, IQ4_NL) into g->q[0 .. 7] (b32_tokens):
  * the rows' 16 code bytes as 8 x 4 dwords transposed, T[g] lane i = row
  * i's qs 4g .. 4g + 3, then q[g] its low nibbles (elements 4g ..) and
  * q[g + 4] its high ones (elements 16 + 4g ..), MXFP4's looked up to
