@@ -18,7 +18,10 @@
 #define READ_CHUNK (64u << 10)
 #define FLUSH_TIMEOUT_MS 2000
 #define DIAL_BACKOFF_MIN_MS 500
-#define DIAL_BACKOFF_MAX_MS 10000
+/* at most 2 s between a joining worker's dials: a coordinator's start
+ * waits --connect-timeout (default 5 s) for joiners, so an idle joiner
+ * still reaches each new session in time (at 10 s it missed half of them) */
+#define DIAL_BACKOFF_MAX_MS 2000
 /* protobuf overhead of an ExpertResponse around its out bytes, bounded */
 #define RESPONSE_OVERHEAD 256
 

@@ -84,12 +84,24 @@ static int check_coverage(struct shoal_cluster *cl, struct shoal_err *err)
                                  x->addr, x->last_error[0] ? x->last_error : "not connected");
                 o = w > 0 && (size_t)w < sizeof down - o ? o + (size_t)w : sizeof down - 1;
             }
+            /* joiners: say none had joined (or that the ones that did lack it) */
+            int joined = 0;
+            for (int i = 0; i < cl->n_exec; i++)
+                joined += cl->exec[i].kind == EXEC_JOINED && cl->exec[i].state == EXEC_UP;
+            char accept[640] = "";
+            if (cl->have_accept && !down[0] && joined)
+                snprintf(accept, sizeof accept, " (%d worker%s joined on %s)", joined,
+                         joined == 1 ? "" : "s", cl->accept_bound);
+            else if (cl->have_accept && !down[0])
+                snprintf(accept, sizeof accept, " (no worker has joined on %s yet%s%.280s)",
+                         cl->accept_bound, cl->join_refused[0] ? "; the last to try: " : "",
+                         cl->join_refused);
             return shoal_err_set(err, SHOAL_ENOTFOUND,
-                                 "layer %lld expert %lld has no holder: %s%s%s",
+                                 "layer %lld expert %lld has no holder: %s%s%s%s",
                                  (long long)il, (long long)ie,
                                  cl->local < 0 ? "--local-experts is off and " : "",
                                  down[0] ? "down: " : "no worker's shard holds it",
-                                 down);
+                                 down, accept);
         }
     }
     return 0;

@@ -204,6 +204,8 @@ struct shoal_cluster {
     int have_accept, have_control;
     char control_bound[128];
     char accept_bound[128];
+    char join_refused[300];      /* the last joiner refused: "PEER: why" (loop thread
+                                  * writes, a failed start reads it under mu) */
     uv_thread_t thread;
     int thread_started;
     unsigned tick_count;

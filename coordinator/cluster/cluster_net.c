@@ -246,6 +246,19 @@ static void conn_close(struct conn *c, const char *why, int hard)
         else if (!cl->stopping)
             shoal_log(SHOAL_LOG_DEBUG, "cluster", "worker %s: %s", x->addr, why);
         schedule_reconnect(cl, c->exec);
+    } else if (!cl->stopping && c->kind == CONN_WORKER_IN && hard && !c->observer) {
+        /* a joiner refused (key, model, room): a warning when the reason is
+         * new (it re-dials every 2 s), and kept for a start that fails */
+        char line[sizeof cl->join_refused];
+        snprintf(line, sizeof line, "%s", why);   /* it names the peer */
+        /* the same reason again (the peer's port changes each dial): quiet */
+        const char *r_new = strstr(line, ": "), *r_old = strstr(cl->join_refused, ": ");
+        pthread_mutex_lock(&cl->mu);
+        const int fresh = !r_new || !r_old || strcmp(r_new, r_old) != 0;
+        memcpy(cl->join_refused, line, sizeof line);
+        pthread_mutex_unlock(&cl->mu);
+        shoal_log(fresh ? SHOAL_LOG_WARN : SHOAL_LOG_DEBUG, "cluster",
+                  "refused a joining worker: %s", line);
     } else if (!cl->stopping && c->kind != CONN_CONTROL_IN) {
         shoal_log(SHOAL_LOG_INFO, "cluster", "peer=%s: %s", c->peer, why);
     }
