@@ -367,6 +367,15 @@ def joining(args, tmp):
                                                 "--connect-timeout", "20"])
         result("the joiner re-dials the next coordinator: identical", same(g, args.base),
                detail(g))
+        # idle for 8 s, its re-dials have backed off: they stay within 2 s of
+        # each other, so a coordinator's 5 s start window finds it (with a
+        # 10 s cap the dials came at 7.5 and 15.5 s: a start at 8 s missed it)
+        time.sleep(8)
+        g = Gen(args, tmp, "joined3", args.ct, ["--accept-workers", addr, "--local-experts",
+                                                "off", "--control", "off",
+                                                "--connect-timeout", "5"])
+        result("an idle joiner (8 s) reaches a coordinator within its 5 s start: identical",
+               same(g, args.base), detail(g))
     finally:
         stop_workers(ws)
 
