@@ -657,8 +657,9 @@ static int admit_peer(void *user, Shoal__Role role, char *msg, size_t n)
         return -1;
     }
     if (role == SHOAL__ROLE__ROLE_COORDINATOR && srv->n_coord >= srv->p.max_coordinators) {
-        snprintf(msg, n, "%d coordinators are connected, the most this worker serves at once "
-                 "(--max-coordinators %d)", srv->n_coord, srv->p.max_coordinators);
+        snprintf(msg, n, "%d coordinator%s connected, the most this worker serves at once "
+                 "(--max-coordinators %d)", srv->n_coord, srv->n_coord == 1 ? " is" : "s are",
+                 srv->p.max_coordinators);
         return -1;
     }
     return 0;

@@ -1834,8 +1834,18 @@ int shoal_cmd_bench(int argc, char **argv)
                         "container", o.so.model_dir);
         return 2;
     }
-    if (!o.json_out)
-        fprintf(stderr, "shoal: bench: no --json OUT; the result is only printed\n");
+    /* input files named on the command line: missing is a bad flag value */
+    const char *const in_flag[2] = {"--prompts", "--limits"};
+    const char *const in_path[2] = {
+        o.prompts_file,
+        o.limits && strcmp(o.limits, "on") && strcmp(o.limits, "off") ? o.limits : NULL};
+    for (int k = 0; k < 2; k++)
+        if (in_path[k] && (!shoal_exists(in_path[k]) || shoal_is_dir(in_path[k]))) {
+            shoal_cli_error("bench: %s '%s' %s", in_flag[k], in_path[k],
+                            shoal_is_dir(in_path[k]) ? "is a directory, not a file"
+                                                     : "does not exist");
+            return 2;
+        }
     if (o.json_out) {
         /* writable where it is, or creatable in its directory; nothing is
          * created yet, so a failed bench leaves no empty file behind */
@@ -1854,6 +1864,8 @@ int shoal_cmd_bench(int argc, char **argv)
     struct prompt_set ps = {0};
     if (o.prompts_file && !o.limits_only && read_prompts(o.prompts_file, &ps))
         return 1;
+    if (!o.json_out)   /* after the checks above: an error stays one line */
+        fprintf(stderr, "shoal: bench: no --json OUT; the result is only printed\n");
     json_t *res = json_object();
     char when[32];
     iso_now(when, sizeof when);

@@ -777,6 +777,9 @@ static void print_speed(const struct plan_ctx *c, const struct shoal_plan_speed 
             printf(" link 1 Gbit/s,");
             strcat(flags, " --link,");
         }
+        size_t fl = strlen(flags);
+        if (fl > 0 && flags[fl - 1] == ',')
+            flags[fl - 1] = '\0';   /* the list's last comma */
         printf(" the defaults: give%s%s\n", flags,
                c->measured ? " (--measure could not probe these here)" : " or --measure here");
     }

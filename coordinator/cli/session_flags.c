@@ -417,6 +417,8 @@ int shoal_session_check_opts(const struct shoal_session_opts *o)
     const char *listen[2] = {o->accept_workers, o->control && strcmp(o->control, "off")
                                                     ? o->control : NULL};
     const char *flag[2] = {"--accept-workers", "--control"};
+    struct sockaddr_storage lss[2];
+    socklen_t llen[2] = {0, 0};
     for (int i = 0; i < 2; i++) {
         if (!listen[i])
             continue;
@@ -429,6 +431,19 @@ int shoal_session_check_opts(const struct shoal_session_opts *o)
                             "listeners bind to loopback only", flag[i], listen[i]);
             return -1;
         }
+        lss[i] = ss;
+        llen[i] = len;
+    }
+    /* the two listeners on one address: the second could not bind, and the
+     * error blamed another coordinator */
+    const int port0 = llen[0] ? (lss[0].ss_family == AF_INET6
+                                     ? ntohs(((struct sockaddr_in6 *)&lss[0])->sin6_port)
+                                     : ntohs(((struct sockaddr_in *)&lss[0])->sin_port))
+                              : 0;
+    if (llen[0] && llen[0] == llen[1] && !memcmp(&lss[0], &lss[1], llen[0]) && port0 != 0) {
+        shoal_cli_error("--accept-workers %s and --control %s are the same address: give "
+                        "them different ports", listen[0], listen[1]);
+        return -1;
     }
     return 0;
 }

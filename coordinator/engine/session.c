@@ -81,6 +81,7 @@ struct shoal_session *shoal_session_open(const struct shoal_session_opts *o, con
             shoal_err_set(err, SHOAL_EINVAL, "--mirror-weights gives %d weights for %d "
                           "sources (the container first, then each --mirror)",
                           o->n_mirror_weights, 1 + o->n_mirror);
+            *status = 2;   /* a bad flag value */
             shoal_session_close(s);
             return NULL;
         }

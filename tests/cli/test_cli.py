@@ -406,6 +406,36 @@ def test_bad_prompts(shoal):
            r.returncode == 2 and "2147483647]" in err, show(r))
 
 
+def test_more_flag_values(shoal, worker, ct, tmp):
+    """Bad flag values found by a fresh user: each one line, exit 2, before
+    anything runs (they exited 1, printed another line first, retried
+    forever, or blamed another coordinator)."""
+    mirror = os.path.join(tmp, "mirror-ct")
+    if not os.path.exists(mirror):
+        shutil.copytree(ct, mirror)
+    cases = [
+        ("run --accept-workers and --control on one address",
+         [shoal, "run", "--model", ct, "--prompt", "hi", "--accept-workers", "127.0.0.1:17552",
+          "--control", "127.0.0.1:17552"], "are the same address"),
+        ("run --mirror-weights with a weight too many",
+         [shoal, "run", "--model", ct, "--prompt", "hi", "--mirror", mirror,
+          "--mirror-weights", "1,2,3"], "--mirror-weights gives 3 weights for 2 sources"),
+        ("bench --prompts FILE that does not exist",
+         [shoal, "bench", "--model", ct, "--prompts", os.path.join(tmp, "none.txt")],
+         "does not exist"),
+        ("bench --limits FILE that does not exist",
+         [shoal, "bench", "--model", ct, "--limits", os.path.join(tmp, "none.json")],
+         "does not exist")]
+    if os.path.exists(worker):
+        cases.append(("shoal-worker --join ADDR:0", [worker, "--model", ct, "--join",
+                                                     "127.0.0.1:0"], "port 0 cannot be dialled"))
+    for label, cmd, want in cases:
+        r = run(cmd, timeout=60)
+        err = r.stderr.strip()
+        result("%s: one line, exit 2" % label, r.returncode == 2 and
+               len(err.splitlines()) == 1 and want in err, show(r))
+
+
 def test_key_files(shoal, worker, tmp):
     """A key file given on the command line that will not load (missing,
     too short) is a bad flag value: one line naming the flag, exit 2,
@@ -892,6 +922,7 @@ def main():
         test_stdout_full(shoal, tmp)
         test_endless_input(shoal)
         test_key_files(shoal, worker, tmp)
+        test_more_flag_values(shoal, worker, ct, tmp)
         test_bad_prompts(shoal)
         test_chat(shoal)
         test_stats_labels(shoal, ct, tmp)
