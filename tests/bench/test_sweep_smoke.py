@@ -599,10 +599,11 @@ def main():
             print("not-root check skipped: %s" % ("not root already" if os.geteuid() else
                                                   "no setpriv"))
 
-        # bad input: one line, exit 2 (usage) or 1, nothing written
+        # bad input: one line, exit 2 (usage: a named input file that does not
+        # exist is a bad flag value, as USAGE.md says of --file), nothing written
         for args, code in ((["--state", "hot"], 2), (["--gen", "0"], 2),
-                           (["--limits", os.path.join(tmp, "nope.json")], 1),
-                           (["--prompts", os.path.join(tmp, "nope.txt")], 1)):
+                           (["--limits", os.path.join(tmp, "nope.json")], 2),
+                           (["--prompts", os.path.join(tmp, "nope.txt")], 2)):
             jp = os.path.join(tmp, "bad.json")
             r = run([shoal, "bench", "--model", model, "--json", jp] + args)
             errs = [ln for ln in r.stderr.splitlines() if ln.startswith("shoal: ") and
