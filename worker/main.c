@@ -13,9 +13,7 @@
  * (the first), ends the drain (the second), or arrives while it is
  * already exiting and is ignored: never the default action, so the exit
  * status is 0. */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -387,10 +385,7 @@ static void check_loopback(const char *flag, const char *addr, const struct shoa
     struct shoal_err err = {0};
     if (shoal_wire_parse_addr(addr, &ss, &sl, &err) < 0)
         die_usage("%s: %s", flag, err.msg);
-    const unsigned port = ss.ss_family == AF_INET6
-                              ? ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port)
-                              : ntohs(((const struct sockaddr_in *)&ss)->sin_port);
-    if (!strcmp(flag, "--join") && port == 0)   /* a coordinator's port, to dial */
+    if (!strcmp(flag, "--join") && shoal_wire_addr_port(&ss) == 0)   /* a coordinator's port, to dial */
         die_usage("--join %s: port 0 cannot be dialled; give the coordinator's "
                   "--accept-workers port", addr);
     if (!key->set && !shoal_wire_addr_is_loopback(&ss))

@@ -273,9 +273,7 @@ shoal_discover_announce_start(const struct shoal_discover_announce_params *p,
                       "the LAN can reach", p->listen);
         return NULL;
     }
-    const uint16_t port = ntohs(ss.ss_family == AF_INET
-                                    ? ((const struct sockaddr_in *)&ss)->sin_port
-                                    : ((const struct sockaddr_in6 *)&ss)->sin6_port);
+    const uint16_t port = (uint16_t)shoal_wire_addr_port(&ss);
     const struct sockaddr_in *v4 = (const struct sockaddr_in *)&ss;
     const int any = ss.ss_family == AF_INET
                         ? v4->sin_addr.s_addr == htonl(INADDR_ANY)

@@ -334,6 +334,10 @@ int shoal_wire_parse_addr(const char *text, struct sockaddr_storage *ss, socklen
 /* 1 if the address is a loopback address (127/8, ::1). */
 int shoal_wire_addr_is_loopback(const struct sockaddr_storage *ss);
 
+/* The port of an IPv4 or IPv6 address in host order; 0 for another
+ * family (or port 0, "any free port" when binding). Thread: any. */
+unsigned shoal_wire_addr_port(const struct sockaddr_storage *ss);
+
 /* Format an address as "host:port" into buf. Returns buf. */
 char *shoal_wire_addr_str(const struct sockaddr *sa, char *buf, size_t n);
 

@@ -81,6 +81,15 @@ int shoal_wire_addr_is_loopback(const struct sockaddr_storage *ss)
     return 0;
 }
 
+unsigned shoal_wire_addr_port(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+    if (ss->ss_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+    return 0;
+}
+
 char *shoal_wire_addr_str(const struct sockaddr *sa, char *buf, size_t n)
 {
     char host[INET6_ADDRSTRLEN] = "?";

@@ -436,11 +436,8 @@ int shoal_session_check_opts(const struct shoal_session_opts *o)
     }
     /* the two listeners on one address: the second could not bind, and the
      * error blamed another coordinator */
-    const int port0 = llen[0] ? (lss[0].ss_family == AF_INET6
-                                     ? ntohs(((struct sockaddr_in6 *)&lss[0])->sin6_port)
-                                     : ntohs(((struct sockaddr_in *)&lss[0])->sin_port))
-                              : 0;
-    if (llen[0] && llen[0] == llen[1] && !memcmp(&lss[0], &lss[1], llen[0]) && port0 != 0) {
+    if (llen[0] && llen[0] == llen[1] && !memcmp(&lss[0], &lss[1], llen[0]) &&
+        shoal_wire_addr_port(&lss[0]) != 0) {
         shoal_cli_error("--accept-workers %s and --control %s are the same address: give "
                         "them different ports", listen[0], listen[1]);
         return -1;

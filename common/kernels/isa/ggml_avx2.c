@@ -1425,19 +1425,13 @@ static const uint8_t iq4nl_plus128[16] __attribute__((aligned(16))) = {
     1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241,
 };
 
-/* the blocks of 32: bytes a block, where its codes start, where its 32
- * fifth bits start (Q5_0, Q5_1; else 0), the offset of its unsigned codes
- * (0: Q4_1 and Q5_1, whose codes are q itself, their m applied through
- * DMIN and msum = sum qx, ggml_dot.h), whether it has that m (at byte 2),
- * and the codes' table (NULL: the nibble itself) */
-static inline __attribute__((always_inline)) size_t b32_ts(enum shoal_ggml_type t)
-{
-    return t == SHOAL_GGML_TYPE_MXFP4  ? 17
-           : t == SHOAL_GGML_TYPE_Q4_1 ? 20
-           : t == SHOAL_GGML_TYPE_Q5_0 ? 22
-           : t == SHOAL_GGML_TYPE_Q5_1 ? 24
-                                       : 18;
-}
+/* the blocks of 32: where its codes start (after the scale, Q4_1's and
+ * Q5_1's m, Q5_0's and Q5_1's fifth bits), its bytes (those 16 code bytes
+ * after them), where its 32 fifth bits start (Q5_0, Q5_1; else 0), the
+ * offset of its unsigned codes (0: Q4_1 and Q5_1, whose codes are q
+ * itself, their m applied through DMIN and msum = sum qx, ggml_dot.h),
+ * whether it has that m (at byte 2), and the codes' table (NULL: the
+ * nibble itself) */
 static inline __attribute__((always_inline)) size_t b32_qs(enum shoal_ggml_type t)
 {
     return t == SHOAL_GGML_TYPE_MXFP4  ? 1
@@ -1445,6 +1439,10 @@ static inline __attribute__((always_inline)) size_t b32_qs(enum shoal_ggml_type 
            : t == SHOAL_GGML_TYPE_Q5_0 ? 6
            : t == SHOAL_GGML_TYPE_Q5_1 ? 8
                                        : 2;
+}
+static inline __attribute__((always_inline)) size_t b32_ts(enum shoal_ggml_type t)
+{
+    return b32_qs(t) + 16;
 }
 static inline __attribute__((always_inline)) size_t b32_qh(enum shoal_ggml_type t)
 {
